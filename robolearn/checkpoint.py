@@ -1,0 +1,97 @@
+"""Checkpoints that are written atomically and load without executing code.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts,
+saved with ``torch.save`` to a temporary file that is then renamed over the
+target (a crash mid-write never leaves a half-written checkpoint), and read back
+with ``torch.load(weights_only=True)`` (a checkpoint file cannot run code).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "robolearn-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message says why."""
+
+
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any], progress: dict[str, Any]) -> None:
+    """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG."""
+    payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress}
+    atomic_write_bytes(Path(path), lambda f: torch.save(payload, f))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read and validate a checkpoint; never unpickles arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable robolearn checkpoint (truncated, corrupt or unsafe: {reason})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a robolearn checkpoint (no '{FORMAT}' marker)")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})")
+    return payload
+
+
+def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str = "agent") -> None:
+    """Raise naming the first tensor whose presence or shape differs between two state dicts."""
+    for key, value in expected.items():
+        name = f"{where}.{key}"
+        if key not in found:
+            raise CheckpointError(f"checkpoint lacks '{name}': it was saved by a different algorithm or model")
+        other = found[key]
+        if isinstance(value, dict):
+            if not isinstance(other, dict):
+                raise CheckpointError(f"checkpoint entry '{name}' has the wrong type")
+            check_compatible(value, other, name)
+        elif isinstance(value, torch.Tensor):
+            if not isinstance(other, torch.Tensor) or other.shape != value.shape:
+                shape = tuple(other.shape) if isinstance(other, torch.Tensor) else type(other).__name__
+                raise CheckpointError(
+                    f"checkpoint tensor '{name}' has shape {shape}, this model expects {tuple(value.shape)}: "
+                    "the checkpoint was trained on another task or network size"
+                )
+
+
+def rng_state() -> dict[str, Any]:
+    """The RNG states a resumed run needs to continue exactly (torch CPU and CUDA)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,172 @@
+"""``robolearn train | eval | play | export | list``: the command line.
+
+Every failure a user can cause (a bad config key, a missing or foreign
+checkpoint, NaN during training) ends with one line saying what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from robolearn.checkpoint import CheckpointError
+from robolearn.config import CONFIG_DIR, ConfigError, load_config
+from robolearn.evaluate import NonFiniteError
+
+USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, ValueError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="robolearn", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("train", help="train an agent; with no config, PPO on cartpole swing-up")
+    p.add_argument("config", nargs="?", help="configs/<name>.yaml, its name, or a path")
+    p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4")
+    p.add_argument("--resume", type=Path, help="a run directory to continue from its latest checkpoint")
+    p.add_argument("--no-wandb", action="store_true", help="do not write Weights & Biases files")
+
+    p = commands.add_parser("eval", help="evaluate a run's controller")
+    p.add_argument("run", type=Path)
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
+    p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
+
+    p = commands.add_parser("play", help="film a run's controller")
+    p.add_argument("run", type=Path)
+    p.add_argument("--video", type=Path, required=True, help="output .mp4")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
+
+    p = commands.add_parser("export", help="export a run's controller")
+    p.add_argument("run", type=Path)
+    p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
+    p.add_argument("--out", type=Path, help="default: <run>/export")
+
+    p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
+    p.add_argument("--runs", type=Path, default=Path("runs"))
+
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _train(args: argparse.Namespace) -> int:
+    from robolearn.registry import agent_configs
+    from robolearn.runner import train
+
+    config = args.config
+    if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
+        if config:
+            args.overrides.insert(0, config)
+        config = args.resume / "config.yaml"
+        if not config.is_file():
+            raise FileNotFoundError(f"{args.resume}: not a run directory (no config.yaml)")
+    cfg = load_config(config, args.overrides, agent_configs())
+    if args.no_wandb:
+        cfg.logging.wandb = "disabled"
+    result = train(cfg, resume=args.resume)
+    if result.interrupted:
+        return 130
+    print(f"run:        {result.run_dir}")
+    if result.evaluation:
+        e = result.evaluation
+        print(f"evaluation: return {e['return_mean']:.1f} ± {e['return_std']:.1f} over {e['episodes']} episodes")
+    if result.video:
+        print(f"video:      {result.video}")
+    for fmt in ("torchscript", "onnx"):
+        if fmt in result.exported:
+            print(f"{fmt + ':':<12}{result.exported[fmt]}")
+    return 0
+
+
+def _controller(run: Path, env, exported: str | None):
+    from robolearn.export import FILENAMES, ExportedController
+    from robolearn.runner import load_agent
+
+    if exported:
+        return ExportedController(run / "export" / FILENAMES[exported])
+    return load_agent(run, env).controller().to(env.device)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from robolearn.evaluate import evaluate
+    from robolearn.registry import make_env
+    from robolearn.runner import read_run_config
+
+    cfg = read_run_config(args.run)
+    with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
+        result = evaluate(_controller(args.run, env, args.exported), env, args.episodes, seed=args.seed)
+    result = {"run": str(args.run), "task": cfg.env.task, **result}
+    if not args.json:
+        line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
+        if "success_rate" in result:
+            line += f", success {100 * result['success_rate']:.0f}%"
+        print(line)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def _play(args: argparse.Namespace) -> int:
+    from robolearn.evaluate import record_video
+    from robolearn.registry import make_env
+    from robolearn.runner import read_run_config
+
+    cfg = read_run_config(args.run)
+    with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
+        path = record_video(_controller(args.run, env, None), env, args.video, seconds=args.seconds, seed=args.seed)
+    print(f"video: {path}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from robolearn.export import export_controller
+    from robolearn.registry import make_env
+    from robolearn.runner import load_agent, read_run_config
+
+    cfg = read_run_config(args.run)
+    with make_env(cfg.env, num_envs=1) as env:
+        controller = load_agent(args.run, env, cfg).controller()
+        formats = tuple(args.format or ("torchscript", "onnx"))
+        paths = export_controller(controller, args.out or args.run / "export", formats,
+                                  extra={"task": cfg.env.task, "control_dt": env.control_dt})
+    for name, path in paths.items():
+        print(f"{name + ':':<12}{path}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    import sims
+    from robolearn.registry import agent_configs
+
+    print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
+    print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>)")
+    print("algorithms: " + " ".join(sorted(agent_configs())))
+    runs = sorted(args.runs.glob("*/*/config.yaml")) if args.runs.is_dir() else []
+    print("runs:" + ("" if runs else "       none yet (robolearn train)"))
+    for config in runs:
+        run = config.parent
+        evaluation = run / "eval.json"
+        summary = ""
+        if evaluation.is_file():
+            e = json.loads(evaluation.read_text())
+            summary = f"return {e['return_mean']:.1f}"
+        status = "done" if (run / "export" / "controller.json").is_file() else "incomplete"
+        print(f"  {run}  {status}  {summary}")
+    return 0
+
+
+COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "list": _list}
+
+if __name__ == "__main__":
+    sys.exit(main())

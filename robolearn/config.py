@@ -1,0 +1,189 @@
+"""Typed run configuration: dataclasses loaded from YAML plus ``key=value`` overrides.
+
+Unknown keys and values of the wrong type are errors that name the key and what
+is allowed, so a typo never silently trains the wrong thing. The ``agent``
+section is validated against the chosen algorithm's own config dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = "ppo_cartpole"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message says which key and what to fix."""
+
+
+@dataclass
+class EnvConfig:
+    """Which simulator and task, and how many worlds."""
+
+    task: str = "cartpole"  # a sims task name, or gym:<Gymnasium id>
+    num_envs: int = 64
+    backend: Literal["mujoco"] = "mujoco"
+    device: str = "cpu"
+    num_threads: int = 0  # 0: one per core
+    kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings
+
+
+@dataclass
+class RunnerConfig:
+    """How long to train and what to save."""
+
+    total_steps: int = 1_000_000  # env steps, summed over envs
+    random_steps: int = 10_000  # off-policy only: uniform random actions first
+    utd_ratio: float = 1.0  # off-policy only: gradient updates per env step collected
+    checkpoint_every: int = 50  # iterations (on-policy) or 1000s of env steps (off-policy)
+    log_every: int = 1  # iterations between metric lines
+    eval_episodes: int = 10
+    video_seconds: float = 8.0  # 0 disables the video
+    target_return: float | None = None  # stop early once the mean return reaches this
+
+
+@dataclass
+class LoggingConfig:
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "robolearn"
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """One training run: everything needed to reproduce it."""
+
+    algo: str = "ppo"
+    name: str = ""  # run name; defaults to <algo>_<task>
+    seed: int = 0
+    run_dir: str = "runs"
+    env: EnvConfig = field(default_factory=EnvConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    agent: Any = None  # the algorithm's config dataclass, filled by load_config
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.algo}_{self.env.task.replace(':', '_').replace('/', '_')}"
+
+
+def resolve_config_path(name_or_path: str | None) -> Path:
+    """A YAML path, or the name of a file in configs/ (with or without .yaml)."""
+    name = name_or_path or DEFAULT_CONFIG
+    for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+    raise ConfigError(f"no config '{name}': give a YAML path or one of: {known}")
+
+
+def load_config(path: str | Path | None, overrides: list[str] = (), agent_configs: dict[str, type] | None = None) -> TrainConfig:
+    """Read ``path`` (or the default config), apply ``key=value`` overrides, validate."""
+    raw = yaml.safe_load(Path(resolve_config_path(str(path) if path else None)).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000)")
+        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+    return config_from_dict(raw, agent_configs)
+
+
+def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None = None) -> TrainConfig:
+    if agent_configs is None:
+        from policies import AGENTS
+
+        agent_configs = {name: cfg for name, (cfg, _) in AGENTS.items()}
+    raw = dict(raw)
+    agent_raw = raw.pop("agent", None) or {}
+    cfg = _build(TrainConfig, raw, "")
+    if cfg.algo not in agent_configs:
+        raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
+    if not isinstance(agent_raw, dict):
+        raise ConfigError("agent: must be a mapping of the algorithm's settings")
+    cfg.agent = _build(agent_configs[cfg.algo], agent_raw, "agent.")
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The plain-data form written to the run directory and checkpoints."""
+    return dataclasses.asdict(cfg)
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override '{key}': '{part}' is not a section")
+    node[leaf] = value
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'; allowed keys here: {', '.join(sorted(fields))}")
+    values = {}
+    for name, value in raw.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
+            values[name] = _build(hint, value, f"{prefix}{name}.")
+        else:
+            values[name] = _check(value, hint, f"{prefix}{name}")
+    return cls(**values)
+
+
+def _check(value: Any, hint: Any, key: str) -> Any:
+    """Return ``value`` coerced to ``hint`` where lossless, or raise naming ``key``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _check(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} does not fit {hint}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        items = [_check(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:  # YAML reads 3e-4 as a string; accept it
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(hint, type) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{key}: expected {getattr(hint, '__name__', hint)}, got {value!r}")

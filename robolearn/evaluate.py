@@ -1,0 +1,96 @@
+"""Evaluate a controller on a VecEnv, and film it.
+
+Both drive the controller exactly as a robot would: ``act`` every control step,
+``reset(mask)`` for envs whose episode ended, so sequence and hierarchical
+controllers evaluate unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from robolearn.interfaces import Obs, VecEnv
+
+
+class Actor(Protocol):
+    """Anything with the Controller calling convention (a Controller or an exported one)."""
+
+    def act(self, obs: Obs) -> torch.Tensor: ...
+    def reset(self, mask: torch.Tensor | None = None) -> None: ...
+
+
+class NonFiniteError(RuntimeError):
+    """NaN or inf reached the env or came out of it."""
+
+
+def check_finite(what: str, value: torch.Tensor | Obs) -> None:
+    """Raise naming ``what`` (and the group) if ``value`` has NaN or inf."""
+    items = value.items() if isinstance(value, dict) else [("", value)]
+    for group, tensor in items:
+        if not bool(torch.isfinite(tensor).all()):
+            label = f"{what}[{group!r}]" if group else what
+            raise NonFiniteError(f"{label} contains NaN or inf")
+
+
+@torch.no_grad()
+def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> dict[str, Any]:
+    """Run until every env has finished one episode (``episodes`` envs at most).
+
+    Each env contributes its first complete episode, so long episodes are not
+    under-sampled as they would be by counting the first N to finish.
+    """
+    if env.num_envs < episodes:
+        raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
+    obs = env.reset(seed=seed)
+    controller.reset()
+    returns = torch.zeros(env.num_envs, dtype=torch.float64)
+    lengths = torch.zeros(env.num_envs, dtype=torch.long)
+    finished = torch.zeros(env.num_envs, dtype=torch.bool)
+    success = torch.zeros(env.num_envs, dtype=torch.bool)
+    has_success = False
+    while not bool(finished[:episodes].all()):
+        action = controller.act(obs)
+        check_finite("action", action)
+        obs, reward, terminated, truncated, info = env.step(action.to(env.device))
+        running = ~finished
+        returns += torch.where(running, reward.double().cpu(), 0.0)
+        lengths += running.long()
+        done = (terminated | truncated).cpu()
+        if "success" in info:
+            has_success = True
+            success |= running & done & info["success"].cpu()
+        finished |= done
+        controller.reset(done.to(env.device))
+    r = returns[:episodes].numpy()
+    result = {"episodes": episodes, "return_mean": float(r.mean()), "return_std": float(r.std()),
+              "length_mean": float(lengths[:episodes].double().mean())}
+    if has_success:
+        result["success_rate"] = float(success[:episodes].double().mean())
+    return result
+
+
+@torch.no_grad()
+def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.0, fps: int = 30,
+                 width: int = 320, height: int = 240, seed: int = 0) -> Path:
+    """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``)."""
+    import imageio.v2 as imageio
+
+    every = max(1, round(1.0 / (fps * env.control_dt)))
+    obs = env.reset(seed=seed)
+    controller.reset()
+    frames = []
+    for step in range(int(seconds / env.control_dt)):
+        if step % every == 0:
+            frames.append(env.render(0, width=width, height=height))
+        obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
+        controller.reset(terminated | truncated)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # written aside, then renamed: never half a video
+    imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,114 @@
+"""Export a Controller as the whole deployable thing, and load it back.
+
+TorchScript (``controller.pt``) and ONNX (``controller.onnx``) hold the network
+with its observation normalization and action scaling inside. Beside them,
+``controller.json`` says how to feed it: which observation groups, concatenated
+in which order, the inputs and outputs of ``forward``, the decision period and
+the action bounds. Stateful controllers (recurrent, sequence) take and return
+their state explicitly in the exported ``forward``; ``export_inputs`` names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robolearn.checkpoint import atomic_write_bytes
+from robolearn.interfaces import Controller, Obs, flatten_obs
+
+FORMATS = ("torchscript", "onnx")
+FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
+
+
+def export_controller(controller: Controller, out_dir: Path, formats: tuple[str, ...] = FORMATS, extra: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write ``controller`` in ``formats`` plus ``controller.json``; returns the paths."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    controller = controller.cpu().eval()
+    inputs = controller.export_inputs(batch_size=1)
+    paths: dict[str, Path] = {}
+    if "torchscript" in formats:
+        traced = torch.jit.trace(controller, tuple(inputs.values()), check_trace=False)
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer)
+        paths["torchscript"] = out_dir / FILENAMES["torchscript"]
+        atomic_write_bytes(paths["torchscript"], lambda f: f.write(buffer.getvalue()))
+    if "onnx" in formats:
+        paths["onnx"] = out_dir / FILENAMES["onnx"]
+        onnx_bytes = _onnx_bytes(controller, inputs)
+        atomic_write_bytes(paths["onnx"], lambda f: f.write(onnx_bytes))
+    meta = {
+        "obs_groups": list(controller.obs_groups),
+        "obs_size": controller.obs_size,
+        "decision_period": controller.decision_period,
+        "inputs": {name: list(t.shape[1:]) for name, t in inputs.items()},
+        "outputs": controller.export_outputs(),
+        **(extra or {}),
+    }
+    paths["meta"] = out_dir / "controller.json"
+    atomic_write_bytes(paths["meta"], lambda f: f.write(json.dumps(meta, indent=2).encode()))
+    return paths
+
+
+def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:
+    """ONNX through torch.export with a dynamic batch dimension, quietly."""
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    dynamic = {name: {0: batch} for name in inputs}
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with contextlib.redirect_stdout(io.StringIO()):
+        program = torch.onnx.export(
+            controller,
+            tuple(inputs.values()),
+            input_names=list(inputs),
+            output_names=controller.export_outputs(),
+            dynamic_shapes=dynamic,
+            dynamo=True,
+            verbose=False,
+        )
+    buffer = io.BytesIO()
+    program.save(buffer)
+    return buffer.getvalue()
+
+
+class ExportedController:
+    """Runs an exported controller (TorchScript or ONNX) behind ``act(obs)``.
+
+    Only stateless controllers (one ``obs`` input, one ``action`` output) are
+    driven here; stateful exports document their state in controller.json.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        meta_path = path.parent / "controller.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
+        self.meta = json.loads(meta_path.read_text())
+        self.obs_groups = tuple(self.meta["obs_groups"])
+        self.decision_period = int(self.meta["decision_period"])
+        if list(self.meta["inputs"]) != ["obs"]:
+            raise ValueError(f"{path}: stateful controller (inputs {list(self.meta['inputs'])}); drive it with its own loop")
+        if path.suffix == ".onnx":
+            import onnxruntime
+
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            self._run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy().astype(np.float32)})[0])
+        else:
+            module = torch.jit.load(str(path), map_location="cpu")
+            self._run = lambda x: module(x.cpu().float())
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        with torch.no_grad():
+            return self._run(flatten_obs(obs, self.obs_groups))
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Stateless: nothing to clear."""

@@ -1,0 +1,182 @@
+"""The contract every part of robolearn meets. Read this file first.
+
+Three interfaces:
+
+- :class:`VecEnv`: a batch of ``num_envs`` environments on one torch device.
+  Simulators (CPU MuJoCo, MuJoCo Warp), adapters (Gymnasium, mjlab, Isaac) and
+  real robots (a VecEnv with ``num_envs == 1``) all implement it.
+- :class:`Controller`: the one policy interface. A ``torch.nn.Module`` that maps
+  observations to one action per env for *this* control step, with its
+  normalization and action scaling inside, so exporting it exports the whole
+  deployable thing. Flat, sequence (k actions per decision) and hierarchical
+  (a skill held for several steps) controllers differ only in what they keep
+  inside and in ``decision_period``.
+- :class:`Agent`: what a learning algorithm exposes to a runner. Runners own the
+  loop, storage, logging and checkpoints; agents own the math.
+
+Observations are dicts of named groups (``policy``: what the robot senses;
+``critic``: privileged sim-only state; ``goal``...), each a tensor of shape
+``(num_envs, *group_shape)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+Obs = dict[str, torch.Tensor]
+"""Named observation groups, each ``(num_envs, *shape)``."""
+
+
+class Step(NamedTuple):
+    """What :meth:`VecEnv.step` returns; unpacks like Gymnasium's 5-tuple.
+
+    ``info["final_obs"]`` is the true next observation of this transition for
+    every env: for envs whose episode just ended (and were reset, so ``obs``
+    already holds the first observation of the next episode) it is the last
+    observation of the finished episode; for the others it equals ``obs``.
+    Bootstrapping a time-limit truncation therefore uses V(s_T) exactly.
+    ``info["log"]`` maps names to scalars (floats or 0-dim tensors) to log.
+    ``info["success"]``, when the task defines success, is a bool tensor that
+    is meaningful on the rows whose episode ended.
+    """
+
+    obs: Obs
+    reward: torch.Tensor  # (num_envs,) float
+    terminated: torch.Tensor  # (num_envs,) bool: the MDP ended (fall, goal); no bootstrap
+    truncated: torch.Tensor  # (num_envs,) bool: time limit; bootstrap from final_obs
+    info: dict[str, Any]
+
+
+class VecEnv(ABC):
+    """A batch of environments stepped together; done envs reset automatically.
+
+    Subclasses set these attributes in ``__init__``:
+
+    - ``num_envs``, ``device``
+    - ``control_dt``: seconds of simulated (or real) time per ``step``
+    - ``max_episode_steps``: steps after which an episode is truncated
+    - ``observation_spec``: group name -> ``gymnasium.spaces.Box`` of one env's shape
+    - ``action_spec``: ``Box`` of one env's action in the env's own units. Unless
+      the env's docstring says otherwise the bounds are physical (torques,
+      positions...); actions outside them are clipped by the env.
+    """
+
+    num_envs: int
+    device: torch.device
+    control_dt: float
+    max_episode_steps: int
+    observation_spec: dict[str, spaces.Box]
+    action_spec: spaces.Box
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> Obs:
+        """Reset every env; ``seed`` makes the initial states reproducible."""
+
+    @abstractmethod
+    def step(self, action: torch.Tensor) -> Step:
+        """Apply ``action`` ``(num_envs, *action_shape)`` for one control step."""
+
+    def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
+        """An RGB frame ``(height, width, 3)`` of env ``index``."""
+        raise RuntimeError(f"{type(self).__name__} cannot render frames")
+
+    def close(self) -> None:
+        """Release threads, files or connections held by the env."""
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def obs_dim(spec: dict[str, spaces.Box], groups: tuple[str, ...]) -> int:
+    """Width of the flat vector made by concatenating ``groups`` of ``spec``."""
+    missing = [g for g in groups if g not in spec]
+    if missing:
+        raise KeyError(f"observation groups {missing} not provided; the env has {sorted(spec)}")
+    return sum(int(np.prod(spec[g].shape)) for g in groups)
+
+
+def flatten_obs(obs: Obs, groups: tuple[str, ...]) -> torch.Tensor:
+    """Concatenate ``groups`` of ``obs`` into ``(batch, obs_dim)``, in order."""
+    return torch.cat([obs[g].flatten(1) for g in groups], dim=-1)
+
+
+class Controller(nn.Module, ABC):
+    """The one policy interface: simulators, datasets and robots all call this.
+
+    ``act(obs)`` returns one action per env for *this* control step, in the
+    env's ``action_spec`` units. A controller reads the observation groups named
+    in ``obs_groups``, concatenated in that order (so an exported controller has
+    one flat input). ``decision_period`` is the number of control steps between
+    decisions: 1 for a flat policy, k for a sequence policy that emits k actions
+    at once, the skill length for a hierarchical one. Queues, recurrent state and
+    the current skill live inside; callers only call ``reset(mask)`` for envs
+    whose episode ended.
+
+    ``forward`` is the pure function that is exported (TorchScript, ONNX):
+    stateless controllers map ``x -> action``; stateful ones take and return
+    their state explicitly and describe it through ``export_inputs``.
+    """
+
+    obs_groups: tuple[str, ...] = ("policy",)
+    decision_period: int = 1
+    obs_size: int  # width of the flat observation read; set by subclasses
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        """One action per env for this control step."""
+        return self(flatten_obs(obs, self.obs_groups))
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Clear internal state for the envs in ``mask`` (all when None)."""
+
+    def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        """Named example inputs of ``forward``, in argument order, for export."""
+        return {"obs": torch.zeros(batch_size, self.obs_size)}
+
+    def export_outputs(self) -> list[str]:
+        """Names of ``forward``'s outputs, for export."""
+        return ["action"]
+
+
+class Agent(ABC):
+    """A learning algorithm as a runner sees it.
+
+    The runner collects transitions with :meth:`act` and hands the agent
+    batches of them (a whole rollout for on-policy agents, sampled minibatches
+    for off-policy ones). A transition batch is a dict with ``obs`` and
+    ``next_obs`` (each an :data:`Obs`, ``next_obs`` taken from
+    ``info["final_obs"]``), ``reward``, ``terminated``, ``truncated`` and
+    whatever :meth:`act` returned besides ``action`` (e.g. the raw sample).
+    Rollout batches have shape ``(steps, num_envs, ...)``; replay minibatches
+    ``(batch_size, ...)``.
+    """
+
+    on_policy: bool
+
+    @abstractmethod
+    def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
+        """``{"action": env action, ...extras to store with the transition}``."""
+
+    @abstractmethod
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One update from ``batch``; returns scalar metrics to log."""
+
+    @abstractmethod
+    def controller(self) -> Controller:
+        """The deployable controller (a fresh module; safe to export)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: networks, optimizers, lr, normalizers."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""

@@ -1,0 +1,75 @@
+"""Where a run's numbers go: a progress bar, ``metrics.jsonl`` and Weights & Biases.
+
+W&B writes offline run files under the run directory by default (sync them
+later with ``wandb sync``); ``online`` streams when the user is logged in;
+``disabled`` turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+
+class RunLogger:
+    """Writes one JSON line per ``log`` call and mirrors it to W&B and the progress bar."""
+
+    def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
+                 project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0) -> None:
+        self.metrics_path = Path(run_dir) / "metrics.jsonl"
+        self._file = self.metrics_path.open("a", buffering=1)
+        self._start = time.perf_counter()
+        self._start_steps = initial_steps
+        self._bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
+                         dynamic_ncols=True, disable=not progress, smoothing=0.1)
+        self._wandb = None
+        if wandb_mode != "disabled":
+            os.environ.setdefault("WANDB_SILENT", "true")
+            import wandb
+
+            self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode,
+                                     config=config, resume="allow", id=_wandb_id(run_dir))
+
+    def log(self, env_steps: int, metrics: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - self._start
+        fps = (env_steps - self._start_steps) / max(elapsed, 1e-9)
+        record = {"env_steps": env_steps, "time": round(elapsed, 3), "fps": round(fps, 1),
+                  **{k: _plain(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(record, step=env_steps)
+        self._bar.update(env_steps - self._bar.n)
+        postfix = {"fps": f"{fps:,.0f}"}
+        if "return" in metrics and not math.isnan(metrics["return"]):
+            postfix["return"] = f"{metrics['return']:.1f}"
+        self._bar.set_postfix(postfix, refresh=True)
+
+    def summary(self, values: dict[str, Any]) -> None:
+        if self._wandb is not None:
+            self._wandb.summary.update({k: _plain(v) for k, v in values.items()})
+
+    def close(self) -> None:
+        self._bar.close()
+        self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _plain(value: Any) -> Any:
+    return float(value) if hasattr(value, "item") or isinstance(value, (int, float)) else value
+
+
+def _wandb_id(run_dir: Path) -> str:
+    """A stable id per run directory, so a resumed run appends to the same W&B run."""
+    return "".join(c if c.isalnum() else "-" for c in Path(run_dir).resolve().relative_to(Path(run_dir).resolve().parents[1]).as_posix())[-64:]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -1,0 +1,34 @@
+"""The one place that wires simulators and algorithms together (name -> factory).
+
+``sims`` and ``policies`` never import each other; runners and the CLI build
+envs and agents through these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robolearn.config import EnvConfig, TrainConfig
+from robolearn.interfaces import Agent, VecEnv
+
+
+def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
+    """Build the VecEnv described by ``cfg`` (``num_envs`` overrides the config's)."""
+    import sims
+
+    return sims.make_env(cfg.task, num_envs=num_envs or cfg.num_envs, device=cfg.device,
+                         num_threads=cfg.num_threads or None, seed=seed, **cfg.kwargs)
+
+
+def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
+    """Build the agent named by ``cfg.algo`` for ``env``'s observation and action specs."""
+    from policies import AGENTS
+
+    _, agent_cls = AGENTS[cfg.algo]
+    return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(cfg.env.device))
+
+
+def agent_configs() -> dict[str, type]:
+    from policies import AGENTS
+
+    return {name: cfg for name, (cfg, _) in AGENTS.items()}

@@ -1,0 +1,298 @@
+"""A training run from config to deployable controller.
+
+The runner owns the loop, storage, logging and checkpoints; the agent owns the
+math. On-policy agents get whole rollouts; off-policy agents get minibatches
+sampled from a replay buffer. A run directory is self-contained::
+
+    runs/<name>/<time>/
+        config.yaml          resolved config (what `robolearn eval <run>` rebuilds from)
+        metrics.jsonl        one line per iteration
+        checkpoints/latest.pt  (+ replay.pt for off-policy runs), written atomically
+        export/controller.{pt,onnx,json}
+        eval.json, video.mp4, wandb/
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import yaml
+
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, rng_state,
+                                  save_checkpoint, set_rng_state)
+from robolearn.config import TrainConfig, config_from_dict, to_dict
+from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
+from robolearn.export import export_controller
+from robolearn.interfaces import Agent, Obs, VecEnv
+from robolearn.logger import RunLogger
+from robolearn.registry import agent_configs, make_agent, make_env
+from robolearn.storage import ReplayBuffer, RolloutStorage
+
+OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
+
+
+@dataclass
+class Progress:
+    """Where a run is; saved in every checkpoint so a resume continues exactly."""
+
+    iteration: int = 0
+    env_steps: int = 0
+    update_debt: float = 0.0  # off-policy: fractional updates owed under the UTD ratio
+    recent_returns: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    interrupted: bool = False
+    evaluation: dict[str, Any] | None = None
+    video: Path | None = None
+    exported: dict[str, Path] = field(default_factory=dict)
+
+
+class EpisodeStats:
+    """Returns and lengths of finished training episodes (the last 100)."""
+
+    def __init__(self, num_envs: int, recent: list[float]) -> None:
+        self.returns = torch.zeros(num_envs, dtype=torch.float64)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long)
+        self.recent = collections.deque(recent, maxlen=100)
+        self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
+        self.success: collections.deque[float] = collections.deque(maxlen=100)
+
+    def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
+        self.returns += reward.double().cpu()
+        self.lengths += 1
+        done = done.cpu()
+        if bool(done.any()):
+            self.recent.extend(self.returns[done].tolist())
+            self.recent_lengths.extend(self.lengths[done].tolist())
+            if "success" in info:
+                self.success.extend(info["success"].cpu()[done].float().tolist())
+            self.returns[done] = 0.0
+            self.lengths[done] = 0
+
+    def metrics(self) -> dict[str, float]:
+        if not self.recent:
+            return {}
+        out = {"return": float(np.mean(self.recent)), "episode_length": float(np.mean(self.recent_lengths or [0]))}
+        if self.success:
+            out["success_rate"] = float(np.mean(self.success))
+        return out
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    root = Path(cfg.run_dir) / cfg.run_name
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir, n = root / stamp, 1
+    while run_dir.exists():
+        run_dir, n = root / f"{stamp}-{n}", n + 1
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+    plain = json.loads(json.dumps(to_dict(cfg)))  # tuples -> lists for YAML
+    atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(plain, sort_keys=False).encode()))
+
+
+def read_run_config(run_dir: Path) -> TrainConfig:
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
+    return config_from_dict(yaml.safe_load(path.read_text()), agent_configs())
+
+
+def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:
+    """Rebuild the agent of ``run_dir`` from its config and latest checkpoint."""
+    cfg = cfg or read_run_config(run_dir)
+    agent = make_agent(cfg, env)
+    payload = load_checkpoint(Path(run_dir) / "checkpoints" / "latest.pt")
+    check_compatible(agent.state_dict(), payload["agent"])
+    agent.load_state_dict(payload["agent"])
+    return agent
+
+
+class Runner:
+    """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
+
+    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(resume) if resume else new_run_dir(cfg)
+        write_config(self.run_dir, cfg)
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        self.env = make_env(cfg.env, seed=cfg.seed)
+        self.agent = make_agent(cfg, self.env)
+        self.progress = Progress()
+        self.replay: ReplayBuffer | None = None
+        if not self.agent.on_policy:
+            self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
+        if resume:
+            self._restore()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "latest.pt"
+
+    def save(self) -> None:
+        progress = {**self.progress.__dict__, "rng": rng_state()}
+        save_checkpoint(self.checkpoint_path, config=json.loads(json.dumps(to_dict(self.cfg))),
+                        agent=self.agent.state_dict(), progress=progress)
+        if self.replay is not None:
+            state = self.replay.state_dict()
+            atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
+
+    def _restore(self) -> None:
+        payload = load_checkpoint(self.checkpoint_path)
+        check_compatible(self.agent.state_dict(), payload["agent"])
+        self.agent.load_state_dict(payload["agent"])
+        progress = dict(payload["progress"])
+        set_rng_state(progress.pop("rng"))
+        self.progress = Progress(**progress)
+        if self.replay is not None:
+            replay_path = self.checkpoint_path.with_name("replay.pt")
+            if not replay_path.is_file():
+                raise CheckpointError(f"{replay_path}: missing; an off-policy run resumes with its replay buffer")
+            self.replay.load_state_dict(torch.load(replay_path, map_location=self.env.device, weights_only=True))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+        """Train until ``runner.total_steps`` (or ``stop(metrics)`` is true); then export, evaluate, film.
+
+        Ctrl+C saves a checkpoint that ``--resume`` continues from. NaN or inf in
+        observations, rewards, actions or losses stops the run with the last good
+        checkpoint kept (it is only written after finite updates).
+        """
+        cfg = self.cfg
+        logger = RunLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
+                           wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
+                           progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
+        stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
+        iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
+        obs = self.env.reset(seed=cfg.seed + self.progress.iteration)
+        check_finite("observation", obs)
+        result = RunResult(self.run_dir)
+        try:
+            while self.progress.env_steps < cfg.runner.total_steps:
+                start = time.perf_counter()
+                obs, metrics = iterate(obs, stats)
+                self.progress.iteration += 1
+                self.progress.recent_returns = list(stats.recent)
+                metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
+                if self.progress.iteration % cfg.runner.log_every == 0:
+                    logger.log(self.progress.env_steps, metrics)
+                if self.progress.iteration % cfg.runner.checkpoint_every == 0:
+                    self.save()
+                if stop is not None and stop(metrics):
+                    break
+        except KeyboardInterrupt:
+            self.save()
+            result.interrupted = True
+            logger.close()
+            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
+            return result
+        except NonFiniteError as err:
+            logger.close()
+            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+        self.save()
+        self._finish(result, logger)
+        logger.close()
+        return result
+
+    def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
+        storage = RolloutStorage(self.cfg.agent.num_steps, self.env.device)
+        with torch.no_grad():
+            while not storage.full:
+                out = self.agent.act(obs, explore=True)
+                obs, transition = self._step(obs, out, stats)
+                storage.add(transition)
+        metrics = self.agent.update(storage.data)
+        _check_metrics(metrics)
+        return obs, metrics
+
+    def _off_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
+        runner, env = self.cfg.runner, self.env
+        low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
+        high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
+        sums: dict[str, float] = collections.defaultdict(float)
+        updates = 0
+        for _ in range(max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs)):
+            if self.progress.env_steps < runner.random_steps:
+                out = {"action": low + (high - low) * torch.rand((env.num_envs, *low.shape), device=env.device)}
+            else:
+                with torch.no_grad():
+                    out = self.agent.act(obs, explore=True)
+            obs, transition = self._step(obs, out, stats)
+            self.replay.add(transition)
+            if self.progress.env_steps < runner.random_steps:
+                continue
+            self.progress.update_debt += runner.utd_ratio * env.num_envs
+            while self.progress.update_debt >= 1.0:
+                for key, value in self.agent.update(self.replay.sample(self.cfg.agent.batch_size)).items():
+                    sums[key] += float(value)
+                updates += 1
+                self.progress.update_debt -= 1.0
+        metrics = {k: v / updates for k, v in sums.items()}
+        _check_metrics(metrics)
+        return obs, metrics
+
+    def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
+        check_finite("action", out["action"])
+        next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
+        check_finite("observation", next_obs)
+        check_finite("reward", reward)
+        stats.add(reward, terminated | truncated, info)
+        self.progress.env_steps += self.env.num_envs
+        transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward,
+                      "terminated": terminated, "truncated": truncated, **out}
+        return next_obs, transition
+
+    # -- the end of a run ----------------------------------------------------------------------
+
+    def _finish(self, result: RunResult, logger: RunLogger) -> None:
+        controller = self.agent.controller()
+        result.exported = export_controller(controller, self.run_dir / "export",
+                                            extra={"task": self.cfg.env.task, "control_dt": self.env.control_dt})
+        episodes = self.cfg.runner.eval_episodes
+        if episodes > 0:
+            with make_env(self.cfg.env, num_envs=episodes, seed=self.cfg.seed + 10_000) as eval_env:
+                result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=self.cfg.seed + 10_000)
+            atomic_write_bytes(self.run_dir / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
+            logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
+        if self.cfg.runner.video_seconds > 0:
+            try:
+                with make_env(self.cfg.env, num_envs=1, seed=self.cfg.seed) as video_env:
+                    result.video = record_video(controller.to(video_env.device), video_env, self.run_dir / "video.mp4",
+                                                seconds=self.cfg.runner.video_seconds)
+            except Exception as err:  # a missing GL stack must not cost the trained run
+                print(f"video skipped: {type(err).__name__}: {err}")
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _check_metrics(metrics: dict[str, float]) -> None:
+    for key, value in metrics.items():
+        if not np.isfinite(float(value)):
+            raise NonFiniteError(f"update metric '{key}' is {float(value)}")
+
+
+def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+    """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``."""
+    runner = Runner(cfg, resume=resume)
+    try:
+        return runner.train(stop=stop)
+    finally:
+        runner.close()

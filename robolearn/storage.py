@@ -1,0 +1,92 @@
+"""Transition storage on the torch device: a rollout for on-policy agents and a
+ring-buffer replay for off-policy ones. Both hold the same transition layout
+(see :class:`robolearn.interfaces.Agent`): nested dicts of tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Batch = dict[str, Any]  # str -> Tensor, or str -> dict[str, Tensor] for obs groups
+
+
+def _map(batch: Batch, fn) -> Batch:
+    return {k: _map(v, fn) if isinstance(v, dict) else fn(v) for k, v in batch.items()}
+
+
+def _allocate(example: Batch, leading: tuple[int, ...], device: torch.device) -> Batch:
+    return _map(example, lambda t: torch.zeros(leading + tuple(t.shape[1:]), dtype=t.dtype, device=device))
+
+
+def _write(dst: Batch, src: Batch, index: Any) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict):
+            _write(dst[k], v, index)
+        else:
+            dst[k][index] = v
+
+
+class RolloutStorage:
+    """``steps`` consecutive transitions of every env: leaves are ``(steps, num_envs, ...)``."""
+
+    def __init__(self, steps: int, device: torch.device) -> None:
+        self.steps, self.device = steps, device
+        self.data: Batch | None = None
+        self.step = 0
+
+    def add(self, transition: Batch) -> None:
+        if self.step >= self.steps:
+            raise RuntimeError("rollout is full: call clear() after the update")
+        if self.data is None:
+            num_envs = next(iter(_leaves(transition))).shape[0]
+            self.data = _allocate(transition, (self.steps, num_envs), self.device)
+        _write(self.data, transition, self.step)
+        self.step += 1
+
+    @property
+    def full(self) -> bool:
+        return self.step == self.steps
+
+    def clear(self) -> None:
+        self.step = 0
+
+
+class ReplayBuffer:
+    """A ring buffer of single transitions (leaves ``(capacity, ...)``), sampled uniformly."""
+
+    def __init__(self, capacity: int, device: torch.device) -> None:
+        self.capacity, self.device = capacity, device
+        self.data: Batch | None = None
+        self.position = 0
+        self.size = 0
+
+    def add(self, transition: Batch) -> None:
+        """Add a batch of transitions whose leaves are ``(n, ...)``."""
+        n = next(iter(_leaves(transition))).shape[0]
+        if self.data is None:
+            self.data = _allocate(transition, (self.capacity,), self.device)
+        index = (torch.arange(n, device=self.device) + self.position) % self.capacity
+        _write(self.data, transition, index)
+        self.position = (self.position + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        if self.size == 0 or self.data is None:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        index = torch.randint(0, self.size, (batch_size,), device=self.device, generator=generator)
+        return _map(self.data, lambda t: t[index])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"data": self.data, "position": self.position, "size": self.size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.data, self.position, self.size = state["data"], int(state["position"]), int(state["size"])
+
+
+def _leaves(batch: Batch):
+    for v in batch.values():
+        if isinstance(v, dict):
+            yield from _leaves(v)
+        else:
+            yield v

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs robolearn and whatever a fresh Debian/Ubuntu machine lacks.
+#   bash setup.sh          the package (CPU MuJoCo, PPO/SAC, export, W&B offline)
+#   bash setup.sh --test   ... plus the test tools
+# torch: an already installed torch (CPU or CUDA build) is kept. Otherwise
+# torch==2.13.0 is installed: a CPU build where pip finds one locally (as on our
+# CI machines), PyPI's default build (CUDA on Linux x86-64) elsewhere. CPU-only
+# users elsewhere install the CPU wheel from PyPI's CPU index first; see README.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+# Offscreen rendering of videos on a machine without a display: OSMesa.
+if ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  if command -v apt-get >/dev/null; then
+    $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libosmesa6 >/dev/null
+  else
+    echo "setup.sh: install OSMesa (libosmesa6) for offscreen videos; training works without it" >&2
+  fi
+fi
+
+python3 -m pip install -q --upgrade pip >/dev/null
+python3 -c "import torch" 2>/dev/null || python3 -m pip install -q "torch==2.13.0"
+python3 -m pip install -q -e ".${extras}"

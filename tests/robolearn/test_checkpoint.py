@@ -1,0 +1,58 @@
+"""Checkpoints: atomic, code-free loading, and clear refusals."""
+
+import os
+import pickle
+
+import pytest
+import torch
+
+from robolearn.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
+
+
+def state(width=4):
+    return {"actor": {"weight": torch.randn(width, 3)}, "lr": 1e-3}
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "ckpt" / "latest.pt"
+    s = state()
+    save_checkpoint(path, config={"algo": "ppo"}, agent=s, progress={"iteration": 7})
+    loaded = load_checkpoint(path)
+    assert torch.equal(loaded["agent"]["actor"]["weight"], s["actor"]["weight"])
+    assert loaded["progress"]["iteration"] == 7
+    assert [p.name for p in path.parent.iterdir()] == ["latest.pt"]  # no temp files left behind
+
+
+def test_missing_truncated_foreign_and_malicious(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, config={}, agent=state(), progress={})
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: os.path.getsize(good) // 2])
+    with pytest.raises(CheckpointError, match="not a readable robolearn checkpoint"):
+        load_checkpoint(truncated)
+
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": torch.zeros(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not a robolearn checkpoint"):
+        load_checkpoint(foreign)
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    evil = tmp_path / "evil.pt"
+    with open(evil, "wb") as f:
+        pickle.dump({"format": "robolearn-checkpoint", "x": Exploit()}, f)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(evil)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_mismatched_tensor_is_named():
+    with pytest.raises(CheckpointError, match=r"'agent.actor.weight' has shape \(8, 3\), this model expects \(4, 3\)"):
+        check_compatible(state(4), state(8))
+    with pytest.raises(CheckpointError, match="lacks 'agent.actor'"):
+        check_compatible(state(), {"lr": 1.0})

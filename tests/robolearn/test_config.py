@@ -1,0 +1,62 @@
+"""Configs: unknown keys and bad values are one-line errors naming the key."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from robolearn.config import ConfigError, config_from_dict, load_config
+
+
+@dataclass
+class ToyAgentConfig:
+    learning_rate: float = 1e-3
+    hidden: tuple[int, ...] = (64, 64)
+    num_steps: int = 24
+
+
+AGENTS = {"toy": ToyAgentConfig}
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_and_overrides_are_typed(tmp_path):
+    path = write(tmp_path, "algo: toy\nenv:\n  task: pendulum\n  num_envs: 8\nagent:\n  learning_rate: 3e-4\n")
+    cfg = load_config(path, ["runner.total_steps=5000", "agent.hidden=[32, 16]", "env.kwargs={a: 1}"], AGENTS)
+    assert cfg.env.task == "pendulum" and cfg.env.num_envs == 8
+    assert cfg.runner.total_steps == 5000
+    assert cfg.agent.learning_rate == pytest.approx(3e-4)
+    assert cfg.agent.hidden == (32, 16)
+    assert cfg.env.kwargs == {"a": 1}
+    assert cfg.run_name == "toy_pendulum"
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"algo": "toy", "envv": {}}, "unknown key 'envv'"),
+        ({"algo": "toy", "env": {"num_env": 3}}, "unknown key 'env.num_env'"),
+        ({"algo": "toy", "agent": {"lr": 1.0}}, "unknown key 'agent.lr'; allowed keys here: hidden, learning_rate, num_steps"),
+        ({"algo": "toy", "env": {"num_envs": "many"}}, "env.num_envs: expected int, got 'many'"),
+        ({"algo": "toy", "env": {"num_envs": 2.5}}, "env.num_envs: expected int"),
+        ({"algo": "toy", "logging": {"wandb": "maybe"}}, "logging.wandb: 'maybe' is not allowed; choose one of ['offline', 'online', 'disabled']"),
+        ({"algo": "nope"}, "algo: 'nope' is not known; choose one of ['toy']"),
+        ({"algo": "toy", "agent": {"hidden": 5}}, "agent.hidden: expected a list"),
+    ],
+)
+def test_bad_config_names_the_key(raw, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        config_from_dict(raw, AGENTS)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_override_syntax_and_missing_config(tmp_path):
+    path = write(tmp_path, "algo: toy\n")
+    with pytest.raises(ConfigError, match="must look like key=value"):
+        load_config(path, ["runner.total_steps"], AGENTS)
+    with pytest.raises(ConfigError, match="no config 'does_not_exist'"):
+        load_config("does_not_exist", [], AGENTS)

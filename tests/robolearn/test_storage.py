@@ -1,0 +1,39 @@
+"""Rollout and replay storage keep nested transitions in order."""
+
+import torch
+
+from robolearn.storage import ReplayBuffer, RolloutStorage
+
+
+def transition(value: float, n: int = 3):
+    return {"obs": {"policy": torch.full((n, 2), value)}, "reward": torch.full((n,), value),
+            "terminated": torch.zeros(n, dtype=torch.bool)}
+
+
+def test_rollout_fills_steps_in_order():
+    storage = RolloutStorage(steps=4, device=torch.device("cpu"))
+    for t in range(4):
+        storage.add(transition(float(t)))
+    assert storage.full
+    assert storage.data["obs"]["policy"].shape == (4, 3, 2)
+    assert storage.data["reward"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert storage.data["terminated"].dtype == torch.bool
+    storage.clear()
+    storage.add(transition(9.0))
+    assert storage.data["reward"][0, 0] == 9.0 and not storage.full
+
+
+def test_replay_wraps_and_samples_stored_rows():
+    buffer = ReplayBuffer(capacity=5, device=torch.device("cpu"))
+    for t in range(3):  # 9 rows into 5 slots: the oldest are overwritten
+        buffer.add(transition(float(t)))
+    assert buffer.size == 5
+    assert sorted(buffer.data["reward"].tolist()) == [1.0, 1.0, 2.0, 2.0, 2.0]
+    batch = buffer.sample(64, generator=torch.Generator().manual_seed(0))
+    assert batch["obs"]["policy"].shape == (64, 2)
+    assert set(batch["reward"].tolist()) <= {1.0, 2.0}
+    assert torch.equal(batch["obs"]["policy"][:, 0], batch["reward"])
+
+    restored = ReplayBuffer(capacity=5, device=torch.device("cpu"))
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.size == 5 and restored.position == buffer.position
