@@ -65,9 +65,10 @@ def _train(args: argparse.Namespace) -> int:
     from robolearn.runner import train
 
     config = args.config
+    if config and "=" in config:  # `train key=value ...`: the default config with overrides
+        args.overrides.insert(0, config)
+        config = None
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
-        if config:
-            args.overrides.insert(0, config)
         config = args.resume / "config.yaml"
         if not config.is_file():
             raise FileNotFoundError(f"{args.resume}: not a run directory (no config.yaml)")
@@ -77,15 +78,15 @@ def _train(args: argparse.Namespace) -> int:
     result = train(cfg, resume=args.resume)
     if result.interrupted:
         return 130
-    print(f"run:        {result.run_dir}")
+    print(f"run:         {result.run_dir}")
     if result.evaluation:
         e = result.evaluation
-        print(f"evaluation: return {e['return_mean']:.1f} ± {e['return_std']:.1f} over {e['episodes']} episodes")
+        print(f"evaluation:  return {e['return_mean']:.1f} ± {e['return_std']:.1f} over {e['episodes']} episodes")
     if result.video:
-        print(f"video:      {result.video}")
+        print(f"video:       {result.video}")
     for fmt in ("torchscript", "onnx"):
         if fmt in result.exported:
-            print(f"{fmt + ':':<12}{result.exported[fmt]}")
+            print(f"{fmt + ':':<13}{result.exported[fmt]}")
     return 0
 
 
@@ -141,7 +142,7 @@ def _export(args: argparse.Namespace) -> int:
         paths = export_controller(controller, args.out or args.run / "export", formats,
                                   extra={"task": cfg.env.task, "control_dt": env.control_dt})
     for name, path in paths.items():
-        print(f"{name + ':':<12}{path}")
+        print(f"{name + ':':<13}{path}")
     return 0
 
 

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,10 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     inputs = controller.export_inputs(batch_size=1)
     paths: dict[str, Path] = {}
     if "torchscript" in formats:
-        traced = torch.jit.trace(controller, tuple(inputs.values()), check_trace=False)
         buffer = io.BytesIO()
-        torch.jit.save(traced, buffer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
+            torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
         atomic_write_bytes(paths["torchscript"], lambda f: f.write(buffer.getvalue()))
     if "onnx" in formats:
@@ -65,7 +67,8 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     dynamic = {name: {0: batch} for name in inputs}
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
         program = torch.onnx.export(
             controller,
             tuple(inputs.values()),
@@ -103,7 +106,9 @@ class ExportedController:
             session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
             self._run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy().astype(np.float32)})[0])
         else:
-            module = torch.jit.load(str(path), map_location="cpu")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = torch.jit.load(str(path), map_location="cpu")
             self._run = lambda x: module(x.cpu().float())
 
     def act(self, obs: Obs) -> torch.Tensor:

@@ -54,6 +54,10 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.summary.update({k: _plain(v) for k, v in values.items()})
 
+    def end_progress(self) -> None:
+        """Close the progress bar (before the end-of-run export and evaluation print)."""
+        self._bar.close()
+
     def close(self) -> None:
         self._bar.close()
         self._file.close()

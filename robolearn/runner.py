@@ -207,6 +207,7 @@ class Runner:
             logger.close()
             raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
         self.save()
+        logger.end_progress()
         self._finish(result, logger)
         logger.close()
         return result

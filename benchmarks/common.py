@@ -1,0 +1,35 @@
+"""Shared helpers for benchmarks: the machine description and result files."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """CPU model, core count and library versions, for every results table."""
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import mujoco
+    import torch
+
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
+            f"mujoco {mujoco.__version__}")
+
+
+def write_result(name: str, markdown: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(markdown.rstrip() + "\n")
+    print(markdown)
+    print(f"\nwritten to {path}")
+    return path

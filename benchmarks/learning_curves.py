@@ -1,0 +1,71 @@
+"""Learning curves of PPO on our CPU MuJoCo tasks: return against env steps and wall-clock.
+
+Trains each config (default: ppo_half_cheetah, ppo_ant) through the normal
+runner, then plots its metrics.jsonl into benchmarks/results/ppo_<task>.png.
+
+    python benchmarks/learning_curves.py [--configs ppo_half_cheetah ppo_ant] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from common import RESULTS, machine, write_result  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--configs", nargs="+", default=["ppo_half_cheetah", "ppo_ant"])
+    parser.add_argument("--steps", type=int, default=0, help="override runner.total_steps (0: the config's)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from robolearn import load_config, train
+    from robolearn.logger import read_metrics
+
+    rows = []
+    for name in args.configs:
+        overrides = [f"seed={args.seed}", "logging.wandb=disabled", "runner.video_seconds=0", "run_dir=/tmp/robolearn-bench"]
+        if args.steps:
+            overrides.append(f"runner.total_steps={args.steps}")
+        cfg = load_config(name, overrides)
+        result = train(cfg)
+        metrics = [m for m in read_metrics(result.run_dir) if "return" in m]
+        steps = [m["env_steps"] for m in metrics]
+        returns = [m["return"] for m in metrics]
+        seconds = [m["time"] for m in metrics]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+        left.plot(steps, returns)
+        left.set_xlabel("env steps")
+        left.set_ylabel("training episode return (last 100)")
+        right.plot(seconds, returns)
+        right.set_xlabel("wall-clock seconds (2 CPU cores)")
+        fig.suptitle(f"robolearn PPO on {cfg.env.task} ({cfg.env.num_envs} envs)")
+        fig.tight_layout()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        png = RESULTS / f"ppo_{cfg.env.task}.png"
+        fig.savefig(png, dpi=100)
+        plt.close(fig)
+        evaluation = result.evaluation or {}
+        rows.append(f"| {cfg.env.task} | {cfg.env.num_envs} | {steps[-1]:,} | {seconds[-1]:.0f} | {steps[-1] / seconds[-1]:,.0f} | "
+                    f"{evaluation.get('return_mean', float('nan')):.0f} ± {evaluation.get('return_std', float('nan')):.0f} | "
+                    f"![](results/{png.name}) |")
+    lines = [
+        "### PPO learning curves on our CPU MuJoCo tasks",
+        "",
+        f"Machine: {machine()}. Collection plus updates, end to end; evaluation = 10 deterministic episodes at the end.",
+        "",
+        "| task | envs | env steps | seconds | env steps/s | final eval return | curve |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    write_result("learning_curves.md", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

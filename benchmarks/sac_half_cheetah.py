@@ -1,0 +1,88 @@
+"""SAC against Stable-Baselines3 SAC on Gymnasium's HalfCheetah-v5.
+
+Same env (one Gymnasium HalfCheetah-v5 through our adapter), same budget
+(default 30k env steps, 10k random first, one gradient update per env step,
+batch 256, lr 3e-4, 256x256 networks: SB3's defaults and rl-zoo's MuJoCo
+settings), same evaluation (10 deterministic episodes at the end). Reported:
+final return per seed and training env steps per second.
+
+    python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from common import machine, write_result
+
+EVAL_EPISODES = 10
+RANDOM_STEPS = 10_000
+
+
+def run_sb3(seed: int, steps: int) -> tuple[float, float]:
+    """Returns (final mean eval return, training env steps/s)."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    env = gym.make("HalfCheetah-v5")
+    model = SAC("MlpPolicy", env, learning_starts=RANDOM_STEPS, seed=seed, device="cpu", verbose=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    elapsed = time.perf_counter() - start
+    mean, _ = evaluate_policy(model, gym.make("HalfCheetah-v5"), n_eval_episodes=EVAL_EPISODES, deterministic=True)
+    return float(mean), steps / elapsed
+
+
+def run_ours(seed: int, steps: int) -> tuple[float, float]:
+    from robolearn import load_config
+    from robolearn.runner import Runner
+
+    cfg = load_config("sac_gym_half_cheetah", [f"seed={seed}", f"runner.total_steps={steps}", "logging.wandb=disabled",
+                                               "logging.progress=false", "runner.video_seconds=0",
+                                               f"runner.eval_episodes={EVAL_EPISODES}", f"runner.random_steps={RANDOM_STEPS}",
+                                               "run_dir=/tmp/robolearn-bench"])
+    runner = Runner(cfg)
+    start = time.perf_counter()
+    result = runner.train(stop=lambda _: runner.progress.env_steps >= steps)
+    elapsed = time.perf_counter() - start  # includes the final export and evaluation: a conservative clock
+    runner.close()
+    return result.evaluation["return_mean"], steps / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30_000)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    rows = []
+    for name, fn in (("Stable-Baselines3 SAC", run_sb3), ("robolearn SAC", run_ours)):
+        returns, speeds = [], []
+        for seed in range(args.seeds):
+            r, sps = fn(seed, args.steps)
+            print(f"{name} seed {seed}: return {r:.1f}, {sps:.1f} steps/s", flush=True)
+            returns.append(r), speeds.append(sps)
+        rows.append((name, returns, speeds))
+    sb3_speed = np.mean(rows[0][2])
+    lines = [
+        f"### SAC on HalfCheetah-v5: {args.steps:,} env steps, {args.seeds} seeds",
+        "",
+        f"Machine: {machine()}. {RANDOM_STEPS:,} random steps first, then one update per env step; "
+        f"final return = mean of {EVAL_EPISODES} deterministic episodes.",
+        "",
+        "| agent | final return per seed | mean ± std | train steps/s (mean) | speed vs SB3 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, returns, speeds in rows:
+        lines.append(f"| {name} | {', '.join(f'{r:.0f}' for r in returns)} | {np.mean(returns):.0f} ± {np.std(returns):.0f} | "
+                     f"{np.mean(speeds):.0f} | {np.mean(speeds) / sb3_speed:.2f}x |")
+    write_result("sac_half_cheetah.md", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
