@@ -165,6 +165,10 @@ class Agent(ABC):
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
         """``{"action": env action, ...extras to store with the transition}``."""
 
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Clear per-env acting state (recurrent memory) for envs in ``mask``;
+        the runner calls it with the done mask after every env step."""
+
     @abstractmethod
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """One update from ``batch``; returns scalar metrics to log."""

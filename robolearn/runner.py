@@ -59,7 +59,8 @@ class RunResult:
 
 
 class EpisodeStats:
-    """Returns and lengths of finished training episodes (the last 100)."""
+    """Returns and lengths of finished training episodes (the last 100), and the
+    env's ``info["log"]`` scalars averaged over the iteration."""
 
     def __init__(self, num_envs: int, recent: list[float]) -> None:
         self.returns = torch.zeros(num_envs, dtype=torch.float64)
@@ -67,10 +68,15 @@ class EpisodeStats:
         self.recent = collections.deque(recent, maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
         self.success: collections.deque[float] = collections.deque(maxlen=100)
+        self.env_log: dict[str, Any] = {}  # summed as tensors: no device sync per step
+        self.env_log_steps = 0
 
     def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
         self.returns += reward.double().cpu()
         self.lengths += 1
+        for key, value in info.get("log", {}).items():
+            self.env_log[key] = self.env_log.get(key, 0.0) + value
+        self.env_log_steps += 1
         done = done.cpu()
         if bool(done.any()):
             self.recent.extend(self.returns[done].tolist())
@@ -81,9 +87,13 @@ class EpisodeStats:
             self.lengths[done] = 0
 
     def metrics(self) -> dict[str, float]:
-        if not self.recent:
-            return {}
-        out = {"return": float(np.mean(self.recent)), "episode_length": float(np.mean(self.recent_lengths or [0]))}
+        """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
+        out = {key: float(value) / max(self.env_log_steps, 1) for key, value in self.env_log.items()}
+        self.env_log.clear()
+        self.env_log_steps = 0
+        if self.recent:
+            out["return"] = float(np.mean(self.recent))
+            out["episode_length"] = float(np.mean(self.recent_lengths or [0]))
         if self.success:
             out["success_rate"] = float(np.mean(self.success))
         return out
@@ -254,7 +264,9 @@ class Runner:
         next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
         check_finite("observation", next_obs)
         check_finite("reward", reward)
-        stats.add(reward, terminated | truncated, info)
+        done = terminated | truncated
+        self.agent.reset(done)
+        stats.add(reward, done, info)
         self.progress.env_steps += self.env.num_envs
         transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward,
                       "terminated": terminated, "truncated": truncated, **out}

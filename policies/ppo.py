@@ -1,0 +1,355 @@
+"""Proximal Policy Optimization (Schulman et al. 2017) as massively parallel
+robotics uses it (RSL-RL): GAE(lambda), clipped surrogate, clipped value loss,
+an adaptive-KL learning rate, observation normalization inside the policy,
+asymmetric actor/critic observation groups and an optional GRU policy.
+
+The policy is a Gaussian over *normalized* actions with a learned,
+state-independent std; the env receives ``clip(sample, -1, 1)`` scaled to the
+``action_spec`` bounds. The runner stores ``act``'s output (the raw ``sample``,
+and the GRU ``hidden`` state) with each transition; values and log-probs of
+the acting policy are recomputed at the start of :meth:`PPO.update` and the
+normalizers are updated at its end, so the recomputation is exact.
+
+Recurrent policy: only the actor has memory (the critic may read privileged
+groups instead). The runner calls :meth:`PPO.reset` with the done mask after
+every env step, and evaluates with :meth:`PPO.controller`, not :meth:`PPO.act`
+(which advances the rollout's hidden state).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
+from policies.modules import (
+    ActionScaler,
+    DeterministicController,
+    EmpiricalNormalizer,
+    cat_groups,
+    gaussian_entropy,
+    gaussian_kl,
+    gaussian_log_prob,
+    mlp,
+)
+
+
+@dataclass
+class PPOConfig:
+    num_steps: int = 24  # rollout length per env between updates
+    num_epochs: int = 5
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    lam: float = 0.95  # GAE lambda
+    clip_ratio: float = 0.2
+    clip_value_loss: bool = True
+    value_coef: float = 1.0
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 1.0
+    learning_rate: float = 1e-3
+    schedule: str = "adaptive"  # "adaptive": lr follows the KL to desired_kl; "fixed"
+    desired_kl: float = 0.01
+    min_lr: float = 1e-5
+    max_lr: float = 1e-2
+    normalize_advantages: bool = True
+    normalize_obs: bool = True
+    actor_hidden: tuple[int, ...] = (256, 256, 256)
+    critic_hidden: tuple[int, ...] = (256, 256, 256)
+    activation: str = "elu"
+    init_std: float = 1.0
+    min_std: float = 0.01  # std is clamped here after every step (never NaN from log(0) or negative)
+    actor_obs_groups: tuple[str, ...] = ("policy",)
+    critic_obs_groups: tuple[str, ...] = ("policy",)
+    recurrent: bool = False
+    rnn_hidden: int = 256
+
+
+def gae(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation over a rollout ``(steps, num_envs)``.
+
+    ``delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t)`` with ``s'_t``
+    the true next state (the final observation when the episode ended, so a
+    time limit bootstraps from V(s_T)); ``A_t = delta_t + gamma lam (1 - done_t) A_{t+1}``
+    where ``done = terminated or truncated`` cuts the recursion at episode ends.
+    Returns ``(advantages, returns = advantages + V)``.
+    """
+    not_terminated = 1.0 - terminated.float()
+    not_done = 1.0 - (terminated | truncated).float()
+    delta = reward + gamma * not_terminated * next_value - value
+    advantages = torch.zeros_like(delta)
+    running = torch.zeros_like(delta[0])
+    for t in reversed(range(delta.shape[0])):
+        running = delta[t] + gamma * lam * not_done[t] * running
+        advantages[t] = running
+    return advantages, advantages + value
+
+
+def adaptive_lr(lr: float, kl: float, cfg: PPOConfig) -> float:
+    """RSL-RL's schedule: shrink the step when the policy moved too far, grow it when too little."""
+    if kl > 2.0 * cfg.desired_kl:
+        return max(cfg.min_lr, lr / 1.5)
+    if 0.0 < kl < cfg.desired_kl / 2.0:
+        return min(cfg.max_lr, lr * 1.5)
+    return lr
+
+
+class GRUActor(nn.Module):
+    """Recurrent policy mean: a GRU cell over observations, then an MLP head."""
+
+    def __init__(self, obs_dim: int, rnn_hidden: int, hidden: tuple[int, ...], action_dim: int, activation: str) -> None:
+        super().__init__()
+        self.gru = nn.GRUCell(obs_dim, rnn_hidden)
+        self.head = mlp(rnn_hidden, hidden, action_dim, activation)
+
+    def forward(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``(B, obs), (B, H) -> mean (B, A), next hidden (B, H)``."""
+        hidden = self.gru(obs, hidden)
+        return self.head(hidden), hidden
+
+    def unroll(self, obs: torch.Tensor, hidden: torch.Tensor, reset: torch.Tensor) -> torch.Tensor:
+        """Means over a sequence ``(T, B, obs)`` from ``hidden`` ``(B, H)``, zeroing the state where ``reset`` ``(T, B)``."""
+        states = []
+        for t in range(obs.shape[0]):
+            hidden = self.gru(obs[t], hidden * (~reset[t]).unsqueeze(-1))
+            states.append(hidden)
+        return self.head(torch.stack(states))
+
+
+class RecurrentController(Controller):
+    """Deployable GRU policy: ``forward(obs, hidden) -> (action, next_hidden)``.
+
+    ``act``/``reset`` keep the hidden state of the current batch of envs inside.
+    """
+
+    # read by act(), reset() and export_inputs() only, never by the exported forward
+    __jit_ignored_attributes__ = ["obs_groups", "obs_size", "hidden"]
+
+    def __init__(
+        self, normalizer: nn.Module, actor: GRUActor, scaler: ActionScaler, obs_groups: tuple[str, ...], obs_size: int
+    ) -> None:
+        super().__init__()
+        self.normalizer, self.actor, self.scaler = normalizer, actor, scaler
+        self.obs_groups, self.obs_size = tuple(obs_groups), obs_size
+        self.hidden_size = actor.gru.hidden_size
+        self.hidden: torch.Tensor | None = None
+
+    def forward(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, hidden = self.actor(self.normalizer(obs), hidden)
+        return self.scaler(mean.clamp(-1.0, 1.0)), hidden
+
+    @torch.no_grad()
+    def act(self, obs: Obs) -> torch.Tensor:
+        x = flatten_obs(obs, self.obs_groups)
+        if self.hidden is None or self.hidden.shape[0] != x.shape[0]:
+            self.hidden = x.new_zeros(x.shape[0], self.hidden_size)
+        action, self.hidden = self(x, self.hidden)
+        return action
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        if self.hidden is not None:
+            self.hidden = torch.zeros_like(self.hidden) if mask is None else self.hidden * (~mask).unsqueeze(-1)
+
+    def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        return {"obs": torch.zeros(batch_size, self.obs_size), "hidden": torch.zeros(batch_size, self.hidden_size)}
+
+    def export_outputs(self) -> list[str]:
+        return ["action", "next_hidden"]
+
+
+class PPO(Agent):
+    on_policy = True
+
+    def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: PPOConfig, device: torch.device) -> None:
+        if len(action_spec.shape) != 1:
+            raise ValueError(f"PPO expects a flat action_spec, got shape {action_spec.shape}")
+        if cfg.schedule not in ("adaptive", "fixed"):
+            raise ValueError(f"schedule must be 'adaptive' or 'fixed', got {cfg.schedule!r}")
+        self.cfg, self.device = cfg, torch.device(device)
+        self.actor_groups, self.critic_groups = tuple(cfg.actor_obs_groups), tuple(cfg.critic_obs_groups)
+        self.actor_obs_dim = obs_dim(observation_spec, self.actor_groups)
+        critic_obs_dim = obs_dim(observation_spec, self.critic_groups)
+        action_dim = action_spec.shape[0]
+
+        def normalizer(size: int) -> nn.Module:
+            return EmpiricalNormalizer(size) if cfg.normalize_obs else nn.Identity()
+
+        self.actor_normalizer = normalizer(self.actor_obs_dim).to(self.device)
+        self.critic_normalizer = normalizer(critic_obs_dim).to(self.device)
+        self.actor: nn.Module
+        if cfg.recurrent:
+            self.actor = GRUActor(self.actor_obs_dim, cfg.rnn_hidden, tuple(cfg.actor_hidden), action_dim, cfg.activation)
+        else:
+            self.actor = mlp(self.actor_obs_dim, tuple(cfg.actor_hidden), action_dim, cfg.activation)
+        self.actor.to(self.device)
+        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_std), device=self.device))
+        self.critic = mlp(critic_obs_dim, tuple(cfg.critic_hidden), 1, cfg.activation).to(self.device)
+        self.scaler = ActionScaler(action_spec).to(self.device)
+        self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
+        self.learning_rate = cfg.learning_rate
+        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate)
+        self.hidden: torch.Tensor | None = None  # GRU state of the envs being rolled out
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.log_std.exp()
+
+    # ----------------------------------------------------------------- acting
+    @torch.no_grad()
+    def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
+        """``action`` (env units), ``sample`` (raw Gaussian sample) and, if recurrent, ``hidden`` (state before this step)."""
+        x = self.actor_normalizer(cat_groups(obs, self.actor_groups))
+        out: dict[str, torch.Tensor] = {}
+        if self.cfg.recurrent:
+            if self.hidden is None or self.hidden.shape[0] != x.shape[0]:
+                self.hidden = x.new_zeros(x.shape[0], self.cfg.rnn_hidden)
+            out["hidden"] = self.hidden
+            mean, self.hidden = self.actor(x, self.hidden)
+        else:
+            mean = self.actor(x)
+        sample = mean + self.std * torch.randn_like(mean) if explore else mean
+        out["sample"] = sample
+        out["action"] = self.scaler(sample.clamp(-1.0, 1.0))
+        return out
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Zero the GRU state of envs in ``mask`` (all when None); a no-op for the feedforward policy."""
+        if self.hidden is not None:
+            self.hidden = torch.zeros_like(self.hidden) if mask is None else self.hidden * (~mask).unsqueeze(-1)
+
+    # --------------------------------------------------------------- learning
+    def _policy_mean(self, actor_obs: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.cfg.recurrent:
+            return self.actor.unroll(actor_obs, data["hidden"][0], data["reset"])
+        return self.actor(actor_obs)
+
+    def _minibatches(self, data: dict[str, torch.Tensor]) -> Iterator[dict[str, torch.Tensor]]:
+        """Feedforward: random subsets of all transitions. Recurrent: random subsets of envs, whole sequences."""
+        if self.cfg.recurrent:  # data is (steps, num_envs, ...)
+            for envs in torch.randperm(data["advantages"].shape[1], device=self.device).chunk(self.cfg.num_minibatches):
+                yield {k: v[:, envs] for k, v in data.items()}
+        else:  # data is (steps * num_envs, ...)
+            for index in torch.randperm(data["advantages"].shape[0], device=self.device).chunk(self.cfg.num_minibatches):
+                yield {k: v[index] for k, v in data.items()}
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """``num_epochs`` passes of ``num_minibatches`` PPO steps over a rollout ``(steps, num_envs, ...)``."""
+        cfg = self.cfg
+        actor_obs = cat_groups(batch["obs"], self.actor_groups, batch_dims=2)
+        critic_obs = cat_groups(batch["obs"], self.critic_groups, batch_dims=2)
+        next_critic_obs = cat_groups(batch["next_obs"], self.critic_groups, batch_dims=2)
+
+        with torch.no_grad():
+            data = {
+                "actor_obs": self.actor_normalizer(actor_obs),
+                "critic_obs": self.critic_normalizer(critic_obs),
+                "sample": batch["sample"],
+            }
+            if cfg.recurrent:  # the state at step t was zeroed when step t-1 ended an episode
+                done = batch["terminated"] | batch["truncated"]
+                data["hidden"] = batch["hidden"]
+                data["reset"] = torch.cat([torch.zeros_like(done[:1]), done[:-1]])
+            value = self.critic(data["critic_obs"]).squeeze(-1)
+            next_value = self.critic(self.critic_normalizer(next_critic_obs)).squeeze(-1)
+            advantages, returns = gae(batch["reward"], batch["terminated"], batch["truncated"], value, next_value, cfg.gamma, cfg.lam)
+            if cfg.normalize_advantages:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            old_mean, old_std = self._policy_mean(data["actor_obs"], data), self.std
+            data |= {
+                "old_mean": old_mean,
+                "old_log_prob": gaussian_log_prob(data["sample"], old_mean, old_std),
+                "value": value,
+                "returns": returns,
+                "advantages": advantages,
+            }
+        if not cfg.recurrent:
+            data = {k: v.flatten(0, 1) for k, v in data.items()}
+
+        sums = dict.fromkeys(("policy_loss", "value_loss", "entropy", "kl", "clip_fraction"), 0.0)
+        for _ in range(cfg.num_epochs):
+            for mb in self._minibatches(data):
+                mean, std = self._policy_mean(mb["actor_obs"], mb), self.std
+                log_prob = gaussian_log_prob(mb["sample"], mean, std)
+                entropy = gaussian_entropy(std)
+
+                kl = gaussian_kl(mb["old_mean"], old_std, mean.detach(), std.detach()).mean().item()
+                if cfg.schedule == "adaptive":
+                    self.learning_rate = adaptive_lr(self.learning_rate, kl, cfg)
+                    for group in self.optimizer.param_groups:
+                        group["lr"] = self.learning_rate
+
+                # Clipped surrogate: L = -E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)], rho = pi / pi_old
+                ratio = torch.exp(log_prob - mb["old_log_prob"])
+                adv = mb["advantages"]
+                policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio) * adv).mean()
+
+                # Value loss, optionally clipped around the old values like the surrogate
+                value = self.critic(mb["critic_obs"]).squeeze(-1)
+                value_loss = (value - mb["returns"]).square()
+                if cfg.clip_value_loss:
+                    clipped = mb["value"] + (value - mb["value"]).clamp(-cfg.clip_ratio, cfg.clip_ratio)
+                    value_loss = torch.max(value_loss, (clipped - mb["returns"]).square())
+                value_loss = value_loss.mean()
+
+                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                self.optimizer.step()
+                with torch.no_grad():
+                    self.log_std.clamp_(min=math.log(cfg.min_std))
+
+                sums["policy_loss"] += policy_loss.item()
+                sums["value_loss"] += value_loss.item()
+                sums["entropy"] += entropy.item()
+                sums["kl"] += kl
+                sums["clip_fraction"] += ((ratio - 1).abs() > cfg.clip_ratio).float().mean().item()
+
+        if cfg.normalize_obs:  # after the update, so the rollout's actions were sampled under the parameters used above
+            self.actor_normalizer.update(actor_obs)
+            self.critic_normalizer.update(critic_obs)
+        num_updates = cfg.num_epochs * cfg.num_minibatches
+        return {k: v / num_updates for k, v in sums.items()} | {"learning_rate": self.learning_rate, "std": self.std.mean().item()}
+
+    # ------------------------------------------------------------- deployment
+    def controller(self) -> Controller:
+        """Normalizer + actor mean + clip to [-1, 1] + scale to the action bounds; deterministic."""
+        normalizer, actor, scaler = copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor), copy.deepcopy(self.scaler)
+        if self.cfg.recurrent:
+            return RecurrentController(normalizer, actor, scaler, self.actor_groups, self.actor_obs_dim)
+        return DeterministicController(normalizer, actor, nn.Hardtanh(), scaler, self.actor_groups, self.actor_obs_dim)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "log_std": self.log_std.detach().clone(),
+            "critic": self.critic.state_dict(),
+            "actor_normalizer": self.actor_normalizer.state_dict(),
+            "critic_normalizer": self.critic_normalizer.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.learning_rate,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        with torch.no_grad():
+            self.log_std.copy_(state["log_std"])
+        self.critic.load_state_dict(state["critic"])
+        self.actor_normalizer.load_state_dict(state["actor_normalizer"])
+        self.critic_normalizer.load_state_dict(state["critic_normalizer"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.learning_rate = float(state["learning_rate"])

@@ -1,0 +1,82 @@
+"""Controllers are fresh, deterministic modules that export to TorchScript and
+ONNX and give the same actions there (onnxruntime) as in torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+from policies import AGENTS
+
+CONFIGS = {
+    "ppo": {"actor_hidden": (16, 16), "critic_hidden": (16,)},
+    "ppo-gru": {"actor_hidden": (16,), "critic_hidden": (16,), "recurrent": True, "rnn_hidden": 8},
+    "sac": {"hidden": (16, 16)},
+}
+
+
+@pytest.fixture(params=CONFIGS)
+def trained_agent(request, obs_spec, action_spec, make_rollout, make_replay_batch):
+    """An agent after one update, so normalizer statistics and weights are not at their initial values."""
+    torch.manual_seed(0)
+    config_cls, agent_cls = AGENTS[request.param.split("-")[0]]
+    agent = agent_cls(obs_spec, action_spec, config_cls(**CONFIGS[request.param]), torch.device("cpu"))
+    agent.update(make_rollout(agent, 8, 4) if agent.on_policy else make_replay_batch(32))
+    return agent
+
+
+def example_inputs(controller: torch.nn.Module, batch_size: int) -> dict[str, torch.Tensor]:
+    return {k: torch.randn_like(v) * 3 for k, v in controller.export_inputs(batch_size).items()}
+
+
+def outputs(result: torch.Tensor | tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    return [t.detach().numpy() for t in (result if isinstance(result, tuple) else (result,))]
+
+
+def test_controller_is_independent_of_the_agent(trained_agent, random_obs, make_rollout, make_replay_batch) -> None:
+    controller = trained_agent.controller()
+    agent_tensors = {t.data_ptr() for t in trained_agent.state_dict()["actor"].values()}
+    assert not agent_tensors & {t.data_ptr() for t in controller.state_dict().values()}
+    obs = random_obs(4)
+    before = controller.act(obs)
+    controller.reset()
+    trained_agent.update(make_rollout(trained_agent, 8, 4) if trained_agent.on_policy else make_replay_batch(32))
+    torch.testing.assert_close(controller.act(obs), before)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # TorchScript is deprecated in torch 2.13 but works
+def test_controller_exports_to_torchscript(trained_agent, tmp_path) -> None:
+    controller = trained_agent.controller().eval()
+    path = tmp_path / "controller.pt"
+    torch.jit.save(torch.jit.script(controller), str(path))
+    loaded = torch.jit.load(str(path))
+    inputs = example_inputs(controller, batch_size=6)
+    with torch.no_grad():
+        for got, expected in zip(outputs(loaded(*inputs.values())), outputs(controller(*inputs.values()))):
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
+def test_controller_exports_to_onnx(trained_agent, tmp_path) -> None:
+    controller = trained_agent.controller().eval()
+    path = tmp_path / "controller.onnx"
+    inputs = controller.export_inputs(batch_size=2)
+    torch.onnx.export(
+        controller,
+        tuple(inputs.values()),
+        str(path),
+        input_names=list(inputs),
+        output_names=controller.export_outputs(),
+        dynamic_shapes={name: {0: torch.export.Dim("batch")} for name in inputs},
+        dynamo=True,
+        verbose=False,
+    )
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    test_inputs = example_inputs(controller, batch_size=7)  # another batch size than at export
+    got = session.run(None, {k: v.numpy() for k, v in test_inputs.items()})
+    with torch.no_grad():
+        expected = outputs(controller(*test_inputs.values()))
+    assert [o.name for o in session.get_outputs()] == controller.export_outputs()
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)

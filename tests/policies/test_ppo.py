@@ -1,0 +1,124 @@
+"""PPO: GAE with truncation vs termination, the adaptive-KL learning rate, the
+std floor, recurrent state handling and asymmetric observation groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policies.ppo import PPO, PPOConfig, adaptive_lr, gae
+
+CPU = torch.device("cpu")
+
+
+def small(**overrides: object) -> PPOConfig:
+    return PPOConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), rnn_hidden=8, **overrides)
+
+
+def test_gae_bootstraps_truncation_and_cuts_at_termination() -> None:
+    gamma, lam = 0.9, 0.8
+    # env 0 is truncated (time limit) at t=1; env 1 terminates at t=2
+    r = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    v = [[0.5, 1.5], [2.5, 3.5], [4.5, 5.5]]
+    nv = [[0.7, 1.7], [9.0, 2.7], [3.7, 8.0]]  # V(true next obs); nv[1][0] is V(final obs of env 0)
+    terminated = torch.tensor([[False, False], [False, False], [False, True]])
+    truncated = torch.tensor([[False, False], [True, False], [False, False]])
+
+    # hand-written reference, one env at a time
+    d = lambda t, e, boot: r[t][e] + (gamma * nv[t][e] if boot else 0.0) - v[t][e]  # noqa: E731
+    a0_2 = d(2, 0, True)
+    a0_1 = d(1, 0, True)  # truncated: bootstrap from V(final obs), but do not continue into the next episode
+    a0_0 = d(0, 0, True) + gamma * lam * a0_1
+    a1_2 = d(2, 1, False)  # terminated: no bootstrap
+    a1_1 = d(1, 1, True) + gamma * lam * a1_2
+    a1_0 = d(0, 1, True) + gamma * lam * a1_1
+    expected = torch.tensor([[a0_0, a1_0], [a0_1, a1_1], [a0_2, a1_2]])
+
+    advantages, returns = gae(torch.tensor(r), terminated, truncated, torch.tensor(v), torch.tensor(nv), gamma, lam)
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + torch.tensor(v))
+
+
+def test_adaptive_lr_rule() -> None:
+    cfg = PPOConfig(desired_kl=0.01, min_lr=1e-5, max_lr=1e-2)
+    assert adaptive_lr(1e-3, 0.05, cfg) == pytest.approx(1e-3 / 1.5)  # KL > 2x target: smaller steps
+    assert adaptive_lr(1e-3, 0.001, cfg) == pytest.approx(1.5e-3)  # KL < target / 2: larger steps
+    assert adaptive_lr(1e-3, 0.01, cfg) == 1e-3
+    assert adaptive_lr(1e-3, 0.0, cfg) == 1e-3  # no information (first minibatch)
+    assert adaptive_lr(1.2e-5, 1.0, cfg) == 1e-5
+    assert adaptive_lr(9e-3, 1e-6, cfg) == 1e-2
+
+
+@pytest.mark.parametrize("desired_kl, moves", [(1e-9, "down"), (1e3, "up")])
+def test_update_adapts_learning_rate(make_rollout, obs_spec, action_spec, desired_kl: float, moves: str) -> None:
+    torch.manual_seed(0)
+    agent = PPO(obs_spec, action_spec, small(desired_kl=desired_kl), CPU)
+    metrics = agent.update(make_rollout(agent, 8, 6))
+    assert metrics["kl"] > 0
+    changed = metrics["learning_rate"] < 1e-3 if moves == "down" else metrics["learning_rate"] > 1e-3
+    assert changed and all(g["lr"] == agent.learning_rate for g in agent.optimizer.param_groups)
+
+
+def test_std_is_clamped_to_min_std_and_stays_finite(make_rollout, random_obs, obs_spec, action_spec) -> None:
+    torch.manual_seed(0)
+    # a negative entropy bonus and a large fixed lr drive the std towards zero
+    agent = PPO(obs_spec, action_spec, small(entropy_coef=-100.0, schedule="fixed", learning_rate=0.05, min_std=0.5), CPU)
+    for _ in range(5):
+        agent.update(make_rollout(agent, 8, 6))
+    assert torch.isfinite(agent.std).all()
+    torch.testing.assert_close(agent.std, torch.full((2,), 0.5))
+    action = agent.act(random_obs(8))["action"]
+    low, high = torch.as_tensor(action_spec.low), torch.as_tensor(action_spec.high)
+    assert torch.isfinite(action).all() and (action >= low).all() and (action <= high).all()
+
+
+def test_old_policy_is_recomputed_exactly_and_normalizer_updated_after(make_rollout, obs_spec, action_spec) -> None:
+    torch.manual_seed(0)
+    cfg = small(num_epochs=1, num_minibatches=1, critic_obs_groups=("policy", "critic"))
+    agent = PPO(obs_spec, action_spec, cfg, CPU)
+    for _ in range(2):
+        rollout = make_rollout(agent, 8, 6)
+        count = int(agent.actor_normalizer.count)
+        metrics = agent.update(rollout)
+        # the single minibatch is evaluated before its step: same parameters as when acting, so KL = 0, ratio = 1
+        assert metrics["kl"] == 0.0 and metrics["clip_fraction"] == 0.0
+        assert int(agent.actor_normalizer.count) == count + 48
+    assert agent.critic_normalizer.mean.shape == (7,)  # asymmetric: critic reads policy + critic groups
+
+
+def test_recurrent_unroll_reproduces_acting_with_resets(random_obs, obs_spec, action_spec) -> None:
+    torch.manual_seed(0)
+    agent = PPO(obs_spec, action_spec, small(recurrent=True), CPU)
+    obs_seq = [random_obs(4) for _ in range(6)]
+    done_seq = [torch.tensor([False, True, False, False]), torch.tensor([True, False, False, False])] * 3
+    samples, hiddens = [], []
+    for obs, done in zip(obs_seq, done_seq):
+        out = agent.act(obs, explore=False)
+        samples.append(out["sample"])
+        hiddens.append(out["hidden"])
+        agent.reset(done)
+        assert agent.hidden[done].eq(0).all()
+    actor_obs = agent.actor_normalizer(torch.stack([o["policy"] for o in obs_seq]))
+    reset = torch.stack([torch.zeros(4, dtype=torch.bool), *done_seq[:-1]])
+    torch.testing.assert_close(agent.actor.unroll(actor_obs, hiddens[0], reset), torch.stack(samples))
+
+    # the deployed controller keeps and resets its own state the same way
+    controller = agent.controller()
+    for obs, done, sample in zip(obs_seq, done_seq, samples):
+        expected = agent.scaler(sample.clamp(-1, 1))
+        torch.testing.assert_close(controller.act(obs), expected)
+        controller.reset(done)
+
+
+def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, action_spec) -> None:
+    torch.manual_seed(0)
+    agent = PPO(obs_spec, action_spec, small(recurrent=True, critic_obs_groups=("policy", "critic")), CPU)
+    metrics = agent.update(make_rollout(agent, 8, 5))
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_missing_observation_group_is_named(obs_spec, action_spec) -> None:
+    with pytest.raises(KeyError, match="privileged"):
+        PPO(obs_spec, action_spec, small(critic_obs_groups=("policy", "privileged")), CPU)
