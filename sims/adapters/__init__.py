@@ -1,0 +1,1 @@
+"""Adapters between our VecEnv and other simulators' and learners' APIs."""

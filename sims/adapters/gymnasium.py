@@ -1,0 +1,169 @@
+"""Gymnasium in both directions.
+
+- :class:`GymVecEnv`: any Gymnasium env (an id, a factory, or a
+  ``gymnasium.vector.VectorEnv`` in same-step autoreset mode) as our
+  :class:`~robolearn.interfaces.VecEnv`, so our learners train on it.
+- :class:`VecEnvAsGymVector`: our VecEnv as a ``gymnasium.vector.VectorEnv``
+  (numpy in and out, same-step autoreset), so peers' code (CleanRL-style loops)
+  trains on our simulators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from robolearn.interfaces import Obs, Step
+from robolearn.interfaces import VecEnv as OurVecEnv
+
+
+class GymVecEnv(OurVecEnv):
+    """A Gymnasium env as a VecEnv: Box observations become group ``policy``.
+
+    ``env`` is a Gymnasium id (made ``num_envs`` times with ``make_kwargs`` and
+    ``render_mode="rgb_array"``), a factory of one env, or a ready
+    ``VectorEnv`` whose ``metadata["autoreset_mode"]`` is ``SAME_STEP`` (the
+    only mode that yields the true last observation of an episode). Actions are
+    in the env's own units and are clipped to its Box.
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[[], gymnasium.Env] | VectorEnv,
+        num_envs: int = 1,
+        *,
+        device: str | torch.device = "cpu",
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+        **make_kwargs: Any,
+    ) -> None:
+        if isinstance(env, VectorEnv):
+            self.vec = env
+        else:
+            factory = (lambda: gymnasium.make(env, render_mode="rgb_array", **make_kwargs)) if isinstance(env, str) else env
+            self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+        if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
+            raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
+        obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space
+        if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Box):
+            raise TypeError(f"only Box observation and action spaces are supported, got {obs_space} and {action_space}")
+
+        self.num_envs = self.vec.num_envs
+        self.device = torch.device(device)
+        self.control_dt = float(_attr(self.vec, "dt", 1.0))
+        spec = _attr(self.vec, "spec", None)
+        limit = max_episode_steps or (spec.max_episode_steps if spec is not None else None)
+        if limit is None:
+            raise ValueError("the env has no time limit in its spec: pass max_episode_steps")
+        self.max_episode_steps = int(limit)
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, obs_space.shape, dtype=np.float32)}
+        self.action_spec = spaces.Box(action_space.low, action_space.high, dtype=np.float32)
+        self._seed = seed
+
+    def reset(self, seed: int | None = None) -> Obs:
+        seed = self._seed if seed is None else seed
+        self._seed = None  # only the first reset uses the constructor's seed
+        obs, _ = self.vec.reset(seed=seed)
+        return {"policy": self._tensor(obs)}
+
+    def step(self, action: torch.Tensor) -> Step:
+        action = np.clip(action.detach().cpu().numpy(), self.action_spec.low, self.action_spec.high)
+        obs, reward, terminated, truncated, gym_info = self.vec.step(action.astype(self.vec.single_action_space.dtype))
+        final = obs.copy()
+        if "final_obs" in gym_info:
+            for i in np.flatnonzero(gym_info["_final_obs"]):
+                final[i] = gym_info["final_obs"][i]
+        info = {"final_obs": {"policy": self._tensor(final)}, "log": {}}
+        return Step(
+            {"policy": self._tensor(obs)},
+            torch.as_tensor(reward, dtype=torch.float32, device=self.device),
+            torch.as_tensor(terminated, device=self.device),
+            torch.as_tensor(truncated, device=self.device),
+            info,
+        )
+
+    def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
+        if isinstance(self.vec, SyncVectorEnv):
+            frame = self.vec.envs[index].render()  # only the env asked for
+        else:
+            frame = (self.vec.render() or [None] * self.num_envs)[index]
+        if frame is None:
+            raise RuntimeError("the env was not made with render_mode='rgb_array'")
+        return _resize(np.asarray(frame), height, width)
+
+    def close(self) -> None:
+        self.vec.close()
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=torch.float32, device=self.device)
+
+
+class VecEnvAsGymVector(VectorEnv):
+    """Our VecEnv as a ``gymnasium.vector.VectorEnv`` over numpy arrays.
+
+    The observation is the group ``group`` (``policy``). Autoreset is
+    same-step: a finished env's row of the returned observation already starts
+    the next episode, and ``info["final_obs"][i]`` (with mask
+    ``info["_final_obs"]``) holds its last observation, as Gymnasium's
+    ``SyncVectorEnv(autoreset_mode=SAME_STEP)`` reports it.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"]}
+    render_mode = "rgb_array"
+
+    def __init__(self, env: OurVecEnv, group: str = "policy") -> None:
+        self.env, self.group = env, group
+        self.num_envs = env.num_envs
+        self.single_observation_space = env.observation_spec[group]
+        self.single_action_space = env.action_spec
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return _numpy(self.env.reset(seed)[self.group]), {}
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        action = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self.env.device)
+        obs, reward, terminated, truncated, env_info = self.env.step(action)
+        done = _numpy(terminated | truncated)
+        final_obs = np.full(self.num_envs, None, dtype=object)
+        final = _numpy(env_info["final_obs"][self.group])
+        for i in np.flatnonzero(done):
+            final_obs[i] = final[i]
+        info: dict[str, Any] = {"final_obs": final_obs, "_final_obs": done}
+        if "success" in env_info:
+            info["success"], info["_success"] = _numpy(env_info["success"]), done
+        return _numpy(obs[self.group]), _numpy(reward), _numpy(terminated), _numpy(truncated), info
+
+    def render(self) -> tuple[np.ndarray, ...]:
+        """One frame per env (all of them: keep ``num_envs`` small when recording)."""
+        return tuple(self.env.render(i) for i in range(self.num_envs))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.env.close()
+
+
+def _attr(vec: VectorEnv, name: str, default: Any) -> Any:
+    """Attribute ``name`` of the first sub-env (through its wrappers), or ``default``."""
+    try:
+        return vec.get_attr(name)[0]
+    except AttributeError:
+        return default
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().cpu().numpy()
+
+
+def _resize(frame: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Nearest-neighbour resize: Gymnasium envs fix their frame size at creation."""
+    rows = np.arange(height) * frame.shape[0] // height
+    cols = np.arange(width) * frame.shape[1] // width
+    return frame[rows][:, cols]

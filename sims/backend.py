@@ -1,0 +1,210 @@
+"""CPU MuJoCo backend: ``num_worlds`` copies of one model stepped on native threads.
+
+Physics runs on :class:`mujoco.batch.Batch`: every world is one row of
+``mjSTATE_INTEGRATION`` (time, qpos, qvel, act, warmstart, ctrl, ...) in one
+float64 array, and a C thread pool loads each row into a per-thread ``MjData``,
+runs ``mj_step`` and writes it back, releasing the GIL for the whole call. The
+result is bit-identical to one ``MjData`` per world stepped with ``mj_step``.
+
+Why Batch rather than the two alternatives: measured on this 2-core machine
+(Hopper, HalfCheetah and Ant, 64 and 1024 worlds, random actions), Batch was
+about as fast as ``mujoco.rollout.Rollout`` or faster (up to 1.8x on Hopper),
+and 1.05-2.3x as fast as a Python thread pool over ``mj_step``, whose
+per-world Python work holds the GIL. Rollout is also stateless: it drops the
+solver warmstart (so results drift from plain ``mj_step``) and returns only
+state and sensordata. Batch keeps the warmstart, copies out any derived field
+(``xpos``, ``cfrc_ext``...) in C, and gives model fields per-world values in
+place (``expand``) instead of one ``MjModel`` copy per world, which is what
+randomization needs.
+
+Tasks read ``qpos``, ``qvel``, ``ctrl``, ``sensordata``, ``time`` and the derived
+fields they declared, as torch tensors ``(num_worlds, ...)`` on ``device``.
+Derived fields are what ``mj_step`` leaves in ``MjData``: computed during the
+last substep, not at the new ``qpos``. Sensors read the state at the start of
+the last substep.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import batch as mj_batch
+
+_SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
+
+
+class MujocoBackend:
+    """``num_worlds`` worlds of ``model`` on CPU threads, state as torch tensors.
+
+    ``fields`` names derived ``MjData`` fields (``xpos``, ``cfrc_ext``...) to copy
+    out after every step, read with :meth:`field`. ``dtype`` is the dtype of the
+    tensors handed to tasks; physics stays float64 inside.
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_worlds: int,
+        *,
+        device: str | torch.device = "cpu",
+        num_threads: int | None = None,
+        fields: Sequence[str] = (),
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.model = model
+        self.num_worlds = num_worlds
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.timestep = float(model.opt.timestep)
+        threads = num_threads or len(os.sched_getaffinity(0))
+        self._batch = mj_batch.Batch(model, num_worlds, nthread=min(threads, num_worlds))
+        self._qpos = self._batch.bind("qpos")
+        self._qvel = self._batch.bind("qvel")
+        self._ctrl = self._batch.bind("ctrl")
+        self._time = self._batch.bind("time")
+        # Outputs must be bound before the call that fills them.
+        self._outputs = {name: self._batch.bind(name) for name in ("sensordata", *fields)}
+        self._cache: dict[str, torch.Tensor] = {}
+        self._renderer: mujoco.Renderer | None = None
+        self._render_model: mujoco.MjModel | None = None
+        self._render_data: mujoco.MjData | None = None
+        self._batch.reset()
+        # Each world's state right after mj_resetData, copied back by set_state:
+        # for the few worlds reset per step this is much cheaper than a
+        # Batch.reset round trip through the thread pool.
+        self._reset_rows = self._batch.state.copy()
+        # Derived fields of reset worlds need a forward pass only if someone reads them.
+        self._forward_on_reset = model.nsensordata > 0 or bool(fields)
+
+    # ---- state, as (num_worlds, ...) tensors --------------------------------
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        return self._tensor("qpos", self._qpos)
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        return self._tensor("qvel", self._qvel)
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """The controls applied during the last step."""
+        return self._tensor("ctrl", self._ctrl)
+
+    @property
+    def time(self) -> torch.Tensor:
+        return self._tensor("time", self._time)
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        return self.field("sensordata")
+
+    def field(self, name: str) -> torch.Tensor:
+        """A derived ``MjData`` field named in ``fields`` (or ``sensordata``)."""
+        if name not in self._outputs:
+            raise KeyError(f"field {name!r} was not requested; pass fields=({name!r},) to the backend")
+        return self._tensor(name, self._outputs[name])
+
+    def _tensor(self, name: str, array: np.ndarray) -> torch.Tensor:
+        # Copied (never aliased: the arrays change in place) once per state
+        # change and shared by every reader until the next one.
+        if name not in self._cache:
+            self._cache[name] = torch.tensor(array, dtype=self.dtype, device=self.device)
+        return self._cache[name]
+
+    # ---- stepping and resets ------------------------------------------------
+
+    def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
+        """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
+        self._ctrl[:] = _numpy(ctrl)
+        self._batch.step(nstep=nstep)
+        self._cache.clear()
+
+    def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set.
+
+        Everything else (time, controls, activations, warmstart, applied forces,
+        mocap poses) returns to its value at construction; the other worlds are
+        untouched.
+        """
+        ids = _numpy(world_ids).astype(np.int64)
+        if ids.size == 0:
+            return
+        self._batch.state[ids] = self._reset_rows[ids]
+        self._qpos[ids] = _numpy(qpos)
+        self._qvel[ids] = _numpy(qvel)
+        if self._forward_on_reset:
+            self._batch.forward(np.sort(ids))  # derived fields and sensors of the new state
+        self._cache.clear()
+
+    # ---- per-world model fields (randomization) -----------------------------
+
+    def set_model_field(
+        self, name: str, values: torch.Tensor | np.ndarray | float, world_ids: torch.Tensor | None = None
+    ) -> None:
+        """Give model field ``name`` (e.g. ``body_mass``, ``geom_friction``) per-world values.
+
+        ``values`` broadcasts to ``(len(world_ids), *field_shape)``; worlds not in
+        ``world_ids`` (all when None) keep theirs. MjOption fields are named
+        ``opt.<name>``. Constants derived from the field (``mj_setConst``:
+        inertia-dependent scalings and the like) are recomputed for those worlds.
+        """
+        per_world = self._batch.expand(name)
+        ids = slice(None) if world_ids is None else _numpy(world_ids).astype(np.int64)
+        per_world[ids] = _numpy(values)
+        if name in _SETCONST_INPUTS or name.startswith("opt."):
+            self._batch.set_const(None if world_ids is None else np.unique(ids))
+
+    def get_model_field(self, name: str) -> torch.Tensor:
+        """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""
+        values = self._batch.expanded(name)
+        if values is None:
+            shared = getattr(self.model.opt, name[4:]) if name.startswith("opt.") else getattr(self.model, name)
+            values = np.broadcast_to(shared, (self.num_worlds, *np.shape(shared)))
+        tensor = torch.from_numpy(np.array(values))
+        return tensor.to(self.device, self.dtype if tensor.is_floating_point() else tensor.dtype)
+
+    # ---- rendering -----------------------------------------------------------
+
+    def render(
+        self, world: int, width: int = 320, height: int = 240, camera: str | int | mujoco.MjvCamera | None = None
+    ) -> np.ndarray:
+        """An RGB frame ``(height, width, 3)`` of ``world`` with its own model fields.
+
+        ``camera`` is a camera name or id, an ``MjvCamera``, or None for the
+        free camera. Needs an OpenGL backend (``MUJOCO_GL=egl`` or ``osmesa``
+        on a machine without a display).
+        """
+        if self._render_model is None:
+            self._render_model = self._batch.get_model(world)
+            self._render_data = mujoco.MjData(self._render_model)
+        model, data = self._render_model, self._render_data
+        if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
+            if self._renderer is not None:
+                self._renderer.close()
+            model.vis.global_.offwidth = max(width, model.vis.global_.offwidth)
+            model.vis.global_.offheight = max(height, model.vis.global_.offheight)
+            self._renderer = mujoco.Renderer(model, height, width)
+        self._batch.get_model(world, model)
+        self._batch.get_data(world, data)
+        mujoco.mj_forward(model, data)
+        self._renderer.update_scene(data, camera=-1 if camera is None else camera)
+        return self._renderer.render()
+
+    def close(self) -> None:
+        """Free the renderer's GL context (the physics threads go with the object)."""
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+def _numpy(values: torch.Tensor | np.ndarray | float) -> np.ndarray:
+    """float64/int numpy on CPU from a tensor, array or scalar."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu()
+        return values.double().numpy() if values.is_floating_point() else values.numpy()
+    return np.asarray(values)

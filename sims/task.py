@@ -1,0 +1,174 @@
+"""Tasks written once in torch over a backend's batched state, and the VecEnv that runs them.
+
+A :class:`Task` is data plus a few pure functions of the backend's state: the
+model, the control period, observation groups, named reward terms (summed into
+the reward and logged one by one), termination, success and the reset
+distribution. :class:`TaskEnv` owns everything else a
+:class:`~robolearn.interfaces.VecEnv` does: action clipping, episode counters,
+time limits, automatic resets with ``final_obs``, seeding and rendering.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from robolearn.interfaces import Obs, Step, VecEnv
+from sims.backend import MujocoBackend
+
+
+class Task:
+    """One learning problem over ``MujocoBackend``-like state. Subclasses set the
+    class attributes and implement :meth:`model`, :meth:`observations` and
+    :meth:`rewards`; the rest has defaults.
+    """
+
+    frame_skip: int = 1
+    """Physics steps per control step."""
+    max_episode_steps: int = 1000
+    """Control steps after which an episode is truncated."""
+    fields: tuple[str, ...] = ()
+    """Derived ``MjData`` fields the task reads through ``sim.field``."""
+
+    def model(self) -> mujoco.MjModel:
+        """The compiled model, with any sensors the task reads."""
+        raise NotImplementedError
+
+    def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
+        """Actions are the actuators' controls, bounded by their ``ctrlrange``."""
+        low, high = model.actuator_ctrlrange.T.astype(np.float32)
+        return spaces.Box(low, high, dtype=np.float32)
+
+    def reset(
+        self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Initial ``(qpos, qvel)`` for worlds ``ids``, float64; default: the model's."""
+        qpos0 = torch.as_tensor(sim.model.qpos0, dtype=torch.float64, device=sim.device)
+        return qpos0.expand(len(ids), -1).clone(), torch.zeros(len(ids), sim.model.nv, dtype=torch.float64, device=sim.device)
+
+    def pre_step(self, sim: MujocoBackend) -> None:
+        """Called before the physics step: keep what rewards difference against."""
+
+    def observations(self, sim: MujocoBackend) -> Obs:
+        """Observation groups, each ``(num_worlds, *shape)``."""
+        raise NotImplementedError
+
+    def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named, already weighted reward terms ``(num_worlds,)``; the reward is their sum."""
+        raise NotImplementedError
+
+    def terminated(self, sim: MujocoBackend) -> torch.Tensor:
+        """Whether the MDP ended (a fall, a goal); default never."""
+        return torch.zeros(sim.num_worlds, dtype=torch.bool, device=sim.device)
+
+    def success(self, sim: MujocoBackend) -> torch.Tensor | None:
+        """Whether each world's episode counts as a success if it ends now; None if undefined."""
+        return None
+
+    def camera(self) -> str | int | mujoco.MjvCamera | None:
+        """The camera :meth:`TaskEnv.render` uses; None for MuJoCo's free camera."""
+        return None
+
+
+def uniform(shape: tuple[int, ...] | torch.Size, low: float, high: float, generator: torch.Generator) -> torch.Tensor:
+    """float64 U(low, high) samples on ``generator``'s device, for reset distributions."""
+    return torch.empty(shape, dtype=torch.float64, device=generator.device).uniform_(low, high, generator=generator)
+
+
+def normal(shape: tuple[int, ...] | torch.Size, std: float, generator: torch.Generator) -> torch.Tensor:
+    """float64 N(0, std^2) samples on ``generator``'s device, for reset distributions."""
+    return std * torch.randn(shape, dtype=torch.float64, device=generator.device, generator=generator)
+
+
+def bump(z: torch.Tensor) -> torch.Tensor:
+    """0.1 ** (z^2): a smooth reward factor, 1 at 0 and 0.1 at |z| = 1."""
+    return torch.exp(math.log(0.1) * z.square())
+
+
+def tracking_camera(body: int, distance: float, elevation: float = -20.0, azimuth: float = 90.0) -> mujoco.MjvCamera:
+    """A camera that follows ``body`` from ``distance`` metres."""
+    camera = mujoco.MjvCamera()
+    camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+    camera.trackbodyid = body
+    camera.distance, camera.elevation, camera.azimuth = distance, elevation, azimuth
+    return camera
+
+
+class TaskEnv(VecEnv):
+    """A :class:`Task` on a backend, as a :class:`~robolearn.interfaces.VecEnv`.
+
+    Actions are in the task's ``action_spec`` units and are clipped to it.
+    ``info["log"]`` holds the batch mean of each reward term as
+    ``reward/<term>``; ``info["success"]`` is present when the task defines it.
+    """
+
+    def __init__(self, task: Task, backend: MujocoBackend, seed: int | None = None) -> None:
+        self.task, self.sim = task, backend
+        self.num_envs = backend.num_worlds
+        self.device = backend.device
+        self.control_dt = task.frame_skip * backend.timestep
+        self.max_episode_steps = task.max_episode_steps
+        self.action_spec = task.action_spec(backend.model)
+        self._low = torch.as_tensor(self.action_spec.low, device=self.device)
+        self._high = torch.as_tensor(self.action_spec.high, device=self.device)
+        self._generator = torch.Generator(device=self.device)
+        if seed is None:
+            self._generator.seed()
+        self._episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        obs = self.reset(seed)
+        dtype = torch.empty((), dtype=backend.dtype).numpy().dtype
+        self.observation_spec = {
+            name: spaces.Box(-np.inf, np.inf, tuple(value.shape[1:]), dtype=dtype) for name, value in obs.items()
+        }
+
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        self._reset_worlds(torch.arange(self.num_envs, device=self.device))
+        return self.task.observations(self.sim)
+
+    def step(self, action: torch.Tensor) -> Step:
+        action = torch.clamp(action.to(self.device, torch.float32), self._low, self._high)
+        self.task.pre_step(self.sim)
+        self.sim.step(action, self.task.frame_skip)
+        self._episode_step += 1
+
+        obs = self.task.observations(self.sim)
+        terms = self.task.rewards(self.sim, action)
+        stacked = torch.stack(list(terms.values()))
+        reward = stacked.sum(0)
+        terminated = self.task.terminated(self.sim)
+        truncated = self._episode_step >= self.max_episode_steps
+        info: dict = {"log": {f"reward/{name}": mean for name, mean in zip(terms, stacked.mean(1).unbind())}}
+        success = self.task.success(self.sim)
+        if success is not None:
+            info["success"] = success
+
+        info["final_obs"] = obs
+        done = terminated | truncated
+        ids = done.nonzero().squeeze(1)
+        if len(ids):
+            self._reset_worlds(ids)
+            fresh = self.task.observations(self.sim)
+            obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
+        return Step(obs, reward, terminated, truncated, info)
+
+    def _reset_worlds(self, ids: torch.Tensor) -> None:
+        qpos, qvel = self.task.reset(self.sim, ids, self._generator)
+        self.sim.set_state(ids, qpos, qvel)
+        self._episode_step[ids] = 0
+
+    def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
+        return self.sim.render(index, width, height, camera=self.task.camera())
+
+    def close(self) -> None:
+        self.sim.close()
+
+
+def _where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rows of ``a`` where ``mask`` else rows of ``b``, for any trailing shape."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)

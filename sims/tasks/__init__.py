@@ -1,0 +1,1 @@
+"""Tasks: small classes over batched MuJoCo state (see :class:`sims.task.Task`)."""

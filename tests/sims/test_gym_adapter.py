@@ -1,0 +1,63 @@
+"""Gymnasium adapters both ways, and a round trip through both."""
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from sims import make_env
+from sims.adapters.gymnasium import GymVecEnv, VecEnvAsGymVector
+
+
+def test_gym_env_as_vec_env() -> None:
+    with make_env("gym:Pendulum-v1", num_envs=3, seed=0) as env:
+        assert isinstance(env, GymVecEnv)
+        assert env.control_dt == pytest.approx(0.05) and env.max_episode_steps == 200
+        assert env.observation_spec["policy"].shape == (3,) and env.action_spec.shape == (1,)
+        obs = env.reset(seed=0)
+        assert obs["policy"].shape == (3, 3) and obs["policy"].dtype == torch.float32
+        for t in range(200):
+            step = env.step(torch.full((3, 1), 5.0))  # clipped to the 2 N m limit
+        assert step.truncated.all() and not step.terminated.any()
+        final, fresh = step.info["final_obs"]["policy"], step.obs["policy"]
+        assert not torch.allclose(final, fresh) and torch.isfinite(final).all()
+
+
+def test_next_step_vector_envs_are_refused() -> None:
+    import gymnasium
+
+    vec = SyncVectorEnv([lambda: gymnasium.make("Pendulum-v1")], autoreset_mode=AutoresetMode.NEXT_STEP)
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        GymVecEnv(vec)
+
+
+def test_our_env_as_gymnasium_vector_env() -> None:
+    vec = VecEnvAsGymVector(make_env("pendulum", num_envs=4, seed=0, max_episode_steps=5))
+    assert vec.single_observation_space.shape == (3,) and vec.action_space.shape == (4, 1)
+    obs, _ = vec.reset(seed=0)
+    assert isinstance(obs, np.ndarray) and obs.shape == (4, 3)
+    for _ in range(5):
+        obs, reward, terminated, truncated, info = vec.step(vec.action_space.sample())
+    assert reward.shape == (4,) and truncated.all() and not terminated.any()
+    assert info["_final_obs"].all() and info["final_obs"].dtype == object
+    assert not np.allclose(np.stack(info["final_obs"]), obs)
+    assert info["success"].shape == (4,)
+    vec.close()
+
+
+def test_round_trip_preserves_the_env() -> None:
+    """ours -> Gymnasium vector -> ours steps exactly like ours."""
+    direct = make_env("hopper", num_envs=4, seed=0)
+    round_trip = GymVecEnv(VecEnvAsGymVector(make_env("hopper", num_envs=4, seed=0)), max_episode_steps=1000)
+    assert round_trip.control_dt == 1.0  # a VectorEnv has no dt to forward
+    torch.testing.assert_close(direct.reset(seed=3)["policy"], round_trip.reset(seed=3)["policy"])
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        action = torch.rand(4, 3, generator=generator) * 2 - 1
+        a, b = direct.step(action), round_trip.step(action)
+        torch.testing.assert_close(a.obs["policy"], b.obs["policy"])
+        torch.testing.assert_close(a.info["final_obs"]["policy"], b.info["final_obs"]["policy"])
+        torch.testing.assert_close(a.reward, b.reward)
+        assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
+    direct.close()
+    round_trip.close()

@@ -1,0 +1,34 @@
+"""Our VecEnv under Stable-Baselines3's VecEnv API."""
+
+import numpy as np
+import pytest
+
+from sims import make_env
+
+pytest.importorskip("stable_baselines3")
+from stable_baselines3 import PPO  # noqa: E402
+
+from sims.adapters.stable_baselines3 import VecEnvAsSB3  # noqa: E402
+
+
+def test_terminal_observations_and_time_limits() -> None:
+    vec = VecEnvAsSB3(make_env("pendulum", num_envs=3, max_episode_steps=4))
+    vec.seed(0)
+    obs = vec.reset()
+    assert obs.shape == (3, 3)
+    for _ in range(4):
+        obs, rewards, dones, infos = vec.step(np.zeros((3, 1), dtype=np.float32))
+    assert dones.all() and rewards.shape == (3,)
+    assert all(info["TimeLimit.truncated"] and info["terminal_observation"].shape == (3,) for info in infos)
+    assert not np.allclose(np.stack([info["terminal_observation"] for info in infos]), obs)
+    assert all("is_success" in info for info in infos)
+    vec.close()
+
+
+def test_sb3_ppo_trains_on_our_env() -> None:
+    vec = VecEnvAsSB3(make_env("cartpole", num_envs=4, seed=0))
+    model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.learn(256)
+    action, _ = model.predict(vec.reset(), deterministic=True)
+    assert action.shape == (4, 1)
+    vec.close()

@@ -1,0 +1,93 @@
+"""TaskEnv: the VecEnv contract on every task (shapes, resets, final_obs, time limits, seeding)."""
+
+import math
+
+import pytest
+import torch
+
+from robolearn.interfaces import VecEnv
+from sims import TASKS, make_env
+
+
+def _random_actions(env: VecEnv, generator: torch.Generator) -> torch.Tensor:
+    low, high = (torch.as_tensor(b) for b in (env.action_spec.low, env.action_spec.high))
+    return low + (high - low) * torch.rand(env.num_envs, *env.action_spec.shape, generator=generator)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_step_matches_the_specs(name: str) -> None:
+    with make_env(name, num_envs=4, seed=0) as env:
+        obs = env.reset(seed=0)
+        assert set(obs) == set(env.observation_spec)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            obs, reward, terminated, truncated, info = env.step(_random_actions(env, generator))
+            for group, space in env.observation_spec.items():
+                assert obs[group].shape == (4, *space.shape) and obs[group].dtype == torch.float32
+                assert info["final_obs"][group].shape == obs[group].shape
+            assert reward.shape == (4,) and torch.isfinite(reward).all()
+            assert terminated.dtype == truncated.dtype == torch.bool
+            assert info["log"] and all(math.isfinite(float(v)) for v in info["log"].values())
+        assert env.control_dt == pytest.approx(env.task.frame_skip * env.sim.model.opt.timestep)
+
+
+@pytest.mark.parametrize("name", ["pendulum", "cartpole", "reacher"])
+def test_success_is_reported(name: str) -> None:
+    with make_env(name, num_envs=2, seed=0) as env:
+        step = env.step(torch.zeros(2, *env.action_spec.shape))
+        assert step.info["success"].shape == (2,) and step.info["success"].dtype == torch.bool
+
+
+def test_truncation_at_max_episode_steps_resets_with_final_obs() -> None:
+    with make_env("pendulum", num_envs=3, seed=0, max_episode_steps=7) as env:
+        env.reset(seed=0)
+        push = torch.full((3, 1), 2.0)
+        for _ in range(6):
+            step = env.step(push)
+            assert not step.truncated.any()
+            assert torch.equal(step.info["final_obs"]["policy"], step.obs["policy"])
+        step = env.step(push)
+        assert step.truncated.all() and not step.terminated.any()
+        final, fresh = step.info["final_obs"]["policy"], step.obs["policy"]
+        assert not torch.allclose(final, fresh), "final_obs must be the last obs of the old episode"
+        assert torch.all(fresh[:, 0] < -0.99), "the new episode starts hanging down (cos ~ -1)"
+        assert not env.step(push).truncated.any(), "the step counter restarts"
+
+
+def test_auto_reset_only_touches_finished_envs() -> None:
+    with make_env("hopper", num_envs=16, seed=0) as env:
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(200):
+            step = env.step(_random_actions(env, generator) * 3.0)  # clipped to [-1, 1]
+            done = step.terminated | step.truncated
+            if done.any() and not done.all():
+                break
+        else:
+            pytest.fail("no step with some envs terminated and others running")
+        final, obs = step.info["final_obs"]["policy"], step.obs["policy"]
+        assert torch.equal(final[~done], obs[~done])
+        assert not torch.isclose(final[done], obs[done]).all(1).any()
+        # A fresh hopper stands at qpos0 (+-5e-3 noise): height 1.25, small velocities.
+        assert torch.allclose(obs[done, 0], torch.tensor(1.25), atol=6e-3)
+        assert torch.all(env.sim.ctrl.abs() <= 1.0)
+
+
+def test_reset_with_seed_is_reproducible() -> None:
+    with make_env("half_cheetah", num_envs=4) as a, make_env("half_cheetah", num_envs=4) as b:
+        first = a.reset(seed=7)["policy"]
+        assert torch.equal(first, b.reset(seed=7)["policy"])
+        assert not torch.equal(first, a.reset(seed=8)["policy"])
+        assert torch.equal(first, a.reset(seed=7)["policy"])
+        action = torch.full((4, 6), 0.5)
+        assert torch.equal(a.step(action).obs["policy"], b.step(action).obs["policy"])
+
+
+def test_reacher_targets_lie_in_the_disc() -> None:
+    with make_env("reacher", num_envs=256, seed=0) as env:
+        target = env.reset(seed=0)["policy"][:, 4:6]
+        assert torch.all(target.norm(dim=1) < 0.2)
+
+
+def test_unknown_task_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="half_cheetah"):
+        make_env("half-cheetah", num_envs=1)
