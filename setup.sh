@@ -23,6 +23,5 @@ if ! ldconfig -p 2>/dev/null | grep -q libOSMesa; then
   fi
 fi
 
-python3 -m pip install -q --upgrade pip >/dev/null
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q "torch==2.13.0"
 python3 -m pip install -q -e ".${extras}"

@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=200_000)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     rows = []
     for name, fn in (("Stable-Baselines3 PPO (rl-zoo)", run_sb3), ("robolearn PPO", run_ours)):
         times, steps, returns = [], [], []

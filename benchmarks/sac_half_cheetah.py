@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30_000)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     rows = []
     for name, fn in (("Stable-Baselines3 SAC", run_sb3), ("robolearn SAC", run_ours)):
         returns, speeds = [], []

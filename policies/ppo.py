@@ -22,7 +22,7 @@ import copy
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from gymnasium import spaces
@@ -54,7 +54,7 @@ class PPOConfig:
     entropy_coef: float = 0.01
     max_grad_norm: float = 1.0
     learning_rate: float = 1e-3
-    schedule: str = "adaptive"  # "adaptive": lr follows the KL to desired_kl; "fixed"
+    schedule: Literal["adaptive", "fixed"] = "adaptive"  # "adaptive": lr follows the KL to desired_kl
     desired_kl: float = 0.01
     min_lr: float = 1e-5
     max_lr: float = 1e-2
@@ -62,7 +62,7 @@ class PPOConfig:
     normalize_obs: bool = True
     actor_hidden: tuple[int, ...] = (256, 256, 256)
     critic_hidden: tuple[int, ...] = (256, 256, 256)
-    activation: str = "elu"
+    activation: Literal["elu", "relu", "tanh", "silu"] = "elu"
     init_std: float = 1.0
     min_std: float = 0.01  # std is clamped here after every step (never NaN from log(0) or negative)
     actor_obs_groups: tuple[str, ...] = ("policy",)

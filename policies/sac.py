@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from gymnasium import spaces
@@ -41,7 +41,7 @@ class SACConfig:
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
     hidden: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
+    activation: Literal["elu", "relu", "tanh", "silu"] = "relu"
     num_critics: int = 2
     init_alpha: float = 1.0
     target_entropy: float | None = None  # None: -|A|

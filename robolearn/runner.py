@@ -138,6 +138,8 @@ class Runner:
         self.cfg = cfg
         self.run_dir = Path(resume) if resume else new_run_dir(cfg)
         write_config(self.run_dir, cfg)
+        if cfg.runner.torch_threads > 0:
+            torch.set_num_threads(cfg.runner.torch_threads)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.env = make_env(cfg.env, seed=cfg.seed)

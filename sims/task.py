@@ -11,6 +11,7 @@ time limits, automatic resets with ``final_obs``, seeding and rendering.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import mujoco
 import numpy as np
@@ -21,7 +22,7 @@ from robolearn.interfaces import Obs, Step, VecEnv
 from sims.backend import MujocoBackend
 
 
-class Task:
+class Task(ABC):
     """One learning problem over ``MujocoBackend``-like state. Subclasses set the
     class attributes and implement :meth:`model`, :meth:`observations` and
     :meth:`rewards`; the rest has defaults.
@@ -34,9 +35,9 @@ class Task:
     fields: tuple[str, ...] = ()
     """Derived ``MjData`` fields the task reads through ``sim.field``."""
 
+    @abstractmethod
     def model(self) -> mujoco.MjModel:
         """The compiled model, with any sensors the task reads."""
-        raise NotImplementedError
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Actions are the actuators' controls, bounded by their ``ctrlrange``."""
@@ -53,13 +54,13 @@ class Task:
     def pre_step(self, sim: MujocoBackend) -> None:
         """Called before the physics step: keep what rewards difference against."""
 
+    @abstractmethod
     def observations(self, sim: MujocoBackend) -> Obs:
         """Observation groups, each ``(num_worlds, *shape)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named, already weighted reward terms ``(num_worlds,)``; the reward is their sum."""
-        raise NotImplementedError
 
     def terminated(self, sim: MujocoBackend) -> torch.Tensor:
         """Whether the MDP ended (a fall, a goal); default never."""
