@@ -20,7 +20,7 @@ RANDOM_CARTPOLE_RETURN = 29.0  # uniform random actions, measured over 16 episod
 
 def small_ppo(tmp_path, *extra: str):
     return load_config("ppo_cartpole", [
-        f"run_dir={tmp_path / 'runs'}", "runner.total_steps=60000", "env.num_envs=32",
+        f"run_dir={tmp_path / 'runs'}", "runner.total_steps=60000", "env.num_envs=32", "agent.gamma=0.99",
         "logging.wandb=disabled", "logging.progress=false", "runner.eval_episodes=8", "runner.video_seconds=1",
         *extra,
     ])
