@@ -183,7 +183,9 @@ class Runner:
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Train until ``runner.total_steps`` (or ``stop(metrics)`` is true); then export, evaluate, film.
 
-        Ctrl+C saves a checkpoint that ``--resume`` continues from. NaN or inf in
+        Ctrl+C saves a checkpoint that ``--resume`` continues from (agent, optimizer,
+        learning rate, normalizers, RNG and replay are restored exactly; the envs
+        start fresh episodes, their state is not checkpointed). NaN or inf in
         observations, rewards, actions or losses stops the run with the last good
         checkpoint kept (it is only written after finite updates).
         """
