@@ -9,16 +9,20 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def machine() -> str:
-    """CPU model, core count and library versions, for every results table."""
-    cpu = platform.processor() or "unknown CPU"
+def cpu_model() -> str:
+    """The processor's name from /proc/cpuinfo (Linux), else what platform knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine() -> str:
+    """CPU model, core count and library versions, for every results table."""
+    cpu = cpu_model()
     import mujoco
     import torch
 

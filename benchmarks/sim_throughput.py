@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ import mujoco
 import numpy as np
 import torch
 
+from common import cpu_model
 from sims import TASKS, MujocoBackend, make_env
 
 # Our task name -> (Gymnasium id, termination rule on (qpos, qvel) for the limit's episodes).
@@ -47,13 +47,6 @@ WORLDS = (64, 256, 1024)
 
 def cores() -> int:
     return len(os.sched_getaffinity(0))
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def timed(

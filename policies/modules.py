@@ -21,15 +21,6 @@ from robolearn.interfaces import Controller, Obs
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 
-def cat_groups(obs: Obs, groups: tuple[str, ...], batch_dims: int = 1) -> torch.Tensor:
-    """Concatenate observation ``groups`` into one ``(*batch, width)`` tensor.
-
-    Unlike :func:`robolearn.interfaces.flatten_obs` this works for rollouts
-    ``(steps, num_envs, ...)`` too (``batch_dims=2``).
-    """
-    return torch.cat([obs[g].flatten(batch_dims) for g in groups], dim=-1)
-
-
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int | None, activation: str = "elu") -> nn.Sequential:
     """``Linear -> act`` per hidden width, then a linear output (none when ``out_dim`` is None)."""
     if activation not in ACTIVATIONS:

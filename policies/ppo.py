@@ -33,7 +33,6 @@ from policies.modules import (
     ActionScaler,
     DeterministicController,
     EmpiricalNormalizer,
-    cat_groups,
     gaussian_entropy,
     gaussian_kl,
     gaussian_log_prob,
@@ -212,7 +211,7 @@ class PPO(Agent):
     @torch.no_grad()
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
         """``action`` (env units), ``sample`` (raw Gaussian sample) and, if recurrent, ``hidden`` (state before this step)."""
-        x = self.actor_normalizer(cat_groups(obs, self.actor_groups))
+        x = self.actor_normalizer(flatten_obs(obs, self.actor_groups))
         out: dict[str, torch.Tensor] = {}
         if self.cfg.recurrent:
             if self.hidden is None or self.hidden.shape[0] != x.shape[0]:
@@ -249,9 +248,9 @@ class PPO(Agent):
     def update(self, batch: dict[str, Any]) -> dict[str, float]:
         """``num_epochs`` passes of ``num_minibatches`` PPO steps over a rollout ``(steps, num_envs, ...)``."""
         cfg = self.cfg
-        actor_obs = cat_groups(batch["obs"], self.actor_groups, batch_dims=2)
-        critic_obs = cat_groups(batch["obs"], self.critic_groups, batch_dims=2)
-        next_critic_obs = cat_groups(batch["next_obs"], self.critic_groups, batch_dims=2)
+        actor_obs = flatten_obs(batch["obs"], self.actor_groups, batch_dims=2)
+        critic_obs = flatten_obs(batch["obs"], self.critic_groups, batch_dims=2)
+        next_critic_obs = flatten_obs(batch["next_obs"], self.critic_groups, batch_dims=2)
 
         with torch.no_grad():
             data = {

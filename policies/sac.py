@@ -27,8 +27,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from robolearn.interfaces import Agent, Controller, Obs, obs_dim
-from policies.modules import ActionScaler, DeterministicController, EnsembleQ, SquashedGaussianActor, cat_groups
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
+from policies.modules import ActionScaler, DeterministicController, EnsembleQ, SquashedGaussianActor
 
 
 @dataclass
@@ -79,13 +79,13 @@ class SAC(Agent):
         self._online, self._target = list(self.critic.parameters()), list(self.critic_target.parameters())
 
     def _groups(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        actor_obs = cat_groups(obs, self.actor_groups)
-        critic_obs = actor_obs if self.critic_groups == self.actor_groups else cat_groups(obs, self.critic_groups)
+        actor_obs = flatten_obs(obs, self.actor_groups)
+        critic_obs = actor_obs if self.critic_groups == self.actor_groups else flatten_obs(obs, self.critic_groups)
         return actor_obs, critic_obs
 
     @torch.no_grad()
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
-        action, _ = self.actor(cat_groups(obs, self.actor_groups), deterministic=not explore)
+        action, _ = self.actor(flatten_obs(obs, self.actor_groups), deterministic=not explore)
         return {"action": self.scaler(action)}
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ section is validated against the chosen algorithm's own config dataclass.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -118,8 +119,8 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """The plain-data form written to the run directory and checkpoints."""
-    return dataclasses.asdict(cfg)
+    """The plain-data form written to the run directory and checkpoints (tuples become lists for YAML)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:

@@ -104,9 +104,10 @@ def obs_dim(spec: dict[str, spaces.Box], groups: tuple[str, ...]) -> int:
     return sum(int(np.prod(spec[g].shape)) for g in groups)
 
 
-def flatten_obs(obs: Obs, groups: tuple[str, ...]) -> torch.Tensor:
-    """Concatenate ``groups`` of ``obs`` into ``(batch, obs_dim)``, in order."""
-    return torch.cat([obs[g].flatten(1) for g in groups], dim=-1)
+def flatten_obs(obs: Obs, groups: tuple[str, ...], batch_dims: int = 1) -> torch.Tensor:
+    """Concatenate ``groups`` of ``obs`` into ``(*batch, obs_dim)``, in order;
+    ``batch_dims=2`` for rollouts ``(steps, num_envs, ...)``."""
+    return torch.cat([obs[g].flatten(batch_dims) for g in groups], dim=-1)
 
 
 class Controller(nn.Module, ABC):

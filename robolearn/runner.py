@@ -110,8 +110,7 @@ def new_run_dir(cfg: TrainConfig) -> Path:
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
-    plain = json.loads(json.dumps(to_dict(cfg)))  # tuples -> lists for YAML
-    atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(plain, sort_keys=False).encode()))
+    atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
 
 
 def read_run_config(run_dir: Path) -> TrainConfig:
@@ -159,7 +158,7 @@ class Runner:
 
     def save(self) -> None:
         progress = {**self.progress.__dict__, "rng": rng_state()}
-        save_checkpoint(self.checkpoint_path, config=json.loads(json.dumps(to_dict(self.cfg))),
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
                         agent=self.agent.state_dict(), progress=progress)
         if self.replay is not None:
             state = self.replay.state_dict()

@@ -11,12 +11,12 @@ from gymnasium import spaces
 from torch.distributions import Normal, TransformedDistribution, kl_divergence
 from torch.distributions.transforms import TanhTransform
 
+from robolearn.interfaces import flatten_obs
 from policies.modules import (
     ActionScaler,
     EmpiricalNormalizer,
     EnsembleQ,
     SquashedGaussianActor,
-    cat_groups,
     gaussian_entropy,
     gaussian_kl,
     gaussian_log_prob,
@@ -95,8 +95,8 @@ def test_ensemble_q_equals_independent_networks_and_detach_blocks_weight_grads()
     assert all(p.grad is None for p in critic.parameters())
 
 
-def test_cat_groups_concatenates_in_order_for_any_batch_dims() -> None:
+def test_flatten_obs_concatenates_in_order_for_any_batch_dims() -> None:
     obs = {"a": torch.zeros(3, 4, 2), "b": torch.ones(3, 4, 1)}
-    assert cat_groups(obs, ("b", "a"), batch_dims=2)[..., 0].eq(1).all()
-    assert cat_groups({"a": torch.zeros(4, 2, 2)}, ("a",)).shape == (4, 4)
-    assert math.isclose(float(cat_groups(obs, ("a", "b"), batch_dims=2).sum()), 12.0)
+    assert flatten_obs(obs, ("b", "a"), batch_dims=2)[..., 0].eq(1).all()
+    assert flatten_obs({"a": torch.zeros(4, 2, 2)}, ("a",)).shape == (4, 4)
+    assert math.isclose(float(flatten_obs(obs, ("a", "b"), batch_dims=2).sum()), 12.0)
