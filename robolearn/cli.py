@@ -49,7 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
 
-    args = parser.parse_args(argv)
+    # Overrides may follow options (`train cfg --no-wandb k=v`), which plain
+    # argparse rejects; collect the stray key=value words for `train`.
+    args, extra = parser.parse_known_args(argv)
+    stray = [word for word in extra if word.startswith("-") or "=" not in word or args.command != "train"]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides.extend(extra)
     try:
         return COMMANDS[args.command](args)
     except USER_ERRORS as err:

@@ -35,6 +35,8 @@ class EnvConfig:
     device: str = "cpu"
     num_threads: int = 0  # 0: one per core
     kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings
+    # domain randomization (sims/randomization.py: ranges, latency, noise, auto); empty: none
+    randomization: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,12 +111,12 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
         agent_configs = {name: cfg for name, (cfg, _) in AGENTS.items()}
     raw = dict(raw)
     agent_raw = raw.pop("agent", None) or {}
-    cfg = _build(TrainConfig, raw, "")
+    cfg = build_dataclass(TrainConfig, raw, "")
     if cfg.algo not in agent_configs:
         raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
     if not isinstance(agent_raw, dict):
         raise ConfigError("agent: must be a mapping of the algorithm's settings")
-    cfg.agent = _build(agent_configs[cfg.algo], agent_raw, "agent.")
+    cfg.agent = build_dataclass(agent_configs[cfg.algo], agent_raw, "agent.")
     return cfg
 
 
@@ -133,7 +135,9 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+    """``cls(**raw)`` with every key and value checked against ``cls``'s type hints;
+    errors name the key as ``<prefix><key>``."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(raw) - set(fields))
@@ -145,7 +149,7 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
-            values[name] = _build(hint, value, f"{prefix}{name}.")
+            values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         else:
             values[name] = _check(value, hint, f"{prefix}{name}")
     return cls(**values)

@@ -14,6 +14,7 @@ from robolearn.interfaces import VecEnv
 from sims.backend import MujocoBackend
 from sims.task import Task, TaskEnv
 from sims.tasks.ant import Ant
+from sims.tasks.arm_reach import ArmReach
 from sims.tasks.cartpole import Cartpole
 from sims.tasks.half_cheetah import HalfCheetah
 from sims.tasks.hopper import Hopper
@@ -27,6 +28,7 @@ TASKS: dict[str, type[Task]] = {
     "hopper": Hopper,
     "half_cheetah": HalfCheetah,
     "ant": Ant,
+    "arm_reach": ArmReach,
 }
 
 GYM_PREFIX = "gym:"
@@ -38,6 +40,7 @@ def make_env(
     device: str | torch.device = "cpu",
     num_threads: int | None = None,
     seed: int | None = None,
+    randomization: dict[str, Any] | None = None,
     **task_kwargs: Any,
 ) -> VecEnv:
     """A VecEnv of ``num_envs`` copies of ``task``.
@@ -50,12 +53,20 @@ def make_env(
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 
+        if randomization:
+            raise ValueError("env.randomization needs one of our tasks; Gymnasium envs cannot be randomized here")
         return GymVecEnv(task[len(GYM_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
     spec = TASKS[task](**task_kwargs)
     backend = MujocoBackend(spec.model(), num_envs, device=device, num_threads=num_threads, fields=spec.fields)
-    return TaskEnv(spec, backend, seed=seed)
+    env = TaskEnv(spec, backend, seed=seed)
+    if randomization:
+        from robolearn.config import build_dataclass
+        from sims.randomization import Randomization, RandomizedEnv
+
+        env = RandomizedEnv(env, build_dataclass(Randomization, randomization, "env.randomization."), seed=seed)
+    return env
 
 
 __all__ = ["TASKS", "MujocoBackend", "Task", "TaskEnv", "make_env"]

@@ -66,6 +66,7 @@ class MujocoBackend:
         self._qvel = self._batch.bind("qvel")
         self._ctrl = self._batch.bind("ctrl")
         self._time = self._batch.bind("time")
+        self._mocap_pos = self._batch.bind("mocap_pos") if model.nmocap else None
         # Outputs must be bound before the call that fills them.
         self._outputs = {name: self._batch.bind(name) for name in ("sensordata", *fields)}
         self._cache: dict[str, torch.Tensor] = {}
@@ -98,6 +99,13 @@ class MujocoBackend:
     @property
     def time(self) -> torch.Tensor:
         return self._tensor("time", self._time)
+
+    @property
+    def mocap_pos(self) -> torch.Tensor:
+        """Positions of mocap bodies ``(num_worlds, nmocap, 3)``: goals and markers tasks place."""
+        if self._mocap_pos is None:
+            raise KeyError("the model has no mocap bodies")
+        return self._tensor("mocap_pos", self._mocap_pos)
 
     @property
     def sensordata(self) -> torch.Tensor:
@@ -139,6 +147,17 @@ class MujocoBackend:
         self._qvel[ids] = _numpy(qvel)
         if self._forward_on_reset:
             self._batch.forward(np.sort(ids))  # derived fields and sensors of the new state
+        self._cache.clear()
+
+    def set_mocap_pos(self, world_ids: torch.Tensor, positions: torch.Tensor) -> None:
+        """Move the mocap bodies of worlds ``world_ids`` to ``positions`` ``(len, nmocap, 3)``."""
+        self.mocap_pos  # raises if the model has none
+        self._mocap_pos[_numpy(world_ids).astype(np.int64)] = _numpy(positions)
+        self._cache.clear()
+
+    def add_qvel(self, world_ids: torch.Tensor, delta: torch.Tensor) -> None:
+        """Add ``delta`` ``(len, nv)`` to the velocities of worlds ``world_ids``: a push."""
+        self._qvel[_numpy(world_ids).astype(np.int64)] += _numpy(delta)
         self._cache.clear()
 
     # ---- per-world model fields (randomization) -----------------------------

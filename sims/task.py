@@ -51,6 +51,9 @@ class Task(ABC):
         qpos0 = torch.as_tensor(sim.model.qpos0, dtype=torch.float64, device=sim.device)
         return qpos0.expand(len(ids), -1).clone(), torch.zeros(len(ids), sim.model.nv, dtype=torch.float64, device=sim.device)
 
+    def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
+        """Called once worlds ``ids`` hold their initial state: place goals (mocap bodies) and the like."""
+
     def pre_step(self, sim: MujocoBackend) -> None:
         """Called before the physics step: keep what rewards difference against."""
 
@@ -161,6 +164,7 @@ class TaskEnv(VecEnv):
     def _reset_worlds(self, ids: torch.Tensor) -> None:
         qpos, qvel = self.task.reset(self.sim, ids, self._generator)
         self.sim.set_state(ids, qpos, qvel)
+        self.task.after_reset(self.sim, ids, self._generator)
         self._episode_step[ids] = 0
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:

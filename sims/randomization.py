@@ -1,0 +1,192 @@
+"""Domain randomization as configuration, with DORAEMON-style automatic widening.
+
+A :class:`RandomizedEnv` wraps a :class:`~sims.task.TaskEnv` and gives every
+episode of every world its own physics and sensing: scaled masses, friction,
+joint damping and actuator gains (per-world model fields on the backend),
+action latency and observation delay in control steps, observation noise, and
+random pushes. All of it is data in ``env.randomization`` of a run config::
+
+    env:
+      randomization: {mass_scale: [0.8, 1.3], gain_scale: [0.6, 1.1],
+                      action_latency_steps: [0, 2], auto: true}
+
+Each range is ``[low, high]`` around the nominal value (scale 1, 0 steps).
+With ``auto: true`` the ranges start at the nominal point and widen by
+``auto_step`` of their full width whenever the success rate of the last
+``auto_window`` finished episodes is at least ``auto_success`` (and narrow when
+it falls below): DORAEMON's idea (Tiboni et al., 2024: maximise the entropy of
+the dynamics distribution subject to a success-rate constraint), simplified to
+one shared width for uniform ranges instead of per-parameter Beta
+distributions under a KL trust region. The current width is logged as
+``randomization/width``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from robolearn.interfaces import Obs, Step, VecEnv
+from sims.task import TaskEnv, uniform
+
+
+@dataclass
+class Randomization:
+    """Ranges ``[low, high]``; the defaults change nothing."""
+
+    mass_scale: tuple[float, float] = (1.0, 1.0)  # every body's mass (and inertia)
+    friction_scale: tuple[float, float] = (1.0, 1.0)  # geom sliding friction and joint frictionloss
+    damping_scale: tuple[float, float] = (1.0, 1.0)  # joint damping
+    gain_scale: tuple[float, float] = (1.0, 1.0)  # actuator gains (motor strength; servo kp and kv)
+    action_latency_steps: tuple[int, int] = (0, 0)  # control steps before an action reaches the actuators
+    obs_delay_steps: tuple[int, int] = (0, 0)  # control steps the policy's observation lags
+    obs_noise_std: float = 0.0  # Gaussian noise added to the ``policy`` group
+    push_every_s: float = 0.0  # mean seconds between pushes; 0: none
+    push_velocity: float = 0.0  # pushes add U(-v, v) to every joint velocity
+    auto: bool = False  # DORAEMON-style: start nominal, widen while successful
+    auto_success: float = 0.8
+    auto_step: float = 0.05
+    auto_window: int = 64
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (tuple, list)):
+                low, high = value
+                if low > high or low < 0:
+                    raise ValueError(f"randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
+        if not 0.0 <= self.auto_success <= 1.0:
+            raise ValueError(f"randomization.auto_success must be in [0, 1], got {self.auto_success}")
+
+    @property
+    def active(self) -> bool:
+        return self != Randomization()
+
+
+SCALED_FIELDS = {  # model field -> (randomization range, which columns are scaled)
+    "body_mass": ("mass_scale", None),
+    "body_inertia": ("mass_scale", None),
+    "geom_friction": ("friction_scale", 0),
+    "dof_frictionloss": ("friction_scale", None),
+    "dof_damping": ("damping_scale", None),
+    "actuator_gainprm": ("gain_scale", 0),
+    "actuator_biasprm": ("gain_scale", slice(1, 3)),
+}
+
+
+class RandomizedEnv(VecEnv):
+    """``env`` with each episode's dynamics and sensing drawn from ``cfg``."""
+
+    def __init__(self, env: TaskEnv, cfg: Randomization, seed: int | None = None) -> None:
+        self.env, self.cfg, self.sim = env, cfg, env.sim
+        for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
+            setattr(self, name, getattr(env, name))
+        self.width = 0.0 if cfg.auto else 1.0
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(0 if seed is None else seed + 7919)
+        self._nominal = {name: self.sim.get_model_field(name).double()[0] for name in SCALED_FIELDS}
+        self._outcomes: list[bool] = []
+        n = self.num_envs
+        self._latency = torch.zeros(n, dtype=torch.long, device=self.device)
+        self._delay = torch.zeros(n, dtype=torch.long, device=self.device)
+        self._actions = torch.zeros(cfg.action_latency_steps[1] + 1, n, *self.action_spec.shape, device=self.device)
+        self._history: dict[str, torch.Tensor] = {}
+        self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
+        self.reset(seed)
+
+    # ---- sampling -------------------------------------------------------------
+
+    def _range(self, name: str) -> tuple[float, float]:
+        """The current range of ``name``: nominal widened by ``width`` of the configured range."""
+        low, high = getattr(self.cfg, name)
+        nominal = 0.0 if name.endswith("_steps") else 1.0
+        return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
+
+    def _resample(self, ids: torch.Tensor) -> None:
+        """New dynamics, latency and delay for worlds ``ids``."""
+        scales = {key: uniform((len(ids),), *self._range(key), self._generator)
+                  for key in {key for key, _ in SCALED_FIELDS.values()}}
+        for name, (key, columns) in SCALED_FIELDS.items():
+            values = self._nominal[name].expand(len(ids), *self._nominal[name].shape).clone()
+            part = values if columns is None else values[..., columns]
+            part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
+            self.sim.set_model_field(name, values, ids)
+        for attr, key in (("_latency", "action_latency_steps"), ("_delay", "obs_delay_steps")):
+            low, high = self._range(key)
+            getattr(self, attr)[ids] = torch.randint(round(low), round(high) + 1, (len(ids),),
+                                                     generator=self._generator, device=self.device)
+        self._fresh[ids] = True
+
+    # ---- VecEnv ----------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs = self.env.reset(seed)
+        everyone = torch.arange(self.num_envs, device=self.device)
+        self._resample(everyone)
+        depth = self.cfg.obs_delay_steps[1] + 1
+        self._history = {k: v.unsqueeze(0).repeat(depth, *([1] * v.dim())) for k, v in obs.items()}
+        return self._noisy(obs)
+
+    def step(self, action: torch.Tensor) -> Step:
+        action = action.to(self.device, torch.float32)
+        # Latency: the actuators get the action sent `latency` steps ago; the
+        # first action of an episode fills the queue.
+        self._actions = torch.roll(self._actions, 1, dims=0)
+        self._actions[0] = action
+        self._actions[:, self._fresh] = action[self._fresh]
+        self._fresh[:] = False
+        rows = torch.arange(self.num_envs, device=self.device)
+        applied = self._actions[self._latency, rows]
+        self._push()
+        obs, reward, terminated, truncated, info = self.env.step(applied)
+        done = terminated | truncated
+        # Delay: the policy sees the observation from `delay` steps ago.
+        for k, v in info["final_obs"].items():
+            self._history[k] = torch.roll(self._history[k], 1, dims=0)
+            self._history[k][0] = v
+        info = {**info, "final_obs": self._noisy({k: h[self._delay, rows] for k, h in self._history.items()})}
+        next_obs = info["final_obs"]
+        if done.any():
+            ids = done.nonzero().squeeze(1)
+            if self.cfg.auto and "success" in info:
+                self._adapt(info["success"][done].tolist())
+            self._resample(ids)
+            for k, h in self._history.items():  # a new episode has no past: its first frame throughout
+                h[:, ids] = obs[k][ids]
+            fresh = self._noisy({k: v[ids] for k, v in obs.items()})
+            next_obs = {k: v.index_put((ids,), fresh[k]) for k, v in next_obs.items()}
+        info["log"] = {**info.get("log", {}), "randomization/width": self.width}
+        return Step(next_obs, reward, terminated, truncated, info)
+
+    def _noisy(self, obs: Obs) -> Obs:
+        if self.cfg.obs_noise_std <= 0 or "policy" not in obs:
+            return obs
+        noise = torch.randn(obs["policy"].shape, generator=self._generator, device=self.device)
+        return {**obs, "policy": obs["policy"] + self.cfg.obs_noise_std * self.width * noise}
+
+    def _push(self) -> None:
+        if self.cfg.push_every_s <= 0 or self.cfg.push_velocity <= 0:
+            return
+        chance = self.control_dt / self.cfg.push_every_s
+        hit = torch.rand(self.num_envs, generator=self._generator, device=self.device) < chance
+        if hit.any():
+            ids = hit.nonzero().squeeze(1)
+            v = self.cfg.push_velocity * self.width
+            self.sim.add_qvel(ids, uniform((len(ids), self.sim.model.nv), -v, v, self._generator))
+
+    def _adapt(self, outcomes: list[bool]) -> None:
+        """DORAEMON-style width update from finished episodes' success."""
+        self._outcomes.extend(outcomes)
+        if len(self._outcomes) < self.cfg.auto_window:
+            return
+        rate = sum(self._outcomes) / len(self._outcomes)
+        self._outcomes.clear()
+        step = self.cfg.auto_step if rate >= self.cfg.auto_success else -self.cfg.auto_step
+        self.width = min(1.0, max(0.0, self.width + step))
+
+    def render(self, index: int = 0, width: int = 320, height: int = 240):
+        return self.env.render(index, width, height)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,127 @@
+"""Arm reach: move the fingertip of a 4-joint Dynamixel arm to a target.
+
+Model ``sims/assets/dxl_arm.xml``: XM430-W350 servos in position mode (base
+yaw, shoulder, elbow, wrist). 10 physics steps of 2 ms per control step
+(``control_dt`` 0.02 s, 50 Hz, the rate a Dynamixel bus sustains comfortably),
+100 steps (2 s) per episode. The same observation is built on the real robot
+(``hardware.dxl_arm``) from the servos' positions and velocities, so a
+controller trained here deploys unchanged.
+
+- Observation ``policy`` (14): joint positions (4, rad), joint velocities (4,
+  rad/s), the target (3, m, base frame), fingertip - target (3, m). The
+  fingertip comes from :func:`fingertip_position` (forward kinematics of the
+  current joint angles), which the robot uses too.
+- Action (4): goal joint positions (rad) within the joint ranges: exactly what
+  a Dynamixel's Goal_Position receives.
+- Reward terms: ``dist`` = -|fingertip - target|; ``reach`` = 1 - tanh(|d| /
+  5 cm), a sharper term near the goal; ``velocity`` = -0.002 |qvel|^2.
+- Never terminates; truncated after 100 steps. Success: the fingertip is
+  within ``success_distance`` (2 cm) of the target when the episode ends.
+- Reset: joints U(-0.1, 0.1) around the home pose (upper arm up, forearm
+  level), at rest; target uniform over a reachable shell in front of the arm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import torch
+
+from robolearn.interfaces import Obs
+from sims.backend import MujocoBackend
+from sims.task import Task, uniform
+
+ARM_XML = Path(__file__).resolve().parent.parent / "assets" / "dxl_arm.xml"
+
+# Geometry of dxl_arm.xml (metres), for forward kinematics in torch.
+SHOULDER_HEIGHT = 0.09
+UPPER_ARM, FOREARM, HAND = 0.12, 0.12, 0.08
+
+
+def fingertip_position(q: torch.Tensor) -> torch.Tensor:
+    """Fingertip position ``(..., 3)`` of joint angles ``q`` ``(..., 4)``, in the base frame.
+
+    Exact for dxl_arm.xml (a test compares it with MuJoCo's kinematics); computed
+    from the current angles rather than read from MuJoCo's derived fields, which
+    lag one physics substep, so sim and robot observations agree.
+    """
+    yaw, shoulder, elbow, wrist = q.unbind(-1)
+    forearm_angle = shoulder + elbow
+    hand_angle = forearm_angle + wrist
+    reach = UPPER_ARM * shoulder.sin() + FOREARM * forearm_angle.cos() + HAND * hand_angle.cos()
+    height = SHOULDER_HEIGHT + UPPER_ARM * shoulder.cos() - FOREARM * forearm_angle.sin() - HAND * hand_angle.sin()
+    return torch.stack([reach * yaw.cos(), reach * yaw.sin(), height], dim=-1)
+
+
+def sample_targets(n: int, generator: torch.Generator) -> torch.Tensor:
+    """``n`` float64 targets uniform over a reachable shell in front of the arm:
+    horizontal distance 10-24 cm, yaw within +-70 degrees, height 4-26 cm, and
+    at most 26 cm from the shoulder (the arm reaches 32 cm)."""
+    targets = torch.empty(n, 3, dtype=torch.float64, device=generator.device)
+    todo = torch.ones(n, dtype=torch.bool, device=generator.device)
+    while todo.any():  # rejection sampling
+        k = int(todo.sum())
+        radius = uniform((k,), 0.10, 0.24, generator)
+        yaw = uniform((k,), -math.radians(70), math.radians(70), generator)
+        height = uniform((k,), 0.04, 0.26, generator)
+        candidate = torch.stack([radius * yaw.cos(), radius * yaw.sin(), height], dim=1)
+        targets[todo] = candidate
+        to_shoulder = candidate - candidate.new_tensor([0.0, 0.0, SHOULDER_HEIGHT])
+        still = todo.clone()
+        still[todo] = to_shoulder.norm(dim=1) > 0.26
+        todo = still
+    return targets
+
+
+def reach_observation(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor) -> Obs:
+    """The ``policy`` group from joint state and target, shared by sim and robot."""
+    to_target = fingertip_position(q) - target
+    return {"policy": torch.cat([q, qvel, target, to_target], dim=-1).float()}
+
+
+@dataclass(kw_only=True)
+class ArmReach(Task):
+    reward_dist_weight: float = 1.0
+    reward_reach_weight: float = 1.0
+    reach_scale: float = 0.05
+    reward_velocity_weight: float = 0.002
+    success_distance: float = 0.02
+    reset_noise: float = 0.1
+    frame_skip: int = 10
+    max_episode_steps: int = 100
+
+    def model(self) -> mujoco.MjModel:
+        return mujoco.MjModel.from_xml_path(str(ARM_XML))
+
+    def reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        qpos, qvel = super().reset(sim, ids, generator)
+        return qpos + uniform(qpos.shape, -self.reset_noise, self.reset_noise, generator), qvel
+
+    def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
+        sim.set_mocap_pos(ids, sample_targets(len(ids), generator).unsqueeze(1))
+
+    def observations(self, sim: MujocoBackend) -> Obs:
+        return reach_observation(sim.qpos.double(), sim.qvel.double(), self._target(sim))
+
+    def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        distance = self._distance(sim)
+        return {
+            "dist": -self.reward_dist_weight * distance,
+            "reach": self.reward_reach_weight * (1 - torch.tanh(distance / self.reach_scale)),
+            "velocity": -self.reward_velocity_weight * sim.qvel.square().sum(1),
+        }
+
+    def success(self, sim: MujocoBackend) -> torch.Tensor:
+        return self._distance(sim) < self.success_distance
+
+    def _target(self, sim: MujocoBackend) -> torch.Tensor:
+        return sim.mocap_pos[:, 0].double()
+
+    def _distance(self, sim: MujocoBackend) -> torch.Tensor:
+        return (fingertip_position(sim.qpos.double()) - self._target(sim)).norm(dim=1).float()
+
+    def camera(self) -> str:
+        return "front"

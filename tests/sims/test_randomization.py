@@ -1,0 +1,88 @@
+"""Domain randomization: per-world physics, latency, delay, noise, automatic widening."""
+
+import pytest
+import torch
+
+import sims
+from robolearn.config import ConfigError
+from sims.randomization import Randomization, RandomizedEnv
+
+
+def _env(num_envs=6, **cfg):
+    return sims.make_env("arm_reach", num_envs, seed=1, randomization=cfg)
+
+
+def test_physics_fields_are_drawn_per_world_within_range():
+    env = _env(mass_scale=[0.5, 2.0], gain_scale=[0.6, 0.9], damping_scale=[1.0, 3.0])
+    nominal = sims.make_env("arm_reach", 1).sim
+    mass = env.sim.get_model_field("body_mass")[:, 1:-1] / nominal.get_model_field("body_mass")[:, 1:-1]  # skip world and mocap target
+    assert mass.min() >= 0.5 and mass.max() <= 2.0
+    assert torch.allclose(mass, mass[:, :1].expand_as(mass))  # one scale per world
+    assert mass[:, 0].unique().numel() == 6  # and different worlds differ
+    kp = -env.sim.get_model_field("actuator_biasprm")[:, :, 1] / -nominal.get_model_field("actuator_biasprm")[:, :, 1]
+    assert kp.min() >= 0.6 - 1e-6 and kp.max() <= 0.9 + 1e-6
+    gain = env.sim.get_model_field("actuator_gainprm")[:, :, 0] / nominal.get_model_field("actuator_gainprm")[:, :, 0]
+    torch.testing.assert_close(gain, kp)  # position servo: gain and bias scale together
+
+
+def test_action_latency_delays_the_actuators():
+    env = _env(num_envs=2, action_latency_steps=[2, 2])
+    actions = [torch.full((2, 4), 0.1 * i) for i in range(1, 6)]
+    for i, a in enumerate(actions):
+        env.step(a)
+        expected = actions[max(0, i - 2)]  # the first action fills the queue
+        torch.testing.assert_close(env.sim.ctrl.float(), expected)
+
+
+def test_observation_delay_shows_the_past():
+    env = _env(num_envs=2, obs_delay_steps=[3, 3])
+    inner = []
+    step_inner = env.env.step
+
+    def spy(action):
+        out = step_inner(action)
+        inner.append(out.info["final_obs"]["policy"].clone())
+        return out
+
+    env.env.step = spy
+    first = env.reset(seed=0)["policy"].clone()
+    seen = [env.step(torch.zeros(2, 4)).obs["policy"] for _ in range(6)]
+    for t in range(3):  # the policy sees its episode's first frame until 3 steps have passed
+        torch.testing.assert_close(seen[t], first)
+    torch.testing.assert_close(seen[3], inner[0])
+    torch.testing.assert_close(seen[5], inner[2])
+
+
+def test_noise_perturbs_the_policy_observation():
+    env = _env(num_envs=3, obs_noise_std=0.5)
+    noisy = env.step(torch.zeros(3, 4)).obs["policy"]
+    clean = env.env.task.observations(env.sim)["policy"]
+    assert (noisy - clean).std() > 0.2
+
+
+def test_auto_widens_while_successful_and_not_otherwise():
+    always = _env(num_envs=4, mass_scale=[0.5, 2.0], auto=True, auto_success=0.0, auto_window=4, auto_step=0.25)
+    never = _env(num_envs=4, mass_scale=[0.5, 2.0], auto=True, auto_success=1.0, auto_window=4, auto_step=0.25)
+    assert always.width == never.width == 0.0
+    for env in (always, never):
+        for _ in range(3 * env.max_episode_steps):
+            step = env.step(torch.zeros(4, 4))
+    assert always.width == 0.75 and step.info["log"]["randomization/width"] == 0.0  # `never` logged last
+    assert never.width == 0.0  # zeros never reach a target
+
+
+def test_bad_randomization_config_names_the_key():
+    with pytest.raises(ConfigError, match="env.randomization.mass_scal"):
+        _env(mass_scal=[1, 2])
+    with pytest.raises(ValueError, match="mass_scale"):
+        Randomization(mass_scale=(2.0, 1.0))
+    with pytest.raises(ValueError, match="our tasks"):
+        sims.make_env("gym:Pendulum-v1", 1, randomization={"mass_scale": [1, 2]})
+
+
+def test_randomized_env_trains_end_to_end_shapes():
+    env = _env(num_envs=2, action_latency_steps=[0, 1], obs_delay_steps=[0, 2], push_every_s=0.1, push_velocity=0.5)
+    assert isinstance(env, RandomizedEnv)
+    for _ in range(env.max_episode_steps + 5):
+        step = env.step(torch.zeros(2, 4))
+        assert step.obs["policy"].shape == (2, 14) and torch.isfinite(step.obs["policy"]).all()
