@@ -1,0 +1,269 @@
+"""A real robot as a VecEnv with one env, safe on every exit path.
+
+A driver subclasses :class:`Robot` and implements the link (``_connect``,
+``_disconnect``, ``_read``, ``_write``, ``_set_torque``); a task subclass says
+what the observation, reward and episode start are (``_observe``,
+``_begin_episode``, ``_score``). The base class owns everything that must be
+the same on every robot:
+
+- ``with robot:`` connects, and on leaving (normally, on an exception, on
+  Ctrl+C) stops safely: ramp to the safe pose at ``safety.ramp_speed``, torque
+  off, disconnect. If the link is lost, no ramp is possible: the error says so
+  (servos with a bus watchdog stop on their own).
+- ``step`` paces itself: it sends the command, waits for the next control tick
+  (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
+  observation is one control period after the command. ``paced = True`` tells
+  :func:`robolearn.runtime.run` not to pace it again.
+- Every command passes the :class:`~hardware.safety.SafetyLayer`;
+  ``info["sent_action"]`` is what was actually sent.
+- A watchdog thread: if no fresh observation (failed reads) or no ``step``
+  call arrives for ``safety.watchdog_s`` the robot holds its last safe command;
+  after ``safety.stop_after_s`` it stops and the next ``step`` raises
+  :class:`~hardware.safety.WatchdogStop`.
+- :meth:`emergency_stop` (any thread; the CLI binds it to Ctrl+\\): torque off
+  where the robot stands; the next ``step`` raises ``EmergencyStop``.
+- Episodes: ``reset`` ramps to the start pose; at the time limit ``step``
+  resets by itself like any VecEnv (``info["final_obs"]`` is the last
+  observation of the finished episode).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import abstractmethod
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from hardware.safety import ConnectionLost, EmergencyStop, RobotError, SafetyConfig, SafetyLayer, SafetyStop, WatchdogStop
+from robolearn.interfaces import Obs, Step, VecEnv
+from robolearn.runtime import Ticker
+
+
+class Robot(VecEnv):
+    """Base of real robots whose actions are joint position commands."""
+
+    num_envs = 1
+    paced = True
+
+    def __init__(self, *, joint_low: np.ndarray, joint_high: np.ndarray, home: np.ndarray, control_dt: float,
+                 max_episode_steps: int, safety: SafetyConfig | None = None) -> None:
+        self.device = torch.device("cpu")
+        self.control_dt = control_dt
+        self.max_episode_steps = max_episode_steps
+        self.joint_low, self.joint_high = np.asarray(joint_low, float), np.asarray(joint_high, float)
+        self.home = np.asarray(home, float)
+        self.safety_cfg = safety or SafetyConfig()
+        if self.safety_cfg.watchdog_s < 2 * control_dt:
+            raise ValueError(f"safety.watchdog_s ({self.safety_cfg.watchdog_s}) must cover at least two control "
+                             f"periods ({2 * control_dt:.3f} s) or every step would trip it")
+        self.safety = SafetyLayer(self.joint_low, self.joint_high, self.safety_cfg)
+        self.action_spec = spaces.Box(self.joint_low.astype(np.float32), self.joint_high.astype(np.float32))
+        self.ticker = Ticker(control_dt)
+        self.connected = False
+        self.stopped: SafetyStop | None = None
+        self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog
+        self._q = self.home.copy()
+        self._qd = np.zeros_like(self.home)
+        self._fresh_at = self._called_at = time.monotonic()
+        self._episode_step = 0
+        self._watchdog: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    # ---- what a driver implements ---------------------------------------------
+
+    @abstractmethod
+    def _connect(self) -> None:
+        """Open the link and check the hardware (ids, models); torque stays off."""
+
+    @abstractmethod
+    def _disconnect(self) -> None:
+        """Close the link; must not raise if it is already gone."""
+
+    @abstractmethod
+    def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Joint positions and velocities; None for a transient failure (after
+        the driver's own retries); raise ConnectionLost if the link is gone."""
+
+    @abstractmethod
+    def _write(self, goal: np.ndarray) -> None:
+        """Send joint position goals."""
+
+    @abstractmethod
+    def _set_torque(self, on: bool) -> None:
+        """Turn the actuators on or off."""
+
+    # ---- what a task implements -------------------------------------------------
+
+    @abstractmethod
+    def _observe(self, q: np.ndarray, qd: np.ndarray) -> Obs:
+        """Observation groups, each ``(1, ...)``, from the joint state."""
+
+    def _begin_episode(self, rng: np.random.Generator) -> np.ndarray:
+        """Set up a new episode (sample a goal...) and return its start pose; default home."""
+        return self.home
+
+    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray) -> tuple[float, bool | None]:
+        """Reward of the step and success if the episode ended now (None: undefined)."""
+        return 0.0, None
+
+    # ---- life cycle ------------------------------------------------------------
+
+    def connect(self) -> Robot:
+        self._connect()
+        self.connected = True
+        state = self._read()
+        if state is None:
+            self._disconnect()
+            self.connected = False
+            raise RobotError("connected, but the first state read failed: check wiring and power")
+        self._q, self._qd = state
+        self.safety.start(self._q)
+        self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
+        self._set_torque(True)
+        self._fresh_at = self._called_at = time.monotonic()
+        self._closing.clear()
+        self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
+        self._watchdog.start()
+        return self
+
+    def __enter__(self) -> Robot:
+        return self.connect()
+
+    def close(self) -> None:
+        """Stop safely (ramp to the safe pose, torque off) and disconnect; idempotent."""
+        self._closing.set()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(timeout=1.0)
+        if not self.connected:
+            return
+        try:
+            with self._lock:
+                if self.stopped is None:
+                    self._stop(ramp=True)
+        finally:
+            self.connected = False
+            self._disconnect()
+
+    def emergency_stop(self) -> None:
+        """Torque off now, where the robot stands (callable from any thread or a signal handler)."""
+        self.stopped = EmergencyStop("emergency stop: torque is off; reconnect to continue")
+        with self._lock:
+            self._torque_off_quietly()
+
+    # ---- VecEnv ------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> Obs:
+        self._require_running()
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        with self._lock:
+            start = self._begin_episode(self._episode_rng())
+            self._move_to(start)
+        self._episode_step = 0
+        self.ticker.restart()
+        return self._observe(self._q, self._qd)
+
+    def step(self, action: torch.Tensor) -> Step:
+        self._require_running()
+        command = action.detach().reshape(-1).cpu().double().numpy()
+        with self._lock:
+            self._called_at = time.monotonic()
+            sent, events = self.safety.filter(command, self._q, self._qd)
+            self._write(sent)
+        self.ticker.wait()
+        with self._lock:
+            self._refresh()
+        self._require_running()
+        self._episode_step += 1
+        obs = self._observe(self._q, self._qd)
+        reward, success = self._score(self._q, self._qd, sent)
+        truncated = self._episode_step >= self.max_episode_steps
+        info = {"sent_action": torch.as_tensor(sent, dtype=torch.float32).unsqueeze(0), "final_obs": obs,
+                "safety": events, "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
+        if success is not None:
+            info["success"] = torch.tensor([success])
+        if truncated:
+            obs = self.reset()
+        false = torch.zeros(1, dtype=torch.bool)
+        return Step(obs, torch.tensor([reward], dtype=torch.float32), false, torch.tensor([truncated]), info)
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _episode_rng(self) -> np.random.Generator:
+        if not hasattr(self, "_rng"):
+            self._rng = np.random.default_rng()
+        return self._rng
+
+    def _require_running(self) -> None:
+        if self.stopped is not None:
+            raise self.stopped
+        if not self.connected:
+            raise RobotError(f"{type(self).__name__} is not connected: use `with robot:` or robot.connect()")
+
+    def _refresh(self) -> None:
+        """Read the state; a failed read keeps the last one (the watchdog judges staleness)."""
+        state = self._read()
+        if state is not None:
+            self._q, self._qd = state
+            self._fresh_at = time.monotonic()
+
+    def _move_to(self, pose: np.ndarray) -> None:
+        """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick."""
+        self._refresh()
+        ticker = Ticker(self.control_dt)
+        for waypoint in self.safety.ramp(self._q, pose, self.control_dt):
+            self._write(waypoint)
+            ticker.wait()
+            self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
+            self._refresh()
+        self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
+
+    def _stop(self, ramp: bool) -> None:
+        """Park at the safe pose (if ``ramp``) and turn torque off; report what failed."""
+        try:
+            if ramp:
+                safe = np.asarray(self.safety_cfg.safe_pose) if self.safety_cfg.safe_pose is not None else self.home
+                self._move_to(safe)
+        except ConnectionLost:
+            raise ConnectionLost("connection lost before the safe stop: no ramp or torque-off was possible; "
+                                 "servos with a bus watchdog stop by themselves, others keep their last goal") from None
+        finally:
+            self._torque_off_quietly()
+
+    def _torque_off_quietly(self) -> None:
+        try:
+            self._set_torque(False)
+        except (ConnectionLost, OSError, RobotError):
+            pass  # nothing more can be done from here; the caller reports the lost link
+
+    def _watch(self) -> None:
+        """Hold on stale observations or a silent controller; stop when it lasts."""
+        poll = min(self.safety_cfg.watchdog_s / 4, self.control_dt)
+        while not self._closing.wait(poll):
+            if self.stopped is not None:
+                return
+            silent = time.monotonic() - min(self._fresh_at, self._called_at)
+            if silent < self.safety_cfg.watchdog_s:
+                continue
+            with self._lock:
+                silent = time.monotonic() - min(self._fresh_at, self._called_at)
+                if self._closing.is_set() or silent < self.safety_cfg.watchdog_s:
+                    continue
+                self.safety.events["watchdog_hold"] += 1
+                if silent >= self.safety_cfg.stop_after_s:
+                    self.stopped = WatchdogStop(
+                        f"no fresh observation or controller call for {silent:.2f} s "
+                        f"(safety.stop_after_s = {self.safety_cfg.stop_after_s}): stopped safely")
+                    try:
+                        self._stop(ramp=True)
+                    except ConnectionLost:
+                        pass
+                    return
+                try:  # hold: re-send the last safe command, and try to read again
+                    self._write(self.safety.last_sent)
+                    self._refresh()
+                except (ConnectionLost, RobotError, OSError):
+                    pass

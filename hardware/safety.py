@@ -1,0 +1,116 @@
+"""The safety layer between a controller and a robot's actuators. On by default.
+
+Every command a :class:`~hardware.robot.Robot` sends passes :meth:`SafetyLayer.filter`:
+
+1. NaN or inf anywhere: the whole command is rejected and the last safe one held.
+2. A measured joint speed above ``max_velocity``: hold the measured position
+   (a position servo then brakes) instead of following the controller.
+3. Positions are clamped into the joint limits shrunk by ``position_margin``.
+4. Each joint may move at most ``max_step`` rad from the previous command per
+   control step (the jump limit), so a bad action cannot slam the arm.
+
+Each intervention is counted by name (``nonfinite``, ``overspeed``,
+``position_limit``, ``jump_limit``) and reported in the step's ``info``, so a
+deployment log shows how often the controller was overruled.
+The watchdog, the emergency stop and the ramp to the safe pose are the Robot's
+(they need its clock and bus); their settings live here with the others.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class RobotError(RuntimeError):
+    """Base of the errors a robot raises; the message says what to check."""
+
+
+class ConnectionLost(RobotError):
+    """The link to the robot is gone (cable, power, closed port)."""
+
+
+class SafetyStop(RobotError):
+    """The safety layer stopped the robot; it ramped to its safe pose (if it could) and turned torque off."""
+
+
+class EmergencyStop(SafetyStop):
+    """Someone pressed the emergency stop: torque went off where the robot stood."""
+
+
+class WatchdogStop(SafetyStop):
+    """Observations went stale or the controller stopped calling for too long."""
+
+
+@dataclass
+class SafetyConfig:
+    """Limits and timings; units are the robot's joint units (rad, rad/s, s)."""
+
+    enabled: bool = True
+    position_margin: float = 0.05  # keep commands this far inside the joint limits
+    max_velocity: float = 4.0  # measured joint speed above which the robot holds
+    max_step: float = 0.2  # largest change of a joint command per control step
+    watchdog_s: float = 0.1  # stale observation or silent controller: hold after this long
+    stop_after_s: float = 0.5  # ... and stop (ramp to the safe pose, torque off) after this long
+    ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
+    safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
+
+    def __post_init__(self) -> None:
+        for name in ("max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"safety.{name} must be positive, got {getattr(self, name)}")
+        if self.stop_after_s < self.watchdog_s:
+            raise ValueError(f"safety.stop_after_s ({self.stop_after_s}) must be at least watchdog_s ({self.watchdog_s})")
+
+
+class SafetyLayer:
+    """Filters joint-position commands of one robot; see the module docstring."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, cfg: SafetyConfig) -> None:
+        self.cfg = cfg
+        self.low = np.asarray(low, dtype=np.float64) + cfg.position_margin
+        self.high = np.asarray(high, dtype=np.float64) - cfg.position_margin
+        if np.any(self.low >= self.high):
+            raise ValueError("joint limits are narrower than twice safety.position_margin")
+        self.last_sent: np.ndarray | None = None
+        self.events: Counter[str] = Counter()
+
+    def start(self, measured: np.ndarray) -> None:
+        """Begin from the measured pose: the first command may move ``max_step`` from it."""
+        self.last_sent = np.clip(np.asarray(measured, dtype=np.float64), self.low, self.high)
+
+    def filter(self, command: np.ndarray, measured_q: np.ndarray, measured_qd: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The command to send instead of ``command``, and the names of the rules that fired."""
+        command = np.asarray(command, dtype=np.float64)
+        if not self.cfg.enabled:
+            self.last_sent = command
+            return command, []
+        reference = self.last_sent if self.last_sent is not None else np.asarray(measured_q, dtype=np.float64)
+        events = []
+        if command.shape != reference.shape or not np.all(np.isfinite(command)):
+            events.append("nonfinite")
+            command = reference.copy()
+        if np.any(np.abs(measured_qd) > self.cfg.max_velocity):
+            events.append("overspeed")
+            command = np.asarray(measured_q, dtype=np.float64).copy()
+        clamped = np.clip(command, self.low, self.high)
+        if np.any(clamped != command):
+            events.append("position_limit")
+        stepped = np.clip(clamped, reference - self.cfg.max_step, reference + self.cfg.max_step)
+        if np.any(stepped != clamped) and "overspeed" not in events:
+            events.append("jump_limit")
+        if "overspeed" in events:
+            stepped = clamped  # braking to where the joint is must not be slowed by the jump limit
+        self.last_sent = stepped
+        self.events.update(events)
+        return stepped, events
+
+    def ramp(self, start: np.ndarray, goal: np.ndarray, dt: float) -> np.ndarray:
+        """Waypoints ``(n, joints)`` from ``start`` to ``goal`` (clamped into the limits) at ``ramp_speed``."""
+        goal = np.clip(np.asarray(goal, dtype=np.float64), self.low, self.high)
+        start = np.asarray(start, dtype=np.float64)
+        distance = float(np.max(np.abs(goal - start), initial=0.0))
+        n = max(1, int(np.ceil(distance / (self.cfg.ramp_speed * dt))))
+        return start + (goal - start) * (np.arange(1, n + 1) / n)[:, None]

@@ -1,0 +1,101 @@
+"""Record what a controller did on an env, one file per episode, never half-written.
+
+:class:`EpisodeRecorder` is a :mod:`robolearn.runtime` sink. It keeps env 0's
+episode in memory and writes it as ``episode_NNNNN.npz`` (atomically: a temp
+file renamed into place) the moment it ends, so a crash, a lost connection or
+Ctrl+C loses at most the episode in progress, and :meth:`close` writes even
+that one (marked ``interrupted``, its last step truncated). Arrays per file:
+
+- ``obs/<group>`` (T+1, ...): observations, the last one the episode's final
+- ``actions`` (T, A): the actions actually sent (after a robot's safety layer)
+- ``commanded_actions`` (T, A): what the controller asked for
+- ``rewards`` (T,), ``terminations`` (T,), ``truncations`` (T,)
+- ``timestamps`` (T,): seconds since the recording started, at each step's end
+- ``interrupted`` (): whether the episode was cut short by the end of the run
+
+These are the episode fields of robolearn's datasets (observations T+1,
+actions, rewards, terminations, truncations), so recordings import as datasets.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robolearn.checkpoint import atomic_write_bytes
+from robolearn.interfaces import Obs
+
+
+class EpisodeRecorder:
+    """Sink that writes env 0's episodes under ``directory``."""
+
+    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.metadata = metadata or {}
+        self.episodes_written = 0
+        self.steps_written = 0
+        self._start = time.perf_counter()
+        self._clear()
+        atomic_write_bytes(self.directory / "metadata.json",
+                           lambda f: f.write(json.dumps(self.metadata, indent=2, default=str).encode()))
+
+    def _clear(self) -> None:
+        self._obs: dict[str, list[np.ndarray]] = {}
+        self._columns: dict[str, list[Any]] = {k: [] for k in
+                                               ("actions", "commanded_actions", "rewards", "terminations",
+                                                "truncations", "timestamps")}
+        self._last_obs: Obs | None = None
+
+    def add(self, obs: Obs, commanded: torch.Tensor, sent: torch.Tensor, step: Any) -> None:
+        for name, value in obs.items():
+            self._obs.setdefault(name, []).append(_row0(value))
+        columns = self._columns
+        columns["actions"].append(_row0(sent))
+        columns["commanded_actions"].append(_row0(commanded))
+        columns["rewards"].append(float(step.reward[0]))
+        columns["terminations"].append(bool(step.terminated[0]))
+        columns["truncations"].append(bool(step.truncated[0]))
+        columns["timestamps"].append(time.perf_counter() - self._start)
+        if bool(step.terminated[0] | step.truncated[0]):
+            self._write(step.info.get("final_obs", step.obs), interrupted=False)
+        else:
+            self._last_obs = step.obs
+
+    def _write(self, final_obs: Obs, interrupted: bool) -> None:
+        arrays: dict[str, np.ndarray] = {}
+        for name, rows in self._obs.items():
+            arrays[f"obs/{name}"] = np.stack([*rows, _row0(final_obs[name])])
+        for name, rows in self._columns.items():
+            arrays[name] = np.asarray(rows)
+        if interrupted:
+            arrays["truncations"][-1] = True
+        arrays["interrupted"] = np.asarray(interrupted)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        path = self.directory / f"episode_{self.episodes_written:05d}.npz"
+        atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
+        self.episodes_written += 1
+        self.steps_written += len(self._columns["rewards"])
+        self._clear()
+
+    def close(self) -> None:
+        """Write the episode in progress, if it has any step."""
+        if self._columns["rewards"] and self._last_obs is not None:
+            self._write(self._last_obs, interrupted=True)
+
+
+def load_episode(path: str | Path) -> dict[str, np.ndarray]:
+    """One recorded episode's arrays (``obs/<group>``, ``actions``, ...); no pickles."""
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _row0(value: torch.Tensor) -> np.ndarray:
+    return value[0].detach().cpu().numpy().copy()

@@ -1,0 +1,188 @@
+"""The fixed-rate loop that drives a Controller on any VecEnv or Robot.
+
+``run(controller, env)`` is the same loop for evaluation in sim, recording and
+deployment: observe, ``act``, ``step``, wait for the next tick. Timing is
+drift-free: tick ``k`` is due at ``start + k * period`` (never "sleep one
+period after the work"), a tick that starts late is counted as an overrun and
+missed ticks are skipped rather than replayed back to back. Every step records
+the commanded action and, when the env reports it (``info["sent_action"]``,
+what a Robot actually sent after its safety layer), the sent one.
+
+Envs that pace themselves (a :class:`~hardware.robot.Robot` waits for its own
+control tick inside ``step``; ``env.paced = True``) are not paced twice: the
+loop measures their timing instead. On an exception or Ctrl+C the env is
+closed (a Robot ramps to its safe pose and turns torque off), what was recorded
+is kept, and the exception propagates (Ctrl+C ends the run as ``interrupted``).
+
+Sequence and hierarchical controllers run unchanged: they are called every
+control step and keep their queue or skill inside.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from robolearn.interfaces import Obs, VecEnv
+
+
+class Actor(Protocol):
+    def act(self, obs: Obs) -> torch.Tensor: ...
+    def reset(self, mask: torch.Tensor | None = None) -> None: ...
+
+
+class StepSink(Protocol):
+    """Where each step goes (a recorder): called after every env step."""
+
+    def add(self, obs: Obs, commanded: torch.Tensor, sent: torch.Tensor, step: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+SPIN_S = 0.0005
+"""Sleep until this close to a deadline, then spin: ``time.sleep`` alone overshoots
+by up to a scheduler tick (often 50-100 us, ms on loaded machines)."""
+
+
+def sleep_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Return at ``deadline`` (of ``clock``) as precisely as the OS allows."""
+    remaining = deadline - clock()
+    if remaining > SPIN_S:
+        time.sleep(remaining - SPIN_S)
+    while clock() < deadline:
+        pass
+
+
+class Ticker:
+    """Drift-free fixed-rate ticks with lateness telemetry.
+
+    ``wait()`` blocks until the next due tick and returns how late it woke
+    (seconds). If the caller was so slow that ticks went by, those ticks are
+    skipped (counted in ``overruns``) and the schedule keeps its phase.
+    """
+
+    def __init__(self, period: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        if period <= 0:
+            raise ValueError(f"tick period must be positive, got {period}")
+        self.period, self.clock = period, clock
+        self.start = clock()
+        self.tick = 0
+        self.overruns = 0
+        self.lateness: list[float] = []
+
+    def restart(self) -> None:
+        self.start, self.tick = self.clock(), 0
+
+    def wait(self) -> float:
+        self.tick += 1
+        due = self.start + self.tick * self.period
+        now = self.clock()
+        if now > due:  # late: this tick is an overrun, and whole ticks already gone are skipped
+            behind = int((now - due) // self.period)
+            self.overruns += 1 + behind
+            self.tick += behind
+            due = self.start + self.tick * self.period
+        sleep_until(due, self.clock)
+        late = self.clock() - due
+        self.lateness.append(late)
+        return late
+
+
+@dataclass
+class LoopStats:
+    """Timing of one run: what a person checks before trusting a deployment."""
+
+    steps: int = 0
+    episodes: int = 0
+    period_s: float = 0.0
+    overruns: int = 0
+    compute_s: list[float] = field(default_factory=list)  # controller time per step
+    step_s: list[float] = field(default_factory=list)  # env.step time per step
+    lateness_s: list[float] = field(default_factory=list)  # tick wake-up lateness
+    interrupted: bool = False
+    error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        def pct(values: list[float], q: float) -> float:
+            return float(np.percentile(values, q)) * 1e3 if values else 0.0
+
+        return {
+            "steps": self.steps, "episodes": self.episodes, "rate_hz": 1 / self.period_s if self.period_s else 0.0,
+            "overruns": self.overruns,
+            "compute_ms_p50": pct(self.compute_s, 50), "compute_ms_p99": pct(self.compute_s, 99),
+            "step_ms_p50": pct(self.step_s, 50), "step_ms_p99": pct(self.step_s, 99),
+            "jitter_ms_p50": pct(self.lateness_s, 50), "jitter_ms_p99": pct(self.lateness_s, 99),
+            "jitter_ms_max": max(self.lateness_s, default=0.0) * 1e3,
+            "interrupted": self.interrupted, "error": self.error,
+        }
+
+
+@torch.no_grad()
+def run(
+    controller: Actor,
+    env: VecEnv,
+    *,
+    rate_hz: float | None = None,
+    steps: int | None = None,
+    episodes: int | None = None,
+    sink: StepSink | None = None,
+    seed: int | None = None,
+    close_env: bool = True,
+) -> LoopStats:
+    """Drive ``controller`` on ``env`` for ``steps`` control steps or until
+    ``episodes`` episodes (of env 0) have ended, whichever comes first.
+
+    ``rate_hz``: ticks per second; default ``1 / env.control_dt`` (real time);
+    0 runs as fast as possible (simulation only). ``sink`` receives every step
+    (a recorder); it is closed on every exit path so completed steps are kept.
+    """
+    if steps is None and episodes is None:
+        raise ValueError("run needs steps or episodes (or both) to know when to stop")
+    paced_by_env = bool(getattr(env, "paced", False))
+    rate = (1.0 / env.control_dt) if rate_hz is None else rate_hz
+    stats = LoopStats(period_s=1.0 / rate if rate > 0 else 0.0)
+    ticker = Ticker(stats.period_s) if rate > 0 and not paced_by_env else None
+    try:
+        obs = env.reset(seed=seed)
+        controller.reset()
+        if ticker:
+            ticker.restart()
+        while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
+            t0 = time.perf_counter()
+            commanded = controller.act(obs).to(env.device)
+            t1 = time.perf_counter()
+            step = env.step(commanded)
+            t2 = time.perf_counter()
+            sent = step.info.get("sent_action", commanded)
+            if sink is not None:
+                sink.add(obs, commanded, sent, step)
+            obs = step.obs
+            done = step.terminated | step.truncated
+            controller.reset(done)
+            stats.steps += 1
+            stats.episodes += int(done[0])
+            stats.compute_s.append(t1 - t0)
+            stats.step_s.append(t2 - t1)
+            if ticker:
+                ticker.wait()
+    except KeyboardInterrupt:
+        stats.interrupted = True
+    except BaseException as err:
+        stats.error = f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        if ticker:
+            stats.lateness_s, stats.overruns = ticker.lateness, ticker.overruns
+        elif paced_by_env and getattr(env, "ticker", None) is not None:
+            stats.lateness_s, stats.overruns = list(env.ticker.lateness), env.ticker.overruns
+        try:
+            if sink is not None:
+                sink.close()
+        finally:
+            if close_env:
+                env.close()
+    return stats

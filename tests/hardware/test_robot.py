@@ -1,0 +1,195 @@
+"""The Robot base class: safe exits, watchdog, emergency stop, pacing, auto-reset.
+
+The link here is a test double (joints follow goals with a lag); the real
+driver path is tested against the Dynamixel emulator elsewhere.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from hardware.robot import Robot
+from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, WatchdogStop
+from robolearn.recording import EpisodeRecorder, load_episode
+from robolearn.runtime import run
+
+HOME = np.array([0.0, 0.5])
+SAFE = np.array([0.2, 0.2])
+
+
+class LagArm(Robot):
+    """Two joints that move halfway to their goal on every read."""
+
+    def __init__(self, fail_reads_after=None, lose_link_after=None, **safety):
+        cfg = dict(ramp_speed=5.0, safe_pose=tuple(SAFE), watchdog_s=0.05, stop_after_s=0.2)
+        super().__init__(joint_low=np.array([-1.0, -1.0]), joint_high=np.array([1.0, 1.0]), home=HOME,
+                         control_dt=0.01, max_episode_steps=20, safety=SafetyConfig(**{**cfg, **safety}))
+        self.q, self.goal, self.torque = np.zeros(2), np.zeros(2), False
+        self.reads, self.writes, self.torque_log = 0, [], []
+        self.fail_reads_after, self.lose_link_after = fail_reads_after, lose_link_after
+
+    def _connect(self):
+        self.link = True
+
+    def _disconnect(self):
+        self.link = False
+
+    def _read(self):
+        self.reads += 1
+        if self.lose_link_after is not None and self.reads > self.lose_link_after:
+            raise ConnectionLost("cable pulled")
+        if self.fail_reads_after is not None and self.reads > self.fail_reads_after:
+            return None
+        if self.torque:
+            self.q = self.q + 0.5 * (self.goal - self.q)
+        return self.q.copy(), np.zeros(2)
+
+    def _write(self, goal):
+        if self.lose_link_after is not None and self.reads > self.lose_link_after:
+            raise ConnectionLost("cable pulled")
+        self.goal = np.array(goal)
+        self.writes.append(self.goal.copy())
+
+    def _set_torque(self, on):
+        self.torque = on
+        self.torque_log.append(on)
+
+    def _observe(self, q, qd):
+        return {"policy": torch.as_tensor(np.concatenate([q, qd]), dtype=torch.float32).unsqueeze(0)}
+
+    def _score(self, q, qd, action):
+        return -float(np.abs(q).sum()), bool(np.abs(q).sum() < 0.1)
+
+
+class Constant(torch.nn.Module):
+    def __init__(self, value):
+        super().__init__()
+        self.value = torch.tensor([value], dtype=torch.float32)
+
+    def act(self, obs):
+        return self.value
+
+    def reset(self, mask=None):
+        pass
+
+
+def test_normal_exit_ramps_to_the_safe_pose_then_torque_off():
+    arm = LagArm()
+    with arm:
+        assert arm.torque
+        arm.reset()
+        np.testing.assert_allclose(arm.goal, HOME)
+        arm.step(torch.tensor([[0.3, 0.3]]))
+    assert arm.torque_log == [True, False] and not arm.link
+    np.testing.assert_allclose(arm.writes[-1], SAFE)
+    assert max(np.abs(np.diff(arm.writes, axis=0)).max(axis=1)) <= 5.0 * 0.01 + 0.2 + 1e-9  # ramps and jump limit
+
+
+def test_exception_in_the_loop_still_stops_safely():
+    arm = LagArm()
+
+    class Boom(Constant):
+        def act(self, obs):
+            raise RuntimeError("policy exploded")
+
+    with pytest.raises(RuntimeError, match="policy exploded"):
+        with arm:
+            run(Boom([0.0, 0.0]), arm, steps=10)
+    assert arm.torque_log[-1] is False and not arm.link
+    np.testing.assert_allclose(arm.writes[-1], SAFE)
+
+
+def test_ctrl_c_ends_the_run_as_interrupted_and_stops_safely():
+    arm = LagArm()
+
+    class Interrupt(Constant):
+        calls = 0
+
+        def act(self, obs):
+            self.calls += 1
+            if self.calls == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)
+            return self.value
+
+    with arm:
+        stats = run(Interrupt([0.1, 0.1]), arm, steps=100)
+    assert stats.interrupted and stats.steps == 4
+    assert arm.torque_log[-1] is False
+
+
+def test_actions_are_filtered_and_the_sent_action_reported():
+    with LagArm(max_step=0.1) as arm:
+        arm.reset()
+        step = arm.step(torch.tensor([[float("nan"), 0.0]]))
+        assert step.info["safety"] == ["nonfinite"]
+        np.testing.assert_allclose(step.info["sent_action"][0], HOME)
+        step = arm.step(torch.tensor([[0.9, 0.5]]))
+        np.testing.assert_allclose(step.info["sent_action"][0], [0.1, 0.5], atol=1e-6)
+
+
+def test_time_limit_resets_with_the_final_observation():
+    with LagArm() as arm:
+        obs = arm.reset()
+        for i in range(arm.max_episode_steps):
+            step = arm.step(torch.tensor([[0.0, 0.0]]))
+        assert bool(step.truncated[0]) and "success" in step.info
+        assert step.info["final_obs"]["policy"][0, :2].abs().max() < 0.1  # reached zero
+        np.testing.assert_allclose(step.obs["policy"][0, :2], HOME, atol=0.05)  # back at the start pose
+
+
+def test_stale_observations_hold_then_stop():
+    arm = LagArm(fail_reads_after=10)
+    with arm:
+        arm.reset()
+        with pytest.raises(WatchdogStop, match="no fresh observation"):
+            for _ in range(200):
+                arm.step(torch.tensor([[0.0, 0.0]]))
+    assert arm.safety.events["watchdog_hold"] >= 1
+    assert arm.torque_log[-1] is False
+
+
+def test_silent_controller_trips_the_watchdog():
+    arm = LagArm()
+    with arm:
+        arm.reset()
+        arm.step(torch.tensor([[0.0, 0.0]]))
+        time.sleep(0.4)  # the controller hangs
+        with pytest.raises(WatchdogStop):
+            arm.step(torch.tensor([[0.0, 0.0]]))
+    assert arm.torque_log[-1] is False
+
+
+def test_emergency_stop_cuts_torque_where_the_robot_stands():
+    arm = LagArm()
+    with arm:
+        arm.reset()
+        arm.step(torch.tensor([[0.5, 0.5]]))
+        writes = len(arm.writes)
+        threading.Thread(target=arm.emergency_stop).start()
+        time.sleep(0.05)
+        with pytest.raises(EmergencyStop):
+            arm.step(torch.tensor([[0.5, 0.5]]))
+    assert arm.torque_log[-1] is False and len(arm.writes) == writes  # no ramp after an e-stop
+
+
+def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
+    arm = LagArm(lose_link_after=30)
+    recorder = EpisodeRecorder(tmp_path)
+    with pytest.raises(ConnectionLost, match="connection lost before the safe stop"):
+        with arm:
+            run(Constant([0.0, 0.0]), arm, steps=100, sink=recorder)
+    episodes = [load_episode(p) for p in sorted(tmp_path.glob("episode_*.npz"))]
+    assert sum(len(e["actions"]) for e in episodes) >= 10
+    assert episodes[-1]["interrupted"]
+    assert not arm.link
+
+
+def test_watchdog_must_cover_two_control_periods():
+    with pytest.raises(ValueError, match="watchdog_s"):
+        LagArm(watchdog_s=0.015)

@@ -1,0 +1,63 @@
+"""The safety layer's rules, one by one."""
+
+import numpy as np
+import pytest
+
+from hardware.safety import SafetyConfig, SafetyLayer
+
+LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
+
+
+def layer(**cfg) -> SafetyLayer:
+    safety = SafetyLayer(LOW, HIGH, SafetyConfig(**cfg))
+    safety.start(np.zeros(2))
+    return safety
+
+
+def test_nonfinite_commands_hold_the_last_safe_one():
+    safety = layer(max_step=1.0)
+    first, _ = safety.filter(np.array([0.3, 0.2]), np.zeros(2), np.zeros(2))
+    for bad in ([np.nan, 0.0], [0.0, np.inf], [1.0]):
+        sent, events = safety.filter(np.array(bad), np.zeros(2), np.zeros(2))
+        assert events == ["nonfinite"] and np.array_equal(sent, first)
+    assert safety.events["nonfinite"] == 3
+
+
+def test_positions_are_clamped_inside_the_margin():
+    safety = layer(max_step=10.0, position_margin=0.1)
+    sent, events = safety.filter(np.array([5.0, -5.0]), np.zeros(2), np.zeros(2))
+    assert events == ["position_limit"] and np.allclose(sent, [0.9, -1.9])
+
+
+def test_jump_limit_bounds_each_step():
+    safety = layer(max_step=0.2)
+    sent, events = safety.filter(np.array([0.9, -0.05]), np.zeros(2), np.zeros(2))
+    assert events == ["jump_limit"] and np.allclose(sent, [0.2, -0.05])
+    sent, _ = safety.filter(np.array([0.9, -0.05]), np.zeros(2), np.zeros(2))
+    assert np.allclose(sent, [0.4, -0.05])  # relative to the previous command
+
+
+def test_overspeed_holds_the_measured_position():
+    safety = layer(max_velocity=2.0)
+    sent, events = safety.filter(np.array([0.5, 0.5]), np.array([0.7, -0.3]), np.array([0.0, 3.0]))
+    assert "overspeed" in events and np.allclose(sent, [0.7, -0.3])
+
+
+def test_disabled_layer_passes_commands_through():
+    safety = layer(enabled=False)
+    sent, events = safety.filter(np.array([5.0, np.nan]), np.zeros(2), np.zeros(2))
+    assert events == [] and sent[0] == 5.0
+
+
+def test_ramp_respects_speed_and_limits():
+    safety = layer(ramp_speed=0.5)
+    waypoints = safety.ramp(np.zeros(2), np.array([0.5, 3.0]), dt=0.1)
+    assert np.allclose(waypoints[-1], [0.5, 1.95])  # goal clamped inside the margin
+    steps = np.abs(np.diff(np.vstack([np.zeros(2), waypoints]), axis=0))
+    assert steps.max() <= 0.05 + 1e-12
+
+
+@pytest.mark.parametrize("bad", [dict(max_step=0), dict(watchdog_s=1.0, stop_after_s=0.5)])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="safety."):
+        SafetyConfig(**bad)
