@@ -1,0 +1,362 @@
+"""A chain of Dynamixel X-series servos in position mode, driven through the vendor SDK.
+
+``DynamixelBus`` speaks joint radians (through a :class:`Calibration`) and hides
+the SDK's integer result codes: every call is retried a bounded number of times
+on transient failures (no reply, garbled reply), then raises a typed error. One
+control step is one sync read (Present_Velocity + Present_Position, 8 bytes from
+address 128) and one sync write (Goal_Position).
+
+On connect the servos' Homing_Offset is set to 0 (calibration is applied in
+software) and Return_Delay_Time to 0 (each reply comes 0.5 ms sooner than the
+factory 500 us). The Bus_Watchdog stops the servos when this host goes quiet
+for longer than ``watchdog_ms``; ``enable_torque(True)`` re-arms it after a trip.
+
+SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
+so a payload containing FF FF FD goes out unstuffed. Nothing this driver writes
+can contain it (positions are 0..4095, the other values are small).
+"""
+
+from __future__ import annotations
+
+import select
+import termios
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dynamixel_sdk as sdk
+import numpy as np
+
+from . import protocol
+from .calibration import Calibration
+from .control_table import OPERATING_MODE_POSITION, TABLE, WATCHDOG_UNIT_S
+from .errors import (
+    CommTimeoutError,
+    DynamixelError,
+    HardwareAlertError,
+    ModelMismatchError,
+    NotConnectedError,
+    PacketError,
+)
+
+STATE_ADDRESS = TABLE["Present_Velocity"].address  # 128: velocity (4) then position (4)
+STATE_LENGTH = 8
+GOAL = TABLE["Goal_Position"]
+
+# A port that vanished (pty closed, USB unplugged): pyserial raises SerialException (an
+# OSError) from reads and writes, but termios.error from the SDK's flush before each packet.
+LINE_LOST = (OSError, termios.error)
+
+# What one try returns: (SDK comm result, status error byte, value, servo id it concerns).
+_Attempt = tuple[int, int, Any, "int | None"]
+
+
+class SelectPortHandler(sdk.PortHandler):
+    """The SDK's PortHandler, but reads wait in select() instead of spinning,
+    and a reply may take ``timeout_ms`` (plus its wire time) to arrive."""
+
+    def __init__(self, port_name: str, timeout_ms: float) -> None:
+        super().__init__(port_name)
+        self.timeout_ms = timeout_ms
+
+    def setPacketTimeout(self, packet_length: int) -> None:  # noqa: N802 (SDK name)
+        self.packet_start_time = self.getCurrentTime()
+        self.packet_timeout = self.tx_time_per_byte * packet_length + self.timeout_ms
+
+    def readPort(self, length: int) -> bytes:  # noqa: N802 (SDK name)
+        if self.ser.in_waiting == 0:
+            remaining_ms = self.packet_timeout - self.getTimeSinceStart()
+            if remaining_ms > 0:
+                select.select([self.ser.fileno()], [], [], remaining_ms / 1000)
+        return self.ser.read(length)
+
+
+@dataclass
+class BusStats:
+    """Telemetry: how often the bus had to retry and why."""
+
+    retries: int = 0
+    timeouts: int = 0  # attempts that got no reply
+    crc_errors: int = 0  # attempts whose reply was garbled
+    sync_reads: int = 0
+    sync_writes: int = 0
+
+
+class DynamixelBus:
+    """Servos of ``calibration`` on ``port``; ``connect()`` first, or use ``with``."""
+
+    def __init__(
+        self,
+        port: str,
+        calibration: Calibration,
+        baudrate: int = 1_000_000,
+        retries: int = 3,
+        timeout_ms: float = 34.0,
+        watchdog_ms: int = 100,
+        backoff_s: float = 0.002,
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if not 0 <= watchdog_ms <= 127 * WATCHDOG_UNIT_S * 1000:
+            raise ValueError(f"watchdog_ms must be 0 (off) .. 2540, got {watchdog_ms}")
+        self.port = port
+        self.calibration = calibration
+        self.baudrate = baudrate
+        self.retries = retries
+        self.timeout_ms = timeout_ms
+        self.watchdog_ms = watchdog_ms
+        self.backoff_s = backoff_s
+        self.stats = BusStats()
+        self._ids = calibration.ids
+        self._port: SelectPortHandler | None = None
+        self._packet = sdk.PacketHandler(2.0)
+        self._sync_read: sdk.GroupSyncRead | None = None
+        self._sync_write: sdk.GroupSyncWrite | None = None
+
+    # -------------------------------------------------------------- lifecycle
+
+    @property
+    def is_connected(self) -> bool:
+        return self._port is not None and self._port.is_open
+
+    def connect(self) -> None:
+        """Open the port, check every servo, configure position mode and limits, torque on."""
+        if self.is_connected:
+            return
+        port = SelectPortHandler(self.port, self.timeout_ms)
+        try:
+            opened = port.openPort()
+        except LINE_LOST as exc:
+            raise NotConnectedError(
+                f"cannot open {self.port}: {exc}; check the adapter is plugged in and you may use it "
+                "(Linux: the dialout group)"
+            ) from exc
+        if not opened or not port.setBaudRate(self.baudrate):
+            raise NotConnectedError(f"cannot open {self.port} at {self.baudrate} baud: unsupported baud rate?")
+        self._port = port
+        self._sync_read = sdk.GroupSyncRead(port, self._packet, STATE_ADDRESS, STATE_LENGTH)
+        self._sync_write = sdk.GroupSyncWrite(port, self._packet, GOAL.address, GOAL.size)
+        for servo_id in self._ids:
+            self._sync_read.addParam(servo_id)
+        try:
+            for motor in self.calibration.motors:
+                found = self.ping(motor.id)
+                if found != motor.model_number:
+                    raise ModelMismatchError(motor.id, motor.model_number, found)
+            self.enable_torque(False)
+            for motor in self.calibration.motors:
+                low, high = Calibration.position_limit_ticks(motor)
+                self.write(motor.id, "Operating_Mode", OPERATING_MODE_POSITION)
+                self.write(motor.id, "Return_Delay_Time", 0)
+                self.write(motor.id, "Homing_Offset", 0)
+                self.write(motor.id, "Min_Position_Limit", low)
+                self.write(motor.id, "Max_Position_Limit", high)
+                self.write(motor.id, "Velocity_Limit", Calibration.velocity_limit_raw(motor))
+            self.enable_torque(True)
+        except BaseException:
+            self._close_port()
+            raise
+
+    def close(self) -> None:
+        """Torque off if the servos still answer, then close the port. Safe to call twice."""
+        if self._port is None:
+            return
+        try:
+            self.enable_torque(False)
+        except DynamixelError:
+            pass  # lost or faulty bus: nothing more we can tell the servos
+        finally:
+            self._close_port()
+
+    def __enter__(self) -> DynamixelBus:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_port(self) -> None:
+        port, self._port = self._port, None
+        if port is not None and port.ser is not None:
+            try:
+                port.closePort()
+            except LINE_LOST:
+                pass
+
+    # ----------------------------------------------------------- control step
+
+    def read_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Joint positions (rad) and velocities (rad/s), from one sync read."""
+        data = self._retry("read the joint state", self._sync_read_once)
+        raw = np.frombuffer(b"".join(data[i] for i in self._ids), dtype="<i4").reshape(-1, 2)
+        self.stats.sync_reads += 1
+        return self.calibration.to_radians(raw[:, 1]), self.calibration.velocity_to_rad_s(raw[:, 0])
+
+    def write_goal(self, positions: np.ndarray) -> np.ndarray:
+        """Send goal positions (rad), clamped to the calibrated limits, in one sync write.
+
+        Returns the positions actually sent (after clamping), to record beside the command.
+        """
+        positions = np.asarray(positions, dtype=np.float64)
+        if positions.shape != (len(self._ids),) or not np.isfinite(positions).all():
+            raise ValueError(f"expected {len(self._ids)} finite goal positions, got {positions!r}")
+        sent = np.clip(positions, self.calibration.min_positions, self.calibration.max_positions)
+        ticks = self.calibration.to_ticks(sent)
+        self._send_goal_ticks(ticks)
+        return sent
+
+    # ------------------------------------------------------------- servo ops
+
+    def enable_torque(self, on: bool) -> None:
+        """Torque on (holding the present pose, watchdog re-armed) or off, on every servo."""
+        if not on:  # every servo, even if one fails: a limp arm is the safe state
+            errors = []
+            for servo_id in self._ids:
+                try:
+                    self.write(servo_id, "Torque_Enable", 0)
+                except NotConnectedError:
+                    raise
+                except DynamixelError as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+            return
+        for servo_id in self._ids:
+            self.write(servo_id, "Bus_Watchdog", 0)  # clears a tripped watchdog, which blocks goals
+        positions, _ = self.read_state()
+        self.write_goal(positions)
+        for servo_id in self._ids:
+            self.write(servo_id, "Torque_Enable", 1)
+        units = round(self.watchdog_ms / 1000 / WATCHDOG_UNIT_S)
+        if units:
+            for servo_id in self._ids:
+                self.write(servo_id, "Bus_Watchdog", units)
+
+    def reboot(self, servo_id: int, boot_timeout_s: float = 2.0) -> None:
+        """Reboot one servo (clears a hardware alert) and wait until it answers again.
+
+        It comes back with torque off and RAM items at their defaults.
+        """
+
+        def attempt() -> _Attempt:
+            result, error = self._packet.reboot(self._need_port(), servo_id)
+            return result, error & ~protocol.ERR_ALERT, None, servo_id  # answered before rebooting
+
+        self._retry("reboot", attempt)
+        deadline = time.monotonic() + boot_timeout_s
+        while True:
+            try:
+                self.ping(servo_id)
+                return
+            except CommTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+
+    def ping(self, servo_id: int) -> int:
+        """The servo's model number."""
+
+        def attempt() -> _Attempt:
+            model, result, error = self._packet.ping(self._need_port(), servo_id)
+            return result, error, model, servo_id
+
+        return self._retry("answer a ping", attempt)
+
+    def read(self, servo_id: int, name: str) -> int:
+        """One control-table item of one servo, as a signed or unsigned integer."""
+        item = TABLE[name]
+
+        def attempt() -> _Attempt:
+            data, result, error = self._packet.readTxRx(self._need_port(), servo_id, item.address, item.size)
+            value = item.from_bytes(bytes(data)) if result == sdk.COMM_SUCCESS else 0
+            return result, error, value, servo_id
+
+        return self._retry(f"read {name}", attempt)
+
+    def write(self, servo_id: int, name: str, value: int) -> None:
+        """One control-table item of one servo; the servo's reply is checked."""
+        item = TABLE[name]
+        data = list(item.to_bytes(value))
+
+        def attempt() -> _Attempt:
+            result, error = self._packet.writeTxRx(self._need_port(), servo_id, item.address, item.size, data)
+            return result, error, None, servo_id
+
+        self._retry(f"write {name}={value}", attempt)
+
+    # --------------------------------------------------------------- plumbing
+
+    def _need_port(self) -> SelectPortHandler:
+        if self._port is None:
+            raise NotConnectedError(f"bus on {self.port} is not connected: call connect() first")
+        return self._port
+
+    def _sync_read_once(self) -> _Attempt:
+        """One sync read keeping every servo's error byte (GroupSyncRead.rxPacket drops them)."""
+        port = self._need_port()
+        result = self._sync_read.txPacket()
+        if result != sdk.COMM_SUCCESS:
+            return result, 0, None, None
+        data = {}
+        for servo_id in self._ids:
+            payload, result, error = self._packet.readRx(port, servo_id, STATE_LENGTH)
+            if result != sdk.COMM_SUCCESS or error:
+                return result, error, None, servo_id
+            data[servo_id] = bytes(payload)
+        return result, 0, data, None
+
+    def _send_goal_ticks(self, ticks: np.ndarray) -> None:
+        self._need_port()
+        sync_write = self._sync_write
+        sync_write.clearParam()
+        for servo_id, value in zip(self._ids, ticks):
+            sync_write.addParam(servo_id, list(GOAL.to_bytes(int(value))))
+        self._retry("write goal positions", lambda: (sync_write.txPacket(), 0, None, None))
+        self.stats.sync_writes += 1
+
+    def _retry(self, what: str, attempt: Callable[[], _Attempt]) -> Any:
+        """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise.
+
+        No reply and garbled replies are retried; a status error other than the
+        servo's own CRC error is not (repeating a refused write changes nothing).
+        A hardware alert is raised at once with the servo's Hardware_Error_Status.
+        """
+        for tries in range(self.retries + 1):
+            try:
+                result, error, value, servo_id = attempt()
+            except LINE_LOST as exc:
+                self._close_port()
+                raise NotConnectedError(
+                    f"lost the connection on {self.port} while trying to {what}: {exc}; "
+                    "check the USB cable and the servo power, then reconnect"
+                ) from exc
+            if result == sdk.COMM_SUCCESS:
+                if not error:
+                    return value
+                if error & protocol.ERR_ALERT:
+                    raise HardwareAlertError(servo_id, self._hardware_error(servo_id))
+                if error != protocol.ERR_CRC:
+                    raise PacketError(servo_id, f"refused to {what}", error)
+            elif result == sdk.COMM_RX_TIMEOUT:
+                self.stats.timeouts += 1
+            elif result == sdk.COMM_RX_CORRUPT:
+                self.stats.crc_errors += 1
+            if tries < self.retries:
+                self.stats.retries += 1
+                time.sleep(self.backoff_s * (tries + 1))
+        if result == sdk.COMM_RX_TIMEOUT:
+            raise CommTimeoutError(servo_id, self.port, self.baudrate, what)
+        if result == sdk.COMM_RX_CORRUPT:
+            raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries")
+        if result == sdk.COMM_SUCCESS:
+            raise PacketError(servo_id, f"failed to {what} after {self.retries} retries", error)
+        raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")
+
+    def _hardware_error(self, servo_id: int) -> int:
+        """Hardware_Error_Status of a servo that raised its alert bit (0 if it cannot be read)."""
+        item = TABLE["Hardware_Error_Status"]
+        for _ in range(self.retries + 1):
+            value, result, _ = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
+            if result == sdk.COMM_SUCCESS:
+                return value
+        return 0

@@ -1,0 +1,628 @@
+"""A chain of X-series servos on a pseudo-terminal, whose joints are a MuJoCo model.
+
+The emulator is the device side of Protocol 2.0: it opens a pty, serves the
+master end in a thread and lets any host (the vendor SDK, our bus driver, the
+Dynamixel Wizard) open the slave end like a U2D2 adapter. Each servo keeps its
+own control table; reads come from the MuJoCo state, goals drive MuJoCo
+``position`` actuators. ``PhysicsOverrides`` make it play a "reality" that
+differs from the training model, ``Faults`` inject what goes wrong on real buses.
+
+Gain mapping (position mode). The MJCF's actuator gains are the servo's factory
+gains: Position_P_Gain 800 gives the MJCF kp, Position_D_Gain 0 the MJCF kv, and
+
+    kp = kp_mjcf * P / 800            (dxl_arm: 0.0075 N m/rad per P unit)
+    kv = kv_mjcf + D * KV_PER_D_UNIT  (0.0025 N m s/rad per D unit)
+
+both times ``PhysicsOverrides.gain_scale``. Torque off zeroes both: the joint is
+passive (damping and friction remain). Present_Current is the actuator force
+over the XM430-W350 torque constant (4.1 N m stall at 2.3 A).
+
+Timing. ``realtime=True`` advances the physics to the wall clock at each packet
+(at most ``MAX_CATCH_UP_S`` at once); ``realtime=False`` advances ``step_dt``
+per packet that writes Goal_Position (lockstep, deterministic). A servo answers
+after Return_Delay_Time plus the packet's wire time at the baud rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+import select
+import sys
+import termios
+import threading
+import time
+import tty
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from . import protocol as p
+from .control_table import (
+    BAUD_CODES,
+    BAUD_RATES,
+    ITEMS,
+    RAD_S_PER_VELOCITY_UNIT,
+    RETURN_DELAY_UNIT_S,
+    TABLE,
+    TABLE_SIZE,
+    WATCHDOG_TRIPPED,
+    WATCHDOG_UNIT_S,
+    CURRENT_UNIT_A,
+    rad_to_ticks,
+    ticks_to_rad,
+)
+
+DEFAULT_P_GAIN = 800
+KV_PER_D_UNIT = 0.0025  # N m s/rad added per Position_D_Gain unit
+TORQUE_PER_AMP = 4.1 / 2.3  # XM430-W350 at 12 V: stall torque over stall current
+MAX_CATCH_UP_S = 0.5  # realtime: never simulate more than this per packet
+QUIET_RESYNC_S = 0.01  # a partial packet this old was garbage
+FIRMWARE_VERSION = 48
+GOAL_ITEMS = ("Goal_PWM", "Goal_Current", "Goal_Velocity", "Goal_Position")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# termios speed constant -> baud, to hear only hosts set to a servo's baud rate.
+_TERMIOS_BAUD = {getattr(termios, f"B{b}"): b for b in BAUD_RATES.values() if hasattr(termios, f"B{b}")}
+
+
+@dataclass
+class PhysicsOverrides:
+    """How the emulated arm differs from the MJCF it loads (the "reality gap")."""
+
+    mass_scale: float = 1.0  # body masses and inertias
+    damping_scale: float = 1.0  # joint damping (back-EMF)
+    friction_scale: float = 1.0  # joint frictionloss (gear friction)
+    gain_scale: float = 1.0  # actuator kp and kv
+    actuation_latency: float = 0.0  # s of simulated time between a goal arriving and the motor acting
+
+
+@dataclass
+class Faults:
+    """Bus and servo faults; fields may be changed while the emulator runs."""
+
+    drop_reply: float = 0.0  # probability that a status packet is never sent
+    corrupt_crc: float = 0.0  # probability that a status packet's CRC is wrong
+    drop_next: int = 0  # drop exactly this many coming status packets (counts down)
+    corrupt_next: int = 0  # corrupt exactly this many coming status packets (counts down)
+    hardware_alert: dict[int, int] = field(default_factory=dict)  # id -> Hardware_Error_Status bits
+    reply_latency: float = 0.0  # s added before every status packet
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ServoState:
+    """What one servo is doing, for tests and inspection (joint units)."""
+
+    joint: str
+    position: float  # rad
+    velocity: float  # rad/s
+    goal: float  # rad, the actuator's current target
+    torque_enabled: bool
+    watchdog_tripped: bool
+    hardware_error: int
+    kp: float
+    kv: float
+
+
+class _Servo:
+    """One servo's control table and the MuJoCo indices of the joint it drives."""
+
+    def __init__(self, servo_id: int, joint: str, qpos: int, dof: int, actuator: int) -> None:
+        self.joint, self.qpos, self.dof, self.actuator = joint, qpos, dof, actuator
+        self.table = bytearray(TABLE_SIZE)
+        for item in ITEMS:
+            self.set(item.name, item.default)
+        self.set("ID", servo_id)
+        self.watchdog_since = 0.0
+
+    def get(self, name: str) -> int:
+        item = TABLE[name]
+        return item.from_bytes(self.table[item.address : item.address + item.size])
+
+    def set(self, name: str, value: int) -> None:
+        item = TABLE[name]
+        self.table[item.address : item.address + item.size] = item.to_bytes(value)
+
+    @property
+    def torque(self) -> bool:
+        return self.get("Torque_Enable") == 1
+
+    @property
+    def watchdog_tripped(self) -> bool:
+        return self.get("Bus_Watchdog") == WATCHDOG_TRIPPED
+
+
+class DynamixelEmulator:
+    """Servos ``{id: joint name}`` of ``model_xml`` served on a pty; use as a context manager."""
+
+    def __init__(
+        self,
+        model_xml: str | Path,
+        servos: Mapping[int, str],
+        model_number: int = 1020,
+        baudrate: int = 1_000_000,
+        physics: PhysicsOverrides | None = None,
+        faults: Faults | None = None,
+        realtime: bool = True,
+        step_dt: float = 0.02,
+    ) -> None:
+        if baudrate not in BAUD_CODES:
+            raise ValueError(f"baudrate {baudrate} is not an X-series rate ({sorted(BAUD_CODES)})")
+        self.physics = physics or PhysicsOverrides()
+        self.faults = faults or Faults()
+        self.realtime = realtime
+        self.step_dt = step_dt
+        self.baudrate = baudrate
+        self.model = mujoco.MjModel.from_xml_path(str(model_xml))
+        self.data = mujoco.MjData(self.model)
+        self._apply_physics_overrides()
+        self._kp0 = self.model.actuator_gainprm[:, 0].copy()
+        self._kv0 = -self.model.actuator_biasprm[:, 2].copy()
+        self._servos: dict[int, _Servo] = {}
+        for servo_id, joint in servos.items():
+            self._servos[servo_id] = self._make_servo(servo_id, joint, model_number)
+        self._pending: collections.deque[tuple[float, int, float]] = collections.deque()
+        mujoco.mj_forward(self.model, self.data)
+        for servo in self._servos.values():
+            self._hold(servo)
+        self._rng = random.Random(self.faults.seed)
+        self._lock = threading.Lock()
+        self._parser = p.PacketParser()
+        self._thread: threading.Thread | None = None
+        self._master = self._slave = self._wake_r = self._wake_w = -1
+        self._stop = threading.Event()
+        self._disconnect = threading.Event()
+        self._disconnected = threading.Event()
+        self._t0 = 0.0
+        self.packets = 0  # instruction packets handled
+        self.replies = 0  # status packets sent
+        self.dropped = 0  # status packets dropped by the fault
+        self.corrupted = 0  # status packets sent with a bad CRC
+
+    # ----------------------------------------------------------------- setup
+
+    def _apply_physics_overrides(self) -> None:
+        m, o = self.model, self.physics
+        m.body_mass[:] *= o.mass_scale
+        m.body_inertia[:] *= o.mass_scale
+        m.dof_damping[:] *= o.damping_scale
+        m.dof_frictionloss[:] *= o.friction_scale
+
+    def _make_servo(self, servo_id: int, joint: str, model_number: int) -> _Servo:
+        joint_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, joint)
+        if joint_id < 0:
+            raise ValueError(f"servo {servo_id}: joint '{joint}' is not in the model")
+        actuators = [a for a in range(self.model.nu) if self.model.actuator_trnid[a, 0] == joint_id]
+        if not actuators:
+            raise ValueError(f"servo {servo_id}: joint '{joint}' has no actuator in the model")
+        servo = _Servo(
+            servo_id, joint, int(self.model.jnt_qposadr[joint_id]), int(self.model.jnt_dofadr[joint_id]), actuators[0]
+        )
+        servo.set("Model_Number", model_number)
+        servo.set("Firmware_Version", FIRMWARE_VERSION)
+        servo.set("Baud_Rate", BAUD_CODES[self.baudrate])
+        if self.model.jnt_limited[joint_id]:
+            low, high = self.model.jnt_range[joint_id]
+            servo.set("Min_Position_Limit", max(0, rad_to_ticks(low)))
+            servo.set("Max_Position_Limit", min(4095, rad_to_ticks(high)))
+        return servo
+
+    # ------------------------------------------------------------- lifecycle
+
+    @property
+    def running(self) -> bool:
+        """Whether the serving thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def port(self) -> str:
+        """The slave path a host opens, e.g. ``/dev/pts/5``."""
+        if self._slave < 0:
+            raise RuntimeError("emulator not started: call start() or use it as a context manager")
+        return os.ttyname(self._slave)
+
+    def start(self) -> DynamixelEmulator:
+        """Open the pty and serve it in a background thread."""
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)
+        attrs = termios.tcgetattr(self._slave)
+        speed = getattr(termios, f"B{self.baudrate}")
+        attrs[4] = attrs[5] = speed
+        termios.tcsetattr(self._slave, termios.TCSANOW, attrs)
+        self._wake_r, self._wake_w = os.pipe()
+        self._t0 = time.monotonic() - self.data.time
+        now = time.monotonic()
+        for servo in self._servos.values():
+            servo.watchdog_since = now
+        self._thread = threading.Thread(target=self._serve, name="dxl-emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the pty; safe to call twice."""
+        if self._thread is not None:
+            self._stop.set()
+            os.write(self._wake_w, b"s")
+            self._thread.join(timeout=5)
+            self._thread = None
+        for fd in (self._master, self._slave, self._wake_r, self._wake_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._master = self._slave = self._wake_r = self._wake_w = -1
+
+    def disconnect(self) -> None:
+        """Close the pty master mid-run, as if the USB cable were pulled."""
+        if self._thread is None:
+            return
+        self._disconnect.set()
+        os.write(self._wake_w, b"d")
+        self._disconnected.wait(timeout=5)
+
+    def __enter__(self) -> DynamixelEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --------------------------------------------------------- test helpers
+
+    def set_joint_positions(self, positions: Mapping[int, float]) -> None:
+        """Place joints (by servo id) at rest at these angles (rad) and hold them there."""
+        with self._lock:
+            for servo_id, q in positions.items():
+                servo = self._servos[servo_id]
+                self.data.qpos[servo.qpos] = q
+                self.data.qvel[servo.dof] = 0.0
+                servo.set("Goal_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
+                self.data.ctrl[servo.actuator] = q
+            mujoco.mj_forward(self.model, self.data)
+
+    def state(self) -> dict[int, ServoState]:
+        """A snapshot of every servo, by id."""
+        with self._lock:
+            return {
+                servo_id: ServoState(
+                    joint=s.joint,
+                    position=float(self.data.qpos[s.qpos]),
+                    velocity=float(self.data.qvel[s.dof]),
+                    goal=float(self.data.ctrl[s.actuator]),
+                    torque_enabled=s.torque,
+                    watchdog_tripped=s.watchdog_tripped,
+                    hardware_error=s.get("Hardware_Error_Status"),
+                    kp=float(self.model.actuator_gainprm[s.actuator, 0]),
+                    kv=float(-self.model.actuator_biasprm[s.actuator, 2]),
+                )
+                for servo_id, s in self._servos.items()
+            }
+
+    def register(self, servo_id: int, name: str) -> int:
+        """One control-table value as the servo would report it."""
+        with self._lock:
+            self._refresh(self._servos[servo_id])
+            return self._servos[servo_id].get(name)
+
+    @property
+    def parse_errors(self) -> int:
+        """Instruction packets rejected for a bad CRC or length."""
+        return self._parser.crc_errors + self._parser.length_errors
+
+    # ------------------------------------------------------------- serving
+
+    def _serve(self) -> None:
+        last_rx = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            deadline = self._next_deadline(last_rx)
+            timeout = None if deadline is None else max(0.0, deadline - now)
+            readable, _, _ = select.select([self._master, self._wake_r], [], [], timeout)
+            if self._wake_r in readable:
+                os.read(self._wake_r, 64)
+                if self._disconnect.is_set():
+                    os.close(self._master)
+                    self._master = -1
+                    self._disconnected.set()
+                    return
+                continue
+            packets: list[p.Packet] = []
+            if self._master in readable:
+                try:
+                    data = os.read(self._master, 4096)
+                except OSError:
+                    return
+                last_rx = time.monotonic()
+                packets = self._parser.feed(data)
+            elif self._parser.buffer and time.monotonic() - last_rx >= QUIET_RESYNC_S:
+                packets = self._parser.timeout()
+            baud = _TERMIOS_BAUD.get(termios.tcgetattr(self._master)[4], 0)
+            with self._lock:
+                self._advance_realtime()
+                self._check_watchdogs(time.monotonic())
+            for packet in packets:
+                self._handle(packet, baud)
+
+    def _next_deadline(self, last_rx: float) -> float | None:
+        """When the serve loop must wake without input: a watchdog or a stale partial packet."""
+        deadlines = [
+            s.watchdog_since + s.get("Bus_Watchdog") * WATCHDOG_UNIT_S
+            for s in self._servos.values()
+            if s.torque and 0 < s.get("Bus_Watchdog") < WATCHDOG_TRIPPED
+        ]
+        if self._parser.buffer:
+            deadlines.append(last_rx + QUIET_RESYNC_S)
+        return min(deadlines, default=None)
+
+    def _handle(self, packet: p.Packet, baud: int) -> None:
+        """Run one instruction packet and send the replies it asks for."""
+        if packet.error is not None:
+            return  # a status packet: another device's reply
+        with self._lock:
+            self.packets += 1
+            now = time.monotonic()
+            listeners = {
+                i: s for i, s in self._servos.items() if BAUD_RATES.get(s.get("Baud_Rate")) == baud
+            }
+            for servo_id, s in listeners.items():
+                if packet.id in (servo_id, p.BROADCAST_ID):
+                    s.watchdog_since = now
+            self._apply_alerts()
+            replies = [r for r in self._dispatch(packet, listeners) if r is not None]
+        self._send(replies)
+
+    def _send(self, replies: list[tuple[int, bytes]]) -> None:
+        """Write replies in order, each after its servo's return delay and its wire time."""
+        faults = self.faults
+        for delay_units, packet in replies:
+            if faults.drop_next > 0 or self._rng.random() < faults.drop_reply:
+                faults.drop_next = max(0, faults.drop_next - 1)
+                self.dropped += 1
+                continue
+            if faults.corrupt_next > 0 or self._rng.random() < faults.corrupt_crc:
+                faults.corrupt_next = max(0, faults.corrupt_next - 1)
+                packet = packet[:-1] + bytes([packet[-1] ^ 0xFF])
+                self.corrupted += 1
+            wire = len(packet) * 10 / self.baudrate
+            time.sleep(delay_units * RETURN_DELAY_UNIT_S + faults.reply_latency + wire)
+            try:
+                view = memoryview(packet)
+                while view:
+                    view = view[os.write(self._master, view) :]
+            except OSError:
+                return
+            self.replies += 1
+
+    # ----------------------------------------------------------- instructions
+
+    def _dispatch(self, packet: p.Packet, servos: dict[int, _Servo]) -> list[tuple[int, bytes] | None]:
+        inst, params, broadcast = packet.instruction, packet.params, packet.id == p.BROADCAST_ID
+        if inst == p.PING:
+            targets = sorted(servos) if broadcast else [packet.id] if packet.id in servos else []
+            return [self._status(servos[i], 0, self._ping_data(servos[i]), always=True) for i in targets]
+        if inst == p.SYNC_READ and broadcast:
+            if len(params) < 4:
+                return []
+            address, length = _u16(params, 0), _u16(params, 2)
+            return [self._read(servos[i], address, length) for i in params[4:] if i in servos]
+        if inst == p.BULK_READ and broadcast:
+            entries = [params[k : k + 5] for k in range(0, len(params) - len(params) % 5, 5)]
+            return [self._read(servos[e[0]], _u16(e, 1), _u16(e, 3)) for e in entries if e[0] in servos]
+        if inst == p.SYNC_WRITE and broadcast:
+            if len(params) < 4:
+                return []
+            address, length = _u16(params, 0), _u16(params, 2)
+            stride, goals = length + 1, False
+            for k in range(4, len(params) - stride + 1, stride):
+                if params[k] in servos:
+                    goals |= self._write(servos[params[k]], address, params[k + 1 : k + stride])[1]
+            self._lockstep(goals)
+            return []
+        if inst == p.BULK_WRITE and broadcast:
+            k, goals = 0, False
+            while k + 5 <= len(params):
+                servo_id, address, length = params[k], _u16(params, k + 1), _u16(params, k + 3)
+                if servo_id in servos:
+                    goals |= self._write(servos[servo_id], address, params[k + 5 : k + 5 + length])[1]
+                k += 5 + length
+            self._lockstep(goals)
+            return []
+        if broadcast or packet.id not in servos:
+            return []
+        servo = servos[packet.id]
+        if inst == p.READ:
+            if len(params) != 4:
+                return [self._status(servo, p.ERR_DATA_LENGTH, b"", level=1)]
+            return [self._read(servo, _u16(params, 0), _u16(params, 2))]
+        if inst == p.WRITE:
+            if len(params) < 3:
+                return [self._status(servo, p.ERR_DATA_LENGTH, b"")]
+            error, goals = self._write(servo, _u16(params, 0), params[2:])
+            self._lockstep(goals)
+            return [self._status(servo, error, b"")]
+        if inst == p.REBOOT:
+            reply = self._status(servo, 0, b"")
+            self._reboot(servo)
+            return [reply]
+        return [self._status(servo, p.ERR_INSTRUCTION, b"")]
+
+    def _status(
+        self, servo: _Servo, error: int, data: bytes, level: int = 2, always: bool = False
+    ) -> tuple[int, bytes] | None:
+        """(return delay, status packet), or None when Status_Return_Level is below ``level``."""
+        if not always and servo.get("Status_Return_Level") < level:
+            return None
+        if servo.get("Hardware_Error_Status"):
+            error |= p.ERR_ALERT
+        return (servo.get("Return_Delay_Time"), p.encode_status(servo.get("ID"), error, data))
+
+    def _ping_data(self, servo: _Servo) -> bytes:
+        return TABLE["Model_Number"].to_bytes(servo.get("Model_Number")) + bytes([servo.get("Firmware_Version")])
+
+    def _read(self, servo: _Servo, address: int, length: int) -> tuple[int, bytes] | None:
+        if length == 0 or address + length > TABLE_SIZE:
+            return self._status(servo, p.ERR_ACCESS, b"", level=1)
+        self._refresh(servo)
+        return self._status(servo, 0, bytes(servo.table[address : address + length]), level=1)
+
+    def _write(self, servo: _Servo, address: int, data: bytes) -> tuple[int, bool]:
+        """Validate then apply a write; returns (status error, whether a goal position was written)."""
+        end = address + len(data)
+        if not data or end > TABLE_SIZE:
+            return p.ERR_ACCESS, False
+        items = [i for i in ITEMS if i.address < end and address < i.address + i.size]
+        values = {}
+        for item in items:
+            if item.address < address or item.address + item.size > end:
+                return p.ERR_DATA_LENGTH, False
+            if not item.writable or (item.eeprom and servo.torque):
+                return p.ERR_ACCESS, False
+            offset = item.address - address
+            value = item.from_bytes(data[offset : offset + item.size])
+            if not item.minimum <= value <= item.maximum:
+                return p.ERR_DATA_RANGE, False
+            if item.name in GOAL_ITEMS and servo.watchdog_tripped:
+                return p.ERR_DATA_RANGE, False
+            if item.name == "Goal_Position":
+                ticks = value - servo.get("Homing_Offset")
+                if not servo.get("Min_Position_Limit") <= ticks <= servo.get("Max_Position_Limit"):
+                    return p.ERR_DATA_LIMIT, False
+            values[item.name] = value
+        for name, value in values.items():
+            self._apply(servo, name, value)
+        return 0, "Goal_Position" in values
+
+    def _apply(self, servo: _Servo, name: str, value: int) -> None:
+        """Store one validated value and do what the servo does when it changes."""
+        servo.set(name, value)
+        if name == "ID" and value != (old := next(i for i, s in self._servos.items() if s is servo)):
+            self._servos[value] = self._servos.pop(old)
+        elif name == "Goal_Position":
+            self._command(servo, ticks_to_rad(value - servo.get("Homing_Offset")))
+        elif name in ("Torque_Enable", "Position_P_Gain", "Position_D_Gain"):
+            self._set_gains(servo)
+            if name == "Torque_Enable":
+                self._command(servo, ticks_to_rad(servo.get("Goal_Position") - servo.get("Homing_Offset")))
+        elif name == "Bus_Watchdog":
+            servo.watchdog_since = time.monotonic()
+
+    def _reboot(self, servo: _Servo) -> None:
+        """RAM back to defaults (torque off, errors cleared); EEPROM kept."""
+        for item in ITEMS:
+            if not item.eeprom:
+                servo.set(item.name, item.default)
+        self._hold(servo)
+
+    def _apply_alerts(self) -> None:
+        """Latch the configured hardware faults; the shutdown ones also cut torque."""
+        for servo_id, bits in self.faults.hardware_alert.items():
+            servo = self._servos.get(servo_id)
+            if servo is None or not bits:
+                continue
+            servo.set("Hardware_Error_Status", servo.get("Hardware_Error_Status") | bits)
+            if bits & servo.get("Shutdown") and servo.torque:
+                servo.set("Torque_Enable", 0)
+                self._set_gains(servo)
+
+    # --------------------------------------------------------------- physics
+
+    def _set_gains(self, servo: _Servo) -> None:
+        a, scale = servo.actuator, self.physics.gain_scale if servo.torque else 0.0
+        kp = self._kp0[a] * servo.get("Position_P_Gain") / DEFAULT_P_GAIN * scale
+        kv = (self._kv0[a] + servo.get("Position_D_Gain") * KV_PER_D_UNIT) * scale
+        self.model.actuator_gainprm[a, 0] = kp
+        self.model.actuator_biasprm[a, 1] = -kp
+        self.model.actuator_biasprm[a, 2] = -kv
+
+    def _command(self, servo: _Servo, q: float) -> None:
+        """Send a target angle to the actuator, after the configured actuation latency."""
+        if self.physics.actuation_latency > 0:
+            self._pending.append((self.data.time + self.physics.actuation_latency, servo.actuator, q))
+        else:
+            self.data.ctrl[servo.actuator] = q
+
+    def _hold(self, servo: _Servo) -> None:
+        """Goal := present position, gains from the table: the servo stays where it is."""
+        q = float(self.data.qpos[servo.qpos])
+        servo.set("Goal_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
+        self._pending = collections.deque(x for x in self._pending if x[1] != servo.actuator)
+        self.data.ctrl[servo.actuator] = q
+        self._set_gains(servo)
+
+    def _step(self, seconds: float) -> None:
+        for _ in range(max(0, round(seconds / self.model.opt.timestep))):
+            while self._pending and self._pending[0][0] <= self.data.time:
+                _, actuator, q = self._pending.popleft()
+                self.data.ctrl[actuator] = q
+            mujoco.mj_step(self.model, self.data)
+
+    def _advance_realtime(self) -> None:
+        if not self.realtime:
+            return
+        lag = time.monotonic() - self._t0 - self.data.time
+        if lag > MAX_CATCH_UP_S:
+            self._t0 += lag - MAX_CATCH_UP_S
+            lag = MAX_CATCH_UP_S
+        self._step(int(lag / self.model.opt.timestep) * self.model.opt.timestep)
+
+    def _lockstep(self, goals_written: bool) -> None:
+        if goals_written and not self.realtime:
+            self._step(self.step_dt)
+
+    def _check_watchdogs(self, now: float) -> None:
+        for servo in self._servos.values():
+            window = servo.get("Bus_Watchdog")
+            if servo.torque and 0 < window < WATCHDOG_TRIPPED and now - servo.watchdog_since > window * WATCHDOG_UNIT_S:
+                servo.set("Bus_Watchdog", WATCHDOG_TRIPPED)
+                self._hold(servo)
+
+    def _refresh(self, servo: _Servo) -> None:
+        """Present_* items from the MuJoCo state."""
+        q, qd = float(self.data.qpos[servo.qpos]), float(self.data.qvel[servo.dof])
+        velocity = round(qd / RAD_S_PER_VELOCITY_UNIT)
+        force = float(self.data.actuator_force[servo.actuator])
+        servo.set("Present_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
+        servo.set("Present_Velocity", velocity)
+        servo.set("Present_Current", round(force / TORQUE_PER_AMP / CURRENT_UNIT_A))
+        servo.set("Moving", int(abs(velocity) > servo.get("Moving_Threshold")))
+        servo.set("Realtime_Tick", int(self.data.time * 1000) % 32768)
+
+
+def _u16(data: bytes, offset: int) -> int:
+    return data[offset] | (data[offset + 1] << 8)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the robot of a robot YAML on a pty until Ctrl+C."""
+    from .calibration import RobotConfig
+
+    parser = argparse.ArgumentParser(prog="python3 -m hardware.dynamixel.emulator", description=main.__doc__)
+    parser.add_argument("--robot", default=str(REPO_ROOT / "configs/robots/dxl_arm.yaml"), help="robot YAML")
+    parser.add_argument("--lockstep", action="store_true", help="advance physics per goal write, not wall clock")
+    args = parser.parse_args(argv)
+    config = RobotConfig.load(args.robot)
+    model_xml = Path(config.model_xml)
+    if not model_xml.is_absolute() and not model_xml.exists():
+        model_xml = REPO_ROOT / model_xml
+    motors = config.calibration.motors
+    model_number = motors[0].model_number
+    servos = {m.id: m.joint for m in motors}
+    with DynamixelEmulator(model_xml, servos, model_number, config.baudrate, realtime=not args.lockstep) as emulator:
+        ids = sorted(servos)
+        span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
+        print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud); Ctrl+C to stop", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

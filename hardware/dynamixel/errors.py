@@ -1,0 +1,67 @@
+"""Typed errors of the Dynamixel driver; each message says what to check or fix."""
+
+from __future__ import annotations
+
+from .control_table import MODEL_NAMES, describe_hardware_error
+from .protocol import describe_error
+
+
+class DynamixelError(RuntimeError):
+    """Base of every error the Dynamixel driver raises."""
+
+
+class NotConnectedError(DynamixelError):
+    """The port is closed, could not be opened, or was lost mid-run (cable, power, pty)."""
+
+
+class CommTimeoutError(DynamixelError):
+    """A servo did not answer within the timeout, after every retry."""
+
+    def __init__(self, servo_id: int | None, port: str, baudrate: int, what: str = "") -> None:
+        who = f"servo {servo_id}" if servo_id is not None else "the servos"
+        doing = f" to {what}" if what else ""
+        super().__init__(
+            f"no reply from {who}{doing} on {port} at {baudrate} baud: "
+            "check power, id and baud rate"
+        )
+        self.servo_id = servo_id
+
+
+class PacketError(DynamixelError):
+    """A reply was garbled (bad CRC or length) or carried an instruction error."""
+
+    def __init__(self, servo_id: int | None, message: str, error: int = 0) -> None:
+        who = f"servo {servo_id}" if servo_id is not None else "bus"
+        detail = f" (status error 0x{error:02x}: {describe_error(error)})" if error else ""
+        super().__init__(f"{who}: {message}{detail}")
+        self.servo_id = servo_id
+        self.error = error
+
+
+class HardwareAlertError(DynamixelError):
+    """A servo set the alert bit; ``hardware_error`` is its Hardware_Error_Status."""
+
+    def __init__(self, servo_id: int, hardware_error: int) -> None:
+        super().__init__(
+            f"servo {servo_id} reports a hardware alert: Hardware_Error_Status=0x{hardware_error:02x} "
+            f"({describe_hardware_error(hardware_error)}); remove the cause (load, heat, supply), "
+            "then reboot the servo to clear it"
+        )
+        self.servo_id = servo_id
+        self.hardware_error = hardware_error
+
+
+class ModelMismatchError(DynamixelError):
+    """The servo at an id is not the model the calibration expects."""
+
+    def __init__(self, servo_id: int, expected: int, found: int) -> None:
+        def name(number: int) -> str:
+            return f"{MODEL_NAMES.get(number, 'unknown model')} ({number})"
+
+        super().__init__(
+            f"servo {servo_id} is a {name(found)}, but the calibration expects a {name(expected)}: "
+            "check the id assignment or fix the model in the robot config"
+        )
+        self.servo_id = servo_id
+        self.expected = expected
+        self.found = found

@@ -1,0 +1,225 @@
+"""The bus driver (vendor SDK underneath) against the emulated arm: handshake, control loop, faults."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from hardware.dynamixel.bus import DynamixelBus
+from hardware.dynamixel.calibration import Calibration, MotorCalibration
+from hardware.dynamixel.control_table import HW_OVERLOAD, TICKS_PER_RAD, WATCHDOG_TRIPPED
+from hardware.dynamixel.emulator import DynamixelEmulator, Faults
+from hardware.dynamixel.errors import (
+    CommTimeoutError,
+    HardwareAlertError,
+    ModelMismatchError,
+    NotConnectedError,
+    PacketError,
+)
+
+
+@pytest.fixture
+def make_bus(calibration: Calibration) -> Iterator[Callable[..., DynamixelBus]]:
+    """Connected buses on an emulator (10 ms reply timeout unless told); closed at test end."""
+    buses: list[DynamixelBus] = []
+
+    def make(emulator: DynamixelEmulator, **kwargs: object) -> DynamixelBus:
+        kwargs.setdefault("calibration", calibration)
+        kwargs.setdefault("timeout_ms", 10.0)
+        bus = DynamixelBus(emulator.port, **kwargs)
+        buses.append(bus)
+        bus.connect()
+        return bus
+
+    yield make
+    for bus in buses:
+        bus.close()
+
+
+def test_connect_checks_models_and_configures_the_servos(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    assert bus.is_connected and all(s.torque_enabled for s in emulator.state().values())
+    assert emulator.register(2, "Return_Delay_Time") == 0
+    assert emulator.register(2, "Bus_Watchdog") == 5  # 100 ms
+    assert emulator.register(2, "Max_Position_Limit") == round(2048 + 1.7 * TICKS_PER_RAD)
+    assert bus.ping(3) == 1020
+
+
+def test_model_mismatch_names_the_servo_and_both_models(make_emulator, make_bus) -> None:
+    emulator = make_emulator(model_number=1060)
+    with pytest.raises(ModelMismatchError, match=r"servo 1 is a XL430-W250 \(1060\).*expects a XM430-W350"):
+        make_bus(emulator)
+    assert not emulator.state()[1].torque_enabled
+
+
+def test_missing_servo_is_a_timeout_naming_it(make_emulator, make_bus, calibration) -> None:
+    emulator = make_emulator()
+    extra = Calibration(calibration.motors + (MotorCalibration(9, "j9"),))
+    with pytest.raises(CommTimeoutError, match=rf"no reply from servo 9 .* on {emulator.port} at 1000000 baud"):
+        make_bus(emulator, calibration=extra, retries=0)
+
+
+def test_sync_round_trip_moves_the_joints(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    target = np.array([0.5, -0.3, 0.6, -0.4])
+    for _ in range(60):  # lockstep: 1.2 s of simulated time
+        positions, velocities = bus.read_state()
+        bus.write_goal(target)
+    positions, velocities = bus.read_state()
+    assert positions == pytest.approx(target, abs=0.05)
+    assert np.abs(velocities).max() < 0.2
+    assert bus.stats.sync_reads >= 61 and bus.stats.retries == 0
+
+
+def test_goals_are_clamped_to_the_calibrated_limits(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    sent = bus.write_goal(np.array([9.0, -9.0, 0.0, 0.0]))
+    assert sent == pytest.approx([2.6, -1.7, 0.0, 0.0])
+    bus.read_state()  # the sync write has no reply: let the emulator catch up
+    assert emulator.state()[1].goal == pytest.approx(2.6, abs=1e-3)
+
+
+def test_calibration_offset_and_direction_both_ways(emulator, make_bus) -> None:
+    cal = Calibration((
+        MotorCalibration(1, "j1", homing_offset=100, direction=-1, min_position=-2.0, max_position=2.0),
+        MotorCalibration(2, "j2", homing_offset=-60, direction=1, min_position=-1.5, max_position=1.5),
+        MotorCalibration(3, "j3", min_position=-2.0, max_position=2.0),
+        MotorCalibration(4, "j4", direction=-1, min_position=-1.5, max_position=1.5),
+    ))
+    bus = make_bus(emulator, calibration=cal)
+    emulator.set_joint_positions({1: 0.3, 2: 0.2, 3: -0.1, 4: 0.4})
+    positions, _ = bus.read_state()
+    offsets = np.array([100, -60, 0, 0]) / TICKS_PER_RAD
+    directions = np.array([-1, 1, 1, -1])
+    sim = np.array([0.3, 0.2, -0.1, 0.4])
+    assert positions == pytest.approx(directions * (sim - offsets), abs=1e-3)
+    bus.write_goal(np.array([0.5, 0.5, 0.5, 0.5]))
+    bus.read_state()
+    goals = np.array([emulator.state()[i].goal for i in (1, 2, 3, 4)])
+    assert goals == pytest.approx(offsets + directions * 0.5, abs=1e-3)
+
+
+def test_eeprom_write_while_torque_on_is_a_packet_error(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    with pytest.raises(PacketError, match="servo 2: refused to write Operating_Mode=3.*access error"):
+        bus.write(2, "Operating_Mode", 3)
+    bus.enable_torque(False)
+    bus.write(2, "Operating_Mode", 3)
+
+
+def test_dropped_replies_are_retried(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    emulator.faults.drop_next = 1  # servo 1's reply to the sync read
+    positions, _ = bus.read_state()
+    assert positions.shape == (4,)
+    assert bus.stats.retries == 1 and bus.stats.timeouts == 1
+    emulator.faults.drop_next = 2
+    assert bus.read(2, "Present_Temperature") == 35
+    assert bus.stats.retries == 3 and bus.stats.timeouts == 3
+
+
+def test_dropped_reply_without_retries_is_a_timeout(emulator, make_bus) -> None:
+    bus = make_bus(emulator, retries=0)
+    emulator.faults.drop_next = 1
+    with pytest.raises(CommTimeoutError, match="no reply from servo 1 to read the joint state"):
+        bus.read_state()
+    assert bus.read_state()[0].shape == (4,)  # the bus is still usable
+
+
+def test_corrupt_replies_are_retried_then_a_packet_error(emulator, make_bus) -> None:
+    bus = make_bus(emulator, retries=2)
+    emulator.faults.corrupt_next = 1
+    bus.read(3, "Present_Temperature")
+    assert bus.stats.crc_errors == 1 and bus.stats.retries == 1
+    emulator.faults.corrupt_crc = 1.0
+    with pytest.raises(PacketError, match="servo 3: garbled reply"):
+        bus.read(3, "Present_Temperature")
+    assert bus.stats.crc_errors == 4
+
+
+def test_hardware_alert_names_the_servo_and_the_bits(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    emulator.faults.hardware_alert[3] = HW_OVERLOAD
+    with pytest.raises(HardwareAlertError, match=r"servo 3 .*Hardware_Error_Status=0x20 \(overload\)") as info:
+        bus.read_state()
+    assert (info.value.servo_id, info.value.hardware_error) == (3, HW_OVERLOAD)
+    emulator.faults.hardware_alert.clear()
+    bus.reboot(3)
+    assert bus.read_state()[0].shape == (4,)
+    bus.enable_torque(True)
+    assert emulator.state()[3].torque_enabled
+
+
+def test_reply_latency_within_the_timeout_still_works(emulator, make_bus) -> None:
+    bus = make_bus(emulator, timeout_ms=34.0)
+    emulator.faults.reply_latency = 0.005  # 4 replies: 20 ms of the 34 ms window
+    start = time.perf_counter()
+    bus.read_state()
+    assert time.perf_counter() - start >= 0.02 and bus.stats.retries == 0
+    emulator.faults.reply_latency = 0.05
+    bus.retries = 0
+    with pytest.raises(CommTimeoutError):
+        bus.read_state()
+
+
+def test_disconnect_mid_run_is_not_connected(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    bus.read_state()
+    emulator.disconnect()
+    with pytest.raises(NotConnectedError, match="lost the connection"):
+        for _ in range(3):
+            bus.write_goal(np.zeros(4))
+            bus.read_state()
+    assert not bus.is_connected
+    bus.close()
+    bus.close()  # idempotent
+    with pytest.raises(NotConnectedError, match="call connect"):
+        bus.read_state()
+
+
+def test_watchdog_stops_the_arm_when_the_host_goes_quiet(emulator, make_bus) -> None:
+    bus = make_bus(emulator, watchdog_ms=40)
+    bus.write_goal(np.array([0.5, 0.0, 0.0, 0.0]))
+    time.sleep(0.1)
+    assert all(s.watchdog_tripped for s in emulator.state().values())
+    assert bus.read(1, "Bus_Watchdog") == WATCHDOG_TRIPPED
+    bus.write_goal(np.array([1.0, 0.0, 0.0, 0.0]))  # refused by the servos (no reply to a sync write)
+    bus.read_state()
+    assert emulator.state()[1].goal < 0.9
+    bus.enable_torque(True)  # re-arms the watchdog
+    bus.write_goal(np.array([1.0, 0.0, 0.0, 0.0]))
+    bus.read_state()
+    assert emulator.state()[1].goal == pytest.approx(1.0, abs=1e-3)
+    assert emulator.register(1, "Bus_Watchdog") == 2
+
+
+def test_close_turns_torque_off(emulator, calibration) -> None:
+    with DynamixelBus(emulator.port, calibration, timeout_ms=10) as bus:
+        bus.read_state()
+    assert not any(s.torque_enabled for s in emulator.state().values())
+    assert not bus.is_connected
+
+
+def test_round_trip_latency(make_emulator, make_bus) -> None:
+    """One sync read + one sync write of 4 servos; printed for the record (-s)."""
+    bus = make_bus(make_emulator(realtime=True))
+    times = []
+    for _ in range(500):
+        start = time.perf_counter()
+        positions, _ = bus.read_state()
+        bus.write_goal(positions)
+        times.append(time.perf_counter() - start)
+    p50, p99 = np.percentile(times, [50, 99]) * 1e3
+    print(f"\nsync read + sync write, 4 servos: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    assert p50 < 10
+
+
+def test_torque_off_reaches_every_servo_even_if_one_alerts(emulator, make_bus) -> None:
+    bus = make_bus(emulator)
+    emulator.faults.hardware_alert[1] = 0x01  # input voltage: not a shutdown fault, torque stays on
+    with pytest.raises(HardwareAlertError, match="servo 1"):
+        bus.enable_torque(False)
+    assert not any(s.torque_enabled for s in emulator.state().values())

@@ -1,0 +1,81 @@
+"""Calibration: radians <-> ticks through offset and direction, YAML round trip, clear errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from hardware.dynamixel.calibration import Calibration, CalibrationError, MotorCalibration, RobotConfig
+from hardware.dynamixel.control_table import RAD_S_PER_VELOCITY_UNIT
+
+ARM_YAML = Path(__file__).resolve().parents[2] / "configs/robots/dxl_arm.yaml"
+
+
+def two_motors() -> Calibration:
+    return Calibration((
+        MotorCalibration(1, "j1", homing_offset=100, direction=1, min_position=-1.0, max_position=1.0),
+        MotorCalibration(2, "j2", homing_offset=-50, direction=-1, min_position=-0.5, max_position=1.5),
+    ))
+
+
+def test_offset_and_direction_apply_both_ways() -> None:
+    cal = two_motors()
+    ticks = cal.to_ticks(np.array([0.0, 0.0]))
+    assert ticks.tolist() == [2148, 1998]
+    ticks = cal.to_ticks(np.array([math.pi / 2, math.pi / 2]))
+    assert ticks.tolist() == [2148 + 1024, 1998 - 1024]
+    assert cal.to_radians(ticks) == pytest.approx([math.pi / 2, math.pi / 2])
+    assert cal.velocity_to_rad_s(np.array([10, 10])) == pytest.approx([10 * RAD_S_PER_VELOCITY_UNIT, -10 * RAD_S_PER_VELOCITY_UNIT])
+
+
+def test_position_limits_swap_when_mirrored() -> None:
+    m1, m2 = two_motors().motors
+    assert Calibration.position_limit_ticks(m1) == (2148 - 652, 2148 + 652)
+    assert Calibration.position_limit_ticks(m2) == (1998 - 978, 1998 + 326)
+
+
+def test_robot_yaml_loads_the_arm() -> None:
+    config = RobotConfig.load(ARM_YAML)
+    assert config.calibration.ids == [1, 2, 3, 4] and config.calibration.joints == ["j1", "j2", "j3", "j4"]
+    assert config.baudrate == 1_000_000 and config.calibration.motors[0].model_number == 1020
+
+
+def test_save_then_load_round_trips_and_keeps_other_keys(tmp_path: Path) -> None:
+    path = tmp_path / "arm.yaml"
+    path.write_text(ARM_YAML.read_text())
+    two_motors().save(path)
+    assert Calibration.load(path) == two_motors()
+    assert RobotConfig.load(path).port == "/dev/ttyUSB0"
+    assert [p.name for p in tmp_path.iterdir()] == ["arm.yaml"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"direction": 2}, "motors[1].direction"),
+        ({"model": "XM999"}, "motors[1].model"),
+        ({"min_position": 2.0}, "motors[1].min_position"),
+        ({"velocity_limit": "fast"}, "motors[1].velocity_limit"),
+        ({"homing_offset": 3000}, "motors[1].min_position/max_position"),
+        ({"gear": 3}, "unknown key 'gear'"),
+        ({"id": 1}, "motors.id: duplicate"),
+    ],
+)
+def test_invalid_calibration_names_the_key(tmp_path: Path, change: dict, key: str) -> None:
+    data = yaml.safe_load(ARM_YAML.read_text())
+    data["motors"][1].update(change)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CalibrationError, match=key.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        RobotConfig.load(path)
+
+
+def test_unknown_top_level_key_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(ARM_YAML.read_text() + "baud: 57600\n")
+    with pytest.raises(CalibrationError, match="unknown key 'baud'"):
+        RobotConfig.load(path)
