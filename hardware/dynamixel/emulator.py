@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mujoco
-import numpy as np
 
 from . import protocol as p
 from .control_table import (

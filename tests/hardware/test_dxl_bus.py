@@ -11,7 +11,7 @@ import pytest
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import Calibration, MotorCalibration
 from hardware.dynamixel.control_table import HW_OVERLOAD, TICKS_PER_RAD, WATCHDOG_TRIPPED
-from hardware.dynamixel.emulator import DynamixelEmulator, Faults
+from hardware.dynamixel.emulator import DynamixelEmulator
 from hardware.dynamixel.errors import (
     CommTimeoutError,
     HardwareAlertError,
