@@ -1,4 +1,4 @@
-"""``robolearn train | eval | play | export | list``: the command line.
+"""``robolearn train | eval | play | export | deploy | emulate | list``: the command line.
 
 Every failure a user can cause (a bad config key, a missing or foreign
 checkpoint, NaN during training) ends with one line saying what to fix.
@@ -16,6 +16,16 @@ from robolearn.config import CONFIG_DIR, ConfigError, load_config
 from robolearn.evaluate import NonFiniteError
 
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, ValueError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """USER_ERRORS plus the hardware's typed errors, which only exist once hardware is imported."""
+    extra: tuple[type[BaseException], ...] = ()
+    if "hardware.safety" in sys.modules:
+        extra += (sys.modules["hardware.safety"].RobotError,)
+    if "hardware.dynamixel.errors" in sys.modules:
+        extra += (sys.modules["hardware.dynamixel.errors"].DynamixelError,)
+    return USER_ERRORS + extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +56,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
     p.add_argument("--out", type=Path, help="default: <run>/export")
 
+    p = commands.add_parser("deploy", help="run a run's exported controller on a robot, recorded, stopping safely")
+    p.add_argument("run", type=Path)
+    p.add_argument("--robot", required=True, help="robot config: a YAML path or a name in configs/robots/")
+    p.add_argument("--port", help="serial port; default: the robot config's (`robolearn emulate` prints one)")
+    p.add_argument("--episodes", type=int, default=1)
+    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
+    p.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="fixed target (m); default: sampled")
+    p.add_argument("--no-record", action="store_true", help="do not record the deployment")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
+
+    p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
+    p.add_argument("kind", choices=["dynamixel"])
+    p.add_argument("--robot", default="dxl_arm", help="robot config: a YAML path or a name in configs/robots/")
+
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
 
@@ -59,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.extend(extra)
     try:
         return COMMANDS[args.command](args)
-    except USER_ERRORS as err:
+    except _user_errors() as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -174,7 +199,39 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "list": _list}
+def _deploy(args: argparse.Namespace) -> int:
+    from hardware.deploy import deploy
+
+    summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
+                     target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed)
+    loop = summary["loop"]
+    line = f"deployed:    {summary['episodes']} episodes on {summary['port']}"
+    if summary["return_mean"] is not None:
+        line += f": return {summary['return_mean']:.2f}"
+    if summary["success_rate"] is not None:
+        line += f", success {100 * summary['success_rate']:.0f}%"
+    print(line)
+    print(f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
+          f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
+    print(f"safety:      {summary['safety_events'] or 'no interventions'}")
+    if summary["recording"]:
+        print(f"recording:   {summary['recording']}")
+    if loop["interrupted"]:
+        print("interrupted: the robot was parked and its torque turned off")
+    if args.json:
+        print(json.dumps(summary, default=str))
+    return 130 if loop["interrupted"] else 0
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    from hardware.dxl_arm import robot_config_path
+    from hardware.dynamixel.emulator import main as emulate
+
+    return emulate(["--robot", str(robot_config_path(args.robot))])
+
+
+COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
+            "emulate": _emulate, "list": _list}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -103,6 +103,8 @@ class LoopStats:
     compute_s: list[float] = field(default_factory=list)  # controller time per step
     step_s: list[float] = field(default_factory=list)  # env.step time per step
     lateness_s: list[float] = field(default_factory=list)  # tick wake-up lateness
+    returns: list[float] = field(default_factory=list)  # env 0's finished episodes
+    successes: list[bool] = field(default_factory=list)  # ... where the env reports success
     interrupted: bool = False
     error: str | None = None
 
@@ -111,7 +113,9 @@ class LoopStats:
             return float(np.percentile(values, q)) * 1e3 if values else 0.0
 
         return {
-            "steps": self.steps, "episodes": self.episodes, "rate_hz": 1 / self.period_s if self.period_s else 0.0,
+            "steps": self.steps, "episodes": self.episodes,
+            "return_mean": float(np.mean(self.returns)) if self.returns else None,
+            "success_rate": float(np.mean(self.successes)) if self.successes else None, "rate_hz": 1 / self.period_s if self.period_s else 0.0,
             "overruns": self.overruns,
             "compute_ms_p50": pct(self.compute_s, 50), "compute_ms_p99": pct(self.compute_s, 99),
             "step_ms_p50": pct(self.step_s, 50), "step_ms_p99": pct(self.step_s, 99),
@@ -151,6 +155,7 @@ def run(
         controller.reset()
         if ticker:
             ticker.restart()
+        episode_return = 0.0
         while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
             t0 = time.perf_counter()
             commanded = controller.act(obs).to(env.device)
@@ -164,7 +169,13 @@ def run(
             done = step.terminated | step.truncated
             controller.reset(done)
             stats.steps += 1
-            stats.episodes += int(done[0])
+            episode_return += float(step.reward[0])
+            if bool(done[0]):
+                stats.episodes += 1
+                stats.returns.append(episode_return)
+                episode_return = 0.0
+                if "success" in step.info:
+                    stats.successes.append(bool(step.info["success"][0]))
             stats.compute_s.append(t1 - t0)
             stats.step_s.append(t2 - t1)
             if ticker:

@@ -54,6 +54,11 @@ class Task(ABC):
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         """Called once worlds ``ids`` hold their initial state: place goals (mocap bodies) and the like."""
 
+    def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
+        """The controls to apply for ``action`` (already clipped to the action spec);
+        default: the action itself. ``sim.ctrl`` still holds the last step's controls."""
+        return action
+
     def pre_step(self, sim: MujocoBackend) -> None:
         """Called before the physics step: keep what rewards difference against."""
 
@@ -138,7 +143,7 @@ class TaskEnv(VecEnv):
     def step(self, action: torch.Tensor) -> Step:
         action = torch.clamp(action.to(self.device, torch.float32), self._low, self._high)
         self.task.pre_step(self.sim)
-        self.sim.step(action, self.task.frame_skip)
+        self.sim.step(self.task.actuate(self.sim, action), self.task.frame_skip)
         self._episode_step += 1
 
         obs = self.task.observations(self.sim)

@@ -12,7 +12,10 @@ controller trained here deploys unchanged.
   fingertip comes from :func:`fingertip_position` (forward kinematics of the
   current joint angles), which the robot uses too.
 - Action (4): goal joint positions (rad) within the joint ranges: exactly what
-  a Dynamixel's Goal_Position receives.
+  a Dynamixel's Goal_Position receives. Each goal moves at most
+  ``max_goal_step`` (0.2 rad) from the previous one per step, as the robot's
+  safety layer enforces (``SafetyConfig.max_step``), so the controller learns
+  under the limit it will meet on hardware.
 - Reward terms: ``dist`` = -|fingertip - target|; ``reach`` = 1 - tanh(|d| /
   5 cm), a sharper term near the goal; ``velocity`` = -0.002 |qvel|^2.
 - Never terminates; truncated after 100 steps. Success: the fingertip is
@@ -82,6 +85,16 @@ def reach_observation(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor)
     return {"policy": torch.cat([q, qvel, target, to_target], dim=-1).float()}
 
 
+def reach_rewards(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor, task: ArmReach) -> dict[str, torch.Tensor]:
+    """Named reward terms from joint state and target, shared by sim and robot."""
+    distance = (fingertip_position(q) - target).norm(dim=-1).float()
+    return {
+        "dist": -task.reward_dist_weight * distance,
+        "reach": task.reward_reach_weight * (1 - torch.tanh(distance / task.reach_scale)),
+        "velocity": -task.reward_velocity_weight * qvel.float().square().sum(-1),
+    }
+
+
 @dataclass(kw_only=True)
 class ArmReach(Task):
     reward_dist_weight: float = 1.0
@@ -90,6 +103,7 @@ class ArmReach(Task):
     reward_velocity_weight: float = 0.002
     success_distance: float = 0.02
     reset_noise: float = 0.1
+    max_goal_step: float = 0.2  # rad per control step; equals hardware.safety.SafetyConfig.max_step
     frame_skip: int = 10
     max_episode_steps: int = 100
 
@@ -100,6 +114,10 @@ class ArmReach(Task):
         qpos, qvel = super().reset(sim, ids, generator)
         return qpos + uniform(qpos.shape, -self.reset_noise, self.reset_noise, generator), qvel
 
+    def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
+        previous = sim.ctrl.to(action.dtype)  # the last goals; a reset world's are zero = home
+        return previous + (action - previous).clamp(-self.max_goal_step, self.max_goal_step)
+
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         sim.set_mocap_pos(ids, sample_targets(len(ids), generator).unsqueeze(1))
 
@@ -107,12 +125,7 @@ class ArmReach(Task):
         return reach_observation(sim.qpos.double(), sim.qvel.double(), self._target(sim))
 
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        distance = self._distance(sim)
-        return {
-            "dist": -self.reward_dist_weight * distance,
-            "reach": self.reward_reach_weight * (1 - torch.tanh(distance / self.reach_scale)),
-            "velocity": -self.reward_velocity_weight * sim.qvel.square().sum(1),
-        }
+        return reach_rewards(sim.qpos.double(), sim.qvel, self._target(sim), self)
 
     def success(self, sim: MujocoBackend) -> torch.Tensor:
         return self._distance(sim) < self.success_distance

@@ -6,19 +6,13 @@ deterministic, and every emulator is stopped, its thread joined, at test end.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# mujoco picks its GL backend when first imported, and this conftest is collected
-# before tests/sims/conftest.py: set the same headless default here, or the
-# render tests later in the same run abort.
-os.environ.setdefault("MUJOCO_GL", "osmesa")
-
-from hardware.dynamixel.calibration import Calibration, RobotConfig  # noqa: E402
-from hardware.dynamixel.emulator import DynamixelEmulator  # noqa: E402
+from hardware.dynamixel.calibration import Calibration, RobotConfig
+from hardware.dynamixel.emulator import DynamixelEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 ARM_XML = REPO / "sims/assets/dxl_arm.xml"

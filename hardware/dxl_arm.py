@@ -1,0 +1,124 @@
+"""The 4-joint Dynamixel arm (``sims/assets/dxl_arm.xml``) as a Robot doing the arm-reach task.
+
+Its observation, reward and success are those of :class:`sims.tasks.arm_reach.ArmReach`,
+built by the same functions from the servos' positions and velocities and a
+target the robot samples itself (or one you fix), so a controller trained on
+``task=arm_reach`` deploys unchanged. The link is a :class:`DynamixelBus`
+(Protocol 2.0 through the vendor SDK): one sync read and one sync write per
+control step. Bus errors map onto the Robot's contract: a timeout or garbled
+reply after the bus's retries is a transient failure (the watchdog decides when
+that has lasted too long), a lost port is :class:`~hardware.safety.ConnectionLost`,
+and a hardware alert stops the run with the servo's own error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hardware.dynamixel.bus import DynamixelBus
+from hardware.dynamixel.calibration import RobotConfig
+from hardware.dynamixel.errors import CommTimeoutError, NotConnectedError, PacketError
+from hardware.robot import Robot
+from hardware.safety import ConnectionLost, SafetyConfig
+from robolearn.interfaces import Obs
+from sims.tasks.arm_reach import ArmReach, fingertip_position, reach_observation, reach_rewards, sample_targets
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class DynamixelArm(Robot):
+    """``config``'s servos on ``port`` (default: the config's), reaching targets."""
+
+    def __init__(self, config: RobotConfig, *, port: str | None = None, safety: SafetyConfig | None = None,
+                 task: ArmReach | None = None, target: tuple[float, float, float] | None = None,
+                 retries: int = 3) -> None:
+        self.config, self.port = config, port or config.port
+        self.task = task or ArmReach()
+        calibration = config.calibration
+        if len(calibration.ids) != 4:
+            raise ValueError(f"the arm-reach task needs 4 joints, the robot config has {len(calibration.ids)}")
+        self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
+        self.target = torch.zeros(3, dtype=torch.float64)
+        # The servos' own bus watchdog is the last line of defence (this process hung or died):
+        # it fires when the host has been silent as long as the software watchdog takes to stop.
+        # Shorter, and a slow first controller call would trip it while all is well (a tripped
+        # servo ignores goals until torque is re-enabled).
+        stop_after_s = (safety or SafetyConfig()).stop_after_s
+        self.bus = DynamixelBus(self.port, calibration, baudrate=config.baudrate, retries=retries,
+                                watchdog_ms=min(2540, round(1000 * stop_after_s)))
+        control_dt = self.task.frame_skip * 0.002  # the MJCF's timestep: train and deploy at one rate
+        super().__init__(joint_low=calibration.min_positions, joint_high=calibration.max_positions,
+                         home=np.zeros(4), control_dt=control_dt, max_episode_steps=self.task.max_episode_steps,
+                         safety=safety)
+        self.observation_spec = {"policy": _box(14)}
+
+    # ---- link ----------------------------------------------------------------
+
+    def _connect(self) -> None:
+        self.bus.connect()
+
+    def _disconnect(self) -> None:
+        self.bus.close()
+
+    def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            return self.bus.read_state()
+        except (CommTimeoutError, PacketError):
+            return None  # transient: the bus already retried; the watchdog judges how long this lasts
+        except NotConnectedError as err:
+            raise ConnectionLost(str(err)) from err
+
+    def _write(self, goal: np.ndarray) -> None:
+        try:
+            self.bus.write_goal(goal)
+        except NotConnectedError as err:
+            raise ConnectionLost(str(err)) from err
+
+    def _set_torque(self, on: bool) -> None:
+        try:
+            self.bus.enable_torque(on)
+        except NotConnectedError as err:
+            raise ConnectionLost(str(err)) from err
+
+    # ---- task ------------------------------------------------------------------
+
+    def _begin_episode(self, rng: np.random.Generator) -> np.ndarray:
+        if self.fixed_target is not None:
+            self.target = self.fixed_target
+        else:
+            generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+            self.target = sample_targets(1, generator)[0]
+        return self.home
+
+    def _observe(self, q: np.ndarray, qd: np.ndarray) -> Obs:
+        return reach_observation(torch.as_tensor(q).unsqueeze(0), torch.as_tensor(qd).unsqueeze(0),
+                                 self.target.unsqueeze(0))
+
+    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray) -> tuple[float, bool]:
+        q_t, qd_t = torch.as_tensor(q), torch.as_tensor(qd)
+        reward = sum(term for term in reach_rewards(q_t, qd_t, self.target, self.task).values())
+        distance = float((fingertip_position(q_t) - self.target).norm())
+        return float(reward), distance < self.task.success_distance
+
+
+def _box(size: int):
+    from gymnasium import spaces
+
+    return spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
+
+
+def robot_config_path(name: str | Path) -> Path:
+    """A robot YAML by path, or by name from ``configs/robots/``."""
+    path = Path(name)
+    for candidate in (path, REPO / "configs" / "robots" / path, REPO / "configs" / "robots" / f"{path}.yaml"):
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(sorted(p.stem for p in (REPO / "configs" / "robots").glob("*.yaml")))
+    raise FileNotFoundError(f"no robot config '{name}': give a YAML path or one of: {known}")
+
+
+def load_robot_config(name: str | Path) -> RobotConfig:
+    return RobotConfig.load(robot_config_path(name))
