@@ -17,7 +17,7 @@ controller trained here deploys unchanged.
   safety layer enforces (``SafetyConfig.max_step``), so the controller learns
   under the limit it will meet on hardware.
 - Reward terms: ``dist`` = -|fingertip - target|; ``reach`` = 1 - tanh(|d| /
-  5 cm), a sharper term near the goal; ``velocity`` = -0.002 |qvel|^2.
+  5 cm), a sharper term near the goal; ``velocity`` = -0.01 |qvel|^2.
 - Never terminates; truncated after 100 steps. Success: the fingertip is
   within ``success_distance`` (2 cm) of the target when the episode ends.
 - Reset: joints U(-0.1, 0.1) around the home pose (upper arm up, forearm
@@ -100,7 +100,7 @@ class ArmReach(Task):
     reward_dist_weight: float = 1.0
     reward_reach_weight: float = 1.0
     reach_scale: float = 0.05
-    reward_velocity_weight: float = 0.002
+    reward_velocity_weight: float = 0.01
     success_distance: float = 0.02
     reset_noise: float = 0.1
     max_goal_step: float = 0.2  # rad per control step; equals hardware.safety.SafetyConfig.max_step
