@@ -53,7 +53,8 @@ class DynamixelArm(Robot):
         super().__init__(joint_low=calibration.min_positions, joint_high=calibration.max_positions,
                          home=np.zeros(4), control_dt=control_dt, max_episode_steps=self.task.max_episode_steps,
                          safety=safety)
-        self.observation_spec = {"policy": _box(14)}
+        # "policy" is what controllers read; "joint_state" (q, qd) lets recordings replay on the robot.
+        self.observation_spec = {"policy": _box(14), "joint_state": _box(8)}
 
     # ---- link ----------------------------------------------------------------
 
@@ -94,8 +95,9 @@ class DynamixelArm(Robot):
         return self.home
 
     def _observe(self, q: np.ndarray, qd: np.ndarray) -> Obs:
-        return reach_observation(torch.as_tensor(q).unsqueeze(0), torch.as_tensor(qd).unsqueeze(0),
-                                 self.target.unsqueeze(0))
+        q_t, qd_t = torch.as_tensor(q).unsqueeze(0), torch.as_tensor(qd).unsqueeze(0)
+        return {**reach_observation(q_t, qd_t, self.target.unsqueeze(0)),
+                "joint_state": torch.cat([q_t, qd_t], dim=1).float()}
 
     def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray) -> tuple[float, bool]:
         q_t, qd_t = torch.as_tensor(q), torch.as_tensor(qd)

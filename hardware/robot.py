@@ -156,12 +156,16 @@ class Robot(VecEnv):
     # ---- VecEnv ------------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> Obs:
-        self._require_running()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+        self._require_running()
+        return self.start_at(self._begin_episode(self._episode_rng()))
+
+    def start_at(self, pose: np.ndarray) -> Obs:
+        """Begin an episode at ``pose`` (reached by a slow ramp within the safety limits)."""
+        self._require_running()
         with self._lock:
-            start = self._begin_episode(self._episode_rng())
-            self._move_to(start)
+            self._move_to(np.asarray(pose, dtype=np.float64))
         self._episode_step = 0
         self.ticker.restart()
         return self._observe(self._q, self._qd)

@@ -1,4 +1,4 @@
-"""``robolearn train | eval | play | export | deploy | emulate | list``: the command line.
+"""``robolearn train | eval | play | export | deploy | replay | emulate | list``: the command line.
 
 Every failure a user can cause (a bad config key, a missing or foreign
 checkpoint, NaN during training) ends with one line saying what to fix.
@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
+
+    p = commands.add_parser("replay", help="replay a recorded episode on a robot (slow ramp to its first pose)")
+    p.add_argument("episode", type=Path, help="an episode_*.npz from a deployment recording")
+    p.add_argument("--robot", required=True, help="robot config: a YAML path or a name in configs/robots/")
+    p.add_argument("--port", help="serial port; default: the robot config's")
+    p.add_argument("--json", action="store_true")
 
     p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
     p.add_argument("kind", choices=["dynamixel"])
@@ -223,6 +229,23 @@ def _deploy(args: argparse.Namespace) -> int:
     return 130 if loop["interrupted"] else 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from hardware.dxl_arm import DynamixelArm, load_robot_config
+    from hardware.replay import read_replayable, replay_on_robot
+
+    robot = DynamixelArm(load_robot_config(args.robot), port=args.port)
+    read_replayable(args.episode, len(robot.home))  # refuse a bad file before touching the robot
+    with robot:
+        result = replay_on_robot(args.episode, robot)
+    print(f"replayed:    {result['steps']} steps of {args.episode}")
+    print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "
+          f"(start pose within {result['start_error_rad']:.4f} rad)")
+    print(f"safety:      {result['safety_events'] or 'no interventions'}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
 def _emulate(args: argparse.Namespace) -> int:
     from hardware.dxl_arm import robot_config_path
     from hardware.dynamixel.emulator import main as emulate
@@ -231,7 +254,7 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
-            "emulate": _emulate, "list": _list}
+            "replay": _replay, "emulate": _emulate, "list": _list}
 
 if __name__ == "__main__":
     sys.exit(main())

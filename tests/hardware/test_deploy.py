@@ -99,3 +99,25 @@ def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
 def test_unplugged_port_is_a_one_line_error(run_dir, capsys):
     assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", "/dev/does-not-exist"]) == 2
     assert "cannot open /dev/does-not-exist" in capsys.readouterr().err
+
+
+def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys):
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0)
+    episode = Path(summary["recording"]) / "episode_00000.npz"
+    emulator.set_joint_positions({1: -0.3, 2: 0.2, 3: 0.0, 4: 0.0})  # somewhere else before the replay
+    assert main(["replay", str(episode), "--robot", "dxl_arm", "--port", emulator.port, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["steps"] == 100
+    assert result["start_error_rad"] < 0.05  # ramped to the recorded first pose
+    assert result["divergence_rad_max"] < 0.1 and result["divergence_rad_final"] < 0.05
+
+
+def test_replay_refuses_a_bad_recording(tmp_path, capsys):
+    bad = tmp_path / "episode_00000.npz"
+    np.savez(bad, actions=np.zeros((5, 3)), **{"obs/joint_state": np.zeros((6, 8))})
+    assert main(["replay", str(bad), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    assert "'actions' has shape (5, 3)" in capsys.readouterr().err
+    np.savez(bad, actions=np.full((5, 4), np.nan), **{"obs/joint_state": np.zeros((6, 8))})
+    assert main(["replay", str(bad), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    assert "NaN" in capsys.readouterr().err

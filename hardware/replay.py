@@ -1,0 +1,62 @@
+"""Replay a recorded episode on a robot: slow ramp to its first pose, then its actions.
+
+The recording is one ``episode_*.npz`` of :mod:`robolearn.recording` (a
+deployment, or anything recorded with a ``joint_state`` observation group). The
+robot first ramps to the recorded initial joint positions at the safety layer's
+ramp speed, then sends the recorded (sent) actions one per control tick,
+through the same safety layer as deployment. It reports how far the joints
+strayed from the recording, step by step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hardware.robot import Robot
+from robolearn.recording import load_episode
+
+
+class ReplayError(ValueError):
+    """A recording that cannot be replayed on this robot; the message names the file and key."""
+
+
+def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarray]:
+    """The recorded joint positions (T+1, joints) and actions (T, joints) of ``path``, validated."""
+    path = Path(path)
+    try:
+        episode = load_episode(path)
+    except (OSError, ValueError) as err:
+        raise ReplayError(f"{path}: not a readable recording ({err})") from err
+    for key in ("actions", "obs/joint_state"):
+        if key not in episode:
+            raise ReplayError(f"{path}: missing '{key}' (record with a robot that reports joint_state)")
+    actions, state = episode["actions"], episode["obs/joint_state"]
+    if actions.ndim != 2 or actions.shape[1] != joints:
+        raise ReplayError(f"{path}: 'actions' has shape {actions.shape}, this robot takes (T, {joints})")
+    if state.shape != (len(actions) + 1, 2 * joints):
+        raise ReplayError(f"{path}: 'obs/joint_state' has shape {state.shape}, expected ({len(actions) + 1}, {2 * joints})")
+    if not (np.isfinite(actions).all() and np.isfinite(state).all()):
+        raise ReplayError(f"{path}: NaN or inf in 'actions' or 'obs/joint_state'")
+    return state[:, :joints].astype(np.float64), actions.astype(np.float64)
+
+
+def replay_on_robot(path: str | Path, robot: Robot) -> dict[str, Any]:
+    """Replay ``path`` on a connected ``robot``; returns the joint divergence from the recording."""
+    joints = len(robot.home)
+    recorded, actions = read_replayable(path, joints)
+    if len(actions) > robot.max_episode_steps:
+        raise ReplayError(f"{path}: {len(actions)} steps, longer than the robot's episode ({robot.max_episode_steps})")
+    obs = robot.start_at(recorded[0])
+    start_error = float(np.abs(obs["joint_state"][0, :joints].numpy() - recorded[0]).max())
+    divergence = []
+    for t, action in enumerate(actions):
+        step = robot.step(torch.as_tensor(action, dtype=torch.float32).unsqueeze(0))
+        reached = step.info["final_obs"]["joint_state"][0, :joints].numpy()
+        divergence.append(float(np.abs(reached - recorded[t + 1]).max()))
+    return {"recording": str(path), "steps": len(actions), "start_error_rad": start_error,
+            "divergence_rad_max": max(divergence), "divergence_rad_mean": float(np.mean(divergence)),
+            "divergence_rad_final": divergence[-1], "safety_events": dict(robot.safety.events)}
