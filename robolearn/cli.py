@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
     p.add_argument("kind", choices=["dynamixel"])
     p.add_argument("--robot", default="dxl_arm", help="robot config: a YAML path or a name in configs/robots/")
+    p.add_argument("--lockstep", action="store_true", help="advance physics per goal write, not wall clock")
+    for name in ("mass-scale", "damping-scale", "friction-scale", "gain-scale"):
+        p.add_argument(f"--{name}", type=float, default=1.0, help="reality differs from the MJCF by this factor")
+    p.add_argument("--latency", type=float, default=0.0, help="actuation latency of the emulated servos (s)")
 
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
@@ -250,7 +254,10 @@ def _emulate(args: argparse.Namespace) -> int:
     from hardware.dxl_arm import robot_config_path
     from hardware.dynamixel.emulator import main as emulate
 
-    return emulate(["--robot", str(robot_config_path(args.robot))])
+    argv = ["--robot", str(robot_config_path(args.robot)), "--latency", str(args.latency)]
+    for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
+        argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return emulate(argv + (["--lockstep"] if args.lockstep else []))
 
 
 COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,

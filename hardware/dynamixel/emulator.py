@@ -158,6 +158,9 @@ class DynamixelEmulator:
         self.realtime = realtime
         self.step_dt = step_dt
         self.baudrate = baudrate
+        model_xml = Path(model_xml)
+        if not model_xml.is_absolute() and not model_xml.exists():
+            model_xml = REPO_ROOT / model_xml  # robot YAMLs name models relative to the repository
         self.model = mujoco.MjModel.from_xml_path(str(model_xml))
         self.data = mujoco.MjData(self.model)
         self._apply_physics_overrides()
@@ -604,15 +607,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hardware.dynamixel.emulator", description=main.__doc__)
     parser.add_argument("--robot", default=str(REPO_ROOT / "configs/robots/dxl_arm.yaml"), help="robot YAML")
     parser.add_argument("--lockstep", action="store_true", help="advance physics per goal write, not wall clock")
+    reality = parser.add_argument_group("reality", "how the emulated arm differs from its MJCF (the sim-to-real gap)")
+    for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
+        reality.add_argument(f"--{name.replace('_', '-')}", type=float, default=1.0)
+    reality.add_argument("--latency", type=float, default=0.0, help="actuation latency (s)")
     args = parser.parse_args(argv)
     config = RobotConfig.load(args.robot)
-    model_xml = Path(config.model_xml)
-    if not model_xml.is_absolute() and not model_xml.exists():
-        model_xml = REPO_ROOT / model_xml
+    model_xml = config.model_xml
+    physics = PhysicsOverrides(args.mass_scale, args.damping_scale, args.friction_scale, args.gain_scale, args.latency)
     motors = config.calibration.motors
     model_number = motors[0].model_number
     servos = {m.id: m.joint for m in motors}
-    with DynamixelEmulator(model_xml, servos, model_number, config.baudrate, realtime=not args.lockstep) as emulator:
+    with DynamixelEmulator(model_xml, servos, model_number, config.baudrate, physics=physics,
+                           realtime=not args.lockstep) as emulator:
         ids = sorted(servos)
         span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
         print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud); Ctrl+C to stop", flush=True)

@@ -121,3 +121,24 @@ def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     np.savez(bad, actions=np.full((5, 4), np.nan), **{"obs/joint_state": np.zeros((6, 8))})
     assert main(["replay", str(bad), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
     assert "NaN" in capsys.readouterr().err
+
+
+def test_cli_emulate_prints_the_port_it_serves():
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "robolearn", "emulate", "dynamixel", "--gain-scale", "0.5"],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving Dynamixel arm on /dev/pts/"), line
+        port = line.split()[4]
+        from hardware.dynamixel.bus import DynamixelBus
+
+        with DynamixelBus(port, load_robot_config("dxl_arm").calibration) as bus:
+            q, _ = bus.read_state()
+            assert q.shape == (4,)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
