@@ -203,20 +203,6 @@ def test_close_turns_torque_off(emulator, calibration) -> None:
     assert not bus.is_connected
 
 
-def test_round_trip_latency(make_emulator, make_bus) -> None:
-    """One sync read + one sync write of 4 servos; printed for the record (-s)."""
-    bus = make_bus(make_emulator(realtime=True))
-    times = []
-    for _ in range(500):
-        start = time.perf_counter()
-        positions, _ = bus.read_state()
-        bus.write_goal(positions)
-        times.append(time.perf_counter() - start)
-    p50, p99 = np.percentile(times, [50, 99]) * 1e3
-    print(f"\nsync read + sync write, 4 servos: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    assert p50 < 10
-
-
 def test_torque_off_reaches_every_servo_even_if_one_alerts(emulator, make_bus) -> None:
     bus = make_bus(emulator)
     emulator.faults.hardware_alert[1] = 0x01  # input voltage: not a shutdown fault, torque stays on
