@@ -1,8 +1,9 @@
 """The sim-to-real gap on the Dynamixel arm, with the emulator playing reality.
 
-Two PPO controllers for ``arm_reach``: one trained on the nominal model
-(configs/ppo_arm_reach.yaml), one with domain randomization
-(configs/ppo_arm_reach_dr.yaml). Each is evaluated three ways:
+Three PPO controllers for ``arm_reach``: one trained on the nominal model
+(configs/ppo_arm_reach.yaml), one with fixed domain randomization
+(configs/ppo_arm_reach_dr.yaml), one with DORAEMON-style automatic widening of
+the same ranges (configs/ppo_arm_reach_auto.yaml). Each is evaluated three ways:
 
 1. in sim, on the nominal model (what training reports);
 2. in sim, with the physics set to the emulator's "reality" (a diagnostic: the
@@ -13,9 +14,9 @@ Two PPO controllers for ``arm_reach``: one trained on the nominal model
    masses, friction, damping and servo gains and an actuation latency, in real
    time at 50 Hz, with the safety layer on.
 
-    python benchmarks/sim_to_real.py [--nominal RUN --randomized RUN] [--episodes 20]
+    python benchmarks/sim_to_real.py [--nominal RUN --randomized RUN --auto RUN] [--episodes 20]
 
-Without runs it trains both first (about 2 x 2 minutes here).
+Without runs it trains them first (about 3 x 2.5 minutes here).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def train_run(config: str, steps: int, seed: int) -> Path:
     cfg = load_config(config, [f"runner.total_steps={steps}", f"seed={seed}", "run_dir=runs/sim_to_real",
                                "logging.wandb=disabled", "runner.video_seconds=0"], agent_configs())
     return train(cfg).run_dir
+
+
+def final_width(run: Path) -> str:
+    """The randomization width at the end of training (1 = the configured ranges), '-' if none."""
+    import json
+
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    width = json.loads(lines[-1]).get("randomization/width") if lines else None
+    return "-" if width is None else f"{width:.2f}"
 
 
 def in_sim(run: Path, episodes: int, reality: bool) -> dict:
@@ -70,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nominal", type=Path)
     parser.add_argument("--randomized", type=Path)
+    parser.add_argument("--auto", type=Path)
     parser.add_argument("--episodes", type=int, default=20, help="episodes on the emulated robot (real time)")
     parser.add_argument("--sim-episodes", type=int, default=200)
     parser.add_argument("--steps", type=int, default=2_000_000, help="training steps when training here")
@@ -79,13 +90,14 @@ def main() -> None:
     runs = {
         "nominal (configs/ppo_arm_reach.yaml)": args.nominal or train_run("ppo_arm_reach", args.steps, args.seed),
         "randomized (configs/ppo_arm_reach_dr.yaml)": args.randomized or train_run("ppo_arm_reach_dr", args.steps, args.seed),
+        "auto-widened (configs/ppo_arm_reach_auto.yaml)": args.auto or train_run("ppo_arm_reach_auto", args.steps, args.seed),
     }
     rows = []
     for name, run in runs.items():
         sim = in_sim(run, args.sim_episodes, reality=False)
         sim_reality = in_sim(run, args.sim_episodes, reality=True)
         robot = on_emulated_robot(run, args.episodes)
-        rows.append(f"| {name} | {100 * sim['success_rate']:.0f}% ({sim['return_mean']:.1f}) "
+        rows.append(f"| {name} | {final_width(run)} | {100 * sim['success_rate']:.0f}% ({sim['return_mean']:.1f}) "
                     f"| {100 * sim_reality['success_rate']:.0f}% ({sim_reality['return_mean']:.1f}) "
                     f"| {100 * robot['success_rate']:.0f}% ({robot['return_mean']:.1f}) "
                     f"| {robot['loop']['overruns']} / {robot['loop']['jitter_ms_p99']:.2f} ms "
@@ -97,10 +109,10 @@ def main() -> None:
 Machine: {machine()}. Success = fingertip within 2 cm of the target at the end of a 2 s episode; return in brackets.
 Sim columns: {args.sim_episodes} episodes each; emulated robot: {args.episodes} episodes in real time at 50 Hz through
 the vendor SDK over a pseudo-terminal, safety layer on. Emulator reality: {reality}.
-Reproduce: `python benchmarks/sim_to_real.py --episodes {args.episodes}` (trains both controllers, {args.steps:,} steps each).
+Reproduce: `python benchmarks/sim_to_real.py --episodes {args.episodes}` (trains the three controllers, {args.steps:,} steps each).
 
-| controller | sim, nominal model | sim, reality's physics | emulated robot | robot loop overruns / jitter p99 | safety interventions |
-|---|---|---|---|---|---|
+| controller | randomization width at the end | sim, nominal model | sim, reality's physics | emulated robot | robot loop overruns / jitter p99 | safety interventions |
+|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
     write_result("sim_to_real.md", markdown)

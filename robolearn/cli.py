@@ -195,6 +195,8 @@ def _list(args: argparse.Namespace) -> int:
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>)")
     print("algorithms: " + " ".join(sorted(agent_configs())))
+    print("robots:     " + " ".join(sorted(p.stem for p in (CONFIG_DIR / "robots").glob("*.yaml")))
+          + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")
     runs = sorted(args.runs.glob("*/*/config.yaml")) if args.runs.is_dir() else []
     print("runs:" + ("" if runs else "       none yet (robolearn train)"))
     for config in runs:
