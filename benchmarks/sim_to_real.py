@@ -59,7 +59,8 @@ def in_sim(run: Path, episodes: int, reality: bool) -> dict:
     randomization = None
     if reality:
         point = {k: [v, v] for k, v in REALITY.items() if k.endswith("_scale")}
-        randomization = {**point, "action_latency_steps": [1, 1]}  # 10 ms of latency ~ half a 20 ms step: round up
+        latency = REALITY["actuation_latency"]
+        randomization = {**point, "action_latency_s": [latency, latency]}
     env = sims.make_env("arm_reach", episodes, seed=123, randomization=randomization)
     return evaluate(ExportedController(run / "export" / "controller.pt"), env, episodes, seed=123)
 

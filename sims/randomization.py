@@ -8,7 +8,7 @@ random pushes. All of it is data in ``env.randomization`` of a run config::
 
     env:
       randomization: {mass_scale: [0.8, 1.3], gain_scale: [0.6, 1.1],
-                      action_latency_steps: [0, 2], auto: true}
+                      action_latency_s: [0.0, 0.03], auto: true}
 
 Each range is ``[low, high]`` around the nominal value (scale 1, 0 steps).
 With ``auto: true`` the ranges start at the nominal point and widen by
@@ -39,7 +39,7 @@ class Randomization:
     friction_scale: tuple[float, float] = (1.0, 1.0)  # geom sliding friction and joint frictionloss
     damping_scale: tuple[float, float] = (1.0, 1.0)  # joint damping
     gain_scale: tuple[float, float] = (1.0, 1.0)  # actuator gains (motor strength; servo kp and kv)
-    action_latency_steps: tuple[int, int] = (0, 0)  # control steps before an action reaches the actuators
+    action_latency_s: tuple[float, float] = (0.0, 0.0)  # seconds before an action reaches the actuators
     obs_delay_steps: tuple[int, int] = (0, 0)  # control steps the policy's observation lags
     obs_noise_std: float = 0.0  # Gaussian noise added to the ``policy`` group
     push_every_s: float = 0.0  # mean seconds between pushes; 0: none
@@ -90,7 +90,10 @@ class RandomizedEnv(VecEnv):
         n = self.num_envs
         self._latency = torch.zeros(n, dtype=torch.long, device=self.device)
         self._delay = torch.zeros(n, dtype=torch.long, device=self.device)
-        self._actions = torch.zeros(cfg.action_latency_steps[1] + 1, n, *self.action_spec.shape, device=self.device)
+        self._substeps = torch.zeros(n, dtype=torch.long, device=self.device)
+        self._timestep = env.sim.timestep
+        self._actions = torch.zeros(int(cfg.action_latency_s[1] / self.control_dt) + 1, n, *self.action_spec.shape,
+                                    device=self.device)
         self._history: dict[str, torch.Tensor] = {}
         self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
         self.reset(seed)
@@ -100,7 +103,7 @@ class RandomizedEnv(VecEnv):
     def _range(self, name: str) -> tuple[float, float]:
         """The current range of ``name``: nominal widened by ``width`` of the configured range."""
         low, high = getattr(self.cfg, name)
-        nominal = 0.0 if name.endswith("_steps") else 1.0
+        nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
     def _resample(self, ids: torch.Tensor) -> None:
@@ -112,10 +115,16 @@ class RandomizedEnv(VecEnv):
             part = values if columns is None else values[..., columns]
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
             self.sim.set_model_field(name, values, ids)
-        for attr, key in (("_latency", "action_latency_steps"), ("_delay", "obs_delay_steps")):
-            low, high = self._range(key)
-            getattr(self, attr)[ids] = torch.randint(round(low), round(high) + 1, (len(ids),),
-                                                     generator=self._generator, device=self.device)
+        # Latency: whole control steps through the action queue, the rest as physics substeps.
+        latency = uniform((len(ids),), *self._range("action_latency_s"), self._generator)
+        physics_steps = torch.round(latency / self._timestep).long()
+        steps_per_action = self.env.task.frame_skip
+        self._latency[ids] = (physics_steps // steps_per_action).clamp(max=len(self._actions) - 1)
+        self._substeps[ids] = physics_steps % steps_per_action
+        self.env.actuation_delay = self._substeps
+        low, high = self._range("obs_delay_steps")
+        self._delay[ids] = torch.randint(round(low), round(high) + 1, (len(ids),), generator=self._generator,
+                                         device=self.device)
         self._fresh[ids] = True
 
     # ---- VecEnv ----------------------------------------------------------------

@@ -128,6 +128,9 @@ class TaskEnv(VecEnv):
         if seed is None:
             self._generator.seed()
         self._episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        self.actuation_delay: torch.Tensor | None = None
+        """Per-world physics substeps (< frame_skip) that the previous controls still act
+        at the start of each step: actuation latency finer than a control step."""
         obs = self.reset(seed)
         dtype = torch.empty((), dtype=backend.dtype).numpy().dtype
         self.observation_spec = {
@@ -143,7 +146,14 @@ class TaskEnv(VecEnv):
     def step(self, action: torch.Tensor) -> Step:
         action = torch.clamp(action.to(self.device, torch.float32), self._low, self._high)
         self.task.pre_step(self.sim)
-        self.sim.step(self.task.actuate(self.sim, action), self.task.frame_skip)
+        ctrl = self.task.actuate(self.sim, action)
+        delay = self.actuation_delay
+        if delay is not None and bool((delay > 0).any()):
+            previous = self.sim.ctrl.to(ctrl.dtype).clone()
+            for substep in range(self.task.frame_skip):  # the old controls act until each world's delay passes
+                self.sim.step(torch.where((substep < delay).unsqueeze(1), previous, ctrl), 1)
+        else:
+            self.sim.step(ctrl, self.task.frame_skip)
         self._episode_step += 1
 
         obs = self.task.observations(self.sim)

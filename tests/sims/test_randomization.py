@@ -26,12 +26,27 @@ def test_physics_fields_are_drawn_per_world_within_range():
 
 
 def test_action_latency_delays_the_actuators():
-    env = _env(num_envs=2, action_latency_steps=[2, 2])
+    env = _env(num_envs=2, action_latency_s=[0.04, 0.04])  # two control steps of 0.02 s
     actions = [torch.full((2, 4), 0.1 * i) for i in range(1, 6)]
     for i, a in enumerate(actions):
         env.step(a)
         expected = actions[max(0, i - 2)]  # the first action fills the queue
         torch.testing.assert_close(env.sim.ctrl.float(), expected)
+
+
+def test_latency_below_a_control_step_acts_within_the_physics_step():
+    on_time = sims.make_env("arm_reach", 2, seed=4)
+    late = _env(num_envs=2, action_latency_s=[0.01, 0.01])  # 5 of the 10 physics substeps
+    late.env.reset(seed=4)
+    on_time.reset(seed=4)
+    torch.testing.assert_close(late.sim.qpos, on_time.sim.qpos)
+    assert late.env.actuation_delay.tolist() == [5, 5]
+    goal = torch.tensor([[0.2, 0.2, -0.2, 0.2]] * 2)
+    late.step(goal)
+    on_time.step(goal)
+    torch.testing.assert_close(late.sim.ctrl.float(), goal)  # the new goal acts by the end of the step
+    lag = (late.sim.qpos - goal).abs().sum(1)
+    assert bool((lag > (on_time.sim.qpos - goal).abs().sum(1) + 1e-3).all())  # but it started later
 
 
 def test_observation_delay_shows_the_past():
@@ -81,7 +96,7 @@ def test_bad_randomization_config_names_the_key():
 
 
 def test_randomized_env_trains_end_to_end_shapes():
-    env = _env(num_envs=2, action_latency_steps=[0, 1], obs_delay_steps=[0, 2], push_every_s=0.1, push_velocity=0.5)
+    env = _env(num_envs=2, action_latency_s=[0.0, 0.05], obs_delay_steps=[0, 2], push_every_s=0.1, push_velocity=0.5)
     assert isinstance(env, RandomizedEnv)
     for _ in range(env.max_episode_steps + 5):
         step = env.step(torch.zeros(2, 4))
