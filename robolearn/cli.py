@@ -13,6 +13,7 @@ from pathlib import Path
 
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import CONFIG_DIR, ConfigError, load_config
+from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, ValueError)
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
     p.add_argument("kind", choices=["dynamixel"])
     p.add_argument("--robot", default="dxl_arm", help="robot config: a YAML path or a name in configs/robots/")
+
+    add_dataset_parser(commands)
 
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
@@ -231,7 +234,7 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
-            "emulate": _emulate, "list": _list}
+            "emulate": _emulate, "list": _list, "dataset": dataset_command}
 
 if __name__ == "__main__":
     sys.exit(main())

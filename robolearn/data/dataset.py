@@ -49,12 +49,13 @@ class Dataset:
     @classmethod
     def create(cls, name: str, episodes: Iterable[Episode], observation_spec: dict[str, spaces.Box],
                action_spec: spaces.Box, *, metadata: dict[str, Any] | None = None,
-               root: str | Path | None = None, overwrite: bool = False) -> Dataset:
-        """Write ``episodes`` as dataset ``name``: all of them, or (on any error) nothing."""
+               root: str | Path | None = None, overwrite: bool = False, source: str | None = None) -> Dataset:
+        """Write ``episodes`` as dataset ``name``: all of them, or (on any error) nothing.
+        Errors name ``source`` (the file they came from) and the episode."""
         with DatasetWriter(name, observation_spec, action_spec, metadata=metadata, root=root,
                            overwrite=overwrite) as writer:
-            for episode in episodes:
-                writer.add(episode)
+            for i, episode in enumerate(episodes):
+                writer.add(episode, where=f"{source}: episode {i}" if source else None)
         return cls(writer.target)
 
     # ---- metadata -------------------------------------------------------------------------

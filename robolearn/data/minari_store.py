@@ -175,7 +175,7 @@ class DatasetWriter:
         if self.episodes == 0:
             self.discard()
             raise DatasetError(f"dataset '{self.id}': no complete episode to write; nothing was saved")
-        meta = {key: self.metadata.pop(key) for key in self.MINARI_KEYS if self.metadata.get(key) is not None}
+        meta = {key: value for key in self.MINARI_KEYS if (value := self.metadata.pop(key, None)) is not None}
         self.metadata.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
         from minari import __version__ as minari_version
 
