@@ -66,6 +66,9 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
             shape = tuple(features[key].get("shape") or ()) if key in features else ()
             columns[key].append(_column(table.column(key), shape, file, key))
     data = {key: np.concatenate(parts) for key, parts in columns.items()}
+    for key in ("episode_index", "frame_index", "next.reward", "next.done"):  # shape [1] features are per-frame scalars
+        if key in data:
+            data[key] = data[key].reshape(len(data[key]))
 
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
@@ -76,8 +79,8 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         where = f"{root}: episode_index {int(index)}"
         if not np.array_equal(frames, np.arange(len(rows))):
             raise DatasetError(f"{where}: frame_index is not 0..{len(rows) - 1} (found {frames[:5].tolist()}...)")
-        done = data["next.done"][rows].reshape(-1).astype(bool) if "next.done" in data else np.zeros(len(rows), bool)
-        rewards = data["next.reward"][rows].reshape(-1) if "next.reward" in data else np.zeros(len(rows), np.float32)
+        done = data["next.done"][rows].astype(bool) if "next.done" in data else np.zeros(len(rows), bool)
+        rewards = data["next.reward"][rows] if "next.reward" in data else np.zeros(len(rows), np.float32)
         observations = {group: np.concatenate([data[key][rows], data[key][rows[-1:]]]) for key, group in groups.items()}
         truncations = np.zeros(len(rows), bool)
         truncations[-1] = not done[-1]
