@@ -101,8 +101,8 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(summary, default=str))
         return 0
     for key, value in summary.items():
-        text = f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
-        print(f"{key + ':':<24}{text}")
+        text = f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
+        print(f"{key + ':':<24}{text if len(text) <= 100 else text[:96] + ' ...'}")
     return 0
 
 

@@ -162,13 +162,13 @@ class DatasetWriter:
         buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
                                rewards=episode.rewards, terminations=episode.terminations,
                                truncations=episode.truncations, infos=dict(episode.infos) or None)
-        with interrupts_deferred():
+        with interrupts_deferred():  # the episode and its count land together, or not at all
             self._storage.update_episodes([buffer])
             self._storage.update_episode_metadata(
                 [{"return": episode.episode_return, "length": len(episode),
                   "terminated": bool(episode.terminations[-1])}], [self.episodes])
-        self.episodes += 1
-        self.steps += len(episode)
+            self.episodes += 1
+            self.steps += len(episode)
 
     def commit(self) -> Path:
         """Finish the metadata and move the dataset into place; returns its directory."""

@@ -139,3 +139,17 @@ def test_a_corrupt_dataset_file_is_a_one_line_error(recorded):
     with pytest.raises(DatasetError, match="main_data|unreadable dataset") as err:
         list(Dataset.load("pendulum"))
     assert "\n" not in str(err.value)
+
+
+def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
+    import os
+    import signal
+
+    from robolearn.data.minari_store import interrupts_deferred
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            finished = True
+    assert finished
