@@ -17,8 +17,8 @@ controller's own action. Use the writer as a context manager with
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,11 +27,7 @@ from tqdm import tqdm
 from robolearn.data.episode import Episode
 from robolearn.data.minari_store import DatasetWriter
 from robolearn.interfaces import Obs, VecEnv
-
-
-class Actor(Protocol):
-    def act(self, obs: Obs) -> torch.Tensor: ...
-    def reset(self, mask: torch.Tensor | None = None) -> None: ...
+from robolearn.runtime import Actor
 
 
 class RandomController:
@@ -57,7 +53,7 @@ class RecordStats:
     steps: int = 0
     seconds: float = 0.0
     interrupted: bool = False
-    returns: list[float] | None = None
+    returns: list[float] = field(default_factory=list)  # of the stored episodes
 
 
 def has_exact_state(env: VecEnv) -> bool:
@@ -79,7 +75,10 @@ class _Episodes:
             self.append(env, key, value)
         rows, self.rows[env] = self.rows[env], {}
         arrays = {key: np.stack(values) for key, values in rows.items()}
-        take = lambda prefix: {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}  # noqa: E731
+
+        def take(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
         return Episode(observations=take("obs/"), actions=arrays["actions"], rewards=arrays["rewards"],
                        terminations=arrays["terminations"], truncations=arrays["truncations"], infos=take("infos/"))
 
@@ -96,7 +95,7 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
     half_range = torch.where(torch.isfinite(high - low), (high - low) / 2, torch.ones_like(low))
     generator = torch.Generator(device=env.device).manual_seed(seed)
     buffers = _Episodes(env.num_envs)
-    stats = RecordStats(returns=[])
+    stats = RecordStats()
     start = time.perf_counter()
     bar = tqdm(total=episodes, unit="episode", disable=not progress, dynamic_ncols=True)
     try:

@@ -75,12 +75,11 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
                                "the episode comes from another model or task arguments")
         obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
     recorded_qpos = episode.infos.get("qpos")
-    qpos_now = lambda source: source["qpos"][0].cpu().numpy() if exact_env else None  # noqa: E731
     every = max(1, round(1.0 / (fps * env.control_dt))) if video else 0
     frames = []
 
     obs_div = [_obs_divergence(obs, episode, 0)]
-    qpos_div = [_diff(qpos_now(env.get_state()) if exact_env else None, recorded_qpos, 0)]  # type: ignore[attr-defined]
+    qpos_div = [_qpos_divergence(env.get_state(), recorded_qpos, 0)] if exact_env else []  # type: ignore[attr-defined]
     rewards: list[float] = []
     ended_early = False
     for t, action in enumerate(episode.actions):
@@ -88,17 +87,17 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             frames.append(env.render(0))
         step = env.step(torch.as_tensor(action, device=env.device).expand(n, *action.shape))
         rewards.append(step.reward[0].item())
-        final_obs = step.info.get("final_obs", step.obs)
-        obs_div.append(_obs_divergence(final_obs, episode, t + 1))
-        qpos_div.append(_diff(qpos_now(step.info["final_state"]) if exact_env else None, recorded_qpos, t + 1))
+        obs_div.append(_obs_divergence(step.info.get("final_obs", step.obs), episode, t + 1))
+        if exact_env:
+            qpos_div.append(_qpos_divergence(step.info["final_state"], recorded_qpos, t + 1))
         if bool(step.terminated[0] | step.truncated[0]) and t + 1 < len(episode):
             ended_early = True
             break
-    qpos = np.array([d for d in qpos_div if d is not None]) if any(d is not None for d in qpos_div) else None
+    known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
     result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=restored,
                           recorded_return=episode.episode_return,
                           replayed_return=float(np.sum(np.asarray(rewards, dtype=episode.rewards.dtype), dtype=np.float64)),
-                          qpos_divergence=qpos, obs_divergence=np.array(obs_div), ended_early=ended_early)
+                          qpos_divergence=np.array(known) if known else None, obs_divergence=np.array(obs_div), ended_early=ended_early)
     if video:
         result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
     return result
@@ -113,10 +112,11 @@ def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) ->
     return worst
 
 
-def _diff(replayed: np.ndarray | None, recorded: np.ndarray | None, row: int) -> float | None:
-    if replayed is None or recorded is None or row >= len(recorded):
+def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None, row: int) -> float | None:
+    """max |qpos of env 0 - recorded qpos[row]|, or None without a recorded row."""
+    if recorded is None or row >= len(recorded):
         return None
-    return float(np.abs(replayed - recorded[row]).max(initial=0.0))
+    return float(np.abs(state["qpos"][0].cpu().numpy() - recorded[row]).max(initial=0.0))
 
 
 def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> Path:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from robolearn.cli import main
-from robolearn.data import Dataset, DatasetError
+from robolearn.data import Dataset
 from robolearn.data.d4rl import read_d4rl, ref_scores, write_d4rl
 
 

@@ -148,8 +148,7 @@ def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
     from robolearn.data.minari_store import interrupts_deferred
 
     finished = False
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            finished = True
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        finished = True
     assert finished
