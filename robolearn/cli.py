@@ -13,6 +13,7 @@ from pathlib import Path
 
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import CONFIG_DIR, ConfigError, load_config
+from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, ValueError)
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("mass-scale", "damping-scale", "friction-scale", "gain-scale"):
         p.add_argument(f"--{name}", type=float, default=1.0, help="reality differs from the MJCF by this factor")
     p.add_argument("--latency", type=float, default=0.0, help="actuation latency of the emulated servos (s)")
+
+    add_dataset_parser(commands)
 
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
@@ -263,7 +266,7 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
-            "replay": _replay, "emulate": _emulate, "list": _list}
+            "replay": _replay, "emulate": _emulate, "list": _list, "dataset": dataset_command}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -149,6 +149,51 @@ class MujocoBackend:
             self._batch.forward(np.sort(ids))  # derived fields and sensors of the new state
         self._cache.clear()
 
+    # ---- exact state, for recording and replaying datasets -----------------
+
+    @property
+    def state_size(self) -> int:
+        """Width of one world's ``mjSTATE_INTEGRATION`` row."""
+        return int(self._batch.state.shape[1])
+
+    def state_slice(self, component: str) -> slice:
+        """Where ``component`` (``qpos``, ``qvel``, ``ctrl``, ``mocap_pos``...: an
+        ``mjtState`` name in lower case) sits in a state row; MuJoCo concatenates
+        the components in the order of their ``mjtState`` bits."""
+        bit = int(getattr(mujoco.mjtState, f"mjSTATE_{component.upper()}"))
+        before = int(mujoco.mjtState.mjSTATE_INTEGRATION) & (bit - 1)
+        start = mujoco.mj_stateSize(self.model, before)
+        return slice(start, start + mujoco.mj_stateSize(self.model, bit))
+
+    def get_state(self, world_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The exact state of worlds ``world_ids`` (all when None), ``(n, state_size)`` float64.
+
+        Rows of ``mjSTATE_INTEGRATION``: time, qpos, qvel, act, warmstart, ctrl,
+        applied forces, equality flags, mocap poses, userdata. Everything the
+        next ``mj_step`` reads, so restoring a row with :meth:`set_full_state`
+        and applying the same controls reproduces the run bit for bit.
+        """
+        rows = self._batch.state if world_ids is None else self._batch.state[_numpy(world_ids).astype(np.int64)]
+        return torch.tensor(rows, dtype=torch.float64, device=self.device)
+
+    def set_full_state(self, world_ids: torch.Tensor, rows: torch.Tensor | np.ndarray) -> None:
+        """Put worlds ``world_ids`` in the exact state ``rows`` ``(len, state_size)`` from :meth:`get_state`.
+
+        Derived fields and sensors are recomputed for the new state (as after a
+        reset); the other worlds are untouched.
+        """
+        ids = _numpy(world_ids).astype(np.int64)
+        rows = _numpy(rows)
+        if rows.shape != (ids.size, self.state_size):
+            raise ValueError(f"state rows have shape {rows.shape}, expected {(ids.size, self.state_size)} "
+                             "(one mjSTATE_INTEGRATION row per world of this model)")
+        if ids.size == 0:
+            return
+        self._batch.state[ids] = rows
+        if self._forward_on_reset:
+            self._batch.forward(np.sort(ids))
+        self._cache.clear()
+
     def set_mocap_pos(self, world_ids: torch.Tensor, positions: torch.Tensor) -> None:
         """Move the mocap bodies of worlds ``world_ids`` to ``positions`` ``(len, nmocap, 3)``."""
         self.mocap_pos  # raises if the model has none

@@ -113,7 +113,14 @@ class TaskEnv(VecEnv):
     Actions are in the task's ``action_spec`` units and are clipped to it.
     ``info["log"]`` holds the batch mean of each reward term as
     ``reward/<term>``; ``info["success"]`` is present when the task defines it.
+
+    For datasets, :meth:`get_state` and :meth:`set_state` read and restore every
+    world's exact simulator state, and with ``keep_final_state = True`` each
+    step also reports ``info["final_state"]``, the state matching
+    ``info["final_obs"]`` (taken before the automatic resets overwrite it).
     """
+
+    keep_final_state: bool = False
 
     def __init__(self, task: Task, backend: MujocoBackend, seed: int | None = None) -> None:
         self.task, self.sim = task, backend
@@ -168,6 +175,8 @@ class TaskEnv(VecEnv):
             info["success"] = success
 
         info["final_obs"] = obs
+        if self.keep_final_state:
+            info["final_state"] = self.get_state()
         done = terminated | truncated
         ids = done.nonzero().squeeze(1)
         if len(ids):
@@ -175,6 +184,20 @@ class TaskEnv(VecEnv):
             fresh = self.task.observations(self.sim)
             obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Every world's exact state: ``state`` (the backend's full state rows,
+        what :meth:`set_state` restores), ``qpos`` and ``qvel``; float64."""
+        rows = self.sim.get_state()
+        return {"state": rows, "qpos": rows[:, self.sim.state_slice("qpos")],
+                "qvel": rows[:, self.sim.state_slice("qvel")]}
+
+    def set_state(self, rows: torch.Tensor) -> Obs:
+        """Start a new episode in every world from the exact state ``rows``
+        ``(num_envs, state_size)`` (from :meth:`get_state`); returns its observations."""
+        self.sim.set_full_state(torch.arange(self.num_envs, device=self.device), rows)
+        self._episode_step.zero_()
+        return self.task.observations(self.sim)
 
     def _reset_worlds(self, ids: torch.Tensor) -> None:
         qpos, qvel = self.task.reset(self.sim, ids, self._generator)

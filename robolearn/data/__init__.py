@@ -1,0 +1,21 @@
+"""Offline datasets: episodes recorded in sim or on robots, D4RL/LeRobot imports, replay in sim.
+
+Start with :class:`Dataset` (``load``, iteration, ``transitions``,
+``normalized_score``). Datasets are Minari-format directories under
+:func:`datasets_root`; :class:`DatasetWriter` (and :meth:`Dataset.create`)
+write them atomically. :func:`record` fills a writer from any VecEnv,
+:func:`replay` plays an episode's actions back on one.
+"""
+
+from robolearn.data.d4rl import read_d4rl, write_d4rl
+from robolearn.data.dataset import Dataset, merge, split
+from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.lerobot import read_lerobot
+from robolearn.data.minari_store import DatasetWriter, dataset_id, datasets_root, list_datasets
+from robolearn.data.record import RandomController, record
+from robolearn.data.recordings import read_recordings
+from robolearn.data.replay import ReplayResult, replay
+
+__all__ = ["Dataset", "DatasetError", "DatasetWriter", "Episode", "RandomController", "ReplayResult", "dataset_id",
+           "datasets_root", "list_datasets", "merge", "read_d4rl", "read_lerobot", "read_recordings", "record",
+           "replay", "split", "write_d4rl"]

@@ -1,0 +1,267 @@
+"""``robolearn dataset list | info | record | import | export | split | merge | replay``.
+
+Registered by :mod:`robolearn.cli` through :func:`add_dataset_parser` and
+:func:`dataset_command`. Bad input ends in one line (a :class:`DatasetError`)
+and exit status 2; an interrupted ``record`` keeps its complete episodes and
+exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+IMPORT_FORMATS = ("d4rl", "lerobot", "recording")
+
+
+def add_dataset_parser(commands: Any) -> None:
+    """Add the ``dataset`` command and its subcommands to ``commands`` (argparse subparsers)."""
+    parser = commands.add_parser("dataset", help="offline datasets: record, import, export, split, merge, replay")
+    sub = parser.add_subparsers(dest="dataset_command", required=True)
+    root = argparse.ArgumentParser(add_help=False)
+    root.add_argument("--root", type=Path, help="datasets directory (default: $ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
+    refs = argparse.ArgumentParser(add_help=False)
+    refs.add_argument("--ref-min", type=float, help="return of a random policy, for normalized scores")
+    refs.add_argument("--ref-max", type=float, help="return of an expert policy, for normalized scores")
+    refs.add_argument("--overwrite", action="store_true", help="replace a dataset of the same name")
+
+    sub.add_parser("list", parents=[root], help="the datasets under the root")
+
+    p = sub.add_parser("info", parents=[root], help="a dataset's metadata and return statistics")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("record", parents=[root, refs], help="record a controller's episodes in simulation")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", type=Path, help="a run directory: its task and latest checkpoint")
+    source.add_argument("--controller", help="an exported controller.pt/.onnx, or 'random' (uniform actions)")
+    p.add_argument("--task", help="task name or gym:<id> (default: the run's or the controller's)")
+    p.add_argument("--episodes", type=int, required=True)
+    p.add_argument("--num-envs", type=int, default=1)
+    p.add_argument("--noise", type=float, default=0.0, help="Gaussian action noise, in half action ranges")
+    p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("import", parents=[root, refs], help="import a D4RL file, a LeRobot dataset or a deploy recording")
+    p.add_argument("path", type=Path)
+    p.add_argument("--format", choices=IMPORT_FORMATS, required=True)
+    p.add_argument("--task", help="task name or gym:<id>: shapes are checked against it and replay uses it")
+    p.add_argument("--name", help="dataset name (default: the file or directory name)")
+
+    p = sub.add_parser("export", parents=[root], help="write a dataset as a D4RL HDF5 file")
+    p.add_argument("name")
+    p.add_argument("--format", choices=["d4rl"], default="d4rl")
+    p.add_argument("--out", type=Path, required=True)
+
+    p = sub.add_parser("split", parents=[root], help="split a dataset's episodes into new datasets")
+    p.add_argument("name")
+    p.add_argument("--fractions", type=float, nargs="+", required=True)
+    p.add_argument("--names", nargs="+", help="names of the parts (default: <name>-split<i>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("merge", parents=[root], help="merge datasets of one task into a new one")
+    p.add_argument("names", nargs="+")
+    p.add_argument("--name", required=True)
+    p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("replay", parents=[root], help="replay an episode's actions in simulation and measure divergence")
+    p.add_argument("name")
+    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("--task", help="default: the dataset's task")
+    p.add_argument("--video", type=Path, help="film the replay into this .mp4")
+    p.add_argument("--json", action="store_true", help="end with one JSON line (with every step's divergence)")
+
+
+def dataset_command(args: argparse.Namespace) -> int:
+    return COMMANDS[args.dataset_command](args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset, datasets_root, list_datasets
+
+    ids = list_datasets(args.root)
+    print(f"datasets in {datasets_root(args.root)}:" + ("" if ids else " none yet (robolearn dataset record | import)"))
+    for dataset_id in ids:
+        ds = Dataset(datasets_root(args.root) / dataset_id)
+        print(f"  {dataset_id:<32} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset
+
+    summary = Dataset.load(args.name, args.root).summary()
+    if args.json:
+        print(json.dumps(summary, default=str))
+        return 0
+    for key, value in summary.items():
+        text = f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
+        print(f"{key + ':':<24}{text if len(text) <= 100 else text[:96] + ' ...'}")
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    import sims
+    from robolearn.data.minari_store import DatasetWriter
+    from robolearn.data.record import RandomController, has_exact_state, record
+
+    if args.episodes < 1 or args.num_envs < 1:
+        raise ValueError("--episodes and --num-envs must be at least 1")
+    task, kwargs, controller_name, algorithm = args.task, {}, args.controller, None
+    if args.run:
+        from robolearn.runner import read_run_config
+
+        cfg = read_run_config(args.run)
+        task, kwargs, controller_name, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), f"run:{args.run}", cfg.algo
+    elif args.controller != "random":
+        meta_path = Path(args.controller).parent / "controller.json"
+        task = task or (json.loads(meta_path.read_text()).get("task") if meta_path.is_file() else None)
+    if not task:
+        raise ValueError("--task is needed: the controller does not say which task it was trained on")
+    with sims.make_env(task, num_envs=args.num_envs, seed=args.seed, **kwargs) as env:
+        if args.run:
+            from robolearn.runner import load_agent
+
+            controller = load_agent(args.run, env, cfg).controller().to(env.device).eval()
+        elif args.controller == "random":
+            controller = RandomController(env, seed=args.seed)
+        else:
+            from robolearn.export import ExportedController
+
+            controller = ExportedController(args.controller)
+        kind = algorithm or ("random" if args.controller == "random" else "exported")
+        name = args.name or f"{_slug(task)}-{kind}"
+        metadata = {"task": task, "task_kwargs": kwargs, "controller": controller_name, "algorithm_name": kind,
+                    "source": "record", "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs,
+                    "control_dt": env.control_dt, "max_episode_steps": env.max_episode_steps,
+                    "ref_min_score": args.ref_min, "ref_max_score": args.ref_max}
+        if has_exact_state(env):
+            metadata["state"] = {"format": "mjSTATE_INTEGRATION", "size": int(env.get_state()["state"].shape[1])}
+        with DatasetWriter(name, env.observation_spec, env.action_spec, metadata=metadata, root=args.root,
+                           overwrite=args.overwrite, keep_partial=True) as writer:
+            stats = record(controller, env, writer, args.episodes, noise=args.noise, seed=args.seed,
+                           progress=not args.no_progress)
+            if stats.interrupted and writer.episodes == 0:
+                writer.discard()
+                print("interrupted before the first episode ended: nothing saved", file=sys.stderr)
+                return 130
+    returns = stats.returns or [0.0]
+    print(f"recorded:    {stats.episodes} episodes, {writer.steps} steps in {stats.seconds:.1f} s "
+          f"-> {writer.target}")
+    print(f"return:      {sum(returns) / len(returns):.2f} mean, {min(returns):.2f} min, {max(returns):.2f} max")
+    if stats.interrupted:
+        print(f"interrupted: kept the {stats.episodes} complete episodes")
+        return 130
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset
+    from robolearn.data.d4rl import read_d4rl, ref_scores
+    from robolearn.data.lerobot import read_lerobot
+    from robolearn.data.minari_store import specs_of
+    from robolearn.data.recordings import read_recordings
+
+    readers = {"d4rl": read_d4rl, "lerobot": read_lerobot, "recording": read_recordings}
+    episodes, meta = readers[args.format](args.path)
+    specs = _task_specs(args.task) if args.task else specs_of(episodes[0])
+    meta |= {"source": f"{args.format}:{args.path.resolve()}"}
+    if args.task:
+        meta["task"] = args.task
+    refs = ref_scores(args.task or args.path.stem) if args.format == "d4rl" else None
+    for key, given, default in (("ref_min_score", args.ref_min, refs and refs[0]), ("ref_max_score", args.ref_max, refs and refs[1])):
+        value = given if given is not None else meta.get(key, default)
+        if value is not None:
+            meta[key] = value
+    name = args.name or _slug(args.path.stem if args.path.is_file() else args.path.resolve().name)
+    ds = Dataset.create(name, episodes, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
+    print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps -> {ds.path}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset
+    from robolearn.data.d4rl import write_d4rl
+
+    path = write_d4rl(Dataset.load(args.name, args.root), args.out)
+    print(f"exported:    {path}")
+    return 0
+
+
+def _split(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset, split
+
+    parts = split(Dataset.load(args.name, args.root), args.fractions, args.names, seed=args.seed, root=args.root,
+                  overwrite=args.overwrite)
+    for part in parts:
+        print(f"{part.id + ':':<24}{part.num_episodes} episodes, {part.num_steps} steps")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from robolearn.data import Dataset, merge
+
+    merged = merge([Dataset.load(name, args.root) for name in args.names], args.name, root=args.root,
+                   overwrite=args.overwrite)
+    print(f"{merged.id + ':':<24}{merged.num_episodes} episodes, {merged.num_steps} steps")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import sims
+    from robolearn.data import Dataset
+    from robolearn.data.replay import replay
+
+    ds = Dataset.load(args.name, args.root)
+    task = args.task or ds.task
+    if not task:
+        raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")
+    episode = ds[args.episode]
+    with sims.make_env(task, num_envs=1, seed=0, **ds.info.get("task_kwargs", {})) as env:
+        specs_ok = episode.actions.shape[1:] == env.action_spec.shape
+        if not specs_ok:
+            raise ValueError(f"dataset '{ds.id}' actions have shape {episode.actions.shape[1:]}, "
+                             f"task {task}'s are {env.action_spec.shape}")
+        result = replay(episode, env, video=args.video)
+    s = result.summary()
+    start = "restored from the recorded state" if result.restored else "from the env's own reset (no recorded state)"
+    print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")
+    print(f"return:      recorded {result.recorded_return:.6g}, replayed {result.replayed_return:.6g}, "
+          f"diff {result.return_diff:.3g}")
+    if result.qpos_divergence is not None:
+        div = result.qpos_divergence
+        marks = sorted({*range(0, len(div), max(1, len(div) // 8)), len(div) - 1})
+        print(f"max |qpos diff|: {s['qpos_divergence_max']:.3g} (by step: "
+              + " ".join(f"{i}:{div[i]:.2g}" for i in marks) + ")")
+    print(f"max |obs diff|:  {s['obs_divergence_max']:.3g}" + ("   exact replay" if result.exact else ""))
+    if result.ended_early:
+        print("ended early: the env ended the episode before the recorded actions ran out")
+    if result.video:
+        print(f"video:       {result.video}")
+    if args.json:
+        extra: dict[str, Any] = {"qpos_divergence": None if result.qpos_divergence is None else result.qpos_divergence.tolist(),
+                                 "obs_divergence": result.obs_divergence.tolist()}
+        print(json.dumps({"dataset": ds.id, "episode": args.episode, **s, **extra}))
+    return 0
+
+
+def _task_specs(task: str) -> tuple[dict, Any]:
+    import sims
+
+    with sims.make_env(task, num_envs=1, num_threads=1) as env:
+        return env.observation_spec, env.action_spec
+
+
+def _slug(text: str) -> str:
+    """A dataset-name-safe version of ``text``."""
+    return re.sub(r"[^-\w]+", "-", text).strip("-") or "dataset"
+
+
+COMMANDS = {"list": _list, "info": _info, "record": _record, "import": _import, "export": _export,
+            "split": _split, "merge": _merge, "replay": _replay}

@@ -1,0 +1,179 @@
+"""D4RL-style HDF5 files in both directions.
+
+A D4RL file holds flat arrays, one row per transition: ``observations``,
+``actions``, ``rewards``, ``terminals`` (the MDP ended) and ``timeouts`` (a
+time limit ended the episode; absent in old files), optionally
+``next_observations`` and ``infos/qpos``, ``infos/qvel``. Episodes end at rows
+where ``terminals | timeouts``; rows after the last end form a final,
+truncated episode.
+
+Without ``next_observations`` the observation after an episode's last action
+is not in the file: :func:`read_d4rl` keeps every transition and repeats the
+last observation in its place (metadata ``final_observation: "copied"``;
+terminated episodes never bootstrap from it, truncated ones do so
+approximately). ``infos/*`` rows are per transition (T per episode).
+
+:func:`write_d4rl` writes ``next_observations`` too, plus what round trips
+need and D4RL readers ignore: ``infos/next_<name>`` for per-step infos with a
+row for the final observation (our simulator ``state``, ``qpos``, ``qvel``),
+``observation_groups/<group>`` and ``next_observation_groups/<group>`` for
+groups beside ``policy``, and the dataset's metadata as JSON in the file's
+``robolearn_metadata`` attribute. Reading our own export back gives every
+array unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robolearn.data.dataset import Dataset
+from robolearn.data.episode import DatasetError, Episode
+
+REF_SCORES: dict[str, tuple[float, float]] = {
+    "halfcheetah": (-280.18, 12135.0),
+    "hopper": (-20.27, 3234.3),
+    "walker2d": (1.63, 4592.3),
+    "ant": (-325.6, 3879.7),
+}
+"""D4RL's random and expert returns of its MuJoCo locomotion tasks, for normalized scores."""
+
+REQUIRED = ("observations", "actions", "rewards", "terminals")
+GROUPS, NEXT_GROUPS = "observation_groups", "next_observation_groups"
+
+
+def ref_scores(task: str | None) -> tuple[float, float] | None:
+    """D4RL's (ref_min_score, ref_max_score) for ``task`` (``hopper``, ``half_cheetah``,
+    ``gym:Hopper-v5``, ``hopper-medium-v2``...), or None when D4RL has none."""
+    if not task:
+        return None
+    key = re.sub(r"[^a-z0-9]", "", task.lower().removeprefix("gym:").split("-")[0])
+    return REF_SCORES.get(key)
+
+
+def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
+    """Episodes and metadata of D4RL file ``path``; :class:`DatasetError` names the file,
+    key and shapes of anything unusable."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file")
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [key for key in REQUIRED if key not in f]
+            if missing:
+                raise DatasetError(f"{path}: missing key '{missing[0]}' (D4RL files need {', '.join(REQUIRED)}; "
+                                   f"found {', '.join(sorted(f.keys()))})")
+            arrays = {name: _read(f, name, path) for name in _dataset_names(f)}
+            meta = json.loads(f.attrs["robolearn_metadata"]) if "robolearn_metadata" in f.attrs else {}
+    except OSError as err:
+        raise DatasetError(f"{path}: not a readable HDF5 file (truncated or corrupt: {str(err).splitlines()[0]})") from None
+
+    rows = len(arrays["observations"])
+    for name, value in arrays.items():
+        if value.ndim == 0 or len(value) != rows:
+            raise DatasetError(f"{path}: '{name}' has shape {value.shape}, expected {rows} rows like 'observations' "
+                               f"{arrays['observations'].shape}")
+    terminals = arrays["terminals"].astype(bool)
+    timeouts = arrays["timeouts"].astype(bool) if "timeouts" in arrays else np.zeros(rows, bool)
+    ends = np.flatnonzero(terminals | timeouts)
+    if rows and (not len(ends) or ends[-1] != rows - 1):
+        ends = np.append(ends, rows - 1)
+    has_next = "next_observations" in arrays
+    episodes = []
+    start = 0
+    for end in ends:
+        episode = _episode(arrays, start, end + 1, terminals, timeouts, has_next)
+        episodes.append(episode.check(f"{path}: episode {len(episodes)} (rows {start}-{end})"))
+        start = end + 1
+    if not episodes:
+        raise DatasetError(f"{path}: no transitions ('observations' has shape {arrays['observations'].shape})")
+    if not has_next:
+        meta["final_observation"] = "copied"
+    return episodes, meta
+
+
+def _dataset_names(f: Any) -> list[str]:
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if hasattr(obj, "shape") else None)
+    return names
+
+
+def _read(f: Any, name: str, path: Path) -> np.ndarray:
+    try:
+        return np.asarray(f[name][()])
+    except (OSError, KeyError) as err:
+        raise DatasetError(f"{path}: cannot read '{name}' {f[name].shape} (truncated or corrupt: {err})") from None
+
+
+def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np.ndarray, timeouts: np.ndarray,
+             has_next: bool) -> Episode:
+    """Rows ``start:stop`` as an episode with T+1 observations."""
+    def observations(current: np.ndarray, following: np.ndarray | None) -> np.ndarray:
+        last = following[stop - 1] if following is not None else current[stop - 1]
+        return np.concatenate([current[start:stop], last[None]])
+
+    obs = {"policy": observations(arrays["observations"], arrays.get("next_observations"))}
+    for name in arrays:
+        if name.startswith(GROUPS + "/"):
+            group = name[len(GROUPS) + 1:]
+            obs[group] = observations(arrays[name], arrays.get(f"{NEXT_GROUPS}/{group}"))
+    infos = {}
+    for name, value in arrays.items():
+        if name.startswith("infos/") and not name.startswith("infos/next_"):
+            key = name[len("infos/"):]
+            following = arrays.get(f"infos/next_{key}")
+            infos[key] = value[start:stop] if following is None else np.concatenate([value[start:stop], following[stop - 1][None]])
+    truncations = timeouts[start:stop].copy()
+    if not (terminals[stop - 1] or truncations[-1]):
+        truncations[-1] = True  # the file ended mid-episode
+    return Episode(observations=obs, actions=arrays["actions"][start:stop], rewards=arrays["rewards"][start:stop],
+                   terminations=terminals[start:stop].copy(), truncations=truncations, infos=infos)
+
+
+def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
+    """Write ``dataset`` as a D4RL file ``out`` (atomically: a temp file renamed into place)."""
+    import h5py
+
+    out = Path(out)
+    episodes = dataset.episodes
+    columns: dict[str, list[np.ndarray]] = {}
+    def add(name: str, value: np.ndarray) -> None:
+        columns.setdefault(name, []).append(value)
+
+    info_keys = set.intersection(*(set(e.infos) for e in episodes))
+    for episode in episodes:
+        steps = len(episode)
+        for group, value in episode.observations.items():
+            prefix = ("observations", "next_observations") if group == "policy" else (f"{GROUPS}/{group}", f"{NEXT_GROUPS}/{group}")
+            add(prefix[0], value[:-1])
+            add(prefix[1], value[1:])
+        add("actions", episode.actions)
+        add("rewards", episode.rewards)
+        add("terminals", episode.terminations.astype(bool))
+        add("timeouts", episode.truncations.astype(bool))
+        for key in sorted(info_keys):
+            value = episode.infos[key]
+            add(f"infos/{key}", value[:steps])
+            if all(len(e.infos[key]) == len(e) + 1 for e in episodes):
+                add(f"infos/next_{key}", value[1:])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for name, parts in columns.items():
+                f.create_dataset(name, data=np.concatenate(parts), compression="gzip", compression_opts=4)
+            f.attrs["robolearn_metadata"] = json.dumps(dataset.writer_metadata(exported_from=dataset.id))
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

@@ -1,0 +1,269 @@
+"""A dataset of episodes as one object: load it, iterate it, turn it into transitions, score against it.
+
+::
+
+    ds = Dataset.load("pendulum-expert")          # <root>/pendulum-expert-v0
+    for episode in ds: ...                         # Episode objects, read lazily
+    batch = ds.transitions("cuda")                 # obs, action, reward, next_obs, terminated, truncated
+    ds.normalized_score(312.0)                     # (R - ref_min) / (ref_max - ref_min)
+
+Datasets are stored in the Minari format (see :mod:`robolearn.data.minari_store`);
+:meth:`Dataset.create`, :func:`split` and :func:`merge` write new ones atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.minari_store import DatasetWriter, dataset_dir, list_datasets, read_metadata
+
+
+class Dataset:
+    """The dataset stored in directory ``path`` (``<root>/<id>``); open one with :meth:`load`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.id = self.path.name
+        self.raw_metadata = read_metadata(self.path)
+        self._minari: Any = None
+
+    # ---- opening and creating -------------------------------------------------------------
+
+    @classmethod
+    def load(cls, name: str, root: str | Path | None = None) -> Dataset:
+        """Dataset ``name`` (``-v0`` implied) under the datasets root."""
+        path = dataset_dir(name, root)
+        if not path.is_dir():
+            known = list_datasets(root)
+            raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
+                               "see `robolearn dataset list`")
+        return cls(path)
+
+    @classmethod
+    def create(cls, name: str, episodes: Iterable[Episode], observation_spec: dict[str, spaces.Box],
+               action_spec: spaces.Box, *, metadata: dict[str, Any] | None = None,
+               root: str | Path | None = None, overwrite: bool = False, source: str | None = None) -> Dataset:
+        """Write ``episodes`` as dataset ``name``: all of them, or (on any error) nothing.
+        Errors name ``source`` (the file they came from) and the episode."""
+        with DatasetWriter(name, observation_spec, action_spec, metadata=metadata, root=root,
+                           overwrite=overwrite) as writer:
+            for i, episode in enumerate(episodes):
+                writer.add(episode, where=f"{source}: episode {i}" if source else None)
+        return cls(writer.target)
+
+    # ---- metadata -------------------------------------------------------------------------
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """robolearn's metadata: ``task``, ``task_kwargs``, ``controller``, ``source``, ``state``..."""
+        return dict(self.raw_metadata.get("robolearn", {}))
+
+    @property
+    def task(self) -> str | None:
+        """Our task name or ``gym:<id>`` the data comes from, when known."""
+        return self.info.get("task")
+
+    @property
+    def ref_min_score(self) -> float | None:
+        return self.raw_metadata.get("ref_min_score")
+
+    @property
+    def ref_max_score(self) -> float | None:
+        return self.raw_metadata.get("ref_max_score")
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.raw_metadata["total_episodes"])
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.raw_metadata["total_steps"])
+
+    @property
+    def observation_spec(self) -> dict[str, spaces.Box]:
+        space = self._space("observation_space")
+        return dict(space.spaces) if isinstance(space, spaces.Dict) else {"policy": space}
+
+    @property
+    def action_spec(self) -> spaces.Box:
+        return self._space("action_space")
+
+    def _space(self, key: str) -> Any:
+        from minari.serialization import deserialize_space
+
+        return deserialize_space(self.raw_metadata[key])
+
+    def writer_metadata(self, **changes: Any) -> dict[str, Any]:
+        """This dataset's metadata as :class:`DatasetWriter` takes it, with ``changes``: for derived datasets."""
+        meta = {key: self.raw_metadata[key] for key in DatasetWriter.MINARI_KEYS if key in self.raw_metadata}
+        return {**meta, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
+
+    def episode_stats(self) -> list[dict[str, Any]]:
+        """Per-episode ``return``, ``length`` and ``terminated``, from the episode attributes (no array is read)."""
+        storage = self._dataset().storage
+        return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"])}
+                if "return" in m else {"return": None, "length": int(m["total_steps"]), "terminated": None}
+                for m in self._read(lambda: list(storage.get_episode_metadata(range(self.num_episodes))))]
+
+    def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
+        """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
+        (D4RL's tables print it times 100)."""
+        low, high = self.ref_min_score, self.ref_max_score
+        if low is None or high is None:
+            raise DatasetError(f"dataset '{self.id}' has no ref_min_score/ref_max_score to normalize with; "
+                               "record or import it with --ref-min and --ref-max")
+        return (returns - low) / (high - low)
+
+    # ---- episodes -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.num_episodes
+
+    def __iter__(self) -> Iterator[Episode]:
+        return self.iterate()
+
+    def __getitem__(self, index: int) -> Episode:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"episode {index} out of range: dataset '{self.id}' has {len(self)} episodes")
+        return next(self.iterate([index % len(self)]))
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """Every episode, read into memory."""
+        return list(self)
+
+    def iterate(self, indices: Sequence[int] | None = None) -> Iterator[Episode]:
+        """Episodes ``indices`` (all by default), read one at a time."""
+        storage = self._dataset().storage
+        chosen = range(self.num_episodes) if indices is None else indices
+        episodes = storage.get_episodes(chosen)
+        while True:
+            data = self._read(lambda: next(episodes, None))
+            if data is None:
+                return
+            yield _episode(data)
+
+    def transitions(self, device: str | torch.device = "cpu") -> dict[str, Any]:
+        """Every step as one batch of tensors on ``device``: ``obs`` and ``next_obs`` (dicts of
+        groups), ``action``, ``reward``, ``terminated``, ``truncated``; what offline agents train on."""
+        episodes = self.episodes
+        def cat(arrays: list[np.ndarray]) -> torch.Tensor:
+            return torch.as_tensor(np.concatenate(arrays), device=device)
+
+        groups = episodes[0].observations
+        return {
+            "obs": {g: cat([e.observations[g][:-1] for e in episodes]) for g in groups},
+            "action": cat([e.actions for e in episodes]),
+            "reward": cat([e.rewards for e in episodes]),
+            "next_obs": {g: cat([e.observations[g][1:] for e in episodes]) for g in groups},
+            "terminated": cat([e.terminations.astype(bool) for e in episodes]),
+            "truncated": cat([e.truncations.astype(bool) for e in episodes]),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What ``robolearn dataset info`` prints."""
+        returns = [s["return"] for s in self.episode_stats() if s["return"] is not None]
+        summary: dict[str, Any] = {
+            "id": self.id, "path": str(self.path), "episodes": self.num_episodes, "steps": self.num_steps,
+            "observations": {g: list(b.shape) for g, b in self.observation_spec.items()},
+            "actions": list(self.action_spec.shape),
+            **{k: self.raw_metadata[k] for k in DatasetWriter.MINARI_KEYS if k in self.raw_metadata},
+            **self.info,
+        }
+        if returns:
+            summary |= {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+                        "return_min": float(np.min(returns)), "return_max": float(np.max(returns))}
+            if self.ref_min_score is not None and self.ref_max_score is not None:
+                summary["normalized_score_mean"] = float(self.normalized_score(np.mean(returns)))
+        return summary
+
+    # ---- Minari access, with errors that name the file -----------------------------------
+
+    def _dataset(self) -> Any:
+        if self._minari is None:
+            from minari import MinariDataset
+
+            self._minari = self._read(lambda: MinariDataset(self.path / "data"))
+        return self._minari
+
+    def _read(self, read: Any) -> Any:
+        try:
+            return read()
+        except (OSError, KeyError, ValueError, AssertionError, TypeError) as err:
+            if isinstance(err, DatasetError):
+                raise
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise DatasetError(f"{self.path / 'data'}: unreadable dataset (truncated or corrupt: {reason})") from None
+
+
+def _episode(data: dict[str, Any]) -> Episode:
+    """A Minari episode dict as an :class:`Episode`; a plain Box observation becomes group ``policy``."""
+    observations = data["observations"]
+    if not isinstance(observations, dict):
+        observations = {"policy": observations}
+    return Episode(observations=dict(observations), actions=data["actions"], rewards=data["rewards"],
+                   terminations=data["terminations"], truncations=data["truncations"],
+                   infos=_flat(data.get("infos") or {}))
+
+
+def _flat(infos: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}/")
+        else:
+            out[f"{prefix}{key}"] = np.asarray(value)
+    return out
+
+
+def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | None = None, *, seed: int = 0,
+          root: str | Path | None = None, overwrite: bool = False) -> list[Dataset]:
+    """Shuffle ``dataset``'s episodes (with ``seed``) and write consecutive parts of them, sized by
+    ``fractions`` (summing to at most 1), as new datasets ``names`` (default ``<id>-split<i>``)."""
+    if not fractions or any(f <= 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
+        raise DatasetError(f"split fractions {list(fractions)} must be positive and sum to at most 1")
+    base = dataset.id.rsplit("-v", 1)[0]
+    names = list(names) if names else [f"{base}-split{i}" for i in range(len(fractions))]
+    if len(names) != len(fractions):
+        raise DatasetError(f"split into {len(fractions)} parts needs {len(fractions)} names, got {len(names)}")
+    order = np.random.default_rng(seed).permutation(len(dataset))
+    bounds = np.round(np.cumsum([0.0, *fractions]) * len(dataset)).astype(int)
+    parts = [sorted(order[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:])]
+    empty = [n for n, part in zip(names, parts) if not part]
+    if empty:
+        raise DatasetError(f"split of '{dataset.id}' ({len(dataset)} episodes) leaves '{empty[0]}' empty; use larger fractions")
+    out = []
+    for name, part in zip(names, parts):
+        meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed)
+        out.append(Dataset.create(name, dataset.iterate(part), dataset.observation_spec, dataset.action_spec,
+                                  metadata=meta, root=root, overwrite=overwrite))
+    return out
+
+
+def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = None, overwrite: bool = False) -> Dataset:
+    """One dataset holding every episode of ``datasets``, in order; they must share task and shapes."""
+    first = datasets[0]
+    for other in datasets[1:]:
+        for what, a, b in (("task", first.task, other.task),
+                           ("observation shapes", _shapes(first.observation_spec), _shapes(other.observation_spec)),
+                           ("action shape", first.action_spec.shape, other.action_spec.shape)):
+            if a != b:
+                raise DatasetError(f"cannot merge '{first.id}' and '{other.id}': their {what} differ ({a} vs {b})")
+    def episodes() -> Iterator[Episode]:
+        for dataset in datasets:
+            yield from dataset
+
+    meta = first.writer_metadata(source="merge of " + ", ".join(d.id for d in datasets))
+    return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,
+                          root=root, overwrite=overwrite)
+
+
+def _shapes(spec: dict[str, spaces.Box]) -> dict[str, tuple[int, ...]]:
+    return {g: tuple(b.shape) for g, b in spec.items()}

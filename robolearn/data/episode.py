@@ -1,0 +1,96 @@
+"""One episode of a dataset, and the checks every episode passes before it is stored.
+
+An :class:`Episode` is what every source (our recorder, D4RL HDF5, LeRobot
+parquet, deployment recordings) turns into and what every consumer (offline
+RL, replay, export) reads. ``T`` is the number of steps:
+
+- ``observations``: group name -> ``(T+1, *shape)``: ``policy`` at least; the
+  last row is the observation the final action led to
+- ``actions`` ``(T, *action_shape)``, ``rewards`` ``(T,)``
+- ``terminations`` ``(T,)`` bool: the MDP ended (no bootstrap)
+- ``truncations`` ``(T,)`` bool: a time limit or an interruption ended it
+- ``infos``: per-step extras, name -> ``(T+1, ...)`` (one row per
+  observation) or ``(T, ...)`` (one row per action). Known names:
+  ``state`` (our simulators' full ``mjSTATE_INTEGRATION`` rows: restoring
+  row 0 and replaying the actions reproduces the episode bit for bit),
+  ``qpos`` and ``qvel`` (as D4RL's ``infos/qpos``, ``infos/qvel``),
+  ``commanded_actions`` (what the controller asked for before noise or a
+  robot's safety layer), ``timestamps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from gymnasium import spaces
+
+
+class DatasetError(ValueError):
+    """Data that cannot be used; the one-line message names the file, the key and the shapes."""
+
+
+@dataclass
+class Episode:
+    """One episode's arrays (numpy, on the CPU); see the module docstring."""
+
+    observations: dict[str, np.ndarray]
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def episode_return(self) -> float:
+        """Undiscounted return, summed in float64."""
+        return float(np.sum(self.rewards, dtype=np.float64))
+
+    @property
+    def state(self) -> np.ndarray | None:
+        """Full simulator state rows, when the episode was recorded in our simulator."""
+        return self.infos.get("state")
+
+    def check(self, where: str) -> Episode:
+        """Raise :class:`DatasetError` (naming ``where``, the key and the shapes) unless
+        every array has its documented length and every number is finite; returns self."""
+        steps = len(self.rewards)
+        if steps == 0:
+            raise DatasetError(f"{where}: empty episode (0 steps)")
+        if "policy" not in self.observations:
+            raise DatasetError(f"{where}: no 'policy' observation group (groups: {sorted(self.observations)})")
+        expected = {f"observations/{g}": (v, steps + 1) for g, v in self.observations.items()}
+        expected |= {"actions": (self.actions, steps), "rewards": (self.rewards, steps),
+                     "terminations": (self.terminations, steps), "truncations": (self.truncations, steps)}
+        for key, (value, rows) in expected.items():
+            if np.ndim(value) == 0 or len(value) != rows:
+                raise DatasetError(f"{where}: '{key}' has shape {np.shape(value)}, expected {rows} rows "
+                                   f"({steps} steps{' + 1' if rows > steps else ''})")
+        for key, value in self.infos.items():
+            if np.ndim(value) == 0 or len(value) not in (steps, steps + 1):
+                raise DatasetError(f"{where}: 'infos/{key}' has shape {np.shape(value)}, "
+                                   f"expected {steps + 1} or {steps} rows ({steps} steps)")
+        for key, value in (*((f"observations/{g}", v) for g, v in self.observations.items()),
+                           ("actions", self.actions), ("rewards", self.rewards),
+                           *((f"infos/{k}", v) for k, v in self.infos.items())):
+            value = np.asarray(value)
+            if value.dtype.kind in "fc" and not np.isfinite(value).all():
+                row = int(np.argwhere(~np.isfinite(value))[0][0])
+                raise DatasetError(f"{where}: '{key}' {tuple(value.shape)} holds NaN or inf (first at row {row})")
+        return self
+
+    def check_spec(self, where: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box) -> Episode:
+        """Raise :class:`DatasetError` unless the shapes fit a task's specs; returns self."""
+        for group, space in observation_spec.items():
+            if group not in self.observations:
+                raise DatasetError(f"{where}: no observation group '{group}', which the task needs "
+                                   f"(groups: {sorted(self.observations)})")
+            found = self.observations[group].shape[1:]
+            if found != space.shape:
+                raise DatasetError(f"{where}: 'observations/{group}' rows have shape {found}, the task's are {space.shape}")
+        if self.actions.shape[1:] != action_spec.shape:
+            raise DatasetError(f"{where}: 'actions' rows have shape {self.actions.shape[1:]}, the task's are {action_spec.shape}")
+        return self

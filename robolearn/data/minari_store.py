@@ -1,0 +1,211 @@
+"""Datasets on disk in the Minari format, written so that no reader ever sees half of one.
+
+Layout (Minari's own, so ``MINARI_DATASETS_PATH=<root> minari list local`` and
+``minari.load_dataset(id)`` read our datasets)::
+
+    <root>/<id>/data/metadata.json   dataset metadata (Minari's keys + "robolearn")
+    <root>/<id>/data/main_data.hdf5  episode_<i>/{observations/<group>, actions, rewards,
+                                     terminations, truncations, infos/<name>}
+
+``<root>`` is the ``root`` argument, else ``$ROBOLEARN_DATASETS``, else
+``~/.robolearn/datasets``. A dataset id is a name of letters, digits, ``-``
+and ``_``, with Minari's version suffix ``-v<N>`` (``-v0`` is added when
+missing): ``Dataset.load("pendulum-expert")`` finds ``pendulum-expert-v0``.
+
+What Minari cannot hold natively is kept where Minari allows extras: per-step
+arrays that are not observations or actions (our full simulator state rows,
+``qpos``/``qvel``, commanded actions) go in each episode's ``infos`` (with
+T+1 or T rows, unlike Minari's collector, which always writes T+1); episode
+statistics (``return``, ``length``) are episode attributes; everything about
+the dataset as a whole that Minari has no key for (task, task arguments,
+control period, state layout, noise, source) sits under ``metadata["robolearn"]``.
+The normalization references use Minari's own ``ref_min_score`` /
+``ref_max_score`` keys, so ``minari.get_normalized_score`` works too.
+
+:class:`DatasetWriter` builds a dataset in a hidden temp directory beside the
+target and renames it into place when done, so a crash, Ctrl+C or bad input
+never leaves a half-written dataset, and replacing one (``overwrite``) swaps
+whole directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from robolearn.data.episode import DatasetError, Episode
+
+ROOT_ENV = "ROBOLEARN_DATASETS"
+DATA_FORMAT = "hdf5"
+_ID = re.compile(r"^[-\w]+?(-v\d+)?$")
+
+
+def datasets_root(root: str | Path | None = None) -> Path:
+    """Where datasets live: ``root``, else ``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``."""
+    if root is not None:
+        return Path(root).expanduser()
+    return Path(os.environ.get(ROOT_ENV) or Path.home() / ".robolearn" / "datasets").expanduser()
+
+
+def dataset_id(name: str) -> str:
+    """The Minari id of ``name``: itself when it ends in ``-v<N>``, else ``name-v0``."""
+    match = _ID.match(name)
+    if not match:
+        raise DatasetError(f"bad dataset name {name!r}: use letters, digits, '-' and '_' (optionally ending in -v<N>)")
+    return name if match.group(1) else f"{name}-v0"
+
+
+def dataset_dir(name: str, root: str | Path | None = None) -> Path:
+    """The directory of dataset ``name`` (it may not exist)."""
+    return datasets_root(root) / dataset_id(name)
+
+
+def list_datasets(root: str | Path | None = None) -> list[str]:
+    """Ids of the datasets under the root, sorted (temp directories of writes in progress are hidden)."""
+    base = datasets_root(root)
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if not p.name.startswith(".") and (p / "data" / "metadata.json").is_file())
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """A dataset directory's metadata.json, or a :class:`DatasetError` saying what is wrong."""
+    file = path / "data" / "metadata.json"
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: not a dataset (no data/metadata.json)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{file}: corrupt metadata ({err})") from None
+
+
+def specs_of(episode: Episode) -> tuple[dict[str, spaces.Box], spaces.Box]:
+    """Unbounded observation and action specs with ``episode``'s shapes and dtypes (for imports)."""
+    def unbounded(array: np.ndarray) -> spaces.Box:
+        return spaces.Box(-np.inf, np.inf, array.shape[1:], dtype=array.dtype)
+
+    return {g: unbounded(v) for g, v in episode.observations.items()}, unbounded(episode.actions)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl+C until the block ends, so a write is never cut in half (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append((sig, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(*caught[0])
+
+
+class DatasetWriter:
+    """Write episodes into a new dataset; it appears under its name only when closed.
+
+    ``observation_spec`` and ``action_spec`` describe one step (group -> Box,
+    Box); ``metadata`` goes under ``metadata["robolearn"]`` except
+    ``ref_min_score``, ``ref_max_score``, ``algorithm_name`` and
+    ``description``, which are Minari's own keys. Used as a context manager,
+    the dataset is committed on a clean exit and, when ``keep_partial``
+    (recordings), also on an exception or Ctrl+C if it holds an episode;
+    otherwise it is discarded and nothing on disk changes.
+    """
+
+    MINARI_KEYS = ("ref_min_score", "ref_max_score", "algorithm_name", "description")
+
+    def __init__(self, name: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, *,
+                 metadata: dict[str, Any] | None = None, root: str | Path | None = None,
+                 overwrite: bool = False, keep_partial: bool = False) -> None:
+        from minari.dataset.minari_storage import MinariStorage
+
+        self.id = dataset_id(name)
+        self.target = datasets_root(root) / self.id
+        if self.target.exists() and not overwrite:
+            raise DatasetError(f"dataset '{self.id}' already exists at {self.target}; "
+                               "choose another --name or pass --overwrite to replace it")
+        self.observation_spec, self.action_spec = observation_spec, action_spec
+        self.metadata = dict(metadata or {})
+        self.overwrite, self.keep_partial = overwrite, keep_partial
+        self.episodes = 0
+        self.steps = 0
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.id}.tmp-", dir=self.target.parent))
+        (self._tmp / "data").mkdir()
+        self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
+                                          action_space=action_spec, data_format=DATA_FORMAT)
+        self._closed = False
+
+    def add(self, episode: Episode, where: str | None = None) -> None:
+        """Check ``episode`` against the specs and append it."""
+        from minari.data_collector.episode_buffer import EpisodeBuffer
+
+        where = where or f"episode {self.episodes}"
+        episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
+        buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
+                               rewards=episode.rewards, terminations=episode.terminations,
+                               truncations=episode.truncations, infos=dict(episode.infos) or None)
+        with interrupts_deferred():  # the episode and its count land together, or not at all
+            self._storage.update_episodes([buffer])
+            self._storage.update_episode_metadata(
+                [{"return": episode.episode_return, "length": len(episode),
+                  "terminated": bool(episode.terminations[-1])}], [self.episodes])
+            self.episodes += 1
+            self.steps += len(episode)
+
+    def commit(self) -> Path:
+        """Finish the metadata and move the dataset into place; returns its directory."""
+        if self.episodes == 0:
+            self.discard()
+            raise DatasetError(f"dataset '{self.id}': no complete episode to write; nothing was saved")
+        meta = {key: value for key in self.MINARI_KEYS if (value := self.metadata.pop(key, None)) is not None}
+        self.metadata.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        from minari import __version__ as minari_version
+
+        with interrupts_deferred():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._storage.update_metadata({"dataset_id": self.id, "minari_version": minari_version,
+                                               **meta, "robolearn": self.metadata})
+            old = None
+            if self.target.exists():  # overwrite: swap whole directories
+                old = self.target.with_name(f".{self.id}.old-{os.getpid()}")
+                self.target.rename(old)
+            self._tmp.rename(self.target)
+            self._closed = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.target
+
+    def discard(self) -> None:
+        """Remove the temp directory; the target is untouched."""
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._closed = True
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self._closed:
+            return
+        if kind is None or (self.keep_partial and self.episodes > 0):
+            self.commit()
+        else:
+            self.discard()

@@ -1,0 +1,130 @@
+"""Replay a recorded episode's actions on a VecEnv and measure how far it drifts from the record.
+
+On our simulators (envs with ``get_state``/``set_state``) the episode's
+recorded initial state row is restored first, so a deterministic simulation
+reproduces the episode bit for bit: zero state divergence, identical return.
+On any other VecEnv (a Gymnasium env, a robot) the env starts from its own
+reset and the same actions are applied open loop; the divergence then says
+how well the recording transfers. Every env of a batched env gets the same
+actions; env 0 is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.record import has_exact_state
+from robolearn.interfaces import VecEnv
+
+
+@dataclass
+class ReplayResult:
+    steps: int  # actions applied
+    recorded_steps: int
+    restored: bool  # started from the recorded simulator state
+    recorded_return: float
+    replayed_return: float
+    qpos_divergence: np.ndarray | None  # per observation: max |qpos replayed - recorded|; None without qpos
+    obs_divergence: np.ndarray  # per observation: max |observation replayed - recorded| over all groups
+    ended_early: bool  # the env ended the episode before the recorded actions ran out
+    video: Path | None = None
+
+    @property
+    def return_diff(self) -> float:
+        return self.replayed_return - self.recorded_return
+
+    @property
+    def exact(self) -> bool:
+        """The whole episode was reproduced bit for bit."""
+        qpos_ok = self.qpos_divergence is None or not self.qpos_divergence.any()
+        return (self.steps == self.recorded_steps and not self.ended_early and self.return_diff == 0.0
+                and qpos_ok and not self.obs_divergence.any())
+
+    def summary(self) -> dict[str, float | int | bool | str | None]:
+        qpos = self.qpos_divergence
+        return {"steps": self.steps, "recorded_steps": self.recorded_steps, "restored": self.restored,
+                "recorded_return": self.recorded_return, "replayed_return": self.replayed_return,
+                "return_diff": self.return_diff,
+                "qpos_divergence_max": None if qpos is None else float(qpos.max()),
+                "qpos_divergence_final": None if qpos is None else float(qpos[-1]),
+                "obs_divergence_max": float(self.obs_divergence.max()), "ended_early": self.ended_early,
+                "exact": self.exact, "video": str(self.video) if self.video else None}
+
+
+@torch.no_grad()
+def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | None = None,
+           video: str | Path | None = None, fps: int = 30) -> ReplayResult:
+    """Apply ``episode``'s actions on ``env`` (restoring its recorded state when the env and the
+    episode allow and ``restore``); optionally film env 0 into ``video`` (mp4)."""
+    n = env.num_envs
+    exact_env = has_exact_state(env)
+    restored = restore and exact_env and episode.state is not None
+    if exact_env:
+        env.keep_final_state = True  # type: ignore[attr-defined]
+    obs = env.reset(seed=seed)
+    if restored:
+        row = torch.as_tensor(episode.state[0], dtype=torch.float64)
+        expected = env.get_state()["state"].shape[1]  # type: ignore[attr-defined]
+        if row.shape[0] != expected:
+            raise DatasetError(f"recorded state rows have {row.shape[0]} numbers, this env's have {expected}: "
+                               "the episode comes from another model or task arguments")
+        obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
+    recorded_qpos = episode.infos.get("qpos")
+    every = max(1, round(1.0 / (fps * env.control_dt))) if video else 0
+    frames = []
+
+    obs_div = [_obs_divergence(obs, episode, 0)]
+    qpos_div = [_qpos_divergence(env.get_state(), recorded_qpos, 0)] if exact_env else []  # type: ignore[attr-defined]
+    rewards: list[float] = []
+    ended_early = False
+    for t, action in enumerate(episode.actions):
+        if every and t % every == 0:
+            frames.append(env.render(0))
+        step = env.step(torch.as_tensor(action, device=env.device).expand(n, *action.shape))
+        rewards.append(step.reward[0].item())
+        obs_div.append(_obs_divergence(step.info.get("final_obs", step.obs), episode, t + 1))
+        if exact_env:
+            qpos_div.append(_qpos_divergence(step.info["final_state"], recorded_qpos, t + 1))
+        if bool(step.terminated[0] | step.truncated[0]) and t + 1 < len(episode):
+            ended_early = True
+            break
+    known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
+    result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=restored,
+                          recorded_return=episode.episode_return,
+                          replayed_return=float(np.sum(np.asarray(rewards, dtype=episode.rewards.dtype), dtype=np.float64)),
+                          qpos_divergence=np.array(known) if known else None, obs_divergence=np.array(obs_div), ended_early=ended_early)
+    if video:
+        result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
+    return result
+
+
+def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) -> float:
+    worst = 0.0
+    for group, recorded in episode.observations.items():
+        if group in obs:
+            replayed = obs[group][0].detach().cpu().numpy().astype(np.float64)
+            worst = max(worst, float(np.abs(replayed - recorded[row]).max(initial=0.0)))
+    return worst
+
+
+def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None, row: int) -> float | None:
+    """max |qpos of env 0 - recorded qpos[row]|, or None without a recorded row."""
+    if recorded is None or row >= len(recorded):
+        return None
+    return float(np.abs(state["qpos"][0].cpu().numpy() - recorded[row]).max(initial=0.0))
+
+
+def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> Path:
+    """Frames to an mp4, written aside and renamed: never half a video."""
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    imageio.mimwrite(tmp, np.stack(frames), fps=max(fps, 1), macro_block_size=8)
+    tmp.replace(path)
+    return path

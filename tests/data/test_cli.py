@@ -1,0 +1,77 @@
+"""`robolearn dataset ...` end to end: record from an exported controller or a run, inspect, split, merge, replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from robolearn import load_config
+from robolearn.cli import main
+from robolearn.data import Dataset
+from robolearn.export import export_controller
+from robolearn.interfaces import Controller
+from robolearn.runner import train
+
+
+class Swing(Controller):
+    """Pendulum: push along the angular velocity (pumps energy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.obs_size = 3
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return 2.0 * torch.tanh(4.0 * obs[:, 2:3])
+
+
+def test_record_info_split_merge_replay(tmp_path, root, capsys):
+    export_controller(Swing(), tmp_path / "export", ("torchscript",), extra={"task": "pendulum"})
+    controller = str(tmp_path / "export" / "controller.pt")
+    argv = ["dataset", "record", "--controller", controller, "--episodes", "3", "--num-envs", "2", "--noise", "0.1",
+            "--name", "swing", "--ref-min", "0", "--ref-max", "500", "--no-progress"]
+    assert main(argv) == 0
+    assert "recorded:    3 episodes, 1500 steps" in capsys.readouterr().out
+    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    ds = Dataset.load("swing")
+    assert ds.info["controller"] == controller and ds.info["noise"] == 0.1 and ds.task == "pendulum"
+    assert ds[0].infos["commanded_actions"].shape == (500, 1)
+
+    assert main(["dataset", "info", "swing", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["episodes"] == 3 and 0 < info["normalized_score_mean"] < 1
+    assert main(["dataset", "list"]) == 0 and "swing-v0" in capsys.readouterr().out
+
+    assert main(["dataset", "split", "swing", "--fractions", "0.67", "0.33", "--names", "train", "val"]) == 0
+    assert main(["dataset", "merge", "train", "val", "--name", "whole"]) == 0
+    assert len(Dataset.load("whole")) == 3
+    capsys.readouterr()
+
+    assert main(["dataset", "replay", "swing", "--episode", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "restored from the recorded state" in out and "exact replay" in out
+    result = json.loads(out.splitlines()[-1])
+    assert result["return_diff"] == 0 and result["exact"] and len(result["qpos_divergence"]) == 501
+
+
+def test_record_from_a_run_directory(tmp_path, root, capsys):
+    cfg = load_config("ppo_cartpole", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=4", "logging.wandb=disabled",
+                                       "logging.progress=false", "runner.total_steps=256", "runner.eval_episodes=0",
+                                       "runner.video_seconds=0"])
+    run = train(cfg).run_dir
+    assert main(["dataset", "record", "--run", str(run), "--episodes", "1", "--no-progress"]) == 0
+    assert "recorded:    1 episodes" in capsys.readouterr().out
+    ds = Dataset.load("cartpole-ppo")
+    assert ds.raw_metadata["algorithm_name"] == "ppo"
+    assert ds.info["controller"] == f"run:{run}"
+    assert main(["dataset", "replay", "cartpole-ppo"]) == 0 and "exact replay" in capsys.readouterr().out
+
+
+def test_missing_task_and_dataset_are_one_line_errors(tmp_path, root, capsys):
+    assert main(["dataset", "record", "--controller", "random", "--episodes", "1"]) == 2
+    assert "--task is needed" in capsys.readouterr().err
+    assert main(["dataset", "replay", "nothing"]) == 2
+    assert "no dataset 'nothing'" in capsys.readouterr().err
+    assert main(["dataset", "import", str(Path(tmp_path)), "--format", "lerobot"]) == 2
+    assert "not a LeRobot dataset" in capsys.readouterr().err

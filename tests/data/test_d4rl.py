@@ -1,0 +1,126 @@
+"""D4RL HDF5 in and out: round trips keep every array; bad files are one-line errors that damage nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from robolearn.cli import main
+from robolearn.data import Dataset
+from robolearn.data.d4rl import read_d4rl, ref_scores, write_d4rl
+
+
+def _assert_same_episodes(a: Dataset, b: Dataset) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.observations.keys() == y.observations.keys() and x.infos.keys() == y.infos.keys()
+        pairs = [(x.actions, y.actions), (x.rewards, y.rewards), (x.terminations, y.terminations),
+                 (x.truncations, y.truncations), *((x.observations[k], y.observations[k]) for k in x.observations),
+                 *((x.infos[k], y.infos[k]) for k in x.infos)]
+        for p, q in pairs:
+            assert p.dtype == q.dtype
+            np.testing.assert_array_equal(p, q)
+
+
+def test_minari_to_d4rl_to_minari_keeps_every_array(recorded, tmp_path):
+    ds = recorded("hopper", 3, num_envs=2, noise=0.2, metadata={"ref_min_score": -20.27, "ref_max_score": 3234.3})
+    out = write_d4rl(ds, tmp_path / "hopper.hdf5")
+    with h5py.File(out) as f:
+        n = ds.num_steps
+        assert f["observations"].shape == f["next_observations"].shape == (n, 11)
+        assert f["actions"].shape == (n, 3) and f["rewards"].shape == f["terminals"].shape == f["timeouts"].shape == (n,)
+        assert f["infos/qpos"].shape == (n, 6) and f["infos/qvel"].shape == (n, 6)
+        assert int(f["terminals"][()].sum()) == 3
+    episodes, meta = read_d4rl(out)
+    back = Dataset.create("hopper-back", episodes, ds.observation_spec, ds.action_spec, metadata=meta)
+    _assert_same_episodes(ds, back)
+    assert back.task == "hopper" and back.normalized_score(3234.3) == pytest.approx(1.0)
+
+
+def _write(path: Path, **arrays: np.ndarray) -> Path:
+    with h5py.File(path, "w") as f:
+        for name, value in arrays.items():
+            f.create_dataset(name, data=value)
+    return path
+
+
+def _d4rl_arrays(rows: int = 10, obs: int = 11, act: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    terminals, timeouts = np.zeros(rows, bool), np.zeros(rows, bool)
+    terminals[3], timeouts[7] = True, True  # episodes: rows 0-3 (fell), 4-7 (time limit), 8-9 (file ends)
+    return {"observations": rng.normal(size=(rows, obs)).astype(np.float32),
+            "actions": rng.uniform(-1, 1, (rows, act)).astype(np.float32),
+            "rewards": rng.normal(size=rows).astype(np.float32), "terminals": terminals, "timeouts": timeouts,
+            "infos/qpos": rng.normal(size=(rows, 6)), "infos/qvel": rng.normal(size=(rows, 6))}
+
+
+def test_a_d4rl_file_without_next_observations_imports_with_copied_final_observations(tmp_path):
+    arrays = _d4rl_arrays()
+    episodes, meta = read_d4rl(_write(tmp_path / "hopper-medium-v2.hdf5", **arrays))
+    assert [len(e) for e in episodes] == [4, 4, 2] and meta["final_observation"] == "copied"
+    assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [(True, False), (False, True), (False, True)]
+    np.testing.assert_array_equal(np.concatenate([e.actions for e in episodes]), arrays["actions"])
+    np.testing.assert_array_equal(np.concatenate([e.observations["policy"][:-1] for e in episodes]), arrays["observations"])
+    np.testing.assert_array_equal(episodes[0].observations["policy"][-1], arrays["observations"][3])
+    np.testing.assert_array_equal(np.concatenate([e.infos["qpos"] for e in episodes]), arrays["infos/qpos"])
+    assert ref_scores("hopper-medium-v2") == (-20.27, 3234.3) and ref_scores("gym:HalfCheetah-v5") == (-280.18, 12135.0)
+
+
+def test_import_and_export_through_the_cli(tmp_path, root, capsys):
+    path = _write(tmp_path / "hopper-medium-v2.hdf5", **_d4rl_arrays())
+    assert main(["dataset", "import", str(path), "--format", "d4rl", "--task", "hopper"]) == 0
+    ds = Dataset.load("hopper-medium-v2")
+    assert len(ds) == 3 and ds.task == "hopper" and (ds.ref_min_score, ds.ref_max_score) == (-20.27, 3234.3)
+    assert main(["dataset", "export", "hopper-medium-v2", "--out", str(tmp_path / "out.hdf5")]) == 0
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        np.testing.assert_array_equal(f["actions"][()], _d4rl_arrays()["actions"])
+    assert "exported:" in capsys.readouterr().out
+
+
+def _error(capsys, *argv: str) -> str:
+    assert main(["dataset", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    return err
+
+
+def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path, root, capsys):
+    good = _write(tmp_path / "good.hdf5", **_d4rl_arrays())
+    assert main(["dataset", "import", str(good), "--format", "d4rl", "--name", "keep"]) == 0
+    before = sorted(p.name for p in root.rglob("*"))
+
+    truncated = tmp_path / "truncated.hdf5"
+    truncated.write_bytes(good.read_bytes()[:3000])
+    assert "truncated.hdf5: not a readable HDF5 file" in _error(capsys, "import", str(truncated), "--format", "d4rl")
+    garbage = tmp_path / "garbage.hdf5"
+    garbage.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8)
+    assert "garbage.hdf5: not a readable HDF5 file" in _error(capsys, "import", str(garbage), "--format", "d4rl")
+
+    arrays = _d4rl_arrays()
+    del arrays["rewards"]
+    err = _error(capsys, "import", str(_write(tmp_path / "norewards.hdf5", **arrays)), "--format", "d4rl")
+    assert "norewards.hdf5: missing key 'rewards'" in err
+
+    arrays = _d4rl_arrays()
+    arrays["actions"] = arrays["actions"][:-1]
+    err = _error(capsys, "import", str(_write(tmp_path / "short.hdf5", **arrays)), "--format", "d4rl")
+    assert "short.hdf5: 'actions' has shape (9, 3), expected 10 rows like 'observations' (10, 11)" in err
+
+    err = _error(capsys, "import", str(_write(tmp_path / "wide.hdf5", **_d4rl_arrays(obs=12))), "--format", "d4rl",
+                 "--task", "hopper")
+    assert "wide.hdf5: episode 0: 'observations/policy' rows have shape (12,), the task's are (11,)" in err
+    err = _error(capsys, "import", str(_write(tmp_path / "act.hdf5", **_d4rl_arrays(act=2))), "--format", "d4rl",
+                 "--task", "hopper")
+    assert "act.hdf5: episode 0: 'actions' rows have shape (2,), the task's are (3,)" in err
+
+    arrays = _d4rl_arrays()
+    arrays["rewards"][5] = np.nan
+    err = _error(capsys, "import", str(_write(tmp_path / "nan.hdf5", **arrays)), "--format", "d4rl")
+    assert "nan.hdf5: episode 1 (rows 4-7): 'rewards' (4,) holds NaN or inf (first at row 1)" in err
+
+    err = _error(capsys, "import", str(good), "--format", "d4rl", "--name", "keep", "--overwrite", "--task", "pendulum")
+    assert "the task's are" in err  # a failed overwrite leaves the old dataset as it was
+    assert sorted(p.name for p in root.rglob("*")) == before and len(Dataset.load("keep")) == 3

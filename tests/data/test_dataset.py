@@ -1,0 +1,154 @@
+"""The Dataset object: Minari storage, transitions, scores, split/merge, atomic writes."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+
+import sims
+from robolearn.data import Dataset, DatasetError, DatasetWriter, list_datasets, merge, split
+from robolearn.data.record import RandomController, record
+
+
+def test_recorded_dataset_holds_episodes_state_and_metadata(recorded, root):
+    ds = recorded("arm_reach", 3, num_envs=2, metadata={"ref_min_score": -80.0, "ref_max_score": 0.0})
+    assert ds.id == "arm_reach-v0" and ds.path == root / "arm_reach-v0"
+    assert len(ds) == ds.num_episodes == 3 and ds.num_steps == 300
+    assert ds.task == "arm_reach" and ds.info["state"]["format"] == "mjSTATE_INTEGRATION"
+    episode = ds[1]
+    assert episode.observations["policy"].shape == (101, 14) and episode.observations["policy"].dtype == np.float32
+    assert episode.actions.shape == (100, 4) and episode.rewards.shape == (100,)
+    assert episode.truncations[-1] and not episode.terminations.any()
+    state_size = ds.info["state"]["size"]
+    assert episode.state.shape == (101, state_size) and episode.state.dtype == np.float64
+    assert episode.infos["qpos"].shape == (101, 4) and episode.infos["qvel"].shape == (101, 4)
+    np.testing.assert_array_equal(episode.infos["qpos"][:, :4].astype(np.float32), episode.observations["policy"][:, :4])
+    stats = ds.episode_stats()
+    assert [s["length"] for s in stats] == [100] * 3
+    assert stats[1]["return"] == pytest.approx(episode.episode_return)
+    assert ds.normalized_score(-40.0) == pytest.approx(0.5)
+    assert list_datasets() == ["arm_reach-v0"]
+
+
+def test_minari_reads_our_datasets(recorded, root, monkeypatch):
+    import minari
+
+    recorded("pendulum", 2, num_envs=2, max_episode_steps=30, metadata={"ref_min_score": 0.0, "ref_max_score": 30.0})
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    theirs = minari.load_dataset("pendulum-v0")
+    assert theirs.total_episodes == 2 and theirs.total_steps == 60
+    assert float(minari.get_normalized_score(theirs, np.array(15.0))) == pytest.approx(0.5)
+
+
+def test_transitions_are_aligned_tensors(recorded):
+    ds = recorded("hopper", 4, num_envs=2)
+    batch = ds.transitions("cpu")
+    steps = ds.num_steps
+    assert batch["obs"]["policy"].shape == batch["next_obs"]["policy"].shape == (steps, 11)
+    assert batch["action"].shape == (steps, 3) and batch["reward"].shape == (steps,)
+    assert batch["terminated"].dtype == torch.bool and int(batch["terminated"].sum()) == 4  # every random hopper falls
+    first = ds[0]
+    np.testing.assert_array_equal(batch["next_obs"]["policy"][: len(first)].numpy(), first.observations["policy"][1:])
+    np.testing.assert_array_equal(batch["reward"][: len(first)].numpy(), first.rewards)
+
+
+def test_normalized_score_without_references_says_how_to_set_them(recorded):
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
+    with pytest.raises(DatasetError, match="--ref-min and --ref-max"):
+        ds.normalized_score(1.0)
+
+
+def test_split_and_merge(recorded):
+    ds = recorded("pendulum", 5, num_envs=1, max_episode_steps=10)
+    train, val = split(ds, [0.8, 0.2], seed=1)
+    assert (train.id, val.id) == ("pendulum-split0-v0", "pendulum-split1-v0")
+    assert (len(train), len(val)) == (4, 1) and train.task == "pendulum"
+    returns = sorted(e.episode_return for e in [*train, *val])
+    assert returns == sorted(e.episode_return for e in ds)
+    both = merge([train, val], "pendulum-again")
+    assert len(both) == 5 and both.num_steps == ds.num_steps
+    other = recorded("hopper", 1, num_envs=1)
+    with pytest.raises(DatasetError, match="task differ"):
+        merge([ds, other], "mixed")
+    with pytest.raises(DatasetError, match="sum to at most 1"):
+        split(ds, [0.8, 0.5])
+
+
+def test_an_existing_name_is_refused_unless_overwrite(recorded, root):
+    first = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
+    with pytest.raises(DatasetError, match="already exists.*--overwrite"):
+        recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    assert len(Dataset.load("pendulum")) == 1
+    replaced = Dataset.create("pendulum", [first[0], first[0]], first.observation_spec, first.action_spec, overwrite=True)
+    assert len(replaced) == 2
+    assert sorted(p.name for p in root.iterdir()) == ["pendulum-v0"]  # no temp or old directories left
+
+
+class _Failing:
+    """A controller that raises ``error`` on its ``calls``-th action."""
+
+    def __init__(self, env, calls: int, error: BaseException) -> None:
+        self.random, self.calls, self.error = RandomController(env), calls, error
+
+    def act(self, obs):
+        self.calls -= 1
+        if self.calls == 0:
+            raise self.error
+        return self.random.act(obs)
+
+    def reset(self, mask=None):
+        pass
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("controller broke")])
+def test_an_interrupted_recording_keeps_every_completed_episode(root, error):
+    with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=10) as env:
+        failing = _Failing(env, calls=25, error=error)  # dies in episode 3
+        with pytest.raises(RuntimeError) if isinstance(error, RuntimeError) else contextlib.nullcontext():
+            with DatasetWriter("cut", env.observation_spec, env.action_spec, root=root, keep_partial=True) as writer:
+                stats = record(failing, env, writer, episodes=10, progress=False)
+                assert stats.interrupted and stats.episodes == 2
+    ds = Dataset.load("cut")
+    assert len(ds) == 2 and all(len(e) == 10 for e in ds)
+    assert [p.name for p in root.iterdir()] == ["cut-v0"]
+
+
+def test_a_recording_interrupted_before_any_episode_leaves_nothing(root):
+    with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=10) as env:
+        with pytest.raises(RuntimeError), DatasetWriter("none", env.observation_spec, env.action_spec, root=root,
+                                                         keep_partial=True) as writer:
+            record(_Failing(env, calls=5, error=RuntimeError("early")), env, writer, episodes=3, progress=False)
+    assert list(root.iterdir()) == []
+
+
+def test_bad_names_and_missing_datasets_are_one_line_errors(root):
+    with pytest.raises(DatasetError, match="bad dataset name") as err:
+        Dataset.load("a/b c")
+    assert "\n" not in str(err.value)
+    with pytest.raises(DatasetError, match="no dataset 'nope'.*robolearn dataset list"):
+        Dataset.load("nope")
+
+
+def test_a_corrupt_dataset_file_is_a_one_line_error(recorded):
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
+    data = ds.path / "data" / "main_data.hdf5"
+    data.write_bytes(data.read_bytes()[:2000])
+    with pytest.raises(DatasetError, match="main_data|unreadable dataset") as err:
+        list(Dataset.load("pendulum"))
+    assert "\n" not in str(err.value)
+
+
+def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
+    import os
+    import signal
+
+    from robolearn.data.minari_store import interrupts_deferred
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        finished = True
+    assert finished

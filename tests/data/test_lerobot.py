@@ -1,0 +1,116 @@
+"""LeRobot v3 import against a small dataset written here in LeRobot's layout with pyarrow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from robolearn.cli import main
+from robolearn.data import Dataset, DatasetError
+from robolearn.data.lerobot import read_lerobot
+
+FPS = 10
+LENGTHS = (5, 3, 4)  # frames per episode; episode 1 ends with next.done
+
+
+def _frames() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    n = sum(LENGTHS)
+    episode = np.repeat(np.arange(len(LENGTHS)), LENGTHS)
+    frame = np.concatenate([np.arange(k) for k in LENGTHS])
+    done = np.zeros(n, bool)
+    done[sum(LENGTHS[:2]) - 1] = True
+    return {"observation.state": rng.normal(size=(n, 6)).astype(np.float32),
+            "observation.environment_state": rng.normal(size=(n, 2)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (n, 6)).astype(np.float32),
+            "next.reward": rng.normal(size=n).astype(np.float32), "next.done": done,
+            "timestamp": (frame / FPS).astype(np.float32), "frame_index": frame.astype(np.int64),
+            "episode_index": episode.astype(np.int64), "index": np.arange(n, dtype=np.int64),
+            "task_index": np.zeros(n, np.int64)}
+
+
+def _table(frames: dict[str, np.ndarray], rows: slice) -> pa.Table:
+    columns = {}
+    for key, value in frames.items():
+        value = value[rows]
+        if value.ndim == 2:  # vectors are fixed-size lists, as LeRobot writes them
+            columns[key] = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), value.shape[1])
+        else:
+            columns[key] = pa.array(value)
+    return pa.table(columns)
+
+
+def write_lerobot(root: Path, frames: dict[str, np.ndarray] | None = None) -> Path:
+    """A LeRobot v3 dataset: meta/info.json, meta/stats.json, meta/tasks.parquet,
+    meta/episodes/chunk-000/file-000.parquet and the frames in two data files."""
+    frames = frames if frames is not None else _frames()
+    features = {key: {"dtype": str(value.dtype), "shape": list(value.shape[1:]) or [1], "names": None}
+                for key, value in frames.items()}
+    info = {"codebase_version": "v3.0", "robot_type": "so100", "fps": FPS, "total_episodes": len(LENGTHS),
+            "total_frames": int(sum(LENGTHS)), "total_tasks": 1, "chunks_size": 1000, "splits": {"train": "0:3"},
+            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4", "features": features}
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+    (root / "data" / "chunk-000").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+    stats = {key: {"mean": value.mean(0).tolist(), "std": value.std(0).tolist()}
+             for key, value in frames.items() if value.dtype == np.float32}
+    (root / "meta" / "stats.json").write_text(json.dumps(stats))
+    pq.write_table(pa.table({"task_index": [0], "task": ["pick the cube"]}), root / "meta" / "tasks.parquet")
+    pq.write_table(pa.table({"episode_index": list(range(len(LENGTHS))), "length": list(LENGTHS)}),
+                   root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    split = LENGTHS[0] + LENGTHS[1]  # files hold whole episodes, several per file
+    pq.write_table(_table(frames, slice(0, split)), root / "data" / "chunk-000" / "file-000.parquet")
+    pq.write_table(_table(frames, slice(split, None)), root / "data" / "chunk-000" / "file-001.parquet")
+    return root
+
+
+def test_lerobot_import_keeps_every_array_of_the_source(tmp_path, root):
+    frames = _frames()
+    source = write_lerobot(tmp_path / "so100_pick")
+    assert main(["dataset", "import", str(source), "--format", "lerobot"]) == 0
+    ds = Dataset.load("so100_pick")
+    assert len(ds) == 3 and [len(e) for e in ds] == list(LENGTHS)
+    assert ds.info["control_dt"] == pytest.approx(1 / FPS) and ds.info["final_observation"] == "copied"
+    episodes = ds.episodes
+    for ours, theirs in (("policy", "observation.state"), ("environment_state", "observation.environment_state")):
+        np.testing.assert_array_equal(np.concatenate([e.observations[ours][:-1] for e in episodes]), frames[theirs])
+        assert episodes[0].observations[ours].dtype == frames[theirs].dtype
+    np.testing.assert_array_equal(np.concatenate([e.actions for e in episodes]), frames["action"])
+    np.testing.assert_array_equal(np.concatenate([e.rewards for e in episodes]), frames["next.reward"])
+    np.testing.assert_array_equal(np.concatenate([e.terminations for e in episodes]), frames["next.done"])
+    assert [bool(e.truncations[-1]) for e in episodes] == [True, False, True]  # episode 1 ended by next.done
+
+
+def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
+    source = write_lerobot(tmp_path / "ds")
+    data = source / "data" / "chunk-000" / "file-001.parquet"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(DatasetError, match="file-001.parquet: not a readable parquet file"):
+        read_lerobot(source)
+
+    frames = _frames()
+    del frames["action"]
+    source = write_lerobot(tmp_path / "noaction", frames)
+    with pytest.raises(DatasetError, match="info.json: missing feature 'action'"):
+        read_lerobot(source)
+
+    source = write_lerobot(tmp_path / "shape")
+    info = json.loads((source / "meta" / "info.json").read_text())
+    info["features"]["observation.state"]["shape"] = [7]
+    (source / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=r"file-000.parquet: column 'observation.state' rows hold 6 values, info.json says shape \[7\]"):
+        read_lerobot(source)
+
+    frames = _frames()
+    frames["action"][2, 1] = np.nan
+    with pytest.raises(DatasetError, match=r"episode_index 0: 'actions' \(5, 6\) holds NaN or inf \(first at row 2\)"):
+        read_lerobot(write_lerobot(tmp_path / "nan", frames))
+
+    with pytest.raises(DatasetError, match="not a LeRobot dataset"):
+        read_lerobot(tmp_path)

@@ -1,0 +1,41 @@
+"""Deployment recordings (robolearn.recording's episode_*.npz) import as datasets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sims
+from robolearn.cli import main
+from robolearn.data import Dataset, DatasetError
+from robolearn.data.record import RandomController
+from robolearn.recording import EpisodeRecorder, load_episode
+from robolearn.runtime import run
+
+
+def test_a_deployment_recording_imports_with_every_array(tmp_path, root):
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=20) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=2, close_env=False,
+            sink=EpisodeRecorder(out, metadata={"controller": "random", "control_dt": env.control_dt}))
+    assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "arm-deploy"]) == 0
+    ds = Dataset.load("arm-deploy")
+    assert len(ds) == 2 and ds.info["controller"] == "random" and ds.info["control_dt"] == pytest.approx(0.02)
+    for i, episode in enumerate(ds):
+        source = load_episode(out / f"episode_{i:05d}.npz")
+        np.testing.assert_array_equal(episode.observations["policy"], source["obs/policy"])
+        np.testing.assert_array_equal(episode.actions, source["actions"])
+        np.testing.assert_array_equal(episode.rewards, source["rewards"])
+        np.testing.assert_array_equal(episode.infos["commanded_actions"], source["commanded_actions"])
+        assert episode.truncations[-1]
+
+
+def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
+    from robolearn.data.recordings import read_recordings
+
+    (tmp_path / "episode_00000.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(DatasetError, match="episode_00000.npz: not a readable episode file"):
+        read_recordings(tmp_path)
+    np.savez(tmp_path / "episode_00000.npz", actions=np.zeros((3, 1)))
+    with pytest.raises(DatasetError, match="episode_00000.npz: missing key 'rewards'"):
+        read_recordings(tmp_path)

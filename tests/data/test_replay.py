@@ -1,0 +1,69 @@
+"""Recorded sim episodes replay bit for bit from their recorded state; other envs replay open loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sims
+from robolearn.data import DatasetError
+from robolearn.data.replay import replay
+
+
+@pytest.mark.parametrize("task, kwargs, noise", [
+    ("pendulum", {"max_episode_steps": 60}, 0.0),
+    ("arm_reach", {}, 0.3),
+    ("hopper", {}, 0.0),
+])
+def test_recorded_episodes_replay_to_the_identical_return(recorded, task, kwargs, noise):
+    dataset = recorded(task, 3, num_envs=2, noise=noise, **kwargs)
+    with sims.make_env(task, num_envs=1, seed=123, num_threads=1, **kwargs) as env:  # another seed: the state decides
+        for episode in dataset:
+            result = replay(episode, env)
+            assert result.restored and result.exact
+            assert result.replayed_return == result.recorded_return
+            assert result.steps == len(episode) and not result.ended_early
+            assert result.qpos_divergence is not None and len(result.qpos_divergence) == len(episode) + 1
+            assert not result.qpos_divergence.any()
+
+
+def test_a_terminated_hopper_episode_replays_to_the_same_termination(recorded):
+    dataset = recorded("hopper", 2, num_envs=1)  # random actions make the hopper fall within ~30 steps
+    episode = dataset[0]
+    assert episode.terminations[-1] and not episode.terminations[:-1].any()
+    with sims.make_env("hopper", num_envs=1, num_threads=1) as env:
+        result = replay(episode, env)
+    assert result.exact and result.steps == len(episode) < env.max_episode_steps
+
+
+def test_without_the_recorded_state_the_replay_diverges_and_says_so(recorded):
+    episode = recorded("pendulum", 1, num_envs=1, max_episode_steps=60)[0]
+    with sims.make_env("pendulum", num_envs=1, seed=99, num_threads=1, max_episode_steps=60) as env:
+        result = replay(episode, env, restore=False)
+    assert not result.restored and not result.exact
+    assert result.qpos_divergence[0] > 0 and result.return_diff != 0
+
+
+def test_state_rows_of_another_model_are_refused(recorded):
+    episode = recorded("pendulum", 1, num_envs=1, max_episode_steps=20)[0]
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1) as env, pytest.raises(DatasetError, match="another model"):
+        replay(episode, env)
+
+
+def test_replay_on_a_gymnasium_env_applies_the_actions_open_loop(recorded):
+    dataset = recorded("gym:Pendulum-v1", 1, name="gym-pendulum", num_envs=1, seed=7)
+    episode = dataset[0]
+    assert episode.state is None  # Gymnasium envs expose no exact state
+    with sims.make_env("gym:Pendulum-v1", num_envs=1) as env:
+        result = replay(episode, env, seed=7)  # the same reset seed: deterministic dynamics reproduce it
+    assert not result.restored and result.qpos_divergence is None
+    assert result.steps == len(episode) == 200
+    np.testing.assert_allclose(result.obs_divergence, 0.0, atol=1e-5)
+    assert result.replayed_return == pytest.approx(result.recorded_return, abs=1e-3)
+
+
+def test_replay_films_env_0(recorded, tmp_path):
+    episode = recorded("pendulum", 1, num_envs=1, max_episode_steps=20)[0]
+    with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=20) as env:
+        result = replay(episode, env, video=tmp_path / "replay.mp4")
+    assert result.exact and result.video.stat().st_size > 1000
