@@ -204,7 +204,8 @@ class PPO(Agent):
         self.scaler = ActionScaler(action_spec).to(self.device)
         self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
         self.learning_rate = cfg.learning_rate
-        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate)
+        # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on CPU)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate, fused=self.device.type in ("cpu", "cuda"))
         self.hidden: torch.Tensor | None = None  # GRU state of the envs being rolled out
         # reward normalization: running variance of the discounted return, and each env's return so far
         self.return_normalizer = EmpiricalNormalizer(1).to(self.device) if cfg.normalize_rewards else None
@@ -286,16 +287,17 @@ class PPO(Agent):
         if not cfg.recurrent:
             data = {k: v.flatten(0, 1) for k, v in data.items()}
 
-        sums = dict.fromkeys(("policy_loss", "value_loss", "entropy", "kl", "clip_fraction"), 0.0)
+        # metrics stay tensors until the end: one device sync per update, not five per minibatch
+        stats: list[torch.Tensor] = []
         for _ in range(cfg.num_epochs):
             for mb in self._minibatches(data):
                 mean, std = self._policy_mean(mb["actor_obs"], mb), self.std
                 log_prob = gaussian_log_prob(mb["sample"], mean, std)
                 entropy = gaussian_entropy(std)
 
-                kl = gaussian_kl(mb["old_mean"], old_std, mean.detach(), std.detach()).mean().item()
+                kl = gaussian_kl(mb["old_mean"], old_std, mean.detach(), std.detach()).mean()
                 if cfg.schedule == "adaptive":
-                    self.learning_rate = adaptive_lr(self.learning_rate, kl, cfg)
+                    self.learning_rate = adaptive_lr(self.learning_rate, kl.item(), cfg)
                     for group in self.optimizer.param_groups:
                         group["lr"] = self.learning_rate
 
@@ -315,22 +317,20 @@ class PPO(Agent):
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():
                     self.log_std.clamp_(min=math.log(cfg.min_std))
 
-                sums["policy_loss"] += policy_loss.item()
-                sums["value_loss"] += value_loss.item()
-                sums["entropy"] += entropy.item()
-                sums["kl"] += kl
-                sums["clip_fraction"] += ((ratio - 1).abs() > cfg.clip_ratio).float().mean().item()
+                clip_fraction = ((ratio.detach() - 1).abs() > cfg.clip_ratio).float().mean()
+                stats.append(torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), kl, clip_fraction]))
 
         if cfg.normalize_obs:  # after the update, so the rollout's actions were sampled under the parameters used above
             self.actor_normalizer.update(actor_obs)
             self.critic_normalizer.update(critic_obs)
-        num_updates = cfg.num_epochs * cfg.num_minibatches
-        return {k: v / num_updates for k, v in sums.items()} | {"learning_rate": self.learning_rate, "std": self.std.mean().item()}
+        means = torch.stack(stats).mean(0).tolist()
+        names = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction")
+        return dict(zip(names, means)) | {"learning_rate": self.learning_rate, "std": self.std.mean().item()}
 
     @torch.no_grad()
     def _scale_rewards(self, batch: dict[str, Any]) -> torch.Tensor:
