@@ -122,3 +122,23 @@ def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, actio
 def test_missing_observation_group_is_named(obs_spec, action_spec) -> None:
     with pytest.raises(KeyError, match="privileged"):
         PPO(obs_spec, action_spec, small(critic_obs_groups=("policy", "privileged")), CPU)
+
+
+def test_reward_normalization_divides_by_running_std_of_discounted_return(obs_spec, action_spec) -> None:
+    agent = PPO(obs_spec, action_spec, small(normalize_rewards=True, gamma=0.5), CPU)
+    reward = torch.tensor([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
+    done = torch.tensor([[False, False], [True, False], [False, False]])
+    batch = {"reward": reward, "terminated": torch.zeros_like(done), "truncated": done}
+    scaled = agent._scale_rewards(batch)
+    # env 0's return restarts after its episode ends at t=1; env 1's keeps accumulating
+    returns = torch.tensor([[1.0, 2.0], [1.5, 3.0], [1.0, 3.5]])
+    std = returns.flatten().var(unbiased=False).sqrt()
+    torch.testing.assert_close(scaled, reward / std)
+    torch.testing.assert_close(agent.running_return, torch.tensor([1.0, 3.5]))  # carried into the next rollout
+
+    # the statistics are part of the state (resume), the per-env returns are not (envs restart their episodes)
+    other = PPO(obs_spec, action_spec, small(normalize_rewards=True, gamma=0.5), CPU)
+    other.load_state_dict(agent.state_dict())
+    torch.testing.assert_close(other.return_normalizer.var, agent.return_normalizer.var)
+    assert "return_normalizer" not in PPO(obs_spec, action_spec, small(), CPU).state_dict()
+
