@@ -54,9 +54,11 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
-    env = make_vec_env("Pendulum-v1", n_envs=4, seed=seed)
-    eval_env = gym.make("Pendulum-v1")
+    # rl-zoo's Pendulum-v1 entry has `normalize: true`: observations and rewards through VecNormalize.
+    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=seed), gamma=0.9)
+    eval_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=seed + 1000), training=False, norm_reward=False)
     model = PPO("MlpPolicy", env, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
                 learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4, seed=seed, device="cpu", verbose=0)
     clock = Clock()
@@ -69,6 +71,7 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
             if self.num_timesteps == 0:
                 return
             with clock.pause():
+                sync_envs_normalization(self.training_env, eval_env)
                 mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
             result["return"] = mean
             if mean >= SOLVED and result["time"] == float("inf"):
