@@ -99,9 +99,10 @@ class DynamixelArm(Robot):
         return {**reach_observation(q_t, qd_t, self.target.unsqueeze(0)),
                 "joint_state": torch.cat([q_t, qd_t], dim=1).float()}
 
-    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray) -> tuple[float, bool]:
+    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray, previous: np.ndarray) -> tuple[float, bool]:
         q_t, qd_t = torch.as_tensor(q), torch.as_tensor(qd)
-        reward = sum(term for term in reach_rewards(q_t, qd_t, self.target, self.task).values())
+        change = torch.as_tensor(action - previous)
+        reward = sum(term for term in reach_rewards(q_t, qd_t, self.target, change, self.task).values())
         distance = float((fingertip_position(q_t) - self.target).norm())
         return float(reward), distance < self.task.success_distance
 

@@ -47,6 +47,7 @@ class Robot(VecEnv):
 
     num_envs = 1
     paced = True
+    settle_s = 0.2  # seconds to hold a pose reached by a ramp before going on
 
     def __init__(self, *, joint_low: np.ndarray, joint_high: np.ndarray, home: np.ndarray, control_dt: float,
                  max_episode_steps: int, safety: SafetyConfig | None = None) -> None:
@@ -105,8 +106,9 @@ class Robot(VecEnv):
         """Set up a new episode (sample a goal...) and return its start pose; default home."""
         return self.home
 
-    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray) -> tuple[float, bool | None]:
-        """Reward of the step and success if the episode ended now (None: undefined)."""
+    def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray, previous: np.ndarray) -> tuple[float, bool | None]:
+        """Reward of the step (``action`` sent after ``previous``) and success if the
+        episode ended now (None: undefined)."""
         return 0.0, None
 
     # ---- life cycle ------------------------------------------------------------
@@ -175,6 +177,7 @@ class Robot(VecEnv):
         command = action.detach().reshape(-1).cpu().double().numpy()
         with self._lock:
             self._called_at = time.monotonic()
+            previous = self.safety.last_sent.copy()
             sent, events = self.safety.filter(command, self._q, self._qd)
             self._write(sent)
         self.ticker.wait()
@@ -183,7 +186,7 @@ class Robot(VecEnv):
         self._require_running()
         self._episode_step += 1
         obs = self._observe(self._q, self._qd)
-        reward, success = self._score(self._q, self._qd, sent)
+        reward, success = self._score(self._q, self._qd, sent, previous)
         truncated = self._episode_step >= self.max_episode_steps
         info = {"sent_action": torch.as_tensor(sent, dtype=torch.float32).unsqueeze(0), "final_obs": obs,
                 "safety": events, "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
@@ -215,10 +218,13 @@ class Robot(VecEnv):
             self._fresh_at = time.monotonic()
 
     def _move_to(self, pose: np.ndarray) -> None:
-        """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick."""
+        """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick,
+        then hold it for ``settle_s`` so an episode starts at rest, as in simulation."""
         self._refresh()
         ticker = Ticker(self.control_dt)
-        for waypoint in self.safety.ramp(self._q, pose, self.control_dt):
+        waypoints = self.safety.ramp(self._q, pose, self.control_dt)
+        hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
+        for waypoint in np.vstack([waypoints, hold]):
             self._write(waypoint)
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent

@@ -17,7 +17,9 @@ controller trained here deploys unchanged.
   safety layer enforces (``SafetyConfig.max_step``), so the controller learns
   under the limit it will meet on hardware.
 - Reward terms: ``dist`` = -|fingertip - target|; ``reach`` = 1 - tanh(|d| /
-  5 cm), a sharper term near the goal; ``velocity`` = -0.01 |qvel|^2.
+  5 cm), a sharper term near the goal; ``velocity`` = -0.01 |qvel|^2;
+  ``smooth`` = -0.5 |goal_t - goal_{t-1}|^2 (without it the policy chatters
+  between extreme goals, which no real arm should be asked to do).
 - Never terminates; truncated after 100 steps. Success: the fingertip is
   within ``success_distance`` (2 cm) of the target when the episode ends.
 - Reset: joints U(-0.1, 0.1) around the home pose (upper arm up, forearm
@@ -27,7 +29,7 @@ controller trained here deploys unchanged.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mujoco
@@ -85,13 +87,16 @@ def reach_observation(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor)
     return {"policy": torch.cat([q, qvel, target, to_target], dim=-1).float()}
 
 
-def reach_rewards(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor, task: ArmReach) -> dict[str, torch.Tensor]:
-    """Named reward terms from joint state and target, shared by sim and robot."""
+def reach_rewards(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor, goal_change: torch.Tensor,
+                  task: ArmReach) -> dict[str, torch.Tensor]:
+    """Named reward terms from joint state, target and the change of the applied goals,
+    shared by sim and robot."""
     distance = (fingertip_position(q) - target).norm(dim=-1).float()
     return {
         "dist": -task.reward_dist_weight * distance,
         "reach": task.reward_reach_weight * (1 - torch.tanh(distance / task.reach_scale)),
         "velocity": -task.reward_velocity_weight * qvel.float().square().sum(-1),
+        "smooth": -task.reward_smooth_weight * goal_change.float().square().sum(-1),
     }
 
 
@@ -101,9 +106,11 @@ class ArmReach(Task):
     reward_reach_weight: float = 1.0
     reach_scale: float = 0.05
     reward_velocity_weight: float = 0.01
+    reward_smooth_weight: float = 0.5
     success_distance: float = 0.02
     reset_noise: float = 0.1
     max_goal_step: float = 0.2  # rad per control step; equals hardware.safety.SafetyConfig.max_step
+    _goal_change: torch.Tensor = field(default_factory=lambda: torch.zeros(4), init=False, repr=False)
     frame_skip: int = 10
     max_episode_steps: int = 100
 
@@ -116,7 +123,9 @@ class ArmReach(Task):
 
     def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
         previous = sim.ctrl.to(action.dtype)  # the last goals; a reset world's are zero = home
-        return previous + (action - previous).clamp(-self.max_goal_step, self.max_goal_step)
+        goal = previous + (action - previous).clamp(-self.max_goal_step, self.max_goal_step)
+        self._goal_change = goal - previous
+        return goal
 
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         sim.set_mocap_pos(ids, sample_targets(len(ids), generator).unsqueeze(1))
@@ -125,7 +134,7 @@ class ArmReach(Task):
         return reach_observation(sim.qpos.double(), sim.qvel.double(), self._target(sim))
 
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        return reach_rewards(sim.qpos.double(), sim.qvel, self._target(sim), self)
+        return reach_rewards(sim.qpos.double(), sim.qvel, self._target(sim), self._goal_change, self)
 
     def success(self, sim: MujocoBackend) -> torch.Tensor:
         return self._distance(sim) < self.success_distance

@@ -62,7 +62,7 @@ class LagArm(Robot):
     def _observe(self, q, qd):
         return {"policy": torch.as_tensor(np.concatenate([q, qd]), dtype=torch.float32).unsqueeze(0)}
 
-    def _score(self, q, qd, action):
+    def _score(self, q, qd, action, previous):
         return -float(np.abs(q).sum()), bool(np.abs(q).sum() < 0.1)
 
 
@@ -179,7 +179,7 @@ def test_emergency_stop_cuts_torque_where_the_robot_stands():
 
 
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
-    arm = LagArm(lose_link_after=30)
+    arm = LagArm(lose_link_after=60)  # the reset ramp and settle take ~25 reads
     recorder = EpisodeRecorder(tmp_path)
     with pytest.raises(ConnectionLost, match="connection lost before the safe stop"):
         with arm:
