@@ -121,7 +121,7 @@ def emulator_round_trip(iterations: int = 1000) -> list[str]:
     for i in reversed(range(6)):  # a 6-joint chain, innermost first
         body = f'<body pos="0 0 0.05"><joint name="j{i + 1}" axis="0 1 0" range="-2 2"/>' \
                f'<geom type="capsule" fromto="0 0 0 0 0 0.05" size="0.01" mass="0.08"/>{body}</body>'
-    actuators = "".join(f'<position joint="j{i + 1}" kp="6" kv="0.2" ctrlrange="-2 2"/>' for i in range(6))
+    actuators = "".join(f'<position joint="j{i + 1}" kp="6" kv="0.2" ctrlrange="-2 2" forcerange="-4.1 4.1"/>' for i in range(6))
     motors = [dict(id=i + 1, joint=f"j{i + 1}", model="XM430-W350", homing_offset=0, direction=1,
                    min_position=-2.0, max_position=2.0, velocity_limit=4.8) for i in range(6)]
     rows = []

@@ -34,6 +34,7 @@ import sys
 import termios
 import threading
 import time
+import traceback
 import tty
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -349,7 +350,10 @@ class DynamixelEmulator:
                 self._advance_realtime()
                 self._check_watchdogs(time.monotonic())
             for packet in packets:
-                self._handle(packet, baud)
+                try:
+                    self._handle(packet, baud)
+                except Exception:  # an emulator bug must not silence the whole bus: report it, keep serving
+                    traceback.print_exc()
 
     def _next_deadline(self, last_rx: float) -> float | None:
         """When the serve loop must wake without input: a watchdog or a stale partial packet."""
@@ -587,13 +591,19 @@ class DynamixelEmulator:
     def _refresh(self, servo: _Servo) -> None:
         """Present_* items from the MuJoCo state."""
         q, qd = float(self.data.qpos[servo.qpos]), float(self.data.qvel[servo.dof])
-        velocity = round(qd / RAD_S_PER_VELOCITY_UNIT)
+        velocity = _saturate(round(qd / RAD_S_PER_VELOCITY_UNIT), TABLE["Present_Velocity"].size)
         force = float(self.data.actuator_force[servo.actuator])
         servo.set("Present_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
         servo.set("Present_Velocity", velocity)
-        servo.set("Present_Current", round(force / TORQUE_PER_AMP / CURRENT_UNIT_A))
+        servo.set("Present_Current", _saturate(round(force / TORQUE_PER_AMP / CURRENT_UNIT_A), TABLE["Present_Current"].size))
         servo.set("Moving", int(abs(velocity) > servo.get("Moving_Threshold")))
         servo.set("Realtime_Tick", int(self.data.time * 1000) % 32768)
+
+
+def _saturate(value: int, size: int) -> int:
+    """Clip a reading to what a signed field of ``size`` bytes holds, as the servo's own sensor would."""
+    limit = (1 << (8 * size - 1)) - 1
+    return max(-limit, min(limit, value))
 
 
 def _u16(data: bytes, offset: int) -> int:

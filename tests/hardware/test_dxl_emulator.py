@@ -29,7 +29,7 @@ def connect() -> Iterator[Callable[..., SelectPortHandler]]:
     ports: list[SelectPortHandler] = []
 
     def open_port(emulator: DynamixelEmulator, baudrate: int = 1_000_000) -> SelectPortHandler:
-        port = SelectPortHandler(emulator.port, timeout_ms=10)
+        port = SelectPortHandler(emulator.port, timeout_ms=60)  # generous: the emulator shares this process
         assert port.openPort() and port.setBaudRate(baudrate)
         ports.append(port)
         return port
@@ -277,7 +277,7 @@ def test_main_serves_the_robot_config(connect) -> None:
         line = proc.stdout.readline()
         assert line.startswith("serving Dynamixel arm on /dev/pts/") and "(ids 1-4, 1000000 baud)" in line
         path = line.split(" on ")[1].split(" ")[0]
-        port = SelectPortHandler(path, timeout_ms=50)
+        port = SelectPortHandler(path, timeout_ms=200)
         assert port.openPort()
         assert PH.ping(port, 4) == (1020, sdk.COMM_SUCCESS, 0)
         port.closePort()
@@ -289,3 +289,9 @@ def test_main_serves_the_robot_config(connect) -> None:
 def test_unknown_joint_is_an_error() -> None:
     with pytest.raises(ValueError, match="joint 'elbow'"):
         DynamixelEmulator(REPO / "sims/assets/dxl_arm.xml", {1: "elbow"})
+
+
+def test_readings_saturate_like_the_servo_sensor() -> None:
+    from hardware.dynamixel.emulator import _saturate
+
+    assert _saturate(10**9, 2) == 32767 and _saturate(-(10**9), 2) == -32767 and _saturate(5, 4) == 5
