@@ -14,7 +14,7 @@ Never queries Q at actions outside the dataset. Three losses on a minibatch:
 The three are independent given the batch (V's target and the advantage use the
 target critic and the V of before this step, as in the authors' and CORL's code),
 so one backward pass and one Adam step update everything. The actor's learning rate
-follows a cosine schedule to 0 over ``total_updates`` (CORL). The policy is a Gaussian
+follows a cosine schedule to 0 over ``total_updates`` (CORL), the run's length by default. The policy is a Gaussian
 with ``tanh`` mean and state-independent std (CORL's ``GaussianPolicy``); the
 controller acts with its mean. Rewards are scaled by ``1000 / (max - min episode
 return)`` of the dataset (``normalize_reward``; the paper's MuJoCo setting).
@@ -49,7 +49,7 @@ class IQLConfig:
     expectile: float = 0.7  # tau of eq. (5)
     beta: float = 3.0  # inverse temperature of eq. (7)
     max_weight: float = 100.0  # clip of exp(beta A)
-    total_updates: int = 1_000_000  # length of the actor's cosine schedule; the offline runner sets it to its run's
+    total_updates: int = 0  # length of the actor's cosine schedule; 0: the offline run's (constant lr outside a run)
     normalize_reward: bool = True
     normalize_obs: bool = True
     obs_groups: tuple[str, ...] = ("policy",)
@@ -76,7 +76,8 @@ class IQL(OfflineAgent):
             {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
             {"params": list(self.value.parameters()), "lr": cfg.value_lr},
         ])
-        cosine = lambda step: 0.5 * (1 + math.cos(math.pi * min(step, cfg.total_updates) / cfg.total_updates))  # noqa: E731
+        horizon = cfg.total_updates
+        cosine = lambda step: 0.5 * (1 + math.cos(math.pi * min(step, horizon) / horizon)) if horizon > 0 else 1.0  # noqa: E731
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, [cosine, lambda _: 1.0, lambda _: 1.0])
 
     def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
