@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from common import machine, write_result
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
+from common import machine, write_result  # noqa: E402
 
 EVAL_EPISODES = 20
 RUN_DIR = "runs/datasets"
