@@ -2,11 +2,16 @@
 
 ``AGENTS`` maps an algorithm name to ``(ConfigClass, AgentClass)``; an agent is
 built as ``AgentClass(observation_spec, action_spec, ConfigClass(...), device)``.
+Offline agents (``policies.offline``) have ``offline = True`` and are trained
+from a dataset by ``robolearn.offline_runner``.
 """
 
+from policies.offline import BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CQLConfig, IQLConfig, TD3BCConfig
 from policies.ppo import PPO, PPOConfig
 from policies.sac import SAC, SACConfig
 
-AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC)}
+AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "bc": (BCConfig, BC), "td3bc": (TD3BCConfig, TD3BC),
+          "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL)}
 
-__all__ = ["AGENTS", "PPO", "PPOConfig", "SAC", "SACConfig"]
+__all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
+           "SAC", "SACConfig", "TD3BC", "TD3BCConfig"]

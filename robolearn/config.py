@@ -71,6 +71,7 @@ class TrainConfig:
     name: str = ""  # run name; defaults to <algo>_<task>
     seed: int = 0
     run_dir: str = "runs"
+    dataset: str = ""  # offline algorithms: the dataset to train on (`robolearn dataset list`)
     env: EnvConfig = field(default_factory=EnvConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -31,7 +31,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_com
 from robolearn.config import TrainConfig, config_from_dict, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
-from robolearn.interfaces import Agent, Obs, VecEnv
+from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import agent_configs, make_agent, make_env
 from robolearn.storage import ReplayBuffer, RolloutStorage
@@ -278,25 +278,33 @@ class Runner:
     # -- the end of a run ----------------------------------------------------------------------
 
     def _finish(self, result: RunResult, logger: RunLogger) -> None:
-        controller = self.agent.controller()
-        result.exported = export_controller(controller, self.run_dir / "export",
-                                            extra={"task": self.cfg.env.task, "control_dt": self.env.control_dt})
-        episodes = self.cfg.runner.eval_episodes
-        if episodes > 0:
-            with make_env(self.cfg.env, num_envs=episodes, seed=self.cfg.seed + 10_000) as eval_env:
-                result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=self.cfg.seed + 10_000)
-            atomic_write_bytes(self.run_dir / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
-            logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
-        if self.cfg.runner.video_seconds > 0:
-            try:
-                with make_env(self.cfg.env, num_envs=1, seed=self.cfg.seed) as video_env:
-                    result.video = record_video(controller.to(video_env.device), video_env, self.run_dir / "video.mp4",
-                                                seconds=self.cfg.runner.video_seconds)
-            except Exception as err:  # a missing GL stack must not cost the trained run
-                print(f"video skipped: {type(err).__name__}: {err}")
+        finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt)
 
     def close(self) -> None:
         self.env.close()
+
+
+def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
+               annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    """The end of every run: export the controller, evaluate it (``eval.json``, with
+    ``annotate(evaluation)``'s keys added), film it."""
+    result.exported = export_controller(controller, result.run_dir / "export",
+                                        extra={"task": cfg.env.task, "control_dt": control_dt})
+    episodes = cfg.runner.eval_episodes
+    if episodes > 0:
+        with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
+            result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
+        if annotate is not None:
+            result.evaluation |= annotate(result.evaluation)
+        atomic_write_bytes(result.run_dir / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
+        logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
+    if cfg.runner.video_seconds > 0:
+        try:
+            with make_env(cfg.env, num_envs=1, seed=cfg.seed) as video_env:
+                result.video = record_video(controller.to(video_env.device), video_env, result.run_dir / "video.mp4",
+                                            seconds=cfg.runner.video_seconds)
+        except Exception as err:  # a missing GL stack must not cost the trained run
+            print(f"video skipped: {type(err).__name__}: {err}")
 
 
 def _check_metrics(metrics: dict[str, float]) -> None:
@@ -306,8 +314,11 @@ def _check_metrics(metrics: dict[str, float]) -> None:
 
 
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
-    """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``."""
-    runner = Runner(cfg, resume=resume)
+    """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``; offline algorithms
+    (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`."""
+    from robolearn.offline_runner import OfflineRunner, is_offline
+
+    runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
     try:
         return runner.train(stop=stop)
     finally:

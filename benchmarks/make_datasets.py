@@ -1,0 +1,140 @@
+"""D4RL-style datasets (random / medium / expert) of our hopper and half_cheetah, made here.
+
+For each task:
+
+1. **expert**: PPO (``configs/ppo_<task>.yaml``) trained with our own runner for
+   ``--expert-steps`` env steps (3M by default: about 5 minutes of this 2-core machine);
+2. **medium**: the same PPO config and seed, stopped as soon as its training return
+   (stochastic policy, last 100 episodes) reaches ``--medium-fraction`` of the expert's
+   evaluation return (D4RL's "medium" is about 1/3 of expert);
+3. **random**: uniform actions.
+
+Each policy is recorded (``robolearn.data.record``, exact simulator state included) for
+about ``--steps`` transitions: whole episodes, their number estimated from a pilot
+evaluation's mean length. medium and expert add Gaussian action noise (``--noise`` half
+ranges) as D4RL's stochastic behavior policies did. ``ref_min_score`` is the random
+policy's mean return, ``ref_max_score`` the expert's deterministic mean return (both over
+``EVAL_EPISODES`` episodes), so a normalized score of 1 means "as good as our expert".
+
+    python benchmarks/make_datasets.py [--tasks hopper half_cheetah] [--steps 100000]
+
+Datasets go to ``<root>/<task>-{random,medium,expert}-v0`` (``--root``, else
+``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``); a summary goes to
+``benchmarks/results/offline_datasets.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
+from common import machine, write_result  # noqa: E402
+
+EVAL_EPISODES = 20
+RUN_DIR = "runs/datasets"
+
+
+def train_ppo(task: str, steps: int, stop_return: float | None = None, seed: int = 0) -> tuple[Path, float, int]:
+    """A PPO run on ``task``; returns (run directory, seconds, env steps done)."""
+    from robolearn import load_config
+    from robolearn.runner import Runner
+
+    name = f"ppo_{task}_" + ("expert" if stop_return is None else "medium")
+    cfg = load_config(f"ppo_{task}", [f"runner.total_steps={steps}", f"seed={seed}", f"name={name}", f"run_dir={RUN_DIR}",
+                                       "logging.wandb=disabled", "logging.progress=false", "runner.video_seconds=0",
+                                       "runner.eval_episodes=0"])
+    runner = Runner(cfg)
+    stop = None if stop_return is None else (lambda m: m.get("return", -math.inf) >= stop_return)
+    start = time.perf_counter()
+    try:
+        runner.train(stop=stop)
+    finally:
+        runner.close()
+    return runner.run_dir, time.perf_counter() - start, runner.progress.env_steps
+
+
+def policy(task: str, run: Path | None, env):
+    """The run's deterministic controller, or uniform random actions when ``run`` is None."""
+    from robolearn.data import RandomController
+    from robolearn.runner import load_agent
+
+    return RandomController(env, seed=0) if run is None else load_agent(run, env).controller().to(env.device).eval()
+
+
+def pilot(task: str, run: Path | None) -> dict[str, float]:
+    """Mean return and length of the policy over EVAL_EPISODES deterministic episodes."""
+    import sims
+    from robolearn.evaluate import evaluate
+
+    with sims.make_env(task, num_envs=EVAL_EPISODES, seed=12345) as env:
+        return evaluate(policy(task, run, env), env, EVAL_EPISODES, seed=12345)
+
+
+def record_dataset(task: str, kind: str, run: Path | None, steps: int, noise: float, refs: tuple[float, float],
+                   length: float, root: Path | None) -> dict[str, float]:
+    import sims
+    from robolearn.data import Dataset, DatasetWriter, record
+
+    episodes = max(1, math.ceil(steps / max(length, 1.0)))
+    name = f"{task}-{kind}"
+    with sims.make_env(task, num_envs=16, seed=1) as env:
+        metadata = {"task": task, "task_kwargs": {}, "controller": f"run:{run}" if run else "random",
+                    "algorithm_name": "ppo" if run else "random", "source": "record (benchmarks/make_datasets.py)",
+                    "noise": noise if run else 0.0, "seed": 1, "num_envs": 16, "control_dt": env.control_dt,
+                    "max_episode_steps": env.max_episode_steps, "ref_min_score": refs[0], "ref_max_score": refs[1],
+                    "state": {"format": "mjSTATE_INTEGRATION", "size": int(env.get_state()["state"].shape[1])}}
+        with DatasetWriter(name, env.observation_spec, env.action_spec, metadata=metadata, root=root,
+                           overwrite=True) as writer:
+            stats = record(policy(task, run, env), env, writer, episodes, noise=noise if run else 0.0, seed=1,
+                           progress=False)
+    summary = Dataset.load(name, root).summary()
+    print(f"{name}: {summary['episodes']} episodes, {summary['steps']} steps, return {summary['return_mean']:.1f}, "
+          f"normalized {summary['normalized_score_mean']:.3f} ({stats.seconds:.0f} s)", flush=True)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", nargs="+", default=["hopper", "half_cheetah"])
+    parser.add_argument("--steps", type=int, default=100_000, help="transitions per dataset (about)")
+    parser.add_argument("--expert-steps", type=int, default=3_000_000, help="PPO env steps for the expert")
+    parser.add_argument("--medium-fraction", type=float, default=0.4, help="of the expert's return")
+    parser.add_argument("--noise", type=float, default=0.1, help="action noise of medium/expert, in half ranges")
+    parser.add_argument("--root", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for task in args.tasks:
+        expert_run, expert_s, expert_steps = train_ppo(task, args.expert_steps)
+        expert = pilot(task, expert_run)
+        print(f"{task} expert: {expert_steps} steps in {expert_s:.0f} s, return {expert['return_mean']:.1f}", flush=True)
+        medium_run, medium_s, medium_steps = train_ppo(task, args.expert_steps,
+                                                       stop_return=args.medium_fraction * expert["return_mean"])
+        medium = pilot(task, medium_run)
+        print(f"{task} medium: {medium_steps} steps in {medium_s:.0f} s, return {medium['return_mean']:.1f}", flush=True)
+        random = pilot(task, None)
+        refs = (random["return_mean"], expert["return_mean"])
+        for kind, run, ev, steps, seconds in (("random", None, random, 0, 0.0), ("medium", medium_run, medium, medium_steps, medium_s),
+                                             ("expert", expert_run, expert, expert_steps, expert_s)):
+            s = record_dataset(task, kind, run, args.steps, args.noise, refs, ev["length_mean"], args.root)
+            rows.append(f"| {s['id']} | {'uniform random' if run is None else f'PPO, {steps:,} env steps ({seconds:.0f} s)'} | "
+                        f"{ev['return_mean']:.0f} | {s['episodes']} | {s['steps']:,} | {s['return_mean']:.0f} ± {s['return_std']:.0f} | "
+                        f"{100 * s['normalized_score_mean']:.1f} |")
+        rows.append(f"| | ref_min {refs[0]:.1f} (random), ref_max {refs[1]:.1f} (expert, deterministic) | | | | | |")
+    lines = ["### Offline datasets of our hopper and half_cheetah (D4RL-style, made here)", "",
+             f"Machine: {machine()}. Made by `python benchmarks/make_datasets.py` "
+             f"(medium stops at {args.medium_fraction:.0%} of the expert's return; medium/expert recorded with "
+             f"{args.noise} action noise; {EVAL_EPISODES} deterministic episodes for the policy returns and refs).", "",
+             "| dataset | behavior policy | policy return (no noise) | episodes | transitions | dataset return | normalized x100 |",
+             "|---|---|---|---|---|---|---|", *rows]
+    write_result("offline_datasets.md", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Conservative Q-Learning (Kumar et al. 2020), CQL(H) on top of SAC, with Cal-QL
+(Nakamoto et al. 2023, "Cal-QL: Calibrated Offline RL Pre-Training for Efficient
+Online Fine-Tuning") as the option ``calql``.
+
+Each critic minimizes its soft Bellman error plus the CQL(H) regularizer, eq. (4):
+
+    alpha * E_s[ log sum_a exp Q(s, a) - E_(a~D) Q(s, a) ]  +  1/2 E[(Q(s, a) - y)^2]
+
+pushing Q down on actions the policy and a uniform proposal would take and up on
+the dataset's. The log-sum-exp over the continuous action space is estimated by
+importance sampling (the paper's Appendix F) with ``n_actions`` samples each from
+Unif[-1, 1]^A, pi(.|s) and pi(.|s'), all evaluated at s:
+
+    log sum_a exp Q(s, a) ~= logsumexp_j [ Q(s, a_j) - log q(a_j) ]  (- log 3N, a constant)
+
+Cal-QL, eq. (5) of its paper: the Q-values of the *policy's* actions inside that
+log-sum-exp are first lower-bounded by the Monte-Carlo return of the dataset's
+behavior policy from s, ``Q(s, a) <- max(Q(s, a), G(s))``, so the conservative push
+never drives Q below what the data already achieved (a calibrated, not over-pessimistic,
+Q for online fine-tuning). ``G`` comes from the dataset's episodes (``prepare``).
+
+The SAC part is standard (auto-tuned entropy temperature toward -|A|, twin critics
+with Polyak targets) with CORL's choice of no entropy term in the backup. The critic,
+actor and temperature losses are independent given a batch (the actor sees the
+critics through detached weights; the CQL samples carry no actor gradient), so one
+backward pass and one Adam step update all.
+Defaults: the authors' MuJoCo settings (alpha = 5, Lagrange off, 10 actions,
+policy lr 1e-4, critic lr 3e-4, 3x256 networks); CORL uses alpha 10 and policy lr 3e-5.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
+from policies.modules import ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, SquashedGaussianActor
+from policies.offline.common import OfflineAgent, discounted_returns, episode_ends
+
+
+@dataclass
+class CQLConfig:
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 1e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    hidden: tuple[int, ...] = (256, 256, 256)
+    activation: Literal["elu", "relu", "tanh", "silu"] = "relu"
+    init_alpha: float = 1.0  # SAC temperature
+    target_entropy: float | None = None  # None: -|A|
+    cql_alpha: float = 5.0  # weight of the CQL(H) regularizer (fixed: Lagrange off)
+    n_actions: int = 10  # samples per proposal (uniform, pi(s), pi(s')) for the log-sum-exp
+    temperature: float = 1.0  # of the log-sum-exp
+    calql: bool = False  # lower-bound the policy actions' Q by the dataset's Monte-Carlo return
+    reward_scale: float = 1.0
+    normalize_obs: bool = True
+    obs_groups: tuple[str, ...] = ("policy",)
+
+
+class CQL(OfflineAgent):
+    def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: CQLConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, torch.device(device)
+        self.obs_groups = tuple(cfg.obs_groups)
+        self.obs_dim = obs_dim(observation_spec, self.obs_groups)
+        self.action_dim, hidden = action_spec.shape[0], tuple(cfg.hidden)
+        self.scaler = ActionScaler(action_spec).to(self.device)
+        self.normalizer = (EmpiricalNormalizer(self.obs_dim) if cfg.normalize_obs else nn.Identity()).to(self.device)
+        self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, hidden, cfg.activation).to(self.device)
+        self.critic = EnsembleQ(2, self.obs_dim, self.action_dim, hidden, cfg.activation).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=self.device))
+        self.target_entropy = -float(self.action_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
+        self.optimizer = torch.optim.Adam([
+            {"params": list(self.actor.parameters()), "lr": cfg.actor_lr},
+            {"params": list(self.critic.parameters()), "lr": cfg.critic_lr},
+            {"params": [self.log_alpha], "lr": cfg.alpha_lr},
+        ])
+        self._online, self._target = list(self.critic.parameters()), list(self.critic_target.parameters())
+
+    def prepare(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Normalizer; with ``calql``, each transition's discounted Monte-Carlo return ``mc_return``."""
+        data = super().prepare(data)
+        if self.cfg.calql:
+            reward = data["reward"].float() * self.cfg.reward_scale
+            data = {**data, "mc_return": discounted_returns(reward, episode_ends(data), self.cfg.gamma)}
+        return data
+
+    @torch.no_grad()
+    def act(self, obs: Obs, explore: bool = False) -> dict[str, torch.Tensor]:
+        action, _ = self.actor(self.normalizer(flatten_obs(obs, self.obs_groups)), deterministic=not explore)
+        return {"action": self.scaler(action)}
+
+    def _sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n_actions`` actions of pi at each row of ``obs``: ``(B * N, A)`` and ``(B * N,)`` log-probs."""
+        return self.actor(obs.repeat_interleave(self.cfg.n_actions, 0))
+
+    def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        obs = self.normalizer(flatten_obs(batch["obs"], self.obs_groups))
+        next_obs = self.normalizer(flatten_obs(batch["next_obs"], self.obs_groups))
+        action = self.scaler.normalize(batch["action"])
+        reward = batch["reward"] * cfg.reward_scale
+        not_terminated = 1.0 - batch["terminated"].float()
+        alpha = self.log_alpha.detach().exp()
+        B, N, A = obs.shape[0], cfg.n_actions, self.action_dim
+
+        # Bellman target without the entropy bonus (CORL's backup_entropy=False): y = r + gamma (1 - d) min_i Q'_i(s', a')
+        with torch.no_grad():
+            next_action, _ = self.actor(next_obs)
+            target_q = reward + cfg.gamma * not_terminated * self.critic_target(next_obs, next_action).amin(0)
+        q = self.critic(obs, action)
+        bellman_loss = 0.5 * (q - target_q).square().mean(-1).sum()
+
+        # CQL(H), eq. (4): log-sum-exp over importance-sampled actions minus Q at the data's actions
+        with torch.no_grad():
+            random_action = torch.rand(B * N, A, device=obs.device) * 2 - 1
+            pi_action, pi_log_prob = self._sample(obs)
+            next_pi_action, next_pi_log_prob = self._sample(next_obs)
+        obs_rep = obs.repeat_interleave(N, 0)
+        q_random = self.critic(obs_rep, random_action).view(-1, B, N)
+        q_pi = self.critic(obs_rep, pi_action).view(-1, B, N)
+        q_next_pi = self.critic(obs_rep, next_pi_action).view(-1, B, N)
+        metrics: dict[str, torch.Tensor] = {}
+        if cfg.calql:  # Cal-QL, eq. (5): Q(s, a~pi) >= G(s), the behavior policy's Monte-Carlo return
+            bound = batch["mc_return"].view(1, B, 1)
+            metrics["calql_bound_rate"] = (q_pi < bound).float().mean().detach()
+            q_pi, q_next_pi = torch.maximum(q_pi, bound), torch.maximum(q_next_pi, bound)
+        log_uniform = A * math.log(0.5)  # density of Unif[-1, 1]^A
+        proposals = torch.cat([q_random - log_uniform, q_pi - pi_log_prob.view(1, B, N),
+                               q_next_pi - next_pi_log_prob.view(1, B, N)], dim=-1)
+        logsumexp = torch.logsumexp(proposals / cfg.temperature, dim=-1) * cfg.temperature
+        cql_gap = (logsumexp - q).mean(-1)  # per critic
+        critic_loss = bellman_loss + cfg.cql_alpha * cql_gap.sum()
+
+        # Actor (SAC): E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s) reparameterized
+        new_action, log_prob = self.actor(obs)
+        actor_loss = (alpha * log_prob - self.critic(obs, new_action, detach_params=True).amin(0)).mean()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        (critic_loss + actor_loss + alpha_loss).backward()
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target, self._online, cfg.tau)
+        return {"critic_loss": critic_loss.detach(), "bellman_loss": bellman_loss.detach(), "cql_gap": cql_gap.mean().detach(),
+                "actor_loss": actor_loss.detach(), "alpha": alpha, "entropy": -log_prob.detach().mean(),
+                "q": q.detach().mean(), **metrics}
+
+    def controller(self) -> Controller:
+        """``obs -> scale(tanh(mu(norm(obs))))``."""
+        return DeterministicController(copy.deepcopy(self.normalizer), self.actor.mean_net(), nn.Tanh(),
+                                       copy.deepcopy(self.scaler), self.obs_groups, self.obs_dim)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "normalizer": self.normalizer.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in ("actor", "critic", "critic_target", "normalizer", "optimizer"):
+            getattr(self, name).load_state_dict(state[name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
+
+@dataclass
+class CalQLConfig(CQLConfig):
+    """CQL with the Cal-QL lower bound on (``algo: calql``)."""
+
+    calql: bool = True

@@ -1,0 +1,233 @@
+"""Offline training: an agent learns from a fixed dataset and is evaluated in simulation.
+
+    robolearn train configs/iql_hopper.yaml dataset=hopper-medium
+
+The dataset (``robolearn.data.Dataset``) must come from the config's task with the
+env's observation and action shapes. Its transitions go to the device once; the
+agent's ``prepare`` fixes its dataset statistics (observation normalizer, reward
+scale, Monte-Carlo returns); then ``update`` runs on uniformly sampled minibatches.
+
+Counting: here ``runner.total_steps`` counts gradient updates. An iteration is
+``UPDATES_PER_ITERATION`` updates; metrics are written every ``runner.log_every``
+iterations, and every ``runner.checkpoint_every`` iterations the controller is
+evaluated in simulation (``runner.eval_episodes`` episodes: return and the dataset's
+normalized score) and a checkpoint is written atomically. The run directory is an
+online run's (config.yaml, metrics.jsonl, checkpoints/latest.pt, eval.json, export/),
+so ``robolearn eval | export | play <run>`` work unchanged; ``metrics.jsonl`` lines
+carry ``updates`` and ``updates_per_s`` where online runs have env steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from robolearn.checkpoint import check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robolearn.config import ConfigError, TrainConfig, to_dict
+from robolearn.data import Dataset, DatasetError
+from robolearn.evaluate import NonFiniteError, evaluate
+from robolearn.interfaces import VecEnv
+from robolearn.logger import RunLogger
+from robolearn.registry import make_agent, make_env
+from robolearn.runner import RunResult, _check_metrics, finish_run, new_run_dir, write_config
+from robolearn.storage import ReplayBuffer
+
+UPDATES_PER_ITERATION = 1000
+
+
+def is_offline(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` is an offline run: an offline algorithm, or any run given a dataset."""
+    from policies import AGENTS
+
+    return bool(getattr(AGENTS[cfg.algo][1], "offline", False)) or bool(cfg.dataset)
+
+
+def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
+    """Raise naming the dataset and the config's env when task, observation or action shapes differ."""
+    problems = []
+    if dataset.task is not None and dataset.task != task:
+        problems.append(f"task '{dataset.task}' vs '{task}'")
+    shapes = {g: tuple(b.shape) for g, b in dataset.observation_spec.items()}
+    env_shapes = {g: tuple(b.shape) for g, b in env.observation_spec.items()}
+    if shapes != env_shapes:
+        problems.append(f"observations {shapes} vs {env_shapes}")
+    if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
+        problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
+    if problems:
+        raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
+                           + "; ".join(problems) + " (dataset vs env)")
+
+
+@dataclass
+class OfflineProgress:
+    """Where an offline run is; saved in every checkpoint."""
+
+    iteration: int = 0
+    updates: int = 0
+    evaluation: dict[str, float] = field(default_factory=dict)  # the latest periodic one
+
+
+class UpdateLogger(RunLogger):
+    """:class:`RunLogger` counting gradient updates (and updates/s) instead of env steps."""
+
+    def __init__(self, run_dir: Path, **kwargs: Any) -> None:
+        super().__init__(run_dir, **kwargs)
+        self._bar.unit = "update"
+
+    def log(self, updates: int, metrics: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - self._start
+        rate = (updates - self._start_steps) / max(elapsed, 1e-9)
+        record = {"updates": updates, "time": round(elapsed, 3), "updates_per_s": round(rate, 1),
+                  **{k: float(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(record, step=updates)
+        self._bar.update(updates - self._bar.n)
+        postfix = {"upd/s": f"{rate:,.0f}"}
+        if "eval/normalized_score" in metrics:
+            postfix["score"] = f"{100 * metrics['eval/normalized_score']:.1f}"
+        elif "eval/return" in metrics:
+            postfix["return"] = f"{metrics['eval/return']:.1f}"
+        self._bar.set_postfix(postfix, refresh=True)
+
+
+class OfflineRunner:
+    """Trains offline ``cfg.algo`` on ``cfg.dataset`` and leaves a self-contained run directory."""
+
+    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+        from policies import AGENTS
+
+        if not getattr(AGENTS[cfg.algo][1], "offline", False):
+            offline = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "offline", False))
+            raise ConfigError(f"dataset: algo '{cfg.algo}' learns online; offline algorithms are {offline}")
+        if not cfg.dataset:
+            raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
+        if hasattr(cfg.agent, "total_updates") and cfg.agent.total_updates <= 0:
+            cfg.agent.total_updates = cfg.runner.total_steps  # schedules (IQL's cosine) span the run
+        self.cfg = cfg
+        if cfg.runner.torch_threads > 0:
+            torch.set_num_threads(cfg.runner.torch_threads)
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        self.dataset = Dataset.load(cfg.dataset)  # an unknown name lists the known ones
+        self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
+        check_dataset_fits(self.dataset, cfg.env.task, self.env)
+        self.run_dir = Path(resume) if resume else new_run_dir(cfg)
+        write_config(self.run_dir, cfg)
+        self.agent = make_agent(cfg, self.env)
+        data = self.agent.prepare(self.dataset.transitions(self.env.device))
+        self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
+        self.replay.add(data)
+        self.progress = OfflineProgress()
+        if resume:
+            self._restore()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "latest.pt"
+
+    def save(self) -> None:
+        progress = {**self.progress.__dict__, "rng": rng_state()}
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
+
+    def _restore(self) -> None:
+        payload = load_checkpoint(self.checkpoint_path)
+        check_compatible(self.agent.state_dict(), payload["agent"])
+        self.agent.load_state_dict(payload["agent"])
+        progress = dict(payload["progress"])
+        set_rng_state(progress.pop("rng"))
+        self.progress = OfflineProgress(**progress)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def evaluate(self) -> dict[str, float]:
+        """The controller on ``eval_episodes`` sim episodes: return and the dataset's normalized score."""
+        episodes = self.cfg.runner.eval_episodes
+        if episodes <= 0:
+            return {}
+        controller = self.agent.controller().to(self.env.device)
+        result = evaluate(controller, self.env, episodes, seed=self.cfg.seed + 10_000)
+        out = {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
+        return out | {f"eval/{k}": v for k, v in self._score(result).items()}
+
+    def _score(self, evaluation: dict[str, Any]) -> dict[str, Any]:
+        if self.dataset.ref_min_score is None or self.dataset.ref_max_score is None:
+            return {}
+        return {"normalized_score": float(self.dataset.normalized_score(evaluation["return_mean"]))}
+
+    def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+        """Run ``runner.total_steps`` updates (or until ``stop(metrics)``); then export, evaluate, film.
+
+        Ctrl+C saves a checkpoint that ``--resume`` continues from; NaN or inf in a
+        loss stops the run with the last good checkpoint kept.
+        """
+        cfg = self.cfg
+        total = cfg.runner.total_steps
+        logger = UpdateLogger(self.run_dir, total_steps=total, config=to_dict(cfg), wandb_mode=cfg.logging.wandb,
+                              project=cfg.logging.project, name=cfg.run_name, progress=cfg.logging.progress,
+                              initial_steps=self.progress.updates)
+        result = RunResult(self.run_dir)
+        try:
+            while self.progress.updates < total:
+                start = time.perf_counter()
+                count = min(UPDATES_PER_ITERATION, total - self.progress.updates)
+                metrics = self._iteration(count)
+                self.progress.updates += count
+                self.progress.iteration += 1
+                metrics["iteration_time"] = time.perf_counter() - start
+                if self.progress.iteration % cfg.runner.checkpoint_every == 0 or self.progress.updates >= total:
+                    self.progress.evaluation = self.evaluate()
+                    metrics |= self.progress.evaluation
+                    self.save()
+                if self.progress.iteration % cfg.runner.log_every == 0:
+                    logger.log(self.progress.updates, metrics)
+                if stop is not None and stop(metrics):
+                    break
+        except KeyboardInterrupt:
+            self.save()
+            result.interrupted = True
+            logger.close()
+            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
+            return result
+        except NonFiniteError as err:
+            logger.close()
+            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+        self.save()
+        logger.end_progress()
+        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
+                   annotate=lambda e: {"dataset": self.dataset.id, "updates": self.progress.updates, **self._score(e)})
+        logger.close()
+        return result
+
+    def _iteration(self, count: int) -> dict[str, float]:
+        """``count`` updates on sampled minibatches; their metrics averaged (one device sync at the end)."""
+        sums: dict[str, Any] = {}
+        counts: collections.Counter[str] = collections.Counter()
+        for _ in range(count):
+            for key, value in self.agent.update(self.replay.sample(self.cfg.agent.batch_size)).items():
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] += 1
+        metrics = {key: float(value) / counts[key] for key, value in sums.items()}
+        _check_metrics(metrics)
+        return metrics
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+    """Python entry point for offline runs (``robolearn.train`` dispatches here too)."""
+    runner = OfflineRunner(cfg, resume=resume)
+    try:
+        return runner.train(stop=stop)
+    finally:
+        runner.close()

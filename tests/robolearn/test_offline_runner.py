@@ -1,0 +1,115 @@
+"""The offline runner: BC of a scripted swing-up on a recorded pendulum dataset, evaluation with the
+normalized score, export and reload, exact resume, and errors that name the dataset and the env."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import sims
+from robolearn import load_config
+from robolearn.checkpoint import load_checkpoint
+from robolearn.cli import main
+from robolearn.data import DatasetError, DatasetWriter, record
+from robolearn.evaluate import evaluate
+from robolearn.export import ExportedController
+from robolearn.offline_runner import OfflineRunner
+from robolearn.runner import train
+
+SCRIPTED_RETURN = 405.0  # SwingUp below, 10 episodes
+
+
+class SwingUp:
+    """Energy pumping (bang-bang torque along the velocity until the rod has the energy of upright,
+    with I = 1/3 kg m^2 and m g l_c = 4.9 N m) and a PD balance near upright."""
+
+    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        c, s, w = obs["policy"].unbind(-1)
+        energy = w.square() / 6 + 4.9 * c
+        pump = 2.0 * torch.sign(w * (4.9 - energy) + 1e-6)
+        balance = (-(20 * torch.atan2(s, c) + 4 * w)).clamp(-2, 2)
+        return torch.where(c > 0.85, balance, pump).unsqueeze(-1)
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Stateless."""
+
+
+@pytest.fixture(scope="module")
+def datasets_root(tmp_path_factory):
+    """A pendulum dataset of the scripted controller (8 episodes, 4000 steps, action noise 0.2)."""
+    root = tmp_path_factory.mktemp("datasets")
+    with sims.make_env("pendulum", num_envs=8, seed=0, num_threads=1) as env:
+        meta = {"task": "pendulum", "task_kwargs": {}, "controller": "scripted swing-up",
+                "ref_min_score": 0.0, "ref_max_score": SCRIPTED_RETURN}
+        with DatasetWriter("pendulum-scripted", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
+            record(SwingUp(), env, writer, 8, noise=0.2, seed=0, progress=False)
+    return root
+
+
+@pytest.fixture
+def root(datasets_root, monkeypatch):
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(datasets_root))
+    return datasets_root
+
+
+def tiny(tmp_path, *extra: str):
+    return load_config("bc_pendulum", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted",
+                                       "logging.wandb=disabled", "logging.progress=false", "runner.video_seconds=0",
+                                       "runner.eval_episodes=4", "env.num_envs=4", *extra])
+
+
+def test_bc_of_a_scripted_swing_up_reaches_most_of_its_return_and_exports(root, tmp_path):
+    torch.manual_seed(0)
+    result = train(tiny(tmp_path, "runner.total_steps=3000"))
+    assert result.evaluation["normalized_score"] > 0.7, result.evaluation
+    assert result.evaluation["dataset"] == "pendulum-scripted-v0" and result.evaluation["updates"] == 3000
+    assert json.loads((result.run_dir / "eval.json").read_text()) == result.evaluation
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["updates"] for line in lines] == [1000, 2000, 3000]
+    assert all("eval/normalized_score" in line and line["updates_per_s"] > 0 for line in lines)
+    exported = ExportedController(result.exported["onnx"])
+    with sims.make_env("pendulum", num_envs=4, seed=3, num_threads=1) as env:
+        reloaded = evaluate(exported, env, 4, seed=3)
+    assert reloaded["return_mean"] > 0.7 * SCRIPTED_RETURN
+
+
+def test_resume_continues_exactly(root, tmp_path):
+    cfg = tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
+    straight = OfflineRunner(cfg)
+    straight.train()
+    straight.close()
+
+    cfg = tiny(tmp_path, "runner.total_steps=1000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
+    first = OfflineRunner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps = 2000
+    resumed = OfflineRunner(cfg, resume=first.run_dir)
+    assert resumed.progress.updates == 1000
+    resumed.train()
+    resumed.close()
+    a, b = (load_checkpoint(r.checkpoint_path) for r in (straight, resumed))
+    assert b["progress"]["updates"] == 2000
+    for key, value in a["agent"]["actor"].items():
+        torch.testing.assert_close(b["agent"]["actor"][key], value, rtol=0, atol=0)
+
+
+def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
+    cfg = load_config("bc_hopper", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted", "logging.wandb=disabled"])
+    with pytest.raises(DatasetError, match=r"dataset 'pendulum-scripted-v0' does not fit the config's env 'hopper': "
+                                           r"task 'pendulum' vs 'hopper'; observations .*\(3,\).*\(11,\)"):
+        OfflineRunner(cfg)
+    assert not (tmp_path / "runs").exists()  # nothing written for a refused run
+
+
+def test_cli_errors_are_one_line(root, tmp_path, capsys):
+    base = ["train", "bc_pendulum", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]
+    assert main(base + ["dataset=nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no dataset 'nope'" in err and "pendulum-scripted-v0" in err
+    assert main(base + ["dataset=''"]) == 2
+    assert "give dataset=<name>" in capsys.readouterr().err
+    assert main(["train", "sac_pendulum", "dataset=pendulum-scripted", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]) == 2
+    assert "learns online" in capsys.readouterr().err
