@@ -6,7 +6,8 @@ built as ``AgentClass(observation_spec, action_spec, ConfigClass(...), device)``
 
 from policies.ppo import PPO, PPOConfig
 from policies.sac import SAC, SACConfig
+from policies.srl import SRL, SRLConfig
 
-AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC)}
+AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, SRL)}
 
-__all__ = ["AGENTS", "PPO", "PPOConfig", "SAC", "SACConfig"]
+__all__ = ["AGENTS", "PPO", "PPOConfig", "SAC", "SACConfig", "SRL", "SRLConfig"]

@@ -130,7 +130,7 @@ class ChunkedController(Controller):
     """``controller`` played in chunks of ``length`` steps (see the module docstring).
 
     ``controller`` is a sequence module (``chunk_length`` K, ``forward(x) ->
-    (B, K, A)``) or any Controller. Stateless ones are queried through their
+    (B, K, A)``), any Controller, or an exported one (``ExportedController``). Stateless ones are queried through their
     ``forward`` on the env rows that need a decision; stateful ones (recurrent,
     hierarchical) through ``act`` on the whole batch, and are not exportable
     in chunks. ``length`` defaults to the source's K.
@@ -148,7 +148,8 @@ class ChunkedController(Controller):
         self.obs_groups, self.obs_size = tuple(controller.obs_groups), int(controller.obs_size)
         self.decision_period = self.length if mode == "open_loop" else 1
         self.chunk_length = self.length
-        self.stateless = list(getattr(controller, "export_inputs", lambda: {"obs": None})()) == ["obs"]
+        inputs = controller.export_inputs() if hasattr(controller, "export_inputs") else {"obs": None}
+        self.stateless = list(inputs) == ["obs"]  # an exported file (ExportedController) is a source too
 
     def forward(self, obs: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """The chunk ``(B, length, A)`` decided from ``obs`` (the exported function).

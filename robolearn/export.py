@@ -125,6 +125,15 @@ class ExportedController:
             self._run = lambda x: module(x.cpu().float())
         chunk = self.meta.get("chunk")
         self.queue = ActionQueue(int(chunk["length"]), chunk["mode"], decay=float(chunk["decay"])) if chunk else None
+        self.obs_size, self.chunk_length = int(self.meta["obs_size"]), int(chunk["length"]) if chunk else 1
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The exported function itself: ``obs -> action`` or, for a sequence controller, the chunk."""
+        with torch.no_grad():
+            return self._run(obs)
+
+    def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        return {"obs": torch.zeros(batch_size, self.obs_size)}
 
     def act(self, obs: Obs) -> torch.Tensor:
         with torch.no_grad():

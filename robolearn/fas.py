@@ -89,6 +89,8 @@ def curve(controller: nn.Module, make_env: Callable[[int], VecEnv], episodes: in
 
     ``make_env(num_envs)`` builds the env; one env is made and reused for all lengths.
     """
+    if isinstance(controller, ChunkedController):  # a sequence controller: chunk its own sequence source
+        controller = controller.inner
     returns: dict[int, float] = {}
     with make_env(episodes) as env:
         for length in lengths:
