@@ -130,7 +130,8 @@ class ChunkedController(Controller):
     """``controller`` played in chunks of ``length`` steps (see the module docstring).
 
     ``controller`` is a sequence module (``chunk_length`` K, ``forward(x) ->
-    (B, K, A)``), any Controller, or an exported one (``ExportedController``). Stateless ones are queried through their
+    (B, K, A)``), any Controller, or an exported one (``ExportedController``,
+    which cannot ``extend``). Stateless ones are queried through their
     ``forward`` on the env rows that need a decision; stateful ones (recurrent,
     hierarchical) through ``act`` on the whole batch, and are not exportable
     in chunks. ``length`` defaults to the source's K.
