@@ -10,6 +10,7 @@ SRL plays its own 16 actions and holds the last one past 16; SAC holds its actio
     python benchmarks/fas.py train --tasks gym:Pendulum-v1 --steps 20000 --seeds 3 --jobs 6 [--device cuda]
     python benchmarks/fas.py latency        # decision latency of the exported controllers (CPU, 1 thread)
     python benchmarks/fas.py report         # results/fas.md from every results/fas_*.json present
+    python benchmarks/fas.py delay --obs-delay 1 --action-latency 1   # the trained runs' FAS under latency
 
 ``train`` appends one JSON line per (task, agent, seed) to results/fas_runs.jsonl
 as each finishes (R(L), FAS, wall-clock, machine); ``report`` turns every line there
@@ -137,14 +138,19 @@ def latency(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     import sims
     from policies import SAC, SACConfig, SRL, SRLConfig
-    from robolearn.export import ExportedController, export_controller
+    from robolearn.export import FILENAMES, ExportedController, export_controller
 
     env = sims.make_env(args.latency_task, 1, seed=0)
     rows = []
     for name, agent in (("SAC", SAC(env.observation_spec, env.action_spec, SACConfig(), "cpu")),
                         ("SRL (J=16)", SRL(env.observation_spec, env.action_spec, SRLConfig(sequence_length=16), "cpu"))):
         with tempfile.TemporaryDirectory() as tmp:
-            paths = export_controller(agent.controller(), Path(tmp))
+            export_s = {}
+            for fmt in ("torchscript", "onnx"):
+                t0 = time.perf_counter()
+                export_controller(agent.controller(), Path(tmp), formats=(fmt,))
+                export_s[fmt] = time.perf_counter() - t0
+            paths = {fmt: Path(tmp) / FILENAMES[fmt] for fmt in export_s}
             for fmt in ("torchscript", "onnx"):
                 controller = ExportedController(paths[fmt])
                 obs = env.reset(seed=0)
@@ -162,21 +168,57 @@ def latency(args: argparse.Namespace) -> None:
                 decide = step[::period]  # the steps on which the actor ran
                 rows.append(f"| {name} | {fmt} | {period} | {calls} / {len(step)} | {np.percentile(decide, 50):.3f} | "
                             f"{np.percentile(decide, 99):.3f} | {np.percentile(step, 50):.4f} | {np.percentile(step, 99):.3f} | "
-                            f"{step.mean():.4f} |")
+                            f"{step.mean():.4f} | {export_s[fmt]:.1f} |")
     env.close()
     text = "\n".join([
         f"### Decision latency of exported controllers ({args.latency_task}, {args.latency_steps} control steps, batch 1)",
         "", f"Machine: {machine()}; torch 1 thread, onnxruntime CPU. SRL decides once per 16 steps (one actor call "
         "returns the 16-action chunk; ExportedController plays it from its queue); SAC every step.", "",
         "| controller | format | decision period | actor calls / steps | decision p50 (ms) | decision p99 (ms) | "
-        "step p50 (ms) | step p99 (ms) | mean per step (ms) |",
-        "|---|---|---|---|---|---|---|---|---|", *rows])
+        "step p50 (ms) | step p99 (ms) | mean per step (ms) | export time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|", *rows])
     write_result("fas_latency.md", text)
+
+
+def delay(args: argparse.Namespace) -> None:
+    """FAS of the runs ``train`` left in the temp dir, evaluated through sims.delay.DelayedEnv."""
+    torch.set_num_threads(1)
+    import sims
+    from robolearn import fas
+    from robolearn.registry import make_env
+    from robolearn.runner import load_agent, read_run_config
+    from sims.delay import Delay, DelayedEnv
+
+    lag = Delay(obs_delay_steps=args.obs_delay, action_latency_steps=args.action_latency)
+    rows = []
+    for config in sorted(Path(tempfile.gettempdir(), "robolearn-fas").glob("*/*/config.yaml")):
+        cfg = read_run_config(config.parent)
+        if cfg.env.task not in args.tasks or cfg.runner.total_steps != args.steps:
+            continue
+        with make_env(cfg.env, num_envs=1) as env:
+            controller = load_agent(config.parent, env, cfg).controller()
+        seed = 10_000 + cfg.seed
+        result = fas.fas(controller, lambda n: DelayedEnv(sims.make_env(cfg.env.task, n, seed=seed), lag), cfg.env.task,
+                         episodes=EPISODES, seed=seed)
+        rows.append((cfg.env.task, cfg.algo, cfg.seed, result))
+        print(f"{cfg.env.task} {cfg.algo} seed {cfg.seed}: FAS under {lag} {result['fas']:.3f}", flush=True)
+    lines = [f"### FAS under latency: {lag.obs_delay_steps} step(s) observation delay, {lag.action_latency_steps} step(s) "
+             f"action latency (sims/delay.py)", "", f"The runs of `fas.py train` ({args.steps:,} steps), evaluated through "
+             f"DelayedEnv; R(L) and FAS as in fas.md. Machine: {machine()}.", "",
+             "| task | agent | FAS per seed | FAS mean | R(1) mean |", "|---|---|---|---|---|"]
+    for task in dict.fromkeys(r[0] for r in rows):
+        for algo in dict.fromkeys(r[1] for r in rows if r[0] == task):
+            mine = [r[3] for r in rows if r[0] == task and r[1] == algo]
+            scores = ", ".join(f"{m['fas']:.3f}" for m in mine)
+            lines.append(f"| {task} | {algo} | {scores} | {np.mean([m['fas'] for m in mine]):.3f} | "
+                         f"{np.mean([m['returns'][0] for m in mine]):.1f} |")
+    (Path(args.out) / "fas_delay.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["train", "latency", "report"])
+    parser.add_argument("command", choices=["train", "latency", "report", "delay"])
     parser.add_argument("--tasks", nargs="+", default=["gym:Pendulum-v1"])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--random-steps", type=int, default=1_000)
@@ -186,9 +228,11 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--latency-task", default="gym:Hopper-v5")
     parser.add_argument("--latency-steps", type=int, default=2000)
+    parser.add_argument("--obs-delay", type=int, default=1)
+    parser.add_argument("--action-latency", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    {"train": train, "latency": latency, "report": report}[args.command](args)
+    {"train": train, "latency": latency, "report": report, "delay": delay}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,10 @@ Beyond = Literal["hold", "extend"]
 ACT_DECAY = 0.01  # ACT's m in w_i = exp(-m i)
 
 
-def chunk_length(module: nn.Module) -> int:
-    """K of a chunk source: its ``chunk_length``, 1 for a flat controller."""
-    return int(getattr(module, "chunk_length", 1))
+def chunk_length(module: nn.Module) -> int | None:
+    """K of a sequence source (its ``chunk_length``); None for a flat controller (forward returns one action)."""
+    k = getattr(module, "chunk_length", None)
+    return None if k is None else int(k)
 
 
 class ActionQueue:
@@ -143,7 +144,8 @@ class ChunkedController(Controller):
                  beyond: Beyond = "hold", decay: float = ACT_DECAY) -> None:
         super().__init__()
         self.inner = controller
-        self.source_length = chunk_length(controller)
+        self.sequence = chunk_length(controller) is not None
+        self.source_length = chunk_length(controller) or 1
         self.length = int(length or self.source_length)
         self.queue = ActionQueue(self.length, mode, beyond, decay)
         self.obs_groups, self.obs_size = tuple(controller.obs_groups), int(controller.obs_size)
@@ -158,11 +160,11 @@ class ChunkedController(Controller):
         ``length`` (not exported) asks for a longer chunk, so a ChunkedController
         is itself a chunk source of ``chunk_length == length``."""
         length = length or self.length
-        extended = self.queue.beyond == "extend" and length > self.source_length > 1
+        extended = self.sequence and self.queue.beyond == "extend" and length > self.source_length
         return self.queue.fit(self._chunk(obs, length), length, length if extended else self.source_length)
 
     def _chunk(self, x: torch.Tensor, length: int) -> torch.Tensor:
-        if self.source_length == 1:
+        if not self.sequence:
             return self.inner(x).unsqueeze(1)
         if self.queue.beyond == "extend" and length > self.source_length:
             return self.inner(x, length)

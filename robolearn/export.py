@@ -125,7 +125,8 @@ class ExportedController:
             self._run = lambda x: module(x.cpu().float())
         chunk = self.meta.get("chunk")
         self.queue = ActionQueue(int(chunk["length"]), chunk["mode"], decay=float(chunk["decay"])) if chunk else None
-        self.obs_size, self.chunk_length = int(self.meta["obs_size"]), int(chunk["length"]) if chunk else 1
+        self.obs_size = int(self.meta["obs_size"])
+        self.chunk_length = int(chunk["length"]) if chunk else None  # a sequence source for ChunkedController
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         """The exported function itself: ``obs -> action`` or, for a sequence controller, the chunk."""

@@ -158,3 +158,11 @@ def test_delay_is_config_data_for_any_task():
     step = env.step(torch.zeros(2, 1))
     torch.testing.assert_close(step.obs["policy"], first)  # one step late
     env.close()
+
+
+def test_a_sequence_of_one_action_plays_like_a_flat_controller():
+    one = Ramp()
+    one.chunk_length = 1  # forward returns (B, 1, A), not (B, A)
+    chunked = ChunkedController(one)
+    assert chunked.decision_period == 1
+    assert chunked.act({"policy": torch.ones(2, 1)}).shape == (2, 1)
