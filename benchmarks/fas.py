@@ -154,26 +154,31 @@ def latency(args: argparse.Namespace) -> None:
             for fmt in ("torchscript", "onnx"):
                 controller = ExportedController(paths[fmt])
                 obs = env.reset(seed=0)
+                for _ in range(20):  # warm-up: TorchScript optimizes on its first calls, as a deployment would before its loop
+                    controller(torch.zeros(1, controller.obs_size))
                 controller.reset()
-                step_s = []
+                step_s, decided = [], []
                 for _ in range(args.latency_steps):
+                    before = controller.queue.decisions if controller.queue is not None else -1
                     t0 = time.perf_counter()
                     action = controller.act(obs)
                     step_s.append(time.perf_counter() - t0)
+                    decided.append(controller.queue is None or controller.queue.decisions > before)
                     obs, _, term, trunc, _ = env.step(action)
                     controller.reset(term | trunc)
                 step = np.array(step_s) * 1e3
-                calls = controller.queue.decisions if controller.queue is not None else len(step)
-                period = controller.decision_period
-                decide = step[::period]  # the steps on which the actor ran
+                decide = step[np.array(decided)]  # the steps on which the actor ran
+                calls, period = len(decide), controller.decision_period
                 rows.append(f"| {name} | {fmt} | {period} | {calls} / {len(step)} | {np.percentile(decide, 50):.3f} | "
                             f"{np.percentile(decide, 99):.3f} | {np.percentile(step, 50):.4f} | {np.percentile(step, 99):.3f} | "
                             f"{step.mean():.4f} | {export_s[fmt]:.1f} |")
     env.close()
     text = "\n".join([
         f"### Decision latency of exported controllers ({args.latency_task}, {args.latency_steps} control steps, batch 1)",
-        "", f"Machine: {machine()}; torch 1 thread, onnxruntime CPU. SRL decides once per 16 steps (one actor call "
-        "returns the 16-action chunk; ExportedController plays it from its queue); SAC every step.", "",
+        "", f"Machine: {machine()}; torch 1 thread, onnxruntime CPU; untrained networks of the benchmark's sizes (latency "
+        "does not depend on the weights), 20 warm-up calls. SRL decides once per 16 steps and at every episode start (one "
+        "actor call returns the 16-action chunk; ExportedController plays it from its queue), SAC every step. "
+        "'decision' = the steps on which the actor ran; 'step' = every act() call.", "",
         "| controller | format | decision period | actor calls / steps | decision p50 (ms) | decision p99 (ms) | "
         "step p50 (ms) | step p99 (ms) | mean per step (ms) | export time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|", *rows])
