@@ -9,9 +9,12 @@ from a dataset by ``robolearn.offline_runner``.
 from policies.offline import BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CQLConfig, IQLConfig, TD3BCConfig
 from policies.ppo import PPO, PPOConfig
 from policies.sac import SAC, SACConfig
+from policies.sequence_critic import SequenceCriticConfig, SequenceCriticSAC
+from policies.srl import SRL, SRLConfig
 
-AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "bc": (BCConfig, BC), "td3bc": (TD3BCConfig, TD3BC),
+AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, SRL),
+          "sac_as": (SequenceCriticConfig, SequenceCriticSAC), "bc": (BCConfig, BC), "td3bc": (TD3BCConfig, TD3BC),
           "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL)}
 
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
-           "SAC", "SACConfig", "TD3BC", "TD3BCConfig"]
+           "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig"]

@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
+    p.add_argument("--fas", nargs="?", const=True, default=None, metavar="R_MAX",
+                   help="R(L) at action-sequence lengths 1, 2, 4, ..., 30 and the Frequency-Averaged Score "
+                        "(robolearn/fas.py); writes <run>/fas.png and fas.json. R_MAX: the reference return "
+                        "for tasks without one")
 
     p = commands.add_parser("play", help="film a run's controller")
     p.add_argument("run", type=Path)
@@ -150,6 +154,8 @@ def _eval(args: argparse.Namespace) -> int:
     from robolearn.runner import read_run_config
 
     cfg = read_run_config(args.run)
+    if args.fas is not None:
+        return _eval_fas(args, cfg)
     with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
         result = evaluate(_controller(args.run, env, args.exported), env, args.episodes, seed=args.seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result}
@@ -159,6 +165,30 @@ def _eval(args: argparse.Namespace) -> int:
             line += f", success {100 * result['success_rate']:.0f}%"
         print(line)
     if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def _eval_fas(args: argparse.Namespace, cfg) -> int:
+    """``eval --fas``: R(L) for L = 1, 2, 4, ..., 30, the FAS, a plot and a JSON line."""
+    from robolearn import fas
+    from robolearn.checkpoint import atomic_write_bytes
+    from robolearn.registry import make_env
+
+    r_max = None if args.fas is True else float(args.fas)
+    fas.reference(cfg.env.task, r_max)  # an unknown task fails before any episode is run
+    with make_env(cfg.env, num_envs=1) as env:
+        controller = _controller(args.run, env, args.exported)
+    result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
+                     episodes=args.episodes, seed=args.seed, r_max=r_max)
+    result = {"run": str(args.run), **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
+    atomic_write_bytes(args.run / "fas.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
+    if not args.json:
+        print(f"{cfg.env.task}: R(L) over {args.episodes} episodes, decision period {result['decision_period']}")
+        for length, value in zip(result["lengths"], result["returns"]):
+            print(f"  L = {length:>2}  R = {value:10.2f}")
+        print(f"FAS {result['fas']:.3f}  (R_max {result['r_max']:g}, shift {result['shift']:g}); plot {result['plot']}")
+    else:
         print(json.dumps(result))
     return 0
 

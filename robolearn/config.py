@@ -37,6 +37,8 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings
     # domain randomization (sims/randomization.py: ranges, latency, noise, auto); empty: none
     randomization: dict[str, Any] = field(default_factory=dict)
+    # fixed observation delay / action latency in control steps (sims/delay.py), any task incl. gym:; empty: none
+    delay: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

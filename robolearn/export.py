@@ -6,6 +6,15 @@ with its observation normalization and action scaling inside. Beside them,
 in which order, the inputs and outputs of ``forward``, the decision period and
 the action bounds. Stateful controllers (recurrent, sequence) take and return
 their state explicitly in the exported ``forward``; ``export_inputs`` names it.
+
+Sequence (chunked) controllers export ``forward(obs) -> actions`` of shape
+``(B, length, A)``: one call decides ``length`` control steps. controller.json's
+``chunk`` says how to play it (``robolearn/chunking.py``): in ``open_loop``
+mode, call once, apply ``actions[:, 0]``, ``actions[:, 1]``, ... one per control
+step, and call again after ``length`` steps or when the episode restarts (so
+``decision_period == length``); in ``ensemble`` mode call every step and
+average, for the current step, the predictions of the last ``length`` calls
+with weights ``exp(decay * age)``. :class:`ExportedController` keeps that queue.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import atomic_write_bytes
+from robolearn.chunking import ActionQueue
 from robolearn.interfaces import Controller, Obs, flatten_obs
 
 FORMATS = ("torchscript", "onnx")
@@ -55,6 +65,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         "decision_period": controller.decision_period,
         "inputs": {name: list(t.shape[1:]) for name, t in inputs.items()},
         "outputs": controller.export_outputs(),
+        **getattr(controller, "export_meta", dict)(),
         **(extra or {}),
     }
     paths["meta"] = out_dir / "controller.json"
@@ -86,8 +97,10 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
 class ExportedController:
     """Runs an exported controller (TorchScript or ONNX) behind ``act(obs)``.
 
-    Only stateless controllers (one ``obs`` input, one ``action`` output) are
-    driven here; stateful exports document their state in controller.json.
+    Stateless controllers (one ``obs`` input) are driven here: flat ones
+    (``action`` output) and sequence ones (``actions``, a chunk played through an
+    :class:`~robolearn.chunking.ActionQueue` as controller.json's ``chunk`` says).
+    Stateful exports document their state in controller.json.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -110,10 +123,27 @@ class ExportedController:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 module = torch.jit.load(str(path), map_location="cpu")
             self._run = lambda x: module(x.cpu().float())
+        chunk = self.meta.get("chunk")
+        self.queue = ActionQueue(int(chunk["length"]), chunk["mode"], decay=float(chunk["decay"])) if chunk else None
+        self.obs_size = int(self.meta["obs_size"])
+        self.chunk_length = int(chunk["length"]) if chunk else None  # a sequence source for ChunkedController
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """The exported function itself: ``obs -> action`` or, for a sequence controller, the chunk."""
+        with torch.no_grad():
+            return self._run(obs)
+
+    def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        return {"obs": torch.zeros(batch_size, self.obs_size)}
 
     def act(self, obs: Obs) -> torch.Tensor:
         with torch.no_grad():
-            return self._run(flatten_obs(obs, self.obs_groups))
+            x = flatten_obs(obs, self.obs_groups)
+            if self.queue is None:
+                return self._run(x)
+            return self.queue.next(x.shape[0], lambda rows, _: self._run(x[rows.to(x.device)]))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Stateless: nothing to clear."""
+        """Forget queued actions (sequence controllers); flat ones hold no state."""
+        if self.queue is not None:
+            self.queue.reset(mask)

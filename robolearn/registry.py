@@ -18,7 +18,7 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
 
     return sims.make_env(cfg.task, num_envs=num_envs or cfg.num_envs, device=cfg.device,
                          num_threads=cfg.num_threads or None, seed=seed,
-                         randomization=cfg.randomization, **cfg.kwargs)
+                         randomization=cfg.randomization, delay=cfg.delay, **cfg.kwargs)
 
 
 def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:

@@ -254,13 +254,20 @@ class Runner:
                 continue
             self.progress.update_debt += runner.utd_ratio * env.num_envs
             while self.progress.update_debt >= 1.0:
-                for key, value in self.agent.update(self.replay.sample(self.cfg.agent.batch_size)).items():
+                for key, value in self.agent.update(self._sample()).items():
                     sums[key] += float(value)
                 updates += 1
                 self.progress.update_debt -= 1.0
         metrics = {k: v / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
+
+    def _sample(self) -> dict[str, Any]:
+        """A replay minibatch; agents that learn from windows of consecutive steps (action-sequence
+        critics) cut them themselves with ``agent.sample(replay, batch_size, num_envs)``."""
+        if hasattr(self.agent, "sample"):
+            return self.agent.sample(self.replay, self.cfg.agent.batch_size, self.env.num_envs)
+        return self.replay.sample(self.cfg.agent.batch_size)
 
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
         check_finite("action", out["action"])

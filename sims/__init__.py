@@ -41,6 +41,7 @@ def make_env(
     num_threads: int | None = None,
     seed: int | None = None,
     randomization: dict[str, Any] | None = None,
+    delay: dict[str, Any] | None = None,
     **task_kwargs: Any,
 ) -> VecEnv:
     """A VecEnv of ``num_envs`` copies of ``task``.
@@ -48,8 +49,15 @@ def make_env(
     ``task`` is a name in :data:`TASKS` (``task_kwargs`` go to its constructor;
     physics runs on ``num_threads`` threads, all cores by default) or
     ``gym:<Gymnasium id>`` (``task_kwargs`` go to ``gymnasium.make``; the envs
-    step one after another in this thread).
+    step one after another in this thread). ``delay`` (``sims/delay.py``) wraps
+    either in a fixed observation delay and action latency.
     """
+    if delay:
+        from robolearn.config import build_dataclass
+        from sims.delay import Delay, DelayedEnv
+
+        inner = make_env(task, num_envs, device, num_threads, seed, randomization, **task_kwargs)
+        return DelayedEnv(inner, build_dataclass(Delay, delay, "env.delay."))
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 

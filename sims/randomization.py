@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.delay import DelayLine
 from sims.task import TaskEnv, uniform
 
 
@@ -92,9 +93,9 @@ class RandomizedEnv(VecEnv):
         self._delay = torch.zeros(n, dtype=torch.long, device=self.device)
         self._substeps = torch.zeros(n, dtype=torch.long, device=self.device)
         self._timestep = env.sim.timestep
-        self._actions = torch.zeros(int(cfg.action_latency_s[1] / self.control_dt) + 1, n, *self.action_spec.shape,
-                                    device=self.device)
-        self._history: dict[str, torch.Tensor] = {}
+        self._actions = DelayLine(int(cfg.action_latency_s[1] / self.control_dt) + 1,
+                                  torch.zeros(n, *self.action_spec.shape, device=self.device))
+        self._history: dict[str, DelayLine] = {}
         self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
         self.reset(seed)
 
@@ -119,7 +120,7 @@ class RandomizedEnv(VecEnv):
         latency = uniform((len(ids),), *self._range("action_latency_s"), self._generator)
         physics_steps = torch.round(latency / self._timestep).long()
         steps_per_action = self.env.task.frame_skip
-        self._latency[ids] = (physics_steps // steps_per_action).clamp(max=len(self._actions) - 1)
+        self._latency[ids] = (physics_steps // steps_per_action).clamp(max=len(self._actions.buffer) - 1)
         self._substeps[ids] = physics_steps % steps_per_action
         self.env.actuation_delay = self._substeps
         low, high = self._range("obs_delay_steps")
@@ -133,28 +134,25 @@ class RandomizedEnv(VecEnv):
         obs = self.env.reset(seed)
         everyone = torch.arange(self.num_envs, device=self.device)
         self._resample(everyone)
-        depth = self.cfg.obs_delay_steps[1] + 1
-        self._history = {k: v.unsqueeze(0).repeat(depth, *([1] * v.dim())) for k, v in obs.items()}
+        self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
         return self._noisy(obs)
 
     def step(self, action: torch.Tensor) -> Step:
         action = action.to(self.device, torch.float32)
         # Latency: the actuators get the action sent `latency` steps ago; the
         # first action of an episode fills the queue.
-        self._actions = torch.roll(self._actions, 1, dims=0)
-        self._actions[0] = action
-        self._actions[:, self._fresh] = action[self._fresh]
+        self._actions.push(action)
+        fresh = self._fresh.nonzero().squeeze(1)
+        self._actions.fill(fresh, action[fresh])
         self._fresh[:] = False
-        rows = torch.arange(self.num_envs, device=self.device)
-        applied = self._actions[self._latency, rows]
+        applied = self._actions.read(self._latency)
         self._push()
         obs, reward, terminated, truncated, info = self.env.step(applied)
         done = terminated | truncated
         # Delay: the policy sees the observation from `delay` steps ago.
         for k, v in info["final_obs"].items():
-            self._history[k] = torch.roll(self._history[k], 1, dims=0)
-            self._history[k][0] = v
-        info = {**info, "final_obs": self._noisy({k: h[self._delay, rows] for k, h in self._history.items()})}
+            self._history[k].push(v)
+        info = {**info, "final_obs": self._noisy({k: h.read(self._delay) for k, h in self._history.items()})}
         next_obs = info["final_obs"]
         if done.any():
             ids = done.nonzero().squeeze(1)
@@ -162,7 +160,7 @@ class RandomizedEnv(VecEnv):
                 self._adapt(info["success"][done].tolist())
             self._resample(ids)
             for k, h in self._history.items():  # a new episode has no past: its first frame throughout
-                h[:, ids] = obs[k][ids]
+                h.fill(ids, obs[k][ids])
             fresh = self._noisy({k: v[ids] for k, v in obs.items()})
             next_obs = {k: v.index_put((ids,), fresh[k]) for k, v in next_obs.items()}
         info["log"] = {**info.get("log", {}), "randomization/width": self.width}

@@ -1,0 +1,106 @@
+"""The env side of a slow decision rate: observation delay and action latency, for any VecEnv.
+
+:class:`DelayLine` is the per-env queue behind both (shared with
+:class:`~sims.randomization.RandomizedEnv`, which draws the delays per episode).
+:class:`DelayedEnv` wraps any VecEnv (our tasks, Gymnasium adapters) with fixed
+delays, so FAS tables and training runs can be made under latency::
+
+    env:
+      delay: {obs_delay_steps: 1, action_latency_steps: 2}
+
+- ``action_latency_steps = k``: the env applies the action sent ``k`` control
+  steps ago; the first action of an episode fills the queue (there is no older
+  one to apply).
+- ``obs_delay_steps = d``: the controller sees the observation of ``d`` steps
+  ago; a new episode has no past, so its first observation stands in for it.
+  ``info["final_obs"]`` is delayed alike: transitions are what the controller saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from robolearn.interfaces import Obs, Step, VecEnv
+
+
+class DelayLine:
+    """``depth`` past values of a batch ``(num_envs, *shape)``; index 0 is the newest."""
+
+    def __init__(self, depth: int, first: torch.Tensor) -> None:
+        self.buffer = first.unsqueeze(0).repeat(max(1, depth), *([1] * first.dim())).clone()
+        self.rows = torch.arange(first.shape[0], device=first.device)
+
+    def push(self, value: torch.Tensor) -> None:
+        self.buffer = torch.roll(self.buffer, 1, dims=0)
+        self.buffer[0] = value
+
+    def read(self, delay: torch.Tensor) -> torch.Tensor:
+        """Each env's value from ``delay[env]`` pushes ago ``(num_envs, *shape)``."""
+        return self.buffer[delay, self.rows]
+
+    def fill(self, ids: torch.Tensor, value: torch.Tensor) -> None:
+        """Make ``value`` (rows ``ids``) the whole past of envs ``ids``."""
+        self.buffer[:, ids] = value.unsqueeze(0)
+
+
+@dataclass
+class Delay:
+    """Fixed delays in control steps; the defaults change nothing."""
+
+    obs_delay_steps: int = 0
+    action_latency_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.obs_delay_steps < 0 or self.action_latency_steps < 0:
+            raise ValueError(f"delay steps must be >= 0, got {self}")
+
+
+class DelayedEnv(VecEnv):
+    """``env`` seen ``obs_delay_steps`` late and actuated ``action_latency_steps`` late."""
+
+    def __init__(self, env: VecEnv, cfg: Delay) -> None:
+        self.env, self.cfg = env, cfg
+        for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
+            setattr(self, name, getattr(env, name))
+        self._obs_delay = torch.full((self.num_envs,), cfg.obs_delay_steps, dtype=torch.long, device=self.device)
+        self._latency = torch.full((self.num_envs,), cfg.action_latency_steps, dtype=torch.long, device=self.device)
+        self._history: dict[str, DelayLine] = {}
+        self._actions: DelayLine | None = None
+        self._fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs = self.env.reset(seed)
+        self._history = {k: DelayLine(self.cfg.obs_delay_steps + 1, v) for k, v in obs.items()}
+        self._fresh[:] = True
+        return obs
+
+    def step(self, action: torch.Tensor) -> Step:
+        action = action.to(self.device, torch.float32)
+        if self._actions is None:
+            self._actions = DelayLine(self.cfg.action_latency_steps + 1, action)
+        self._actions.push(action)
+        fresh = self._fresh.nonzero().squeeze(1)
+        if len(fresh):
+            self._actions.fill(fresh, action[fresh])
+            self._fresh[:] = False
+        obs, reward, terminated, truncated, info = self.env.step(self._actions.read(self._latency))
+        for k, v in info["final_obs"].items():
+            self._history[k].push(v)
+        seen = {k: line.read(self._obs_delay) for k, line in self._history.items()}
+        next_obs = seen
+        done = terminated | truncated
+        if bool(done.any()):
+            ids = done.nonzero().squeeze(1)
+            self._fresh[ids] = True
+            for k, line in self._history.items():
+                line.fill(ids, obs[k][ids])
+            next_obs = {k: v.index_put((ids,), obs[k][ids]) for k, v in seen.items()}
+        return Step(next_obs, reward, terminated, truncated, {**info, "final_obs": seen})
+
+    def render(self, index: int = 0, width: int = 320, height: int = 240):
+        return self.env.render(index, width, height)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,72 @@
+"""Action-sequence critic: windows of one env cut from the ring, n-step returns stopped at episode ends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from policies.sequence_critic import SequenceCriticConfig, SequenceCriticSAC
+from robolearn.storage import ReplayBuffer
+
+CPU = torch.device("cpu")
+OBS = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+ACT = spaces.Box(-10.0, 10.0, (1,), np.float32)
+
+
+def _agent(k: int, n: int, **kw) -> SequenceCriticSAC:
+    return SequenceCriticSAC(OBS, ACT, SequenceCriticConfig(sequence_length=k, nstep=n, hidden=(16, 16), gru_hidden=8,
+                                                            gamma=0.5, **kw), CPU)
+
+
+def _replay(steps: int, num_envs: int, done_at: dict[int, str]) -> ReplayBuffer:
+    """Env e at step t: obs 100 e + t, action = reward = the same; ``done_at[t]`` ends env 0's episode at t."""
+    replay = ReplayBuffer(steps * num_envs, CPU)
+    for t in range(steps):
+        value = torch.tensor([100.0 * e + t for e in range(num_envs)])
+        ended = torch.zeros(num_envs, dtype=torch.bool)
+        terminated, truncated = ended.clone(), ended.clone()
+        if t in done_at:
+            (terminated if done_at[t] == "terminated" else truncated)[0] = True
+        replay.add({"obs": {"policy": value.unsqueeze(1)}, "next_obs": {"policy": value.unsqueeze(1) + 0.5},
+                    "action": (value / 100).unsqueeze(1), "reward": value, "terminated": terminated,
+                    "truncated": truncated})
+    return replay
+
+
+def test_windows_follow_one_env_and_bootstrap_after_n_steps():
+    agent = _agent(k=3, n=2)
+    batch = agent.sample(_replay(10, num_envs=2, done_at={}), 64, num_envs=2)
+    start = batch["obs"]["policy"][:, 0]
+    offset = torch.arange(3, dtype=torch.float32)
+    torch.testing.assert_close(batch["actions"][:, :, 0], (start.unsqueeze(1) + offset) / 100)  # same env, consecutive
+    torch.testing.assert_close(batch["reward"], start + 0.5 * (start + 1))  # r_t + gamma r_{t+1}
+    torch.testing.assert_close(batch["next_obs"]["policy"][:, 0], start + 1.5)  # s_{t+2} = final_obs of step t+1
+    torch.testing.assert_close(batch["discount"], torch.full_like(start, 0.25))  # gamma^n
+    assert float(start.remainder(100).max()) <= 7  # no window runs past the newest step
+
+
+@pytest.mark.parametrize("how", ["terminated", "truncated"])
+def test_an_episode_end_stops_the_return_and_holds_the_last_action(how):
+    agent = _agent(k=4, n=3)
+    batch = agent.sample(_replay(8, num_envs=1, done_at={3: how}), 256, num_envs=1)
+    rows = batch["obs"]["policy"][:, 0] == 2  # windows starting at t = 2: the episode ends at t = 3
+    assert bool(rows.any())
+    torch.testing.assert_close(batch["actions"][rows][0, :, 0], torch.tensor([0.02, 0.03, 0.03, 0.03]))
+    torch.testing.assert_close(batch["reward"][rows][0], torch.tensor(2 + 0.5 * 3))
+    torch.testing.assert_close(batch["next_obs"]["policy"][rows][0, 0], torch.tensor(3.5))
+    expected = 0.0 if how == "terminated" else 0.25  # truncation bootstraps from the true last state
+    torch.testing.assert_close(batch["discount"][rows][0], torch.tensor(expected))
+
+
+def test_update_learns_from_windows_and_controller_decides_every_k():
+    torch.manual_seed(0)
+    agent = _agent(k=4, n=2, batch_size=32)
+    replay = _replay(40, num_envs=2, done_at={7: "terminated"})
+    metrics = agent.update(agent.sample(replay, 32, num_envs=2))
+    assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    controller = agent.controller()
+    assert controller.decision_period == 4 and controller(torch.zeros(3, 1)).shape == (3, 4, 1)
+    with pytest.raises(ValueError, match="multiple"):
+        agent.sample(_replay(5, num_envs=3, done_at={}), 8, num_envs=2)

@@ -1,0 +1,168 @@
+"""Chunked execution: open-loop chunks, holding past K, ACT ensembling, export, and the delay wrapper."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from torch import nn
+
+import sims
+from robolearn.chunking import ActionQueue, ChunkedController
+from robolearn.evaluate import evaluate
+from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import Controller, Step, VecEnv
+from sims.delay import Delay, DelayedEnv
+
+
+class Echo(Controller):
+    """Flat: action = the observation (its first feature), counts calls."""
+
+    obs_size = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += x.shape[0]
+        return x[:, :1].clone()
+
+
+class Ramp(nn.Module):
+    """A sequence source: chunk_length K, chunk = obs + [0, 1, ..., K-1] (or longer on request)."""
+
+    obs_groups, obs_size, chunk_length = ("policy",), 1, 3
+
+    def forward(self, x: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        steps = torch.arange(length or self.chunk_length, dtype=torch.float32)
+        return (x[:, :1] + steps).unsqueeze(-1)
+
+
+class Clock(VecEnv):
+    """obs = steps since reset (per env); reward = action; episodes of ``horizon`` steps."""
+
+    def __init__(self, num_envs: int = 2, horizon: int = 10) -> None:
+        self.num_envs, self.device, self.control_dt, self.max_episode_steps = num_envs, torch.device("cpu"), 0.1, horizon
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+        self.action_spec = spaces.Box(-100, 100, (1,), np.float32)
+        self.t = torch.zeros(num_envs)
+        self.applied: list[torch.Tensor] = []
+
+    def reset(self, seed=None):
+        self.t.zero_()
+        return {"policy": self.t.clone().unsqueeze(1)}
+
+    def step(self, action):
+        self.applied.append(action.clone())
+        self.t += 1
+        final = {"policy": self.t.clone().unsqueeze(1)}
+        truncated = self.t >= self.max_episode_steps
+        self.t[truncated] = 0
+        return Step({"policy": self.t.clone().unsqueeze(1)}, action[:, 0].float(), torch.zeros_like(truncated), truncated,
+                    {"final_obs": final})
+
+
+def _play(controller, env, steps):
+    obs = env.reset()
+    controller.reset()
+    actions = []
+    for _ in range(steps):
+        a = controller.act(obs)
+        actions.append(a[:, 0].tolist())
+        obs, _, term, trunc, _ = env.step(a)
+        controller.reset(term | trunc)
+    return actions
+
+
+def test_open_loop_holds_a_flat_action_for_length_steps():
+    echo = Echo()
+    chunked = ChunkedController(echo, length=4)
+    assert chunked.decision_period == 4
+    actions = _play(chunked, Clock(num_envs=1, horizon=10), 10)
+    assert [a[0] for a in actions] == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
+    assert echo.calls == 3  # one decision per 4 steps
+
+
+def test_a_sequence_plays_its_chunk_then_holds_or_extends():
+    hold = _play(ChunkedController(Ramp(), length=5), Clock(num_envs=1, horizon=20), 6)
+    assert [a[0] for a in hold] == [0, 1, 2, 2, 2, 5]
+    extend = _play(ChunkedController(Ramp(), length=5, beyond="extend"), Clock(num_envs=1, horizon=20), 6)
+    assert [a[0] for a in extend] == [0, 1, 2, 3, 4, 5]
+    assert ChunkedController(Ramp()).decision_period == 3  # its own K by default
+
+
+def test_episode_end_forces_a_new_decision_per_env():
+    env = Clock(num_envs=2, horizon=10)
+    chunked = ChunkedController(Echo(), length=4)
+    obs = env.reset()
+    env.t[1] = 7  # env 1 is three steps from its time limit
+    obs = {"policy": env.t.clone().unsqueeze(1)}
+    seen = []
+    for _ in range(5):
+        a = chunked.act(obs)
+        seen.append(a[:, 0].tolist())
+        obs, _, term, trunc, _ = env.step(a)
+        chunked.reset(term | trunc)
+    assert [s[0] for s in seen] == [0, 0, 0, 0, 4]
+    assert [s[1] for s in seen] == [7, 7, 7, 0, 0]  # restarted at step 3, decided again from the new episode
+
+
+def test_ensemble_weights_older_predictions_by_exp_m_age():
+    queue = ActionQueue(3, mode="ensemble", decay=0.5)
+    calls = iter([torch.tensor([[[0.0], [1.0], [2.0]]]), torch.tensor([[[10.0], [11.0], [12.0]]])])
+    assert queue.next(1, lambda rows, n: next(calls)).item() == 0.0
+    second = queue.next(1, lambda rows, n: next(calls)).item()
+    w_old, w_new = math.exp(0.5), 1.0  # prediction from one step ago vs now
+    assert second == pytest.approx((w_old * 1.0 + w_new * 10.0) / (w_old + w_new))
+    queue.reset()
+    assert queue.next(1, lambda rows, n: torch.tensor([[[5.0], [6.0], [7.0]]])).item() == 5.0  # the past is forgotten
+
+
+def test_ensemble_of_a_flat_controller_is_the_controller():
+    env = Clock(num_envs=2, horizon=6)
+    chunked = ChunkedController(Echo(), mode="ensemble")
+    assert chunked.decision_period == 1
+    assert _play(chunked, env, 6) == _play(Echo(), Clock(num_envs=2, horizon=6), 6)
+
+
+def test_evaluate_and_export_play_the_same_chunks(tmp_path):
+    chunked = ChunkedController(Ramp(), length=4)
+    paths = export_controller(chunked, tmp_path)
+    exported = ExportedController(paths["torchscript"])
+    assert exported.meta["outputs"] == ["actions"] and exported.meta["decision_period"] == 4
+    assert exported.meta["inputs"] == {"obs": [1]}
+    ours = evaluate(chunked, Clock(num_envs=2, horizon=9), 2)
+    theirs = evaluate(exported, Clock(num_envs=2, horizon=9), 2)
+    assert ours == theirs
+    assert _play(ExportedController(paths["onnx"]), Clock(1, 9), 9) == _play(chunked, Clock(1, 9), 9)
+
+
+def test_delayed_env_lags_actions_and_observations():
+    inner = Clock(num_envs=1, horizon=100)
+    env = DelayedEnv(inner, Delay(obs_delay_steps=2, action_latency_steps=1))
+    obs = env.reset()
+    seen = [obs["policy"].item()]
+    for i in range(1, 6):
+        obs = env.step(torch.tensor([[float(i)]])).obs
+        seen.append(obs["policy"].item())
+    assert [a.item() for a in inner.applied] == [1, 1, 2, 3, 4]  # the first action fills the queue
+    assert seen == [0, 0, 0, 1, 2, 3]  # two steps late; the first observation stands in for the past
+
+
+def test_delay_is_config_data_for_any_task():
+    env = sims.make_env("gym:Pendulum-v1", 2, seed=0, delay={"obs_delay_steps": 1})
+    assert isinstance(env, DelayedEnv)
+    first = env.reset(seed=0)["policy"]
+    step = env.step(torch.zeros(2, 1))
+    torch.testing.assert_close(step.obs["policy"], first)  # one step late
+    env.close()
+
+
+def test_a_sequence_of_one_action_plays_like_a_flat_controller():
+    one = Ramp()
+    one.chunk_length = 1  # forward returns (B, 1, A), not (B, A)
+    chunked = ChunkedController(one)
+    assert chunked.decision_period == 1
+    assert chunked.act({"policy": torch.ones(2, 1)}).shape == (2, 1)

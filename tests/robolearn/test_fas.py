@@ -1,0 +1,105 @@
+"""FAS: the score, R(L) for flat and sequence controllers, and `robolearn eval RUN --fas`."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from robolearn import fas
+from robolearn.cli import main
+from robolearn.interfaces import Controller, Step, VecEnv
+
+
+class Clock(VecEnv):
+    """obs = steps since reset; reward = the action; 10-step episodes."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs, self.device, self.control_dt, self.max_episode_steps = num_envs, torch.device("cpu"), 0.1, 10
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+        self.action_spec = spaces.Box(-100, 100, (1,), np.float32)
+        self.t = torch.zeros(num_envs)
+
+    def reset(self, seed=None):
+        self.t.zero_()
+        return {"policy": self.t.clone().unsqueeze(1)}
+
+    def step(self, action):
+        self.t += 1
+        final = {"policy": self.t.clone().unsqueeze(1)}
+        truncated = self.t >= self.max_episode_steps
+        self.t[truncated] = 0
+        return Step({"policy": self.t.clone().unsqueeze(1)}, action[:, 0].float(), torch.zeros_like(truncated),
+                    truncated, {"final_obs": final})
+
+
+class Echo(Controller):
+    obs_size = 1
+
+    def forward(self, x):
+        return x.clone()
+
+
+class Ahead(nn.Module):
+    """A sequence of 4: predicts the clock for the next 4 steps (perfect open loop up to its length)."""
+
+    obs_groups, obs_size, chunk_length = ("policy",), 1, 4
+
+    def forward(self, x, length=None):
+        return (x + torch.arange(length or 4, dtype=torch.float32)).unsqueeze(-1)
+
+
+def test_score_is_the_normalized_area_under_r_of_l():
+    ref = fas.Reference(r_max=1350.0, shift=1550.0)
+    lengths = list(fas.LENGTHS)
+    assert fas.score(lengths, [-200.0] * 16, ref) == pytest.approx(1350 * 29 / (1350 * 30))
+    assert fas.score([1, 2], [0.0, 10.0], fas.Reference(10.0)) == pytest.approx(5 / 300)
+    assert fas.LENGTHS == (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+
+
+def test_a_flat_controller_holds_and_a_sequence_plays_its_own():
+    flat = fas.curve(Echo(), Clock, episodes=2, lengths=(1, 2, 4))
+    # reward at step t is the clock at the last decision: L * floor(t / L)
+    assert flat == {1: 45.0, 2: 40.0, 4: 32.0}
+    sequence = fas.curve(Ahead(), Clock, episodes=2, lengths=(1, 4, 8))
+    assert sequence[1] == 45.0 and sequence[4] == 45.0  # open loop within its length costs nothing here
+    assert sequence[8] == 0 + 1 + 2 + 3 + 3 + 3 + 3 + 3 + 8 + 9  # past 4 it holds its last action
+    extended = fas.curve(Ahead(), Clock, episodes=2, lengths=(8,), beyond="extend")
+    assert extended[8] == 45.0
+
+
+def test_unknown_task_needs_r_max():
+    with pytest.raises(ValueError, match="R_MAX"):
+        fas.reference("my_task")
+    assert fas.reference("my_task", 100.0) == fas.Reference(100.0)
+    assert fas.reference("gym:Pendulum-v1") == fas.Reference(1350.0, 1550.0)
+
+
+@pytest.fixture(scope="module")
+def srl_run(tmp_path_factory):
+    """A tiny SRL (J = 2) run on Gymnasium's Pendulum: exported, ready to evaluate."""
+    run_dir = tmp_path_factory.mktemp("runs")
+    args = ["train", "srl_gym_pendulum_j2", "--no-wandb", f"run_dir={run_dir}", "runner.total_steps=300",
+            "runner.random_steps=200", "runner.eval_episodes=0", "runner.video_seconds=0", "logging.progress=false",
+            "agent.hidden=[16,16]", "agent.gru_hidden=8", "agent.model_hidden=[16,16]", "agent.batch_size=32"]
+    assert main(args) == 0
+    return next(run_dir.glob("*/*/config.yaml")).parent
+
+
+@pytest.mark.parametrize("exported", [None, "torchscript"])
+def test_eval_fas_prints_r_of_l_writes_a_plot_and_a_json_line(srl_run, capsys, exported):
+    capsys.readouterr()
+    args = ["eval", str(srl_run), "--fas", "--episodes", "2", "--json"] + (["--exported", exported] if exported else [])
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["lengths"] == list(fas.LENGTHS) and len(result["returns"]) == 16
+    assert result["r_max"] == 1350.0 and result["shift"] == 1550.0 and result["decision_period"] == 2
+    assert result["fas"] == pytest.approx(fas.score(result["lengths"], result["returns"], fas.Reference(1350.0, 1550.0)))
+    assert (srl_run / "fas.png").stat().st_size > 0 and json.loads((srl_run / "fas.json").read_text())["fas"] == result["fas"]
+    if exported:  # the file's queue plays the same chunks as the checkpoint's controller
+        assert result["returns"] == pytest.approx(json.loads((srl_run / "fas.json").read_text())["returns"])
+    assert main(["eval", str(srl_run), "--fas", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "L = 30" in out and "FAS " in out
