@@ -38,9 +38,13 @@ def run_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# The watchdog's own tests are in test_robot.py; here a loaded CI machine must not stop the run.
+PATIENT = SafetyConfig(watchdog_s=0.5, stop_after_s=2.0)
+
+
 def test_deploy_drives_the_emulated_arm_and_records_it(run_dir, make_emulator):
     emulator = make_emulator(realtime=True)
-    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0, safety=PATIENT)
     assert summary["episodes"] == 1 and summary["loop"]["steps"] == 100
     episode = load_episode(next(Path(summary["recording"]).glob("episode_00000.npz")))
     assert episode["obs/policy"].shape == (101, 14) and episode["actions"].shape == (100, 4)
@@ -103,7 +107,7 @@ def test_unplugged_port_is_a_one_line_error(run_dir, capsys):
 
 def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys):
     emulator = make_emulator(realtime=True)
-    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0, safety=PATIENT)
     episode = Path(summary["recording"]) / "episode_00000.npz"
     emulator.set_joint_positions({1: -0.3, 2: 0.2, 3: 0.0, 4: 0.0})  # somewhere else before the replay
     assert main(["replay", str(episode), "--robot", "dxl_arm", "--port", emulator.port, "--json"]) == 0
