@@ -6,7 +6,8 @@ Offline agents (``policies.offline``) have ``offline = True`` and are trained
 from a dataset by ``robolearn.offline_runner``.
 """
 
-from policies.offline import BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CQLConfig, IQLConfig, TD3BCConfig
+from policies.offline import (BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CalQLFinetuneConfig, CQLConfig, Finetune,
+                              FinetuneConfig, IQLConfig, JSRLConfig, TD3BCConfig)
 from policies.ppo import PPO, PPOConfig
 from policies.sac import SAC, SACConfig
 from policies.sequence_critic import SequenceCriticConfig, SequenceCriticSAC
@@ -14,7 +15,10 @@ from policies.srl import SRL, SRLConfig
 
 AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, SRL),
           "sac_as": (SequenceCriticConfig, SequenceCriticSAC), "bc": (BCConfig, BC), "td3bc": (TD3BCConfig, TD3BC),
-          "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL)}
+          "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL),
+          # offline-to-online: pretrained on a dataset, fine-tuned online (robolearn.finetune_runner)
+          "wsrl": (FinetuneConfig, Finetune), "calql_finetune": (CalQLFinetuneConfig, Finetune), "jsrl": (JSRLConfig, Finetune)}
 
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
-           "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig"]
+           "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig",
+           "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig"]

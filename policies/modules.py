@@ -162,12 +162,17 @@ class EnsembleQ(nn.Module):
     """``E`` Q-networks ``Q_i(s, a)`` evaluated together: ``(B, .) -> (E, B)``.
 
     Twin critics (E = 2) cost one batched matmul per layer instead of two MLPs.
+    ``layer_norm``: LayerNorm (with affine weights shared by the members) after each
+    hidden layer, before the activation; it keeps large ensembles' Q-values from
+    diverging under high update-to-data ratios (WSRL, RLPD).
     """
 
-    def __init__(self, num_members: int, obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str = "relu") -> None:
+    def __init__(self, num_members: int, obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str = "relu",
+                 layer_norm: bool = False) -> None:
         super().__init__()
         dims = (obs_dim + action_dim, *hidden, 1)
         self.layers = nn.ModuleList(EnsembleLinear(num_members, i, o) for i, o in zip(dims[:-1], dims[1:]))
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for width in hidden) if layer_norm else None
         self.activation = ACTIVATIONS[activation]()
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
@@ -176,8 +181,15 @@ class EnsembleQ(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, detach_params)
             if i < len(self.layers) - 1:
+                if self.norms is not None:
+                    x = self._norm(self.norms[i], x, detach_params)
                 x = self.activation(x)
         return x.squeeze(-1)
+
+    @staticmethod
+    def _norm(norm: nn.LayerNorm, x: torch.Tensor, detach: bool) -> torch.Tensor:
+        weight, bias = (norm.weight.detach(), norm.bias.detach()) if detach else (norm.weight, norm.bias)
+        return nn.functional.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps)
 
 
 class DeterministicController(Controller):

@@ -322,10 +322,15 @@ def _check_metrics(metrics: dict[str, float]) -> None:
 
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
     """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``; offline algorithms
-    (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`."""
+    (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`, and
+    offline-to-online ones (``wsrl``, ``calql_finetune``, ``jsrl``) to :class:`robolearn.finetune_runner.FinetuneRunner`."""
+    from robolearn.finetune_runner import FinetuneRunner, is_finetune
     from robolearn.offline_runner import OfflineRunner, is_offline
 
-    runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
+    if is_finetune(cfg):
+        runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
+    else:
+        runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
     try:
         return runner.train(stop=stop)
     finally:

@@ -24,6 +24,9 @@ with Polyak targets) with CORL's choice of no entropy term in the backup. The cr
 actor and temperature losses are independent given a batch (the actor sees the
 critics through detached weights; the CQL samples carry no actor gradient), so one
 backward pass and one Adam step update all.
+The critics form an ensemble (``num_critics``, optionally LayerNorm'd, targets from
+the min of ``target_critics`` sampled members): WSRL pretrains with 10 and LayerNorm.
+``self.cql_alpha = 0`` skips the regularizer, leaving SAC for online fine-tuning.
 Defaults: the authors' MuJoCo settings (alpha = 5, Lagrange off, 10 actions,
 policy lr 1e-4, critic lr 3e-4, 3x256 networks); CORL uses alpha 10 and policy lr 3e-5.
 """
@@ -60,6 +63,11 @@ class CQLConfig:
     n_actions: int = 10  # samples per proposal (uniform, pi(s), pi(s')) for the log-sum-exp
     temperature: float = 1.0  # of the log-sum-exp
     calql: bool = False  # lower-bound the policy actions' Q by the dataset's Monte-Carlo return
+    # the critic ensemble (WSRL: 10 critics with LayerNorm, targets from the min of 2 sampled, actor on the mean)
+    num_critics: int = 2
+    target_critics: int = 0  # critics sampled for each target's min (REDQ); 0: all of them
+    layer_norm: bool = False
+    actor_q: Literal["min", "mean"] = "min"  # how the actor's loss reduces the ensemble's Q
     reward_scale: float = 1.0
     normalize_obs: bool = True
     obs_groups: tuple[str, ...] = ("policy",)
@@ -74,7 +82,9 @@ class CQL(OfflineAgent):
         self.scaler = ActionScaler(action_spec).to(self.device)
         self.normalizer = (EmpiricalNormalizer(self.obs_dim) if cfg.normalize_obs else nn.Identity()).to(self.device)
         self.actor = SquashedGaussianActor(self.obs_dim, self.action_dim, hidden, cfg.activation).to(self.device)
-        self.critic = EnsembleQ(2, self.obs_dim, self.action_dim, hidden, cfg.activation).to(self.device)
+        self.critic = EnsembleQ(cfg.num_critics, self.obs_dim, self.action_dim, hidden, cfg.activation,
+                                layer_norm=cfg.layer_norm).to(self.device)
+        self.cql_alpha = cfg.cql_alpha  # 0 turns the regularizer off (plain SAC: fine-tuning sets it)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha), device=self.device))
         self.target_entropy = -float(self.action_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
@@ -110,15 +120,43 @@ class CQL(OfflineAgent):
         reward = batch["reward"] * cfg.reward_scale
         not_terminated = 1.0 - batch["terminated"].float()
         alpha = self.log_alpha.detach().exp()
-        B, N, A = obs.shape[0], cfg.n_actions, self.action_dim
 
         # Bellman target without the entropy bonus (CORL's backup_entropy=False): y = r + gamma (1 - d) min_i Q'_i(s', a')
         with torch.no_grad():
             next_action, _ = self.actor(next_obs)
-            target_q = reward + cfg.gamma * not_terminated * self.critic_target(next_obs, next_action).amin(0)
+            next_q = self.critic_target(next_obs, next_action)
+            if 0 < cfg.target_critics < cfg.num_critics:
+                next_q = next_q[torch.randperm(cfg.num_critics, device=obs.device)[:cfg.target_critics]]
+            target_q = reward + cfg.gamma * not_terminated * next_q.amin(0)
         q = self.critic(obs, action)
         bellman_loss = 0.5 * (q - target_q).square().mean(-1).sum()
 
+        metrics: dict[str, torch.Tensor] = {}
+        critic_loss = bellman_loss
+        if self.cql_alpha > 0:
+            critic_loss = critic_loss + self.cql_alpha * self._cql_gap(batch, obs, next_obs, q, metrics)
+
+        # Actor (SAC): E[alpha log pi(a|s) - Q(s, a)], a ~ pi(s) reparameterized, Q the ensemble's min (or mean)
+        new_action, log_prob = self.actor(obs)
+        q_new = self.critic(obs, new_action, detach_params=True)
+        q_new = q_new.amin(0) if cfg.actor_q == "min" else q_new.mean(0)
+        actor_loss = (alpha * log_prob - q_new).mean()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        (critic_loss + actor_loss + alpha_loss).backward()
+        self.optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target, self._online, cfg.tau)
+        return {"critic_loss": critic_loss.detach(), "bellman_loss": bellman_loss.detach(),
+                "actor_loss": actor_loss.detach(), "alpha": alpha, "entropy": -log_prob.detach().mean(),
+                "q": q.detach().mean(), **metrics}
+
+    def _cql_gap(self, batch: dict[str, Any], obs: torch.Tensor, next_obs: torch.Tensor, q: torch.Tensor,
+                 metrics: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The CQL(H) regularizer summed over critics (adds its metrics to ``metrics``)."""
+        cfg = self.cfg
+        B, N, A = obs.shape[0], cfg.n_actions, self.action_dim
         # CQL(H), eq. (4): log-sum-exp over importance-sampled actions minus Q at the data's actions
         with torch.no_grad():
             random_action = torch.rand(B * N, A, device=obs.device) * 2 - 1
@@ -128,7 +166,6 @@ class CQL(OfflineAgent):
         q_random = self.critic(obs_rep, random_action).view(-1, B, N)
         q_pi = self.critic(obs_rep, pi_action).view(-1, B, N)
         q_next_pi = self.critic(obs_rep, next_pi_action).view(-1, B, N)
-        metrics: dict[str, torch.Tensor] = {}
         if cfg.calql:  # Cal-QL, eq. (5): Q(s, a~pi) >= G(s), the behavior policy's Monte-Carlo return
             bound = batch["mc_return"].view(1, B, 1)
             metrics["calql_bound_rate"] = (q_pi < bound).float().mean().detach()
@@ -138,21 +175,8 @@ class CQL(OfflineAgent):
                                q_next_pi - next_pi_log_prob.view(1, B, N)], dim=-1)
         logsumexp = torch.logsumexp(proposals / cfg.temperature, dim=-1) * cfg.temperature
         cql_gap = (logsumexp - q).mean(-1)  # per critic
-        critic_loss = bellman_loss + cfg.cql_alpha * cql_gap.sum()
-
-        # Actor (SAC): E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s) reparameterized
-        new_action, log_prob = self.actor(obs)
-        actor_loss = (alpha * log_prob - self.critic(obs, new_action, detach_params=True).amin(0)).mean()
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-
-        self.optimizer.zero_grad(set_to_none=True)
-        (critic_loss + actor_loss + alpha_loss).backward()
-        self.optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(self._target, self._online, cfg.tau)
-        return {"critic_loss": critic_loss.detach(), "bellman_loss": bellman_loss.detach(), "cql_gap": cql_gap.mean().detach(),
-                "actor_loss": actor_loss.detach(), "alpha": alpha, "entropy": -log_prob.detach().mean(),
-                "q": q.detach().mean(), **metrics}
+        metrics["cql_gap"] = cql_gap.mean().detach()
+        return cql_gap.sum()
 
     def controller(self) -> Controller:
         """``obs -> scale(tanh(mu(norm(obs))))``."""

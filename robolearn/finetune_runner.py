@@ -1,0 +1,348 @@
+"""Offline-to-online in one run: pretrain on a dataset, then fine-tune in simulation.
+
+    robolearn train configs/wsrl_hopper.yaml dataset=hopper-medium
+
+Phase ``offline``: ``agent.pretrain_updates`` updates on the dataset, exactly as
+:class:`~robolearn.offline_runner.OfflineRunner` (evaluation and checkpoint every
+``runner.checkpoint_every`` x 1000 updates). At the boundary the pretrained controller is
+exported to ``pretrained/`` and the agent switches to its online hyperparameters
+(:meth:`policies.offline.wsrl.Finetune.go_online`).
+
+Phase ``online``: ``runner.total_steps`` env steps counted from 0 on ``env.num_envs``
+envs, into a fresh replay buffer. The first ``agent.warmup_steps`` are acted by the
+frozen pretrained policy with no update (WSRL); then ``runner.utd_ratio`` updates per
+env step on batches of ``agent.online_batch_size``, ``agent.offline_ratio`` of each
+drawn from the dataset (0 drops the dataset when the phase starts). With ``agent.guide``
+a guide controller acts for the first h steps of each episode (JSRL,
+:mod:`policies.offline.jsrl`). Evaluation and checkpoint (with ``replay.pt``) every
+``runner.checkpoint_every`` x 1000 env steps.
+
+``metrics.jsonl`` holds both phases, each line with ``phase``: offline lines count
+``updates``, online lines ``env_steps`` (and ``updates``, the online ones). Each phase
+has its own progress bar. ``--resume`` continues in whichever phase the run stopped;
+the end of the run is an online run's (export, eval.json, video).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robolearn.config import TrainConfig, to_dict
+from robolearn.evaluate import NonFiniteError, check_finite
+from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import Obs
+from robolearn.logger import RunLogger
+from robolearn.offline_runner import UPDATES_PER_ITERATION, OfflineRunner
+from robolearn.registry import make_env
+from robolearn.runner import OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run
+from robolearn.storage import ReplayBuffer
+from policies.offline.jsrl import HorizonCurriculum
+
+
+def is_finetune(cfg: TrainConfig) -> bool:
+    """Whether ``cfg.algo`` pretrains offline and fine-tunes online (``wsrl``, ``calql_finetune``, ``jsrl``)."""
+    from policies import AGENTS
+
+    return bool(getattr(AGENTS[cfg.algo][1], "finetune", False))
+
+
+@dataclass
+class FinetuneProgress:
+    """Where a run is in both phases; saved in every checkpoint."""
+
+    phase: str = "offline"
+    iteration: int = 0  # logged iterations of the current phase
+    updates: int = 0  # offline updates
+    evaluation: dict[str, float] = field(default_factory=dict)
+    env_steps: int = 0  # online, from 0
+    online_updates: int = 0
+    update_debt: float = 0.0
+    recent_returns: list[float] = field(default_factory=list)
+    jsrl: dict[str, Any] = field(default_factory=dict)
+
+
+class PhaseLogger(RunLogger):
+    """:class:`RunLogger` whose lines carry ``phase`` and count ``counter`` (updates or env steps);
+    W&B steps continue across phases (online steps after the pretraining updates)."""
+
+    def __init__(self, run_dir: Path, phase: str, counter: str, step_offset: int = 0, **kwargs: Any) -> None:
+        super().__init__(run_dir, **kwargs)
+        self.phase, self.counter, self.step_offset = phase, counter, step_offset
+        self._bar.unit, self._bar.desc = ("update" if counter == "updates" else "step"), phase
+
+    def log(self, count: int, metrics: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - self._start
+        rate = (count - self._start_steps) / max(elapsed, 1e-9)
+        record = {"phase": self.phase, self.counter: count, "time": round(elapsed, 3), f"{self.counter}_per_s": round(rate, 1),
+                  **{k: float(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(record, step=self.step_offset + count)
+        self._bar.update(count - self._bar.n)
+        postfix = {"/s": f"{rate:,.0f}"}
+        for key in ("eval/return", "return", "jsrl/h"):
+            if key in metrics and np.isfinite(metrics[key]):
+                postfix[key] = f"{metrics[key]:.1f}"
+        self._bar.set_postfix(postfix, refresh=True)
+
+
+class FinetuneRunner(OfflineRunner):
+    """Pretrains ``cfg.algo`` on ``cfg.dataset``, then fine-tunes it on ``cfg.env`` in the same run directory."""
+
+    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+        super().__init__(cfg, resume=resume)  # dataset, eval env, agent, offline buffer; _restore below
+        if not resume:
+            self.progress = FinetuneProgress()
+        agent_cfg = cfg.agent
+        self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
+        self.train_env = make_env(cfg.env, seed=cfg.seed)
+        self.online = ReplayBuffer(max(1, min(agent_cfg.online_buffer_size, cfg.runner.total_steps)), self.env.device)
+        self.curriculum: HorizonCurriculum | None = None
+        self.guide: ExportedController | None = None
+        if self.progress.phase == "online":
+            self._enter_online(resumed=True)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self) -> None:
+        if self.curriculum is not None:
+            self.progress.jsrl = self.curriculum.state_dict()
+        progress = {**self.progress.__dict__, "rng": rng_state()}
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
+        if self.progress.phase == "online":
+            state = self.online.state_dict()
+            atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
+
+    def _restore(self) -> None:
+        payload = load_checkpoint(self.checkpoint_path)
+        progress = dict(payload["progress"])
+        if progress.get("phase") == "online":
+            self.agent.go_online()  # the online hyperparameters are attributes, not state
+        check_compatible(self.agent.state_dict(), payload["agent"])
+        self.agent.load_state_dict(payload["agent"])
+        set_rng_state(progress.pop("rng"))
+        self.progress = FinetuneProgress(**progress)
+
+    # -- the phase boundary --------------------------------------------------------------------
+
+    def _enter_online(self, resumed: bool = False) -> None:
+        """Switch the agent online; drop the dataset unless batches draw from it; load the guide."""
+        agent_cfg = self.cfg.agent
+        if not resumed:
+            export_controller(self.agent.controller(), self.run_dir / "pretrained",
+                              extra={"task": self.cfg.env.task, "control_dt": self.env.control_dt})
+            self.agent.go_online()
+            self.progress.phase, self.progress.iteration = "online", 0
+        else:
+            replay_path = self.checkpoint_path.with_name("replay.pt")
+            if not replay_path.is_file():
+                raise CheckpointError(f"{replay_path}: missing; an online phase resumes with its replay buffer")
+            self.online.load_state_dict(torch.load(replay_path, map_location=self.env.device, weights_only=True))
+        if agent_cfg.offline_ratio <= 0:
+            self.replay = None  # WSRL: no offline data retained
+        if agent_cfg.guide:
+            self.guide = ExportedController(self._guide_path(agent_cfg.guide))
+            horizon = agent_cfg.jsrl_horizon or self.train_env.max_episode_steps
+            self.curriculum = HorizonCurriculum(horizon, agent_cfg.jsrl_step, agent_cfg.jsrl_window,
+                                                agent_cfg.jsrl_threshold, agent_cfg.jsrl_tolerance)
+            if self.progress.jsrl:
+                self.curriculum.load_state_dict(self.progress.jsrl)
+
+    def _guide_path(self, guide: str) -> Path:
+        """``pretrained``, an exported controller file, its folder or a run directory -> the TorchScript file."""
+        path = self.run_dir / "pretrained" if guide == "pretrained" else Path(guide)
+        for candidate in (path, path / "controller.pt", path / "export" / "controller.pt"):
+            if candidate.is_file():
+                return candidate
+        raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.pt, its folder or a run directory)")
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+        """Pretrain (if not done), fine-tune, then export, evaluate and film the fine-tuned controller.
+
+        ``stop(metrics)`` is asked after every logged iteration of either phase; true ends
+        the run there (checkpoint saved, end of run as usual). Ctrl+C saves a checkpoint
+        that ``--resume`` continues from, in either phase.
+        """
+        cfg = self.cfg
+        result = RunResult(self.run_dir)
+        logger: PhaseLogger | None = None
+        try:
+            stopped = False
+            if self.progress.phase == "offline":
+                logger = self._logger("offline", "updates", cfg.agent.pretrain_updates, self.progress.updates, 0)
+                stopped = self._pretrain(logger, stop)
+            if not stopped:
+                if logger is not None:
+                    logger.end_progress()
+                    logger.close()
+                logger = self._logger("online", "env_steps", cfg.runner.total_steps, self.progress.env_steps,
+                                      cfg.agent.pretrain_updates)
+                self._finetune(logger, stop)
+        except KeyboardInterrupt:
+            self.save()
+            result.interrupted = True
+            if logger is not None:
+                logger.close()
+            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
+            return result
+        except NonFiniteError as err:
+            if logger is not None:
+                logger.close()
+            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+        self.save()
+        logger.end_progress()
+        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
+                   annotate=lambda e: {"dataset": self.dataset.id, "pretrain_updates": self.progress.updates,
+                                       "online_steps": self.progress.env_steps, **self._score(e)})
+        logger.close()
+        return result
+
+    def _logger(self, phase: str, counter: str, total: int, initial: int, offset: int) -> PhaseLogger:
+        cfg = self.cfg
+        return PhaseLogger(self.run_dir, phase, counter, offset, total_steps=total, config=to_dict(cfg),
+                           wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
+                           progress=cfg.logging.progress, initial_steps=initial)
+
+    def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:
+        """The offline phase; enters the online one at its end. Returns whether ``stop`` ended the run."""
+        cfg, total = self.cfg, self.cfg.agent.pretrain_updates
+        while self.progress.updates < total:
+            start = time.perf_counter()
+            count = min(UPDATES_PER_ITERATION, total - self.progress.updates)
+            metrics = self._iteration(count)
+            self.progress.updates += count
+            self.progress.iteration += 1
+            metrics["iteration_time"] = time.perf_counter() - start
+            done = self.progress.updates >= total
+            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or done:
+                self.progress.evaluation = self.evaluate()
+                metrics |= self.progress.evaluation
+                self.save()
+            if self.progress.iteration % cfg.runner.log_every == 0 or done:
+                logger.log(self.progress.updates, metrics)
+            if done:
+                break
+            if stop is not None and stop({"phase": "offline", "updates": self.progress.updates, **metrics}):
+                return True
+        self._enter_online()
+        self.save()  # the boundary: a resume from here starts the online phase
+        return False
+
+    def _finetune(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> None:
+        """The online phase."""
+        cfg = self.cfg
+        env = self.train_env
+        stats = EpisodeStats(env.num_envs, self.progress.recent_returns)
+        self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
+        self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
+        obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
+        check_finite("observation", obs)
+        while self.progress.env_steps < cfg.runner.total_steps:
+            start = time.perf_counter()
+            obs, metrics = self._online_iteration(obs, stats)
+            self.progress.iteration += 1
+            self.progress.recent_returns = list(stats.recent)
+            metrics = {**stats.metrics(), **metrics, "updates": self.progress.online_updates,
+                       "iteration_time": time.perf_counter() - start}
+            if self.curriculum is not None:
+                metrics["jsrl/h"] = self.curriculum.h
+            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
+                self.progress.evaluation = self.evaluate()
+                metrics |= self.progress.evaluation
+                self.save()
+            if self.progress.iteration % cfg.runner.log_every == 0:
+                logger.log(self.progress.env_steps, metrics)
+            if stop is not None and stop({"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
+                break
+
+    def _online_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
+        """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""
+        cfg, env = self.cfg, self.train_env
+        sums: dict[str, float] = {}
+        updates = 0
+        for _ in range(max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs)):
+            if self.progress.env_steps >= cfg.runner.total_steps:
+                break
+            out = self._act(obs)
+            check_finite("action", out["action"])
+            next_obs, reward, terminated, truncated, info = env.step(out["action"])
+            check_finite("observation", next_obs)
+            check_finite("reward", reward)
+            done = terminated | truncated
+            stats.add(reward, done, info)
+            self._track_episodes(reward, done)
+            transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward, "terminated": terminated,
+                          "truncated": truncated, "action": out["action"]}
+            if self._mc_return:  # Cal-QL's bound is unknown online: -inf leaves those rows plain CQL
+                transition["mc_return"] = torch.full_like(reward, float("-inf"))
+            self.online.add(transition)
+            obs = next_obs
+            self.progress.env_steps += env.num_envs
+            if self.progress.env_steps <= cfg.agent.warmup_steps:
+                continue  # WSRL warmup: the frozen pretrained policy acts, nothing is updated
+            self.progress.update_debt += cfg.runner.utd_ratio * env.num_envs
+            while self.progress.update_debt >= 1.0:
+                for key, value in self.agent.update(self._batch()).items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                updates += 1
+                self.progress.update_debt -= 1.0
+        self.progress.online_updates += updates
+        metrics = {k: v / updates for k, v in sums.items()}
+        _check_metrics(metrics)
+        return obs, metrics
+
+    def _act(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """The learner's exploring action, or the guide's for envs within the first h steps (JSRL)."""
+        out = self.agent.act(obs, explore=True)
+        if self.curriculum is not None and self.curriculum.h > 0:
+            guided = self.curriculum.guided(self._episode_step)
+            guide_action = self.guide.act(obs).to(out["action"].device)
+            out = {"action": torch.where(guided.unsqueeze(-1), guide_action, out["action"])}
+        return out
+
+    def _track_episodes(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Per-env episode steps and returns, for JSRL's curriculum."""
+        self._episode_step += 1
+        self._episode_return += reward.double().cpu()
+        if self.curriculum is not None:
+            for index in torch.nonzero(done.cpu()).flatten().tolist():
+                self.curriculum.episode_done(float(self._episode_return[index]))
+        self._episode_return[done.cpu()] = 0.0
+        self._episode_step[done] = 0
+
+    def _batch(self) -> dict[str, Any]:
+        """An online batch; ``offline_ratio`` of its rows from the dataset while it is kept."""
+        size = self.cfg.agent.online_batch_size
+        n_offline = int(round(self.cfg.agent.offline_ratio * size)) if self.replay is not None else 0
+        online = self.online.sample(size - n_offline)
+        if n_offline == 0:
+            return online
+        offline = self.replay.sample(n_offline)
+        return _cat(online, {k: offline[k] for k in online})
+
+    def close(self) -> None:
+        super().close()
+        self.train_env.close()
+
+
+def _cat(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {k: _cat(v, b[k]) if isinstance(v, dict) else torch.cat([v, b[k].to(v.dtype)]) for k, v in a.items()}
+
+
+def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+    """Python entry point for offline-to-online runs (``robolearn.train`` dispatches here too)."""
+    runner = FinetuneRunner(cfg, resume=resume)
+    try:
+        return runner.train(stop=stop)
+    finally:
+        runner.close()

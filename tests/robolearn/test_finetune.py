@@ -1,0 +1,153 @@
+"""Offline-to-online runs (WSRL, Cal-QL fine-tuning, JSRL) on tiny budgets: the phase switch and
+both phases' metrics, WSRL's frozen warmup and dropped dataset, Cal-QL's offline share, JSRL's
+guide and horizon schedule, and resume across the phase boundary."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import sims
+from robolearn import load_config
+from robolearn.checkpoint import load_checkpoint
+from robolearn.data import DatasetWriter, record
+from robolearn.export import ExportedController
+from robolearn.finetune_runner import FinetuneRunner
+from policies.offline.jsrl import HorizonCurriculum
+
+EPISODE = 500  # pendulum's episode length
+
+
+class SwingUp:
+    """Bang-bang energy pumping and a PD balance near upright (as in test_offline_runner)."""
+
+    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        c, s, w = obs["policy"].unbind(-1)
+        energy = w.square() / 6 + 4.9 * c
+        pump = 2.0 * torch.sign(w * (4.9 - energy) + 1e-6)
+        balance = (-(20 * torch.atan2(s, c) + 4 * w)).clamp(-2, 2)
+        return torch.where(c > 0.85, balance, pump).unsqueeze(-1)
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Stateless."""
+
+
+@pytest.fixture(scope="module")
+def datasets_root(tmp_path_factory):
+    """A pendulum dataset of the scripted controller: 4 episodes, 2000 steps, action noise 0.2."""
+    root = tmp_path_factory.mktemp("datasets")
+    with sims.make_env("pendulum", num_envs=4, seed=0, num_threads=1) as env:
+        meta = {"task": "pendulum", "task_kwargs": {}, "ref_min_score": 0.0, "ref_max_score": 400.0}
+        with DatasetWriter("pendulum-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
+            record(SwingUp(), env, writer, 4, noise=0.2, seed=0, progress=False)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def root(datasets_root, monkeypatch):
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(datasets_root))
+    return datasets_root
+
+
+def tiny(tmp_path, config: str = "wsrl_hopper", *extra: str):
+    return load_config(config, [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-tiny", "env.task=pendulum", "env.num_envs=1",
+                                "logging.wandb=disabled", "logging.progress=false", "runner.video_seconds=0",
+                                "runner.eval_episodes=0", "runner.checkpoint_every=1", "runner.total_steps=1000",
+                                "runner.utd_ratio=0.125", "agent.pretrain_updates=20", "agent.hidden=[16,16]",
+                                "agent.num_critics=4", "agent.n_actions=2", "agent.batch_size=32",
+                                "agent.online_batch_size=32", *extra])
+
+
+def run(cfg, resume=None, stop=None, spy=None) -> FinetuneRunner:
+    runner = FinetuneRunner(cfg, resume=resume)
+    if spy is not None:
+        update = runner.agent.update
+        runner.agent.update = lambda batch: (spy(runner, batch), update(batch))[1]
+    try:
+        runner.train(stop=stop)
+    finally:
+        runner.close()
+    return runner
+
+
+def lines(runner: FinetuneRunner) -> list[dict]:
+    return [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(tmp_path):
+    calls: list[tuple[str, int]] = []
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.eval_episodes=2"),
+                 spy=lambda r, batch: calls.append((r.progress.phase, r.progress.env_steps)))
+    offline = [c for c in calls if c[0] == "offline"]
+    online = [c for c in calls if c[0] == "online"]
+    assert len(offline) == 20
+    assert len(online) == 50 and min(step for _, step in online) > 600  # UTD 1/8 over the 400 steps after warmup
+    records = lines(runner)
+    assert [(r["phase"], r.get("updates"), r.get("env_steps")) for r in records] == [("offline", 20, None), ("online", 50, 1000)]
+    assert all("eval/return" in r for r in records)
+    assert runner.replay is None and runner.online.size == 1000  # only online transitions, the dataset dropped
+    assert runner.agent.cql_alpha == 0 and runner.agent.target_entropy == 0.0  # SAC online, WSRL's settings
+    assert (runner.run_dir / "pretrained" / "controller.pt").is_file() and (runner.run_dir / "export" / "controller.onnx").is_file()
+    evaluation = json.loads((runner.run_dir / "eval.json").read_text())
+    assert evaluation["pretrain_updates"] == 20 and evaluation["online_steps"] == 1000
+
+
+def test_warmup_actions_come_from_the_frozen_pretrained_policy(tmp_path):
+    """A run that is all warmup makes no update: the final controller is the pretrained one."""
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "runner.utd_ratio=1.0"))
+    assert runner.progress.online_updates == 0
+    pretrained = ExportedController(runner.run_dir / "pretrained" / "controller.onnx")
+    final = ExportedController(runner.run_dir / "export" / "controller.onnx")
+    obs = {"policy": torch.randn(64, 3)}
+    torch.testing.assert_close(final.act(obs), pretrained.act(obs))  # nothing moved during warmup
+
+
+def test_calql_finetuning_draws_its_offline_share_from_the_dataset(tmp_path):
+    shares: list[int] = []
+    run(tiny(tmp_path, "calql_finetune_hopper", "agent.offline_ratio=0.25", "agent.online_cql_alpha=1.0"),
+        spy=lambda r, batch: r.progress.phase == "online" and shares.append(int(torch.isfinite(batch["mc_return"]).sum())))
+    assert len(shares) == 125 and set(shares) == {8}  # 25% of 32 rows have the dataset's Monte-Carlo return
+
+
+def test_jsrl_guide_acts_for_the_first_h_steps_and_h_shrinks(tmp_path):
+    cfg = tiny(tmp_path, "jsrl_hopper", "agent.jsrl_window=1", "agent.jsrl_step=150", "agent.jsrl_threshold=-1e9",
+               "runner.total_steps=1500")
+    runner = run(cfg)
+    assert [r["jsrl/h"] for r in lines(runner) if r["phase"] == "online"] == [EPISODE - 2 * 150, EPISODE - 3 * 150]
+    data = runner.online.data  # the first episode is all guide (h = 500); the second only its first 350 steps
+    guide = runner.guide.act({"policy": data["obs"]["policy"][:1000]})
+    torch.testing.assert_close(data["action"][:EPISODE + 350], guide[:EPISODE + 350])
+    assert not torch.allclose(data["action"][EPISODE + 350:1000], guide[EPISODE + 350:1000])
+
+
+def test_horizon_curriculum_shrinks_when_returns_hold_up():
+    curriculum = HorizonCurriculum(horizon=300, step=100, window=2, tolerance=0.1)
+    assert curriculum.guided(torch.tensor([0, 299, 300])).tolist() == [True, True, False]
+    assert [curriculum.episode_done(r) for r in (10.0, 12.0)] == [False, True]  # the first window sets the best
+    assert curriculum.h == 200
+    assert [curriculum.episode_done(r) for r in (5.0, 5.0)] == [False, False]  # worse than 0.9 x best: h holds
+    assert [curriculum.episode_done(r) for r in (10.0, 10.0)] == [False, True] and curriculum.h == 100
+    fixed = HorizonCurriculum(horizon=100, step=100, window=1, threshold=50.0)
+    assert not fixed.episode_done(49.0) and fixed.episode_done(51.0) and fixed.h == 0
+    assert not fixed.episode_done(1e9) and fixed.h == 0  # never below zero
+    restored = HorizonCurriculum(1, 1, 1)
+    restored.load_state_dict(curriculum.state_dict())
+    assert restored.state_dict() == curriculum.state_dict()
+
+
+def test_resume_across_the_phase_boundary(tmp_path):
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=0")
+    first = run(cfg)  # pretraining only: the checkpoint sits at the boundary
+    assert load_checkpoint(first.checkpoint_path)["progress"]["phase"] == "online"
+    cfg.runner.total_steps = 2000
+    interrupted = run(cfg, resume=first.run_dir, stop=lambda m: m["phase"] == "online")  # stops after 1000 steps
+    assert interrupted.progress.env_steps == 1000
+    calls: list[int] = []
+    resumed = run(cfg, resume=first.run_dir, spy=lambda r, batch: calls.append(r.progress.phase == "offline"))
+    assert not any(calls)  # no pretraining again
+    assert resumed.online.size == 2000 and resumed.progress.online_updates == 175  # 50 + 125 (UTD 1/8, 600 warmup)
+    records = lines(resumed)
+    assert [(r["phase"], r.get("updates"), r.get("env_steps")) for r in records] == [
+        ("offline", 20, None), ("online", 50, 1000), ("online", 175, 2000)]
