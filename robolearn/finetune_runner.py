@@ -42,7 +42,8 @@ from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
 from robolearn.offline_runner import UPDATES_PER_ITERATION, OfflineRunner
 from robolearn.registry import make_env
-from robolearn.runner import OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
+                              interrupted, stopped_by_nan)
 from robolearn.storage import ReplayBuffer
 from policies.offline.jsrl import HorizonCurriculum
 
@@ -189,16 +190,9 @@ class FinetuneRunner(OfflineRunner):
                                       cfg.agent.pretrain_updates)
                 self._finetune(logger, stop)
         except KeyboardInterrupt:
-            self.save()
-            result.interrupted = True
-            if logger is not None:
-                logger.close()
-            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
-            return result
+            return interrupted(self, result, logger)
         except NonFiniteError as err:
-            if logger is not None:
-                logger.close()
-            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+            raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,

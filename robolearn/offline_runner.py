@@ -36,7 +36,7 @@ from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import RunResult, _check_metrics, finish_run, new_run_dir, write_config
+from robolearn.runner import RunResult, _check_metrics, finish_run, interrupted, new_run_dir, stopped_by_nan, write_config
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -193,14 +193,9 @@ class OfflineRunner:
                 if stop is not None and stop(metrics):
                     break
         except KeyboardInterrupt:
-            self.save()
-            result.interrupted = True
-            logger.close()
-            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
-            return result
+            return interrupted(self, result, logger)
         except NonFiniteError as err:
-            logger.close()
-            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+            raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,

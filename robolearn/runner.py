@@ -211,14 +211,9 @@ class Runner:
                 if stop is not None and stop(metrics):
                     break
         except KeyboardInterrupt:
-            self.save()
-            result.interrupted = True
-            logger.close()
-            print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {self.run_dir}")
-            return result
+            return interrupted(self, result, logger)
         except NonFiniteError as err:
-            logger.close()
-            raise NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {self.checkpoint_path}") from None
+            raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
         self._finish(result, logger)
@@ -289,6 +284,23 @@ class Runner:
 
     def close(self) -> None:
         self.env.close()
+
+
+def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> RunResult:
+    """Ctrl+C during training: checkpoint, close the logs, say how to continue."""
+    runner.save()
+    result.interrupted = True
+    if logger is not None:
+        logger.close()
+    print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}")
+    return result
+
+
+def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -> NonFiniteError:
+    """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
+    if logger is not None:
+        logger.close()
+    return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}")
 
 
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
