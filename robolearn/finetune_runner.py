@@ -14,7 +14,7 @@ frozen pretrained policy with no update (WSRL); then ``runner.utd_ratio`` update
 env step on batches of ``agent.online_batch_size``, ``agent.offline_ratio`` of each
 drawn from the dataset (0 drops the dataset when the phase starts). With ``agent.guide``
 a guide controller acts for the first h steps of each episode (JSRL,
-:mod:`policies.offline.jsrl`). Evaluation and checkpoint (with ``replay.pt``) every
+:mod:`robolearn.jsrl_curriculum`). Evaluation and checkpoint (with ``replay.pt``) every
 ``runner.checkpoint_every`` x 1000 env steps.
 
 ``metrics.jsonl`` holds both phases, each line with ``phase``: offline lines count
@@ -45,7 +45,7 @@ from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
                               interrupted, stopped_by_nan)
 from robolearn.storage import ReplayBuffer
-from policies.offline.jsrl import HorizonCurriculum
+from robolearn.jsrl_curriculum import HorizonCurriculum
 
 
 def is_finetune(cfg: TrainConfig) -> bool:

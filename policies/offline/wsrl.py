@@ -11,7 +11,7 @@ One agent class, three presets (``robolearn.finetune_runner`` runs both phases):
 - ``calql_finetune`` (Nakamoto et al. 2023): Cal-QL keeps its regularizer online and
   draws ``offline_ratio`` of each batch from the offline data.
 - ``jsrl`` (Uchendu et al. 2023, "Jump-Start Reinforcement Learning"): a guide controller
-  acts for the first h steps of each episode (:mod:`policies.offline.jsrl`).
+  acts for the first h steps of each episode (:mod:`robolearn.jsrl_curriculum`).
 
 The online-phase settings are here with the agent's (the ``agent:`` section is the only
 algorithm-specific one); ``runner.total_steps`` counts online env steps and

@@ -15,7 +15,7 @@ from robolearn.checkpoint import load_checkpoint
 from robolearn.data import DatasetWriter, record
 from robolearn.export import ExportedController
 from robolearn.finetune_runner import FinetuneRunner
-from policies.offline.jsrl import HorizonCurriculum
+from robolearn.jsrl_curriculum import HorizonCurriculum
 
 EPISODE = 500  # pendulum's episode length
 
