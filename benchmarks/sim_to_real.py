@@ -44,10 +44,10 @@ def train_run(config: str, steps: int, seed: int) -> Path:
 
 def final_width(run: Path) -> str:
     """The randomization width at the end of training (1 = the configured ranges), '-' if none."""
-    import json
+    from robolearn.logger import read_metrics
 
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    width = json.loads(lines[-1]).get("randomization/width") if lines else None
+    rows = read_metrics(run)
+    width = rows[-1].get("randomization/width") if rows else None
     return "-" if width is None else f"{width:.2f}"
 
 

@@ -29,8 +29,8 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
     path = Path(path)
     try:
         episode = load_episode(path)
-    except (OSError, ValueError) as err:
-        raise ReplayError(f"{path}: not a readable recording ({err})") from err
+    except ValueError as err:
+        raise ReplayError(str(err)) from None
     for key in ("actions", "obs/joint_state"):
         if key not in episode:
             raise ReplayError(f"{path}: missing '{key}' (record with a robot that reports joint_state)")

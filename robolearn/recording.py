@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,13 @@ class EpisodeRecorder:
 
 
 def load_episode(path: str | Path) -> dict[str, np.ndarray]:
-    """One recorded episode's arrays (``obs/<group>``, ``actions``, ...); no pickles."""
-    with np.load(path, allow_pickle=False) as data:
-        return {key: data[key] for key in data.files}
+    """One recorded episode's arrays (``obs/<group>``, ``actions``, ...); no pickles.
+    A missing, truncated or corrupt file is a ValueError naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+        raise ValueError(f"{path}: not a readable episode file (missing, truncated or corrupt: {err})") from None
 
 
 def _row0(value: torch.Tensor) -> np.ndarray:

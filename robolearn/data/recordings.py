@@ -12,13 +12,13 @@ kept and listed in ``interrupted_episodes``.
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from robolearn.data.episode import DatasetError, Episode
+from robolearn.recording import load_episode
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
 INFOS = ("commanded_actions", "timestamps")
@@ -60,7 +60,6 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
 
 def _load(file: Path) -> dict[str, np.ndarray]:
     try:
-        with np.load(file, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
-        raise DatasetError(f"{file}: not a readable episode file (truncated or corrupt: {err})") from None
+        return load_episode(file)
+    except ValueError as err:
+        raise DatasetError(str(err)) from None
