@@ -26,19 +26,21 @@ from robolearn.interfaces import Obs, Step, VecEnv
 
 
 class DelayLine:
-    """``depth`` past values of a batch ``(num_envs, *shape)``; index 0 is the newest."""
+    """``depth`` past values of a batch ``(num_envs, *shape)``, newest first, in a ring
+    buffer (a push writes one slot in place: no copy of the past on the env step)."""
 
     def __init__(self, depth: int, first: torch.Tensor) -> None:
         self.buffer = first.unsqueeze(0).repeat(max(1, depth), *([1] * first.dim())).clone()
         self.rows = torch.arange(first.shape[0], device=first.device)
+        self.head = 0  # slot of the newest value
 
     def push(self, value: torch.Tensor) -> None:
-        self.buffer = torch.roll(self.buffer, 1, dims=0)
-        self.buffer[0] = value
+        self.head = (self.head - 1) % len(self.buffer)
+        self.buffer[self.head] = value
 
     def read(self, delay: torch.Tensor) -> torch.Tensor:
         """Each env's value from ``delay[env]`` pushes ago ``(num_envs, *shape)``."""
-        return self.buffer[delay, self.rows]
+        return self.buffer[(self.head + delay) % len(self.buffer), self.rows]
 
     def fill(self, ids: torch.Tensor, value: torch.Tensor) -> None:
         """Make ``value`` (rows ``ids``) the whole past of envs ``ids``."""
