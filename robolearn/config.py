@@ -31,7 +31,7 @@ class EnvConfig:
 
     task: str = "cartpole"  # a sims task name, or gym:<Gymnasium id>
     num_envs: int = 64
-    backend: Literal["mujoco"] = "mujoco"
+    backend: Literal["mujoco", "warp"] = "mujoco"  # warp: MuJoCo Warp on `device` (cuda:N; cpu only for tests)
     device: str = "cpu"
     num_threads: int = 0  # 0: one per core
     kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings

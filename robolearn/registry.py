@@ -18,7 +18,7 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
 
     return sims.make_env(cfg.task, num_envs=num_envs or cfg.num_envs, device=cfg.device,
                          num_threads=cfg.num_threads or None, seed=seed,
-                         randomization=cfg.randomization, delay=cfg.delay, **cfg.kwargs)
+                         randomization=cfg.randomization, delay=cfg.delay, backend=cfg.backend, **cfg.kwargs)
 
 
 def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
@@ -26,7 +26,7 @@ def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     from policies import AGENTS
 
     _, agent_cls = AGENTS[cfg.algo]
-    return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(cfg.env.device))
+    return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
 
 
 def agent_configs() -> dict[str, type]:

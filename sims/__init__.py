@@ -6,6 +6,7 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ TASKS: dict[str, type[Task]] = {
 }
 
 GYM_PREFIX = "gym:"
+BACKENDS = ("mujoco", "warp")
 
 
 def make_env(
@@ -42,6 +44,7 @@ def make_env(
     seed: int | None = None,
     randomization: dict[str, Any] | None = None,
     delay: dict[str, Any] | None = None,
+    backend: str = "mujoco",
     **task_kwargs: Any,
 ) -> VecEnv:
     """A VecEnv of ``num_envs`` copies of ``task``.
@@ -51,24 +54,29 @@ def make_env(
     ``gym:<Gymnasium id>`` (``task_kwargs`` go to ``gymnasium.make``; the envs
     step one after another in this thread). ``delay`` (``sims/delay.py``) wraps
     either in a fixed observation delay and action latency.
+
+    ``backend`` is ``mujoco`` (CPU threads) or ``warp`` (MuJoCo Warp on
+    ``device``: a CUDA GPU, or Warp's slow CPU device for tests); asking for a
+    GPU that is not there falls back to ``mujoco`` on the CPU with a warning.
     """
     if delay:
         from robolearn.config import build_dataclass
         from sims.delay import Delay, DelayedEnv
 
-        inner = make_env(task, num_envs, device, num_threads, seed, randomization, **task_kwargs)
+        inner = make_env(task, num_envs, device, num_threads, seed, randomization, backend=backend, **task_kwargs)
         return DelayedEnv(inner, build_dataclass(Delay, delay, "env.delay."))
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 
         if randomization:
             raise ValueError("env.randomization needs one of our tasks; Gymnasium envs cannot be randomized here")
+        if backend != "mujoco":
+            raise ValueError(f"env.backend={backend} needs one of our tasks; Gymnasium envs bring their own simulator")
         return GymVecEnv(task[len(GYM_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
     spec = TASKS[task](**task_kwargs)
-    backend = MujocoBackend(spec.model(), num_envs, device=device, num_threads=num_threads, fields=spec.fields)
-    env = TaskEnv(spec, backend, seed=seed)
+    env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, num_threads), seed=seed)
     if randomization:
         from robolearn.config import build_dataclass
         from sims.randomization import Randomization, RandomizedEnv
@@ -77,4 +85,24 @@ def make_env(
     return env
 
 
-__all__ = ["TASKS", "MujocoBackend", "Task", "TaskEnv", "make_env"]
+def make_backend(
+    backend: str, spec: Task, num_worlds: int, device: str | torch.device, num_threads: int | None = None
+) -> MujocoBackend:
+    """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {BACKENDS}")
+    device = torch.device(device)
+    if backend == "warp" and device.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
+                      "falling back to backend=mujoco device=cpu. Use env.device=cpu to run MuJoCo Warp on "
+                      "its CPU device (slow, for tests).", stacklevel=3)
+        backend, device = "mujoco", torch.device("cpu")
+    if backend == "warp":
+        from sims.warp_backend import WarpBackend
+
+        return WarpBackend(spec.model(), num_worlds, device=device, fields=spec.fields,
+                           nconmax=spec.nconmax, njmax=spec.njmax)
+    return MujocoBackend(spec.model(), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
+
+
+__all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env"]

@@ -34,6 +34,10 @@ class Task(ABC):
     """Control steps after which an episode is truncated."""
     fields: tuple[str, ...] = ()
     """Derived ``MjData`` fields the task reads through ``sim.field``."""
+    nconmax: int | None = None
+    """Contacts per world MuJoCo Warp allocates room for (its heuristic when None)."""
+    njmax: int | None = None
+    """Constraint rows per world MuJoCo Warp allocates room for (its heuristic when None)."""
 
     @abstractmethod
     def model(self) -> mujoco.MjModel:

@@ -1,0 +1,329 @@
+"""MuJoCo Warp backend: ``num_worlds`` worlds of one model stepped on a GPU (or Warp's CPU device).
+
+The same contract as :class:`sims.backend.MujocoBackend`, so every task runs
+unchanged on either; what differs:
+
+- **State is shared, not copied.** ``qpos``, ``qvel``, ``sensordata``... are
+  torch views of MuJoCo Warp's arrays (``wp.to_torch``, zero-copy): no host
+  round trip, and they change in place when the worlds step. A task that keeps
+  a value across a step clones it (``pre_step`` does already).
+- **The step is one CUDA graph.** ``nstep`` physics steps are captured once per
+  ``nstep`` and replayed with one launch; torch and Warp are ordered by stream
+  waits on the device, never by a host synchronization.
+- **float32.** MuJoCo Warp computes in single precision; trajectories agree
+  with the float64 CPU backend to about 1e-4 over a few hundred steps on smooth
+  tasks and diverge (chaotically, as two CPU runs with perturbed states would)
+  after contacts-rich episodes. ``tests/sims/test_warp_backend.py`` states the
+  tolerances.
+- **Derived fields after a reset.** MuJoCo Warp has no per-world forward pass,
+  so after resetting some worlds the derived fields and sensors of *every*
+  world are recomputed at their current state (the CPU backend leaves the
+  others at the last substep). The next step does not depend on them.
+- **Per-world model fields** are MuJoCo Warp's batched fields: the first
+  :meth:`set_model_field` of a field gives it (and the constants derived from
+  it) a leading ``num_worlds`` dimension, after which updates are in-place
+  writes, and the captured graphs stay valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mujoco
+import numpy as np
+import torch
+
+try:
+    import mujoco_warp as mjw
+    import warp as wp
+except ImportError as error:  # the default install has them; a trimmed one may not
+    raise ImportError(
+        "backend=warp needs the packages mujoco-warp and warp-lang: pip install mujoco-warp warp-lang"
+    ) from error
+
+wp.config.quiet = True  # no line per compiled kernel module
+
+_SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
+# What mjw.set_const writes per world: batched with any batched input so each world keeps its own.
+_SETCONST_OUTPUTS = ("body_subtreemass", "body_invweight0", "dof_invweight0", "tendon_invweight0",
+                     "actuator_acc0", "geom_aabb", "geom_rbound")
+# MjData attribute of each mjtState component of mjSTATE_INTEGRATION (warmstart has its own name).
+_STATE_ATTRS = {"warmstart": "qacc_warmstart"}
+
+
+def warp_device(device: str | torch.device) -> str:
+    """The Warp device for a torch device: ``cuda:N`` or ``cpu``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda:{device.index or 0}"
+    return "cpu"
+
+
+class WarpBackend:
+    """``num_worlds`` worlds of ``model`` on MuJoCo Warp, state as zero-copy torch tensors.
+
+    ``device`` is a torch device (``cuda:N`` or ``cpu``, Warp's CPU device: slow,
+    for tests). ``nconmax``/``njmax`` size the contact and constraint buffers per
+    world (MuJoCo Warp's defaults when None). ``graph`` captures steps in CUDA
+    graphs (CUDA only; off is useful for debugging).
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_worlds: int,
+        *,
+        device: str | torch.device = "cuda",
+        num_threads: int | None = None,  # accepted for parity with MujocoBackend; Warp schedules itself
+        fields: Sequence[str] = (),
+        dtype: torch.dtype = torch.float32,
+        nconmax: int | None = None,
+        njmax: int | None = None,
+        graph: bool = True,
+    ) -> None:
+        self.model = model
+        self.num_worlds = num_worlds
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.timestep = float(model.opt.timestep)
+        self._wp_device = wp.get_device(warp_device(self.device))
+        self._graphs_enabled = graph and self._wp_device.is_cuda
+        with wp.ScopedDevice(self._wp_device):
+            self._m = mjw.put_model(model)
+            # MuJoCo Warp skips the post-constraint RNE (cacc, cfrc_int, cfrc_ext) unless asked.
+            self._m.opt.run_rne_postconstraint = bool({"cacc", "cfrc_int", "cfrc_ext"} & set(fields))
+            self._d = mjw.put_data(model, mujoco.MjData(model), nworld=num_worlds, nconmax=nconmax, njmax=njmax)
+            self._stream = wp.get_stream(self._wp_device) if self._wp_device.is_cuda else None
+        self._fields = ("sensordata", *fields)
+        for name in self._fields:
+            if not hasattr(self._d, name):
+                raise KeyError(f"MuJoCo Warp's Data has no field {name!r}")
+        self._graphs: dict[str, object] = {}
+        self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
+        self._forward_on_reset = model.nsensordata > 0 or bool(fields)
+        self._renderer: mujoco.Renderer | None = None
+        self._render_data: mujoco.MjData | None = None
+
+    # ---- state, as (num_worlds, ...) tensors --------------------------------
+
+    def _view(self, name: str) -> torch.Tensor:
+        tensor = wp.to_torch(getattr(self._d, name))
+        return tensor if tensor.dtype == self.dtype or not tensor.is_floating_point() else tensor.to(self.dtype)
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        return self._view("qpos")
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        return self._view("qvel")
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """The controls applied during the last step."""
+        return self._view("ctrl")
+
+    @property
+    def time(self) -> torch.Tensor:
+        return self._view("time")
+
+    @property
+    def mocap_pos(self) -> torch.Tensor:
+        """Positions of mocap bodies ``(num_worlds, nmocap, 3)``."""
+        if not self.model.nmocap:
+            raise KeyError("the model has no mocap bodies")
+        return self._view("mocap_pos")
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        return self.field("sensordata")
+
+    def field(self, name: str) -> torch.Tensor:
+        """A derived field named in ``fields`` (or ``sensordata``), ``(num_worlds, ...)``."""
+        if name not in self._fields:
+            raise KeyError(f"field {name!r} was not requested; pass fields=({name!r},) to the backend")
+        return self._view(name)
+
+    # ---- stepping and resets ------------------------------------------------
+
+    def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
+        """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
+        wp.to_torch(self._d.ctrl).copy_(ctrl)
+        self._run(f"step{nstep}", lambda: [mjw.step(self._m, self._d) for _ in range(nstep)])
+
+    def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set."""
+        ids = world_ids.to(self.device, torch.long)
+        if ids.numel() == 0:
+            return
+        self._reset_mask.zero_()
+        self._reset_mask[ids] = True
+        self._run("reset", lambda: mjw.reset_data(self._m, self._d, reset=wp.from_torch(self._reset_mask)))
+        wp.to_torch(self._d.qpos)[ids] = qpos.to(self.device, torch.float32)
+        wp.to_torch(self._d.qvel)[ids] = qvel.to(self.device, torch.float32)
+        self._forward()
+
+    def _forward(self) -> None:
+        """Derived fields and sensors of every world at its current state."""
+        if self._forward_on_reset:
+            self._run("forward", lambda: mjw.forward(self._m, self._d))
+
+    def _run(self, key: str, launch) -> None:
+        """Run Warp work after the torch work queued so far and before what torch queues next.
+
+        On CUDA the work is captured once per ``key`` into a graph; ordering with
+        torch is by stream waits on the device (no host synchronization).
+        """
+        with wp.ScopedDevice(self._wp_device):
+            if self._stream is None:
+                launch()
+                return
+            torch_stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
+            self._stream.wait_stream(torch_stream)
+            with wp.ScopedStream(self._stream):
+                if not self._graphs_enabled:
+                    launch()
+                else:
+                    if key not in self._graphs:
+                        with wp.ScopedCapture() as capture:
+                            launch()
+                        self._graphs[key] = capture.graph
+                    wp.capture_launch(self._graphs[key])
+            torch_stream.wait_stream(self._stream)
+
+    # ---- exact state, for recording and replaying datasets -----------------
+
+    def _components(self) -> list[tuple[str, int]]:
+        """``(MjData attribute, width)`` of each nonempty ``mjSTATE_INTEGRATION`` component, in order."""
+        parts = []
+        for name, bit in mujoco.mjtState.__members__.items():
+            bit = int(bit)
+            if bit & (bit - 1) or not bit & int(mujoco.mjtState.mjSTATE_INTEGRATION):
+                continue  # combinations such as mjSTATE_PHYSICS
+            width = mujoco.mj_stateSize(self.model, bit)
+            if width:
+                component = name[len("mjSTATE_"):].lower()
+                parts.append((_STATE_ATTRS.get(component, component), width))
+        return parts
+
+    @property
+    def state_size(self) -> int:
+        return mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_INTEGRATION)
+
+    def state_slice(self, component: str) -> slice:
+        """Where ``component`` sits in a state row (the CPU backend's layout)."""
+        bit = int(getattr(mujoco.mjtState, f"mjSTATE_{component.upper()}"))
+        start = mujoco.mj_stateSize(self.model, int(mujoco.mjtState.mjSTATE_INTEGRATION) & (bit - 1))
+        return slice(start, start + mujoco.mj_stateSize(self.model, bit))
+
+    def get_state(self, world_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Worlds' ``mjSTATE_INTEGRATION`` rows ``(n, state_size)`` float64, in the CPU backend's
+        layout, so datasets recorded on either backend replay on the other."""
+        columns = []
+        for attr, width in self._components():
+            if not hasattr(self._d, attr):
+                raise NotImplementedError(f"MuJoCo Warp keeps no {attr!r}, which this model's state needs")
+            columns.append(wp.to_torch(getattr(self._d, attr)).reshape(self.num_worlds, width).double())
+        rows = torch.cat(columns, dim=1)
+        return rows if world_ids is None else rows[world_ids.to(self.device, torch.long)]
+
+    def set_full_state(self, world_ids: torch.Tensor, rows: torch.Tensor | np.ndarray) -> None:
+        """Put worlds ``world_ids`` in the exact state ``rows`` from :meth:`get_state`."""
+        ids = torch.as_tensor(world_ids, device=self.device).long()
+        rows = torch.as_tensor(rows, device=self.device)
+        if tuple(rows.shape) != (ids.numel(), self.state_size):
+            raise ValueError(f"state rows have shape {tuple(rows.shape)}, expected {(ids.numel(), self.state_size)} "
+                             "(one mjSTATE_INTEGRATION row per world of this model)")
+        if ids.numel() == 0:
+            return
+        start = 0
+        for attr, width in self._components():
+            target = wp.to_torch(getattr(self._d, attr))
+            values = rows[:, start:start + width].reshape(ids.numel(), *target.shape[1:])
+            target[ids] = values.to(target.dtype)
+            start += width
+        self._forward()
+
+    def set_mocap_pos(self, world_ids: torch.Tensor, positions: torch.Tensor) -> None:
+        """Move the mocap bodies of worlds ``world_ids`` to ``positions`` ``(len, nmocap, 3)``."""
+        self.mocap_pos  # raises if the model has none
+        wp.to_torch(self._d.mocap_pos)[world_ids.to(self.device, torch.long)] = positions.to(self.device, torch.float32)
+
+    def add_qvel(self, world_ids: torch.Tensor, delta: torch.Tensor) -> None:
+        """Add ``delta`` ``(len, nv)`` to the velocities of worlds ``world_ids``: a push."""
+        wp.to_torch(self._d.qvel)[world_ids.to(self.device, torch.long)] += delta.to(self.device, torch.float32)
+
+    # ---- per-world model fields (randomization) -----------------------------
+
+    def _model_array(self, name: str):
+        if name.startswith("opt."):
+            return getattr(self._m.opt, name[4:]), self._m.opt, name[4:]
+        return getattr(self._m, name), self._m, name
+
+    def _batch(self, name: str) -> torch.Tensor:
+        """Field ``name`` with one row per world, batching it on first use."""
+        array, owner, attr = self._model_array(name)
+        if not isinstance(array, wp.array):
+            raise KeyError(f"model field {name!r} cannot vary per world on MuJoCo Warp")
+        if array.shape[0] != self.num_worlds:
+            if array.shape[0] != 1:
+                raise KeyError(f"model field {name!r} has no world dimension on MuJoCo Warp")
+            tiled = wp.clone(array).numpy().repeat(self.num_worlds, axis=0)
+            setattr(owner, attr, wp.array(tiled, dtype=array.dtype, device=self._wp_device))
+            self._graphs.clear()  # captured launches point at the old array
+        return wp.to_torch(getattr(owner, attr))
+
+    def set_model_field(
+        self, name: str, values: torch.Tensor | np.ndarray | float, world_ids: torch.Tensor | None = None
+    ) -> None:
+        """Give model field ``name`` (``body_mass``, ``geom_friction``, ``opt.<name>``...) per-world values.
+
+        ``values`` broadcasts to ``(len(world_ids), *field_shape)``; worlds not in
+        ``world_ids`` keep theirs. Constants derived from the field are recomputed.
+        """
+        per_world = self._batch(name)
+        ids = slice(None) if world_ids is None else torch.as_tensor(world_ids, device=self.device).long()
+        per_world[ids] = torch.as_tensor(values, dtype=per_world.dtype, device=self.device)
+        if name in _SETCONST_INPUTS:
+            for output in _SETCONST_OUTPUTS:
+                self._batch(output)
+            with wp.ScopedDevice(self._wp_device):
+                mjw.set_const(self._m, self._d)
+
+    def get_model_field(self, name: str) -> torch.Tensor:
+        """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""
+        array, _, _ = self._model_array(name)
+        if not isinstance(array, wp.array):
+            shared = torch.as_tensor(np.asarray(array), device=self.device)
+            return shared.expand(self.num_worlds, *shared.shape).to(self.dtype)
+        values = wp.to_torch(array)
+        values = values.expand(self.num_worlds, *values.shape[1:]) if values.shape[0] == 1 else values
+        return values.clone().to(self.dtype if values.is_floating_point() else values.dtype)
+
+    # ---- rendering -----------------------------------------------------------
+
+    def render(
+        self, world: int, width: int = 320, height: int = 240, camera: str | int | mujoco.MjvCamera | None = None
+    ) -> np.ndarray:
+        """An RGB frame of ``world``: its state copied to CPU MuJoCo and drawn with the nominal model."""
+        model = self.model
+        if self._render_data is None:
+            self._render_data = mujoco.MjData(model)
+        data = self._render_data
+        if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
+            if self._renderer is not None:
+                self._renderer.close()
+            model.vis.global_.offwidth = max(width, model.vis.global_.offwidth)
+            model.vis.global_.offheight = max(height, model.vis.global_.offheight)
+            self._renderer = mujoco.Renderer(model, height, width)
+        mujoco.mj_setState(model, data, self.get_state(torch.tensor([world]))[0].cpu().numpy(),
+                           mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(model, data)
+        self._renderer.update_scene(data, camera=-1 if camera is None else camera)
+        return self._renderer.render()
+
+    def close(self) -> None:
+        """Free the renderer's GL context."""
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
