@@ -17,6 +17,7 @@ from sims.task import Task, TaskEnv
 from sims.tasks.ant import Ant
 from sims.tasks.arm_reach import ArmReach
 from sims.tasks.cartpole import Cartpole
+from sims.tasks.go1 import Go1Rough, Go1Velocity
 from sims.tasks.half_cheetah import HalfCheetah
 from sims.tasks.hopper import Hopper
 from sims.tasks.pendulum import Pendulum
@@ -30,6 +31,8 @@ TASKS: dict[str, type[Task]] = {
     "half_cheetah": HalfCheetah,
     "ant": Ant,
     "arm_reach": ArmReach,
+    "go1_flat": Go1Velocity,
+    "go1_rough": Go1Rough,
 }
 
 GYM_PREFIX = "gym:"

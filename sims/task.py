@@ -74,6 +74,11 @@ class Task(ABC):
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named, already weighted reward terms ``(num_worlds,)``; the reward is their sum."""
 
+    def metrics(self, sim: MujocoBackend) -> dict[str, torch.Tensor]:
+        """Per-world diagnostics ``(num_worlds,)`` (tracking errors and the like), logged
+        as ``metrics/<name>`` batch means next to the reward terms; default none."""
+        return {}
+
     def terminated(self, sim: MujocoBackend) -> torch.Tensor:
         """Whether the MDP ended (a fall, a goal); default never."""
         return torch.zeros(sim.num_worlds, dtype=torch.bool, device=sim.device)
@@ -116,7 +121,7 @@ class TaskEnv(VecEnv):
 
     Actions are in the task's ``action_spec`` units and are clipped to it.
     ``info["log"]`` holds the batch mean of each reward term as
-    ``reward/<term>``; ``info["success"]`` is present when the task defines it.
+    ``reward/<term>`` and of each of the task's :meth:`Task.metrics` as ``metrics/<name>``; ``info["success"]`` is present when the task defines it.
 
     For datasets, :meth:`get_state` and :meth:`set_state` read and restore every
     world's exact simulator state, and with ``keep_final_state = True`` each
@@ -174,6 +179,7 @@ class TaskEnv(VecEnv):
         terminated = self.task.terminated(self.sim)
         truncated = self._episode_step >= self.max_episode_steps
         info: dict = {"log": {f"reward/{name}": mean for name, mean in zip(terms, stacked.mean(1).unbind())}}
+        info["log"].update({f"metrics/{name}": value.mean() for name, value in self.task.metrics(self.sim).items()})
         success = self.task.success(self.sim)
         if success is not None:
             info["success"] = success

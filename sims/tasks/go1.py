@@ -1,0 +1,374 @@
+"""Go1 velocity tracking: a Unitree-Go1-like quadruped follows (vx, vy, yaw rate) commands.
+
+The legged_gym / mjlab velocity task on ``sims/assets/go1.xml`` (our own
+primitive-geom Go1, position servos kp 35, kv 0.5). 5 physics steps of 4 ms per
+control step (``control_dt`` 0.02 s, 50 Hz), 1000 steps (20 s) per episode.
+Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee).
+
+- Commands ``(vx, vy, yaw rate)`` in the trunk frame (as legged_gym tracks them), drawn per world
+  from ``command_ranges`` at reset and again every ``resample_s`` seconds (per-world
+  timers); a fraction ``standing_fraction`` of draws is a zero command, and planar
+  commands slower than 0.2 m/s are zeroed (legged_gym).
+- Observation ``policy`` (45): projected gravity (3), trunk angular velocity (3,
+  gyro), command (3), joint positions minus the home pose (12), joint velocities
+  (12), last action (12); with ``noise_scale`` > 0 each channel gets Gaussian noise
+  of Playground's Go1 standard deviations times ``noise_scale``. ``critic`` (53):
+  the noise-free policy group plus the privileged trunk linear velocity (3), trunk
+  height above the terrain (1) and foot contacts (4).
+- Action (12): joint position offsets in [-1, 1]; the servos' targets are the home
+  pose plus ``action_scale`` times the action: 0.25 rad as legged_gym (Playground:
+  0.5). With 0.5 and PPO's initial noise 1.0 the robot flails (episodes of ~45
+  steps, every step's penalties above its tracking reward) and 200k CPU steps
+  learned nothing; with 0.25 the same run went from 55- to 750-step episodes.
+- Reward terms: ``reward_weights`` maps a term of :data:`REWARD_TERMS` to its
+  weight; every term is ``weight * value * control_dt`` (legged_gym and Isaac
+  Lab scale by dt, so weights do not depend on the control rate). Defaults are
+  legged_gym's (A1/Go1 torque weight), see :data:`DEFAULT_REWARD_WEIGHTS`.
+  Unknown names are errors; zero weights are not computed. With
+  ``only_positive_rewards`` (legged_gym's default; Playground clips the same way) a
+  negative step reward (``termination`` aside, as there) is lifted to 0 by an extra
+  term ``positive_clip``: otherwise, early in training when penalties outweigh
+  tracking, falling fast pays best (measured: episodes shrank from 20 to 11 steps).
+- Terminated when the trunk centre is less than ``min_height`` (0.1 m: the trunk
+  nearly on the ground) above the terrain or the trunk tilts more than
+  ``max_tilt`` (90 degrees: Playground's upside-down test).
+- Reset: the home pose with joints U(-0.1, 0.1) rad off (``reset_joint_noise``), a
+  random yaw, trunk velocities U(-0.5, 0.5) (``reset_velocity``, Playground; a
+  sideways 0.5 m/s can trip the standing pose, which the policy must learn to
+  catch); on rough terrain anywhere within ``spawn_range`` of the origin.
+- ``metrics/lin_vel_error`` and ``metrics/ang_vel_error`` (absolute tracking
+  errors, m/s and rad/s) are logged through :meth:`Task.metrics`.
+
+``terrain="rough"`` (task ``go1_rough``) adds a 20 x 20 m heightfield of random
+0.5 m blocks, 10-100% of ``step_height`` (5 cm) high, ramped over one 0.1 m cell
+(MuJoCo triangulates heightfields), on the flat floor around the origin. Heights
+under the feet and trunk come from the same grid in torch (:meth:`terrain_height`),
+so foot contact and trunk height mean the same on both terrains. MuJoCo Warp
+collides heightfields too, so both variants run there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal, NamedTuple
+
+import mujoco
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from robolearn.interfaces import Obs
+from sims.backend import MujocoBackend
+from sims.task import Task, tracking_camera, uniform
+
+GO1_XML = Path(__file__).resolve().parent.parent / "assets" / "go1.xml"
+FEET = ("FR_foot", "FL_foot", "RR_foot", "RL_foot")
+FOOT_RADIUS = 0.023
+# Playground's Go1 observation noise (standard deviations) per channel.
+NOISE_STD = {"gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
+
+
+class Snapshot(NamedTuple):
+    """What reward terms read, computed once per step; all ``(num_worlds, ...)``."""
+
+    lin_vel: torch.Tensor  # trunk linear velocity, trunk frame
+    ang_vel: torch.Tensor  # trunk angular velocity, trunk frame
+    gravity: torch.Tensor  # unit gravity in the trunk frame
+    height: torch.Tensor  # trunk centre above the terrain
+    command: torch.Tensor  # (vx, vy, yaw rate)
+    joint_acc: torch.Tensor
+    torque: torch.Tensor  # actuator forces
+    action_change: torch.Tensor  # action - previous action
+    first_contact: torch.Tensor  # feet touching down this step
+    air_time: torch.Tensor  # seconds each touching-down foot spent in the air
+    terminated: torch.Tensor
+    tracking_sigma: float
+    base_height_target: float
+
+
+def _moving(s: Snapshot) -> torch.Tensor:
+    return (s.command[:, :2].norm(dim=1) > 0.1).to(s.lin_vel.dtype)
+
+
+REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
+    "tracking_lin_vel": lambda s: torch.exp(-(s.command[:, :2] - s.lin_vel[:, :2]).square().sum(1) / s.tracking_sigma),
+    "tracking_ang_vel": lambda s: torch.exp(-(s.command[:, 2] - s.ang_vel[:, 2]).square() / s.tracking_sigma),
+    "lin_vel_z": lambda s: s.lin_vel[:, 2].square(),
+    "ang_vel_xy": lambda s: s.ang_vel[:, :2].square().sum(1),
+    "orientation": lambda s: s.gravity[:, :2].square().sum(1),
+    "torques": lambda s: s.torque.square().sum(1),
+    "action_rate": lambda s: s.action_change.square().sum(1),
+    "joint_acc": lambda s: s.joint_acc.square().sum(1),
+    # legged_gym: reward steps longer than 0.5 s, paid at touchdown, only when asked to move.
+    "feet_air_time": lambda s: ((s.air_time - 0.5) * s.first_contact).sum(1) * _moving(s),
+    "base_height": lambda s: (s.height - s.base_height_target).square(),
+    "termination": lambda s: s.terminated.to(s.lin_vel.dtype),
+}
+"""Raw (unweighted) reward terms; weights give them sign and scale."""
+
+# legged_gym's LeggedRobotCfg weights, except orientation (0 there; its ANYmal flat config: -5)
+# and torques (its A1 config, a robot of the Go1's size: -2e-4 instead of -1e-5).
+DEFAULT_REWARD_WEIGHTS: dict[str, float] = {
+    "tracking_lin_vel": 1.0,
+    "tracking_ang_vel": 0.5,
+    "lin_vel_z": -2.0,
+    "ang_vel_xy": -0.05,
+    "orientation": -1.0,
+    "torques": -2e-4,
+    "action_rate": -0.01,
+    "joint_acc": -2.5e-7,
+    "feet_air_time": 1.0,
+}
+
+
+def projected_gravity(quat: torch.Tensor) -> torch.Tensor:
+    """World gravity direction (0, 0, -1) in the frame of unit quaternions ``quat`` (w, x, y, z)."""
+    w, x, y, z = quat.unbind(-1)
+    return torch.stack([2 * (w * y - x * z), -2 * (y * z + w * x), 2 * (x * x + y * y) - 1], dim=-1)
+
+
+@dataclass(kw_only=True)
+class Go1Velocity(Task):
+    """Velocity tracking on flat ground (or ``terrain="rough"``); see the module docstring."""
+
+    terrain: Literal["flat", "rough"] = "flat"
+    command_ranges: tuple[tuple[float, float], ...] = ((-1.0, 1.0), (-1.0, 1.0), (-1.0, 1.0))
+    resample_s: float = 10.0
+    standing_fraction: float = 0.1
+    action_scale: float = 0.25
+    noise_scale: float = 1.0
+    reward_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS))
+    tracking_sigma: float = 0.25
+    base_height_target: float = 0.27
+    only_positive_rewards: bool = True
+    min_height: float = 0.1
+    max_tilt: float = math.pi / 2
+    reset_joint_noise: float = 0.1
+    reset_velocity: float = 0.5
+    spawn_range: float = 0.0
+    step_height: float = 0.05
+    terrain_seed: int = 0
+    frame_skip: int = 5
+    max_episode_steps: int = 1000
+    fields: ClassVar[tuple[str, ...]] = ("actuator_force",)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
+        if unknown:
+            raise ValueError(f"unknown Go1 reward term(s) {unknown}; known terms: {sorted(REWARD_TERMS)}")
+        if self.terrain not in ("flat", "rough"):
+            raise ValueError(f"terrain must be 'flat' or 'rough', got {self.terrain!r}")
+        if len(self.command_ranges) != 3:
+            raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
+        self._weights = {name: w for name, w in self.reward_weights.items() if w != 0.0}
+        self._heights: torch.Tensor | None = None  # terrain grid (metres), rough only
+        self._terrain_half = 0.0
+
+    # ---- model ----------------------------------------------------------------
+
+    def model(self) -> mujoco.MjModel:
+        spec = mujoco.MjSpec.from_file(str(GO1_XML))
+        if self.terrain == "rough":
+            self._add_terrain(spec)
+        model = spec.compile()
+        self._home = torch.as_tensor(model.key("home").qpos, dtype=torch.float64)
+        self._sensor = {name: slice(model.sensor(name).adr[0], model.sensor(name).adr[0] + model.sensor(name).dim[0])
+                        for name in ("orientation", "gyro", "local_linvel")}
+        feet = model.sensor(f"{FEET[0]}_pos").adr[0]
+        self._feet = slice(feet, feet + 3 * len(FEET))
+        return model
+
+    def _add_terrain(self, spec: mujoco.MjSpec, half: float = 10.0, cell: float = 0.1, block: float = 0.5) -> None:
+        """Random blocks up to ``step_height`` on a ``2 half`` m square heightfield; zero at the rim."""
+        n = int(round(2 * half / cell)) + 1
+        per_block = int(round(block / cell))
+        rng = np.random.default_rng(self.terrain_seed)
+        blocks = rng.uniform(0.1, 1.0, size=(n // per_block + 1, n // per_block + 1))
+        grid = np.kron(blocks, np.ones((per_block, per_block)))[:n, :n]
+        grid[[0, -1], :] = 0.0
+        grid[:, [0, -1]] = 0.0
+        spec.add_hfield(name="terrain", size=[half, half, self.step_height, 0.1], nrow=n, ncol=n,
+                        userdata=grid.ravel().tolist())
+        spec.worldbody.add_geom(name="terrain", type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain",
+                                contype=1, conaffinity=0, friction=[0.8, 0.02, 0.01], rgba=[0.45, 0.5, 0.55, 1])
+        self._heights = torch.as_tensor(grid * self.step_height, dtype=torch.float32)
+        self._terrain_half = half
+
+    def terrain_height(self, xy: torch.Tensor) -> torch.Tensor:
+        """Terrain height (m) under points ``xy`` ``(..., 2)``: bilinear in the heightfield grid, 0 off it."""
+        if self._heights is None:
+            return torch.zeros(xy.shape[:-1], dtype=xy.dtype, device=xy.device)
+        heights = self._heights.to(xy.device, xy.dtype)
+        n = heights.shape[0]
+        # Heightfield rows run along y, columns along x.
+        grid = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1 - 1e-6)
+        col, row = grid.unbind(-1)
+        c0, r0 = col.floor().long(), row.floor().long()
+        fc, fr = col - c0, row - r0
+        h00, h01 = heights[r0, c0], heights[r0, c0 + 1]
+        h10, h11 = heights[r0 + 1, c0], heights[r0 + 1, c0 + 1]
+        return (1 - fr) * ((1 - fc) * h00 + fc * h01) + fr * ((1 - fc) * h10 + fc * h11)
+
+    def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
+        """Joint offsets from the home pose, in units of ``action_scale`` rad."""
+        return spaces.Box(-1.0, 1.0, (model.nu,), dtype=np.float32)
+
+    # ---- episodes and commands ---------------------------------------------------
+
+    def reset(
+        self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(ids)
+        qpos = self._home.to(sim.device).expand(n, -1).clone()
+        qpos[:, 7:] += uniform((n, 12), -self.reset_joint_noise, self.reset_joint_noise, generator)
+        yaw = uniform((n,), -math.pi, math.pi, generator)
+        qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
+        if self.spawn_range > 0:
+            qpos[:, :2] = uniform((n, 2), -self.spawn_range, self.spawn_range, generator)
+        # Stand on the highest terrain under the trunk's footprint.
+        corners = qpos.new_tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]])
+        qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + corners).amax(1)
+        qvel = torch.zeros(n, sim.model.nv, dtype=torch.float64, device=sim.device)
+        qvel[:, :6] = uniform((n, 6), -self.reset_velocity, self.reset_velocity, generator)
+        return qpos, qvel
+
+    def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
+        if getattr(self, "_command", None) is None or len(self._command) != sim.num_worlds:
+            self._allocate(sim)
+        self._generator = generator  # the env's seeded generator: commands and noise follow its seed
+        self._sample_commands(ids)
+        for buffer in (self._last_action, self._prev_action, self._air_time):
+            buffer[ids] = 0.0
+        self._in_contact[ids] = True
+        self._qvel_before[ids] = sim.qvel[ids, 6:]
+
+    def _allocate(self, sim: MujocoBackend) -> None:
+        n, dtype, device = sim.num_worlds, sim.dtype, sim.device
+        self._command = torch.zeros(n, 3, dtype=dtype, device=device)
+        self._command_timer = torch.zeros(n, dtype=torch.long, device=device)
+        self._last_action = torch.zeros(n, sim.model.nu, dtype=dtype, device=device)
+        self._prev_action = torch.zeros_like(self._last_action)
+        self._air_time = torch.zeros(n, len(FEET), dtype=dtype, device=device)
+        self._in_contact = torch.ones(n, len(FEET), dtype=torch.bool, device=device)
+        self._qvel_before = torch.zeros(n, 12, dtype=dtype, device=device)
+        self._default_joints = self._home[7:].to(device, dtype)
+        self._control_dt = self.frame_skip * sim.timestep
+
+    @property
+    def resample_steps(self) -> int:
+        """Control steps between command draws."""
+        return max(1, round(self.resample_s / self._control_dt))
+
+    def _sample_commands(self, ids: torch.Tensor) -> None:
+        n = len(ids)
+        command = torch.stack([uniform((n,), lo, hi, self._generator) for lo, hi in self.command_ranges], dim=1)
+        command[:, :2] *= (command[:, :2].norm(dim=1, keepdim=True) > 0.2)
+        standing = torch.rand(n, generator=self._generator, device=self._generator.device) < self.standing_fraction
+        command[standing] = 0.0
+        self._command[ids] = command.to(self._command.dtype)
+        self._command_timer[ids] = self.resample_steps
+
+    @property
+    def command(self) -> torch.Tensor:
+        """Every world's current command ``(num_worlds, 3)``: vx, vy (m/s), yaw rate (rad/s)."""
+        return self._command
+
+    def pre_step(self, sim: MujocoBackend) -> None:
+        self._qvel_before = sim.qvel[:, 6:].clone()
+        self._command_timer -= 1
+        due = (self._command_timer <= 0).nonzero().squeeze(1)
+        if len(due):
+            self._sample_commands(due)
+
+    def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
+        self._prev_action = self._last_action
+        self._last_action = action.to(self._last_action.dtype)
+        return self._default_joints + self.action_scale * self._last_action
+
+    # ---- observations -------------------------------------------------------------
+
+    def _gravity(self, sim: MujocoBackend) -> torch.Tensor:
+        return projected_gravity(sim.sensordata[:, self._sensor["orientation"]])
+
+    def _height(self, sim: MujocoBackend) -> torch.Tensor:
+        return sim.qpos[:, 2] - self.terrain_height(sim.qpos[:, :2])
+
+    def _feet_clearance(self, sim: MujocoBackend) -> torch.Tensor:
+        """Height of each foot's sole above the terrain ``(num_worlds, 4)``."""
+        feet = sim.sensordata[:, self._feet].view(-1, len(FEET), 3)
+        return feet[..., 2] - FOOT_RADIUS - self.terrain_height(feet[..., :2])
+
+    def observations(self, sim: MujocoBackend) -> Obs:
+        parts = {
+            "gravity": self._gravity(sim),
+            "gyro": sim.sensordata[:, self._sensor["gyro"]],
+            "command": self._command,
+            "joint_pos": sim.qpos[:, 7:] - self._default_joints,
+            "joint_vel": sim.qvel[:, 6:],
+            "action": self._last_action,
+        }
+        clean = torch.cat(list(parts.values()), dim=1)
+        if self.noise_scale > 0:
+            parts = {name: value + self.noise_scale * NOISE_STD[name] * torch.randn(
+                value.shape, generator=self._generator, device=value.device, dtype=value.dtype)
+                if name in NOISE_STD else value for name, value in parts.items()}
+        privileged = [sim.sensordata[:, self._sensor["local_linvel"]], self._height(sim)[:, None],
+                      (self._feet_clearance(sim) < 0.01).to(sim.dtype)]
+        return {"policy": torch.cat(list(parts.values()), dim=1), "critic": torch.cat([clean, *privileged], dim=1)}
+
+    # ---- rewards, termination, metrics ------------------------------------------
+
+    def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        dt = self._control_dt
+        contact = self._feet_clearance(sim) < 0.01
+        first_contact = contact & ~self._in_contact
+        self._air_time += dt
+        air_time = self._air_time * first_contact
+        self._air_time *= ~contact
+        self._in_contact = contact
+        s = Snapshot(
+            lin_vel=sim.sensordata[:, self._sensor["local_linvel"]],
+            ang_vel=sim.sensordata[:, self._sensor["gyro"]],
+            gravity=self._gravity(sim),
+            height=self._height(sim),
+            command=self._command,
+            joint_acc=(sim.qvel[:, 6:] - self._qvel_before) / dt,
+            torque=sim.field("actuator_force"),
+            action_change=self._last_action - self._prev_action,
+            first_contact=first_contact.to(sim.dtype),
+            air_time=air_time,
+            terminated=self.terminated(sim),
+            tracking_sigma=self.tracking_sigma,
+            base_height_target=self.base_height_target,
+        )
+        terms = {name: weight * dt * REWARD_TERMS[name](s) for name, weight in self._weights.items()}
+        if self.only_positive_rewards:  # lift a negative sum to 0, as its own logged term; then termination
+            others = [value for name, value in terms.items() if name != "termination"]
+            terms["positive_clip"] = torch.relu(-torch.stack(others).sum(0)) if others else torch.zeros_like(s.height)
+        return terms
+
+    def terminated(self, sim: MujocoBackend) -> torch.Tensor:
+        tilted = self._gravity(sim)[:, 2] > -math.cos(self.max_tilt)
+        return tilted | (self._height(sim) < self.min_height) | ~torch.isfinite(sim.qpos).all(1)
+
+    def metrics(self, sim: MujocoBackend) -> dict[str, torch.Tensor]:
+        lin_vel = sim.sensordata[:, self._sensor["local_linvel"]]
+        ang_vel = sim.sensordata[:, self._sensor["gyro"]]
+        return {
+            "lin_vel_error": (self._command[:, :2] - lin_vel[:, :2]).norm(dim=1),
+            "ang_vel_error": (self._command[:, 2] - ang_vel[:, 2]).abs(),
+        }
+
+    def camera(self) -> mujoco.MjvCamera:
+        return tracking_camera(body=1, distance=1.5)
+
+
+@dataclass(kw_only=True)
+class Go1Rough(Go1Velocity):
+    """:class:`Go1Velocity` on random blocks, spawning anywhere within 4 m of the origin."""
+
+    terrain: Literal["flat", "rough"] = "rough"
+    spawn_range: float = 4.0

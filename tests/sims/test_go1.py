@@ -1,0 +1,196 @@
+"""The Go1 velocity task: model, standing, observations, commands, rewards, terrain, Warp."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from sims import make_env
+from sims.tasks.go1 import DEFAULT_REWARD_WEIGHTS, Go1Rough, Go1Velocity, projected_gravity
+
+STILL = {"reset_velocity": 0.0, "reset_joint_noise": 0.0}  # start exactly at the home pose, at rest
+
+
+def test_model_has_go1_kinematics_masses_and_servos():
+    model = Go1Velocity().model()
+    assert (model.nq, model.nv, model.nu) == (19, 18, 12)
+    assert model.body("trunk").mass[0] == pytest.approx(5.204)
+    assert model.body_subtreemass[model.body("trunk").id] == pytest.approx(12.84, abs=0.1)
+    assert model.opt.timestep == pytest.approx(0.004)
+    assert Go1Velocity().frame_skip * model.opt.timestep == pytest.approx(0.02)
+    np.testing.assert_allclose(model.actuator_gainprm[:, 0], 35.0)
+    np.testing.assert_allclose(model.actuator_biasprm[:, 1:3], [[-35.0, -0.5]] * 12)
+    np.testing.assert_allclose(np.abs(model.actuator_forcerange[:, 1]), [23.7, 23.7, 35.55] * 4)
+    # Thigh and calf 0.213 m: the knee sits 0.213 m below the hip pitch axis.
+    assert model.body("FR_calf").pos[2] == pytest.approx(-0.213)
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    mujoco.mj_forward(model, data)
+    assert 0.27 <= data.qpos[2] <= 0.3
+    soles = [data.site(f"{leg}_foot").xpos[2] - 0.023 for leg in ("FR", "FL", "RR", "RL")]
+    np.testing.assert_allclose(soles, 0.0, atol=2e-3)  # the home keyframe stands on its feet
+
+
+def test_projected_gravity_is_world_down_in_the_trunk_frame():
+    rng = np.random.default_rng(0)
+    quats = rng.normal(size=(20, 4))
+    quats /= np.linalg.norm(quats, axis=1, keepdims=True)
+    expected = []
+    for q in quats:  # R^T (0, 0, -1) through MuJoCo
+        inverse, out = np.zeros(4), np.zeros(3)
+        mujoco.mju_negQuat(inverse, q)
+        mujoco.mju_rotVecQuat(out, np.array([0.0, 0.0, -1.0]), inverse)
+        expected.append(out)
+    np.testing.assert_allclose(projected_gravity(torch.as_tensor(quats)).numpy(), expected, atol=1e-12)
+
+
+def test_home_pose_with_zero_actions_stands_for_two_seconds():
+    env = make_env("go1_flat", num_envs=4, seed=0, **STILL)
+    for _ in range(100):  # 2 s at 50 Hz
+        obs, _, terminated, _, _ = env.step(torch.zeros(4, 12))
+        assert not terminated.any()
+    height = env.sim.qpos[:, 2]
+    assert ((0.22 < height) & (height < 0.32)).all(), height
+    assert (obs["critic"][:, :3][:, 2] < -0.97).all()  # projected gravity: upright within ~14 degrees
+    assert (obs["critic"][:, -4:] == 1).all()  # all four feet on the ground
+
+
+def test_observation_groups_shapes_noise_and_finiteness():
+    env = make_env("go1_flat", num_envs=8, seed=1, noise_scale=0.0)
+    obs = env.reset(seed=1)
+    assert env.observation_spec["policy"].shape == (45,) and env.observation_spec["critic"].shape == (53,)
+    assert obs["policy"].shape == (8, 45) and obs["critic"].shape == (8, 53)
+    torch.testing.assert_close(obs["policy"], obs["critic"][:, :45])  # no noise: the critic's first 45 agree
+    for _ in range(20):
+        obs, *_ = env.step(torch.rand(8, 12) * 2 - 1)
+        assert all(torch.isfinite(v).all() for v in obs.values())
+    noisy = make_env("go1_flat", num_envs=8, seed=1).reset(seed=1)
+    gap = (noisy["policy"] - noisy["critic"][:, :45]).abs()
+    assert gap[:, 15:27].mean() > 0.5  # joint velocities: std 1.5
+    assert (gap[:, 6:9] == 0).all()  # commands are not noised
+
+
+def test_action_is_a_scaled_offset_from_the_home_pose():
+    env = make_env("go1_flat", num_envs=2, seed=0, **STILL)
+    home = torch.as_tensor(env.sim.model.key("home").qpos[7:], dtype=torch.float32)
+    env.step(torch.tensor([[1.0] * 12, [-0.2] * 12]))
+    torch.testing.assert_close(env.sim.ctrl[0], home + 0.25)
+    torch.testing.assert_close(env.sim.ctrl[1], home - 0.05)
+
+
+def test_commands_resample_at_the_set_period_per_world():
+    env = make_env("go1_flat", num_envs=16, seed=2, resample_s=0.1, standing_fraction=0.0, **STILL)
+    task = env.task
+    assert task.resample_steps == 5
+    start = task.command.clone()
+    assert (start.abs().amax(1) > 0).all()
+    for step in range(1, 11):
+        env.step(torch.zeros(16, 12))
+        changed = (task.command != start).any(1)
+        assert changed.all() if step in (5, 10) else not changed.any(), step
+        start = task.command.clone()
+
+
+def test_commands_hold_between_draws_and_standing_draws_are_zero():
+    env = make_env("go1_flat", num_envs=64, seed=3, standing_fraction=1.0, **STILL)
+    assert (env.task.command == 0).all()
+    env = make_env("go1_flat", num_envs=64, seed=3, standing_fraction=0.0, resample_s=100.0, **STILL)
+    start = env.task.command.clone()
+    assert ((start[:, 0] >= -1) & (start[:, 0] <= 1)).all()
+    planar = start[:, :2].norm(dim=1)
+    assert ((planar == 0) | (planar > 0.2)).all()  # slow planar commands are zeroed
+    for _ in range(20):
+        _, _, terminated, truncated, _ = env.step(torch.zeros(64, 12))
+        assert not (terminated | truncated).any()
+    torch.testing.assert_close(env.task.command, start)
+
+
+def test_reward_terms_are_logged_scaled_by_dt_and_follow_the_command():
+    env = make_env("go1_flat", num_envs=4, seed=0, **STILL)
+    env.task.command.zero_()
+    _, reward, _, _, info = env.step(torch.zeros(4, 12))
+    log = info["log"]
+    expected = {f"reward/{name}" for name in [*DEFAULT_REWARD_WEIGHTS, "positive_clip"]}
+    assert expected == {k for k in log if k.startswith("reward/")}
+    assert "metrics/lin_vel_error" in log and "metrics/ang_vel_error" in log
+    # Standing still on a zero command tracks it almost perfectly: weight 1 x dt 0.02.
+    assert 0.018 < float(log["reward/tracking_lin_vel"]) <= 0.02
+    assert float(log["metrics/lin_vel_error"]) < 0.1
+    env.task.command[:] = torch.tensor([1.0, 0.0, 0.0])
+    _, _, _, _, info = env.step(torch.zeros(4, 12))
+    assert float(info["log"]["reward/tracking_lin_vel"]) < 0.4 * 0.02  # exp(-1 / 0.25) ~ 0.02
+    assert float(info["log"]["metrics/lin_vel_error"]) > 0.9
+
+
+def test_reward_weights_choose_terms_and_unknown_names_raise():
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"base_height": -10.0, "termination": -5.0,
+                                                                    "torques": 0.0},
+                   only_positive_rewards=False, **STILL)
+    _, reward, _, _, info = env.step(torch.zeros(2, 12))
+    assert sorted(k for k in info["log"] if k.startswith("reward/")) == ["reward/base_height", "reward/termination"]
+    assert (reward < 0).all()  # standing below the 0.27 m target costs a little
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"base_height": -10.0}, **STILL)
+    _, reward, _, _, info = env.step(torch.zeros(2, 12))
+    assert (reward == 0).all() and float(info["log"]["reward/positive_clip"]) > 0  # lifted to 0 by default
+    with pytest.raises(ValueError, match="unknown Go1 reward term.*'tracking_lin_velocity'"):
+        Go1Velocity(reward_weights={"tracking_lin_velocity": 1.0})
+
+
+def test_falling_terminates_and_is_penalised():
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"termination": -1.0}, **STILL)
+    qpos = env.sim.qpos.double()
+    qpos[:, 3:7] = torch.tensor([math.cos(1.0), math.sin(1.0), 0.0, 0.0], dtype=torch.float64)  # rolled 115 deg
+    env.sim.set_state(torch.arange(2), qpos, torch.zeros(2, 18, dtype=torch.float64))
+    _, reward, terminated, _, _ = env.step(torch.zeros(2, 12))
+    assert terminated.all()
+    torch.testing.assert_close(reward, torch.full((2,), -0.02))
+
+
+def test_rough_terrain_builds_and_the_torch_heights_match_mujoco():
+    task = Go1Rough()
+    model = task.model()
+    assert model.nhfield == 1
+    data = mujoco.MjData(model)
+    data.qpos[0] = 100.0  # the robot out of the rays' way
+    mujoco.mj_forward(model, data)
+    rng = np.random.default_rng(0)
+    points = rng.uniform(-4, 4, size=(200, 2))
+    down, hit = np.array([0.0, 0.0, -1.0]), np.zeros(1, dtype=np.int32)
+    exact = []
+    for x, y in points:  # cast rays down from 1 m onto the heightfield
+        exact.append(1.0 - mujoco.mj_ray(model, data, np.array([x, y, 1.0]), down, None, 1, -1, hit))
+    ours = task.terrain_height(torch.as_tensor(points, dtype=torch.float32)).numpy()
+    error = np.abs(ours - np.array(exact))
+    assert np.array(exact).max() > 0.03  # there is terrain to stand on
+    assert np.median(error) < 1e-3 and error.max() < 0.05 / 2  # bilinear vs MuJoCo's triangles, only at block edges
+
+    env = make_env("go1_rough", num_envs=8, seed=0, **STILL)
+    obs, *_ = env.step(torch.zeros(8, 12))
+    assert obs["policy"].shape == (8, 45) and torch.isfinite(obs["critic"]).all()
+    assert (env.sim.qpos[:, :2].abs() <= 4.0).all() and env.sim.qpos[:, :2].abs().max() > 1.0  # spawned around
+
+
+def test_model_runs_on_mujoco_warp_cpu():
+    """Every feature of the rough model (a superset of the flat one: heightfield, sensors,
+    position servos, frictionloss) is supported by MuJoCo Warp; slow: compiles kernels."""
+    wp = pytest.importorskip("warp")
+    mjw = pytest.importorskip("mujoco_warp")
+    wp.set_device("cpu")
+    model = Go1Rough().model()
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    data.qpos[2] += 0.06  # above the highest block
+    warp_model = mjw.put_model(model)
+    warp_model.opt.warn_overflow = 0  # iterations=1 always "hits" the limit, as in Playground
+    warp_data = mjw.put_data(model, data, nworld=2, nconmax=64, njmax=256)
+    for _ in range(50):
+        mjw.step(warp_model, warp_data)
+    qpos = wp.to_torch(warp_data.qpos)
+    assert torch.isfinite(qpos).all()
+    assert ((0.2 < qpos[:, 2]) & (qpos[:, 2] < 0.4)).all()  # standing on the terrain, not through it
+    assert int(warp_data.nacon.numpy()[0]) >= 8  # feet touch the heightfield in both worlds
+    assert wp.to_torch(warp_data.sensordata).shape == (2, model.nsensordata)
