@@ -35,9 +35,12 @@ def test_cartpole_time_limit_gives_true_final_obs() -> None:
         # The last observation continues the episode (the cart moved on from the previous one),
         # while the returned one starts a new episode near the reset pose.
         assert not torch.allclose(final, previous["policy"]) and not torch.allclose(final, obs["policy"])
+        env.mjlab.episode_length_buf[1] = 2  # only env 1 reaches its time limit on the next step
         step = env.step(torch.zeros(3, 1))
-        assert not step.truncated.any()
-        torch.testing.assert_close(step.info["final_obs"]["policy"], step.obs["policy"])
+        assert step.truncated.tolist() == [False, True, False]
+        final, fresh = step.info["final_obs"]["policy"], step.obs["policy"]
+        torch.testing.assert_close(final[[0, 2]], fresh[[0, 2]])
+        assert not torch.allclose(final[1], fresh[1])
 
 
 def test_go1_velocity_task_through_make_env() -> None:
