@@ -36,7 +36,7 @@ class VecEnvAsRslRl(RslRlVecEnv):
         self.num_actions = int(np.prod(env.action_spec.shape))
         self.max_episode_length = env.max_episode_steps
         self.device = env.device
-        self.dt = env.control_dt
+        self.dt = env.control_dt  # legged_gym's name for the control period, read by sims.adapters.isaac
         self.cfg = {"env": type(env).__name__, "num_envs": env.num_envs, "control_dt": env.control_dt,
                     "max_episode_steps": env.max_episode_steps}
         self._episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
