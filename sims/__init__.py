@@ -1,7 +1,8 @@
 """Simulators: the CPU MuJoCo backend, tasks over it, and adapters to Gymnasium.
 
 ``make_env("hopper", num_envs=1024)`` builds one of our tasks on the batched
-backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env.
+backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
+``make_env("mjlab:Mjlab-Velocity-Flat-Unitree-Go1", num_envs=8)`` an mjlab task.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ TASKS: dict[str, type[Task]] = {
 }
 
 GYM_PREFIX = "gym:"
+MJLAB_PREFIX = "mjlab:"
 BACKENDS = ("mujoco", "warp")
 
 
@@ -76,6 +78,12 @@ def make_env(
         if backend != "mujoco":
             raise ValueError(f"env.backend={backend} needs one of our tasks; Gymnasium envs bring their own simulator")
         return GymVecEnv(task[len(GYM_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
+    if task.startswith(MJLAB_PREFIX):
+        from sims.adapters.mjlab import MjlabVecEnv
+
+        if randomization:
+            raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events")
+        return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
     spec = TASKS[task](**task_kwargs)

@@ -1,0 +1,165 @@
+"""End-to-end PPO throughput: our Runner/PPO against rsl-rl-lib's OnPolicyRunner on the same VecEnv.
+
+Both train ``--iterations`` iterations (collection + update) with the
+hyperparameters of ``configs/ppo_<task>.yaml`` (rsl-rl-lib gets the same network
+sizes, activation, rollout length, epochs, minibatches, learning-rate schedule
+and clipping); RSL-RL trains through ``sims.adapters.rsl_rl.VecEnvAsRslRl`` on
+the very VecEnv our runner built. The learners take turns (``--rounds``) so
+that both see the same background load; the first iteration of each is
+warm-up and not timed. Env steps/s = num_envs x num_steps / the median iteration's seconds
+(the median keeps the figure of the learner, not of other jobs on a shared machine).
+
+Not shared: RSL-RL has no return normalization (configs that set
+``normalize_rewards`` differ there), and RSL-RL bootstraps time-outs from
+V(s_t) where ours uses V(final_obs) (one extra critic pass per step).
+
+    python benchmarks/ppo_vs_rsl_rl.py --task pendulum --num-envs 64 --iterations 10
+    python benchmarks/ppo_vs_rsl_rl.py --task ant --num-envs 4096 --device cuda --backend warp
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import statistics
+import tempfile
+import time
+from importlib.metadata import version
+from typing import Any
+
+import torch
+from rsl_rl.runners import OnPolicyRunner
+
+import sims
+from common import machine, write_result
+from robolearn.config import TrainConfig, load_config
+from robolearn.registry import agent_configs
+from robolearn.runner import Runner
+from sims.adapters.rsl_rl import VecEnvAsRslRl
+
+
+def train_config(task: str, num_envs: int, device: str, backend: str, run_dir: str) -> TrainConfig:
+    """``configs/ppo_<task>.yaml`` without checkpoints, evaluation, video or W&B."""
+    cfg = load_config(f"ppo_{task}", agent_configs=agent_configs())
+    cfg.env.num_envs, cfg.env.device, cfg.run_dir = num_envs, device, run_dir
+    if backend != "mujoco":
+        if "backend" not in inspect.signature(sims.make_env).parameters:
+            raise SystemExit(f"--backend {backend}: this checkout's sims.make_env has no backend keyword")
+        cfg.env.kwargs["backend"] = backend  # reaches sims.make_env(..., backend=...) as a keyword
+    cfg.runner.checkpoint_every = 10**9
+    cfg.runner.eval_episodes, cfg.runner.video_seconds = 0, 0.0
+    cfg.logging.wandb, cfg.logging.progress = "disabled", False
+    return cfg
+
+
+def rsl_rl_config(cfg: TrainConfig) -> dict[str, Any]:
+    """rsl-rl-lib 5.x runner config with our PPO's hyperparameters."""
+    agent = cfg.agent
+
+    def model(hidden: tuple[int, ...]) -> dict[str, Any]:
+        return {"class_name": "MLPModel", "hidden_dims": list(hidden), "activation": agent.activation,
+                "obs_normalization": agent.normalize_obs}
+
+    return {
+        "num_steps_per_env": agent.num_steps,
+        "save_interval": 10**9,
+        "obs_groups": {"actor": list(agent.actor_obs_groups), "critic": list(agent.critic_obs_groups)},
+        "actor": {**model(agent.actor_hidden),
+                  "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": agent.init_std}},
+        "critic": model(agent.critic_hidden),
+        "algorithm": {
+            "class_name": "PPO", "num_learning_epochs": agent.num_epochs, "num_mini_batches": agent.num_minibatches,
+            "clip_param": agent.clip_ratio, "gamma": agent.gamma, "lam": agent.lam,
+            "value_loss_coef": agent.value_coef, "entropy_coef": agent.entropy_coef,
+            "learning_rate": agent.learning_rate, "max_grad_norm": agent.max_grad_norm,
+            "use_clipped_value_loss": agent.clip_value_loss, "schedule": agent.schedule,
+            "desired_kl": agent.desired_kl,
+        },
+    }
+
+
+class Ours:
+    """Our Runner + PPO, trained a few iterations at a time."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        cfg.runner.total_steps = 0
+        self.runner = Runner(cfg)
+        self.steps_per_iteration = cfg.env.num_envs * cfg.agent.num_steps
+
+    def train(self, iterations: int) -> list[float]:
+        """Seconds of each iteration (``train`` also saves and exports at its end: not timed)."""
+        seconds: list[float] = []
+        self.runner.cfg.runner.total_steps += iterations * self.steps_per_iteration
+        self.runner.train(stop=lambda metrics: seconds.append(metrics["iteration_time"]) and False)
+        return seconds
+
+
+class RslRl:
+    """rsl-rl-lib's OnPolicyRunner on our runner's very env, through ``VecEnvAsRslRl``."""
+
+    def __init__(self, ours: Ours, cfg: TrainConfig) -> None:
+        torch.manual_seed(cfg.seed)
+        self.runner = OnPolicyRunner(VecEnvAsRslRl(ours.runner.env), rsl_rl_config(cfg), log_dir=None,
+                                     device=cfg.env.device)
+
+    def train(self, iterations: int) -> list[float]:
+        seconds = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.runner.learn(num_learning_iterations=1)
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="pendulum", help="a task with a configs/ppo_<task>.yaml")
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=12, help="timed iterations (+1 warm-up) per learner")
+    parser.add_argument("--rounds", type=int, default=3, help="the learners take turns this many times")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backend", default="mujoco", choices=["mujoco", "warp"])
+    args = parser.parse_args()
+
+    seconds: dict[str, list[float]] = {"ours": [], "rsl": []}
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = train_config(args.task, args.num_envs, args.device, args.backend, run_dir)
+        ours = Ours(cfg)
+        learners = {"ours": ours, "rsl": RslRl(ours, cfg)}
+        for name, learner in learners.items():
+            learner.train(1)  # warm-up
+        for round_ in range(args.rounds):  # interleaved: both see the same background load
+            for name, learner in learners.items():
+                seconds[name] += learner.train(len(range(round_, args.iterations, args.rounds)))
+        ours.runner.close()
+
+    steps = args.num_envs * cfg.agent.num_steps
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    rates = {name: steps / median for name, median in medians.items()}
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    agent = cfg.agent
+    table = "\n".join([
+        f"Machine: {machine()}, rsl-rl-lib {version('rsl-rl-lib')}, torch threads {torch.get_num_threads()}; device {args.device} "
+        f"({device_name(args.device)}), backend {args.backend}; load average (1, 5, 15 min) at the end {load}.",
+        "",
+        f"PPO end to end (collection + update) on `{args.task}`, {args.num_envs} envs, "
+        f"{args.iterations} timed iterations each after 1 warm-up, in {args.rounds} interleaved rounds; an iteration is {agent.num_steps} steps x {args.num_envs} envs; "
+        f"actor {list(agent.actor_hidden)}, critic {list(agent.critic_hidden)} ({agent.activation}), "
+        f"{agent.num_epochs} epochs x {agent.num_minibatches} minibatches (configs/ppo_{args.task}.yaml). "
+        "rsl-rl-lib trains on the same VecEnv through `VecEnvAsRslRl`.",
+        "",
+        "| learner | env steps/s | median s/iteration | ours / rsl-rl |",
+        "|---|---:|---:|---:|",
+        f"| robolearn Runner + PPO | {rates['ours']:,.0f} | {medians['ours']:.3f} | {rates['ours'] / rates['rsl']:.2f}x |",
+        f"| rsl-rl-lib OnPolicyRunner | {rates['rsl']:,.0f} | {medians['rsl']:.3f} | 1.00x |",
+    ])
+    write_result("ppo_vs_rsl_rl.md", table)
+
+
+if __name__ == "__main__":
+    main()

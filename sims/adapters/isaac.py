@@ -1,0 +1,141 @@
+"""Isaac Lab and Isaac Gym (legged_gym) environments as our VecEnv.
+
+Both speak RSL-RL's vec-env contract, in one of three dialects, told apart by
+what ``get_observations()`` returns:
+
+- a ``TensorDict`` (or dict) of observation groups: Isaac Lab's
+  ``RslRlVecEnvWrapper`` for rsl-rl-lib >= 3, mjlab's wrapper, our
+  ``VecEnvAsRslRl``; ``step`` returns ``(obs, rewards, dones, extras)``;
+- ``(obs, extras)`` with the other groups in ``extras["observations"]``:
+  Isaac Lab's wrapper for rsl-rl-lib 2.x; ``step`` as above, its ``obs`` the
+  ``policy`` tensor and ``extras["observations"]`` the rest;
+- a tensor: legged_gym's ``LeggedRobot``, whose ``step`` returns ``(obs,
+  privileged_obs, rewards, dones, infos)``; ``privileged_obs`` (when not None)
+  becomes group ``critic``.
+
+``dones`` covers both endings; ``extras["time_outs"]`` (legged_gym: only with
+``cfg.env.send_timeouts``) marks the time limits. We report
+``truncated = dones & time_outs`` and ``terminated = dones & ~time_outs``;
+masking with ``dones`` matters because legged_gym leaves a stale
+``time_outs`` tensor in ``extras`` on steps where no env resets.
+
+**Final observations are not exact.** These envs reset finished envs inside
+``step`` and then compute the observations, and neither Isaac Lab nor
+legged_gym keeps the last observation of the finished episode anywhere
+(``extras["observations"]`` holds the *new* episode's privileged groups). For
+finished envs ``info["final_obs"]`` is therefore the observation the env was
+in *before* this last step, so V(final_obs) = V(s_{T-1}): the same
+approximation RSL-RL itself makes when it bootstraps time-outs. For the other
+envs it equals ``obs``, as the interface says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from robolearn.interfaces import Obs, Step, VecEnv
+
+
+class RslRlEnvAsVecEnv(VecEnv):
+    """An env following RSL-RL's vec-env contract (Isaac Lab, Isaac Gym) as a VecEnv.
+
+    Groups keep their names (``policy``, ``critic``...). Actions go to the env
+    unchanged after clipping to ``[-action_limit, action_limit]``; by default
+    the env's own clip (Isaac Lab's ``clip_actions``, legged_gym's
+    ``cfg.normalization.clip_actions``), else unbounded. ``control_dt`` is read
+    from ``env.unwrapped.step_dt`` (Isaac Lab) or ``env.dt`` (legged_gym)
+    unless given. ``info["log"]`` merges ``extras["episode"]`` (legged_gym) and
+    ``extras["log"]`` (Isaac Lab).
+    """
+
+    def __init__(self, env: Any, *, action_limit: float | None = None, control_dt: float | None = None) -> None:
+        self.env = env
+        self.num_envs = int(env.num_envs)
+        self.device = torch.device(env.device)
+        self.control_dt = float(control_dt if control_dt is not None else _control_dt(env))
+        self.max_episode_steps = int(torch.as_tensor(env.max_episode_length).max())
+        limit = action_limit if action_limit is not None else _clip_actions(env)
+        self._limit = np.inf if limit is None else float(limit)
+        self.action_spec = spaces.Box(-self._limit, self._limit, (int(env.num_actions),), np.float32)
+        self._obs = self._observations()
+        self.observation_spec = {name: spaces.Box(-np.inf, np.inf, tuple(x.shape[1:]), np.float32)
+                                 for name, x in self._obs.items()}
+
+    def reset(self, seed: int | None = None) -> Obs:
+        """Seeds the env's generators (``env.seed``) and resets through ``env.reset``
+        when it has them (RSL-RL's contract has neither; its envs start reset)."""
+        if seed is not None:
+            if not hasattr(self.env, "seed"):
+                raise ValueError(f"{type(self.env).__name__} cannot be seeded")
+            self.env.seed(seed)
+        if hasattr(self.env, "reset"):
+            self.env.reset()
+        self._obs = self._observations()
+        return self._obs
+
+    def step(self, action: torch.Tensor) -> Step:
+        action = action.to(self.device).clamp(-self._limit, self._limit)
+        result = self.env.step(action)
+        if len(result) == 5:  # legged_gym: obs, privileged_obs, rewards, dones, infos
+            policy, privileged, reward, dones, extras = result
+            obs = _legged_gym_groups(policy, privileged)
+        else:
+            raw, reward, dones, extras = result
+            obs = _groups(raw, extras)
+        done = dones.bool()
+        time_out = extras.get("time_outs", torch.zeros_like(done)).to(self.device).bool() & done
+        final = {name: torch.where(_rows(done, x), self._obs[name], x) for name, x in obs.items()}
+        self._obs = obs
+        log = {**extras.get("episode", {}), **extras.get("log", {})}
+        return Step(obs, reward.float(), done & ~time_out, time_out, {"final_obs": final, "log": log})
+
+    def close(self) -> None:
+        if hasattr(self.env, "close"):
+            self.env.close()
+
+    def _observations(self) -> Obs:
+        result = self.env.get_observations()
+        if isinstance(result, torch.Tensor):  # legged_gym
+            return _legged_gym_groups(result, self.env.get_privileged_observations())
+        if isinstance(result, tuple):  # rsl-rl-lib 2.x: (policy, extras)
+            return _groups(*result)
+        return _groups(result, {})
+
+
+def _groups(obs: Any, extras: Mapping[str, Any]) -> Obs:
+    """Groups of a TensorDict/dict observation, or of a ``policy`` tensor plus
+    ``extras["observations"]`` (rsl-rl-lib 2.x)."""
+    if isinstance(obs, torch.Tensor):
+        return {"policy": obs.clone(), **{k: v.clone() for k, v in extras.get("observations", {}).items()}}
+    return {name: obs[name].clone() for name in obs.keys()}
+
+
+def _legged_gym_groups(obs: torch.Tensor, privileged: torch.Tensor | None) -> Obs:
+    groups = {"policy": obs.clone()}
+    if privileged is not None:
+        groups["critic"] = privileged.clone()
+    return groups
+
+
+def _control_dt(env: Any) -> float:
+    unwrapped = getattr(env, "unwrapped", None)
+    for owner, name in ((unwrapped, "step_dt"), (env, "step_dt"), (env, "dt")):
+        if owner is not None and hasattr(owner, name):
+            return float(getattr(owner, name))
+    raise ValueError(f"{type(env).__name__} has no step_dt or dt: pass control_dt")
+
+
+def _clip_actions(env: Any) -> float | None:
+    if getattr(env, "clip_actions", None) is not None:
+        return float(env.clip_actions)
+    normalization = getattr(getattr(env, "cfg", None), "normalization", None)
+    return getattr(normalization, "clip_actions", None)
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (like.dim() - 1)))

@@ -1,0 +1,52 @@
+"""Our VecEnv as an RSL-RL VecEnv: the contract, and rsl-rl-lib's own runner training on it."""
+
+import pytest
+import torch
+
+pytest.importorskip("rsl_rl")
+from rsl_rl.runners import OnPolicyRunner  # noqa: E402
+
+from sims import make_env  # noqa: E402
+from sims.adapters.rsl_rl import VecEnvAsRslRl  # noqa: E402
+
+
+def test_step_follows_the_rsl_rl_contract() -> None:
+    env = VecEnvAsRslRl(make_env("pendulum", num_envs=3, seed=0, max_episode_steps=4))
+    assert (env.num_envs, env.num_actions, env.max_episode_length) == (3, 1, 4)
+    obs = env.get_observations()
+    assert obs.batch_size == torch.Size([3]) and obs["policy"].shape == (3, 3)
+    for t in range(4):
+        obs, reward, dones, extras = env.step(torch.zeros(3, 1))
+        assert reward.shape == (3,) and dones.dtype == torch.long
+        assert torch.equal(env.episode_length_buf, torch.full((3,), (t + 1) % 4))
+    assert dones.all() and extras["time_outs"].all()
+    assert set(extras["log"]) and all(key.startswith("reward/") for key in extras["log"])
+    torch.testing.assert_close(env.get_observations()["policy"], obs["policy"])
+    with pytest.raises(NotImplementedError, match="init_at_random_ep_len"):
+        env.episode_length_buf = torch.zeros(3, dtype=torch.long)
+    env.close()
+
+
+def test_rsl_rl_runner_trains_on_our_task(tmp_path) -> None:
+    """rsl-rl-lib's OnPolicyRunner, unmodified, runs two iterations on pendulum."""
+    torch.manual_seed(0)
+    env = VecEnvAsRslRl(make_env("pendulum", num_envs=8, seed=0))
+    model = {"class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu", "obs_normalization": True}
+    cfg = {
+        "num_steps_per_env": 16,
+        "save_interval": 50,
+        "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
+        "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
+        "critic": model,
+        "algorithm": {"class_name": "PPO", "num_learning_epochs": 2, "num_mini_batches": 2},
+        "logger": "tensorboard",
+    }
+    runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path), device="cpu")
+    before = [p.clone() for p in runner.alg.actor.parameters()]
+    runner.learn(num_learning_iterations=2)
+    assert runner.current_learning_iteration == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters()))
+    assert list(tmp_path.glob("model_*.pt"))
+    policy = runner.get_inference_policy()
+    with torch.inference_mode():
+        assert policy(env.get_observations()).shape == (8, 1)
