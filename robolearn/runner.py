@@ -197,8 +197,9 @@ class Runner:
         obs = self.env.reset(seed=cfg.seed + self.progress.iteration)
         check_finite("observation", obs)
         result = RunResult(self.run_dir)
+        deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
         try:
-            while self.progress.env_steps < cfg.runner.total_steps:
+            while self.progress.env_steps < cfg.runner.total_steps and time.monotonic() < deadline:
                 start = time.perf_counter()
                 obs, metrics = iterate(obs, stats)
                 self.progress.iteration += 1

@@ -24,10 +24,12 @@ from sims.backend import MujocoBackend  # noqa: E402
 from sims.warp_backend import WarpBackend  # noqa: E402
 
 NUM = 4
+# Warp's CPU device everywhere; the GPU too where there is one (benchmarks/gpu.sh runs this file there).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
-def _pair(task: str, **kwargs):
-    warp = sims.make_env(task, NUM, device="cpu", backend="warp", seed=0, **kwargs)
+def _pair(task: str, device: str = "cpu", **kwargs):
+    warp = sims.make_env(task, NUM, device=device, backend="warp", seed=0, **kwargs)
     cpu = sims.make_env(task, NUM, device="cpu", seed=0, **kwargs)
     warp.reset(seed=1), cpu.reset(seed=1)
     return warp, cpu
@@ -38,16 +40,17 @@ def _actions(env, steps: int):
     return [torch.rand((NUM, env.action_spec.shape[0]), generator=generator) * 2 - 1 for _ in range(steps)]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("task", ["pendulum", "cartpole", "reacher", "arm_reach", "hopper"])
-def test_tasks_follow_the_cpu_backend(task):
-    warp, cpu = _pair(task)
+def test_tasks_follow_the_cpu_backend(task, device):
+    warp, cpu = _pair(task, device)
     assert isinstance(warp.sim, WarpBackend) and isinstance(cpu.sim, MujocoBackend)
     for action in _actions(warp, 50):
-        a, b = warp.step(action), cpu.step(action)
+        a, b = warp.step(action.to(device)), cpu.step(action)
         for name in b.obs:
-            torch.testing.assert_close(a.obs[name], b.obs[name], atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(a.reward, b.reward, atol=1e-4, rtol=1e-4)
-        assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
+            torch.testing.assert_close(a.obs[name].cpu(), b.obs[name], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a.reward.cpu(), b.reward, atol=1e-4, rtol=1e-4)
+        assert torch.equal(a.terminated.cpu(), b.terminated) and torch.equal(a.truncated.cpu(), b.truncated)
 
 
 def test_half_cheetah_stays_within_float_chaos():
@@ -109,18 +112,19 @@ def test_state_rows_replay_on_the_cpu_backend():
         torch.testing.assert_close(a.obs["policy"], b.obs["policy"], atol=1e-4, rtol=1e-4)
 
 
-def test_per_world_masses_match_the_cpu_backend():
-    warp, cpu = _pair("hopper")
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_world_masses_match_the_cpu_backend(device):
+    warp, cpu = _pair("hopper", device)
     masses = cpu.sim.get_model_field("body_mass") * torch.tensor([0.5, 1.0, 1.5, 2.0]).unsqueeze(1)
     for env in (warp, cpu):
         env.sim.set_model_field("body_mass", masses)
         env.reset(seed=1)
-    torch.testing.assert_close(warp.sim.get_model_field("body_mass"), masses.float())
+    torch.testing.assert_close(warp.sim.get_model_field("body_mass").cpu(), masses.float())
     heights = []
     for action in _actions(warp, 30):
-        a, b = warp.step(action), cpu.step(action)
-        torch.testing.assert_close(a.obs["policy"], b.obs["policy"], atol=2e-4, rtol=2e-4)
-        heights.append(a.obs["policy"][:, 0])
+        a, b = warp.step(action.to(device)), cpu.step(action)
+        torch.testing.assert_close(a.obs["policy"].cpu(), b.obs["policy"], atol=2e-4, rtol=2e-4)
+        heights.append(a.obs["policy"][:, 0].cpu())
     assert torch.stack(heights).std(1).mean() > 1e-3  # the worlds really differ
 
 

@@ -1,0 +1,75 @@
+"""Report a Go1 velocity-tracking run: learning curve against wall-clock and the tracking error.
+
+The tracking error is measured here, not read from training logs (which carry
+exploration noise): the run's exported controller drives ``--worlds`` Go1s on
+the run's own env config for ``--seconds`` of sim time, commands resampled as
+in training, and the mean |v_xy command - v_xy| and |yaw-rate error| over all
+steps are reported. Writes ``benchmarks/results/go1_gpu.md``.
+
+    python benchmarks/go1_gpu_report.py benchmarks/runs/go1_gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write_result  # noqa: E402
+from robolearn.registry import make_env  # noqa: E402
+from robolearn.runner import load_agent, read_run_config  # noqa: E402
+
+THRESHOLD = 0.3  # m/s: "walks" = mean xy tracking error below this, commands U(-1, 1) m/s per axis
+
+
+@torch.no_grad()
+def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
+    cfg = read_run_config(run)
+    cfg.env.randomization = {}  # nominal robot, no pushes: the gait itself
+    with make_env(cfg.env, num_envs=worlds, seed=123) as env:
+        controller = load_agent(run, env).controller().to(env.device).eval()
+        obs = env.reset(seed=123)
+        sums = {"lin_vel_error": 0.0, "ang_vel_error": 0.0}
+        falls, steps = 0, int(seconds / env.control_dt)
+        for _ in range(steps):
+            obs, _, terminated, _, info = env.step(controller.act(obs))
+            for key in sums:
+                sums[key] += float(info["log"][f"metrics/{key}"])
+            falls += int(terminated.sum())
+    return {**{k: v / steps for k, v in sums.items()}, "falls_per_world_minute": falls / worlds / (seconds / 60)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("runs", type=Path, help="the run name's folder; its newest run is reported")
+    parser.add_argument("--worlds", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    run = max((p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    error = tracking_error(run, args.worlds, args.seconds)
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    last = lines[-1]
+    table = ["| wall-clock (s) | env steps | return | train lin vel error (m/s) | env steps/s |", "|---|---|---|---|---|"]
+    for line in lines[:: max(1, len(lines) // 10)] + [last]:
+        table.append(f"| {line['time']:.0f} | {line['env_steps']:,} | {line.get('return', float('nan')):.2f} | "
+                     f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
+    walks = error["lin_vel_error"] < THRESHOLD
+    text = "\n".join([
+        "# Go1 velocity tracking on the GPU (PPO, MuJoCo Warp)", "",
+        f"Machine: {machine()}, GPU {gpu}. Run: `{run}` ({last['env_steps']:,} env steps).", "",
+        *table, "",
+        f"Deterministic controller, {args.worlds} nominal Go1s, {args.seconds:.0f} s each, commands resampled "
+        f"every 10 s: mean xy velocity error **{error['lin_vel_error']:.3f} m/s**, yaw-rate error "
+        f"{error['ang_vel_error']:.3f} rad/s, {error['falls_per_world_minute']:.2f} falls per robot-minute. "
+        f"Threshold for a walking gait: {THRESHOLD} m/s -> {'met' if walks else 'NOT met'}.",
+    ])
+    write_result("go1_gpu.md", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Everything issue "Massively parallel training on GPU" measures on a GPU, in one command:
+#
+#   bash benchmarks/gpu.sh                 # all stages
+#   bash benchmarks/gpu.sh tests throughput  # some stages: tests throughput ppo go1 scaling
+#
+# Needs an NVIDIA GPU and `pip install -e ".[test]" rsl-rl-lib` (setup.sh installs mujoco-warp and
+# warp-lang). Results land in benchmarks/results/*.md; copy them into BENCHMARKS.md with
+# `python benchmarks/collect.py` if you keep that, or by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests throughput ppo go1 scaling)
+GO1_MINUTES=${GO1_MINUTES:-3}
+PPO_ITERATIONS=${PPO_ITERATIONS:-20}
+nvidia-smi -L
+python -c "import torch, warp, mujoco_warp; print('torch', torch.__version__, 'warp', warp.__version__, 'mujoco_warp', mujoco_warp.__version__)"
+for stage in "${stages[@]}"; do
+  echo "=== $stage ($(date -u +%T))"
+  case $stage in
+    tests)  # the Warp backend on the GPU against the CPU backend
+      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py tests/sims/test_go1.py ;;
+    throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
+      (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
+    ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
+      (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
+        --iterations "$PPO_ITERATIONS") ;;
+    go1)  # a walking gait within GO1_MINUTES of wall-clock: eval.json has the tracking error
+      python -m robolearn train configs/ppo_go1_flat.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
+        runner.max_minutes="$GO1_MINUTES" runner.video_seconds=0 logging.wandb=disabled logging.progress=false \
+        runner.log_every=10 run_dir=benchmarks/runs name=go1_gpu
+      python benchmarks/go1_gpu_report.py benchmarks/runs/go1_gpu ;;
+    scaling)  # data-parallel efficiency; NCCL needs one GPU per rank
+      ngpu=$(nvidia-smi -L | wc -l)
+      if [ "$ngpu" -ge 2 ] && [ -f benchmarks/distributed_scaling.py ]; then
+        (cd benchmarks && python distributed_scaling.py --device cuda --backend warp)
+      else
+        echo "scaling: $ngpu GPU(s); NCCL data parallelism needs 2 or more, skipped"
+      fi ;;
+    *) echo "unknown stage $stage (tests throughput ppo go1 scaling)"; exit 2 ;;
+  esac
+done
