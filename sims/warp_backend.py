@@ -93,7 +93,7 @@ class WarpBackend:
             # MuJoCo Warp skips the post-constraint RNE (cacc, cfrc_int, cfrc_ext) unless asked.
             self._m.opt.run_rne_postconstraint = bool({"cacc", "cfrc_int", "cfrc_ext"} & set(fields))
             # Few solver iterations are a speed setting (Playground's Go1 uses 1), not an error to print per step.
-            self._m.opt.warn_overflow &= ~int(mjw.OverflowType.ITERATIONS)
+            self._m.opt.warn_overflow &= ~int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
             self._d = mjw.put_data(model, mujoco.MjData(model), nworld=num_worlds, nconmax=nconmax, njmax=njmax)
             self._stream = wp.get_stream(self._wp_device) if self._wp_device.is_cuda else None
         self._fields = ("sensordata", *fields)
