@@ -10,6 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+# Rendering is not measured here; without an OpenGL library MuJoCo's import must not try one.
+if [ -z "${MUJOCO_GL:-}" ]; then
+  if ldconfig -p | grep -q libEGL.so; then export MUJOCO_GL=egl; else export MUJOCO_GL=disable; fi
+fi
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests throughput ppo go1 scaling)
 GO1_MINUTES=${GO1_MINUTES:-3}
