@@ -109,9 +109,12 @@ class RandomizedEnv(VecEnv):
 
     def _resample(self, ids: torch.Tensor) -> None:
         """New dynamics, latency and delay for worlds ``ids``."""
+        # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
         scales = {key: uniform((len(ids),), *self._range(key), self._generator)
-                  for key in {key for key, _ in SCALED_FIELDS.values()}}
+                  for key in {key for key, _ in SCALED_FIELDS.values()} if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
         for name, (key, columns) in SCALED_FIELDS.items():
+            if key not in scales:
+                continue
             values = self._nominal[name].expand(len(ids), *self._nominal[name].shape).clone()
             part = values if columns is None else values[..., columns]
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values

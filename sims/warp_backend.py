@@ -103,6 +103,7 @@ class WarpBackend:
         self._graphs: dict[str, object] = {}
         self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
         self._forward_on_reset = model.nsensordata > 0 or bool(fields)
+        self._const_stale = False
         self._renderer: mujoco.Renderer | None = None
         self._render_data: mujoco.MjData | None = None
 
@@ -150,6 +151,7 @@ class WarpBackend:
 
     def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
         """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
+        self._refresh_const()
         wp.to_torch(self._d.ctrl).copy_(ctrl)
         self._run(f"step{nstep}", lambda: [mjw.step(self._m, self._d) for _ in range(nstep)])
 
@@ -289,8 +291,13 @@ class WarpBackend:
         if name in _SETCONST_INPUTS:
             for output in _SETCONST_OUTPUTS:
                 self._batch(output)
+            self._const_stale = True  # recomputed once before the next step, however many fields changed
+
+    def _refresh_const(self) -> None:
+        if self._const_stale:
             with wp.ScopedDevice(self._wp_device):
                 mjw.set_const(self._m, self._d)
+            self._const_stale = False
 
     def get_model_field(self, name: str) -> torch.Tensor:
         """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""

@@ -277,15 +277,17 @@ class Go1Velocity(Task):
         return self._command
 
     def pre_step(self, sim: MujocoBackend) -> None:
-        self._qvel_before = sim.qvel[:, 6:].clone()
+        # Buffers are written in place: a learner that steps under torch.inference_mode (RSL-RL)
+        # must not turn them into inference tensors that a later reset cannot write.
+        self._qvel_before.copy_(sim.qvel[:, 6:])
         self._command_timer -= 1
         due = (self._command_timer <= 0).nonzero().squeeze(1)
         if len(due):
             self._sample_commands(due)
 
     def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
-        self._prev_action = self._last_action
-        self._last_action = action.to(self._last_action.dtype)
+        self._prev_action.copy_(self._last_action)
+        self._last_action.copy_(action)
         return self._default_joints + self.action_scale * self._last_action
 
     # ---- observations -------------------------------------------------------------
@@ -328,7 +330,7 @@ class Go1Velocity(Task):
         self._air_time += dt
         air_time = self._air_time * first_contact
         self._air_time *= ~contact
-        self._in_contact = contact
+        self._in_contact.copy_(contact)
         s = Snapshot(
             lin_vel=sim.sensordata[:, self._sensor["local_linvel"]],
             ang_vel=sim.sensordata[:, self._sensor["gyro"]],
