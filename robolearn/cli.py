@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides.extend(extra)
-    if args.command == "train" and args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        return _torchrun(args.nproc, argv if argv is not None else sys.argv[1:])
+    args.argv = list(argv if argv is not None else sys.argv[1:])
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:
@@ -132,8 +131,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
             break
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
-    except ChildFailedError:
-        return 1  # the failing rank has printed its error
+    except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
+        return max(1, *(failure.exitcode for failure in err.failures.values()))
     return 0
 
 
@@ -152,6 +151,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(config, args.overrides, agent_configs())
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
+        return _torchrun(args.nproc, args.argv)
     result = train(cfg, resume=args.resume)
     if result.interrupted:
         return 130

@@ -146,7 +146,10 @@ class Runner:
         distributed.init(cfg.env.device)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
         self.seed = cfg.seed + distributed.rank()
-        self.run_dir = Path(resume) if resume else Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
+        if resume:
+            self.run_dir = Path(resume)
+        else:  # rank 0 makes it; the others learn its name
+            self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
         if self.main:
             write_config(self.run_dir, cfg)
         if cfg.runner.torch_threads > 0:

@@ -82,7 +82,16 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
         sac.update(batch)
     out["sac"] = flat(sac.state_dict())
     out["metrics"] = distributed.mean_metrics({"x": float(rank), **({"return": 5.0} if rank == 0 else {})})
-    runner.close()
+
+    # resume one more iteration: every rank loads the same checkpoint
+    cfg = config(tmp / f"runs_rank{rank}", NUM_ENVS)
+    cfg.runner.total_steps += STEPS * 2 * NUM_ENVS
+    resumed = Runner(cfg, resume=result.run_dir)
+    out["resumed_from"] = flat(resumed.agent.state_dict())
+    resumed.train()
+    out["resumed"] = flat(resumed.agent.state_dict())
+    runner.env.close()
+    resumed.close()  # leaves the process group
     torch.save(out, tmp / f"rank{rank}.pt")
 
 
@@ -130,7 +139,13 @@ def test_only_rank_0_writes_the_run_directory(two_ranks) -> None:
     assert len(list((tmp / "runs_rank0").glob("*/*"))) == 1
     assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "metrics.jsonl", "checkpoints", "export"}
     steps = [line["env_steps"] for line in read_metrics(run_dir)]  # one writer: each iteration once, all ranks' steps
-    assert steps == [STEPS * 2 * NUM_ENVS * (i + 1) for i in range(ITERATIONS)]
+    assert steps == [STEPS * 2 * NUM_ENVS * (i + 1) for i in range(ITERATIONS + 1)]  # + the resumed one
+
+
+def test_resume_loads_the_same_checkpoint_on_every_rank(two_ranks) -> None:
+    _, (r0, r1) = two_ranks
+    assert torch.equal(r0["resumed_from"], r0["params"][-1]) and torch.equal(r1["resumed_from"], r0["params"][-1])
+    assert torch.equal(r0["resumed"], r1["resumed"]) and not torch.equal(r0["resumed"], r0["resumed_from"])
 
 
 def test_two_ranks_log_like_one_process_with_all_the_worlds(two_ranks, tmp_path) -> None:
@@ -141,7 +156,7 @@ def test_two_ranks_log_like_one_process_with_all_the_worlds(two_ranks, tmp_path)
         assert not dist.is_initialized()  # without torchrun, nothing distributed happens
     finally:
         runner.close()
-    single, double = read_metrics(result.run_dir), read_metrics(Path(r0["run_dir"]))
+    single, double = read_metrics(result.run_dir), read_metrics(Path(r0["run_dir"]))[:ITERATIONS]  # before the resume
     assert [m["env_steps"] for m in single] == [m["env_steps"] for m in double]
     # Same initial networks (rank 0 and the single process draw them from the same seed) and as many
     # worlds: the updates agree within sampling noise, and a metric summed over ranks instead of
