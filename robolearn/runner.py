@@ -15,7 +15,8 @@ Under torchrun (``robolearn/distributed.py``) every rank runs this loop on its
 own ``env.num_envs`` worlds (the count is per rank) seeded ``seed + rank``;
 ``runner.total_steps`` and the logged ``env_steps`` and ``fps`` count the steps
 of all ranks, the logged metrics are averages over ranks, and only rank 0 writes
-the run directory. A resume has every rank load the same checkpoint.
+the run directory. A resume has every rank load the same checkpoint (and, off
+policy, rank 0's replay buffer: the only one saved) and draw fresh random streams.
 """
 
 from __future__ import annotations
