@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from robolearn import distributed
 from robolearn.interfaces import Controller, Obs
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
@@ -58,10 +59,21 @@ class EmpiricalNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge the statistics of ``x`` ``(..., size)`` (all leading dims are samples)."""
-        x = x.reshape(-1, self.mean.shape[0]).float()
-        n = x.shape[0]
-        batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)
+        """Merge the statistics of ``x`` ``(..., size)`` (all leading dims are samples).
+
+        Under torchrun every rank calls this together and merges every rank's
+        batch in rank order, so all ranks keep the statistics of all the data.
+        """
+        size = self.mean.shape[0]
+        x = x.reshape(-1, size).float()
+        moments = torch.cat([x.new_tensor([x.shape[0]]), x.mean(0), x.var(0, unbiased=False)])
+        for batch in distributed.all_gather(moments):
+            n, batch_mean, batch_var = batch.split([1, size, size])
+            self.merge(n.long().squeeze(0), batch_mean, batch_var)
+
+    @torch.no_grad()
+    def merge(self, n: torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Chan et al.'s parallel update with a batch of ``n`` samples of (biased) ``batch_var``."""
         w = n / (self.count + n)
         delta = batch_mean - self.mean
         self.mean.add_(w * delta)

@@ -14,6 +14,11 @@ Recurrent policy: only the actor has memory (the critic may read privileged
 groups instead). The runner calls :meth:`PPO.reset` with the done mask after
 every env step, and evaluates with :meth:`PPO.controller`, not :meth:`PPO.act`
 (which advances the rollout's hidden state).
+
+Under torchrun (``robolearn/distributed.py``) each rank rolls out its own envs;
+gradients and the KL that steers the learning rate are averaged over ranks, and
+the normalizers merge every rank's statistics, so the ranks stay one policy.
+Advantages are normalized per rank (as RSL-RL does).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from robolearn import distributed
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (
     ActionScaler,
@@ -176,6 +182,7 @@ class RecurrentController(Controller):
 
 class PPO(Agent):
     on_policy = True
+    data_parallel = True
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: PPOConfig, device: torch.device) -> None:
         if len(action_spec.shape) != 1:
@@ -296,8 +303,8 @@ class PPO(Agent):
                 entropy = gaussian_entropy(std)
 
                 kl = gaussian_kl(mb["old_mean"], old_std, mean.detach(), std.detach()).mean()
-                if cfg.schedule == "adaptive":
-                    self.learning_rate = adaptive_lr(self.learning_rate, kl.item(), cfg)
+                if cfg.schedule == "adaptive":  # the KL of all ranks, so the lr stays the same on every rank
+                    self.learning_rate = adaptive_lr(self.learning_rate, distributed.mean(kl).item(), cfg)
                     for group in self.optimizer.param_groups:
                         group["lr"] = self.learning_rate
 
@@ -317,6 +324,7 @@ class PPO(Agent):
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                distributed.average_gradients(self.params)
                 nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():

@@ -14,6 +14,11 @@ weights), so one backward pass and one fused Adam step update everything.
 (Unlike implementations with one optimizer step per loss, the actor's loss
 therefore uses the critic from before this step's critic update.)
 ``update`` returns 0-dim tensors, never synchronizing with the device.
+
+Under torchrun (``robolearn/distributed.py``) each rank samples from its own
+replay buffer and the gradients of critics, actor and temperature are averaged
+over ranks before the step, so one update sees ``batch_size x world_size``
+transitions.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from robolearn import distributed
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from policies.modules import ActionScaler, DeterministicController, EnsembleQ, SquashedGaussianActor
 
@@ -51,6 +57,7 @@ class SACConfig:
 
 class SAC(Agent):
     on_policy = False
+    data_parallel = True
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SACConfig, device: torch.device) -> None:
         if len(action_spec.shape) != 1:
@@ -77,6 +84,7 @@ class SAC(Agent):
             fused=True,
         )
         self._online, self._target = list(self.critic.parameters()), list(self.critic_target.parameters())
+        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _groups(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         actor_obs = flatten_obs(obs, self.actor_groups)
@@ -117,6 +125,7 @@ class SAC(Agent):
 
         self.optimizer.zero_grad(set_to_none=True)
         (critic_loss + actor_loss + alpha_loss).backward()
+        distributed.average_gradients(self._params)  # critics, actor and temperature alike
         self.optimizer.step()
         with torch.no_grad():
             torch._foreach_lerp_(self._target, self._online, cfg.tau)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import CONFIG_DIR, ConfigError, load_config
 from robolearn.data.cli import add_dataset_parser, dataset_command
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4")
     p.add_argument("--resume", type=Path, help="a run directory to continue from its latest checkpoint")
     p.add_argument("--no-wandb", action="store_true", help="do not write Weights & Biases files")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="data-parallel over N processes on this machine (relaunches under torchrun; "
+                        "env.num_envs is per process; one GPU each on CUDA)")
 
     p = commands.add_parser("eval", help="evaluate a run's controller")
     p.add_argument("run", type=Path)
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides.extend(extra)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:
@@ -107,6 +113,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _torchrun(nproc: int, argv: list[str]) -> int:
+    """``robolearn train ... --nproc N``: the same command, without ``--nproc``, on N ranks of
+    ``torchrun --standalone`` (the same as ``torchrun --nproc_per_node N -m robolearn train ...``)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    argv = list(argv)
+    for i, word in enumerate(argv):
+        if word.startswith("--nproc="):
+            del argv[i]
+            break
+        if word == "--nproc":
+            del argv[i:i + 2]
+            break
+    try:
+        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
+    except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
+        return max(1, *(failure.exitcode for failure in err.failures.values()))
+    return 0
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -124,9 +151,13 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(config, args.overrides, agent_configs())
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
+        return _torchrun(args.nproc, args.argv)
     result = train(cfg, resume=args.resume)
     if result.interrupted:
         return 130
+    if not distributed.is_main():  # rank 0 reports the run
+        return 0
     print(f"run:         {result.run_dir}")
     if result.evaluation:
         e = result.evaluation

@@ -161,6 +161,9 @@ class Agent(ABC):
     """
 
     on_policy: bool
+    # Averages its gradients over torchrun's ranks (robolearn/distributed.py); runners refuse
+    # to train an agent without it on more than one rank, whose copies would drift apart.
+    data_parallel: bool = False
 
     @abstractmethod
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:

@@ -10,11 +10,19 @@ sampled from a replay buffer. A run directory is self-contained::
         checkpoints/latest.pt  (+ replay.pt for off-policy runs), written atomically
         export/controller.{pt,onnx,json}
         eval.json, video.mp4, wandb/
+
+Under torchrun (``robolearn/distributed.py``) every rank runs this loop on its
+own ``env.num_envs`` worlds (the count is per rank) seeded ``seed + rank``;
+``runner.total_steps`` and the logged ``env_steps`` and ``fps`` count the steps
+of all ranks, the logged metrics are averages over ranks, and only rank 0 writes
+the run directory. A resume has every rank load the same checkpoint (and, off
+policy, rank 0's replay buffer: the only one saved) and draw fresh random streams.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,7 +36,8 @@ import yaml
 
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, rng_state,
                                   save_checkpoint, set_rng_state)
-from robolearn.config import TrainConfig, config_from_dict, to_dict
+from robolearn import distributed
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
@@ -135,20 +144,32 @@ class Runner:
 
     def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = Path(resume) if resume else new_run_dir(cfg)
-        write_config(self.run_dir, cfg)
+        distributed.init(cfg.env.device)
+        self.world_size, self.main = distributed.world_size(), distributed.is_main()
+        self.seed = cfg.seed + distributed.rank()
+        if resume:
+            self.run_dir = Path(resume)
+        else:  # rank 0 makes it; the others learn its name
+            self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
+        if self.main:
+            write_config(self.run_dir, cfg)
         if cfg.runner.torch_threads > 0:
             torch.set_num_threads(cfg.runner.torch_threads)
-        torch.manual_seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        self.env = make_env(cfg.env, seed=cfg.seed)
+        torch.manual_seed(self.seed)
+        np.random.seed(self.seed)
+        self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
         self.agent = make_agent(cfg, self.env)
+        if self.world_size > 1 and not self.agent.data_parallel:
+            self.close()
+            raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
         self.progress = Progress()
         self.replay: ReplayBuffer | None = None
         if not self.agent.on_policy:
             self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
         if resume:
             self._restore()
+        if distributed.active():  # every rank starts from rank 0's networks, optimizer and normalizers
+            self.agent.load_state_dict(distributed.broadcast_object(self.agent.state_dict()))
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -157,6 +178,9 @@ class Runner:
         return self.run_dir / "checkpoints" / "latest.pt"
 
     def save(self) -> None:
+        """Checkpoint (rank 0 only: the ranks' agents are identical)."""
+        if not self.main:
+            return
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
                         agent=self.agent.state_dict(), progress=progress)
@@ -171,6 +195,9 @@ class Runner:
         progress = dict(payload["progress"])
         set_rng_state(progress.pop("rng"))
         self.progress = Progress(**progress)
+        if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
+            torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
+            np.random.seed(self.seed + self.world_size * self.progress.iteration)
         if self.replay is not None:
             replay_path = self.checkpoint_path.with_name("replay.pt")
             if not replay_path.is_file():
@@ -189,12 +216,14 @@ class Runner:
         checkpoint kept (it is only written after finite updates).
         """
         cfg = self.cfg
-        logger = RunLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
-                           wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
-                           progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
+        logger = None
+        if self.main:
+            logger = RunLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
+                               wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
+                               progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
-        obs = self.env.reset(seed=cfg.seed + self.progress.iteration)
+        obs = self.env.reset(seed=self.seed + self.progress.iteration)
         check_finite("observation", obs)
         result = RunResult(self.run_dir)
         deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
@@ -205,7 +234,8 @@ class Runner:
                 self.progress.iteration += 1
                 self.progress.recent_returns = list(stats.recent)
                 metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
-                if self.progress.iteration % cfg.runner.log_every == 0:
+                metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees
+                if logger is not None and self.progress.iteration % cfg.runner.log_every == 0:
                     logger.log(self.progress.env_steps, metrics)
                 if self.progress.iteration % cfg.runner.checkpoint_every == 0:
                     self.save()
@@ -216,9 +246,10 @@ class Runner:
         except NonFiniteError as err:
             raise stopped_by_nan(self, logger, err) from None
         self.save()
-        logger.end_progress()
-        self._finish(result, logger)
-        logger.close()
+        if logger is not None:  # rank 0: export, evaluate, film
+            logger.end_progress()
+            self._finish(result, logger)
+            logger.close()
         return result
 
     def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
@@ -273,7 +304,7 @@ class Runner:
         done = terminated | truncated
         self.agent.reset(done)
         stats.add(reward, done, info)
-        self.progress.env_steps += self.env.num_envs
+        self.progress.env_steps += self.env.num_envs * self.world_size
         transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward,
                       "terminated": terminated, "truncated": truncated, **out}
         return next_obs, transition
@@ -285,6 +316,15 @@ class Runner:
 
     def close(self) -> None:
         self.env.close()
+        distributed.shutdown()
+
+
+def _rank_env_config(env: EnvConfig) -> EnvConfig:
+    """``env`` with physics threads for this rank's share of the cores where it says 'all cores'
+    and several ranks share this machine (else each rank would start one thread per core)."""
+    if env.num_threads == 0 and distributed.local_world_size() > 1:
+        return dataclasses.replace(env, num_threads=distributed.cpu_share())
+    return env
 
 
 def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> RunResult:
@@ -293,7 +333,8 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
     result.interrupted = True
     if logger is not None:
         logger.close()
-    print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}")
+    if distributed.is_main():
+        print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}")
     return result
 
 
@@ -340,6 +381,8 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     from robolearn.finetune_runner import FinetuneRunner, is_finetune
     from robolearn.offline_runner import OfflineRunner, is_offline
 
+    if distributed.world_size() > 1 and (is_finetune(cfg) or is_offline(cfg)):
+        raise ConfigError(f"algo '{cfg.algo}': offline and offline-to-online runs train in one process (no torchrun)")
     if is_finetune(cfg):
         runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
     else:

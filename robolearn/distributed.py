@@ -1,0 +1,155 @@
+"""Data-parallel training across processes, GPUs and nodes, launched by ``torchrun``.
+
+Every rank runs the whole training loop on its own batch of worlds
+(``env.num_envs`` is *per rank*: N ranks step N x num_envs worlds) with its own
+seed (``seed + rank``), and the ranks stay one model:
+
+- rank 0's initial (or resumed) agent state is broadcast, so all start identical;
+- agents average their gradients over ranks after ``backward`` and before the
+  optimizer step (:func:`average_gradients`), so every step is identical;
+- observation normalizers merge every rank's batch statistics
+  (:func:`all_gather`, Chan et al.'s formula in ``policies/modules.py``), so all
+  ranks normalize identically (RSL-RL keeps them per rank);
+- scalars that steer training (PPO's KL for the adaptive learning rate) are
+  averaged (:func:`mean`), and logged metrics are averaged over ranks.
+
+Only rank 0 writes the run directory. Without torchrun (``WORLD_SIZE`` unset or
+1) nothing here creates a process group and every collective returns at once.
+The backend is NCCL on CUDA devices and gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def init(device: str) -> bool:
+    """Join torchrun's process group (from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) once;
+    on CUDA, bind this process to GPU ``LOCAL_RANK``. False when not launched by torchrun."""
+    if dist.is_initialized():
+        return True
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    return True
+
+
+def shutdown() -> None:
+    """Leave the process group (if any), so NCCL releases its resources cleanly."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def active() -> bool:
+    """Whether collectives talk to other ranks."""
+    return dist.is_initialized()
+
+
+def rank() -> int:
+    """This process's global rank; from torchrun's env before :func:`init` and after :func:`shutdown`."""
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def local_world_size() -> int:
+    """Ranks on this machine (they share its cores)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    """Rank 0: the one that writes the run directory and logs."""
+    return rank() == 0
+
+
+def cpu_share() -> int:
+    """This rank's share of the machine's cores (physics threads when the config says 'all')."""
+    return max(1, len(os.sched_getaffinity(0)) // local_world_size())
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` (any picklable value) on every rank; tensors travel through the CPU."""
+    if not dist.is_initialized():
+        return obj
+    box = [_to_cpu(obj) if is_main() else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_gather(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's ``tensor`` (same shape on all ranks), in rank order."""
+    if not dist.is_initialized():
+        return [tensor]
+    out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, tensor.contiguous())
+    return out
+
+
+def mean(tensor: torch.Tensor) -> torch.Tensor:
+    """The average of ``tensor`` over ranks (gloo has no AVG, so SUM then divide)."""
+    if not dist.is_initialized():
+        return tensor
+    total = tensor.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total / dist.get_world_size()
+
+
+def average_gradients(params: Iterable[torch.nn.Parameter]) -> None:
+    """Replace every gradient by its average over ranks, in one flat all-reduce.
+
+    Call after ``backward`` and before clipping and the optimizer step, so every
+    rank clips and steps with the same gradient. A parameter without a gradient
+    counts as a zero gradient (every rank must send the same layout).
+    """
+    if not dist.is_initialized():
+        return
+    params = list(params)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    for p, g in zip(params, flat.split([g.numel() for g in grads])):
+        p.grad = g.view_as(p)
+
+
+def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Each metric averaged over the ranks that report it (a rank with no finished
+    episode yet has no ``return``); key order of rank 0."""
+    if not dist.is_initialized():
+        return metrics
+    every = gather_objects({k: float(v) for k, v in metrics.items()})
+    keys = list(dict.fromkeys(k for m in every for k in m))
+    return {k: sum(values) / len(values) for k in keys if (values := [m[k] for m in every if k in m])}
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj

@@ -1,0 +1,210 @@
+"""Data-parallel training: two gloo ranks on CPU stay one model and log like one process with all the worlds.
+
+The two ranks are spawned with torch.multiprocessing and join through the same
+env vars torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), so
+``robolearn.distributed.init`` runs exactly as under torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.distributed as dist
+
+from robolearn import cli, distributed, load_config
+from robolearn.interfaces import flatten_obs
+from robolearn.logger import read_metrics
+from robolearn.runner import Runner
+from policies.modules import EmpiricalNormalizer
+from policies.sac import SAC, SACConfig
+
+NUM_ENVS = 8  # worlds per rank; the one-process reference steps 2 x NUM_ENVS
+ITERATIONS = 4
+STEPS = 32  # agent.num_steps
+
+
+def config(run_dir: Path, num_envs: int):
+    return load_config("ppo_cartpole", [
+        f"run_dir={run_dir}", f"env.num_envs={num_envs}", f"agent.num_steps={STEPS}", "env.num_threads=1",
+        f"runner.total_steps={ITERATIONS * STEPS * 2 * NUM_ENVS}", "logging.wandb=disabled", "logging.progress=false",
+        "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1",
+    ])
+
+
+def flat(state) -> torch.Tensor:
+    """Every tensor of a (nested) state dict, flattened into one float64 vector."""
+    values = state.values() if isinstance(state, dict) else state
+    parts = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            parts.append(value.detach().flatten().double())
+        elif isinstance(value, (dict, list, tuple)):
+            parts.append(flat(value))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    # each rank names its own run_dir: only rank 0's may be created; rank 1 must use the one rank 0 broadcasts
+    runner = Runner(config(tmp / f"runs_rank{rank}", NUM_ENVS))
+    initial = flat(runner.agent.state_dict())
+    seen, params = [], []
+    update = runner.agent.update
+
+    def recording_update(batch):
+        seen.append(flatten_obs(batch["obs"], ("policy",), batch_dims=2).reshape(-1, runner.agent.actor_obs_dim).clone())
+        metrics = update(batch)
+        params.append(flat(runner.agent.state_dict()))
+        return metrics
+
+    runner.agent.update = recording_update
+    result = runner.train()
+    out = {"run_dir": str(result.run_dir), "initial": initial, "params": params, "obs": torch.cat(seen),
+           "normalizer": runner.agent.actor_normalizer.state_dict(), "lr": runner.agent.learning_rate}
+
+    # SAC: gradients of critics, actor and temperature averaged; each rank updates on its own batches
+    torch.manual_seed(100 + rank)
+    spec = runner.env.observation_spec
+    sac = SAC(spec, runner.env.action_spec, SACConfig(hidden=(32, 32)), torch.device("cpu"))
+    sac.load_state_dict(distributed.broadcast_object(sac.state_dict()))
+    obs_dim, act_dim = spec["policy"].shape[0], runner.env.action_spec.shape[0]
+    for _ in range(3):
+        batch = {"obs": {"policy": torch.randn(64, obs_dim)}, "next_obs": {"policy": torch.randn(64, obs_dim)},
+                 "action": torch.rand(64, act_dim) * 2 - 1, "reward": torch.randn(64),
+                 "terminated": torch.zeros(64, dtype=torch.bool)}
+        sac.update(batch)
+    out["sac"] = flat(sac.state_dict())
+    out["metrics"] = distributed.mean_metrics({"x": float(rank), **({"return": 5.0} if rank == 0 else {})})
+
+    # resume one more iteration: every rank loads the same checkpoint
+    cfg = config(tmp / f"runs_rank{rank}", NUM_ENVS)
+    cfg.runner.total_steps += STEPS * 2 * NUM_ENVS
+    resumed = Runner(cfg, resume=result.run_dir)
+    out["resumed_from"] = flat(resumed.agent.state_dict())
+    resumed.train()
+    out["resumed"] = flat(resumed.agent.state_dict())
+    runner.env.close()
+    resumed.close()  # leaves the process group
+    torch.save(out, tmp / f"rank{rank}.pt")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
+    tmp = tmp_path_factory.mktemp("dist")
+    mp.spawn(_worker, args=(2, free_port(), tmp), nprocs=2, join=True)
+    return tmp, [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def test_ranks_stay_bit_identical_while_seeing_different_worlds(two_ranks) -> None:
+    _, (r0, r1) = two_ranks
+    assert len(r0["params"]) == len(r1["params"]) == ITERATIONS
+    assert not torch.equal(r0["obs"], r1["obs"])  # own seeds: the ranks really trained on different data
+    assert torch.equal(r0["initial"], r1["initial"])
+    for p0, p1 in zip(r0["params"], r1["params"]):
+        assert torch.equal(p0, p1)
+    assert not torch.equal(r0["params"][-1], r0["initial"])
+    assert r0["lr"] == r1["lr"] and r0["lr"] != config(Path("."), 1).agent.learning_rate  # adaptive lr moved, alike
+    assert torch.equal(r0["sac"], r1["sac"])
+
+
+def test_normalizers_hold_the_statistics_of_all_ranks_data(two_ranks) -> None:
+    _, (r0, r1) = two_ranks
+    for key in ("mean", "var", "count"):
+        assert torch.equal(r0["normalizer"][key], r1["normalizer"][key])
+    data = torch.cat([r0["obs"], r1["obs"]]).double()
+    assert int(r0["normalizer"]["count"]) == data.shape[0] == ITERATIONS * STEPS * 2 * NUM_ENVS
+    torch.testing.assert_close(r0["normalizer"]["mean"].double(), data.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(r0["normalizer"]["var"].double(), data.var(0, unbiased=False), rtol=1e-4, atol=1e-5)
+
+
+def test_only_rank_0_writes_the_run_directory(two_ranks) -> None:
+    tmp, (r0, r1) = two_ranks
+    assert r0["run_dir"] == r1["run_dir"]
+    run_dir = Path(r0["run_dir"])
+    assert run_dir.is_relative_to(tmp / "runs_rank0")
+    assert not (tmp / "runs_rank1").exists()
+    assert len(list((tmp / "runs_rank0").glob("*/*"))) == 1
+    assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "metrics.jsonl", "checkpoints", "export"}
+    steps = [line["env_steps"] for line in read_metrics(run_dir)]  # one writer: each iteration once, all ranks' steps
+    assert steps == [STEPS * 2 * NUM_ENVS * (i + 1) for i in range(ITERATIONS + 1)]  # + the resumed one
+
+
+def test_resume_loads_the_same_checkpoint_on_every_rank(two_ranks) -> None:
+    _, (r0, r1) = two_ranks
+    assert torch.equal(r0["resumed_from"], r0["params"][-1]) and torch.equal(r1["resumed_from"], r0["params"][-1])
+    assert torch.equal(r0["resumed"], r1["resumed"]) and not torch.equal(r0["resumed"], r0["resumed_from"])
+
+
+def test_two_ranks_log_like_one_process_with_all_the_worlds(two_ranks, tmp_path) -> None:
+    tmp, (r0, _) = two_ranks
+    runner = Runner(config(tmp_path / "runs", 2 * NUM_ENVS))
+    try:
+        result = runner.train()
+        assert not dist.is_initialized()  # without torchrun, nothing distributed happens
+    finally:
+        runner.close()
+    single, double = read_metrics(result.run_dir), read_metrics(Path(r0["run_dir"]))[:ITERATIONS]  # before the resume
+    assert [m["env_steps"] for m in single] == [m["env_steps"] for m in double]
+    # Same initial networks (rank 0 and the single process draw them from the same seed) and as many
+    # worlds: the updates agree within sampling noise, and a metric summed over ranks instead of
+    # averaged (2x) would not.
+    one, two = single[0], double[0]
+    assert two["entropy"] == pytest.approx(one["entropy"], rel=0.02)
+    assert two["value_loss"] == pytest.approx(one["value_loss"], rel=0.5)
+    assert two["kl"] == pytest.approx(one["kl"], rel=0.5)
+    assert abs(two["policy_loss"] - one["policy_loss"]) < 0.02
+    assert 1 / 3 < two["reward/swingup"] / one["reward/swingup"] < 3  # the same initial policy's reward, 16 episodes
+    assert double[-1]["std"] == pytest.approx(single[-1]["std"], rel=0.02)
+
+
+def test_merge_is_chans_parallel_formula() -> None:
+    """Folding per-rank (count, mean, var) in rank order gives the statistics of the concatenated data."""
+    torch.manual_seed(0)
+    ranks = [torch.randn(n, 3) * s + m for n, s, m in ((5, 0.1, 100.0), (300, 3.0, -2.0), (1, 1.0, 0.0), (64, 10.0, 7.0))]
+    normalizer = EmpiricalNormalizer(3)
+    earlier = torch.randn(50, 3)
+    normalizer.update(earlier)  # the statistics before this merge
+    for x in ranks:
+        normalizer.merge(torch.tensor(x.shape[0]), x.mean(0), x.var(0, unbiased=False))
+    data = torch.cat([earlier, *ranks]).double()
+    assert int(normalizer.count) == data.shape[0] == 420
+    torch.testing.assert_close(normalizer.mean.double(), data.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(normalizer.var.double(), data.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
+
+
+def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch) -> None:
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "3", "env.num_envs=4", "--no-wandb"]) == 0
+    assert calls == [["--standalone", "--nproc_per_node=3", "-m", "robolearn",
+                      "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]]
+
+
+def test_metrics_are_averaged_over_the_ranks_that_have_them(two_ranks) -> None:
+    _, (r0, r1) = two_ranks
+    assert r0["metrics"] == r1["metrics"] == {"x": 0.5, "return": 5.0}  # rank 1 had no episode yet
+    metrics = {"return": 1.5, "kl": 0.01}
+    assert distributed.mean_metrics(metrics) is metrics  # one process: untouched, no process group
+    assert distributed.world_size() == 1 and distributed.is_main() and not distributed.active()
+
+
+def test_refuses_agents_that_do_not_average_gradients(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("policies.ppo.PPO.data_parallel", False)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    with pytest.raises(ValueError, match="does not average its gradients"):
+        Runner(config(tmp_path / "runs", 2))
+
