@@ -25,3 +25,10 @@ fi
 
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q "torch==2.13.0"
 python3 -m pip install -q -e ".${extras}"
+
+# mjlab tasks (`task=mjlab:<id>`, sims/adapters/mjlab.py) are tested for real: mjlab 1.6 pins
+# mujoco 3.11 but runs on our mujoco 4 / mujoco-warp 4, so it goes in without its pins.
+if [ -n "$extras" ]; then
+  python3 -m pip install -q --no-deps "mjlab==1.6.0" "mjviser==0.0.14"
+  python3 -m pip install -q tyro prettytable trimesh mediapy viser scipy
+fi

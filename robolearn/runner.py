@@ -228,7 +228,7 @@ class Runner:
         result = RunResult(self.run_dir)
         deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
         try:
-            while self.progress.env_steps < cfg.runner.total_steps and time.monotonic() < deadline:
+            while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
                 start = time.perf_counter()
                 obs, metrics = iterate(obs, stats)
                 self.progress.iteration += 1
@@ -325,6 +325,14 @@ def _rank_env_config(env: EnvConfig) -> EnvConfig:
     if env.num_threads == 0 and distributed.local_world_size() > 1:
         return dataclasses.replace(env, num_threads=distributed.cpu_share())
     return env
+
+
+def _out_of_time(deadline: float) -> bool:
+    """Whether ``runner.max_minutes`` has run out; rank 0's clock decides for every rank."""
+    if deadline == float("inf"):
+        return False
+    late = time.monotonic() >= deadline
+    return bool(distributed.broadcast_object(late)) if distributed.active() else late
 
 
 def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> RunResult:

@@ -1,0 +1,20 @@
+"""runner.max_minutes: a wall-clock budget that ends training early and still finishes the run."""
+
+from __future__ import annotations
+
+import json
+
+from robolearn import load_config
+from robolearn.runner import Runner
+
+
+def test_training_stops_at_the_wall_clock_budget_and_still_evaluates(tmp_path):
+    cfg = load_config("ppo_pendulum", [f"run_dir={tmp_path}", "env.num_envs=8", "runner.total_steps=100000000",
+                                       "runner.max_minutes=0.05", "runner.eval_episodes=2", "runner.video_seconds=0",
+                                       "logging.wandb=disabled", "logging.progress=false"])
+    runner = Runner(cfg)
+    result = runner.train()
+    runner.close()
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 0 < lines[-1]["env_steps"] < 100000000 and lines[-1]["time"] < 30
+    assert result.evaluation is not None and (result.run_dir / "eval.json").is_file()
