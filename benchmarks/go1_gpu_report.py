@@ -55,7 +55,8 @@ def main() -> None:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     last = lines[-1]
     table = ["| wall-clock (s) | env steps | return | train lin vel error (m/s) | env steps/s |", "|---|---|---|---|---|"]
-    for line in lines[:: max(1, len(lines) // 10)] + [last]:
+    picked = lines[:: max(1, len(lines) // 10)]
+    for line in picked + ([last] if picked[-1] is not last else []):
         table.append(f"| {line['time']:.0f} | {line['env_steps']:,} | {line.get('return', float('nan')):.2f} | "
                      f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
     walks = error["lin_vel_error"] < THRESHOLD
