@@ -70,7 +70,7 @@ class MujocoBackend:
         # Outputs must be bound before the call that fills them.
         self._outputs = {name: self._batch.bind(name) for name in ("sensordata", *fields)}
         self._cache: dict[str, torch.Tensor] = {}
-        self._renderer: mujoco.Renderer | None = None
+        self._renderer = FrameRenderer()
         self._render_model: mujoco.MjModel | None = None
         self._render_data: mujoco.MjData | None = None
         self._batch.reset()
@@ -247,20 +247,34 @@ class MujocoBackend:
             self._render_model = self._batch.get_model(world)
             self._render_data = mujoco.MjData(self._render_model)
         model, data = self._render_model, self._render_data
+        self._batch.get_model(world, model)
+        self._batch.get_data(world, data)
+        return self._renderer.frame(model, data, width, height, camera)
+
+    def close(self) -> None:
+        """Free the renderer's GL context (the physics threads go with the object)."""
+        self._renderer.close()
+
+
+class FrameRenderer:
+    """One offscreen ``mujoco.Renderer``, rebuilt when the frame size changes; shared by the backends."""
+
+    def __init__(self) -> None:
+        self._renderer: mujoco.Renderer | None = None
+
+    def frame(self, model: mujoco.MjModel, data: mujoco.MjData, width: int, height: int,
+              camera: str | int | mujoco.MjvCamera | None) -> np.ndarray:
+        """RGB ``(height, width, 3)`` of ``data`` after a forward pass (derived fields at its state)."""
         if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
-            if self._renderer is not None:
-                self._renderer.close()
+            self.close()
             model.vis.global_.offwidth = max(width, model.vis.global_.offwidth)
             model.vis.global_.offheight = max(height, model.vis.global_.offheight)
             self._renderer = mujoco.Renderer(model, height, width)
-        self._batch.get_model(world, model)
-        self._batch.get_data(world, data)
         mujoco.mj_forward(model, data)
         self._renderer.update_scene(data, camera=-1 if camera is None else camera)
         return self._renderer.render()
 
     def close(self) -> None:
-        """Free the renderer's GL context (the physics threads go with the object)."""
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None

@@ -33,6 +33,8 @@ import mujoco
 import numpy as np
 import torch
 
+from sims.backend import FrameRenderer
+
 try:
     import mujoco_warp as mjw
     import warp as wp
@@ -104,7 +106,7 @@ class WarpBackend:
         self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
         self._forward_on_reset = model.nsensordata > 0 or bool(fields)
         self._const_stale = False
-        self._renderer: mujoco.Renderer | None = None
+        self._renderer = FrameRenderer()
         self._render_data: mujoco.MjData | None = None
 
     # ---- state, as (num_worlds, ...) tensors --------------------------------
@@ -315,24 +317,12 @@ class WarpBackend:
         self, world: int, width: int = 320, height: int = 240, camera: str | int | mujoco.MjvCamera | None = None
     ) -> np.ndarray:
         """An RGB frame of ``world``: its state copied to CPU MuJoCo and drawn with the nominal model."""
-        model = self.model
         if self._render_data is None:
-            self._render_data = mujoco.MjData(model)
-        data = self._render_data
-        if self._renderer is None or (self._renderer.width, self._renderer.height) != (width, height):
-            if self._renderer is not None:
-                self._renderer.close()
-            model.vis.global_.offwidth = max(width, model.vis.global_.offwidth)
-            model.vis.global_.offheight = max(height, model.vis.global_.offheight)
-            self._renderer = mujoco.Renderer(model, height, width)
-        mujoco.mj_setState(model, data, self.get_state(torch.tensor([world]))[0].cpu().numpy(),
-                           mujoco.mjtState.mjSTATE_INTEGRATION)
-        mujoco.mj_forward(model, data)
-        self._renderer.update_scene(data, camera=-1 if camera is None else camera)
-        return self._renderer.render()
+            self._render_data = mujoco.MjData(self.model)
+        row = self.get_state(torch.tensor([world], device=self.device))[0].cpu().numpy()
+        mujoco.mj_setState(self.model, self._render_data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+        return self._renderer.frame(self.model, self._render_data, width, height, camera)
 
     def close(self) -> None:
         """Free the renderer's GL context."""
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        self._renderer.close()
