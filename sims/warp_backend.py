@@ -56,8 +56,8 @@ _STATE_ATTRS = {"warmstart": "qacc_warmstart"}
 def warp_device(device: str | torch.device) -> str:
     """The Warp device for a torch device: ``cuda:N`` or ``cpu``."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return f"cuda:{device.index or 0}"
+    if device.type == "cuda":  # plain "cuda" is torch's current GPU (torchrun ranks each set theirs)
+        return f"cuda:{torch.cuda.current_device() if device.index is None else device.index}"
     return "cpu"
 
 
@@ -85,10 +85,10 @@ class WarpBackend:
     ) -> None:
         self.model = model
         self.num_worlds = num_worlds
-        self.device = torch.device(device)
+        self._wp_device = wp.get_device(warp_device(device))
+        self.device = torch.device(str(self._wp_device)) if self._wp_device.is_cuda else torch.device("cpu")
         self.dtype = dtype
         self.timestep = float(model.opt.timestep)
-        self._wp_device = wp.get_device(warp_device(self.device))
         self._graphs_enabled = graph and self._wp_device.is_cuda
         with wp.ScopedDevice(self._wp_device):
             self._m = mjw.put_model(model)
