@@ -45,6 +45,10 @@ class Randomization:
     obs_noise_std: float = 0.0  # Gaussian noise added to the ``policy`` group
     push_every_s: float = 0.0  # mean seconds between pushes; 0: none
     push_velocity: float = 0.0  # pushes add U(-v, v) to every joint velocity
+    # False: masses, friction, damping and gains are drawn once per world when the env starts (mjlab's
+    # "startup" events) instead of every episode. On MuJoCo Warp a mass draw recomputes the constants
+    # derived from masses for all worlds, which costs more than a physics step when worlds reset every step.
+    dynamics_every_episode: bool = True
     auto: bool = False  # DORAEMON-style: start nominal, widen while successful
     auto_success: float = 0.8
     auto_step: float = 0.05
@@ -57,6 +61,8 @@ class Randomization:
                 low, high = value
                 if low > high or low < 0:
                     raise ValueError(f"randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
+        if self.auto and not self.dynamics_every_episode:
+            raise ValueError("randomization.auto widens the ranges episode by episode: it needs dynamics_every_episode: true")
         if not 0.0 <= self.auto_success <= 1.0:
             raise ValueError(f"randomization.auto_success must be in [0, 1], got {self.auto_success}")
 
@@ -107,11 +113,12 @@ class RandomizedEnv(VecEnv):
         nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
-    def _resample(self, ids: torch.Tensor) -> None:
-        """New dynamics, latency and delay for worlds ``ids``."""
+    def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
+        """New latency and delay for worlds ``ids``, and new dynamics if ``dynamics``."""
         # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
         scales = {key: uniform((len(ids),), *self._range(key), self._generator)
-                  for key in {key for key, _ in SCALED_FIELDS.values()} if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
+                  for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
+                  if dynamics and tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
         for name, (key, columns) in SCALED_FIELDS.items():
             if key not in scales:
                 continue
@@ -161,7 +168,7 @@ class RandomizedEnv(VecEnv):
             ids = done.nonzero().squeeze(1)
             if self.cfg.auto and "success" in info:
                 self._adapt(info["success"][done].tolist())
-            self._resample(ids)
+            self._resample(ids, dynamics=self.cfg.dynamics_every_episode)
             for k, h in self._history.items():  # a new episode has no past: its first frame throughout
                 h.fill(ids, obs[k][ids])
             fresh = self._noisy({k: v[ids] for k, v in obs.items()})

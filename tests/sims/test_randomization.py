@@ -101,3 +101,27 @@ def test_randomized_env_trains_end_to_end_shapes():
     for _ in range(env.max_episode_steps + 5):
         step = env.step(torch.zeros(2, 4))
         assert step.obs["policy"].shape == (2, 14) and torch.isfinite(step.obs["policy"]).all()
+
+
+def test_dynamics_drawn_once_stay_through_resets():
+    from sims import make_env
+
+    env = make_env("hopper", 4, seed=0, randomization={"mass_scale": [0.5, 1.5], "dynamics_every_episode": False})
+    masses = env.sim.get_model_field("body_mass").clone()
+    assert masses.std(0).max() > 0  # drawn per world at the start
+    for _ in range(300):  # hopper episodes end within a few hundred random steps
+        env.step(torch.rand(4, 3) * 2 - 1)
+    torch.testing.assert_close(env.sim.get_model_field("body_mass"), masses)
+
+    every = make_env("hopper", 4, seed=0, randomization={"mass_scale": [0.5, 1.5]})
+    before = every.sim.get_model_field("body_mass").clone()
+    for _ in range(300):
+        every.step(torch.rand(4, 3) * 2 - 1)
+    assert not torch.equal(every.sim.get_model_field("body_mass"), before)
+
+
+def test_auto_widening_needs_dynamics_every_episode():
+    from sims.randomization import Randomization
+
+    with pytest.raises(ValueError, match="dynamics_every_episode"):
+        Randomization(mass_scale=(0.8, 1.2), auto=True, dynamics_every_episode=False)
