@@ -2,7 +2,9 @@
 
 The model is generated from a layout grid (1 = wall, 0 = free; the D4RL/OGBench
 ``medium`` 8x8 and ``large`` 9x12 layouts below). Cell ``(i, j)`` (row, column) is
-centred at ``x = j * cell_size``, ``y = i * cell_size``; each wall cell is a box.
+centred at ``x = j * cell_size``, ``y = i * cell_size``; each wall cell is a box;
+contacts are frictionless (``condim`` 1), so the point slides along walls. The model
+also compiles on MuJoCo Warp (``mujoco_warp.put_model``; a test checks it).
 The agent is a sphere of radius 0.1 m on two slide joints (x, y) with viscous
 damping, driven by two force actuators: a constant control of 1 reaches about
 2 m/s. 5 physics steps of 10 ms per control step (``control_dt`` 0.05 s).
@@ -112,7 +114,7 @@ class MazeGrid:
         return f"""
 <mujoco model="point_maze_{self.name}">
   <option timestep="0.01" gravity="0 0 0"/>
-  <default><geom contype="1" conaffinity="1" friction="0 0 0"/></default>
+  <default><geom contype="1" conaffinity="1" condim="1"/></default>
   <worldbody>
     <light pos="{cx} {cy} 10" dir="0 0 -1"/>
     <camera name="top" pos="{cx} {cy} {1.4 * max(rows, cols)}" xyaxes="1 0 0 0 1 0"/>
