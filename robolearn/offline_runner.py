@@ -13,10 +13,11 @@ Counting: here ``runner.total_steps`` counts gradient updates. An iteration is
 ``UPDATES_PER_ITERATION`` updates; metrics are written every ``runner.log_every``
 iterations, and every ``runner.checkpoint_every`` iterations the controller is
 evaluated in simulation (``runner.eval_episodes`` episodes: return, success rate
-where the task defines success, and the dataset's normalized score) and a checkpoint is written atomically. The run directory is an
-online run's (config.yaml, metrics.jsonl, checkpoints/latest.pt, eval.json, export/),
-so ``robolearn eval | export | play <run>`` work unchanged; ``metrics.jsonl`` lines
-carry ``updates`` and ``updates_per_s`` where online runs have env steps.
+where the task defines success, and the dataset's normalized score) and a checkpoint
+is written atomically. The run directory is an online run's (config.yaml,
+metrics.jsonl, checkpoints/latest.pt, eval.json, export/), so ``robolearn eval |
+export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` and
+``updates_per_s`` where online runs have env steps.
 """
 
 from __future__ import annotations
