@@ -62,7 +62,8 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# OGBench's five evaluation tasks per maze: ((start row, col), (goal row, col)).
+# OGBench's five evaluation tasks per maze: ((start row, col), (goal row, col)); these and the
+# layouts above match ogbench 1.2.2 (ogbench/locomaze/maze.py).
 EVAL_PAIRS: dict[str, tuple[tuple[tuple[int, int], tuple[int, int]], ...]] = {
     "medium": (((1, 1), (6, 6)), ((6, 1), (1, 6)), ((5, 3), (4, 2)), ((6, 5), (6, 1)), ((2, 6), (1, 1))),
     "large": (((1, 1), (7, 10)), ((5, 4), (7, 1)), ((7, 4), (1, 10)), ((3, 8), (5, 4)), ((1, 1), (5, 4))),
