@@ -6,6 +6,7 @@ Offline agents (``policies.offline``) have ``offline = True`` and are trained
 from a dataset by ``robolearn.offline_runner``.
 """
 
+from policies.goal import GCBC, GCIQL, HIQL, GCBCConfig, GCIQLConfig, HIQLConfig
 from policies.offline import (BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CalQLFinetuneConfig, CQLConfig, Finetune,
                               FinetuneConfig, IQLConfig, JSRLConfig, TD3BCConfig)
 from policies.ppo import PPO, PPOConfig
@@ -16,9 +17,12 @@ from policies.srl import SRL, SRLConfig
 AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, SRL),
           "sac_as": (SequenceCriticConfig, SequenceCriticSAC), "bc": (BCConfig, BC), "td3bc": (TD3BCConfig, TD3BC),
           "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL),
+          # offline goal-conditioned, goals relabeled from the dataset (policies.goal)
+          "gcbc": (GCBCConfig, GCBC), "gciql": (GCIQLConfig, GCIQL), "hiql": (HIQLConfig, HIQL),
           # offline-to-online: pretrained on a dataset, fine-tuned online (robolearn.finetune_runner)
           "wsrl": (FinetuneConfig, Finetune), "calql_finetune": (CalQLFinetuneConfig, Finetune), "jsrl": (JSRLConfig, Finetune)}
 
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
            "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig",
-           "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig"]
+           "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig", "GCBC", "GCBCConfig", "GCIQL",
+           "GCIQLConfig", "HIQL", "HIQLConfig"]

@@ -5,16 +5,19 @@
 The dataset (``robolearn.data.Dataset``) must come from the config's task with the
 env's observation and action shapes. Its transitions go to the device once; the
 agent's ``prepare`` fixes its dataset statistics (observation normalizer, reward
-scale, Monte-Carlo returns); then ``update`` runs on uniformly sampled minibatches.
+scale, Monte-Carlo returns); then ``update`` runs on uniformly sampled minibatches, or,
+for agents with a ``sample(batch_size)`` method (the goal-conditioned ones, which
+relabel goals from the dataset's trajectories), on the minibatches the agent draws.
 
 Counting: here ``runner.total_steps`` counts gradient updates. An iteration is
 ``UPDATES_PER_ITERATION`` updates; metrics are written every ``runner.log_every``
 iterations, and every ``runner.checkpoint_every`` iterations the controller is
-evaluated in simulation (``runner.eval_episodes`` episodes: return and the dataset's
-normalized score) and a checkpoint is written atomically. The run directory is an
-online run's (config.yaml, metrics.jsonl, checkpoints/latest.pt, eval.json, export/),
-so ``robolearn eval | export | play <run>`` work unchanged; ``metrics.jsonl`` lines
-carry ``updates`` and ``updates_per_s`` where online runs have env steps.
+evaluated in simulation (``runner.eval_episodes`` episodes: return, success rate
+where the task defines success, and the dataset's normalized score) and a checkpoint
+is written atomically. The run directory is an online run's (config.yaml,
+metrics.jsonl, checkpoints/latest.pt, eval.json, export/), so ``robolearn eval |
+export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` and
+``updates_per_s`` where online runs have env steps.
 """
 
 from __future__ import annotations
@@ -157,6 +160,8 @@ class OfflineRunner:
         controller = self.agent.controller().to(self.env.device)
         result = evaluate(controller, self.env, episodes, seed=self.cfg.seed + 10_000)
         out = {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
+        if "success_rate" in result:
+            out["eval/success_rate"] = result["success_rate"]
         return out | {f"eval/{k}": v for k, v in self._score(result).items()}
 
     def _score(self, evaluation: dict[str, Any]) -> dict[str, Any]:
@@ -207,8 +212,9 @@ class OfflineRunner:
         """``count`` updates on sampled minibatches; their metrics averaged (one device sync at the end)."""
         sums: dict[str, Any] = {}
         counts: collections.Counter[str] = collections.Counter()
+        sample = getattr(self.agent, "sample", self.replay.sample)
         for _ in range(count):
-            for key, value in self.agent.update(self.replay.sample(self.cfg.agent.batch_size)).items():
+            for key, value in self.agent.update(sample(self.cfg.agent.batch_size)).items():
                 sums[key] = sums.get(key, 0.0) + value
                 counts[key] += 1
         metrics = {key: float(value) / counts[key] for key, value in sums.items()}

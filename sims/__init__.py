@@ -8,7 +8,7 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -22,9 +22,10 @@ from sims.tasks.go1 import Go1Rough, Go1Velocity
 from sims.tasks.half_cheetah import HalfCheetah
 from sims.tasks.hopper import Hopper
 from sims.tasks.pendulum import Pendulum
+from sims.tasks.point_maze import point_maze_large, point_maze_medium
 from sims.tasks.reacher import Reacher
 
-TASKS: dict[str, type[Task]] = {
+TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
     "pendulum": Pendulum,
     "cartpole": Cartpole,
     "reacher": Reacher,
@@ -34,6 +35,8 @@ TASKS: dict[str, type[Task]] = {
     "arm_reach": ArmReach,
     "go1_flat": Go1Velocity,
     "go1_rough": Go1Rough,
+    "point_maze_medium": point_maze_medium,
+    "point_maze_large": point_maze_large,
 }
 
 GYM_PREFIX = "gym:"

@@ -1,0 +1,113 @@
+"""HIQL against flat GCIQL and GCBC on the undirected point-maze datasets, side by side.
+
+Same dataset (``benchmarks/make_maze_datasets.py``: ``point_maze_<layout>-navigate``),
+same number of gradient updates, same networks (LayerNorm MLPs) and batch for the
+three agents, each trained by the offline runner from ``configs/<algo>_point_maze_<layout>.yaml``
+with one torch thread. Evaluation: the final controller on the maze's five
+evaluation (start, goal) pairs, ``EPISODES_PER_GOAL`` episodes each (noisy starts),
+success = within 0.25 m of the goal before 500 steps. Reported: success rate
+mean ± std over seeds (each seed's rate averaged over the five goals), per-goal
+rates, and the wall-clock of training (updates only) and of the whole run.
+
+The paper's budget (1M updates, MLP 512x3, batch 1024) does not fit 2 shared CPU
+cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
+
+    python benchmarks/hiql_maze.py [--layouts medium] [--seeds 3] [--updates 6000] [--out hiql_maze.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
+from common import machine, write_result  # noqa: E402
+
+ALGOS = ("hiql", "gciql", "gcbc")
+EPISODES_PER_GOAL = 10
+
+
+@torch.no_grad()
+def success_per_goal(controller: torch.nn.Module, task: str, seed: int) -> np.ndarray:
+    """Success rate of each of the 5 evaluation pairs (world w runs pair w % 5)."""
+    import sims
+
+    with sims.make_env(task, num_envs=5 * EPISODES_PER_GOAL, seed=seed, num_threads=1, goals="eval") as env:
+        obs, done, success = env.reset(seed=seed), torch.zeros(env.num_envs, dtype=torch.bool), torch.zeros(env.num_envs)
+        while not done.all():
+            step = env.step(controller.act(obs))
+            ended = (step.terminated | step.truncated) & ~done
+            success[ended] = step.info["success"][ended].float()
+            done |= ended
+            obs = step.obs
+    return success.view(EPISODES_PER_GOAL, 5).mean(0).numpy()
+
+
+def run(algo: str, layout: str, seed: int, updates: int) -> dict[str, float | np.ndarray]:
+    from robolearn import load_config
+    from robolearn.logger import read_metrics
+    from robolearn.offline_runner import OfflineRunner
+
+    start = time.perf_counter()
+    cfg = load_config(f"{algo}_point_maze_{layout}", [
+        f"seed={seed}", f"runner.total_steps={updates}", "runner.eval_episodes=0", "runner.checkpoint_every=1000000",
+        "logging.wandb=disabled", "logging.progress=false", "run_dir=/tmp/robolearn-hiql-bench"])
+    runner = OfflineRunner(cfg)
+    try:
+        runner.train()
+    finally:
+        runner.close()
+    train_s = sum(m["iteration_time"] for m in read_metrics(runner.run_dir))
+    per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{layout}", 20_000 + seed)
+    return {"success": float(per_goal.mean()), "per_goal": per_goal, "train_s": train_s,
+            "total_s": time.perf_counter() - start}
+
+
+def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
+    lines = ["### HIQL vs GCIQL vs GCBC on the point maze (undirected navigate data, made here)", "",
+             f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
+             "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
+             f"seeds {list(range(args.seeds))}. Datasets: 500 episodes x 1000 steps of the noisy BFS navigator "
+             "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
+             f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds.", "",
+             "| maze | algorithm | success rate | per goal (mean over seeds) | train s / run | total s / run |",
+             "|---|---|---|---|---|---|"]
+    for (layout, algo), rows in results.items():
+        rates = np.array([r["success"] for r in rows])
+        goals = np.mean([r["per_goal"] for r in rows], axis=0)
+        lines.append(f"| {layout} | {algo} | {100 * rates.mean():.1f} ± {100 * rates.std():.1f} (n={len(rows)}) | "
+                     + " / ".join(f"{100 * g:.0f}" for g in goals)
+                     + f" | {np.mean([r['train_s'] for r in rows]):.0f} | {np.mean([r['total_s'] for r in rows]):.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layouts", nargs="+", default=["medium"])
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=6000)
+    parser.add_argument("--out", default="hiql_maze.md", help="file under benchmarks/results/")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results: dict[tuple[str, str], list[dict]] = {}
+    start = time.perf_counter()
+    for layout in args.layouts:
+        for seed in range(args.seeds):  # seed-major: a cut-short benchmark still compares the algorithms
+            for algo in args.algos:
+                row = run(algo, layout, seed, args.updates)
+                results.setdefault((layout, algo), []).append(row)
+                print(f"{layout} {algo} seed {seed}: success {row['success']:.2f} {row['per_goal']} "
+                      f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
+                write_result(args.out, table(results, args) + f"\n\nBenchmark wall-clock so far: "
+                             f"{time.perf_counter() - start:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Point maze: drive a point mass through a maze to a goal (D4RL / OGBench ``pointmaze``).
+
+The model is generated from a layout grid (1 = wall, 0 = free; the D4RL/OGBench
+``medium`` 8x8 and ``large`` 9x12 layouts below). Cell ``(i, j)`` (row, column) is
+centred at ``x = j * cell_size``, ``y = i * cell_size``; each wall cell is a box;
+contacts are frictionless (``condim`` 1), so the point slides along walls. The model
+also compiles on MuJoCo Warp (``mujoco_warp.put_model``; a test checks it).
+The agent is a sphere of radius 0.1 m on two slide joints (x, y) with viscous
+damping, driven by two force actuators: a constant control of 1 reaches about
+2 m/s. 5 physics steps of 10 ms per control step (``control_dt`` 0.05 s).
+
+- Observation ``policy`` (4): position (x, y, m), velocity (m/s).
+  ``goal`` (2): the goal position, a mocap marker. The goal lives in the space of
+  the first two ``policy`` features, so a reached state is a goal (hindsight
+  relabeling in ``policies/goal`` relies on this).
+- Action (2): forces in [-1, 1] (gear 10 N).
+- Reward: ``goal`` = 0 when the point is within ``success_distance`` (0.25 m, a
+  quarter cell) of the goal, else -1. Success: the same; the episode terminates
+  there when ``terminate_at_goal`` (recordings of undirected data turn it off).
+- Goals (``goals`` kwarg): ``"eval"``: world ``w`` uses evaluation pair
+  ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), starting
+  at its start cell centre plus U(-0.1, 0.1) m noise, goal at its goal cell
+  centre; ``"train"``: start and goal uniform over free cells (distinct), the
+  start with the same noise. Truncated after ``max_episode_steps`` (500).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+import mujoco
+import numpy as np
+import torch
+
+from robolearn.interfaces import Obs
+from sims.backend import MujocoBackend
+from sims.task import Task, uniform
+
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "medium": (
+        "11111111",
+        "10011001",
+        "10010001",
+        "11000111",
+        "10010001",
+        "10100101",
+        "10001001",
+        "11111111",
+    ),
+    "large": (
+        "111111111111",
+        "100001000001",
+        "101101010101",
+        "100000010001",
+        "101111011101",
+        "100101000001",
+        "110101010111",
+        "100100010001",
+        "111111111111",
+    ),
+}
+
+# OGBench's five evaluation tasks per maze: ((start row, col), (goal row, col)); these and the
+# layouts above match ogbench 1.2.2 (ogbench/locomaze/maze.py).
+EVAL_PAIRS: dict[str, tuple[tuple[tuple[int, int], tuple[int, int]], ...]] = {
+    "medium": (((1, 1), (6, 6)), ((6, 1), (1, 6)), ((5, 3), (4, 2)), ((6, 5), (6, 1)), ((2, 6), (1, 1))),
+    "large": (((1, 1), (7, 10)), ((5, 4), (7, 1)), ((7, 4), (1, 10)), ((3, 8), (5, 4)), ((1, 1), (5, 4))),
+}
+
+
+class MazeGrid:
+    """A layout grid: free cells, cell <-> position, and shortest paths between cells (BFS)."""
+
+    def __init__(self, layout: str, cell_size: float = 1.0) -> None:
+        self.name, self.cell_size = layout, cell_size
+        self.walls = np.array([[c == "1" for c in row] for row in LAYOUTS[layout]])
+        self.free = [(int(i), int(j)) for i, j in zip(*np.nonzero(~self.walls))]
+        self.index = {cell: k for k, cell in enumerate(self.free)}
+        self.next_hop = self._next_hops()
+
+    def center(self, cell: tuple[int, int]) -> tuple[float, float]:
+        """The (x, y) of a cell's centre."""
+        return cell[1] * self.cell_size, cell[0] * self.cell_size
+
+    def centers(self) -> torch.Tensor:
+        """``(num_free, 2)`` float64 centres of the free cells, in :attr:`free` order."""
+        return torch.tensor([self.center(c) for c in self.free], dtype=torch.float64)
+
+    def _next_hops(self) -> np.ndarray:
+        """``hop[g, c]``: the free-cell index to move to from cell ``c`` towards goal ``g`` (``g`` itself there)."""
+        n = len(self.free)
+        hop = np.zeros((n, n), dtype=np.int64)
+        for g, goal in enumerate(self.free):  # BFS from each goal; a cell's parent is its next hop
+            hop[g, g] = g
+            seen, queue = {goal}, deque([goal])
+            while queue:
+                i, j = queue.popleft()
+                for nb in ((i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)):
+                    if nb in self.index and nb not in seen:
+                        seen.add(nb)
+                        hop[g, self.index[nb]] = self.index[(i, j)]
+                        queue.append(nb)
+        return hop
+
+    def mjcf(self) -> str:
+        """The model: floor, wall boxes, the point mass on x/y slides, force actuators, a goal marker."""
+        h = self.cell_size / 2
+        walls = "\n".join(
+            f'<geom type="box" pos="{j * self.cell_size} {i * self.cell_size} {h / 2}" size="{h} {h} {h / 2}" '
+            f'rgba="0.6 0.6 0.7 1"/>' for i, j in zip(*np.nonzero(self.walls)))
+        rows, cols = self.walls.shape
+        cx, cy = (cols - 1) * h, (rows - 1) * h
+        return f"""
+<mujoco model="point_maze_{self.name}">
+  <option timestep="0.01" gravity="0 0 0"/>
+  <default><geom contype="1" conaffinity="1" condim="1"/></default>
+  <worldbody>
+    <light pos="{cx} {cy} 10" dir="0 0 -1"/>
+    <camera name="top" pos="{cx} {cy} {1.4 * max(rows, cols)}" xyaxes="1 0 0 0 1 0"/>
+    <geom type="plane" pos="{cx} {cy} 0" size="{cx + h} {cy + h} 0.1" contype="0" conaffinity="0" rgba="0.9 0.9 0.9 1"/>
+    {walls}
+    <body name="point" pos="0 0 0.1">
+      <joint name="x" type="slide" axis="1 0 0" damping="5"/>
+      <joint name="y" type="slide" axis="0 1 0" damping="5"/>
+      <geom type="sphere" size="0.1" mass="1" rgba="0.9 0.3 0.2 1"/>
+    </body>
+    <body name="goal" mocap="true" pos="0 0 0.1">
+      <geom type="sphere" size="0.1" contype="0" conaffinity="0" rgba="0.2 0.8 0.2 0.6"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="x" gear="10" ctrlrange="-1 1" ctrllimited="true"/>
+    <motor joint="y" gear="10" ctrlrange="-1 1" ctrllimited="true"/>
+  </actuator>
+</mujoco>"""
+
+
+@dataclass(kw_only=True)
+class PointMaze(Task):
+    layout: str = "medium"
+    goals: Literal["eval", "train"] = "eval"
+    terminate_at_goal: bool = True
+    success_distance: float = 0.25
+    start_noise: float = 0.1
+    frame_skip: int = 5
+    max_episode_steps: int = 500
+    grid: MazeGrid = field(init=False, repr=False)
+    _pending_goal: torch.Tensor = field(init=False, repr=False)  # from reset() to after_reset()
+
+    def __post_init__(self) -> None:
+        if self.goals not in ("eval", "train"):
+            raise ValueError(f"point_maze goals={self.goals!r}: choose 'eval' or 'train'")
+        self.grid = MazeGrid(self.layout)
+
+    def model(self) -> mujoco.MjModel:
+        return mujoco.MjModel.from_xml_string(self.grid.mjcf())
+
+    def _cells(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Start and goal cell centres ``(len(ids), 2)`` for worlds ``ids``."""
+        centers = self.grid.centers().to(generator.device)
+        if self.goals == "eval":
+            pairs = EVAL_PAIRS[self.layout]
+            k = ids.cpu() % len(pairs)
+            start = torch.tensor([self.grid.center(pairs[p][0]) for p in k.tolist()], dtype=torch.float64)
+            goal = torch.tensor([self.grid.center(pairs[p][1]) for p in k.tolist()], dtype=torch.float64)
+            return start.to(generator.device), goal.to(generator.device)
+        n = len(centers)
+        first = torch.randint(n, (len(ids),), generator=generator, device=generator.device)
+        second = (first + torch.randint(1, n, (len(ids),), generator=generator, device=generator.device)) % n
+        return centers[first], centers[second]
+
+    def reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        start, self._pending_goal = self._cells(ids, generator)
+        qpos = start + uniform(start.shape, -self.start_noise, self.start_noise, generator)
+        return qpos, torch.zeros_like(qpos)
+
+    def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
+        goal = torch.cat([self._pending_goal, torch.full_like(self._pending_goal[:, :1], 0.1)], dim=1)
+        sim.set_mocap_pos(ids, goal.unsqueeze(1))
+
+    def observations(self, sim: MujocoBackend) -> Obs:
+        return {"policy": torch.cat([sim.qpos, sim.qvel], dim=1).float(), "goal": self._goal(sim).float()}
+
+    def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"goal": self.success(sim).float() - 1.0}
+
+    def success(self, sim: MujocoBackend) -> torch.Tensor:
+        return (sim.qpos.double() - self._goal(sim)).norm(dim=1) < self.success_distance
+
+    def terminated(self, sim: MujocoBackend) -> torch.Tensor:
+        return self.success(sim) if self.terminate_at_goal else super().terminated(sim)
+
+    def _goal(self, sim: MujocoBackend) -> torch.Tensor:
+        return sim.mocap_pos[:, 0, :2].double()
+
+    def camera(self) -> str:
+        return "top"
+
+
+def point_maze_medium(**kwargs: object) -> PointMaze:
+    """The 8x8 D4RL/OGBench medium maze."""
+    return PointMaze(layout="medium", **kwargs)  # type: ignore[arg-type]
+
+
+def point_maze_large(**kwargs: object) -> PointMaze:
+    """The 9x12 D4RL/OGBench large maze."""
+    return PointMaze(layout="large", **kwargs)  # type: ignore[arg-type]

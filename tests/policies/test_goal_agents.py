@@ -1,0 +1,155 @@
+"""Goal-conditioned offline agents: hindsight relabeling draws goals from the right sources,
+each agent trains on a tiny recorded maze dataset, its exported controller (module,
+TorchScript, ONNX) acts as the agent's networks do, HIQL's goal representation has
+length sqrt(10), and ``robolearn train`` runs HIQL end to end with a success rate."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import sims
+from policies.goal import GCBC, GCIQL, HIQL, GCBCConfig, GCIQLConfig, HIQLConfig
+from policies.goal.relabel import GoalSampler, RelabelConfig
+from policies.offline.common import episode_ends
+from robolearn import load_config
+from robolearn.data import Dataset, DatasetWriter, record
+from robolearn.export import ExportedController, export_controller
+from robolearn.runner import train
+from sims.tasks.maze_navigator import MazeNavigator
+
+EPISODES, LENGTH = 10, 100
+
+
+def synthetic(episodes: int = EPISODES, length: int = LENGTH) -> dict:
+    """Transitions whose policy observation is (episode, t, 0, 0): a goal names its row."""
+    ep = torch.arange(episodes).repeat_interleave(length).float()
+    t = torch.arange(length).repeat(episodes).float()
+    obs = torch.stack([ep, t, torch.zeros_like(t), torch.zeros_like(t)], 1)
+    truncated = t == length - 1
+    return {"obs": {"policy": obs}, "next_obs": {"policy": obs + torch.tensor([0.0, 1.0, 0.0, 0.0])},
+            "action": torch.zeros(len(t), 2), "reward": -torch.ones(len(t)),
+            "terminated": torch.zeros(len(t), dtype=torch.bool), "truncated": truncated}
+
+
+def test_value_goals_come_from_the_right_sources_with_the_right_probabilities():
+    torch.manual_seed(0)
+    sampler = GoalSampler(synthetic(), episode_ends(synthetic()), 2, RelabelConfig())
+    batch = sampler.sample(40_000)
+    (ep, t), (gep, gt) = batch["obs"][:, :2].T, batch["value_goal"].T
+    current = (ep == gep) & (t == gt)
+    later = (ep == gep) & (gt > t)
+    other = ep != gep
+    earlier = (ep == gep) & (gt < t)  # only random goals (0.3) land there: 1/10 episodes, half of it earlier
+    assert earlier.float().mean().item() == pytest.approx(0.3 / EPISODES * 0.5, abs=0.006)
+    # current: 0.2, plus future capped at a last row (1/100 of rows, p 0.5) and random hits (0.3/1000)
+    assert current.float().mean().item() == pytest.approx(0.2 + 0.5 / LENGTH, abs=0.012)
+    assert other.float().mean().item() == pytest.approx(0.3 * (1 - 1 / EPISODES), abs=0.012)
+    # future: 0.5 (minus capped last rows), plus random goals later in the same trajectory (~0.3 * 0.1 * 0.5)
+    assert later.float().mean().item() == pytest.approx(0.5 * (1 - 1 / LENGTH) + 0.3 / EPISODES * 0.5, abs=0.015)
+    # the reward is 0 and bootstrapping stops exactly where the goal is the current state
+    assert torch.equal(batch["reward"] == 0, current) and torch.equal(batch["mask"] == 0, current)
+
+
+def test_future_goals_follow_a_capped_geometric_offset():
+    torch.manual_seed(0)
+    sampler = GoalSampler(synthetic(length=1000, episodes=2), episode_ends(synthetic(length=1000, episodes=2)), 2,
+                          RelabelConfig(p_current=0.0, p_future=1.0, p_random=0.0, gamma=0.9))
+    idx = torch.zeros(20_000, dtype=torch.long)  # t = 0 of episode 0: no cap within reach
+    offsets = sampler.value_goals(idx).float()
+    assert offsets.min() >= 1 and offsets.mean().item() == pytest.approx(10.0, rel=0.05)  # geometric(0.1): mean 10
+    late = torch.full((1000,), 995)  # 4 steps before the end: capped at the last row of episode 0
+    assert sampler.value_goals(late).max() == 999 and sampler.value_goals(late).min() >= 996
+
+
+def test_actor_goals_and_subgoals_are_later_in_the_same_trajectory():
+    torch.manual_seed(0)
+    data = synthetic()
+    sampler = GoalSampler(data, episode_ends(data), 2, RelabelConfig())
+    batch = sampler.sample(10_000, subgoal_steps=25)
+    (ep, t), (gep, gt) = batch["obs"][:, :2].T, batch["actor_goal"].T
+    assert torch.equal(ep, gep)
+    assert ((gt > t) | (t == LENGTH - 1)).all() and (gt <= LENGTH - 1).all()
+    first = sampler.actor_goals(torch.zeros(20_000, dtype=torch.long))  # from t = 0: uniform over 1..99
+    assert first.min() == 1 and first.max() == LENGTH - 1
+    assert first.float().mean().item() == pytest.approx(50.0, abs=1.0)
+    assert torch.equal(batch["subgoal"][:, 1], torch.clamp(t + 25, max=LENGTH - 1))
+    assert torch.equal(batch["subgoal_obs"][:, :2], batch["subgoal"])
+
+
+@pytest.fixture(scope="module")
+def maze_root(tmp_path_factory):
+    """8 navigator episodes of 300 steps on the medium maze, as make_maze_datasets records them."""
+    root = tmp_path_factory.mktemp("datasets")
+    kwargs = {"goals": "train", "terminate_at_goal": False, "max_episode_steps": 300}
+    with sims.make_env("point_maze_medium", num_envs=8, seed=0, num_threads=1, **kwargs) as env:
+        meta = {"task": "point_maze_medium", "task_kwargs": kwargs, "controller": "MazeNavigator"}
+        with DatasetWriter("maze-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
+            record(MazeNavigator(env.task.grid, 8), env, writer, 8, noise=0.2, seed=0, progress=False)
+    return root
+
+
+def make_agent(name: str, root):
+    dataset = Dataset.load("maze-tiny", root)
+    small = {"hidden": (32, 32), "batch_size": 64}
+    cls, cfg = {"gcbc": (GCBC, GCBCConfig(**small)), "gciql": (GCIQL, GCIQLConfig(**small)),
+                "hiql": (HIQL, HIQLConfig(**small))}[name]
+    agent = cls(dataset.observation_spec, dataset.action_spec, cfg, torch.device("cpu"))
+    agent.prepare(dataset.transitions())
+    return agent
+
+
+@pytest.mark.parametrize("name", ["gcbc", "gciql", "hiql"])
+def test_agent_trains_and_exports_a_controller_that_acts_like_it(name, maze_root, tmp_path):
+    torch.manual_seed(0)
+    agent = make_agent(name, maze_root)
+    loss_key = {"gcbc": "actor_loss", "gciql": "actor_loss", "hiql": "low_actor_loss"}[name]
+    losses = []
+    for _ in range(300):
+        metrics = agent.update(agent.sample(64))
+        assert all(math.isfinite(float(v)) for v in metrics.values()), metrics
+        losses.append(float(metrics[loss_key]))
+    assert sum(losses[-50:]) < sum(losses[:50])  # it learned something
+
+    obs = {"policy": torch.randn(16, 4) + 3.0, "goal": torch.rand(16, 2) * 6 + 1}
+    s, g = agent.normalizer(obs["policy"], obs["goal"])
+    with torch.no_grad():
+        if name == "hiql":
+            z = agent.high(torch.cat([s, g], -1))
+            z = z / z.norm(dim=-1, keepdim=True) * math.sqrt(10)
+            expected = agent.scaler(torch.tanh(agent.low(torch.cat([s, z], -1))))
+        else:
+            expected = agent.scaler(torch.tanh(agent.actor(torch.cat([s, g], -1))))
+    controller = agent.controller().eval()
+    assert controller.obs_groups == ("policy", "goal")
+    torch.testing.assert_close(controller.act(obs), expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(agent.act(obs)["action"], expected, atol=1e-4, rtol=1e-4)
+    paths = export_controller(controller, tmp_path / "export")
+    for fmt in ("torchscript", "onnx"):
+        torch.testing.assert_close(ExportedController(paths[fmt]).act(obs), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_hiql_goal_representation_has_length_sqrt_10(maze_root):
+    agent = make_agent("hiql", maze_root)
+    batch = agent.sample(256)
+    s, g = agent.normalizer(batch["obs"], batch["value_goal"])
+    with torch.no_grad():
+        lengths = agent.value.phi(s, g).norm(dim=-1)
+    torch.testing.assert_close(lengths, torch.full_like(lengths, math.sqrt(10)), atol=1e-4, rtol=1e-4)
+    assert agent.value(s, g).shape == (2, 256)  # the 2-ensemble
+
+
+def test_robolearn_train_runs_hiql_on_a_maze_dataset_with_a_success_rate(maze_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_root))
+    cfg = load_config("hiql_point_maze_medium", [
+        "dataset=maze-tiny", f"run_dir={tmp_path}", "runner.total_steps=1000", "runner.checkpoint_every=1",
+        "runner.eval_episodes=5", "env.num_envs=5", "agent.hidden=[32,32]", "agent.batch_size=64",
+        "logging.wandb=disabled", "logging.progress=false"])
+    result = train(cfg)
+    assert 0.0 <= result.evaluation["success_rate"] <= 1.0 and result.evaluation["updates"] == 1000
+    line = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "eval/success_rate" in line and "high_actor_loss" in line
+    assert {"torchscript", "onnx"} <= set(result.exported)

@@ -1,0 +1,115 @@
+"""Point maze: the generated model, walls that block, rewards and termination at the goal,
+evaluation and training goals, the scripted navigator, and MuJoCo Warp compiling the model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sims
+from sims.tasks.maze_navigator import MazeNavigator
+from sims.tasks.point_maze import EVAL_PAIRS, LAYOUTS, MazeGrid, PointMaze
+
+
+@pytest.mark.parametrize("layout", ["medium", "large"])
+def test_layouts_and_evaluation_pairs_are_free_and_connected(layout):
+    grid = MazeGrid(layout)
+    assert grid.walls.shape == {"medium": (8, 8), "large": (9, 12)}[layout]
+    assert grid.walls[0].all() and grid.walls[-1].all() and grid.walls[:, 0].all() and grid.walls[:, -1].all()
+    for start, goal in EVAL_PAIRS[layout]:
+        assert start in grid.index and goal in grid.index
+        cell, steps = grid.index[start], 0
+        while cell != grid.index[goal]:  # following next hops reaches the goal through free neighbours
+            nxt = grid.next_hop[grid.index[goal], cell]
+            (i, j), (k, m) = grid.free[cell], grid.free[nxt]
+            assert abs(i - k) + abs(j - m) == 1
+            cell, steps = nxt, steps + 1
+            assert steps < len(grid.free)
+    model = PointMaze(layout=layout).model()
+    assert model.nu == 2 and model.nmocap == 1 and model.ngeom == int(grid.walls.sum()) + 3
+
+
+def test_walls_block_motion():
+    with sims.make_env("point_maze_medium", num_envs=2, seed=0, num_threads=1, goals="eval") as env:
+        env.reset(seed=0)
+        start = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)  # cell (1, 1): walls at x=3 and y=0
+        env.sim.set_state(torch.arange(2), start, torch.zeros(2, 2, dtype=torch.float64))
+        push = torch.tensor([[1.0, 0.0], [0.0, -1.0]])  # +x into the wall cell (1, 3); -y into row 0
+        for _ in range(100):
+            obs = env.step(push).obs
+        x, y = obs["policy"][0, 0], obs["policy"][1, 1]
+        assert 2.0 < x < 2.42  # reached the wall face at x = 2.5 (radius 0.1) and stopped there
+        assert 0.58 < y < 0.7  # the wall face of row 0 is at y = 0.5
+
+
+def test_goal_reward_success_and_termination():
+    with sims.make_env("point_maze_medium", num_envs=2, seed=0, num_threads=1, goals="eval") as env:
+        obs = env.reset(seed=0)
+        goal = obs["goal"].double()
+        here = torch.stack([goal[0], goal[1] + 2.0])  # env 0 on its goal, env 1 two metres away
+        env.sim.set_state(torch.arange(2), here, torch.zeros(2, 2, dtype=torch.float64))
+        env.sim.set_mocap_pos(torch.arange(2), torch.cat([goal, torch.full((2, 1), 0.1, dtype=torch.float64)], 1)[:, None])
+        step = env.step(torch.zeros(2, 2))
+        assert step.reward.tolist() == [0.0, -1.0]
+        assert step.terminated.tolist() == [True, False] and step.info["success"].tolist() == [True, False]
+
+
+def test_evaluation_and_training_goals():
+    grid = MazeGrid("large")
+    with sims.make_env("point_maze_large", num_envs=10, seed=0, num_threads=1, goals="eval") as env:
+        obs = env.reset(seed=0)
+    for w in range(10):
+        start, goal = EVAL_PAIRS["large"][w % 5]
+        assert torch.allclose(obs["goal"][w].double(), torch.tensor(grid.center(goal), dtype=torch.float64))
+        assert (obs["policy"][w, :2].double() - torch.tensor(grid.center(start), dtype=torch.float64)).abs().max() <= 0.1
+    with sims.make_env("point_maze_large", num_envs=64, seed=0, num_threads=1, goals="train") as env:
+        obs = env.reset(seed=0)
+    centers = grid.centers().float()
+    goal_cells = torch.cdist(obs["goal"], centers).min(1)
+    assert goal_cells.values.max() < 1e-5  # goals at free cell centres
+    assert len(set(goal_cells.indices.tolist())) > 20  # spread over the maze
+    start_cells = torch.cdist(obs["policy"][:, :2], centers).argmin(1)
+    assert (start_cells != goal_cells.indices).all()
+
+
+@pytest.mark.parametrize("layout", ["medium", "large"])
+def test_navigator_reaches_every_evaluation_goal(layout):
+    with sims.make_env(f"point_maze_{layout}", num_envs=10, seed=0, num_threads=1, goals="eval") as env:
+        navigator = MazeNavigator(env.task.grid, 10, arrive_distance=-1.0)  # never picks goals of its own
+        obs = env.reset(seed=0)
+        done, success = torch.zeros(10, dtype=torch.bool), torch.zeros(10, dtype=torch.bool)
+        for _ in range(env.max_episode_steps):
+            navigator.goal = navigator.current_cells(obs["goal"])  # steer to the env's goal
+            step = env.step(navigator.act(obs))
+            ended = (step.terminated | step.truncated) & ~done
+            success |= ended & step.info["success"]
+            done |= ended
+            obs = step.obs
+            if done.all():
+                break
+    assert success.all()
+
+
+def test_navigator_wanders_to_new_goals_on_arrival():
+    with sims.make_env("point_maze_medium", num_envs=4, seed=0, num_threads=1, goals="train",
+                       terminate_at_goal=False, max_episode_steps=2000) as env:
+        navigator = MazeNavigator(env.task.grid, 4, seed=1)
+        obs = env.reset(seed=0)
+        visited: set[int] = set()
+        for _ in range(1500):
+            obs = env.step(navigator.act(obs)).obs
+            visited |= set(navigator.current_cells(obs["policy"][:, :2]).tolist())
+    assert len(visited) == len(env.task.grid.free)  # the whole maze is covered
+
+
+def test_compiles_on_mujoco_warp():
+    wp = pytest.importorskip("warp")
+    mjw = pytest.importorskip("mujoco_warp")
+    with wp.ScopedDevice("cpu"):
+        model = mjw.put_model(PointMaze(layout="medium").model())
+    assert model.nu == 2
+
+
+def test_layout_strings_are_rectangular():
+    for rows in LAYOUTS.values():
+        assert len({len(r) for r in rows}) == 1
