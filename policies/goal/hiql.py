@@ -68,6 +68,27 @@ class GoalRepresentation(nn.Module):
         return length_normalize(self.net(torch.cat([state, goal], dim=-1)), self.length)
 
 
+def expectile_value_loss(value: nn.Module, target: nn.Module, s: torch.Tensor, s_next: torch.Tensor, g: torch.Tensor,
+                         reward: torch.Tensor, mask: torch.Tensor, gamma: float,
+                         expectile: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """OGBench's HIQL value loss for a 2-ensemble ``value`` with targets ``Q_i = r + gamma m target_i(s_next, g)``
+    and ``A = r + gamma m min_i target_i(s_next, g) - mean_i target_i(s, g)``:
+    ``sum_i E[ |tau - 1(A < 0)| (Q_i - V_i(s, g))^2 ]``. ``s_next`` is where the target bootstraps: the next
+    state for HIQL's value, the state an option later for OTA's. Returns the loss and ``V(s, g)`` ``(2, B)``."""
+    with torch.no_grad():
+        q, advantage = td_targets(target, s, s_next, g, reward, mask, gamma)
+    v = value(s, g)
+    return ((expectile - (advantage < 0).float()).abs() * (q - v).square()).mean(-1).sum(), v
+
+
+def td_targets(target: nn.Module, s: torch.Tensor, s_next: torch.Tensor, g: torch.Tensor, reward: torch.Tensor,
+               mask: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Q_i = r + gamma m V'_i(s_next, g)`` ``(2, B)`` and ``A = r + gamma m min_i V'_i(s_next, g) - mean_i V'_i(s, g)``."""
+    next_v = target(s_next, g)
+    advantage = reward + gamma * mask * next_v.amin(0) - target(s, g).mean(0)
+    return reward + gamma * mask * next_v, advantage
+
+
 def length_normalize(x: torch.Tensor, length: float) -> torch.Tensor:
     return x / (x.norm(dim=-1, keepdim=True) + 1e-6) * length
 
@@ -106,6 +127,8 @@ class HIQLController(Controller):
 
 
 class HIQL(GoalAgent):
+    saved_modules: tuple[str, ...] = ("value", "value_target", "high", "low", "normalizer", "optimizer")
+
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: HIQLConfig,
                  device: torch.device) -> None:
         self.cfg, self.relabel = cfg, dataclasses.replace(cfg.relabel, gamma=cfg.gamma)
@@ -127,20 +150,16 @@ class HIQL(GoalAgent):
         _, g_actor = norm(batch["obs"], batch["actor_goal"])
         s_k, w = norm(batch["subgoal_obs"], batch["subgoal"])
         action = self.normalized_action(batch)
-        reward, mask = batch["reward"], batch["mask"]
 
         # Value: expectile regression of each V_i onto r + gamma m V'_i(s', g), weighted by the sign of A
-        with torch.no_grad():
-            next_v_target = self.value_target(s_next, g)
-            advantage = reward + cfg.gamma * mask * next_v_target.amin(0) - self.value_target(s, g).mean(0)
-            q = reward + cfg.gamma * mask * next_v_target
-        v = self.value(s, g)
-        value_loss = ((cfg.expectile - (advantage < 0).float()).abs() * (q - v).square()).mean(-1).sum()
+        value_loss, v = expectile_value_loss(self.value, self.value_target, s, s_next, g, batch["reward"],
+                                             batch["mask"], cfg.gamma, cfg.expectile)
+        extra_loss, extra_metrics = self.extra_losses(batch)
 
         # Policies: advantages from the (current) value, no gradient into it
         with torch.no_grad():
             low_adv = self.value(s_next, w).mean(0) - self.value(s, w).mean(0)
-            high_adv = self.value(s_k, g_actor).mean(0) - self.value(s, g_actor).mean(0)
+            high_adv = self.high_advantage(s, s_k, g_actor)
             z_low = self.value.phi(s, w)  # the low level's goal: phi of the subgoal
             low_weight = torch.exp(cfg.low_beta * low_adv).clamp(max=cfg.max_weight)
             high_weight = torch.exp(cfg.high_beta * high_adv).clamp(max=cfg.max_weight)
@@ -150,21 +169,34 @@ class HIQL(GoalAgent):
         high_loss = (high_weight * 0.5 * (high_mean - z_low).square().sum(-1)).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
-        (value_loss + low_loss + high_loss).backward()
+        (value_loss + low_loss + high_loss + extra_loss).backward()
         self.optimizer.step()
         with torch.no_grad():
-            torch._foreach_lerp_(list(self.value_target.parameters()), list(self.value.parameters()), cfg.target_tau)
+            for target, online in self.target_pairs():
+                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), cfg.target_tau)
         return {"value_loss": value_loss.detach(), "low_actor_loss": low_loss.detach(),
                 "high_actor_loss": high_loss.detach(), "v": v.detach().mean(),
-                "low_adv_weight": low_weight.mean(), "high_adv_weight": high_weight.mean()}
+                "low_adv_weight": low_weight.mean(), "high_adv_weight": high_weight.mean(), **extra_metrics}
+
+    # Hooks for variants that change the high level's value (``ota.OTA``)
+    def high_advantage(self, s: torch.Tensor, s_k: torch.Tensor, g_actor: torch.Tensor) -> torch.Tensor:
+        """``A_h = V(s_{t+k}, g') - V(s, g')`` (normalized inputs; called without gradient)."""
+        return self.value(s_k, g_actor).mean(0) - self.value(s, g_actor).mean(0)
+
+    def extra_losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
+        """Losses added to the step's sum, and their metrics (none for HIQL)."""
+        return 0.0, {}
+
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(target, online)`` networks that the Polyak update moves."""
+        return [(self.value_target, self.value)]
 
     def controller(self) -> Controller:
         return HIQLController(copy.deepcopy(self.normalizer), copy.deepcopy(self.high), copy.deepcopy(self.low),
                               copy.deepcopy(self.scaler), self.obs_dim, self.goal_dim, self.cfg.rep_dim)
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name).state_dict()
-                for name in ("value", "value_target", "high", "low", "normalizer", "optimizer")}
+        return {name: getattr(self, name).state_dict() for name in self.saved_modules}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
