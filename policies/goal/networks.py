@@ -68,6 +68,7 @@ class GoalAgent(OfflineAgent):
 
     obs_groups = ("policy", "goal")
     subgoal_steps: int = 0
+    option_steps: int = 0  # OTA: also sample options of this many steps (relabel.GoalSampler.option_ends)
     relabel: RelabelConfig
     normalizer: StateGoalNormalizer
     sampler: GoalSampler | None = None
@@ -90,7 +91,7 @@ class GoalAgent(OfflineAgent):
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         if self.sampler is None:
             raise RuntimeError(f"{type(self).__name__}.prepare(data) must be called before sampling")
-        return self.sampler.sample(batch_size, self.subgoal_steps)
+        return self.sampler.sample(batch_size, self.subgoal_steps, self.option_steps)
 
     def normalized_action(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.scaler.normalize(batch["action"])

@@ -13,6 +13,11 @@ observation (the tasks' convention: for the point maze, its position).
 - reward 0 and ``mask`` 0 (no bootstrap) when the value goal is the current
   state, else reward -1 and mask 1; the goal is "reached" only there.
 - **subgoals** (HIQL): the state ``k`` steps later in the same trajectory.
+- **options** (OTA): the state where an option of ``n`` steps from the current one
+  ends, for the same value goal: ``n`` steps later, capped at the trajectory's last
+  state, and at the goal itself when the goal lies ahead in the same trajectory
+  within ``n`` steps; the option's reward is 0 and its mask 0 exactly when it ends
+  at the goal (reached within the option), else -1 and 1.
 """
 
 from __future__ import annotations
@@ -55,6 +60,14 @@ class GoalSampler:
         """Rows ``steps`` after ``idx`` in the same trajectory, capped at its last row."""
         return torch.minimum(idx + steps, self.final[idx])
 
+    def option_ends(self, idx: torch.Tensor, goal_rows: torch.Tensor, steps: int) -> torch.Tensor:
+        """Rows where an option of ``steps`` steps from ``idx`` ends when heading for ``goal_rows``: ``steps``
+        later (capped at the trajectory's end), or at the goal when it is ahead in the same trajectory and
+        closer than that."""
+        end = self.future(idx, steps)
+        ahead = (self.final[goal_rows] == self.final[idx]) & (goal_rows >= idx)
+        return torch.where(ahead, torch.minimum(end, goal_rows), end)
+
     def value_goals(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows of the value goals for ``idx``: current, geometric future or random (see the module)."""
         cfg, n = self.cfg, len(idx)
@@ -70,9 +83,11 @@ class GoalSampler:
         span = (self.final[idx] - first + 1).float()
         return first + (torch.rand(len(idx), device=self.device) * span).long().clamp(max=span.long() - 1)
 
-    def sample(self, batch_size: int, subgoal_steps: int = 0) -> dict[str, torch.Tensor]:
+    def sample(self, batch_size: int, subgoal_steps: int = 0, option_steps: int = 0) -> dict[str, torch.Tensor]:
         """``obs``, ``next_obs``, ``action``, ``value_goal``, ``reward``, ``mask``, ``actor_goal``
-        (and ``subgoal``, the state ``subgoal_steps`` later, when asked), each ``(batch_size, ...)``."""
+        (and ``subgoal``, the state ``subgoal_steps`` later, when asked; and ``option_obs``,
+        ``option_reward``, ``option_mask`` for options of ``option_steps`` steps toward the
+        value goal, when asked), each ``(batch_size, ...)``."""
         idx = torch.randint(self.size, (batch_size,), device=self.device)
         value_rows = self.value_goals(idx)
         reached = (value_rows == idx).float()
@@ -82,4 +97,9 @@ class GoalSampler:
         if subgoal_steps:
             subgoal_rows = self.future(idx, subgoal_steps)
             batch |= {"subgoal": self.goal(subgoal_rows), "subgoal_obs": self.obs[subgoal_rows]}
+        if option_steps:
+            option_rows = self.option_ends(idx, value_rows, option_steps)
+            option_reached = (option_rows == value_rows).float()
+            batch |= {"option_obs": self.obs[option_rows], "option_reward": option_reached - 1.0,
+                      "option_mask": 1.0 - option_reached}
         return batch
