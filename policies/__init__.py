@@ -6,7 +6,7 @@ Offline agents (``policies.offline``) have ``offline = True`` and are trained
 from a dataset by ``robolearn.offline_runner``.
 """
 
-from policies.goal import GCBC, GCIQL, HIQL, GCBCConfig, GCIQLConfig, HIQLConfig
+from policies.goal import GCBC, GCIQL, HIQL, OTA, GCBCConfig, GCIQLConfig, HIQLConfig, OTAConfig
 from policies.offline import (BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CalQLFinetuneConfig, CQLConfig, Finetune,
                               FinetuneConfig, IQLConfig, JSRLConfig, TD3BCConfig)
 from policies.ppo import PPO, PPOConfig
@@ -19,10 +19,11 @@ AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, S
           "iql": (IQLConfig, IQL), "cql": (CQLConfig, CQL), "calql": (CalQLConfig, CQL),
           # offline goal-conditioned, goals relabeled from the dataset (policies.goal)
           "gcbc": (GCBCConfig, GCBC), "gciql": (GCIQLConfig, GCIQL), "hiql": (HIQLConfig, HIQL),
+          "ota": (OTAConfig, OTA),
           # offline-to-online: pretrained on a dataset, fine-tuned online (robolearn.finetune_runner)
           "wsrl": (FinetuneConfig, Finetune), "calql_finetune": (CalQLFinetuneConfig, Finetune), "jsrl": (JSRLConfig, Finetune)}
 
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
            "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig",
            "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig", "GCBC", "GCBCConfig", "GCIQL",
-           "GCIQLConfig", "HIQL", "HIQLConfig"]
+           "GCIQLConfig", "HIQL", "HIQLConfig", "OTA", "OTAConfig"]

@@ -1,8 +1,9 @@
 """Offline goal-conditioned agents over undirected data, goals relabeled in hindsight:
-GCBC, flat GCIQL and hierarchical HIQL (``relabel.py`` draws their goals)."""
+GCBC, flat GCIQL, hierarchical HIQL and OTA (HIQL with an option-aware high-level value) (``relabel.py`` draws their goals)."""
 
 from policies.goal.gcbc import GCBC, GCBCConfig
 from policies.goal.gciql import GCIQL, GCIQLConfig
 from policies.goal.hiql import HIQL, HIQLConfig
+from policies.goal.ota import OTA, OTAConfig
 
-__all__ = ["GCBC", "GCBCConfig", "GCIQL", "GCIQLConfig", "HIQL", "HIQLConfig"]
+__all__ = ["GCBC", "GCBCConfig", "GCIQL", "GCIQLConfig", "HIQL", "HIQLConfig", "OTA", "OTAConfig"]

@@ -1,7 +1,8 @@
 """Goal-conditioned offline agents: hindsight relabeling draws goals from the right sources,
 each agent trains on a tiny recorded maze dataset, its exported controller (module,
 TorchScript, ONNX) acts as the agent's networks do, HIQL's goal representation has
-length sqrt(10), and ``robolearn train`` runs HIQL end to end with a success rate."""
+length sqrt(10), OTA's option-aware target bootstraps from the state an option later with one
+gamma, and ``robolearn train`` runs HIQL end to end with a success rate."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import sims
-from policies.goal import GCBC, GCIQL, HIQL, GCBCConfig, GCIQLConfig, HIQLConfig
+from policies import AGENTS
+from policies.goal import GCBC, GCIQL, HIQL, OTA, GCBCConfig, GCIQLConfig, HIQLConfig, OTAConfig
 from policies.goal.relabel import GoalSampler, RelabelConfig
 from policies.offline.common import episode_ends
 from robolearn import load_config
@@ -80,6 +82,25 @@ def test_actor_goals_and_subgoals_are_later_in_the_same_trajectory():
     assert torch.equal(batch["subgoal_obs"][:, :2], batch["subgoal"])
 
 
+def test_options_end_n_steps_later_or_at_a_goal_reached_within_them():
+    torch.manual_seed(0)
+    data = synthetic()
+    sampler = GoalSampler(data, episode_ends(data), 2, RelabelConfig())
+    batch = sampler.sample(20_000, option_steps=5)
+    (ep, t), (gep, gt), (oep, ot) = batch["obs"][:, :2].T, batch["value_goal"].T, batch["option_obs"][:, :2].T
+    assert torch.equal(oep, ep)  # options stay in their trajectory
+    end = torch.clamp(t + 5, max=LENGTH - 1)
+    ahead = (gep == ep) & (gt >= t)
+    assert torch.equal(ot, torch.where(ahead, torch.minimum(end, gt), end))
+    within = ahead & (gt <= t + 5)  # the goal is reached within the option: reward 0, no bootstrap
+    assert 0.1 < within.float().mean() < 0.6 and (ahead & (gt > t + 5)).any() and (~ahead).any()
+    assert torch.equal(batch["option_reward"] == 0, within) and torch.equal(batch["option_mask"] == 0, within)
+    assert torch.equal(batch["option_reward"], batch["option_mask"] * -1.0)
+    # the one-step fields are untouched: reward 0 only at the current state
+    assert torch.equal(batch["reward"] == 0, (gep == ep) & (gt == t))
+    assert "option_obs" not in sampler.sample(8)
+
+
 @pytest.fixture(scope="module")
 def maze_root(tmp_path_factory):
     """8 navigator episodes of 300 steps on the medium maze, as make_maze_datasets records them."""
@@ -96,17 +117,17 @@ def make_agent(name: str, root):
     dataset = Dataset.load("maze-tiny", root)
     small = {"hidden": (32, 32), "batch_size": 64}
     cls, cfg = {"gcbc": (GCBC, GCBCConfig(**small)), "gciql": (GCIQL, GCIQLConfig(**small)),
-                "hiql": (HIQL, HIQLConfig(**small))}[name]
+                "hiql": (HIQL, HIQLConfig(**small)), "ota": (OTA, OTAConfig(**small))}[name]
     agent = cls(dataset.observation_spec, dataset.action_spec, cfg, torch.device("cpu"))
     agent.prepare(dataset.transitions())
     return agent
 
 
-@pytest.mark.parametrize("name", ["gcbc", "gciql", "hiql"])
+@pytest.mark.parametrize("name", ["gcbc", "gciql", "hiql", "ota"])
 def test_agent_trains_and_exports_a_controller_that_acts_like_it(name, maze_root, tmp_path):
     torch.manual_seed(0)
     agent = make_agent(name, maze_root)
-    loss_key = {"gcbc": "actor_loss", "gciql": "actor_loss", "hiql": "low_actor_loss"}[name]
+    loss_key = {"gcbc": "actor_loss", "gciql": "actor_loss", "hiql": "low_actor_loss", "ota": "low_actor_loss"}[name]
     losses = []
     for _ in range(300):
         metrics = agent.update(agent.sample(64))
@@ -117,7 +138,7 @@ def test_agent_trains_and_exports_a_controller_that_acts_like_it(name, maze_root
     obs = {"policy": torch.randn(16, 4) + 3.0, "goal": torch.rand(16, 2) * 6 + 1}
     s, g = agent.normalizer(obs["policy"], obs["goal"])
     with torch.no_grad():
-        if name == "hiql":
+        if name in ("hiql", "ota"):
             z = agent.high(torch.cat([s, g], -1))
             z = z / z.norm(dim=-1, keepdim=True) * math.sqrt(10)
             expected = agent.scaler(torch.tanh(agent.low(torch.cat([s, z], -1))))
@@ -140,6 +161,70 @@ def test_hiql_goal_representation_has_length_sqrt_10(maze_root):
         lengths = agent.value.phi(s, g).norm(dim=-1)
     torch.testing.assert_close(lengths, torch.full_like(lengths, math.sqrt(10)), atol=1e-4, rtol=1e-4)
     assert agent.value(s, g).shape == (2, 256)  # the 2-ensemble
+
+
+class StateValue(torch.nn.Module):
+    """A stand-in 2-ensemble value: ``(s_0 + 2 s_1, 3 s_0 - s_1)`` of the (normalized) state, whatever the goal."""
+
+    def forward(self, state: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        return torch.stack([state[:, 0] + 2 * state[:, 1], 3 * state[:, 0] - state[:, 1]])
+
+
+def test_ota_option_target_bootstraps_from_the_state_an_option_later_with_one_gamma(maze_root):
+    torch.manual_seed(0)
+    agent = make_agent("ota", maze_root)
+    agent.high_value_target = StateValue()
+    batch = agent.sample(512)
+    assert agent.option_steps == 5 and {"option_obs", "option_reward", "option_mask"} <= set(batch)
+    reached = batch["option_mask"] == 0
+    assert reached.any() and (~reached).any()
+    s_option, _ = agent.normalizer(batch["option_obs"], batch["value_goal"])
+    expected = batch["option_reward"] + 0.99 * batch["option_mask"] * StateValue()(s_option, None)
+    targets = agent.option_targets(batch)
+    torch.testing.assert_close(targets, expected)
+    # not the one-step target, and one gamma per option, not gamma^n
+    s_next, _ = agent.normalizer(batch["next_obs"], batch["value_goal"])
+    one_step = batch["option_reward"] + 0.99 * batch["option_mask"] * StateValue()(s_next, None)
+    assert (targets - one_step).abs().max() > 0.1
+    gamma_n = batch["option_reward"] + 0.99**5 * batch["option_mask"] * StateValue()(s_option, None)
+    assert (targets - gamma_n).abs().max() > 1e-3
+    # the option's state is the one 5 steps later along the recorded trajectory, unless the goal came first
+    rows = (agent.sampler.obs[:, None] == batch["obs"][None]).all(-1).float().argmax(0)
+    later = agent.sampler.obs[torch.minimum(rows + 5, agent.sampler.final[rows])]
+    assert torch.equal(batch["option_obs"][~reached], later[~reached])
+
+
+def test_ota_high_level_advantage_uses_the_option_value_and_the_low_level_keeps_hiqls(maze_root):
+    torch.manual_seed(0)
+    agent = make_agent("ota", maze_root)
+    batch = agent.sample(64)
+    s, g = agent.normalizer(batch["obs"], batch["actor_goal"])
+    s_k, _ = agent.normalizer(batch["subgoal_obs"], batch["actor_goal"])
+    with torch.no_grad():
+        expected = agent.high_value(s_k, g).mean(0) - agent.high_value(s, g).mean(0)
+        hiql = agent.value(s_k, g).mean(0) - agent.value(s, g).mean(0)
+        torch.testing.assert_close(agent.high_advantage(s, s_k, g), expected)
+    assert not torch.allclose(expected, hiql)
+    before = {name: [p.clone() for p in getattr(agent, name).parameters()] for name in ("value", "high_value")}
+    metrics = agent.update(batch)
+    assert {"high_value_loss", "v_high", "value_loss"} <= set(metrics)
+    for name, params in before.items():  # both values train, each with its target network following
+        assert any(not torch.equal(p, q) for p, q in zip(params, getattr(agent, name).parameters())), name
+    state = agent.state_dict()
+    assert {"high_value", "high_value_target", "value", "low", "high"} <= set(state)
+    fresh = make_agent("ota", maze_root)
+    fresh.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.high_value(s, g), agent.high_value(s, g))
+
+
+def test_ota_is_registered_with_configs_for_both_mazes():
+    assert AGENTS["ota"] == (OTAConfig, OTA)
+    for layout in ("medium", "large"):
+        cfg = load_config(f"ota_point_maze_{layout}")
+        hiql = load_config(f"hiql_point_maze_{layout}")
+        assert cfg.algo == "ota" and cfg.dataset == hiql.dataset and cfg.agent.option_steps == 5
+        assert cfg.agent.hidden == hiql.agent.hidden and cfg.agent.batch_size == hiql.agent.batch_size
 
 
 def test_robolearn_train_runs_hiql_on_a_maze_dataset_with_a_success_rate(maze_root, monkeypatch, tmp_path):
