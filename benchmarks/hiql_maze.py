@@ -1,4 +1,4 @@
-"""HIQL against flat GCIQL and GCBC on the undirected point-maze datasets, side by side.
+"""HIQL against flat GCIQL and GCBC (and OTA, ``--algos ota hiql``) on the undirected point-maze datasets.
 
 Same dataset (``benchmarks/make_maze_datasets.py``: ``point_maze_<layout>-navigate``),
 same number of gradient updates, same networks (LayerNorm MLPs) and batch for the
@@ -13,6 +13,7 @@ The paper's budget (1M updates, MLP 512x3, batch 1024) does not fit 2 shared CPU
 cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
 
     python benchmarks/hiql_maze.py [--layouts medium] [--seeds 3] [--updates 6000] [--out hiql_maze.md]
+    python benchmarks/hiql_maze.py --layouts large --algos ota hiql --out hiql_maze_ota.md  # OTA vs HIQL
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import machine, write_result  # noqa: E402
 
-ALGOS = ("hiql", "gciql", "gcbc")
+ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
 
 
@@ -70,7 +71,8 @@ def run(algo: str, layout: str, seed: int, updates: int) -> dict[str, float | np
 
 
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
-    lines = ["### HIQL vs GCIQL vs GCBC on the point maze (undirected navigate data, made here)", "",
+    title = " vs ".join(algo.upper() for algo in args.algos)
+    lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
              f"seeds {list(range(args.seeds))}. Datasets: 500 episodes x 1000 steps of the noisy BFS navigator "
