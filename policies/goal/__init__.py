@@ -1,5 +1,6 @@
 """Offline goal-conditioned agents over undirected data, goals relabeled in hindsight:
-GCBC, flat GCIQL, hierarchical HIQL and OTA (HIQL with an option-aware high-level value) (``relabel.py`` draws their goals)."""
+GCBC, flat GCIQL, hierarchical HIQL and OTA (HIQL with an option-aware high-level value);
+``relabel.py`` draws their goals."""
 
 from policies.goal.gcbc import GCBC, GCBCConfig
 from policies.goal.gciql import GCIQL, GCIQLConfig

@@ -83,7 +83,8 @@ def expectile_value_loss(value: nn.Module, target: nn.Module, s: torch.Tensor, s
 
 def td_targets(target: nn.Module, s: torch.Tensor, s_next: torch.Tensor, g: torch.Tensor, reward: torch.Tensor,
                mask: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``Q_i = r + gamma m V'_i(s_next, g)`` ``(2, B)`` and ``A = r + gamma m min_i V'_i(s_next, g) - mean_i V'_i(s, g)``."""
+    """``Q_i = r + gamma m V'_i(s_next, g)`` ``(2, B)`` and
+    ``A = r + gamma m min_i V'_i(s_next, g) - mean_i V'_i(s, g)``."""
     next_v = target(s_next, g)
     advantage = reward + gamma * mask * next_v.amin(0) - target(s, g).mean(0)
     return reward + gamma * mask * next_v, advantage
