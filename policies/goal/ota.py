@@ -21,13 +21,14 @@ advantage and ``phi`` (the high policy still predicts HIQL's ``phi([s; s_{t+k}])
 ``V_high`` is trained in the same Adam step and Polyak-averaged like HIQL's value. The
 exported controller is HIQL's (``HIQLController``): OTA changes training only.
 
-Against the authors' code (ota-v/ota-v, checked through a public copy of its agent): the same
+Against a public OGBench-style ``OTAAgent`` (found by code search; its repository was not identified,
+the paper points to github.com/ota-v/ota-v) and the paper's description: the same
 option target (option end capped at the goal, reward ``r_o`` in {-1, 0}, one discount), a separate
 ``V_high`` with its own goal representation and target network. Differences: ``V_high`` reuses
 HIQL's relabeled value goals instead of drawing its own from the same distribution (their
 "current goal" case sets the goal to the option's end; here it is the current state, which the
 option reaches at once: both give target 0), and the AWR temperatures stay HIQL's (1 here; 3 in
-their default config).
+that agent's default config).
 """
 
 from __future__ import annotations
