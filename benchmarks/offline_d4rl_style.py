@@ -144,6 +144,19 @@ def read_runs() -> list[dict]:
     return [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
 
 
+def latest_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the newest run of each library, algorithm, dataset, seed and budget; the older runs it replaces).
+
+    A seed run again (new code, quieter machine) replaces its earlier line in the table;
+    both stay in the runs file and the older one is listed as superseded.
+    """
+    newest: dict[tuple, dict] = {}
+    for r in runs:
+        newest[(r["lib"], r["algo"], r["dataset"], r["seed"], r["updates"])] = r
+    kept = [r for r in runs if any(r is n for n in newest.values())]
+    return kept, [r for r in runs if not any(r is n for n in newest.values())]
+
+
 def append_run(run: dict) -> None:
     RUNS.parent.mkdir(parents=True, exist_ok=True)
     with RUNS.open("a") as f:
@@ -151,7 +164,9 @@ def append_run(run: dict) -> None:
 
 
 def commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    """The last commit that changed the agents or the runner (benchmark-only commits do not change a run)."""
+    out = subprocess.run(["git", "log", "-1", "--format=%h", "--", "policies", "robolearn"], cwd=REPO,
+                         capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "policies", "robolearn"], cwd=REPO,
                            capture_output=True, text=True).stdout.strip()
     return (out or "unknown") + ("+dirty" if dirty else "")
@@ -161,6 +176,7 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
     """offline.md from all recorded runs: mean ± sample std over seeds, speed ratio from per-run updates/s."""
     from robolearn.data import Dataset
 
+    runs, superseded = latest_runs(runs)
     budgets = sorted({r["updates"] for r in runs})
     lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs d3rlpy {d3rlpy_version}", "",
              f"Machine: {machine()}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
@@ -205,6 +221,11 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
         note = f"; {r['note']}" if r.get("note") else ""
         lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                      f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
+    if superseded:
+        lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later; not in the table):", ""]
+        lines += [f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
+                  f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{'; ' + r['note'] if r.get('note') else ''})"
+                  for r in superseded]
     return "\n".join(lines)
 
 
