@@ -221,6 +221,14 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
         note = f"; {r['note']}" if r.get("note") else ""
         lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                      f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
+    lines += ["", "**How to read it.** Updates/s depend on the machine's load (its 2 cores are shared with other jobs; "
+              "each run records the load average before and after): compare the two libraries through the ratio of "
+              "runs made one after the other, not through absolute numbers across sessions. d3rlpy's time includes "
+              "its `fit` setup (dataset conversion, network build: seconds out of minutes), ours only the update "
+              "loop (sampling included). Known differences left in: d3rlpy drops the last transition of "
+              "time-limit-truncated episodes, we keep it and bootstrap; our observation normalizer divides by "
+              "std + 1e-2 and clips at ±10 (d3rlpy: std + 1e-3, no clip). Evaluation episodes use the same env "
+              "seed (10,000 + seed) for both libraries."]
     if superseded:
         lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later; not in the table):", ""]
         lines += [f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
