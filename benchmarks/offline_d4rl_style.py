@@ -184,7 +184,7 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
              "datasets: benchmarks/results/offline_datasets.md). Made by `python3 benchmarks/offline_d4rl_style.py` "
              "from every run in `benchmarks/results/offline_runs.jsonl` (one JSON line per run). Scores: mean ± "
-             "sample std over seeds. Speed ratio: mean robolearn updates/s over mean d3rlpy updates/s; per seed: "
+             "sample std over seeds. Updates/s: mean over the runs whose timing is valid (see the notes per run). Speed ratio: mean robolearn updates/s over mean d3rlpy updates/s; per seed: "
              "the ratio of the two runs of that seed (run one after the other).", "",
              "| dataset (behavior score) | algo | updates | seeds | robolearn score | d3rlpy score | robolearn updates/s | "
              "d3rlpy updates/s | speed ratio | per-seed ratios |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -195,6 +195,9 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
         std = np.std(values, ddof=1) if len(values) > 1 else float("nan")
         return f"{np.mean(values):{fmt}} ± {std:{fmt}}" if len(values) > 1 else f"{values[0]:{fmt}}"
 
+    def ups(value: float) -> str:
+        return f"{value:,.0f}" if np.isfinite(value) else "-"
+
     keys = list(dict.fromkeys((r["dataset"], r["algo"], r["updates"]) for r in runs))
     keys.sort(key=lambda k: (k[0], ALGOS.index(k[1]) if k[1] in ALGOS else 99, k[2]))
     for dataset, algo, updates in keys:
@@ -204,17 +207,17 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
             behavior = f"{100 * Dataset.load(dataset).summary()['normalized_score_mean']:.1f}"
         except Exception:  # noqa: BLE001 - a dataset missing here still gets its row
             behavior = "?"
-        speed = {lib: np.mean([r["updates_per_s"] for r in rs]) if rs else np.nan for lib, rs in rows.items()}
+        timed = {lib: [r for r in rs if not r.get("speed_invalid")] for lib, rs in rows.items()}
+        speed = {lib: np.mean([r["updates_per_s"] for r in rs]) if rs else np.nan for lib, rs in timed.items()}
         ratio = f"{speed['robolearn'] / speed['d3rlpy']:.2f}x" if np.isfinite(list(speed.values())).all() else "-"
-        by_seed = {lib: {r["seed"]: r["updates_per_s"] for r in rs} for lib, rs in rows.items()}
+        by_seed = {lib: {r["seed"]: r["updates_per_s"] for r in rs} for lib, rs in timed.items()}
         paired = sorted(set(by_seed["robolearn"]) & set(by_seed["d3rlpy"]))
         per_seed = ", ".join(f"{s}: {by_seed['robolearn'][s] / by_seed['d3rlpy'][s]:.2f}x" for s in paired) or "-"
         seeds = "/".join(str(len({r["seed"] for r in rs})) for rs in rows.values())
         lines.append(f"| {dataset} ({behavior}) | {algo} | {updates:,} | {seeds} | "
                      f"{mean_std([r['score'] for r in rows['robolearn']], '.1f')} | "
                      f"{mean_std([r['score'] for r in rows['d3rlpy']], '.1f')} | "
-                     f"{np.mean([r['updates_per_s'] for r in rows['robolearn']] or [np.nan]):,.0f} | "
-                     f"{np.mean([r['updates_per_s'] for r in rows['d3rlpy']] or [np.nan]):,.0f} | {ratio} | {per_seed} |")
+                     f"{ups(speed['robolearn'])} | {ups(speed['d3rlpy'])} | {ratio} | {per_seed} |")
     lines += ["", "Seeds column: robolearn/d3rlpy runs. Per run (code commit; 1-min load average before -> after the run):", ""]
     for r in runs:
         load = (f"; load {r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}" if "load_before" in r else "")
