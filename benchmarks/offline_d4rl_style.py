@@ -17,10 +17,16 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 -m venv --system-site-packages .venv
     .venv/bin/pip install --no-deps d3rlpy==2.8.1 structlog dataclasses-json marshmallow \\
         typing-inspect gym==0.26.2 gym-notices scikit-learn joblib threadpoolctl narwhals
-    python3 benchmarks/offline_d4rl_style.py [--updates 20000] [--seeds 3] [--datasets hopper-medium ...]
+    python3 benchmarks/offline_d4rl_style.py [--updates 20000] [--seeds 0 1 2] [--datasets hopper-medium ...]
+    python3 benchmarks/offline_d4rl_style.py --seeds 1 2      # add seeds to earlier results
+    python3 benchmarks/offline_d4rl_style.py --table-only     # rebuild offline.md from the runs file
 
-Results are rewritten to benchmarks/results/offline.md after every run (seed-major
-order), so a cut-short benchmark still leaves a table.
+Every finished run is appended as one JSON line to benchmarks/results/offline_runs.jsonl
+(library, algorithm, dataset, seed, updates, score, updates/s, the code's commit, load
+averages before and after), and benchmarks/results/offline.md is rebuilt from ALL lines
+of that file after every run: seeds run on different days add up instead of overwriting,
+and a cut-short benchmark still leaves a table. Order: seed-major, and for each algorithm
+robolearn then d3rlpy, so both libraries see similar machine load.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +48,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages
 from common import machine, write_result  # noqa: E402
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
 EVAL_EPISODES = 10
 ALGOS = ("iql", "td3bc")
 
@@ -129,45 +137,122 @@ def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int) -> dict[str,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(results: list[dict], args: argparse.Namespace) -> str:
+def read_runs() -> list[dict]:
+    """Every run recorded in :data:`RUNS`, in order."""
+    if not RUNS.is_file():
+        return []
+    return [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+
+
+def latest_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the newest run of each library, algorithm, dataset, seed and budget; the older runs it replaces).
+
+    A seed run again (new code, quieter machine) replaces its earlier line in the table;
+    both stay in the runs file and the older one is listed as superseded.
+    """
+    newest: dict[tuple, dict] = {}
+    for r in runs:
+        newest[(r["lib"], r["algo"], r["dataset"], r["seed"], r["updates"])] = r
+    kept = [r for r in runs if any(r is n for n in newest.values())]
+    return kept, [r for r in runs if not any(r is n for n in newest.values())]
+
+
+def append_run(run: dict) -> None:
+    RUNS.parent.mkdir(parents=True, exist_ok=True)
+    with RUNS.open("a") as f:
+        f.write(json.dumps(run) + "\n")
+
+
+def commit() -> str:
+    """The last commit that changed the agents or the runner (benchmark-only commits do not change a run)."""
+    out = subprocess.run(["git", "log", "-1", "--format=%h", "--", "policies", "robolearn"], cwd=REPO,
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "policies", "robolearn"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
+    return (out or "unknown") + ("+dirty" if dirty else "")
+
+
+def table(runs: list[dict], d3rlpy_version: str) -> str:
+    """offline.md from all recorded runs: mean ± sample std over seeds, speed ratio from per-run updates/s."""
     from robolearn.data import Dataset
 
-    lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs d3rlpy {args.d3rlpy_version}", "",
-             f"Machine: {machine()}. {args.updates:,} gradient updates per run, batch 256, one torch thread, "
-             f"the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
+    runs, superseded = latest_runs(runs)
+    budgets = sorted({r["updates"] for r in runs})
+    lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs d3rlpy {d3rlpy_version}", "",
+             f"Machine: {machine()}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
+             f"thread, the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
-             "datasets: benchmarks/results/offline_datasets.md). Made by `python3 benchmarks/offline_d4rl_style.py`.", "",
-             "| dataset (behavior score) | algo | seeds | robolearn score | d3rlpy score | robolearn updates/s | "
-             "d3rlpy updates/s | speed ratio |", "|---|---|---|---|---|---|---|---|"]
-    for dataset in args.datasets:
-        behavior = 100 * Dataset.load(dataset).summary()["normalized_score_mean"]
-        for algo in ALGOS:
-            rows = {lib: [r for r in results if r["lib"] == lib and r["algo"] == algo and r["dataset"] == dataset]
-                    for lib in ("robolearn", "d3rlpy")}
-            if not rows["robolearn"] and not rows["d3rlpy"]:
-                continue
+             "datasets: benchmarks/results/offline_datasets.md). Made by `python3 benchmarks/offline_d4rl_style.py` "
+             "from every run in `benchmarks/results/offline_runs.jsonl` (one JSON line per run). Scores: mean ± "
+             "sample std over seeds. Updates/s: mean over the runs whose timing is valid (see the notes per run). Speed ratio: mean robolearn updates/s over mean d3rlpy updates/s; per seed: "
+             "the ratio of the two runs of that seed (run one after the other).", "",
+             "| dataset (behavior score) | algo | updates | seeds | robolearn score | d3rlpy score | robolearn updates/s | "
+             "d3rlpy updates/s | speed ratio | per-seed ratios |", "|---|---|---|---|---|---|---|---|---|---|"]
 
-            def stat(rs: list[dict], key: str, fmt: str) -> str:
-                values = [r[key] for r in rs]
-                return "-" if not values else (f"{np.mean(values):{fmt}} ± {np.std(values):{fmt}}" if key == "score"
-                                               else f"{np.mean(values):{fmt}}")
+    def mean_std(values: list[float], fmt: str) -> str:
+        if not values:
+            return "-"
+        std = np.std(values, ddof=1) if len(values) > 1 else float("nan")
+        return f"{np.mean(values):{fmt}} ± {std:{fmt}}" if len(values) > 1 else f"{values[0]:{fmt}}"
 
-            speeds = [np.mean([r["updates_per_s"] for r in rows[lib]]) if rows[lib] else np.nan for lib in rows]
-            ratio = f"{speeds[0] / speeds[1]:.2f}x" if np.isfinite(speeds).all() else "-"
-            seeds = min(len(rows["robolearn"]), len(rows["d3rlpy"])) or max(len(rows["robolearn"]), len(rows["d3rlpy"]))
-            lines.append(f"| {dataset} ({behavior:.1f}) | {algo} | {seeds} | {stat(rows['robolearn'], 'score', '.1f')} | "
-                         f"{stat(rows['d3rlpy'], 'score', '.1f')} | {stat(rows['robolearn'], 'updates_per_s', ',.0f')} | "
-                         f"{stat(rows['d3rlpy'], 'updates_per_s', ',.0f')} | {ratio} |")
-    lines += ["", "Per run: " + "; ".join(f"{r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: {r['score']:.1f} "
-                                          f"({r['updates_per_s']:.0f}/s)" for r in results)]
+    def ups(value: float) -> str:
+        return f"{value:,.0f}" if np.isfinite(value) else "-"
+
+    keys = list(dict.fromkeys((r["dataset"], r["algo"], r["updates"]) for r in runs))
+    keys.sort(key=lambda k: (k[0], ALGOS.index(k[1]) if k[1] in ALGOS else 99, k[2]))
+    for dataset, algo, updates in keys:
+        rows = {lib: [r for r in runs if (r["lib"], r["algo"], r["dataset"], r["updates"]) == (lib, algo, dataset, updates)]
+                for lib in ("robolearn", "d3rlpy")}
+        try:
+            behavior = f"{100 * Dataset.load(dataset).summary()['normalized_score_mean']:.1f}"
+        except Exception:  # noqa: BLE001 - a dataset missing here still gets its row
+            behavior = "?"
+        timed = {lib: [r for r in rs if not r.get("speed_invalid")] for lib, rs in rows.items()}
+        speed = {lib: np.mean([r["updates_per_s"] for r in rs]) if rs else np.nan for lib, rs in timed.items()}
+        ratio = f"{speed['robolearn'] / speed['d3rlpy']:.2f}x" if np.isfinite(list(speed.values())).all() else "-"
+        by_seed = {lib: {r["seed"]: r["updates_per_s"] for r in rs} for lib, rs in timed.items()}
+        paired = sorted(set(by_seed["robolearn"]) & set(by_seed["d3rlpy"]))
+        per_seed = ", ".join(f"{s}: {by_seed['robolearn'][s] / by_seed['d3rlpy'][s]:.2f}x" for s in paired) or "-"
+        seeds = "/".join(str(len({r["seed"] for r in rs})) for rs in rows.values())
+        lines.append(f"| {dataset} ({behavior}) | {algo} | {updates:,} | {seeds} | "
+                     f"{mean_std([r['score'] for r in rows['robolearn']], '.1f')} | "
+                     f"{mean_std([r['score'] for r in rows['d3rlpy']], '.1f')} | "
+                     f"{ups(speed['robolearn'])} | {ups(speed['d3rlpy'])} | {ratio} | {per_seed} |")
+    lines += ["", "Seeds column: robolearn/d3rlpy runs. Per run (code commit; 1-min load average before -> after the run):", ""]
+    for r in runs:
+        load = (f"; load {r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}" if "load_before" in r else "")
+        note = f"; {r['note']}" if r.get("note") else ""
+        lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
+                     f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
+    lines += ["", "**How to read it.** Updates/s depend on the machine's load (its 2 cores are shared with other jobs; "
+              "each run records the load average before and after): compare the two libraries through the ratio of "
+              "runs made one after the other, not through absolute numbers across sessions. d3rlpy's time includes "
+              "its `fit` setup (dataset conversion, network build: seconds out of minutes), ours only the update "
+              "loop (sampling included). Known differences left in: d3rlpy drops the last transition of "
+              "time-limit-truncated episodes, we keep it and bootstrap; our observation normalizer divides by "
+              "std + 1e-2 and clips at ±10 (d3rlpy: std + 1e-3, no clip). Evaluation episodes use the same env "
+              "seed (10,000 + seed) for both libraries."]
+    if superseded:
+        lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later; not in the table):", ""]
+        lines += [f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
+                  f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{'; ' + r['note'] if r.get('note') else ''})"
+                  for r in superseded]
     return "\n".join(lines)
+
+
+def d3rlpy_version() -> str:
+    return subprocess.run([str(VENV_PYTHON), "-c", "import d3rlpy; print(d3rlpy.__version__)"],
+                          capture_output=True, text=True).stdout.strip() or "(not installed)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--updates", type=int, default=20_000)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds to run (added to earlier runs)")
     parser.add_argument("--datasets", nargs="+", default=["hopper-medium", "half_cheetah-medium"])
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"])
+    parser.add_argument("--table-only", action="store_true", help="rebuild offline.md from offline_runs.jsonl; run nothing")
     parser.add_argument("--worker", nargs=4, metavar=("ALGO", "DATASET", "SEED", "UPDATES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -175,18 +260,24 @@ def main() -> None:
         algo, dataset, seed, updates = args.worker
         print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates))))
         return
-    args.d3rlpy_version = subprocess.run([str(VENV_PYTHON), "-c", "import d3rlpy; print(d3rlpy.__version__)"],
-                                         capture_output=True, text=True).stdout.strip() or "(not installed)"
-    results: list[dict] = []
-    for seed in range(args.seeds):
+    version = d3rlpy_version()
+    if args.table_only:
+        write_result("offline.md", table(read_runs(), version))
+        return
+    fns = {"robolearn": run_ours, "d3rlpy": in_d3rlpy_env}
+    for seed in args.seeds:
         for dataset in args.datasets:
-            for algo in ALGOS:
-                for lib, fn in (("robolearn", run_ours), ("d3rlpy", in_d3rlpy_env)):
-                    r = {"lib": lib, "algo": algo, "dataset": dataset, "seed": seed, **fn(algo, dataset, seed, args.updates)}
+            for algo in args.algos:
+                for lib in args.libs:
+                    load_before, started = os.getloadavg(), datetime.now(timezone.utc)
+                    result = fns[lib](algo, dataset, seed, args.updates)
+                    r = {"lib": lib, "algo": algo, "dataset": dataset, "seed": seed, "updates": args.updates, **result,
+                         "commit": commit() if lib == "robolearn" else f"d3rlpy {version}",
+                         "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
+                         "load_after": list(os.getloadavg())}
                     print(json.dumps(r), flush=True)
-                    results.append(r)
-                    (Path("/tmp") / "offline_bench.json").write_text(json.dumps(results))
-                    write_result("offline.md", table(results, args))
+                    append_run(r)
+                    write_result("offline.md", table(read_runs(), version))
 
 
 if __name__ == "__main__":
