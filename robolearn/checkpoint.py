@@ -98,3 +98,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def restore_agent(agent: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
+    random streams; return its progress counters, for the runner to rebuild its own progress from."""
+    check_compatible(agent.state_dict(), payload["agent"])
+    agent.load_state_dict(payload["agent"])
+    progress = dict(payload["progress"])
+    set_rng_state(progress.pop("rng"))
+    return progress

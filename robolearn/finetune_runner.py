@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robolearn.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, restore_agent, rng_state, save_checkpoint
 from robolearn.config import TrainConfig, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller
@@ -124,13 +124,9 @@ class FinetuneRunner(OfflineRunner):
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)
-        progress = dict(payload["progress"])
-        if progress.get("phase") == "online":
+        if payload["progress"].get("phase") == "online":
             self.agent.go_online()  # the online hyperparameters are attributes, not state
-        check_compatible(self.agent.state_dict(), payload["agent"])
-        self.agent.load_state_dict(payload["agent"])
-        set_rng_state(progress.pop("rng"))
-        self.progress = FinetuneProgress(**progress)
+        self.progress = FinetuneProgress(**restore_agent(self.agent, payload))
 
     # -- the phase boundary --------------------------------------------------------------------
 

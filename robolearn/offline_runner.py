@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import check_compatible, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save_checkpoint
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.data import Dataset, DatasetError
 from robolearn.evaluate import NonFiniteError, evaluate
@@ -143,12 +143,7 @@ class OfflineRunner:
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 
     def _restore(self) -> None:
-        payload = load_checkpoint(self.checkpoint_path)
-        check_compatible(self.agent.state_dict(), payload["agent"])
-        self.agent.load_state_dict(payload["agent"])
-        progress = dict(payload["progress"])
-        set_rng_state(progress.pop("rng"))
-        self.progress = OfflineProgress(**progress)
+        self.progress = OfflineProgress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 import yaml
 
-from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, rng_state,
-                                  save_checkpoint, set_rng_state)
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, restore_agent,
+                                  rng_state, save_checkpoint)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
@@ -189,12 +189,7 @@ class Runner:
             atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
 
     def _restore(self) -> None:
-        payload = load_checkpoint(self.checkpoint_path)
-        check_compatible(self.agent.state_dict(), payload["agent"])
-        self.agent.load_state_dict(payload["agent"])
-        progress = dict(payload["progress"])
-        set_rng_state(progress.pop("rng"))
-        self.progress = Progress(**progress)
+        self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
         if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)
