@@ -157,13 +157,8 @@ class MujocoBackend:
         return int(self._batch.state.shape[1])
 
     def state_slice(self, component: str) -> slice:
-        """Where ``component`` (``qpos``, ``qvel``, ``ctrl``, ``mocap_pos``...: an
-        ``mjtState`` name in lower case) sits in a state row; MuJoCo concatenates
-        the components in the order of their ``mjtState`` bits."""
-        bit = int(getattr(mujoco.mjtState, f"mjSTATE_{component.upper()}"))
-        before = int(mujoco.mjtState.mjSTATE_INTEGRATION) & (bit - 1)
-        start = mujoco.mj_stateSize(self.model, before)
-        return slice(start, start + mujoco.mj_stateSize(self.model, bit))
+        """Where ``component`` sits in a state row (:func:`state_slice`)."""
+        return state_slice(self.model, component)
 
     def get_state(self, world_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The exact state of worlds ``world_ids`` (all when None), ``(n, state_size)`` float64.
@@ -278,6 +273,16 @@ class FrameRenderer:
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
+
+
+def state_slice(model: mujoco.MjModel, component: str) -> slice:
+    """Where ``component`` (``qpos``, ``qvel``, ``ctrl``, ``mocap_pos``...: an ``mjtState``
+    name in lower case) sits in an ``mjSTATE_INTEGRATION`` row of ``model``; MuJoCo
+    concatenates the components in the order of their ``mjtState`` bits."""
+    bit = int(getattr(mujoco.mjtState, f"mjSTATE_{component.upper()}"))
+    before = int(mujoco.mjtState.mjSTATE_INTEGRATION) & (bit - 1)
+    start = mujoco.mj_stateSize(model, before)
+    return slice(start, start + mujoco.mj_stateSize(model, bit))
 
 
 def _numpy(values: torch.Tensor | np.ndarray | float) -> np.ndarray:

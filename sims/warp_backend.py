@@ -27,13 +27,14 @@ unchanged on either; what differs:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import mujoco
 import numpy as np
 import torch
 
-from sims.backend import FrameRenderer
+from sims.backend import FrameRenderer, state_slice
 
 try:
     import mujoco_warp as mjw
@@ -103,6 +104,7 @@ class WarpBackend:
             if not hasattr(self._d, name):
                 raise KeyError(f"MuJoCo Warp's Data has no field {name!r}")
         self._graphs: dict[str, object] = {}
+        self._torch_streams: dict[int, object] = {}
         self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
         self._forward_on_reset = model.nsensordata > 0 or bool(fields)
         self._const_stale = False
@@ -184,7 +186,7 @@ class WarpBackend:
             if self._stream is None:
                 launch()
                 return
-            torch_stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
+            torch_stream = self._torch_stream()
             self._stream.wait_stream(torch_stream)
             with wp.ScopedStream(self._stream):
                 if not self._graphs_enabled:
@@ -197,8 +199,16 @@ class WarpBackend:
                     wp.capture_launch(self._graphs[key])
             torch_stream.wait_stream(self._stream)
 
+    def _torch_stream(self):
+        """Warp's handle on torch's current CUDA stream, made once per stream (this runs every step)."""
+        current = torch.cuda.current_stream(self.device)
+        if current.cuda_stream not in self._torch_streams:
+            self._torch_streams[current.cuda_stream] = wp.stream_from_torch(current)
+        return self._torch_streams[current.cuda_stream]
+
     # ---- exact state, for recording and replaying datasets -----------------
 
+    @functools.cached_property
     def _components(self) -> list[tuple[str, int]]:
         """``(MjData attribute, width)`` of each nonempty ``mjSTATE_INTEGRATION`` component, in order."""
         parts = []
@@ -209,7 +219,10 @@ class WarpBackend:
             width = mujoco.mj_stateSize(self.model, bit)
             if width:
                 component = name[len("mjSTATE_"):].lower()
-                parts.append((_STATE_ATTRS.get(component, component), width))
+                attr = _STATE_ATTRS.get(component, component)
+                if not hasattr(self._d, attr):
+                    raise NotImplementedError(f"MuJoCo Warp keeps no {attr!r}, which this model's exact state needs")
+                parts.append((attr, width))
         return parts
 
     @property
@@ -218,17 +231,13 @@ class WarpBackend:
 
     def state_slice(self, component: str) -> slice:
         """Where ``component`` sits in a state row (the CPU backend's layout)."""
-        bit = int(getattr(mujoco.mjtState, f"mjSTATE_{component.upper()}"))
-        start = mujoco.mj_stateSize(self.model, int(mujoco.mjtState.mjSTATE_INTEGRATION) & (bit - 1))
-        return slice(start, start + mujoco.mj_stateSize(self.model, bit))
+        return state_slice(self.model, component)
 
     def get_state(self, world_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Worlds' ``mjSTATE_INTEGRATION`` rows ``(n, state_size)`` float64, in the CPU backend's
         layout, so datasets recorded on either backend replay on the other."""
         columns = []
-        for attr, width in self._components():
-            if not hasattr(self._d, attr):
-                raise NotImplementedError(f"MuJoCo Warp keeps no {attr!r}, which this model's state needs")
+        for attr, width in self._components:
             columns.append(wp.to_torch(getattr(self._d, attr)).reshape(self.num_worlds, width).double())
         rows = torch.cat(columns, dim=1)
         return rows if world_ids is None else rows[world_ids.to(self.device, torch.long)]
@@ -243,7 +252,7 @@ class WarpBackend:
         if ids.numel() == 0:
             return
         start = 0
-        for attr, width in self._components():
+        for attr, width in self._components:
             target = wp.to_torch(getattr(self._d, attr))
             values = rows[:, start:start + width].reshape(ids.numel(), *target.shape[1:])
             target[ids] = values.to(target.dtype)
