@@ -6,7 +6,12 @@ batch 256, lr 3e-4, 256x256 networks: SB3's defaults and rl-zoo's MuJoCo
 settings), same evaluation (10 deterministic episodes at the end). Reported:
 final return per seed and training env steps per second.
 
-    python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000]
+Our config runs float32 matmuls at ``matmul_precision: medium`` (bf16 inputs,
+fp32 accumulation, on AMX / AVX512-BF16 CPUs); ``--sb3-medium`` adds SB3 with the
+same switch (``torch.set_float32_matmul_precision("medium")``), so the table
+shows how much of the ratio is that switch and how much is the implementation.
+
+    python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000] [--sb3-medium]
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ EVAL_EPISODES = 10
 RANDOM_STEPS = 10_000
 
 
-def run_sb3(seed: int, steps: int) -> tuple[float, float]:
+def run_sb3(seed: int, steps: int, precision: str = "highest") -> tuple[float, float]:
     """Returns (final mean eval return, training env steps/s)."""
     from stable_baselines3 import SAC
+
+    torch.set_float32_matmul_precision(precision)
     from stable_baselines3.common.evaluation import evaluate_policy
 
     env = gym.make("HalfCheetah-v5")
@@ -58,10 +65,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30_000)
+    parser.add_argument("--sb3-medium", action="store_true", help="also run SB3 with float32 matmul precision 'medium'")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
+    agents = [("Stable-Baselines3 SAC", run_sb3)]
+    if args.sb3_medium:
+        agents.append(("Stable-Baselines3 SAC, matmul precision medium", lambda seed, steps: run_sb3(seed, steps, "medium")))
+    agents.append(("robolearn SAC (matmul precision medium)", run_ours))
     rows = []
-    for name, fn in (("Stable-Baselines3 SAC", run_sb3), ("robolearn SAC", run_ours)):
+    for name, fn in agents:
         returns, speeds = [], []
         for seed in range(args.seeds):
             r, sps = fn(seed, args.steps)

@@ -120,15 +120,24 @@ def gaussian_kl(mean0: torch.Tensor, std0: torch.Tensor, mean1: torch.Tensor, st
 
 
 class SquashedGaussianActor(nn.Module):
-    """SAC's policy: ``a = tanh(u)``, ``u ~ N(mu(s), sigma(s))`` in normalized action space."""
+    """SAC's policy: ``a = tanh(u)``, ``u ~ N(mu(s), sigma(s))`` in normalized action space.
+
+    ``mu`` and ``log sigma`` come from one linear head (one matmul instead of two:
+    the update is overhead-bound on CPU at SAC's batch sizes).
+    """
 
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
         self.trunk = mlp(obs_dim, hidden, None, activation)
-        self.mean = nn.Linear(hidden[-1], action_dim)
-        self.log_std = nn.Linear(hidden[-1], action_dim)
+        self.head = nn.Linear(hidden[-1], 2 * action_dim)
+        self.action_dim = action_dim
+
+    def mean_and_log_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu, log sigma)`` of the pre-tanh Gaussian from trunk features, ``log sigma`` clamped."""
+        mean, log_std = self.head(features).split(self.action_dim, dim=-1)
+        return mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized ``(action, log pi(action | obs))``.
@@ -137,17 +146,19 @@ class SquashedGaussianActor(nn.Module):
         the change of variables through tanh subtracts ``sum log(1 - tanh(u)^2)``,
         computed stably as ``2 (log 2 - u - softplus(-2u))``.
         """
-        features = self.trunk(obs)
-        mean = self.mean(features)
-        log_std = self.log_std(features).clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        mean, log_std = self.mean_and_log_std(self.trunk(obs))
         eps = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
         u = mean + log_std.exp() * eps
         log_prob = (-0.5 * eps.square() - log_std - 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
-        return torch.tanh(u), log_prob - 0.5 * math.log(2 * math.pi) * mean.shape[-1]
+        return torch.tanh(u), log_prob - 0.5 * math.log(2 * math.pi) * self.action_dim
 
     def mean_net(self) -> nn.Module:
         """A copy of ``obs -> mu(obs)`` (pre-tanh), for controllers."""
-        return nn.Sequential(copy.deepcopy(self.trunk), copy.deepcopy(self.mean))
+        mean = nn.Linear(self.head.in_features, self.action_dim).to(self.head.weight.device)
+        with torch.no_grad():
+            mean.weight.copy_(self.head.weight[: self.action_dim])
+            mean.bias.copy_(self.head.bias[: self.action_dim])
+        return nn.Sequential(copy.deepcopy(self.trunk), mean)
 
 
 class EnsembleLinear(nn.Module):

@@ -115,8 +115,7 @@ class OfflineRunner:
         if hasattr(cfg.agent, "total_updates") and cfg.agent.total_updates <= 0:
             cfg.agent.total_updates = cfg.runner.total_steps  # schedules (IQL's cosine) span the run
         self.cfg = cfg
-        if cfg.runner.torch_threads > 0:
-            torch.set_num_threads(cfg.runner.torch_threads)
+        cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.dataset = Dataset.load(cfg.dataset)  # an unknown name lists the known ones

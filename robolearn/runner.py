@@ -153,8 +153,7 @@ class Runner:
             self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
         if self.main:
             write_config(self.run_dir, cfg)
-        if cfg.runner.torch_threads > 0:
-            torch.set_num_threads(cfg.runner.torch_threads)
+        cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
         np.random.seed(self.seed)
         self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)

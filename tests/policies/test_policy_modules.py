@@ -68,14 +68,14 @@ def test_squashed_gaussian_log_prob_matches_tanh_transform() -> None:
     obs = torch.randn(64, 3)
     torch.manual_seed(1)
     action, log_prob = actor(obs)
-    features = actor.trunk(obs)
-    std = actor.log_std(features).clamp(actor.LOG_STD_MIN, actor.LOG_STD_MAX).exp()
-    reference = TransformedDistribution(Normal(actor.mean(features), std), TanhTransform(cache_size=1))
+    mean, log_std = actor.mean_and_log_std(actor.trunk(obs))
+    reference = TransformedDistribution(Normal(mean, log_std.exp()), TanhTransform(cache_size=1))
     # atanh is ill-conditioned near +-1: compare where the action is not saturated
     ok = action.abs().amax(-1) < 0.99
     torch.testing.assert_close(log_prob[ok], reference.log_prob(action).sum(-1)[ok], rtol=1e-3, atol=1e-3)
     deterministic, _ = actor(obs, deterministic=True)
-    torch.testing.assert_close(deterministic, torch.tanh(actor.mean(features)))
+    torch.testing.assert_close(deterministic, torch.tanh(mean))
+    torch.testing.assert_close(actor.mean_net()(obs), mean)
 
 
 def test_ensemble_q_equals_independent_networks_and_detach_blocks_weight_grads() -> None:
