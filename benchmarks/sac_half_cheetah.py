@@ -54,9 +54,16 @@ def run_ours(seed: int, steps: int) -> tuple[float, float]:
                                                f"runner.eval_episodes={EVAL_EPISODES}", f"runner.random_steps={RANDOM_STEPS}",
                                                "run_dir=/tmp/robolearn-bench"])
     runner = Runner(cfg)
+    trained: list[float] = []  # when the budget was reached: the clock excludes the final export and evaluation, as SB3's does
+
+    def stop(_: dict) -> bool:
+        if runner.progress.env_steps >= steps:
+            trained.append(time.perf_counter())
+        return bool(trained)
+
     start = time.perf_counter()
-    result = runner.train(stop=lambda _: runner.progress.env_steps >= steps)
-    elapsed = time.perf_counter() - start  # includes the final export and evaluation: a conservative clock
+    result = runner.train(stop=stop)
+    elapsed = trained[0] - start
     runner.close()
     return result.evaluation["return_mean"], steps / elapsed
 
