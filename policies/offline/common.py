@@ -22,6 +22,13 @@ from robolearn.interfaces import Agent, flatten_obs
 from policies.modules import EmpiricalNormalizer
 
 
+def dataset_standardizer(obs_dim: int, enabled: bool = True) -> EmpiricalNormalizer | torch.nn.Identity:
+    """``(s - mean) / (std + 1e-3)`` with the dataset's statistics and no clipping: TD3+BC's
+    state normalization (Fujimoto & Gu 2021, sec. 5), also CORL's and d3rlpy's for IQL,
+    instead of the online normalizer's ``std + 1e-2`` and +-10 clip."""
+    return EmpiricalNormalizer(obs_dim, clip=float("inf"), eps=1e-3) if enabled else torch.nn.Identity()
+
+
 class OfflineAgent(Agent):
     """An agent trained from a fixed dataset; ``act`` is only used for evaluation."""
 

@@ -32,8 +32,8 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
-from policies.modules import ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, gaussian_log_prob, mlp
-from policies.offline.common import OfflineAgent, episode_ends, episode_returns
+from policies.modules import ActionScaler, DeterministicController, EnsembleQ, gaussian_log_prob, mlp
+from policies.offline.common import OfflineAgent, dataset_standardizer, episode_ends, episode_returns
 
 
 @dataclass
@@ -64,7 +64,7 @@ class IQL(OfflineAgent):
         self.obs_dim = obs_dim(observation_spec, self.obs_groups)
         action_dim, hidden = action_spec.shape[0], tuple(cfg.hidden)
         self.scaler = ActionScaler(action_spec).to(self.device)
-        self.normalizer = (EmpiricalNormalizer(self.obs_dim) if cfg.normalize_obs else nn.Identity()).to(self.device)
+        self.normalizer = dataset_standardizer(self.obs_dim, cfg.normalize_obs).to(self.device)
         self.actor = mlp(self.obs_dim, hidden, action_dim, cfg.activation).to(self.device)  # mean = tanh(actor(s))
         self.log_std = nn.Parameter(torch.zeros(action_dim, device=self.device))
         self.critic = EnsembleQ(2, self.obs_dim, action_dim, hidden, cfg.activation).to(self.device)

@@ -24,8 +24,8 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
-from policies.modules import ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, mlp
-from policies.offline.common import OfflineAgent
+from policies.modules import ActionScaler, DeterministicController, EnsembleQ, mlp
+from policies.offline.common import OfflineAgent, dataset_standardizer
 
 
 @dataclass
@@ -52,7 +52,7 @@ class TD3BC(OfflineAgent):
         self.obs_dim = obs_dim(observation_spec, self.obs_groups)
         action_dim, hidden = action_spec.shape[0], tuple(cfg.hidden)
         self.scaler = ActionScaler(action_spec).to(self.device)
-        self.normalizer = (EmpiricalNormalizer(self.obs_dim) if cfg.normalize_obs else nn.Identity()).to(self.device)
+        self.normalizer = dataset_standardizer(self.obs_dim, cfg.normalize_obs).to(self.device)
         self.actor = nn.Sequential(mlp(self.obs_dim, hidden, action_dim, cfg.activation), nn.Tanh()).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = EnsembleQ(2, self.obs_dim, action_dim, hidden, cfg.activation).to(self.device)
