@@ -62,12 +62,17 @@ class RunnerConfig:
     # inputs to bfloat16 and accumulates in float32 (oneDNN on CPUs with AMX / AVX512-BF16,
     # 3.6x faster 256x256 layers on this machine; TF32 on NVIDIA GPUs); "highest": plain float32.
     matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    # Flush denormal floats to zero on CPU. Adam's second moments of tiny gradients decay
+    # into denormals, and x86 computes on those about 7x slower: fused Adam took 0.56 ms
+    # instead of 0.08 ms per TD3+BC update on hopper-medium. Values below 1.2e-38 become 0.
+    flush_denormal: bool = True
 
     def apply_torch_settings(self) -> None:
         """Threads and matmul precision for this process (runners call it before building agents)."""
         if self.torch_threads > 0:
             torch.set_num_threads(self.torch_threads)
         torch.set_float32_matmul_precision(self.matmul_precision)
+        torch.set_flush_denormal(self.flush_denormal)  # False where the CPU cannot (no SSE3): nothing changes
 
 
 @dataclass
