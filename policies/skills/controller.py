@@ -15,7 +15,9 @@ Both levels run in every call (``torch.where`` picks the skill), so the function
 data-dependent control flow and exports to TorchScript and ONNX alike. ``step`` is a
 float tensor ``(B,)`` and the zero state (``skill = 0``, ``step = 0``) is a fresh
 start, so a generic driver can hold the state: start from zeros, feed the outputs back,
-zero an env's rows when its episode ends. ``act``/``reset`` do exactly that inside.
+zero an env's rows when its episode ends. ``act``/``reset`` do exactly that inside, and so
+does :class:`robolearn.export.ExportedController` around the exported file (``robolearn
+eval --exported``, ``robolearn deploy``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from robolearn import load_config
 from robolearn.checkpoint import load_checkpoint
 from robolearn.config import ConfigError
 from robolearn.data import DatasetWriter, record
-from robolearn.export import export_controller
+from robolearn.export import ExportedController, export_controller
 from robolearn.runner import train
 from robolearn.storage import ReplayBuffer
 from policies.modules import gaussian_kl
@@ -242,6 +242,17 @@ def test_exported_controller_matches_the_module(cls, tmp_path):
         assert torch.allclose(action, expected, atol=1e-5)
         assert np.allclose(onnx_action, expected.numpy(), atol=1e-4)
         assert torch.equal(skill, controller.skill)
+    # robolearn eval --exported / deploy: ExportedController holds the state itself, reset per env
+    drivers = [ExportedController(paths["torchscript"]), ExportedController(paths["onnx"])]
+    controller.reset()
+    for t in range(2 * H + 2):
+        if t == 3:
+            for driver in (controller, *drivers):
+                driver.reset(torch.tensor([False, True, False]))
+        obs = {"policy": torch.randn(3, 3)}
+        expected = controller.act(obs)
+        for driver in drivers:
+            assert torch.allclose(driver.act(obs), expected, atol=1e-4)
 
 
 def test_config_errors_name_the_key():
