@@ -305,3 +305,42 @@ def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets
 def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="pretrains on a dataset"):
         train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))
+
+
+def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
+    """Ctrl+C in the middle of pretraining keeps the last whole iteration; --resume finishes pretraining
+    once (not again) and trains online."""
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=0",
+                 "runner.checkpoint_every=1", "agent.pretrain_updates=1100", "agent.pretrain_batch_size=8",
+                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
+                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    runner = Runner(load_config("spirl_point_maze_medium", overrides))
+    update, calls = runner.agent.pretrain_update, []
+
+    def interrupt_at_1050() -> dict:
+        calls.append(1)
+        if len(calls) == 1050:
+            raise KeyboardInterrupt
+        return update()
+
+    runner.agent.pretrain_update = interrupt_at_1050
+    try:
+        assert runner.train().interrupted
+    finally:
+        runner.close()
+    progress = load_checkpoint(runner.checkpoint_path)["progress"]
+    assert progress["pretrain_updates"] == 1000 and not progress["pretrained"]
+    resumed = Runner(load_config(runner.run_dir / "config.yaml", []), resume=runner.run_dir)
+    try:
+        resumed.train()
+    finally:
+        resumed.close()
+    lines = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
+    assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
+    assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
