@@ -47,7 +47,7 @@ class DiagGaussian(nn.Module):
 
 
 class GaussianMean(nn.Module):
-    """``x -> mu(x)`` of a :class:`DiagGaussian` (a copy): what controllers act with."""
+    """``x -> mu(x)`` of a :class:`DiagGaussian` (sharing its network: give it a copy): what controllers act with."""
 
     def __init__(self, gaussian: DiagGaussian) -> None:
         super().__init__()
