@@ -18,7 +18,7 @@ The papers' budgets (SPiRL: ~100k skill-model updates, then millions of env step
 likewise) do not fit one CPU core in an hour; the defaults are shortened and stated in the
 results file.
 
-    python benchmarks/skill_critic_maze.py [--seeds 0 1 2] [--online-steps 60000] [--pretrain-updates 4000]
+    python benchmarks/skill_critic_maze.py [--layout medium] [--seeds 0 1 2] [--online-steps 50000] [--pretrain-updates 8000]
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from common import RESULTS, machine, write_result  # noqa: E402
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
+TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
+         "large": "start cell (1, 1), goal cell (7, 10): 16 cells of corridors"}
 
 
 def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
@@ -50,14 +52,15 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
     from robolearn.registry import make_env
     from robolearn.runner import Runner
 
-    overrides = [f"seed={seed}", f"run_dir={run_dir}", "logging.wandb=disabled", "logging.progress=false",
+    overrides = [f"seed={seed}", f"run_dir={run_dir}", "logging.wandb=disabled", "logging.progress=false", "env.num_threads=1",
                  f"runner.total_steps={args.online_steps}", "runner.eval_episodes=0", "runner.checkpoint_every=1000000",
                  f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
     if algo != "sac":
-        overrides += [f"dataset={args.dataset}", f"agent.pretrain_updates={args.pretrain_updates}"]
+        overrides += [f"dataset={args.dataset or f'point_maze_{args.layout}-navigate'}",
+                      f"agent.pretrain_updates={args.pretrain_updates}"]
     if algo == "skill_critic":
         overrides += [f"agent.critic_warmup_updates={args.critic_warmup}", f"agent.low_start_updates={args.low_start}"]
-    cfg = load_config(f"{algo}_point_maze_medium", overrides)
+    cfg = load_config(f"{algo}_point_maze_{args.layout}", overrides)
     start = time.perf_counter()
     runner = Runner(cfg)
     curve: list[dict] = []
@@ -96,7 +99,7 @@ def stats(runs: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return steps, values.mean(0), values.std(0)
 
 
-def plot(results: dict[str, list[dict]], path: Path) -> None:
+def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +112,7 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
         ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("online env steps")
     ax.set_ylabel("evaluation return (= success rate)")
-    ax.set_title(f"sparse point maze (medium, (1,1) -> (6,6)), {len(next(iter(results.values())))} seeds")
+    ax.set_title(f"sparse point maze ({title}), {len(next(iter(results.values())))} seeds")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -125,11 +128,11 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         f"`python benchmarks/skill_critic_maze.py {' '.join(sys.argv[1:])}`",
         "",
         f"Machine: {machine()}; one torch thread and one physics thread per run, runs one after another "
-        f"(the other core busy with another job). Whole benchmark: {wall / 60:.1f} min.",
+        f"on one core. Whole benchmark: {wall / 60:.1f} min.",
         "",
-        "Task: `point_maze_medium`, `goals: fixed`, `pair: 0` (start cell (1, 1), goal cell (6, 6), about 10 m "
-        "of corridors), `reward: success` (1 on arrival, the episode ends; else 0), 500 steps, 10 envs. "
-        f"Skills (H = 10, z dim 10) pretrained in each run on `{args.dataset}` (500 episodes x 1000 steps of "
+        f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: 0` ({TASKS[args.layout]}), `reward: success` "
+        "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
+        f"each run on `{args.dataset or f'point_maze_{args.layout}-navigate'}` (500 episodes x 1000 steps of "
         "undirected scripted navigation with action noise 0.2).",
         "",
         f"Budget (shortened to fit one CPU core): {args.pretrain_updates} skill-model updates (batch 128; "
@@ -143,19 +146,23 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
     ]
     steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
     header = "| online steps | " + " | ".join(NAMES[a] for a in results) + " |"
-    lines += ["Evaluation success rate (= return):", "", header, "|---|" + "---|" * len(results)]
-    table = {a: {p["env_steps"]: [] for p in runs[0]["curve"]} for a, runs in results.items()}
-    for algo, runs in results.items():
-        for r in runs:
-            for p in r["curve"]:
-                table[algo][p["env_steps"]].append(p["success"])
-    for step in sorted({s for a in table for s in table[a]}):
-        cells = []
-        for algo in results:
-            values = table[algo].get(step)
-            cells.append(f"{np.mean(values):.2f} ± {np.std(values):.2f}" if values else "")
-        lines.append(f"| {step} | " + " | ".join(cells) + " |")
-    lines += ["", "Step 0 of SPiRL and Skill-Critic is the pretrained controller (the prior's mean skill "
+    for key, title in (("success", "Evaluation success rate (= return)"),
+                       ("length", "Evaluation episode length (steps to the goal; 500 = never arrived)")):
+        lines += [f"{title}, mean ± std over seeds:", "", header, "|---|" + "---|" * len(results)]
+        table = {a: {p["env_steps"]: [] for p in runs[0]["curve"]} for a, runs in results.items()}
+        for algo, runs in results.items():
+            for r in runs:
+                for p in r["curve"]:
+                    table[algo][p["env_steps"]].append(p[key])
+        for step in sorted({s for a in table for s in table[a]}):
+            cells = []
+            for algo in results:
+                values = table[algo].get(step)
+                fmt = "{:.2f} ± {:.2f}" if key == "success" else "{:.0f} ± {:.0f}"
+                cells.append(fmt.format(np.mean(values), np.std(values)) if values else "")
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["Step 0 of SPiRL and Skill-Critic is the pretrained controller (the prior's mean skill "
               "played by the decoder), before any online step.", "",
               "| algorithm | final success | best success (any eval) | training success, last 100 episodes | "
               "pretraining s | whole run s |", "|---|---|---|---|---|---|"]
@@ -172,8 +179,8 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
                   f"{np.mean([s['pretrain/reconstruction'] for s in skills]):.3f} (squared error summed over the "
                   f"2 action dims), KL(q || N(0, I)) {np.mean([s['pretrain/kl'] for s in skills]):.2f}, prior NLL "
                   f"{np.mean([s['pretrain/prior_nll'] for s in skills]):.2f}."]
-    lines += ["", "![return vs steps](skill_critic_maze.png)", "",
-              "Per-run curves: `skill_critic_maze_runs.jsonl`."]
+    stem = Path(args.out).stem
+    lines += ["", f"![return vs steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
     return "\n".join(lines)
 
 
@@ -181,17 +188,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--dataset", default="point_maze_medium-navigate")
-    parser.add_argument("--online-steps", type=int, default=60_000)
-    parser.add_argument("--pretrain-updates", type=int, default=4_000)
+    parser.add_argument("--layout", choices=["medium", "large"], default="medium")
+    parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate")
+    parser.add_argument("--online-steps", type=int, default=50_000)
+    parser.add_argument("--pretrain-updates", type=int, default=8_000)
     parser.add_argument("--skill-utd", type=float, default=0.1)
     parser.add_argument("--sac-utd", type=float, default=0.25)
     parser.add_argument("--critic-warmup", type=int, default=500)
     parser.add_argument("--low-start", type=int, default=2_000)
-    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-every", type=int, default=5_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--out", default="skill_critic_maze.md")
+    parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
     args = parser.parse_args()
+    args.out = args.out or ("skill_critic_maze.md" if args.layout == "medium" else f"skill_critic_maze_{args.layout}.md")
     torch.set_num_threads(1)
     start = time.perf_counter()
     results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
@@ -208,7 +217,7 @@ def main() -> None:
                 last = out["curve"][-1]
                 print(f"{algo:13s} seed {seed}: success {last['success']:.2f} at {last['env_steps']} steps, "
                       f"pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s", flush=True)
-    plot(results, RESULTS / Path(args.out).with_suffix(".png").name)
+    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, f"{args.layout}: {TASKS[args.layout]}")
     write_result(args.out, report(results, args, time.perf_counter() - start))
 
 
