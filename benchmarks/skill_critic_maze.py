@@ -1,9 +1,10 @@
 """Skill-Critic against SPiRL and flat SAC on the sparse point maze, at equal online budget.
 
-The task (``configs/<algo>_point_maze_medium.yaml``): the medium maze, every episode from
-cell (1, 1) to cell (6, 6) (about 10 m of corridors), 500 steps, reward 1 on arrival (the
-episode ends there), else 0. SPiRL and Skill-Critic learn their skills from the undirected
-noisy navigation dataset (``benchmarks/make_maze_datasets.py``: ``point_maze_medium-navigate``)
+The task (``configs/<algo>_point_maze_<layout>.yaml``): the medium maze, every episode from
+cell (1, 1) to cell (6, 6) (10 cells of corridors; ``--layout large``: the large maze from
+(5, 4) to (7, 1), 19 cells), 500 steps, reward 1 on arrival (the episode ends there), else 0.
+SPiRL and Skill-Critic learn their skills from the undirected noisy navigation dataset
+(``benchmarks/make_maze_datasets.py``: ``point_maze_<layout>-navigate``)
 in the same run (``agent.pretrain_updates``), then train online; flat SAC has no data and
 no skills. Every algorithm gets the same online env steps on the same number of envs, one
 torch thread each, runs one after another.
@@ -18,7 +19,8 @@ The papers' budgets (SPiRL: ~100k skill-model updates, then millions of env step
 likewise) do not fit one CPU core in an hour; the defaults are shortened and stated in the
 results file.
 
-    python benchmarks/skill_critic_maze.py [--layout medium] [--seeds 0 1 2] [--online-steps 50000] [--pretrain-updates 8000]
+    python benchmarks/skill_critic_maze.py [--layout medium] [--seeds 0 1 2] [--online-steps 50000]
+                                           [--pretrain-updates 8000]
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from common import RESULTS, machine, write_result  # noqa: E402
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
+PAIRS = {"medium": 0, "large": 1}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
 TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
-         "large": "start cell (1, 1), goal cell (7, 10): 16 cells of corridors"}
+         "large": "start cell (5, 4), goal cell (7, 1): 19 cells of corridors"}
 
 
 def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
@@ -130,7 +133,8 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         f"Machine: {machine()}; one torch thread and one physics thread per run, runs one after another "
         f"on one core. Whole benchmark: {wall / 60:.1f} min.",
         "",
-        f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: 0` ({TASKS[args.layout]}), `reward: success` "
+        f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: {PAIRS[args.layout]}` ({TASKS[args.layout]}), "
+        "`reward: success` "
         "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
         f"each run on `{args.dataset or f'point_maze_{args.layout}-navigate'}` (500 episodes x 1000 steps of "
         "undirected scripted navigation with action noise 0.2).",
@@ -188,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--layout", choices=["medium", "large"], default="medium")
+    parser.add_argument("--layout", choices=["medium", "large"], default="medium", help="large: evaluation pair 1")
     parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate")
     parser.add_argument("--online-steps", type=int, default=50_000)
     parser.add_argument("--pretrain-updates", type=int, default=8_000)
