@@ -115,7 +115,7 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
         ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("online env steps")
     ax.set_ylabel("evaluation return (= success rate)")
-    ax.set_title(f"sparse point maze ({title}), {len(next(iter(results.values())))} seeds")
+    ax.set_title(f"sparse point maze, {title}, {len(next(iter(results.values())))} seeds", fontsize=9)
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -221,7 +221,7 @@ def main() -> None:
                 last = out["curve"][-1]
                 print(f"{algo:13s} seed {seed}: success {last['success']:.2f} at {last['env_steps']} steps, "
                       f"pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s", flush=True)
-    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, f"{args.layout}: {TASKS[args.layout]}")
+    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, f"{args.layout} (pair {PAIRS[args.layout]})")
     write_result(args.out, report(results, args, time.perf_counter() - start))
 
 
