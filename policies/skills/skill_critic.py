@@ -70,9 +70,12 @@ class SkillCritic(SPiRL):
         if not cfg.target_low_kl > 0 or not cfg.init_low_alpha > 0:
             raise ValueError("agent.target_low_kl and agent.init_low_alpha must be > 0")
         super().__init__(observation_spec, action_spec, cfg, device)
-        self.low_policy = LowPolicy.from_decoder(self.skills.decoder, cfg.horizon, cfg.decoder_std)
-        self.low_critic = EnsembleQ(cfg.num_critics, self.obs_dim + cfg.latent_dim + cfg.horizon, self.action_dim,
-                                    tuple(cfg.hidden), cfg.activation).to(self.device)
+        # the low level's initial weights come from a forked random stream, so that with one seed SPiRL and
+        # Skill-Critic pretrain the same skill model (a paired comparison)
+        with torch.random.fork_rng(devices=[]):
+            self.low_policy = LowPolicy.from_decoder(self.skills.decoder, cfg.horizon, cfg.decoder_std)
+            self.low_critic = EnsembleQ(cfg.num_critics, self.obs_dim + cfg.latent_dim + cfg.horizon, self.action_dim,
+                                        tuple(cfg.hidden), cfg.activation).to(self.device)
         self.low_critic_target = copy.deepcopy(self.low_critic).requires_grad_(False)
         self.log_low_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_low_alpha), device=self.device))
         self.optimizer = torch.optim.Adam(self.param_groups(), fused=True)  # SPiRL's groups and the low level's

@@ -156,6 +156,18 @@ def online_batch(agent: SPiRL, num_envs: int = 4, steps: int = 16) -> ReplayBuff
     return replay
 
 
+def test_spirl_and_skill_critic_pretrain_the_same_skills_from_one_seed():
+    models = []
+    for cls, cfg in ((SPiRL, small()), (SkillCritic, small(SkillCriticConfig))):
+        torch.manual_seed(3)
+        agent = cls(OBS, ACTIONS, cfg, torch.device("cpu"))
+        agent.prepare(toy_data())
+        for _ in range(5):
+            agent.pretrain_update()
+        models.append(agent.skills.state_dict())
+    assert all(torch.equal(models[0][key], models[1][key]) for key in models[0])
+
+
 def test_skill_critic_trains_in_stages():
     torch.manual_seed(0)
     agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=3, low_start_updates=6),
