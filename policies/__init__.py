@@ -3,7 +3,8 @@
 ``AGENTS`` maps an algorithm name to ``(ConfigClass, AgentClass)``; an agent is
 built as ``AgentClass(observation_spec, action_spec, ConfigClass(...), device)``.
 Offline agents (``policies.offline``) have ``offline = True`` and are trained
-from a dataset by ``robolearn.offline_runner``.
+from a dataset by ``robolearn.offline_runner``; agents with ``pretrains = True``
+(``policies.skills``) are pretrained on a dataset by the online runner first.
 """
 
 from policies.goal import GCBC, GCIQL, HIQL, OTA, GCBCConfig, GCIQLConfig, HIQLConfig, OTAConfig
@@ -12,6 +13,7 @@ from policies.offline import (BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CalQLF
 from policies.ppo import PPO, PPOConfig
 from policies.sac import SAC, SACConfig
 from policies.sequence_critic import SequenceCriticConfig, SequenceCriticSAC
+from policies.skills import SPiRL, SkillCritic, SkillCriticConfig, SPiRLConfig
 from policies.srl import SRL, SRLConfig
 
 AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, SRL),
@@ -20,10 +22,13 @@ AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, S
           # offline goal-conditioned, goals relabeled from the dataset (policies.goal)
           "gcbc": (GCBCConfig, GCBC), "gciql": (GCIQLConfig, GCIQL), "hiql": (HIQLConfig, HIQL),
           "ota": (OTAConfig, OTA),
+          # skills pretrained on a dataset (`dataset=`), then trained online in the same run (policies.skills)
+          "spirl": (SPiRLConfig, SPiRL), "skill_critic": (SkillCriticConfig, SkillCritic),
           # offline-to-online: pretrained on a dataset, fine-tuned online (robolearn.finetune_runner)
           "wsrl": (FinetuneConfig, Finetune), "calql_finetune": (CalQLFinetuneConfig, Finetune), "jsrl": (JSRLConfig, Finetune)}
 
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
            "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig",
            "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig", "GCBC", "GCBCConfig", "GCIQL",
-           "GCIQLConfig", "HIQL", "HIQLConfig", "OTA", "OTAConfig"]
+           "GCIQLConfig", "HIQL", "HIQLConfig", "OTA", "OTAConfig", "SPiRL", "SPiRLConfig", "SkillCritic",
+           "SkillCriticConfig"]

@@ -4,8 +4,9 @@ TorchScript (``controller.pt``) and ONNX (``controller.onnx``) hold the network
 with its observation normalization and action scaling inside. Beside them,
 ``controller.json`` says how to feed it: which observation groups, concatenated
 in which order, the inputs and outputs of ``forward``, the decision period and
-the action bounds. Stateful controllers (recurrent, sequence) take and return
-their state explicitly in the exported ``forward``; ``export_inputs`` names it.
+the action bounds. Stateful controllers (recurrent, hierarchical) take and return
+their state explicitly in the exported ``forward``; ``export_inputs`` names it, and
+:class:`ExportedController` drives it from a zero state.
 
 Sequence (chunked) controllers export ``forward(obs) -> actions`` of shape
 ``(B, length, A)``: one call decides ``length`` control steps. controller.json's
@@ -97,10 +98,13 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
 class ExportedController:
     """Runs an exported controller (TorchScript or ONNX) behind ``act(obs)``.
 
-    Stateless controllers (one ``obs`` input) are driven here: flat ones
-    (``action`` output) and sequence ones (``actions``, a chunk played through an
-    :class:`~robolearn.chunking.ActionQueue` as controller.json's ``chunk`` says).
-    Stateful exports document their state in controller.json.
+    Flat controllers (one ``obs`` input, an ``action`` output) and sequence ones
+    (``actions``, a chunk played through an :class:`~robolearn.chunking.ActionQueue` as
+    controller.json's ``chunk`` says) are stateless. Stateful ones (recurrent, skill
+    controllers) take their state after ``obs`` and return the next state after the action,
+    in the same order (controller.json's ``inputs`` and ``outputs``); the zero state is a
+    fresh start, so this driver holds the state from zeros, feeds the outputs back, and
+    zeroes an env's rows on ``reset(mask)``.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -111,18 +115,23 @@ class ExportedController:
         self.meta = json.loads(meta_path.read_text())
         self.obs_groups = tuple(self.meta["obs_groups"])
         self.decision_period = int(self.meta["decision_period"])
-        if list(self.meta["inputs"]) != ["obs"]:
-            raise ValueError(f"{path}: stateful controller (inputs {list(self.meta['inputs'])}); drive it with its own loop")
+        names = list(self.meta["inputs"])
+        if names[0] != "obs":
+            raise ValueError(f"{path}: the first input must be 'obs', got {names}")
+        self.state_shapes = {name: tuple(self.meta["inputs"][name]) for name in names[1:]}
+        self.state: list[torch.Tensor] | None = None
         if path.suffix == ".onnx":
             import onnxruntime
 
             session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            self._run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy().astype(np.float32)})[0])
+            self._call = lambda *args: [torch.from_numpy(out) for out in session.run(
+                None, {name: a.cpu().numpy().astype(np.float32) for name, a in zip(names, args)})]
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 module = torch.jit.load(str(path), map_location="cpu")
-            self._run = lambda x: module(x.cpu().float())
+            self._call = lambda *args: _as_list(module(*(a.cpu().float() for a in args)))
+        self._run = lambda x: self._call(x)[0]
         chunk = self.meta.get("chunk")
         self.queue = ActionQueue(int(chunk["length"]), chunk["mode"], decay=float(chunk["decay"])) if chunk else None
         self.obs_size = int(self.meta["obs_size"])
@@ -134,16 +143,30 @@ class ExportedController:
             return self._run(obs)
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
-        return {"obs": torch.zeros(batch_size, self.obs_size)}
+        return {"obs": torch.zeros(batch_size, self.obs_size),
+                **{name: torch.zeros(batch_size, *shape) for name, shape in self.state_shapes.items()}}
 
     def act(self, obs: Obs) -> torch.Tensor:
         with torch.no_grad():
             x = flatten_obs(obs, self.obs_groups)
+            if self.state_shapes:
+                if self.state is None or self.state[0].shape[0] != x.shape[0]:
+                    self.state = [torch.zeros(x.shape[0], *shape) for shape in self.state_shapes.values()]
+                action, *self.state = self._call(x, *self.state)
+                return action
             if self.queue is None:
                 return self._run(x)
             return self.queue.next(x.shape[0], lambda rows, _: self._run(x[rows.to(x.device)]))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Forget queued actions (sequence controllers); flat ones hold no state."""
+        """Forget queued actions (sequence controllers) or held state (stateful ones); flat ones hold none."""
         if self.queue is not None:
             self.queue.reset(mask)
+        if self.state is not None:
+            rows = slice(None) if mask is None else mask.cpu()
+            for state in self.state:
+                state[rows] = 0.0
+
+
+def _as_list(out: torch.Tensor | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]

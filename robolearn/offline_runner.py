@@ -46,10 +46,12 @@ UPDATES_PER_ITERATION = 1000
 
 
 def is_offline(cfg: TrainConfig) -> bool:
-    """Whether ``cfg`` is an offline run: an offline algorithm, or any run given a dataset."""
+    """Whether ``cfg`` is an offline run: an offline algorithm, or a run given a dataset whose
+    algorithm does not pretrain on it before training online (those go to the online runner)."""
     from policies import AGENTS
 
-    return bool(getattr(AGENTS[cfg.algo][1], "offline", False)) or bool(cfg.dataset)
+    agent_cls = AGENTS[cfg.algo][1]
+    return bool(getattr(agent_cls, "offline", False)) or (bool(cfg.dataset) and not getattr(agent_cls, "pretrains", False))
 
 
 def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:

@@ -17,6 +17,14 @@ own ``env.num_envs`` worlds (the count is per rank) seeded ``seed + rank``;
 of all ranks, the logged metrics are averages over ranks, and only rank 0 writes
 the run directory. A resume has every rank load the same checkpoint (and, off
 policy, rank 0's replay buffer: the only one saved) and draw fresh random streams.
+
+Agents with ``pretrains = True`` (the skill agents, ``policies/skills``) learn from a
+dataset first, in the same run: ``robolearn train configs/spirl_<task>.yaml dataset=<name>``.
+The runner hands them the dataset (``agent.prepare(Dataset.transitions)``), runs
+``agent.pretrain_updates`` of ``agent.pretrain_update()`` before the first env step (logged
+at env step 0 with ``phase: pretrain``, metrics ``pretrain/<name>``), then calls
+``agent.end_pretraining()``, exports that controller to ``pretrained/`` and trains online
+as any off-policy agent. ``--resume`` continues in either phase.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ class Progress:
     env_steps: int = 0
     update_debt: float = 0.0  # off-policy: fractional updates owed under the UTD ratio
     recent_returns: list[float] = field(default_factory=list)
+    pretrain_updates: int = 0  # agents that pretrain on a dataset: updates done
+    pretrained: bool = False  # ... and whether that phase has ended
 
 
 @dataclass
@@ -165,10 +175,31 @@ class Runner:
         self.replay: ReplayBuffer | None = None
         if not self.agent.on_policy:
             self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
+        self.dataset = self._pretraining_dataset()
         if resume:
             self._restore()
         if distributed.active():  # every rank starts from rank 0's networks, optimizer and normalizers
             self.agent.load_state_dict(distributed.broadcast_object(self.agent.state_dict()))
+
+    def _pretraining_dataset(self) -> Any:
+        """The dataset of an agent that pretrains on one (handed to ``agent.prepare``), else None."""
+        from robolearn.data import Dataset
+        from robolearn.offline_runner import check_dataset_fits
+
+        if not getattr(self.agent, "pretrains", False):
+            return None
+        if not self.cfg.dataset:
+            self.close()
+            raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
+                              "give dataset=<name> (see `robolearn dataset list`)")
+        try:
+            dataset = Dataset.load(self.cfg.dataset)
+            check_dataset_fits(dataset, self.cfg.env.task, self.env)
+        except BaseException:
+            self.close()
+            raise
+        self.agent.prepare(dataset.transitions(self.env.device))
+        return dataset
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -217,9 +248,16 @@ class Runner:
                                progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
+        result = RunResult(self.run_dir)
+        try:
+            if self.dataset is not None and not self.progress.pretrained:
+                self._pretrain(logger)
+        except KeyboardInterrupt:
+            return interrupted(self, result, logger)
+        except NonFiniteError as err:
+            raise stopped_by_nan(self, logger, err) from None
         obs = self.env.reset(seed=self.seed + self.progress.iteration)
         check_finite("observation", obs)
-        result = RunResult(self.run_dir)
         deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
         try:
             while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
@@ -246,6 +284,32 @@ class Runner:
             logger.close()
         return result
 
+    def _pretrain(self, logger: RunLogger | None) -> None:
+        """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
+        a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary."""
+        cfg, total = self.cfg, self.cfg.agent.pretrain_updates
+        while self.progress.pretrain_updates < total:
+            start = time.perf_counter()
+            count = min(OFF_POLICY_STEPS_PER_ITERATION, total - self.progress.pretrain_updates)
+            sums: dict[str, Any] = {}
+            for _ in range(count):
+                for key, value in self.agent.pretrain_update().items():
+                    sums[key] = sums.get(key, 0.0) + value
+            metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
+            _check_metrics(metrics)
+            self.progress.pretrain_updates += count
+            if logger is not None:
+                logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
+                               "iteration_time": time.perf_counter() - start})
+            if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
+                self.save()
+        self.agent.end_pretraining()
+        self.progress.pretrained = True
+        if self.main:
+            export_controller(self.agent.controller(), self.run_dir / "pretrained",
+                              extra={"task": cfg.env.task, "control_dt": self.env.control_dt})
+        self.save()  # the boundary: a resume from here trains online
+
     def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
         storage = RolloutStorage(self.cfg.agent.num_steps, self.env.device)
         with torch.no_grad():
@@ -264,7 +328,10 @@ class Runner:
         sums: dict[str, float] = collections.defaultdict(float)
         updates = 0
         for _ in range(max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs)):
-            if self.progress.env_steps < runner.random_steps:
+            if self.progress.env_steps < runner.random_steps and hasattr(self.agent, "random_act"):
+                with torch.no_grad():  # agents that store acting state with each step supply their own warm-up
+                    out = self.agent.random_act(obs)
+            elif self.progress.env_steps < runner.random_steps:
                 out = {"action": low + (high - low) * torch.rand((env.num_envs, *low.shape), device=env.device)}
             else:
                 with torch.no_grad():

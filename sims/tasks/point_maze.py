@@ -14,14 +14,18 @@ damping, driven by two force actuators: a constant control of 1 reaches about
   the first two ``policy`` features, so a reached state is a goal (hindsight
   relabeling in ``policies/goal`` relies on this).
 - Action (2): forces in [-1, 1] (gear 10 N).
-- Reward: ``goal`` = 0 when the point is within ``success_distance`` (0.25 m, a
-  quarter cell) of the goal, else -1. Success: the same; the episode terminates
-  there when ``terminate_at_goal`` (recordings of undirected data turn it off).
+- Reward (``reward`` kwarg): ``"penalty"`` (OGBench's): ``goal`` = 0 when the point
+  is within ``success_distance`` (0.25 m, a quarter cell) of the goal, else -1;
+  ``"success"``: ``goal`` = 1 there, else 0 (the sparse reward of skill-based RL,
+  SPiRL's mazes). Success: the same; the episode terminates there when
+  ``terminate_at_goal`` (recordings of undirected data turn it off).
 - Goals (``goals`` kwarg): ``"eval"``: world ``w`` uses evaluation pair
   ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), starting
   at its start cell centre plus U(-0.1, 0.1) m noise, goal at its goal cell
-  centre; ``"train"``: start and goal uniform over free cells (distinct), the
-  start with the same noise. Truncated after ``max_episode_steps`` (500).
+  centre; ``"fixed"``: every world uses evaluation pair ``pair`` (a single
+  long-horizon task: with ``reward="success"``, a sparse one); ``"train"``: start
+  and goal uniform over free cells (distinct), the start with the same noise.
+  Truncated after ``max_episode_steps`` (500).
 """
 
 from __future__ import annotations
@@ -140,7 +144,9 @@ class MazeGrid:
 @dataclass(kw_only=True)
 class PointMaze(Task):
     layout: str = "medium"
-    goals: Literal["eval", "train"] = "eval"
+    goals: Literal["eval", "fixed", "train"] = "eval"
+    pair: int = 0  # goals="fixed": the evaluation pair every world uses
+    reward: Literal["penalty", "success"] = "penalty"
     terminate_at_goal: bool = True
     success_distance: float = 0.25
     start_noise: float = 0.1
@@ -150,8 +156,13 @@ class PointMaze(Task):
     _pending_goal: torch.Tensor = field(init=False, repr=False)  # from reset() to after_reset()
 
     def __post_init__(self) -> None:
-        if self.goals not in ("eval", "train"):
-            raise ValueError(f"point_maze goals={self.goals!r}: choose 'eval' or 'train'")
+        if self.goals not in ("eval", "fixed", "train"):
+            raise ValueError(f"point_maze goals={self.goals!r}: choose 'eval', 'fixed' or 'train'")
+        if self.reward not in ("penalty", "success"):
+            raise ValueError(f"point_maze reward={self.reward!r}: choose 'penalty' or 'success'")
+        if not 0 <= self.pair < len(EVAL_PAIRS[self.layout]):
+            raise ValueError(f"point_maze pair={self.pair}: the {self.layout} maze has evaluation pairs "
+                             f"0..{len(EVAL_PAIRS[self.layout]) - 1}")
         self.grid = MazeGrid(self.layout)
 
     def model(self) -> mujoco.MjModel:
@@ -160,9 +171,9 @@ class PointMaze(Task):
     def _cells(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and goal cell centres ``(len(ids), 2)`` for worlds ``ids``."""
         centers = self.grid.centers().to(generator.device)
-        if self.goals == "eval":
+        if self.goals in ("eval", "fixed"):
             pairs = EVAL_PAIRS[self.layout]
-            k = ids.cpu() % len(pairs)
+            k = ids.cpu() % len(pairs) if self.goals == "eval" else torch.full_like(ids.cpu(), self.pair)
             start = torch.tensor([self.grid.center(pairs[p][0]) for p in k.tolist()], dtype=torch.float64)
             goal = torch.tensor([self.grid.center(pairs[p][1]) for p in k.tolist()], dtype=torch.float64)
             return start.to(generator.device), goal.to(generator.device)
@@ -184,7 +195,8 @@ class PointMaze(Task):
         return {"policy": torch.cat([sim.qpos, sim.qvel], dim=1).float(), "goal": self._goal(sim).float()}
 
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"goal": self.success(sim).float() - 1.0}
+        reached = self.success(sim).float()
+        return {"goal": reached if self.reward == "success" else reached - 1.0}
 
     def success(self, sim: MujocoBackend) -> torch.Tensor:
         return (sim.qpos.double() - self._goal(sim)).norm(dim=1) < self.success_distance

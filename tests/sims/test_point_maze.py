@@ -54,6 +54,27 @@ def test_goal_reward_success_and_termination():
         assert step.terminated.tolist() == [True, False] and step.info["success"].tolist() == [True, False]
 
 
+def test_fixed_goal_with_success_reward():
+    """goals="fixed": every world runs evaluation pair ``pair``; reward="success": 1 at the goal, else 0."""
+    grid = MazeGrid("medium")
+    (start, goal), = [EVAL_PAIRS["medium"][1]]
+    with sims.make_env("point_maze_medium", num_envs=3, seed=0, num_threads=1, goals="fixed", pair=1,
+                       reward="success") as env:
+        obs = env.reset(seed=0)
+        assert torch.allclose(obs["goal"], torch.tensor([grid.center(goal)] * 3, dtype=torch.float32))
+        assert (obs["policy"][:, :2] - torch.tensor(grid.center(start))).abs().max() <= 0.1 + 1e-6
+        goals = obs["goal"].double()
+        here = goals + torch.tensor([[0.0, 0.0], [0.0, 2.0], [2.0, 0.0]], dtype=torch.float64)  # env 0 on its goal
+        env.sim.set_state(torch.arange(3), here, torch.zeros(3, 2, dtype=torch.float64))
+        env.sim.set_mocap_pos(torch.arange(3), torch.cat([goals, torch.full((3, 1), 0.1, dtype=torch.float64)], 1)[:, None])
+        step = env.step(torch.zeros(3, 2))
+        assert step.reward.tolist() == [1.0, 0.0, 0.0] and step.terminated.tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="pair=7"):
+        sims.make_env("point_maze_medium", num_envs=1, goals="fixed", pair=7)
+    with pytest.raises(ValueError, match="reward='dense'"):
+        sims.make_env("point_maze_medium", num_envs=1, reward="dense")
+
+
 def test_evaluation_and_training_goals():
     grid = MazeGrid("large")
     with sims.make_env("point_maze_large", num_envs=10, seed=0, num_threads=1, goals="eval") as env:

@@ -1,0 +1,229 @@
+"""Skill-Critic against SPiRL and flat SAC on the sparse point maze, at equal online budget.
+
+The task (``configs/<algo>_point_maze_<layout>.yaml``): the medium maze, every episode from
+cell (1, 1) to cell (6, 6) (10 cells of corridors; ``--layout large``: the large maze from
+(5, 4) to (7, 1), 19 cells), 500 steps, reward 1 on arrival (the episode ends there), else 0.
+SPiRL and Skill-Critic learn their skills from the undirected noisy navigation dataset
+(``benchmarks/make_maze_datasets.py``: ``point_maze_<layout>-navigate``)
+in the same run (``agent.pretrain_updates``), then train online; flat SAC has no data and
+no skills. Every algorithm gets the same online env steps on the same number of envs, one
+torch thread each, runs one after another.
+
+Evaluation: every ``--eval-every`` online env steps the deterministic controller (mean
+skill, mean action) runs ``--eval-episodes`` episodes (noisy starts); reported: success
+rate and return (= success, the reward being 1 at the goal) against online steps, mean ±
+std over seeds, plus the pretrained controller's (the prior's mean skill played by the
+decoder) at step 0, and wall-clock per run split into pretraining and online training.
+
+The papers' budgets (SPiRL: ~100k skill-model updates, then millions of env steps; Skill-Critic
+likewise) do not fit one CPU core in an hour; the defaults are shortened and stated in the
+results file.
+
+    python benchmarks/skill_critic_maze.py [--layout medium] [--seeds 0 1 2] [--online-steps 50000]
+                                           [--pretrain-updates 8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
+from common import RESULTS, machine, write_result  # noqa: E402
+
+ALGOS = ("skill_critic", "spirl", "sac")
+NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
+PAIRS = {"medium": 0, "large": 1}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
+TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
+         "large": "start cell (5, 4), goal cell (7, 1): 19 cells of corridors"}
+
+
+def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
+    """One training run; returns its evaluation curve and timings."""
+    from robolearn import load_config
+    from robolearn.evaluate import evaluate
+    from robolearn.export import ExportedController
+    from robolearn.logger import read_metrics
+    from robolearn.registry import make_env
+    from robolearn.runner import Runner
+
+    overrides = [f"seed={seed}", f"run_dir={run_dir}", "logging.wandb=disabled", "logging.progress=false", "env.num_threads=1",
+                 f"runner.total_steps={args.online_steps}", "runner.eval_episodes=0", "runner.checkpoint_every=1000000",
+                 f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
+    if algo != "sac":
+        overrides += [f"dataset={args.dataset or f'point_maze_{args.layout}-navigate'}",
+                      f"agent.pretrain_updates={args.pretrain_updates}"]
+    if algo == "skill_critic":
+        overrides += [f"agent.critic_warmup_updates={args.critic_warmup}", f"agent.low_start_updates={args.low_start}"]
+    cfg = load_config(f"{algo}_point_maze_{args.layout}", overrides)
+    start = time.perf_counter()
+    runner = Runner(cfg)
+    curve: list[dict] = []
+    eval_env = make_env(cfg.env, num_envs=args.eval_episodes, seed=seed + 10_000)
+
+    def evaluate_now(controller, steps: int, train_metrics: dict) -> None:
+        result = evaluate(controller, eval_env, args.eval_episodes, seed=seed + 10_000)
+        curve.append({"env_steps": steps, "success": result["success_rate"], "return": result["return_mean"],
+                      "length": result["length_mean"], "train_success": train_metrics.get("success_rate"),
+                      "time": time.perf_counter() - start})
+
+    def stop(metrics: dict) -> bool:
+        steps = runner.progress.env_steps
+        if steps % args.eval_every == 0 or steps >= args.online_steps:
+            evaluate_now(runner.agent.controller(), steps, metrics)
+        return False
+
+    try:
+        result = runner.train(stop=stop)
+    finally:
+        runner.close()
+    total = time.perf_counter() - start
+    pretrain = [m for m in read_metrics(result.run_dir) if m.get("phase") == "pretrain"]
+    pretrain_time = pretrain[-1]["time"] if pretrain else 0.0
+    if algo != "sac":  # step 0: the pretrained controller (the prior's mean skill, the decoder's action)
+        evaluate_now(ExportedController(result.run_dir / "pretrained" / "controller.pt"), 0, {})
+        curve.insert(0, curve.pop())
+    eval_env.close()
+    return {"algo": algo, "seed": seed, "curve": curve, "pretrain_s": pretrain_time, "total_s": total,
+            "pretrain": pretrain[-1] if pretrain else None}
+
+
+def stats(runs: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    steps = np.array([p["env_steps"] for p in runs[0]["curve"]])
+    values = np.array([[p[key] for p in r["curve"]] for r in runs], dtype=float)
+    return steps, values.mean(0), values.std(0)
+
+
+def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo, runs in results.items():
+        steps, mean, std = stats(runs, "return")
+        ax.plot(steps, mean, marker="o", markersize=3, label=NAMES[algo])
+        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("online env steps")
+    ax.set_ylabel("evaluation return (= success rate)")
+    ax.set_title(f"sparse point maze, {title}, {len(next(iter(results.values())))} seeds", fontsize=9)
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float) -> str:
+    seeds = len(next(iter(results.values())))
+    lines = [
+        "# Skill-Critic vs SPiRL vs flat SAC on the sparse point maze",
+        "",
+        f"`python benchmarks/skill_critic_maze.py {' '.join(sys.argv[1:])}`",
+        "",
+        f"Machine: {machine()}; one torch thread and one physics thread per run, runs one after another "
+        f"on one core. Whole benchmark: {wall / 60:.1f} min.",
+        "",
+        f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: {PAIRS[args.layout]}` ({TASKS[args.layout]}), "
+        "`reward: success` "
+        "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
+        f"each run on `{args.dataset or f'point_maze_{args.layout}-navigate'}` (500 episodes x 1000 steps of "
+        "undirected scripted navigation with action noise 0.2).",
+        "",
+        f"Budget (shortened to fit one CPU core): {args.pretrain_updates} skill-model updates (batch 128; "
+        f"SPiRL trains ~100k+), then {args.online_steps} online env steps for every algorithm (the papers: "
+        f"millions); updates per env step {args.skill_utd} for SPiRL and Skill-Critic (one high-level update, "
+        f"plus one low-level one for Skill-Critic, per update), {args.sac_utd} for SAC. Skill-Critic's stages: "
+        f"critics only until update {args.critic_warmup}, the high level until {args.low_start}, then both. "
+        f"Evaluation: {args.eval_episodes} deterministic episodes every {args.eval_every} env steps; mean ± std "
+        f"over {seeds} seeds.",
+        "",
+    ]
+    steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
+    header = "| online steps | " + " | ".join(NAMES[a] for a in results) + " |"
+    for key, title in (("success", "Evaluation success rate (= return)"),
+                       ("length", "Evaluation episode length (steps to the goal; 500 = never arrived)")):
+        lines += [f"{title}, mean ± std over seeds:", "", header, "|---|" + "---|" * len(results)]
+        table = {a: {p["env_steps"]: [] for p in runs[0]["curve"]} for a, runs in results.items()}
+        for algo, runs in results.items():
+            for r in runs:
+                for p in r["curve"]:
+                    table[algo][p["env_steps"]].append(p[key])
+        for step in sorted({s for a in table for s in table[a]}):
+            cells = []
+            for algo in results:
+                values = table[algo].get(step)
+                fmt = "{:.2f} ± {:.2f}" if key == "success" else "{:.0f} ± {:.0f}"
+                cells.append(fmt.format(np.mean(values), np.std(values)) if values else "")
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["Step 0 of SPiRL and Skill-Critic is the pretrained controller (the prior's mean skill "
+              "played by the decoder), before any online step.", "",
+              "| algorithm | final success | best success (any eval) | training success, last 100 episodes | "
+              "pretraining s | whole run s |", "|---|---|---|---|---|---|"]
+    for algo, runs in results.items():
+        final = [r["curve"][-1]["success"] for r in runs]
+        best = [max(p["success"] for p in r["curve"]) for r in runs]
+        train = [r["curve"][-1]["train_success"] or 0.0 for r in runs]
+        pretrain = f"{np.mean([r['pretrain_s'] for r in runs]):.0f}" if algo != "sac" else "-"
+        lines.append(f"| {NAMES[algo]} | {np.mean(final):.2f} ± {np.std(final):.2f} | {np.mean(best):.2f} ± "
+                     f"{np.std(best):.2f} | {np.mean(train):.2f} | {pretrain} | {np.mean([r['total_s'] for r in runs]):.0f} |")
+    skills = [r["pretrain"] for a in results for r in results[a] if r["pretrain"]]
+    if skills:
+        lines += ["", "Skill model at the end of pretraining (mean over runs): reconstruction "
+                  f"{np.mean([s['pretrain/reconstruction'] for s in skills]):.3f} (squared error summed over the "
+                  f"2 action dims), KL(q || N(0, I)) {np.mean([s['pretrain/kl'] for s in skills]):.2f}, prior NLL "
+                  f"{np.mean([s['pretrain/prior_nll'] for s in skills]):.2f}."]
+    stem = Path(args.out).stem
+    lines += ["", f"![return vs steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--layout", choices=["medium", "large"], default="medium", help="large: evaluation pair 1")
+    parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate")
+    parser.add_argument("--online-steps", type=int, default=50_000)
+    parser.add_argument("--pretrain-updates", type=int, default=8_000)
+    parser.add_argument("--skill-utd", type=float, default=0.1)
+    parser.add_argument("--sac-utd", type=float, default=0.25)
+    parser.add_argument("--critic-warmup", type=int, default=500)
+    parser.add_argument("--low-start", type=int, default=2_000)
+    parser.add_argument("--eval-every", type=int, default=5_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
+    args = parser.parse_args()
+    args.out = args.out or ("skill_critic_maze.md" if args.layout == "medium" else f"skill_critic_maze_{args.layout}.md")
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
+    runs_path = RESULTS / Path(args.out).with_name(Path(args.out).stem + "_runs.jsonl").name
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    runs_path.write_text("")
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            for algo in args.algos:
+                out = run(algo, seed, args, Path(tmp))
+                results[algo].append(out)
+                with runs_path.open("a") as f:
+                    f.write(json.dumps(out) + "\n")
+                last = out["curve"][-1]
+                print(f"{algo:13s} seed {seed}: success {last['success']:.2f} at {last['env_steps']} steps, "
+                      f"pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s", flush=True)
+    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, f"{args.layout} (pair {PAIRS[args.layout]})")
+    write_result(args.out, report(results, args, time.perf_counter() - start))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""Skill agents (SPiRL, Skill-Critic): the skill model learns toy skills, the KL terms are exact,
+high-level transitions are cut correctly from the replay, Skill-Critic starts its low level as the
+decoder and trains in stages, the controller holds a skill for H steps per env and exports, and
+one run pretrains on a dataset and then trains online."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from torch.distributions import Normal, TransformedDistribution, kl_divergence
+from torch.distributions.transforms import TanhTransform
+
+import sims
+from robolearn import load_config
+from robolearn.checkpoint import load_checkpoint
+from robolearn.config import ConfigError
+from robolearn.data import DatasetWriter, record
+from robolearn.export import ExportedController, export_controller
+from robolearn.runner import train
+from robolearn.storage import ReplayBuffer
+from policies.modules import gaussian_kl
+from policies.skills import SkillCritic, SkillCriticConfig, SPiRL, SPiRLConfig
+from policies.skills.skill_critic import one_hot_step
+from policies.skills.windows import sample_skill_transitions
+from sims.tasks.maze_navigator import MazeNavigator
+
+OBS = {"policy": spaces.Box(-np.inf, np.inf, (3,), np.float32)}
+ACTIONS = spaces.Box(-2.0, 2.0, (2,), np.float32)
+H = 4
+
+
+def small(cls=SPiRLConfig, **changes):
+    base = dict(horizon=H, latent_dim=2, encoder_hidden=32, decoder_hidden=(32, 32), prior_hidden=(32, 32),
+                hidden=(32, 32), batch_size=16, pretrain_batch_size=32, buffer_size=64)
+    return cls(**{**base, **changes})
+
+
+def toy_data(episodes: int = 64, seed: int = 0) -> dict:
+    """Episodes of exactly H steps, each one of four skills: a constant action (env units); the
+    first state feature says which, so the prior can predict the skill from the first state."""
+    g = torch.Generator().manual_seed(seed)
+    skills = torch.tensor([[1.5, 1.5], [-1.5, 1.0], [0.5, -1.5], [-1.0, -1.0]])
+    which = torch.randint(4, (episodes,), generator=g)
+    obs = torch.randn(episodes, H + 1, 3, generator=g)
+    obs[..., 0] = which.unsqueeze(1).float()
+    action = skills[which].unsqueeze(1).expand(-1, H, -1)
+    terminated = torch.zeros(episodes, H, dtype=torch.bool)
+    truncated = terminated.clone()
+    truncated[:, -1] = True
+    return {"obs": {"policy": obs[:, :-1].reshape(-1, 3)}, "next_obs": {"policy": obs[:, 1:].reshape(-1, 3)},
+            "action": action.reshape(-1, 2), "reward": torch.zeros(episodes * H),
+            "terminated": terminated.flatten(), "truncated": truncated.flatten()}
+
+
+def test_skill_model_learns_to_reconstruct_toy_skills():
+    torch.manual_seed(0)
+    agent = SPiRL(OBS, ACTIONS, small(pretrain_lr=3e-3), torch.device("cpu"))
+    agent.prepare(toy_data())
+    first = [agent.pretrain_update() for _ in range(10)]
+    for _ in range(400):
+        last = agent.pretrain_update()
+    assert float(last["reconstruction"]) < 0.1 * float(np.mean([float(m["reconstruction"]) for m in first]))
+    assert float(last["prior_nll"]) < float(first[0]["prior_nll"]) - 1.0
+    # the decoder plays back an encoded window: constant actions of each skill, in [-1, 1] units
+    obs, actions = agent.windows.sample(64)
+    z = agent.skills.encoder(actions).mean
+    decoded = torch.tanh(agent.skills.decoder(obs, z.unsqueeze(1).expand(-1, H, -1)))
+    assert (decoded - actions).abs().max() < 0.2
+
+
+def test_kl_terms_are_exact():
+    torch.manual_seed(0)
+    agent = SPiRL(OBS, ACTIONS, small(beta=0.0), torch.device("cpu"))
+    agent.prepare(toy_data())
+    torch.manual_seed(1)
+    _, metrics = agent.skills.loss(*agent.windows.sample(32))
+    torch.manual_seed(1)
+    obs, actions = agent.windows.sample(32)
+    q = agent.skills.encoder(actions)
+    closed_form = 0.5 * (q.scale.square() + q.loc.square() - 1 - 2 * q.scale.log()).sum(-1).mean()
+    assert torch.allclose(metrics["kl"], closed_form, rtol=1e-5)
+    # high level: KL(pi || prior) as the diagonal-Gaussian formula of policies.modules
+    pi, prior = agent.policy(obs[:, 0]), agent.skills.prior(obs[:, 0])
+    assert torch.allclose(kl_divergence(pi, prior).sum(-1), gaussian_kl(pi.loc, pi.scale, prior.loc, prior.scale), rtol=1e-5)
+    # low level: the KL of two tanh-squashed Gaussians equals that of the pre-tanh ones (Monte Carlo check)
+    p, r = Normal(torch.tensor([0.3, -0.5]), torch.tensor([0.4, 0.3])), Normal(torch.tensor([0.0, 0.2]), torch.tensor([0.3, 0.3]))
+    squashed_p, squashed_r = TransformedDistribution(p, [TanhTransform()]), TransformedDistribution(r, [TanhTransform()])
+    a = squashed_p.sample((200_000,)).clamp(-1 + 1e-6, 1 - 1e-6)
+    monte_carlo = (squashed_p.log_prob(a) - squashed_r.log_prob(a)).sum(-1).mean()
+    assert abs(float(monte_carlo) - float(kl_divergence(p, r).sum())) < 0.02
+
+
+def test_high_level_transitions_sum_the_skill_and_stop_at_episode_ends():
+    """Two envs, H = 4, gamma 0.5: env 0 plays two full skills; env 1's first skill ends with its
+    episode after two steps (terminated), then a new skill starts."""
+    num_envs, steps, gamma = 2, 10, 0.5
+    replay = ReplayBuffer(2 * steps, torch.device("cpu"))
+    k = [[0, 1, 2, 3, 0, 1, 2, 3, 0, 1], [0, 1, 0, 1, 2, 3, 0, 1, 2, 3]]
+    for t in range(steps):
+        replay.add({"obs": {"policy": torch.tensor([[t, 0.0, 0.0], [t, 1.0, 0.0]])},
+                    "next_obs": {"policy": torch.tensor([[t + 1, 0.0, 0.0], [t + 1, 1.0, 9.0 if t == 1 else 0.0]])},
+                    "reward": torch.tensor([1.0, 10.0 * (t + 1)]), "action": torch.zeros(2, 2),
+                    "terminated": torch.tensor([False, t == 1]), "truncated": torch.tensor([False, False]),
+                    "skill": torch.tensor([[float(t // 4), 0.0], [100.0 + t, 0.0]]),
+                    "skill_step": torch.tensor([k[0][t], k[1][t]])})
+    torch.manual_seed(0)
+    batch = sample_skill_transitions(replay, 256, num_envs, H, gamma, ("policy",))
+    rows = {(float(o[0]), float(o[1])): i for i, o in enumerate(batch["obs"]["policy"])}
+    # skills that started within the last H steps may still run: only t < 10 - 4 are sampled
+    assert set(rows) == {(0.0, 0.0), (4.0, 0.0), (0.0, 1.0), (2.0, 1.0)}
+    full = rows[(4.0, 0.0)]
+    assert batch["reward"][full] == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert batch["discount"][full] == pytest.approx(gamma ** 4)
+    assert batch["next_obs"]["policy"][full, 0] == 8.0 and batch["skill"][full, 0] == 1.0
+    cut = rows[(0.0, 1.0)]  # rewards 10, 20, then the episode ended (terminated): no bootstrap
+    assert batch["reward"][cut] == pytest.approx(10 + 0.5 * 20)
+    assert batch["discount"][cut] == 0.0 and batch["next_obs"]["policy"][cut, 2] == 9.0
+    second = rows[(2.0, 1.0)]  # the next episode's first skill: steps 2..5
+    assert batch["reward"][second] == pytest.approx(30 + 0.5 * 40 + 0.25 * 50 + 0.125 * 60)
+    assert batch["skill"][second, 0] == 102.0
+
+
+def test_skill_critic_low_level_starts_as_the_decoder_and_the_policy_as_the_prior():
+    torch.manual_seed(0)
+    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, decoder_std=0.25), torch.device("cpu"))
+    agent.prepare(toy_data())
+    for _ in range(20):
+        agent.pretrain_update()
+    agent.end_pretraining()
+    s, z = torch.randn(50, 3), torch.randn(50, 2)
+    step = one_hot_step(torch.randint(H, (50,)), H)
+    pi = agent.low_policy.distribution(s, z, step)
+    assert torch.allclose(pi.loc, agent.skills.decoder(s, z), atol=1e-6)
+    assert torch.allclose(pi.scale, torch.full_like(pi.scale, 0.25))
+    assert kl_divergence(pi, agent.decoder_distribution(s, z)).abs().max() < 1e-6
+    high, prior = agent.policy(s), agent.skills.prior(s)
+    assert torch.equal(high.loc, prior.loc) and torch.equal(high.scale, prior.scale)
+
+
+def online_batch(agent: SPiRL, num_envs: int = 4, steps: int = 16) -> ReplayBuffer:
+    """A replay filled by the agent's own act on random observations and rewards."""
+    replay = ReplayBuffer(num_envs * steps, torch.device("cpu"))
+    obs = {"policy": torch.randn(num_envs, 3)}
+    for _ in range(steps):
+        out = agent.act(obs)
+        next_obs = {"policy": torch.randn(num_envs, 3)}
+        replay.add({"obs": obs, "next_obs": next_obs, "reward": torch.rand(num_envs),
+                    "terminated": torch.zeros(num_envs, dtype=torch.bool),
+                    "truncated": torch.zeros(num_envs, dtype=torch.bool), **out})
+        obs = next_obs
+    return replay
+
+
+def test_spirl_and_skill_critic_pretrain_the_same_skills_from_one_seed():
+    models = []
+    for cls, cfg in ((SPiRL, small()), (SkillCritic, small(SkillCriticConfig))):
+        torch.manual_seed(3)
+        agent = cls(OBS, ACTIONS, cfg, torch.device("cpu"))
+        agent.prepare(toy_data())
+        for _ in range(5):
+            agent.pretrain_update()
+        models.append(agent.skills.state_dict())
+    assert all(torch.equal(models[0][key], models[1][key]) for key in models[0])
+
+
+def test_skill_critic_trains_in_stages():
+    torch.manual_seed(0)
+    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=3, low_start_updates=6),
+                        torch.device("cpu"))
+    agent.prepare(toy_data())
+    agent.end_pretraining()
+    replay = online_batch(agent)
+    snapshot = lambda module: [p.detach().clone() for p in module.parameters()]  # noqa: E731
+    changed = lambda module, before: any(not torch.equal(a, b) for a, b in zip(module.parameters(), before))  # noqa: E731
+    seen = []
+    for stage in (1, 2, 3):
+        modules = (agent.critic, agent.low_critic, agent.policy, agent.low_policy)
+        before = [snapshot(m) for m in modules]
+        for _ in range(3):
+            metrics = agent.update(agent.sample(replay, 16, 4))
+        assert float(metrics["stage"]) == stage
+        seen.append([changed(m, b) for m, b in zip(modules, before)])
+    # critics always; the high-level policy from stage 2; the low-level policy in stage 3 only
+    assert seen == [[True, True, False, False], [True, True, True, False], [True, True, True, True]]
+    assert all(math.isfinite(float(v)) for v in metrics.values())
+
+
+def test_spirl_update_pulls_the_policy_toward_the_target_kl():
+    torch.manual_seed(0)
+    agent = SPiRL(OBS, ACTIONS, small(target_kl=1.0, alpha_lr=0.1), torch.device("cpu"))
+    agent.prepare(toy_data())
+    agent.end_pretraining()
+    replay = online_batch(agent)
+    alpha0 = float(agent.log_alpha.detach().exp())
+    for _ in range(5):
+        metrics = agent.update(agent.sample(replay, 16, 4))
+    assert float(metrics["kl"]) < 1.0 and float(agent.log_alpha.detach().exp()) < alpha0  # KL below target: alpha falls
+
+
+@pytest.mark.parametrize("cls", [SPiRL, SkillCritic])
+def test_controller_holds_the_skill_for_h_steps_and_resets_per_env(cls):
+    torch.manual_seed(0)
+    cfg = small(SkillCriticConfig) if cls is SkillCritic else small()
+    agent = cls(OBS, ACTIONS, cfg, torch.device("cpu"))
+    agent.end_pretraining()
+    controller = agent.controller()
+    assert controller.decision_period == H
+    skills = []
+    for t in range(2 * H + 3):
+        if t == H + 1:
+            controller.reset(torch.tensor([False, True]))  # env 1's episode ended after step H
+        action = controller.act({"policy": torch.randn(2, 3)})
+        assert action.shape == (2, 2) and (action.abs() <= 2.0).all()
+        skills.append(controller.skill.clone())
+    skills = torch.stack(skills)  # (T, env, Z)
+    new = [[t for t in range(1, len(skills)) if not torch.equal(skills[t, e], skills[t - 1, e])] for e in range(2)]
+    assert new == [[H, 2 * H], [H, H + 1, 2 * H + 1]]
+    # the agent's own acting state does the same, and goes into the replay with each step
+    steps = []
+    for t in range(H + 2):
+        if t == 2:
+            agent.reset(torch.tensor([True, False]))
+        steps.append(agent.act({"policy": torch.randn(2, 3)})["skill_step"].tolist())
+    assert [s[0] for s in steps] == [0, 1, 0, 1, 2, 3] and [s[1] for s in steps] == [0, 1, 2, 3, 0, 1]
+
+
+@pytest.mark.parametrize("cls", [SPiRL, SkillCritic])
+def test_exported_controller_matches_the_module(cls, tmp_path):
+    import onnxruntime
+
+    torch.manual_seed(0)
+    cfg = small(SkillCriticConfig) if cls is SkillCritic else small()
+    agent = cls(OBS, ACTIONS, cfg, torch.device("cpu"))
+    agent.prepare(toy_data())
+    agent.end_pretraining()
+    controller = agent.controller()
+    paths = export_controller(controller, tmp_path)
+    meta = json.loads(paths["meta"].read_text())
+    assert meta["decision_period"] == H and list(meta["inputs"]) == ["obs", "skill", "step"]
+    scripted = torch.jit.load(str(paths["torchscript"]))
+    session = onnxruntime.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
+    skill, step = torch.zeros(3, 2), torch.zeros(3)
+    onnx_skill, onnx_step = skill.numpy(), step.numpy()
+    for _ in range(2 * H + 1):
+        obs = torch.randn(3, 3)
+        expected = controller.act({"policy": obs})
+        action, skill, step = scripted(obs, skill, step)
+        onnx_action, onnx_skill, onnx_step = session.run(None, {"obs": obs.numpy(), "skill": onnx_skill, "step": onnx_step})
+        assert torch.allclose(action, expected, atol=1e-5)
+        assert np.allclose(onnx_action, expected.numpy(), atol=1e-4)
+        assert torch.equal(skill, controller.skill)
+    # robolearn eval --exported / deploy: ExportedController holds the state itself, reset per env
+    drivers = [ExportedController(paths["torchscript"]), ExportedController(paths["onnx"])]
+    controller.reset()
+    for t in range(2 * H + 2):
+        if t == 3:
+            for driver in (controller, *drivers):
+                driver.reset(torch.tensor([False, True, False]))
+        obs = {"policy": torch.randn(3, 3)}
+        expected = controller.act(obs)
+        for driver in drivers:
+            assert torch.allclose(driver.act(obs), expected, atol=1e-4)
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match="agent.horizon must be >= 1"):
+        SPiRL(OBS, ACTIONS, small(horizon=0), torch.device("cpu"))
+    with pytest.raises(ValueError, match="agent.critic_warmup_updates"):
+        SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=5, low_start_updates=2),
+                    torch.device("cpu"))
+    with pytest.raises(ConfigError, match="unknown key 'agent.horizn'"):
+        load_config("spirl_point_maze_medium", ["agent.horizn=5"])
+
+
+@pytest.fixture(scope="module")
+def maze_datasets(tmp_path_factory):
+    """Undirected navigation in the medium maze: 4 episodes of 100 steps (as benchmarks/make_maze_datasets.py)."""
+    root = tmp_path_factory.mktemp("datasets")
+    kwargs = {"goals": "train", "terminate_at_goal": False, "max_episode_steps": 100}
+    with sims.make_env("point_maze_medium", num_envs=4, seed=0, num_threads=1, **kwargs) as env:
+        meta = {"task": "point_maze_medium", "task_kwargs": kwargs}
+        with DatasetWriter("maze-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
+            record(MazeNavigator(env.task.grid, 4), env, writer, 4, noise=0.2, seed=0, progress=False)
+    return root
+
+
+@pytest.mark.parametrize("algo", ["spirl", "skill_critic"])
+def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.05", "runner.eval_episodes=2",
+                 "runner.checkpoint_every=1", "agent.pretrain_updates=300", "agent.pretrain_batch_size=16",
+                 "agent.batch_size=16", "agent.buffer_size=600", "agent.hidden=[16,16]",
+                 "agent.prior_hidden=[16,16]", "agent.decoder_hidden=[16,16]", "agent.encoder_hidden=16"]
+    if algo == "skill_critic":
+        overrides += ["agent.critic_warmup_updates=5", "agent.low_start_updates=10"]
+    result = train(load_config(f"{algo}_point_maze_medium", overrides))
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    pretrain = [line for line in lines if line.get("phase") == "pretrain"]
+    online = [line for line in lines if "phase" not in line]
+    assert [line["pretrain_updates"] for line in pretrain] == [300] and pretrain[0]["env_steps"] == 0
+    assert [line["env_steps"] for line in online] == [1000]  # one iteration: 500 steps of 2 envs
+    assert "critic_loss" in online[0] and (result.run_dir / "pretrained" / "controller.pt").is_file()
+    assert result.evaluation["episodes"] == 2 and "success_rate" in result.evaluation
+    payload = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")
+    assert payload["progress"]["pretrained"] and payload["progress"]["pretrain_updates"] == 300
+    replay = torch.load(result.run_dir / "checkpoints" / "replay.pt", weights_only=True)
+    assert set(replay["data"]["skill_step"].tolist()) == set(range(10))
+
+
+def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="pretrains on a dataset"):
+        train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))
+
+
+def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
+    """Ctrl+C in the middle of pretraining keeps the last whole iteration; --resume finishes pretraining
+    once (not again) and trains online."""
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=0",
+                 "runner.checkpoint_every=1", "agent.pretrain_updates=1100", "agent.pretrain_batch_size=8",
+                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
+                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    runner = Runner(load_config("spirl_point_maze_medium", overrides))
+    update, calls = runner.agent.pretrain_update, []
+
+    def interrupt_at_1050() -> dict:
+        calls.append(1)
+        if len(calls) == 1050:
+            raise KeyboardInterrupt
+        return update()
+
+    runner.agent.pretrain_update = interrupt_at_1050
+    try:
+        assert runner.train().interrupted
+    finally:
+        runner.close()
+    progress = load_checkpoint(runner.checkpoint_path)["progress"]
+    assert progress["pretrain_updates"] == 1000 and not progress["pretrained"]
+    resumed = Runner(load_config(runner.run_dir / "config.yaml", []), resume=runner.run_dir)
+    try:
+        resumed.train()
+    finally:
+        resumed.close()
+    lines = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
+    assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
+    assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
