@@ -181,11 +181,8 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(num_members, in_dim, out_dim).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_dim).uniform_(-bound, bound))
 
-    def forward(self, x: torch.Tensor, detach: bool = False, members: slice = slice(None)) -> torch.Tensor:
-        """``members``: evaluate only those members (``x`` then holds them, or is shared)."""
-        weight, bias = self.weight[members], self.bias[members]
-        if detach:
-            weight, bias = weight.detach(), bias.detach()
+    def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach else (self.weight, self.bias)
         if x.dim() == 2:
             x = x.expand(weight.shape[0], -1, -1)
         return torch.baddbmm(bias, x, weight)
@@ -208,13 +205,11 @@ class EnsembleQ(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(width) for width in hidden) if layer_norm else None
         self.activation = make_activation(activation)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False,
-                members: slice = slice(None)) -> torch.Tensor:
-        """``detach_params``: gradients reach the inputs but not the weights (for actor losses);
-        ``members``: only those Q-functions (TD3's actor reads ``Q_1`` alone: ``slice(0, 1)``)."""
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """``detach_params``: gradients reach the inputs but not the weights (for actor losses)."""
         x = torch.cat([obs, action], dim=-1)
         for i, layer in enumerate(self.layers):
-            x = layer(x, detach_params, members)
+            x = layer(x, detach_params)
             if i < len(self.layers) - 1:
                 if self.norms is not None:
                     x = self._norm(self.norms[i], x, detach_params)

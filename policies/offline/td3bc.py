@@ -90,7 +90,7 @@ class TD3BC(OfflineAgent):
         if self.updates % cfg.policy_delay == 0:
             # Eq. (3): maximize lambda Q_1(s, pi(s)) - (pi(s) - a)^2, lambda = alpha / mean |Q_1|
             pi = self.actor(obs)
-            q_pi = self.critic(obs, pi, detach_params=True, members=slice(0, 1))[0]  # Q_1 only
+            q_pi = self.critic(obs, pi, detach_params=True)[0]
             lam = cfg.alpha / q_pi.abs().mean().detach()
             bc = (pi - action).square().mean()
             actor_loss = -lam * q_pi.mean() + bc
