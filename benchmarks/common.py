@@ -1,4 +1,4 @@
-"""Shared helpers for benchmarks: the machine description and result files."""
+"""Shared helpers for benchmarks: the machine description, result files, offline training runs."""
 
 from __future__ import annotations
 
@@ -37,3 +37,21 @@ def write_result(name: str, markdown: str) -> Path:
     print(markdown)
     print(f"\nwritten to {path}")
     return path
+
+
+def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[object, float]:
+    """Train an offline config quietly (no evaluation, video, checkpoints or W&B) through the normal
+    OfflineRunner; returns the runner (closed; its agent trained) and the summed update-loop seconds."""
+    from robolearn import load_config
+    from robolearn.logger import read_metrics
+    from robolearn.offline_runner import OfflineRunner
+
+    cfg = load_config(config, [*overrides, "runner.eval_episodes=0", "runner.video_seconds=0",
+                               "runner.checkpoint_every=1000000", "logging.wandb=disabled", "logging.progress=false",
+                               f"run_dir={run_dir}"])
+    runner = OfflineRunner(cfg)
+    try:
+        runner.train()
+    finally:
+        runner.close()
+    return runner, sum(m["iteration_time"] for m in read_metrics(runner.run_dir))

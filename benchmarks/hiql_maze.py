@@ -28,7 +28,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import machine, write_result  # noqa: E402
+from common import machine, train_offline, write_result  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
@@ -51,20 +51,9 @@ def success_per_goal(controller: torch.nn.Module, task: str, seed: int) -> np.nd
 
 
 def run(algo: str, layout: str, seed: int, updates: int) -> dict[str, float | np.ndarray]:
-    from robolearn import load_config
-    from robolearn.logger import read_metrics
-    from robolearn.offline_runner import OfflineRunner
-
     start = time.perf_counter()
-    cfg = load_config(f"{algo}_point_maze_{layout}", [
-        f"seed={seed}", f"runner.total_steps={updates}", "runner.eval_episodes=0", "runner.checkpoint_every=1000000",
-        "logging.wandb=disabled", "logging.progress=false", "run_dir=/tmp/robolearn-hiql-bench"])
-    runner = OfflineRunner(cfg)
-    try:
-        runner.train()
-    finally:
-        runner.close()
-    train_s = sum(m["iteration_time"] for m in read_metrics(runner.run_dir))
+    runner, train_s = train_offline(f"{algo}_point_maze_{layout}", [f"seed={seed}", f"runner.total_steps={updates}"],
+                                    "/tmp/robolearn-hiql-bench")
     per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{layout}", 20_000 + seed)
     return {"success": float(per_goal.mean()), "per_goal": per_goal, "train_s": train_s,
             "total_s": time.perf_counter() - start}

@@ -45,7 +45,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import machine, write_result  # noqa: E402
+from common import machine, train_offline, write_result  # noqa: E402
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
@@ -72,21 +72,11 @@ def evaluate_policy(act, task: str, dataset: str, seed: int) -> float:
 
 
 def run_ours(algo: str, dataset: str, seed: int, updates: int) -> dict[str, float]:
-    from robolearn import load_config
     from robolearn.data import Dataset
-    from robolearn.logger import read_metrics
-    from robolearn.offline_runner import OfflineRunner
 
     task = Dataset.load(dataset).task
-    cfg = load_config(f"{algo}_{task}", [f"dataset={dataset}", f"seed={seed}", f"runner.total_steps={updates}",
-                                         "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1000000",
-                                         "logging.wandb=disabled", "logging.progress=false", "run_dir=/tmp/robolearn-offline-bench"])
-    runner = OfflineRunner(cfg)
-    try:
-        runner.train()
-    finally:
-        runner.close()
-    seconds = sum(m["iteration_time"] for m in read_metrics(runner.run_dir))
+    runner, seconds = train_offline(f"{algo}_{task}", [f"dataset={dataset}", f"seed={seed}", f"runner.total_steps={updates}"],
+                                    "/tmp/robolearn-offline-bench")
     controller = runner.agent.controller().eval()
     with torch.no_grad():
         score = evaluate_policy(lambda o: controller(torch.as_tensor(o)).numpy(), task, dataset, seed)
