@@ -7,7 +7,7 @@ from a dataset by ``robolearn.offline_runner``; agents with ``pretrains = True``
 (``policies.skills``) are pretrained on a dataset by the online runner first.
 """
 
-from policies.goal import GCBC, GCIQL, HIQL, OTA, GCBCConfig, GCIQLConfig, HIQLConfig, OTAConfig
+from policies.goal import GCBC, GCIQL, HIQL, HRAC, OTA, GCBCConfig, GCIQLConfig, HIQLConfig, HRACConfig, OTAConfig
 from policies.offline import (BC, CQL, IQL, TD3BC, BCConfig, CalQLConfig, CalQLFinetuneConfig, CQLConfig, Finetune,
                               FinetuneConfig, IQLConfig, JSRLConfig, TD3BCConfig)
 from policies.ppo import PPO, PPOConfig
@@ -22,6 +22,8 @@ AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, S
           # offline goal-conditioned, goals relabeled from the dataset (policies.goal)
           "gcbc": (GCBCConfig, GCBC), "gciql": (GCIQLConfig, GCIQL), "hiql": (HIQLConfig, HIQL),
           "ota": (OTAConfig, OTA),
+          # online goal-conditioned hierarchy: adjacency-constrained subgoals (policies.goal.hrac)
+          "hrac": (HRACConfig, HRAC),
           # skills pretrained on a dataset (`dataset=`), then trained online in the same run (policies.skills)
           "spirl": (SPiRLConfig, SPiRL), "skill_critic": (SkillCriticConfig, SkillCritic),
           # offline-to-online: pretrained on a dataset, fine-tuned online (robolearn.finetune_runner)
@@ -30,5 +32,5 @@ AGENTS = {"ppo": (PPOConfig, PPO), "sac": (SACConfig, SAC), "srl": (SRLConfig, S
 __all__ = ["AGENTS", "BC", "BCConfig", "CQL", "CQLConfig", "CalQLConfig", "IQL", "IQLConfig", "PPO", "PPOConfig",
            "SAC", "SACConfig", "SRL", "SRLConfig", "SequenceCriticConfig", "SequenceCriticSAC", "TD3BC", "TD3BCConfig",
            "Finetune", "FinetuneConfig", "CalQLFinetuneConfig", "JSRLConfig", "GCBC", "GCBCConfig", "GCIQL",
-           "GCIQLConfig", "HIQL", "HIQLConfig", "OTA", "OTAConfig", "SPiRL", "SPiRLConfig", "SkillCritic",
+           "GCIQLConfig", "HIQL", "HIQLConfig", "HRAC", "HRACConfig", "OTA", "OTAConfig", "SPiRL", "SPiRLConfig", "SkillCritic",
            "SkillCriticConfig"]

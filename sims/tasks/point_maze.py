@@ -17,7 +17,8 @@ damping, driven by two force actuators: a constant control of 1 reaches about
 - Reward (``reward`` kwarg): ``"penalty"`` (OGBench's): ``goal`` = 0 when the point
   is within ``success_distance`` (0.25 m, a quarter cell) of the goal, else -1;
   ``"success"``: ``goal`` = 1 there, else 0 (the sparse reward of skill-based RL,
-  SPiRL's mazes). Success: the same; the episode terminates there when
+  SPiRL's mazes); ``"distance"``: ``goal`` = minus the distance to the goal (m), the
+  dense reward of HIRO's and HRAC's ant mazes. Success: the same for all three; the episode terminates there when
   ``terminate_at_goal`` (recordings of undirected data turn it off).
 - Goals (``goals`` kwarg): ``"eval"``: world ``w`` uses evaluation pair
   ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), starting
@@ -146,7 +147,7 @@ class PointMaze(Task):
     layout: str = "medium"
     goals: Literal["eval", "fixed", "train"] = "eval"
     pair: int = 0  # goals="fixed": the evaluation pair every world uses
-    reward: Literal["penalty", "success"] = "penalty"
+    reward: Literal["penalty", "success", "distance"] = "penalty"
     terminate_at_goal: bool = True
     success_distance: float = 0.25
     start_noise: float = 0.1
@@ -158,8 +159,8 @@ class PointMaze(Task):
     def __post_init__(self) -> None:
         if self.goals not in ("eval", "fixed", "train"):
             raise ValueError(f"point_maze goals={self.goals!r}: choose 'eval', 'fixed' or 'train'")
-        if self.reward not in ("penalty", "success"):
-            raise ValueError(f"point_maze reward={self.reward!r}: choose 'penalty' or 'success'")
+        if self.reward not in ("penalty", "success", "distance"):
+            raise ValueError(f"point_maze reward={self.reward!r}: choose 'penalty', 'success' or 'distance'")
         if not 0 <= self.pair < len(EVAL_PAIRS[self.layout]):
             raise ValueError(f"point_maze pair={self.pair}: the {self.layout} maze has evaluation pairs "
                              f"0..{len(EVAL_PAIRS[self.layout]) - 1}")
@@ -195,6 +196,8 @@ class PointMaze(Task):
         return {"policy": torch.cat([sim.qpos, sim.qvel], dim=1).float(), "goal": self._goal(sim).float()}
 
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.reward == "distance":
+            return {"goal": -(sim.qpos.double() - self._goal(sim)).norm(dim=1)}
         reached = self.success(sim).float()
         return {"goal": reached if self.reward == "success" else reached - 1.0}
 
