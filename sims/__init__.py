@@ -16,6 +16,7 @@ from robolearn.interfaces import VecEnv
 from sims.backend import MujocoBackend
 from sims.task import Task, TaskEnv
 from sims.tasks.ant import Ant
+from sims.tasks.ant_maze import ant_maze_large, ant_maze_medium
 from sims.tasks.arm_reach import ArmReach
 from sims.tasks.cartpole import Cartpole
 from sims.tasks.go1 import Go1Rough, Go1Velocity
@@ -37,6 +38,8 @@ TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
     "go1_rough": Go1Rough,
     "point_maze_medium": point_maze_medium,
     "point_maze_large": point_maze_large,
+    "ant_maze_medium": ant_maze_medium,
+    "ant_maze_large": ant_maze_large,
 }
 
 GYM_PREFIX = "gym:"

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import mujoco
 import numpy as np
@@ -109,12 +109,18 @@ class MazeGrid:
                         queue.append(nb)
         return hop
 
+    def wall_boxes(self) -> list[tuple[tuple[float, float, float], tuple[float, float, float]]]:
+        """``(centre, half-size)`` of each wall cell's box: the cell's footprint, half a cell tall, on the floor."""
+        h = self.cell_size / 2
+        return [((j * self.cell_size, i * self.cell_size, h / 2), (h, h, h / 2))
+                for i, j in zip(*np.nonzero(self.walls))]
+
     def mjcf(self) -> str:
         """The model: floor, wall boxes, the point mass on x/y slides, force actuators, a goal marker."""
         h = self.cell_size / 2
         walls = "\n".join(
-            f'<geom type="box" pos="{j * self.cell_size} {i * self.cell_size} {h / 2}" size="{h} {h} {h / 2}" '
-            f'rgba="0.6 0.6 0.7 1"/>' for i, j in zip(*np.nonzero(self.walls)))
+            f'<geom type="box" pos="{x} {y} {z}" size="{sx} {sy} {sz}" rgba="0.6 0.6 0.7 1"/>'
+            for (x, y, z), (sx, sy, sz) in self.wall_boxes())
         rows, cols = self.walls.shape
         cx, cy = (cols - 1) * h, (rows - 1) * h
         return f"""
@@ -153,18 +159,20 @@ class PointMaze(Task):
     start_noise: float = 0.1
     frame_skip: int = 5
     max_episode_steps: int = 500
+    name: ClassVar[str] = "point_maze"  # in error messages
+    cell_size: ClassVar[float] = 1.0  # metres per maze cell
     grid: MazeGrid = field(init=False, repr=False)
     _pending_goal: torch.Tensor = field(init=False, repr=False)  # from reset() to after_reset()
 
     def __post_init__(self) -> None:
         if self.goals not in ("eval", "fixed", "train"):
-            raise ValueError(f"point_maze goals={self.goals!r}: choose 'eval', 'fixed' or 'train'")
+            raise ValueError(f"{self.name} goals={self.goals!r}: choose 'eval', 'fixed' or 'train'")
         if self.reward not in ("penalty", "success", "distance"):
-            raise ValueError(f"point_maze reward={self.reward!r}: choose 'penalty', 'success' or 'distance'")
+            raise ValueError(f"{self.name} reward={self.reward!r}: choose 'penalty', 'success' or 'distance'")
         if not 0 <= self.pair < len(EVAL_PAIRS[self.layout]):
-            raise ValueError(f"point_maze pair={self.pair}: the {self.layout} maze has evaluation pairs "
+            raise ValueError(f"{self.name} pair={self.pair}: the {self.layout} maze has evaluation pairs "
                              f"0..{len(EVAL_PAIRS[self.layout]) - 1}")
-        self.grid = MazeGrid(self.layout)
+        self.grid = MazeGrid(self.layout, self.cell_size)
 
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_string(self.grid.mjcf())
@@ -197,12 +205,16 @@ class PointMaze(Task):
 
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.reward == "distance":
-            return {"goal": -(sim.qpos.double() - self._goal(sim)).norm(dim=1)}
+            return {"goal": -self._distance(sim)}
         reached = self.success(sim).float()
         return {"goal": reached if self.reward == "success" else reached - 1.0}
 
     def success(self, sim: MujocoBackend) -> torch.Tensor:
-        return (sim.qpos.double() - self._goal(sim)).norm(dim=1) < self.success_distance
+        return self._distance(sim) < self.success_distance
+
+    def _distance(self, sim: MujocoBackend) -> torch.Tensor:
+        """Of the agent's (x, y) to the goal, m."""
+        return (sim.qpos[:, :2].double() - self._goal(sim)).norm(dim=1)
 
     def terminated(self, sim: MujocoBackend) -> torch.Tensor:
         return self.success(sim) if self.terminate_at_goal else super().terminated(sim)
