@@ -74,13 +74,17 @@ class AdjacencyGraph:
         return result > 0
 
     def state_dict(self) -> dict[str, Any]:
-        keys = torch.tensor(list(self.index), dtype=torch.long)
-        edges = torch.tensor(sorted(self.edges), dtype=torch.long).reshape(-1, 2)
-        return {"keys": keys, "edges": edges}
+        """Plain lists (the graph grows, so no fixed tensor shapes for the checkpoint check)."""
+        return {"keys": [list(key) for key in self.index], "edges": [list(edge) for edge in sorted(self.edges)]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.index = {tuple(key): i for i, key in enumerate(state["keys"].tolist())}
-        self.edges = {(int(a), int(b)) for a, b in state["edges"].tolist()}
+        keys, edges = state["keys"], state["edges"]
+        if not all(isinstance(k, (list, tuple)) and all(isinstance(v, int) for v in k) for k in keys) or not all(
+                isinstance(e, (list, tuple)) and len(e) == 2 and all(isinstance(v, int) and 0 <= v < len(keys) for v in e)
+                for e in edges):
+            raise ValueError("adjacency graph in the checkpoint is malformed (cell keys and edges must be int lists)")
+        self.index = {tuple(key): i for i, key in enumerate(keys)}
+        self.edges = {(int(a), int(b)) for a, b in edges}
 
 
 class AdjacencyNetwork(nn.Module):
