@@ -55,3 +55,41 @@ def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[obje
     finally:
         runner.close()
     return runner, sum(m["iteration_time"] for m in read_metrics(runner.run_dir))
+
+
+def train_online_with_evals(config: str, overrides: list[str], run_dir: str, seed: int, total_steps: int,
+                            eval_every: int, eval_episodes: int) -> tuple[object, list[dict], float]:
+    """Train an online config quietly through the normal Runner, evaluating its deterministic
+    controller every ``eval_every`` env steps on ``eval_episodes`` separate envs (seed + 10000).
+    Returns the run's result, the curve (env_steps, success, return, length, the training
+    success rate so far, seconds) and the whole run's seconds."""
+    import time
+
+    from robolearn import load_config
+    from robolearn.evaluate import evaluate
+    from robolearn.registry import make_env
+    from robolearn.runner import Runner
+
+    cfg = load_config(config, [*overrides, f"seed={seed}", f"run_dir={run_dir}", f"runner.total_steps={total_steps}",
+                               "logging.wandb=disabled", "logging.progress=false", "env.num_threads=1",
+                               "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1000000"])
+    start = time.perf_counter()
+    runner = Runner(cfg)
+    eval_env = make_env(cfg.env, num_envs=eval_episodes, seed=seed + 10_000)
+    curve: list[dict] = []
+
+    def stop(metrics: dict) -> bool:
+        steps = runner.progress.env_steps
+        if steps % eval_every == 0 or steps >= total_steps:
+            result = evaluate(runner.agent.controller(), eval_env, eval_episodes, seed=seed + 10_000)
+            curve.append({"env_steps": steps, "success": result.get("success_rate", 0.0), "return": result["return_mean"],
+                          "length": result["length_mean"], "train_success": metrics.get("success_rate"),
+                          "time": time.perf_counter() - start})
+        return False
+
+    try:
+        result = runner.train(stop=stop)
+    finally:
+        runner.close()
+        eval_env.close()
+    return result, curve, time.perf_counter() - start

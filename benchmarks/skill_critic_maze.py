@@ -37,7 +37,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, write_result  # noqa: E402
+from common import RESULTS, machine, train_online_with_evals, write_result  # noqa: E402
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
@@ -48,50 +48,32 @@ TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
 
 def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
     """One training run; returns its evaluation curve and timings."""
-    from robolearn import load_config
     from robolearn.evaluate import evaluate
     from robolearn.export import ExportedController
     from robolearn.logger import read_metrics
     from robolearn.registry import make_env
-    from robolearn.runner import Runner
 
-    overrides = [f"seed={seed}", f"run_dir={run_dir}", "logging.wandb=disabled", "logging.progress=false", "env.num_threads=1",
-                 f"runner.total_steps={args.online_steps}", "runner.eval_episodes=0", "runner.checkpoint_every=1000000",
-                 f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
+    overrides = [f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
     if algo != "sac":
         overrides += [f"dataset={args.dataset or f'point_maze_{args.layout}-navigate'}",
                       f"agent.pretrain_updates={args.pretrain_updates}"]
     if algo == "skill_critic":
         overrides += [f"agent.critic_warmup_updates={args.critic_warmup}", f"agent.low_start_updates={args.low_start}"]
-    cfg = load_config(f"{algo}_point_maze_{args.layout}", overrides)
-    start = time.perf_counter()
-    runner = Runner(cfg)
-    curve: list[dict] = []
-    eval_env = make_env(cfg.env, num_envs=args.eval_episodes, seed=seed + 10_000)
-
-    def evaluate_now(controller, steps: int, train_metrics: dict) -> None:
-        result = evaluate(controller, eval_env, args.eval_episodes, seed=seed + 10_000)
-        curve.append({"env_steps": steps, "success": result["success_rate"], "return": result["return_mean"],
-                      "length": result["length_mean"], "train_success": train_metrics.get("success_rate"),
-                      "time": time.perf_counter() - start})
-
-    def stop(metrics: dict) -> bool:
-        steps = runner.progress.env_steps
-        if steps % args.eval_every == 0 or steps >= args.online_steps:
-            evaluate_now(runner.agent.controller(), steps, metrics)
-        return False
-
-    try:
-        result = runner.train(stop=stop)
-    finally:
-        runner.close()
-    total = time.perf_counter() - start
+    config = f"{algo}_point_maze_{args.layout}"
+    result, curve, total = train_online_with_evals(config, overrides, str(run_dir), seed, args.online_steps,
+                                                   args.eval_every, args.eval_episodes)
     pretrain = [m for m in read_metrics(result.run_dir) if m.get("phase") == "pretrain"]
     pretrain_time = pretrain[-1]["time"] if pretrain else 0.0
     if algo != "sac":  # step 0: the pretrained controller (the prior's mean skill, the decoder's action)
-        evaluate_now(ExportedController(result.run_dir / "pretrained" / "controller.pt"), 0, {})
-        curve.insert(0, curve.pop())
-    eval_env.close()
+        from robolearn import load_config
+
+        env_cfg = load_config(config, ["env.num_threads=1"]).env
+        eval_env = make_env(env_cfg, num_envs=args.eval_episodes, seed=seed + 10_000)
+        zero = evaluate(ExportedController(result.run_dir / "pretrained" / "controller.pt"), eval_env,
+                        args.eval_episodes, seed=seed + 10_000)
+        eval_env.close()
+        curve.insert(0, {"env_steps": 0, "success": zero["success_rate"], "return": zero["return_mean"],
+                         "length": zero["length_mean"], "train_success": None, "time": 0.0})
     return {"algo": algo, "seed": seed, "curve": curve, "pretrain_s": pretrain_time, "total_s": total,
             "pretrain": pretrain[-1] if pretrain else None}
 

@@ -1,0 +1,135 @@
+"""HRAC against the same agent without the adjacency constraint, on the point and ant mazes.
+
+The task (``configs/hrac_<task>.yaml``): every episode from cell (1, 1) to cell (6, 6) of the
+medium maze, reward minus the distance to the goal (HIRO's and HRAC's maze reward), success
+(0.25 m for the point, 0.5 m for the ant) ends the episode. The straight line to the goal
+runs into walls, so a greedy policy stalls: the subgoals have to route around them. Both
+variants are the same run but for ``agent.adjacency`` (true: HRAC; false: HIRO-style
+subgoals without off-policy correction, see policies/goal/hrac.py), with the same seeds,
+budget, and updates per env step; runs go ``--jobs`` at a time, one torch thread each.
+
+Evaluation: every ``--eval-every`` env steps the deterministic controller runs
+``--eval-episodes`` episodes (separate envs, noisy starts); reported: success rate and
+return against env steps, mean ± std over seeds, and wall-clock per run. HRAC's paper
+trains 5M steps on AntMaze; the budget here is what fits a 2-core CPU and is stated.
+
+    python benchmarks/hrac_maze.py [--task point_maze_medium] [--seeds 0 1 2] [--steps 60000] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
+from common import RESULTS, machine, train_online_with_evals, write_result  # noqa: E402
+
+VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
+
+
+def run(job: dict) -> dict:
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, curve, total = train_online_with_evals(
+            f"hrac_{job['task']}", [f"agent.adjacency={VARIANTS[job['variant']]}", f"runner.utd_ratio={job['utd']}"],
+            tmp, job["seed"], job["steps"], job["eval_every"], job["eval_episodes"])
+    return {**job, "curve": curve, "total_s": total}
+
+
+def table(runs: list[dict], key: str, fmt: str) -> list[str]:
+    lines = ["| env steps | " + " | ".join(VARIANTS) + " |", "|---|" + "---|" * len(VARIANTS)]
+    steps = [p["env_steps"] for p in runs[0]["curve"]]
+    for i, step in enumerate(steps):
+        cells = []
+        for variant in VARIANTS:
+            values = [r["curve"][i][key] for r in runs if r["variant"] == variant and i < len(r["curve"])]
+            cells.append((fmt + " ± " + fmt).format(np.mean(values), np.std(values)) if values else "")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot(runs: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for variant in VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        steps = np.array([p["env_steps"] for p in mine[0]["curve"]])
+        for ax, key in zip(axes, ("success", "return")):
+            values = np.array([[p[key] for p in r["curve"]] for r in mine])
+            ax.plot(steps, values.mean(0), marker="o", markersize=3, label=variant)
+            ax.fill_between(steps, values.mean(0) - values.std(0), values.mean(0) + values.std(0), alpha=0.2)
+            ax.set_xlabel("env steps")
+            ax.set_ylabel(f"evaluation {key}")
+            ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--task", default="point_maze_medium", choices=["point_maze_medium", "ant_maze_medium"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=60_000)
+    parser.add_argument("--utd", type=float, default=0.5, help="updates per env step (both variants)")
+    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+    jobs = [{"task": args.task, "variant": v, "seed": s, "steps": args.steps, "utd": args.utd,
+             "eval_every": args.eval_every, "eval_episodes": args.eval_episodes} for s in args.seeds for v in VARIANTS]
+    stem = f"hrac_{args.task}"
+    runs_path = RESULTS / f"{stem}_runs.jsonl"
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    runs_path.write_text("")
+    start = time.perf_counter()
+    runs = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for out in pool.imap_unordered(run, jobs):
+            runs.append(out)
+            with runs_path.open("a") as f:
+                f.write(json.dumps(out) + "\n")
+            last = out["curve"][-1]
+            print(f"{out['variant']:24s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.0f} "
+                  f"at {last['env_steps']} steps, {out['total_s']:.0f} s", flush=True)
+    runs.sort(key=lambda r: (r["variant"], r["seed"]))
+    wall = time.perf_counter() - start
+    title = f"{args.task}, cell (1, 1) -> (6, 6), {len(args.seeds)} seeds"
+    plot(runs, RESULTS / f"{stem}.png", title)
+    lines = [f"# HRAC vs the same agent without the adjacency constraint: {args.task}", "",
+             f"`python benchmarks/hrac_maze.py {' '.join(sys.argv[1:])}`", "",
+             f"Machine: {machine()}; {args.jobs} run(s) at a time, one torch thread and one physics thread each. "
+             f"Whole benchmark: {wall / 60:.1f} min.", "",
+             f"Task: `{args.task}` (configs/hrac_{args.task}.yaml): cell (1, 1) to cell (6, 6), reward minus the "
+             f"distance to the goal, success ends the episode; 10 envs. Budget: {args.steps} env steps per run "
+             f"(HRAC's paper: 5M on AntMaze), {args.utd} updates per env step (a high-level update every "
+             f"subgoal period of low-level ones). Evaluation: {args.eval_episodes} deterministic episodes every "
+             f"{args.eval_every} env steps; mean ± std over seeds {args.seeds}.", "",
+             "Evaluation success rate:", "", *table(runs, "success", "{:.2f}"), "",
+             "Evaluation return:", "", *table(runs, "return", "{:.0f}"), "",
+             "| variant | final success per seed | final return per seed | wall-clock per run (s) |", "|---|---|---|---|"]
+    for variant in VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        success = ", ".join(f"{r['curve'][-1]['success']:.1f}" for r in mine)
+        returns = ", ".join(f"{r['curve'][-1]['return']:.0f}" for r in mine)
+        lines.append(f"| {variant} | {success} | {returns} | {np.mean([r['total_s'] for r in mine]):.0f} |")
+    lines += ["", f"![success and return vs env steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
+    write_result(f"{stem}.md", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
