@@ -106,6 +106,9 @@ def report(args: argparse.Namespace) -> None:
     for line in (out_dir / "fas_runs.jsonl").read_text().splitlines():
         row = json.loads(line)
         by_task.setdefault(row["task"], []).append(row)
+    for task, rows in by_task.items():  # a task's latest budget (its last line's) is reported; older runs stay in the file
+        budget = (rows[-1]["steps"], rows[-1]["random_steps"])
+        by_task[task] = [r for r in rows if (r["steps"], r["random_steps"]) == budget]
     lines = ["### FAS: SRL (J = 16) vs SAC, same task, budget and settings", "",
              "FAS = trapz(R(L) + shift, L) / (R_max * 30) over L = 1, 2, 4, ..., 30 (Patel & Siegelmann); R(L) = mean "
              f"return of {EPISODES} episodes deciding every L steps (SAC holds its action, SRL plays its 16 and holds "
