@@ -22,6 +22,7 @@ from sims.tasks.cartpole import Cartpole
 from sims.tasks.go1 import Go1Rough, Go1Velocity
 from sims.tasks.half_cheetah import HalfCheetah
 from sims.tasks.hopper import Hopper
+from sims.tasks.kitchen import Kitchen
 from sims.tasks.pendulum import Pendulum
 from sims.tasks.point_maze import point_maze_large, point_maze_medium
 from sims.tasks.reacher import Reacher
@@ -40,6 +41,7 @@ TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
     "point_maze_large": point_maze_large,
     "ant_maze_medium": ant_maze_medium,
     "ant_maze_large": ant_maze_large,
+    "kitchen": Kitchen,
 }
 
 GYM_PREFIX = "gym:"
