@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -41,8 +42,9 @@ from common import RESULTS, machine, train_online_with_evals, write_result  # no
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
-PAIRS = {"medium": 0, "large": 1}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
+PAIRS = {"medium": 0, "large": 1, "kitchen": 0}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
 TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
+         "kitchen": "all four sub-tasks (microwave, kettle, burner, light_switch) in one episode, any order",
          "large": "start cell (5, 4), goal cell (7, 1): 19 cells of corridors"}
 
 
@@ -55,11 +57,11 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
 
     overrides = [f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
     if algo != "sac":
-        overrides += [f"dataset={args.dataset or f'point_maze_{args.layout}-navigate'}",
+        overrides += [f"dataset={args.dataset or default_dataset(args.layout)}",
                       f"agent.pretrain_updates={args.pretrain_updates}"]
     if algo == "skill_critic":
         overrides += [f"agent.critic_warmup_updates={args.critic_warmup}", f"agent.low_start_updates={args.low_start}"]
-    config = f"{algo}_point_maze_{args.layout}"
+    config = f"{algo}_kitchen" if args.layout == "kitchen" else f"{algo}_point_maze_{args.layout}"
     result, curve, total = train_online_with_evals(config, overrides, str(run_dir), seed, args.online_steps,
                                                    args.eval_every, args.eval_episodes)
     pretrain = [m for m in read_metrics(result.run_dir) if m.get("phase") == "pretrain"]
@@ -78,13 +80,24 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
             "pretrain": pretrain[-1] if pretrain else None}
 
 
+def run_job(job: tuple[str, int, argparse.Namespace]) -> dict:
+    """One run in a pool worker (its own temporary run directory, one torch thread)."""
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        return run(*job, Path(tmp))
+
+
+def default_dataset(layout: str) -> str:
+    return "kitchen-mixed" if layout == "kitchen" else f"point_maze_{layout}-navigate"
+
+
 def stats(runs: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps = np.array([p["env_steps"] for p in runs[0]["curve"]])
     values = np.array([[p[key] for p in r["curve"]] for r in runs], dtype=float)
     return steps, values.mean(0), values.std(0)
 
 
-def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
+def plot(results: dict[str, list[dict]], path: Path, title: str, kitchen: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,9 +109,10 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
         ax.plot(steps, mean, marker="o", markersize=3, label=NAMES[algo])
         ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("online env steps")
-    ax.set_ylabel("evaluation return (= success rate)")
-    ax.set_title(f"sparse point maze, {title}, {len(next(iter(results.values())))} seeds", fontsize=9)
-    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("evaluation return (sub-tasks done)" if kitchen else "evaluation return (= success rate)")
+    ax.set_title(f"{'kitchen' if kitchen else 'sparse point maze'}, {title}, {len(next(iter(results.values())))} seeds",
+                 fontsize=9)
+    ax.set_ylim(-0.05, 4.2 if kitchen else 1.05)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -108,18 +122,23 @@ def plot(results: dict[str, list[dict]], path: Path, title: str) -> None:
 def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float) -> str:
     seeds = len(next(iter(results.values())))
     lines = [
-        "# Skill-Critic vs SPiRL vs flat SAC on the sparse point maze",
+        f"# Skill-Critic vs SPiRL vs flat SAC on {'the kitchen' if args.layout == 'kitchen' else 'the sparse point maze'}",
         "",
         f"`python benchmarks/skill_critic_maze.py {' '.join(sys.argv[1:])}`",
         "",
-        f"Machine: {machine()}; one torch thread and one physics thread per run, runs one after another "
-        f"on one core. Whole benchmark: {wall / 60:.1f} min.",
+        f"Machine: {machine()}; one torch thread and one physics thread per run, {args.jobs} run(s) at a time. "
+        f"Whole benchmark: {wall / 60:.1f} min.",
         "",
-        f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: {PAIRS[args.layout]}` ({TASKS[args.layout]}), "
-        "`reward: success` "
-        "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
-        f"each run on `{args.dataset or f'point_maze_{args.layout}-navigate'}` (500 episodes x 1000 steps of "
-        "undirected scripted navigation with action noise 0.2).",
+        (f"Task: `kitchen` ({TASKS['kitchen']}), reward 1 per sub-task the first time it is done (return = "
+         "sub-tasks done, success = all four, which ends the episode), 280 steps, 10 envs. Skills (H = 10, z dim "
+         f"10) pretrained in each run on `{args.dataset or default_dataset(args.layout)}` (400 scripted "
+         "demonstrations of 3 of the 4 sub-tasks in random orders, action noise 0.2: none shows all four)."
+         if args.layout == "kitchen" else
+         f"Task: `point_maze_{args.layout}`, `goals: fixed`, `pair: {PAIRS[args.layout]}` ({TASKS[args.layout]}), "
+         "`reward: success` "
+         "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
+         f"each run on `{args.dataset or default_dataset(args.layout)}` (500 episodes x 1000 steps of "
+         "undirected scripted navigation with action noise 0.2)."),
         "",
         f"Budget (shortened to fit one CPU core): {args.pretrain_updates} skill-model updates (batch 128; "
         f"SPiRL trains ~100k+), then {args.online_steps} online env steps for every algorithm (the papers: "
@@ -132,8 +151,11 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
     ]
     steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
     header = "| online steps | " + " | ".join(NAMES[a] for a in results) + " |"
-    for key, title in (("success", "Evaluation success rate (= return)"),
-                       ("length", "Evaluation episode length (steps to the goal; 500 = never arrived)")):
+    keys = ((("return", "Evaluation return (sub-tasks done of 4)"), ("success", "Evaluation success rate (all four)"))
+            if args.layout == "kitchen" else
+            (("success", "Evaluation success rate (= return)"),
+             ("length", "Evaluation episode length (steps to the goal; 500 = never arrived)")))
+    for key, title in keys:
         lines += [f"{title}, mean ± std over seeds:", "", header, "|---|" + "---|" * len(results)]
         table = {a: {p["env_steps"]: [] for p in runs[0]["curve"]} for a, runs in results.items()}
         for algo, runs in results.items():
@@ -144,7 +166,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
             cells = []
             for algo in results:
                 values = table[algo].get(step)
-                fmt = "{:.2f} ± {:.2f}" if key == "success" else "{:.0f} ± {:.0f}"
+                fmt = "{:.0f} ± {:.0f}" if key == "length" else "{:.2f} ± {:.2f}"
                 cells.append(fmt.format(np.mean(values), np.std(values)) if values else "")
             lines.append(f"| {step} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -162,8 +184,8 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
     skills = [r["pretrain"] for a in results for r in results[a] if r["pretrain"]]
     if skills:
         lines += ["", "Skill model at the end of pretraining (mean over runs): reconstruction "
-                  f"{np.mean([s['pretrain/reconstruction'] for s in skills]):.3f} (squared error summed over the "
-                  f"2 action dims), KL(q || N(0, I)) {np.mean([s['pretrain/kl'] for s in skills]):.2f}, prior NLL "
+                  f"{np.mean([s['pretrain/reconstruction'] for s in skills]):.3f} (squared error summed over the action "
+                  f"dims), KL(q || N(0, I)) {np.mean([s['pretrain/kl'] for s in skills]):.2f}, prior NLL "
                   f"{np.mean([s['pretrain/prior_nll'] for s in skills]):.2f}."]
     stem = Path(args.out).stem
     lines += ["", f"![return vs steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
@@ -174,8 +196,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--layout", choices=["medium", "large"], default="medium", help="large: evaluation pair 1")
-    parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate")
+    parser.add_argument("--layout", choices=["medium", "large", "kitchen"], default="medium",
+                        help="large: evaluation pair 1; kitchen: the kitchen task (configs/<algo>_kitchen.yaml)")
+    parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate, or kitchen-mixed")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--online-steps", type=int, default=50_000)
     parser.add_argument("--pretrain-updates", type=int, default=8_000)
     parser.add_argument("--skill-utd", type=float, default=0.1)
@@ -186,24 +210,26 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
     args = parser.parse_args()
-    args.out = args.out or ("skill_critic_maze.md" if args.layout == "medium" else f"skill_critic_maze_{args.layout}.md")
+    args.out = args.out or {"medium": "skill_critic_maze.md", "kitchen": "skill_critic_kitchen.md"}.get(
+        args.layout, f"skill_critic_maze_{args.layout}.md")
     torch.set_num_threads(1)
     start = time.perf_counter()
     results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
     runs_path = RESULTS / Path(args.out).with_name(Path(args.out).stem + "_runs.jsonl").name
     runs_path.parent.mkdir(parents=True, exist_ok=True)
     runs_path.write_text("")
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
-            for algo in args.algos:
-                out = run(algo, seed, args, Path(tmp))
-                results[algo].append(out)
-                with runs_path.open("a") as f:
-                    f.write(json.dumps(out) + "\n")
-                last = out["curve"][-1]
-                print(f"{algo:13s} seed {seed}: success {last['success']:.2f} at {last['env_steps']} steps, "
-                      f"pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s", flush=True)
-    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, f"{args.layout} (pair {PAIRS[args.layout]})")
+    jobs = [(algo, seed, args) for seed in args.seeds for algo in args.algos]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for out in pool.imap(run_job, jobs):
+            results[out["algo"]].append(out)
+            with runs_path.open("a") as f:
+                f.write(json.dumps(out) + "\n")
+            last = out["curve"][-1]
+            print(f"{out['algo']:13s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.2f} "
+                  f"at {last['env_steps']} steps, pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s",
+                  flush=True)
+    title = "all four sub-tasks" if args.layout == "kitchen" else f"{args.layout} (pair {PAIRS[args.layout]})"
+    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=args.layout == "kitchen")
     write_result(args.out, report(results, args, time.perf_counter() - start))
 
 
