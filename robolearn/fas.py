@@ -57,7 +57,8 @@ REFERENCES: dict[str, Reference] = {  # Patel & Siegelmann's table, keyed by our
     "gym:Reacher-v5": Reference(60.0, 65.0), "gym:Reacher-v4": Reference(60.0, 65.0),
     # Our tasks follow Gymnasium v5's rewards where they share a name; pendulum is our swing-up,
     # whose return is at most 500 (sims/tasks/pendulum.py).
-    "hopper": Reference(3600.0), "half_cheetah": Reference(17000.0), "ant": Reference(6500.0),
+    "hopper": Reference(3600.0), "walker2d": Reference(5000.0), "half_cheetah": Reference(17000.0),
+    "ant": Reference(6500.0),
     "pendulum": Reference(500.0),
 }
 

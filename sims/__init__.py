@@ -26,6 +26,7 @@ from sims.tasks.kitchen import Kitchen
 from sims.tasks.pendulum import Pendulum
 from sims.tasks.point_maze import point_maze_large, point_maze_medium
 from sims.tasks.reacher import Reacher
+from sims.tasks.walker2d import Walker2d
 
 TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
     "pendulum": Pendulum,
@@ -33,6 +34,7 @@ TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
     "reacher": Reacher,
     "hopper": Hopper,
     "half_cheetah": HalfCheetah,
+    "walker2d": Walker2d,
     "ant": Ant,
     "arm_reach": ArmReach,
     "go1_flat": Go1Velocity,

@@ -1,4 +1,4 @@
-"""Our hopper, half_cheetah, ant and reacher against Gymnasium's v5 envs.
+"""Our hopper, walker2d, half_cheetah, ant and reacher against Gymnasium's v5 envs.
 
 Both start from the same state and get the same actions; the physics is
 bit-identical, so observations, rewards and terminations must agree.
@@ -46,6 +46,7 @@ def _rollout(name: str, gym_id: str, steps: int, **kwargs):
     ("name", "gym_id", "kwargs"),
     [
         ("hopper", "Hopper-v5", {}),
+        ("walker2d", "Walker2d-v5", {}),
         ("half_cheetah", "HalfCheetah-v5", {}),
         ("reacher", "Reacher-v5", {}),
         ("ant", "Ant-v5", {"include_cfrc_ext_in_observation": False, "contact_cost_weight": 0.0}),
