@@ -109,7 +109,8 @@ def _info(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace) -> int:
     import sims
     from robolearn.data.minari_store import DatasetWriter
-    from robolearn.data.record import RandomController, has_exact_state, record
+    from robolearn.data.record import RandomController, record
+    from robolearn.data.recording_env import has_exact_state
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")

@@ -10,7 +10,8 @@ state row and ``qpos``/``qvel`` in ``infos``, so the episode replays exactly.
 Exploration noise is Gaussian, ``noise`` times half the action range per
 dimension (1 where the range is unbounded), added to the controller's action
 and clipped to the range; ``infos["commanded_actions"]`` then keeps the
-controller's own action. Use the writer as a context manager with
+controller's own action. The bookkeeping of episodes is
+:class:`robolearn.data.recording_env.RecordingEnv`'s. Use the writer as a context manager with
 ``keep_partial=True`` so Ctrl+C or an error keeps the episodes already done.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from robolearn.data.episode import Episode
 from robolearn.data.minari_store import DatasetWriter
+from robolearn.data.recording_env import RecordingEnv
 from robolearn.interfaces import Obs, VecEnv
 from robolearn.runtime import Actor
 
@@ -56,84 +57,37 @@ class RecordStats:
     returns: list[float] = field(default_factory=list)  # of the stored episodes
 
 
-def has_exact_state(env: VecEnv) -> bool:
-    """Whether ``env`` reads and restores its exact simulator state (our MuJoCo tasks)."""
-    return callable(getattr(env, "get_state", None)) and callable(getattr(env, "set_state", None))
-
-
-class _Episodes:
-    """Per-env buffers of the episodes in progress."""
-
-    def __init__(self, num_envs: int) -> None:
-        self.rows: list[dict[str, list[Any]]] = [{} for _ in range(num_envs)]
-
-    def append(self, env: int, key: str, value: np.ndarray) -> None:
-        self.rows[env].setdefault(key, []).append(value)
-
-    def finish(self, env: int, final: dict[str, np.ndarray]) -> Episode:
-        for key, value in final.items():
-            self.append(env, key, value)
-        rows, self.rows[env] = self.rows[env], {}
-        arrays = {key: np.stack(values) for key, values in rows.items()}
-
-        def take(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-
-        return Episode(observations=take("obs/"), actions=arrays["actions"], rewards=arrays["rewards"],
-                       terminations=arrays["terminations"], truncations=arrays["truncations"], infos=take("infos/"))
-
-
 @torch.no_grad()
 def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int, *, noise: float = 0.0,
            seed: int = 0, progress: bool = True) -> RecordStats:
     """Add ``episodes`` episodes of ``controller`` on ``env`` to ``writer``; see the module docstring."""
-    exact = has_exact_state(env)
-    if exact:
-        env.keep_final_state = True  # type: ignore[attr-defined]
     low = torch.as_tensor(env.action_spec.low, device=env.device)
     high = torch.as_tensor(env.action_spec.high, device=env.device)
     half_range = torch.where(torch.isfinite(high - low), (high - low) / 2, torch.ones_like(low))
     generator = torch.Generator(device=env.device).manual_seed(seed)
-    buffers = _Episodes(env.num_envs)
     stats = RecordStats()
-    start = time.perf_counter()
     bar = tqdm(total=episodes, unit="episode", disable=not progress, dynamic_ncols=True)
+
+    def stored(episode: Episode) -> None:
+        stats.returns.append(episode.episode_return)
+        bar.update(1)
+
+    recorder = RecordingEnv(env, writer, max_episodes=episodes, on_episode=stored)
+    start = time.perf_counter()
     try:
-        obs = env.reset(seed=seed)
+        obs = recorder.reset(seed=seed)
         controller.reset()
-        state = _numpy(env.get_state()) if exact else {}  # type: ignore[attr-defined]
-        while writer.episodes < episodes:
+        while not recorder.full:
             commanded = controller.act(obs).to(env.device)
-            action = commanded
+            action, infos = commanded, None
             if noise > 0:
                 eps = torch.randn(commanded.shape, generator=generator, device=env.device, dtype=commanded.dtype)
                 action = torch.clamp(commanded + noise * half_range * eps, low, high)
-            step = env.step(action)
-            rows = {"actions": action, "rewards": step.reward, "terminations": step.terminated,
-                    "truncations": step.truncated, **{f"obs/{g}": v for g, v in obs.items()}}
-            if noise > 0:
-                rows["infos/commanded_actions"] = commanded
-            rows_np = {key: value.detach().cpu().numpy() for key, value in rows.items()}
-            rows_np |= {f"infos/{key}": value for key, value in state.items()}
-            final = {f"obs/{g}": v.detach().cpu().numpy() for g, v in step.info["final_obs"].items()}
-            if exact:
-                final |= {f"infos/{k}": v for k, v in _numpy(step.info["final_state"]).items()}
-            done = (step.terminated | step.truncated).cpu().numpy()
-            for i in range(env.num_envs):
-                for key, value in rows_np.items():
-                    buffers.append(i, key, value[i])
-                if done[i] and writer.episodes < episodes:
-                    episode = buffers.finish(i, {key: value[i] for key, value in final.items()})
-                    writer.add(episode)
-                    stats.returns.append(episode.episode_return)
-                    bar.update(1)
-                elif done[i]:
-                    buffers.rows[i] = {}
+                infos = {"commanded_actions": commanded}
+            step = recorder.step(action, infos)
             stats.steps += env.num_envs
             obs = step.obs
             controller.reset(step.terminated | step.truncated)
-            if exact:
-                state = _numpy(env.get_state())  # type: ignore[attr-defined]
             bar.set_postfix(steps_per_s=f"{stats.steps / (time.perf_counter() - start):.0f}", refresh=False)
     except KeyboardInterrupt:
         stats.interrupted = True
@@ -142,7 +96,3 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
         stats.episodes = writer.episodes
         stats.seconds = time.perf_counter() - start
     return stats
-
-
-def _numpy(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {key: value.detach().cpu().numpy() for key, value in state.items()}

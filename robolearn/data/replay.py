@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.record import has_exact_state
+from robolearn.data.recording_env import has_exact_state
 from robolearn.interfaces import VecEnv
 
 

@@ -10,7 +10,8 @@ import pytest
 
 import sims
 from robolearn.data import Dataset, DatasetWriter
-from robolearn.data.record import RandomController, has_exact_state, record
+from robolearn.data.record import RandomController, record
+from robolearn.data.recording_env import has_exact_state
 
 
 @pytest.fixture

@@ -1,0 +1,76 @@
+"""RecordingEnv: whatever drives an env (a training run included) leaves whole, replayable episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import sims
+from robolearn import load_config
+from robolearn.data import Dataset, DatasetWriter
+from robolearn.data.recording_env import RecordingEnv
+from robolearn.data.replay import replay
+from robolearn.runner import Runner
+
+
+def _writer(env, root, name: str = "rec") -> DatasetWriter:
+    return DatasetWriter(name, env.observation_spec, env.action_spec, root=root,
+                         metadata={"task": "pendulum", "task_kwargs": {"max_episode_steps": 20}})
+
+
+def test_driven_steps_become_whole_episodes_with_applied_actions_that_replay(root):
+    generator = torch.Generator().manual_seed(0)
+    driver_returns = np.zeros(3)
+    finished: list[float] = []
+    with sims.make_env("pendulum", num_envs=3, seed=0, num_threads=1, max_episode_steps=20) as env:
+        with _writer(env, root) as writer:
+            recorder = RecordingEnv(env, writer)
+            recorder.reset(seed=0)
+            for _ in range(5):  # an episode in progress at a reset is dropped, not stored cut short
+                recorder.step(torch.zeros(3, 1))
+            recorder.reset(seed=1)
+            for _ in range(50):
+                action = 6 * torch.randn(3, 1, generator=generator)  # often outside the bounds [-2, 2]: the env clips
+                step = recorder.step(action)
+                driver_returns += step.reward.numpy()
+                for i in (step.terminated | step.truncated).nonzero().flatten().tolist():
+                    finished.append(float(driver_returns[i]))
+                    driver_returns[i] = 0.0
+    dataset = Dataset.load("rec", root)
+    assert len(dataset) == len(finished) == 6  # 50 steps: two whole episodes of 20 per env, the rest dropped
+    assert sorted(e.episode_return for e in dataset) == sorted(np.float32(finished))
+    with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=20) as env:
+        bound = env.action_spec.high[0]
+        for episode in dataset:
+            assert len(episode) == 20 and np.abs(episode.actions).max() == bound
+            result = replay(episode, env)
+            assert result.exact and result.replayed_return == result.recorded_return
+
+
+def test_max_episodes_caps_what_is_stored(root):
+    with sims.make_env("pendulum", num_envs=4, seed=0, num_threads=1, max_episode_steps=10) as env:
+        with _writer(env, root) as writer:
+            recorder = RecordingEnv(env, writer, max_episodes=5)
+            recorder.reset(seed=0)
+            for _ in range(30):
+                recorder.step(torch.zeros(4, 1))
+            assert recorder.full
+    assert len(Dataset.load("rec", root)) == 5
+
+
+def test_a_training_run_through_it_leaves_its_replay_buffer_as_a_dataset(tmp_path, root):
+    """D4RL's medium-replay: every episode the learner collected, in order."""
+    cfg = load_config("ppo_pendulum", [f"run_dir={tmp_path}", "env.num_envs=4", "env.kwargs={max_episode_steps: 50}",
+                                       "runner.total_steps=2000", "runner.eval_episodes=0", "runner.video_seconds=0",
+                                       "logging.wandb=disabled", "logging.progress=false"])
+    runner = Runner(cfg)
+    with _writer(runner.env, root, "pendulum-replay") as writer:
+        runner.env = RecordingEnv(runner.env, writer)
+        try:
+            runner.train()
+        finally:
+            runner.close()
+    dataset = Dataset.load("pendulum-replay", root)
+    steps = runner.progress.env_steps
+    assert len(dataset) == steps // 50 and all(len(e) == 50 for e in dataset)
+    assert dataset.summary()["steps"] == steps - steps % 50
