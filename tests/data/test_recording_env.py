@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import sims
@@ -74,3 +75,6 @@ def test_a_training_run_through_it_leaves_its_replay_buffer_as_a_dataset(tmp_pat
     steps = runner.progress.env_steps
     assert len(dataset) == steps // 50 and all(len(e) == 50 for e in dataset)
     assert dataset.summary()["steps"] == steps - steps % 50
+    # What the runner counted as its training returns is exactly what was stored.
+    recorded = sorted(float(e.episode_return) for e in dataset)
+    assert recorded == pytest.approx(sorted(runner.progress.recent_returns), rel=1e-5)
