@@ -219,9 +219,9 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
               "runs made one after the other, not through absolute numbers across sessions. d3rlpy's time includes "
               "its `fit` setup (dataset conversion, network build: seconds out of minutes), ours only the update "
               "loop (sampling included). Known differences left in: d3rlpy drops the last transition of "
-              "time-limit-truncated episodes, we keep it and bootstrap; our observation normalizer divides by "
-              "std + 1e-2 and clips at ±10 (d3rlpy: std + 1e-3, no clip). Evaluation episodes use the same env "
-              "seed (10,000 + seed) for both libraries."]
+              "time-limit-truncated episodes, we keep it and bootstrap. Both standardize observations with the "
+              "dataset's mean and std + 1e-3, unclipped. Evaluation episodes use the same env seed "
+              "(10,000 + seed) for both libraries."]
     if superseded:
         lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later; not in the table):", ""]
         lines += [f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
@@ -239,7 +239,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--updates", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds to run (added to earlier runs)")
-    parser.add_argument("--datasets", nargs="+", default=["hopper-medium", "half_cheetah-medium"])
+    parser.add_argument("--datasets", nargs="+", default=["hopper-medium", "half_cheetah-medium", "walker2d-medium"])
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"])
     parser.add_argument("--table-only", action="store_true", help="rebuild offline.md from offline_runs.jsonl; run nothing")

@@ -1,6 +1,7 @@
 """Configs: unknown keys and bad values are one-line errors naming the key."""
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,13 @@ def test_bad_override_syntax_and_missing_config(tmp_path):
         load_config(path, ["runner.total_steps"], AGENTS)
     with pytest.raises(ConfigError, match="no config 'does_not_exist'"):
         load_config("does_not_exist", [], AGENTS)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_config_loads_and_names_a_known_task(path):
+    import sims
+
+    cfg = load_config(path, [])
+    task = cfg.env.task
+    assert task in sims.TASKS or task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)), task
