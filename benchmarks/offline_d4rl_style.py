@@ -134,14 +134,31 @@ def read_runs() -> list[dict]:
     return [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
 
 
+def fingerprint(dataset: str) -> str | None:
+    """What identifies the dataset's current contents (datasets made again differ), or None if it is not here."""
+    from robolearn.data import Dataset
+
+    try:
+        s = Dataset.load(dataset).summary()
+    except Exception:  # noqa: BLE001 - a dataset missing here cannot be compared
+        return None
+    return f"{s['episodes']} episodes, {s['steps']} steps, return {s['return_mean']:.3f}"
+
+
 def latest_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """(the newest run of each library, algorithm, dataset, seed and budget; the older runs it replaces).
 
     A seed run again (new code, quieter machine) replaces its earlier line in the table;
-    both stay in the runs file and the older one is listed as superseded.
+    both stay in the runs file and the older one is listed as superseded. Runs on an earlier
+    version of a dataset (their recorded fingerprint, or the lack of one, differs from the
+    dataset here, once any run of that dataset has one) are superseded too.
     """
+    current = {d: fingerprint(d) for d in {r["dataset"] for r in runs}}
+    stamped = {r["dataset"] for r in runs if r.get("dataset_fingerprint")}
+    valid = [r for r in runs if r["dataset"] not in stamped or current[r["dataset"]] is None
+             or r.get("dataset_fingerprint") == current[r["dataset"]]]
     newest: dict[tuple, dict] = {}
-    for r in runs:
+    for r in valid:
         newest[(r["lib"], r["algo"], r["dataset"], r["seed"], r["updates"])] = r
     kept = [r for r in runs if any(r is n for n in newest.values())]
     return kept, [r for r in runs if not any(r is n for n in newest.values())]
@@ -223,7 +240,8 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
               "dataset's mean and std + 1e-3, unclipped. Evaluation episodes use the same env seed "
               "(10,000 + seed) for both libraries."]
     if superseded:
-        lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later; not in the table):", ""]
+        lines += ["", "Superseded (the same library, algorithm, dataset and seed ran again later, or the run was made on an "
+                  "earlier version of the dataset; not in the table):", ""]
         lines += [f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                   f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{'; ' + r['note'] if r.get('note') else ''})"
                   for r in superseded]
@@ -262,6 +280,7 @@ def main() -> None:
                     load_before, started = os.getloadavg(), datetime.now(timezone.utc)
                     result = fns[lib](algo, dataset, seed, args.updates)
                     r = {"lib": lib, "algo": algo, "dataset": dataset, "seed": seed, "updates": args.updates, **result,
+                         "dataset_fingerprint": fingerprint(dataset),
                          "commit": commit() if lib == "robolearn" else f"d3rlpy {version}",
                          "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
                          "load_after": list(os.getloadavg())}
