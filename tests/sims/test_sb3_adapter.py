@@ -1,14 +1,10 @@
 """Our VecEnv under Stable-Baselines3's VecEnv API."""
 
 import numpy as np
-import pytest
+from stable_baselines3 import PPO  # a test dependency (pyproject's [test] extra): this runs in CI, never skips
 
 from sims import make_env
-
-pytest.importorskip("stable_baselines3")
-from stable_baselines3 import PPO  # noqa: E402
-
-from sims.adapters.stable_baselines3 import VecEnvAsSB3  # noqa: E402
+from sims.adapters.stable_baselines3 import VecEnvAsSB3
 
 
 def test_terminal_observations_and_time_limits() -> None:
