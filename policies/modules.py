@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 from gymnasium import spaces
@@ -247,3 +248,24 @@ class DeterministicController(Controller):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.scaler(self.squash(self.net(self.normalizer(obs))))
+
+
+# What an agent's checkpoint holds, by name: modules, optimizers and lr schedules (their
+# ``state_dict``), and tensors such as a learned temperature (copied).
+Checkpointed = nn.Module | torch.optim.Optimizer | torch.optim.lr_scheduler.LRScheduler | torch.Tensor
+
+
+def state_of(parts: dict[str, Checkpointed]) -> dict[str, Any]:
+    """The resumable state of ``parts``: ``state_dict()`` of each object, a detached copy of each tensor."""
+    return {name: part.detach().clone() if isinstance(part, torch.Tensor) else part.state_dict()
+            for name, part in parts.items()}
+
+
+def load_state_of(parts: dict[str, Checkpointed], state: dict[str, Any]) -> None:
+    """Restore ``parts`` in place from what :func:`state_of` returned."""
+    for name, part in parts.items():
+        if isinstance(part, torch.Tensor):
+            with torch.no_grad():
+                part.copy_(state[name])
+        else:
+            part.load_state_dict(state[name])

@@ -38,7 +38,7 @@ from torch import nn
 from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from robolearn.storage import ReplayBuffer
-from policies.modules import ActionScaler, EnsembleQ
+from policies.modules import ActionScaler, EnsembleQ, Checkpointed, load_state_of, state_of
 from policies.srl import SequenceActor, SequencePolicy
 
 
@@ -165,15 +165,12 @@ class SequenceCriticSAC(Agent):
                                 self.groups, self.obs_dim)
         return ChunkedController(policy)
 
+    def _checkpointed(self) -> dict[str, Checkpointed]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                "log_alpha": self.log_alpha, "optimizer": self.optimizer}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "optimizer": self.optimizer.state_dict()}
+        return state_of(self._checkpointed())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_state_of(self._checkpointed(), state)

@@ -43,7 +43,8 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
-from policies.modules import ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, SquashedGaussianActor
+from policies.modules import (ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, SquashedGaussianActor,
+                              Checkpointed, load_state_of, state_of)
 from policies.offline.common import OfflineAgent, discounted_returns, episode_ends
 
 
@@ -183,16 +184,15 @@ class CQL(OfflineAgent):
         return DeterministicController(copy.deepcopy(self.normalizer), self.actor.mean_net(), nn.Tanh(),
                                        copy.deepcopy(self.scaler), self.obs_groups, self.obs_dim)
 
+    def _checkpointed(self) -> dict[str, Checkpointed]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                "normalizer": self.normalizer, "log_alpha": self.log_alpha, "optimizer": self.optimizer}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "optimizer": self.optimizer.state_dict()}
+        return state_of(self._checkpointed())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("actor", "critic", "critic_target", "normalizer", "optimizer"):
-            getattr(self, name).load_state_dict(state[name])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
+        load_state_of(self._checkpointed(), state)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
-from policies.modules import ActionScaler, DeterministicController, EnsembleQ, gaussian_log_prob, mlp
+from policies.modules import (ActionScaler, DeterministicController, EnsembleQ, gaussian_log_prob, mlp,
+                              Checkpointed, load_state_of, state_of)
 from policies.offline.common import OfflineAgent, dataset_standardizer, episode_ends, episode_returns
 
 
@@ -140,16 +141,13 @@ class IQL(OfflineAgent):
         return DeterministicController(copy.deepcopy(self.normalizer), copy.deepcopy(self.actor), nn.Tanh(),
                                        copy.deepcopy(self.scaler), self.obs_groups, self.obs_dim)
 
+    def _checkpointed(self) -> dict[str, Checkpointed]:
+        return {"actor": self.actor, "log_std": self.log_std, "critic": self.critic, "critic_target": self.critic_target,
+                "value": self.value, "normalizer": self.normalizer, "reward_scale": self.reward_scale,
+                "optimizer": self.optimizer, "schedule": self.schedule}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "log_std": self.log_std.detach().clone(),
-                "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
-                "value": self.value.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "reward_scale": self.reward_scale.clone(), "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict()}
+        return state_of(self._checkpointed())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("actor", "critic", "critic_target", "value", "normalizer", "optimizer", "schedule"):
-            getattr(self, name).load_state_dict(state[name])
-        with torch.no_grad():
-            self.log_std.copy_(state["log_std"])
-            self.reward_scale.copy_(state["reward_scale"])
+        load_state_of(self._checkpointed(), state)
