@@ -11,7 +11,7 @@ fp32 accumulation, on AMX / AVX512-BF16 CPUs); ``--sb3-medium`` adds SB3 with th
 same switch (``torch.set_float32_matmul_precision("medium")``), so the table
 shows how much of the ratio is that switch and how much is the implementation.
 
-    python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000] [--sb3-medium]
+    python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000] [--sb3-medium] [--out sac_half_cheetah.md]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--sb3-medium", action="store_true", help="also run SB3 with float32 matmul precision 'medium'")
+    parser.add_argument("--out", default="sac_half_cheetah.md", help="results file under benchmarks/results/")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     agents = [("Stable-Baselines3 SAC", run_sb3)]
@@ -100,7 +101,7 @@ def main() -> None:
     for name, returns, speeds in rows:
         lines.append(f"| {name} | {', '.join(f'{r:.0f}' for r in returns)} | {np.mean(returns):.0f} ± {np.std(returns):.0f} | "
                      f"{np.mean(speeds):.0f} | {np.mean(speeds) / sb3_speed:.2f}x |")
-    write_result("sac_half_cheetah.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":
