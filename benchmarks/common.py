@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = RESULTS.parents[1]
 
 
 def cpu_model() -> str:
@@ -31,6 +33,14 @@ def machine() -> str:
 
     return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
             f"mujoco {mujoco.__version__}")
+
+
+def code_commit() -> str:
+    """The last commit that changed the agents or the runner (benchmark-only commits do not change a run),
+    with "+dirty" when those files have uncommitted changes: recorded with each run to tell code versions apart."""
+    git = lambda *args: subprocess.run(["git", *args, "--", "policies", "robolearn"], cwd=REPO,  # noqa: E731
+                                       capture_output=True, text=True).stdout.strip()
+    return (git("log", "-1", "--format=%h") or "unknown") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def write_result(name: str, markdown: str) -> Path:

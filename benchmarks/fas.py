@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine, write_result  # noqa: E402
+from common import RESULTS, code_commit, machine, write_result  # noqa: E402
 
 # Base configs (the task is overridden) and overrides. SRL's temporal-recall loss on 64 of the 256 rows
 # (agent.actor_batch_size): 16 x 64 state-actions per update keep it within ~5x SAC's update on a 2-core CPU.
@@ -68,7 +68,8 @@ def train_job(job: dict) -> dict:
     controller = runner.agent.controller()
     result = fas.fas(controller, lambda n: sims.make_env(task, n, device=device, seed=10_000 + seed), task,
                      episodes=EPISODES, seed=10_000 + seed)
-    out = {**job, **result, "train_s": train_s, "machine": machine(), "overrides": overrides}
+    out = {**job, **result, "train_s": train_s, "machine": machine(), "overrides": overrides,
+           "commit": code_commit()}
     with open(Path(job["out"]) / "fas_runs.jsonl", "a") as f:  # one short line per job: appends do not interleave
         f.write(json.dumps(out) + "\n")
     print(f"{task} {agent} seed {seed}: FAS {result['fas']:.3f}, R(1) {result['returns'][0]:.1f}, "
@@ -106,9 +107,10 @@ def report(args: argparse.Namespace) -> None:
     for line in (out_dir / "fas_runs.jsonl").read_text().splitlines():
         row = json.loads(line)
         by_task.setdefault(row["task"], []).append(row)
-    for task, rows in by_task.items():  # a task's latest budget (its last line's) is reported; older runs stay in the file
-        budget = (rows[-1]["steps"], rows[-1]["random_steps"])
-        by_task[task] = [r for r in rows if (r["steps"], r["random_steps"]) == budget]
+    for task, rows in by_task.items():  # a task's latest budget (its last line's) is reported, and of an agent's seed
+        budget = (rows[-1]["steps"], rows[-1]["random_steps"])  # its latest run; older runs stay in the file
+        latest = {(r["agent"], r["seed"]): r for r in rows if (r["steps"], r["random_steps"]) == budget}
+        by_task[task] = list(latest.values())
     lines = ["### FAS: SRL (J = 16) vs SAC, same task, budget and settings", "",
              "FAS = trapz(R(L) + shift, L) / (R_max * 30) over L = 1, 2, 4, ..., 30 (Patel & Siegelmann); R(L) = mean "
              f"return of {EPISODES} episodes deciding every L steps (SAC holds its action, SRL plays its 16 and holds "

@@ -45,7 +45,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import machine, train_offline, write_result  # noqa: E402
+from common import code_commit as commit, machine, train_offline, write_result  # noqa: E402
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
@@ -168,15 +168,6 @@ def append_run(run: dict) -> None:
     RUNS.parent.mkdir(parents=True, exist_ok=True)
     with RUNS.open("a") as f:
         f.write(json.dumps(run) + "\n")
-
-
-def commit() -> str:
-    """The last commit that changed the agents or the runner (benchmark-only commits do not change a run)."""
-    out = subprocess.run(["git", "log", "-1", "--format=%h", "--", "policies", "robolearn"], cwd=REPO,
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "policies", "robolearn"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    return (out or "unknown") + ("+dirty" if dirty else "")
 
 
 def table(runs: list[dict], d3rlpy_version: str) -> str:

@@ -67,6 +67,11 @@ class SRLConfig:
     target_entropy: float | None = None  # None: -|A|
     obs_groups: tuple[str, ...] = ("policy",)  # actor, critic and model all read these (the model predicts them)
     act_open_loop: bool = True  # training rollouts play whole sequences, as deployed
+    # Feed each sampled action back into the GRU without its gradient, so the actor loss of a_i does not reach
+    # a_0..a_{i-1}: a_0 answers to Q(s, a_0) alone, as SAC's action does. With the gradient (False), 15 of 16
+    # loss terms pulled a_0 toward steering the open-loop sequence, and HalfCheetah's replanned-every-step
+    # return (FAS's L = 1) fell far below SAC's while its 16-step plans did well (BENCHMARKS.md, sequence controllers).
+    detach_feedback: bool = True
 
 
 class SequenceActor(nn.Module):
@@ -74,8 +79,10 @@ class SequenceActor(nn.Module):
 
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], gru_hidden: int, activation: str) -> None:
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], gru_hidden: int, activation: str,
+                 detach_feedback: bool = False) -> None:
         super().__init__()
+        self.detach_feedback = detach_feedback  # feed a_i to step i + 1 as a value, not a path for gradients
         self.encoder = mlp(obs_dim, hidden, gru_hidden, activation)
         self.gru = nn.GRUCell(action_dim, gru_hidden)
         self.head = nn.Linear(gru_hidden, 2 * action_dim)
@@ -90,7 +97,7 @@ class SequenceActor(nn.Module):
         actions, log_probs = [], []
         for i in range(length):
             if i > 0:
-                h = self.gru(actions[-1], h)
+                h = self.gru(actions[-1].detach() if self.detach_feedback else actions[-1], h)
             mean, log_std = self.head(h).chunk(2, dim=-1)
             log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
             eps = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
@@ -143,7 +150,8 @@ class SRL(Agent):
         hidden = tuple(cfg.hidden)
 
         self.scaler = ActionScaler(action_spec).to(self.device)
-        self.actor = SequenceActor(self.obs_dim, action_dim, hidden, cfg.gru_hidden, cfg.activation).to(self.device)
+        self.actor = SequenceActor(self.obs_dim, action_dim, hidden, cfg.gru_hidden, cfg.activation,
+                                   cfg.detach_feedback).to(self.device)
         self.critic = EnsembleQ(cfg.num_critics, self.obs_dim, action_dim, hidden, cfg.activation).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.model = DynamicsModel(self.obs_dim, action_dim, tuple(cfg.model_hidden), cfg.activation).to(self.device)

@@ -31,6 +31,16 @@ def test_actor_unrolls_j_actions_and_its_first_is_a_plain_policy(obs_spec, actio
     assert not torch.allclose(sequence[:, 0], sequence[:, 1])  # later actions come from the GRU
 
 
+def test_later_actions_losses_reach_a0_only_when_feedback_keeps_its_gradient(obs_spec, action_spec) -> None:
+    """detach_feedback (the default) feeds a_i to the GRU as a value: a_0 answers to its own Q term alone."""
+    for detach in (True, False):
+        agent = SRL(obs_spec, action_spec, small(sequence_length=3, detach_feedback=detach), CPU)
+        fed: list[bool] = []
+        agent.actor.gru.register_forward_pre_hook(lambda module, args: fed.append(args[0].requires_grad))
+        agent.actor(torch.randn(5, 4), 3)
+        assert fed == [not detach] * 2
+
+
 def test_update_trains_critic_model_and_actor_and_moves_targets(make_replay_batch, obs_spec, action_spec) -> None:
     torch.manual_seed(0)
     agent = SRL(obs_spec, action_spec, small(sequence_length=3, model_tau=0.5), CPU)
