@@ -37,7 +37,12 @@ from common import RESULTS, code_commit, machine, write_result  # noqa: E402
 
 # Base configs (the task is overridden) and overrides. SRL's temporal-recall loss on 64 of the 256 rows
 # (agent.actor_batch_size): 16 x 64 state-actions per update keep it within ~5x SAC's update on a 2-core CPU.
-AGENTS = {"SAC": ("sac_gym_pendulum", []), "SRL (J=16)": ("srl_gym_pendulum_j16", ["agent.actor_batch_size=64"])}
+# The third agent is an ablation, trained only when named in --agents: SRL whose sampled actions reach the
+# next GRU step with their gradient (agent.detach_feedback=false, our SRL before session 16).
+SRL_OVERRIDES = ["agent.actor_batch_size=64"]
+AGENTS = {"SAC": ("sac_gym_pendulum", []), "SRL (J=16)": ("srl_gym_pendulum_j16", SRL_OVERRIDES),
+          "SRL (J=16), feedback with gradient": ("srl_gym_pendulum_j16", [*SRL_OVERRIDES, "agent.detach_feedback=false"])}
+DEFAULT_AGENTS = ["SAC", "SRL (J=16)"]
 EPISODES = 10
 
 
@@ -81,7 +86,7 @@ def train(args: argparse.Namespace) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     jobs = [{"task": task, "agent": agent, "seed": seed, "steps": args.steps, "random_steps": args.random_steps,
              "device": args.device, "out": args.out}
-            for task in args.tasks for seed in range(args.seeds) for agent in AGENTS]
+            for task in args.tasks for seed in range(args.seeds) for agent in args.agents]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         pool.map(train_job, jobs, chunksize=1)
 
@@ -233,6 +238,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--random-steps", type=int, default=1_000)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--agents", nargs="+", choices=list(AGENTS), default=DEFAULT_AGENTS, help="agents to train")
     parser.add_argument("--jobs", type=int, default=1, help="parallel training processes")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=str(RESULTS))

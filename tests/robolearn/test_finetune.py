@@ -20,28 +20,14 @@ from robolearn.jsrl_curriculum import HorizonCurriculum
 EPISODE = 500  # pendulum's episode length
 
 
-class SwingUp:
-    """Bang-bang energy pumping and a PD balance near upright (as in test_offline_runner)."""
-
-    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        c, s, w = obs["policy"].unbind(-1)
-        energy = w.square() / 6 + 4.9 * c
-        pump = 2.0 * torch.sign(w * (4.9 - energy) + 1e-6)
-        balance = (-(20 * torch.atan2(s, c) + 4 * w)).clamp(-2, 2)
-        return torch.where(c > 0.85, balance, pump).unsqueeze(-1)
-
-    def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Stateless."""
-
-
 @pytest.fixture(scope="module")
-def datasets_root(tmp_path_factory):
+def datasets_root(tmp_path_factory, swing_up):
     """A pendulum dataset of the scripted controller: 4 episodes, 2000 steps, action noise 0.2."""
     root = tmp_path_factory.mktemp("datasets")
     with sims.make_env("pendulum", num_envs=4, seed=0, num_threads=1) as env:
         meta = {"task": "pendulum", "task_kwargs": {}, "ref_min_score": 0.0, "ref_max_score": 400.0}
         with DatasetWriter("pendulum-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
-            record(SwingUp(), env, writer, 4, noise=0.2, seed=0, progress=False)
+            record(swing_up, env, writer, 4, noise=0.2, seed=0, progress=False)
     return root
 
 

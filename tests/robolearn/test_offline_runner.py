@@ -18,33 +18,18 @@ from robolearn.export import ExportedController
 from robolearn.offline_runner import OfflineRunner
 from robolearn.runner import train
 
-SCRIPTED_RETURN = 405.0  # SwingUp below, 10 episodes
-
-
-class SwingUp:
-    """Energy pumping (bang-bang torque along the velocity until the rod has the energy of upright,
-    with I = 1/3 kg m^2 and m g l_c = 4.9 N m) and a PD balance near upright."""
-
-    def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        c, s, w = obs["policy"].unbind(-1)
-        energy = w.square() / 6 + 4.9 * c
-        pump = 2.0 * torch.sign(w * (4.9 - energy) + 1e-6)
-        balance = (-(20 * torch.atan2(s, c) + 4 * w)).clamp(-2, 2)
-        return torch.where(c > 0.85, balance, pump).unsqueeze(-1)
-
-    def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Stateless."""
+SCRIPTED_RETURN = 405.0  # the swing_up fixture (conftest.py), 10 episodes
 
 
 @pytest.fixture(scope="module")
-def datasets_root(tmp_path_factory):
+def datasets_root(tmp_path_factory, swing_up):
     """A pendulum dataset of the scripted controller (8 episodes, 4000 steps, action noise 0.2)."""
     root = tmp_path_factory.mktemp("datasets")
     with sims.make_env("pendulum", num_envs=8, seed=0, num_threads=1) as env:
         meta = {"task": "pendulum", "task_kwargs": {}, "controller": "scripted swing-up",
                 "ref_min_score": 0.0, "ref_max_score": SCRIPTED_RETURN}
         with DatasetWriter("pendulum-scripted", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
-            record(SwingUp(), env, writer, 8, noise=0.2, seed=0, progress=False)
+            record(swing_up, env, writer, 8, noise=0.2, seed=0, progress=False)
     return root
 
 
