@@ -115,7 +115,7 @@ def report(args: argparse.Namespace) -> None:
     for task, rows in by_task.items():  # a task's latest budget (its last line's) is reported, and of an agent's seed
         budget = (rows[-1]["steps"], rows[-1]["random_steps"])  # its latest run; older runs stay in the file
         latest = {(r["agent"], r["seed"]): r for r in rows if (r["steps"], r["random_steps"]) == budget}
-        by_task[task] = list(latest.values())
+        by_task[task] = sorted(latest.values(), key=lambda r: r["seed"])  # per-seed columns in seed order
     lines = ["### FAS: SRL (J = 16) vs SAC, same task, budget and settings", "",
              "FAS = trapz(R(L) + shift, L) / (R_max * 30) over L = 1, 2, 4, ..., 30 (Patel & Siegelmann); R(L) = mean "
              f"return of {EPISODES} episodes deciding every L steps (SAC holds its action, SRL plays its 16 and holds "
