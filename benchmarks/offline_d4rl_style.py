@@ -45,7 +45,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import code_commit as commit, machine, train_offline, write_result  # noqa: E402
+from common import code_commit, machine, train_offline, write_result  # noqa: E402
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
@@ -272,7 +272,7 @@ def main() -> None:
                     result = fns[lib](algo, dataset, seed, args.updates)
                     r = {"lib": lib, "algo": algo, "dataset": dataset, "seed": seed, "updates": args.updates, **result,
                          "dataset_fingerprint": fingerprint(dataset),
-                         "commit": commit() if lib == "robolearn" else f"d3rlpy {version}",
+                         "commit": code_commit() if lib == "robolearn" else f"d3rlpy {version}",
                          "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
                          "load_after": list(os.getloadavg())}
                     print(json.dumps(r), flush=True)

@@ -82,7 +82,9 @@ class SequenceActor(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], gru_hidden: int, activation: str,
                  detach_feedback: bool = False) -> None:
         super().__init__()
-        self.detach_feedback = detach_feedback  # feed a_i to step i + 1 as a value, not a path for gradients
+        # feed a_i to step i + 1 as a value, not a path for gradients (SRL's default); the action-sequence critic
+        # scores the K actions jointly, so its actor keeps the path (False)
+        self.detach_feedback = detach_feedback
         self.encoder = mlp(obs_dim, hidden, gru_hidden, activation)
         self.gru = nn.GRUCell(action_dim, gru_hidden)
         self.head = nn.Linear(gru_hidden, 2 * action_dim)
