@@ -2,16 +2,23 @@
 Learning with Action Sequence for Data-Efficient Robot Learning") for continuous control.
 
 The critic scores a *sequence* of K actions from a state, ``Q(s_t, a_t..a_{t+K-1})``,
-bootstrapped after ``n`` steps (n = 1-3, not K)::
+bootstrapped after ``n`` steps (CQN-AS: n = 1-3, not K)::
 
     y = sum_{j<n} gamma^j r_{t+j} + gamma^n (1 - d) (min_i Q'_i(s_{t+n}, a'_{0:K}) - alpha mean_k log pi(a'_k)),
     a'_{0:K} ~ pi(s_{t+n})
 
-so the value of an action accounts for the actions that follow it. The actor is
+With ``n < K``
+the target does not depend on actions ``n..K-1`` (they are re-chosen at s_{t+n}), so
+the critic learns to ignore them and the actor gets no signal for them: right for
+CQN-AS's execution, which queries every step and blends the chunks (``execution:
+ensemble``), wrong for playing the K actions open loop, where ``n = K`` makes the
+target the return of exactly the K actions played (no off-policy n-step bias: the
+actions are the critic's input). benchmarks/sequence_critic.py measures both. The actor is
 SRL's GRU sequence actor (:class:`policies.srl.SequenceActor`) emitting K actions,
 trained with ``J_pi = E[alpha mean_k log pi(a_k) - min_i Q_i(s, a_{0:K})]``;
 temperature as SAC with target entropy ``-|A|`` per action. Rollouts and the
-controller play the K actions open loop (one decision per K steps).
+controller play the K actions open loop (one decision per K steps) or, with
+``execution: ensemble``, query every step and blend (ACT's temporal ensemble).
 
 Departures: CQN-AS's critic runs a GRU over per-step features; here the twin
 critics read the K actions concatenated (one batched ensemble, SAC's speed).
@@ -35,7 +42,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from robolearn.chunking import ActionQueue, ChunkedController
+from robolearn.chunking import ActionQueue, ChunkedController, Mode
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from robolearn.storage import ReplayBuffer
 from policies.modules import ActionScaler, EnsembleQ, Checkpointed, load_state_of, state_of
@@ -45,7 +52,8 @@ from policies.srl import SequenceActor, SequencePolicy
 @dataclass
 class SequenceCriticConfig:
     sequence_length: int = 4  # K: actions the critic scores and the actor emits
-    nstep: int = 1  # n: rewards summed before bootstrapping (1 <= n <= K)
+    nstep: int = 1  # n: rewards summed before bootstrapping (1 <= n <= K; n = K for open-loop play, see above)
+    execution: Mode = "open_loop"  # rollouts and controller: K actions open loop, or ACT's temporal ensemble
     batch_size: int = 256
     buffer_size: int = 1_000_000  # a multiple of env.num_envs (windows follow one env through the ring)
     gamma: float = 0.99
@@ -89,7 +97,7 @@ class SequenceCriticSAC(Agent):
             fused=True,
         )
         self._pairs = (list(self.critic_target.parameters()), list(self.critic.parameters()))
-        self.queue = ActionQueue(k)
+        self.queue = ActionQueue(k, mode=cfg.execution)
 
     @torch.no_grad()
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
@@ -160,10 +168,10 @@ class SequenceCriticSAC(Agent):
                 "entropy": -log_prob.detach().mean(), "q": q.detach().mean()}
 
     def controller(self) -> Controller:
-        """The deterministic K actions, played open loop: one actor call per K steps."""
+        """The deterministic K actions, played as in training: open loop (one actor call per K steps) or ensembled."""
         policy = SequencePolicy(copy.deepcopy(self.actor), copy.deepcopy(self.scaler), self.cfg.sequence_length,
                                 self.groups, self.obs_dim)
-        return ChunkedController(policy)
+        return ChunkedController(policy, mode=self.cfg.execution)
 
     def _checkpointed(self) -> dict[str, Checkpointed]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,

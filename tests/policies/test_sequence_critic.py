@@ -70,3 +70,16 @@ def test_update_learns_from_windows_and_controller_decides_every_k():
     assert controller.decision_period == 4 and controller(torch.zeros(3, 1)).shape == (3, 4, 1)
     with pytest.raises(ValueError, match="multiple"):
         agent.sample(_replay(5, num_envs=3, done_at={}), 8, num_envs=2)
+
+
+def test_ensemble_execution_queries_every_step_and_blends_in_rollouts_and_controller():
+    torch.manual_seed(0)
+    agent = _agent(k=4, n=1, execution="ensemble")
+    controller = agent.controller()
+    assert controller.decision_period == 1 and controller.export_meta()["chunk"]["mode"] == "ensemble"
+    calls = []
+    forward = agent.actor.forward
+    agent.actor.forward = lambda *a, **kw: calls.append(1) or forward(*a, **kw)
+    for _ in range(3):
+        agent.act({"policy": torch.zeros(2, 1)}, explore=False)
+    assert len(calls) == 3  # open loop would have called once for the first 4 steps
