@@ -91,7 +91,7 @@ def train(args: argparse.Namespace) -> None:
         pool.map(train_job, jobs, chunksize=1)
 
 
-def plot_task(task: str, rows: list[dict], out_dir: Path) -> Path:
+def plot_task(task: str, rows: list[dict], out_dir: Path, suffix: str = "") -> Path:
     from robolearn.fas import plot
 
     curves = {}
@@ -101,28 +101,29 @@ def plot_task(task: str, rows: list[dict], out_dir: Path) -> Path:
             curves[agent] = {"lengths": mine[0]["lengths"], "returns": [r["returns"] for r in mine],
                              "fas": [r["fas"] for r in mine]}
     steps = rows[0]["steps"]
-    return plot(curves, out_dir / f"fas_{slug(task)}.png", f"{task}: R(L), {steps:,} steps, {len(rows) // len(curves)} seeds")
+    return plot(curves, out_dir / f"fas_{slug(task)}{suffix}.png", f"{task}: R(L), {steps:,} steps, {len(rows) // len(curves)} seeds")
 
 
 def report(args: argparse.Namespace) -> None:
     from robolearn.fas import SAC_BASELINE
 
     out_dir = Path(args.out)
-    by_task: dict[str, list[dict]] = {}
+    by_budget: dict[tuple[str, int, int], dict[tuple[str, int], dict]] = {}
     for line in (out_dir / "fas_runs.jsonl").read_text().splitlines():
         row = json.loads(line)
-        by_task.setdefault(row["task"], []).append(row)
-    for task, rows in by_task.items():  # a task's latest budget (its last line's) is reported, and of an agent's seed
-        budget = (rows[-1]["steps"], rows[-1]["random_steps"])  # its latest run; older runs stay in the file
-        latest = {(r["agent"], r["seed"]): r for r in rows if (r["steps"], r["random_steps"]) == budget}
-        by_task[task] = sorted(latest.values(), key=lambda r: r["seed"])  # per-seed columns in seed order
+        if "commit" not in row:  # runs from before commits were recorded are superseded; they stay in the file
+            continue
+        budget = (row["task"], row["steps"], row["random_steps"])  # one table per task and budget
+        by_budget.setdefault(budget, {})[(row["agent"], row["seed"])] = row  # an agent's seed: its latest run
+    tasks = [task for task, _, _ in by_budget]
     lines = ["### FAS: SRL (J = 16) vs SAC, same task, budget and settings", "",
              "FAS = trapz(R(L) + shift, L) / (R_max * 30) over L = 1, 2, 4, ..., 30 (Patel & Siegelmann); R(L) = mean "
              f"return of {EPISODES} episodes deciding every L steps (SAC holds its action, SRL plays its 16 and holds "
              "the last). R(L) curves: results/fas_<task>.png. Published SAC FAS: Pendulum 0.44, Hopper 0.05, "
              "Walker 0.07, HalfCheetah 0.007.", ""]
-    for task, rows in by_task.items():
-        plot_task(task, rows, out_dir)
+    for (task, steps, _), latest in by_budget.items():
+        rows = sorted(latest.values(), key=lambda r: r["seed"])  # per-seed columns in seed order
+        plot_task(task, rows, out_dir, suffix=f"_{steps // 1000}k" if tasks.count(task) > 1 else "")
         lines += [f"**{task}**: {rows[0]['steps']:,} env steps ({rows[0]['random_steps']:,} random first), "
                   f"R_max {rows[0]['r_max']:g} (shift {rows[0]['shift']:g}), networks on {rows[0]['device']}. "
                   f"Machine: {rows[0]['machine']}.", "",
