@@ -119,7 +119,7 @@ def report(args: argparse.Namespace) -> None:
     lines = ["### FAS: SRL (J = 16) vs SAC, same task, budget and settings", "",
              "FAS = trapz(R(L) + shift, L) / (R_max * 30) over L = 1, 2, 4, ..., 30 (Patel & Siegelmann); R(L) = mean "
              f"return of {EPISODES} episodes deciding every L steps (SAC holds its action, SRL plays its 16 and holds "
-             "the last). R(L) curves: results/fas_<task>.png. Published SAC FAS: Pendulum 0.44, Hopper 0.05, "
+             "the last). R(L) curves: results/fas_<task>.png (a task with two budgets: fas_<task>_<steps>k.png). Published SAC FAS: Pendulum 0.44, Hopper 0.05, "
              "Walker 0.07, HalfCheetah 0.007.", ""]
     for (task, steps, _), latest in by_budget.items():
         rows = sorted(latest.values(), key=lambda r: r["seed"])  # per-seed columns in seed order
