@@ -50,10 +50,10 @@ def success_per_goal(controller: torch.nn.Module, task: str, seed: int) -> np.nd
     return success.view(EPISODES_PER_GOAL, 5).mean(0).numpy()
 
 
-def run(algo: str, layout: str, seed: int, updates: int) -> dict[str, float | np.ndarray]:
+def run(algo: str, layout: str, seed: int, updates: int, overrides: list[str]) -> dict[str, float | np.ndarray]:
     start = time.perf_counter()
-    runner, train_s = train_offline(f"{algo}_point_maze_{layout}", [f"seed={seed}", f"runner.total_steps={updates}"],
-                                    "/tmp/robolearn-hiql-bench")
+    runner, train_s = train_offline(f"{algo}_point_maze_{layout}",
+                                    [f"seed={seed}", f"runner.total_steps={updates}", *overrides], "/tmp/robolearn-hiql-bench")
     per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{layout}", 20_000 + seed)
     return {"success": float(per_goal.mean()), "per_goal": per_goal, "train_s": train_s,
             "total_s": time.perf_counter() - start}
@@ -66,7 +66,8 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
              "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
              f"seeds {list(range(args.seeds))}. Datasets: 500 episodes x 1000 steps of the noisy BFS navigator "
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
-             f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds.", "",
+             f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."
+             + (f" Overrides for every agent: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
              "| maze | algorithm | success rate | per goal (mean over seeds) | train s / run | total s / run |",
              "|---|---|---|---|---|---|"]
     for (layout, algo), rows in results.items():
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--out", default="hiql_maze.md", help="file under benchmarks/results/")
+    parser.add_argument("--overrides", nargs="*", default=[], help="config overrides for every agent, e.g. agent.high_beta=3")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[tuple[str, str], list[dict]] = {}
@@ -92,7 +94,7 @@ def main() -> None:
     for layout in args.layouts:
         for seed in range(args.seeds):  # seed-major: a cut-short benchmark still compares the algorithms
             for algo in args.algos:
-                row = run(algo, layout, seed, args.updates)
+                row = run(algo, layout, seed, args.updates, args.overrides)
                 results.setdefault((layout, algo), []).append(row)
                 print(f"{layout} {algo} seed {seed}: success {row['success']:.2f} {row['per_goal']} "
                       f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
