@@ -50,16 +50,45 @@ def common_overrides(args: argparse.Namespace, seed: int) -> list[str]:
 
 
 def pretrain(args: argparse.Namespace, seed: int) -> tuple[Path, float, float]:
-    """Cal-QL pretraining only (``runner.total_steps=0``); returns the run, its eval return and seconds."""
+    """Cal-QL pretraining only (``runner.total_steps=0``); returns the run, its eval return and seconds.
+
+    An earlier pretraining of this seed (``WORK/runs/pretrain_s<seed>``, stopped at no more than
+    ``--pretrain`` updates, or finished at that many) is resumed to ``--pretrain`` updates instead of
+    started again; its seconds are those of the run up to its checkpoint (the offline metrics line
+    there) plus the resumed part."""
     from robolearn import load_config
     from robolearn.runner import train
 
-    cfg = load_config("wsrl_hopper", [*common_overrides(args, seed), f"name=pretrain_s{seed}", "runner.total_steps=0",
-                                      f"agent.pretrain_updates={args.pretrain}", f"agent.hidden={args.hidden}",
-                                      f"agent.n_actions={args.n_actions}", f"runner.checkpoint_every={max(1, args.pretrain // 1000)}"])
+    overrides = [*common_overrides(args, seed), f"name=pretrain_s{seed}", "runner.total_steps=0",
+                 f"agent.pretrain_updates={args.pretrain}", f"agent.hidden={args.hidden}",
+                 f"agent.n_actions={args.n_actions}", f"runner.checkpoint_every={max(1, args.pretrain // 10000)}"]
+    earlier, done = earlier_pretraining(seed, args.pretrain)
+    before = max((t for u, t in offline_times(earlier) if u <= done), default=0.0) if earlier else 0.0
+    cfg = load_config(earlier / "config.yaml" if earlier else "wsrl_hopper", overrides)
     start = time.perf_counter()
-    result = train(cfg)
-    return result.run_dir, float(result.evaluation["return_mean"]), time.perf_counter() - start
+    result = train(cfg, resume=earlier)
+    return result.run_dir, float(result.evaluation["return_mean"]), before + time.perf_counter() - start
+
+
+def earlier_pretraining(seed: int, updates: int) -> tuple[Path | None, int]:
+    """The newest pretraining run of ``seed`` that stopped in its offline phase at or before ``updates``
+    or finished at exactly ``updates``, and the updates of its checkpoint."""
+    import torch
+
+    for run in sorted((WORK / "runs" / f"pretrain_s{seed}").glob("*"), reverse=True):
+        checkpoint = run / "checkpoints" / "latest.pt"
+        if checkpoint.exists():
+            progress = torch.load(checkpoint, weights_only=True, map_location="cpu")["progress"]
+            stopped = progress["phase"] == "offline" and progress["updates"] <= updates
+            if stopped or (progress["updates"] == updates and progress["env_steps"] == 0):
+                return run, int(progress["updates"])
+    return None, 0
+
+
+def offline_times(run_dir: Path) -> list[tuple[int, float]]:
+    """(updates, seconds since the run or its last resume) of each offline metrics line."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(int(r["updates"]), float(r["time"])) for r in lines if r.get("phase") == "offline"]
 
 
 def finetune(args: argparse.Namespace, seed: int, pretrained: Path, arm: str) -> tuple[Path, float]:
@@ -75,7 +104,8 @@ def finetune(args: argparse.Namespace, seed: int, pretrained: Path, arm: str) ->
     warmup = args.warmup if arm == "wsrl" else 0
     cfg = load_config(run_dir / "config.yaml", [*common_overrides(args, seed), f"runner.total_steps={args.steps}",
                                                 f"runner.utd_ratio={args.utd}", f"agent.online_batch_size={args.batch}",
-                                                f"agent.warmup_steps={warmup}", "agent.offline_ratio=0.0"])
+                                                f"agent.warmup_steps={warmup}", "agent.offline_ratio=0.0",
+                                                f"agent.online_target_entropy={'null' if args.target_entropy == 'keep' else args.target_entropy}"])
     start = time.perf_counter()
     train(cfg, resume=run_dir)
     return run_dir, time.perf_counter() - start
@@ -128,41 +158,72 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1000, help="WSRL warmup steps (the paper: 5000 of 250k-1M)")
     parser.add_argument("--utd", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--target-entropy", default="0",
+                        help="online target entropy of both fine-tuning arms (WSRL: 0), or 'keep' the pretraining's (-|A|)")
     parser.add_argument("--hidden", default="[128,128]")
     parser.add_argument("--n-actions", type=int, default=4)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--seed", type=int, help="run this seed only (one process per seed; the report joins them)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the table and plot from the last run's curves")
     args = parser.parse_args()
-    if args.report_only:
-        saved = json.loads((WORK / "curves.json").read_text())
-        report(argparse.Namespace(**saved["args"]), saved["curves"], saved["pretrained"], saved["seconds"])
-        return
-    import torch
+    if not args.report_only:
+        import torch
 
-    torch.set_num_threads(1)
-    curves: dict[str, list[list[tuple[int, float]]]] = {"wsrl": [], "naive": [], "sac": []}
-    pretrained_returns, seconds = [], {"pretrain": 0.0, "wsrl": 0.0, "naive": 0.0, "sac": 0.0}
-    for seed in range(args.seeds):
-        run, value, elapsed = pretrain(args, seed)
-        pretrained_returns.append(value)
-        seconds["pretrain"] += elapsed
-        for arm in ("wsrl", "naive"):
-            run_dir, elapsed = finetune(args, seed, run, arm)
-            curves[arm].append([(0, value)] + curve(run_dir))
-            seconds[arm] += elapsed
-            _save(args, curves, pretrained_returns, seconds)
-        run_dir, elapsed = sac(args, seed)
-        curves["sac"].append(json.loads((run_dir / "evals.json").read_text()))
-        seconds["sac"] += elapsed
-        _save(args, curves, pretrained_returns, seconds)
-    report(args, curves, pretrained_returns, seconds)
+        torch.set_num_threads(1)
+        for seed in [args.seed] if args.seed is not None else range(args.seeds):
+            run_seed(args, seed)
+    report(args, *joined_seeds(args))
 
 
-def _save(args, curves, pretrained_returns, seconds) -> None:
-    WORK.mkdir(parents=True, exist_ok=True)
-    (WORK / "curves.json").write_text(json.dumps({"args": vars(args), "curves": curves, "pretrained": pretrained_returns,
-                                                  "seconds": seconds}))
+RECORDS = WORK / "arms.jsonl"  # one line per finished (seed, arm): an interrupted benchmark keeps every finished arm
+PRETRAIN_BUDGET = ("pretrain", "hidden", "n_actions", "eval_episodes")
+BUDGETS = {"wsrl": (*PRETRAIN_BUDGET, "steps", "warmup", "utd", "batch", "target_entropy"),
+           "sac": ("sac_steps", "random_steps", "eval_episodes")}
+BUDGETS["naive"] = tuple(k for k in BUDGETS["wsrl"] if k != "warmup")
+
+
+def budget(args: argparse.Namespace, arm: str) -> dict:
+    return {k: vars(args)[k] for k in BUDGETS[arm]}
+
+
+def finished(args: argparse.Namespace) -> dict[tuple[int, str], dict]:
+    """The saved (seed, arm) records of this budget (the latest of each)."""
+    lines = [json.loads(line) for line in RECORDS.read_text().splitlines()] if RECORDS.exists() else []
+    return {(r["seed"], r["arm"]): r for r in lines if r["budget"] == budget(args, r["arm"])}
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> None:
+    """Pretrain, fine-tune both arms and train SAC from scratch for one seed, skipping the arms already saved
+    with this budget (SAC from scratch does not depend on the fine-tuning settings, so one run serves all)."""
+    done = finished(args)
+    todo = [arm for arm in ("wsrl", "naive", "sac") if (seed, arm) not in done]
+    if {"wsrl", "naive"} & set(todo):
+        run, pretrained, pretrain_s = pretrain(args, seed)
+    for arm in todo:
+        record = {"seed": seed, "arm": arm, "budget": budget(args, arm)}
+        if arm == "sac":
+            run_dir, record["seconds"] = sac(args, seed)
+            record["curve"] = json.loads((run_dir / "evals.json").read_text())
+        else:
+            run_dir, record["seconds"] = finetune(args, seed, run, arm)
+            record |= {"curve": [(0, pretrained)] + curve(run_dir), "pretrained": pretrained,
+                       "pretrain_seconds": pretrain_s, "pretrain_curve": curve(run, phase="offline")}
+        WORK.mkdir(parents=True, exist_ok=True)
+        with open(RECORDS, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def joined_seeds(args: argparse.Namespace) -> tuple[dict, list[float], dict[str, float], list[int]]:
+    """The seeds with all three arms saved at this budget: curves per arm, pretrained returns, summed seconds."""
+    done = finished(args)
+    seeds = sorted(seed for seed, arm in done if arm == "wsrl" and all((seed, a) in done for a in ("naive", "sac")))
+    if not seeds:
+        raise SystemExit(f"no seed in {RECORDS} has all three arms at this budget")
+    curves = {arm: [done[seed, arm]["curve"] for seed in seeds] for arm in ("wsrl", "naive", "sac")}
+    seconds = {arm: sum(done[seed, arm]["seconds"] for seed in seeds) for arm in curves}
+    seconds["pretrain"] = sum(done[seed, "wsrl"]["pretrain_seconds"] for seed in seeds)
+    return curves, [done[seed, "wsrl"]["pretrained"] for seed in seeds], seconds, seeds
 
 
 def mean_curve(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,7 +233,12 @@ def mean_curve(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndar
     return steps, values.mean(0), values.std(0)
 
 
-def report(args, curves, pretrained_returns, seconds) -> None:
+def suffix(args: argparse.Namespace) -> str:
+    """Result files of the paper's online target entropy keep the plain name; other settings say theirs."""
+    return "" if args.target_entropy == "0" else f"_target_entropy_{args.target_entropy}"
+
+
+def report(args, curves, pretrained_returns, seconds, seeds) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,45 +257,48 @@ def report(args, curves, pretrained_returns, seconds) -> None:
     ax.set_title("hopper-medium: offline-to-online")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "offline_to_online.png", dpi=100)
+    fig.savefig(RESULTS / f"offline_to_online{suffix(args)}.png", dpi=100)
 
     sac_final = float(np.mean([r[-1][1] for r in curves["sac"]])) if curves["sac"] else float("nan")
     pre = float(np.mean(pretrained_returns))
-    rows = []
+    rows, per_step = [], []
     for arm, runs in curves.items():
         if not runs:
             continue
         steps, mean, std = mean_curve(runs)
         early = mean[steps <= max(args.warmup, 1000) + 1000]
         reach = first_reaching(list(zip(steps.tolist(), mean.tolist())), sac_final)
+        own = [first_reaching(run, sac[-1][1]) for run, sac in zip(runs, curves["sac"])]  # each seed against its own SAC
         budget = args.sac_steps if arm == "sac" else args.steps
         rows.append(f"| {labels[arm]} | {budget:,} | {len(runs)} | {mean[0]:.0f} | {early.min():.0f} | {mean[-1]:.0f} ± {std[-1]:.0f} | "
-                    f"{'-' if reach is None else f'{reach:,}'} | {seconds[arm] / len(runs) / 60:.1f} |")
+                    f"{'-' if reach is None else f'{reach:,}'} | {', '.join('-' if r is None else f'{r:,}' for r in own)} | "
+                    f"{seconds[arm] / len(runs) / 60:.1f} |")
+        per_step.append(f"{labels[arm]} " + " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(steps, mean)))
     table = "\n".join(rows)
-    per_step = " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(*mean_curve(curves["wsrl"])[:2])) if curves["wsrl"] else ""
-    per_step_naive = " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(*mean_curve(curves["naive"])[:2])) if curves["naive"] else ""
-    per_step_sac = " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(*mean_curve(curves["sac"])[:2])) if curves["sac"] else ""
-    write_result("offline_to_online.md", f"""### Offline-to-online on hopper-medium: WSRL vs naive fine-tuning vs SAC from scratch
+    made_by = " and ".join(f"`--seed {s}`" for s in seeds)
+    write_result(f"offline_to_online{suffix(args)}.md", f"""### Offline-to-online on hopper-medium: WSRL vs naive fine-tuning vs SAC from scratch
 
 Machine: {machine()} (2 cores shared with other jobs, one torch thread). Made by
-`python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps} --seeds {args.seeds}`.
+`python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps}`
+--target-entropy {args.target_entropy} with {made_by} (one process per seed), then `--report-only`.
 
 **Budget.** Pretraining: Cal-QL, {args.pretrain:,} updates (batch 256, cql_alpha 5, {args.n_actions} sampled actions per
 proposal), 10 critics with LayerNorm, 2 sampled for targets, networks {args.hidden}
-({seconds['pretrain'] / max(1, args.seeds) / 60:.1f} min per seed); pretrained policy return {pre:.0f}. Online, both
+({seconds['pretrain'] / len(seeds) / 60:.1f} min per seed); pretrained policy return {pre:.0f} (per seed:
+{', '.join(f'{r:.0f}' for r in pretrained_returns)}). Online, both
 fine-tuning arms start from the same pretrained run: {args.steps:,} env steps, UTD {args.utd:g}, batch {args.batch},
-actor lr 1e-4, critic lr 3e-4, target entropy 0, tau 5e-3; WSRL warms up for {args.warmup:,} steps with the frozen
+actor lr 1e-4, critic lr 3e-4, target entropy {'-|A| (kept from the pretraining)' if args.target_entropy == 'keep' else args.target_entropy}, tau 5e-3; WSRL warms up for {args.warmup:,} steps with the frozen
 pretrained policy and no updates; naive fine-tuning updates from step 1; neither keeps the offline data. SAC from
 scratch: our `sac` (twin critics 256x256, UTD 1, batch 256, {args.random_steps:,} random steps) for {args.sac_steps:,} steps.
 Evaluation: {args.eval_episodes} deterministic episodes every 1,000 online steps.
 
-| arm | online steps | seeds | first eval return (step 0: pretrained; SAC: 1k) | lowest return in first {max(args.warmup, 1000) + 1000:,} steps | final return | first step reaching SAC's final return ({sac_final:.0f}) | minutes per seed |
-|---|---|---|---|---|---|---|---|
+| arm | online steps | seeds | first eval return (step 0: pretrained; SAC: 1k) | lowest return in first {max(args.warmup, 1000) + 1000:,} steps | final return | first step the mean reaches SAC's final return ({sac_final:.0f}) | per seed, against its own SAC's final | minutes per seed |
+|---|---|---|---|---|---|---|---|---|
 {table}
 
-Curves (mean eval return per 1k online steps): WSRL {per_step}; naive {per_step_naive}; SAC {per_step_sac}.
+Curves (mean eval return per 1k online steps): {'; '.join(per_step)}.
 
-![return against online steps](offline_to_online.png)
+![return against online steps](offline_to_online{suffix(args)}.png)
 """)
 
 
