@@ -80,12 +80,10 @@ def report() -> None:
         returns = np.array([r["return"] for r in runs])
         lines.append(f"| {label(variant)} | {', '.join(f'{r:.0f}' for r in returns)} | {returns.mean():.0f} ± "
                      f"{returns.std():.0f} (n={len(runs)}) | {np.mean([r['seconds'] for r in runs]):.0f} |")
-    first = next(iter(latest.values()))
-    machine_name = next(iter(first.values()))["machine"]
     write_result("sequence_critic.md", "\n".join([
         f"### Action-sequence critic vs K = 1 on Pendulum-v1: {steps:,} env steps, {steps - random_steps:,} updates "
         f"each, seeds {sorted({s for by_seed in latest.values() for s in by_seed})}", "",
-        f"Machine: {machine_name}. SAC settings (lr 3e-4, 256x256, batch 256), {random_steps:,} random steps, one "
+        f"Machine: {rows[-1]['machine']}. SAC settings (lr 3e-4, 256x256, batch 256), {random_steps:,} random steps, one "
         f"update per env step; n = rewards summed before the bootstrap; the K actions are played open loop (one "
         f"decision per K steps) or queried every step and blended (ACT's temporal ensemble, m = 0.01), in training "
         f"and in the final evaluation ({EVAL_EPISODES} deterministic episodes). Per-run lines with their commits: "
