@@ -176,7 +176,9 @@ def main() -> None:
     report(args, *joined_seeds(args))
 
 
-RECORDS = WORK / "arms.jsonl"  # one line per finished (seed, arm): an interrupted benchmark keeps every finished arm
+# One line per finished (seed, arm), kept with the results (not in WORK, which is scratch: /tmp may be wiped
+# between sessions): an interrupted benchmark keeps every finished arm, and the report can be rebuilt anywhere.
+RECORDS = RESULTS / "offline_to_online_runs.jsonl"
 PRETRAIN_BUDGET = ("pretrain", "hidden", "n_actions", "eval_episodes")
 BUDGETS = {"wsrl": (*PRETRAIN_BUDGET, "steps", "warmup", "utd", "batch", "target_entropy"),
            "sac": ("sac_steps", "random_steps", "eval_episodes")}
@@ -209,7 +211,6 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
             run_dir, record["seconds"] = finetune(args, seed, run, arm)
             record |= {"curve": [(0, pretrained)] + curve(run_dir), "pretrained": pretrained,
                        "pretrain_seconds": pretrain_s, "pretrain_curve": curve(run, phase="offline")}
-        WORK.mkdir(parents=True, exist_ok=True)
         with open(RECORDS, "a") as f:
             f.write(json.dumps(record) + "\n")
 

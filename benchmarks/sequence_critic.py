@@ -4,10 +4,11 @@ Same task, budget, settings and number of gradient updates (one per env step aft
 phase); a variant changes only K (how many actions the critic scores and the actor emits per
 decision), n (rewards summed before the bootstrap) and the execution (the K actions open loop, or
 queried every step and blended, ACT's temporal ensemble, as CQN-AS plays them). Reported per seed:
-the final return (10 deterministic episodes, played as in training), and the training wall-clock.
+the final return (10 deterministic episodes, played as in training), the training wall-clock, and how
+much the trained critic's value depends on each of the K actions it scores (``sensitivity``, below).
 
     python benchmarks/sequence_critic.py [--seeds 3] [--steps 6000] [--jobs 2] \
-        [--variants 1,1,open_loop 4,1,open_loop 4,4,open_loop 4,1,ensemble]
+        [--variants 1,1,open_loop 4,1,open_loop 4,4,open_loop 4,1,ensemble 4,4,ensemble]
 
 Each run appends a JSON line to results/sequence_critic_runs.jsonl (with its code commit);
 the table is rebuilt from every line of the latest budget (a variant's seed: its latest run).
@@ -32,7 +33,8 @@ from common import RESULTS, code_commit, machine, write_result  # noqa: E402
 
 EVAL_EPISODES = 10
 RUNS = RESULTS / "sequence_critic_runs.jsonl"
-DEFAULT_VARIANTS = ["1,1,open_loop", "4,1,open_loop", "4,4,open_loop", "4,1,ensemble"]
+DEFAULT_VARIANTS = ["1,1,open_loop", "4,1,open_loop", "4,4,open_loop", "4,1,ensemble", "4,4,ensemble"]
+SENSITIVITY_BATCH = 2048
 
 
 def run(job: dict) -> dict:
@@ -51,13 +53,34 @@ def run(job: dict) -> dict:
     start = time.perf_counter()
     result = runner.train()
     elapsed = time.perf_counter() - start  # includes the export and the final evaluation, alike for every variant
-    runner.close()
     out = {**job, "return": float(result.evaluation["return_mean"]), "seconds": elapsed, "machine": machine(),
-           "commit": code_commit()}
+           "commit": code_commit(), "sensitivity": sensitivity(runner.agent, runner.replay, cfg.env.num_envs)}
+    runner.close()
     with open(RUNS, "a") as f:  # one short line per run: appends from parallel jobs do not interleave
         f.write(json.dumps(out) + "\n")
     print(f"{job['variant']} seed {job['seed']}: return {out['return']:.1f}, {elapsed:.0f} s", flush=True)
     return out
+
+
+def sensitivity(agent, replay, num_envs: int) -> list[float]:
+    """Mean |dQ/da_j| over the K positions j of the actor's deterministic chunk, relative to position 1.
+
+    Measured on replay states with the trained critic (the min over its ensemble, as the actor sees it):
+    how much of the critic's value each of the K actions it scores carries, i.e. how much gradient the
+    actor's j-th action gets. With n = 1 the target does not depend on actions 2..K, so they should carry
+    little; with n = K each is part of the return the critic predicts."""
+    if agent.cfg.sequence_length == 1:
+        return [1.0]
+    from robolearn.interfaces import flatten_obs
+
+    batch = agent.sample(replay, SENSITIVITY_BATCH, num_envs)
+    obs = flatten_obs(batch["obs"], agent.groups)
+    with torch.no_grad():
+        chunk = agent.actor(obs, agent.cfg.sequence_length, deterministic=True)[0]
+    chunk.requires_grad_(True)
+    (grad,) = torch.autograd.grad(agent.critic(obs, chunk.flatten(1)).amin(0).sum(), chunk)
+    per_position = grad.abs().mean(dim=(0, 2))
+    return (per_position / per_position[0]).tolist()
 
 
 def label(variant: str) -> str:
@@ -78,8 +101,10 @@ def report() -> None:
     for variant, by_seed in latest.items():
         runs = [by_seed[s] for s in sorted(by_seed)]
         returns = np.array([r["return"] for r in runs])
+        measured = [r["sensitivity"] for r in runs if "sensitivity" in r]  # runs before session 18 lack it
+        shares = " / ".join(f"{v:.2f}" for v in np.mean(measured, axis=0)) + f" (n={len(measured)})" if measured else "-"
         lines.append(f"| {label(variant)} | {', '.join(f'{r:.0f}' for r in returns)} | {returns.mean():.0f} ± "
-                     f"{returns.std():.0f} (n={len(runs)}) | {np.mean([r['seconds'] for r in runs]):.0f} |")
+                     f"{returns.std():.0f} (n={len(runs)}) | {shares} | {np.mean([r['seconds'] for r in runs]):.0f} |")
     write_result("sequence_critic.md", "\n".join([
         f"### Action-sequence critic vs K = 1 on Pendulum-v1: {steps:,} env steps, {steps - random_steps:,} updates "
         f"each, seeds {sorted({s for by_seed in latest.values() for s in by_seed})}", "",
@@ -87,8 +112,10 @@ def report() -> None:
         f"update per env step; n = rewards summed before the bootstrap; the K actions are played open loop (one "
         f"decision per K steps) or queried every step and blended (ACT's temporal ensemble, m = 0.01), in training "
         f"and in the final evaluation ({EVAL_EPISODES} deterministic episodes). Per-run lines with their commits: "
-        f"results/sequence_critic_runs.jsonl.", "",
-        "| critic and execution | final return per seed | mean ± std (seeds) | wall-clock (s) |", "|---|---|---|---|", *lines]))
+        f"results/sequence_critic_runs.jsonl. Critic sensitivity: mean |dQ/da_j| of the trained critic at the "
+        f"actor's chunk on {SENSITIVITY_BATCH} replay states, for the K positions j, relative to j = 1.", "",
+        "| critic and execution | final return per seed | mean ± std (seeds) | critic sensitivity to actions 1..K | "
+        "wall-clock (s) |", "|---|---|---|---|---|", *lines]))
 
 
 def main() -> None:
