@@ -43,9 +43,10 @@ def run(job: dict) -> dict:
     from robolearn import load_config
     from robolearn.runner import Runner
 
-    k, n, execution = job["variant"].split(",")
+    k, n, execution, *decay = job["variant"].split(",")
     cfg = load_config("sac_as_gym_pendulum", [
         f"agent.sequence_length={k}", f"agent.nstep={n}", f"agent.execution={execution}", f"seed={job['seed']}",
+        *[f"agent.ensemble_decay={m}" for m in decay],
         f"runner.total_steps={job['steps']}", f"runner.random_steps={job['random_steps']}",
         f"runner.eval_episodes={EVAL_EPISODES}", "runner.video_seconds=0", "runner.checkpoint_every=100000",
         "logging.wandb=disabled", "logging.progress=false", f"run_dir={tempfile.gettempdir()}/robolearn-seqcritic"])
@@ -84,8 +85,8 @@ def sensitivity(agent, replay, num_envs: int) -> list[float]:
 
 
 def label(variant: str) -> str:
-    k, n, execution = variant.split(",")
-    play = "open loop" if execution == "open_loop" else "ensembled every step"
+    k, n, execution, *decay = variant.split(",")
+    play = "open loop" if execution == "open_loop" else "ensembled every step" + (f", m = {decay[0]}" if decay else "")
     return f"K = {k}" if k == "1" else f"K = {k}, n = {n}, {play}"
 
 
@@ -123,7 +124,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6_000)
     parser.add_argument("--random-steps", type=int, default=1_000)
-    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="K,n,execution (open_loop|ensemble)")
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="K,n,execution (open_loop|ensemble)[,m: ACT's ensemble decay, default 0.01]")
     parser.add_argument("--jobs", type=int, default=1, help="parallel training processes")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()

@@ -42,7 +42,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from robolearn.chunking import ActionQueue, ChunkedController, Mode
+from robolearn.chunking import ACT_DECAY, ActionQueue, ChunkedController, Mode
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from robolearn.storage import ReplayBuffer
 from policies.modules import ActionScaler, EnsembleQ, Checkpointed, load_state_of, state_of
@@ -54,6 +54,7 @@ class SequenceCriticConfig:
     sequence_length: int = 4  # K: actions the critic scores and the actor emits
     nstep: int = 1  # n: rewards summed before bootstrapping (1 <= n <= K; n = K for open-loop play, see above)
     execution: Mode = "open_loop"  # rollouts and controller: K actions open loop, or ACT's temporal ensemble
+    ensemble_decay: float = ACT_DECAY  # ensemble only: ACT's m in w_i = exp(-m i), i = 0 the oldest; m < 0 favours the newest
     batch_size: int = 256
     buffer_size: int = 1_000_000  # a multiple of env.num_envs (windows follow one env through the ring)
     gamma: float = 0.99
@@ -97,7 +98,7 @@ class SequenceCriticSAC(Agent):
             fused=True,
         )
         self._pairs = (list(self.critic_target.parameters()), list(self.critic.parameters()))
-        self.queue = ActionQueue(k, mode=cfg.execution)
+        self.queue = ActionQueue(k, mode=cfg.execution, decay=cfg.ensemble_decay)
 
     @torch.no_grad()
     def act(self, obs: Obs, explore: bool = True) -> dict[str, torch.Tensor]:
@@ -171,7 +172,7 @@ class SequenceCriticSAC(Agent):
         """The deterministic K actions, played as in training: open loop (one actor call per K steps) or ensembled."""
         policy = SequencePolicy(copy.deepcopy(self.actor), copy.deepcopy(self.scaler), self.cfg.sequence_length,
                                 self.groups, self.obs_dim)
-        return ChunkedController(policy, mode=self.cfg.execution)
+        return ChunkedController(policy, mode=self.cfg.execution, decay=self.cfg.ensemble_decay)
 
     def _checkpointed(self) -> dict[str, Checkpointed]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,

@@ -83,3 +83,15 @@ def test_ensemble_execution_queries_every_step_and_blends_in_rollouts_and_contro
     for _ in range(3):
         agent.act({"policy": torch.zeros(2, 1)}, explore=False)
     assert len(calls) == 3  # open loop would have called once for the first 4 steps
+
+
+def test_ensemble_decay_reaches_rollouts_and_controller():
+    """m << 0 puts all the weight on the newest chunk: each step then plays that chunk's first action."""
+    torch.manual_seed(0)
+    agent = _agent(k=4, n=4, execution="ensemble", ensemble_decay=-50.0)
+    assert agent.controller().export_meta()["chunk"]["decay"] == -50.0
+    first, second = torch.zeros(1, 1), torch.full((1, 1), 3.0)
+    agent.act({"policy": first}, explore=False)
+    played = agent.act({"policy": second}, explore=False)["action"]
+    newest = agent.scaler(agent.actor(second, 4, deterministic=True)[0][:, 0])
+    torch.testing.assert_close(played, newest)
