@@ -235,8 +235,10 @@ def mean_curve(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndar
 
 
 def suffix(args: argparse.Namespace) -> str:
-    """Result files of the paper's online target entropy keep the plain name; other settings say theirs."""
-    return "" if args.target_entropy == "0" else f"_target_entropy_{args.target_entropy}"
+    """Result files of the paper's online target entropy and our 1,000 warmup steps keep the plain name;
+    other settings say theirs."""
+    return ("" if args.target_entropy == "0" else f"_target_entropy_{args.target_entropy}") + \
+        ("" if args.warmup == 1000 else f"_warmup_{args.warmup}")
 
 
 def report(args, curves, pretrained_returns, seconds, seeds) -> None:
