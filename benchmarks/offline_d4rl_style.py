@@ -20,6 +20,7 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 benchmarks/offline_d4rl_style.py [--updates 20000] [--seeds 0 1 2] [--datasets hopper-medium ...]
     python3 benchmarks/offline_d4rl_style.py --seeds 1 2      # add seeds to earlier results
     python3 benchmarks/offline_d4rl_style.py --table-only     # rebuild offline.md from the runs file
+    python3 benchmarks/offline_d4rl_style.py --tag avx512 ...  # another machine: offline_runs_avx512.jsonl, offline_avx512.md
 
 Every finished run is appended as one JSON line to benchmarks/results/offline_runs.jsonl
 (library, algorithm, dataset, seed, updates, score, updates/s, the code's commit, load
@@ -127,6 +128,15 @@ def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int) -> dict[str,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def use_tag(tag: str | None) -> str:
+    """Point the runs file at ``offline_runs_<tag>.jsonl`` (a table per machine: speed ratios of different CPUs
+    do not average); returns the table's file name."""
+    global RUNS
+    if tag:
+        RUNS = RUNS.with_name(f"offline_runs_{tag}.jsonl")
+    return f"offline_{tag}.md" if tag else "offline.md"
+
+
 def read_runs() -> list[dict]:
     """Every run recorded in :data:`RUNS`, in order."""
     if not RUNS.is_file():
@@ -176,8 +186,9 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
 
     runs, superseded = latest_runs(runs)
     budgets = sorted({r["updates"] for r in runs})
+    recorded = sorted({r["machine"] for r in runs if "machine" in r})  # runs before session 18 did not record it
     lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs d3rlpy {d3rlpy_version}", "",
-             f"Machine: {machine()}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
+             f"Machine: {'; '.join(recorded) or 'not recorded with these runs (see BENCHMARKS.md)'}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
              f"thread, the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
              "datasets: benchmarks/results/offline_datasets.md). Made by `python3 benchmarks/offline_d4rl_style.py` "
@@ -252,6 +263,7 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"])
     parser.add_argument("--table-only", action="store_true", help="rebuild offline.md from offline_runs.jsonl; run nothing")
+    parser.add_argument("--tag", help="keep this machine's runs apart: results/offline_runs_<tag>.jsonl and offline_<tag>.md")
     parser.add_argument("--worker", nargs=4, metavar=("ALGO", "DATASET", "SEED", "UPDATES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -259,9 +271,9 @@ def main() -> None:
         algo, dataset, seed, updates = args.worker
         print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates))))
         return
-    version = d3rlpy_version()
+    version, out = d3rlpy_version(), use_tag(args.tag)
     if args.table_only:
-        write_result("offline.md", table(read_runs(), version))
+        write_result(out, table(read_runs(), version))
         return
     fns = {"robolearn": run_ours, "d3rlpy": in_d3rlpy_env}
     for seed in args.seeds:
@@ -274,10 +286,10 @@ def main() -> None:
                          "dataset_fingerprint": fingerprint(dataset),
                          "commit": code_commit() if lib == "robolearn" else f"d3rlpy {version}",
                          "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
-                         "load_after": list(os.getloadavg())}
+                         "load_after": list(os.getloadavg()), "machine": machine()}
                     print(json.dumps(r), flush=True)
                     append_run(r)
-                    write_result("offline.md", table(read_runs(), version))
+                    write_result(out, table(read_runs(), version))
 
 
 if __name__ == "__main__":

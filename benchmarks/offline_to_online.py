@@ -234,6 +234,9 @@ def mean_curve(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndar
     return steps, values.mean(0), values.std(0)
 
 
+EARLY = 2000  # "no collapse" is read over the first online steps that update the pretrained networks
+
+
 def suffix(args: argparse.Namespace) -> str:
     """Result files of the paper's online target entropy and our 1,000 warmup steps keep the plain name;
     other settings say theirs."""
@@ -269,11 +272,16 @@ def report(args, curves, pretrained_returns, seconds, seeds) -> None:
         if not runs:
             continue
         steps, mean, std = mean_curve(runs)
-        early = mean[steps <= max(args.warmup, 1000) + 1000]
+        first_update = {"wsrl": args.warmup, "naive": 0}.get(arm)  # SAC from scratch has no pretrained return to keep
+        lowest = "-"
+        if first_update is not None:
+            early = lambda step: first_update <= step <= first_update + EARLY  # noqa: E731
+            per_seed = [min(v for t, v in run if early(t)) for run in runs]
+            lowest = f"{min(v for t, v in zip(steps, mean) if early(t)):.0f} (per seed: {', '.join(f'{v:.0f}' for v in per_seed)})"
         reach = first_reaching(list(zip(steps.tolist(), mean.tolist())), sac_final)
         own = [first_reaching(run, sac[-1][1]) for run, sac in zip(runs, curves["sac"])]  # each seed against its own SAC
         budget = args.sac_steps if arm == "sac" else args.steps
-        rows.append(f"| {labels[arm]} | {budget:,} | {len(runs)} | {mean[0]:.0f} | {early.min():.0f} | {mean[-1]:.0f} ± {std[-1]:.0f} | "
+        rows.append(f"| {labels[arm]} | {budget:,} | {len(runs)} | {mean[0]:.0f} | {lowest} | {mean[-1]:.0f} ± {std[-1]:.0f} | "
                     f"{'-' if reach is None else f'{reach:,}'} | {', '.join('-' if r is None else f'{r:,}' for r in own)} | "
                     f"{seconds[arm] / len(runs) / 60:.1f} |")
         per_step.append(f"{labels[arm]} " + " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(steps, mean)))
@@ -295,7 +303,7 @@ pretrained policy and no updates; naive fine-tuning updates from step 1; neither
 scratch: our `sac` (twin critics 256x256, UTD 1, batch 256, {args.random_steps:,} random steps) for {args.sac_steps:,} steps.
 Evaluation: {args.eval_episodes} deterministic episodes every 1,000 online steps.
 
-| arm | online steps | seeds | first eval return (step 0: pretrained; SAC: 1k) | lowest return in first {max(args.warmup, 1000) + 1000:,} steps | final return | first step the mean reaches SAC's final return ({sac_final:.0f}) | per seed, against its own SAC's final | minutes per seed |
+| arm | online steps | seeds | first eval return (step 0: pretrained; SAC: 1k) | lowest return in the first {EARLY:,} steps of updates (WSRL: after its warmup) | final return | first step the mean reaches SAC's final return ({sac_final:.0f}) | per seed, against its own SAC's final | minutes per seed |
 |---|---|---|---|---|---|---|---|---|
 {table}
 
