@@ -291,7 +291,7 @@ def report(args, curves, pretrained_returns, seconds, seeds) -> None:
 
 Machine: {machine()} (2 cores shared with other jobs, one torch thread). Made by
 `python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps}
---target-entropy {args.target_entropy}` with {made_by} (one process per seed), then `--report-only`.
+--target-entropy {args.target_entropy} --warmup {args.warmup}` with {made_by} (one process per seed), then `--report-only`.
 
 **Budget.** Pretraining: Cal-QL, {args.pretrain:,} updates (batch 256, cql_alpha 5, {args.n_actions} sampled actions per
 proposal), 10 critics with LayerNorm, 2 sampled for targets, networks {args.hidden}

@@ -74,7 +74,8 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
     assert [(r["phase"], r.get("updates"), r.get("env_steps")) for r in records] == [("offline", 20, None), ("online", 50, 1000)]
     assert all("eval/return" in r for r in records)
     assert runner.replay is None and runner.online.size == 1000  # only online transitions, the dataset dropped
-    assert runner.agent.cql_alpha == 0 and runner.agent.target_entropy == 0.0  # SAC online, WSRL's settings
+    # SAC online; the config keeps the pretraining's target entropy (-|A|, pendulum has one action), not the paper's 0
+    assert runner.agent.cql_alpha == 0 and runner.agent.target_entropy == -1.0
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file() and (runner.run_dir / "export" / "controller.onnx").is_file()
     evaluation = json.loads((runner.run_dir / "eval.json").read_text())
     assert evaluation["pretrain_updates"] == 20 and evaluation["online_steps"] == 1000
@@ -88,6 +89,12 @@ def test_warmup_actions_come_from_the_frozen_pretrained_policy(tmp_path):
     final = ExportedController(runner.run_dir / "export" / "controller.onnx")
     obs = {"policy": torch.randn(64, 3)}
     torch.testing.assert_close(final.act(obs), pretrained.act(obs))  # nothing moved during warmup
+
+
+def test_online_target_entropy_switches_when_set(tmp_path):
+    """The paper's setting (one SAC target of 0 for both phases) is one override away."""
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "agent.online_target_entropy=0.0"))
+    assert runner.agent.target_entropy == 0.0
 
 
 def test_calql_finetuning_draws_its_offline_share_from_the_dataset(tmp_path):
