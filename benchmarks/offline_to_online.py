@@ -165,7 +165,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--seed", type=int, help="run this seed only (one process per seed; the report joins them)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite the table and plot from the last run's curves")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the table and plot from the saved arms (RECORDS)")
     args = parser.parse_args()
     if not args.report_only:
         import torch
@@ -203,7 +203,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
     if {"wsrl", "naive"} & set(todo):
         run, pretrained, pretrain_s = pretrain(args, seed)
     for arm in todo:
-        record = {"seed": seed, "arm": arm, "budget": budget(args, arm)}
+        record = {"seed": seed, "arm": arm, "budget": budget(args, arm), "machine": machine()}
         if arm == "sac":
             run_dir, record["seconds"] = sac(args, seed)
             record["curve"] = json.loads((run_dir / "evals.json").read_text())
@@ -215,8 +215,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> None:
             f.write(json.dumps(record) + "\n")
 
 
-def joined_seeds(args: argparse.Namespace) -> tuple[dict, list[float], dict[str, float], list[int]]:
-    """The seeds with all three arms saved at this budget: curves per arm, pretrained returns, summed seconds."""
+def joined_seeds(args: argparse.Namespace) -> tuple[dict, list[float], dict[str, float], list[int], list[str]]:
+    """The seeds with all three arms saved at this budget: curves per arm, pretrained returns, summed seconds,
+    the seeds and the machines they ran on."""
     done = finished(args)
     seeds = sorted(seed for seed, arm in done if arm == "wsrl" and all((seed, a) in done for a in ("naive", "sac")))
     if not seeds:
@@ -224,7 +225,8 @@ def joined_seeds(args: argparse.Namespace) -> tuple[dict, list[float], dict[str,
     curves = {arm: [done[seed, arm]["curve"] for seed in seeds] for arm in ("wsrl", "naive", "sac")}
     seconds = {arm: sum(done[seed, arm]["seconds"] for seed in seeds) for arm in curves}
     seconds["pretrain"] = sum(done[seed, "wsrl"]["pretrain_seconds"] for seed in seeds)
-    return curves, [done[seed, "wsrl"]["pretrained"] for seed in seeds], seconds, seeds
+    machines = sorted({done[seed, arm].get("machine", "not recorded") for seed in seeds for arm in curves})
+    return curves, [done[seed, "wsrl"]["pretrained"] for seed in seeds], seconds, seeds, machines
 
 
 def mean_curve(runs: list[list[tuple[int, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -244,7 +246,7 @@ def suffix(args: argparse.Namespace) -> str:
         ("" if args.warmup == 1000 else f"_warmup_{args.warmup}")
 
 
-def report(args, curves, pretrained_returns, seconds, seeds) -> None:
+def report(args, curves, pretrained_returns, seconds, seeds, machines) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,7 +291,7 @@ def report(args, curves, pretrained_returns, seconds, seeds) -> None:
     made_by = " and ".join(f"`--seed {s}`" for s in seeds)
     write_result(f"offline_to_online{suffix(args)}.md", f"""### Offline-to-online on hopper-medium: WSRL vs naive fine-tuning vs SAC from scratch
 
-Machine: {machine()} (2 cores shared with other jobs, one torch thread). Made by
+Machine: {'; '.join(machines)} (2 cores shared with other jobs, one torch thread). Made by
 `python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps}
 --target-entropy {args.target_entropy} --warmup {args.warmup}` with {made_by} (one process per seed), then `--report-only`.
 
