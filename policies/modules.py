@@ -255,17 +255,26 @@ class DeterministicController(Controller):
 Checkpointed = nn.Module | torch.optim.Optimizer | torch.optim.lr_scheduler.LRScheduler | torch.Tensor
 
 
-def state_of(parts: dict[str, Checkpointed]) -> dict[str, Any]:
-    """The resumable state of ``parts``: ``state_dict()`` of each object, a detached copy of each tensor."""
-    return {name: part.detach().clone() if isinstance(part, torch.Tensor) else part.state_dict()
-            for name, part in parts.items()}
+class CheckpointedParts:
+    """Mixin for an agent whose resumable state is the parts its ``_checkpointed()`` names.
 
+    Put it before ``Agent``/``OfflineAgent`` in the bases so that its ``state_dict`` and
+    ``load_state_dict`` are the ones used.
+    """
 
-def load_state_of(parts: dict[str, Checkpointed], state: dict[str, Any]) -> None:
-    """Restore ``parts`` in place from what :func:`state_of` returned."""
-    for name, part in parts.items():
-        if isinstance(part, torch.Tensor):
-            with torch.no_grad():
-                part.copy_(state[name])
-        else:
-            part.load_state_dict(state[name])
+    def _checkpointed(self) -> dict[str, Checkpointed]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` of each module, optimizer and schedule, a detached copy of each tensor."""
+        return {name: part.detach().clone() if isinstance(part, torch.Tensor) else part.state_dict()
+                for name, part in self._checkpointed().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore every part in place from what :meth:`state_dict` returned."""
+        for name, part in self._checkpointed().items():
+            if isinstance(part, torch.Tensor):
+                with torch.no_grad():
+                    part.copy_(state[name])
+            else:
+                part.load_state_dict(state[name])

@@ -35,7 +35,7 @@ from torch import nn
 from robolearn import distributed
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (ActionScaler, DeterministicController, EnsembleQ, SquashedGaussianActor,
-                              Checkpointed, load_state_of, state_of)
+                              Checkpointed, CheckpointedParts)
 
 
 @dataclass
@@ -56,7 +56,7 @@ class SACConfig:
     critic_obs_groups: tuple[str, ...] = ("policy",)
 
 
-class SAC(Agent):
+class SAC(CheckpointedParts, Agent):
     on_policy = False
     data_parallel = True
 
@@ -149,8 +149,4 @@ class SAC(Agent):
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
                 "log_alpha": self.log_alpha, "optimizer": self.optimizer}
 
-    def state_dict(self) -> dict[str, Any]:
-        return state_of(self._checkpointed())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_state_of(self._checkpointed(), state)

@@ -45,7 +45,7 @@ from torch import nn
 from robolearn.chunking import ACT_DECAY, ActionQueue, ChunkedController, Mode
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from robolearn.storage import ReplayBuffer
-from policies.modules import ActionScaler, EnsembleQ, Checkpointed, load_state_of, state_of
+from policies.modules import ActionScaler, EnsembleQ, Checkpointed, CheckpointedParts
 from policies.srl import SequenceActor, SequencePolicy
 
 
@@ -71,7 +71,7 @@ class SequenceCriticConfig:
     obs_groups: tuple[str, ...] = ("policy",)
 
 
-class SequenceCriticSAC(Agent):
+class SequenceCriticSAC(CheckpointedParts, Agent):
     on_policy = False
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SequenceCriticConfig,
@@ -178,8 +178,4 @@ class SequenceCriticSAC(Agent):
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
                 "log_alpha": self.log_alpha, "optimizer": self.optimizer}
 
-    def state_dict(self) -> dict[str, Any]:
-        return state_of(self._checkpointed())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_state_of(self._checkpointed(), state)

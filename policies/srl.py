@@ -40,7 +40,7 @@ from torch import nn
 
 from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
-from policies.modules import ActionScaler, EnsembleQ, mlp, Checkpointed, load_state_of, state_of
+from policies.modules import ActionScaler, EnsembleQ, mlp, Checkpointed, CheckpointedParts
 
 
 @dataclass
@@ -137,7 +137,7 @@ class DynamicsModel(nn.Module):
         return obs + self.net(torch.cat([obs, action], dim=-1))
 
 
-class SRL(Agent):
+class SRL(CheckpointedParts, Agent):
     on_policy = False
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SRLConfig, device: torch.device) -> None:
@@ -243,8 +243,4 @@ class SRL(Agent):
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, "model": self.model,
                 "model_target": self.model_target, "log_alpha": self.log_alpha, "optimizer": self.optimizer}
 
-    def state_dict(self) -> dict[str, Any]:
-        return state_of(self._checkpointed())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_state_of(self._checkpointed(), state)

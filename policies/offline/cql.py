@@ -44,7 +44,7 @@ from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (ActionScaler, DeterministicController, EmpiricalNormalizer, EnsembleQ, SquashedGaussianActor,
-                              Checkpointed, load_state_of, state_of)
+                              Checkpointed, CheckpointedParts)
 from policies.offline.common import OfflineAgent, discounted_returns, episode_ends
 
 
@@ -74,7 +74,7 @@ class CQLConfig:
     obs_groups: tuple[str, ...] = ("policy",)
 
 
-class CQL(OfflineAgent):
+class CQL(CheckpointedParts, OfflineAgent):
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: CQLConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, torch.device(device)
         self.obs_groups = tuple(cfg.obs_groups)
@@ -188,11 +188,7 @@ class CQL(OfflineAgent):
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
                 "normalizer": self.normalizer, "log_alpha": self.log_alpha, "optimizer": self.optimizer}
 
-    def state_dict(self) -> dict[str, Any]:
-        return state_of(self._checkpointed())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_state_of(self._checkpointed(), state)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from torch import nn
 
 from robolearn.interfaces import Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (ActionScaler, DeterministicController, EnsembleQ, gaussian_log_prob, mlp,
-                              Checkpointed, load_state_of, state_of)
+                              Checkpointed, CheckpointedParts)
 from policies.offline.common import OfflineAgent, dataset_standardizer, episode_ends, episode_returns
 
 
@@ -56,7 +56,7 @@ class IQLConfig:
     obs_groups: tuple[str, ...] = ("policy",)
 
 
-class IQL(OfflineAgent):
+class IQL(CheckpointedParts, OfflineAgent):
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: IQLConfig, device: torch.device) -> None:
@@ -146,8 +146,4 @@ class IQL(OfflineAgent):
                 "value": self.value, "normalizer": self.normalizer, "reward_scale": self.reward_scale,
                 "optimizer": self.optimizer, "schedule": self.schedule}
 
-    def state_dict(self) -> dict[str, Any]:
-        return state_of(self._checkpointed())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_state_of(self._checkpointed(), state)
