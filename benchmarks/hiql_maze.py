@@ -14,6 +14,7 @@ cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
 
     python benchmarks/hiql_maze.py [--layouts medium] [--seeds 3] [--updates 6000] [--out hiql_maze.md]
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --out hiql_maze_ota.md  # OTA vs HIQL
+    python benchmarks/hiql_maze.py --layouts large --algos ota hiql --overrides agent.high_beta=3 ota:agent.option_steps=3
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def run(algo: str, layout: str, seed: int, updates: int, overrides: list[str]) -
             "total_s": time.perf_counter() - start}
 
 
+def overrides_for(algo: str, overrides: list[str]) -> list[str]:
+    """The overrides that apply to ``algo``: unprefixed ones, and ``<algo>:key=value`` without its prefix."""
+    chosen = []
+    for item in overrides:
+        target, sep, rest = item.partition(":")
+        if not sep or "=" in target:  # no algo prefix (a ':' after '=' belongs to the value)
+            chosen.append(item)
+        elif target == algo:
+            chosen.append(rest)
+    return chosen
+
+
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
     title = " vs ".join(algo.upper() for algo in args.algos)
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
@@ -86,7 +99,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--out", default="hiql_maze.md", help="file under benchmarks/results/")
-    parser.add_argument("--overrides", nargs="*", default=[], help="config overrides for every agent, e.g. agent.high_beta=3")
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="config overrides for every agent, e.g. agent.high_beta=3; "
+                             "prefix one with '<algo>:' to give it to that agent only, e.g. ota:agent.option_steps=3")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[tuple[str, str], list[dict]] = {}
@@ -94,7 +109,7 @@ def main() -> None:
     for layout in args.layouts:
         for seed in range(args.seeds):  # seed-major: a cut-short benchmark still compares the algorithms
             for algo in args.algos:
-                row = run(algo, layout, seed, args.updates, args.overrides)
+                row = run(algo, layout, seed, args.updates, overrides_for(algo, args.overrides))
                 results.setdefault((layout, algo), []).append(row)
                 print(f"{layout} {algo} seed {seed}: success {row['success']:.2f} {row['per_goal']} "
                       f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
