@@ -155,18 +155,24 @@ def fingerprint(dataset: str) -> str | None:
     return f"{s['episodes']} episodes, {s['steps']} steps, return {s['return_mean']:.3f}"
 
 
+def behavior_score(dataset: str) -> float:
+    """The dataset's own normalized score (x100): what an offline agent should at least match."""
+    from robolearn.data import Dataset
+
+    return 100 * Dataset.load(dataset).summary()["normalized_score_mean"]
+
+
 def latest_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """(the newest run of each library, algorithm, dataset, seed and budget; the older runs it replaces).
 
     A seed run again (new code, quieter machine) replaces its earlier line in the table;
     both stay in the runs file and the older one is listed as superseded. Runs on an earlier
-    version of a dataset (their recorded fingerprint, or the lack of one, differs from the
-    dataset here, once any run of that dataset has one) are superseded too.
+    version of a dataset (their recorded fingerprint, or the lack of one, differs from that of
+    the newest run that recorded one) are superseded too. Only the runs file is read, so the
+    table is the same on a machine that lacks the datasets.
     """
-    current = {d: fingerprint(d) for d in {r["dataset"] for r in runs}}
-    stamped = {r["dataset"] for r in runs if r.get("dataset_fingerprint")}
-    valid = [r for r in runs if r["dataset"] not in stamped or current[r["dataset"]] is None
-             or r.get("dataset_fingerprint") == current[r["dataset"]]]
+    current = {r["dataset"]: r["dataset_fingerprint"] for r in runs if r.get("dataset_fingerprint")}
+    valid = [r for r in runs if r["dataset"] not in current or r.get("dataset_fingerprint") == current[r["dataset"]]]
     newest: dict[tuple, dict] = {}
     for r in valid:
         newest[(r["lib"], r["algo"], r["dataset"], r["seed"], r["updates"])] = r
@@ -180,14 +186,13 @@ def append_run(run: dict) -> None:
         f.write(json.dumps(run) + "\n")
 
 
-def table(runs: list[dict], d3rlpy_version: str) -> str:
+def table(runs: list[dict]) -> str:
     """offline.md from all recorded runs: mean ± sample std over seeds, speed ratio from per-run updates/s."""
-    from robolearn.data import Dataset
-
     runs, superseded = latest_runs(runs)
     budgets = sorted({r["updates"] for r in runs})
     recorded = sorted({r["machine"] for r in runs if "machine" in r})  # runs before session 18 did not record it
-    lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs d3rlpy {d3rlpy_version}", "",
+    peers = ", ".join(sorted({r["commit"] for r in runs if r["lib"] == "d3rlpy"})) or "d3rlpy"
+    lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs {peers}", "",
              f"Machine: {'; '.join(recorded) or 'not recorded with these runs (see BENCHMARKS.md)'}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
              f"thread, the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
@@ -212,10 +217,8 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
     for dataset, algo, updates in keys:
         rows = {lib: [r for r in runs if (r["lib"], r["algo"], r["dataset"], r["updates"]) == (lib, algo, dataset, updates)]
                 for lib in ("robolearn", "d3rlpy")}
-        try:
-            behavior = f"{100 * Dataset.load(dataset).summary()['normalized_score_mean']:.1f}"
-        except Exception:  # noqa: BLE001 - a dataset missing here still gets its row
-            behavior = "?"
+        behaviors = [r["behavior_score"] for r in rows["robolearn"] + rows["d3rlpy"] if "behavior_score" in r]
+        behavior = f"{behaviors[-1]:.1f}" if behaviors else "?"  # from the runs: the dataset may not be on this machine
         timed = {lib: [r for r in rs if not r.get("speed_invalid")] for lib, rs in rows.items()}
         speed = {lib: np.mean([r["updates_per_s"] for r in rs]) if rs else np.nan for lib, rs in timed.items()}
         ratio = f"{speed['robolearn'] / speed['d3rlpy']:.2f}x" if np.isfinite(list(speed.values())).all() else "-"
@@ -251,8 +254,11 @@ def table(runs: list[dict], d3rlpy_version: str) -> str:
 
 
 def d3rlpy_version() -> str:
+    """d3rlpy's version in its virtualenv; exits with the setup lines if that is missing."""
+    if not VENV_PYTHON.is_file():
+        sys.exit(f"{VENV_PYTHON} is missing: make d3rlpy's virtualenv first (the lines at the top of {Path(__file__).name})")
     return subprocess.run([str(VENV_PYTHON), "-c", "import d3rlpy; print(d3rlpy.__version__)"],
-                          capture_output=True, text=True).stdout.strip() or "(not installed)"
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main() -> None:
@@ -271,10 +277,11 @@ def main() -> None:
         algo, dataset, seed, updates = args.worker
         print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates))))
         return
-    version, out = d3rlpy_version(), use_tag(args.tag)
+    out = use_tag(args.tag)
     if args.table_only:
-        write_result(out, table(read_runs(), version))
+        write_result(out, table(read_runs()))
         return
+    version = d3rlpy_version() if "d3rlpy" in args.libs else None
     fns = {"robolearn": run_ours, "d3rlpy": in_d3rlpy_env}
     for seed in args.seeds:
         for dataset in args.datasets:
@@ -283,13 +290,13 @@ def main() -> None:
                     load_before, started = os.getloadavg(), datetime.now(timezone.utc)
                     result = fns[lib](algo, dataset, seed, args.updates)
                     r = {"lib": lib, "algo": algo, "dataset": dataset, "seed": seed, "updates": args.updates, **result,
-                         "dataset_fingerprint": fingerprint(dataset),
+                         "dataset_fingerprint": fingerprint(dataset), "behavior_score": behavior_score(dataset),
                          "commit": code_commit() if lib == "robolearn" else f"d3rlpy {version}",
                          "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
                          "load_after": list(os.getloadavg()), "machine": machine()}
                     print(json.dumps(r), flush=True)
                     append_run(r)
-                    write_result(out, table(read_runs(), version))
+                    write_result(out, table(read_runs()))
 
 
 if __name__ == "__main__":
