@@ -21,6 +21,12 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 benchmarks/offline_d4rl_style.py --seeds 1 2      # add seeds to earlier results
     python3 benchmarks/offline_d4rl_style.py --table-only     # rebuild offline.md from the runs file
     python3 benchmarks/offline_d4rl_style.py --tag avx512 ...  # another machine: offline_runs_avx512.jsonl, offline_avx512.md
+    python3 benchmarks/offline_d4rl_style.py --peer-matmul-precision medium ...  # d3rlpy with our configs' matmul switch
+
+Our configs set ``runner.matmul_precision: medium`` (bf16-input matmuls with fp32
+accumulation where the CPU has them: Intel AMX; a no-op on AVX2). d3rlpy runs at torch's
+default, ``highest``, unless ``--peer-matmul-precision`` gives it the same switch; each run
+records its precision, and the table's notes show it.
 
 Every finished run is appended as one JSON line to benchmarks/results/offline_runs.jsonl
 (library, algorithm, dataset, seed, updates, score, updates/s, the code's commit, load
@@ -81,12 +87,15 @@ def run_ours(algo: str, dataset: str, seed: int, updates: int) -> dict[str, floa
     controller = runner.agent.controller().eval()
     with torch.no_grad():
         score = evaluate_policy(lambda o: controller(torch.as_tensor(o)).numpy(), task, dataset, seed)
-    return {"score": score, "updates_per_s": updates / seconds}
+    return {"score": score, "updates_per_s": updates / seconds,
+            "matmul_precision": torch.get_float32_matmul_precision()}  # what the config set
 
 
-def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int) -> dict[str, float]:
-    """Runs in the d3rlpy virtualenv (see the module docstring)."""
+def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str) -> dict[str, float]:
+    """Runs in the d3rlpy virtualenv (see the module docstring), its float32 matmuls at ``precision``."""
     import d3rlpy
+
+    torch.set_float32_matmul_precision(precision)
 
     from robolearn.data import Dataset
 
@@ -115,13 +124,13 @@ def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int) -> dict[str, fl
               logger_adapter=d3rlpy.logging.NoopAdapterFactory())
     seconds = time.perf_counter() - start
     score = evaluate_policy(agent.predict, ds.task, dataset, seed)
-    return {"score": score, "updates_per_s": updates / seconds}
+    return {"score": score, "updates_per_s": updates / seconds, "matmul_precision": precision}
 
 
-def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int) -> dict[str, float]:
+def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int, precision: str) -> dict[str, float]:
     if not VENV_PYTHON.is_file():
         raise SystemExit(f"{VENV_PYTHON}: missing; make the d3rlpy virtualenv (see this file's docstring)")
-    out = subprocess.run([str(VENV_PYTHON), __file__, "--worker", algo, dataset, str(seed), str(updates)], cwd=REPO,
+    out = subprocess.run([str(VENV_PYTHON), __file__, "--worker", algo, dataset, str(seed), str(updates), precision], cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"d3rlpy worker failed:\n{out.stderr[-3000:]}")
@@ -233,6 +242,7 @@ def table(runs: list[dict]) -> str:
     lines += ["", "Seeds column: robolearn/d3rlpy runs. Per run (code commit; 1-min load average before -> after the run):", ""]
     for r in runs:
         load = (f"; load {r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}" if "load_before" in r else "")
+        load += f"; float32 matmuls at {r['matmul_precision']}" if "matmul_precision" in r else ""
         note = f"; {r['note']}" if r.get("note") else ""
         lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                      f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
@@ -270,19 +280,22 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"])
     parser.add_argument("--table-only", action="store_true", help="rebuild offline.md from offline_runs.jsonl; run nothing")
     parser.add_argument("--tag", help="keep this machine's runs apart: results/offline_runs_<tag>.jsonl and offline_<tag>.md")
-    parser.add_argument("--worker", nargs=4, metavar=("ALGO", "DATASET", "SEED", "UPDATES"), help=argparse.SUPPRESS)
+    parser.add_argument("--peer-matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                        help="d3rlpy's float32 matmul precision (torch's default: highest; our configs use medium, "
+                             "which on AMX CPUs takes bf16 matmuls: give d3rlpy the same switch to compare code, not settings)")
+    parser.add_argument("--worker", nargs=5, metavar=("ALGO", "DATASET", "SEED", "UPDATES", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.worker:
-        algo, dataset, seed, updates = args.worker
-        print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates))))
+        algo, dataset, seed, updates, precision = args.worker
+        print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates), precision)))
         return
     out = use_tag(args.tag)
     if args.table_only:
         write_result(out, table(read_runs()))
         return
     version = d3rlpy_version() if "d3rlpy" in args.libs else None
-    fns = {"robolearn": run_ours, "d3rlpy": in_d3rlpy_env}
+    fns = {"robolearn": run_ours, "d3rlpy": lambda *a: in_d3rlpy_env(*a, args.peer_matmul_precision)}
     for seed in args.seeds:
         for dataset in args.datasets:
             for algo in args.algos:
