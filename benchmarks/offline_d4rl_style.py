@@ -205,8 +205,9 @@ def table(runs: list[dict]) -> str:
              f"Machine: {'; '.join(recorded) or 'not recorded with these runs (see BENCHMARKS.md)'}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
              f"thread, the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
-             "datasets: benchmarks/results/offline_datasets.md). Made by `python3 benchmarks/offline_d4rl_style.py` "
-             "from every run in `benchmarks/results/offline_runs.jsonl` (one JSON line per run). Scores: mean ± "
+             "datasets: benchmarks/results/offline_datasets*.md, one per machine that made them; each run records its "
+             "dataset's fingerprint). Made by `python3 benchmarks/offline_d4rl_style.py` "
+             f"from every run in `benchmarks/results/{RUNS.name}` (one JSON line per run). Scores: mean ± "
              "sample std over seeds. Updates/s: mean over the runs whose timing is valid (see the notes per run). Speed ratio: mean robolearn updates/s over mean d3rlpy updates/s; per seed: "
              "the ratio of the two runs of that seed (run one after the other).", "",
              "| dataset (behavior score) | algo | updates | seeds | robolearn score | d3rlpy score | robolearn updates/s | "
