@@ -22,6 +22,7 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 benchmarks/offline_d4rl_style.py --table-only     # rebuild offline.md from the runs file
     python3 benchmarks/offline_d4rl_style.py --tag avx512 ...  # another machine: offline_runs_avx512.jsonl, offline_avx512.md
     python3 benchmarks/offline_d4rl_style.py --peer-matmul-precision medium ...  # d3rlpy with our configs' matmul switch
+    python3 benchmarks/offline_d4rl_style.py --libs robolearn --overrides runner.matmul_precision=highest ...  # ours in fp32
 
 Our configs set ``runner.matmul_precision: medium`` (bf16-input matmuls with fp32
 accumulation where the CPU has them: Intel AMX; a no-op on AVX2). d3rlpy runs at torch's
@@ -78,12 +79,12 @@ def evaluate_policy(act, task: str, dataset: str, seed: int) -> float:
     return 100 * float(Dataset.load(dataset).normalized_score(result["return_mean"]))
 
 
-def run_ours(algo: str, dataset: str, seed: int, updates: int) -> dict[str, float]:
+def run_ours(algo: str, dataset: str, seed: int, updates: int, overrides: list[str]) -> dict[str, float]:
     from robolearn.data import Dataset
 
     task = Dataset.load(dataset).task
-    runner, seconds = train_offline(f"{algo}_{task}", [f"dataset={dataset}", f"seed={seed}", f"runner.total_steps={updates}"],
-                                    "/tmp/robolearn-offline-bench")
+    runner, seconds = train_offline(f"{algo}_{task}", [f"dataset={dataset}", f"seed={seed}", f"runner.total_steps={updates}",
+                                                       *overrides], "/tmp/robolearn-offline-bench")
     controller = runner.agent.controller().eval()
     with torch.no_grad():
         score = evaluate_policy(lambda o: controller(torch.as_tensor(o)).numpy(), task, dataset, seed)
@@ -245,6 +246,7 @@ def table(runs: list[dict]) -> str:
         load = (f"; load {r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}" if "load_before" in r else "")
         load += f"; float32 matmuls at {r['matmul_precision']}" if "matmul_precision" in r else ""
         note = f"; {r['note']}" if r.get("note") else ""
+        note += f"; overrides {' '.join(r['overrides'])}" if r.get("overrides") else ""
         lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                      f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
     lines += ["", "**How to read it.** Updates/s depend on the machine's load (its 2 cores are shared with other jobs; "
@@ -284,6 +286,8 @@ def main() -> None:
     parser.add_argument("--peer-matmul-precision", default="highest", choices=["highest", "high", "medium"],
                         help="d3rlpy's float32 matmul precision (torch's default: highest; our configs use medium, "
                              "which on AMX CPUs takes bf16 matmuls: give d3rlpy the same switch to compare code, not settings)")
+    parser.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides for our runs, recorded with each (e.g. runner.matmul_precision=highest)")
     parser.add_argument("--worker", nargs=5, metavar=("ALGO", "DATASET", "SEED", "UPDATES", "PRECISION"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -296,7 +300,8 @@ def main() -> None:
         write_result(out, table(read_runs()))
         return
     version = d3rlpy_version() if "d3rlpy" in args.libs else None
-    fns = {"robolearn": run_ours, "d3rlpy": lambda *a: in_d3rlpy_env(*a, args.peer_matmul_precision)}
+    fns = {"robolearn": lambda *a: {**run_ours(*a, args.overrides), "overrides": args.overrides},
+           "d3rlpy": lambda *a: in_d3rlpy_env(*a, args.peer_matmul_precision)}
     for seed in args.seeds:
         for dataset in args.datasets:
             for algo in args.algos:

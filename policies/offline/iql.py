@@ -50,6 +50,7 @@ class IQLConfig:
     expectile: float = 0.7  # tau of eq. (5)
     beta: float = 3.0  # inverse temperature of eq. (7)
     max_weight: float = 100.0  # clip of exp(beta A)
+    log_std_min: float = -20.0  # floor of the policy's state-independent log std (IQL's code: -5)
     total_updates: int = 0  # length of the actor's cosine schedule; 0: the offline run's (constant lr outside a run)
     normalize_reward: bool = True
     normalize_obs: bool = True
@@ -57,7 +58,7 @@ class IQLConfig:
 
 
 class IQL(CheckpointedParts, OfflineAgent):
-    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+    LOG_STD_MAX = 2.0
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: IQLConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, torch.device(device)
@@ -100,7 +101,7 @@ class IQL(CheckpointedParts, OfflineAgent):
         return {"action": self.scaler(mean)}
 
     def _std(self) -> torch.Tensor:
-        return self.log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX).exp()
+        return self.log_std.clamp(self.cfg.log_std_min, self.LOG_STD_MAX).exp()
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         cfg = self.cfg
