@@ -51,6 +51,7 @@ class IQLConfig:
     beta: float = 3.0  # inverse temperature of eq. (7)
     max_weight: float = 100.0  # clip of exp(beta A)
     log_std_min: float = -20.0  # floor of the policy's state-independent log std (IQL's code: -5)
+    log_std_init: float = 0.0  # its starting value (IQL's code: 0; d3rlpy: -1.5, the middle of its [-5, 2])
     total_updates: int = 0  # length of the actor's cosine schedule; 0: the offline run's (constant lr outside a run)
     normalize_reward: bool = True
     normalize_obs: bool = True
@@ -68,7 +69,7 @@ class IQL(CheckpointedParts, OfflineAgent):
         self.scaler = ActionScaler(action_spec).to(self.device)
         self.normalizer = dataset_standardizer(self.obs_dim, cfg.normalize_obs).to(self.device)
         self.actor = mlp(self.obs_dim, hidden, action_dim, cfg.activation).to(self.device)  # mean = tanh(actor(s))
-        self.log_std = nn.Parameter(torch.zeros(action_dim, device=self.device))
+        self.log_std = nn.Parameter(torch.full((action_dim,), cfg.log_std_init, device=self.device))
         self.critic = EnsembleQ(2, self.obs_dim, action_dim, hidden, cfg.activation).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.value = mlp(self.obs_dim, hidden, 1, cfg.activation).to(self.device)
