@@ -23,6 +23,7 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 benchmarks/offline_d4rl_style.py --tag avx512 ...  # another machine: offline_runs_avx512.jsonl, offline_avx512.md
     python3 benchmarks/offline_d4rl_style.py --peer-matmul-precision medium ...  # d3rlpy with our configs' matmul switch
     python3 benchmarks/offline_d4rl_style.py --libs robolearn --overrides runner.matmul_precision=highest ...  # ours in fp32
+    python3 benchmarks/offline_d4rl_style.py --libs d3rlpy --peer-seeding independent ...  # d3rlpy's numpy seeded apart from torch
 
 Our configs set ``runner.matmul_precision: medium`` (bf16-input matmuls with fp32
 accumulation where the CPU has them: Intel AMX; a no-op on AVX2). d3rlpy runs at torch's
@@ -47,6 +48,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,8 +94,13 @@ def run_ours(algo: str, dataset: str, seed: int, updates: int, overrides: list[s
             "matmul_precision": torch.get_float32_matmul_precision()}  # what the config set
 
 
-def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str) -> dict[str, float]:
-    """Runs in the d3rlpy virtualenv (see the module docstring), its float32 matmuls at ``precision``."""
+def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str, seeding: str) -> dict[str, Any]:
+    """Runs in the d3rlpy virtualenv (see the module docstring), its float32 matmuls at ``precision``.
+
+    ``seeding``: "d3rlpy" is ``d3rlpy.seed(seed)``, which gives numpy (its minibatch indices) and torch
+    (its initial weights) the same integer; both are MT19937 seeded the same way, so the indices are drawn
+    from the very bits the weights were. "independent" then reseeds numpy from a hash of the seed
+    (``SeedSequence``), so the two streams share nothing."""
     import d3rlpy
 
     torch.set_float32_matmul_precision(precision)
@@ -107,6 +114,8 @@ def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str)
         rewards=data["reward"].numpy().astype(np.float32), terminals=data["terminated"].numpy().astype(np.float32),
         timeouts=data["truncated"].numpy().astype(np.float32))
     d3rlpy.seed(seed)
+    if seeding == "independent":
+        np.random.seed(np.random.SeedSequence(seed).generate_state(1)[0])
     scaler = d3rlpy.preprocessing.StandardObservationScaler()
     if algo == "iql":  # d3rlpy's reproduction script for IQL on D4RL MuJoCo
         config = d3rlpy.algos.IQLConfig(
@@ -125,13 +134,14 @@ def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str)
               logger_adapter=d3rlpy.logging.NoopAdapterFactory())
     seconds = time.perf_counter() - start
     score = evaluate_policy(agent.predict, ds.task, dataset, seed)
-    return {"score": score, "updates_per_s": updates / seconds, "matmul_precision": precision}
+    return {"score": score, "updates_per_s": updates / seconds, "matmul_precision": precision, "peer_seeding": seeding}
 
 
-def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int, precision: str) -> dict[str, float]:
+def in_d3rlpy_env(algo: str, dataset: str, seed: int, updates: int, precision: str, seeding: str) -> dict[str, Any]:
     if not VENV_PYTHON.is_file():
         raise SystemExit(f"{VENV_PYTHON}: missing; make the d3rlpy virtualenv (see this file's docstring)")
-    out = subprocess.run([str(VENV_PYTHON), __file__, "--worker", algo, dataset, str(seed), str(updates), precision], cwd=REPO,
+    out = subprocess.run([str(VENV_PYTHON), __file__, "--worker", algo, dataset, str(seed), str(updates), precision,
+                          seeding], cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"d3rlpy worker failed:\n{out.stderr[-3000:]}")
@@ -247,6 +257,7 @@ def table(runs: list[dict]) -> str:
         load += f"; float32 matmuls at {r['matmul_precision']}" if "matmul_precision" in r else ""
         note = f"; {r['note']}" if r.get("note") else ""
         note += f"; overrides {' '.join(r['overrides'])}" if r.get("overrides") else ""
+        note += "; numpy seeded apart from torch (--peer-seeding independent)" if r.get("peer_seeding") == "independent" else ""
         lines.append(f"- {r['lib']} {r['algo']} {r['dataset']} seed {r['seed']}: score {r['score']:.1f}, "
                      f"{r['updates_per_s']:.0f} updates/s ({r.get('commit', '?')}{load}{note})")
     lines += ["", "**How to read it.** Updates/s depend on the machine's load (its 2 cores are shared with other jobs; "
@@ -288,12 +299,16 @@ def main() -> None:
                              "which on AMX CPUs takes bf16 matmuls: give d3rlpy the same switch to compare code, not settings)")
     parser.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for our runs, recorded with each (e.g. runner.matmul_precision=highest)")
-    parser.add_argument("--worker", nargs=5, metavar=("ALGO", "DATASET", "SEED", "UPDATES", "PRECISION"), help=argparse.SUPPRESS)
+    parser.add_argument("--peer-seeding", default="d3rlpy", choices=["d3rlpy", "independent"],
+                        help="d3rlpy: d3rlpy.seed(seed), numpy's minibatch indices drawn from the bits of torch's initial "
+                             "weights; independent: numpy reseeded from a hash of the seed (see run_d3rlpy)")
+    parser.add_argument("--worker", nargs=6, metavar=("ALGO", "DATASET", "SEED", "UPDATES", "PRECISION", "SEEDING"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.worker:
-        algo, dataset, seed, updates, precision = args.worker
-        print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates), precision)))
+        algo, dataset, seed, updates, precision, seeding = args.worker
+        print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates), precision, seeding)))
         return
     out = use_tag(args.tag)
     if args.table_only:
@@ -301,7 +316,7 @@ def main() -> None:
         return
     version = d3rlpy_version() if "d3rlpy" in args.libs else None
     fns = {"robolearn": lambda *a: {**run_ours(*a, args.overrides), "overrides": args.overrides},
-           "d3rlpy": lambda *a: in_d3rlpy_env(*a, args.peer_matmul_precision)}
+           "d3rlpy": lambda *a: in_d3rlpy_env(*a, args.peer_matmul_precision, args.peer_seeding)}
     for seed in args.seeds:
         for dataset in args.datasets:
             for algo in args.algos:
