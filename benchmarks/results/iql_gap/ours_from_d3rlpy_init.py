@@ -1,5 +1,8 @@
-"""Experiment: our IQL from d3rlpy's seed init; minibatch indices from numpy or torch; batches built by d3rlpy's
-pipeline (picker + scalers) or ours (replay rows, normalizer inside the agent)."""
+"""Experiment: our IQL from d3rlpy's initial weights for a seed; minibatch indices from d3rlpy's sampler, numpy or
+torch; batches built by d3rlpy's pipeline (picker + scalers) or ours (replay rows, normalizer inside the agent).
+
+    ours_from_d3rlpy_init.py SEED {d3rlpy,numpy,torch} {d3,ours} [INDEX_SEED]
+"""
 import sys, json, time
 from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]  # benchmarks/results/iql_gap/ -> the checkout
@@ -40,6 +43,13 @@ replay = ReplayBuffer(N, torch.device("cpu")); replay.add(data)
 picker = mdp.transition_picker
 t = time.perf_counter()
 for i in range(20000):
+    if sampler == "d3rlpy":  # d3rlpy's own sampler (one numpy draw per transition) and batch pipeline
+        b = TorchMiniBatch.from_batch(mdp.sample_transition_batch(256), gamma=0.99, compute_returns_to_go=False,
+                                      device="cpu:0", observation_scaler=sc, reward_scaler=rs)
+        batch = {"obs": {"policy": b.observations}, "next_obs": {"policy": b.next_observations}, "action": b.actions,
+                 "reward": b.rewards[:, 0], "terminated": b.terminals[:, 0] > 0}
+        ours.update(batch)
+        continue
     idx = torch.randint(0, N, (256,)) if sampler == "torch" else torch.as_tensor(np.random.randint(N, size=256))
     if prep == "d3":
         b = TorchMiniBatch.from_batch(TransitionMiniBatch.from_transitions([picker(*mdp.buffer[int(j)]) for j in idx]),
