@@ -158,7 +158,9 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         add("actions", episode.actions)
         add("rewards", episode.rewards)
         add("terminals", episode.terminations.astype(bool))
-        add("timeouts", episode.truncations.astype(bool))
+        # A step may end both ways (a fall on the time limit's last step); D4RL's files never flag both and readers
+        # such as d3rlpy refuse it, and a termination is what a learner must see, so the timeout flag gives way.
+        add("timeouts", episode.truncations.astype(bool) & ~episode.terminations.astype(bool))
         for key in sorted(info_keys):
             value = episode.infos[key]
             add(f"infos/{key}", value[:steps])

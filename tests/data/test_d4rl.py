@@ -7,6 +7,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from robolearn.cli import main
 from robolearn.data import Dataset
@@ -67,6 +68,23 @@ def test_a_d4rl_file_without_next_observations_imports_with_copied_final_observa
     np.testing.assert_array_equal(episodes[0].observations["policy"][-1], arrays["observations"][3])
     np.testing.assert_array_equal(np.concatenate([e.infos["qpos"] for e in episodes]), arrays["infos/qpos"])
     assert ref_scores("hopper-medium-v2") == (-20.27, 3234.3) and ref_scores("gym:HalfCheetah-v5") == (-280.18, 12135.0)
+
+
+def test_a_step_that_ends_both_ways_is_exported_as_terminal_only(tmp_path, root):
+    """D4RL readers (d3rlpy asserts it) need terminals and timeouts never set on the same row."""
+    arrays = _d4rl_arrays()
+    arrays["timeouts"][3] = True  # the fall on row 3 also hit the time limit
+    episodes, meta = read_d4rl(_write(tmp_path / "in.hdf5", **arrays))
+    assert bool(episodes[0].terminations[-1]) and bool(episodes[0].truncations[-1])
+    ds = Dataset.create("both-ways", episodes, {"policy": spaces.Box(-np.inf, np.inf, (11,), np.float32)},
+                        spaces.Box(-1.0, 1.0, (3,), np.float32), metadata=meta)
+    with h5py.File(write_d4rl(ds, tmp_path / "out.hdf5")) as f:
+        terminals, timeouts = f["terminals"][()], f["timeouts"][()]
+    assert not (terminals & timeouts).any()
+    np.testing.assert_array_equal(terminals, arrays["terminals"])
+    expected = arrays["timeouts"] & ~arrays["terminals"]
+    expected[-1] = True  # the file's unflagged last episode was read as truncated
+    np.testing.assert_array_equal(timeouts, expected)
 
 
 def test_import_and_export_through_the_cli(tmp_path, root, capsys):
