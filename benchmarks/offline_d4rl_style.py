@@ -106,15 +106,14 @@ def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str,
     torch.set_float32_matmul_precision(precision)
 
     from robolearn.data import Dataset
+    from robolearn.data.d4rl import exclusive_timeouts
 
     ds = Dataset.load(dataset)
     data = ds.transitions("cpu")
     mdp = d3rlpy.dataset.MDPDataset(
         observations=data["obs"]["policy"].numpy(), actions=data["action"].numpy(),
         rewards=data["reward"].numpy().astype(np.float32), terminals=data["terminated"].numpy().astype(np.float32),
-        # A step can end by both (a fall on the time limit's last step: Gymnasium allows it); d3rlpy refuses that,
-        # and the termination is what the target must see (no bootstrap), so the timeout flag gives way.
-        timeouts=(data["truncated"] & ~data["terminated"]).numpy().astype(np.float32))
+        timeouts=exclusive_timeouts(data["terminated"], data["truncated"]).numpy().astype(np.float32))
     d3rlpy.seed(seed)
     if seeding == "independent":
         np.random.seed(np.random.SeedSequence(seed).generate_state(1)[0])

@@ -19,7 +19,8 @@ row for the final observation (our simulator ``state``, ``qpos``, ``qvel``),
 ``observation_groups/<group>`` and ``next_observation_groups/<group>`` for
 groups beside ``policy``, and the dataset's metadata as JSON in the file's
 ``robolearn_metadata`` attribute. Reading our own export back gives every
-array unchanged.
+array unchanged, but for a step that ended both ways, which comes back
+terminated only (:func:`exclusive_timeouts`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,6 +44,8 @@ REF_SCORES: dict[str, tuple[float, float]] = {
     "ant": (-325.6, 3879.7),
 }
 """D4RL's random and expert returns of its MuJoCo locomotion tasks, for normalized scores."""
+
+Flags = TypeVar("Flags")  # a numpy or torch bool array
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
 GROUPS, NEXT_GROUPS = "observation_groups", "next_observation_groups"
@@ -138,6 +141,16 @@ def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np
                    terminations=terminals[start:stop].copy(), truncations=truncations, infos=infos)
 
 
+def exclusive_timeouts(terminations: Flags, truncations: Flags) -> Flags:
+    """D4RL's ``timeouts`` from Gymnasium's flags (numpy or torch booleans).
+
+    A step may end both ways (a fall on the time limit's last step); D4RL's files never flag
+    both and readers such as d3rlpy refuse it, and the termination is what a learner must see
+    (no bootstrap), so the timeout flag gives way.
+    """
+    return truncations & ~terminations
+
+
 def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
     """Write ``dataset`` as a D4RL file ``out`` (atomically: a temp file renamed into place)."""
     import h5py
@@ -158,9 +171,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         add("actions", episode.actions)
         add("rewards", episode.rewards)
         add("terminals", episode.terminations.astype(bool))
-        # A step may end both ways (a fall on the time limit's last step); D4RL's files never flag both and readers
-        # such as d3rlpy refuse it, and a termination is what a learner must see, so the timeout flag gives way.
-        add("timeouts", episode.truncations.astype(bool) & ~episode.terminations.astype(bool))
+        add("timeouts", exclusive_timeouts(episode.terminations.astype(bool), episode.truncations.astype(bool)))
         for key in sorted(info_keys):
             value = episode.infos[key]
             add(f"infos/{key}", value[:steps])
