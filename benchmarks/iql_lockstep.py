@@ -88,27 +88,28 @@ def make_d3rlpy_iql(obs_dim: int, action_dim: int, match: set[str]):  # noqa: AN
     return impl
 
 
+def linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [layer for layer in module.modules() if isinstance(layer, torch.nn.Linear)]
+
+
+def copy_linears(dst: list[torch.nn.Linear], src: list[torch.nn.Linear]) -> None:
+    for d, s in zip(dst, src, strict=True):
+        d.weight.copy_(s.weight)
+        d.bias.copy_(s.bias)
+
+
+@torch.no_grad()
 def copy_into_ours(impl, ours) -> None:  # noqa: ANN001
     """d3rlpy's parameters -> our IQL (Linear weights transposed into the ensemble's (E, in, out))."""
     m = impl._modules
-    with torch.no_grad():
-        def mlp_from(dst: torch.nn.Sequential, layers: list[torch.nn.Linear]) -> None:
-            for dst_layer, src in zip([l for l in dst if isinstance(l, torch.nn.Linear)], layers, strict=True):
-                dst_layer.weight.copy_(src.weight)
-                dst_layer.bias.copy_(src.bias)
-
-        mlp_from(ours.actor, linears(m.policy))
-        ours.log_std.copy_(m.policy._logstd.flatten())
-        mlp_from(ours.value, linears(m.value_func))
-        for critic, q_funcs in ((ours.critic, m.q_funcs), (ours.critic_target, m.targ_q_funcs)):
-            for member, q in enumerate(q_funcs):
-                for layer, src in zip(critic.layers, linears(q), strict=True):
-                    layer.weight[member].copy_(src.weight.T)
-                    layer.bias[member, 0].copy_(src.bias)
-
-
-def linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
-    return [layer for layer in module.modules() if isinstance(layer, torch.nn.Linear)]
+    copy_linears(linears(ours.actor), linears(m.policy))
+    ours.log_std.copy_(m.policy._logstd.flatten())
+    copy_linears(linears(ours.value), linears(m.value_func))
+    for critic, q_funcs in ((ours.critic, m.q_funcs), (ours.critic_target, m.targ_q_funcs)):
+        for member, q in enumerate(q_funcs):
+            for layer, src in zip(critic.layers, linears(q), strict=True):
+                layer.weight[member].copy_(src.weight.T)
+                layer.bias[member, 0].copy_(src.bias)
 
 
 def max_difference(impl, ours, match: set[str]) -> dict[str, float]:  # noqa: ANN001

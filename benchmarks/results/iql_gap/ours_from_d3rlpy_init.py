@@ -20,6 +20,8 @@ from policies.offline.iql import IQL, IQLConfig
 from robolearn.data import Dataset
 from robolearn.storage import ReplayBuffer
 seed, sampler, prep = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if sampler == "d3rlpy" and prep != "d3":
+    sys.exit("d3rlpy's sampler builds its own batches: give d3 as BATCHES")
 ds = Dataset.load("hopper-medium"); data = ds.transitions("cpu")
 mdp = d3rlpy.dataset.MDPDataset(observations=data["obs"]["policy"].numpy(), actions=data["action"].numpy(),
     rewards=data["reward"].numpy().astype(np.float32), terminals=data["terminated"].numpy().astype(np.float32),
@@ -41,24 +43,27 @@ if len(sys.argv) > 4:  # an index stream unrelated to the initial weights' seed
 N = int(data["reward"].shape[0])
 replay = ReplayBuffer(N, torch.device("cpu")); replay.add(data)
 picker = mdp.transition_picker
+
+
+def from_d3rlpy(transitions: TransitionMiniBatch) -> dict:
+    """d3rlpy's batch pipeline (its scalers) -> the batch our IQL takes (its own normalization off)."""
+    b = TorchMiniBatch.from_batch(transitions, gamma=0.99, compute_returns_to_go=False, device="cpu:0",
+                                  observation_scaler=sc, reward_scaler=rs)
+    return {"obs": {"policy": b.observations}, "next_obs": {"policy": b.next_observations}, "action": b.actions,
+            "reward": b.rewards[:, 0], "terminated": b.terminals[:, 0] > 0}
+
+
 t = time.perf_counter()
 for i in range(20000):
-    if sampler == "d3rlpy":  # d3rlpy's own sampler (one numpy draw per transition) and batch pipeline
-        b = TorchMiniBatch.from_batch(mdp.sample_transition_batch(256), gamma=0.99, compute_returns_to_go=False,
-                                      device="cpu:0", observation_scaler=sc, reward_scaler=rs)
-        batch = {"obs": {"policy": b.observations}, "next_obs": {"policy": b.next_observations}, "action": b.actions,
-                 "reward": b.rewards[:, 0], "terminated": b.terminals[:, 0] > 0}
-        ours.update(batch)
-        continue
-    idx = torch.randint(0, N, (256,)) if sampler == "torch" else torch.as_tensor(np.random.randint(N, size=256))
-    if prep == "d3":
-        b = TorchMiniBatch.from_batch(TransitionMiniBatch.from_transitions([picker(*mdp.buffer[int(j)]) for j in idx]),
-                                      gamma=0.99, compute_returns_to_go=False, device="cpu:0", observation_scaler=sc, reward_scaler=rs)
-        batch = {"obs": {"policy": b.observations}, "next_obs": {"policy": b.next_observations}, "action": b.actions,
-                 "reward": b.rewards[:, 0], "terminated": b.terminals[:, 0] > 0}
+    if sampler == "d3rlpy":  # d3rlpy's own sampler (one numpy draw per transition)
+        batch = from_d3rlpy(mdp.sample_transition_batch(256))
     else:
-        batch = {"obs": {"policy": replay.data["obs"]["policy"][idx]}, "next_obs": {"policy": replay.data["next_obs"]["policy"][idx]},
-                 "action": replay.data["action"][idx], "reward": replay.data["reward"][idx], "terminated": replay.data["terminated"][idx]}
+        idx = torch.randint(0, N, (256,)) if sampler == "torch" else torch.as_tensor(np.random.randint(N, size=256))
+        if prep == "d3":
+            batch = from_d3rlpy(TransitionMiniBatch.from_transitions([picker(*mdp.buffer[int(j)]) for j in idx]))
+        else:
+            batch = {"obs": {"policy": replay.data["obs"]["policy"][idx]}, "next_obs": {"policy": replay.data["next_obs"]["policy"][idx]},
+                     "action": replay.data["action"][idx], "reward": replay.data["reward"][idx], "terminated": replay.data["terminated"][idx]}
     ours.update(batch)
 controller = ours.controller().eval()
 norm = (lambda x: x) if prep == "ours" else sc.transform
