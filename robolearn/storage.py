@@ -11,18 +11,20 @@ import torch
 Batch = dict[str, Any]  # str -> Tensor, or str -> dict[str, Tensor] for obs groups
 
 
-def _map(batch: Batch, fn) -> Batch:
-    return {k: _map(v, fn) if isinstance(v, dict) else fn(v) for k, v in batch.items()}
+def map_batch(batch: Batch, fn) -> Batch:
+    """``fn`` applied to every leaf, the nesting kept."""
+    return {k: map_batch(v, fn) if isinstance(v, dict) else fn(v) for k, v in batch.items()}
 
 
 def _allocate(example: Batch, leading: tuple[int, ...], device: torch.device) -> Batch:
-    return _map(example, lambda t: torch.zeros(leading + tuple(t.shape[1:]), dtype=t.dtype, device=device))
+    return map_batch(example, lambda t: torch.zeros(leading + tuple(t.shape[1:]), dtype=t.dtype, device=device))
 
 
-def _write(dst: Batch, src: Batch, index: Any) -> None:
+def write_batch(dst: Batch, src: Batch, index: Any) -> None:
+    """``dst[index] = src`` leaf by leaf (tensors or numpy arrays)."""
     for k, v in src.items():
         if isinstance(v, dict):
-            _write(dst[k], v, index)
+            write_batch(dst[k], v, index)
         else:
             dst[k][index] = v
 
@@ -41,7 +43,7 @@ class RolloutStorage:
         if self.data is None:
             num_envs = next(iter(_leaves(transition))).shape[0]
             self.data = _allocate(transition, (self.steps, num_envs), self.device)
-        _write(self.data, transition, self.step)
+        write_batch(self.data, transition, self.step)
         self.step += 1
 
     @property
@@ -67,7 +69,7 @@ class ReplayBuffer:
         if self.data is None:
             self.data = _allocate(transition, (self.capacity,), self.device)
         index = (torch.arange(n, device=self.device) + self.position) % self.capacity
-        _write(self.data, transition, index)
+        write_batch(self.data, transition, index)
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -75,7 +77,7 @@ class ReplayBuffer:
         if self.size == 0 or self.data is None:
             raise RuntimeError("cannot sample from an empty replay buffer")
         index = torch.randint(0, self.size, (batch_size,), device=self.device, generator=generator)
-        return _map(self.data, lambda t: t[index])
+        return map_batch(self.data, lambda t: t[index])
 
     def state_dict(self) -> dict[str, Any]:
         return {"data": self.data, "position": self.position, "size": self.size}

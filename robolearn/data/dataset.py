@@ -14,6 +14,7 @@ Datasets are stored in the Minari format (see :mod:`robolearn.data.minari_store`
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from gymnasium import spaces
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import DatasetWriter, dataset_dir, list_datasets, read_metadata
+from robolearn.storage import map_batch, write_batch
 
 
 class Dataset:
@@ -152,20 +154,36 @@ class Dataset:
 
     def transitions(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """Every step as one batch of tensors on ``device``: ``obs`` and ``next_obs`` (dicts of
-        groups), ``action``, ``reward``, ``terminated``, ``truncated``; what offline agents train on."""
-        episodes = self.episodes
-        def cat(arrays: list[np.ndarray]) -> torch.Tensor:
-            return torch.as_tensor(np.concatenate(arrays), device=device)
+        groups), ``action``, ``reward``, ``terminated``, ``truncated``; what offline agents train on.
 
-        groups = episodes[0].observations
-        return {
-            "obs": {g: cat([e.observations[g][:-1] for e in episodes]) for g in groups},
-            "action": cat([e.actions for e in episodes]),
-            "reward": cat([e.rewards for e in episodes]),
-            "next_obs": {g: cat([e.observations[g][1:] for e in episodes]) for g in groups},
-            "terminated": cat([e.terminations.astype(bool) for e in episodes]),
-            "truncated": cat([e.truncations.astype(bool) for e in episodes]),
-        }
+        Read on a worker thread, which glibc gives a malloc arena of its own: reading thousands of
+        episodes leaves the heap it reads on fragmented (short-lived arrays of every size between
+        h5py's objects), and on the main thread's heap that made every later tensor allocation slow
+        enough to halve IQL's updates/s on a 2,764-episode dataset (BENCHMARKS.md, offline section).
+        """
+        with ThreadPoolExecutor(1) as reader:
+            arrays = reader.submit(self._read_transitions).result()
+        return map_batch(arrays, lambda a: torch.as_tensor(a, device=device))
+
+    def _read_transitions(self) -> dict[str, Any]:
+        """:meth:`transitions` as numpy arrays, filled episode by episode into arrays sized from
+        the metadata (no second copy of the dataset)."""
+        steps, filled = self.num_steps, 0
+        arrays: dict[str, Any] = {}
+        for episode in self:
+            end = filled + len(episode)
+            if end > steps:
+                raise DatasetError(f"{self.path}: the episodes hold more steps than metadata 'total_steps' ({steps})")
+            rows = {"obs": {g: o[:-1] for g, o in episode.observations.items()}, "action": episode.actions,
+                    "reward": episode.rewards, "next_obs": {g: o[1:] for g, o in episode.observations.items()},
+                    "terminated": episode.terminations.astype(bool), "truncated": episode.truncations.astype(bool)}
+            if not arrays:
+                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), a.dtype))
+            write_batch(arrays, rows, slice(filled, end))
+            filled = end
+        if filled != steps:
+            raise DatasetError(f"{self.path}: the episodes hold {filled} steps, metadata 'total_steps' says {steps}")
+        return arrays
 
     def summary(self) -> dict[str, Any]:
         """What ``robolearn dataset info`` prints."""
@@ -267,3 +285,4 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
 
 def _shapes(spec: dict[str, spaces.Box]) -> dict[str, tuple[int, ...]]:
     return {g: tuple(b.shape) for g, b in spec.items()}
+

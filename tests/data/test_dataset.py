@@ -53,6 +53,19 @@ def test_transitions_are_aligned_tensors(recorded):
     first = ds[0]
     np.testing.assert_array_equal(batch["next_obs"]["policy"][: len(first)].numpy(), first.observations["policy"][1:])
     np.testing.assert_array_equal(batch["reward"][: len(first)].numpy(), first.rewards)
+    episodes = list(ds)  # every row in place, not only the first episode's
+    np.testing.assert_array_equal(batch["obs"]["policy"].numpy(),
+                                  np.concatenate([e.observations["policy"][:-1] for e in episodes]))
+    np.testing.assert_array_equal(batch["action"].numpy(), np.concatenate([e.actions for e in episodes]))
+    np.testing.assert_array_equal(batch["truncated"].numpy(), np.concatenate([e.truncations for e in episodes]))
+
+
+def test_transitions_refuse_steps_that_disagree_with_the_metadata(recorded):
+    ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    for claimed, says in ((25, "hold 20 steps"), (15, "more steps than")):
+        ds.raw_metadata["total_steps"] = claimed
+        with pytest.raises(DatasetError, match=f"{says}.*'total_steps'"):
+            ds.transitions()
 
 
 def test_normalized_score_without_references_says_how_to_set_them(recorded):
