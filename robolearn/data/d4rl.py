@@ -170,8 +170,9 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
             add(prefix[1], value[1:])
         add("actions", episode.actions)
         add("rewards", episode.rewards)
-        add("terminals", episode.terminations.astype(bool))
-        add("timeouts", exclusive_timeouts(episode.terminations.astype(bool), episode.truncations.astype(bool)))
+        terminated = episode.terminations.astype(bool)
+        add("terminals", terminated)
+        add("timeouts", exclusive_timeouts(terminated, episode.truncations.astype(bool)))
         for key in sorted(info_keys):
             value = episode.infos[key]
             add(f"infos/{key}", value[:steps])

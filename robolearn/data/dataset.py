@@ -285,4 +285,3 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
 
 def _shapes(spec: dict[str, spaces.Box]) -> dict[str, tuple[int, ...]]:
     return {g: tuple(b.shape) for g, b in spec.items()}
-
