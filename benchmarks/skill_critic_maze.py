@@ -55,7 +55,8 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
     from robolearn.logger import read_metrics
     from robolearn.registry import make_env
 
-    overrides = [f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000"]
+    overrides = [f"runner.utd_ratio={args.sac_utd if algo == 'sac' else args.skill_utd}", "agent.buffer_size=200000",
+                 *args.overrides]
     if algo != "sac":
         overrides += [f"dataset={args.dataset or default_dataset(args.layout)}",
                       f"agent.pretrain_updates={args.pretrain_updates}"]
@@ -69,7 +70,7 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
     if algo != "sac":  # step 0: the pretrained controller (the prior's mean skill, the decoder's action)
         from robolearn import load_config
 
-        env_cfg = load_config(config, ["env.num_threads=1"]).env
+        env_cfg = load_config(config, [*args.overrides, "env.num_threads=1"]).env
         eval_env = make_env(env_cfg, num_envs=args.eval_episodes, seed=seed + 10_000)
         zero = evaluate(ExportedController(result.run_dir / "pretrained" / "controller.pt"), eval_env,
                         args.eval_episodes, seed=seed + 10_000)
@@ -139,6 +140,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
          "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
          f"each run on `{args.dataset or default_dataset(args.layout)}` (500 episodes x 1000 steps of "
          "undirected scripted navigation with action noise 0.2)."),
+        *([f"Config overrides for every algorithm: `{' '.join(args.overrides)}`.", ""] if args.overrides else []),
         "",
         f"Budget (shortened to fit one CPU core): {args.pretrain_updates} skill-model updates (batch 128; "
         f"SPiRL trains ~100k+), then {args.online_steps} online env steps for every algorithm (the papers: "
@@ -208,6 +210,8 @@ def main() -> None:
     parser.add_argument("--low-start", type=int, default=2_000)
     parser.add_argument("--eval-every", type=int, default=5_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="config overrides for every algorithm, e.g. env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
     parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
     args = parser.parse_args()
     args.out = args.out or {"medium": "skill_critic_maze.md", "kitchen": "skill_critic_kitchen.md"}.get(

@@ -44,11 +44,15 @@ on MuJoCo Warp too (a test checks it). 16 physics steps of 5 ms per control step
   Truncated after ``max_episode_steps`` (280, FrankaKitchen's).
 - Reset: effector at :data:`HOME` plus U(-``start_noise``, ``start_noise``) m per
   axis (0.05), at rest; every object closed.
+- Rearranged kitchens: ``offsets`` moves fixtures from the places the
+  demonstrations were recorded at (unobserved), the distribution shift under
+  which Skill-Critic's refined low level should beat SPiRL's fixed decoder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 import mujoco
@@ -139,12 +143,13 @@ OBJECT_POSITIONS = slice(6, 6 + NUM_FIXTURES)
 """Where the objects' joint positions sit in observation ``policy``."""
 
 
-def kitchen_mjcf() -> str:
-    """The scene: a counter and a back wall (visual only), the effector, the fixtures, one lamp per fixture."""
-    fixtures = "\n".join(
-        f'<body name="{f.name}" pos="{_xyz(f.anchor)}">'
-        f'<joint name="{f.name}" type="{f.joint}" axis="{_xyz(f.axis)}" range="0 {f.limit}"/>{f.geoms}</body>{f.decor}'
-        for f in FIXTURES)
+def kitchen_mjcf(offsets: Mapping[str, Sequence[float]] | None = None) -> str:
+    """The scene: a counter and a back wall (visual only), the effector, the fixtures, one lamp per fixture.
+
+    ``offsets`` moves fixtures (name -> (dx, dy, dz) m, world axes) with their surrounds; the lamps stay.
+    """
+    offsets = offsets or {}
+    fixtures = "\n".join(_fixture_mjcf(f, tuple(offsets.get(f.name, (0.0, 0.0, 0.0)))) for f in FIXTURES)
     lamps = "\n".join(
         f'<body name="lamp_{f.name}" mocap="true" pos="{f.anchor[0]} 0.34 {LAMP_OFF_Z}">'
         '<geom class="decor" type="sphere" size="0.02" rgba="1 0.85 0.1 1"/></body>' for f in FIXTURES)
@@ -180,7 +185,15 @@ def kitchen_mjcf() -> str:
 </mujoco>"""
 
 
-def _xyz(v: tuple[float, float, float]) -> str:
+def _fixture_mjcf(f: Fixture, offset: tuple[float, ...]) -> str:
+    """One fixture's jointed body at its anchor plus ``offset``, and its decor moved along in a static body."""
+    anchor = tuple(a + d for a, d in zip(f.anchor, offset))
+    body = (f'<body name="{f.name}" pos="{_xyz(anchor)}">'
+            f'<joint name="{f.name}" type="{f.joint}" axis="{_xyz(f.axis)}" range="0 {f.limit}"/>{f.geoms}</body>')
+    return body + (f'<body pos="{_xyz(offset)}">{f.decor}</body>' if f.decor and any(offset) else f.decor)
+
+
+def _xyz(v: tuple[float, ...]) -> str:
     return " ".join(f"{c:g}" for c in v)
 
 
@@ -190,6 +203,10 @@ class Kitchen(Task):
     """The sub-tasks this episode asks for (names in :data:`NAMES`); all four by default."""
     ordered: bool = False
     """Whether a sub-task counts only after every one before it in ``tasks``."""
+    offsets: dict[str, Sequence[float]] = field(default_factory=dict)
+    """Fixtures moved from their places (name -> (dx, dy, dz) m, world axes), with their surrounds: a kitchen
+    rearranged from the one the demonstrations were recorded in (a distribution shift the observation does
+    not show, as when data from one kitchen meets another)."""
     start_noise: float = 0.05
     frame_skip: int = 16
     max_episode_steps: int = 280
@@ -199,10 +216,14 @@ class Kitchen(Task):
         unknown = [t for t in self.tasks if t not in NAMES]
         if unknown or not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"kitchen tasks={list(self.tasks)}: choose distinct names from {list(NAMES)}")
+        self.offsets = {name: tuple(float(d) for d in offset) for name, offset in dict(self.offsets).items()}
+        bad = {name: offset for name, offset in self.offsets.items() if name not in NAMES or len(offset) != 3}
+        if bad:
+            raise ValueError(f"kitchen offsets={bad}: give fixture names from {list(NAMES)}, each a [dx, dy, dz] in m")
         self._index = [NAMES.index(t) for t in self.tasks]  # fixture of each listed sub-task, in list order
 
     def model(self) -> mujoco.MjModel:
-        return mujoco.MjModel.from_xml_string(kitchen_mjcf())
+        return mujoco.MjModel.from_xml_string(kitchen_mjcf(self.offsets))
 
     def reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
               ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,6 +118,43 @@ def test_partial_and_ordered_task_lists():
         Kitchen(tasks=["kettle", "kettle"])
 
 
+def test_offsets_move_a_fixture_and_its_surround():
+    """A rearranged kitchen: the moved fixture's part and decor shift by the offset, nothing else moves, and
+    the demonstrator's contact points (the data's kitchen) no longer touch the moved part."""
+    def world(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)
+        return data.geom_xpos.copy(), data.xpos.copy()
+
+    base, moved = Kitchen().model(), Kitchen(offsets={"light_switch": [0.04, 0.0, -0.01]}).model()
+    (geoms, bodies), (moved_geoms, moved_bodies) = world(base), world(moved)
+    assert len(moved_geoms) == len(geoms)  # the decor's static body re-parents geoms (and reorders them), adds none
+    key = lambda xyz: tuple(np.round(xyz, 6))  # noqa: E731
+    stayed = {key(g) for g in geoms} & {key(g) for g in moved_geoms}
+    gone = sorted(key(g) for g in geoms if key(g) not in stayed)
+    came = sorted(key(g) for g in moved_geoms if key(g) not in stayed)
+    assert len(gone) == len(came) == 2  # the lever and the switch plate, and nothing else
+    assert np.allclose(np.array(came) - np.array(gone), [0.04, 0.0, -0.01])
+    assert np.allclose(moved_bodies[moved.body("light_switch").id], bodies[base.body("light_switch").id] + [0.04, 0, -0.01])
+    light = NAMES.index("light_switch")
+    contact = handles(torch.zeros(1, len(NAMES)))[0][0, light]  # on top of the data's lever tip
+    flipped = {}
+    for dx in (0.0, 0.04):
+        with sims.make_env("kitchen", num_envs=1, seed=0, num_threads=1, offsets={"light_switch": [dx, 0, 0]}) as env:
+            env.reset(seed=0)
+            start = torch.cat([contact - torch.tensor(HOME), torch.zeros(len(NAMES))]).double().unsqueeze(0)
+            env.sim.set_state(torch.tensor([0]), start, torch.zeros(1, env.sim.model.nv, dtype=torch.float64))
+            for _ in range(20):  # push straight down
+                obs = env.step(torch.tensor([[0.0, 0.0, -1.0]])).obs
+            flipped[dx] = float(obs["policy"][0, 6 + light])
+    assert flipped[0.0] > FIXTURES[light].target - FIXTURES[light].tolerance  # where the data's switch is: flipped
+    assert flipped[0.04] < 0.1  # moved 4 cm to the side: the same push misses the lever
+    with pytest.raises(ValueError, match="toaster"):
+        Kitchen(offsets={"toaster": [0.0, 0.0, 0.1]})
+    with pytest.raises(ValueError, match="dx, dy, dz"):
+        Kitchen(offsets={"kettle": [0.1, 0.0]})
+
+
 def test_demonstrator_completes_the_sub_tasks_in_its_order():
     """Four envs, each with its own random order of all four sub-tasks, with the datasets' action noise:
     every sub-task gets done by pushing, in the planned order, well within the episode."""
