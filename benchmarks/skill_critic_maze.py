@@ -44,7 +44,6 @@ ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
 PAIRS = {"medium": 0, "large": 1, "kitchen": 0}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
 TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
-         "kitchen": "all four sub-tasks (microwave, kettle, burner, light_switch) in one episode, any order",
          "large": "start cell (5, 4), goal cell (7, 1): 19 cells of corridors"}
 
 
@@ -88,6 +87,21 @@ def run_job(job: tuple[str, int, argparse.Namespace]) -> dict:
         return run(*job, Path(tmp))
 
 
+def kitchen_setup(args: argparse.Namespace) -> tuple[list[str], dict]:
+    """The sub-tasks the kitchen asks for and the fixtures it moves, after ``--overrides``."""
+    from robolearn import load_config
+
+    kwargs = load_config("spirl_kitchen", args.overrides).env.kwargs
+    return list(kwargs.get("tasks", [])), dict(kwargs.get("offsets", {}))
+
+
+def kitchen_text(args: argparse.Namespace) -> str:
+    tasks, offsets = kitchen_setup(args)
+    moved = "; ".join(f"{name} moved by {list(offset)} m" for name, offset in offsets.items())
+    return (f"{'all ' if len(tasks) == 4 else ''}{len(tasks)} sub-tasks ({', '.join(tasks)}) in one episode, any order"
+            + (f"; a rearranged kitchen ({moved}) unlike the data's" if moved else ""))
+
+
 def default_dataset(layout: str) -> str:
     return "kitchen-mixed" if layout == "kitchen" else f"point_maze_{layout}-navigate"
 
@@ -98,7 +112,8 @@ def stats(runs: list[dict], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return steps, values.mean(0), values.std(0)
 
 
-def plot(results: dict[str, list[dict]], path: Path, title: str, kitchen: bool = False) -> None:
+def plot(results: dict[str, list[dict]], path: Path, title: str, kitchen: int = 0) -> None:
+    """Return against steps; ``kitchen``: the number of sub-tasks asked for (0: the maze)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,25 +128,27 @@ def plot(results: dict[str, list[dict]], path: Path, title: str, kitchen: bool =
     ax.set_ylabel("evaluation return (sub-tasks done)" if kitchen else "evaluation return (= success rate)")
     ax.set_title(f"{'kitchen' if kitchen else 'sparse point maze'}, {title}, {len(next(iter(results.values())))} seeds",
                  fontsize=9)
-    ax.set_ylim(-0.05, 4.2 if kitchen else 1.05)
+    ax.set_ylim(-0.05, kitchen + 0.2 if kitchen else 1.05)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float) -> str:
+def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float | None) -> str:
     seeds = len(next(iter(results.values())))
     lines = [
         f"# Skill-Critic vs SPiRL vs flat SAC on {'the kitchen' if args.layout == 'kitchen' else 'the sparse point maze'}",
         "",
         f"`python benchmarks/skill_critic_maze.py {' '.join(sys.argv[1:])}`",
         "",
-        f"Machine: {machine()}; one torch thread and one physics thread per run, {args.jobs} run(s) at a time. "
-        f"Whole benchmark: {wall / 60:.1f} min.",
+        f"Machine: {machine()}; one torch thread and one physics thread per run"
+        + (f", {args.jobs} run(s) at a time. Whole benchmark: {wall / 60:.1f} min." if wall is not None else
+           ". Tables rebuilt (on this machine) from the runs of "
+           + ", ".join(f"`{Path(f).name}`" for f in args.from_runs) + "."),
         "",
-        (f"Task: `kitchen` ({TASKS['kitchen']}), reward 1 per sub-task the first time it is done (return = "
-         "sub-tasks done, success = all four, which ends the episode), 280 steps, 10 envs. Skills (H = 10, z dim "
+        (f"Task: `kitchen` ({kitchen_text(args)}), reward 1 per sub-task the first time it is done (return = "
+         "sub-tasks done, success = all of them, which ends the episode), 280 steps, 10 envs. Skills (H = 10, z dim "
          f"10) pretrained in each run on `{args.dataset or default_dataset(args.layout)}` (400 scripted "
          "demonstrations of 3 of the 4 sub-tasks in random orders, action noise 0.2: none shows all four)."
          if args.layout == "kitchen" else
@@ -140,8 +157,8 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
          "(1 on arrival, the episode ends; else 0), 500 steps, 10 envs. Skills (H = 10, z dim 10) pretrained in "
          f"each run on `{args.dataset or default_dataset(args.layout)}` (500 episodes x 1000 steps of "
          "undirected scripted navigation with action noise 0.2)."),
-        *([f"Config overrides for every algorithm: `{' '.join(args.overrides)}`.", ""] if args.overrides else []),
         "",
+        *([f"Config overrides for every algorithm: `{' '.join(args.overrides)}`.", ""] if args.overrides else []),
         f"Budget (shortened to fit one CPU core): {args.pretrain_updates} skill-model updates (batch 128; "
         f"SPiRL trains ~100k+), then {args.online_steps} online env steps for every algorithm (the papers: "
         f"millions); updates per env step {args.skill_utd} for SPiRL and Skill-Critic (one high-level update, "
@@ -153,7 +170,9 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
     ]
     steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
     header = "| online steps | " + " | ".join(NAMES[a] for a in results) + " |"
-    keys = ((("return", "Evaluation return (sub-tasks done of 4)"), ("success", "Evaluation success rate (all four)"))
+    asked = len(kitchen_setup(args)[0]) if args.layout == "kitchen" else 0
+    keys = ((("return", f"Evaluation return (sub-tasks done of {asked})"),
+             ("success", f"Evaluation success rate (all {asked})"))
             if args.layout == "kitchen" else
             (("success", "Evaluation success rate (= return)"),
              ("length", "Evaluation episode length (steps to the goal; 500 = never arrived)")))
@@ -190,8 +209,20 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
                   f"dims), KL(q || N(0, I)) {np.mean([s['pretrain/kl'] for s in skills]):.2f}, prior NLL "
                   f"{np.mean([s['pretrain/prior_nll'] for s in skills]):.2f}."]
     stem = Path(args.out).stem
-    lines += ["", f"![return vs steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
+    sources = [Path(f).name for f in args.from_runs] or [f"{stem}_runs.jsonl"]
+    lines += ["", f"![return vs steps]({stem}.png)", "", f"Per-run curves: {', '.join(f'`{f}`' for f in sources)}."]
     return "\n".join(lines)
+
+
+def load_runs(paths: list[str], algos: list[str]) -> dict[str, list[dict]]:
+    """The runs of ``algos`` in these runs files (one JSON run per line), by seed."""
+    results: dict[str, list[dict]] = {algo: [] for algo in algos}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            run = json.loads(line)
+            if run["algo"] in results:
+                results[run["algo"]].append(run)
+    return {algo: sorted(runs, key=lambda run: run["seed"]) for algo, runs in results.items()}
 
 
 def main() -> None:
@@ -211,7 +242,11 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--overrides", nargs="*", default=[],
-                        help="config overrides for every algorithm, e.g. env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
+                        help="config overrides for every algorithm, e.g. "
+                             "env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
+    parser.add_argument("--from-runs", nargs="+", default=[], metavar="RUNS_JSONL",
+                        help="train nothing: rebuild the tables and the plot from these runs files (e.g. two "
+                             "invocations with different --seeds); the other options must match theirs")
     parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
     args = parser.parse_args()
     args.out = args.out or {"medium": "skill_critic_maze.md", "kitchen": "skill_critic_kitchen.md"}.get(
@@ -219,6 +254,13 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
+    asked = len(kitchen_setup(args)[0]) if args.layout == "kitchen" else 0  # sub-tasks asked for (0: a maze)
+    title = f"{asked} sub-tasks" if asked else f"{args.layout} (pair {PAIRS[args.layout]})"
+    if args.from_runs:
+        results = load_runs(args.from_runs, args.algos)
+        plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=asked)
+        write_result(args.out, report(results, args, None))
+        return
     runs_path = RESULTS / Path(args.out).with_name(Path(args.out).stem + "_runs.jsonl").name
     runs_path.parent.mkdir(parents=True, exist_ok=True)
     runs_path.write_text("")
@@ -232,8 +274,7 @@ def main() -> None:
             print(f"{out['algo']:13s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.2f} "
                   f"at {last['env_steps']} steps, pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s",
                   flush=True)
-    title = "all four sub-tasks" if args.layout == "kitchen" else f"{args.layout} (pair {PAIRS[args.layout]})"
-    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=args.layout == "kitchen")
+    plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=asked)
     write_result(args.out, report(results, args, time.perf_counter() - start))
 
 

@@ -135,7 +135,8 @@ def test_offsets_move_a_fixture_and_its_surround():
     came = sorted(key(g) for g in moved_geoms if key(g) not in stayed)
     assert len(gone) == len(came) == 2  # the lever and the switch plate, and nothing else
     assert np.allclose(np.array(came) - np.array(gone), [0.04, 0.0, -0.01])
-    assert np.allclose(moved_bodies[moved.body("light_switch").id], bodies[base.body("light_switch").id] + [0.04, 0, -0.01])
+    light_body = base.body("light_switch").id
+    assert np.allclose(moved_bodies[moved.body("light_switch").id], bodies[light_body] + [0.04, 0.0, -0.01])
     light = NAMES.index("light_switch")
     contact = handles(torch.zeros(1, len(NAMES)))[0][0, light]  # on top of the data's lever tip
     flipped = {}
