@@ -81,10 +81,13 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
 
 
 def run_job(job: tuple[str, int, argparse.Namespace]) -> dict:
-    """One run in a pool worker (its own temporary run directory, one torch thread)."""
+    """One run in a pool worker (one torch thread), in a temporary run directory or under ``--keep-runs``."""
     torch.set_num_threads(1)
+    algo, seed, args = job
+    if args.keep_runs:
+        return run(algo, seed, args, args.keep_runs / f"{algo}_seed{seed}")
     with tempfile.TemporaryDirectory() as tmp:
-        return run(*job, Path(tmp))
+        return run(algo, seed, args, Path(tmp))
 
 
 def kitchen_setup(args: argparse.Namespace) -> tuple[list[str], dict]:
@@ -193,15 +196,21 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         lines.append("")
     lines += ["Step 0 of SPiRL and Skill-Critic is the pretrained controller (the prior's mean skill "
               "played by the decoder), before any online step.", "",
-              "| algorithm | final success | best success (any eval) | training success, last 100 episodes | "
-              "pretraining s | whole run s |", "|---|---|---|---|---|---|"]
+              "| algorithm | final success | best success (any eval) | mean success over the online evals | "
+              "online steps to a 0.9 eval (median; never: -) | training success, last 100 episodes | "
+              "pretraining s | whole run s |", "|---|---|---|---|---|---|---|---|"]
     for algo, runs in results.items():
         final = [r["curve"][-1]["success"] for r in runs]
         best = [max(p["success"] for p in r["curve"]) for r in runs]
+        area = [np.mean([p["success"] for p in r["curve"] if p["env_steps"] > 0]) for r in runs]  # area under the curve
+        solved = [min((p["env_steps"] for p in r["curve"] if p["success"] >= 0.9 and p["env_steps"] > 0),
+                      default=np.inf) for r in runs]
+        steps = f"{np.median(solved):.0f} ({', '.join('-' if s == np.inf else f'{s:.0f}' for s in solved)})"
         train = [r["curve"][-1]["train_success"] or 0.0 for r in runs]
         pretrain = f"{np.mean([r['pretrain_s'] for r in runs]):.0f}" if algo != "sac" else "-"
         lines.append(f"| {NAMES[algo]} | {np.mean(final):.2f} ± {np.std(final):.2f} | {np.mean(best):.2f} ± "
-                     f"{np.std(best):.2f} | {np.mean(train):.2f} | {pretrain} | {np.mean([r['total_s'] for r in runs]):.0f} |")
+                     f"{np.std(best):.2f} | {np.mean(area):.2f} ± {np.std(area):.2f} | {steps} | {np.mean(train):.2f} | "
+                     f"{pretrain} | {np.mean([r['total_s'] for r in runs]):.0f} |")
     skills = [r["pretrain"] for a in results for r in results[a] if r["pretrain"]]
     if skills:
         lines += ["", "Skill model at the end of pretraining (mean over runs): reconstruction "
@@ -244,6 +253,8 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every algorithm, e.g. "
                              "env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
+    parser.add_argument("--keep-runs", type=Path, help="keep each run directory here (<algo>_seed<n>/...), "
+                        "e.g. to evaluate the checkpoints afterwards; default: temporary, deleted")
     parser.add_argument("--from-runs", nargs="+", default=[], metavar="RUNS_JSONL",
                         help="train nothing: rebuild the tables and the plot from these runs files (e.g. two "
                              "invocations with different --seeds); the other options must match theirs")
