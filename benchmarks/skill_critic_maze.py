@@ -139,7 +139,9 @@ def plot(results: dict[str, list[dict]], path: Path, title: str, kitchen: int = 
 
 
 def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float | None) -> str:
-    seeds = len(next(iter(results.values())))
+    counts = {NAMES[algo]: len(runs) for algo, runs in results.items()}
+    seeds = (f"{next(iter(counts.values()))} seeds" if len(set(counts.values())) == 1 else
+             "seeds (" + ", ".join(f"{name}: {n}" for name, n in counts.items()) + ")")
     lines = [
         f"# Skill-Critic vs SPiRL vs flat SAC on {'the kitchen' if args.layout == 'kitchen' else 'the sparse point maze'}",
         "",
@@ -168,7 +170,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         f"plus one low-level one for Skill-Critic, per update), {args.sac_utd} for SAC. Skill-Critic's stages: "
         f"critics only until update {args.critic_warmup}, the high level until {args.low_start}, then both. "
         f"Evaluation: {args.eval_episodes} deterministic episodes every {args.eval_every} env steps; mean ± std "
-        f"over {seeds} seeds.",
+        f"over {seeds}.",
         "",
     ]
     steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
@@ -205,11 +207,14 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         area = [np.mean([p["success"] for p in r["curve"] if p["env_steps"] > 0]) for r in runs]  # area under the curve
         solved = [min((p["env_steps"] for p in r["curve"] if p["success"] >= 0.9 and p["env_steps"] > 0),
                       default=np.inf) for r in runs]
-        steps = f"{np.median(solved):.0f} ({', '.join('-' if s == np.inf else f'{s:.0f}' for s in solved)})"
+        median = np.median(solved)
+        steps = (f"{'-' if median == np.inf else f'{median:.0f}'} "
+                 f"({', '.join('-' if s == np.inf else f'{s:.0f}' for s in solved)})")
         train = [r["curve"][-1]["train_success"] or 0.0 for r in runs]
         pretrain = f"{np.mean([r['pretrain_s'] for r in runs]):.0f}" if algo != "sac" else "-"
         lines.append(f"| {NAMES[algo]} | {np.mean(final):.2f} ± {np.std(final):.2f} | {np.mean(best):.2f} ± "
-                     f"{np.std(best):.2f} | {np.mean(area):.2f} ± {np.std(area):.2f} | {steps} | {np.mean(train):.2f} | "
+                     f"{np.std(best):.2f} | {np.mean(area):.2f} ± {np.std(area):.2f} | {steps} | "
+                     f"{np.mean(train):.2f} | "
                      f"{pretrain} | {np.mean([r['total_s'] for r in runs]):.0f} |")
     skills = [r["pretrain"] for a in results for r in results[a] if r["pretrain"]]
     if skills:
@@ -224,14 +229,16 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
 
 
 def load_runs(paths: list[str], algos: list[str]) -> dict[str, list[dict]]:
-    """The runs of ``algos`` in these runs files (one JSON run per line), by seed."""
+    """The runs of ``algos`` in these runs files (one JSON run per line), by seed; algorithms without runs left out."""
     results: dict[str, list[dict]] = {algo: [] for algo in algos}
     for path in paths:
         for line in Path(path).read_text().splitlines():
             run = json.loads(line)
             if run["algo"] in results:
                 results[run["algo"]].append(run)
-    return {algo: sorted(runs, key=lambda run: run["seed"]) for algo, runs in results.items()}
+    if not any(results.values()):
+        raise SystemExit(f"no runs of {algos} in {paths}")
+    return {algo: sorted(runs, key=lambda run: run["seed"]) for algo, runs in results.items() if runs}
 
 
 def main() -> None:
@@ -266,7 +273,10 @@ def main() -> None:
     start = time.perf_counter()
     results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
     asked = len(kitchen_setup(args)[0]) if args.layout == "kitchen" else 0  # sub-tasks asked for (0: a maze)
-    title = f"{asked} sub-tasks" if asked else f"{args.layout} (pair {PAIRS[args.layout]})"
+    title = f"{args.layout} (pair {PAIRS[args.layout]})"
+    if asked:
+        offsets = kitchen_setup(args)[1]
+        title = f"{asked} sub-tasks" + "".join(f", {name} moved {list(d)} m" for name, d in offsets.items())
     if args.from_runs:
         results = load_runs(args.from_runs, args.algos)
         plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=asked)
