@@ -46,11 +46,13 @@ on MuJoCo Warp too (a test checks it). 16 physics steps of 5 ms per control step
   axis (0.05), at rest; every object closed.
 - Rearranged kitchens: ``offsets`` moves fixtures from the places the
   demonstrations were recorded at (unobserved), the distribution shift under
-  which Skill-Critic's refined low level should beat SPiRL's fixed decoder.
+  which Skill-Critic's refined low level beats SPiRL's fixed decoder
+  (BENCHMARKS.md, "A rearranged kitchen").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -197,6 +199,18 @@ def _xyz(v: tuple[float, ...]) -> str:
     return " ".join(f"{c:g}" for c in v)
 
 
+def _offset(name: str, offset: object) -> tuple[float, float, float]:
+    """A validated ``offsets`` entry: a fixture name and three finite metres."""
+    try:
+        values = tuple(float(d) for d in offset)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        values = ()
+    if name not in NAMES or len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"kitchen offsets: {name}: {offset!r}: give fixture names from {list(NAMES)}, "
+                         "each a [dx, dy, dz] of finite metres")
+    return values  # type: ignore[return-value]
+
+
 @dataclass(kw_only=True)
 class Kitchen(Task):
     tasks: tuple[str, ...] = NAMES
@@ -216,10 +230,7 @@ class Kitchen(Task):
         unknown = [t for t in self.tasks if t not in NAMES]
         if unknown or not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"kitchen tasks={list(self.tasks)}: choose distinct names from {list(NAMES)}")
-        self.offsets = {name: tuple(float(d) for d in offset) for name, offset in dict(self.offsets).items()}
-        bad = {name: offset for name, offset in self.offsets.items() if name not in NAMES or len(offset) != 3}
-        if bad:
-            raise ValueError(f"kitchen offsets={bad}: give fixture names from {list(NAMES)}, each a [dx, dy, dz] in m")
+        self.offsets = {name: _offset(name, offset) for name, offset in dict(self.offsets).items()}
         self._index = [NAMES.index(t) for t in self.tasks]  # fixture of each listed sub-task, in list order
 
     def model(self) -> mujoco.MjModel:

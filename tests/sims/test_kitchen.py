@@ -152,8 +152,9 @@ def test_offsets_move_a_fixture_and_its_surround():
     assert flipped[0.04] < 0.1  # moved 4 cm to the side: the same push misses the lever
     with pytest.raises(ValueError, match="toaster"):
         Kitchen(offsets={"toaster": [0.0, 0.0, 0.1]})
-    with pytest.raises(ValueError, match="dx, dy, dz"):
-        Kitchen(offsets={"kettle": [0.1, 0.0]})
+    for bad in ([0.1, 0.0], 0.1, ["up", 0, 0], [float("nan"), 0, 0]):
+        with pytest.raises(ValueError, match="dx, dy, dz"):
+            Kitchen(offsets={"kettle": bad})
 
 
 def test_demonstrator_completes_the_sub_tasks_in_its_order():
