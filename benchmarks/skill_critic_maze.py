@@ -42,7 +42,7 @@ from common import RESULTS, machine, train_online_with_evals, write_result  # no
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
-PAIRS = {"medium": 0, "large": 1, "kitchen": 0}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
+PAIRS = {"medium": 0, "large": 1}  # the farthest evaluation pair of each maze (configs/<algo>_point_maze_<layout>.yaml)
 TASKS = {"medium": "start cell (1, 1), goal cell (6, 6): 10 cells of corridors",
          "large": "start cell (5, 4), goal cell (7, 1): 19 cells of corridors"}
 
@@ -99,7 +99,7 @@ def kitchen_setup(args: argparse.Namespace) -> tuple[list[str], dict]:
 
 
 def kitchen_text(args: argparse.Namespace) -> str:
-    tasks, offsets = kitchen_setup(args)
+    tasks, offsets = args.kitchen_tasks, args.kitchen_offsets
     moved = "; ".join(f"{name} moved by {list(offset)} m" for name, offset in offsets.items())
     return (f"{'all ' if len(tasks) == 4 else ''}{len(tasks)} sub-tasks ({', '.join(tasks)}) in one episode, any order"
             + (f"; a rearranged kitchen ({moved}) unlike the data's" if moved else ""))
@@ -175,7 +175,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
     ]
     steps = [p["env_steps"] for p in next(iter(results.values()))[-1]["curve"]]
     header = "| online steps | " + " | ".join(NAMES[a] for a in results) + " |"
-    asked = len(kitchen_setup(args)[0]) if args.layout == "kitchen" else 0
+    asked = len(args.kitchen_tasks)
     keys = ((("return", f"Evaluation return (sub-tasks done of {asked})"),
              ("success", f"Evaluation success rate (all {asked})"))
             if args.layout == "kitchen" else
@@ -272,11 +272,10 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     results: dict[str, list[dict]] = {algo: [] for algo in args.algos}
-    asked = len(kitchen_setup(args)[0]) if args.layout == "kitchen" else 0  # sub-tasks asked for (0: a maze)
-    title = f"{args.layout} (pair {PAIRS[args.layout]})"
-    if asked:
-        offsets = kitchen_setup(args)[1]
-        title = f"{asked} sub-tasks" + "".join(f", {name} moved {list(d)} m" for name, d in offsets.items())
+    args.kitchen_tasks, args.kitchen_offsets = kitchen_setup(args) if args.layout == "kitchen" else ([], {})
+    asked = len(args.kitchen_tasks)  # sub-tasks asked for (0: a maze)
+    title = (f"{asked} sub-tasks" + "".join(f", {name} moved {list(d)} m" for name, d in args.kitchen_offsets.items())
+             if asked else f"{args.layout} (pair {PAIRS[args.layout]})")
     if args.from_runs:
         results = load_runs(args.from_runs, args.algos)
         plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=asked)

@@ -11,7 +11,7 @@ import torch
 
 import sims
 from robolearn.data import Dataset, DatasetWriter, record, replay
-from sims.tasks.kitchen import FIXTURES, HOME, NAMES, Kitchen
+from sims.tasks.kitchen import FIXTURES, HOME, NAMES, OBJECT_POSITIONS, Kitchen
 from sims.tasks.kitchen_demonstrator import KitchenDemonstrator, handles
 
 TARGETS = torch.tensor([f.target for f in FIXTURES], dtype=torch.float64)
@@ -147,7 +147,7 @@ def test_offsets_move_a_fixture_and_its_surround():
             env.sim.set_state(torch.tensor([0]), start, torch.zeros(1, env.sim.model.nv, dtype=torch.float64))
             for _ in range(20):  # push straight down
                 obs = env.step(torch.tensor([[0.0, 0.0, -1.0]])).obs
-            flipped[dx] = float(obs["policy"][0, 6 + light])
+            flipped[dx] = float(obs["policy"][0, OBJECT_POSITIONS][light])
     assert flipped[0.0] > FIXTURES[light].target - FIXTURES[light].tolerance  # where the data's switch is: flipped
     assert flipped[0.04] < 0.1  # moved 4 cm to the side: the same push misses the lever
     with pytest.raises(ValueError, match="toaster"):
