@@ -26,6 +26,28 @@ def test_model_compiles_with_walls_goal_marker_and_camera(layout):
     assert (model.nq, model.nv, model.nu, model.nmocap) == (15, 14, 8, 1)
     assert model.ngeom == 14 + walls + 1  # ant.xml's floor and 13 body geoms, the walls, the goal marker
     assert model.camera("top").id >= 0 and task.grid.cell_size == 4.0
+    assert model.opt.timestep == 0.02 and (model.actuator_gear[:, 0] == 30.0).all()  # D4RL's and OGBench's ant
+
+
+def test_random_controls_leave_the_maze_ant_upright():
+    """The maze ant's physics (30 N m, 20 ms) keep a randomly driven ant on its feet, where Ant-v5's
+    (150 N m, 10 ms) turn it over; with no termination a flipped ant would waste the rest of its episode."""
+    def upright_after_random_controls(**kwargs) -> torch.Tensor:
+        with sims.make_env("ant_maze_medium", num_envs=8, seed=0, num_threads=1, **kwargs) as env:
+            env.reset(seed=0)
+            generator = torch.Generator().manual_seed(0)
+            for _ in range(round(20.0 / env.control_dt)):  # 20 s of uniformly random controls
+                env.step(torch.rand(8, 8, generator=generator) * 2 - 1)
+            w, x, y, z = env.get_state()["qpos"][:, 3:7].T
+            return 1 - 2 * (x * x + y * y) > 0  # the torso's z axis still points up
+
+    assert upright_after_random_controls().all()
+    assert not upright_after_random_controls(physics_timestep=0.01, motor_gear=150.0).any()
+
+
+def test_bad_physics_is_refused():
+    with pytest.raises(ValueError, match="motor_gear=0"):
+        AntMaze(motor_gear=0)
 
 
 def test_fixed_goal_reset_observations_and_success_reward():
@@ -35,7 +57,7 @@ def test_fixed_goal_reset_observations_and_success_reward():
                        reward="success") as env:
         obs = env.reset(seed=0)
         assert obs["policy"].shape == (3, 29) and obs["goal"].shape == (3, 2) and env.max_episode_steps == 1000
-        assert env.control_dt == pytest.approx(0.05)
+        assert env.control_dt == pytest.approx(0.1)  # 5 x 20 ms, OGBench's
         assert torch.allclose(obs["goal"], torch.tensor([grid.center(goal)] * 3, dtype=torch.float32))
         qpos = env.get_state()["qpos"]
         assert torch.equal(obs["policy"][:, :2], qpos[:, :2].float())  # the first two features: torso (x, y)
