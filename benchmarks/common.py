@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = RESULTS.parents[1]
@@ -71,11 +72,13 @@ def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[obje
 
 
 def train_online_with_evals(config: str, overrides: list[str], run_dir: str, seed: int, total_steps: int,
-                            eval_every: int, eval_episodes: int) -> tuple[object, list[dict], float]:
+                            eval_every: int, eval_episodes: int,
+                            on_eval: Callable[[dict], None] | None = None) -> tuple[object, list[dict], float]:
     """Train an online config quietly through the normal Runner, evaluating its deterministic
     controller every ``eval_every`` env steps on ``eval_episodes`` separate envs (seed + 10000).
     Returns the run's result, the curve (env_steps, success, return, length, the training
-    success rate so far, seconds) and the whole run's seconds."""
+    success rate so far, seconds) and the whole run's seconds. ``on_eval`` sees each curve point as it
+    is made (long benchmarks print them, so that a run's progress shows before it ends)."""
     import time
 
     from robolearn import load_config
@@ -98,6 +101,8 @@ def train_online_with_evals(config: str, overrides: list[str], run_dir: str, see
             curve.append({"env_steps": steps, "success": result.get("success_rate", 0.0), "return": result["return_mean"],
                           "length": result["length_mean"], "train_success": metrics.get("success_rate"),
                           "time": time.perf_counter() - start})
+            if on_eval is not None:
+                on_eval(curve[-1])
         return False
 
     try:

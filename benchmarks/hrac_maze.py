@@ -41,7 +41,10 @@ def run(job: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         _, curve, total = train_online_with_evals(
             f"hrac_{job['task']}", [f"agent.adjacency={VARIANTS[job['variant']]}", f"runner.utd_ratio={job['utd']}"],
-            tmp, job["seed"], job["steps"], job["eval_every"], job["eval_episodes"])
+            tmp, job["seed"], job["steps"], job["eval_every"], job["eval_episodes"],
+            on_eval=lambda point: print(f"  {job['variant']} seed {job['seed']}: {point['env_steps']} steps, success "
+                                        f"{point['success']:.2f}, return {point['return']:.0f}, {point['time']:.0f} s",
+                                        flush=True))
     return {**job, "curve": curve, "total_s": total}
 
 
