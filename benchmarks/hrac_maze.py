@@ -10,10 +10,12 @@ budget, and updates per env step; runs go ``--jobs`` at a time, one torch thread
 
 Evaluation: every ``--eval-every`` env steps the deterministic controller runs
 ``--eval-episodes`` episodes (separate envs, noisy starts); reported: success rate and
-return against env steps, mean ± std over seeds, and wall-clock per run. HRAC's paper
-trains 5M steps on AntMaze; the budget here is what fits a 2-core CPU and is stated.
+return against env steps, the mean distance to the goal over the episodes (minus the return
+over the length), mean ± std over seeds, and wall-clock per run. HRAC's paper trains 5M steps
+on AntMaze; the budget here is what fits a 2-core CPU and is stated.
 
     python benchmarks/hrac_maze.py [--task point_maze_medium] [--seeds 0 1 2] [--steps 60000] [--jobs 2]
+    python benchmarks/hrac_maze.py --from-runs results/hrac_ant_maze_medium_runs.jsonl  # the report again
 """
 
 from __future__ import annotations
@@ -83,23 +85,12 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--task", default="point_maze_medium", choices=["point_maze_medium", "ant_maze_medium"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=60_000)
-    parser.add_argument("--utd", type=float, default=0.5, help="updates per env step (both variants)")
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=1)
-    args = parser.parse_args()
+def train_all(args: argparse.Namespace, runs_path: Path) -> list[dict]:
+    """Every (variant, seed) run, ``args.jobs`` at a time; each run is appended to ``runs_path`` as it ends."""
     jobs = [{"task": args.task, "variant": v, "seed": s, "steps": args.steps, "utd": args.utd,
              "eval_every": args.eval_every, "eval_episodes": args.eval_episodes} for s in args.seeds for v in VARIANTS]
-    stem = f"hrac_{args.task}"
-    runs_path = RESULTS / f"{stem}_runs.jsonl"
     runs_path.parent.mkdir(parents=True, exist_ok=True)
     runs_path.write_text("")
-    start = time.perf_counter()
     runs = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for out in pool.imap_unordered(run, jobs):
@@ -109,14 +100,46 @@ def main() -> None:
             last = out["curve"][-1]
             print(f"{out['variant']:24s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.0f} "
                   f"at {last['env_steps']} steps, {out['total_s']:.0f} s", flush=True)
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--task", default="point_maze_medium", choices=["point_maze_medium", "ant_maze_medium"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=60_000)
+    parser.add_argument("--utd", type=float, default=0.5, help="updates per env step (both variants)")
+    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--tag", default="", help="appended to the result files' names (hrac_<task><tag>.md)")
+    parser.add_argument("--from-runs", type=Path, help="rebuild the report from a runs jsonl file instead of training "
+                        "(its runs set the task, seeds and budget)")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    if args.from_runs:
+        runs = [json.loads(line) for line in args.from_runs.read_text().splitlines() if line.strip()]
+        if not runs:
+            raise SystemExit(f"{args.from_runs} holds no runs")
+        first = runs[0]
+        args.task, args.steps, args.utd = first["task"], first["steps"], first["utd"]
+        args.eval_every, args.eval_episodes = first["eval_every"], first["eval_episodes"]
+        args.seeds = sorted({r["seed"] for r in runs})
+        timing = f"Rebuilt from `{args.from_runs.name}`; {max(r['total_s'] for r in runs) / 60:.1f} min for the longest run."
+    else:
+        runs = train_all(args, RESULTS / f"hrac_{args.task}{args.tag}_runs.jsonl")
+        timing = (f"{args.jobs} run(s) at a time, one torch thread and one physics thread each. "
+                  f"Whole benchmark: {(time.perf_counter() - start) / 60:.1f} min.")
+    stem = f"hrac_{args.task}{args.tag}"
     runs.sort(key=lambda r: (r["variant"], r["seed"]))
-    wall = time.perf_counter() - start
+    for r in runs:
+        for point in r["curve"]:  # both configs reward minus the distance to the goal at every step
+            point["mean_distance"] = -point["return"] / point["length"]
     title = f"{args.task}, cell (1, 1) -> (6, 6), {len(args.seeds)} seeds"
     plot(runs, RESULTS / f"{stem}.png", title)
     lines = [f"# HRAC vs the same agent without the adjacency constraint: {args.task}", "",
              f"`python benchmarks/hrac_maze.py {' '.join(sys.argv[1:])}`", "",
-             f"Machine: {machine()}; {args.jobs} run(s) at a time, one torch thread and one physics thread each. "
-             f"Whole benchmark: {wall / 60:.1f} min.", "",
+             f"Machine: {machine()}; {timing}", "",
              f"Task: `{args.task}` (configs/hrac_{args.task}.yaml): cell (1, 1) to cell (6, 6), reward minus the "
              f"distance to the goal, success ends the episode; 10 envs. Budget: {args.steps} env steps per run "
              f"(HRAC's paper: 5M on AntMaze), {args.utd} updates per env step (a high-level update every "
@@ -124,13 +147,15 @@ def main() -> None:
              f"{args.eval_every} env steps; mean ± std over seeds {args.seeds}.", "",
              "Evaluation success rate:", "", *table(runs, "success", "{:.2f}"), "",
              "Evaluation return:", "", *table(runs, "return", "{:.0f}"), "",
+             "Mean distance to the goal over the evaluation episodes (m; minus the return over the length):", "",
+             *table(runs, "mean_distance", "{:.1f}"), "",
              "| variant | final success per seed | final return per seed | wall-clock per run (s) |", "|---|---|---|---|"]
     for variant in VARIANTS:
         mine = [r for r in runs if r["variant"] == variant]
         success = ", ".join(f"{r['curve'][-1]['success']:.1f}" for r in mine)
         returns = ", ".join(f"{r['curve'][-1]['return']:.0f}" for r in mine)
         lines.append(f"| {variant} | {success} | {returns} | {np.mean([r['total_s'] for r in mine]):.0f} |")
-    lines += ["", f"![success and return vs env steps]({stem}.png)", "", f"Per-run curves: `{stem}_runs.jsonl`."]
+    lines += ["", f"![success and return vs env steps]({stem}.png)", "", f"Per-run curves: `{args.from_runs.name if args.from_runs else stem + '_runs.jsonl'}`."]
     write_result(f"{stem}.md", "\n".join(lines))
 
 
