@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -51,6 +52,18 @@ def write_result(name: str, markdown: str) -> Path:
     print(markdown)
     print(f"\nwritten to {path}")
     return path
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    """Append one record as a JSON line: a benchmark's runs file keeps every run finished so far."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file, in order (blank lines skipped)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[object, float]:

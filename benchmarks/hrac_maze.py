@@ -21,7 +21,6 @@ on AntMaze; the budget here is what fits a 2-core CPU and is stated.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, train_online_with_evals, write_result  # noqa: E402
+from common import RESULTS, append_jsonl, machine, read_jsonl, train_online_with_evals, write_result  # noqa: E402
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
@@ -95,8 +94,7 @@ def train_all(args: argparse.Namespace, runs_path: Path) -> list[dict]:
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for out in pool.imap_unordered(run, jobs):
             runs.append(out)
-            with runs_path.open("a") as f:
-                f.write(json.dumps(out) + "\n")
+            append_jsonl(runs_path, out)
             last = out["curve"][-1]
             print(f"{out['variant']:24s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.0f} "
                   f"at {last['env_steps']} steps, {out['total_s']:.0f} s", flush=True)
@@ -118,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     if args.from_runs:
-        runs = [json.loads(line) for line in args.from_runs.read_text().splitlines() if line.strip()]
+        runs = read_jsonl(args.from_runs)
         if not runs:
             raise SystemExit(f"{args.from_runs} holds no runs")
         first = runs[0]
@@ -130,7 +128,7 @@ def main() -> None:
         runs = train_all(args, RESULTS / f"hrac_{args.task}{args.tag}_runs.jsonl")
         timing = (f"{args.jobs} run(s) at a time, one torch thread and one physics thread each. "
                   f"Whole benchmark: {(time.perf_counter() - start) / 60:.1f} min.")
-    stem = f"hrac_{args.task}{args.tag}"
+    stem = f"hrac_{args.task}{args.tag}"  # after --from-runs has set the task
     runs.sort(key=lambda r: (r["variant"], r["seed"]))
     for r in runs:
         for point in r["curve"]:  # both configs reward minus the distance to the goal at every step

@@ -55,7 +55,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import code_commit, machine, train_offline, write_result  # noqa: E402
+from common import append_jsonl, code_commit, machine, read_jsonl, train_offline, write_result  # noqa: E402
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
@@ -162,7 +162,7 @@ def read_runs() -> list[dict]:
     """Every run recorded in :data:`RUNS`, in order."""
     if not RUNS.is_file():
         return []
-    return [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    return read_jsonl(RUNS)
 
 
 def fingerprint(dataset: str) -> str | None:
@@ -199,12 +199,6 @@ def latest_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         newest[(r["lib"], r["algo"], r["dataset"], r["seed"], r["updates"])] = r
     kept = [r for r in runs if any(r is n for n in newest.values())]
     return kept, [r for r in runs if not any(r is n for n in newest.values())]
-
-
-def append_run(run: dict) -> None:
-    RUNS.parent.mkdir(parents=True, exist_ok=True)
-    with RUNS.open("a") as f:
-        f.write(json.dumps(run) + "\n")
 
 
 def table(runs: list[dict]) -> str:
@@ -330,7 +324,7 @@ def main() -> None:
                          "started": started.isoformat(timespec="seconds"), "load_before": list(load_before),
                          "load_after": list(os.getloadavg()), "machine": machine()}
                     print(json.dumps(r), flush=True)
-                    append_run(r)
+                    append_jsonl(RUNS, r)
                     write_result(out, table(read_runs()))
 
 

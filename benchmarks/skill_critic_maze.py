@@ -26,7 +26,6 @@ results file.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import tempfile
@@ -38,7 +37,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, train_online_with_evals, write_result  # noqa: E402
+from common import RESULTS, append_jsonl, machine, read_jsonl, train_online_with_evals, write_result  # noqa: E402
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
@@ -232,8 +231,7 @@ def load_runs(paths: list[str], algos: list[str]) -> dict[str, list[dict]]:
     """The runs of ``algos`` in these runs files (one JSON run per line), by seed; algorithms without runs left out."""
     results: dict[str, list[dict]] = {algo: [] for algo in algos}
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            run = json.loads(line)
+        for run in read_jsonl(Path(path)):
             if run["algo"] in results:
                 results[run["algo"]].append(run)
     if not any(results.values()):
@@ -288,8 +286,7 @@ def main() -> None:
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for out in pool.imap(run_job, jobs):
             results[out["algo"]].append(out)
-            with runs_path.open("a") as f:
-                f.write(json.dumps(out) + "\n")
+            append_jsonl(runs_path, out)
             last = out["curve"][-1]
             print(f"{out['algo']:13s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.2f} "
                   f"at {last['env_steps']} steps, pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s",
