@@ -61,7 +61,7 @@ def append_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path | str) -> list[dict]:
     """The records of a JSON-lines file, in order (blank lines skipped)."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

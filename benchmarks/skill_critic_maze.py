@@ -231,7 +231,7 @@ def load_runs(paths: list[str], algos: list[str]) -> dict[str, list[dict]]:
     """The runs of ``algos`` in these runs files (one JSON run per line), by seed; algorithms without runs left out."""
     results: dict[str, list[dict]] = {algo: [] for algo in algos}
     for path in paths:
-        for run in read_jsonl(Path(path)):
+        for run in read_jsonl(path):
             if run["algo"] in results:
                 results[run["algo"]].append(run)
     if not any(results.values()):
