@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = RESULTS.parents[1]
 
@@ -124,3 +126,21 @@ def train_online_with_evals(config: str, overrides: list[str], run_dir: str, see
         runner.close()
         eval_env.close()
     return result, curve, time.perf_counter() - start
+
+
+def paired_comparison(ours: list[float], theirs: list[float], higher_is_better: bool = True) -> dict:
+    """One-sided tests that ``ours`` beats ``theirs`` over paired seeds: how many seeds it leads on,
+    the mean difference and its standard error, the paired t-test's p and the exact sign test's p
+    (ties left out, as the sign test does). Few seeds make both tests weak; the report says so."""
+    from scipy import stats  # only the reports that test differences need scipy (the bench extra)
+
+    ours_arr, theirs_arr = np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float)
+    if ours_arr.shape != theirs_arr.shape or ours_arr.size < 2:
+        raise ValueError(f"paired comparison needs two equal lists of at least 2 seeds, got {len(ours)} and {len(theirs)}")
+    gain = (ours_arr - theirs_arr) * (1 if higher_is_better else -1)
+    ahead, behind = int((gain > 0).sum()), int((gain < 0).sum())
+    sign_p = stats.binomtest(ahead, ahead + behind, 0.5, alternative="greater").pvalue if ahead + behind else 1.0
+    t = stats.ttest_rel(ours_arr, theirs_arr, alternative="greater" if higher_is_better else "less")
+    return {"n": int(gain.size), "ahead": ahead, "behind": behind, "mean_gain": float(gain.mean()),
+            "se": float(gain.std(ddof=1) / np.sqrt(gain.size)), "t": float(t.statistic) * (1 if higher_is_better else -1),
+            "t_p": float(t.pvalue), "sign_p": float(sign_p)}

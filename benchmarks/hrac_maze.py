@@ -33,7 +33,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, append_jsonl, machine, read_jsonl, train_online_with_evals, write_result  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS, append_jsonl, machine, paired_comparison, read_jsonl, train_online_with_evals, write_result)
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
@@ -60,6 +61,27 @@ def table(runs: list[dict], key: str, fmt: str) -> list[str]:
                       if r["variant"] == variant and i < len(r["curve"]) and r["curve"][i].get(key) is not None]
             cells.append((fmt + " ± " + fmt).format(np.mean(values), np.std(values)) if values else "")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def paired_table(runs: list[dict]) -> list[str]:
+    """HRAC against the unconstrained agent seed by seed at the last evaluation, with one-sided tests."""
+    hrac, other = VARIANTS
+    seeds = sorted({r["seed"] for r in runs if r["variant"] == hrac} & {r["seed"] for r in runs if r["variant"] == other})
+    last = {(r["variant"], r["seed"]): r["curve"][-1] for r in runs}
+    lines = [f"| at the last evaluation | {hrac} per seed | {other} per seed | {hrac} ahead / behind (seeds) "
+             "| mean gain ± SE | paired t (one-sided p) | sign test p (one-sided) |", "|---|---|---|---|---|---|---|"]
+    for key, name, higher_is_better, fmt in [("train_success", "training success", True, "{:.2f}"),
+                                             ("success", "evaluation success", True, "{:.1f}"),
+                                             ("mean_distance", "mean distance to goal (m)", False, "{:.1f}")]:
+        ours, theirs = ([last[(v, s)][key] for s in seeds] for v in (hrac, other))
+        if len(seeds) < 2 or None in ours + theirs:
+            continue
+        test = paired_comparison(ours, theirs, higher_is_better)
+        t = "n/a (no spread)" if np.isnan(test["t"]) else f"{test['t']:.2f} ({test['t_p']:.3f})"
+        lines.append(f"| {name} | {', '.join(fmt.format(v) for v in ours)} | {', '.join(fmt.format(v) for v in theirs)} "
+                     f"| {test['ahead']} / {test['behind']} | {fmt.format(test['mean_gain'])} ± {fmt.format(test['se'])} "
+                     f"| {t} | {test['sign_p']:.3f} |")
     return lines
 
 
@@ -157,6 +179,8 @@ def main() -> None:
         success = ", ".join(f"{r['curve'][-1]['success']:.1f}" for r in mine)
         returns = ", ".join(f"{r['curve'][-1]['return']:.0f}" for r in mine)
         lines.append(f"| {variant} | {success} | {returns} | {np.mean([r['total_s'] for r in mine]):.0f} |")
+    lines += ["", f"Paired over seeds {args.seeds} (gain: {list(VARIANTS)[0]}'s advantage, so lower distance counts as "
+              "gain; the sign test leaves ties out and cannot go below 0.5^seeds):", "", *paired_table(runs)]
     lines += ["", f"![success and return vs env steps]({stem}.png)", "", f"Per-run curves: `{args.from_runs.name if args.from_runs else stem + '_runs.jsonl'}`."]
     write_result(f"{stem}.md", "\n".join(lines))
 
