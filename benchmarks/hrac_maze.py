@@ -12,7 +12,7 @@ Evaluation: every ``--eval-every`` env steps the deterministic controller runs
 ``--eval-episodes`` episodes (separate envs, noisy starts); reported: success rate and
 return against env steps, the mean distance to the goal over the episodes (minus the return
 over the length), the success rate of the last 100 training episodes, mean ± std over seeds,
-and wall-clock per run. HRAC's paper trains 5M steps
+the paired one-sided tests of HRAC's lead at the last evaluation (t and sign test), and wall-clock per run. HRAC's paper trains 5M steps
 on AntMaze; the budget here is what fits a 2-core CPU and is stated.
 
     python benchmarks/hrac_maze.py [--task point_maze_medium] [--seeds 0 1 2] [--steps 60000] [--jobs 2]
