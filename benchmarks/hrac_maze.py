@@ -68,6 +68,8 @@ def paired_table(runs: list[dict]) -> list[str]:
     """HRAC against the unconstrained agent seed by seed at the last evaluation, with one-sided tests."""
     hrac, other = VARIANTS
     seeds = sorted({r["seed"] for r in runs if r["variant"] == hrac} & {r["seed"] for r in runs if r["variant"] == other})
+    if len(seeds) < 2:
+        return ["(fewer than 2 seeds with both variants: no paired tests)"]
     last = {(r["variant"], r["seed"]): r["curve"][-1] for r in runs}
     lines = [f"| at the last evaluation | {hrac} per seed | {other} per seed | {hrac} ahead / behind (seeds) "
              "| mean gain ± SE | paired t (one-sided p) | sign test p (one-sided) |", "|---|---|---|---|---|---|---|"]
@@ -75,7 +77,7 @@ def paired_table(runs: list[dict]) -> list[str]:
                                              ("success", "evaluation success", True, "{:.1f}"),
                                              ("mean_distance", "mean distance to goal (m)", False, "{:.1f}")]:
         ours, theirs = ([last[(v, s)][key] for s in seeds] for v in (hrac, other))
-        if len(seeds) < 2 or None in ours + theirs:
+        if None in ours + theirs:
             continue
         test = paired_comparison(ours, theirs, higher_is_better)
         t = "n/a (no spread)" if np.isnan(test["t"]) else f"{test['t']:.2f} ({test['t_p']:.3f})"
