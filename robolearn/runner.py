@@ -121,11 +121,14 @@ class EpisodeStats:
 def new_run_dir(cfg: TrainConfig) -> Path:
     root = Path(cfg.run_dir) / cfg.run_name
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
     run_dir, n = root / stamp, 1
-    while run_dir.exists():
-        run_dir, n = root / f"{stamp}-{n}", n + 1
-    run_dir.mkdir(parents=True)
-    return run_dir
+    while True:  # mkdir, not exists(): two runs started in the same second (parallel benchmarks) never share a dir
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            run_dir, n = root / f"{stamp}-{n}", n + 1
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
