@@ -8,6 +8,8 @@ evaluation (start, goal) pairs, ``EPISODES_PER_GOAL`` episodes each (noisy start
 success = within 0.25 m of the goal before 500 steps. Reported: success rate
 mean ± std over seeds (each seed's rate averaged over the five goals), per-goal
 rates, and the wall-clock of training (updates only) and of the whole run.
+Runs go ``--jobs`` at a time (one torch thread each); each finished run is
+appended to ``<out>_runs.jsonl``, so a cut-short benchmark keeps what it finished.
 
 The paper's budget (1M updates, MLP 512x3, batch 1024) does not fit 2 shared CPU
 cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
@@ -15,11 +17,13 @@ cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
     python benchmarks/hiql_maze.py [--layouts medium] [--seeds 3] [--updates 6000] [--out hiql_maze.md]
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --out hiql_maze_ota.md  # OTA vs HIQL
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --overrides agent.high_beta=3 ota:agent.option_steps=3
+    python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 20000 --jobs 2  # both cores
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -29,7 +33,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import machine, train_offline, write_result  # noqa: E402
+from common import RESULTS, append_jsonl, machine, train_offline, write_result  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
@@ -51,12 +55,15 @@ def success_per_goal(controller: torch.nn.Module, task: str, seed: int) -> np.nd
     return success.view(EPISODES_PER_GOAL, 5).mean(0).numpy()
 
 
-def run(algo: str, layout: str, seed: int, updates: int, overrides: list[str]) -> dict[str, float | np.ndarray]:
+def run(job: dict) -> dict:
+    """Train one (algo, layout, seed) with one torch thread and evaluate it; a job is a dict so a process pool can send it."""
+    torch.set_num_threads(1)
     start = time.perf_counter()
-    runner, train_s = train_offline(f"{algo}_point_maze_{layout}",
-                                    [f"seed={seed}", f"runner.total_steps={updates}", *overrides], "/tmp/robolearn-hiql-bench")
-    per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{layout}", 20_000 + seed)
-    return {"success": float(per_goal.mean()), "per_goal": per_goal, "train_s": train_s,
+    runner, train_s = train_offline(f"{job['algo']}_point_maze_{job['layout']}",
+                                    [f"seed={job['seed']}", f"runner.total_steps={job['updates']}", *job["overrides"]],
+                                    "/tmp/robolearn-hiql-bench")
+    per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{job['layout']}", 20_000 + job["seed"])
+    return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "train_s": train_s,
             "total_s": time.perf_counter() - start}
 
 
@@ -81,12 +88,13 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
              f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."
              + (f" Overrides for every agent: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
-             "| maze | algorithm | success rate | per goal (mean over seeds) | train s / run | total s / run |",
-             "|---|---|---|---|---|---|"]
+             "| maze | algorithm | success rate | per seed | per goal (mean over seeds) | train s / run | total s / run |",
+             "|---|---|---|---|---|---|---|"]
     for (layout, algo), rows in results.items():
         rates = np.array([r["success"] for r in rows])
         goals = np.mean([r["per_goal"] for r in rows], axis=0)
         lines.append(f"| {layout} | {algo} | {100 * rates.mean():.1f} ± {100 * rates.std():.1f} (n={len(rows)}) | "
+                     + " / ".join(f"{100 * r:.0f}" for r in rates) + " | "
                      + " / ".join(f"{100 * g:.0f}" for g in goals)
                      + f" | {np.mean([r['train_s'] for r in rows]):.0f} | {np.mean([r['total_s'] for r in rows]):.0f} |")
     return "\n".join(lines)
@@ -98,23 +106,30 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=6000)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--out", default="hiql_maze.md", help="file under benchmarks/results/")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every agent, e.g. agent.high_beta=3; "
                              "prefix one with '<algo>:' to give it to that agent only, e.g. ota:agent.option_steps=3")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    results: dict[tuple[str, str], list[dict]] = {}
+    # seed-major: a cut-short benchmark still compares the algorithms
+    jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates,
+             "overrides": overrides_for(algo, args.overrides)}
+            for layout in args.layouts for seed in range(args.seeds) for algo in args.algos]
+    runs_path = RESULTS / f"{Path(args.out).stem}_runs.jsonl"
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    runs_path.write_text("")
+    results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
     start = time.perf_counter()
-    for layout in args.layouts:
-        for seed in range(args.seeds):  # seed-major: a cut-short benchmark still compares the algorithms
-            for algo in args.algos:
-                row = run(algo, layout, seed, args.updates, overrides_for(algo, args.overrides))
-                results.setdefault((layout, algo), []).append(row)
-                print(f"{layout} {algo} seed {seed}: success {row['success']:.2f} {row['per_goal']} "
-                      f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
-                write_result(args.out, table(results, args) + f"\n\nBenchmark wall-clock so far: "
-                             f"{time.perf_counter() - start:.0f} s.")
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for row in pool.imap_unordered(run, jobs):
+            append_jsonl(runs_path, row)
+            results[(row["layout"], row["algo"])].append(row)
+            print(f"{row['layout']} {row['algo']} seed {row['seed']}: success {row['success']:.2f} {row['per_goal']} "
+                  f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
+            done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
+            write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
+                         f"{time.perf_counter() - start:.0f} s.")
 
 
 if __name__ == "__main__":
