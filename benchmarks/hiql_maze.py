@@ -79,12 +79,21 @@ def overrides_for(algo: str, overrides: list[str]) -> list[str]:
     return chosen
 
 
+def dataset_size(layout: str) -> str:
+    """``<episodes> episodes x <steps per episode> steps`` of the layout's navigate dataset, read from its metadata."""
+    from robolearn.data.minari_store import dataset_dir, read_metadata
+
+    meta = read_metadata(dataset_dir(f"point_maze_{layout}-navigate"))
+    return f"{meta['total_episodes']} episodes x {meta['total_steps'] // meta['total_episodes']} steps"
+
+
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
     title = " vs ".join(algo.upper() for algo in args.algos)
+    sizes = ", ".join(f"{layout} {dataset_size(layout)}" for layout in args.layouts)
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
-             f"seeds {list(range(args.seeds))}. Datasets: 500 episodes x 1000 steps of the noisy BFS navigator "
+             f"seeds {list(range(args.seeds))}. Datasets ({sizes}) of the noisy BFS navigator "
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
              f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."
              + (f" Overrides for every agent: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
