@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -61,6 +62,18 @@ def append_jsonl(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def pool_runs(fn: Callable[[object], dict], jobs: list, processes: int, runs_path: Path,
+              ordered: bool = False) -> Iterator[dict]:
+    """Each job's ``fn(job)`` in ``processes`` spawned processes, yielded as it ends (in job order if ``ordered``)
+    after it is appended to ``runs_path``, which starts empty: a cut-short benchmark keeps every finished run."""
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    runs_path.write_text("")
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        for out in (pool.imap if ordered else pool.imap_unordered)(fn, jobs):
+            append_jsonl(runs_path, out)
+            yield out
 
 
 def read_jsonl(path: Path | str) -> list[dict]:

@@ -23,7 +23,6 @@ cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, append_jsonl, machine, train_offline, write_result  # noqa: E402
+from common import RESULTS, machine, pool_runs, train_offline, write_result  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
@@ -125,20 +124,15 @@ def main() -> None:
     jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates,
              "overrides": overrides_for(algo, args.overrides)}
             for layout in args.layouts for seed in range(args.seeds) for algo in args.algos]
-    runs_path = RESULTS / f"{Path(args.out).stem}_runs.jsonl"
-    runs_path.parent.mkdir(parents=True, exist_ok=True)
-    runs_path.write_text("")
     results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
     start = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for row in pool.imap_unordered(run, jobs):
-            append_jsonl(runs_path, row)
-            results[(row["layout"], row["algo"])].append(row)
-            print(f"{row['layout']} {row['algo']} seed {row['seed']}: success {row['success']:.2f} {row['per_goal']} "
-                  f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
-            done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
-            write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
-                         f"{time.perf_counter() - start:.0f} s.")
+    for row in pool_runs(run, jobs, args.jobs, RESULTS / f"{Path(args.out).stem}_runs.jsonl"):
+        results[(row["layout"], row["algo"])].append(row)
+        print(f"{row['layout']} {row['algo']} seed {row['seed']}: success {row['success']:.2f} {row['per_goal']} "
+              f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
+        done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
+        write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
+                     f"{time.perf_counter() - start:.0f} s.")
 
 
 if __name__ == "__main__":

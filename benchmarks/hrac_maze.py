@@ -22,7 +22,6 @@ on AntMaze; the budget here is what fits a 2-core CPU and is stated.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
-    RESULTS, append_jsonl, machine, paired_comparison, read_jsonl, train_online_with_evals, write_result)
+    RESULTS, machine, paired_comparison, pool_runs, read_jsonl, train_online_with_evals, write_result)
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
@@ -114,16 +113,12 @@ def train_all(args: argparse.Namespace, runs_path: Path) -> list[dict]:
     """Every (variant, seed) run, ``args.jobs`` at a time; each run is appended to ``runs_path`` as it ends."""
     jobs = [{"task": args.task, "variant": v, "seed": s, "steps": args.steps, "utd": args.utd,
              "eval_every": args.eval_every, "eval_episodes": args.eval_episodes} for s in args.seeds for v in VARIANTS]
-    runs_path.parent.mkdir(parents=True, exist_ok=True)
-    runs_path.write_text("")
     runs = []
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for out in pool.imap_unordered(run, jobs):
-            runs.append(out)
-            append_jsonl(runs_path, out)
-            last = out["curve"][-1]
-            print(f"{out['variant']:24s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.0f} "
-                  f"at {last['env_steps']} steps, {out['total_s']:.0f} s", flush=True)
+    for out in pool_runs(run, jobs, args.jobs, runs_path):
+        runs.append(out)
+        last = out["curve"][-1]
+        print(f"{out['variant']:24s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.0f} "
+              f"at {last['env_steps']} steps, {out['total_s']:.0f} s", flush=True)
     return runs
 
 

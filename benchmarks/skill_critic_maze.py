@@ -26,7 +26,6 @@ results file.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, append_jsonl, machine, read_jsonl, train_online_with_evals, write_result  # noqa: E402
+from common import RESULTS, machine, pool_runs, read_jsonl, train_online_with_evals, write_result  # noqa: E402
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
@@ -280,17 +279,13 @@ def main() -> None:
         write_result(args.out, report(results, args, None))
         return
     runs_path = RESULTS / Path(args.out).with_name(Path(args.out).stem + "_runs.jsonl").name
-    runs_path.parent.mkdir(parents=True, exist_ok=True)
-    runs_path.write_text("")
     jobs = [(algo, seed, args) for seed in args.seeds for algo in args.algos]
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for out in pool.imap(run_job, jobs):
-            results[out["algo"]].append(out)
-            append_jsonl(runs_path, out)
-            last = out["curve"][-1]
-            print(f"{out['algo']:13s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.2f} "
-                  f"at {last['env_steps']} steps, pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s",
-                  flush=True)
+    for out in pool_runs(run_job, jobs, args.jobs, runs_path, ordered=True):
+        results[out["algo"]].append(out)
+        last = out["curve"][-1]
+        print(f"{out['algo']:13s} seed {out['seed']}: success {last['success']:.2f}, return {last['return']:.2f} "
+              f"at {last['env_steps']} steps, pretrain {out['pretrain_s']:.0f} s, run {out['total_s']:.0f} s",
+              flush=True)
     plot(results, RESULTS / Path(args.out).with_suffix(".png").name, title, kitchen=asked)
     write_result(args.out, report(results, args, time.perf_counter() - start))
 
