@@ -131,16 +131,9 @@ def test_wandb_offline_writes_run_files(tmp_path):
 
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     """Parallel benchmark runs of one config start together; none may write into another's directory."""
-    from robolearn.runner import new_run_dir
-
-    class FrozenClock:
-        @staticmethod
-        def now():
-            import datetime
-            return datetime.datetime(2026, 1, 2, 3, 4, 5)
-
-    monkeypatch.setattr(runner_module, "datetime", FrozenClock)
+    frozen = runner_module.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(runner_module, "datetime", type("FrozenClock", (), {"now": staticmethod(lambda: frozen)}))
     cfg = tiny(tmp_path)
-    dirs = [new_run_dir(cfg) for _ in range(3)]
+    dirs = [runner_module.new_run_dir(cfg) for _ in range(3)]
     assert [d.name for d in dirs] == ["20260102-030405", "20260102-030405-1", "20260102-030405-2"]
     assert all(d.is_dir() for d in dirs)
