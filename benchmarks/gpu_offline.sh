@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# benchmarks/gpu.sh on a GPU machine that has CUDA torch but no package index (an air-gapped
+# cluster node, a lent benchmark box): pack the missing packages and prebuilt Warp kernels here,
+# carry the folder over, run there.
+#
+#   bash benchmarks/gpu_offline.sh pack                 # here: .gpu/part1, .gpu/part2, ... (PART_MB each)
+#   bash benchmarks/gpu_offline.sh run DIR... [STAGE:SECONDS ...]   # there, DIRs holding the parts
+#
+# pack: wheels for CPython $PYTHON (default 3.12) on manylinux x86-64 of what a stock CUDA torch
+# image lacks, at the versions installed here (the Warp kernel cache only matches the same
+# warp-lang and mujoco-warp), unpacked into one xz tarball split into PART_MB (default 60) MB
+# parts, one folder each, so that a transfer with a size limit can carry them one at a time; and
+# the tasks' CUDA kernels for sm_$ARCH (default 90) from benchmarks/warp_prebuild.py in the last part.
+# run: joins and unpacks the parts, then each stage of gpu.sh under its own time limit (default
+# "throughput:120 ppo:100 go1:270 tests:90"), and copies the result tables to $OUT (or DIR/results).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}; shift || true
+
+pack() {
+  local out=${DIR:-.gpu} part_mb=${PART_MB:-60} arch=${ARCH:-90} py=${PYTHON:-3.12}
+  local tmp; tmp=$(mktemp -d)
+  # Only what the GPU stages import; the image is assumed to hold torch, numpy, yaml, tqdm, rich,
+  # matplotlib, imageio, h5py, pyarrow, onnx(runtime/script), absl-py, pytest, scipy and cloudpickle.
+  local names=(mujoco mujoco-core glfw PyOpenGL warp-lang mujoco-warp etils importlib_resources gymnasium
+               farama-notifications tensordict pyvers rsl-rl-lib GitPython gitdb smmap)
+  local pins=()
+  for name in "${names[@]}"; do
+    pins+=("$(python -c "import importlib.metadata as m; print('$name==' + m.version('$name'))" 2>/dev/null || echo "$name")")
+  done
+  python -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$tmp/wheels" "${pins[@]}" || exit 1
+  mkdir -p "$tmp/site"
+  for wheel in "$tmp"/wheels/*.whl; do python -m zipfile -e "$wheel" "$tmp/site"; done
+  rm -rf "$tmp"/site/warp/{examples,tests} "$tmp"/site/mujoco/{doc,testdata}
+  # rsl_rl imports wandb when it is imported and uses it only for a W&B logger, which gpu.sh never
+  # configures; an empty module stands in rather than a 20 MB wheel and its dependencies.
+  mkdir -p "$tmp/site/wandb" && echo '"""Stand-in: rsl_rl imports wandb; nothing here logs to W&B."""' > "$tmp/site/wandb/__init__.py"
+  rm -rf "$out" && mkdir -p "$out"
+  tar -C "$tmp/site" -cf - . | xz -9 -T0 | split -b "${part_mb}000000" -d -a 2 - "$tmp/site.tar.xz."
+  local n=0
+  for part in "$tmp"/site.tar.xz.*; do n=$((n + 1)); mkdir -p "$out/part$n"; mv "$part" "$out/part$n/"; done
+  WARP_CACHE_PATH="$tmp/kernels" python benchmarks/warp_prebuild.py --arch "$arch" || exit 1
+  (cd "$tmp/kernels" && find . -name "*.sm${arch}.cubin" | while read -r f; do echo "$f"; echo "${f%.sm${arch}.cubin}.meta"; done \
+    | tar -cf - -T - | xz -9 -T0) > "$out/part$n/warp-kernels.tar.xz"
+  rm -rf "$tmp"
+  du -sh "$out"/part*
+}
+
+run() {
+  local dirs=() stages=() t0; t0=$(date +%s)
+  for arg in "$@"; do if [[ $arg == *:* ]]; then stages+=("$arg"); else dirs+=("$arg"); fi; done
+  [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:90)
+  local out=${OUT:-${dirs[-1]}/results} site=/tmp/robolearn-site bin=/tmp/robolearn-bin
+  log() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+  mkdir -p "$out" "$site" "$bin" /tmp/robolearn-kernels
+  local parts=()  # in part-number order, whichever folder each is in
+  mapfile -t parts < <(for d in "${dirs[@]}"; do for p in "$d"/site.tar.xz.*; do
+    [ -e "$p" ] && echo "$(basename "$p") $p"; done; done | sort | cut -d' ' -f2)
+  # Python's lzma and tarfile rather than xz(1), which an image may lack.
+  cat "${parts[@]}" | timeout 120 python3 -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('$site')" \
+    || { log "unpacking ${parts[*]} failed"; return 3; }
+  for d in "${dirs[@]}"; do
+    [ -f "$d/warp-kernels.tar.xz" ] && timeout 60 python3 -c "import tarfile; tarfile.open('$d/warp-kernels.tar.xz').extractall('/tmp/robolearn-kernels')"
+  done
+  # gpu.sh calls `python`; the image may only have python3. A wrapper, not a symlink: a venv's
+  # interpreter finds its packages from the path it was started by. rm first: writing through an
+  # old symlink would overwrite the interpreter itself.
+  local python3_path; python3_path=$(command -v python3)
+  rm -f "$bin/python" && printf '#!/bin/sh\nexec %s "$@"\n' "$python3_path" > "$bin/python" && chmod +x "$bin/python"
+  export PATH=$bin:$PATH PYTHONPATH=$site:$PWD WARP_CACHE_PATH=/tmp/robolearn-kernels GIT_PYTHON_REFRESH=quiet PYTHONUNBUFFERED=1
+  export PPO_ITERATIONS=${PPO_ITERATIONS:-12} GO1_MINUTES=${GO1_MINUTES:-3}
+  log "unpacked"
+  timeout 120 python -c "import torch, warp, mujoco, mujoco_warp, gymnasium, tensordict, rsl_rl; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'warp', warp.__version__, 'mujoco', mujoco.__version__)" \
+    || { log "imports failed"; return 4; }
+  touch /tmp/robolearn-start
+  for spec in "${stages[@]}"; do
+    log "stage ${spec%%:*} (limit ${spec##*:} s)"
+    timeout --kill-after=5 "${spec##*:}" bash benchmarks/gpu.sh "${spec%%:*}" 2>&1 | grep -v " (cached)$"
+    log "stage ${spec%%:*} rc=${PIPESTATUS[0]}"
+  done
+  for f in benchmarks/results/{warp_throughput_gpu,ppo_vs_rsl_rl,go1_gpu}.md; do
+    [ "$f" -nt /tmp/robolearn-start ] && cp "$f" "$out/$(basename "${f%.md}")_gpu.md"
+  done
+  local go1; go1=$(ls -d benchmarks/runs/go1_gpu/*/ 2>/dev/null | tail -1)
+  [ -n "$go1" ] && tar -czf "$out/go1_run.tgz" --exclude=checkpoints -C "$go1" .
+  log "done: $(ls "$out" | tr '\n' ' ')"
+}
+
+case $mode in
+  pack) pack ;;
+  run) run "$@" ;;
+  *) echo "usage: bash benchmarks/gpu_offline.sh pack | run DIR... [STAGE:SECONDS ...]"; exit 2 ;;
+esac
