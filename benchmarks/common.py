@@ -81,9 +81,11 @@ def read_jsonl(path: Path | str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[object, float]:
+def train_offline(config: str, overrides: list[str], run_dir: str,
+                  after_iteration: Callable[[object], None] | None = None) -> tuple[object, float]:
     """Train an offline config quietly (no evaluation, video, checkpoints or W&B) through the normal
-    OfflineRunner; returns the runner (closed; its agent trained) and the summed update-loop seconds."""
+    OfflineRunner; returns the runner (closed; its agent trained) and the summed update-loop seconds.
+    ``after_iteration(runner)`` runs after each iteration of updates (a benchmark's own evaluations)."""
     from robolearn import load_config
     from robolearn.logger import read_metrics
     from robolearn.offline_runner import OfflineRunner
@@ -93,7 +95,7 @@ def train_offline(config: str, overrides: list[str], run_dir: str) -> tuple[obje
                                f"run_dir={run_dir}"])
     runner = OfflineRunner(cfg)
     try:
-        runner.train()
+        runner.train(stop=None if after_iteration is None else lambda _: after_iteration(runner) or False)
     finally:
         runner.close()
     return runner, sum(m["iteration_time"] for m in read_metrics(runner.run_dir))

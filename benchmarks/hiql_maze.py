@@ -58,12 +58,24 @@ def run(job: dict) -> dict:
     """Train one (algo, layout, seed) with one torch thread and evaluate it; a job is a dict so a process pool can send it."""
     torch.set_num_threads(1)
     start = time.perf_counter()
-    runner, train_s = train_offline(f"{job['algo']}_point_maze_{job['layout']}",
+    task, eval_seed, curve = f"point_maze_{job['layout']}", 20_000 + job["seed"], []
+
+    def evaluate_every(runner) -> None:
+        """Success of the controller so far, every ``eval_every`` updates; training's random stream untouched."""
+        updates = runner.progress.updates
+        if job.get("eval_every") and updates % job["eval_every"] == 0 and updates < job["updates"]:
+            rng = torch.get_rng_state()
+            curve.append((updates, float(success_per_goal(runner.agent.controller().eval(), task, eval_seed).mean())))
+            torch.set_rng_state(rng)
+            print(f"{job['algo']} seed {job['seed']}: {updates} updates, success {curve[-1][1]:.2f}", flush=True)
+
+    runner, train_s = train_offline(f"{job['algo']}_{task}",
                                     [f"seed={job['seed']}", f"runner.total_steps={job['updates']}", *job["overrides"]],
-                                    "/tmp/robolearn-hiql-bench")
-    per_goal = success_per_goal(runner.agent.controller().eval(), f"point_maze_{job['layout']}", 20_000 + job["seed"])
-    return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "train_s": train_s,
-            "total_s": time.perf_counter() - start}
+                                    "/tmp/robolearn-hiql-bench", after_iteration=evaluate_every)
+    per_goal = success_per_goal(runner.agent.controller().eval(), task, eval_seed)
+    curve.append((job["updates"], float(per_goal.mean())))
+    return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve,
+            "train_s": train_s, "total_s": time.perf_counter() - start}
 
 
 def overrides_for(algo: str, overrides: list[str]) -> list[str]:
@@ -105,7 +117,25 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
                      + " / ".join(f"{100 * r:.0f}" for r in rates) + " | "
                      + " / ".join(f"{100 * g:.0f}" for g in goals)
                      + f" | {np.mean([r['train_s'] for r in rows]):.0f} | {np.mean([r['total_s'] for r in rows]):.0f} |")
-    return "\n".join(lines)
+    return "\n".join(lines + curve_table(results))
+
+
+def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """Success against updates within each run (``--eval-every``): mean ± std over seeds at each point."""
+    curves = {key: [dict(r["curve"]) for r in rows] for key, rows in results.items() if len(rows[0].get("curve", [])) > 1}
+    if not curves:
+        return []
+    points = sorted({u for runs in curves.values() for run in runs for u in run})
+    lines = ["", "Success rate (%) against gradient updates, evaluated during each run (mean ± std over seeds):", "",
+             "| maze | algorithm | " + " | ".join(f"{u // 1000}k" for u in points) + " |",
+             "|---|---|" + "---|" * len(points)]
+    for (layout, algo), runs in curves.items():
+        cells = []
+        for u in points:
+            values = np.array([run[u] for run in runs if u in run])
+            cells.append(f"{100 * values.mean():.0f} ± {100 * values.std():.0f}" if len(values) else "")
+        lines.append(f"| {layout} | {algo} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:
@@ -115,13 +145,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="also evaluate every N updates (a multiple of 1000): success against updates in one run")
     parser.add_argument("--out", default="hiql_maze.md", help="file under benchmarks/results/")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every agent, e.g. agent.high_beta=3; "
                              "prefix one with '<algo>:' to give it to that agent only, e.g. ota:agent.option_steps=3")
     args = parser.parse_args()
     # seed-major: a cut-short benchmark still compares the algorithms
-    jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates,
+    jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates, "eval_every": args.eval_every,
              "overrides": overrides_for(algo, args.overrides)}
             for layout in args.layouts for seed in range(args.seeds) for algo in args.algos]
     results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
