@@ -1,7 +1,8 @@
 """Build the CUDA kernels of our Warp tasks for one GPU architecture, on a machine without a GPU.
 
 MuJoCo Warp compiles its kernels with NVRTC the first time a world steps on a GPU;
-on a fresh GPU machine that is minutes of a job's time. Warp's ahead-of-time
+for these tasks that is 85 modules, which took 115 s to build for sm_90 on this
+2-core machine, time a fresh GPU machine would spend before its first step. Warp's ahead-of-time
 compiler needs no GPU, so here each task steps a few times on Warp's CPU device
 (which creates every kernel module its step uses), and each module so created is
 then compiled for ``--arch`` into the kernel cache at ``WARP_CACHE_PATH``.
@@ -13,6 +14,8 @@ rest as usual (its log says "(cached)" or "(compiled)" per module).
 
 Modules whose code differs between devices (a CUDA-only path of MuJoCo Warp, a
 different block size) get a different hash and are compiled on the GPU as before.
+Not yet seen working on a GPU: whether the hashes match there is still to be checked
+(the "(cached)" lines of the first GPU run will say).
 """
 
 from __future__ import annotations
