@@ -18,6 +18,8 @@ cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --out hiql_maze_ota.md  # OTA vs HIQL
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --overrides agent.high_beta=3 ota:agent.option_steps=3
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 20000 --jobs 2  # both cores
+    python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 50000 --eval-every 5000  # success vs updates
+    python benchmarks/hiql_maze.py --from-runs benchmarks/results/<out>_runs.jsonl  # the table again
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, pool_runs, train_offline, write_result  # noqa: E402
+from common import RESULTS, machine, pool_runs, read_jsonl, train_offline, write_result  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
@@ -126,14 +128,17 @@ def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
     if not curves:
         return []
     points = sorted({u for runs in curves.values() for run in runs for u in run})
-    lines = ["", "Success rate (%) against gradient updates, evaluated during each run (mean ± std over seeds):", "",
-             "| maze | algorithm | " + " | ".join(f"{u // 1000}k" for u in points) + " |",
-             "|---|---|" + "---|" * len(points)]
+    lines = ["", "Success rate (%) against gradient updates, evaluated during each run (mean ± std over seeds); "
+             "last 3: each run's mean over its last three evaluations (less noisy than its final one alone), then over seeds:", "",
+             "| maze | algorithm | " + " | ".join(f"{u // 1000}k" for u in points) + " | last 3 |",
+             "|---|---|" + "---|" * (len(points) + 1)]
+
+    def cell(values: list[float]) -> str:
+        return f"{100 * np.mean(values):.0f} ± {100 * np.std(values):.0f}" if values else ""
+
     for (layout, algo), runs in curves.items():
-        cells = []
-        for u in points:
-            values = np.array([run[u] for run in runs if u in run])
-            cells.append(f"{100 * values.mean():.0f} ± {100 * values.std():.0f}" if len(values) else "")
+        cells = [cell([run[u] for run in runs if u in run]) for u in points]
+        cells.append(cell([np.mean([run[u] for u in sorted(run)[-3:]]) for run in runs]))
         lines.append(f"| {layout} | {algo} | " + " | ".join(cells) + " |")
     return lines
 
@@ -151,7 +156,14 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every agent, e.g. agent.high_beta=3; "
                              "prefix one with '<algo>:' to give it to that agent only, e.g. ota:agent.option_steps=3")
+    parser.add_argument("--from-runs", type=Path, help="rebuild the table from a runs jsonl file instead of training "
+                        "(written to the file the runs came from unless --out is given)")
     args = parser.parse_args()
+    if args.from_runs:
+        if args.out == parser.get_default("out"):
+            args.out = args.from_runs.name.removesuffix("_runs.jsonl") + ".md"
+        rebuild(args)
+        return
     # seed-major: a cut-short benchmark still compares the algorithms
     jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates, "eval_every": args.eval_every,
              "overrides": overrides_for(algo, args.overrides)}
@@ -165,6 +177,21 @@ def main() -> None:
         done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
         write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
                      f"{time.perf_counter() - start:.0f} s.")
+
+
+def rebuild(args: argparse.Namespace) -> None:
+    """The table again from ``--from-runs`` (its runs set the layouts, algorithms, budget, seeds and overrides)."""
+    runs = read_jsonl(args.from_runs)
+    if not runs:
+        raise SystemExit(f"{args.from_runs} holds no runs")
+    args.layouts, args.algos = list(dict.fromkeys(r["layout"] for r in runs)), list(dict.fromkeys(r["algo"] for r in runs))
+    args.updates, args.seeds = runs[0]["updates"], len({r["seed"] for r in runs})
+    per_algo = {r["algo"]: " ".join(r["overrides"]) for r in runs if r["overrides"]}
+    args.overrides = ["; ".join(f"{algo}: {overrides}" for algo, overrides in per_algo.items())] if per_algo else []
+    results = {(layout, algo): sorted((r for r in runs if (r["layout"], r["algo"]) == (layout, algo)), key=lambda r: r["seed"])
+               for layout in args.layouts for algo in args.algos}
+    write_result(args.out, table({k: v for k, v in results.items() if v}, args)
+                 + f"\n\nRebuilt from `{args.from_runs.name}`; the longest run took {max(r['total_s'] for r in runs):.0f} s.")
 
 
 if __name__ == "__main__":
