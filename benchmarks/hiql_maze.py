@@ -106,7 +106,7 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
-             f"seeds {list(range(args.seeds))}. Datasets ({sizes}) of the noisy BFS navigator "
+             f"seeds {list(args.seed_list)}. Datasets ({sizes}) of the noisy BFS navigator "
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
              f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."
              + (f" Overrides for every agent: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["medium"])
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 "
+                        "(more seeds for an earlier benchmark: the same --out appends to its runs file)")
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--eval-every", type=int, default=0,
@@ -159,6 +161,7 @@ def main() -> None:
     parser.add_argument("--from-runs", type=Path, help="rebuild the table from a runs jsonl file instead of training "
                         "(written to the file the runs came from unless --out is given)")
     args = parser.parse_args()
+    args.seed_list = range(args.first_seed, args.first_seed + args.seeds)
     if args.from_runs:
         if args.out == parser.get_default("out"):
             args.out = args.from_runs.name.removesuffix("_runs.jsonl") + ".md"
@@ -167,7 +170,7 @@ def main() -> None:
     # seed-major: a cut-short benchmark still compares the algorithms
     jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates, "eval_every": args.eval_every,
              "overrides": overrides_for(algo, args.overrides)}
-            for layout in args.layouts for seed in range(args.seeds) for algo in args.algos]
+            for layout in args.layouts for seed in args.seed_list for algo in args.algos]
     results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
     start = time.perf_counter()
     for row in pool_runs(run, jobs, args.jobs, RESULTS / f"{Path(args.out).stem}_runs.jsonl"):
@@ -185,7 +188,7 @@ def rebuild(args: argparse.Namespace) -> None:
     if not runs:
         raise SystemExit(f"{args.from_runs} holds no runs")
     args.layouts, args.algos = list(dict.fromkeys(r["layout"] for r in runs)), list(dict.fromkeys(r["algo"] for r in runs))
-    args.updates, args.seeds = runs[0]["updates"], len({r["seed"] for r in runs})
+    args.updates, args.seed_list = runs[0]["updates"], sorted({r["seed"] for r in runs})
     per_algo = {r["algo"]: " ".join(r["overrides"]) for r in runs if r["overrides"]}
     args.overrides = ["; ".join(f"{algo}: {overrides}" for algo, overrides in per_algo.items())] if per_algo else []
     results = {(layout, algo): sorted((r for r in runs if (r["layout"], r["algo"]) == (layout, algo)), key=lambda r: r["seed"])
