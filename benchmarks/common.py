@@ -65,11 +65,13 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 
 def pool_runs(fn: Callable[[object], dict], jobs: list, processes: int, runs_path: Path,
-              ordered: bool = False) -> Iterator[dict]:
+              ordered: bool = False, append: bool = False) -> Iterator[dict]:
     """Each job's ``fn(job)`` in ``processes`` spawned processes, yielded as it ends (in job order if ``ordered``)
-    after it is appended to ``runs_path``, which starts empty: a cut-short benchmark keeps every finished run."""
+    after it is appended to ``runs_path``: a cut-short benchmark keeps every finished run. The file starts
+    empty unless ``append`` (more seeds for runs already there)."""
     runs_path.parent.mkdir(parents=True, exist_ok=True)
-    runs_path.write_text("")
+    if not append:
+        runs_path.write_text("")
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         for out in (pool.imap if ordered else pool.imap_unordered)(fn, jobs):
             append_jsonl(runs_path, out)

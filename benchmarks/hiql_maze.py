@@ -148,8 +148,9 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["medium"])
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 "
-                        "(more seeds for an earlier benchmark: the same --out appends to its runs file)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1; "
+                        "above 0, runs are appended to --out's runs file (more seeds for an earlier benchmark), "
+                        "and --from-runs makes the table of all of them")
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--eval-every", type=int, default=0,
@@ -173,10 +174,14 @@ def main() -> None:
             for layout in args.layouts for seed in args.seed_list for algo in args.algos]
     results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
     start = time.perf_counter()
-    for row in pool_runs(run, jobs, args.jobs, RESULTS / f"{Path(args.out).stem}_runs.jsonl"):
+    runs_path = RESULTS / f"{Path(args.out).stem}_runs.jsonl"
+    for row in pool_runs(run, jobs, args.jobs, runs_path, append=args.first_seed > 0):
         results[(row["layout"], row["algo"])].append(row)
         print(f"{row['layout']} {row['algo']} seed {row['seed']}: success {row['success']:.2f} {row['per_goal']} "
               f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
+        if args.first_seed > 0:  # the table of every run in the file, the earlier seeds' too
+            rebuild(argparse.Namespace(**{**vars(args), "from_runs": runs_path}))
+            continue
         done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
         write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
                      f"{time.perf_counter() - start:.0f} s.")
