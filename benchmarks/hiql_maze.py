@@ -65,7 +65,7 @@ def run(job: dict) -> dict:
     def evaluate_every(runner) -> None:
         """Success of the controller so far, every ``eval_every`` updates; training's random stream untouched."""
         updates = runner.progress.updates
-        if job.get("eval_every") and updates % job["eval_every"] == 0 and updates < job["updates"]:
+        if job["eval_every"] and updates % job["eval_every"] == 0 and updates < job["updates"]:
             rng = torch.get_rng_state()
             curve.append((updates, float(success_per_goal(runner.agent.controller().eval(), task, eval_seed).mean())))
             torch.set_rng_state(rng)
@@ -106,10 +106,10 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
-             f"seeds {list(args.seed_list)}. Datasets ({sizes}) of the noisy BFS navigator "
+             f"seeds {args.seed_list}. Datasets ({sizes}) of the noisy BFS navigator "
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
              f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."
-             + (f" Overrides for every agent: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
+             + (f" Overrides: `{' '.join(args.overrides)}`." if args.overrides else ""), "",
              "| maze | algorithm | success rate | per seed | per goal (mean over seeds) | train s / run | total s / run |",
              "|---|---|---|---|---|---|---|"]
     for (layout, algo), rows in results.items():
@@ -149,8 +149,8 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1; "
-                        "above 0, runs are appended to --out's runs file (more seeds for an earlier benchmark), "
-                        "and --from-runs makes the table of all of them")
+                        "above 0, runs are appended to --out's runs file and the table holds all of them "
+                        "(more seeds for an earlier benchmark)")
     parser.add_argument("--updates", type=int, default=6000)
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--eval-every", type=int, default=0,
@@ -162,44 +162,38 @@ def main() -> None:
     parser.add_argument("--from-runs", type=Path, help="rebuild the table from a runs jsonl file instead of training "
                         "(written to the file the runs came from unless --out is given)")
     args = parser.parse_args()
-    args.seed_list = range(args.first_seed, args.first_seed + args.seeds)
     if args.from_runs:
-        if args.out == parser.get_default("out"):
-            args.out = args.from_runs.name.removesuffix("_runs.jsonl") + ".md"
-        rebuild(args)
+        write_table(args.from_runs, args.out if args.out != parser.get_default("out")
+                    else args.from_runs.name.removesuffix("_runs.jsonl") + ".md")
         return
     # seed-major: a cut-short benchmark still compares the algorithms
     jobs = [{"algo": algo, "layout": layout, "seed": seed, "updates": args.updates, "eval_every": args.eval_every,
              "overrides": overrides_for(algo, args.overrides)}
-            for layout in args.layouts for seed in args.seed_list for algo in args.algos]
-    results: dict[tuple[str, str], list[dict]] = {(j["layout"], j["algo"]): [] for j in jobs}  # table rows in job order
+            for layout in args.layouts for seed in range(args.first_seed, args.first_seed + args.seeds)
+            for algo in args.algos]
     start = time.perf_counter()
     runs_path = RESULTS / f"{Path(args.out).stem}_runs.jsonl"
     for row in pool_runs(run, jobs, args.jobs, runs_path, append=args.first_seed > 0):
-        results[(row["layout"], row["algo"])].append(row)
         print(f"{row['layout']} {row['algo']} seed {row['seed']}: success {row['success']:.2f} {row['per_goal']} "
               f"train {row['train_s']:.0f} s total {row['total_s']:.0f} s", flush=True)
-        if args.first_seed > 0:  # the table of every run in the file, the earlier seeds' too
-            rebuild(argparse.Namespace(**{**vars(args), "from_runs": runs_path}))
-            continue
-        done = {key: sorted(rows, key=lambda r: r["seed"]) for key, rows in results.items() if rows}
-        write_result(args.out, table(done, args) + f"\n\nBenchmark wall-clock so far: "
-                     f"{time.perf_counter() - start:.0f} s.")
+        write_table(runs_path, args.out, f"Benchmark wall-clock so far: {time.perf_counter() - start:.0f} s.")
 
 
-def rebuild(args: argparse.Namespace) -> None:
-    """The table again from ``--from-runs`` (its runs set the layouts, algorithms, budget, seeds and overrides)."""
-    runs = read_jsonl(args.from_runs)
+def write_table(runs_path: Path, out: str, footer: str | None = None) -> None:
+    """The table of every run in ``runs_path`` (its runs set the layouts, algorithms, budget, seeds and overrides),
+    so a benchmark appending seeds to an earlier one tables them all. ``footer`` None: says it was rebuilt."""
+    runs = read_jsonl(runs_path)
     if not runs:
-        raise SystemExit(f"{args.from_runs} holds no runs")
-    args.layouts, args.algos = list(dict.fromkeys(r["layout"] for r in runs)), list(dict.fromkeys(r["algo"] for r in runs))
-    args.updates, args.seed_list = runs[0]["updates"], sorted({r["seed"] for r in runs})
+        raise SystemExit(f"{runs_path} holds no runs")
     per_algo = {r["algo"]: " ".join(r["overrides"]) for r in runs if r["overrides"]}
-    args.overrides = ["; ".join(f"{algo}: {overrides}" for algo, overrides in per_algo.items())] if per_algo else []
+    spec = argparse.Namespace(
+        layouts=list(dict.fromkeys(r["layout"] for r in runs)), algos=list(dict.fromkeys(r["algo"] for r in runs)),
+        updates=runs[0]["updates"], seed_list=sorted({r["seed"] for r in runs}),
+        overrides=["; ".join(f"{algo}: {overrides}" for algo, overrides in per_algo.items())] if per_algo else [])
     results = {(layout, algo): sorted((r for r in runs if (r["layout"], r["algo"]) == (layout, algo)), key=lambda r: r["seed"])
-               for layout in args.layouts for algo in args.algos}
-    write_result(args.out, table({k: v for k, v in results.items() if v}, args)
-                 + f"\n\nRebuilt from `{args.from_runs.name}`; the longest run took {max(r['total_s'] for r in runs):.0f} s.")
+               for layout in spec.layouts for algo in spec.algos}
+    footer = footer or f"Rebuilt from `{runs_path.name}`; the longest run took {max(r['total_s'] for r in runs):.0f} s."
+    write_result(out, table({k: v for k, v in results.items() if v}, spec) + f"\n\n{footer}")
 
 
 if __name__ == "__main__":
