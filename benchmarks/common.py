@@ -160,3 +160,23 @@ def paired_comparison(ours: list[float], theirs: list[float], higher_is_better: 
     t = stats.ttest_1samp(gain, 0.0, alternative="greater")  # the paired t-test, on the gains
     return {"ahead": ahead, "behind": behind, "mean_gain": float(gain.mean()), "se": float(stats.sem(gain)),
             "t": float(t.statistic), "t_p": float(t.pvalue), "sign_p": float(sign_p)}
+
+
+def load_goal_agent(run: Path, layout: str):
+    """The goal-conditioned agent (HIQL, OTA, ...) of a finished point-maze run, from its ``checkpoints/latest.pt``,
+    prepared on its dataset (normalizer and goal sampler as in training). Returns ``(agent, algo, seed)``."""
+    import torch
+
+    from policies import AGENTS
+    from robolearn import load_config
+    from robolearn.checkpoint import load_checkpoint
+    from robolearn.data import Dataset
+
+    payload = load_checkpoint(Path(run) / "checkpoints" / "latest.pt")
+    algo, seed = payload["config"]["algo"], payload["config"]["seed"]
+    cfg = load_config(f"{algo}_point_maze_{layout}")  # the agent settings the benchmark trained with
+    dataset = Dataset.load(cfg.dataset)
+    agent = AGENTS[algo][1](dataset.observation_spec, dataset.action_spec, cfg.agent, torch.device("cpu"))
+    agent.prepare(dataset.transitions())
+    agent.load_state_dict(payload["agent"])
+    return agent, algo, seed

@@ -3,7 +3,7 @@
 OTA's motivation (Ahn et al. 2025) is that far from the goal HIQL's value gives the high
 policy an advantage ``V(s_{t+k}, g) - V(s_t, g)`` of the wrong sign. On minibatches drawn
 as the high policy's are (actor goals uniform over later states of the trajectory,
-subgoal ``k`` = 25 steps later), the true sign is that of the shortest-path progress in
+target ``k`` = 25 steps later, or the goal when that is closer), the true sign is that of the shortest-path progress in
 maze cells ``d(s_t, g) - d(s_{t+k}, g)`` (BFS over the layout; pairs without progress
 are left out). Reported per bin of ``d(s_t, g)``: the fraction of pairs whose advantage
 has that sign, for trained checkpoints (``checkpoints/latest.pt`` of offline runs, e.g.
@@ -42,19 +42,10 @@ def cell_distances(grid) -> np.ndarray:
 
 @torch.no_grad()
 def sign_agreement(run: Path, layout: str, batches: int, seed: int) -> tuple[str, list[tuple[float, int]]]:
-    from policies import AGENTS
-    from robolearn import load_config
-    from robolearn.checkpoint import load_checkpoint
-    from robolearn.data import Dataset
+    from common import load_goal_agent
     from sims.tasks.point_maze import MazeGrid
 
-    payload = load_checkpoint(run / "checkpoints" / "latest.pt")
-    algo, run_seed = payload["config"]["algo"], payload["config"]["seed"]
-    cfg = load_config(f"{algo}_point_maze_{layout}")  # the agent settings the benchmark trained with
-    dataset = Dataset.load(cfg.dataset)
-    agent = AGENTS[algo][1](dataset.observation_spec, dataset.action_spec, cfg.agent, torch.device("cpu"))
-    agent.prepare(dataset.transitions())
-    agent.load_state_dict(payload["agent"])
+    agent, algo, run_seed = load_goal_agent(run, layout)
     grid = MazeGrid(layout)
     dist, centers = torch.as_tensor(cell_distances(grid)), grid.centers().float()
     torch.manual_seed(seed)
@@ -62,10 +53,10 @@ def sign_agreement(run: Path, layout: str, batches: int, seed: int) -> tuple[str
     for _ in range(batches):
         b = agent.sample(1024)
         cell = lambda xy: torch.cdist(xy.float(), centers).argmin(1)  # noqa: E731
-        c0, ck, cg = cell(b["obs"][:, :2]), cell(b["subgoal_obs"][:, :2]), cell(b["actor_goal"])
+        c0, ck, cg = cell(b["obs"][:, :2]), cell(b["high_target_obs"][:, :2]), cell(b["actor_goal"])
         progress = dist[cg, c0] - dist[cg, ck]
         s, g = agent.normalizer(b["obs"], b["actor_goal"])
-        s_k, _ = agent.normalizer(b["subgoal_obs"], b["actor_goal"])
+        s_k, _ = agent.normalizer(b["high_target_obs"], b["actor_goal"])
         adv = agent.high_advantage(s, s_k, g)
         keep = progress != 0
         d0s.append(dist[cg, c0][keep])

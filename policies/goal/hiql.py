@@ -10,9 +10,10 @@ capped at its end) from the relabeled minibatch (``relabel``):
   regression (tau 0.7) as in OGBench's HIQL: with targets ``Q_i = r + gamma m V'_i(s', g)``
   and the advantage ``A = r + gamma m min_i V'_i(s', g) - mean_i V'_i(s, g)``,
   ``L_V = sum_i E[ |tau - 1(A < 0)| (Q_i - V_i(s, g))^2 ]``;
-- high policy ``pi_h(s, g') -> phi([s; s_{t+k}])`` by AWR with
-  ``A_h = V(s_{t+k}, g') - V(s, g')`` (V the ensemble mean), weights
-  ``min(exp(beta_h A_h), 100)``;
+- high policy ``pi_h(s, g') -> phi([s; s_h])`` by AWR with
+  ``A_h = V(s_h, g') - V(s, g')`` (V the ensemble mean), weights
+  ``min(exp(beta_h A_h), 100)``, where the target ``s_h = s_{min(t+k, t_g')}`` stops at the
+  actor goal when that is closer than k steps (OGBench's ``high_actor_targets``);
 - low policy ``pi_l(a | s, phi([s; w]))`` by AWR with ``A_l = V(s', w) - V(s, w)``,
   weights ``min(exp(beta_l A_l), 100)`` (beta 1); ``phi`` is not trained by it.
 
@@ -149,7 +150,8 @@ class HIQL(GoalAgent):
         s, g = norm(batch["obs"], batch["value_goal"])
         s_next, _ = norm(batch["next_obs"], batch["value_goal"])
         _, g_actor = norm(batch["obs"], batch["actor_goal"])
-        s_k, w = norm(batch["subgoal_obs"], batch["subgoal"])
+        _, w = norm(batch["obs"], batch["subgoal"])
+        s_h, w_h = norm(batch["high_target_obs"], batch["high_target"])
         action = self.normalized_action(batch)
 
         # Value: expectile regression of each V_i onto r + gamma m V'_i(s', g), weighted by the sign of A
@@ -160,14 +162,15 @@ class HIQL(GoalAgent):
         # Policies: advantages from the (current) value, no gradient into it
         with torch.no_grad():
             low_adv = self.value(s_next, w).mean(0) - self.value(s, w).mean(0)
-            high_adv = self.high_advantage(s, s_k, g_actor)
+            high_adv = self.high_advantage(s, s_h, g_actor)
             z_low = self.value.phi(s, w)  # the low level's goal: phi of the subgoal
+            z_high = self.value.phi(s, w_h)  # the high level's target: phi of the subgoal, capped at its goal
             low_weight = torch.exp(cfg.low_beta * low_adv).clamp(max=cfg.max_weight)
             high_weight = torch.exp(cfg.high_beta * high_adv).clamp(max=cfg.max_weight)
         low_mean = torch.tanh(self.low(torch.cat([s, z_low], dim=-1)))
         low_loss = (low_weight * 0.5 * (low_mean - action).square().sum(-1)).mean()
         high_mean = self.high(torch.cat([s, g_actor], dim=-1))
-        high_loss = (high_weight * 0.5 * (high_mean - z_low).square().sum(-1)).mean()
+        high_loss = (high_weight * 0.5 * (high_mean - z_high).square().sum(-1)).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
         (value_loss + low_loss + high_loss + extra_loss).backward()
@@ -180,9 +183,9 @@ class HIQL(GoalAgent):
                 "low_adv_weight": low_weight.mean(), "high_adv_weight": high_weight.mean(), **extra_metrics}
 
     # Hooks for variants that change the high level's value (``ota.OTA``)
-    def high_advantage(self, s: torch.Tensor, s_k: torch.Tensor, g_actor: torch.Tensor) -> torch.Tensor:
-        """``A_h = V(s_{t+k}, g') - V(s, g')`` (normalized inputs; called without gradient)."""
-        return self.value(s_k, g_actor).mean(0) - self.value(s, g_actor).mean(0)
+    def high_advantage(self, s: torch.Tensor, s_h: torch.Tensor, g_actor: torch.Tensor) -> torch.Tensor:
+        """``A_h = V(s_h, g') - V(s, g')`` for the high target ``s_h`` (normalized inputs; called without gradient)."""
+        return self.value(s_h, g_actor).mean(0) - self.value(s, g_actor).mean(0)
 
     def extra_losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
         """Losses added to the step's sum, and their metrics (none for HIQL)."""

@@ -16,8 +16,9 @@ the same expectile regression, but its TD target steps one *option* of ``n`` sta
 
 So ``V_high`` counts options rather than steps: the effective horizon is about ``n``
 times shorter. ``V_high`` is used only for the high policy's AWR advantage
-``A_h = V_high(s_{t+k}, g') - V_high(s_t, g')``; the low level keeps HIQL's value,
-advantage and ``phi`` (the high policy still predicts HIQL's ``phi([s; s_{t+k}])``).
+``A_h = V_high(s_h, g') - V_high(s_t, g')`` (``s_h`` HIQL's high target: ``s_{t+k}``, or the
+actor goal when it is closer); the low level keeps HIQL's value, advantage and ``phi`` (the
+high policy still predicts HIQL's ``phi([s; s_h])``).
 ``V_high`` is trained in the same Adam step and Polyak-averaged like HIQL's value. The
 exported controller is HIQL's (``HIQLController``): OTA changes training only.
 
@@ -79,8 +80,8 @@ class OTA(HIQL):
                                        self.cfg.gamma, self.cfg.expectile)
         return loss, {"high_value_loss": loss.detach(), "v_high": v.detach().mean()}
 
-    def high_advantage(self, s: torch.Tensor, s_k: torch.Tensor, g_actor: torch.Tensor) -> torch.Tensor:
-        return self.high_value(s_k, g_actor).mean(0) - self.high_value(s, g_actor).mean(0)
+    def high_advantage(self, s: torch.Tensor, s_h: torch.Tensor, g_actor: torch.Tensor) -> torch.Tensor:
+        return self.high_value(s_h, g_actor).mean(0) - self.high_value(s, g_actor).mean(0)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [*super().target_pairs(), (self.high_value_target, self.high_value)]

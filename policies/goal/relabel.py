@@ -12,7 +12,10 @@ observation (the tasks' convention: for the point maze, its position).
   states after the current one (its last state at the end).
 - reward 0 and ``mask`` 0 (no bootstrap) when the value goal is the current
   state, else reward -1 and mask 1; the goal is "reached" only there.
-- **subgoals** (HIQL): the state ``k`` steps later in the same trajectory.
+- **subgoals** (HIQL): the state ``k`` steps later in the same trajectory (the low
+  level's goal), and the high level's target: ``k`` steps later too, but never past the
+  actor goal (``min(t + k, t_goal)``, as OGBench's ``HGCDataset``), so that for a goal
+  closer than ``k`` steps the high level learns to point at the goal itself.
 - **options** (OTA): the state where an option of ``n`` steps from the current one
   ends, for the same value goal: ``n`` steps later, capped at the trajectory's last
   state, and at the goal itself when the goal lies ahead in the same trajectory
@@ -85,18 +88,22 @@ class GoalSampler:
 
     def sample(self, batch_size: int, subgoal_steps: int = 0, option_steps: int = 0) -> dict[str, torch.Tensor]:
         """``obs``, ``next_obs``, ``action``, ``value_goal``, ``reward``, ``mask``, ``actor_goal``
-        (and ``subgoal``, the state ``subgoal_steps`` later, when asked; and ``option_obs``,
+        (and ``subgoal``, the state ``subgoal_steps`` later, with ``high_target``, the same capped at
+        the actor goal, and its full state ``high_target_obs``, when asked; and ``option_obs``,
         ``option_reward``, ``option_mask`` for options of ``option_steps`` steps toward the
         value goal, when asked), each ``(batch_size, ...)``."""
         idx = torch.randint(self.size, (batch_size,), device=self.device)
         value_rows = self.value_goals(idx)
         reached = (value_rows == idx).float()
+        actor_rows = self.actor_goals(idx)
         batch = {"obs": self.obs[idx], "next_obs": self.next_obs[idx], "action": self.action[idx],
                  "value_goal": self.goal(value_rows), "reward": reached - 1.0, "mask": 1.0 - reached,
-                 "actor_goal": self.goal(self.actor_goals(idx))}
+                 "actor_goal": self.goal(actor_rows)}
         if subgoal_steps:
             subgoal_rows = self.future(idx, subgoal_steps)
-            batch |= {"subgoal": self.goal(subgoal_rows), "subgoal_obs": self.obs[subgoal_rows]}
+            target_rows = torch.minimum(subgoal_rows, actor_rows)  # actor goals lie ahead in the same trajectory
+            batch |= {"subgoal": self.goal(subgoal_rows), "high_target": self.goal(target_rows),
+                      "high_target_obs": self.obs[target_rows]}
         if option_steps:
             option_rows = self.option_ends(idx, value_rows, option_steps)
             option_reached = (option_rows == value_rows).float()

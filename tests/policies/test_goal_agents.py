@@ -79,7 +79,12 @@ def test_actor_goals_and_subgoals_are_later_in_the_same_trajectory():
     assert first.min() == 1 and first.max() == LENGTH - 1
     assert first.float().mean().item() == pytest.approx(50.0, abs=1.0)
     assert torch.equal(batch["subgoal"][:, 1], torch.clamp(t + 25, max=LENGTH - 1))
-    assert torch.equal(batch["subgoal_obs"][:, :2], batch["subgoal"])
+    # the high level's target is the subgoal, but never past the actor goal (OGBench's high_actor_targets)
+    target_ep, target_t = batch["high_target"].T
+    assert torch.equal(target_ep, ep) and torch.equal(target_t, torch.minimum(batch["subgoal"][:, 1], gt))
+    assert torch.equal(batch["high_target_obs"][:, :2], batch["high_target"])
+    near = gt < t + 25
+    assert near.any() and (~near).any()  # both cases are drawn
 
 
 def test_options_end_n_steps_later_or_at_a_goal_reached_within_them():
@@ -199,7 +204,7 @@ def test_ota_high_level_advantage_uses_the_option_value_and_the_low_level_keeps_
     agent = make_agent("ota", maze_root)
     batch = agent.sample(64)
     s, g = agent.normalizer(batch["obs"], batch["actor_goal"])
-    s_k, _ = agent.normalizer(batch["subgoal_obs"], batch["actor_goal"])
+    s_k, _ = agent.normalizer(batch["high_target_obs"], batch["actor_goal"])
     with torch.no_grad():
         expected = agent.high_value(s_k, g).mean(0) - agent.high_value(s, g).mean(0)
         hiql = agent.value(s_k, g).mean(0) - agent.value(s, g).mean(0)
