@@ -168,13 +168,15 @@ def load_goal_agent(run: Path, layout: str):
     import torch
 
     from policies import AGENTS
-    from robolearn import load_config
     from robolearn.checkpoint import load_checkpoint
+    from robolearn.config import config_from_dict
     from robolearn.data import Dataset
 
     payload = load_checkpoint(Path(run) / "checkpoints" / "latest.pt")
-    algo, seed = payload["config"]["algo"], payload["config"]["seed"]
-    cfg = load_config(f"{algo}_point_maze_{layout}")  # the agent settings the benchmark trained with
+    cfg = config_from_dict(payload["config"])  # the run's own settings, overrides (network sizes) included
+    algo, seed = cfg.algo, cfg.seed
+    if cfg.env.task != f"point_maze_{layout}":
+        raise SystemExit(f"{run} trained on {cfg.env.task}, not point_maze_{layout}")
     dataset = Dataset.load(cfg.dataset)
     agent = AGENTS[algo][1](dataset.observation_spec, dataset.action_spec, cfg.agent, torch.device("cpu"))
     agent.prepare(dataset.transitions())
