@@ -105,7 +105,8 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
     sizes = ", ".join(f"{layout} {dataset_size(layout)}" for layout in args.layouts)
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
-             "MLP 256x2 with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
+             f"MLP {'as overridden below' if any('agent.hidden=' in o for o in args.overrides) else '256x2'} "
+             "with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
              f"seeds {args.seed_list}. Datasets ({sizes}) of the noisy BFS navigator "
              "(OGBench: 1000 x 1000). Success over the 5 evaluation goal pairs, "
              f"{EPISODES_PER_GOAL} episodes each, mean ± std over seeds."

@@ -168,6 +168,23 @@ def test_hiql_goal_representation_has_length_sqrt_10(maze_root):
     assert agent.value(s, g).shape == (2, 256)  # the 2-ensemble
 
 
+def test_hiql_high_level_regresses_onto_the_target_capped_at_its_goal(maze_root):
+    torch.manual_seed(0)
+    agent = make_agent("hiql", maze_root)
+    batch = agent.sample(512)
+    assert not torch.equal(batch["high_target"], batch["subgoal"])  # some actor goals are closer than k = 25 steps
+    s, g_actor = agent.normalizer(batch["obs"], batch["actor_goal"])
+    s_h, w_h = agent.normalizer(batch["high_target_obs"], batch["high_target"])
+    _, w = agent.normalizer(batch["obs"], batch["subgoal"])
+    with torch.no_grad():
+        weight = torch.exp(agent.cfg.high_beta * agent.high_advantage(s, s_h, g_actor)).clamp(max=100.0)
+        mean = agent.high(torch.cat([s, g_actor], dim=-1))
+        capped, uncapped = ((weight * 0.5 * (mean - agent.value.phi(s, x)).square().sum(-1)).mean() for x in (w_h, w))
+    reported = agent.update(batch)["high_actor_loss"]  # computed before the step, with the same parameters
+    torch.testing.assert_close(reported, capped, rtol=1e-5, atol=1e-6)
+    assert (reported - uncapped).abs() > 1e-3  # not the subgoal k steps on past the goal
+
+
 class StateValue(torch.nn.Module):
     """A stand-in 2-ensemble value: ``(s_0 + 2 s_1, 3 s_0 - s_1)`` of the (normalized) state, whatever the goal."""
 
