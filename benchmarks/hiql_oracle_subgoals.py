@@ -36,23 +36,21 @@ from ota_advantage_sign import BINS, cell_distances  # noqa: E402
 
 
 class OracleSubgoals:
-    """``act(obs)``: the agent's low level toward the waypoint ``ahead`` cells along the shortest path to the goal."""
+    """``act(obs)``: the agent's low level toward the waypoint ``ahead`` cells along the shortest path to the goal
+    (the cells and next hops of the data's own waypoint follower, ``MazeNavigator``)."""
 
     def __init__(self, agent, grid, ahead: int) -> None:
-        self.agent, self.ahead = agent, ahead
-        self.centers, self.next_hop = grid.centers().float(), torch.as_tensor(grid.next_hop)
+        from sims.tasks.maze_navigator import MazeNavigator
 
-    def cell(self, xy: torch.Tensor) -> torch.Tensor:
-        """The free cell each position lies in (its nearest cell centre)."""
-        return torch.cdist(xy.float(), self.centers).argmin(1)
+        self.agent, self.ahead, self.maze = agent, ahead, MazeNavigator(grid, num_envs=0)
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        state, goal = obs["policy"], obs["goal"]
-        goal_cell, waypoint = self.cell(goal), self.cell(state[:, :2])
+        state, goal, maze = obs["policy"], obs["goal"], self.maze
+        goal_cell, waypoint = maze.current_cells(goal), maze.current_cells(state[:, :2])
         for _ in range(self.ahead):
-            waypoint = self.next_hop[goal_cell, waypoint]
-        target = torch.where((waypoint == goal_cell)[:, None], goal, self.centers[waypoint])
+            waypoint = maze.hop[goal_cell, waypoint]
+        target = torch.where((waypoint == goal_cell)[:, None], goal, maze.centers[waypoint])
         agent = self.agent
         s, w = agent.normalizer(state, target)
         z = agent.value.phi(s, w)

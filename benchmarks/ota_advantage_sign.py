@@ -43,16 +43,17 @@ def cell_distances(grid) -> np.ndarray:
 @torch.no_grad()
 def sign_agreement(run: Path, layout: str, batches: int, seed: int) -> tuple[str, list[tuple[float, int]]]:
     from common import load_goal_agent
+    from sims.tasks.maze_navigator import MazeNavigator
     from sims.tasks.point_maze import MazeGrid
 
     agent, algo, run_seed = load_goal_agent(run, layout)
     grid = MazeGrid(layout)
-    dist, centers = torch.as_tensor(cell_distances(grid)), grid.centers().float()
+    dist, maze = torch.as_tensor(cell_distances(grid)), MazeNavigator(grid, num_envs=0)
     torch.manual_seed(seed)
     d0s, goods = [], []
     for _ in range(batches):
         b = agent.sample(1024)
-        cell = lambda xy: torch.cdist(xy.float(), centers).argmin(1)  # noqa: E731
+        cell = maze.current_cells
         c0, ck, cg = cell(b["obs"][:, :2]), cell(b["high_target_obs"][:, :2]), cell(b["actor_goal"])
         progress = dist[cg, c0] - dist[cg, ck]
         s, g = agent.normalizer(b["obs"], b["actor_goal"])

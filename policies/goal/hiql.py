@@ -149,8 +149,7 @@ class HIQL(GoalAgent):
         norm = self.normalizer
         s, g = norm(batch["obs"], batch["value_goal"])
         s_next, _ = norm(batch["next_obs"], batch["value_goal"])
-        _, g_actor = norm(batch["obs"], batch["actor_goal"])
-        _, w = norm(batch["obs"], batch["subgoal"])
+        g_actor, w = norm.goal(batch["actor_goal"]), norm.goal(batch["subgoal"])
         s_h, w_h = norm(batch["high_target_obs"], batch["high_target"])
         action = self.normalized_action(batch)
 

@@ -40,9 +40,13 @@ class StateGoalNormalizer(nn.Module):
         self.state = EmpiricalNormalizer(obs_dim)
 
     def forward(self, obs: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.state(obs), self.goal(goal)
+
+    def goal(self, goal: torch.Tensor) -> torch.Tensor:
+        """A goal alone, standardized with the statistics of the state features it lives in."""
         s = self.state
         g = (goal - s.mean[: self.goal_dim]) / (s.var[: self.goal_dim].sqrt() + s.eps)
-        return s(obs), g.clamp(-s.clip, s.clip)
+        return g.clamp(-s.clip, s.clip)
 
 
 class GoalController(Controller):
