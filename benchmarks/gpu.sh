@@ -30,10 +30,10 @@ for stage in "${stages[@]}"; do
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
       (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
         --iterations "$PPO_ITERATIONS") ;;
-    go1)  # a walking gait within GO1_MINUTES of wall-clock: eval.json has the tracking error
+    go1)  # a walking gait within GO1_MINUTES of wall-clock; GO1_OVERRIDES="agent.max_std=1.0 ..." to try settings
       python -m robolearn train configs/ppo_go1_flat.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
         runner.max_minutes="$GO1_MINUTES" runner.video_seconds=0 logging.wandb=disabled logging.progress=false \
-        runner.log_every=10 run_dir=benchmarks/runs name=go1_gpu
+        runner.log_every=10 run_dir=benchmarks/runs name=go1_gpu ${GO1_OVERRIDES:-}
       python benchmarks/go1_gpu_report.py benchmarks/runs/go1_gpu ;;
     scaling)  # data-parallel efficiency; NCCL needs one GPU per rank
       ngpu=$(nvidia-smi -L | wc -l)

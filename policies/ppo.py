@@ -74,6 +74,9 @@ class PPOConfig:
     activation: Literal["elu", "relu", "tanh", "silu"] = "elu"
     init_std: float = 1.0
     min_std: float = 0.01  # std is clamped here after every step (never NaN from log(0) or negative)
+    # ... and here from above. Samples are clamped to the action bounds, so past them more noise costs
+    # the policy little while the entropy bonus still pays for it: on Go1 the std grew 1 -> 4.4 in 56M steps.
+    max_std: float | None = None  # None: no upper bound
     actor_obs_groups: tuple[str, ...] = ("policy",)
     critic_obs_groups: tuple[str, ...] = ("policy",)
     recurrent: bool = False
@@ -189,6 +192,8 @@ class PPO(Agent):
             raise ValueError(f"PPO expects a flat action_spec, got shape {action_spec.shape}")
         if cfg.schedule not in ("adaptive", "fixed"):
             raise ValueError(f"schedule must be 'adaptive' or 'fixed', got {cfg.schedule!r}")
+        if not 0 < cfg.min_std <= cfg.init_std <= (math.inf if cfg.max_std is None else cfg.max_std):
+            raise ValueError(f"need 0 < min_std <= init_std <= max_std, got {cfg.min_std}, {cfg.init_std}, {cfg.max_std}")
         self.cfg, self.device = cfg, torch.device(device)
         self.actor_groups, self.critic_groups = tuple(cfg.actor_obs_groups), tuple(cfg.critic_obs_groups)
         self.actor_obs_dim = obs_dim(observation_spec, self.actor_groups)
@@ -328,7 +333,7 @@ class PPO(Agent):
                 nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():
-                    self.log_std.clamp_(min=math.log(cfg.min_std))
+                    self.log_std.clamp_(min=math.log(cfg.min_std), max=None if cfg.max_std is None else math.log(cfg.max_std))
 
                 clip_fraction = ((ratio.detach() - 1).abs() > cfg.clip_ratio).float().mean()
                 stats.append(torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), kl, clip_fraction]))

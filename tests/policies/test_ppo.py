@@ -74,6 +74,17 @@ def test_std_is_clamped_to_min_std_and_stays_finite(make_rollout, random_obs, ob
     assert torch.isfinite(action).all() and (action >= low).all() and (action <= high).all()
 
 
+def test_std_is_clamped_to_max_std_and_bad_bounds_raise(make_rollout, obs_spec, action_spec) -> None:
+    torch.manual_seed(0)
+    # a large entropy bonus and a large fixed lr drive the std up
+    agent = PPO(obs_spec, action_spec, small(entropy_coef=100.0, schedule="fixed", learning_rate=0.05, max_std=1.5), CPU)
+    for _ in range(5):
+        agent.update(make_rollout(agent, 8, 6))
+    torch.testing.assert_close(agent.std, torch.full((2,), 1.5))
+    with pytest.raises(ValueError, match="min_std <= init_std <= max_std"):
+        PPO(obs_spec, action_spec, small(init_std=1.0, max_std=0.5), CPU)
+
+
 def test_old_policy_is_recomputed_exactly_and_normalizer_updated_after(make_rollout, obs_spec, action_spec) -> None:
     torch.manual_seed(0)
     cfg = small(num_epochs=1, num_minibatches=1, critic_obs_groups=("policy", "critic"))
