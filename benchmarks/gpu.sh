@@ -27,9 +27,16 @@ for stage in "${stages[@]}"; do
       python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py -k cuda ;;
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
-    ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
+    ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv, and mjlab's own
+          # training of its Go1 task where mjlab is installed (gpu_offline.sh pack-mjlab)
+      mjlab=()
+      if python -c "import mjlab.envs, mjlab.rl, mjlab.tasks.registry as r; r.load_env_cfg('Mjlab-Velocity-Flat-Unitree-Go1')"; then
+        mjlab=(--mjlab Mjlab-Velocity-Flat-Unitree-Go1)
+      else
+        echo "ppo: mjlab does not import here (above), so its own training is not timed"
+      fi
       (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
-        --iterations "$PPO_ITERATIONS") ;;
+        --iterations "$PPO_ITERATIONS" "${mjlab[@]}") ;;
     go1)  # a walking gait within GO1_MINUTES of wall-clock; GO1_OVERRIDES="agent.max_std=1.0 ..." to try settings
       python -m robolearn train configs/ppo_go1_flat.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
         runner.max_minutes="$GO1_MINUTES" runner.video_seconds=0 logging.wandb=disabled logging.progress=false \

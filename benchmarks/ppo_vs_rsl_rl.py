@@ -9,12 +9,20 @@ that both see the same background load; the first iteration of each is
 warm-up and not timed. Env steps/s = num_envs x num_steps / the median iteration's seconds
 (the median keeps the figure of the learner, not of other jobs on a shared machine).
 
+With ``--mjlab TASK_ID`` a third learner joins the rounds: mjlab's own training
+of its task (its ManagerBasedRlEnv, its RSL-RL config and its runner, as
+``mjlab.scripts.train`` builds them) at the same number of worlds: the end-to-end
+figure of the stack a user would otherwise reach for. Its env is mjlab's, not
+ours, so that row compares whole stacks, not learners.
+
 Not shared: RSL-RL has no return normalization (configs that set
 ``normalize_rewards`` differ there), and RSL-RL bootstraps time-outs from
 V(s_t) where ours uses V(final_obs) (one extra critic pass per step).
 
     python benchmarks/ppo_vs_rsl_rl.py --task pendulum --num-envs 64 --iterations 10
     python benchmarks/ppo_vs_rsl_rl.py --task ant --num-envs 4096 --device cuda --backend warp
+    python benchmarks/ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
+        --mjlab Mjlab-Velocity-Flat-Unitree-Go1
 """
 
 from __future__ import annotations
@@ -108,6 +116,39 @@ class RslRl:
         return seconds
 
 
+class Mjlab:
+    """mjlab's own training of ``task_id``: its env, RSL-RL config and runner, as its train script builds them."""
+
+    def __init__(self, task_id: str, num_envs: int, device: str, seed: int) -> None:
+        from dataclasses import asdict
+
+        from mjlab.envs import ManagerBasedRlEnv
+        from mjlab.rl import MjlabOnPolicyRunner, RslRlVecEnvWrapper
+        from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
+
+        env_cfg, agent_cfg = load_env_cfg(task_id), load_rl_cfg(task_id)
+        env_cfg.scene.num_envs, env_cfg.seed, agent_cfg.seed = num_envs, seed, seed
+        agent_cfg.save_interval = 10**9
+        env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=env_cfg, device=device), clip_actions=agent_cfg.clip_actions)
+        self.steps_per_iteration = num_envs * agent_cfg.num_steps_per_env
+        runner_cls = load_runner_cls(task_id) or MjlabOnPolicyRunner
+        self.runner = runner_cls(env, asdict(agent_cfg), None, device)
+        self.first = True
+
+    def train(self, iterations: int) -> list[float]:
+        seconds = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            # Episodes start at random lengths on the first call, as mjlab's train script asks.
+            self.runner.learn(num_learning_iterations=1, init_at_random_ep_len=self.first)
+            self.first = False
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    def close(self) -> None:
+        self.runner.env.close()
+
+
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
 
@@ -120,23 +161,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="the learners take turns this many times")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="mujoco", choices=["mujoco", "warp"])
+    parser.add_argument("--mjlab", metavar="TASK_ID", help="also time mjlab's own training of this mjlab task")
+    parser.add_argument("--out", default="ppo_vs_rsl_rl.md", help="file under benchmarks/results/")
     args = parser.parse_args()
 
-    seconds: dict[str, list[float]] = {"ours": [], "rsl": []}
+    seconds: dict[str, list[float]] = {"ours": [], "rsl": [], "mjlab": []}
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = train_config(args.task, args.num_envs, args.device, args.backend, run_dir)
         ours = Ours(cfg)
         learners = {"ours": ours, "rsl": RslRl(ours, cfg)}
+        if args.mjlab:
+            learners["mjlab"] = Mjlab(args.mjlab, args.num_envs, args.device, cfg.seed)
         for name, learner in learners.items():
             learner.train(1)  # warm-up
         for round_ in range(args.rounds):  # interleaved: both see the same background load
             for name, learner in learners.items():
                 seconds[name] += learner.train(len(range(round_, args.iterations, args.rounds)))
         ours.runner.close()
+        if args.mjlab:
+            learners["mjlab"].close()
 
-    steps = args.num_envs * cfg.agent.num_steps
-    medians = {name: statistics.median(times) for name, times in seconds.items()}
-    rates = {name: steps / median for name, median in medians.items()}
+    steps = {"ours": ours.steps_per_iteration, "rsl": ours.steps_per_iteration}
+    if args.mjlab:
+        steps["mjlab"] = learners["mjlab"].steps_per_iteration
+    medians = {name: statistics.median(times) for name, times in seconds.items() if times}
+    rates = {name: steps[name] / median for name, median in medians.items()}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     agent = cfg.agent
     table = "\n".join([
@@ -154,7 +203,16 @@ def main() -> None:
         f"| robolearn Runner + PPO | {rates['ours']:,.0f} | {medians['ours']:.3f} | {rates['ours'] / rates['rsl']:.2f}x |",
         f"| rsl-rl-lib OnPolicyRunner | {rates['rsl']:,.0f} | {medians['rsl']:.3f} | 1.00x |",
     ])
-    write_result("ppo_vs_rsl_rl.md", table)
+    if args.mjlab:
+        table += "\n".join([
+            "", "", f"mjlab {version('mjlab')}'s own training of `{args.mjlab}` (its env, its RSL-RL config and runner), "
+            f"{args.num_envs} worlds, in the same rounds:", "",
+            "| stack | env steps/s | median s/iteration | ours / it |", "|---|---:|---:|---:|",
+            f"| robolearn (`{args.task}`, Runner + PPO) | {rates['ours']:,.0f} | {medians['ours']:.3f} | 1.00x |",
+            f"| mjlab (`{args.mjlab}`) | {rates['mjlab']:,.0f} | {medians['mjlab']:.3f} | "
+            f"{rates['ours'] / rates['mjlab']:.2f}x |",
+        ])
+    write_result(args.out, table)
 
 
 if __name__ == "__main__":
