@@ -20,7 +20,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write_result  # noqa: E402
-from robolearn.config import to_dict  # noqa: E402
 from robolearn.registry import make_env  # noqa: E402
 from robolearn.runner import load_agent, read_run_config  # noqa: E402
 
@@ -61,9 +60,9 @@ def main() -> None:
         table.append(f"| {line['time']:.0f} | {line['env_steps']:,} | {line.get('return', float('nan')):.2f} | "
                      f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
     walks = error["lin_vel_error"] < THRESHOLD
-    cfg = to_dict(read_run_config(run))
-    settings = (f"entropy_coef {cfg['agent']['entropy_coef']}, max_std {cfg['agent']['max_std']}, dynamics drawn "
-                f"{'every episode' if cfg['env']['randomization'].get('dynamics_every_episode', True) else 'once per robot'}; "
+    cfg = read_run_config(run)
+    settings = (f"entropy_coef {cfg.agent.entropy_coef}, max_std {cfg.agent.max_std}, dynamics drawn "
+                f"{'every episode' if cfg.env.randomization.get('dynamics_every_episode', True) else 'once per robot'}; "
                 f"policy std at the end {last.get('std', float('nan')):.2f}")
     text = "\n".join([
         "# Go1 velocity tracking on the GPU (PPO, MuJoCo Warp)", "",

@@ -38,11 +38,6 @@ bundle() {
   rm -rf "$tmp"/site/warp/{examples,tests} "$tmp"/site/mujoco/{doc,testdata}
   # Executables the stages never start (ffmpeg for videos, W&B's service for logging): 210 MB unpacked.
   rm -rf "$tmp"/site/imageio_ffmpeg/binaries/* "$tmp"/site/wandb/bin
-  # rsl_rl imports wandb when it is imported and uses it only for a W&B logger, which gpu.sh never
-  # configures; an empty module stands in rather than a 20 MB wheel and its dependencies (the mjlab
-  # bundle brings the real one, unpacked over this).
-  [ "$name" = site ] && mkdir -p "$tmp/site/wandb" \
-    && echo '"""Stand-in: rsl_rl imports wandb; nothing here logs to W&B."""' > "$tmp/site/wandb/__init__.py"
   mkdir -p "$out" && rm -rf "$out"/part*  # only this bundle's parts: .gpu/mjlab sits inside .gpu
   tar -C "$tmp/site" -cf - . | xz -9 -T0 | split -b "${part_mb}000000" -d -a 2 - "$tmp/$name.tar.xz."
   local n=0
@@ -70,6 +65,7 @@ pack_mjlab() {
   # The distributions whose modules mjlab's training loads, less those of the first bundle and the image.
   mapfile -t dists < <(python - <<'PY'
 import importlib.metadata as md, sys
+from packaging.requirements import Requirement
 import numpy, scipy, torch, yaml, tqdm, rich, matplotlib, imageio, h5py, onnx, absl  # the image's
 image = {name.split(".")[0] for name in sys.modules}
 import mujoco, warp, mujoco_warp, gymnasium, tensordict, rsl_rl, git  # the first bundle's
@@ -82,8 +78,7 @@ added = {name.split(".")[0] for name in sys.modules} - before
 owners = md.packages_distributions()
 # Namespace packages (google: protobuf, googleapis-common-protos...) say nothing about which part is there.
 installed = {owners[m][0] for m in image if len(owners.get(m, [])) == 1}  # and what those need, one level down:
-installed |= {req.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].split("!")[0].split("~")[0].strip()
-              for dist in list(installed) for req in (md.requires(dist) or []) if "extra ==" not in req}
+installed |= {Requirement(req).name for dist in list(installed) for req in (md.requires(dist) or []) if "extra ==" not in req}
 present = installed | {owners[m][0] for m in before if len(owners.get(m, [])) == 1}
 print("\n".join(sorted({dist for module in added for dist in owners.get(module, [])} - present)))
 PY
@@ -123,6 +118,10 @@ run() {
   # mjlab asks imageio-ffmpeg for ffmpeg when it is imported; the bundle leaves that binary out and
   # nothing here records video, so a system ffmpeg or a stand-in that is never started.
   export IMAGEIO_FFMPEG_EXE=${IMAGEIO_FFMPEG_EXE:-$(command -v ffmpeg || echo /bin/false)}
+  # rsl_rl imports wandb when it is imported and uses it only for a W&B logger, which gpu.sh never
+  # configures: where neither the image nor the mjlab bundle has it, an empty module stands in.
+  timeout 60 python -c "import wandb" 2>/dev/null || { mkdir -p "$site/wandb" \
+    && echo '"""Stand-in: rsl_rl imports wandb; nothing here logs to W&B."""' > "$site/wandb/__init__.py"; }
   log "unpacked"
   timeout 120 python -c "import torch, warp, mujoco, mujoco_warp, gymnasium, tensordict, rsl_rl; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'warp', warp.__version__, 'mujoco', mujoco.__version__)" \
     || { log "imports failed"; return 4; }

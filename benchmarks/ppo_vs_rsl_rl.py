@@ -98,25 +98,35 @@ class Ours:
         self.runner.train(stop=lambda metrics: seconds.append(metrics["iteration_time"]) and False)
         return seconds
 
+    def close(self) -> None:
+        self.runner.close()
+
 
 class RslRl:
     """rsl-rl-lib's OnPolicyRunner on our runner's very env, through ``VecEnvAsRslRl``."""
+
+    random_start = False  # episodes of the first iteration start at random lengths
 
     def __init__(self, ours: Ours, cfg: TrainConfig) -> None:
         torch.manual_seed(cfg.seed)
         self.runner = OnPolicyRunner(VecEnvAsRslRl(ours.runner.env), rsl_rl_config(cfg), log_dir=None,
                                      device=cfg.env.device)
+        self.steps_per_iteration = ours.steps_per_iteration
 
     def train(self, iterations: int) -> list[float]:
         seconds = []
         for _ in range(iterations):
             start = time.perf_counter()
-            self.runner.learn(num_learning_iterations=1)
+            self.runner.learn(num_learning_iterations=1, init_at_random_ep_len=self.random_start)
+            self.random_start = False
             seconds.append(time.perf_counter() - start)
         return seconds
 
+    def close(self) -> None:
+        """Nothing of its own: the env is our runner's."""
 
-class Mjlab:
+
+class Mjlab(RslRl):
     """mjlab's own training of ``task_id``: its env, RSL-RL config and runner, as its train script builds them."""
 
     def __init__(self, task_id: str, num_envs: int, device: str, seed: int) -> None:
@@ -133,17 +143,7 @@ class Mjlab:
         self.steps_per_iteration = num_envs * agent_cfg.num_steps_per_env
         runner_cls = load_runner_cls(task_id) or MjlabOnPolicyRunner
         self.runner = runner_cls(env, asdict(agent_cfg), None, device)
-        self.first = True
-
-    def train(self, iterations: int) -> list[float]:
-        seconds = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            # Episodes start at random lengths on the first call, as mjlab's train script asks.
-            self.runner.learn(num_learning_iterations=1, init_at_random_ep_len=self.first)
-            self.first = False
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        self.random_start = True  # as mjlab's train script asks
 
     def close(self) -> None:
         self.runner.env.close()
@@ -165,27 +165,23 @@ def main() -> None:
     parser.add_argument("--out", default="ppo_vs_rsl_rl.md", help="file under benchmarks/results/")
     args = parser.parse_args()
 
-    seconds: dict[str, list[float]] = {"ours": [], "rsl": [], "mjlab": []}
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = train_config(args.task, args.num_envs, args.device, args.backend, run_dir)
         ours = Ours(cfg)
-        learners = {"ours": ours, "rsl": RslRl(ours, cfg)}
+        learners: dict[str, Ours | RslRl] = {"ours": ours, "rsl": RslRl(ours, cfg)}
         if args.mjlab:
             learners["mjlab"] = Mjlab(args.mjlab, args.num_envs, args.device, cfg.seed)
+        seconds: dict[str, list[float]] = {name: [] for name in learners}
         for name, learner in learners.items():
             learner.train(1)  # warm-up
         for round_ in range(args.rounds):  # interleaved: both see the same background load
             for name, learner in learners.items():
                 seconds[name] += learner.train(len(range(round_, args.iterations, args.rounds)))
-        ours.runner.close()
-        if args.mjlab:
-            learners["mjlab"].close()
+        for learner in learners.values():
+            learner.close()
 
-    steps = {"ours": ours.steps_per_iteration, "rsl": ours.steps_per_iteration}
-    if args.mjlab:
-        steps["mjlab"] = learners["mjlab"].steps_per_iteration
-    medians = {name: statistics.median(times) for name, times in seconds.items() if times}
-    rates = {name: steps[name] / median for name, median in medians.items()}
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
+    rates = {name: learners[name].steps_per_iteration / median for name, median in medians.items()}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     agent = cfg.agent
     table = "\n".join([

@@ -192,8 +192,10 @@ class PPO(Agent):
             raise ValueError(f"PPO expects a flat action_spec, got shape {action_spec.shape}")
         if cfg.schedule not in ("adaptive", "fixed"):
             raise ValueError(f"schedule must be 'adaptive' or 'fixed', got {cfg.schedule!r}")
-        if not 0 < cfg.min_std <= cfg.init_std <= (math.inf if cfg.max_std is None else cfg.max_std):
+        max_std = math.inf if cfg.max_std is None else cfg.max_std
+        if not 0 < cfg.min_std <= cfg.init_std <= max_std:
             raise ValueError(f"need 0 < min_std <= init_std <= max_std, got {cfg.min_std}, {cfg.init_std}, {cfg.max_std}")
+        self._log_std_range = (math.log(cfg.min_std), math.log(max_std))  # log(inf) = inf: no upper bound
         self.cfg, self.device = cfg, torch.device(device)
         self.actor_groups, self.critic_groups = tuple(cfg.actor_obs_groups), tuple(cfg.critic_obs_groups)
         self.actor_obs_dim = obs_dim(observation_spec, self.actor_groups)
@@ -333,7 +335,7 @@ class PPO(Agent):
                 nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():
-                    self.log_std.clamp_(min=math.log(cfg.min_std), max=None if cfg.max_std is None else math.log(cfg.max_std))
+                    self.log_std.clamp_(*self._log_std_range)
 
                 clip_fraction = ((ratio.detach() - 1).abs() > cfg.clip_ratio).float().mean()
                 stats.append(torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), kl, clip_fraction]))
