@@ -7,7 +7,9 @@ with one torch thread. Evaluation: the final controller on the maze's five
 evaluation (start, goal) pairs, ``EPISODES_PER_GOAL`` episodes each (noisy starts),
 success = within 0.25 m of the goal before 500 steps. Reported: success rate
 mean ± std over seeds (each seed's rate averaged over the five goals), per-goal
-rates, and the wall-clock of training (updates only) and of the whole run.
+rates, and the wall-clock of training (updates only) and of the whole run. For the hierarchical
+agents also, at each evaluation: how often the high level's advantage has the right sign
+(``advantage_sign.py``, OTA's diagnostic), for each value network the agent has.
 Runs go ``--jobs`` at a time (one torch thread each); each finished run is
 appended to ``<out>_runs.jsonl``, so a cut-short benchmark keeps what it finished.
 
@@ -34,6 +36,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
+from advantage_sign import FAR_CELLS, VALUES, advantage_sign_agreement  # noqa: E402
 from common import RESULTS, machine, pool_runs, read_jsonl, train_offline, write_result  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
@@ -58,9 +61,12 @@ def success_per_goal(controller: torch.nn.Module, task: str, seed: int) -> np.nd
 
 def run(job: dict) -> dict:
     """Train one (algo, layout, seed) with one torch thread and evaluate it; a job is a dict so a process pool can send it."""
+    from sims.tasks.point_maze import MazeGrid
+
     torch.set_num_threads(1)
     start = time.perf_counter()
-    task, eval_seed, curve = f"point_maze_{job['layout']}", 20_000 + job["seed"], []
+    task, eval_seed, curve, signs = f"point_maze_{job['layout']}", 20_000 + job["seed"], [], []
+    grid = MazeGrid(job["layout"])
 
     def evaluate_every(runner) -> None:
         """Success of the controller so far, every ``eval_every`` updates; training's random stream untouched."""
@@ -69,6 +75,7 @@ def run(job: dict) -> dict:
             rng = torch.get_rng_state()
             curve.append((updates, float(success_per_goal(runner.agent.controller().eval(), task, eval_seed).mean())))
             torch.set_rng_state(rng)
+            signs.append((updates, advantage_sign_agreement(runner.agent, grid)))
             print(f"{job['algo']} seed {job['seed']}: {updates} updates, success {curve[-1][1]:.2f}", flush=True)
 
     runner, train_s = train_offline(f"{job['algo']}_{task}",
@@ -76,7 +83,8 @@ def run(job: dict) -> dict:
                                     "/tmp/robolearn-hiql-bench", after_iteration=evaluate_every)
     per_goal = success_per_goal(runner.agent.controller().eval(), task, eval_seed)
     curve.append((job["updates"], float(per_goal.mean())))
-    return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve,
+    signs.append((job["updates"], advantage_sign_agreement(runner.agent, grid)))
+    return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve, "signs": signs,
             "train_s": train_s, "total_s": time.perf_counter() - start}
 
 
@@ -120,7 +128,7 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
                      + " / ".join(f"{100 * r:.0f}" for r in rates) + " | "
                      + " / ".join(f"{100 * g:.0f}" for g in goals)
                      + f" | {np.mean([r['train_s'] for r in rows]):.0f} | {np.mean([r['total_s'] for r in rows]):.0f} |")
-    return "\n".join(lines + curve_table(results))
+    return "\n".join(lines + curve_table(results) + sign_table(results))
 
 
 def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
@@ -141,6 +149,27 @@ def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
         cells = [cell([run[u] for run in runs if u in run]) for u in points]
         cells.append(cell([np.mean([run[u] for u in sorted(run)[-3:]]) for run in runs]))
         lines.append(f"| {layout} | {algo} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def sign_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """How often each value's high-level advantage has the right sign (``advantage_sign``), mean over the seeds
+    that measured it, at each evaluation."""
+    rows = [(layout, algo, name, [dict(r["signs"]) for r in runs if r.get("signs")])
+            for (layout, algo), runs in results.items() for name in VALUES]
+    rows = [(layout, algo, name, runs) for layout, algo, name, runs in rows if runs and name in runs[0][max(runs[0])]]
+    if not rows:
+        return []
+    points = sorted({u for *_, runs in rows for run in runs for u in run})
+    lines = ["", "High-level advantage with the right sign (%; `benchmarks/advantage_sign.py`): the high level's training "
+             "triples (s, s_h, g'), sign of V(s_h, g') - V(s, g') against whether s_h is fewer maze cells from g' "
+             f"than s; all triples / goals more than {FAR_CELLS} cells away; mean over the seeds that measured it:", "",
+             "| maze | algorithm | value | n | " + " | ".join(f"{u // 1000}k" for u in points) + " |",
+             "|---|---|---|---|" + "---|" * len(points)]
+    for layout, algo, name, runs in rows:
+        cells = [f"{100 * np.mean([run[u][name] for run in runs if u in run]):.0f} / "
+                 f"{100 * np.mean([run[u][name + '_far'] for run in runs if u in run]):.0f}" for u in points]
+        lines.append(f"| {layout} | {algo} | {name} | {len(runs)} | " + " | ".join(cells) + " |")
     return lines
 
 

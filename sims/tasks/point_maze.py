@@ -109,6 +109,24 @@ class MazeGrid:
                         queue.append(nb)
         return hop
 
+    def hop_distances(self) -> np.ndarray:
+        """``dist[g, c]``: the number of moves between free cells ``c`` and ``g`` along a shortest path."""
+        n = len(self.free)
+        goal, cell, dist = np.arange(n)[:, None], np.tile(np.arange(n), (n, 1)), np.zeros((n, n), dtype=np.int64)
+        while (away := cell != goal).any():  # walk every cell one hop towards every goal
+            dist += away
+            cell = self.next_hop[goal, cell]
+        return dist
+
+    def cells_of(self, xy: torch.Tensor) -> torch.Tensor:
+        """Free-cell indices of ``(..., 2)`` positions (the cell whose centre is nearest; -1 inside a wall)."""
+        lookup = torch.full(self.walls.shape, -1, dtype=torch.long)
+        for k, (i, j) in enumerate(self.free):
+            lookup[i, j] = k
+        i = (xy[..., 1] / self.cell_size).round().long().clamp(0, self.walls.shape[0] - 1)
+        j = (xy[..., 0] / self.cell_size).round().long().clamp(0, self.walls.shape[1] - 1)
+        return lookup[i.cpu(), j.cpu()].to(xy.device)
+
     def wall_boxes(self) -> list[tuple[tuple[float, float, float], tuple[float, float, float]]]:
         """``(centre, half-size)`` of each wall cell's box: the cell's footprint, half a cell tall, on the floor."""
         h = self.cell_size / 2

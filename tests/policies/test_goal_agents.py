@@ -240,6 +240,40 @@ def test_ota_high_level_advantage_uses_the_option_value_and_the_low_level_keeps_
         torch.testing.assert_close(fresh.high_value(s, g), agent.high_value(s, g))
 
 
+class MazeCellsValue(torch.nn.Module):
+    """An oracle 2-ensemble value: minus the maze cells from the state to the goal (times ``sign``), read
+    through the agent's normalizer."""
+
+    def __init__(self, agent, grid, sign: float = 1.0) -> None:
+        super().__init__()
+        self.stats, self.grid, self.sign = agent.normalizer.state, grid, sign
+        self.dist = torch.as_tensor(grid.hop_distances()).float()
+
+    def forward(self, state: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        std, mean = self.stats.var[:2].sqrt() + self.stats.eps, self.stats.mean[:2]
+        cells = [self.grid.cells_of(x[:, :2] * std + mean) for x in (state, goal)]
+        return (-self.sign * self.dist[cells[1], cells[0]]).expand(2, -1)
+
+
+def test_advantage_sign_diagnostic_scores_an_oracle_value_right_and_its_negation_wrong(maze_root, monkeypatch):
+    from benchmarks import advantage_sign
+    from sims.tasks.point_maze import MazeGrid
+
+    monkeypatch.setattr(advantage_sign, "FAR_CELLS", 4)  # the medium maze's goals are closer than the large one's
+    grid, agent = MazeGrid("medium"), make_agent("ota", maze_root)
+    agent.value, agent.high_value = MazeCellsValue(agent, grid), MazeCellsValue(agent, grid, sign=-1.0)
+    rng = torch.get_rng_state()
+    result = advantage_sign.advantage_sign_agreement(agent, grid, samples=2048)
+    assert 0 < result["far_pairs"] < result["pairs"] < 2048  # equally distant cells are left out
+    assert result["value"] == result["value_far"] == 1.0
+    assert result["high_value"] == result["high_value_far"] == 0.0
+    assert torch.equal(torch.get_rng_state(), rng)  # training's random stream is untouched
+    hiql = make_agent("hiql", maze_root)
+    untrained = advantage_sign.advantage_sign_agreement(hiql, grid, samples=2048)
+    assert "high_value" not in untrained and 0.0 < untrained["value"] < 1.0
+    assert advantage_sign.advantage_sign_agreement(make_agent("gciql", maze_root), grid) == {}  # no high level
+
+
 def test_ota_is_registered_with_configs_for_both_mazes():
     assert AGENTS["ota"] == (OTAConfig, OTA)
     for layout in ("medium", "large"):

@@ -29,6 +29,22 @@ def test_layouts_and_evaluation_pairs_are_free_and_connected(layout):
     assert model.nu == 2 and model.nmocap == 1 and model.ngeom == int(grid.walls.sum()) + 3
 
 
+def test_hop_distances_are_shortest_paths_and_positions_map_to_their_cells():
+    grid = MazeGrid("large")
+    dist, n = grid.hop_distances(), len(grid.free)
+    assert (dist == dist.T).all() and (dist.diagonal() == 0).all()
+    for g in range(n):
+        for c in range(n):
+            if c != g:  # one more than from the next hop, and no shortcut through any free neighbour
+                assert dist[g, c] == dist[g, grid.next_hop[g, c]] + 1
+                (i, j) = grid.free[c]
+                neighbours = [grid.index[nb] for nb in ((i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)) if nb in grid.index]
+                assert dist[g, c] == 1 + min(dist[g, k] for k in neighbours)
+    assert [int(dist[grid.index[goal], grid.index[start]]) for start, goal in EVAL_PAIRS["large"]] == [15, 19, 12, 14, 15]
+    xy = torch.tensor([[1.0, 1.0], [1.45, 0.6], [0.0, 0.0], [10.3, 6.8]])  # (x, y) = (column, row)
+    assert grid.cells_of(xy).tolist() == [grid.index[(1, 1)], grid.index[(1, 1)], -1, grid.index[(7, 10)]]
+
+
 def test_walls_block_motion():
     with sims.make_env("point_maze_medium", num_envs=2, seed=0, num_threads=1, goals="eval") as env:
         env.reset(seed=0)
