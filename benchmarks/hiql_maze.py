@@ -85,7 +85,7 @@ def run(job: dict) -> dict:
     curve.append((job["updates"], float(per_goal.mean())))
     signs.append((job["updates"], advantage_sign_agreement(runner.agent, grid)))
     return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve, "signs": signs,
-            "train_s": train_s, "total_s": time.perf_counter() - start}
+            "train_s": train_s, "total_s": time.perf_counter() - start, "machine": machine()}
 
 
 def overrides_for(algo: str, overrides: list[str]) -> list[str]:
@@ -111,8 +111,9 @@ def dataset_size(layout: str) -> str:
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
     title = " vs ".join(algo.upper() for algo in args.algos)
     sizes = ", ".join(f"{layout} {dataset_size(layout)}" for layout in args.layouts)
+    machines = list(dict.fromkeys(ran_on(r) for rows in results.values() for r in rows))
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
-             f"Machine: {machine()}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
+             f"{machines_line(results, machines)}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              f"MLP {'as overridden below' if any('agent.hidden=' in o for o in args.overrides) else '256x2'} "
              "with LayerNorm, batch 256, lr 3e-4 (paper: 1M updates, MLP 512x3, batch 1024), "
              f"seeds {args.seed_list}. Datasets ({sizes}) of the noisy BFS navigator "
@@ -127,8 +128,32 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
         lines.append(f"| {layout} | {algo} | {100 * rates.mean():.1f} ± {100 * rates.std():.1f} (n={len(rows)}) | "
                      + " / ".join(f"{100 * r:.0f}" for r in rates) + " | "
                      + " / ".join(f"{100 * g:.0f}" for g in goals)
-                     + f" | {np.mean([r['train_s'] for r in rows]):.0f} | {np.mean([r['total_s'] for r in rows]):.0f} |")
+                     + f" | {per_machine(rows, 'train_s', machines)} | {per_machine(rows, 'total_s', machines)} |")
     return "\n".join(lines + curve_table(results) + sign_table(results))
+
+
+def ran_on(row: dict) -> str:
+    """The machine a run ran on (runs recorded before machines were recorded: this one, as their tables said)."""
+    return row.get("machine") or machine()
+
+
+def machines_line(results: dict[tuple[str, str], list[dict]], machines: list[str]) -> str:
+    """The machine the runs ran on; where seeds added later ran on another, each numbered with its runs."""
+    if len(machines) == 1:
+        return f"Machine: {machines[0]}"
+    runs = [[f"{algo} seeds {[r['seed'] for r in rows if ran_on(r) == m]}"
+             for (_, algo), rows in results.items() if any(ran_on(r) == m for r in rows)] for m in machines]
+    return "Machines (seconds below per machine, in this order): " + "; ".join(
+        f"[{k}] {m} ({', '.join(r)})" for k, (m, r) in enumerate(zip(machines, runs), 1))
+
+
+def per_machine(rows: list[dict], key: str, machines: list[str]) -> str:
+    """Mean of ``key`` over the rows, separately for each machine they ran on (seconds differ between machines)."""
+    means = [(k, [r[key] for r in rows if ran_on(r) == m]) for k, m in enumerate(machines, 1)]
+    means = [(k, values) for k, values in means if values]
+    if len(means) == 1:
+        return f"{np.mean(means[0][1]):.0f}"
+    return " / ".join(f"{np.mean(values):.0f} [{k}]" for k, values in means)
 
 
 def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
