@@ -9,7 +9,7 @@ success = within 0.25 m of the goal before 500 steps. Reported: success rate
 mean ± std over seeds (each seed's rate averaged over the five goals), per-goal
 rates, and the wall-clock of training (updates only) and of the whole run. For the hierarchical
 agents also, at each evaluation: how often the high level's advantage has the right sign
-(``advantage_sign.py``, OTA's diagnostic), for each value network the agent has.
+(``ota_advantage_sign.py``, OTA's diagnostic), for each value network the agent has.
 Runs go ``--jobs`` at a time (one torch thread each); each finished run is
 appended to ``<out>_runs.jsonl``, so a cut-short benchmark keeps what it finished.
 
@@ -36,8 +36,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from advantage_sign import FAR_CELLS, VALUES, advantage_sign_agreement  # noqa: E402
 from common import RESULTS, machine, pool_runs, read_jsonl, train_offline, write_result  # noqa: E402
+from ota_advantage_sign import VALUES, bin_names, sign_agreement  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
 EPISODES_PER_GOAL = 10
@@ -75,7 +75,7 @@ def run(job: dict) -> dict:
             rng = torch.get_rng_state()
             curve.append((updates, float(success_per_goal(runner.agent.controller().eval(), task, eval_seed).mean())))
             torch.set_rng_state(rng)
-            signs.append((updates, advantage_sign_agreement(runner.agent, grid)))
+            signs.append((updates, sign_agreement(runner.agent, grid)))
             print(f"{job['algo']} seed {job['seed']}: {updates} updates, success {curve[-1][1]:.2f}", flush=True)
 
     runner, train_s = train_offline(f"{job['algo']}_{task}",
@@ -83,7 +83,7 @@ def run(job: dict) -> dict:
                                     "/tmp/robolearn-hiql-bench", after_iteration=evaluate_every)
     per_goal = success_per_goal(runner.agent.controller().eval(), task, eval_seed)
     curve.append((job["updates"], float(per_goal.mean())))
-    signs.append((job["updates"], advantage_sign_agreement(runner.agent, grid)))
+    signs.append((job["updates"], sign_agreement(runner.agent, grid)))
     return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve, "signs": signs,
             "train_s": train_s, "total_s": time.perf_counter() - start, "machine": machine()}
 
@@ -178,24 +178,23 @@ def curve_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
 
 
 def sign_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
-    """How often each value's high-level advantage has the right sign (``advantage_sign``), mean over the seeds
-    that measured it, at each evaluation."""
-    rows = [(layout, algo, name, [dict(r["signs"]) for r in runs if r.get("signs")])
-            for (layout, algo), runs in results.items() for name in VALUES]
-    rows = [(layout, algo, name, runs) for layout, algo, name, runs in rows if runs and name in runs[0][max(runs[0])]]
-    if not rows:
+    """How often each value's high-level advantage has the right sign (``ota_advantage_sign``), by distance to the
+    goal, at each evaluation: mean over the seeds that measured it."""
+    lines = []
+    for (layout, algo), rows in results.items():
+        runs = [dict(r["signs"]) for r in rows if r.get("signs") and r["signs"][-1][1]]
+        for name in VALUES:
+            for u in sorted({u for run in runs for u in run if name in run[u]}):
+                at = [run[u] for run in runs if u in run and name in run[u]]
+                cells = [f"{100 * np.nanmean([a[name][b] for a in at]):.0f}" for b in range(len(bin_names()))]
+                lines.append(f"| {layout} | {algo} | {name} | {u // 1000}k | {len(at)} | " + " | ".join(cells) + " |")
+    if not lines:
         return []
-    points = sorted({u for *_, runs in rows for run in runs for u in run})
-    lines = ["", "High-level advantage with the right sign (%; `benchmarks/advantage_sign.py`): the high level's training "
-             "triples (s, s_h, g'), sign of V(s_h, g') - V(s, g') against whether s_h is fewer maze cells from g' "
-             f"than s; all triples / goals more than {FAR_CELLS} cells away; mean over the seeds that measured it:", "",
-             "| maze | algorithm | value | n | " + " | ".join(f"{u // 1000}k" for u in points) + " |",
-             "|---|---|---|---|" + "---|" * len(points)]
-    for layout, algo, name, runs in rows:
-        cells = [f"{100 * np.mean([run[u][name] for run in runs if u in run]):.0f} / "
-                 f"{100 * np.mean([run[u][name + '_far'] for run in runs if u in run]):.0f}" for u in points]
-        lines.append(f"| {layout} | {algo} | {name} | {len(runs)} | " + " | ".join(cells) + " |")
-    return lines
+    return ["", "High-level advantage with the right sign (%; `benchmarks/ota_advantage_sign.py`): the high level's "
+            "training pairs (s_t, s_{t+k}) and goals g, sign of V(s_{t+k}, g) - V(s_t, g) against the shortest-path "
+            "progress in maze cells, by the distance d(s_t, g) in cells; mean over the seeds that measured it:", "",
+            f"| maze | algorithm | value | updates | n | {' | '.join(bin_names())} |",
+            "|---|---|---|---|---|" + "---|" * len(bin_names()), *lines]
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from common import load_goal_agent  # noqa: E402
 from hiql_maze import success_per_goal  # noqa: E402
-from ota_advantage_sign import BINS, cell_distances  # noqa: E402
+from ota_advantage_sign import BINS  # noqa: E402
 
 
 class OracleSubgoals:
@@ -110,7 +110,7 @@ def main() -> None:
               + " | ".join(f"{100 * r.mean():.0f} ({' / '.join(f'{100 * g:.0f}' for g in r)})" for r in rates) + " |",
               flush=True)
     print("\nSuccess % (per goal pair 1-5), evaluation seeds as benchmarks/hiql_maze.py's.\n")
-    dist = torch.as_tensor(cell_distances(grid))
+    dist = torch.as_tensor(grid.hop_distances())
     header = " | ".join(f"d in [{max(lo, 1)}, {hi})" if hi < 1000 else f"d >= {lo}" for lo, hi in zip(BINS[:-1], BINS[1:]))
     print("Subgoal on a shortest path % (closer to the goal %), by the distance d(c, g) in cells:\n")
     print(f"| run | {header} | all | phi decodes to itself |\n|---|" + "---|" * (len(BINS) + 1))

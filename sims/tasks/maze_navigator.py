@@ -35,7 +35,7 @@ class MazeNavigator:
 
     def current_cells(self, position: torch.Tensor) -> torch.Tensor:
         """Free-cell index of each position (the nearest free cell centre)."""
-        return torch.cdist(position.float(), self.centers).argmin(1)
+        return self.grid.cells_of(position)
 
     def act(self, obs: Obs) -> torch.Tensor:
         state = obs["policy"].cpu().float()

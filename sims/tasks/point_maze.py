@@ -119,13 +119,8 @@ class MazeGrid:
         return dist
 
     def cells_of(self, xy: torch.Tensor) -> torch.Tensor:
-        """Free-cell indices of ``(..., 2)`` positions (the cell whose centre is nearest; -1 inside a wall)."""
-        lookup = torch.full(self.walls.shape, -1, dtype=torch.long)
-        for k, (i, j) in enumerate(self.free):
-            lookup[i, j] = k
-        i = (xy[..., 1] / self.cell_size).round().long().clamp(0, self.walls.shape[0] - 1)
-        j = (xy[..., 0] / self.cell_size).round().long().clamp(0, self.walls.shape[1] - 1)
-        return lookup[i.cpu(), j.cpu()].to(xy.device)
+        """Free-cell index of each ``(N, 2)`` position: the cell with the nearest centre."""
+        return torch.cdist(xy.float(), self.centers().float().to(xy.device)).argmin(1)
 
     def wall_boxes(self) -> list[tuple[tuple[float, float, float], tuple[float, float, float]]]:
         """``(centre, half-size)`` of each wall cell's box: the cell's footprint, half a cell tall, on the floor."""

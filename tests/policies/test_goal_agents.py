@@ -255,23 +255,23 @@ class MazeCellsValue(torch.nn.Module):
         return (-self.sign * self.dist[cells[1], cells[0]]).expand(2, -1)
 
 
-def test_advantage_sign_diagnostic_scores_an_oracle_value_right_and_its_negation_wrong(maze_root, monkeypatch):
-    from benchmarks import advantage_sign
+def test_advantage_sign_diagnostic_scores_an_oracle_value_right_and_its_negation_wrong(maze_root):
+    from benchmarks.ota_advantage_sign import BINS, sign_agreement
     from sims.tasks.point_maze import MazeGrid
 
-    monkeypatch.setattr(advantage_sign, "FAR_CELLS", 4)  # the medium maze's goals are closer than the large one's
     grid, agent = MazeGrid("medium"), make_agent("ota", maze_root)
     agent.value, agent.high_value = MazeCellsValue(agent, grid), MazeCellsValue(agent, grid, sign=-1.0)
     rng = torch.get_rng_state()
-    result = advantage_sign.advantage_sign_agreement(agent, grid, samples=2048)
-    assert 0 < result["far_pairs"] < result["pairs"] < 2048  # equally distant cells are left out
-    assert result["value"] == result["value_far"] == 1.0
-    assert result["high_value"] == result["high_value_far"] == 0.0
+    result = sign_agreement(agent, grid, batches=2)
+    pairs, counted = result["pairs"], [n > 0 for n in result["pairs"]]
+    assert len(pairs) == len(BINS) and sum(pairs[:-1]) == pairs[-1] < 2048  # pairs without progress are left out
+    assert counted[:3] == [True, True, True]  # the medium maze's goals reach 8+ cells
+    assert all(r == 1.0 for r, c in zip(result["value"], counted) if c)
+    assert all(r == 0.0 for r, c in zip(result["high_value"], counted) if c)
     assert torch.equal(torch.get_rng_state(), rng)  # training's random stream is untouched
-    hiql = make_agent("hiql", maze_root)
-    untrained = advantage_sign.advantage_sign_agreement(hiql, grid, samples=2048)
-    assert "high_value" not in untrained and 0.0 < untrained["value"] < 1.0
-    assert advantage_sign.advantage_sign_agreement(make_agent("gciql", maze_root), grid) == {}  # no high level
+    untrained = sign_agreement(make_agent("hiql", maze_root), grid, batches=2)
+    assert "high_value" not in untrained and 0.0 < untrained["value"][-1] < 1.0
+    assert sign_agreement(make_agent("gciql", maze_root), grid) == {}  # no high level
 
 
 def test_ota_is_registered_with_configs_for_both_mazes():

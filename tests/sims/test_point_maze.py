@@ -41,8 +41,8 @@ def test_hop_distances_are_shortest_paths_and_positions_map_to_their_cells():
                 neighbours = [grid.index[nb] for nb in ((i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)) if nb in grid.index]
                 assert dist[g, c] == 1 + min(dist[g, k] for k in neighbours)
     assert [int(dist[grid.index[goal], grid.index[start]]) for start, goal in EVAL_PAIRS["large"]] == [15, 19, 12, 14, 15]
-    xy = torch.tensor([[1.0, 1.0], [1.45, 0.6], [0.0, 0.0], [10.3, 6.8]])  # (x, y) = (column, row)
-    assert grid.cells_of(xy).tolist() == [grid.index[(1, 1)], grid.index[(1, 1)], -1, grid.index[(7, 10)]]
+    xy = torch.tensor([[1.0, 1.0], [1.45, 0.6], [0.2, 0.3], [10.3, 6.8]])  # (x, y) = (column, row)
+    assert grid.cells_of(xy).tolist() == [grid.index[(1, 1)], grid.index[(1, 1)], grid.index[(1, 1)], grid.index[(7, 10)]]
 
 
 def test_walls_block_motion():
