@@ -45,11 +45,12 @@ def sign_agreement(agent, grid, batches: int = 32, seed: int = 0) -> dict[str, l
         for _ in range(batches):
             b = agent.sample(1024)
             c0, ck, cg = (grid.cells_of(x[:, : agent.goal_dim]) for x in (b["obs"], b["high_target_obs"], b["actor_goal"]))
-            progress = dist[cg, c0] - dist[cg, ck]
+            d_start = dist[cg, c0]
+            progress = d_start - dist[cg, ck]
             keep = progress != 0
             s, g = agent.normalizer(b["obs"], b["actor_goal"])
             s_k, _ = agent.normalizer(b["high_target_obs"], b["actor_goal"])
-            d0s.append(dist[cg, c0][keep])
+            d0s.append(d_start[keep])
             for name, value in values.items():
                 advantage = value(s_k, g).mean(0) - value(s, g).mean(0)  # the high level's A_h with this value
                 rights[name].append(torch.sign(advantage[keep]) == torch.sign(progress[keep].float()))

@@ -84,6 +84,7 @@ class MazeGrid:
         self.free = [(int(i), int(j)) for i, j in zip(*np.nonzero(~self.walls))]
         self.index = {cell: k for k, cell in enumerate(self.free)}
         self.next_hop = self._next_hops()
+        self._cell_centers = self.centers().float()  # for cells_of, which the navigator calls every step
 
     def center(self, cell: tuple[int, int]) -> tuple[float, float]:
         """The (x, y) of a cell's centre."""
@@ -120,7 +121,7 @@ class MazeGrid:
 
     def cells_of(self, xy: torch.Tensor) -> torch.Tensor:
         """Free-cell index of each ``(N, 2)`` position: the cell with the nearest centre."""
-        return torch.cdist(xy.float(), self.centers().float().to(xy.device)).argmin(1)
+        return torch.cdist(xy.float(), self._cell_centers.to(xy.device)).argmin(1)
 
     def wall_boxes(self) -> list[tuple[tuple[float, float, float], tuple[float, float, float]]]:
         """``(centre, half-size)`` of each wall cell's box: the cell's footprint, half a cell tall, on the floor."""
