@@ -14,7 +14,7 @@ from pathlib import Path
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, load_config
+from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, load_run_config
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
@@ -115,6 +115,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _positive(flag: str, value: float) -> None:
+    """Refuse a count or duration that is zero or negative, naming the flag."""
+    if not value > 0:
+        raise ValueError(f"{flag} must be positive, got {value:g}")
+
+
+def _outcome(e: dict) -> str:
+    """``return m ± s``, and the success rate where the task reports one."""
+    text = f"return {e['return_mean']:.1f} ± {e['return_std']:.1f}"
+    return text + (f", success {100 * e['success_rate']:.0f}%" if e.get("success_rate") is not None else "")
+
+
 def _torchrun(nproc: int, argv: list[str]) -> int:
     """``robolearn train ... --nproc N``: the same command, without ``--nproc``, on N ranks of
     ``torchrun --standalone`` (the same as ``torchrun --nproc_per_node N -m robolearn train ...``)."""
@@ -144,6 +156,9 @@ def _train(args: argparse.Namespace) -> int:
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
         args.overrides.insert(0, config)
         config = None
+    if args.resume and config:
+        raise ConfigError(f"give a config or --resume, not both: --resume {args.resume} continues with the run's own "
+                          f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
         config = args.resume / "config.yaml"
         if not config.is_file():
@@ -161,7 +176,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"run:         {result.run_dir}")
     if result.evaluation:
         e = result.evaluation
-        print(f"evaluation:  return {e['return_mean']:.1f} ± {e['return_std']:.1f} over {e['episodes']} episodes")
+        print(f"evaluation:  {_outcome(e)} over {e['episodes']} episodes")
     if result.video:
         print(f"video:       {result.video}")
     for fmt in ("torchscript", "onnx"):
@@ -170,29 +185,36 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _controller(run: Path, env, exported: str | None):
+def _controller(run: Path, env, exported: str | None, cfg: TrainConfig | None = None):
     from robolearn.export import FILENAMES, ExportedController
     from robolearn.runner import load_agent
 
     if exported:
         return ExportedController(run / "export" / FILENAMES[exported])
-    return load_agent(run, env).controller().to(env.device)
+    return load_agent(run, env, cfg).controller().to(env.device)
+
+
+def _run_config(run: Path) -> TrainConfig:
+    """``run``'s config; a missing or malformed config.yaml is a one-line error naming it."""
+    from robolearn.registry import agent_configs
+
+    return load_run_config(run, agent_configs())
 
 
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
-    from robolearn.runner import read_run_config
 
-    cfg = read_run_config(args.run)
+    _positive("--episodes", args.episodes)
+    cfg = _run_config(args.run)
     if args.fas is not None:
         return _eval_fas(args, cfg)
     with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
-        result = evaluate(_controller(args.run, env, args.exported), env, args.episodes, seed=args.seed)
+        result = evaluate(_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=args.seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result}
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
-        if "success_rate" in result:
+        if result.get("success_rate") is not None:
             line += f", success {100 * result['success_rate']:.0f}%"
         print(line)
     if args.json:
@@ -209,7 +231,7 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
     r_max = None if args.fas is True else float(args.fas)
     fas.reference(cfg.env.task, r_max)  # an unknown task fails before any episode is run
     with make_env(cfg.env, num_envs=1) as env:
-        controller = _controller(args.run, env, args.exported)
+        controller = _controller(args.run, env, args.exported, cfg)
     result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
                      episodes=args.episodes, seed=args.seed, r_max=r_max)
     result = {"run": str(args.run), **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
@@ -227,11 +249,11 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
 def _play(args: argparse.Namespace) -> int:
     from robolearn.evaluate import record_video
     from robolearn.registry import make_env
-    from robolearn.runner import read_run_config
 
-    cfg = read_run_config(args.run)
+    _positive("--seconds", args.seconds)
+    cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
-        path = record_video(_controller(args.run, env, None), env, args.video, seconds=args.seconds, seed=args.seed)
+        path = record_video(_controller(args.run, env, None, cfg), env, args.video, seconds=args.seconds, seed=args.seed)
     print(f"video: {path}")
     return 0
 
@@ -239,9 +261,9 @@ def _play(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent, read_run_config
+    from robolearn.runner import load_agent
 
-    cfg = read_run_config(args.run)
+    cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))
@@ -270,6 +292,8 @@ def _list(args: argparse.Namespace) -> int:
         if evaluation.is_file():
             e = json.loads(evaluation.read_text())
             summary = f"return {e['return_mean']:.1f}"
+            if e.get("success_rate") is not None:
+                summary += f", success {100 * e['success_rate']:.0f}%"
         status = "done" if (run / "export" / "controller.json").is_file() else "incomplete"
         print(f"  {run}  {status}  {summary}")
     return 0
@@ -278,6 +302,9 @@ def _list(args: argparse.Namespace) -> int:
 def _deploy(args: argparse.Namespace) -> int:
     from hardware.deploy import deploy
 
+    if not args.run.is_dir():
+        raise FileNotFoundError(f"{args.run}: no such run directory (`robolearn list` shows the runs)")
+    _positive("--episodes", args.episodes)
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
                      target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed)
     loop = summary["loop"]

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -111,17 +112,59 @@ def resolve_config_path(name_or_path: str | None) -> Path:
     raise ConfigError(f"no config '{name}': give a YAML path or one of: {known}")
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), agent_configs: dict[str, type] | None = None) -> TrainConfig:
-    """Read ``path`` (or the default config), apply ``key=value`` overrides, validate."""
-    raw = yaml.safe_load(Path(resolve_config_path(str(path) if path else None)).read_text()) or {}
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document in ``path``; a syntax error is a :class:`ConfigError` naming the file and line."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line out of PyYAML's multi-line error: where, what, and what to fix."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    opened = f" ({context} opened at line {start.line + 1})" if context and start else ""
+    return f"{where}invalid YAML: {problem}{opened}; fix the syntax"
+
+
+def load_config(path: str | Path | None, overrides: str | Sequence[str] = (),
+                agent_configs: dict[str, type] | None = None) -> TrainConfig:
+    """Read ``path`` (or the default config), apply ``key=value`` overrides (a list, or one string), validate."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    file = resolve_config_path(str(path) if path else None)
+    raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+        raise ConfigError(f"{file}: the top level must be a mapping of keys")
     for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"overrides must be 'key=value' strings, got {item!r}")
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000)")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value))
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
+        _set_dotted(raw, key.strip(), parsed)
     return config_from_dict(raw, agent_configs)
+
+
+def load_run_config(run_dir: str | Path, agent_configs: dict[str, type] | None = None) -> TrainConfig:
+    """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    try:
+        return config_from_dict(raw, agent_configs)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None = None) -> TrainConfig:
@@ -132,6 +175,8 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
     raw = dict(raw)
     agent_raw = raw.pop("agent", None) or {}
     cfg = build_dataclass(TrainConfig, raw, "")
+    if cfg.env.num_envs < 1:
+        raise ConfigError(f"env.num_envs: must be at least 1, got {cfg.env.num_envs}")
     if cfg.algo not in agent_configs:
         raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
     if not isinstance(agent_raw, dict):
@@ -172,6 +217,8 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         else:
             values[name] = _check(value, hint, f"{prefix}{name}")
+        if name == "gamma" and isinstance(values[name], float) and not 0.0 < values[name] <= 1.0:
+            raise ConfigError(f"{prefix}{name}: the discount must be in (0, 1], got {value!r} (e.g. 0.99)")
     return cls(**values)
 
 
@@ -212,6 +259,13 @@ def _check(value: Any, hint: Any, key: str) -> Any:
             return float(value)
         except ValueError:
             pass
+    if hint is int and isinstance(value, (str, float)) and not isinstance(value, bool):
+        try:  # 1e4, 2.5e6 (YAML strings) or 1.0e+4 (a YAML float): accept whole numbers
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is not None and number.is_integer():
+            return int(number)
     if isinstance(hint, type) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
     raise ConfigError(f"{key}: expected {getattr(hint, '__name__', hint)}, got {value!r}")

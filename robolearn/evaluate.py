@@ -43,6 +43,8 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
     Each env contributes its first complete episode, so long episodes are not
     under-sampled as they would be by counting the first N to finish.
     """
+    if episodes < 1:
+        raise ValueError(f"evaluate at least 1 episode (got {episodes})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
     obs = env.reset(seed=seed)
@@ -79,11 +81,14 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``)."""
     import imageio.v2 as imageio
 
+    steps = int(seconds / env.control_dt)
+    if steps < 1:
+        raise ValueError(f"film at least one control step ({env.control_dt:g} s), got {seconds:g} s")
     every = max(1, round(1.0 / (fps * env.control_dt)))
     obs = env.reset(seed=seed)
     controller.reset()
     frames = []
-    for step in range(int(seconds / env.control_dt)):
+    for step in range(steps):
         if step % every == 0:
             frames.append(env.render(0, width=width, height=height))
         obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))

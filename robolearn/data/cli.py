@@ -116,11 +116,15 @@ def _record(args: argparse.Namespace) -> int:
         raise ValueError("--episodes and --num-envs must be at least 1")
     task, kwargs, controller_name, algorithm = args.task, {}, args.controller, None
     if args.run:
-        from robolearn.runner import read_run_config
+        from robolearn.config import load_run_config
+        from robolearn.registry import agent_configs
 
-        cfg = read_run_config(args.run)
+        cfg = load_run_config(args.run, agent_configs())
         task, kwargs, controller_name, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), f"run:{args.run}", cfg.algo
     elif args.controller != "random":
+        if not Path(args.controller).is_file():
+            raise FileNotFoundError(f"--controller {args.controller}: no such file; give an exported controller.pt or "
+                                    ".onnx (`robolearn export RUN` writes RUN/export/), or 'random'")
         meta_path = Path(args.controller).parent / "controller.json"
         task = task or (json.loads(meta_path.read_text()).get("task") if meta_path.is_file() else None)
     if not task:
@@ -136,6 +140,7 @@ def _record(args: argparse.Namespace) -> int:
             from robolearn.export import ExportedController
 
             controller = ExportedController(args.controller)
+            _check_controller_fits(controller.meta, args.controller, task, env.observation_spec)
         kind = algorithm or ("random" if args.controller == "random" else "exported")
         name = args.name or f"{_slug(task)}-{kind}"
         metadata = {"task": task, "task_kwargs": kwargs, "controller": controller_name, "algorithm_name": kind,
@@ -223,6 +228,9 @@ def _replay(args: argparse.Namespace) -> int:
     task = args.task or ds.task
     if not task:
         raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")
+    if not -len(ds) <= args.episode < len(ds):
+        raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {len(ds)} episodes "
+                         f"(0 to {len(ds) - 1}; `robolearn dataset info {args.name}`)")
     episode = ds[args.episode]
     with sims.make_env(task, num_envs=1, seed=0, **ds.info.get("task_kwargs", {})) as env:
         specs_ok = episode.actions.shape[1:] == env.action_spec.shape
@@ -250,6 +258,26 @@ def _replay(args: argparse.Namespace) -> int:
                                  "obs_divergence": result.obs_divergence.tolist()}
         print(json.dumps({"dataset": ds.id, "episode": args.episode, **s, **extra}))
     return 0
+
+
+def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observation_spec: dict) -> None:
+    """Refuse an exported controller whose observations (controller.json) the task does not give;
+    warn when it was trained on another task of the same shapes."""
+    import math
+
+    groups = list(meta.get("obs_groups", ()))
+    trained = meta.get("task")
+    on = f"trained on '{trained}'" if trained else "exported"
+    missing = [g for g in groups if g not in observation_spec]
+    if missing:
+        raise ValueError(f"--controller {source}: {on}, it reads observation group '{missing[0]}', which task "
+                         f"'{task}' lacks (it has {sorted(observation_spec)})" + (f"; use --task {trained}" if trained else ""))
+    size = sum(math.prod(observation_spec[g].shape) for g in groups)
+    if meta.get("obs_size") is not None and int(meta["obs_size"]) != size:
+        raise ValueError(f"--controller {source}: {on}, it expects observations of size {meta['obs_size']}, task "
+                         f"'{task}' gives {size}" + (f"; use --task {trained}" if trained else ""))
+    if trained and trained != task:
+        print(f"warning: --controller {source} was trained on '{trained}', recording it on '{task}'", file=sys.stderr)
 
 
 def _task_specs(task: str) -> tuple[dict, Any]:

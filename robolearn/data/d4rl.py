@@ -67,7 +67,7 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
 
     path = Path(path)
     if not path.is_file():
-        raise DatasetError(f"{path}: no such file")
+        raise DatasetError(f"{path}: " + ("a directory; D4RL data is one .hdf5 file" if path.is_dir() else "no such file"))
     try:
         with h5py.File(path, "r") as f:
             missing = [key for key in REQUIRED if key not in f]

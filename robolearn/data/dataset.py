@@ -13,6 +13,8 @@ Datasets are stored in the Minari format (see :mod:`robolearn.data.minari_store`
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +27,32 @@ from gymnasium import spaces
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import DatasetWriter, dataset_dir, list_datasets, read_metadata
 from robolearn.storage import map_batch, write_batch
+
+
+# The datasets the generator scripts in benchmarks/ make: name pattern -> script and its arguments.
+GENERATORS = (
+    (r"(?P<task>\w+)-(random|medium|medium-replay|expert)", "make_datasets.py --tasks {task}"),
+    (r"point_maze_(?P<layout>\w+)-navigate", "make_maze_datasets.py --layouts {layout}"),
+    (r"kitchen-mixed", "make_kitchen_dataset.py"),
+)
+
+
+def how_to_make(name: str, root: str | Path | None = None) -> str:
+    """The command that makes dataset ``name``: its generator script, else ``robolearn dataset record``."""
+    from robolearn.config import CONFIG_DIR
+
+    base = re.sub(r"-v\d+$", "", name)
+    scripts = Path(__file__).resolve().parents[2] / "benchmarks"
+    where = str(scripts) if scripts.is_dir() else "benchmarks"  # benchmarks/ of the robolearn repository
+    if Path.cwd() in scripts.parents:
+        where = os.path.relpath(scripts)
+    root_flag = f" --root {root}" if root is not None else ""
+    for pattern, command in GENERATORS:
+        match = re.fullmatch(pattern, base)
+        if match and (match.groupdict().get("task") is None or (CONFIG_DIR / f"ppo_{match['task']}.yaml").is_file()):
+            return f"make it with `python {where}/{command.format(**match.groupdict())}{root_flag}`"
+    return (f"record it with `robolearn dataset record --run RUN --episodes 100 --name {base}{root_flag}` "
+            "or import one (`robolearn dataset import PATH --format d4rl|lerobot|recording`)")
 
 
 class Dataset:
@@ -45,7 +73,7 @@ class Dataset:
         if not path.is_dir():
             known = list_datasets(root)
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
-                               "see `robolearn dataset list`")
+                               f"{how_to_make(name, root)}; see `robolearn dataset list`")
         return cls(path)
 
     @classmethod

@@ -35,6 +35,10 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     import pyarrow.parquet as pq
 
     root = Path(root)
+    if not root.is_dir():
+        what = "a file" if root.exists() else "no such directory"
+        raise DatasetError(f"{root}: not a LeRobot dataset ({what}): lerobot expects a directory holding "
+                           "meta/info.json and data/chunk-*/ (a D4RL .hdf5 file imports with --format d4rl)")
     info_path = root / "meta" / "info.json"
     try:
         info = json.loads(info_path.read_text())

@@ -66,7 +66,8 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
     half_range = torch.where(torch.isfinite(high - low), (high - low) / 2, torch.ones_like(low))
     generator = torch.Generator(device=env.device).manual_seed(seed)
     stats = RecordStats()
-    bar = tqdm(total=episodes, unit="episode", disable=not progress, dynamic_ncols=True)
+    # disable=None: no bar when stderr is not a terminal (a log file would get every \r update)
+    bar = tqdm(total=episodes, unit="episode", disable=None if progress else True, dynamic_ncols=True)
 
     def stored(episode: Episode) -> None:
         stats.returns.append(episode.episode_return)

@@ -27,6 +27,10 @@ INFOS = ("commanded_actions", "timestamps")
 def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     """Episodes and metadata of the recording in ``directory``."""
     directory = Path(directory)
+    if not directory.is_dir():
+        what = "a file" if directory.exists() else "not there"
+        raise DatasetError(f"{directory}: {what}; a recording is a directory of episode_*.npz files "
+                           "(<run>/deploy/<time> from `robolearn deploy`)")
     files = sorted(directory.glob("episode_*.npz"))
     if not files:
         raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)")

@@ -1,0 +1,194 @@
+"""User mistakes end in one ``error: ...`` line that names the key, flag or file, and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from robolearn.cli import main
+from robolearn.config import ConfigError, config_from_dict, load_config
+
+
+def error(capsys) -> str:
+    """The one stderr line of a failed command."""
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "ds"))
+    return tmp_path / "ds"
+
+
+@pytest.fixture
+def cartpole_export(tmp_path) -> Path:
+    """A TorchScript controller with a cartpole controller.json (5 observations), as `robolearn export` writes."""
+    out = tmp_path / "export"
+    out.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.script(torch.nn.Linear(5, 1)).save(str(out / "controller.pt"))
+    meta = {"obs_groups": ["policy"], "obs_size": 5, "decision_period": 1, "inputs": {"obs": [5]},
+            "outputs": ["action"], "task": "cartpole", "control_dt": 0.02}
+    (out / "controller.json").write_text(json.dumps(meta))
+    return out / "controller.pt"
+
+
+# -- 1: counts and durations name their key or flag -------------------------------------------
+
+@pytest.mark.parametrize("value", ["-4", "0"])
+def test_num_envs_must_be_positive(value, capsys):
+    assert main(["train", f"env.num_envs={value}", "--no-wandb"]) == 2
+    assert f"env.num_envs: must be at least 1, got {value}" in error(capsys)
+
+
+@pytest.mark.parametrize("value", ["-3", "0"])
+def test_eval_episodes_must_be_positive(value, tmp_path, capsys):
+    assert main(["eval", str(tmp_path), "--episodes", value]) == 2
+    assert "--episodes must be positive" in error(capsys)
+
+
+def test_play_seconds_must_be_positive(tmp_path, capsys):
+    assert main(["play", str(tmp_path), "--video", str(tmp_path / "v.mp4"), "--seconds", "-1"]) == 2
+    assert "--seconds must be positive" in error(capsys)
+
+
+def test_evaluate_refuses_zero_episodes():
+    from robolearn.evaluate import evaluate
+
+    with pytest.raises(ValueError, match="at least 1 episode"):
+        evaluate(None, SimpleNamespace(num_envs=1), 0)  # type: ignore[arg-type]
+
+
+@dataclass
+class ToyAgentConfig:
+    gamma: float = 0.99
+
+
+@pytest.mark.parametrize("gamma", [1.5, 0, -0.1])
+def test_gamma_outside_0_1_is_refused(gamma):
+    with pytest.raises(ConfigError, match=r"agent.gamma: the discount must be in \(0, 1\]"):
+        config_from_dict({"algo": "toy", "agent": {"gamma": gamma}}, {"toy": ToyAgentConfig})
+    assert config_from_dict({"algo": "toy", "agent": {"gamma": 1}}, {"toy": ToyAgentConfig}).agent.gamma == 1.0
+
+
+def test_gamma_through_the_cli(capsys):
+    assert main(["train", "ppo_cartpole", "agent.gamma=1.5", "--no-wandb"]) == 2
+    assert "agent.gamma" in error(capsys)
+
+
+# -- 2: malformed YAML names the file and line ---------------------------------------------------
+
+def test_malformed_config_file_names_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo: ppo\nenv:\n  task: [cartpole\n")
+    assert main(["train", str(bad), "--no-wandb"]) == 2
+    err = error(capsys)
+    assert f"{bad}: line 4" in err and "invalid YAML" in err and "<unicode string>" not in err
+
+
+@pytest.mark.parametrize("command", [["eval"], ["export"], ["train", "--no-wandb", "--resume"]])
+def test_malformed_run_config_names_the_file(command, tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("algo: ppo\nenv: {task: cartpole\n")
+    assert main([*command, str(tmp_path)]) == 2
+    assert f"{tmp_path / 'config.yaml'}: line 3" in error(capsys)
+
+
+def test_malformed_override_value(capsys):
+    assert main(["train", "ppo_cartpole", "agent.actor_hidden=[3,", "--no-wandb"]) == 2
+    assert "override 'agent.actor_hidden=[3,'" in error(capsys)
+
+
+# -- 3: dataset commands ---------------------------------------------------------------------
+
+def test_replay_episode_out_of_range(root, capsys):
+    assert main(["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "1"]) == 0
+    assert "\r" not in capsys.readouterr().err  # no progress bar when stderr is not a terminal
+    assert main(["dataset", "replay", "pendulum-random", "--episode", "99"]) == 2
+    assert "--episode 99: dataset 'pendulum-random-v0' has 1 episodes" in error(capsys)
+
+
+def test_lerobot_import_of_a_file(tmp_path, root, capsys):
+    file = tmp_path / "x.hdf5"
+    file.write_bytes(b"not hdf5")
+    assert main(["dataset", "import", str(file), "--format", "lerobot"]) == 2
+    assert "lerobot expects a directory" in error(capsys)
+
+
+def test_record_refuses_a_controller_of_another_task(cartpole_export, root, capsys):
+    assert main(["dataset", "record", "--controller", str(cartpole_export), "--task", "pendulum", "--episodes", "1"]) == 2
+    err = error(capsys)
+    assert "trained on 'cartpole'" in err and "size 5" in err and "'pendulum' gives 3" in err
+    assert not root.exists() or not any(root.iterdir())  # nothing written
+
+
+def test_record_missing_controller_file(root, capsys):
+    assert main(["dataset", "record", "--controller", "nope.pt", "--episodes", "1"]) == 2
+    assert "--controller nope.pt: no such file" in error(capsys)
+
+
+# -- 4: a missing dataset says how to make it ------------------------------------------------
+
+@pytest.mark.parametrize("name, command", [
+    ("hopper-medium", "make_datasets.py --tasks hopper"),
+    ("walker2d-medium-replay-v0", "make_datasets.py --tasks walker2d"),
+    ("point_maze_large-navigate", "make_maze_datasets.py --layouts large"),
+    ("kitchen-mixed", "make_kitchen_dataset.py"),
+    ("my-data", "robolearn dataset record --run RUN --episodes 100 --name my-data"),
+])
+def test_missing_dataset_names_its_generator(name, command, root, capsys):
+    assert main(["dataset", "info", name]) == 2
+    err = error(capsys)
+    assert f"no dataset '{name}'" in err and command in err
+
+
+def test_missing_dataset_with_root_passes_it_on(tmp_path, capsys):
+    assert main(["dataset", "info", "hopper-medium", "--root", str(tmp_path)]) == 2
+    assert f"make_datasets.py --tasks hopper --root {tmp_path}`" in error(capsys)
+
+
+# -- 5: --resume with a config; int literals; one override string -----------------------------
+
+def test_config_and_resume_together_are_refused(tmp_path, capsys):
+    assert main(["train", "ppo_pendulum", "--resume", str(tmp_path), "--no-wandb"]) == 2
+    assert "give a config or --resume, not both" in error(capsys)
+
+
+@pytest.mark.parametrize("literal, steps", [("1e4", 10_000), ("2.5e6", 2_500_000), ("1.0e+4", 10_000)])
+def test_integral_float_literals_fill_int_fields(literal, steps):
+    assert load_config("ppo_cartpole", [f"runner.total_steps={literal}"]).runner.total_steps == steps
+
+
+def test_fractional_float_is_not_an_int():
+    with pytest.raises(ConfigError, match="runner.total_steps: expected int, got 1.5"):
+        load_config("ppo_cartpole", ["runner.total_steps=1.5"])
+
+
+def test_a_single_override_string():
+    assert load_config("ppo_cartpole", "runner.total_steps=1").runner.total_steps == 1
+    with pytest.raises(TypeError, match="key=value"):
+        load_config("ppo_cartpole", [("runner.total_steps", 1)])  # type: ignore[list-item]
+
+
+# -- 6: summaries and deploy ------------------------------------------------------------------
+
+def test_train_summary_prints_the_success_rate(monkeypatch, capsys):
+    evaluation = {"episodes": 10, "return_mean": -494.7, "return_std": 15.9, "length_mean": 500.0, "success_rate": 0.3}
+    result = SimpleNamespace(interrupted=False, run_dir=Path("runs/x"), evaluation=evaluation, video=None, exported={})
+    monkeypatch.setattr("robolearn.runner.train", lambda cfg, resume=None: result)
+    assert main(["train", "ppo_cartpole", "--no-wandb"]) == 0
+    assert "evaluation:  return -494.7 ± 15.9, success 30% over 10 episodes" in capsys.readouterr().out
+
+
+def test_deploy_of_a_missing_run(tmp_path, capsys):
+    assert main(["deploy", str(tmp_path / "nope"), "--robot", "dxl_arm"]) == 2
+    err = error(capsys)
+    assert f"{tmp_path / 'nope'}: no such run directory" in err and "robolearn export" not in err
