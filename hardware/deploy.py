@@ -1,15 +1,21 @@
 """``robolearn deploy``: an exported controller on a real (or emulated) robot, recorded.
 
-Loads ``<run>/export/controller.pt`` (or ``.onnx``), checks it was trained for
-the robot's task, observation and control rate, connects, runs the fixed-rate
-loop for the requested episodes, records every step under
-``<run>/deploy/<time>/`` and always ends with the robot parked and torque off.
-Ctrl+C ends the run safely; Ctrl+\\ (SIGQUIT) is the emergency stop.
+Loads ``<run>/export/controller.pt`` (or ``.onnx``) and builds the robot's task
+from the run's own ``config.yaml`` (``env.kwargs``: the episode length, goal-step
+limit and success distance it was trained with), checks the controller was
+trained for the robot's task, observation and control rate, connects, runs the
+fixed-rate loop for the requested episodes, records every step under
+``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken) and always ends
+with the robot parked and torque off. Once connected, ``deploy.json`` is written
+on every exit, with the error if one ended the run, and that error's message
+names the recording. Ctrl+C ends the run safely; Ctrl+\\ (SIGQUIT) is the
+emergency stop.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
 from pathlib import Path
@@ -20,9 +26,35 @@ import torch
 from hardware.dxl_arm import DynamixelArm, load_robot_config
 from hardware.safety import SafetyConfig
 from robolearn.checkpoint import atomic_write_bytes
+from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder
-from robolearn.runtime import run
+from robolearn.runtime import LoopStats, run
+from sims.tasks.arm_reach import ArmReach
+
+TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
+"""The task settings a deployment reports (the rest are reward weights)."""
+
+
+def run_task(run_dir: Path) -> ArmReach:
+    """The arm-reach task as ``run_dir`` trained it, from its resolved ``config.yaml``, so the
+    robot runs the trained episode length, goal-step limit, success distance and rewards."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no config.yaml, so the task settings the controller was trained with "
+                                "are unknown; deploy a run directory of `robolearn train` (config.yaml beside export/)")
+    env = load_run_config(run_dir).env
+    if env.task != "arm_reach":
+        raise ValueError(f"{path}: trained on task '{env.task}', but this robot does arm_reach")
+    try:
+        task = build_dataclass(ArmReach, env.kwargs, "env.kwargs.")
+    except (ConfigError, TypeError) as err:
+        raise ValueError(f"{path}: env.kwargs cannot build the arm_reach task for the robot: {err}") from None
+    for key in TASK_KEYS:
+        value = getattr(task, key)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{path}: env.kwargs.{key} must be positive and finite to run on the robot, got {value}")
+    return task
 
 
 def check_compatible(controller: ExportedController, robot: DynamixelArm, source: Path) -> None:
@@ -50,32 +82,69 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, calls: int = 20
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
            fmt: str = "torchscript", target: tuple[float, float, float] | None = None, record: bool = True,
            seed: int = 0, safety: SafetyConfig | None = None, retries: int = 3) -> dict[str, Any]:
-    """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary."""
+    """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary.
+    Everything that can be refused (episodes, files, task, target) is, before the robot is touched."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
+    task = run_task(run_dir)
     config = load_robot_config(robot_config)
-    robot = DynamixelArm(config, port=port, target=target, safety=safety, retries=retries)
+    robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
     check_compatible(controller, robot, path)
-    out = Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S")
-    recorder = EpisodeRecorder(out, metadata={"controller": str(path), "robot": str(robot_config),
-                                              "port": robot.port, "control_dt": robot.control_dt}) if record else None
     warm_up(controller, robot)
+    stats, recorder = LoopStats(), None
     previous = signal.signal(signal.SIGQUIT, lambda *_: robot.emergency_stop())
     try:
-        robot.connect()
-        stats = run(controller, robot, episodes=episodes, sink=recorder, seed=seed)
-    finally:
-        signal.signal(signal.SIGQUIT, previous)
-        robot.close()
+        try:
+            robot.connect()
+            if record:  # only once connected: a deploy that cannot start leaves no empty folder
+                metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
+                            "control_dt": robot.control_dt, "task": _task_settings(robot)}
+                recorder = EpisodeRecorder(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"), metadata,
+                                           unique=True)
+            run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats)
+        finally:
+            signal.signal(signal.SIGQUIT, previous)
+            robot.close()
+    except BaseException as err:
+        if recorder is not None:
+            try:
+                _write_summary(run_dir, robot, stats, recorder, err)
+            except OSError:
+                pass  # the error that ended the run matters more than its summary
+            _name_recording(err, recorder.directory)
+        raise
+    return _write_summary(run_dir, robot, stats, recorder, None)
+
+
+def _task_settings(robot: DynamixelArm) -> dict[str, Any]:
+    return {**{key: getattr(robot.task, key) for key in TASK_KEYS}, "safety_max_step": robot.safety_cfg.max_step}
+
+
+def _write_summary(run_dir: Path, robot: DynamixelArm, stats: LoopStats, recorder: EpisodeRecorder | None,
+                   error: BaseException | None) -> dict[str, Any]:
+    """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything."""
     loop = stats.summary()
     summary: dict[str, Any] = {
         "run": str(run_dir), "port": robot.port, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
         "safety_events": dict(robot.safety.events), "bus": vars(robot.bus.stats), "loop": loop,
-        "recording": str(out) if record else None,
+        "task": _task_settings(robot), "recording": str(recorder.directory) if recorder else None,
+        "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
     }
-    if record:
-        atomic_write_bytes(out / "deploy.json", lambda f: f.write(json.dumps(summary, indent=2, default=str).encode()))
+    if recorder is not None:
+        text = json.dumps(summary, indent=2, default=str).encode()
+        atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
     return summary
+
+
+def _name_recording(err: BaseException, directory: Path) -> None:
+    """Say where the recording is in ``err``'s own message (the CLI prints ``error: <message>``)."""
+    where = f"recording (completed episodes and deploy.json): {directory}"
+    if len(err.args) == 1 and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}; {where}",)
+    else:
+        err.add_note(where)

@@ -9,10 +9,19 @@ control step. Bus errors map onto the Robot's contract: a timeout or garbled
 reply after the bus's retries is a transient failure (the watchdog decides when
 that has lasted too long), a lost port is :class:`~hardware.safety.ConnectionLost`,
 and a hardware alert stops the run with the servo's own error.
+
+The task's settings (episode length, goal-step limit, success distance, reward
+weights) come from the ``task`` it is given, which deploy builds from the run's
+own config. A ``max_goal_step`` below ``safety.max_step`` tightens the safety
+layer's jump limit to it: the robot never allows larger goal steps than the
+controller was trained under. A fixed ``target`` must lie in the range the task
+samples targets from (``sims.tasks.arm_reach.TARGET_RANGE``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +33,10 @@ from hardware.dynamixel.errors import CommTimeoutError, NotConnectedError, Packe
 from hardware.robot import Robot
 from hardware.safety import ConnectionLost, SafetyConfig
 from robolearn.interfaces import Obs
-from sims.tasks.arm_reach import ArmReach, fingertip_position, reach_observation, reach_rewards, sample_targets
+from sims.tasks.arm_reach import (ArmReach, check_target, fingertip_position, reach_observation, reach_rewards,
+                                   sample_targets)
 
 REPO = Path(__file__).resolve().parent.parent
-
 
 class DynamixelArm(Robot):
     """``config``'s servos on ``port`` (default: the config's), reaching targets."""
@@ -40,13 +49,22 @@ class DynamixelArm(Robot):
         calibration = config.calibration
         if len(calibration.ids) != 4:
             raise ValueError(f"the arm-reach task needs 4 joints, the robot config has {len(calibration.ids)}")
+        if target is not None:
+            check_target(target)
         self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
+        safety = safety or SafetyConfig()
+        if self.task.max_goal_step < safety.max_step:  # never allow larger goal steps than training did
+            safety = dataclasses.replace(safety, max_step=self.task.max_goal_step)
+        elif self.task.max_goal_step > safety.max_step:
+            warnings.warn(f"the task was trained with goal steps up to {self.task.max_goal_step} rad, "
+                          f"safety.max_step limits the robot to {safety.max_step} rad: expect jump_limit events",
+                          stacklevel=2)
         self.target = torch.zeros(3, dtype=torch.float64)
         # The servos' own bus watchdog is the last line of defence (this process hung or died):
         # it fires when the host has been silent as long as the software watchdog takes to stop.
         # Shorter, and a slow first controller call would trip it while all is well (a tripped
         # servo ignores goals until torque is re-enabled).
-        stop_after_s = (safety or SafetyConfig()).stop_after_s
+        stop_after_s = safety.stop_after_s
         self.bus = DynamixelBus(self.port, calibration, baudrate=config.baudrate, retries=retries,
                                 watchdog_ms=min(2540, round(1000 * stop_after_s)))
         control_dt = self.task.frame_skip * 0.002  # the MJCF's timestep: train and deploy at one rate

@@ -9,7 +9,9 @@ the same on every robot:
 - ``with robot:`` connects, and on leaving (normally, on an exception, on
   Ctrl+C) stops safely: ramp to the safe pose at ``safety.ramp_speed``, torque
   off, disconnect. If the link is lost, no ramp is possible: the error says so
-  (servos with a bus watchdog stop on their own).
+  (servos with a bus watchdog stop on their own). A second Ctrl+C during that
+  ramp turns torque off where the robot stands and raises
+  :class:`~hardware.safety.ParkSkipped`, which says the park was skipped.
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells
@@ -24,7 +26,8 @@ the same on every robot:
   where the robot stands; the next ``step`` raises ``EmergencyStop``.
 - Episodes: ``reset`` ramps to the start pose; at the time limit ``step``
   resets by itself like any VecEnv (``info["final_obs"]`` is the last
-  observation of the finished episode).
+  observation of the finished episode; ``info["reset_s"]`` the seconds that
+  reset's ramp took, which the runtime keeps out of its step timing).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from hardware.safety import ConnectionLost, EmergencyStop, RobotError, SafetyConfig, SafetyLayer, SafetyStop, WatchdogStop
+from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
+                             SafetyStop, WatchdogStop)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import Ticker
 
@@ -192,8 +196,10 @@ class Robot(VecEnv):
                 "safety": events, "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
         if success is not None:
             info["success"] = torch.tensor([success])
-        if truncated:
+        if truncated:  # auto-reset (the VecEnv contract); its ramp is timed apart from the step
+            began = time.perf_counter()
             obs = self.reset()
+            info["reset_s"] = time.perf_counter() - began
         false = torch.zeros(1, dtype=torch.bool)
         return Step(obs, torch.tensor([reward], dtype=torch.float32), false, torch.tensor([truncated]), info)
 
@@ -240,6 +246,9 @@ class Robot(VecEnv):
         except ConnectionLost:
             raise ConnectionLost("connection lost before the safe stop: no ramp or torque-off was possible; "
                                  "servos with a bus watchdog stop by themselves, others keep their last goal") from None
+        except KeyboardInterrupt:  # a second Ctrl+C while parking: torque off (below), and say so
+            raise ParkSkipped("Ctrl+C during the ramp to the safe pose: parking was skipped and torque turned "
+                              "off where the robot stood (an unsupported joint may drop)") from None
         finally:
             self._torque_off_quietly()
 
@@ -252,17 +261,22 @@ class Robot(VecEnv):
     def _watch(self) -> None:
         """Hold on stale observations or a silent controller; stop when it lasts."""
         poll = min(self.safety_cfg.watchdog_s / 4, self.control_dt)
+        holding = False  # count each hold once, not every poll while it lasts
         while not self._closing.wait(poll):
             if self.stopped is not None:
                 return
             silent = time.monotonic() - min(self._fresh_at, self._called_at)
             if silent < self.safety_cfg.watchdog_s:
+                holding = False
                 continue
             with self._lock:
                 silent = time.monotonic() - min(self._fresh_at, self._called_at)
                 if self._closing.is_set() or silent < self.safety_cfg.watchdog_s:
+                    holding = False
                     continue
-                self.safety.events["watchdog_hold"] += 1
+                if not holding:
+                    self.safety.events["watchdog_hold"] += 1
+                    holding = True
                 if silent >= self.safety_cfg.stop_after_s:
                     self.stopped = WatchdogStop(
                         f"no fresh observation or controller call for {silent:.2f} s "

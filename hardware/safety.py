@@ -11,7 +11,9 @@ Every command a :class:`~hardware.robot.Robot` sends passes :meth:`SafetyLayer.f
 
 Each intervention is counted by name (``nonfinite``, ``overspeed``,
 ``position_limit``, ``jump_limit``) and reported in the step's ``info``, so a
-deployment log shows how often the controller was overruled.
+deployment log shows how often the controller was overruled. A command that
+misses a limit by less than ``EVENT_TOLERANCE`` (float32 rounding of a
+recorded action) is still clipped exactly, but not counted as an intervention.
 The watchdog, the emergency stop and the ramp to the safe pose are the Robot's
 (they need its clock and bus); their settings live here with the others.
 """
@@ -42,6 +44,15 @@ class EmergencyStop(SafetyStop):
 
 class WatchdogStop(SafetyStop):
     """Observations went stale or the controller stopped calling for too long."""
+
+
+class ParkSkipped(SafetyStop):
+    """The ramp to the safe pose was interrupted (a second Ctrl+C): torque went off where the robot stood."""
+
+
+EVENT_TOLERANCE = 1e-6
+"""rad: clipping by less than this is not counted as an intervention (float32 actions are
+rounded by up to ~2.4e-7 rad near 4 rad); the limits themselves are applied exactly."""
 
 
 @dataclass
@@ -96,10 +107,10 @@ class SafetyLayer:
             events.append("overspeed")
             command = np.asarray(measured_q, dtype=np.float64).copy()
         clamped = np.clip(command, self.low, self.high)
-        if np.any(clamped != command):
+        if np.any(np.abs(clamped - command) > EVENT_TOLERANCE):
             events.append("position_limit")
         stepped = np.clip(clamped, reference - self.cfg.max_step, reference + self.cfg.max_step)
-        if np.any(stepped != clamped) and "overspeed" not in events:
+        if np.any(np.abs(stepped - clamped) > EVENT_TOLERANCE) and "overspeed" not in events:
             events.append("jump_limit")
         if "overspeed" in events:
             stepped = clamped  # braking to where the joint is must not be slowed by the jump limit

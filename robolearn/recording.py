@@ -11,6 +11,7 @@ that one (marked ``interrupted``, its last step truncated). Arrays per file:
 - ``commanded_actions`` (T, A): what the controller asked for
 - ``rewards`` (T,), ``terminations`` (T,), ``truncations`` (T,)
 - ``timestamps`` (T,): seconds since the recording started, at each step's end
+  (an automatic reset's ramp, ``info["reset_s"]``, is not part of the step)
 - ``interrupted`` (): whether the episode was cut short by the end of the run
 
 These are the episode fields of robolearn's datasets (observations T+1,
@@ -34,11 +35,15 @@ from robolearn.interfaces import Obs
 
 
 class EpisodeRecorder:
-    """Sink that writes env 0's episodes under ``directory``."""
+    """Sink that writes env 0's episodes under ``directory``; with ``unique``, a fresh one
+    (``directory-1``, ``-2``... when taken), so two recordings never share a folder."""
 
-    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None, unique: bool = False) -> None:
+        if unique:
+            self.directory = unique_directory(directory)
+        else:
+            self.directory = Path(directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.metadata = metadata or {}
         self.episodes_written = 0
         self.steps_written = 0
@@ -63,7 +68,7 @@ class EpisodeRecorder:
         columns["rewards"].append(float(step.reward[0]))
         columns["terminations"].append(bool(step.terminated[0]))
         columns["truncations"].append(bool(step.truncated[0]))
-        columns["timestamps"].append(time.perf_counter() - self._start)
+        columns["timestamps"].append(time.perf_counter() - self._start - float(step.info.get("reset_s", 0.0)))
         if bool(step.terminated[0] | step.truncated[0]):
             self._write(step.info.get("final_obs", step.obs), interrupted=False)
         else:
@@ -90,6 +95,21 @@ class EpisodeRecorder:
         """Write the episode in progress, if it has any step."""
         if self._columns["rewards"] and self._last_obs is not None:
             self._write(self._last_obs, interrupted=True)
+
+
+def unique_directory(path: str | Path) -> Path:
+    """Create and return ``path``, or the first free ``path-1``, ``path-2``...; atomic
+    (``mkdir`` fails on a taken name), so concurrent callers never get the same folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    while True:
+        candidate = path if n == 0 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            n += 1
 
 
 def load_episode(path: str | Path) -> dict[str, np.ndarray]:

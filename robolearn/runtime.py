@@ -12,7 +12,12 @@ Envs that pace themselves (a :class:`~hardware.robot.Robot` waits for its own
 control tick inside ``step``; ``env.paced = True``) are not paced twice: the
 loop measures their timing instead. On an exception or Ctrl+C the env is
 closed (a Robot ramps to its safe pose and turns torque off), what was recorded
-is kept, and the exception propagates (Ctrl+C ends the run as ``interrupted``).
+is kept, and the exception propagates (Ctrl+C ends the run as ``interrupted``);
+pass ``stats`` to keep the timing of a run that raised.
+
+An env whose automatic reset takes real time (a Robot ramping to the next start
+pose) reports it as ``info["reset_s"]``; it is left out of the step timing, so
+``step_ms_*`` describe control steps, not the pause between episodes.
 
 Sequence and hierarchical controllers run unchanged: they are called every
 control step and keep their queue or skill inside.
@@ -136,6 +141,7 @@ def run(
     sink: StepSink | None = None,
     seed: int | None = None,
     close_env: bool = True,
+    stats: LoopStats | None = None,
 ) -> LoopStats:
     """Drive ``controller`` on ``env`` for ``steps`` control steps or until
     ``episodes`` episodes (of env 0) have ended, whichever comes first.
@@ -143,12 +149,14 @@ def run(
     ``rate_hz``: ticks per second; default ``1 / env.control_dt`` (real time);
     0 runs as fast as possible (simulation only). ``sink`` receives every step
     (a recorder); it is closed on every exit path so completed steps are kept.
+    ``stats``: filled in place (and returned), so a caller still has it when the run raises.
     """
     if steps is None and episodes is None:
         raise ValueError("run needs steps or episodes (or both) to know when to stop")
     paced_by_env = bool(getattr(env, "paced", False))
     rate = (1.0 / env.control_dt) if rate_hz is None else rate_hz
-    stats = LoopStats(period_s=1.0 / rate if rate > 0 else 0.0)
+    stats = stats if stats is not None else LoopStats()
+    stats.period_s = 1.0 / rate if rate > 0 else 0.0
     ticker = Ticker(stats.period_s) if rate > 0 and not paced_by_env else None
     try:
         obs = env.reset(seed=seed)
@@ -176,9 +184,12 @@ def run(
                 episode_return = 0.0
                 if "success" in step.info:
                     stats.successes.append(bool(step.info["success"][0]))
+            reset_s = float(step.info.get("reset_s", 0.0))
             stats.compute_s.append(t1 - t0)
-            stats.step_s.append(t2 - t1)
+            stats.step_s.append(t2 - t1 - reset_s)
             if ticker:
+                if reset_s:  # a slow auto-reset is a pause between episodes, not missed ticks
+                    ticker.restart()
                 ticker.wait()
     except KeyboardInterrupt:
         stats.interrupted = True

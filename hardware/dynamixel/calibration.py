@@ -13,6 +13,7 @@ entry per motor under ``motors``. Every key is validated; errors name the key.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, fields
@@ -202,6 +203,9 @@ def _validate_motor(m: MotorCalibration, where: str) -> None:
         raise CalibrationError(f"{where}.model: unknown model '{m.model}' (known: {sorted(MODEL_NUMBERS)})")
     if m.direction not in (1, -1):
         raise CalibrationError(f"{where}.direction: must be 1 or -1, got {m.direction}")
+    for key in ("min_position", "max_position", "velocity_limit"):  # .inf or .nan in YAML parse as floats
+        if not math.isfinite(getattr(m, key)):
+            raise CalibrationError(f"{where}.{key}: must be a finite number, got {getattr(m, key)}")
     if not m.min_position < m.max_position:
         raise CalibrationError(
             f"{where}.min_position: must be below max_position ({m.min_position} >= {m.max_position})"

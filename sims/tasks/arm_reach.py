@@ -61,24 +61,48 @@ def fingertip_position(q: torch.Tensor) -> torch.Tensor:
     return torch.stack([reach * yaw.cos(), reach * yaw.sin(), height], dim=-1)
 
 
+# The shell targets are drawn from: in front of the arm and within its reach (it reaches 32 cm).
+TARGET_RADIUS = (0.10, 0.24)  # m, horizontal distance from the base axis
+TARGET_YAW = math.radians(70)  # either side of straight ahead
+TARGET_HEIGHT = (0.04, 0.26)  # m above the base
+TARGET_FROM_SHOULDER = 0.26  # m at most
+TARGET_RANGE = ("horizontal distance 0.10-0.24 m, yaw within +-70 deg, height 0.04-0.26 m, "
+                "at most 0.26 m from the shoulder")
+
+
 def sample_targets(n: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` float64 targets uniform over a reachable shell in front of the arm:
-    horizontal distance 10-24 cm, yaw within +-70 degrees, height 4-26 cm, and
-    at most 26 cm from the shoulder (the arm reaches 32 cm)."""
+    """``n`` float64 targets uniform over the shell ``TARGET_RANGE`` describes."""
     targets = torch.empty(n, 3, dtype=torch.float64, device=generator.device)
     todo = torch.ones(n, dtype=torch.bool, device=generator.device)
     while todo.any():  # rejection sampling
         k = int(todo.sum())
-        radius = uniform((k,), 0.10, 0.24, generator)
-        yaw = uniform((k,), -math.radians(70), math.radians(70), generator)
-        height = uniform((k,), 0.04, 0.26, generator)
+        radius = uniform((k,), *TARGET_RADIUS, generator)
+        yaw = uniform((k,), -TARGET_YAW, TARGET_YAW, generator)
+        height = uniform((k,), *TARGET_HEIGHT, generator)
         candidate = torch.stack([radius * yaw.cos(), radius * yaw.sin(), height], dim=1)
         targets[todo] = candidate
         to_shoulder = candidate - candidate.new_tensor([0.0, 0.0, SHOULDER_HEIGHT])
         still = todo.clone()
-        still[todo] = to_shoulder.norm(dim=1) > 0.26
+        still[todo] = to_shoulder.norm(dim=1) > TARGET_FROM_SHOULDER
         todo = still
     return targets
+
+
+def check_target(target: tuple[float, float, float]) -> None:
+    """Refuse a fixed target (m, base frame) outside the shell targets are sampled from:
+    out of reach, or a place no controller trained on this task has seen."""
+    values = [float(v) for v in target]
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"target must be three finite numbers (x, y, z in m), got {tuple(target)}")
+    x, y, z = values
+    radius, yaw = math.hypot(x, y), math.atan2(y, x)
+    from_shoulder = math.hypot(radius, z - SHOULDER_HEIGHT)
+    eps = 1e-9
+    if not (TARGET_RADIUS[0] - eps <= radius <= TARGET_RADIUS[1] + eps and abs(yaw) <= TARGET_YAW + eps
+            and TARGET_HEIGHT[0] - eps <= z <= TARGET_HEIGHT[1] + eps and from_shoulder <= TARGET_FROM_SHOULDER + eps):
+        raise ValueError(f"target ({x:g}, {y:g}, {z:g}) m is outside the arm-reach target range ({TARGET_RANGE}): "
+                         f"it has horizontal distance {radius:.3f} m, yaw {math.degrees(yaw):.0f} deg, "
+                         f"height {z:.3f} m, {from_shoulder:.3f} m from the shoulder")
 
 
 def reach_observation(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor) -> Obs:
@@ -109,7 +133,7 @@ class ArmReach(Task):
     reward_smooth_weight: float = 0.5
     success_distance: float = 0.02
     reset_noise: float = 0.1
-    max_goal_step: float = 0.2  # rad per control step; equals hardware.safety.SafetyConfig.max_step
+    max_goal_step: float = 0.2  # rad per control step; a robot tightens SafetyConfig.max_step (0.2) to it
     _goal_change: torch.Tensor = field(default_factory=lambda: torch.zeros(4), init=False, repr=False)
     frame_skip: int = 10
     max_episode_steps: int = 100

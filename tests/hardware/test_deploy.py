@@ -1,6 +1,8 @@
 """Deployment end to end: an exported controller drives the emulated arm through the real SDK."""
 
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -8,16 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import sims
 from hardware.deploy import deploy
-from hardware.dxl_arm import DynamixelArm, load_robot_config
-from hardware.safety import ConnectionLost, SafetyConfig
+from hardware.dxl_arm import DynamixelArm, check_target, load_robot_config
+from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
 from policies.modules import ActionScaler
 from robolearn.cli import main
+from robolearn.config import load_config, to_dict
 from robolearn.export import export_controller
 from robolearn.interfaces import Controller
 from robolearn.recording import load_episode
+from sims.tasks.arm_reach import ArmReach, sample_targets
 
 
 class TowardTarget(Controller):
@@ -32,9 +37,16 @@ class TowardTarget(Controller):
         return self.pose.expand(obs.shape[0], 4) + 0.0 * obs[:, :4]
 
 
+def write_run_config(run_dir: Path, *overrides: str, config: str = "ppo_arm_reach") -> None:
+    """The resolved config.yaml that `robolearn train <config> <overrides>` leaves in its run."""
+    cfg = load_config(config, list(overrides))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     export_controller(TowardTarget(), tmp_path / "export", ("torchscript",), extra={"task": "arm_reach", "control_dt": 0.02})
+    write_run_config(tmp_path)
     return tmp_path
 
 
@@ -61,12 +73,114 @@ def test_deploy_drives_the_emulated_arm_and_records_it(run_dir, make_emulator):
 def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator):
     emulator = make_emulator(realtime=True)
     threading.Timer(1.5, emulator.disconnect).start()
-    with pytest.raises(ConnectionLost, match="connection lost"):
+    with pytest.raises(ConnectionLost, match="connection lost") as raised:
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0)
     recording = next((run_dir / "deploy").iterdir())
     episodes = [load_episode(p) for p in sorted(recording.glob("episode_*.npz"))]
     assert episodes and episodes[-1]["interrupted"]
     assert sum(len(e["actions"]) for e in episodes) >= 20
+    assert str(recording) in str(raised.value)  # the one-line error says where the recording is
+    saved = json.loads((recording / "deploy.json").read_text())  # written on this exit too
+    assert saved["error"].startswith("ConnectionLost: connection lost") and saved["loop"]["steps"] >= 20
+
+
+def test_emergency_stop_writes_deploy_json_and_names_the_recording(run_dir, make_emulator):
+    emulator = make_emulator(realtime=True)
+
+    def press_ctrl_backslash() -> None:  # only once deploy has bound SIGQUIT (its default dumps core)
+        while not callable(signal.getsignal(signal.SIGQUIT)):
+            time.sleep(0.01)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGQUIT)
+
+    threading.Thread(target=press_ctrl_backslash, daemon=True).start()
+    with pytest.raises(EmergencyStop) as raised:
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0, safety=PATIENT)
+    recording = next((run_dir / "deploy").iterdir())
+    assert str(recording) in str(raised.value)
+    assert json.loads((recording / "deploy.json").read_text())["error"].startswith("EmergencyStop")
+    assert not any(s.torque_enabled for s in emulator.state().values())
+
+
+def test_deploy_runs_the_task_the_run_was_trained_with(run_dir, make_emulator):
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=40", "env.kwargs.max_goal_step=0.05")
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=2, seed=0, safety=PATIENT)
+    assert summary["loop"]["steps"] == 80 and summary["episodes"] == 2  # 40-step episodes, as trained
+    assert summary["task"]["max_goal_step"] == 0.05 and summary["task"]["safety_max_step"] == 0.05
+    episode = load_episode(Path(summary["recording"]) / "episode_00000.npz")
+    assert episode["actions"].shape == (40, 4)
+    steps = np.abs(np.diff(np.vstack([np.zeros(4), episode["actions"]]), axis=0))
+    assert steps.max() <= 0.05 + 1e-6  # the safety layer held the trained goal-step limit, not its 0.2 default
+    # The reset ramp between episodes (> 0.2 s of settling alone) is not timed as a step.
+    assert summary["loop"]["step_ms_p99"] < 150
+    assert np.diff(episode["timestamps"]).max() < 0.15
+
+
+def test_task_goal_step_tightens_the_safety_limit_and_never_loosens_it():
+    config = load_robot_config("dxl_arm")
+    assert DynamixelArm(config, port="/dev/null", task=ArmReach(max_goal_step=0.05)).safety.cfg.max_step == 0.05
+    with pytest.warns(UserWarning, match="expect jump_limit events"):
+        arm = DynamixelArm(config, port="/dev/null", task=ArmReach(max_goal_step=0.5))
+    assert arm.safety.cfg.max_step == 0.2
+
+
+@pytest.mark.parametrize("overrides, error", [
+    (("env.kwargs.bogus=1",), "env.kwargs cannot build the arm_reach task.*env.kwargs.bogus"),
+    (("env.kwargs.max_goal_step=0",), "env.kwargs.max_goal_step must be positive"),
+    (("env.kwargs.max_episode_steps=0",), "env.kwargs.max_episode_steps must be positive"),
+    (("env.kwargs.success_distance=.nan",), "env.kwargs.success_distance must be positive and finite"),
+])
+def test_kwargs_that_cannot_build_the_task_are_refused(run_dir, overrides, error):
+    write_run_config(run_dir, *overrides)
+    with pytest.raises(ValueError, match=error):
+        deploy(run_dir, "dxl_arm", port="/dev/does-not-exist", episodes=1)
+
+
+def test_run_without_its_config_is_refused(run_dir):
+    (run_dir / "config.yaml").unlink()
+    with pytest.raises(FileNotFoundError, match="no config.yaml"):
+        deploy(run_dir, "dxl_arm", port="/dev/does-not-exist", episodes=1)
+
+
+def test_deploys_in_the_same_second_get_their_own_folders(run_dir, make_emulator, monkeypatch):
+    monkeypatch.setattr("hardware.deploy.time.strftime", lambda *_: "20250101-120000")
+    taken = run_dir / "deploy" / "20250101-120000"
+    taken.mkdir(parents=True)
+    (taken / "episode_00000.npz").write_bytes(b"another deploy's")
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    emulator = make_emulator(realtime=True)
+    first = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)["recording"]
+    second = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)["recording"]
+    assert (first, second) == (f"{taken}-1", f"{taken}-2")
+    assert (taken / "episode_00000.npz").read_bytes() == b"another deploy's"
+
+
+@pytest.mark.parametrize("episodes", [0, -3])
+def test_no_episodes_is_refused_before_connecting(run_dir, emulator, episodes):
+    with pytest.raises(ValueError, match="episodes must be .* at least 1"):
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=episodes)
+    assert not any(s.torque_enabled for s in emulator.state().values()) and emulator.packets == 0
+    assert not (run_dir / "deploy").exists()
+
+
+@pytest.mark.parametrize("port", ["/dev/does-not-exist", "wrong baud"])
+def test_a_deploy_that_cannot_start_leaves_no_recording_folder(run_dir, make_emulator, port):
+    if port == "wrong baud":
+        port = make_emulator(baudrate=57_600).port
+    with pytest.raises(Exception, match="cannot open|no reply"):
+        deploy(run_dir, "dxl_arm", port=port, episodes=1, retries=0)
+    assert not (run_dir / "deploy").exists()
+
+
+def test_unreachable_target_is_refused_naming_the_range(run_dir):
+    with pytest.raises(ValueError, match=r"outside the arm-reach target range \(horizontal distance 0.10-0.24 m"):
+        deploy(run_dir, "dxl_arm", port="/dev/does-not-exist", target=(5.0, 5.0, 5.0))
+    for target in sample_targets(2000, torch.Generator().manual_seed(0)).tolist():  # every trained target is fine
+        check_target(target)
+    for bad in ((0.05, 0.0, 0.1), (0.05, -0.15, 0.1), (0.2, 0.0, 0.3), (float("nan"), 0.1, 0.1)):
+        with pytest.raises(ValueError, match="target"):
+            check_target(bad)
 
 
 def test_controller_for_another_task_is_refused(tmp_path, make_emulator):
@@ -82,6 +196,7 @@ def test_controller_for_another_task_is_refused(tmp_path, make_emulator):
             return self.scale(obs[:, :1])
 
     export_controller(Other(), tmp_path / "export", ("torchscript",), extra={"task": "pendulum", "control_dt": 0.05})
+    write_run_config(tmp_path, "env.task=pendulum")
     with pytest.raises(ValueError, match="trained on task 'pendulum'"):
         deploy(tmp_path, "dxl_arm", port="/dev/null", episodes=1)
 
@@ -98,6 +213,7 @@ def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "deployed:    1 episodes" in out and "50 Hz" in out
+    assert "task:        100 steps per episode, goal steps <= 0.2 rad" in out  # the run's own task settings
 
 
 def test_unplugged_port_is_a_one_line_error(run_dir, capsys):
@@ -115,6 +231,9 @@ def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys
     assert result["steps"] == 100
     assert result["start_error_rad"] < 0.05  # ramped to the recorded first pose
     assert result["divergence_rad_max"] < 0.1 and result["divergence_rad_final"] < 0.05
+    # Only the first step may clip (the recorded start is measured, a few mrad off the commanded one):
+    # float32 rounding of the recorded actions (~1e-8 over max_step) is not an intervention.
+    assert result["safety_events"].get("jump_limit", 0) <= 1
 
 
 def test_replay_refuses_a_bad_recording(tmp_path, capsys):

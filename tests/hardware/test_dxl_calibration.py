@@ -79,3 +79,14 @@ def test_unknown_top_level_key_is_an_error(tmp_path: Path) -> None:
     path.write_text(ARM_YAML.read_text() + "baud: 57600\n")
     with pytest.raises(CalibrationError, match="unknown key 'baud'"):
         RobotConfig.load(path)
+
+
+@pytest.mark.parametrize("key", ["min_position", "max_position", "velocity_limit"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_non_finite_limits_are_refused_by_name(tmp_path: Path, key: str, value: float) -> None:
+    data = yaml.safe_load(ARM_YAML.read_text())
+    data["motors"][1][key] = value  # written as .inf / -.inf / .nan
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CalibrationError, match=rf"motors\[1\]\.{key}: must be a finite number, got (-?inf|nan)"):
+        RobotConfig.load(path)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, WatchdogStop
+from hardware.safety import ConnectionLost, EmergencyStop, ParkSkipped, SafetyConfig, WatchdogStop
 from robolearn.recording import EpisodeRecorder, load_episode
 from robolearn.runtime import run
 
@@ -152,6 +152,44 @@ def test_stale_observations_hold_then_stop():
                 arm.step(torch.tensor([[0.0, 0.0]]))
     assert arm.safety.events["watchdog_hold"] >= 1
     assert arm.torque_log[-1] is False
+
+
+def test_a_stall_counts_as_one_watchdog_hold():
+    with LagArm(stop_after_s=1.0) as arm:
+        arm.reset()
+        for _ in range(2):  # two stalls of 0.3 s (about 20 watchdog polls each), each one hold
+            arm.step(torch.tensor([[0.0, 0.0]]))
+            time.sleep(0.3)
+        arm.step(torch.tensor([[0.0, 0.0]]))
+    assert arm.safety.events["watchdog_hold"] == 2
+
+
+def test_second_ctrl_c_while_parking_says_the_park_was_skipped():
+    class CtrlCWhileParking(LagArm):
+        parking = False
+
+        def _write(self, goal):
+            if self.parking:
+                raise KeyboardInterrupt
+            super()._write(goal)
+
+    arm = CtrlCWhileParking()
+    with pytest.raises(ParkSkipped, match="parking was skipped and torque turned off where the robot stood"):
+        with arm:
+            arm.reset()
+            arm.step(torch.tensor([[0.3, 0.3]]))
+            arm.parking = True
+    assert arm.torque_log[-1] is False and not arm.link
+
+
+def test_auto_reset_ramp_is_not_timed_as_a_step(tmp_path):
+    recorder = EpisodeRecorder(tmp_path)
+    with LagArm() as arm:
+        stats = run(Constant([0.0, 0.0]), arm, episodes=2, sink=recorder)
+    assert stats.steps == 2 * arm.max_episode_steps
+    assert max(stats.step_s) < 0.1  # a reset ramp settles for 0.2 s alone; steps take ~10 ms
+    for path in sorted(tmp_path.glob("episode_*.npz")):
+        assert np.diff(load_episode(path)["timestamps"]).max() < 0.1
 
 
 def test_silent_controller_trips_the_watchdog():

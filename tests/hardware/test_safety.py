@@ -37,6 +37,21 @@ def test_jump_limit_bounds_each_step():
     assert np.allclose(sent, [0.4, -0.05])  # relative to the previous command
 
 
+def test_float32_rounding_is_clipped_but_not_counted():
+    safety = layer(max_step=0.2)
+    sent, events = safety.filter(np.array([np.float32(0.2), 0.0]), np.zeros(2), np.zeros(2))  # 0.2 + 3e-9
+    assert events == [] and sent[0] == 0.2  # the limit itself stays exact
+    sent, events = safety.filter(np.array([0.4 + 1e-8, 0.0]), np.zeros(2), np.zeros(2))
+    assert events == [] and sent[0] == 0.4
+    sent, events = safety.filter(np.array([0.6 + 1e-3, 0.0]), np.zeros(2), np.zeros(2))
+    assert events == ["jump_limit"] and sent[0] == pytest.approx(0.6)
+    safety = layer(max_step=10.0, position_margin=0.05)
+    sent, events = safety.filter(np.array([0.95 + 1e-8, 0.0]), np.zeros(2), np.zeros(2))  # the margin's edge
+    assert events == [] and sent[0] == 0.95
+    sent, events = safety.filter(np.array([0.95 + 1e-3, 0.0]), np.zeros(2), np.zeros(2))
+    assert events == ["position_limit"] and sent[0] == 0.95
+
+
 def test_overspeed_holds_the_measured_position():
     safety = layer(max_velocity=2.0)
     sent, events = safety.filter(np.array([0.5, 0.5]), np.array([0.7, -0.3]), np.array([0.0, 3.0]))

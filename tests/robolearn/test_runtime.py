@@ -8,7 +8,7 @@ import torch
 
 import sims
 from robolearn.recording import EpisodeRecorder, load_episode
-from robolearn.runtime import Ticker, run
+from robolearn.runtime import LoopStats, Ticker, run
 
 
 class Zero(torch.nn.Module):
@@ -79,6 +79,31 @@ def test_recorder_keeps_every_completed_step_when_the_loop_fails(tmp_path):
     assert partial["interrupted"] and partial["truncations"][-1]
     np.testing.assert_allclose(full["commanded_actions"], 0.1)
     assert not list(tmp_path.glob(".*"))  # no temp files left behind
+
+
+def test_stats_passed_in_survive_a_failed_run():
+    class Failing(Zero):
+        calls = 0
+
+        def act(self, obs):
+            if self.calls == 7:
+                raise RuntimeError("controller crashed")
+            self.calls += 1
+            return super().act(obs)
+
+    stats = LoopStats()
+    with pytest.raises(RuntimeError, match="controller crashed"):
+        run(Failing(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=100, stats=stats)
+    assert stats.steps == 7 and stats.error == "RuntimeError: controller crashed"
+
+
+def test_recorders_started_together_never_share_a_folder(tmp_path):
+    first = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
+    second = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
+    third = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
+    assert [r.directory.name for r in (first, second, third)] == ["20250101-120000", "20250101-120000-1",
+                                                                  "20250101-120000-2"]
+    assert all((r.directory / "metadata.json").is_file() for r in (first, second, third))
 
 
 def test_run_needs_a_stopping_rule():
