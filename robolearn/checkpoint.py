@@ -49,16 +49,27 @@ def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any]
     atomic_write_bytes(Path(path), lambda f: torch.save(payload, f))
 
 
+# what torch.load raises on a truncated, corrupt or code-carrying file (a truncated zip: OSError EINVAL)
+UNREADABLE = (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError)
+
+
+def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)``; a file that does not load raises a CheckpointError
+    naming it, what it should have been and ``remedy`` (what the user can do about it)."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except UNREADABLE as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path}: not a readable {what} (truncated, corrupt or unsafe: {reason}); {remedy}") from None
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read and validate a checkpoint; never unpickles arbitrary objects."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable robolearn checkpoint (truncated, corrupt or unsafe: {reason})") from None
+    payload = load_tensors(path, "robolearn checkpoint",
+                           "restore it from a copy or train again")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a robolearn checkpoint (no '{FORMAT}' marker)")
     if payload.get("version") != VERSION:

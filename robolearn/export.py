@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robolearn.checkpoint import atomic_write_bytes
+from robolearn.checkpoint import CheckpointError, atomic_write_bytes
 from robolearn.chunking import ActionQueue
 from robolearn.interfaces import Controller, Obs, flatten_obs
 
@@ -112,7 +112,12 @@ class ExportedController:
         meta_path = path.parent / "controller.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
-        self.meta = json.loads(meta_path.read_text())
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
+        try:
+            self.meta = json.loads(meta_path.read_text())
+        except ValueError as err:
+            raise CheckpointError(f"{meta_path}: not readable JSON ({err}); {_reexport(path)}") from None
         self.obs_groups = tuple(self.meta["obs_groups"])
         self.decision_period = int(self.meta["decision_period"])
         names = list(self.meta["inputs"])
@@ -123,13 +128,13 @@ class ExportedController:
         if path.suffix == ".onnx":
             import onnxruntime
 
-            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            session = _load(path, lambda: onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
             self._call = lambda *args: [torch.from_numpy(out) for out in session.run(
                 None, {name: a.cpu().numpy().astype(np.float32) for name, a in zip(names, args)})]
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                module = torch.jit.load(str(path), map_location="cpu")
+                module = _load(path, lambda: torch.jit.load(str(path), map_location="cpu"))
             self._call = lambda *args: _as_list(module(*(a.cpu().float() for a in args)))
         self._run = lambda x: self._call(x)[0]
         chunk = self.meta.get("chunk")
@@ -166,6 +171,23 @@ class ExportedController:
             rows = slice(None) if mask is None else mask.cpu()
             for state in self.state:
                 state[rows] = 0.0
+
+
+def _load(path: Path, load: Any) -> Any:
+    """``load()`` of an exported file; one that does not load (truncated, corrupt: onnxruntime's
+    InvalidProtobuf, TorchScript's zip errors) raises a CheckpointError naming it and the fix."""
+    try:
+        return load()
+    except Exception as err:  # the loaders raise their own types; the file is the only input
+        reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a loadable exported controller (truncated or corrupt: {reason}); "
+                              f"{_reexport(path)}") from None
+
+
+def _reexport(path: Path) -> str:
+    """How to write an exported controller again: from its run's checkpoint."""
+    run = path.parent.parent if path.parent.name == "export" else "RUN"
+    return f"export it again with  robolearn export {run}"
 
 
 def _as_list(out: torch.Tensor | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,13 @@ class RunLogger:
     def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
                  project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0) -> None:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
+        self._time_offset = _last_time(self.metrics_path)  # a resumed run's ``time`` continues its own
         self._file = self.metrics_path.open("a", buffering=1)
         self._start = time.perf_counter()
         self._start_steps = initial_steps
         self._bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
-                         dynamic_ncols=True, disable=not progress, smoothing=0.1)
+                         dynamic_ncols=True, disable=not progress, smoothing=0.1,
+                         mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file: a line every 30 s, not every \r
         self._wandb = None
         if wandb_mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -39,7 +42,7 @@ class RunLogger:
     def log(self, env_steps: int, metrics: dict[str, float]) -> None:
         elapsed = time.perf_counter() - self._start
         fps = (env_steps - self._start_steps) / max(elapsed, 1e-9)
-        record = {"env_steps": env_steps, "time": round(elapsed, 3), "fps": round(fps, 1),
+        record = {"env_steps": env_steps, "time": round(self._time_offset + elapsed, 3), "fps": round(fps, 1),
                   **{k: _plain(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:
@@ -72,6 +75,18 @@ def _plain(value: Any) -> Any:
 def _wandb_id(run_dir: Path) -> str:
     """A stable id per run directory, so a resumed run appends to the same W&B run."""
     return "".join(c if c.isalnum() else "-" for c in Path(run_dir).resolve().relative_to(Path(run_dir).resolve().parents[1]).as_posix())[-64:]
+
+
+def _last_time(path: Path) -> float:
+    """The ``time`` of the last line of ``metrics.jsonl`` (0 for a new run): the seconds trained so far."""
+    if not path.is_file():
+        return 0.0
+    for line in reversed(path.read_text().splitlines()):
+        try:
+            return float(json.loads(line)["time"])
+        except (ValueError, KeyError, TypeError):  # a torn last line (killed mid-write) or a line without it
+            continue
+    return 0.0
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

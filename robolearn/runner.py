@@ -30,8 +30,12 @@ as any off-policy agent. ``--resume`` continues in either phase.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import json
+import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,8 +46,8 @@ import numpy as np
 import torch
 import yaml
 
-from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, restore_agent,
-                                  rng_state, save_checkpoint)
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, load_tensors,
+                                  restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
@@ -156,33 +160,46 @@ class Runner:
     """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
 
     def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+        """Build env and agent (and restore ``resume``'s checkpoint) first, and only then write the run
+        directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config."""
         self.cfg = cfg
         distributed.init(cfg.env.device)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
         self.seed = cfg.seed + distributed.rank()
         if resume:
             self.run_dir = Path(resume)
-        else:  # rank 0 makes it; the others learn its name
-            self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
-        if self.main:
-            write_config(self.run_dir, cfg)
+        self.ctrl_c = CtrlC()
+        self._rewind_to: tuple[Progress, dict[str, Any], dict[str, Any]] | None = None  # see _mark
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
         np.random.seed(self.seed)
-        self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
-        self.agent = make_agent(cfg, self.env)
-        if self.world_size > 1 and not self.agent.data_parallel:
+        try:
+            self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
+            self.agent = make_agent(cfg, self.env)
+            if self.world_size > 1 and not self.agent.data_parallel:
+                raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
+            self.progress = Progress()
+            self.replay: ReplayBuffer | None = None
+            if not self.agent.on_policy:
+                self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
+            self.dataset = self._pretraining_dataset()
+            if resume:
+                self._restore()
+        except BaseException:
             self.close()
-            raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
-        self.progress = Progress()
-        self.replay: ReplayBuffer | None = None
-        if not self.agent.on_policy:
-            self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
-        self.dataset = self._pretraining_dataset()
-        if resume:
-            self._restore()
+            raise
         if distributed.active():  # every rank starts from rank 0's networks, optimizer and normalizers
             self.agent.load_state_dict(distributed.broadcast_object(self.agent.state_dict()))
+        if not resume:  # rank 0 makes it; the others learn its name
+            self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
+        if self.main:
+            try:
+                write_config(self.run_dir, cfg)
+            except BaseException:
+                if not resume:  # only the directory made just above, never an existing run
+                    shutil.rmtree(self.run_dir, ignore_errors=True)
+                self.close()
+                raise
 
     def _pretraining_dataset(self) -> Any:
         """The dataset of an agent that pretrains on one (handed to ``agent.prepare``), else None."""
@@ -192,15 +209,10 @@ class Runner:
         if not getattr(self.agent, "pretrains", False):
             return None
         if not self.cfg.dataset:
-            self.close()
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
                               "give dataset=<name> (see `robolearn dataset list`)")
-        try:
-            dataset = Dataset.load(self.cfg.dataset)
-            check_dataset_fits(dataset, self.cfg.env.task, self.env)
-        except BaseException:
-            self.close()
-            raise
+        dataset = Dataset.load(self.cfg.dataset)
+        check_dataset_fits(dataset, self.cfg.env.task, self.env)
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 
@@ -230,7 +242,12 @@ class Runner:
             replay_path = self.checkpoint_path.with_name("replay.pt")
             if not replay_path.is_file():
                 raise CheckpointError(f"{replay_path}: missing; an off-policy run resumes with its replay buffer")
-            self.replay.load_state_dict(torch.load(replay_path, map_location=self.env.device, weights_only=True))
+            remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
+            state = load_tensors(replay_path, "replay buffer", remedy, map_location=self.env.device)
+            try:
+                self.replay.load_state_dict(state)
+            except (KeyError, TypeError, ValueError) as err:
+                raise CheckpointError(f"{replay_path}: not a robolearn replay buffer ({err!r}); {remedy}") from None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -239,7 +256,11 @@ class Runner:
 
         Ctrl+C saves a checkpoint that ``--resume`` continues from (agent, optimizer,
         learning rate, normalizers, RNG and replay are restored exactly; the envs
-        start fresh episodes, their state is not checkpointed). NaN or inf in
+        start fresh episodes, their state is not checkpointed). It is taken between env
+        steps and updates, never inside an update (:class:`CtrlC`); an on-policy or
+        pretraining iteration it cuts short is discarded (the checkpoint is that of its
+        start), an off-policy one is finished after the resume, so logged steps stay on
+        one grid. NaN or inf in
         observations, rewards, actions or losses stops the run with the last good
         checkpoint kept (it is only written after finite updates).
         """
@@ -252,34 +273,41 @@ class Runner:
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
-        try:
-            if self.dataset is not None and not self.progress.pretrained:
-                self._pretrain(logger)
-        except KeyboardInterrupt:
-            return interrupted(self, result, logger)
-        except NonFiniteError as err:
-            raise stopped_by_nan(self, logger, err) from None
-        obs = self.env.reset(seed=self.seed + self.progress.iteration)
-        check_finite("observation", obs)
-        deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
-        try:
-            while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
-                start = time.perf_counter()
-                obs, metrics = iterate(obs, stats)
-                self.progress.iteration += 1
-                self.progress.recent_returns = list(stats.recent)
-                metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
-                metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees
-                if logger is not None and self.progress.iteration % cfg.runner.log_every == 0:
-                    logger.log(self.progress.env_steps, metrics)
-                if self.progress.iteration % cfg.runner.checkpoint_every == 0:
-                    self.save()
-                if stop is not None and stop(metrics):
-                    break
-        except KeyboardInterrupt:
-            return interrupted(self, result, logger)
-        except NonFiniteError as err:
-            raise stopped_by_nan(self, logger, err) from None
+        with self.ctrl_c:
+            try:
+                if self.dataset is not None and not self.progress.pretrained:
+                    self._pretrain(logger)
+            except KeyboardInterrupt:
+                self._rewind(stats)
+                return interrupted(self, result, logger)
+            except NonFiniteError as err:
+                raise stopped_by_nan(self, logger, err) from None
+            obs = self.env.reset(seed=self.seed + self.progress.iteration)
+            check_finite("observation", obs)
+            deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
+            try:
+                while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
+                    start = time.perf_counter()
+                    if self.agent.on_policy:
+                        self._mark()  # a Ctrl+C in this iteration discards it
+                    obs, metrics = iterate(obs, stats)
+                    self._rewind_to = None
+                    self.progress.iteration += 1
+                    self.progress.recent_returns = list(stats.recent)
+                    metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
+                    metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees
+                    if logger is not None and self.progress.iteration % cfg.runner.log_every == 0:
+                        logger.log(self.progress.env_steps, metrics)
+                    if self.progress.iteration % cfg.runner.checkpoint_every == 0:
+                        self.save()
+                    if stop is not None and stop(metrics):
+                        break
+                self.ctrl_c.check()  # one pressed during the last iteration
+            except KeyboardInterrupt:
+                self._rewind(stats)
+                return interrupted(self, result, logger)
+            except NonFiniteError as err:
+                raise stopped_by_nan(self, logger, err) from None
         self.save()
         if logger is not None:  # rank 0: export, evaluate, film
             logger.end_progress()
@@ -295,12 +323,15 @@ class Runner:
             start = time.perf_counter()
             count = min(OFF_POLICY_STEPS_PER_ITERATION, total - self.progress.pretrain_updates)
             sums: dict[str, Any] = {}
+            self._mark()  # a Ctrl+C in this iteration discards it
             for _ in range(count):
+                self.ctrl_c.check()
                 for key, value in self.agent.pretrain_update().items():
                     sums[key] = sums.get(key, 0.0) + value
             metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
             _check_metrics(metrics)
             self.progress.pretrain_updates += count
+            self._rewind_to = None
             if logger is not None:
                 logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
                                "iteration_time": time.perf_counter() - start})
@@ -317,6 +348,7 @@ class Runner:
         storage = RolloutStorage(self.cfg.agent.num_steps, self.env.device)
         with torch.no_grad():
             while not storage.full:
+                self.ctrl_c.check()  # a Ctrl+C discards this rollout (_rewind)
                 out = self.agent.act(obs, explore=True)
                 obs, transition = self._step(obs, out, stats)
                 storage.add(transition)
@@ -330,7 +362,11 @@ class Runner:
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
         sums: dict[str, float] = collections.defaultdict(float)
         updates = 0
-        for _ in range(max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs)):
+        per_step = env.num_envs * self.world_size
+        per_iteration = max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * per_step
+        left = per_iteration - self.progress.env_steps % per_iteration  # the rest of one a Ctrl+C cut short, else all
+        for _ in range(-(-left // per_step)):
+            self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
             if self.progress.env_steps < runner.random_steps and hasattr(self.agent, "random_act"):
                 with torch.no_grad():  # agents that store acting state with each step supply their own warm-up
                     out = self.agent.random_act(obs)
@@ -352,6 +388,24 @@ class Runner:
         metrics = {k: v / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
+
+    def _mark(self) -> None:
+        """Remember progress, RNG and agent now, the start of an iteration that a Ctrl+C discards (on-policy
+        and pretraining iterations; one copy of the agent's state per iteration)."""
+        self._rewind_to = (_copy_progress(self.progress), rng_state(), copy.deepcopy(self.agent.state_dict()))
+
+    def _rewind(self, stats: EpisodeStats) -> None:
+        """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
+        ``_mark`` made discardable (its rollout half collected, or an update split by a second Ctrl+C),
+        go back to its start; otherwise (off policy, between steps) keep the steps, which the replay
+        buffer and the agent's updates already hold."""
+        if self._rewind_to is not None:
+            self.progress, rng, agent = self._rewind_to
+            set_rng_state(rng)
+            self.agent.load_state_dict(agent)
+            self._rewind_to = None
+        else:
+            self.progress.recent_returns = list(stats.recent)
 
     def _sample(self) -> dict[str, Any]:
         """A replay minibatch; agents that learn from windows of consecutive steps (action-sequence
@@ -379,8 +433,46 @@ class Runner:
         finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt)
 
     def close(self) -> None:
-        self.env.close()
+        if hasattr(self, "env"):  # not when its construction failed
+            self.env.close()
         distributed.shutdown()
+
+
+def _copy_progress(progress: Progress) -> Progress:
+    return dataclasses.replace(progress, recent_returns=list(progress.recent_returns))
+
+
+class CtrlC:
+    """Ctrl+C in the training loop, taken where the run's state is consistent: the first SIGINT only
+    marks it ``pending`` and the loop raises KeyboardInterrupt at its next ``check()`` (between env
+    steps and updates, never inside an update or a checkpoint write); a second one raises at once.
+    Only the main thread can catch signals; elsewhere Ctrl+C raises where it lands, as without this."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous: Any = None
+
+    def __enter__(self) -> CtrlC:
+        self.pending = False
+        main_thread = threading.current_thread() is threading.main_thread()
+        if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
+            self._previous = signal.signal(signal.SIGINT, self._press)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _press(self, signum: int, frame: Any) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        """A safe point: a pending Ctrl+C raises here."""
+        if self.pending:
+            raise KeyboardInterrupt
 
 
 def _rank_env_config(env: EnvConfig) -> EnvConfig:

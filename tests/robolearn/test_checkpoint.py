@@ -56,3 +56,15 @@ def test_mismatched_tensor_is_named():
         check_compatible(state(4), state(8))
     with pytest.raises(CheckpointError, match="lacks 'agent.actor'"):
         check_compatible(state(), {"lr": 1.0})
+
+
+def test_cut_short_at_any_length_is_a_checkpoint_error(tmp_path):
+    """torch.load raises RuntimeError, EOFError or OSError (EINVAL) depending on where the file ends."""
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, config={}, agent={"w": torch.randn(64, 64)}, progress={})
+    data = good.read_bytes()
+    for size in (0, 100, 1000, 5000, len(data) // 2, len(data) - 10):
+        cut = tmp_path / f"cut{size}.pt"
+        cut.write_bytes(data[:size])
+        with pytest.raises(CheckpointError, match=f"cut{size}.pt: not a readable robolearn checkpoint"):
+            load_checkpoint(cut)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 import torch
 
 import robolearn.runner as runner_module
 from robolearn import load_config
-from robolearn.checkpoint import load_checkpoint
+from robolearn.checkpoint import CheckpointError, load_checkpoint
+from robolearn.cli import main as cli
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import Step
-from robolearn.runner import Runner
+from robolearn.logger import read_metrics
+from robolearn.runner import Runner, read_run_config
 
 
 def tiny(tmp_path, algo: str = "ppo", *extra: str):
@@ -137,3 +141,185 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
     dirs = [runner_module.new_run_dir(cfg) for _ in range(3)]
     assert [d.name for d in dirs] == ["20260102-030405", "20260102-030405-1", "20260102-030405-2"]
     assert all(d.is_dir() for d in dirs)
+
+
+class CallAfter:
+    """Wraps a VecEnv so that ``call()`` runs before its step number ``steps`` (counted from 1)."""
+
+    def __init__(self, env, steps: int, call) -> None:
+        self.env, self.steps, self.call = env, steps, call
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, action):
+        self.steps -= 1
+        if self.steps == 0:
+            self.call()
+        return self.env.step(action)
+
+
+def _raise_keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def ctrl_c_catchable():
+    """SIGINT as in a terminal (a background shell starts processes ignoring it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_on(tmp_path, monkeypatch):
+    """PPO: a Ctrl+C inside the third rollout discards it; the checkpoint is the end of iteration 2
+    (its steps, RNG and returns), and the resumed run's metrics.jsonl goes on without a jump."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=100")
+    make_env = runner_module.make_env
+    monkeypatch.setattr(runner_module, "make_env",
+                        lambda *a, **k: CallAfter(make_env(*a, **k), 2 * 32 + 10, _raise_keyboard_interrupt))
+    runner = Runner(cfg)
+    after_two = {}
+    update = runner.agent.update
+
+    def remember(batch):
+        out = update(batch)
+        after_two.update(params=flat_params(runner.agent), rng=torch.get_rng_state())
+        return out
+
+    monkeypatch.setattr(runner.agent, "update", remember)
+    assert runner.train().interrupted
+    runner.close()
+    monkeypatch.setattr(runner_module, "make_env", make_env)
+    saved = load_checkpoint(runner.checkpoint_path)["progress"]
+    assert (saved["iteration"], saved["env_steps"]) == (2, 2 * 256)
+    assert torch.equal(saved["rng"]["torch"], after_two["rng"])  # as the end of iteration 2 left it
+
+    resumed = Runner(cfg, resume=runner.run_dir)
+    assert resumed.progress.env_steps == 512
+    torch.testing.assert_close(flat_params(resumed.agent), after_two["params"])
+    resumed.train()
+    resumed.close()
+    lines = read_metrics(runner.run_dir)
+    assert [line["env_steps"] for line in lines] == [256, 512, 768, 1024]
+    assert all(a["time"] <= b["time"] for a, b in zip(lines, lines[1:]))  # time goes on across the resume
+
+
+def test_an_interrupt_that_splits_an_update_saves_the_iteration_before(tmp_path, monkeypatch):
+    """A KeyboardInterrupt raised inside the update (a second Ctrl+C, or one outside the main thread)
+    leaves a half-updated agent: the checkpoint is the start of that iteration, agent included."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
+    runner = Runner(cfg)
+    update, params = runner.agent.update, []
+
+    def update_then_interrupt(batch):
+        out = update(batch)
+        params.append(flat_params(runner.agent))
+        if len(params) == 3:
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(runner.agent, "update", update_then_interrupt)
+    assert runner.train().interrupted
+    runner.close()
+    saved = load_checkpoint(runner.checkpoint_path)
+    assert (saved["progress"]["iteration"], saved["progress"]["env_steps"]) == (2, 512)
+    torch.testing.assert_close(torch.cat([t.flatten().float() for t in _tensors(saved["agent"])]), params[1])
+    assert not torch.equal(params[1], params[2])
+
+
+def test_real_ctrl_c_waits_for_the_update_in_flight(tmp_path, monkeypatch, ctrl_c_catchable):
+    """A SIGINT during PPO's update is taken after it: the checkpoint is that whole iteration."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
+    runner = Runner(cfg)
+    update, calls = runner.agent.update, []
+
+    def update_then_press(batch):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # lands inside this update, which must still finish
+        return update(batch)
+
+    monkeypatch.setattr(runner.agent, "update", update_then_press)
+    assert runner.train().interrupted
+    runner.close()
+    assert len(calls) == 2
+    saved = load_checkpoint(runner.checkpoint_path)
+    assert (saved["progress"]["iteration"], saved["progress"]["env_steps"]) == (2, 512)
+    torch.testing.assert_close(flat_params(runner.agent), torch.cat(
+        [t.flatten().float() for t in _tensors(saved["agent"])]))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
+
+
+def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteration(tmp_path, monkeypatch,
+                                                                                   ctrl_c_catchable):
+    """SAC: the replay holds every step counted, and the resumed run's first iteration is the rest of
+    the one cut short, so the logged steps stay on the 1000-step grid."""
+    cfg = tiny(tmp_path, "sac", "runner.total_steps=3000", "runner.random_steps=2500", "agent.batch_size=32",
+               "agent.buffer_size=5000")
+    make_env = runner_module.make_env
+    press = lambda: os.kill(os.getpid(), signal.SIGINT)  # noqa: E731
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: CallAfter(make_env(*a, **k), 125 + 60, press))
+    runner = Runner(cfg)
+    assert runner.train().interrupted
+    runner.close()
+    monkeypatch.setattr(runner_module, "make_env", make_env)
+    saved = load_checkpoint(runner.checkpoint_path)["progress"]
+    assert (saved["iteration"], saved["env_steps"]) == (1, 8 * 185)
+
+    resumed = Runner(cfg, resume=runner.run_dir)
+    assert resumed.replay.size == 8 * 185
+    resumed.train()
+    resumed.close()
+    assert [line["env_steps"] for line in read_metrics(runner.run_dir)] == [1000, 2000, 3000]
+
+
+def test_a_failed_resume_leaves_the_runs_config_alone(tmp_path):
+    """An override the checkpoint cannot take is refused before config.yaml is rewritten."""
+    first = Runner(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0"))
+    first.train()
+    first.close()
+    config = (first.run_dir / "config.yaml").read_bytes()
+    with pytest.raises(CheckpointError, match=r"this model expects \(128, "):
+        Runner(tiny(tmp_path, "ppo", "agent.actor_hidden=[128,128]"), resume=first.run_dir)
+    assert (first.run_dir / "config.yaml").read_bytes() == config
+    Runner(read_run_config(first.run_dir), resume=first.run_dir).close()  # a plain resume still works
+
+
+@pytest.mark.parametrize("override", ["env.task=cartpol", "agent.learning_rate=-1"])
+def test_a_fresh_run_that_fails_to_build_leaves_no_run_directory(tmp_path, override):
+    cfg = tiny(tmp_path, "ppo", override)
+    with pytest.raises(ValueError):
+        Runner(cfg)
+    assert not list((tmp_path / "runs").glob("*/*"))
+
+
+def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
+    """Checkpoint, replay buffer and exports cut short (a full disk, a copy interrupted) give the
+    CLI's one-line error naming the file and the way out, not a traceback."""
+    runner = Runner(tiny(tmp_path, "sac", "runner.total_steps=1000", "runner.random_steps=1000",
+                         "runner.eval_episodes=0"))
+    runner.train()
+    runner.close()
+    run = runner.run_dir
+
+    def cut(name: str, size: int = 5000) -> None:
+        path = run / name
+        path.write_bytes(path.read_bytes()[:size])
+
+    cut("checkpoints/replay.pt")
+    with pytest.raises(CheckpointError, match="replay.pt: not a readable replay buffer .*restore it from a copy"):
+        Runner(read_run_config(run), resume=run)
+    for name, fix in (("export/controller.onnx", "export it again"), ("export/controller.pt", "export it again")):
+        cut(name, 3000)
+        fmt = "onnx" if name.endswith("onnx") else "torchscript"
+        assert cli(["eval", str(run), "--episodes", "1", "--exported", fmt]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {run / name}: not a loadable exported controller") and fix in err
+        assert "\n" not in err
+    cut("checkpoints/latest.pt")
+    for command in (["eval", str(run), "--episodes", "1"], ["export", str(run)], ["train", "--resume", str(run)]):
+        assert cli(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {run / 'checkpoints/latest.pt'}: not a readable robolearn checkpoint")
+        assert "\n" not in err
