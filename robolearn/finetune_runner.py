@@ -34,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, restore_agent, rng_state, save_checkpoint
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_tensors, restore_agent, rng_state,
+                                  save_checkpoint)
 from robolearn.config import TrainConfig, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller
@@ -82,7 +83,7 @@ class PhaseLogger(RunLogger):
     def log(self, count: int, metrics: dict[str, float]) -> None:
         elapsed = time.perf_counter() - self._start
         rate = (count - self._start_steps) / max(elapsed, 1e-9)
-        record = {"phase": self.phase, self.counter: count, "time": round(elapsed, 3), f"{self.counter}_per_s": round(rate, 1),
+        record = {"phase": self.phase, self.counter: count, "time": round(self._time_offset + elapsed, 3), f"{self.counter}_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:
@@ -98,8 +99,9 @@ class PhaseLogger(RunLogger):
 class FinetuneRunner(OfflineRunner):
     """Pretrains ``cfg.algo`` on ``cfg.dataset``, then fine-tunes it on ``cfg.env`` in the same run directory."""
 
-    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
-        super().__init__(cfg, resume=resume)  # dataset, eval env, agent, offline buffer; _restore below
+    def _build(self, resume: Path | None) -> None:
+        super()._build(resume)  # eval env, agent, offline buffer; _restore below
+        cfg = self.cfg
         if not resume:
             self.progress = FinetuneProgress()
         agent_cfg = cfg.agent
@@ -142,7 +144,9 @@ class FinetuneRunner(OfflineRunner):
             replay_path = self.checkpoint_path.with_name("replay.pt")
             if not replay_path.is_file():
                 raise CheckpointError(f"{replay_path}: missing; an online phase resumes with its replay buffer")
-            self.online.load_state_dict(torch.load(replay_path, map_location=self.env.device, weights_only=True))
+            state = load_tensors(replay_path, "replay buffer", "restore it from a copy to resume",
+                                 map_location=self.env.device)
+            self.online.load_state_dict(state)
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:
@@ -322,7 +326,8 @@ class FinetuneRunner(OfflineRunner):
 
     def close(self) -> None:
         super().close()
-        self.train_env.close()
+        if hasattr(self, "train_env"):  # not when its construction failed
+            self.train_env.close()
 
 
 def _cat(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -89,7 +89,7 @@ class UpdateLogger(RunLogger):
     def log(self, updates: int, metrics: dict[str, float]) -> None:
         elapsed = time.perf_counter() - self._start
         rate = (updates - self._start_steps) / max(elapsed, 1e-9)
-        record = {"updates": updates, "time": round(elapsed, 3), "updates_per_s": round(rate, 1),
+        record = {"updates": updates, "time": round(self._time_offset + elapsed, 3), "updates_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:
@@ -121,10 +121,22 @@ class OfflineRunner:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.dataset = Dataset.load(cfg.dataset)  # an unknown name lists the known ones
+        self.run_dir = Path(resume) if resume else None
+        try:
+            self._build(resume)
+        except BaseException:
+            self.close()
+            raise
+        # Only now, with everything built and restored: a config that fails leaves no run behind,
+        # and a failed --resume does not rewrite the run's config.
+        self.run_dir = self.run_dir or new_run_dir(cfg)
+        write_config(self.run_dir, cfg)
+
+    def _build(self, resume: Path | None) -> None:
+        """Eval env, agent and offline buffer from the dataset; ``resume``'s checkpoint restored."""
+        cfg = self.cfg
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
         check_dataset_fits(self.dataset, cfg.env.task, self.env)
-        self.run_dir = Path(resume) if resume else new_run_dir(cfg)
-        write_config(self.run_dir, cfg)
         self.agent = make_agent(cfg, self.env)
         data = self.agent.prepare(self.dataset.transitions(self.env.device))
         self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
@@ -218,7 +230,8 @@ class OfflineRunner:
         return metrics
 
     def close(self) -> None:
-        self.env.close()
+        if hasattr(self, "env"):  # not when its construction failed
+            self.env.close()
 
 
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:

@@ -49,11 +49,12 @@ import yaml
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, load_tensors,
                                   restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, to_dict
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
+from robolearn.recording import unique_directory
 from robolearn.registry import agent_configs, make_agent, make_env
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
@@ -123,16 +124,8 @@ class EpisodeStats:
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
-    root = Path(cfg.run_dir) / cfg.run_name
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    root.mkdir(parents=True, exist_ok=True)
-    run_dir, n = root / stamp, 1
-    while True:  # mkdir, not exists(): two runs started in the same second (parallel benchmarks) never share a dir
-        try:
-            run_dir.mkdir()
-            return run_dir
-        except FileExistsError:
-            run_dir, n = root / f"{stamp}-{n}", n + 1
+    """``<run_dir>/<run_name>/<time>``, made now; ``<time>-1``, ``-2``... when two runs start in the same second."""
+    return unique_directory(Path(cfg.run_dir) / cfg.run_name / datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -140,10 +133,8 @@ def write_config(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 def read_run_config(run_dir: Path) -> TrainConfig:
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
-    return config_from_dict(yaml.safe_load(path.read_text()), agent_configs())
+    """The config ``run_dir`` was trained with; a missing or malformed config.yaml is an error naming it."""
+    return load_run_config(run_dir, agent_configs())
 
 
 def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:

@@ -10,7 +10,7 @@ import torch
 
 import sims
 from robolearn import load_config
-from robolearn.checkpoint import load_checkpoint
+from robolearn.checkpoint import CheckpointError, load_checkpoint
 from robolearn.cli import main
 from robolearn.data import DatasetError, DatasetWriter, record
 from robolearn.evaluate import evaluate
@@ -79,6 +79,21 @@ def test_resume_continues_exactly(root, tmp_path):
     assert b["progress"]["updates"] == 2000
     for key, value in a["agent"]["actor"].items():
         torch.testing.assert_close(b["agent"]["actor"][key], value, rtol=0, atol=0)
+
+
+def test_a_failed_resume_or_build_writes_nothing(root, tmp_path):
+    """A resume whose override the checkpoint cannot take leaves the run's config as it was; a
+    fresh config that fails to build leaves no run directory."""
+    first = OfflineRunner(tiny(tmp_path, "runner.total_steps=1000", "runner.eval_episodes=0", "agent.hidden=[32,32]"))
+    first.train()
+    first.close()
+    config = (first.run_dir / "config.yaml").read_bytes()
+    with pytest.raises(CheckpointError, match="this model expects"):
+        OfflineRunner(tiny(tmp_path, "agent.hidden=[64,64]"), resume=first.run_dir)
+    assert (first.run_dir / "config.yaml").read_bytes() == config
+    with pytest.raises(ValueError):
+        OfflineRunner(tiny(tmp_path, "agent.learning_rate=-1"))
+    assert [path.parent for path in (tmp_path / "runs").glob("*/*/config.yaml")] == [first.run_dir]
 
 
 def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
