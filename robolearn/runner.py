@@ -159,7 +159,7 @@ class Runner:
         self.seed = cfg.seed + distributed.rank()
         if resume:
             self.run_dir = Path(resume)
-        self.ctrl_c = CtrlC()
+        self.ctrl_c = CtrlC(deferred=self.world_size > 1)
         self._rewind_to: tuple[Progress, dict[str, Any], dict[str, Any]] | None = None  # see _mark
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
@@ -286,11 +286,16 @@ class Runner:
                     self.progress.iteration += 1
                     self.progress.recent_returns = list(stats.recent)
                     metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
+                    if self.ctrl_c.deferred:  # several ranks stop together, at the end of the same iteration
+                        metrics["ctrl_c"] = float(self.ctrl_c.pending)
                     metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees
+                    ctrl_c_on_any_rank = metrics.pop("ctrl_c", 0.0) > 0
                     if logger is not None and self.progress.iteration % cfg.runner.log_every == 0:
                         logger.log(self.progress.env_steps, metrics)
                     if self.progress.iteration % cfg.runner.checkpoint_every == 0:
                         self.save()
+                    if ctrl_c_on_any_rank:
+                        raise KeyboardInterrupt
                     if stop is not None and stop(metrics):
                         break
                 self.ctrl_c.check()  # one pressed during the last iteration
@@ -437,10 +442,12 @@ class CtrlC:
     """Ctrl+C in the training loop, taken where the run's state is consistent: the first SIGINT only
     marks it ``pending`` and the loop raises KeyboardInterrupt at its next ``check()`` (between env
     steps and updates, never inside an update or a checkpoint write); a second one raises at once.
-    Only the main thread can catch signals; elsewhere Ctrl+C raises where it lands, as without this."""
+    Only the main thread can catch signals; elsewhere Ctrl+C raises where it lands, as without this.
+    ``deferred`` (several ranks): ``check`` never raises; the ranks agree at the end of an iteration
+    (a rank that stopped alone would leave the others waiting in a gradient all-reduce)."""
 
-    def __init__(self) -> None:
-        self.pending = False
+    def __init__(self, deferred: bool = False) -> None:
+        self.pending, self.deferred = False, deferred
         self._previous: Any = None
 
     def __enter__(self) -> CtrlC:
@@ -461,8 +468,8 @@ class CtrlC:
         self.pending = True
 
     def check(self) -> None:
-        """A safe point: a pending Ctrl+C raises here."""
-        if self.pending:
+        """A safe point: a pending Ctrl+C raises here (one rank of several: only where the ranks agree)."""
+        if self.pending and not self.deferred:
             raise KeyboardInterrupt
 
 

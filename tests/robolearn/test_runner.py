@@ -16,7 +16,7 @@ from robolearn.cli import main as cli
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import Step
 from robolearn.logger import read_metrics
-from robolearn.runner import Runner, read_run_config
+from robolearn.runner import CtrlC, Runner, read_run_config
 
 
 def tiny(tmp_path, algo: str = "ppo", *extra: str):
@@ -249,6 +249,37 @@ def test_real_ctrl_c_waits_for_the_update_in_flight(tmp_path, monkeypatch, ctrl_
     torch.testing.assert_close(flat_params(runner.agent), torch.cat(
         [t.flatten().float() for t in _tensors(saved["agent"])]))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
+
+
+def test_ranks_stop_together_at_the_end_of_an_iteration(tmp_path, monkeypatch):
+    """With several ranks a Ctrl+C never stops one rank mid-iteration (the others would wait in a
+    gradient all-reduce): it is reported with the iteration's metrics, and every rank stops there.
+    Here another rank reports it (its share of the averaged 'ctrl_c' metric) during iteration 2."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
+    runner = Runner(cfg)
+    runner.ctrl_c.deferred = True
+    seen = []
+
+    def mean_metrics(metrics):
+        seen.append(metrics.get("ctrl_c"))
+        return {**metrics, "ctrl_c": 0.5} if len(seen) == 2 else metrics
+
+    monkeypatch.setattr(runner_module.distributed, "mean_metrics", mean_metrics)
+    assert runner.train().interrupted
+    runner.close()
+    assert seen == [0.0, 0.0]  # this rank had not pressed
+    saved = load_checkpoint(runner.checkpoint_path)["progress"]
+    assert (saved["iteration"], saved["env_steps"]) == (2, 512)
+    assert "ctrl_c" not in read_metrics(runner.run_dir)[-1]
+
+
+def test_a_deferred_ctrl_c_waits_for_the_ranks_to_agree():
+    ctrl_c = CtrlC(deferred=True)
+    ctrl_c.pending = True
+    ctrl_c.check()  # no KeyboardInterrupt mid-iteration
+    ctrl_c.deferred = False
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.check()
 
 
 def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteration(tmp_path, monkeypatch,
