@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="R(L) at action-sequence lengths 1, 2, 4, ..., 30 and the Frequency-Averaged Score "
                         "(robolearn/fas.py); writes <run>/fas.png and fas.json. R_MAX: the reference return "
                         "for tasks without one")
+    p.add_argument("--fas-shift", type=float, metavar="SHIFT",
+                   help="added to every R(L) before the FAS (tasks with negative returns; Pendulum-v1's is 1550)")
 
     p = commands.add_parser("play", help="film a run's controller")
     p.add_argument("run", type=Path)
@@ -228,12 +230,15 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
     from robolearn.checkpoint import atomic_write_bytes
     from robolearn.registry import make_env
 
-    r_max = None if args.fas is True else float(args.fas)
-    fas.reference(cfg.env.task, r_max)  # an unknown task fails before any episode is run
+    try:
+        r_max = None if args.fas is True else float(args.fas)
+    except ValueError:
+        raise ValueError(f"--fas R_MAX must be a number (the task's reference return), got {args.fas!r}") from None
+    fas.reference(cfg.env.task, r_max, args.fas_shift)  # an unknown task fails before any episode is run
     with make_env(cfg.env, num_envs=1) as env:
         controller = _controller(args.run, env, args.exported, cfg)
     result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
-                     episodes=args.episodes, seed=args.seed, r_max=r_max)
+                     episodes=args.episodes, seed=args.seed, r_max=r_max, shift=args.fas_shift)
     result = {"run": str(args.run), **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
     atomic_write_bytes(args.run / "fas.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
     if not args.json:

@@ -66,13 +66,18 @@ SAC_BASELINE = {"gym:Pendulum-v1": 0.44, "gym:Hopper-v5": 0.05, "gym:Walker2d-v5
 """SAC's published FAS (Patel & Siegelmann), for comparison."""
 
 
-def reference(task: str, r_max: float | None = None) -> Reference:
-    """The task's reference, or ``r_max`` given by the user (shift 0); an error naming the fix otherwise."""
-    if r_max is not None:
-        return Reference(float(r_max))
-    if task not in REFERENCES:
-        raise ValueError(f"no reference return R_max for task {task!r}; pass one (robolearn eval RUN --fas R_MAX)")
-    return REFERENCES[task]
+def reference(task: str, r_max: float | None = None, shift: float | None = None) -> Reference:
+    """The task's reference, with ``r_max`` and/or ``shift`` given by the user replacing its values
+    (a task without one needs ``r_max``; its shift is then 0 unless given); an error naming the fix otherwise."""
+    if r_max is None and task not in REFERENCES:
+        raise ValueError(f"no reference return R_max for task {task!r}; pass one (robolearn eval RUN --fas R_MAX, "
+                         "and --fas-shift S where returns are negative)")
+    known = REFERENCES.get(task, Reference(1.0))
+    ref = Reference(known.r_max if r_max is None else float(r_max),
+                    (known.shift if r_max is None else 0.0) if shift is None else float(shift))
+    if not ref.r_max > 0:
+        raise ValueError(f"R_max must be positive, got {ref.r_max:g}")
+    return ref
 
 
 def score(lengths: tuple[int, ...] | list[int], returns: list[float], ref: Reference) -> float:
@@ -101,9 +106,9 @@ def curve(controller: nn.Module, make_env: Callable[[int], VecEnv], episodes: in
 
 
 def fas(controller: nn.Module, make_env: Callable[[int], VecEnv], task: str, episodes: int = 10, seed: int = 0,
-        r_max: float | None = None, beyond: Beyond = "hold") -> dict[str, Any]:
+        r_max: float | None = None, beyond: Beyond = "hold", shift: float | None = None) -> dict[str, Any]:
     """R(L) and the FAS of ``controller`` on ``task``: a JSON-ready dict."""
-    ref = reference(task, r_max)
+    ref = reference(task, r_max, shift)
     returns = curve(controller, make_env, episodes, seed, LENGTHS, beyond)
     lengths = list(returns)
     return {"task": task, "fas": score(lengths, list(returns.values()), ref), "r_max": ref.r_max, "shift": ref.shift,

@@ -77,6 +77,16 @@ def test_unknown_task_needs_r_max():
     assert fas.reference("gym:Pendulum-v1") == fas.Reference(1350.0, 1550.0)
 
 
+def test_a_shift_can_be_given_for_negative_returns():
+    """arm_reach's returns are negative: without a shift its FAS is a negative number."""
+    assert fas.reference("arm_reach", 50.0, 200.0) == fas.Reference(50.0, 200.0)
+    assert fas.reference("gym:Pendulum-v1", shift=1600.0) == fas.Reference(1350.0, 1600.0)
+    assert fas.reference("gym:Pendulum-v1", 1000.0) == fas.Reference(1000.0)  # a user's R_max: shift 0 unless given
+    with pytest.raises(ValueError, match="R_max must be positive"):
+        fas.reference("arm_reach", 0.0)
+    assert fas.score([1, 30], [-150.0, -150.0], fas.reference("arm_reach", 50.0, 200.0)) == pytest.approx(29 / 30)
+
+
 @pytest.fixture(scope="module")
 def srl_run(tmp_path_factory):
     """A tiny SRL (J = 2) run on Gymnasium's Pendulum: exported, ready to evaluate."""
