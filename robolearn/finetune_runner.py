@@ -76,7 +76,7 @@ class PhaseLogger(RunLogger):
     W&B steps continue across phases (online steps after the pretraining updates)."""
 
     def __init__(self, run_dir: Path, phase: str, counter: str, step_offset: int = 0, **kwargs: Any) -> None:
-        super().__init__(run_dir, **kwargs)
+        super().__init__(run_dir, counter=counter, phase=phase, **kwargs)
         self.phase, self.counter, self.step_offset = phase, counter, step_offset
         self._bar.unit, self._bar.desc = ("update" if counter == "updates" else "step"), phase
 

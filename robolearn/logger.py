@@ -17,13 +17,19 @@ from typing import Any
 
 from tqdm import tqdm
 
+from robolearn.checkpoint import atomic_write_bytes
+
 
 class RunLogger:
     """Writes one JSON line per ``log`` call and mirrors it to W&B and the progress bar."""
 
     def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
-                 project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0) -> None:
+                 project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0,
+                 counter: str = "env_steps", phase: str | None = None) -> None:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
+        # A run resumed from a checkpoint older than its last lines (a crash, a NaN stop) logs those steps
+        # again: the old lines move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory.
+        _set_aside_after(self.metrics_path, counter, initial_steps, phase)
         self._time_offset = _last_time(self.metrics_path)  # a resumed run's ``time`` continues its own
         self._file = self.metrics_path.open("a", buffering=1)
         self._start = time.perf_counter()
@@ -75,6 +81,25 @@ def _plain(value: Any) -> Any:
 def _wandb_id(run_dir: Path) -> str:
     """A stable id per run directory, so a resumed run appends to the same W&B run."""
     return "".join(c if c.isalnum() else "-" for c in Path(run_dir).resolve().relative_to(Path(run_dir).resolve().parents[1]).as_posix())[-64:]
+
+
+def _set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> None:
+    """Move the lines of ``path`` (of ``phase``, if given) whose ``counter`` is past ``count`` to
+    ``metrics.superseded.jsonl`` beside it; nothing is deleted, and ``path`` is rewritten atomically."""
+    if not path.is_file():
+        return
+    kept, superseded = [], []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            later = record.get(counter, -1) > count and record.get("phase", phase) == phase
+        except (ValueError, TypeError, AttributeError):  # a torn last line: keep it as it is
+            later = False
+        (superseded if later else kept).append(line)
+    if superseded:
+        with path.with_name("metrics.superseded.jsonl").open("a") as f:
+            f.write("".join(line + "\n" for line in superseded))
+        atomic_write_bytes(path, lambda f: f.write("".join(line + "\n" for line in kept).encode()))
 
 
 def _last_time(path: Path) -> float:

@@ -83,7 +83,7 @@ class UpdateLogger(RunLogger):
     """:class:`RunLogger` counting gradient updates (and updates/s) instead of env steps."""
 
     def __init__(self, run_dir: Path, **kwargs: Any) -> None:
-        super().__init__(run_dir, **kwargs)
+        super().__init__(run_dir, counter="updates", **kwargs)
         self._bar.unit = "update"
 
     def log(self, updates: int, metrics: dict[str, float]) -> None:

@@ -305,6 +305,27 @@ def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteratio
     assert [line["env_steps"] for line in read_metrics(runner.run_dir)] == [1000, 2000, 3000]
 
 
+def test_a_resume_from_an_older_checkpoint_sets_the_later_lines_aside(tmp_path):
+    """A crash after logging past the last checkpoint: the resumed run logs those steps again, and
+    the lines it replaces move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=768", "runner.checkpoint_every=2", "runner.eval_episodes=0")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    lines = read_metrics(first.run_dir)
+    (first.run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines + [{**lines[-1], "env_steps": 1024}]))
+    checkpoint = load_checkpoint(first.checkpoint_path)
+    checkpoint["progress"].update(env_steps=512, iteration=2)  # as if the run died after its 2nd-iteration save
+    torch.save(checkpoint, first.checkpoint_path)
+    cfg.runner.total_steps = 1024
+    resumed = Runner(cfg, resume=first.run_dir)
+    resumed.train()
+    resumed.close()
+    assert [x["env_steps"] for x in read_metrics(first.run_dir)] == [256, 512, 768, 1024]
+    superseded = [json.loads(x) for x in (first.run_dir / "metrics.superseded.jsonl").read_text().splitlines()]
+    assert [x["env_steps"] for x in superseded] == [768, 1024]
+
+
 def test_a_failed_resume_leaves_the_runs_config_alone(tmp_path):
     """An override the checkpoint cannot take is refused before config.yaml is rewritten."""
     first = Runner(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0"))
