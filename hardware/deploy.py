@@ -1,8 +1,8 @@
 """``robolearn deploy``: an exported controller on a real (or emulated) robot, recorded.
 
 Loads ``<run>/export/controller.pt`` (or ``.onnx``) and builds the robot's task
-from the run's own ``config.yaml`` (``env.kwargs``: the episode length, goal-step
-limit and success distance it was trained with), checks the controller was
+as it was trained (``controller.json``'s ``task_kwargs``, else the run's
+``config.yaml``: the episode length, goal-step limit and success distance), checks the controller was
 trained for the robot's task, observation and control rate, connects, runs the
 fixed-rate loop for the requested episodes, records every step under
 ``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken) and always ends
@@ -36,24 +36,29 @@ TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_sk
 """The task settings a deployment reports (the rest are reward weights)."""
 
 
-def run_task(run_dir: Path) -> ArmReach:
-    """The arm-reach task as ``run_dir`` trained it, from its resolved ``config.yaml``, so the
-    robot runs the trained episode length, goal-step limit, success distance and rewards."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no config.yaml, so the task settings the controller was trained with "
-                                "are unknown; deploy a run directory of `robolearn train` (config.yaml beside export/)")
-    env = load_run_config(run_dir).env
-    if env.task != "arm_reach":
-        raise ValueError(f"{path}: trained on task '{env.task}', but this robot does arm_reach")
+def run_task(run_dir: Path, meta: dict[str, Any]) -> ArmReach:
+    """The arm-reach task as the controller was trained on it, so the robot runs the trained episode
+    length, goal-step limit, success distance and rewards: from the export's own ``controller.json``
+    (``meta``: ``task_kwargs``), or, for exports that predate it, from the run's ``config.yaml``."""
+    if "task_kwargs" in meta:
+        source, task_name, kwargs = Path(run_dir) / "export" / "controller.json", meta.get("task"), meta["task_kwargs"]
+    else:
+        source = Path(run_dir) / "config.yaml"
+        if not source.is_file():
+            raise FileNotFoundError(f"{run_dir}: neither the export's controller.json nor a config.yaml says the task "
+                                    "settings the controller was trained with; export it again (`robolearn export RUN`)")
+        env = load_run_config(run_dir).env
+        task_name, kwargs = env.task, env.kwargs
+    if task_name not in (None, "arm_reach"):
+        raise ValueError(f"{source}: trained on task '{task_name}', but this robot does arm_reach")
     try:
-        task = build_dataclass(ArmReach, env.kwargs, "env.kwargs.")
-    except (ConfigError, TypeError) as err:
-        raise ValueError(f"{path}: env.kwargs cannot build the arm_reach task for the robot: {err}") from None
+        task = build_dataclass(ArmReach, kwargs, "env.kwargs.")
+    except (ConfigError, TypeError, AttributeError) as err:
+        raise ValueError(f"{source}: the task settings cannot build the arm_reach task for the robot: {err}") from None
     for key in TASK_KEYS:
         value = getattr(task, key)
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{path}: env.kwargs.{key} must be positive and finite to run on the robot, got {value}")
+            raise ValueError(f"{source}: env.kwargs.{key} must be positive and finite to run on the robot, got {value}")
     return task
 
 
@@ -90,7 +95,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
-    task = run_task(run_dir)
+    task = run_task(run_dir, controller.meta)
     config = load_robot_config(robot_config)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
     check_compatible(controller, robot, path)

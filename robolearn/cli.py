@@ -264,7 +264,7 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from robolearn.export import export_controller
+    from robolearn.export import export_controller, task_meta
     from robolearn.registry import make_env
     from robolearn.runner import load_agent
 
@@ -273,7 +273,7 @@ def _export(args: argparse.Namespace) -> int:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))
         paths = export_controller(controller, args.out or args.run / "export", formats,
-                                  extra={"task": cfg.env.task, "control_dt": env.control_dt})
+                                  extra=task_meta(cfg.env, env.control_dt))
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
     return 0

@@ -39,6 +39,13 @@ FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
 
 
+def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
+    """What an export records of the task it was trained on (``env``: a run's ``EnvConfig``): its name,
+    its settings (``env.kwargs``: episode length, limits...) and control period, so an exported folder
+    alone says how to run it (``robolearn deploy`` builds the robot's task from it)."""
+    return {"task": env.task, "task_kwargs": dict(env.kwargs), "control_dt": control_dt}
+
+
 def export_controller(controller: Controller, out_dir: Path, formats: tuple[str, ...] = FORMATS, extra: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write ``controller`` in ``formats`` plus ``controller.json``; returns the paths."""
     unknown = [f for f in formats if f not in FORMATS]

@@ -38,7 +38,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   save_checkpoint)
 from robolearn.config import TrainConfig, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite
-from robolearn.export import ExportedController, export_controller
+from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
 from robolearn.offline_runner import UPDATES_PER_ITERATION, OfflineRunner
@@ -137,7 +137,7 @@ class FinetuneRunner(OfflineRunner):
         agent_cfg = self.cfg.agent
         if not resumed:
             export_controller(self.agent.controller(), self.run_dir / "pretrained",
-                              extra={"task": self.cfg.env.task, "control_dt": self.env.control_dt})
+                              extra=task_meta(self.cfg.env, self.env.control_dt))
             self.agent.go_online()
             self.progress.phase, self.progress.iteration = "online", 0
         else:

@@ -51,7 +51,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_com
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
-from robolearn.export import export_controller
+from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
 from robolearn.recording import unique_directory
@@ -337,7 +337,7 @@ class Runner:
         self.progress.pretrained = True
         if self.main:
             export_controller(self.agent.controller(), self.run_dir / "pretrained",
-                              extra={"task": cfg.env.task, "control_dt": self.env.control_dt})
+                              extra=task_meta(cfg.env, self.env.control_dt))
         self.save()  # the boundary: a resume from here trains online
 
     def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
@@ -512,7 +512,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     """The end of every run: export the controller, evaluate it (``eval.json``, with
     ``annotate(evaluation)``'s keys added), film it."""
     result.exported = export_controller(controller, result.run_dir / "export",
-                                        extra={"task": cfg.env.task, "control_dt": control_dt})
+                                        extra=task_meta(cfg.env, control_dt))
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:

@@ -13,13 +13,13 @@ import torch
 import yaml
 
 import sims
-from hardware.deploy import deploy
+from hardware.deploy import deploy, run_task
 from hardware.dxl_arm import DynamixelArm, check_target, load_robot_config
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
 from policies.modules import ActionScaler
 from robolearn.cli import main
 from robolearn.config import load_config, to_dict
-from robolearn.export import export_controller
+from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Controller
 from robolearn.recording import load_episode
 from sims.tasks.arm_reach import ArmReach, sample_targets
@@ -126,7 +126,7 @@ def test_task_goal_step_tightens_the_safety_limit_and_never_loosens_it():
 
 
 @pytest.mark.parametrize("overrides, error", [
-    (("env.kwargs.bogus=1",), "env.kwargs cannot build the arm_reach task.*env.kwargs.bogus"),
+    (("env.kwargs.bogus=1",), "the task settings cannot build the arm_reach task.*env.kwargs.bogus"),
     (("env.kwargs.max_goal_step=0",), "env.kwargs.max_goal_step must be positive"),
     (("env.kwargs.max_episode_steps=0",), "env.kwargs.max_episode_steps must be positive"),
     (("env.kwargs.success_distance=.nan",), "env.kwargs.success_distance must be positive and finite"),
@@ -138,9 +138,23 @@ def test_kwargs_that_cannot_build_the_task_are_refused(run_dir, overrides, error
 
 
 def test_run_without_its_config_is_refused(run_dir):
+    """An old export (no task_kwargs in controller.json) needs its run's config.yaml."""
     (run_dir / "config.yaml").unlink()
-    with pytest.raises(FileNotFoundError, match="no config.yaml"):
+    with pytest.raises(FileNotFoundError, match="neither the export's controller.json nor a config.yaml"):
         deploy(run_dir, "dxl_arm", port="/dev/does-not-exist", episodes=1)
+
+
+def test_an_export_carries_its_task_settings(tmp_path):
+    """Exports record the run's env.kwargs: the export folder alone (copied to the robot's computer)
+    runs the trained task, and they take precedence over a config.yaml beside it."""
+    cfg = load_config("ppo_arm_reach", ["env.kwargs.max_episode_steps=40", "env.kwargs.max_goal_step=0.05"])
+    export_controller(TowardTarget(), tmp_path / "export", ("torchscript",), extra=task_meta(cfg.env, 0.02))
+    meta = ExportedController(tmp_path / "export" / "controller.pt").meta
+    assert meta["task_kwargs"]["max_episode_steps"] == 40
+    task = run_task(tmp_path, meta)  # no config.yaml here
+    assert (task.max_episode_steps, task.max_goal_step) == (40, 0.05)
+    write_run_config(tmp_path)  # defaults beside it: the export's own settings win
+    assert run_task(tmp_path, meta).max_episode_steps == 40
 
 
 def test_deploys_in_the_same_second_get_their_own_folders(run_dir, make_emulator, monkeypatch):
