@@ -126,7 +126,10 @@ def _record(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--controller {args.controller}: no such file; give an exported controller.pt or "
                                     ".onnx (`robolearn export RUN` writes RUN/export/), or 'random'")
         meta_path = Path(args.controller).parent / "controller.json"
-        task = task or (json.loads(meta_path.read_text()).get("task") if meta_path.is_file() else None)
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        task = task or meta.get("task")
+        if task == meta.get("task"):  # the task as the controller was trained on it (episode length, limits)
+            kwargs = dict(meta.get("task_kwargs") or {})
     if not task:
         raise ValueError("--task is needed: the controller does not say which task it was trained on")
     with sims.make_env(task, num_envs=args.num_envs, seed=args.seed, **kwargs) as env:

@@ -55,6 +55,17 @@ def test_record_info_split_merge_replay(tmp_path, root, capsys):
     assert result["return_diff"] == 0 and result["exact"] and len(result["qpos_divergence"]) == 501
 
 
+def test_record_runs_the_task_as_the_controller_was_trained(tmp_path, root, capsys):
+    """controller.json's task settings (here 200-step episodes) build the recording env."""
+    export_controller(Swing(), tmp_path / "export", ("torchscript",),
+                      extra={"task": "pendulum", "task_kwargs": {"max_episode_steps": 200}})
+    argv = ["dataset", "record", "--controller", str(tmp_path / "export" / "controller.pt"), "--episodes", "2",
+            "--num-envs", "2", "--name", "short", "--no-progress"]
+    assert main(argv) == 0
+    assert "recorded:    2 episodes, 400 steps" in capsys.readouterr().out
+    assert Dataset.load("short").info["task_kwargs"] == {"max_episode_steps": 200}
+
+
 def test_record_from_a_run_directory(tmp_path, root, capsys):
     cfg = load_config("ppo_cartpole", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=4", "logging.wandb=disabled",
                                        "logging.progress=false", "runner.total_steps=256", "runner.eval_episodes=0",
