@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     p.add_argument("--fas", nargs="?", const=True, default=None, metavar="R_MAX",
-                   help="R(L) at action-sequence lengths 1, 2, 4, ..., 30 and the Frequency-Averaged Score "
+                   help="R(L) at action-sequence lengths 1, 2, 4, 6, ..., 30 and the Frequency-Averaged Score "
                         "(robolearn/fas.py); writes <run>/fas.png and fas.json. R_MAX: the reference return "
                         "for tasks without one")
     p.add_argument("--fas-shift", type=float, metavar="SHIFT",
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("export", help="export a run's controller")
     p.add_argument("run", type=Path)
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
-    p.add_argument("--out", type=Path, help="default: <run>/export")
+    p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
 
     p = commands.add_parser("deploy", help="run a run's exported controller on a robot, recorded, stopping safely")
     p.add_argument("run", type=Path)
@@ -132,6 +132,7 @@ def _outcome(e: dict) -> str:
 def _torchrun(nproc: int, argv: list[str]) -> int:
     """``robolearn train ... --nproc N``: the same command, without ``--nproc``, on N ranks of
     ``torchrun --standalone`` (the same as ``torchrun --nproc_per_node N -m robolearn train ...``)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
@@ -147,6 +148,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
         return max(1, *(failure.exitcode for failure in err.failures.values()))
+    except SignalException:  # Ctrl+C: the ranks saved their checkpoint and printed how to resume
+        return 130
     return 0
 
 
@@ -168,6 +171,16 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(config, args.overrides, agent_configs())
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.nproc > 1:
+        from policies import AGENTS
+
+        agent_cls = AGENTS[cfg.algo][1]
+        if not getattr(agent_cls, "data_parallel", False) or cfg.dataset:
+            parallel = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "data_parallel", False))
+            raise ConfigError(f"--nproc {args.nproc}: algo '{cfg.algo}' does not average its gradients over ranks "
+                              f"(data-parallel: {parallel}, online runs only); train it in one process")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         return _torchrun(args.nproc, args.argv)
     result = train(cfg, resume=args.resume)
@@ -208,6 +221,8 @@ def _eval(args: argparse.Namespace) -> int:
     from robolearn.registry import make_env
 
     _positive("--episodes", args.episodes)
+    if args.fas_shift is not None and args.fas is None:
+        raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
     cfg = _run_config(args.run)
     if args.fas is not None:
         return _eval_fas(args, cfg)
@@ -252,13 +267,19 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
+    from gymnasium.error import DependencyNotInstalled
+
     from robolearn.evaluate import record_video
     from robolearn.registry import make_env
 
     _positive("--seconds", args.seconds)
     cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
-        path = record_video(_controller(args.run, env, None, cfg), env, args.video, seconds=args.seconds, seed=args.seed)
+        controller = _controller(args.run, env, None, cfg)
+        try:
+            path = record_video(controller, env, args.video, seconds=args.seconds, seed=args.seed)
+        except (ImportError, DependencyNotInstalled) as err:  # e.g. no pygame for a classic-control gym task
+            raise ValueError(f"cannot film {cfg.env.task}: {str(err).strip()}") from None
     print(f"video: {path}")
     return 0
 
@@ -268,6 +289,9 @@ def _export(args: argparse.Namespace) -> int:
     from robolearn.registry import make_env
     from robolearn.runner import load_agent
 
+    if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
+        raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
+                         "and controller.json into it (their names are fixed: deploy and eval look for them)")
     cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()

@@ -194,7 +194,7 @@ def _load(path: Path, load: Any) -> Any:
 def _reexport(path: Path) -> str:
     """How to write an exported controller again: from its run's checkpoint."""
     run = path.parent.parent if path.parent.name == "export" else "RUN"
-    return f"export it again with  robolearn export {run}"
+    return f"export it again with `robolearn export {run}`"
 
 
 def _as_list(out: torch.Tensor | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:

@@ -44,7 +44,7 @@ from robolearn.logger import RunLogger
 from robolearn.offline_runner import UPDATES_PER_ITERATION, OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
-                              interrupted, stopped_by_nan)
+                              interrupted, refuse_finished, stopped_by_nan)
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -123,6 +123,11 @@ class FinetuneRunner(OfflineRunner):
         if self.progress.phase == "online":
             state = self.online.state_dict()
             atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
+
+    def _refuse_finished(self) -> None:
+        """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""
+        if self.progress.phase == "online":
+            refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps)
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)

@@ -39,7 +39,8 @@ from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import RunResult, _check_metrics, finish_run, interrupted, new_run_dir, stopped_by_nan, write_config
+from robolearn.runner import (RunResult, _check_metrics, finish_run, interrupted, new_run_dir, refuse_finished,
+                              stopped_by_nan, write_config)
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -144,6 +145,10 @@ class OfflineRunner:
         self.progress = OfflineProgress()
         if resume:
             self._restore()
+            self._refuse_finished()
+
+    def _refuse_finished(self) -> None:
+        refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

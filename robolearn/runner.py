@@ -128,6 +128,14 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return unique_directory(Path(cfg.run_dir) / cfg.run_name / datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
+def refuse_finished(run_dir: Path, counted: str, done: int, total: int) -> None:
+    """A resume of a run that already reached ``runner.total_steps`` and exported would train nothing and
+    only rewrite its config, exports and video: refuse it, saying how to go on."""
+    if done >= total and (Path(run_dir) / "export" / "controller.json").is_file():
+        raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
+                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={2 * total}")
+
+
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
 
@@ -176,6 +184,7 @@ class Runner:
             self.dataset = self._pretraining_dataset()
             if resume:
                 self._restore()
+                refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps)
         except BaseException:
             self.close()
             raise
@@ -496,7 +505,8 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
     if logger is not None:
         logger.close()
     if distributed.is_main():
-        print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}")
+        nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
+        print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}{nproc}")
     return result
 
 

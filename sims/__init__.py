@@ -112,7 +112,15 @@ def make_backend(
     """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {BACKENDS}")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {str(device)!r} is not a torch device: use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and backend != "warp" and not torch.cuda.is_available():
+        raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use device=cpu")
+    if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     if backend == "warp" and device.type == "cuda" and not torch.cuda.is_available():
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu. Use env.device=cpu to run MuJoCo Warp on "

@@ -192,3 +192,57 @@ def test_deploy_of_a_missing_run(tmp_path, capsys):
     assert main(["deploy", str(tmp_path / "nope"), "--robot", "dxl_arm"]) == 2
     err = error(capsys)
     assert f"{tmp_path / 'nope'}: no such run directory" in err and "robolearn export" not in err
+
+
+# -- a second walkthrough: nproc, devices, filming, finished runs ----------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--nproc", "0"], "--nproc must be at least 1, got 0"),
+    (["train", "hrac_point_maze_medium", "--nproc", "2"], "--nproc 2: algo 'hrac' does not average its gradients"),
+    (["train", "env.device=gpu"], "device 'gpu' is not a torch device"),
+])
+def test_refused_before_any_rank_or_env_starts(argv, message, capsys):
+    assert main([*argv, "--no-wandb"]) == 2
+    assert message in error(capsys)
+
+
+def tiny_run(tmp_path, config="ppo_cartpole", *extra):
+    return main(["train", config, f"run_dir={tmp_path / 'runs'}", "--no-wandb", "env.num_envs=4",
+                 "runner.total_steps=256", "runner.eval_episodes=1", "runner.video_seconds=0", "logging.progress=false",
+                 *extra])
+
+
+def test_play_without_the_renderers_dependency_is_one_line(tmp_path, monkeypatch, capsys):
+    from gymnasium.error import DependencyNotInstalled
+
+    assert tiny_run(tmp_path) == 0
+    run = next((tmp_path / "runs").glob("*/*"))
+    capsys.readouterr()
+
+    def no_pygame(*args, **kwargs):
+        raise DependencyNotInstalled('pygame is not installed, run `pip install "gymnasium[classic-control]"`')
+
+    monkeypatch.setattr("robolearn.evaluate.record_video", no_pygame)
+    assert main(["play", str(run), "--video", str(tmp_path / "v.mp4")]) == 2
+    assert "cannot film cartpole: pygame is not installed" in error(capsys)
+
+
+def test_resuming_a_finished_run_is_refused_and_changes_nothing(tmp_path, capsys):
+    assert tiny_run(tmp_path) == 0
+    run = next((tmp_path / "runs").glob("*/*"))
+    config, onnx = (run / "config.yaml").read_bytes(), (run / "export" / "controller.onnx").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "agent.entropy_coef=0.5", "--no-wandb"]) == 2
+    assert "already finished (256 env_steps of runner.total_steps=256) and exported" in error(capsys)
+    assert (run / "config.yaml").read_bytes() == config
+    assert (run / "export" / "controller.onnx").stat().st_mtime_ns == onnx
+    assert main(["train", "--resume", str(run), "runner.total_steps=512", "--no-wandb"]) == 0  # raising it goes on
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "RUN", "--out", "my.onnx"], "--out my.onnx: give a directory"),
+    (["eval", "RUN", "--fas-shift", "10"], "--fas-shift applies to --fas"),
+])
+def test_flags_that_cannot_mean_what_they_say(argv, message, tmp_path, capsys):
+    assert main([str(tmp_path) if word == "RUN" else word for word in argv]) == 2
+    assert message in error(capsys)

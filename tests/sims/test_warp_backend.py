@@ -173,6 +173,14 @@ def test_warp_on_a_missing_gpu_falls_back_with_a_warning(monkeypatch):
     assert isinstance(env.sim, MujocoBackend) and env.device.type == "cpu"
 
 
+def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
+    with pytest.raises(ValueError, match="'gpu' is not a torch device: use cpu, cuda or cuda:N"):
+        sims.make_env("pendulum", 2, device="gpu", backend="warp")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device=cuda: no CUDA GPU here"):  # the CPU backend has no fallback to pick
+        sims.make_env("pendulum", 2, device="cuda")
+
+
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown backend 'physx'"):
         sims.make_env("pendulum", 2, backend="physx")
