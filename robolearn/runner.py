@@ -174,6 +174,8 @@ class Runner:
         np.random.seed(self.seed)
         try:
             self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
+            if cfg.env.backend == "warp" and torch.device(self.env.device).type != torch.device(cfg.env.device).type:
+                cfg.env.backend, cfg.env.device = "mujoco", "cpu"  # make_backend's no-GPU fallback: record what runs
             self.agent = make_agent(cfg, self.env)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")

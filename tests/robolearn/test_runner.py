@@ -326,6 +326,19 @@ def test_a_resume_from_an_older_checkpoint_sets_the_later_lines_aside(tmp_path):
     assert [x["env_steps"] for x in superseded] == [768, 1024]
 
 
+def test_the_warp_fallback_is_what_the_run_records(tmp_path, monkeypatch):
+    """backend=warp device=cuda without a GPU runs MuJoCo on the CPU: config.yaml says so, and the
+    end-of-run evaluation env is built that way too (it had warned a second time)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="falling back") as warned:
+        runner = Runner(tiny(tmp_path, "ppo", "env.backend=warp", "env.device=cuda", "runner.total_steps=256"))
+        runner.train()
+        runner.close()
+    assert len([w for w in warned if "falling back" in str(w.message)]) == 1
+    env = read_run_config(runner.run_dir).env
+    assert (env.backend, env.device) == ("mujoco", "cpu")
+
+
 def test_a_failed_resume_leaves_the_runs_config_alone(tmp_path):
     """An override the checkpoint cannot take is refused before config.yaml is rewritten."""
     first = Runner(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0"))
