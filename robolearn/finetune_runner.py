@@ -93,7 +93,7 @@ class PhaseLogger(RunLogger):
         for key in ("eval/return", "return", "jsrl/h"):
             if key in metrics and np.isfinite(metrics[key]):
                 postfix[key] = f"{metrics[key]:.1f}"
-        self._bar.set_postfix(postfix, refresh=True)
+        self._bar.set_postfix(postfix, refresh=self._redraw)
 
 
 class FinetuneRunner(OfflineRunner):

@@ -34,9 +34,11 @@ class RunLogger:
         self._file = self.metrics_path.open("a", buffering=1)
         self._start = time.perf_counter()
         self._start_steps = initial_steps
+        # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
+        self._redraw = sys.stderr.isatty()
         self._bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
                          dynamic_ncols=True, disable=not progress, smoothing=0.1,
-                         mininterval=0.1 if sys.stderr.isatty() else 30.0)  # a log file: a line every 30 s, not every \r
+                         mininterval=0.1 if self._redraw else 30.0)
         self._wandb = None
         if wandb_mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -57,7 +59,7 @@ class RunLogger:
         postfix = {"fps": f"{fps:,.0f}"}
         if "return" in metrics and not math.isnan(metrics["return"]):
             postfix["return"] = f"{metrics['return']:.1f}"
-        self._bar.set_postfix(postfix, refresh=True)
+        self._bar.set_postfix(postfix, refresh=self._redraw)
 
     def summary(self, values: dict[str, Any]) -> None:
         if self._wandb is not None:

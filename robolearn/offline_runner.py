@@ -101,7 +101,7 @@ class UpdateLogger(RunLogger):
             postfix["score"] = f"{100 * metrics['eval/normalized_score']:.1f}"
         elif "eval/return" in metrics:
             postfix["return"] = f"{metrics['eval/return']:.1f}"
-        self._bar.set_postfix(postfix, refresh=True)
+        self._bar.set_postfix(postfix, refresh=self._redraw)
 
 
 class OfflineRunner:
