@@ -28,7 +28,7 @@ from hardware.safety import SafetyConfig
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
-from robolearn.recording import EpisodeRecorder
+from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run
 from sims.tasks.arm_reach import ArmReach
 
@@ -108,8 +108,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
             if record:  # only once connected: a deploy that cannot start leaves no empty folder
                 metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
                             "control_dt": robot.control_dt, "task": _task_settings(robot)}
-                recorder = EpisodeRecorder(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"), metadata,
-                                           unique=True)
+                folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
+                recorder = EpisodeRecorder(folder, metadata)
             run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats)
         finally:
             signal.signal(signal.SIGQUIT, previous)

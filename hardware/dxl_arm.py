@@ -11,8 +11,8 @@ that has lasted too long), a lost port is :class:`~hardware.safety.ConnectionLos
 and a hardware alert stops the run with the servo's own error.
 
 The task's settings (episode length, goal-step limit, success distance, reward
-weights) come from the ``task`` it is given, which deploy builds from the run's
-own config. A ``max_goal_step`` below ``safety.max_step`` tightens the safety
+weights) come from the ``task`` it is given, which deploy builds from what the
+export records (``controller.json``'s ``task_kwargs``). A ``max_goal_step`` below ``safety.max_step`` tightens the safety
 layer's jump limit to it: the robot never allows larger goal steps than the
 controller was trained under. A fixed ``target`` must lie in the range the task
 samples targets from (``sims.tasks.arm_reach.TARGET_RANGE``).

@@ -345,7 +345,7 @@ def _deploy(args: argparse.Namespace) -> int:
     print(line)
     task = summary["task"]
     print(f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {task['safety_max_step']} rad "
-          f"(the run's config.yaml)")
+          "(as trained)")
     print(f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
           f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
     print(f"safety:      {summary['safety_events'] or 'no interventions'}")

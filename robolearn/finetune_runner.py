@@ -81,9 +81,8 @@ class PhaseLogger(RunLogger):
         self._bar.unit, self._bar.desc = ("update" if counter == "updates" else "step"), phase
 
     def log(self, count: int, metrics: dict[str, float]) -> None:
-        elapsed = time.perf_counter() - self._start
-        rate = (count - self._start_steps) / max(elapsed, 1e-9)
-        record = {"phase": self.phase, self.counter: count, "time": round(self._time_offset + elapsed, 3), f"{self.counter}_per_s": round(rate, 1),
+        now, rate = self.clock(count)
+        record = {"phase": self.phase, self.counter: count, "time": now, f"{self.counter}_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:

@@ -47,10 +47,14 @@ class RunLogger:
             self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode,
                                      config=config, resume="allow", id=_wandb_id(run_dir))
 
-    def log(self, env_steps: int, metrics: dict[str, float]) -> None:
+    def clock(self, count: int) -> tuple[float, float]:
+        """The run's ``time`` so far (continuing a resumed run's) and ``count``'s rate since this logger started."""
         elapsed = time.perf_counter() - self._start
-        fps = (env_steps - self._start_steps) / max(elapsed, 1e-9)
-        record = {"env_steps": env_steps, "time": round(self._time_offset + elapsed, 3), "fps": round(fps, 1),
+        return round(self._time_offset + elapsed, 3), (count - self._start_steps) / max(elapsed, 1e-9)
+
+    def log(self, env_steps: int, metrics: dict[str, float]) -> None:
+        now, fps = self.clock(env_steps)
+        record = {"env_steps": env_steps, "time": now, "fps": round(fps, 1),
                   **{k: _plain(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:

@@ -88,9 +88,8 @@ class UpdateLogger(RunLogger):
         self._bar.unit = "update"
 
     def log(self, updates: int, metrics: dict[str, float]) -> None:
-        elapsed = time.perf_counter() - self._start
-        rate = (updates - self._start_steps) / max(elapsed, 1e-9)
-        record = {"updates": updates, "time": round(self._time_offset + elapsed, 3), "updates_per_s": round(rate, 1),
+        now, rate = self.clock(updates)
+        record = {"updates": updates, "time": now, "updates_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         if self._wandb is not None:

@@ -35,15 +35,12 @@ from robolearn.interfaces import Obs
 
 
 class EpisodeRecorder:
-    """Sink that writes env 0's episodes under ``directory``; with ``unique``, a fresh one
-    (``directory-1``, ``-2``... when taken), so two recordings never share a folder."""
+    """Sink that writes env 0's episodes under ``directory`` (``unique_directory`` makes a fresh one,
+    so that two recordings never share a folder)."""
 
-    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None, unique: bool = False) -> None:
-        if unique:
-            self.directory = unique_directory(directory)
-        else:
-            self.directory = Path(directory)
-            self.directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.metadata = metadata or {}
         self.episodes_written = 0
         self.steps_written = 0

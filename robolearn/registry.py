@@ -21,6 +21,18 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
                          randomization=cfg.randomization, delay=cfg.delay, backend=cfg.backend, **cfg.kwargs)
 
 
+def resolve_backend(cfg: EnvConfig) -> None:
+    """Set ``cfg.backend`` and ``cfg.device`` to what will run (``sims.resolve_backend``: warp on a missing
+    GPU runs MuJoCo on the CPU), so a run records, and later rebuilds, the simulator it used. Only our
+    own tasks choose a backend (Gymnasium and mjlab envs bring theirs)."""
+    import sims
+
+    if cfg.task not in sims.TASKS:
+        return
+    backend, device = sims.resolve_backend(cfg.backend, cfg.device)
+    cfg.backend, cfg.device = backend, str(device)
+
+
 def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     """Build the agent named by ``cfg.algo`` for ``env``'s observation and action specs."""
     from policies import AGENTS

@@ -55,7 +55,7 @@ from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
 from robolearn.recording import unique_directory
-from robolearn.registry import agent_configs, make_agent, make_env
+from robolearn.registry import agent_configs, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
 OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
@@ -162,6 +162,7 @@ class Runner:
         """Build env and agent (and restore ``resume``'s checkpoint) first, and only then write the run
         directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config."""
         self.cfg = cfg
+        resolve_backend(cfg.env)  # before the process group: a warp run without a GPU is a CPU run
         distributed.init(cfg.env.device)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
         self.seed = cfg.seed + distributed.rank()
@@ -174,8 +175,6 @@ class Runner:
         np.random.seed(self.seed)
         try:
             self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
-            if cfg.env.backend == "warp" and torch.device(self.env.device).type != torch.device(cfg.env.device).type:
-                cfg.env.backend, cfg.env.device = "mujoco", "cpu"  # make_backend's no-GPU fallback: record what runs
             self.agent = make_agent(cfg, self.env)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")

@@ -106,26 +106,35 @@ def make_env(
     return env
 
 
-def make_backend(
-    backend: str, spec: Task, num_worlds: int, device: str | torch.device, num_threads: int | None = None
-) -> MujocoBackend:
-    """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
+def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:
+    """The backend and device that will run ``backend`` on ``device``: validated, and ``warp`` on a
+    CUDA device this machine lacks falls back to ``mujoco`` on the CPU (with a warning)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {BACKENDS}")
     try:
         device = torch.device(device)
     except RuntimeError:
         raise ValueError(f"device {str(device)!r} is not a torch device: use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and backend != "warp" and not torch.cuda.is_available():
-        raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use device=cpu")
-    if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if backend == "warp" and device.type == "cuda" and not torch.cuda.is_available():
+    if device.type != "cuda":
+        return backend, device
+    if not torch.cuda.is_available():
+        if backend != "warp":
+            raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use device=cpu")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu. Use env.device=cpu to run MuJoCo Warp on "
                       "its CPU device (slow, for tests).", stacklevel=3)
-        backend, device = "mujoco", torch.device("cpu")
+        return "mujoco", torch.device("cpu")
+    if (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return backend, device
+
+
+def make_backend(
+    backend: str, spec: Task, num_worlds: int, device: str | torch.device, num_threads: int | None = None
+) -> MujocoBackend:
+    """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
+    backend, device = resolve_backend(backend, device)
     if backend == "warp":
         from sims.warp_backend import WarpBackend
 
@@ -134,4 +143,4 @@ def make_backend(
     return MujocoBackend(spec.model(), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
 
 
-__all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env"]
+__all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env", "resolve_backend"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sims
-from robolearn.recording import EpisodeRecorder, load_episode
+from robolearn.recording import EpisodeRecorder, load_episode, unique_directory
 from robolearn.runtime import LoopStats, Ticker, run
 
 
@@ -98,9 +98,9 @@ def test_stats_passed_in_survive_a_failed_run():
 
 
 def test_recorders_started_together_never_share_a_folder(tmp_path):
-    first = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
-    second = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
-    third = EpisodeRecorder(tmp_path / "20250101-120000", unique=True)
+    first = EpisodeRecorder(unique_directory(tmp_path / "20250101-120000"))
+    second = EpisodeRecorder(unique_directory(tmp_path / "20250101-120000"))
+    third = EpisodeRecorder(unique_directory(tmp_path / "20250101-120000"))
     assert [r.directory.name for r in (first, second, third)] == ["20250101-120000", "20250101-120000-1",
                                                                   "20250101-120000-2"]
     assert all((r.directory / "metadata.json").is_file() for r in (first, second, third))
