@@ -120,7 +120,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                 _write_summary(run_dir, robot, stats, recorder, err)
             except OSError:
                 pass  # the error that ended the run matters more than its summary
-            _name_recording(err, recorder.directory)
+        _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, stats, recorder, None)
 
@@ -146,10 +146,18 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, stats: LoopStats, recorde
     return summary
 
 
-def _name_recording(err: BaseException, directory: Path) -> None:
-    """Say where the recording is in ``err``'s own message (the CLI prints ``error: <message>``)."""
-    where = f"recording (completed episodes and deploy.json): {directory}"
+def _explain(err: BaseException, loop_error: str | None, recording: Path | None) -> None:
+    """Complete ``err``'s own message (the CLI prints ``error: <message>``): what ended the loop, when
+    the error raised is a later one (the safe stop failing after the bus died), and where the recording is."""
+    extra = []
+    if loop_error and loop_error.partition(": ")[2] not in str(err):
+        extra.append(f"it began with {loop_error}")
+    if recording is not None:
+        extra.append(f"recording (completed episodes and deploy.json): {recording}")
+    if not extra:
+        return
     if len(err.args) == 1 and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]}; {where}",)
+        err.args = ("; ".join([err.args[0], *extra]),)
     else:
-        err.add_note(where)
+        for line in extra:
+            err.add_note(line)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, load_run_config
+from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, load_run_config, read_yaml
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
@@ -40,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4")
     p.add_argument("--resume", type=Path, help="a run directory to continue from its latest checkpoint")
     p.add_argument("--no-wandb", action="store_true", help="do not write Weights & Biases files")
-    p.add_argument("--nproc", type=int, default=1, metavar="N",
+    p.add_argument("--nproc", type=int, metavar="N",
                    help="data-parallel over N processes on this machine (relaunches under torchrun; "
-                        "env.num_envs is per process; one GPU each on CUDA)")
+                        "env.num_envs is per process; one GPU each on CUDA); default 1, or with --resume "
+                        "as many as the run was trained on")
 
     p = commands.add_parser("eval", help="evaluate a run's controller")
     p.add_argument("run", type=Path)
@@ -171,6 +172,10 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(config, args.overrides, agent_configs())
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
+    if args.nproc is None:
+        args.nproc = _trained_ranks(args.resume) if args.resume and "WORLD_SIZE" not in os.environ else 1
+        if args.nproc > 1:
+            print(f"resuming on {args.nproc} ranks, as {args.resume} was trained (--nproc N to change)")
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     if args.nproc > 1:
@@ -198,6 +203,17 @@ def _train(args: argparse.Namespace) -> int:
         if fmt in result.exported:
             print(f"{fmt + ':':<13}{result.exported[fmt]}")
     return 0
+
+
+def _trained_ranks(run: Path) -> int:
+    """How many ranks trained ``run`` (its checkpoint's ``world_size``; 1 for runs from before it was
+    recorded, or without a checkpoint, which the runner then reports)."""
+    from robolearn.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("world_size", 1))
+    except CheckpointError:
+        return 1
 
 
 def _controller(run: Path, env, exported: str | None, cfg: TrainConfig | None = None):
@@ -323,9 +339,30 @@ def _list(args: argparse.Namespace) -> int:
             summary = f"return {e['return_mean']:.1f}"
             if e.get("success_rate") is not None:
                 summary += f", success {100 * e['success_rate']:.0f}%"
-        status = "done" if (run / "export" / "controller.json").is_file() else "incomplete"
-        print(f"  {run}  {status}  {summary}")
+        status = "done" if (run / "export" / "controller.json").is_file() else "incomplete: " + _how_far(run)
+        print(f"  {run}  {status}  {summary}".rstrip())
     return 0
+
+
+def _how_far(run: Path) -> str:
+    """Where an unfinished run stands, from its last metrics line and its config's budget."""
+    from robolearn.logger import read_metrics
+
+    if not (run / "checkpoints" / "latest.pt").is_file():
+        return "no checkpoint (nothing to resume)"
+    try:
+        last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
+    except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
+        last, raw = {}, None
+    if not last or not isinstance(raw, dict):
+        return f"resume with robolearn train --resume {run}"
+    counter = "updates" if "updates" in last else "env_steps"
+    offline = last.get("phase") == "offline"
+    total = (raw.get("agent") or {}).get("pretrain_updates") if offline else (raw.get("runner") or {}).get("total_steps")
+    done = last.get(counter, 0)
+    where = f"{'offline ' if offline else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
+        f"{done:,} {counter}"
+    return f"{where}; robolearn train --resume {run}"
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -88,7 +88,7 @@ class TrainConfig:
     """One training run: everything needed to reproduce it."""
 
     algo: str = "ppo"
-    name: str = ""  # run name; defaults to <algo>_<task>
+    name: str = ""  # run name: the config file's name (load_config), else <algo>_<task>
     seed: int = 0
     run_dir: str = "runs"
     dataset: str = ""  # offline algorithms: the dataset to train on (`robolearn dataset list`)
@@ -139,6 +139,9 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] = (),
     raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
+    # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
+    # several configs share; a run's own config.yaml always has the key, so a resume keeps the name it had
+    raw.setdefault("name", file.stem)
     for item in overrides:
         if not isinstance(item, str):
             raise TypeError(f"overrides must be 'key=value' strings, got {item!r}")
@@ -183,6 +186,17 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
         raise ConfigError("agent: must be a mapping of the algorithm's settings")
     cfg.agent = build_dataclass(agent_configs[cfg.algo], agent_raw, "agent.")
     return cfg
+
+
+def validated(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` checked as :func:`load_config` checks a YAML file, and rebuilt: a config built or changed
+    in Python (``cfg.env.num_envs = "8"``, an agent config of another algorithm) is a one-line error
+    here, not a failure deep inside a run."""
+    try:
+        raw = to_dict(cfg)
+    except TypeError as err:  # json: a value that is not plain data (a Path, a tensor...)
+        raise ConfigError(f"config values must be plain data (numbers, strings, lists, mappings): {err}") from None
+    return config_from_dict(raw)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

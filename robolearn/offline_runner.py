@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save_checkpoint
-from robolearn.config import ConfigError, TrainConfig, to_dict
+from robolearn.config import ConfigError, TrainConfig, to_dict, validated
 from robolearn.data import Dataset, DatasetError
 from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import VecEnv
@@ -109,6 +109,7 @@ class OfflineRunner:
     def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
         from policies import AGENTS
 
+        cfg = validated(cfg)
         if not getattr(AGENTS[cfg.algo][1], "offline", False):
             offline = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "offline", False))
             raise ConfigError(f"dataset: algo '{cfg.algo}' learns online; offline algorithms are {offline}")

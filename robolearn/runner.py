@@ -37,6 +37,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,7 +50,7 @@ import yaml
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, load_tensors,
                                   restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
@@ -71,6 +72,7 @@ class Progress:
     recent_returns: list[float] = field(default_factory=list)
     pretrain_updates: int = 0  # agents that pretrain on a dataset: updates done
     pretrained: bool = False  # ... and whether that phase has ended
+    world_size: int = 1  # ranks that trained it: `train --resume` starts as many (cli.resume_ranks)
 
 
 @dataclass
@@ -161,7 +163,7 @@ class Runner:
     def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
         """Build env and agent (and restore ``resume``'s checkpoint) first, and only then write the run
         directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config."""
-        self.cfg = cfg
+        self.cfg = cfg = validated(cfg)
         resolve_backend(cfg.env)  # before the process group: a warp run without a GPU is a CPU run
         distributed.init(cfg.env.device)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
@@ -178,7 +180,7 @@ class Runner:
             self.agent = make_agent(cfg, self.env)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
-            self.progress = Progress()
+            self.progress = Progress(world_size=self.world_size)
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
                 self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
@@ -236,6 +238,12 @@ class Runner:
 
     def _restore(self) -> None:
         self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
+        if self.progress.world_size != self.world_size:
+            warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
+                          f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "
+                          f"of the batch it did (resume with --nproc {self.progress.world_size} to keep it)",
+                          stacklevel=2)
+            self.progress.world_size = self.world_size
         if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)

@@ -72,7 +72,7 @@ def add_dataset_parser(commands: Any) -> None:
 
     p = sub.add_parser("replay", parents=[root], help="replay an episode's actions in simulation and measure divergence")
     p.add_argument("name")
-    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("--episode", type=int, default=0, help="which episode (0 the first; negative counts from the end, -1 the last)")
     p.add_argument("--task", help="default: the dataset's task")
     p.add_argument("--video", type=Path, help="film the replay into this .mp4")
     p.add_argument("--json", action="store_true", help="end with one JSON line (with every step's divergence)")
@@ -234,6 +234,7 @@ def _replay(args: argparse.Namespace) -> int:
     if not -len(ds) <= args.episode < len(ds):
         raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {len(ds)} episodes "
                          f"(0 to {len(ds) - 1}; `robolearn dataset info {args.name}`)")
+    args.episode %= len(ds)  # -1: the last; reported by its own number
     episode = ds[args.episode]
     with sims.make_env(task, num_envs=1, seed=0, **ds.info.get("task_kwargs", {})) as env:
         specs_ok = episode.actions.shape[1:] == env.action_spec.shape

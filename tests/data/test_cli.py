@@ -53,6 +53,9 @@ def test_record_info_split_merge_replay(tmp_path, root, capsys):
     assert "restored from the recorded state" in out and "exact replay" in out
     result = json.loads(out.splitlines()[-1])
     assert result["return_diff"] == 0 and result["exact"] and len(result["qpos_divergence"]) == 501
+    assert main(["dataset", "replay", "swing", "--episode", "-1", "--json"]) == 0  # the last: episode 2 again
+    out = capsys.readouterr().out
+    assert out.startswith("episode 2:") and json.loads(out.splitlines()[-1])["episode"] == 2
 
 
 def test_record_runs_the_task_as_the_controller_was_trained(tmp_path, root, capsys):

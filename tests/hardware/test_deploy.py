@@ -80,6 +80,7 @@ def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulato
     assert episodes and episodes[-1]["interrupted"]
     assert sum(len(e["actions"]) for e in episodes) >= 20
     assert str(recording) in str(raised.value)  # the one-line error says where the recording is
+    assert "it began with ConnectionLost: lost the connection" in str(raised.value)  # and the bus-level cause
     saved = json.loads((recording / "deploy.json").read_text())  # written on this exit too
     assert saved["error"].startswith("ConnectionLost: connection lost") and saved["loop"]["steps"] >= 20
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from robolearn.config import ConfigError, config_from_dict, load_config
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, load_config
 
 
 @dataclass
@@ -32,7 +32,9 @@ def test_yaml_and_overrides_are_typed(tmp_path):
     assert cfg.agent.learning_rate == pytest.approx(3e-4)
     assert cfg.agent.hidden == (32, 16)
     assert cfg.env.kwargs == {"a": 1}
-    assert cfg.run_name == "toy_pendulum"
+    assert cfg.run_name == "c"  # named after its file; without one, after algo and task
+    assert TrainConfig(algo="toy", env=EnvConfig(task="gym:Pendulum-v1")).run_name == "toy_gym_Pendulum-v1"
+    assert load_config(path, ["name=mine"], AGENTS).run_name == "mine"
 
 
 @pytest.mark.parametrize(
@@ -71,3 +73,23 @@ def test_every_shipped_config_loads_and_names_a_known_task(path):
     cfg = load_config(path, [])
     task = cfg.env.task
     assert task in sims.TASKS or task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)), task
+
+
+def test_a_config_changed_in_python_is_checked_again(tmp_path) -> None:
+    """Runners re-validate: a wrong type set from Python is the same one-line error as in YAML."""
+    from robolearn.config import validated
+    from robolearn.runner import Runner
+
+    cfg = load_config("ppo_pendulum", [f"run_dir={tmp_path}"])
+    cfg.env.num_envs = "many"
+    with pytest.raises(ConfigError, match="env.num_envs: expected int, got .many."):
+        Runner(cfg)
+    cfg.env.num_envs = 8
+    cfg.run_dir = tmp_path  # a Path, not a string
+    with pytest.raises(ConfigError, match="plain data"):
+        validated(cfg)
+    cfg.run_dir = str(tmp_path)
+    cfg.agent = load_config("sac_pendulum").agent  # another algorithm's settings
+    with pytest.raises(ConfigError, match="unknown key 'agent."):
+        validated(cfg)
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -19,7 +19,8 @@ import torch.distributed as dist
 from robolearn import cli, distributed, load_config
 from robolearn.interfaces import flatten_obs
 from robolearn.logger import read_metrics
-from robolearn.runner import Runner
+from robolearn.checkpoint import load_checkpoint
+from robolearn.runner import Runner, read_run_config
 from policies.modules import EmpiricalNormalizer
 from policies.sac import SAC, SACConfig
 
@@ -212,3 +213,21 @@ def test_refuses_agents_that_do_not_average_gradients(tmp_path, monkeypatch) -> 
     with pytest.raises(ValueError, match="does not average its gradients"):
         Runner(config(tmp_path / "runs", 2))
 
+
+
+def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, capsys) -> None:
+    """A run trained with --nproc 2 records it: a plain `train --resume` relaunches on 2 ranks, and a
+    resume on another number warns that the batch per update changes."""
+    _, (r0, _) = two_ranks
+    run_dir = Path(r0["run_dir"])
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["progress"]["world_size"] == 2
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
+    assert calls and calls[0][:2] == ["--standalone", "--nproc_per_node=2"]
+    assert "resuming on 2 ranks" in capsys.readouterr().out
+    cfg = read_run_config(run_dir)
+    cfg.runner.total_steps *= 2
+    with pytest.warns(UserWarning, match="trained on 2 rank\\(s\\) and resumes on 1.*--nproc 2"):
+        Runner(cfg, resume=run_dir).close()

@@ -59,7 +59,7 @@ def test_resume_restores_iteration_optimizer_lr_normalizer_and_rng(tmp_path):
     assert [json.loads(line)["env_steps"] for line in lines] == [256, 512, 768, 1024]
 
 
-def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch):
+def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch, capsys):
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
     runner = Runner(cfg)
     update = runner.agent.update
@@ -76,6 +76,9 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch):
     runner.close()
     assert result.interrupted
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
+    steps = read_metrics(runner.run_dir)[-1]["env_steps"]
+    assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0  # says how far it got and how to go on
+    assert f"incomplete: {steps:,} of 2,560 env_steps; robolearn train --resume {runner.run_dir}" in capsys.readouterr().out
     resumed = Runner(cfg, resume=runner.run_dir)
     assert resumed.progress.iteration == 2
     resumed.close()
