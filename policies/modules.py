@@ -18,7 +18,7 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn import distributed
-from robolearn.interfaces import Controller, Obs
+from robolearn.interfaces import Controller
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -97,7 +97,8 @@ class ActionScaler(nn.Module):
         low = torch.as_tensor(space.low, dtype=torch.float32).flatten()
         high = torch.as_tensor(space.high, dtype=torch.float32).flatten()
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
-            raise ValueError(f"action_spec needs finite bounds to scale actions, got low={space.low} high={space.high}")
+            raise ValueError(f"action_spec needs finite bounds to scale actions, got low={space.low} high={space.high}; "
+                             "for an mjlab task give env.kwargs.action_limit (e.g. 1.0)")
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 

@@ -2,12 +2,16 @@
 
 Start with :mod:`robolearn.interfaces`. Python entry points::
 
-    from robolearn import load_config, train
+    from robolearn import load_config, load_controller, train
     result = train(load_config("ppo_cartpole", ["runner.total_steps=200000"]))
+    controller = load_controller(result.run_dir)          # or exported="onnx": the file a robot runs
 """
+
+from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 # MuJoCo picks its OpenGL backend when first imported. Without a display, use
 # OSMesa (software, Debian's libosmesa6) unless the user chose one (e.g. egl on a GPU).
@@ -18,12 +22,31 @@ if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os
 from robolearn.config import load_config  # noqa: E402
 from robolearn.interfaces import Agent, Controller, Obs, Step, VecEnv  # noqa: E402
 
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Callable
 
-def train(*args, **kwargs):
-    """See :func:`robolearn.runner.train` (imported lazily: it pulls in sims and policies)."""
+    from robolearn.config import TrainConfig
+    from robolearn.runner import RunResult
+
+
+def train(cfg: TrainConfig, resume: str | Path | None = None,
+          stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+    """Train ``cfg`` (or go on with the run directory ``resume``) until ``runner.total_steps`` or until
+    ``stop(metrics)`` is true; export, evaluate and film it. See :func:`robolearn.runner.train`
+    (imported lazily: it pulls in sims and policies)."""
+    from pathlib import Path
+
     from robolearn.runner import train as _train
 
-    return _train(*args, **kwargs)
+    return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop)
 
 
-__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "load_config", "train"]
+def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:
+    """A run's controller, ready to ``act``; see :func:`robolearn.runner.load_controller`."""
+    from robolearn.runner import load_controller as _load_controller
+
+    return _load_controller(run_dir, env, exported)
+
+
+__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "load_config", "load_controller", "train"]

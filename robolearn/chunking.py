@@ -34,7 +34,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, flatten_obs
+from robolearn.interfaces import Controller, Obs, controller_input
 
 Mode = Literal["open_loop", "ensemble"]
 Beyond = Literal["hold", "extend"]
@@ -170,11 +170,12 @@ class ChunkedController(Controller):
             return self.inner(x, length)
         return self.inner(x)
 
+    @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
         if not self.stateless:  # a stateful controller decides through its own act, whole batch
             action = self.inner.act(obs)
             return self.queue.next(action.shape[0], lambda rows, _: action[rows.to(action.device)].unsqueeze(1))
-        x = flatten_obs(obs, self.obs_groups)
+        x = controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
         return self.queue.next(x.shape[0], lambda rows, length: self._chunk(x[rows.to(x.device)], length))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:

@@ -216,15 +216,6 @@ def _trained_ranks(run: Path) -> int:
         return 1
 
 
-def _controller(run: Path, env, exported: str | None, cfg: TrainConfig | None = None):
-    from robolearn.export import FILENAMES, ExportedController
-    from robolearn.runner import load_agent
-
-    if exported:
-        return ExportedController(run / "export" / FILENAMES[exported])
-    return load_agent(run, env, cfg).controller().to(env.device)
-
-
 def _run_config(run: Path) -> TrainConfig:
     """``run``'s config; a missing or malformed config.yaml is a one-line error naming it."""
     from robolearn.registry import agent_configs
@@ -235,6 +226,7 @@ def _run_config(run: Path) -> TrainConfig:
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
+    from robolearn.runner import load_controller
 
     _positive("--episodes", args.episodes)
     if args.fas_shift is not None and args.fas is None:
@@ -243,7 +235,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.fas is not None:
         return _eval_fas(args, cfg)
     with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
-        result = evaluate(_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=args.seed)
+        result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=args.seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result}
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
@@ -260,6 +252,7 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
     from robolearn import fas
     from robolearn.checkpoint import atomic_write_bytes
     from robolearn.registry import make_env
+    from robolearn.runner import load_controller
 
     try:
         r_max = None if args.fas is True else float(args.fas)
@@ -267,7 +260,7 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
         raise ValueError(f"--fas R_MAX must be a number (the task's reference return), got {args.fas!r}") from None
     fas.reference(cfg.env.task, r_max, args.fas_shift)  # an unknown task fails before any episode is run
     with make_env(cfg.env, num_envs=1) as env:
-        controller = _controller(args.run, env, args.exported, cfg)
+        controller = load_controller(args.run, env, args.exported, cfg)
     result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
                      episodes=args.episodes, seed=args.seed, r_max=r_max, shift=args.fas_shift)
     result = {"run": str(args.run), **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
@@ -287,11 +280,12 @@ def _play(args: argparse.Namespace) -> int:
 
     from robolearn.evaluate import record_video
     from robolearn.registry import make_env
+    from robolearn.runner import load_controller
 
     _positive("--seconds", args.seconds)
     cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
-        controller = _controller(args.run, env, None, cfg)
+        controller = load_controller(args.run, env, None, cfg)
         try:
             path = record_video(controller, env, args.video, seconds=args.seconds, seed=args.seed)
         except (ImportError, DependencyNotInstalled) as err:  # e.g. no pygame for a classic-control gym task

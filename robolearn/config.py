@@ -11,7 +11,7 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -130,11 +130,14 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}invalid YAML: {problem}{opened}; fix the syntax"
 
 
-def load_config(path: str | Path | None, overrides: str | Sequence[str] = (),
+def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mapping[str, Any] = (),
                 agent_configs: dict[str, type] | None = None) -> TrainConfig:
-    """Read ``path`` (or the default config), apply ``key=value`` overrides (a list, or one string), validate."""
+    """Read ``path`` (or the default config), apply ``key=value`` overrides (a list, one string, or a
+    mapping ``{"runner.total_steps": 1e5}``), validate."""
     if isinstance(overrides, str):
         overrides = [overrides]
+    elif isinstance(overrides, Mapping):
+        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
@@ -180,6 +183,8 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
     cfg = build_dataclass(TrainConfig, raw, "")
     if cfg.env.num_envs < 1:
         raise ConfigError(f"env.num_envs: must be at least 1, got {cfg.env.num_envs}")
+    if cfg.runner.total_steps < 0:  # 0 is meaningful: an offline-to-online run that only pretrains
+        raise ConfigError(f"runner.total_steps: must not be negative, got {cfg.runner.total_steps}")
     if cfg.algo not in agent_configs:
         raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
     if not isinstance(agent_raw, dict):
@@ -263,6 +268,8 @@ def _check(value: Any, hint: Any, key: str) -> Any:
         items = [_check(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
+        if value is None:  # `env.randomization=null`: none, as an empty mapping means
+            return {}
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return value

@@ -33,7 +33,7 @@ import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes
 from robolearn.chunking import ActionQueue
-from robolearn.interfaces import Controller, Obs, flatten_obs
+from robolearn.interfaces import Controller, Obs, controller_input
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
@@ -54,7 +54,9 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     controller = controller.cpu().eval()
-    inputs = controller.export_inputs(batch_size=1)
+    # batch 2, not 1: torch.export specializes a batch of 1 to a constant through a GRU, leaving an ONNX
+    # file that refuses any other number of envs even with the batch declared dynamic
+    inputs = controller.export_inputs(batch_size=2)
     paths: dict[str, Path] = {}
     if "torchscript" in formats:
         buffer = io.BytesIO()
@@ -116,6 +118,10 @@ class ExportedController:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
+        if path.is_dir() or path.suffix == ".json":
+            folder = path if path.is_dir() else path.parent
+            raise ValueError(f"{path}: give the exported file itself, {folder / FILENAMES['torchscript']} "
+                             f"(TorchScript) or {folder / FILENAMES['onnx']} (ONNX); controller.json describes them")
         meta_path = path.parent / "controller.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
@@ -155,12 +161,15 @@ class ExportedController:
             return self._run(obs)
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        """Zero inputs of the exported function (``obs``, then any state), as the file declares them."""
         return {"obs": torch.zeros(batch_size, self.obs_size),
                 **{name: torch.zeros(batch_size, *shape) for name, shape in self.state_shapes.items()}}
 
     def act(self, obs: Obs) -> torch.Tensor:
+        """One action per env for this control step, as :meth:`Controller.act` (state and queued
+        actions are held here; ``reset(mask)`` when episodes end)."""
         with torch.no_grad():
-            x = flatten_obs(obs, self.obs_groups)
+            x = controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
             if self.state_shapes:
                 if self.state is None or self.state[0].shape[0] != x.shape[0]:
                     self.state = [torch.zeros(x.shape[0], *shape) for shape in self.state_shapes.values()]

@@ -22,6 +22,7 @@ Observations are dicts of named groups (``policy``: what the robot senses;
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -110,6 +111,25 @@ def flatten_obs(obs: Obs, groups: tuple[str, ...], batch_dims: int = 1) -> torch
     return torch.cat([obs[g].flatten(batch_dims) for g in groups], dim=-1)
 
 
+def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "controller") -> torch.Tensor:
+    """What a controller's ``act`` feeds its network: ``groups`` of ``obs`` flattened into float32
+    ``(num_envs, size)``, checked first, so a wrong input is an error that says what to give instead
+    of a shape mismatch deep inside (numpy arrays are taken as they come)."""
+    if not isinstance(obs, Mapping):
+        raise TypeError(f"{who}.act takes a dict of observation groups {{name: (num_envs, ...) tensor}} with "
+                        f"{list(groups)}, got a {type(obs).__name__}")
+    missing = [g for g in groups if g not in obs]
+    if missing:
+        raise ValueError(f"{who}.act: observation group(s) {missing} missing; it reads {list(groups)}, got {sorted(obs)}")
+    parts = [torch.as_tensor(obs[g]).to(torch.float32).flatten(1) for g in groups]
+    x = torch.cat(parts, dim=-1)
+    if x.shape[-1] != size:
+        widths = ", ".join(f"{g} {p.shape[-1]}" for g, p in zip(groups, parts))
+        raise ValueError(f"{who}.act: observation width {x.shape[-1]} ({widths}), but it was trained on {size}: "
+                         "another task, or another version of it")
+    return x
+
+
 class Controller(nn.Module, ABC):
     """The one policy interface: simulators, datasets and robots all call this.
 
@@ -131,9 +151,10 @@ class Controller(nn.Module, ABC):
     decision_period: int = 1
     obs_size: int  # width of the flat observation read; set by subclasses
 
+    @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
         """One action per env for this control step."""
-        return self(flatten_obs(obs, self.obs_groups))
+        return self(controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Clear internal state for the envs in ``mask`` (all when None)."""

@@ -77,6 +77,9 @@ class Progress:
 
 @dataclass
 class RunResult:
+    """What :func:`train` returns: the run directory, whether Ctrl+C stopped it, the final evaluation
+    (``eval.json``), the video and the exported files by format."""
+
     run_dir: Path
     interrupted: bool = False
     evaluation: dict[str, Any] | None = None
@@ -157,6 +160,25 @@ def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Ag
     return agent
 
 
+def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None,
+                    cfg: TrainConfig | None = None) -> Controller | Any:
+    """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
+    an env, one world of the run's task is built for the specs and closed), or with ``exported``
+    (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it."""
+    from robolearn.export import FILENAMES, ExportedController
+
+    run_dir = Path(run_dir)
+    if exported:
+        if exported not in FILENAMES:
+            raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
+        return ExportedController(run_dir / "export" / FILENAMES[exported])
+    cfg = cfg or read_run_config(run_dir)
+    if env is None:
+        with make_env(cfg.env, num_envs=1) as spec_env:
+            return load_agent(run_dir, spec_env, cfg).controller().eval()
+    return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
+
+
 class Runner:
     """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
 
@@ -219,6 +241,16 @@ class Runner:
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 
+    def planned_steps(self) -> int:
+        """The env steps this run will end at: ``runner.total_steps`` rounded up to whole iterations
+        (on-policy: ``num_steps`` x all worlds; off-policy: ~1000 steps), which are never cut short."""
+        worlds = self.env.num_envs * self.world_size
+        if self.agent.on_policy:
+            per_iteration = getattr(self.cfg.agent, "num_steps", 1) * worlds
+        else:
+            per_iteration = max(1, OFF_POLICY_STEPS_PER_ITERATION // self.env.num_envs) * worlds
+        return -(-self.cfg.runner.total_steps // per_iteration) * per_iteration
+
     # -- checkpoints ---------------------------------------------------------------------------
 
     @property
@@ -276,7 +308,7 @@ class Runner:
         cfg = self.cfg
         logger = None
         if self.main:
-            logger = RunLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
+            logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
                                wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
                                progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from robolearn.evaluate import check_finite
 from robolearn.interfaces import Obs, VecEnv
 
 
@@ -167,6 +168,7 @@ def run(
         while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
             t0 = time.perf_counter()
             commanded = controller.act(obs).to(env.device)
+            check_finite("action", commanded)  # a broken controller stops here, before the robot or sim
             t1 = time.perf_counter()
             step = env.step(commanded)
             t2 = time.perf_counter()

@@ -7,6 +7,8 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
 
 from __future__ import annotations
 
+import inspect
+import typing
 import warnings
 from typing import Any, Callable
 
@@ -87,16 +89,18 @@ def make_env(
             raise ValueError("env.randomization needs one of our tasks; Gymnasium envs cannot be randomized here")
         if backend != "mujoco":
             raise ValueError(f"env.backend={backend} needs one of our tasks; Gymnasium envs bring their own simulator")
+        device = resolve_backend("mujoco", device)[1]  # a missing GPU is refused here, not at the first reset
         return GymVecEnv(task[len(GYM_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task.startswith(MJLAB_PREFIX):
         from sims.adapters.mjlab import MjlabVecEnv
 
         if randomization:
             raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events")
+        device = resolve_backend("mujoco", device)[1]
         return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
-    spec = TASKS[task](**task_kwargs)
+    spec = _build_task(task, task_kwargs)
     env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, num_threads), seed=seed)
     if randomization:
         from robolearn.config import build_dataclass
@@ -104,6 +108,18 @@ def make_env(
 
         env = RandomizedEnv(env, build_dataclass(Randomization, randomization, "env.randomization."), seed=seed)
     return env
+
+
+def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
+    """``TASKS[task](**kwargs)``; a setting the task does not have is an error naming it and the ones it has."""
+    builder = TASKS[task]
+    if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(builder).parameters.values()):
+        builder = typing.get_type_hints(builder).get("return", builder)  # point_maze_medium(**kw) -> PointMaze
+    allowed = sorted(name for name, p in inspect.signature(builder).parameters.items() if p.kind is not p.VAR_KEYWORD)
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: {', '.join(allowed)}")
+    return TASKS[task](**kwargs)
 
 
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:

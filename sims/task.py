@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -160,7 +161,7 @@ class TaskEnv(VecEnv):
         return self.task.observations(self.sim)
 
     def step(self, action: torch.Tensor) -> Step:
-        action = torch.clamp(action.to(self.device, torch.float32), self._low, self._high)
+        action = torch.clamp(self._checked(action), self._low, self._high)
         self.task.pre_step(self.sim)
         ctrl = self.task.actuate(self.sim, action)
         delay = self.actuation_delay
@@ -194,6 +195,20 @@ class TaskEnv(VecEnv):
             fresh = self.task.observations(self.sim)
             obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
+
+    def _checked(self, action: Any) -> torch.Tensor:
+        """``action`` as a float32 tensor on the env's device (numpy and lists accepted), refused with a
+        message when its shape is not ``(num_envs, *action_spec.shape)`` or, on CPU, when it holds NaN or
+        inf: MuJoCo would quietly reset such a world mid-episode. (On a GPU that check would cost a host
+        sync per step; there the runner's own finiteness check catches a NaN policy.)"""
+        action = torch.as_tensor(action, dtype=torch.float32, device=self.device)
+        expected = (self.num_envs, *self.action_spec.shape)
+        if tuple(action.shape) != expected:
+            raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
+        if self.device.type == "cpu" and not bool(torch.isfinite(action).all()):
+            worlds = (~torch.isfinite(action)).any(1).nonzero().squeeze(1).tolist()
+            raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
+        return action
 
     def get_state(self) -> dict[str, torch.Tensor]:
         """Every world's exact state: ``state`` (the backend's full state rows,

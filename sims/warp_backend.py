@@ -44,7 +44,18 @@ except ImportError as error:  # the default install has them; a trimmed one may 
         "backend=warp needs the packages mujoco-warp and warp-lang: pip install mujoco-warp warp-lang"
     ) from error
 
-wp.config.quiet = True  # no line per compiled kernel module
+
+
+def quiet_warp() -> None:
+    """No banner and no line per compiled kernel module (about 40 per env otherwise); warnings stay.
+    warp-lang's ``log_level`` replaced its ``quiet`` flag, which newer versions ignore."""
+    if hasattr(wp.config, "log_level"):
+        wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
+    else:
+        wp.config.quiet = True
+
+
+quiet_warp()
 
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 # What mjw.set_const writes per world: batched with any batched input so each world keeps its own.

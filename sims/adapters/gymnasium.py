@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +58,7 @@ class GymVecEnv(OurVecEnv):
 
         self.num_envs = self.vec.num_envs
         self.device = torch.device(device)
-        self.control_dt = float(_attr(self.vec, "dt", 1.0))
+        self.control_dt = _control_dt(self.vec)
         spec = _attr(self.vec, "spec", None)
         limit = max_episode_steps or (spec.max_episode_steps if spec is not None else None)
         if limit is None:
@@ -148,6 +149,20 @@ class VecEnvAsGymVector(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
+
+
+def _control_dt(vec: VectorEnv) -> float:
+    """Seconds per step: the env's ``dt`` (MuJoCo envs), else its real-time rendering rate
+    (``metadata["render_fps"]``, e.g. the classic-control envs), else 1 s with a warning."""
+    dt = _attr(vec, "dt", None)
+    if dt is None:
+        fps = (_attr(vec, "metadata", None) or {}).get("render_fps")
+        if fps:
+            return 1.0 / float(fps)
+        warnings.warn("the Gymnasium env has neither dt nor metadata['render_fps']: control_dt is taken as 1 s "
+                      "(it paces `robolearn play` and real-time runs)", stacklevel=3)
+        return 1.0
+    return float(dt)
 
 
 def _attr(vec: VectorEnv, name: str, default: Any) -> Any:

@@ -18,9 +18,12 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from mjlab.envs import ManagerBasedRlEnv, ManagerBasedRlEnvCfg
-from mjlab.tasks.registry import load_env_cfg, load_rl_cfg
+from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.warp_backend import quiet_warp
+
+quiet_warp()  # mjlab runs on MuJoCo Warp
 
 GROUP_NAMES = {"actor": "policy"}
 """mjlab's observation group names -> ours (``critic`` is ``critic`` in both)."""
@@ -49,6 +52,8 @@ class MjlabVecEnv(VecEnv):
         seed: int | None = None,
         action_limit: float | None = None,
     ) -> None:
+        if isinstance(task, str) and task not in list_tasks():
+            raise ValueError(f"unknown mjlab task {task!r}; registered: {list_tasks()}")
         cfg = load_env_cfg(task) if isinstance(task, str) else task
         if action_limit is None and isinstance(task, str):
             action_limit = load_rl_cfg(task).clip_actions

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from policies import AGENTS
+from robolearn.export import ExportedController, export_controller
 
 CONFIGS = {
     "ppo": {"actor_hidden": (16, 16), "critic_hidden": (16,)},
@@ -59,19 +60,9 @@ def test_controller_exports_to_torchscript(trained_agent, tmp_path) -> None:
 
 
 def test_controller_exports_to_onnx(trained_agent, tmp_path) -> None:
+    """Through export_controller, as runs export: the batch stays dynamic (a GRU's too)."""
     controller = trained_agent.controller().eval()
-    path = tmp_path / "controller.onnx"
-    inputs = controller.export_inputs(batch_size=2)
-    torch.onnx.export(
-        controller,
-        tuple(inputs.values()),
-        str(path),
-        input_names=list(inputs),
-        output_names=controller.export_outputs(),
-        dynamic_shapes={name: {0: torch.export.Dim("batch")} for name in inputs},
-        dynamo=True,
-        verbose=False,
-    )
+    path = export_controller(controller, tmp_path, ("onnx",))["onnx"]
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     test_inputs = example_inputs(controller, batch_size=7)  # another batch size than at export
     got = session.run(None, {k: v.numpy() for k, v in test_inputs.items()})
@@ -80,3 +71,21 @@ def test_controller_exports_to_onnx(trained_agent, tmp_path) -> None:
     assert [o.name for o in session.get_outputs()] == controller.export_outputs()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_obs, tmp_path) -> None:
+    """The controller and its exported files check observations alike: a wrong width, a missing
+    group or a bare tensor is an error saying what to give; numpy float64 works; no autograd graph."""
+    controller = trained_agent.controller()
+    paths = export_controller(controller, tmp_path)
+    for driver in (controller, ExportedController(paths["torchscript"]), ExportedController(paths["onnx"])):
+        obs = random_obs(3)
+        action = driver.act({k: v.double().numpy() for k, v in obs.items()})
+        assert action.shape == (3, 2) and not action.requires_grad
+        with pytest.raises(ValueError, match=r"observation width 5 \(policy 5\), but it was trained on 4"):
+            driver.act({"policy": torch.zeros(3, 5)})
+        with pytest.raises(ValueError, match=r"group\(s\) \['policy'\] missing"):
+            driver.act({"critic": torch.zeros(3, 3)})
+        with pytest.raises(TypeError, match="takes a dict of observation groups"):
+            driver.act(obs["policy"])

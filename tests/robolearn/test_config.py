@@ -93,3 +93,12 @@ def test_a_config_changed_in_python_is_checked_again(tmp_path) -> None:
     with pytest.raises(ConfigError, match="unknown key 'agent."):
         validated(cfg)
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_overrides_from_python_as_a_mapping_and_null_sections(tmp_path) -> None:
+    path = write(tmp_path, "algo: toy\nenv:\n  task: pendulum\n  randomization: {mass: [0.9, 1.1]}\n")
+    cfg = load_config(path, {"runner.total_steps": 1e5, "env.device": "cpu", "agent.hidden": (8, 8),
+                             "env.randomization": None}, AGENTS)
+    assert cfg.runner.total_steps == 100_000 and cfg.agent.hidden == (8, 8) and cfg.env.randomization == {}
+    with pytest.raises(ConfigError, match="runner.total_steps: must not be negative, got -5"):
+        load_config(path, ["runner.total_steps=-5"], AGENTS)

@@ -393,3 +393,15 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {run / 'checkpoints/latest.pt'}: not a readable robolearn checkpoint")
         assert "\n" not in err
+
+
+@pytest.mark.parametrize("algo, total, planned", [("ppo", 1000, 1024), ("sac", 1500, 2000)])
+def test_the_run_ends_where_it_says(tmp_path, algo, total, planned):
+    """Iterations are never cut short: the progress bar's total is the step count the run really ends at."""
+    runner = Runner(tiny(tmp_path, algo, f"runner.total_steps={total}", "runner.random_steps=100"))
+    try:
+        assert runner.planned_steps() == planned
+        runner.train()
+        assert runner.progress.env_steps == planned
+    finally:
+        runner.close()

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import sims
+from robolearn.evaluate import NonFiniteError
 from robolearn.recording import EpisodeRecorder, load_episode, unique_directory
 from robolearn.runtime import LoopStats, Ticker, run
 
@@ -109,3 +110,18 @@ def test_recorders_started_together_never_share_a_folder(tmp_path):
 def test_run_needs_a_stopping_rule():
     with pytest.raises(ValueError, match="steps or episodes"):
         run(Zero(4), sims.make_env("arm_reach", 1), rate_hz=0)
+
+
+def test_a_nan_action_stops_the_loop_before_the_env_steps():
+    class NaNAfter3(Zero):
+        calls = 0
+
+        def act(self, obs):
+            self.calls += 1
+            action = super().act(obs)
+            return action.fill_(float("nan")) if self.calls > 3 else action
+
+    stats = LoopStats()
+    with pytest.raises(NonFiniteError, match="action contains NaN or inf"):
+        run(NaNAfter3(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=100, stats=stats)
+    assert stats.steps == 3

@@ -105,3 +105,18 @@ def test_cli_bad_config_is_one_line(capsys):
     assert err.startswith("error: unknown key 'agent.learning_rat'") and "\n" not in err
     assert cli(["train", "ppo_cartpole", "env.num_envs=lots"]) == 2
     assert "env.num_envs: expected int, got 'lots'" in capsys.readouterr().err
+
+
+def test_load_controller_from_python(trained_run):
+    """The Python way to act with a run: its checkpoint (no env needed) or its exported files, alike."""
+    from robolearn import load_controller
+
+    obs = {"policy": torch.randn(3, 5)}
+    from_checkpoint = load_controller(trained_run.run_dir).act(obs)
+    for fmt in ("torchscript", "onnx"):
+        torch.testing.assert_close(load_controller(str(trained_run.run_dir), exported=fmt).act(obs), from_checkpoint,
+                                   rtol=1e-5, atol=1e-5)
+    export = trained_run.run_dir / "export"
+    for wrong in (export, export / "controller.json"):
+        with pytest.raises(ValueError, match="give the exported file itself.*controller.pt"):
+            ExportedController(wrong)

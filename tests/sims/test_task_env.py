@@ -91,3 +91,20 @@ def test_reacher_targets_lie_in_the_disc() -> None:
 def test_unknown_task_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match="half_cheetah"):
         make_env("half-cheetah", num_envs=1)
+
+
+def test_bad_actions_are_refused_before_the_physics_steps() -> None:
+    """A wrong shape or a NaN is one clear error, not a broadcast failure deep inside or a world
+    MuJoCo quietly resets mid-episode; numpy and lists are accepted."""
+    with make_env("hopper", num_envs=2, seed=0) as env:
+        before = env.get_state()["qpos"].clone()
+        for bad in (torch.zeros(3), torch.zeros(1, 3), torch.zeros(2, 4)):
+            with pytest.raises(ValueError, match=r"action: expected shape \(2, 3\)"):
+                env.step(bad)
+        nan = torch.zeros(2, 3)
+        nan[1, 0] = float("nan")
+        with pytest.raises(ValueError, match=r"NaN or inf in world\(s\) \[1\]"):
+            env.step(nan)
+        assert torch.equal(env.get_state()["qpos"], before)  # nothing stepped
+        assert env.step([[0.0, 0.0, 0.0]] * 2).reward.shape == (2,)
+        assert env.step(torch.zeros(2, 3).numpy()).reward.shape == (2,)
