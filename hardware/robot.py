@@ -32,9 +32,11 @@ the same on every robot:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -69,7 +71,8 @@ class Robot(VecEnv):
         self.ticker = Ticker(control_dt)
         self.connected = False
         self.stopped: SafetyStop | None = None
-        self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog
+        self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
+        self._bus_thread: int | None = None  # the thread inside a bus section, if any
         self._q = self.home.copy()
         self._qd = np.zeros_like(self.home)
         self._fresh_at = self._called_at = time.monotonic()
@@ -118,17 +121,19 @@ class Robot(VecEnv):
     # ---- life cycle ------------------------------------------------------------
 
     def connect(self) -> Robot:
-        self._connect()
-        self.connected = True
-        state = self._read()
-        if state is None:
-            self._disconnect()
-            self.connected = False
-            raise RobotError("connected, but the first state read failed: check wiring and power")
-        self._q, self._qd = state
-        self.safety.start(self._q)
-        self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
-        self._set_torque(True)
+        with self._bus():  # an emergency stop while connecting: torque stays off
+            self._connect()
+            self.connected = True
+            state = self._read()
+            if state is None:
+                self._disconnect()
+                self.connected = False
+                raise RobotError("connected, but the first state read failed: check wiring and power")
+            self._q, self._qd = state
+            self.safety.start(self._q)
+            self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
+            if self.stopped is None:
+                self._set_torque(True)
         self._fresh_at = self._called_at = time.monotonic()
         self._closing.clear()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
@@ -146,18 +151,39 @@ class Robot(VecEnv):
         if not self.connected:
             return
         try:
-            with self._lock:
+            with self._bus():
                 if self.stopped is None:
                     self._stop(ramp=True)
+                else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
+                    self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
         finally:
             self.connected = False
             self._disconnect()
 
     def emergency_stop(self) -> None:
-        """Torque off now, where the robot stands (callable from any thread or a signal handler)."""
+        """Torque off now, where the robot stands (callable from any thread or a signal handler).
+
+        A signal handler runs on the main thread, maybe in the middle of that thread's own bus transaction,
+        where a write of its own would collide (the SDK answers "port is in use") and torque could stay on.
+        There it only marks the stop: the transaction's section ends at once (a ramp stops at its next
+        waypoint) and turns torque off as it leaves (:meth:`_bus`)."""
         self.stopped = EmergencyStop("emergency stop: torque is off; reconnect to continue")
-        with self._lock:
+        if self._bus_thread == threading.get_ident():
+            return
+        with self._bus():
             self._torque_off_quietly()
+
+    @contextlib.contextmanager
+    def _bus(self) -> Iterator[None]:
+        """One user of the bus at a time; leaving the outermost section after an emergency stop turns torque off."""
+        with self._lock:
+            outer, self._bus_thread = self._bus_thread, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._bus_thread = outer
+                if outer is None and isinstance(self.stopped, EmergencyStop):
+                    self._torque_off_quietly()
 
     # ---- VecEnv ------------------------------------------------------------------
 
@@ -170,7 +196,7 @@ class Robot(VecEnv):
     def start_at(self, pose: np.ndarray) -> Obs:
         """Begin an episode at ``pose`` (reached by a slow ramp within the safety limits)."""
         self._require_running()
-        with self._lock:
+        with self._bus():
             self._move_to(np.asarray(pose, dtype=np.float64))
         self._episode_step = 0
         self.ticker.restart()
@@ -179,13 +205,13 @@ class Robot(VecEnv):
     def step(self, action: torch.Tensor) -> Step:
         self._require_running()
         command = action.detach().reshape(-1).cpu().double().numpy()
-        with self._lock:
+        with self._bus():
             self._called_at = time.monotonic()
             previous = self.safety.last_sent.copy()
             sent, events = self.safety.filter(command, self._q, self._qd)
             self._write(sent)
         self.ticker.wait()
-        with self._lock:
+        with self._bus():
             self._refresh()
         self._require_running()
         self._episode_step += 1
@@ -231,6 +257,8 @@ class Robot(VecEnv):
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
         for waypoint in np.vstack([waypoints, hold]):
+            if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
+                return
             self._write(waypoint)
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
@@ -269,7 +297,7 @@ class Robot(VecEnv):
             if silent < self.safety_cfg.watchdog_s:
                 holding = False
                 continue
-            with self._lock:
+            with self._bus():
                 silent = time.monotonic() - min(self._fresh_at, self._called_at)
                 if self._closing.is_set() or silent < self.safety_cfg.watchdog_s:
                     holding = False

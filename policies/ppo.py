@@ -34,7 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn import distributed
-from robolearn.interfaces import Agent, Controller, Obs, controller_input, flatten_obs, obs_dim
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (
     ActionScaler,
     DeterministicController,
@@ -166,7 +166,7 @@ class RecurrentController(Controller):
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
-        x = controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
+        x = self.read(obs)
         if self.hidden is None or self.hidden.shape[0] != x.shape[0]:
             self.hidden = x.new_zeros(x.shape[0], self.hidden_size)
         action, self.hidden = self(x, self.hidden)

@@ -34,7 +34,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, controller_input
+from robolearn.interfaces import Controller, Obs
 
 Mode = Literal["open_loop", "ensemble"]
 Beyond = Literal["hold", "extend"]
@@ -175,7 +175,7 @@ class ChunkedController(Controller):
         if not self.stateless:  # a stateful controller decides through its own act, whole batch
             action = self.inner.act(obs)
             return self.queue.next(action.shape[0], lambda rows, _: action[rows.to(action.device)].unsqueeze(1))
-        x = controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
+        x = self.read(obs)
         return self.queue.next(x.shape[0], lambda rows, length: self._chunk(x[rows.to(x.device)], length))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:

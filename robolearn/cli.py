@@ -18,7 +18,7 @@ from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, 
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
-USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, ValueError)
+USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+        return 141
 
 
 def _positive(flag: str, value: float) -> None:
@@ -173,7 +176,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
     if args.nproc is None:
-        args.nproc = _trained_ranks(args.resume) if args.resume and "WORLD_SIZE" not in os.environ else 1
+        args.nproc = _trained_ranks(args.resume, cfg) if args.resume and "WORLD_SIZE" not in os.environ else 1
         if args.nproc > 1:
             print(f"resuming on {args.nproc} ranks, as {args.resume} was trained (--nproc N to change)")
     if args.nproc < 1:
@@ -205,15 +208,25 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trained_ranks(run: Path) -> int:
+def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
     """How many ranks trained ``run`` (its checkpoint's ``world_size``; 1 for runs from before it was
-    recorded, or without a checkpoint, which the runner then reports)."""
+    recorded, or without a checkpoint, which the runner then reports). More than this machine holds
+    (GPUs on CUDA, cores on CPU) was a multi-node run: it resumes with its own torchrun line."""
+    import torch
+
     from robolearn.checkpoint import CheckpointError, load_checkpoint
 
     try:
-        return int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("world_size", 1))
+        ranks = max(1, int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("world_size", 1)))
     except CheckpointError:
         return 1
+    cuda = cfg.env.device.startswith("cuda")
+    here = torch.cuda.device_count() if cuda else os.cpu_count() or 1
+    if ranks > here:
+        raise ConfigError(f"{run} was trained on {ranks} ranks, more than this machine's {here} "
+                          f"{'GPUs' if cuda else 'cores'}: resume a multi-node run with its torchrun line "
+                          f"(README, Multi-GPU and multi-node), or give --nproc N (each update then sees another batch)")
+    return ranks
 
 
 def _run_config(run: Path) -> TrainConfig:
@@ -350,7 +363,7 @@ def _how_far(run: Path) -> str:
         last, raw = {}, None
     if not last or not isinstance(raw, dict):
         return f"resume with robolearn train --resume {run}"
-    counter = "updates" if "updates" in last else "env_steps"
+    counter = "env_steps" if "env_steps" in last else "updates"  # a fine-tune's online lines have both
     offline = last.get("phase") == "offline"
     total = (raw.get("agent") or {}).get("pretrain_updates") if offline else (raw.get("runner") or {}).get("total_steps")
     done = last.get(counter, 0)

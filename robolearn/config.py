@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -105,7 +106,9 @@ class TrainConfig:
 def resolve_config_path(name_or_path: str | None) -> Path:
     """A YAML path, or the name of a file in configs/ (with or without .yaml)."""
     name = name_or_path or DEFAULT_CONFIG
-    for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
+    # configs/<name>.yaml from outside the repository (as the configs' own comments write it) is ours
+    shipped = CONFIG_DIR / Path(name).name if Path(name).parent == Path("configs") else CONFIG_DIR / name
+    for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml", shipped):
         if candidate.is_file():
             return candidate
     known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
@@ -136,15 +139,15 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     mapping ``{"runner.total_steps": 1e5}``), validate."""
     if isinstance(overrides, str):
         overrides = [overrides]
-    elif isinstance(overrides, Mapping):
-        overrides = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]  # JSON is YAML
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
-    # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
-    # several configs share; a run's own config.yaml always has the key, so a resume keeps the name it had
-    raw.setdefault("name", file.stem)
+    file_task = (raw.get("env") or {}).get("task") if isinstance(raw.get("env"), dict) else None
+    if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
+        for key, value in overrides.items():
+            _set_dotted(raw, str(key).strip(), value)
+        overrides = ()
     for item in overrides:
         if not isinstance(item, str):
             raise TypeError(f"overrides must be 'key=value' strings, got {item!r}")
@@ -156,6 +159,12 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         except yaml.YAMLError as err:
             raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
         _set_dotted(raw, key.strip(), parsed)
+    if "name" not in raw:
+        # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
+        # several configs share; and its task where an override changed it. A run's own config.yaml always
+        # has the key, so a resume keeps the name it had
+        task = (raw.get("env") or {}).get("task") if isinstance(raw.get("env"), dict) else None
+        raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
     return config_from_dict(raw, agent_configs)
 
 
@@ -185,6 +194,12 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
         raise ConfigError(f"env.num_envs: must be at least 1, got {cfg.env.num_envs}")
     if cfg.runner.total_steps < 0:  # 0 is meaningful: an offline-to-online run that only pretrains
         raise ConfigError(f"runner.total_steps: must not be negative, got {cfg.runner.total_steps}")
+    for key in ("checkpoint_every", "log_every"):
+        if getattr(cfg.runner, key) < 1:
+            raise ConfigError(f"runner.{key}: must be at least 1 (every iteration), got {getattr(cfg.runner, key)}")
+    for key in ("eval_episodes", "random_steps", "video_seconds", "max_minutes", "utd_ratio"):
+        if getattr(cfg.runner, key) < 0:
+            raise ConfigError(f"runner.{key}: must not be negative (0 turns it off), got {getattr(cfg.runner, key)}")
     if cfg.algo not in agent_configs:
         raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
     if not isinstance(agent_raw, dict):
@@ -238,6 +253,10 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             values[name] = _check(value, hint, f"{prefix}{name}")
         if name == "gamma" and isinstance(values[name], float) and not 0.0 < values[name] <= 1.0:
             raise ConfigError(f"{prefix}{name}: the discount must be in (0, 1], got {value!r} (e.g. 0.99)")
+        if name.endswith("batch_size") and isinstance(values[name], int) and values[name] < 1:
+            raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
+        if isinstance(values[name], float) and math.isnan(values[name]):
+            raise ConfigError(f"{prefix}{name}: got nan; give a number")
     return cls(**values)
 
 
@@ -273,6 +292,8 @@ def _check(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return value
+    if hint is str and isinstance(value, Path):  # run_dir=Path(...) from Python
+        return str(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):
@@ -289,4 +310,6 @@ def _check(value: Any, hint: Any, key: str) -> Any:
             return int(number)
     if isinstance(hint, type) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
+    if value is None:  # `dataset=` or `key: ` with nothing after it
+        raise ConfigError(f"{key}: needs a value ({getattr(hint, '__name__', hint)}), got none")
     raise ConfigError(f"{key}: expected {getattr(hint, '__name__', hint)}, got {value!r}")

@@ -18,7 +18,7 @@ a guide controller acts for the first h steps of each episode (JSRL,
 ``runner.checkpoint_every`` x 1000 env steps.
 
 ``metrics.jsonl`` holds both phases, each line with ``phase``: offline lines count
-``updates``, online lines ``env_steps`` (and ``updates``, the online ones). Each phase
+``updates``, online lines ``env_steps`` (and ``online_updates``). Each phase
 has its own progress bar. ``--resume`` continues in whichever phase the run stopped;
 the end of the run is an online run's (export, eval.json, video).
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,15 +37,15 @@ import torch
 
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_tensors, restore_agent, rng_state,
                                   save_checkpoint)
-from robolearn.config import TrainConfig, to_dict
+from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
-from robolearn.offline_runner import UPDATES_PER_ITERATION, OfflineRunner
+from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
-                              interrupted, refuse_finished, stopped_by_nan)
+                              interrupted, iteration_rest, refuse_finished, stopped_by_nan)
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -76,9 +77,10 @@ class PhaseLogger(RunLogger):
     W&B steps continue across phases (online steps after the pretraining updates)."""
 
     def __init__(self, run_dir: Path, phase: str, counter: str, step_offset: int = 0, **kwargs: Any) -> None:
-        super().__init__(run_dir, counter=counter, phase=phase, **kwargs)
+        unit = "update" if counter == "updates" else "step"
+        super().__init__(run_dir, counter=counter, phase=phase, unit=unit, **kwargs)
         self.phase, self.counter, self.step_offset = phase, counter, step_offset
-        self._bar.unit, self._bar.desc = ("update" if counter == "updates" else "step"), phase
+        self._bar.desc = phase
 
     def log(self, count: int, metrics: dict[str, float]) -> None:
         now, rate = self.clock(count)
@@ -88,7 +90,7 @@ class PhaseLogger(RunLogger):
         if self._wandb is not None:
             self._wandb.log(record, step=self.step_offset + count)
         self._bar.update(count - self._bar.n)
-        postfix = {"/s": f"{rate:,.0f}"}
+        postfix = {"upd/s" if self.counter == "updates" else "fps": f"{rate:,.0f}"}
         for key in ("eval/return", "return", "jsrl/h"):
             if key in metrics and np.isfinite(metrics[key]):
                 postfix[key] = f"{metrics[key]:.1f}"
@@ -104,11 +106,17 @@ class FinetuneRunner(OfflineRunner):
         if not resume:
             self.progress = FinetuneProgress()
         agent_cfg = cfg.agent
+        if 0 < cfg.runner.total_steps <= agent_cfg.warmup_steps:  # legitimate (the frozen policy collecting), rarely meant
+            warnings.warn(f"agent.warmup_steps={agent_cfg.warmup_steps} covers all runner.total_steps="
+                          f"{cfg.runner.total_steps}: the online phase will update nothing; lower it or raise total_steps",
+                          stacklevel=2)
         self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
         self.train_env = make_env(cfg.env, seed=cfg.seed)
         self.online = ReplayBuffer(max(1, min(agent_cfg.online_buffer_size, cfg.runner.total_steps)), self.env.device)
         self.curriculum: HorizonCurriculum | None = None
         self.guide: ExportedController | None = None
+        if agent_cfg.guide and agent_cfg.guide != "pretrained":  # now, not after hours of pretraining
+            self._load_guide(agent_cfg.guide)
         if self.progress.phase == "online":
             self._enter_online(resumed=True)
 
@@ -154,12 +162,24 @@ class FinetuneRunner(OfflineRunner):
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:
-            self.guide = ExportedController(self._guide_path(agent_cfg.guide))
+            self.guide = self.guide or self._load_guide(agent_cfg.guide)
             horizon = agent_cfg.jsrl_horizon or self.train_env.max_episode_steps
             self.curriculum = HorizonCurriculum(horizon, agent_cfg.jsrl_step, agent_cfg.jsrl_window,
                                                 agent_cfg.jsrl_threshold, agent_cfg.jsrl_tolerance)
             if self.progress.jsrl:
                 self.curriculum.load_state_dict(self.progress.jsrl)
+
+    def _load_guide(self, guide: str) -> ExportedController:
+        """The guide controller, checked against the task: it must read this env's observations."""
+        controller = ExportedController(self._guide_path(guide))
+        zeros = {name: torch.zeros(1, *space.shape) for name, space in self.train_env.observation_spec.items()}
+        try:
+            controller.act(zeros)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"agent.guide: {err}") from None
+        controller.reset()
+        self.guide = controller
+        return controller
 
     def _guide_path(self, guide: str) -> Path:
         """``pretrained``, an exported controller file, its folder or a run directory -> the TorchScript file."""
@@ -181,22 +201,24 @@ class FinetuneRunner(OfflineRunner):
         cfg = self.cfg
         result = RunResult(self.run_dir)
         logger: PhaseLogger | None = None
-        try:
-            stopped = False
-            if self.progress.phase == "offline":
-                logger = self._logger("offline", "updates", cfg.agent.pretrain_updates, self.progress.updates, 0)
-                stopped = self._pretrain(logger, stop)
-            if not stopped:
-                if logger is not None:
-                    logger.end_progress()
-                    logger.close()
-                logger = self._logger("online", "env_steps", cfg.runner.total_steps, self.progress.env_steps,
-                                      cfg.agent.pretrain_updates)
-                self._finetune(logger, stop)
-        except KeyboardInterrupt:
-            return interrupted(self, result, logger)
-        except NonFiniteError as err:
-            raise stopped_by_nan(self, logger, err) from None
+        with self.ctrl_c:
+            try:
+                stopped = False
+                if self.progress.phase == "offline":
+                    logger = self._logger("offline", "updates", cfg.agent.pretrain_updates, self.progress.updates, 0)
+                    stopped = self._pretrain(logger, stop)
+                if not stopped:
+                    if logger is not None:
+                        logger.end_progress()
+                        logger.close()
+                    logger = self._logger("online", "env_steps", cfg.runner.total_steps, self.progress.env_steps,
+                                          cfg.agent.pretrain_updates)
+                    self._finetune(logger, stop)
+            except KeyboardInterrupt:
+                self._rewind()
+                return interrupted(self, result, logger)
+            except NonFiniteError as err:
+                raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
@@ -213,25 +235,8 @@ class FinetuneRunner(OfflineRunner):
 
     def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:
         """The offline phase; enters the online one at its end. Returns whether ``stop`` ended the run."""
-        cfg, total = self.cfg, self.cfg.agent.pretrain_updates
-        while self.progress.updates < total:
-            start = time.perf_counter()
-            count = min(UPDATES_PER_ITERATION, total - self.progress.updates)
-            metrics = self._iteration(count)
-            self.progress.updates += count
-            self.progress.iteration += 1
-            metrics["iteration_time"] = time.perf_counter() - start
-            done = self.progress.updates >= total
-            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or done:
-                self.progress.evaluation = self.evaluate()
-                metrics |= self.progress.evaluation
-                self.save()
-            if self.progress.iteration % cfg.runner.log_every == 0 or done:
-                logger.log(self.progress.updates, metrics)
-            if done:
-                break
-            if stop is not None and stop({"phase": "offline", "updates": self.progress.updates, **metrics}):
-                return True
+        if self._offline_phase(self.cfg.agent.pretrain_updates, logger, stop, {"phase": "offline"}):
+            return True
         self._enter_online()
         self.save()  # the boundary: a resume from here starts the online phase
         return False
@@ -240,17 +245,17 @@ class FinetuneRunner(OfflineRunner):
         """The online phase."""
         cfg = self.cfg
         env = self.train_env
-        stats = EpisodeStats(env.num_envs, self.progress.recent_returns)
+        self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns)
         self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
         while self.progress.env_steps < cfg.runner.total_steps:
             start = time.perf_counter()
-            obs, metrics = self._online_iteration(obs, stats)
+            obs, metrics = self._online_iteration(obs, stats, logger)
             self.progress.iteration += 1
             self.progress.recent_returns = list(stats.recent)
-            metrics = {**stats.metrics(), **metrics, "updates": self.progress.online_updates,
+            metrics = {**stats.metrics(), **metrics, "online_updates": self.progress.online_updates,
                        "iteration_time": time.perf_counter() - start}
             if self.curriculum is not None:
                 metrics["jsrl/h"] = self.curriculum.h
@@ -261,16 +266,28 @@ class FinetuneRunner(OfflineRunner):
             if self.progress.iteration % cfg.runner.log_every == 0:
                 logger.log(self.progress.env_steps, metrics)
             if stop is not None and stop({"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
-                break
+                return
+        self.ctrl_c.check()  # one pressed during the last iteration
 
-    def _online_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
+    def _rewind(self) -> None:
+        """Offline: as :meth:`OfflineRunner._rewind`. Online, Ctrl+C is taken between env steps and updates,
+        which the replay buffer and the agent hold, so nothing goes back (a second one that splits an update
+        is not undone, as in :class:`~robolearn.runner.Runner`'s off-policy loop); the returns of the episodes
+        that ended in the cut-short iteration are kept."""
+        super()._rewind()
+        if self.progress.phase == "online" and getattr(self, "_stats", None) is not None:
+            self.progress.recent_returns = list(self._stats.recent)
+
+    def _online_iteration(self, obs: Obs, stats: EpisodeStats, logger: RunLogger) -> tuple[Obs, dict[str, float]]:
         """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""
         cfg, env = self.cfg, self.train_env
         sums: dict[str, float] = {}
         updates = 0
-        for _ in range(max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs)):
+        left = iteration_rest(self.progress.env_steps, max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * env.num_envs)
+        for _ in range(-(-left // env.num_envs)):
             if self.progress.env_steps >= cfg.runner.total_steps:
                 break
+            self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
             out = self._act(obs)
             check_finite("action", out["action"])
             next_obs, reward, terminated, truncated, info = env.step(out["action"])
@@ -286,15 +303,17 @@ class FinetuneRunner(OfflineRunner):
             self.online.add(transition)
             obs = next_obs
             self.progress.env_steps += env.num_envs
+            logger.advance(self.progress.env_steps)
             if self.progress.env_steps <= cfg.agent.warmup_steps:
                 continue  # WSRL warmup: the frozen pretrained policy acts, nothing is updated
             self.progress.update_debt += cfg.runner.utd_ratio * env.num_envs
             while self.progress.update_debt >= 1.0:
+                self.ctrl_c.check()
                 for key, value in self.agent.update(self._batch()).items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 updates += 1
+                self.progress.online_updates += 1
                 self.progress.update_debt -= 1.0
-        self.progress.online_updates += updates
         metrics = {k: v / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics

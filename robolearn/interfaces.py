@@ -21,6 +21,7 @@ Observations are dicts of named groups (``policy``: what the robot senses;
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -111,17 +112,23 @@ def flatten_obs(obs: Obs, groups: tuple[str, ...], batch_dims: int = 1) -> torch
     return torch.cat([obs[g].flatten(batch_dims) for g in groups], dim=-1)
 
 
-def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "controller") -> torch.Tensor:
+def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "controller",
+                     device: torch.device | str | None = None) -> torch.Tensor:
     """What a controller's ``act`` feeds its network: ``groups`` of ``obs`` flattened into float32
-    ``(num_envs, size)``, checked first, so a wrong input is an error that says what to give instead
-    of a shape mismatch deep inside (numpy arrays are taken as they come)."""
+    ``(num_envs, size)`` on ``device`` (numpy arrays and other devices are taken), checked first, so a
+    wrong input is an error that says what to give instead of a shape mismatch deep inside."""
     if not isinstance(obs, Mapping):
         raise TypeError(f"{who}.act takes a dict of observation groups {{name: (num_envs, ...) tensor}} with "
                         f"{list(groups)}, got a {type(obs).__name__}")
     missing = [g for g in groups if g not in obs]
     if missing:
         raise ValueError(f"{who}.act: observation group(s) {missing} missing; it reads {list(groups)}, got {sorted(obs)}")
-    parts = [torch.as_tensor(obs[g]).to(torch.float32).flatten(1) for g in groups]
+    values = [torch.as_tensor(obs[g]) for g in groups]
+    if any(v.dim() < 2 for v in values):
+        shapes = {g: tuple(v.shape) for g, v in zip(groups, values)}
+        raise ValueError(f"{who}.act: observations are batched, (num_envs, ...); got shapes {shapes} "
+                         "(one env: add a leading dimension of 1)")
+    parts = [v.to(device=device, dtype=torch.float32).flatten(1) for v in values]
     x = torch.cat(parts, dim=-1)
     if x.shape[-1] != size:
         widths = ", ".join(f"{g} {p.shape[-1]}" for g, p in zip(groups, parts))
@@ -154,7 +161,13 @@ class Controller(nn.Module, ABC):
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
         """One action per env for this control step."""
-        return self(controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__))
+        return self(self.read(obs))
+
+    def read(self, obs: Obs) -> torch.Tensor:
+        """``obs`` as this controller's network input (:func:`controller_input`), on its device."""
+        weights = next(itertools.chain(self.parameters(), self.buffers()), None)
+        device = weights.device if weights is not None else None
+        return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, device)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Clear internal state for the envs in ``mask`` (all when None)."""

@@ -25,7 +25,7 @@ class RunLogger:
 
     def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
                  project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0,
-                 counter: str = "env_steps", phase: str | None = None) -> None:
+                 counter: str = "env_steps", phase: str | None = None, unit: str = "step") -> None:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
         # A run resumed from a checkpoint older than its last lines (a crash, a NaN stop) logs those steps
         # again: the old lines move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory.
@@ -36,7 +36,7 @@ class RunLogger:
         self._start_steps = initial_steps
         # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
         self._redraw = sys.stderr.isatty()
-        self._bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
+        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, unit_scale=True,
                          dynamic_ncols=True, disable=not progress, smoothing=0.1,
                          mininterval=0.1 if self._redraw else 30.0)
         self._wandb = None
@@ -64,6 +64,11 @@ class RunLogger:
         if "return" in metrics and not math.isnan(metrics["return"]):
             postfix["return"] = f"{metrics['return']:.1f}"
         self._bar.set_postfix(postfix, refresh=self._redraw)
+
+    def advance(self, count: int) -> None:
+        """Move the progress bar to ``count`` between logged iterations (tqdm redraws at most every
+        ``mininterval``): an iteration of slow updates would otherwise sit at one number for minutes."""
+        self._bar.update(count - self._bar.n)
 
     def summary(self, values: dict[str, Any]) -> None:
         if self._wandb is not None:

@@ -23,6 +23,7 @@ export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -35,12 +36,13 @@ import torch
 from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save_checkpoint
 from robolearn.config import ConfigError, TrainConfig, to_dict, validated
 from robolearn.data import Dataset, DatasetError
+from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (RunResult, _check_metrics, finish_run, interrupted, new_run_dir, refuse_finished,
-                              stopped_by_nan, write_config)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, finish_run, interrupted, new_run_dir, read_run_config,
+                              iteration_rest, refuse_finished, stopped_by_nan, write_config)
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -71,6 +73,15 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
                            + "; ".join(problems) + " (dataset vs env)")
 
 
+def _spanning_the_run(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``agent.total_updates`` 0 (auto) set to this run's ``runner.total_steps``, so schedules
+    (IQL's cosine) span it. The written config keeps 0: a resume that raises total_steps stretches the
+    schedule with it, instead of going on at the finished schedule's zero learning rate."""
+    if getattr(cfg.agent, "total_updates", 1) > 0:
+        return cfg
+    return dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, total_updates=cfg.runner.total_steps))
+
+
 @dataclass
 class OfflineProgress:
     """Where an offline run is; saved in every checkpoint."""
@@ -84,8 +95,7 @@ class UpdateLogger(RunLogger):
     """:class:`RunLogger` counting gradient updates (and updates/s) instead of env steps."""
 
     def __init__(self, run_dir: Path, **kwargs: Any) -> None:
-        super().__init__(run_dir, counter="updates", **kwargs)
-        self._bar.unit = "update"
+        super().__init__(run_dir, counter="updates", unit="update", **kwargs)
 
     def log(self, updates: int, metrics: dict[str, float]) -> None:
         now, rate = self.clock(updates)
@@ -115,9 +125,14 @@ class OfflineRunner:
             raise ConfigError(f"dataset: algo '{cfg.algo}' learns online; offline algorithms are {offline}")
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
-        if hasattr(cfg.agent, "total_updates") and cfg.agent.total_updates <= 0:
-            cfg.agent.total_updates = cfg.runner.total_steps  # schedules (IQL's cosine) span the run
+        if resume:
+            trained_on = read_run_config(resume).dataset
+            if dataset_id(trained_on) != dataset_id(cfg.dataset):
+                raise ConfigError(f"dataset={cfg.dataset}: {resume} was trained on '{trained_on}'; a resume goes on with "
+                                  "the same data (train a new run, or fine-tune from its export, for another)")
         self.cfg = cfg
+        self.ctrl_c = CtrlC()
+        self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)
         cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -138,7 +153,7 @@ class OfflineRunner:
         cfg = self.cfg
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
         check_dataset_fits(self.dataset, cfg.env.task, self.env)
-        self.agent = make_agent(cfg, self.env)
+        self.agent = make_agent(_spanning_the_run(cfg), self.env)
         data = self.agent.prepare(self.dataset.transitions(self.env.device))
         self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
         self.replay.add(data)
@@ -185,35 +200,24 @@ class OfflineRunner:
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Run ``runner.total_steps`` updates (or until ``stop(metrics)``); then export, evaluate, film.
 
-        Ctrl+C saves a checkpoint that ``--resume`` continues from; NaN or inf in a
-        loss stops the run with the last good checkpoint kept.
+        Ctrl+C saves a checkpoint that ``--resume`` continues from exactly: it is taken between
+        updates (:class:`~robolearn.runner.CtrlC`), and the resume finishes the iteration it cut
+        short; a second Ctrl+C, which may land inside an update, goes back to the iteration's start.
+        NaN or inf in a loss stops the run with the last good checkpoint kept.
         """
         cfg = self.cfg
-        total = cfg.runner.total_steps
-        logger = UpdateLogger(self.run_dir, total_steps=total, config=to_dict(cfg), wandb_mode=cfg.logging.wandb,
-                              project=cfg.logging.project, name=cfg.run_name, progress=cfg.logging.progress,
-                              initial_steps=self.progress.updates)
+        logger = UpdateLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
+                              wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
+                              progress=cfg.logging.progress, initial_steps=self.progress.updates)
         result = RunResult(self.run_dir)
-        try:
-            while self.progress.updates < total:
-                start = time.perf_counter()
-                count = min(UPDATES_PER_ITERATION, total - self.progress.updates)
-                metrics = self._iteration(count)
-                self.progress.updates += count
-                self.progress.iteration += 1
-                metrics["iteration_time"] = time.perf_counter() - start
-                if self.progress.iteration % cfg.runner.checkpoint_every == 0 or self.progress.updates >= total:
-                    self.progress.evaluation = self.evaluate()
-                    metrics |= self.progress.evaluation
-                    self.save()
-                if self.progress.iteration % cfg.runner.log_every == 0:
-                    logger.log(self.progress.updates, metrics)
-                if stop is not None and stop(metrics):
-                    break
-        except KeyboardInterrupt:
-            return interrupted(self, result, logger)
-        except NonFiniteError as err:
-            raise stopped_by_nan(self, logger, err) from None
+        with self.ctrl_c:
+            try:
+                self._offline_phase(cfg.runner.total_steps, logger, stop, {})
+            except KeyboardInterrupt:
+                self._rewind()
+                return interrupted(self, result, logger)
+            except NonFiniteError as err:
+                raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
@@ -221,18 +225,56 @@ class OfflineRunner:
         logger.close()
         return result
 
-    def _iteration(self, count: int) -> dict[str, float]:
-        """``count`` updates on sampled minibatches; their metrics averaged (one device sync at the end)."""
+    def _offline_phase(self, total: int, logger: RunLogger, stop: Callable[[dict[str, float]], bool] | None,
+                       tags: dict[str, Any]) -> bool:
+        """Iterations of ``UPDATES_PER_ITERATION`` updates until ``total``: evaluated and checkpointed every
+        ``runner.checkpoint_every``, logged every ``runner.log_every`` and at the end. ``stop`` sees each
+        iteration's metrics (with ``tags`` and ``updates``); returns whether it ended the phase."""
+        cfg = self.cfg
+        while self.progress.updates < total:
+            start = time.perf_counter()
+            self._rewind_to = Snapshot(self.progress, self.agent)
+            left = iteration_rest(self.progress.updates, UPDATES_PER_ITERATION)
+            metrics = self._iteration(min(left, total - self.progress.updates), logger)
+            self._rewind_to = None
+            self.progress.iteration += 1
+            metrics["iteration_time"] = time.perf_counter() - start
+            done = self.progress.updates >= total
+            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or done:
+                self.progress.evaluation = self.evaluate()
+                metrics |= self.progress.evaluation
+                self.save()
+            if self.progress.iteration % cfg.runner.log_every == 0 or done:
+                logger.log(self.progress.updates, metrics)
+            if not done and stop is not None and stop({**tags, "updates": self.progress.updates, **metrics}):
+                return True
+        self.ctrl_c.check()  # one pressed during the last iteration
+        return False
+
+    def _iteration(self, count: int, logger: RunLogger | None = None) -> dict[str, float]:
+        """``count`` updates on sampled minibatches, each counted in ``progress`` as it lands (a Ctrl+C
+        is taken between two); their metrics averaged (one device sync at the end)."""
         sums: dict[str, Any] = {}
         counts: collections.Counter[str] = collections.Counter()
         sample = getattr(self.agent, "sample", self.replay.sample)
         for _ in range(count):
+            self.ctrl_c.check()
             for key, value in self.agent.update(sample(self.cfg.agent.batch_size)).items():
                 sums[key] = sums.get(key, 0.0) + value
                 counts[key] += 1
+            self.progress.updates += 1
+            if logger is not None:
+                logger.advance(self.progress.updates)
         metrics = {key: float(value) / counts[key] for key, value in sums.items()}
         _check_metrics(metrics)
         return metrics
+
+    def _rewind(self) -> None:
+        """Before a Ctrl+C checkpoint: a first Ctrl+C stopped between updates, and progress counts exactly the
+        updates the agent holds; a second one may have split an update, so go back to the iteration's start."""
+        if self.ctrl_c.forced and self._rewind_to is not None:
+            self.progress = self._rewind_to.restore(self.agent)
+        self._rewind_to = None
 
     def close(self) -> None:
         if hasattr(self, "env"):  # not when its construction failed

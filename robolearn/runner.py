@@ -72,7 +72,7 @@ class Progress:
     recent_returns: list[float] = field(default_factory=list)
     pretrain_updates: int = 0  # agents that pretrain on a dataset: updates done
     pretrained: bool = False  # ... and whether that phase has ended
-    world_size: int = 1  # ranks that trained it: `train --resume` starts as many (cli.resume_ranks)
+    world_size: int = 0  # ranks that trained it, `train --resume` starts as many (cli._trained_ranks); 0: not recorded
 
 
 @dataclass
@@ -173,8 +173,8 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
             raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
         return ExportedController(run_dir / "export" / FILENAMES[exported])
     cfg = cfg or read_run_config(run_dir)
-    if env is None:
-        with make_env(cfg.env, num_envs=1) as spec_env:
+    if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU
+        with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
             return load_agent(run_dir, spec_env, cfg).controller().eval()
     return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
 
@@ -193,7 +193,8 @@ class Runner:
         if resume:
             self.run_dir = Path(resume)
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
-        self._rewind_to: tuple[Progress, dict[str, Any], dict[str, Any]] | None = None  # see _mark
+        self._rewind_to: Snapshot | None = None  # see _mark
+        self._logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
         np.random.seed(self.seed)
@@ -241,14 +242,17 @@ class Runner:
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 
-    def planned_steps(self) -> int:
-        """The env steps this run will end at: ``runner.total_steps`` rounded up to whole iterations
-        (on-policy: ``num_steps`` x all worlds; off-policy: ~1000 steps), which are never cut short."""
+    def _steps_per_iteration(self) -> int:
+        """Env steps per iteration, all ranks: on-policy ``num_steps`` x worlds; off-policy about 1000."""
         worlds = self.env.num_envs * self.world_size
         if self.agent.on_policy:
-            per_iteration = getattr(self.cfg.agent, "num_steps", 1) * worlds
-        else:
-            per_iteration = max(1, OFF_POLICY_STEPS_PER_ITERATION // self.env.num_envs) * worlds
+            return getattr(self.cfg.agent, "num_steps", 1) * worlds
+        return max(1, OFF_POLICY_STEPS_PER_ITERATION // self.env.num_envs) * worlds
+
+    def planned_steps(self) -> int:
+        """The env steps this run will end at: ``runner.total_steps`` rounded up to whole iterations,
+        which are never cut short."""
+        per_iteration = self._steps_per_iteration()
         return -(-self.cfg.runner.total_steps // per_iteration) * per_iteration
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -270,12 +274,12 @@ class Runner:
 
     def _restore(self) -> None:
         self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
-        if self.progress.world_size != self.world_size:
+        if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
                           f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "
                           f"of the batch it did (resume with --nproc {self.progress.world_size} to keep it)",
                           stacklevel=2)
-            self.progress.world_size = self.world_size
+        self.progress.world_size = self.world_size
         if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)
@@ -311,6 +315,7 @@ class Runner:
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
                                wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
                                progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
+        self._logger = logger
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
@@ -409,8 +414,7 @@ class Runner:
         sums: dict[str, float] = collections.defaultdict(float)
         updates = 0
         per_step = env.num_envs * self.world_size
-        per_iteration = max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * per_step
-        left = per_iteration - self.progress.env_steps % per_iteration  # the rest of one a Ctrl+C cut short, else all
+        left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
         for _ in range(-(-left // per_step)):
             self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
             if self.progress.env_steps < runner.random_steps and hasattr(self.agent, "random_act"):
@@ -436,9 +440,8 @@ class Runner:
         return obs, metrics
 
     def _mark(self) -> None:
-        """Remember progress, RNG and agent now, the start of an iteration that a Ctrl+C discards (on-policy
-        and pretraining iterations; one copy of the agent's state per iteration)."""
-        self._rewind_to = (_copy_progress(self.progress), rng_state(), copy.deepcopy(self.agent.state_dict()))
+        """Remember the start of an iteration that a Ctrl+C discards (on-policy and pretraining iterations)."""
+        self._rewind_to = Snapshot(self.progress, self.agent)
 
     def _rewind(self, stats: EpisodeStats) -> None:
         """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
@@ -446,9 +449,7 @@ class Runner:
         go back to its start; otherwise (off policy, between steps) keep the steps, which the replay
         buffer and the agent's updates already hold."""
         if self._rewind_to is not None:
-            self.progress, rng, agent = self._rewind_to
-            set_rng_state(rng)
-            self.agent.load_state_dict(agent)
+            self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None
         else:
             self.progress.recent_returns = list(stats.recent)
@@ -469,6 +470,8 @@ class Runner:
         self.agent.reset(done)
         stats.add(reward, done, info)
         self.progress.env_steps += self.env.num_envs * self.world_size
+        if self._logger is not None:
+            self._logger.advance(self.progress.env_steps)  # the bar moves within a slow iteration too
         transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward,
                       "terminated": terminated, "truncated": truncated, **out}
         return next_obs, transition
@@ -484,8 +487,24 @@ class Runner:
         distributed.shutdown()
 
 
-def _copy_progress(progress: Progress) -> Progress:
-    return dataclasses.replace(progress, recent_returns=list(progress.recent_returns))
+class Snapshot:
+    """Progress, random streams and agent at an iteration's start, for a Ctrl+C to go back to
+    (one copy of the agent's state per iteration)."""
+
+    def __init__(self, progress: Any, agent: Agent) -> None:
+        self.progress, self.rng, self.agent = copy.deepcopy(progress), rng_state(), copy.deepcopy(agent.state_dict())
+
+    def restore(self, agent: Agent) -> Any:
+        """Put ``agent`` and the random streams back; return the progress to continue from."""
+        set_rng_state(self.rng)
+        agent.load_state_dict(self.agent)
+        return self.progress
+
+
+def iteration_rest(done: int, per_iteration: int) -> int:
+    """Steps (or updates) left in the current iteration: a whole one at its start, or the rest of one that
+    a Ctrl+C cut short, which a resume finishes so that logged counts stay on the iteration grid."""
+    return per_iteration - done % per_iteration
 
 
 class CtrlC:
@@ -498,10 +517,11 @@ class CtrlC:
 
     def __init__(self, deferred: bool = False) -> None:
         self.pending, self.deferred = False, deferred
+        self.forced = False  # a second Ctrl+C raised wherever it landed, maybe inside an update
         self._previous: Any = None
 
     def __enter__(self) -> CtrlC:
-        self.pending = False
+        self.pending = self.forced = False
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
             self._previous = signal.signal(signal.SIGINT, self._press)
@@ -514,6 +534,7 @@ class CtrlC:
 
     def _press(self, signum: int, frame: Any) -> None:
         if self.pending:
+            self.forced = True
             raise KeyboardInterrupt
         self.pending = True
 
@@ -555,6 +576,9 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
     """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
     if logger is not None:
         logger.close()
+    if not runner.checkpoint_path.is_file():
+        return NonFiniteError(f"{err}; training stopped before its first checkpoint (nothing to resume): "
+                              "check the config's learning rate, batch size and the data")
     return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}")
 
 

@@ -206,7 +206,7 @@ class TaskEnv(VecEnv):
         if tuple(action.shape) != expected:
             raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
         if self.device.type == "cpu" and not bool(torch.isfinite(action).all()):
-            worlds = (~torch.isfinite(action)).any(1).nonzero().squeeze(1).tolist()
+            worlds = (~torch.isfinite(action)).flatten(1).any(1).nonzero().squeeze(1).tolist()
             raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
         return action
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, controller_input
+from robolearn.interfaces import Controller, Obs
 from policies.modules import ActionScaler
 
 
@@ -55,7 +55,7 @@ class SkillController(Controller):
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
-        x = controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
+        x = self.read(obs)
         if self.step is None or self.step.shape[0] != x.shape[0]:
             self.skill, self.step = x.new_zeros(x.shape[0], self.latent_dim), x.new_zeros(x.shape[0])
         action, self.skill, self.step = self(x, self.skill, self.step)

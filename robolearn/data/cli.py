@@ -57,6 +57,7 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("name")
     p.add_argument("--format", choices=["d4rl"], default="d4rl")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     p = sub.add_parser("split", parents=[root], help="split a dataset's episodes into new datasets")
     p.add_argument("name")
@@ -102,7 +103,7 @@ def _info(args: argparse.Namespace) -> int:
         return 0
     for key, value in summary.items():
         text = f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
-        print(f"{key + ':':<24}{text if len(text) <= 100 else text[:96] + ' ...'}")
+        print(f"{key + ':':<23} {text if len(text) <= 100 else text[:96] + ' ...'}")
     return 0
 
 
@@ -191,13 +192,32 @@ def _import(args: argparse.Namespace) -> int:
     name = args.name or _slug(args.path.stem if args.path.is_file() else args.path.resolve().name)
     ds = Dataset.create(name, episodes, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps -> {ds.path}")
+    _warn_out_of_bounds(episodes, specs[1])
     return 0
+
+
+def _warn_out_of_bounds(episodes: list, action_spec: Any) -> None:
+    """Say when imported actions lie outside the task's bounds (another scale, or the wrong task): the env
+    clips such actions, while offline agents learn them as given."""
+    import numpy as np
+
+    low, high = np.asarray(action_spec.low), np.asarray(action_spec.high)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return
+    actions = np.concatenate([e.actions for e in episodes])
+    outside = float(((actions < low - 1e-6) | (actions > high + 1e-6)).any(axis=-1).mean())
+    if outside > 0:
+        print(f"warning:     {100 * outside:.1f}% of the actions lie outside the task's bounds [{low.min():g}, "
+              f"{high.max():g}] (seen {actions.min():.3g} to {actions.max():.3g}); the env clips them, offline "
+              "agents learn them as given: rescale them, or check --task")
 
 
 def _export(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset
     from robolearn.data.d4rl import write_d4rl
 
+    if args.out.exists() and not args.overwrite:
+        raise FileExistsError(f"{args.out}: exists; pass --overwrite to replace it")
     path = write_d4rl(Dataset.load(args.name, args.root), args.out)
     print(f"exported:    {path}")
     return 0
@@ -209,7 +229,7 @@ def _split(args: argparse.Namespace) -> int:
     parts = split(Dataset.load(args.name, args.root), args.fractions, args.names, seed=args.seed, root=args.root,
                   overwrite=args.overwrite)
     for part in parts:
-        print(f"{part.id + ':':<24}{part.num_episodes} episodes, {part.num_steps} steps")
+        print(f"{part.id + ':':<23} {part.num_episodes} episodes, {part.num_steps} steps")
     return 0
 
 

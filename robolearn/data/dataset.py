@@ -182,7 +182,8 @@ class Dataset:
 
     def transitions(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """Every step as one batch of tensors on ``device``: ``obs`` and ``next_obs`` (dicts of
-        groups), ``action``, ``reward``, ``terminated``, ``truncated``; what offline agents train on.
+        groups), ``action``, ``reward`` (float32, whatever the file stores), ``terminated``,
+        ``truncated``; what offline agents train on.
 
         Read on a worker thread, which glibc gives a malloc arena of its own: reading thousands of
         episodes leaves the heap it reads on fragmented (short-lived arrays of every size between
@@ -205,8 +206,8 @@ class Dataset:
             rows = {"obs": {g: o[:-1] for g, o in episode.observations.items()}, "action": episode.actions,
                     "reward": episode.rewards, "next_obs": {g: o[1:] for g, o in episode.observations.items()},
                     "terminated": episode.terminations.astype(bool), "truncated": episode.truncations.astype(bool)}
-            if not arrays:
-                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), a.dtype))
+            if not arrays:  # floats as float32, what the networks take (Minari's MuJoCo datasets store float64)
+                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), np.float32 if a.dtype.kind == "f" else a.dtype))
             write_batch(arrays, rows, slice(filled, end))
             filled = end
         if filled != steps:
@@ -301,7 +302,7 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
                            ("observation shapes", _shapes(first.observation_spec), _shapes(other.observation_spec)),
                            ("action shape", first.action_spec.shape, other.action_spec.shape)):
             if a != b:
-                raise DatasetError(f"cannot merge '{first.id}' and '{other.id}': their {what} differ ({a} vs {b})")
+                raise DatasetError(f"cannot merge '{first.id}' and '{other.id}': they differ in {what} ({a} vs {b})")
     def episodes() -> Iterator[Episode]:
         for dataset in datasets:
             yield from dataset

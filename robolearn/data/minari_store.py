@@ -55,10 +55,11 @@ _ID = re.compile(r"^[-\w]+?(-v\d+)?$")
 
 
 def datasets_root(root: str | Path | None = None) -> Path:
-    """Where datasets live: ``root``, else ``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``."""
+    """Where datasets live: ``root``, else ``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``; absolute
+    (Minari's storage joins a relative root onto itself: ``myroot/.tmp/data/myroot/.tmp/data``)."""
     if root is not None:
-        return Path(root).expanduser()
-    return Path(os.environ.get(ROOT_ENV) or Path.home() / ".robolearn" / "datasets").expanduser()
+        return Path(root).expanduser().resolve()
+    return Path(os.environ.get(ROOT_ENV) or Path.home() / ".robolearn" / "datasets").expanduser().resolve()
 
 
 def dataset_id(name: str) -> str:

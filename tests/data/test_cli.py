@@ -89,3 +89,15 @@ def test_missing_task_and_dataset_are_one_line_errors(tmp_path, root, capsys):
     assert "no dataset 'nothing'" in capsys.readouterr().err
     assert main(["dataset", "import", str(Path(tmp_path)), "--format", "lerobot"]) == 2
     assert "not a LeRobot dataset" in capsys.readouterr().err
+
+
+def test_a_relative_root_works(tmp_path, monkeypatch):
+    """--root and $ROBOLEARN_DATASETS relative to the working folder (Minari's storage had doubled them)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ROBOLEARN_DATASETS", "rel")
+    assert main(["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "1",
+                 "--no-progress", "--root", "./mine"]) == 0
+    assert main(["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "1",
+                 "--no-progress"]) == 0
+    assert (tmp_path / "mine" / "pendulum-random-v0").is_dir() and (tmp_path / "rel" / "pendulum-random-v0").is_dir()
+    assert len(Dataset.load("pendulum-random")) == 1

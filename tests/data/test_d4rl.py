@@ -7,6 +7,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
 from robolearn.cli import main
@@ -96,6 +97,9 @@ def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     with h5py.File(tmp_path / "out.hdf5") as f:
         np.testing.assert_array_equal(f["actions"][()], _d4rl_arrays()["actions"])
     assert "exported:" in capsys.readouterr().out
+    assert main(["dataset", "export", "hopper-medium-v2", "--out", str(tmp_path / "out.hdf5")]) == 2  # kept
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["dataset", "export", "hopper-medium-v2", "--out", str(tmp_path / "out.hdf5"), "--overwrite"]) == 0
 
 
 def _error(capsys, *argv: str) -> str:
@@ -142,3 +146,27 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     err = _error(capsys, "import", str(good), "--format", "d4rl", "--name", "keep", "--overwrite", "--task", "pendulum")
     assert "the task's are" in err  # a failed overwrite leaves the old dataset as it was
     assert sorted(p.name for p in root.rglob("*")) == before and len(Dataset.load("keep")) == 3
+
+
+def test_float64_files_train_as_float32(tmp_path, root):
+    """Many D4RL and Minari MuJoCo files store float64: the file keeps them, the training batch is float32
+    (a float64 batch had failed deep inside the first update with 'mat1 and mat2 must have the same dtype')."""
+    arrays = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in _d4rl_arrays().items()}
+    assert main(["dataset", "import", str(_write(tmp_path / "f64.hdf5", **arrays)), "--format", "d4rl",
+                 "--task", "hopper"]) == 0
+    ds = Dataset.load("f64")
+    assert ds[0].observations["policy"].dtype == np.float64  # as imported
+    batch = ds.transitions()
+    assert batch["obs"]["policy"].dtype == batch["action"].dtype == batch["reward"].dtype == torch.float32
+    np.testing.assert_allclose(batch["action"].numpy(), arrays["actions"], rtol=1e-6)
+
+
+def test_actions_outside_the_tasks_bounds_are_pointed_out(tmp_path, root, capsys):
+    arrays = _d4rl_arrays()
+    arrays["actions"] = arrays["actions"] * 5  # another scale than hopper's [-1, 1]
+    assert main(["dataset", "import", str(_write(tmp_path / "scaled.hdf5", **arrays)), "--format", "d4rl",
+                 "--task", "hopper"]) == 0
+    assert "of the actions lie outside the task's bounds [-1, 1]" in capsys.readouterr().out
+    assert main(["dataset", "import", str(_write(tmp_path / "fine.hdf5", **_d4rl_arrays())), "--format", "d4rl",
+                 "--task", "hopper"]) == 0
+    assert "warning" not in capsys.readouterr().out

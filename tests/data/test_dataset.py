@@ -84,7 +84,7 @@ def test_split_and_merge(recorded):
     both = merge([train, val], "pendulum-again")
     assert len(both) == 5 and both.num_steps == ds.num_steps
     other = recorded("hopper", 1, num_envs=1)
-    with pytest.raises(DatasetError, match="task differ"):
+    with pytest.raises(DatasetError, match="differ in task"):
         merge([ds, other], "mixed")
     with pytest.raises(DatasetError, match="sum to at most 1"):
         split(ds, [0.8, 0.5])

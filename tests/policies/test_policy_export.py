@@ -89,3 +89,5 @@ def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_o
             driver.act({"critic": torch.zeros(3, 3)})
         with pytest.raises(TypeError, match="takes a dict of observation groups"):
             driver.act(obs["policy"])
+        with pytest.raises(ValueError, match=r"batched, \(num_envs, ...\); got shapes \{'policy': \(4,\)\}"):
+            driver.act({"policy": torch.zeros(4)})

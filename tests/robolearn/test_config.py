@@ -35,6 +35,7 @@ def test_yaml_and_overrides_are_typed(tmp_path):
     assert cfg.run_name == "c"  # named after its file; without one, after algo and task
     assert TrainConfig(algo="toy", env=EnvConfig(task="gym:Pendulum-v1")).run_name == "toy_gym_Pendulum-v1"
     assert load_config(path, ["name=mine"], AGENTS).run_name == "mine"
+    assert load_config(path, ["env.task=gym:Pendulum-v1"], AGENTS).run_name == "c_gym_Pendulum-v1"  # task overridden
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,21 @@ def test_a_config_changed_in_python_is_checked_again(tmp_path) -> None:
 def test_overrides_from_python_as_a_mapping_and_null_sections(tmp_path) -> None:
     path = write(tmp_path, "algo: toy\nenv:\n  task: pendulum\n  randomization: {mass: [0.9, 1.1]}\n")
     cfg = load_config(path, {"runner.total_steps": 1e5, "env.device": "cpu", "agent.hidden": (8, 8),
-                             "env.randomization": None}, AGENTS)
+                             "env.randomization": None, "run_dir": tmp_path, "agent.learning_rate": float("inf")}, AGENTS)
     assert cfg.runner.total_steps == 100_000 and cfg.agent.hidden == (8, 8) and cfg.env.randomization == {}
+    assert cfg.run_dir == str(tmp_path) and cfg.agent.learning_rate == float("inf")
     with pytest.raises(ConfigError, match="runner.total_steps: must not be negative, got -5"):
         load_config(path, ["runner.total_steps=-5"], AGENTS)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("runner.checkpoint_every=0", "runner.checkpoint_every: must be at least 1"),
+    ("runner.log_every=0", "runner.log_every: must be at least 1"),
+    ("runner.eval_episodes=-1", "runner.eval_episodes: must not be negative"),
+    ("agent.batch_size=0", "agent.batch_size: must be at least 1"),
+    ("agent.actor_lr=.nan", "agent.actor_lr: got nan"),
+])
+def test_values_that_would_fail_later_are_refused_naming_the_key(override, message) -> None:
+    """Each of these had failed after the first iteration: a ZeroDivisionError, a NaN loss, torch's own message."""
+    with pytest.raises(ConfigError, match=message):
+        load_config("sac_pendulum", [override])

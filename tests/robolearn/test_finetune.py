@@ -13,7 +13,10 @@ import sims
 from robolearn import load_config
 from robolearn.checkpoint import load_checkpoint
 from robolearn.data import DatasetWriter, record
-from robolearn.export import ExportedController
+from robolearn.data.record import RandomController
+from robolearn.config import ConfigError
+from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import Controller
 from robolearn.finetune_runner import FinetuneRunner
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -71,7 +74,8 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
     assert len(offline) == 20
     assert len(online) == 50 and min(step for _, step in online) > 600  # UTD 1/8 over the 400 steps after warmup
     records = lines(runner)
-    assert [(r["phase"], r.get("updates"), r.get("env_steps")) for r in records] == [("offline", 20, None), ("online", 50, 1000)]
+    assert [(r["phase"], r.get("updates") or r.get("online_updates"), r.get("env_steps")) for r in records] == [
+        ("offline", 20, None), ("online", 50, 1000)]
     assert all("eval/return" in r for r in records)
     assert runner.replay is None and runner.online.size == 1000  # only online transitions, the dataset dropped
     # SAC online; the config keeps the pretraining's target entropy (-|A|, pendulum has one action), not the paper's 0
@@ -83,7 +87,8 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
 
 def test_warmup_actions_come_from_the_frozen_pretrained_policy(tmp_path):
     """A run that is all warmup makes no update: the final controller is the pretrained one."""
-    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "runner.utd_ratio=1.0"))
+    with pytest.warns(UserWarning, match="will update nothing"):
+        runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "runner.utd_ratio=1.0"))
     assert runner.progress.online_updates == 0
     pretrained = ExportedController(runner.run_dir / "pretrained" / "controller.onnx")
     final = ExportedController(runner.run_dir / "export" / "controller.onnx")
@@ -93,7 +98,7 @@ def test_warmup_actions_come_from_the_frozen_pretrained_policy(tmp_path):
 
 def test_online_target_entropy_switches_when_set(tmp_path):
     """The paper's setting (one SAC target of 0 for both phases) is one override away."""
-    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "agent.online_target_entropy=0.0"))
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "agent.online_target_entropy=0.0"))
     assert runner.agent.target_entropy == 0.0
 
 
@@ -142,5 +147,60 @@ def test_resume_across_the_phase_boundary(tmp_path):
     assert not any(calls)  # no pretraining again
     assert resumed.online.size == 2000 and resumed.progress.online_updates == 175  # 50 + 125 (UTD 1/8, 600 warmup)
     records = lines(resumed)
-    assert [(r["phase"], r.get("updates"), r.get("env_steps")) for r in records] == [
-        ("offline", 20, None), ("online", 50, 1000), ("online", 175, 2000)]
+    assert [(r["phase"], r.get("updates"), r.get("online_updates"), r.get("env_steps")) for r in records] == [
+        ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
+
+
+def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path):
+    """Ctrl+C in the online phase stops between updates: the checkpoint counts every update the agent
+    holds, and the resume ends on the same step grid and update count as an uninterrupted run."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=2000")
+    online_calls: list[int] = []
+
+    def spy(runner, batch):
+        if runner.progress.phase == "online":
+            online_calls.append(1)
+            if len(online_calls) == 60:  # in the second iteration
+                runner.ctrl_c.pending = True
+
+    interrupted = run(cfg, spy=spy)
+    saved = load_checkpoint(interrupted.checkpoint_path)["progress"]
+    assert saved["online_updates"] == len(online_calls) == 60 and 1000 < saved["env_steps"] < 2000
+    resumed = run(cfg, resume=interrupted.run_dir)
+    assert resumed.progress.online_updates == 175  # as test_resume_across_the_phase_boundary's straight count
+    assert [(r["phase"], r.get("env_steps")) for r in lines(resumed)] == [("offline", None), ("online", 1000),
+                                                                          ("online", 2000)]
+
+
+class HopperZeros(Controller):
+    """A controller of another task: hopper's 11 observations, 3 actions."""
+
+    obs_size = 11
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs[:, :3] * 0.0
+
+
+def test_a_bad_guide_is_refused_before_pretraining(tmp_path):
+    """agent.guide is checked when the run is built, not hours later at the switch to online."""
+    with pytest.raises(FileNotFoundError, match="agent.guide: no exported controller at nope"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "agent.guide=nope"))
+    hopper = tmp_path / "hopper_guide"
+    export_controller(HopperZeros(), hopper, ("torchscript",))
+    with pytest.raises(ConfigError, match="agent.guide: .*observation width 3 .*trained on 11"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={hopper}"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resume_is_refused(tmp_path, root):
+    with pytest.warns(UserWarning, match="agent.warmup_steps=5000 covers all runner.total_steps=300"):
+        FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=5000", "runner.total_steps=300")).close()
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=0")
+    first = run(cfg)
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("pendulum-other", env.observation_spec, env.action_spec, metadata={"task": "pendulum"},
+                           root=root) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+    cfg.runner.total_steps, cfg.dataset = 1000, "pendulum-other"
+    with pytest.raises(ConfigError, match="was trained on 'pendulum-tiny'; a resume goes on with the same data"):
+        FinetuneRunner(cfg, resume=first.run_dir)

@@ -16,7 +16,7 @@ from robolearn.data import DatasetError, DatasetWriter, record
 from robolearn.evaluate import evaluate
 from robolearn.export import ExportedController
 from robolearn.offline_runner import OfflineRunner
-from robolearn.runner import train
+from robolearn.runner import read_run_config, train
 
 SCRIPTED_RETURN = 405.0  # the swing_up fixture (conftest.py), 10 episodes
 
@@ -113,3 +113,56 @@ def test_cli_errors_are_one_line(root, tmp_path, capsys):
     assert "give dataset=<name>" in capsys.readouterr().err
     assert main(["train", "sac_pendulum", "dataset=pendulum-scripted", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]) == 2
     assert "learns online" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
+    """Ctrl+C mid-iteration saves exactly the updates the agent holds; the resume finishes that
+    iteration (logged updates stay on the 1000 grid) and ends where an uninterrupted run ends."""
+    def cfg(total):
+        return tiny(tmp_path, f"runner.total_steps={total}", "runner.eval_episodes=0", "agent.hidden=[32,32]")
+
+    straight = OfflineRunner(cfg(2000))
+    straight.train()
+    straight.close()
+
+    first = OfflineRunner(cfg(2000))
+    update, calls = first.agent.update, [0]
+
+    def press_at_1500(batch):
+        calls[0] += 1
+        if calls[0] == 1500:
+            first.ctrl_c.pending = True  # what the first SIGINT does; the loop raises at its next safe point
+        return update(batch)
+
+    first.agent.update = press_at_1500
+    assert first.train().interrupted
+    first.close()
+    saved = load_checkpoint(first.checkpoint_path)
+    assert saved["progress"]["updates"] == calls[0] == 1500
+    resumed = OfflineRunner(cfg(2000), resume=first.run_dir)
+    resumed.train()
+    resumed.close()
+    assert [json.loads(line)["updates"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()] == [1000, 2000]
+    a, b = (load_checkpoint(r.checkpoint_path)["agent"]["actor"] for r in (straight, resumed))
+    for key, value in a.items():
+        torch.testing.assert_close(b[key], value, rtol=0, atol=0)
+
+
+def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
+    """IQL's actor cosine spans the run (agent.total_updates 0 = auto); a finished run resumed with more
+    steps trains its actor on, rather than at the finished schedule's zero learning rate."""
+    def cfg(total):
+        return load_config("iql_hopper", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted", "env.task=pendulum",
+                                          "logging.wandb=disabled", "logging.progress=false", "runner.video_seconds=0",
+                                          "runner.eval_episodes=0", f"runner.total_steps={total}", "agent.hidden=[16,16]"])
+
+    first = OfflineRunner(cfg(1000))
+    first.train()
+    first.close()
+    assert read_run_config(first.run_dir).agent.total_updates == 0  # auto, as given
+    before = load_checkpoint(first.checkpoint_path)["agent"]["actor"]
+    resumed = OfflineRunner(cfg(2000), resume=first.run_dir)
+    resumed.train()
+    resumed.close()
+    after = load_checkpoint(resumed.checkpoint_path)["agent"]["actor"]
+    assert any(not torch.equal(before[k], after[k]) for k in before)
