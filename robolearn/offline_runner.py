@@ -126,7 +126,10 @@ class OfflineRunner:
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
         if resume:
-            trained_on = read_run_config(resume).dataset
+            before = read_run_config(resume)
+            if getattr(cfg.agent, "total_updates", 0) == before.runner.total_steps != cfg.runner.total_steps:
+                cfg.agent.total_updates = 0  # a run from before the auto horizon was kept as 0: stretch it too
+            trained_on = before.dataset
             if dataset_id(trained_on) != dataset_id(cfg.dataset):
                 raise ConfigError(f"dataset={cfg.dataset}: {resume} was trained on '{trained_on}'; a resume goes on with "
                                   "the same data (train a new run, or fine-tune from its export, for another)")

@@ -166,3 +166,10 @@ def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
     resumed.close()
     after = load_checkpoint(resumed.checkpoint_path)["agent"]["actor"]
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+    # a run saved by the earlier code carries the auto horizon as a number (its total_steps): stretched too
+    config = first.run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("total_updates: 0", "total_updates: 2000"))
+    resumed = OfflineRunner(cfg(3000), resume=first.run_dir)
+    assert resumed.cfg.agent.total_updates == 0
+    resumed.close()
