@@ -127,8 +127,10 @@ class OfflineRunner:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
         if resume:
             before = read_run_config(resume)
-            if getattr(cfg.agent, "total_updates", 0) == before.runner.total_steps != cfg.runner.total_steps:
-                cfg.agent.total_updates = 0  # a run from before the auto horizon was kept as 0: stretch it too
+            raised = before.runner.total_steps != cfg.runner.total_steps
+            # IQL's auto horizon, written as the old total_steps before it was kept as 0: stretch it too
+            if raised and getattr(cfg.agent, "total_updates", None) == before.runner.total_steps:
+                cfg.agent.total_updates = 0
             trained_on = before.dataset
             if dataset_id(trained_on) != dataset_id(cfg.dataset):
                 raise ConfigError(f"dataset={cfg.dataset}: {resume} was trained on '{trained_on}'; a resume goes on with "
