@@ -14,7 +14,7 @@ from pathlib import Path
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, load_run_config, read_yaml
+from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, read_yaml
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
@@ -229,22 +229,15 @@ def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
     return ranks
 
 
-def _run_config(run: Path) -> TrainConfig:
-    """``run``'s config; a missing or malformed config.yaml is a one-line error naming it."""
-    from robolearn.registry import agent_configs
-
-    return load_run_config(run, agent_configs())
-
-
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller
+    from robolearn.runner import load_controller, read_run_config
 
     _positive("--episodes", args.episodes)
     if args.fas_shift is not None and args.fas is None:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
-    cfg = _run_config(args.run)
+    cfg = read_run_config(args.run)
     if args.fas is not None:
         return _eval_fas(args, cfg)
     with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
@@ -293,10 +286,10 @@ def _play(args: argparse.Namespace) -> int:
 
     from robolearn.evaluate import record_video
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller
+    from robolearn.runner import load_controller, read_run_config
 
     _positive("--seconds", args.seconds)
-    cfg = _run_config(args.run)
+    cfg = read_run_config(args.run)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
         try:
@@ -310,12 +303,12 @@ def _play(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller, task_meta
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent
+    from robolearn.runner import load_agent, read_run_config
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
                          "and controller.json into it (their names are fixed: deploy and eval look for them)")
-    cfg = _run_config(args.run)
+    cfg = read_run_config(args.run)
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))

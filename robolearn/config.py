@@ -143,7 +143,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
-    file_task = (raw.get("env") or {}).get("task") if isinstance(raw.get("env"), dict) else None
+    file_task = _task_of(raw)
     if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
         for key, value in overrides.items():
             _set_dotted(raw, str(key).strip(), value)
@@ -163,9 +163,15 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
         # several configs share; and its task where an override changed it. A run's own config.yaml always
         # has the key, so a resume keeps the name it had
-        task = (raw.get("env") or {}).get("task") if isinstance(raw.get("env"), dict) else None
+        task = _task_of(raw)
         raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
     return config_from_dict(raw, agent_configs)
+
+
+def _task_of(raw: dict[str, Any]) -> Any:
+    """``env.task`` of a raw config (None where it is not given, or ``env`` is not a section)."""
+    env = raw.get("env")
+    return env.get("task") if isinstance(env, dict) else None
 
 
 def load_run_config(run_dir: str | Path, agent_configs: dict[str, type] | None = None) -> TrainConfig:

@@ -25,7 +25,6 @@ the end of the run is an online run's (export, eval.json, video).
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -86,15 +85,11 @@ class PhaseLogger(RunLogger):
         now, rate = self.clock(count)
         record = {"phase": self.phase, self.counter: count, "time": now, f"{self.counter}_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        if self._wandb is not None:
-            self._wandb.log(record, step=self.step_offset + count)
-        self._bar.update(count - self._bar.n)
         postfix = {"upd/s" if self.counter == "updates" else "fps": f"{rate:,.0f}"}
         for key in ("eval/return", "return", "jsrl/h"):
             if key in metrics and np.isfinite(metrics[key]):
                 postfix[key] = f"{metrics[key]:.1f}"
-        self._bar.set_postfix(postfix, refresh=self._redraw)
+        self._emit(record, self.step_offset + count, count, postfix)
 
 
 class FinetuneRunner(OfflineRunner):

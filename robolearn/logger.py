@@ -56,13 +56,17 @@ class RunLogger:
         now, fps = self.clock(env_steps)
         record = {"env_steps": env_steps, "time": now, "fps": round(fps, 1),
                   **{k: _plain(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        if self._wandb is not None:
-            self._wandb.log(record, step=env_steps)
-        self._bar.update(env_steps - self._bar.n)
         postfix = {"fps": f"{fps:,.0f}"}
         if "return" in metrics and not math.isnan(metrics["return"]):
             postfix["return"] = f"{metrics['return']:.1f}"
+        self._emit(record, env_steps, env_steps, postfix)
+
+    def _emit(self, record: dict[str, Any], wandb_step: int, count: int, postfix: dict[str, str]) -> None:
+        """One line to metrics.jsonl and W&B; the bar to ``count``, with ``postfix``."""
+        self._file.write(json.dumps(record) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(record, step=wandb_step)
+        self._bar.update(count - self._bar.n)
         self._bar.set_postfix(postfix, refresh=self._redraw)
 
     def advance(self, count: int) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,16 +100,12 @@ class UpdateLogger(RunLogger):
         now, rate = self.clock(updates)
         record = {"updates": updates, "time": now, "updates_per_s": round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        if self._wandb is not None:
-            self._wandb.log(record, step=updates)
-        self._bar.update(updates - self._bar.n)
         postfix = {"upd/s": f"{rate:,.0f}"}
         if "eval/normalized_score" in metrics:
             postfix["score"] = f"{100 * metrics['eval/normalized_score']:.1f}"
         elif "eval/return" in metrics:
             postfix["return"] = f"{metrics['eval/return']:.1f}"
-        self._bar.set_postfix(postfix, refresh=self._redraw)
+        self._emit(record, updates, updates, postfix)
 
 
 class OfflineRunner:

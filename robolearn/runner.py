@@ -193,7 +193,7 @@ class Runner:
         if resume:
             self.run_dir = Path(resume)
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
-        self._rewind_to: Snapshot | None = None  # see _mark
+        self._rewind_to: Snapshot | None = None  # an iteration's start, where a Ctrl+C in it goes back to
         self._logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
@@ -335,7 +335,7 @@ class Runner:
                 while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
                     start = time.perf_counter()
                     if self.agent.on_policy:
-                        self._mark()  # a Ctrl+C in this iteration discards it
+                        self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in it discards it
                     obs, metrics = iterate(obs, stats)
                     self._rewind_to = None
                     self.progress.iteration += 1
@@ -374,7 +374,7 @@ class Runner:
             start = time.perf_counter()
             count = min(OFF_POLICY_STEPS_PER_ITERATION, total - self.progress.pretrain_updates)
             sums: dict[str, Any] = {}
-            self._mark()  # a Ctrl+C in this iteration discards it
+            self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in this iteration discards it
             for _ in range(count):
                 self.ctrl_c.check()
                 for key, value in self.agent.pretrain_update().items():
@@ -439,13 +439,9 @@ class Runner:
         _check_metrics(metrics)
         return obs, metrics
 
-    def _mark(self) -> None:
-        """Remember the start of an iteration that a Ctrl+C discards (on-policy and pretraining iterations)."""
-        self._rewind_to = Snapshot(self.progress, self.agent)
-
     def _rewind(self, stats: EpisodeStats) -> None:
         """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
-        ``_mark`` made discardable (its rollout half collected, or an update split by a second Ctrl+C),
+        marked discardable (``_rewind_to``) (its rollout half collected, or an update split by a second Ctrl+C),
         go back to its start; otherwise (off policy, between steps) keep the steps, which the replay
         buffer and the agent's updates already hold."""
         if self._rewind_to is not None:
