@@ -322,6 +322,7 @@ def _export(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     import sims
     from robolearn.registry import agent_configs
+    from robolearn.run_lock import holder
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>)")
@@ -339,7 +340,10 @@ def _list(args: argparse.Namespace) -> int:
             summary = f"return {e['return_mean']:.1f}"
             if e.get("success_rate") is not None:
                 summary += f", success {100 * e['success_rate']:.0f}%"
-        status = "done" if (run / "export" / "controller.json").is_file() else "incomplete: " + _how_far(run)
+        if trainer := holder(run):
+            status = f"training now ({trainer})"
+        else:
+            status = "done" if (run / "export" / "controller.json").is_file() else "incomplete: " + _how_far(run)
         print(f"  {run}  {status}  {summary}".rstrip())
     return 0
 

@@ -10,6 +10,7 @@ sampled from a replay buffer. A run directory is self-contained::
         checkpoints/latest.pt  (+ replay.pt for off-policy runs), written atomically
         export/controller.{pt,onnx,json}
         eval.json, video.mp4, wandb/
+        run.lock             while a process trains it (robolearn/run_lock.py): a second one is refused
 
 Under torchrun (``robolearn/distributed.py``) every rank runs this loop on its
 own ``env.num_envs`` worlds (the count is per rank) seeded ``seed + rank``;
@@ -56,6 +57,7 @@ from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
 from robolearn.recording import unique_directory
+from robolearn.run_lock import RunLock
 from robolearn.registry import agent_configs, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
@@ -616,11 +618,18 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
 
     if distributed.world_size() > 1 and (is_finetune(cfg) or is_offline(cfg)):
         raise ConfigError(f"algo '{cfg.algo}': offline and offline-to-online runs train in one process (no torchrun)")
-    if is_finetune(cfg):
-        runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
-    else:
-        runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
+    # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
+    lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:
-        return runner.train(stop=stop)
+        if is_finetune(cfg):
+            runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
+        else:
+            runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
+        try:
+            lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
+            return runner.train(stop=stop)
+        finally:
+            runner.close()
     finally:
-        runner.close()
+        if lock is not None:
+            lock.release()

@@ -16,6 +16,8 @@ from robolearn.cli import main as cli
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import Step
 from robolearn.logger import read_metrics
+from robolearn.config import ConfigError
+from robolearn.run_lock import RunLock
 from robolearn.runner import CtrlC, Runner, read_run_config
 
 
@@ -79,6 +81,14 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch, capsys):
     steps = read_metrics(runner.run_dir)[-1]["env_steps"]
     assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0  # says how far it got and how to go on
     assert f"incomplete: {steps:,} of 2,560 env_steps; robolearn train --resume {runner.run_dir}" in capsys.readouterr().out
+    lock = RunLock(runner.run_dir)  # as if another terminal were training it now
+    try:
+        assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0
+        assert f"{runner.run_dir}  training now (pid {os.getpid()} on " in capsys.readouterr().out
+        with pytest.raises(ConfigError, match="being trained now"):
+            runner_module.train(cfg, resume=runner.run_dir)
+    finally:
+        lock.release()
     resumed = Runner(cfg, resume=runner.run_dir)
     assert resumed.progress.iteration == 2
     resumed.close()
