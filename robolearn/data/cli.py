@@ -84,13 +84,17 @@ def dataset_command(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from robolearn.data import Dataset, datasets_root, list_datasets
+    from robolearn.data import Dataset, DatasetError, datasets_root, list_datasets
 
     ids = list_datasets(args.root)
     print(f"datasets in {datasets_root(args.root)}:" + ("" if ids else " none yet (robolearn dataset record | import)"))
     for dataset_id in ids:
-        ds = Dataset(datasets_root(args.root) / dataset_id)
-        print(f"  {dataset_id:<32} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
+        try:
+            ds = Dataset(datasets_root(args.root) / dataset_id)
+            ds.check_readable()
+            print(f"  {dataset_id:<32} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
+        except DatasetError as err:  # one broken dataset does not hide the others
+            print(f"  {dataset_id:<32} UNREADABLE: {err}")
     return 0
 
 

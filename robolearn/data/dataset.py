@@ -88,6 +88,12 @@ class Dataset:
                 writer.add(episode, where=f"{source}: episode {i}" if source else None)
         return cls(writer.target)
 
+    def check_readable(self) -> None:
+        """Read the last episode now (the file is opened and its end reached): a truncated or corrupt
+        file is a :class:`DatasetError` here (``dataset list``), not when a run first reads it."""
+        if self.num_episodes:
+            self[-1]
+
     # ---- metadata -------------------------------------------------------------------------
 
     @property

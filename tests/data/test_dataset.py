@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import sims
+from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, list_datasets, merge, split
 from robolearn.data.record import RandomController, record
 
@@ -145,13 +147,18 @@ def test_bad_names_and_missing_datasets_are_one_line_errors(root):
         Dataset.load("nope")
 
 
-def test_a_corrupt_dataset_file_is_a_one_line_error(recorded):
+def test_a_corrupt_dataset_file_is_a_one_line_error(recorded, capsys):
     ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
     data = ds.path / "data" / "main_data.hdf5"
     data.write_bytes(data.read_bytes()[:2000])
     with pytest.raises(DatasetError, match="main_data|unreadable dataset") as err:
         list(Dataset.load("pendulum"))
     assert "\n" not in str(err.value)
+    recorded("cartpole", 1, num_envs=1, max_episode_steps=10)
+    assert cli(["dataset", "list"]) == 0  # the broken one is pointed out; the good one still listed
+    listed = capsys.readouterr().out
+    assert re.search(r"pendulum-v0 +UNREADABLE: .*unreadable dataset", listed)
+    assert re.search(r"cartpole-v0 +cartpole +1 episodes", listed)
 
 
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
