@@ -7,8 +7,8 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
 
 from __future__ import annotations
 
+import functools
 import inspect
-import typing
 import warnings
 from typing import Any, Callable
 
@@ -112,11 +112,17 @@ def make_env(
 
 def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     """``TASKS[task](**kwargs)``; a setting the task does not have is an error naming it and the ones it has."""
-    builder = TASKS[task]
-    if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(builder).parameters.values()):
-        builder = typing.get_type_hints(builder).get("return", builder)  # point_maze_medium(**kw) -> PointMaze
-    allowed = sorted(name for name, p in inspect.signature(builder).parameters.items() if p.kind is not p.VAR_KEYWORD)
+    builder, fixed = TASKS[task], {}
+    if isinstance(builder, functools.partial):  # point_maze_medium = PointMaze with its layout fixed
+        builder, fixed = builder.func, builder.keywords
+    allowed = sorted(name for name, p in inspect.signature(builder).parameters.items()
+                     if p.kind is not p.VAR_KEYWORD and name not in fixed)
     unknown = sorted(set(kwargs) - set(allowed))
+    if set(unknown) & set(fixed):
+        key = sorted(set(unknown) & set(fixed))[0]
+        others = sorted(name for name, b in TASKS.items() if isinstance(b, functools.partial) and b.func is builder)
+        raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
+                         f"pick another by its task name ({', '.join(others)})")
     if unknown:
         raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: {', '.join(allowed)}")
     return TASKS[task](**kwargs)

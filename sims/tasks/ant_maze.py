@@ -35,6 +35,7 @@ checks it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import mujoco
@@ -94,11 +95,5 @@ class AntMaze(PointMaze):
         return qpos, qvel + normal(qvel.shape, noise, generator)
 
 
-def ant_maze_medium(**kwargs: object) -> AntMaze:
-    """The 8x8 D4RL/OGBench medium maze, 4 m cells."""
-    return AntMaze(layout="medium", **kwargs)  # type: ignore[arg-type]
-
-
-def ant_maze_large(**kwargs: object) -> AntMaze:
-    """The 9x12 D4RL/OGBench large maze, 4 m cells."""
-    return AntMaze(layout="large", **kwargs)  # type: ignore[arg-type]
+ant_maze_medium = partial(AntMaze, layout="medium")  # the 8x8 D4RL/OGBench medium maze, 4 m cells
+ant_maze_large = partial(AntMaze, layout="large")  # the 9x12 D4RL/OGBench large maze, 4 m cells

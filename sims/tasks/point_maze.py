@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar, Literal
 
 import mujoco
@@ -240,11 +241,5 @@ class PointMaze(Task):
         return "top"
 
 
-def point_maze_medium(**kwargs: object) -> PointMaze:
-    """The 8x8 D4RL/OGBench medium maze."""
-    return PointMaze(layout="medium", **kwargs)  # type: ignore[arg-type]
-
-
-def point_maze_large(**kwargs: object) -> PointMaze:
-    """The 9x12 D4RL/OGBench large maze."""
-    return PointMaze(layout="large", **kwargs)  # type: ignore[arg-type]
+point_maze_medium = partial(PointMaze, layout="medium")  # the 8x8 D4RL/OGBench medium maze
+point_maze_large = partial(PointMaze, layout="large")  # the 9x12 D4RL/OGBench large maze
