@@ -1,4 +1,4 @@
-"""``robolearn train | eval | play | export | deploy | replay | emulate | list``: the command line.
+"""``robolearn train | eval | play | export | deploy | replay | emulate | list | dataset | bench``: the command line.
 
 Every failure a user can cause (a bad config key, a missing or foreign
 checkpoint, NaN during training) ends with one line saying what to fix.
@@ -7,8 +7,10 @@ checkpoint, NaN during training) ends with one line saying what to fix.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, 
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
+BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError)
 
 
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
     p.add_argument("--runs", type=Path, default=Path("runs"))
+
+    p = commands.add_parser("bench", help="list the benchmarks against peers (benchmarks/), or run one")
+    p.add_argument("name", nargs="?", help="a benchmark's name (robolearn bench lists them)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="for the benchmark: robolearn bench NAME --help")
 
     # Overrides may follow options (`train cfg --no-wandb k=v`), which plain
     # argparse rejects; collect the stray key=value words for `train`.
@@ -426,8 +433,39 @@ def _emulate(args: argparse.Namespace) -> int:
     return emulate(argv + (["--lockstep"] if args.lockstep else []))
 
 
+def _bench(args: argparse.Namespace) -> int:
+    """The scripts of benchmarks/ (they ship with the repository, not the package): each runs its
+    peer and ours side by side and writes its section of BENCHMARKS.md."""
+    import ast
+    import subprocess
+
+    scripts = {p.stem: p for p in sorted([*BENCH_DIR.glob("*.py"), *BENCH_DIR.glob("*.sh")]) if p.stem != "common"}
+    if not scripts:
+        raise FileNotFoundError(f"{BENCH_DIR}: no benchmarks here; they ship with the repository (git clone it)")
+    if args.name is None:
+        print(f"benchmarks in {BENCH_DIR} (robolearn bench NAME --help):")
+        for name, path in scripts.items():
+            print(f"  {name:<24} {_first_line(path, ast)}")
+        return 0
+    if args.name not in scripts:
+        raise ConfigError(f"no benchmark '{args.name}'; there are: {', '.join(scripts)}")
+    script = scripts[args.name]
+    command = ["bash" if script.suffix == ".sh" else sys.executable, str(script), *args.args]
+    return subprocess.call(command, cwd=BENCH_DIR.parent)
+
+
+def _first_line(path: Path, ast) -> str:
+    """A script's summary: the first line of its docstring, or of its header comment (shell)."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        return (ast.get_docstring(ast.parse(text)) or "").split("\n")[0]
+    header = " ".join(line.lstrip("# ") for line in itertools.takewhile(lambda line: line.startswith("#"),
+                                                                       text.splitlines()[1:]))
+    return re.split(r":\s|\.\s| \(|:$", header)[0]  # its first clause
+
+
 COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
-            "replay": _replay, "emulate": _emulate, "list": _list, "dataset": dataset_command}
+            "replay": _replay, "emulate": _emulate, "list": _list, "dataset": dataset_command, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())
