@@ -67,6 +67,8 @@ from sims.task import Task, tracking_camera, uniform
 GO1_XML = Path(__file__).resolve().parent.parent / "assets" / "go1.xml"
 FEET = ("FR_foot", "FL_foot", "RR_foot", "RL_foot")
 FOOT_RADIUS = 0.023
+# Where a reset looks for the highest terrain under the trunk (x, y in m, body frame, yaw ignored).
+FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]], dtype=torch.float64)
 # Playground's Go1 observation noise (standard deviations) per channel.
 NOISE_STD = {"gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
 
@@ -165,6 +167,7 @@ class Go1Velocity(Task):
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
         self._weights = {name: w for name, w in self.reward_weights.items() if w != 0.0}
         self._heights: torch.Tensor | None = None  # terrain grid (metres), rough only
+        self._device_copies: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
         self._terrain_half = 0.0
 
     # ---- model ----------------------------------------------------------------
@@ -174,6 +177,7 @@ class Go1Velocity(Task):
         if self.terrain == "rough":
             self._add_terrain(spec)
         model = spec.compile()
+        self._device_copies.clear()  # of this model's grid and home pose
         self._home = torch.as_tensor(model.key("home").qpos, dtype=torch.float64)
         self._sensor = {name: slice(model.sensor(name).adr[0], model.sensor(name).adr[0] + model.sensor(name).dim[0])
                         for name in ("orientation", "gyro", "local_linvel")}
@@ -201,16 +205,23 @@ class Go1Velocity(Task):
         """Terrain height (m) under points ``xy`` ``(..., 2)``: bilinear in the heightfield grid, 0 off it."""
         if self._heights is None:
             return torch.zeros(xy.shape[:-1], dtype=xy.dtype, device=xy.device)
-        heights = self._heights.to(xy.device, xy.dtype)
+        heights = self._on(xy.device, xy.dtype, "heights", self._heights)
         n = heights.shape[0]
-        # Heightfield rows run along y, columns along x.
-        grid = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1 - 1e-6)
-        col, row = grid.unbind(-1)
-        c0, r0 = col.floor().long(), row.floor().long()
+        # Heightfield rows run along y, columns along x. The cell's corner is clamped, not the point
+        # (n - 1 - eps rounds to n - 1 in float32, and its cell would then start past the grid's end).
+        col, row = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1).unbind(-1)
+        c0, r0 = col.floor().long().clamp(max=n - 2), row.floor().long().clamp(max=n - 2)
         fc, fr = col - c0, row - r0
         h00, h01 = heights[r0, c0], heights[r0, c0 + 1]
         h10, h11 = heights[r0 + 1, c0], heights[r0 + 1, c0 + 1]
         return (1 - fr) * ((1 - fc) * h00 + fc * h01) + fr * ((1 - fc) * h10 + fc * h11)
+
+    def _on(self, device: torch.device, dtype: torch.dtype, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` on ``device``, copied there once: a host-to-device copy per step is a stream sync on a GPU."""
+        key = (name, torch.device(device), dtype)
+        if key not in self._device_copies:
+            self._device_copies[key] = tensor.to(device, dtype)
+        return self._device_copies[key]
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Joint offsets from the home pose, in units of ``action_scale`` rad."""
@@ -222,15 +233,15 @@ class Go1Velocity(Task):
         self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(ids)
-        qpos = self._home.to(sim.device).expand(n, -1).clone()
+        qpos = self._on(sim.device, torch.float64, "home", self._home).expand(n, -1).clone()
         qpos[:, 7:] += uniform((n, 12), -self.reset_joint_noise, self.reset_joint_noise, generator)
         yaw = uniform((n,), -math.pi, math.pi, generator)
         qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
         if self.spawn_range > 0:
             qpos[:, :2] = uniform((n, 2), -self.spawn_range, self.spawn_range, generator)
         # Stand on the highest terrain under the trunk's footprint.
-        corners = qpos.new_tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]])
-        qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + corners).amax(1)
+        footprint = self._on(sim.device, qpos.dtype, "footprint", FOOTPRINT)
+        qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + footprint).amax(1)
         qvel = torch.zeros(n, sim.model.nv, dtype=torch.float64, device=sim.device)
         qvel[:, :6] = uniform((n, 6), -self.reset_velocity, self.reset_velocity, generator)
         return qpos, qvel
@@ -267,7 +278,7 @@ class Go1Velocity(Task):
         command = torch.stack([uniform((n,), lo, hi, self._generator) for lo, hi in self.command_ranges], dim=1)
         command[:, :2] *= (command[:, :2].norm(dim=1, keepdim=True) > 0.2)
         standing = torch.rand(n, generator=self._generator, device=self._generator.device) < self.standing_fraction
-        command[standing] = 0.0
+        command.masked_fill_(standing[:, None], 0.0)  # a mask, not command[standing]: no host sync
         self._command[ids] = command.to(self._command.dtype)
         self._command_timer[ids] = self.resample_steps
 

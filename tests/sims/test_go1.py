@@ -173,6 +173,10 @@ def test_rough_terrain_builds_and_the_torch_heights_match_mujoco():
     assert obs["policy"].shape == (8, 45) and torch.isfinite(obs["critic"]).all()
     assert (env.sim.qpos[:, :2].abs() <= 4.0).all() and env.sim.qpos[:, :2].abs().max() > 1.0  # spawned around
 
+    # At and past the grid's edge (10 m; a robot walks there), float32 included: the flat border, no IndexError.
+    edge = torch.tensor([[10.0, 0.0], [0.0, 10.0], [10.5, -10.5], [-30.0, 2.0], [9.99999, 9.99999]])
+    torch.testing.assert_close(task.terrain_height(edge), torch.zeros(5))
+
 
 def test_model_runs_on_mujoco_warp_cpu():
     """Every feature of the rough model (a superset of the flat one: heightfield, sensors,
