@@ -36,6 +36,34 @@ def check_finite(what: str, value: torch.Tensor | Obs) -> None:
             raise NonFiniteError(f"{label} contains NaN or inf")
 
 
+class FiniteWatch:
+    """:func:`check_finite` for the training loop: at once on the CPU; on a GPU, where reading each
+    verdict would be a host sync per env step, the verdicts stay on the device until :meth:`verify`
+    (once per iteration, before an update or checkpoint could take the bad data in)."""
+
+    def __init__(self, device: str | torch.device, deferred: bool | None = None) -> None:
+        self.deferred = torch.device(device).type == "cuda" if deferred is None else deferred
+        self._bad: dict[str, torch.Tensor] = {}  # label -> "some value was not finite", on the device
+
+    def __call__(self, what: str, value: torch.Tensor | Obs) -> None:
+        if not self.deferred:
+            check_finite(what, value)
+            return
+        for group, tensor in (value.items() if isinstance(value, dict) else [("", value)]):
+            label = f"{what}[{group!r}]" if group else what
+            bad = ~torch.isfinite(tensor).all()
+            self._bad[label] = self._bad[label] | bad if label in self._bad else bad
+
+    def verify(self) -> None:
+        """Raise :class:`NonFiniteError` naming the first value that was not finite since the last call."""
+        if not self._bad:
+            return
+        labels, bad = list(self._bad), torch.stack(list(self._bad.values()))
+        self._bad = {}
+        if bool(bad.any()):  # the one host sync
+            raise NonFiniteError(f"{labels[int(bad.nonzero()[0, 0])]} contained NaN or inf during this iteration")
+
+
 @torch.no_grad()
 def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> dict[str, Any]:
     """Run until every env has finished one episode (``episodes`` envs at most).

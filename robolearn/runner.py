@@ -52,7 +52,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_com
                                   restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
-from robolearn.evaluate import NonFiniteError, check_finite, evaluate, record_video
+from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger
@@ -90,35 +90,52 @@ class RunResult:
 
 
 class EpisodeStats:
-    """Returns and lengths of finished training episodes (the last 100), and the
-    env's ``info["log"]`` scalars averaged over the iteration."""
+    """Returns and lengths of the episodes that end, for the logs. Summed on the env's device and read
+    once per iteration (:meth:`flush`): reading them every step would be a host sync per step on a GPU."""
 
-    def __init__(self, num_envs: int, recent: list[float]) -> None:
-        self.returns = torch.zeros(num_envs, dtype=torch.float64)
-        self.lengths = torch.zeros(num_envs, dtype=torch.long)
-        self.recent = collections.deque(recent, maxlen=100)
+    def __init__(self, num_envs: int, recent: list[float], device: str | torch.device = "cpu") -> None:
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+        self._recent = collections.deque(recent, maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
         self.success: collections.deque[float] = collections.deque(maxlen=100)
         self.env_log: dict[str, Any] = {}  # summed as tensors: no device sync per step
         self.env_log_steps = 0
+        self._steps: list[tuple[torch.Tensor, ...]] = []  # per step, until flushed: done, returns, lengths, success
 
     def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
-        self.returns += reward.double().cpu()
+        self.returns += reward.double()
         self.lengths += 1
         for key, value in info.get("log", {}).items():
             self.env_log[key] = self.env_log.get(key, 0.0) + value
         self.env_log_steps += 1
-        done = done.cpu()
-        if bool(done.any()):
-            self.recent.extend(self.returns[done].tolist())
-            self.recent_lengths.extend(self.lengths[done].tolist())
-            if "success" in info:
-                self.success.extend(info["success"].cpu()[done].float().tolist())
-            self.returns[done] = 0.0
-            self.lengths[done] = 0
+        success = info["success"].float() if "success" in info else None
+        self._steps.append((done.clone(), self.returns.clone(), self.lengths.clone(), success))
+        self.returns.masked_fill_(done, 0.0)
+        self.lengths.masked_fill_(done, 0)
+
+    def flush(self) -> None:
+        """Move the episodes that ended since the last flush into the recent windows, in the order they ended."""
+        if not self._steps:
+            return
+        done, returns, lengths = (torch.stack(column).cpu() for column in list(zip(*self._steps))[:3])
+        self._recent.extend(returns[done].tolist())
+        self.recent_lengths.extend(lengths[done].tolist())
+        with_success = [(d, s) for d, _, _, s in self._steps if s is not None]
+        if with_success:
+            done_s, success = (torch.stack(column).cpu() for column in zip(*with_success))
+            self.success.extend(success[done_s].tolist())
+        self._steps.clear()
+
+    @property
+    def recent(self) -> collections.deque[float]:
+        """The returns of the last 100 episodes that ended."""
+        self.flush()
+        return self._recent
 
     def metrics(self) -> dict[str, float]:
         """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
+        self.flush()
         out = {key: float(value) / max(self.env_log_steps, 1) for key, value in self.env_log.items()}
         self.env_log.clear()
         self.env_log_steps = 0
@@ -202,6 +219,7 @@ class Runner:
         np.random.seed(self.seed)
         try:
             self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
+            self._finite = FiniteWatch(self.env.device)  # on a GPU, read once per iteration
             self.agent = make_agent(cfg, self.env)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
@@ -264,9 +282,10 @@ class Runner:
         return self.run_dir / "checkpoints" / "latest.pt"
 
     def save(self) -> None:
-        """Checkpoint (rank 0 only: the ranks' agents are identical)."""
+        """Checkpoint (rank 0 only: the ranks' agents are identical), never of data not yet verified finite."""
         if not self.main:
             return
+        self._finite.verify()
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
                         agent=self.agent.state_dict(), progress=progress)
@@ -318,7 +337,7 @@ class Runner:
                                wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
                                progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
         self._logger = logger
-        stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns)
+        stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
         with self.ctrl_c:
@@ -405,6 +424,7 @@ class Runner:
                 out = self.agent.act(obs, explore=True)
                 obs, transition = self._step(obs, out, stats)
                 storage.add(transition)
+        self._finite.verify()  # before the update learns from it
         metrics = self.agent.update(storage.data)
         _check_metrics(metrics)
         return obs, metrics
@@ -437,6 +457,7 @@ class Runner:
                     sums[key] += float(value)
                 updates += 1
                 self.progress.update_debt -= 1.0
+        self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: v / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
@@ -460,10 +481,10 @@ class Runner:
         return self.replay.sample(self.cfg.agent.batch_size)
 
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
-        check_finite("action", out["action"])
+        self._finite("action", out["action"])
         next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
-        check_finite("observation", next_obs)
-        check_finite("reward", reward)
+        self._finite("observation", next_obs)
+        self._finite("reward", reward)
         done = terminated | truncated
         self.agent.reset(done)
         stats.add(reward, done, info)

@@ -13,7 +13,7 @@ import robolearn.runner as runner_module
 from robolearn import load_config
 from robolearn.checkpoint import CheckpointError, load_checkpoint
 from robolearn.cli import main as cli
-from robolearn.evaluate import NonFiniteError
+from robolearn.evaluate import FiniteWatch, NonFiniteError
 from robolearn.interfaces import Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
@@ -111,14 +111,31 @@ class NaNAfter:
         return Step(obs, reward, terminated, truncated, info)
 
 
-def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("deferred", [False, True], ids=["checked-each-step", "checked-per-iteration-as-on-gpu"])
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, deferred):
     make_env = runner_module.make_env
     monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: NaNAfter(make_env(*a, **k), steps=32 * 2 + 5))
     runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=100000"))
-    with pytest.raises(NonFiniteError, match=r"reward contains NaN or inf; training stopped, last good checkpoint kept"):
+    runner._finite = FiniteWatch("cpu", deferred=deferred)
+    update = runner.agent.update
+    monkeypatch.setattr(runner.agent, "update", lambda batch: update(batch) if torch.isfinite(batch["reward"]).all()
+                        else pytest.fail("an update saw the NaN reward"))
+    said = r"reward contains NaN or inf" if not deferred else r"reward contained NaN or inf during this iteration"
+    with pytest.raises(NonFiniteError, match=said + "; training stopped, last good checkpoint kept"):
         runner.train()
     runner.close()
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
+
+
+def test_a_deferred_check_names_a_bad_value_and_forgets_it_once_verified():
+    watch = FiniteWatch("cpu", deferred=True)
+    watch("action", torch.ones(3))
+    watch("observation", {"policy": torch.ones(2), "critic": torch.tensor([1.0, float("inf")])})
+    watch("observation", {"policy": torch.tensor([float("nan")]), "critic": torch.ones(2)})
+    with pytest.raises(NonFiniteError, match=r"^observation\['policy'\] contained NaN or inf"):
+        watch.verify()
+    watch.verify()  # verified: nothing left
+    assert FiniteWatch("cuda").deferred and not FiniteWatch("cpu").deferred
 
 
 def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
