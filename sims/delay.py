@@ -46,6 +46,12 @@ class DelayLine:
         """Make ``value`` (rows ``ids``) the whole past of envs ``ids``."""
         self.buffer[:, ids] = value.unsqueeze(0)
 
+    def fill_where(self, mask: torch.Tensor, value: torch.Tensor) -> None:
+        """Make ``value``'s rows the whole past of the envs where ``mask`` ``(num_envs,)``: ``fill`` without
+        an index list, whose making (``mask.nonzero()``) would be a host sync every step on a GPU."""
+        where = mask.view(1, -1, *([1] * (value.dim() - 1)))
+        self.buffer.copy_(torch.where(where, value.unsqueeze(0), self.buffer))
+
 
 @dataclass
 class Delay:

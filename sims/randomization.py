@@ -132,7 +132,8 @@ class RandomizedEnv(VecEnv):
         steps_per_action = self.env.task.frame_skip
         self._latency[ids] = (physics_steps // steps_per_action).clamp(max=len(self._actions.buffer) - 1)
         self._substeps[ids] = physics_steps % steps_per_action
-        self.env.actuation_delay = self._substeps
+        if self.cfg.action_latency_s[1] > 0:  # else every world's is 0: not checked on every step
+            self.env.actuation_delay = self._substeps
         low, high = self._range("obs_delay_steps")
         self._delay[ids] = torch.randint(round(low), round(high) + 1, (len(ids),), generator=self._generator,
                                          device=self.device)
@@ -152,8 +153,7 @@ class RandomizedEnv(VecEnv):
         # Latency: the actuators get the action sent `latency` steps ago; the
         # first action of an episode fills the queue.
         self._actions.push(action)
-        fresh = self._fresh.nonzero().squeeze(1)
-        self._actions.fill(fresh, action[fresh])
+        self._actions.fill_where(self._fresh, action)
         self._fresh[:] = False
         applied = self._actions.read(self._latency)
         self._push()

@@ -316,9 +316,11 @@ class WarpBackend:
             self._const_stale = True  # recomputed once before the next step, however many fields changed
 
     def _refresh_const(self) -> None:
+        """Recompute the constants derived from changed model fields, right before a step. Captured like
+        the step: launched one by one, its ~360 kernels cost more than the step's ~100, and per-episode
+        mass draws pay it on nearly every step. ``restore=False``: the step recomputes those fields."""
         if self._const_stale:
-            with wp.ScopedDevice(self._wp_device):
-                mjw.set_const(self._m, self._d)
+            self._run("set_const", lambda: mjw.set_const(self._m, self._d, restore=False))
             self._const_stale = False
 
     def get_model_field(self, name: str) -> torch.Tensor:

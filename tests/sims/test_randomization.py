@@ -125,3 +125,17 @@ def test_auto_widening_needs_dynamics_every_episode():
 
     with pytest.raises(ValueError, match="dynamics_every_episode"):
         Randomization(mass_scale=(0.8, 1.2), auto=True, dynamics_every_episode=False)
+
+
+def test_filling_a_delay_line_by_mask_equals_filling_it_by_index():
+    from sims.delay import DelayLine
+
+    first = torch.arange(8.0).view(4, 2)
+    by_index, by_mask = DelayLine(3, first), DelayLine(3, first)
+    for line in (by_index, by_mask):
+        line.push(first + 10)
+    value, mask = -torch.ones(4, 2), torch.tensor([True, False, True, False])
+    by_index.fill(mask.nonzero().squeeze(1), value[mask])
+    by_mask.fill_where(mask, value)
+    assert torch.equal(by_index.buffer, by_mask.buffer)
+    assert torch.equal(by_mask.read(torch.tensor([2, 2, 0, 0])), torch.tensor([[-1.0, -1.0], [2.0, 3.0], [-1, -1], [16, 17]]))
