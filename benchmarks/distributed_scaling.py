@@ -45,6 +45,7 @@ def worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(args.config, [
             f"run_dir={tmp}", f"env.num_envs={args.num_envs}", f"env.device={args.device}",
+            f"env.backend={args.sim_backend}",
             f"runner.total_steps={args.budget}", "runner.eval_episodes=0", "runner.video_seconds=0",
             "runner.checkpoint_every=1000000", "logging.wandb=disabled", "logging.progress=false",
         ])
@@ -66,7 +67,7 @@ def run(ranks: int, args: argparse.Namespace) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
                    __file__, "--worker", "--out", out.name, "--config", args.config, "--num-envs", str(args.num_envs),
-                   "--budget", str(args.budget), "--device", args.device, "--backend", args.backend]
+                   "--budget", str(args.budget), "--device", args.device, "--backend", args.backend, "--sim-backend", args.sim_backend]
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         subprocess.run(command, check=True, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
         return json.loads(Path(out.name).read_text())
@@ -79,7 +80,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64, help="worlds per rank")
     parser.add_argument("--budget", type=int, default=200_000, help="env steps of each run, all ranks together")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl on cuda, gloo on cpu")
+    parser.add_argument("--backend", default=None, choices=["gloo", "nccl"],
+                        help="the process group's: default nccl on cuda, gloo on cpu")
+    parser.add_argument("--sim-backend", default="mujoco", choices=["mujoco", "warp"], help="the simulator (env.backend)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per rank count; the best is kept")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -107,7 +110,7 @@ def main() -> None:
     markdown = f"""## Data-parallel PPO scaling (torchrun, {args.backend})
 
 Machine: {machine()}{gpu}; load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after
-(other jobs share the machine). Device {device}, backend {args.backend}; `{args.config}` with {args.num_envs} worlds
+(other jobs share the machine). Device {device}, backend {args.backend}, simulator {args.sim_backend}; `{args.config}` with {args.num_envs} worlds
 per rank, a budget of {args.budget:,} env steps per run (all ranks together); best of {args.repeats} run(s).
 Throughput: env steps/s of collection plus update over all ranks, after the first iteration.
 Efficiency: throughput(N) / (N x throughput(1)). Reproduce: `{command}`.

@@ -13,10 +13,10 @@
 # parts, one folder each, so that a transfer with a size limit can carry them one at a time; and
 # the tasks' CUDA kernels for sm_$ARCH (default 90) from benchmarks/warp_prebuild.py in the last part.
 # pack-mjlab: the same for what mjlab's own training imports beyond that (found by importing it
-# here), so that the ppo stage also times mjlab's training of its Go1 task; its parts unpack over
+# here), so that the mjlab stage times mjlab's training of its Go1 task; its parts unpack over
 # the first bundle.
 # run: joins and unpacks the parts, then each stage of gpu.sh under its own time limit (default
-# "throughput:120 ppo:100 go1:270 tests:90"), and copies the result tables to $OUT (or DIR/results).
+# "throughput:120 ppo:100 go1:270 tests:90 mjlab:150"), and copies the result tables to $OUT (or DIR/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}; shift || true
@@ -92,7 +92,7 @@ PY
 run() {
   local dirs=() stages=() t0; t0=$(date +%s)
   for arg in "$@"; do if [[ $arg == *:* ]]; then stages+=("$arg"); else dirs+=("$arg"); fi; done
-  [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:90)
+  [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:90 mjlab:150)
   local out=${OUT:-${dirs[-1]}/results} site=/tmp/robolearn-site bin=/tmp/robolearn-bin
   log() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
   mkdir -p "$out" "$site" "$bin" /tmp/robolearn-kernels
@@ -131,7 +131,7 @@ run() {
     timeout --kill-after=5 "${spec##*:}" bash benchmarks/gpu.sh "${spec%%:*}" 2>&1 | grep -v " (cached)$"
     log "stage ${spec%%:*} rc=${PIPESTATUS[0]}"
   done
-  for f in benchmarks/results/{warp_throughput_gpu,ppo_vs_rsl_rl,go1_gpu}.md; do
+  for f in benchmarks/results/{warp_throughput_gpu,ppo_vs_rsl_rl,ppo_vs_mjlab,go1_gpu}.md; do
     [ "$f" -nt /tmp/robolearn-start ] && cp "$f" "$out/$(basename "${f%.md}")_gpu.md"
   done
   local go1; go1=$(ls -d benchmarks/runs/go1_gpu/*/ 2>/dev/null | tail -1)

@@ -28,9 +28,10 @@ from sims import make_env
 def env_steps_per_s(task: str, worlds: int, device: str, backend: str, seconds: float) -> tuple[float, float | None]:
     """Env steps per second of the full VecEnv step, and GPU MiB per 1024 worlds (None on CPU)."""
     cuda = device.startswith("cuda")
+    gpu = torch.device(device) if cuda else None  # cuda:N's own clock and memory, not GPU 0's
     if cuda:
-        torch.cuda.synchronize()
-        free_before = torch.cuda.mem_get_info()[0]
+        torch.cuda.synchronize(gpu)
+        free_before = torch.cuda.mem_get_info(gpu)[0]
     env = make_env(task, worlds, device=device, backend=backend, seed=0)
     low = torch.as_tensor(env.action_spec.low, device=env.device)
     high = torch.as_tensor(env.action_spec.high, device=env.device)
@@ -42,15 +43,15 @@ def env_steps_per_s(task: str, worlds: int, device: str, backend: str, seconds: 
         step()
     memory = None
     if cuda:
-        torch.cuda.synchronize()
-        memory = (free_before - torch.cuda.mem_get_info()[0]) / 2**20 / (worlds / 1024)
+        torch.cuda.synchronize(gpu)
+        memory = (free_before - torch.cuda.mem_get_info(gpu)[0]) / 2**20 / (worlds / 1024)
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(10):
             step()
         calls += 10
         if cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(gpu)
     rate = calls * worlds / (time.perf_counter() - start)
     env.close()
     del env

@@ -149,6 +149,11 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
     if (device.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if backend == "warp":
+        from sims.warp_backend import cuda_problem
+
+        if problem := cuda_problem():  # here, not as an "Invalid device identifier" deep inside Warp
+            raise ValueError(f"backend=warp device={device}: {problem}")
     return backend, device
 
 

@@ -57,6 +57,16 @@ def quiet_warp() -> None:
 
 quiet_warp()
 
+
+def cuda_problem() -> str | None:
+    """Why Warp cannot use the GPU that torch sees (a driver older than Warp's CUDA needs), or None."""
+    wp.init()
+    if wp.is_cuda_available():
+        return None
+    return (f"torch sees a GPU but warp-lang {wp.__version__} does not: its CUDA runtime needs a newer NVIDIA "
+            "driver than this machine has (`nvidia-smi` shows the CUDA version the driver supports); update the "
+            "driver, or install a warp-lang built for that CUDA version")
+
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 # What mjw.set_const writes per world: batched with any batched input so each world keeps its own.
 _SETCONST_OUTPUTS = ("body_subtreemass", "body_invweight0", "dof_invweight0", "tendon_invweight0",

@@ -173,6 +173,16 @@ def test_warp_on_a_missing_gpu_falls_back_with_a_warning(monkeypatch):
     assert isinstance(env.sim, MujocoBackend) and env.device.type == "cpu"
 
 
+def test_a_gpu_that_torch_sees_and_warp_does_not_is_a_clear_error(monkeypatch):
+    import warp as wp
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(wp, "is_cuda_available", lambda: False)  # as under a driver older than Warp's CUDA
+    with pytest.raises(ValueError, match=r"backend=warp device=cuda: torch sees a GPU but warp-lang .* newer NVIDIA driver"):
+        sims.make_env("pendulum", 2, device="cuda", backend="warp")
+
+
 def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
     with pytest.raises(ValueError, match="'gpu' is not a torch device: use cpu, cuda or cuda:N"):
         sims.make_env("pendulum", 2, device="gpu", backend="warp")
