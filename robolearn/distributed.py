@@ -36,6 +36,9 @@ def init(device: str) -> bool:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     cuda = torch.device(device).type == "cuda"
+    if cuda and torch.device(device).index is not None:  # every rank would share that GPU: NCCL refuses
+        raise ValueError(f"env.device={device} under torchrun: each rank runs on its own GPU (LOCAL_RANK); "
+                         "set env.device=cuda")
     if cuda:
         torch.cuda.set_device(local_rank())
     dist.init_process_group(backend="nccl" if cuda else "gloo")

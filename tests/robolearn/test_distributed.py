@@ -234,3 +234,10 @@ def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, 
     cfg.runner.total_steps *= 2
     with pytest.warns(UserWarning, match="trained on 2 rank\\(s\\) and resumes on 1.*--nproc 2"):
         Runner(cfg, resume=run_dir).close()
+
+
+def test_a_numbered_gpu_under_torchrun_is_refused_before_any_rank_shares_it(monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"env.device=cuda:0 under torchrun: each rank runs on its own GPU .* set env.device=cuda"):
+        distributed.init("cuda:0")
