@@ -125,6 +125,7 @@ class WarpBackend:
             if not hasattr(self._d, name):
                 raise KeyError(f"MuJoCo Warp's Data has no field {name!r}")
         self._graphs: dict[str, object] = {}
+        self._views: dict[str, torch.Tensor] = {}  # zero-copy torch views of MjData arrays
         self._torch_streams: dict[int, object] = {}
         self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
         self._forward_on_reset = model.nsensordata > 0 or bool(fields)
@@ -135,7 +136,9 @@ class WarpBackend:
     # ---- state, as (num_worlds, ...) tensors --------------------------------
 
     def _view(self, name: str) -> torch.Tensor:
-        tensor = wp.to_torch(getattr(self._d, name))
+        tensor = self._views.get(name)
+        if tensor is None:  # made once (~5 us each, many per step): MjData's arrays are never replaced
+            tensor = self._views[name] = wp.to_torch(getattr(self._d, name))
         return tensor if tensor.dtype == self.dtype or not tensor.is_floating_point() else tensor.to(self.dtype)
 
     @property
