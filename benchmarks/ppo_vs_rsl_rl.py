@@ -5,9 +5,13 @@ hyperparameters of ``configs/ppo_<task>.yaml`` (rsl-rl-lib gets the same network
 sizes, activation, rollout length, epochs, minibatches, learning-rate schedule
 and clipping); RSL-RL trains through ``sims.adapters.rsl_rl.VecEnvAsRslRl`` on
 the very VecEnv our runner built. The learners take turns (``--rounds``) so
-that both see the same background load; the first iteration of each is
-warm-up and not timed. Env steps/s = num_envs x num_steps / the median iteration's seconds
-(the median keeps the figure of the learner, not of other jobs on a shared machine).
+that both see the same background load, each round starting from a fresh reset
+of the shared env; the first iteration of each is warm-up and not timed. An
+iteration's time is collection plus update, as each runner measures it (our
+``iteration_time``, RSL-RL's collect_time + learn_time): neither runner's logging
+or per-call setup is in it. Env steps/s = num_envs x num_steps / the median
+iteration's seconds (the median keeps the figure of the learner, not of other
+jobs on a shared machine).
 
 With ``--mjlab TASK_ID`` a third learner joins the rounds: mjlab's own training
 of its task (its ManagerBasedRlEnv, its RSL-RL config and its runner, as
@@ -31,7 +35,6 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 from importlib.metadata import version
 from typing import Any
 
@@ -109,18 +112,35 @@ class RslRl:
 
     def __init__(self, ours: Ours, cfg: TrainConfig) -> None:
         torch.manual_seed(cfg.seed)
-        self.runner = OnPolicyRunner(VecEnvAsRslRl(ours.runner.env), rsl_rl_config(cfg), log_dir=None,
-                                     device=cfg.env.device)
+        self.env, self.seed, self.calls = VecEnvAsRslRl(ours.runner.env), cfg.seed, 0
+        self.runner = OnPolicyRunner(self.env, rsl_rl_config(cfg), log_dir=None, device=cfg.env.device)
         self.steps_per_iteration = ours.steps_per_iteration
+        self._time_iterations()
+
+    def _time_iterations(self) -> None:
+        """Record each iteration's time as RSL-RL measures it (collection + update, as our ``iteration_time``):
+        timing ``learn()`` calls instead would add its per-call setup and console log, which ours leaves out."""
+        self.seconds: list[float] = []
+        log = self.runner.logger.log
+
+        def timed(**kwargs: Any) -> None:
+            self.seconds.append(kwargs["collect_time"] + kwargs["learn_time"])
+            log(**kwargs)
+
+        self.runner.logger.log = timed
+
+    def start_round(self) -> None:
+        """Each of our rounds (``Runner.train``) starts from a fresh reset of the shared env, not timed:
+        so does each of RSL-RL's, so both time iterations from the same kind of state."""
+        self.env.reset(seed=self.seed + 1000 + self.calls)
+        self.calls += 1
 
     def train(self, iterations: int) -> list[float]:
-        seconds = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            self.runner.learn(num_learning_iterations=1, init_at_random_ep_len=self.random_start)
-            self.random_start = False
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        self.start_round()
+        self.seconds.clear()
+        self.runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=self.random_start)
+        self.random_start = False
+        return list(self.seconds)
 
     def close(self) -> None:
         """Nothing of its own: the env is our runner's."""
@@ -144,6 +164,10 @@ class Mjlab(RslRl):
         runner_cls = load_runner_cls(task_id) or MjlabOnPolicyRunner
         self.runner = runner_cls(env, asdict(agent_cfg), None, device)
         self.random_start = True  # as mjlab's train script asks
+        self._time_iterations()
+
+    def start_round(self) -> None:
+        """Its env is its own: it goes on where its last round stopped, as in one mjlab run."""
 
     def close(self) -> None:
         self.runner.env.close()

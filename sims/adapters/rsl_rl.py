@@ -39,8 +39,13 @@ class VecEnvAsRslRl(RslRlVecEnv):
         self.dt = env.control_dt  # legged_gym's name for the control period, read by sims.adapters.isaac
         self.cfg = {"env": type(env).__name__, "num_envs": env.num_envs, "control_dt": env.control_dt,
                     "max_episode_steps": env.max_episode_steps}
+        self.reset(seed)  # RSL-RL's runner never resets
+
+    def reset(self, seed: int | None = None) -> TensorDict:
+        """Start a fresh episode in every env (RSL-RL's runner never calls this; a script may, between runs)."""
+        self._obs = self.env.reset(seed)
         self._episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
-        self._obs = env.reset(seed)  # RSL-RL's runner never resets
+        return self.get_observations()
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
