@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import platform
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -49,9 +50,12 @@ def code_commit() -> str:
 
 
 def write_result(name: str, markdown: str) -> Path:
+    """``results/<name>``, written atomically (a cut-short write leaves the previous table whole)."""
+    from robolearn.checkpoint import atomic_write_bytes
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
-    path.write_text(markdown.rstrip() + "\n")
+    atomic_write_bytes(path, lambda f: f.write((markdown.rstrip() + "\n").encode()))
     print(markdown)
     print(f"\nwritten to {path}")
     return path
@@ -68,8 +72,13 @@ def pool_runs(fn: Callable[[object], dict], jobs: list, processes: int, runs_pat
               ordered: bool = False, append: bool = False) -> Iterator[dict]:
     """Each job's ``fn(job)`` in ``processes`` spawned processes, yielded as it ends (in job order if ``ordered``)
     after it is appended to ``runs_path``: a cut-short benchmark keeps every finished run. The file starts
-    empty unless ``append`` (more seeds for runs already there)."""
+    empty unless ``append`` (more seeds for runs already there); runs already in it are then moved to
+    ``<name>.replaced-<time>.jsonl`` beside it, never deleted (they may be the ones BENCHMARKS.md quotes)."""
     runs_path.parent.mkdir(parents=True, exist_ok=True)
+    if not append and runs_path.is_file() and runs_path.read_text().strip():
+        kept = runs_path.with_name(f"{runs_path.stem}.replaced-{datetime.now():%Y%m%d-%H%M%S}.jsonl")
+        runs_path.rename(kept)
+        print(f"{runs_path.name}: the runs already there moved to {kept.name}")
     if not append:
         runs_path.write_text("")
     with multiprocessing.get_context("spawn").Pool(processes) as pool:

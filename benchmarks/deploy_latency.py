@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 import time
@@ -109,7 +110,8 @@ def ppo_controller(hidden: tuple[int, ...]):
     return agent.controller().eval()
 
 
-SIX_JOINT_ARM = """<mujoco model="six"><option timestep="0.002"/><worldbody>{bodies}</worldbody>
+# implicitfast: the servos' damping (kv) on these light links is unstable under explicit Euler (BADQACC resets).
+SIX_JOINT_ARM = """<mujoco model="six"><option timestep="0.002" integrator="implicitfast"/><worldbody>{bodies}</worldbody>
 <actuator>{actuators}</actuator></mujoco>"""
 
 
@@ -152,6 +154,7 @@ def emulator_round_trip(iterations: int = 1000) -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; there are no options
     torch.set_num_threads(1)
     inference = inference_latency((128, 128)) + inference_latency((256, 256, 256))
     loops = jitter(100, 5.0) + jitter(500, 5.0)

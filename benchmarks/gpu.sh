@@ -5,8 +5,8 @@
 #   bash benchmarks/gpu.sh tests throughput  # some stages: tests throughput ppo mjlab go1 scaling
 #
 # Needs an NVIDIA GPU and `pip install -e ".[test]" rsl-rl-lib` (setup.sh installs mujoco-warp and
-# warp-lang). Results land in benchmarks/results/*.md; copy them into BENCHMARKS.md with
-# `python benchmarks/collect.py` if you keep that, or by hand.
+# warp-lang). Results land in benchmarks/results/*.md; BENCHMARKS.md quotes them (copied by hand,
+# with what the numbers mean).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1

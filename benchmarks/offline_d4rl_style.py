@@ -21,9 +21,13 @@ sees our packages (only its gymnasium wrappers would care, and they are not used
     python3 benchmarks/offline_d4rl_style.py --seeds 1 2      # add seeds to earlier results
     python3 benchmarks/offline_d4rl_style.py --table-only     # rebuild offline.md from the runs file
     python3 benchmarks/offline_d4rl_style.py --tag avx512 ...  # another machine: offline_runs_avx512.jsonl, offline_avx512.md
-    python3 benchmarks/offline_d4rl_style.py --peer-matmul-precision medium ...  # d3rlpy with our configs' matmul switch
-    python3 benchmarks/offline_d4rl_style.py --libs robolearn --overrides runner.matmul_precision=highest ...  # ours in fp32
-    python3 benchmarks/offline_d4rl_style.py --libs d3rlpy --peer-seeding independent ...  # d3rlpy's numpy seeded apart from torch
+    python3 benchmarks/offline_d4rl_style.py --tag amx_medium --peer-matmul-precision medium ...  # d3rlpy with our matmul switch
+    python3 benchmarks/offline_d4rl_style.py --tag amx_fp32 --libs robolearn --overrides runner.matmul_precision=highest ...
+    python3 benchmarks/offline_d4rl_style.py --tag amx_indep --libs d3rlpy --peer-seeding independent ...  # numpy seeded apart
+
+A variant (``--overrides``, ``--peer-matmul-precision`` other than highest, ``--peer-seeding
+independent``) needs its own ``--tag``: the table keeps one run per library, algorithm, dataset,
+seed and budget, so an untagged variant would replace the main runs in offline.md.
 
 Our configs set ``runner.matmul_precision: medium`` (bf16-input matmuls with fp32
 accumulation where the CPU has them: Intel AMX; a no-op on AVX2). d3rlpy runs at torch's
@@ -305,6 +309,10 @@ def main() -> None:
         algo, dataset, seed, updates, precision, seeding = args.worker
         print(json.dumps(run_d3rlpy(algo, dataset, int(seed), int(updates), precision, seeding)))
         return
+    variant = args.overrides or args.peer_matmul_precision != "highest" or args.peer_seeding != "d3rlpy"
+    if variant and not args.tag and not args.table_only:
+        parser.error("a variant run (--overrides, --peer-matmul-precision, --peer-seeding) needs --tag NAME: "
+                     "untagged, it would replace the main runs in results/offline.md")
     out = use_tag(args.tag)
     if args.table_only:
         write_result(out, table(read_runs()))

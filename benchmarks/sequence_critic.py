@@ -10,8 +10,9 @@ much the trained critic's value depends on each of the K actions it scores (``se
     python benchmarks/sequence_critic.py [--seeds 3] [--steps 6000] [--jobs 2] \
         [--variants 1,1,open_loop 4,1,open_loop 4,4,open_loop 4,1,ensemble 4,4,ensemble]
 
-Each run appends a JSON line to results/sequence_critic_runs.jsonl (with its code commit);
-the table is rebuilt from every line of the latest budget (a variant's seed: its latest run).
+Each run appends a JSON line to results/sequence_critic<tag>_runs.jsonl (with its code commit);
+the table (results/sequence_critic<tag>.md) is rebuilt from every line of the latest budget (a
+variant's seed: its latest run). ``--tag _try`` keeps a trial's runs out of the committed ones.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import RESULTS, code_commit, machine, write_result  # noqa: E402
 
 EVAL_EPISODES = 10
-RUNS = RESULTS / "sequence_critic_runs.jsonl"
 DEFAULT_VARIANTS = ["1,1,open_loop", "4,1,open_loop", "4,4,open_loop", "4,1,ensemble", "4,4,ensemble"]
 SENSITIVITY_BATCH = 2048
 
@@ -54,10 +54,10 @@ def run(job: dict) -> dict:
     start = time.perf_counter()
     result = runner.train()
     elapsed = time.perf_counter() - start  # includes the export and the final evaluation, alike for every variant
-    out = {**job, "return": float(result.evaluation["return_mean"]), "seconds": elapsed, "machine": machine(),
+    out = {**{k: v for k, v in job.items() if k != "runs"}, "return": float(result.evaluation["return_mean"]), "seconds": elapsed, "machine": machine(),
            "commit": code_commit(), "sensitivity": sensitivity(runner.agent, runner.replay, cfg.env.num_envs)}
     runner.close()
-    with open(RUNS, "a") as f:  # one short line per run: appends from parallel jobs do not interleave
+    with open(job["runs"], "a") as f:  # one short line per run: appends from parallel jobs do not interleave
         f.write(json.dumps(out) + "\n")
     print(f"{job['variant']} seed {job['seed']}: return {out['return']:.1f}, {elapsed:.0f} s", flush=True)
     return out
@@ -90,8 +90,9 @@ def label(variant: str) -> str:
     return f"K = {k}" if k == "1" else f"K = {k}, n = {n}, {play}"
 
 
-def report() -> None:
-    rows = [json.loads(line) for line in RUNS.read_text().splitlines()]
+def report(tag: str) -> None:
+    runs_path = RESULTS / f"sequence_critic{tag}_runs.jsonl"
+    rows = [json.loads(line) for line in runs_path.read_text().splitlines()]
     budget = (rows[-1]["steps"], rows[-1]["random_steps"])
     latest: dict[str, dict[int, dict]] = {}
     for row in rows:
@@ -106,14 +107,14 @@ def report() -> None:
         shares = " / ".join(f"{v:.2f}" for v in np.mean(measured, axis=0)) + f" (n={len(measured)})" if measured else "-"
         lines.append(f"| {label(variant)} | {', '.join(f'{r:.0f}' for r in returns)} | {returns.mean():.0f} ± "
                      f"{returns.std():.0f} (n={len(runs)}) | {shares} | {np.mean([r['seconds'] for r in runs]):.0f} |")
-    write_result("sequence_critic.md", "\n".join([
+    write_result(f"sequence_critic{tag}.md", "\n".join([
         f"### Action-sequence critic vs K = 1 on Pendulum-v1: {steps:,} env steps, {steps - random_steps:,} updates "
         f"each, seeds {sorted({s for by_seed in latest.values() for s in by_seed})}", "",
         f"Machine: {rows[-1]['machine']}. SAC settings (lr 3e-4, 256x256, batch 256), {random_steps:,} random steps, one "
         f"update per env step; n = rewards summed before the bootstrap; the K actions are played open loop (one "
         f"decision per K steps) or queried every step and blended (ACT's temporal ensemble, m = 0.01), in training "
         f"and in the final evaluation ({EVAL_EPISODES} deterministic episodes). Per-run lines with their commits: "
-        f"results/sequence_critic_runs.jsonl. Critic sensitivity: mean |dQ/da_j| of the trained critic at the "
+        f"results/{runs_path.name}. Critic sensitivity: mean |dQ/da_j| of the trained critic at the "
         f"actor's chunk on {SENSITIVITY_BATCH} replay states, for the K positions j, relative to j = 1.", "",
         "| critic and execution | final return per seed | mean ± std (seeds) | critic sensitivity to actions 1..K | "
         "wall-clock (s) |", "|---|---|---|---|---|", *lines]))
@@ -127,13 +128,15 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="K,n,execution (open_loop|ensemble)[,m: ACT's ensemble decay, default 0.01]")
     parser.add_argument("--jobs", type=int, default=1, help="parallel training processes")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--tag", default="", help="in the result files' names: sequence_critic<tag>_runs.jsonl, .md")
     args = parser.parse_args()
     if not args.report_only:
-        jobs = [{"variant": v, "seed": seed, "steps": args.steps, "random_steps": args.random_steps}
+        runs = str(RESULTS / f"sequence_critic{args.tag}_runs.jsonl")
+        jobs = [{"variant": v, "seed": seed, "steps": args.steps, "random_steps": args.random_steps, "runs": runs}
                 for seed in range(args.seeds) for v in args.variants]
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
             pool.map(run, jobs, chunksize=1)
-    report()
+    report(args.tag)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,58 @@
-"""Where a Go1 PPO iteration's time goes on the GPU: env variants, policy inference, update (diagnostic)."""
-import time, torch, sys
+"""Where a Go1 PPO iteration's time goes on the GPU: the env step under each randomization, and policy inference.
+
+Times one env step under each part of the config's randomization alone and all of it, and one
+policy call; prints the figures (milliseconds), writes no result file.
+
+    python benchmarks/warp_profile.py [--worlds 4096] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable
+
+import torch
+
 from robolearn.config import load_config
-from robolearn.registry import make_env, make_agent
+from robolearn.registry import make_agent, make_env
 
-def timed(fn, n=20):
-    fn(); torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(n): fn()
-    torch.cuda.synchronize(); return (time.perf_counter() - t) / n * 1e3
 
-cfg = load_config("ppo_go1_flat", ["env.backend=warp", "env.device=cuda", "env.num_envs=4096"])
-full = dict(cfg.env.randomization)
-variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]}, "friction": {"friction_scale": full["friction_scale"]},
-            "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
-for name, rnd in variants.items():
-    cfg.env.randomization = rnd
-    env = make_env(cfg.env, seed=0)
-    a = torch.zeros(4096, 12, device="cuda")
-    print(f"env step [{name}]: {timed(lambda: env.step(a)):.2f} ms", flush=True)
-    if name == "full":
-        agent = make_agent(cfg, env)
-        obs = env.reset()
-        print(f"agent.act: {timed(lambda: agent.act(obs, explore=True)):.2f} ms", flush=True)
-    env.close()
+def timed(fn: Callable[[], object], device: torch.device, n: int = 20) -> float:
+    """Milliseconds per call of ``fn`` after one untimed call, the GPU drained before and after."""
+    fn()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worlds", type=int, default=4096)
+    parser.add_argument("--device", default="cuda", help="a CUDA device: this profiles the GPU path")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this profile needs a CUDA GPU")
+    cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}"])
+    full = dict(cfg.env.randomization)
+    variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]},
+                "friction": {"friction_scale": full["friction_scale"]},
+                "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
+    for name, randomization in variants.items():
+        cfg.env.randomization = randomization
+        env = make_env(cfg.env, seed=0)
+        action = torch.zeros(args.worlds, 12, device=device)
+        print(f"env step [{name}]: {timed(lambda: env.step(action), device):.2f} ms", flush=True)
+        if name == "full":
+            agent = make_agent(cfg, env)
+            obs = env.reset()
+            print(f"agent.act: {timed(lambda: agent.act(obs, explore=True), device):.2f} ms", flush=True)
+        env.close()
+
+
+if __name__ == "__main__":
+    main()
