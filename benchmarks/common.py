@@ -134,10 +134,13 @@ def train_online_with_evals(config: str, overrides: list[str], run_dir: str, see
     runner = Runner(cfg)
     eval_env = make_env(cfg.env, num_envs=eval_episodes, seed=seed + 10_000)
     curve: list[dict] = []
+    next_eval = [eval_every]  # the first iteration end at or past it evaluates (iterations are ~1000 steps)
 
     def stop(metrics: dict) -> bool:
         steps = runner.progress.env_steps
-        if steps % eval_every == 0 or steps >= total_steps:
+        if steps >= next_eval[0] or steps >= total_steps:
+            while next_eval[0] <= steps:
+                next_eval[0] += eval_every
             result = evaluate(runner.agent.controller(), eval_env, eval_episodes, seed=seed + 10_000)
             curve.append({"env_steps": steps, "success": result.get("success_rate", 0.0), "return": result["return_mean"],
                           "length": result["length_mean"], "train_success": metrics.get("success_rate"),

@@ -69,7 +69,9 @@ def run(ranks: int, args: argparse.Namespace) -> dict:
                    __file__, "--worker", "--out", out.name, "--config", args.config, "--num-envs", str(args.num_envs),
                    "--budget", str(args.budget), "--device", args.device, "--backend", args.backend, "--sim-backend", args.sim_backend]
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        subprocess.run(command, check=True, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+        done = subprocess.run(command, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        if done.returncode:  # the ranks' own errors, not only torchrun's exit status
+            raise SystemExit(f"{ranks} rank(s) failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
         return json.loads(Path(out.name).read_text())
 
 

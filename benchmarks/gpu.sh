@@ -19,8 +19,9 @@ stages=("$@")
 GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
 nvidia-smi -L
-# Fail here, in seconds, if Warp cannot use the GPU (a driver older than its CUDA), not in every stage.
-python -c "import torch, warp, mujoco_warp; print('torch', torch.__version__, 'warp', warp.__version__, 'mujoco_warp', mujoco_warp.__version__); warp.init(); assert warp.is_cuda_available(), 'warp sees no CUDA device (driver older than its CUDA?)'"
+# Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than
+# Warp's CUDA), not with CPU figures labelled GPU or a crash in every stage.
+python -c "import torch, warp, mujoco_warp; print('torch', torch.__version__, 'warp', warp.__version__, 'mujoco_warp', mujoco_warp.__version__); assert torch.cuda.is_available(), 'torch sees no CUDA device (a CPU build of torch?)'; warp.init(); assert warp.is_cuda_available(), 'warp sees no CUDA device (driver older than its CUDA?)'"
 for stage in "${stages[@]}"; do
   echo "=== $stage ($(date -u +%T))"
   case $stage in

@@ -36,6 +36,9 @@ def main() -> None:
         cfg = load_config(name, overrides)
         result = train(cfg)
         metrics = [m for m in read_metrics(result.run_dir) if "return" in m]
+        if not metrics:
+            raise SystemExit(f"{name}: no training episode ended within {cfg.runner.total_steps:,} env steps, "
+                             "so there is no curve; give more --steps")
         steps = [m["env_steps"] for m in metrics]
         returns = [m["return"] for m in metrics]
         seconds = [m["time"] for m in metrics]
@@ -54,7 +57,7 @@ def main() -> None:
         evaluation = result.evaluation or {}
         rows.append(f"| {cfg.env.task} | {cfg.env.num_envs} | {steps[-1]:,} | {seconds[-1]:.0f} | {steps[-1] / seconds[-1]:,.0f} | "
                     f"{evaluation.get('return_mean', float('nan')):.0f} ± {evaluation.get('return_std', float('nan')):.0f} | "
-                    f"![](results/{png.name}) |")
+                    f"![]({png.name}) |")  # beside this table in results/
     lines = [
         "### PPO learning curves on our CPU MuJoCo tasks",
         "",
