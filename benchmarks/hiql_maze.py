@@ -85,7 +85,8 @@ def run(job: dict) -> dict:
     curve.append((job["updates"], float(per_goal.mean())))
     signs.append((job["updates"], sign_agreement(runner.agent, grid)))
     return {**job, "success": float(per_goal.mean()), "per_goal": per_goal.tolist(), "curve": curve, "signs": signs,
-            "train_s": train_s, "total_s": time.perf_counter() - start, "machine": machine()}
+            "train_s": train_s, "total_s": time.perf_counter() - start, "machine": machine(),
+            "dataset_size": dataset_size(job["layout"])}
 
 
 def overrides_for(algo: str, overrides: list[str]) -> list[str]:
@@ -108,9 +109,18 @@ def dataset_size(layout: str) -> str:
     return f"{meta['total_episodes']} episodes x {meta['total_steps'] // meta['total_episodes']} steps"
 
 
+def recorded_size(results: dict[tuple[str, str], list[dict]], layout: str) -> str:
+    """The dataset size the runs of ``layout`` recorded; for runs from before it was recorded, the dataset here now,
+    said so (it may have been made again at another size since)."""
+    sizes = {r["dataset_size"] for (lay, _), rows in results.items() if lay == layout for r in rows if "dataset_size" in r}
+    if sizes:
+        return " / ".join(sorted(sizes))
+    return f"{dataset_size(layout)} (the dataset here now: the runs did not record theirs)"
+
+
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
     title = " vs ".join(algo.upper() for algo in args.algos)
-    sizes = ", ".join(f"{layout} {dataset_size(layout)}" for layout in args.layouts)
+    sizes = ", ".join(f"{layout} {recorded_size(results, layout)}" for layout in args.layouts)
     machines = list(dict.fromkeys(ran_on(r) for rows in results.values() for r in rows))
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"{machines_line(results, machines)}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
@@ -133,8 +143,8 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
 
 
 def ran_on(row: dict) -> str:
-    """The machine a run ran on (runs recorded before machines were recorded: this one, as their tables said)."""
-    return row.get("machine") or machine()
+    """The machine a run ran on, as it recorded it (a rebuilt report names the runs' machine, not this one)."""
+    return row.get("machine") or "machine not recorded with these runs"
 
 
 def machines_line(results: dict[tuple[str, str], list[dict]], machines: list[str]) -> str:

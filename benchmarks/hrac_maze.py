@@ -38,6 +38,12 @@ from common import (  # noqa: E402
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
 
+def ran_on(runs: list[dict]) -> str:
+    """The machine(s) the runs recorded (a rebuilt report names theirs, not this one's)."""
+    machines = list(dict.fromkeys(r.get("machine", "not recorded with these runs") for r in runs))
+    return "; ".join(machines)
+
+
 def run(job: dict) -> dict:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,7 +53,7 @@ def run(job: dict) -> dict:
             on_eval=lambda point: print(f"  {job['variant']} seed {job['seed']}: {point['env_steps']} steps, success "
                                         f"{point['success']:.2f}, return {point['return']:.0f}, {point['time']:.0f} s",
                                         flush=True))
-    return {**job, "curve": curve, "total_s": total}
+    return {**job, "curve": curve, "total_s": total, "machine": machine()}
 
 
 def table(runs: list[dict], key: str, fmt: str) -> list[str]:
@@ -158,7 +164,7 @@ def main() -> None:
     plot(runs, RESULTS / f"{stem}.png", title)
     lines = [f"# HRAC vs the same agent without the adjacency constraint: {args.task}", "",
              f"`python benchmarks/hrac_maze.py {' '.join(sys.argv[1:])}`", "",
-             f"Machine: {machine()}; {timing}", "",
+             f"Machine: {ran_on(runs)}; {timing}", "",
              f"Task: `{args.task}` (configs/hrac_{args.task}.yaml): cell (1, 1) to cell (6, 6), reward minus the "
              f"distance to the goal, success ends the episode; 10 envs. Budget: {args.steps} env steps per run "
              f"(HRAC's paper: 5M on AntMaze), {args.utd} updates per env step (a high-level update every "
