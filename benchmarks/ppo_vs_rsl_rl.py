@@ -41,7 +41,6 @@ from typing import Any
 import torch
 from rsl_rl.runners import OnPolicyRunner
 
-import sims
 from common import machine, write_result
 from robolearn.config import TrainConfig, load_config
 from robolearn.registry import agent_configs
