@@ -125,6 +125,9 @@ run() {
   log "unpacked"
   timeout 120 python -c "import torch, warp, mujoco, mujoco_warp, gymnasium, tensordict, rsl_rl; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'warp', warp.__version__, 'mujoco', mujoco.__version__)" \
     || { log "imports failed"; return 4; }
+  # rsl_rl's runners import tensorboard, which the bundle assumes the image has (session 30's did).
+  timeout 60 python -c "import rsl_rl.runners" \
+    || log "rsl_rl.runners does not import here (above; tensorboard missing?): the ppo and mjlab stages will fail"
   touch /tmp/robolearn-start
   for spec in "${stages[@]}"; do
     log "stage ${spec%%:*} (limit ${spec##*:} s)"
