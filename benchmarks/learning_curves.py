@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=["ppo_half_cheetah", "ppo_ant"])
     parser.add_argument("--steps", type=int, default=0, help="override runner.total_steps (0: the config's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="learning_curves.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
 
     from robolearn import load_config, train
@@ -67,7 +68,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
         *rows,
     ]
-    write_result("learning_curves.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":

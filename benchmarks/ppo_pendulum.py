@@ -116,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=200_000)
+    parser.add_argument("--out", default="ppo_pendulum.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     rows = []
@@ -140,7 +141,7 @@ def main() -> None:
         median = statistics.median(times)
         lines.append(f"| {name} | {', '.join(f'{t:.1f}' for t in times)} | {median:.1f} | {int(statistics.median(steps)):,} | "
                      f"{np.mean(returns):.1f} | {median / sb3_median:.2f} |")
-    write_result("ppo_pendulum.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--sim-episodes", type=int, default=200)
     parser.add_argument("--steps", type=int, default=2_000_000, help="training steps when training here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="sim_to_real.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     runs = {
@@ -110,13 +111,13 @@ def main() -> None:
 Machine: {machine()}. Success = fingertip within 2 cm of the target at the end of a 2 s episode; return in brackets.
 Sim columns: {args.sim_episodes} episodes each; emulated robot: {args.episodes} episodes in real time at 50 Hz through
 the vendor SDK over a pseudo-terminal, safety layer on. Emulator reality: {reality}.
-Reproduce: `python benchmarks/sim_to_real.py --episodes {args.episodes}` (trains the three controllers, {args.steps:,} steps each).
+Reproduce: `python benchmarks/sim_to_real.py --episodes {args.episodes} --sim-episodes {args.sim_episodes} --steps {args.steps}` (trains the three controllers, {args.steps:,} steps each).
 
 | controller | randomization width at the end | sim, nominal model | sim, reality's physics | emulated robot | robot loop overruns / jitter p99 | safety interventions |
 |---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
-    write_result("sim_to_real.md", markdown)
+    write_result(args.out, markdown)
 
 
 if __name__ == "__main__":
