@@ -261,6 +261,13 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             raise ConfigError(f"{prefix}{name}: the discount must be in (0, 1], got {value!r} (e.g. 0.99)")
         if name.endswith("batch_size") and isinstance(values[name], int) and values[name] < 1:
             raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
+        # Settings whose meaning has a range, by name across agents (IQL, GCIQL, HIQL, OTA, SPiRL...).
+        if name == "expectile" and isinstance(values[name], float) and not 0.0 < values[name] < 1.0:
+            raise ConfigError(f"{prefix}{name}: an expectile is in (0, 1), got {value!r} (e.g. 0.7)")
+        if name.endswith("beta") and isinstance(values[name], float) and values[name] < 0:
+            raise ConfigError(f"{prefix}{name}: a weight or inverse temperature, must be >= 0, got {value!r}")
+        if name in ("subgoal_steps", "rep_dim") and isinstance(values[name], int) and values[name] < 1:
+            raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
         if isinstance(values[name], float) and math.isnan(values[name]):
             raise ConfigError(f"{prefix}{name}: got nan; give a number")
     return cls(**values)

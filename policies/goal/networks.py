@@ -80,6 +80,10 @@ class GoalAgent(OfflineAgent):
     def _setup_spaces(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box,
                       device: torch.device) -> None:
         self.device = torch.device(device)
+        missing = [group for group in ("policy", "goal") if group not in observation_spec]
+        if missing:
+            raise ValueError(f"{type(self).__name__} needs observation groups ['policy', 'goal']; the task has no "
+                             f"{missing} (a goal-conditioned task such as point_maze_medium)")
         self.obs_dim = int(observation_spec["policy"].shape[0])
         self.goal_dim = int(observation_spec["goal"].shape[0])
         self.action_dim = int(action_spec.shape[0])

@@ -294,3 +294,11 @@ def test_robolearn_train_runs_hiql_on_a_maze_dataset_with_a_success_rate(maze_ro
     line = json.loads((result.run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert "eval/success_rate" in line and "high_actor_loss" in line
     assert {"torchscript", "onnx"} <= set(result.exported)
+
+
+@pytest.mark.parametrize("name", ["gcbc", "gciql", "hiql", "ota"])
+def test_a_task_without_goals_is_refused_naming_the_groups(name):
+    config_cls, agent_cls = AGENTS[name]
+    with sims.make_env("pendulum", num_envs=1) as env:
+        with pytest.raises(ValueError, match=r"needs observation groups \['policy', 'goal'\]; the task has no \['goal'\]"):
+            agent_cls(env.observation_spec, env.action_spec, config_cls(), torch.device("cpu"))

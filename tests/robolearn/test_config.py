@@ -117,3 +117,15 @@ def test_values_that_would_fail_later_are_refused_naming_the_key(override, messa
     """Each of these had failed after the first iteration: a ZeroDivisionError, a NaN loss, torch's own message."""
     with pytest.raises(ConfigError, match=message):
         load_config("sac_pendulum", [override])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent.subgoal_steps=0", r"agent.subgoal_steps: must be at least 1"),  # had crashed mid-training (no subgoal)
+    ("agent.subgoal_steps=-3", r"agent.subgoal_steps: must be at least 1"),  # had drawn subgoals from the past
+    ("agent.expectile=1.5", r"agent.expectile: an expectile is in \(0, 1\)"),
+    ("agent.high_beta=-1", r"agent.high_beta: a weight or inverse temperature, must be >= 0"),
+    ("agent.rep_dim=0", r"agent.rep_dim: must be at least 1"),
+])
+def test_goal_agent_settings_outside_their_meaning_are_refused(override, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config("hiql_point_maze_medium", [override])
