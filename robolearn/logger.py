@@ -36,9 +36,9 @@ class RunLogger:
         self._start_steps = initial_steps
         # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
         self._redraw = sys.stderr.isatty()
-        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, unit_scale=True,
-                         dynamic_ncols=True, disable=not progress, smoothing=0.1,
-                         mininterval=0.1 if self._redraw else 30.0)
+        self._bar_settings = {"unit_scale": True, "dynamic_ncols": True, "disable": not progress, "smoothing": 0.1,
+                              "mininterval": 0.1 if self._redraw else 30.0}
+        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, **self._bar_settings)
         self._wandb = None
         if wandb_mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -73,6 +73,11 @@ class RunLogger:
         """Move the progress bar to ``count`` between logged iterations (tqdm redraws at most every
         ``mininterval``): an iteration of slow updates would otherwise sit at one number for minutes."""
         self._bar.update(count - self._bar.n)
+
+    def phase_bar(self, total: int, initial: int, desc: str, unit: str) -> tqdm:
+        """A bar of its own, below the run's, for a phase counted in other units (pretraining updates
+        before any env step): the run's bar would sit at 0 with no rate or ETA through it."""
+        return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False, **self._bar_settings)
 
     def summary(self, values: dict[str, Any]) -> None:
         if self._wandb is not None:
