@@ -347,33 +347,38 @@ def _list(args: argparse.Namespace) -> int:
             summary = f"return {e['return_mean']:.1f}"
             if e.get("success_rate") is not None:
                 summary += f", success {100 * e['success_rate']:.0f}%"
-        if trainer := holder(run):
-            status = f"training now ({trainer})"
-        else:
-            status = "done" if (run / "export" / "controller.json").is_file() else "incomplete: " + _how_far(run)
+        status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
         print(f"  {run}  {status}  {summary}".rstrip())
     return 0
 
 
 def _how_far(run: Path) -> str:
-    """Where an unfinished run stands, from its last metrics line and its config's budget."""
+    """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
+    and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
     from robolearn.logger import read_metrics
 
+    exported = (run / "export" / "controller.json").is_file()
     if not (run / "checkpoints" / "latest.pt").is_file():
-        return "no checkpoint (nothing to resume)"
+        return "exported, no checkpoint" if exported else "incomplete: no checkpoint (nothing to resume)"
     try:
         last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
     except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
         last, raw = {}, None
+    resume = f"robolearn train --resume {run}"
     if not last or not isinstance(raw, dict):
-        return f"resume with robolearn train --resume {run}"
-    counter = "env_steps" if "env_steps" in last else "updates"  # a fine-tune's online lines have both
-    offline = last.get("phase") == "offline"
-    total = (raw.get("agent") or {}).get("pretrain_updates") if offline else (raw.get("runner") or {}).get("total_steps")
+        return f"incomplete: stopped before its first logged iteration; {resume}"
+    agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
+    phase = last.get("phase")
+    if phase in ("pretrain", "offline"):  # skill pretraining, or a fine-tune's offline phase
+        counter, total = ("pretrain_updates" if phase == "pretrain" else "updates"), agent.get("pretrain_updates")
+    else:
+        counter, total = ("env_steps" if "env_steps" in last else "updates"), runner.get("total_steps")
     done = last.get(counter, 0)
-    where = f"{'offline ' if offline else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
+    if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total and exported:
+        return "done"
+    where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
-    return f"{where}; robolearn train --resume {run}"
+    return f"incomplete: {where}; {resume}"
 
 
 def _deploy(args: argparse.Namespace) -> int:

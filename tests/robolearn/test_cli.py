@@ -26,3 +26,33 @@ def test_bench_lists_the_benchmarks_and_runs_one_with_its_own_flags(capfd):
     assert "no benchmark 'nope'; there are: dataset_read_heap" in capfd.readouterr().err
     assert main(["bench", "make_maze_datasets", "--help"]) == 0  # the flag is the script's, not ours
     assert "--layouts" in capfd.readouterr().out
+
+
+def _fake_run(root, name, config, lines, exported=True, checkpoint=True):
+    import json
+
+    run = root / name / "20260101-000000"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    if checkpoint:
+        (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    if exported:
+        (run / "export").mkdir()
+        (run / "export" / "controller.json").write_text("{}")
+    return run
+
+
+def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(tmp_path, capfd):
+    online = {"runner": {"total_steps": 1000}, "agent": {"pretrain_updates": 3000}}
+    done = _fake_run(tmp_path, "done", online, [{"env_steps": 1024}])
+    exported = _fake_run(tmp_path, "exported", online, [{"env_steps": 512}])  # `robolearn export` of an unfinished run
+    pretraining = _fake_run(tmp_path, "pretraining", online, [{"env_steps": 0, "phase": "pretrain",
+                                                                "pretrain_updates": 1000}], exported=False)
+    offline = _fake_run(tmp_path, "offline", {"runner": {"total_steps": 20000}}, [], exported=False)
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
+    assert f"{done}  done" in out
+    assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
+    assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
+    assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
