@@ -13,6 +13,7 @@ Datasets are stored in the Minari format (see :mod:`robolearn.data.minari_store`
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -49,10 +50,21 @@ def how_to_make(name: str, root: str | Path | None = None) -> str:
     root_flag = f" --root {root}" if root is not None else ""
     for pattern, command in GENERATORS:
         match = re.fullmatch(pattern, base)
-        if match and (match.groupdict().get("task") is None or (CONFIG_DIR / f"ppo_{match['task']}.yaml").is_file()):
+        if match and _makeable(match.groupdict(), CONFIG_DIR):
             return f"make it with `python {where}/{command.format(**match.groupdict())}{root_flag}`"
     return (f"record it with `robolearn dataset record --run RUN --episodes 100 --name {base}{root_flag}` "
             "or import one (`robolearn dataset import PATH --format d4rl|lerobot|recording`)")
+
+
+def _makeable(groups: dict[str, str], config_dir: Path) -> bool:
+    """Whether a generator makes the task or maze layout the name asks for (a typo makes nothing)."""
+    if "task" in groups:
+        return (config_dir / f"ppo_{groups['task']}.yaml").is_file()
+    if "layout" in groups:
+        import sims
+
+        return f"point_maze_{groups['layout']}" in sims.TASKS
+    return True
 
 
 class Dataset:
@@ -72,8 +84,10 @@ class Dataset:
         path = dataset_dir(name, root)
         if not path.is_dir():
             known = list_datasets(root)
+            close = difflib.get_close_matches(path.name, known, n=1)
+            hint = f"did you mean '{close[0]}'? or " if close else ""
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
-                               f"{how_to_make(name, root)}; see `robolearn dataset list`")
+                               f"{hint}{how_to_make(name, root)}; see `robolearn dataset list`")
         return cls(path)
 
     @classmethod

@@ -145,6 +145,17 @@ def test_bad_names_and_missing_datasets_are_one_line_errors(root):
     assert "\n" not in str(err.value)
     with pytest.raises(DatasetError, match="no dataset 'nope'.*robolearn dataset list"):
         Dataset.load("nope")
+    with pytest.raises(DatasetError, match="make_maze_datasets.py --layouts medium"):  # a maze a generator makes
+        Dataset.load("point_maze_medium-navigate")
+    with pytest.raises(DatasetError) as err:  # a misspelt layout: no generator command that would crash
+        Dataset.load("point_maze_medum-navigate")
+    assert "make_maze_datasets" not in str(err.value) and "robolearn dataset record" in str(err.value)
+
+
+def test_a_misspelt_name_suggests_the_dataset_that_is_there(recorded):
+    recorded("pendulum", 1, name="pendulum-swing", num_envs=1, max_episode_steps=5)
+    with pytest.raises(DatasetError, match="did you mean 'pendulum-swing-v0'"):
+        Dataset.load("pendulum-swnig")
 
 
 def test_a_corrupt_dataset_file_is_a_one_line_error(recorded, capsys):
