@@ -227,6 +227,11 @@ class Runner:
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
                 self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
+                if hasattr(self.agent, "sample") and cfg.agent.buffer_size % self.env.num_envs:
+                    # windows of one env's consecutive steps: said now, not after pretraining and warm-up
+                    raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of "
+                                      f"env.num_envs ({self.env.num_envs}): {cfg.algo} cuts windows of each env's "
+                                      "consecutive steps from the replay buffer")
             self.dataset = self._pretraining_dataset()
             if resume:
                 self._restore()

@@ -56,8 +56,9 @@ def sample_skill_transitions(replay: ReplayBuffer, batch_size: int, num_envs: in
     rows = (oldest + torch.arange(max(usable, 0), device=replay.device)) % capacity
     starts = rows[data["skill_step"][rows] == 0]
     if len(starts) == 0:
-        raise ValueError(f"no finished skill in the replay buffer yet: set runner.random_steps above "
-                           f"{2 * horizon * num_envs} ((2 H) x env.num_envs) so that updates start after some")
+        raise ValueError(f"no finished window of {horizon} steps (a skill, or HRAC's subgoal period) in the replay "
+                         f"buffer yet: set runner.random_steps above {2 * horizon * num_envs} (2 x {horizon} steps x "
+                         "env.num_envs) so that updates start after some")
     start = starts[torch.randint(len(starts), (batch_size,), device=replay.device)]
     index = (start.unsqueeze(1) + num_envs * torch.arange(horizon, device=replay.device)) % capacity  # (B, H)
     done = data["terminated"][index] | data["truncated"][index]

@@ -356,3 +356,15 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
     assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
     assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
+
+
+def test_a_buffer_that_cannot_hold_whole_env_windows_is_refused_at_build(tmp_path):
+    """It had been said after pretraining and the random steps: 10+ minutes into a run at the defaults."""
+    from robolearn import load_config
+    from robolearn.config import ConfigError
+    from robolearn.runner import Runner
+
+    cfg = load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", "env.num_envs=7", "logging.wandb=disabled"])
+    with pytest.raises(ConfigError, match=r"agent.buffer_size \(\d+\) must be a multiple of env.num_envs \(7\)"):
+        Runner(cfg)
+    assert not any(tmp_path.iterdir())  # no run directory left behind
