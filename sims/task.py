@@ -49,6 +49,10 @@ class Task(ABC):
         low, high = model.actuator_ctrlrange.T.astype(np.float32)
         return spaces.Box(low, high, dtype=np.float32)
 
+    def start(self, sim: MujocoBackend) -> None:
+        """A whole-env reset (``env.reset``) is about to reset every world: state kept across a world's
+        episodes (an episode counter) starts over, so that the same seed gives the same episodes."""
+
     def reset(
         self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,6 +161,7 @@ class TaskEnv(VecEnv):
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self._generator.manual_seed(seed)
+        self.task.start(self.sim)
         self._reset_worlds(torch.arange(self.num_envs, device=self.device))
         return self.task.observations(self.sim)
 

@@ -20,8 +20,9 @@ damping, driven by two force actuators: a constant control of 1 reaches about
   SPiRL's mazes); ``"distance"``: ``goal`` = minus the distance to the goal (m), the
   dense reward of HIRO's and HRAC's ant mazes. Success: the same for all three; the episode terminates there when
   ``terminate_at_goal`` (recordings of undirected data turn it off).
-- Goals (``goals`` kwarg): ``"eval"``: world ``w`` uses evaluation pair
-  ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), starting
+- Goals (``goals`` kwarg): ``"eval"``: world ``w``'s first episode uses evaluation pair
+  ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), its next ones
+  the pairs after it (``(w + e x worlds) % 5`` for episode ``e``: one world cycles them all), starting
   at its start cell centre plus U(-0.1, 0.1) m noise, goal at its goal cell
   centre; ``"fixed"``: every world uses evaluation pair ``pair`` (a single
   long-horizon task: with ``reward="success"``, a sparse one); ``"train"``: start
@@ -192,12 +193,22 @@ class PointMaze(Task):
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_string(self.grid.mjcf())
 
+    def start(self, sim: MujocoBackend) -> None:
+        self._episodes = torch.zeros(sim.num_worlds, dtype=torch.long)  # per world, for goals="eval"
+
     def _cells(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and goal cell centres ``(len(ids), 2)`` for worlds ``ids``."""
         centers = self.grid.centers().to(generator.device)
         if self.goals in ("eval", "fixed"):
             pairs = EVAL_PAIRS[self.layout]
-            k = ids.cpu() % len(pairs) if self.goals == "eval" else torch.full_like(ids.cpu(), self.pair)
+            if self.goals == "eval":  # world w's episode e: pair (w + e x worlds) % 5, so one world cycles them all
+                ids = ids.cpu()
+                if getattr(self, "_episodes", None) is None or len(self._episodes) <= int(ids.max()):
+                    self._episodes = torch.zeros(int(ids.max()) + 1, dtype=torch.long)  # reset without an env
+                k = (ids + self._episodes[ids] * len(self._episodes)) % len(pairs)
+                self._episodes[ids] += 1
+            else:
+                k = torch.full_like(ids.cpu(), self.pair)
             start = torch.tensor([self.grid.center(pairs[p][0]) for p in k.tolist()], dtype=torch.float64)
             goal = torch.tensor([self.grid.center(pairs[p][1]) for p in k.tolist()], dtype=torch.float64)
             return start.to(generator.device), goal.to(generator.device)

@@ -161,3 +161,21 @@ def test_settings_errors_name_the_key_and_a_fixed_layout_points_at_the_other_tas
         sims.make_env("point_maze_medium", num_envs=1, layout="large")
     with sims.make_env("ant_maze_large", num_envs=1, max_episode_steps=7) as env:
         assert env.max_episode_steps == 7 and env.task.layout == "large"
+
+
+def test_one_world_cycles_through_every_evaluation_pair_and_a_seeded_reset_starts_over():
+    """A recording or video of one world had only ever shown pair 0."""
+    with sims.make_env("point_maze_medium", num_envs=1, seed=0, max_episode_steps=2) as env:
+        def goals():
+            obs, seen = env.reset(seed=3), []
+            for _ in range(10):
+                seen.append(tuple(obs["goal"][0, :2].tolist()))
+                obs, *_ = env.step(torch.zeros(1, 2))
+            return seen[::2]  # one per episode
+        first = goals()
+        assert len(set(first)) == len(EVAL_PAIRS["medium"]) and goals() == first
+    with sims.make_env("point_maze_medium", num_envs=10, seed=0) as env:  # first episodes: pair w % 5, as before
+        obs = env.reset(seed=0)
+        pairs = EVAL_PAIRS["medium"]
+        expected = torch.tensor([env.task.grid.center(pairs[w % 5][1]) for w in range(10)], dtype=obs["goal"].dtype)
+        torch.testing.assert_close(obs["goal"][:, :2], expected)
