@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("eval", help="evaluate a run's controller")
     p.add_argument("run", type=Path)
     p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--seed", type=int, help="default: the run's own evaluation seed (its seed + 10000), which "
+                                            "gives eval.json's numbers again; --fas: 12345")
     p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     p.add_argument("--fas", nargs="?", const=True, default=None, metavar="R_MAX",
@@ -246,9 +247,11 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
     cfg = read_run_config(args.run)
     if args.fas is not None:
+        args.seed = 12345 if args.seed is None else args.seed
         return _eval_fas(args, cfg)
-    with make_env(cfg.env, num_envs=args.episodes, seed=args.seed) as env:
-        result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=args.seed)
+    seed = cfg.seed + 10_000 if args.seed is None else args.seed  # the end-of-run evaluation's (runner.finish_run)
+    with make_env(cfg.env, num_envs=args.episodes, seed=seed) as env:
+        result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result}
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"

@@ -73,6 +73,11 @@ def test_cli_eval_json_matches_for_checkpoint_and_onnx(trained_run, capsys):
     # Actions agree to 1e-5 (test above); over 500 steps of a chaotic swing-up such
     # float differences can move the return a little, so compare loosely here.
     assert from_onnx["return_mean"] == pytest.approx(from_checkpoint["return_mean"], rel=0.1)
+    # With the run's own episode count and no --seed, eval gives eval.json's numbers again.
+    saved = json.loads((trained_run.run_dir / "eval.json").read_text())
+    assert cli(["eval", run, "--episodes", str(saved["episodes"]), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["return_mean"] == pytest.approx(saved["return_mean"], abs=1e-6)
 
 
 def test_cli_export_and_play(trained_run, tmp_path, capsys):
