@@ -265,7 +265,7 @@ def _replay(args: argparse.Namespace) -> int:
         if not specs_ok:
             raise ValueError(f"dataset '{ds.id}' actions have shape {episode.actions.shape[1:]}, "
                              f"task {task}'s are {env.action_spec.shape}")
-        result = replay(episode, env, video=args.video)
+        result = replay(episode, env, video=args.video, progress=True)
     s = result.summary()
     start = "restored from the recorded state" if result.restored else "from the env's own reset (no recorded state)"
     print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")
