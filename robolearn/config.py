@@ -324,5 +324,6 @@ def _check(value: Any, hint: Any, key: str) -> Any:
     if isinstance(hint, type) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
     if value is None:  # `dataset=` or `key: ` with nothing after it
-        raise ConfigError(f"{key}: needs a value ({getattr(hint, '__name__', hint)}), got none")
+        names = " (a name from `robolearn dataset list`)" if key == "dataset" else ""
+        raise ConfigError(f"{key}: needs a value ({getattr(hint, '__name__', hint)}){names}, got none")
     raise ConfigError(f"{key}: expected {getattr(hint, '__name__', hint)}, got {value!r}")

@@ -116,8 +116,12 @@ class OfflineRunner:
 
         cfg = validated(cfg)
         if not getattr(AGENTS[cfg.algo][1], "offline", False):
-            offline = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "offline", False))
-            raise ConfigError(f"dataset: algo '{cfg.algo}' learns online; offline algorithms are {offline}")
+            takes = {kind: sorted(name for name, (_, cls) in AGENTS.items()
+                                  if getattr(cls, kind, False) and (kind == "finetune" or not getattr(cls, "finetune", False)))
+                     for kind in ("offline", "pretrains", "finetune")}
+            raise ConfigError(f"dataset: algo '{cfg.algo}' learns online and takes no dataset; algorithms that do: "
+                              f"offline {takes['offline']}, pretraining skills on it {takes['pretrains']}, "
+                              f"offline-to-online {takes['finetune']}")
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
         if resume:

@@ -150,6 +150,15 @@ def test_missing_dataset_names_its_generator(name, command, root, capsys):
     assert f"no dataset '{name}'" in err and command in err
 
 
+def test_a_dataset_given_to_an_online_algorithm_lists_those_that_take_one(root, capsys):
+    assert main(["train", "hrac_point_maze_medium", "dataset=my-data", "--no-wandb"]) == 2
+    err = error(capsys)
+    assert "algo 'hrac' learns online and takes no dataset" in err
+    assert "pretraining skills on it ['skill_critic', 'spirl']" in err and "offline-to-online ['calql_finetune'" in err
+    assert main(["train", "spirl_point_maze_medium", "dataset=", "--no-wandb"]) == 2
+    assert "dataset: needs a value (str) (a name from `robolearn dataset list`)" in error(capsys)
+
+
 def test_missing_dataset_with_root_passes_it_on(tmp_path, capsys):
     assert main(["dataset", "info", "hopper-medium", "--root", str(tmp_path)]) == 2
     assert f"make_datasets.py --tasks hopper --root {tmp_path}`" in error(capsys)
