@@ -111,10 +111,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def restore_agent(agent: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
-    random streams; return its progress counters, for the runner to rebuild its own progress from."""
-    check_compatible(agent.state_dict(), payload["agent"])
+    random streams; return its progress counters, for the runner to rebuild its own progress from.
+    ``config``: the resuming run's (plain data), so that a shape mismatch names the setting that changed."""
+    try:
+        check_compatible(agent.state_dict(), payload["agent"])
+    except CheckpointError as err:
+        saved, now = (payload.get("config") or {}).get("agent") or {}, (config or {}).get("agent") or {}
+        changed = [key for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
+        if not changed:
+            raise
+        said = ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
+        raise CheckpointError(f"{err}; changed since the checkpoint: {said} (resume without that override)") from None
     agent.load_state_dict(payload["agent"])
     progress = dict(payload["progress"])
     set_rng_state(progress.pop("rng"))

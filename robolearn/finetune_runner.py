@@ -135,7 +135,7 @@ class FinetuneRunner(OfflineRunner):
         payload = load_checkpoint(self.checkpoint_path)
         if payload["progress"].get("phase") == "online":
             self.agent.go_online()  # the online hyperparameters are attributes, not state
-        self.progress = FinetuneProgress(**restore_agent(self.agent, payload))
+        self.progress = FinetuneProgress(**restore_agent(self.agent, payload, to_dict(self.cfg)))
 
     # -- the phase boundary --------------------------------------------------------------------
 

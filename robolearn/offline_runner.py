@@ -180,7 +180,7 @@ class OfflineRunner:
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 
     def _restore(self) -> None:
-        self.progress = OfflineProgress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
+        self.progress = OfflineProgress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -299,7 +299,7 @@ class Runner:
             atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
 
     def _restore(self) -> None:
-        self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path)))
+        self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))
         if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
                           f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "

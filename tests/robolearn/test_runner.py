@@ -432,3 +432,14 @@ def test_the_run_ends_where_it_says(tmp_path, algo, total, planned):
         assert runner.progress.env_steps == planned
     finally:
         runner.close()
+
+
+def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps, cfg.agent.actor_hidden = 512, (32,)
+    with pytest.raises(CheckpointError, match=r"changed since the checkpoint: agent.actor_hidden \[64, 64\] -> \[32\] "
+                                              r"\(resume without that override\)"):
+        Runner(cfg, resume=first.run_dir)
