@@ -43,8 +43,10 @@ class GoalSampler:
     """Minibatches of transitions with relabeled goals, drawn from ``data`` (``Dataset.transitions``)."""
 
     def __init__(self, data: dict[str, Any], ends: torch.Tensor, goal_dim: int, cfg: RelabelConfig) -> None:
-        if abs(cfg.p_current + cfg.p_future + cfg.p_random - 1.0) > 1e-6:
-            raise ValueError(f"relabel probabilities must sum to 1, got {cfg}")
+        parts = (cfg.p_current, cfg.p_future, cfg.p_random)
+        if abs(sum(parts) - 1.0) > 1e-6 or min(parts) < 0:
+            raise ValueError(f"agent.relabel.p_current + p_future + p_random must be probabilities summing to 1, got "
+                             f"{cfg.p_current} + {cfg.p_future} + {cfg.p_random} = {sum(parts):g}")
         self.cfg, self.goal_dim = cfg, goal_dim
         self.obs, self.next_obs = data["obs"]["policy"], data["next_obs"]["policy"]
         self.action = data["action"]
