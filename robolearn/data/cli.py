@@ -88,13 +88,14 @@ def _list(args: argparse.Namespace) -> int:
 
     ids = list_datasets(args.root)
     print(f"datasets in {datasets_root(args.root)}:" + ("" if ids else " none yet (robolearn dataset record | import)"))
+    width = max([32, *map(len, ids)])
     for dataset_id in ids:
         try:
             ds = Dataset(datasets_root(args.root) / dataset_id)
             ds.check_readable()
-            print(f"  {dataset_id:<32} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
+            print(f"  {dataset_id:<{width}} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
         except DatasetError as err:  # one broken dataset does not hide the others
-            print(f"  {dataset_id:<32} UNREADABLE: {err}")
+            print(f"  {dataset_id:<{width}} UNREADABLE: {err}")
     return 0
 
 
