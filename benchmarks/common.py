@@ -41,6 +41,11 @@ def machine() -> str:
             f"mujoco {mujoco.__version__}")
 
 
+def recorded_machine(run: dict) -> str:
+    """The machine a run recorded (a report rebuilt from a runs file names the runs' machine, not this one)."""
+    return run.get("machine") or "machine not recorded with these runs"
+
+
 def code_commit() -> str:
     """The last commit that changed the agents or the runner (benchmark-only commits do not change a run),
     with "+dirty" when those files have uncommitted changes: recorded with each run to tell code versions apart."""
@@ -76,7 +81,11 @@ def pool_runs(fn: Callable[[object], dict], jobs: list, processes: int, runs_pat
     ``<name>.replaced-<time>.jsonl`` beside it, never deleted (they may be the ones BENCHMARKS.md quotes)."""
     runs_path.parent.mkdir(parents=True, exist_ok=True)
     if not append and runs_path.is_file() and runs_path.read_text().strip():
-        kept = runs_path.with_name(f"{runs_path.stem}.replaced-{datetime.now():%Y%m%d-%H%M%S}.jsonl")
+        stamp, n = f"{runs_path.stem}.replaced-{datetime.now():%Y%m%d-%H%M%S}", 0
+        kept = runs_path.with_name(f"{stamp}.jsonl")
+        while kept.exists():  # two invocations in the same second keep both
+            n += 1
+            kept = runs_path.with_name(f"{stamp}-{n}.jsonl")
         runs_path.rename(kept)
         print(f"{runs_path.name}: the runs already there moved to {kept.name}")
     if not append:
@@ -133,6 +142,8 @@ def train_online_with_evals(config: str, overrides: list[str], run_dir: str, see
     start = time.perf_counter()
     runner = Runner(cfg)
     eval_env = make_env(cfg.env, num_envs=eval_episodes, seed=seed + 10_000)
+    if eval_every < 1:
+        raise ValueError(f"--eval-every must be at least 1 env step, got {eval_every}")
     curve: list[dict] = []
     next_eval = [eval_every]  # the first iteration end at or past it evaluates (iterations are ~1000 steps)
 

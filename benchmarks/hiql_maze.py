@@ -36,7 +36,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, pool_runs, read_jsonl, train_offline, write_result  # noqa: E402
+from common import RESULTS, machine, pool_runs, read_jsonl, recorded_machine, train_offline, write_result  # noqa: E402
 from ota_advantage_sign import VALUES, bin_names, sign_agreement  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
@@ -121,7 +121,7 @@ def recorded_size(results: dict[tuple[str, str], list[dict]], layout: str) -> st
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
     title = " vs ".join(algo.upper() for algo in args.algos)
     sizes = ", ".join(f"{layout} {recorded_size(results, layout)}" for layout in args.layouts)
-    machines = list(dict.fromkeys(ran_on(r) for rows in results.values() for r in rows))
+    machines = list(dict.fromkeys(recorded_machine(r) for rows in results.values() for r in rows))
     lines = [f"### {title} on the point maze (undirected navigate data, made here)", "",
              f"{machines_line(results, machines)}; one torch thread per run. Budget: {args.updates:,} gradient updates per run, "
              f"MLP {'as overridden below' if any('agent.hidden=' in o for o in args.overrides) else '256x2'} "
@@ -142,24 +142,19 @@ def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) 
     return "\n".join(lines + curve_table(results) + sign_table(results))
 
 
-def ran_on(row: dict) -> str:
-    """The machine a run ran on, as it recorded it (a rebuilt report names the runs' machine, not this one)."""
-    return row.get("machine") or "machine not recorded with these runs"
-
-
 def machines_line(results: dict[tuple[str, str], list[dict]], machines: list[str]) -> str:
     """The machine the runs ran on; where seeds added later ran on another, each numbered with its runs."""
     if len(machines) == 1:
         return f"Machine: {machines[0]}"
-    runs = [[f"{algo} seeds {[r['seed'] for r in rows if ran_on(r) == m]}"
-             for (_, algo), rows in results.items() if any(ran_on(r) == m for r in rows)] for m in machines]
+    runs = [[f"{algo} seeds {[r['seed'] for r in rows if recorded_machine(r) == m]}"
+             for (_, algo), rows in results.items() if any(recorded_machine(r) == m for r in rows)] for m in machines]
     return "Machines (seconds below per machine, in this order): " + "; ".join(
         f"[{k}] {m} ({', '.join(r)})" for k, (m, r) in enumerate(zip(machines, runs), 1))
 
 
 def per_machine(rows: list[dict], key: str, machines: list[str]) -> str:
     """Mean of ``key`` over the rows, separately for each machine they ran on (seconds differ between machines)."""
-    means = [(k, [r[key] for r in rows if ran_on(r) == m]) for k, m in enumerate(machines, 1)]
+    means = [(k, [r[key] for r in rows if recorded_machine(r) == m]) for k, m in enumerate(machines, 1)]
     means = [(k, values) for k, values in means if values]
     if len(means) == 1:
         return f"{np.mean(means[0][1]):.0f}"

@@ -33,15 +33,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
-    RESULTS, machine, paired_comparison, pool_runs, read_jsonl, train_online_with_evals, write_result)
+    RESULTS, machine, paired_comparison, pool_runs, read_jsonl, recorded_machine, train_online_with_evals, write_result)
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
-
-
-def ran_on(runs: list[dict]) -> str:
-    """The machine(s) the runs recorded (a rebuilt report names theirs, not this one's)."""
-    machines = list(dict.fromkeys(r.get("machine", "not recorded with these runs") for r in runs))
-    return "; ".join(machines)
 
 
 def run(job: dict) -> dict:
@@ -164,7 +158,7 @@ def main() -> None:
     plot(runs, RESULTS / f"{stem}.png", title)
     lines = [f"# HRAC vs the same agent without the adjacency constraint: {args.task}", "",
              f"`python benchmarks/hrac_maze.py {' '.join(sys.argv[1:])}`", "",
-             f"Machine: {ran_on(runs)}; {timing}", "",
+             f"Machine: {'; '.join(dict.fromkeys(map(recorded_machine, runs)))}; {timing}", "",
              f"Task: `{args.task}` (configs/hrac_{args.task}.yaml): cell (1, 1) to cell (6, 6), reward minus the "
              f"distance to the goal, success ends the episode; 10 envs. Budget: {args.steps} env steps per run "
              f"(HRAC's paper: 5M on AntMaze), {args.utd} updates per env step (a high-level update every "

@@ -131,7 +131,7 @@ class RslRl:
     def start_round(self) -> None:
         """Each of our rounds (``Runner.train``) starts from a fresh reset of the shared env, not timed:
         so does each of RSL-RL's, so both time iterations from the same kind of state."""
-        self.env.reset(seed=self.seed + 1000 + self.calls)
+        self.env.restart(seed=self.seed + 1000 + self.calls)
         self.calls += 1
 
     def train(self, iterations: int) -> list[float]:

@@ -123,7 +123,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
         if not changed:
             raise
         said = ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
-        raise CheckpointError(f"{err}; changed since the checkpoint: {said} (resume without that override)") from None
+        raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
+                              "the network: resume without that override)") from None
     agent.load_state_dict(payload["agent"])
     progress = dict(payload["progress"])
     set_rng_state(progress.pop("rng"))

@@ -8,7 +8,7 @@ controllers evaluate unchanged.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -27,12 +27,16 @@ class NonFiniteError(RuntimeError):
     """NaN or inf reached the env or came out of it."""
 
 
+def _labelled(what: str, value: torch.Tensor | Obs) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(label, tensor)`` for a tensor or each group of observations: ``observation['policy']``."""
+    for group, tensor in (value.items() if isinstance(value, dict) else [("", value)]):
+        yield (f"{what}[{group!r}]" if group else what), tensor
+
+
 def check_finite(what: str, value: torch.Tensor | Obs) -> None:
     """Raise naming ``what`` (and the group) if ``value`` has NaN or inf."""
-    items = value.items() if isinstance(value, dict) else [("", value)]
-    for group, tensor in items:
+    for label, tensor in _labelled(what, value):
         if not bool(torch.isfinite(tensor).all()):
-            label = f"{what}[{group!r}]" if group else what
             raise NonFiniteError(f"{label} contains NaN or inf")
 
 
@@ -49,19 +53,24 @@ class FiniteWatch:
         if not self.deferred:
             check_finite(what, value)
             return
-        for group, tensor in (value.items() if isinstance(value, dict) else [("", value)]):
-            label = f"{what}[{group!r}]" if group else what
+        for label, tensor in _labelled(what, value):
             bad = ~torch.isfinite(tensor).all()
             self._bad[label] = self._bad[label] | bad if label in self._bad else bad
 
     def verify(self) -> None:
-        """Raise :class:`NonFiniteError` naming the first value that was not finite since the last call."""
+        """Raise :class:`NonFiniteError` naming every value that was not finite since the last call (which
+        went bad first is not kept: a NaN action makes NaN observations and rewards in the same step)."""
         if not self._bad:
             return
         labels, bad = list(self._bad), torch.stack(list(self._bad.values()))
         self._bad = {}
         if bool(bad.any()):  # the one host sync
-            raise NonFiniteError(f"{labels[int(bad.nonzero()[0, 0])]} contained NaN or inf during this iteration")
+            named = ", ".join(label for label, flag in zip(labels, bad.tolist()) if flag)
+            raise NonFiniteError(f"{named} contained NaN or inf during this iteration")
+
+    def forget(self) -> None:
+        """Drop the verdicts not yet verified (of steps a Ctrl+C discards)."""
+        self._bad = {}
 
 
 @torch.no_grad()

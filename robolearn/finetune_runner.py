@@ -258,8 +258,8 @@ class FinetuneRunner(OfflineRunner):
                 self.progress.evaluation = self.evaluate()
                 metrics |= self.progress.evaluation
                 self.save()
-            if self.progress.iteration % cfg.runner.log_every == 0:
-                logger.log(self.progress.env_steps, metrics)
+            if self.progress.iteration % cfg.runner.log_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
+                logger.log(self.progress.env_steps, metrics)  # and the last: `list` reads how far a run got from it
             if stop is not None and stop({"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
                 return
         self.ctrl_c.check()  # one pressed during the last iteration

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -28,9 +29,7 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         while True:
             self._file = open(self.path, "a+")
-            try:
-                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _lock(self._file):
                 self._file.close()
                 raise ConfigError(f"{run_dir}: being trained now by {_holder_text(self.path)}; two processes "
                                   "writing one run would interleave its checkpoints. Wait for it to end, or stop "
@@ -48,6 +47,17 @@ class RunLock:
             return
         self.path.unlink(missing_ok=True)  # while still held: nobody else can be reading it as "in use"
         self._file.close()  # drops the lock
+
+
+def _lock(file) -> bool:
+    """Take ``file``'s exclusive lock, waiting up to ~1 s: a `robolearn list` holds a shared one for an instant."""
+    for _ in range(20):
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(0.05)
+    return False
 
 
 def holder(run_dir: Path) -> str | None:

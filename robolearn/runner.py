@@ -350,8 +350,7 @@ class Runner:
                 if self.dataset is not None and not self.progress.pretrained:
                     self._pretrain(logger)
             except KeyboardInterrupt:
-                self._rewind(stats)
-                return interrupted(self, result, logger)
+                return self._interrupted(stats, result, logger)
             except NonFiniteError as err:
                 raise stopped_by_nan(self, logger, err) from None
             obs = self.env.reset(seed=self.seed + self.progress.iteration)
@@ -371,7 +370,8 @@ class Runner:
                         metrics["ctrl_c"] = float(self.ctrl_c.pending)
                     metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees
                     ctrl_c_on_any_rank = metrics.pop("ctrl_c", 0.0) > 0
-                    if logger is not None and self.progress.iteration % cfg.runner.log_every == 0:
+                    last = self.progress.env_steps >= cfg.runner.total_steps  # logged too: `list` reads how far a run got
+                    if logger is not None and (self.progress.iteration % cfg.runner.log_every == 0 or last):
                         logger.log(self.progress.env_steps, metrics)
                     if self.progress.iteration % cfg.runner.checkpoint_every == 0:
                         self.save()
@@ -381,8 +381,7 @@ class Runner:
                         break
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
-                self._rewind(stats)
-                return interrupted(self, result, logger)
+                return self._interrupted(stats, result, logger)
             except NonFiniteError as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
@@ -478,6 +477,15 @@ class Runner:
         _check_metrics(metrics)
         return obs, metrics
 
+    def _interrupted(self, stats: EpisodeStats, result: RunResult, logger: RunLogger | None) -> RunResult:
+        """Ctrl+C: back to what the checkpoint may hold, then save it; unless steps kept since the last
+        verification were not finite (a GPU run verifies once per iteration): that stops the run as a NaN does."""
+        self._rewind(stats)
+        try:
+            return interrupted(self, result, logger)
+        except NonFiniteError as err:
+            raise stopped_by_nan(self, logger, err) from None
+
     def _rewind(self, stats: EpisodeStats) -> None:
         """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
         marked discardable (``_rewind_to``) (its rollout half collected, or an update split by a second Ctrl+C),
@@ -486,6 +494,7 @@ class Runner:
         if self._rewind_to is not None:
             self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None
+            self._finite.forget()  # the discarded steps' verdicts: nothing of them is saved
         else:
             self.progress.recent_returns = list(stats.recent)
 

@@ -205,7 +205,8 @@ class TaskEnv(VecEnv):
         """``action`` as a float32 tensor on the env's device (numpy and lists accepted), refused with a
         message when its shape is not ``(num_envs, *action_spec.shape)`` or, on CPU, when it holds NaN or
         inf: MuJoCo would quietly reset such a world mid-episode. (On a GPU that check would cost a host
-        sync per step; there the runner's own finiteness check catches a NaN policy.)"""
+        sync per step; there the runner's finiteness check, read once per iteration, stops the run: NaN
+        actions may step the physics until then, and tasks must not index with them.)"""
         action = torch.as_tensor(action, dtype=torch.float32, device=self.device)
         expected = (self.num_envs, *self.action_spec.shape)
         if tuple(action.shape) != expected:

@@ -331,7 +331,8 @@ class WarpBackend:
     def _refresh_const(self) -> None:
         """Recompute the constants derived from changed model fields, right before a step. Captured like
         the step: launched one by one, its ~360 kernels cost more than the step's ~100, and per-episode
-        mass draws pay it on nearly every step. ``restore=False``: the step recomputes those fields."""
+        mass draws pay it on nearly every step. ``restore=False``: the step recomputes those fields, and
+        :meth:`step` is this method's only caller (nothing reads MjData between the two)."""
         if self._const_stale:
             self._run("set_const", lambda: mjw.set_const(self._m, self._d, restore=False))
             self._const_stale = False

@@ -39,10 +39,11 @@ class VecEnvAsRslRl(RslRlVecEnv):
         self.dt = env.control_dt  # legged_gym's name for the control period, read by sims.adapters.isaac
         self.cfg = {"env": type(env).__name__, "num_envs": env.num_envs, "control_dt": env.control_dt,
                     "max_episode_steps": env.max_episode_steps}
-        self.reset(seed)  # RSL-RL's runner never resets
+        self.restart(seed)  # RSL-RL's runner never resets
 
-    def reset(self, seed: int | None = None) -> TensorDict:
-        """Start a fresh episode in every env (RSL-RL's runner never calls this; a script may, between runs)."""
+    def restart(self, seed: int | None = None) -> TensorDict:
+        """Start a fresh episode in every env, between runs of a script (RSL-RL's runner never resets;
+        not named ``reset``: adapters of Isaac envs, whose ``reset`` takes no seed, would call it)."""
         self._obs = self.env.reset(seed)
         self._episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         return self.get_observations()

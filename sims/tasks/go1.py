@@ -210,7 +210,7 @@ class Go1Velocity(Task):
         # Heightfield rows run along y, columns along x. The cell's corner is clamped, not the point
         # (n - 1 - eps rounds to n - 1 in float32, and its cell would then start past the grid's end).
         col, row = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1).unbind(-1)
-        c0, r0 = col.floor().long().clamp(max=n - 2), row.floor().long().clamp(max=n - 2)
+        c0, r0 = col.floor().long().clamp(0, n - 2), row.floor().long().clamp(0, n - 2)  # NaN: 0, no bad index
         fc, fr = col - c0, row - r0
         h00, h01 = heights[r0, c0], heights[r0, c0 + 1]
         h10, h11 = heights[r0 + 1, c0], heights[r0 + 1, c0 + 1]

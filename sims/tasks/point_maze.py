@@ -21,8 +21,9 @@ damping, driven by two force actuators: a constant control of 1 reaches about
   dense reward of HIRO's and HRAC's ant mazes. Success: the same for all three; the episode terminates there when
   ``terminate_at_goal`` (recordings of undirected data turn it off).
 - Goals (``goals`` kwarg): ``"eval"``: world ``w``'s first episode uses evaluation pair
-  ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), its next ones
-  the pairs after it (``(w + e x worlds) % 5`` for episode ``e``: one world cycles them all), starting
+  ``w % 5`` of :data:`EVAL_PAIRS` (as OGBench's five tasks per maze), episode ``e``
+  pair ``(w + e x worlds) % 5``: one world cycles through all five; with a multiple of 5
+  worlds each keeps its pair, and the five are covered evenly either way. Starting
   at its start cell centre plus U(-0.1, 0.1) m noise, goal at its goal cell
   centre; ``"fixed"``: every world uses evaluation pair ``pair`` (a single
   long-horizon task: with ``reward="success"``, a sparse one); ``"train"``: start

@@ -127,12 +127,12 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
 
 
-def test_a_deferred_check_names_a_bad_value_and_forgets_it_once_verified():
+def test_a_deferred_check_names_the_bad_values_and_forgets_them_once_verified():
     watch = FiniteWatch("cpu", deferred=True)
     watch("action", torch.ones(3))
     watch("observation", {"policy": torch.ones(2), "critic": torch.tensor([1.0, float("inf")])})
     watch("observation", {"policy": torch.tensor([float("nan")]), "critic": torch.ones(2)})
-    with pytest.raises(NonFiniteError, match=r"^observation\['policy'\] contained NaN or inf"):
+    with pytest.raises(NonFiniteError, match=r"^observation\['policy'\], observation\['critic'\] contained NaN or inf"):
         watch.verify()
     watch.verify()  # verified: nothing left
     assert FiniteWatch("cuda").deferred and not FiniteWatch("cpu").deferred
@@ -441,5 +441,42 @@ def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
     first.close()
     cfg.runner.total_steps, cfg.agent.actor_hidden = 512, (32,)
     with pytest.raises(CheckpointError, match=r"changed since the checkpoint: agent.actor_hidden \[64, 64\] -> \[32\] "
-                                              r"\(resume without that override\)"):
+                                              r"\(one of them changed the network: resume without that override\)"):
         Runner(cfg, resume=first.run_dir)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_ctrl_c_after_an_unverified_nan_stops_as_a_nan_does(tmp_path, monkeypatch, algo):
+    """With checks deferred (a GPU run), a Ctrl+C in the iteration that met a NaN: PPO throws that rollout
+    away and checkpoints its start; SAC keeps its steps, so the NaN stops the run, with no checkpoint of it."""
+    make_env = runner_module.make_env
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: NaNAfter(make_env(*a, **k), steps=32 + 5))
+    extra = ("runner.random_steps=1000", "agent.batch_size=32") if algo == "sac" else ()  # random actions: no NaN ones
+    runner = Runner(tiny(tmp_path, algo, "runner.total_steps=100000", *extra))
+    runner._finite = FiniteWatch("cpu", deferred=True)
+    step, calls = runner._step, {"n": 0}
+
+    def interrupted_step(*args):
+        calls["n"] += 1
+        if calls["n"] == 32 + 10:  # after the NaN, within its iteration
+            raise KeyboardInterrupt
+        return step(*args)
+
+    monkeypatch.setattr(runner, "_step", interrupted_step)
+    if algo == "ppo":
+        assert runner.train().interrupted
+        assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 1
+    else:
+        with pytest.raises(NonFiniteError, match="reward contained NaN or inf during this iteration; training stopped"):
+            runner.train()
+        assert not runner.checkpoint_path.is_file()
+    runner.close()
+
+
+def test_the_last_iteration_is_logged_whatever_log_every_so_list_sees_the_run_done(tmp_path, capsys):
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=768", "runner.log_every=2"))  # 3 iterations
+    runner.train()
+    runner.close()
+    assert [line["env_steps"] for line in read_metrics(runner.run_dir)] == [512, 768]
+    assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0
+    assert f"{runner.run_dir}  done" in capsys.readouterr().out

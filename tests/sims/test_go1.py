@@ -176,6 +176,8 @@ def test_rough_terrain_builds_and_the_torch_heights_match_mujoco():
     # At and past the grid's edge (10 m; a robot walks there), float32 included: the flat border, no IndexError.
     edge = torch.tensor([[10.0, 0.0], [0.0, 10.0], [10.5, -10.5], [-30.0, 2.0], [9.99999, 9.99999]])
     torch.testing.assert_close(task.terrain_height(edge), torch.zeros(5))
+    # A NaN position (NaN actions step the physics on a GPU until the runner's check): NaN, no bad index.
+    assert task.terrain_height(torch.tensor([[float("nan"), 0.0]])).isnan().all()
 
 
 def test_model_runs_on_mujoco_warp_cpu():
