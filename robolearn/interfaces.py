@@ -45,7 +45,9 @@ class Step(NamedTuple):
     Bootstrapping a time-limit truncation therefore uses V(s_T) exactly.
     ``info["log"]`` maps names to scalars (floats or 0-dim tensors) to log.
     ``info["success"]``, when the task defines success, is a bool tensor that
-    is meaningful on the rows whose episode ended.
+    is meaningful on the rows whose episode ended. ``info["reset_ids"]``, where an
+    env gives it (our simulators do), holds the indices of those rows: wrappers
+    take it instead of ``done.nonzero()``, a host sync per step on a GPU.
     """
 
     obs: Obs

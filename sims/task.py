@@ -195,6 +195,7 @@ class TaskEnv(VecEnv):
             info["final_state"] = self.get_state()
         done = terminated | truncated
         ids = done.nonzero().squeeze(1)
+        info["reset_ids"] = ids  # the worlds reset below: wrappers need not find them again (a host sync on GPU)
         if len(ids):
             self._reset_worlds(ids)
             fresh = self.task.observations(self.sim)
