@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from common import cpu_model
+from robolearn.checkpoint import atomic_write_bytes
 from sims import TASKS, MujocoBackend, make_env
 
 # Our task name -> (Gymnasium id, termination rule on (qpos, qvel) for the limit's episodes).
@@ -183,8 +184,7 @@ def main() -> None:
     )
     print()
     print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(table + "\n")
+    atomic_write_bytes(args.out, lambda f: f.write((table + "\n").encode()))  # a cut-short write keeps the old table
 
 
 if __name__ == "__main__":
