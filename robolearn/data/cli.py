@@ -185,7 +185,10 @@ def _import(args: argparse.Namespace) -> int:
 
     readers = {"d4rl": read_d4rl, "lerobot": read_lerobot, "recording": read_recordings}
     episodes, meta = readers[args.format](args.path)
-    specs = _task_specs(args.task) if args.task else specs_of(episodes[0])
+    specs = specs_of(episodes[0])
+    if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
+        task_obs, action_spec = _task_specs(args.task)
+        specs = ({**specs[0], **task_obs}, action_spec)
     meta |= {"source": f"{args.format}:{args.path.resolve()}"}
     if args.task:
         meta["task"] = args.task

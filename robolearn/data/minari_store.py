@@ -160,6 +160,10 @@ class DatasetWriter:
 
         where = where or f"episode {self.episodes}"
         episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
+        extra = sorted(set(episode.observations) - set(self.observation_spec))
+        if extra:  # Minari would store them beside a space without them: a dataset nothing can read back
+            raise DatasetError(f"{where}: observation group(s) {extra} are not in the dataset's observation spec "
+                               f"({sorted(self.observation_spec)}); add them to it or drop them")
         buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
                                rewards=episode.rewards, terminations=episode.terminations,
                                truncations=episode.truncations, infos=dict(episode.infos) or None)

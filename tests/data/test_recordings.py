@@ -39,3 +39,20 @@ def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
     np.savez(tmp_path / "episode_00000.npz", actions=np.zeros((3, 1)))
     with pytest.raises(DatasetError, match="episode_00000.npz: missing key 'rewards'"):
         read_recordings(tmp_path)
+
+
+def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them(tmp_path, root):
+    """A real robot's recording also holds joint_state; with --task it had written a dataset nothing could read."""
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=10) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=1, close_env=False,
+            sink=EpisodeRecorder(out, metadata={"controller": "random"}))
+    file = out / "episode_00000.npz"
+    arrays = dict(np.load(file))
+    arrays["obs/joint_state"] = np.arange(len(arrays["obs/policy"]) * 8, dtype=np.float32).reshape(-1, 8)
+    np.savez(file, **arrays)
+    assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "robot"]) == 0
+    ds = Dataset.load("robot")
+    assert set(ds.observation_spec) == {"policy", "joint_state"}
+    np.testing.assert_array_equal(ds[0].observations["joint_state"], arrays["obs/joint_state"])
+    assert ds.transitions()["obs"]["joint_state"].shape == (10, 8)
