@@ -25,6 +25,14 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why."""
 
 
+def usual_mode(base: int = 0o666) -> int:
+    """``base`` less this process's umask: what ``open`` would give a new file (``0o777`` for a directory),
+    which ``mkstemp`` (0600) and ``mkdtemp`` (0700) do not: files others on a shared machine should read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return base & ~umask
+
+
 def atomic_write_bytes(path: Path, write: Any) -> None:
     """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,9 +42,7 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.chmod(tmp, usual_mode())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -14,14 +14,14 @@ entry per motor under ``motors``. Every key is validated; errors name the key.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+from robolearn.checkpoint import atomic_write_bytes
 
 from .control_table import (
     CENTER_TICKS,
@@ -252,14 +252,4 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _atomic_write_yaml(path: Path, data: dict[str, Any]) -> None:
     """Write to a temporary file beside ``path``, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(data, f, sort_keys=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, lambda f: f.write(yaml.safe_dump(data, sort_keys=False).encode()))

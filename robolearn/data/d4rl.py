@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.episode import DatasetError, Episode
 
@@ -186,6 +187,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
             for name, parts in columns.items():
                 f.create_dataset(name, data=np.concatenate(parts), compression="gzip", compression_opts=4)
             f.attrs["robolearn_metadata"] = json.dumps(dataset.writer_metadata(exported_from=dataset.id))
+        os.chmod(tmp, usual_mode())  # mkstemp's 0600 would keep the file from others
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from robolearn.checkpoint import usual_mode
 from robolearn.data.episode import DatasetError, Episode
 
 ROOT_ENV = "ROBOLEARN_DATASETS"
@@ -193,6 +194,7 @@ class DatasetWriter:
             if self.target.exists():  # overwrite: swap whole directories
                 old = self.target.with_name(f".{self.id}.old-{os.getpid()}")
                 self.target.rename(old)
+            os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)
             self._closed = True
         if old is not None:

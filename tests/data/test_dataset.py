@@ -183,3 +183,17 @@ def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
         os.kill(os.getpid(), signal.SIGINT)
         finished = True
     assert finished
+
+
+def test_datasets_and_exports_get_the_usual_permissions(recorded, tmp_path):
+    """Written aside (mkdtemp, mkstemp) and renamed: they had kept 0700 / 0600, unreadable on a shared root."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=5)
+        assert cli(["dataset", "export", "pendulum", "--out", str(tmp_path / "p.hdf5")]) == 0
+    finally:
+        os.umask(old)
+    assert ds.path.stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "p.hdf5").stat().st_mode & 0o777 == 0o644
