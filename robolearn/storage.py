@@ -80,10 +80,20 @@ class ReplayBuffer:
         return map_batch(self.data, lambda t: t[index])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"data": self.data, "position": self.position, "size": self.size}
+        """Position, size and the filled rows only: a run a few thousand steps into a 1M buffer saves those,
+        not the whole allocation (until the ring wraps, the filled rows are the first ``size``)."""
+        data = self.data
+        if data is not None and self.size < self.capacity:
+            data = map_batch(data, lambda t: t[: self.size].clone())  # a view would save the whole storage
+        return {"data": data, "position": self.position, "size": self.size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.data, self.position, self.size = state["data"], int(state["position"]), int(state["size"])
+        data, self.position, self.size = state["data"], int(state["position"]), int(state["size"])
+        if data is not None and next(iter(_leaves(data))).shape[0] < self.capacity:  # the filled rows: room for the rest
+            full = _allocate(data, (self.capacity,), self.device)
+            write_batch(full, map_batch(data, lambda t: t.to(self.device)), slice(0, self.size))
+            data = full
+        self.data = data
 
 
 def _leaves(batch: Batch):

@@ -37,3 +37,20 @@ def test_replay_wraps_and_samples_stored_rows():
     restored = ReplayBuffer(capacity=5, device=torch.device("cpu"))
     restored.load_state_dict(buffer.state_dict())
     assert restored.size == 5 and restored.position == buffer.position
+
+
+def test_a_replay_state_holds_the_filled_rows_and_restores_the_same_buffer():
+    import io
+
+    buffer = ReplayBuffer(1000, torch.device("cpu"))
+    buffer.add({"obs": {"policy": torch.randn(30, 3)}, "reward": torch.randn(30)})
+    saved = io.BytesIO()
+    torch.save(buffer.state_dict(), saved)
+    assert buffer.state_dict()["data"]["reward"].shape == (30,)  # not the 1000 rows allocated
+    restored = ReplayBuffer(1000, torch.device("cpu"))
+    restored.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=True))
+    assert restored.data["obs"]["policy"].shape == (1000, 3) and restored.size == 30 and restored.position == 30
+    for a, b in ((restored.data["reward"], buffer.data["reward"]), (restored.data["obs"]["policy"], buffer.data["obs"]["policy"])):
+        assert torch.equal(a, b)
+    restored.add({"obs": {"policy": torch.ones(5, 3)}, "reward": torch.ones(5)})  # and goes on filling
+    assert restored.size == 35 and torch.equal(restored.data["reward"][30:35], torch.ones(5))
