@@ -93,6 +93,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
+        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the export folder itself was given
+            raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
+                                    f"robolearn deploy {Path(run_dir).parent} ...")
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
     task = run_task(run_dir, controller.meta)

@@ -217,9 +217,13 @@ def test_controller_for_another_task_is_refused(tmp_path, make_emulator):
         deploy(tmp_path, "dxl_arm", port="/dev/null", episodes=1)
 
 
-def test_missing_export_says_what_to_run(tmp_path):
+def test_missing_export_says_what_to_run(tmp_path, run_dir):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="robolearn export"):
-        deploy(tmp_path, "dxl_arm", episodes=1)
+        deploy(tmp_path / "empty", "dxl_arm", episodes=1)
+    with pytest.raises(FileNotFoundError, match=rf"give the folder that holds export/, not export/ itself: "
+                                                rf"robolearn deploy {run_dir} "):  # not `robolearn export`, which fails
+        deploy(run_dir / "export", "dxl_arm", episodes=1)
 
 
 def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
