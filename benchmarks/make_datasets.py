@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--medium-fraction", type=float, default=0.4, help="of the expert's return")
     parser.add_argument("--noise", type=float, default=0.1, help="action noise of medium/expert, in half ranges")
     parser.add_argument("--root", type=Path)
+    parser.add_argument("--out", default="offline_datasets.md", help="table under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
@@ -173,7 +174,7 @@ def main() -> None:
              f"{args.noise} action noise; {EVAL_EPISODES} deterministic episodes for the policy returns and refs).", "",
              "| dataset | behavior policy | policy return (no noise) | episodes | transitions | dataset return | normalized x100 |",
              "|---|---|---|---|---|---|---|", *rows]
-    write_result("offline_datasets.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":
