@@ -377,8 +377,9 @@ def _how_far(run: Path) -> str:
     else:
         counter, total = ("env_steps" if "env_steps" in last else "updates"), runner.get("total_steps")
     done = last.get(counter, 0)
-    if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total and exported:
-        return "done"
+    if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
+        # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
+        return "done" if exported else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
     return f"incomplete: {where}; {resume}"

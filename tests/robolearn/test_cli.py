@@ -50,9 +50,11 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     pretraining = _fake_run(tmp_path, "pretraining", online, [{"env_steps": 0, "phase": "pretrain",
                                                                 "pretrain_updates": 1000}], exported=False)
     offline = _fake_run(tmp_path, "offline", {"runner": {"total_steps": 20000}}, [], exported=False)
+    ending = _fake_run(tmp_path, "ending", online, [{"env_steps": 1024}], exported=False)  # Ctrl+C in the final eval
     assert main(["list", "--runs", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert f"{done}  done" in out
     assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
+    assert f"{ending}  trained (1,024 env_steps), not yet exported or evaluated; robolearn train --resume" in out
