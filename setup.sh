@@ -31,4 +31,5 @@ python3 -m pip install -q -e ".${extras}"
 if [ -n "$extras" ]; then
   python3 -m pip install -q --no-deps "mjlab==1.6.0" "mjviser==0.0.14"
   python3 -m pip install -q tyro prettytable trimesh mediapy viser scipy
+  echo "setup.sh: pip's 'dependency resolver' errors about mjlab's pins (mujoco 3.11, rsl-rl-lib 5.4.2), if any above, are expected: it runs on ours" >&2
 fi
