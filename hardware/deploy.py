@@ -104,7 +104,10 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     check_compatible(controller, robot, path)
     warm_up(controller, robot)
     stats, recorder = LoopStats(), None
-    previous = signal.signal(signal.SIGQUIT, lambda *_: robot.emergency_stop())
+    # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP) stops as
+    # Ctrl+C does: the safe stop (ramp to the safe pose, torque off) and the episode in progress kept.
+    handlers = {signal.SIGQUIT: lambda *_: robot.emergency_stop(), signal.SIGTERM: _as_ctrl_c, signal.SIGHUP: _as_ctrl_c}
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     try:
         try:
             robot.connect()
@@ -115,7 +118,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                 recorder = EpisodeRecorder(folder, metadata)
             run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats)
         finally:
-            signal.signal(signal.SIGQUIT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             robot.close()
     except BaseException as err:
         if recorder is not None:
@@ -126,6 +130,10 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, stats, recorder, None)
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:

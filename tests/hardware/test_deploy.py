@@ -285,3 +285,23 @@ def test_cli_emulate_prints_the_port_it_serves():
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["kill", "terminal-closed"])
+def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_emulator, signum):
+    """Both had ended the process on the spot: torque left on, no deploy.json, the episode lost."""
+    emulator = make_emulator(realtime=True)
+
+    def send() -> None:  # only once deploy has bound it
+        while signal.getsignal(signum) in (signal.SIG_DFL, None):
+            time.sleep(0.01)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0, safety=PATIENT)
+    assert summary["loop"]["interrupted"] and 0 < summary["loop"]["steps"]
+    recording = next((run_dir / "deploy").iterdir())
+    assert json.loads((recording / "deploy.json").read_text())["loop"]["interrupted"]
+    assert list(recording.glob("episode_*.npz"))  # the episode in progress kept
+    assert not any(s.torque_enabled for s in emulator.state().values())
