@@ -552,7 +552,7 @@ def iteration_rest(done: int, per_iteration: int) -> int:
 
 
 class CtrlC:
-    """Ctrl+C in the training loop, taken where the run's state is consistent: the first SIGINT only
+    """Ctrl+C (or SIGTERM) in the training loop, taken where the run's state is consistent: the first one only
     marks it ``pending`` and the loop raises KeyboardInterrupt at its next ``check()`` (between env
     steps and updates, never inside an update or a checkpoint write); a second one raises at once.
     Only the main thread can catch signals; elsewhere Ctrl+C raises where it lands, as without this.
@@ -562,19 +562,22 @@ class CtrlC:
     def __init__(self, deferred: bool = False) -> None:
         self.pending, self.deferred = False, deferred
         self.forced = False  # a second Ctrl+C raised wherever it landed, maybe inside an update
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> CtrlC:
         self.pending = self.forced = False
-        main_thread = threading.current_thread() is threading.main_thread()
-        if main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
-            self._previous = signal.signal(signal.SIGINT, self._press)
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (a cluster's preemption, `docker stop`, `kill`) is taken as Ctrl+C: a checkpoint, not a loss.
+            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+                if signal.getsignal(signum) is default:  # not where it is ignored or someone else's
+                    self._previous[signum] = signal.signal(signum, self._press)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
     def _press(self, signum: int, frame: Any) -> None:
         if self.pending:

@@ -480,3 +480,21 @@ def test_the_last_iteration_is_logged_whatever_log_every_so_list_sees_the_run_do
     assert [line["env_steps"] for line in read_metrics(runner.run_dir)] == [512, 768]
     assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0
     assert f"{runner.run_dir}  done" in capsys.readouterr().out
+
+
+def test_sigterm_saves_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypatch):
+    """A preempted or `docker stop`ped run (SIGTERM) had ended on the spot with nothing saved."""
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100"))
+    update, calls = runner.agent.update, {"n": 0}
+
+    def terminated_update(batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # lands inside the update: taken after it
+        return update(batch)
+
+    monkeypatch.setattr(runner.agent, "update", terminated_update)
+    result = runner.train()
+    runner.close()
+    assert result.interrupted and load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 3
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
