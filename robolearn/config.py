@@ -266,8 +266,13 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             raise ConfigError(f"{prefix}{name}: an expectile is in (0, 1), got {value!r} (e.g. 0.7)")
         if name.endswith("beta") and isinstance(values[name], float) and values[name] < 0:
             raise ConfigError(f"{prefix}{name}: a weight or inverse temperature, must be >= 0, got {value!r}")
-        if name in ("subgoal_steps", "rep_dim") and isinstance(values[name], int) and values[name] < 1:
-            raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
+        if name in ("subgoal_steps", "rep_dim", "num_steps", "num_epochs", "num_minibatches") or \
+                name.endswith("buffer_size"):
+            if isinstance(values[name], int) and values[name] < 1:
+                raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
+        if (name.endswith("_lr") or name in ("lr", "learning_rate")) and isinstance(values[name], float) \
+                and values[name] < 0:
+            raise ConfigError(f"{prefix}{name}: a learning rate, must be >= 0 (0 freezes what it trains), got {value!r}")
         if isinstance(values[name], float) and math.isnan(values[name]):
             raise ConfigError(f"{prefix}{name}: got nan; give a number")
     return cls(**values)

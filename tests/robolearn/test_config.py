@@ -129,3 +129,16 @@ def test_values_that_would_fail_later_are_refused_naming_the_key(override, messa
 def test_goal_agent_settings_outside_their_meaning_are_refused(override, message) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config("hiql_point_maze_medium", [override])
+
+
+@pytest.mark.parametrize("config, override, message", [
+    ("ppo_cartpole", "agent.num_minibatches=0", "agent.num_minibatches: must be at least 1"),  # had been a torch.chunk error
+    ("ppo_cartpole", "agent.num_steps=0", "agent.num_steps: must be at least 1"),  # a ZeroDivisionError
+    ("ppo_cartpole", "agent.num_epochs=0", "agent.num_epochs: must be at least 1"),  # an empty torch.stack
+    ("ppo_cartpole", "agent.learning_rate=-1e-3", "agent.learning_rate: a learning rate, must be >= 0"),  # Adam's, unnamed
+    ("sac_pendulum", "agent.buffer_size=0", "agent.buffer_size: must be at least 1"),
+    ("sac_pendulum", "agent.critic_lr=-1", "agent.critic_lr: a learning rate"),
+])
+def test_counts_and_learning_rates_that_cannot_train_are_refused_naming_the_key(config, override, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(config, [override])
