@@ -49,12 +49,18 @@ class GymVecEnv(OurVecEnv):
             self.vec = env
         else:
             factory = (lambda: gymnasium.make(env, render_mode="rgb_array", **make_kwargs)) if isinstance(env, str) else env
-            self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+            try:
+                self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+            except gymnasium.error.Error as err:  # an unknown id, a missing extra (box2d...): one line, what to do
+                raise ValueError(f"gym:{env}: {err}") from None
+            except TypeError as err:  # a keyword the env does not take (env.kwargs)
+                raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
         if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
         obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space
         if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Box):
-            raise TypeError(f"only Box observation and action spaces are supported, got {obs_space} and {action_space}")
+            raise ValueError(f"only Box (continuous) observation and action spaces are supported, got {obs_space} "
+                             f"and {action_space}: our agents act in continuous spaces")
 
         self.num_envs = self.vec.num_envs
         self.device = torch.device(device)

@@ -61,3 +61,14 @@ def test_round_trip_preserves_the_env() -> None:
         assert torch.equal(a.terminated, b.terminated) and torch.equal(a.truncated, b.truncated)
     direct.close()
     round_trip.close()
+
+
+@pytest.mark.parametrize("task, kwargs, message", [
+    ("gym:NoSuchEnv-v0", {}, r"gym:NoSuchEnv-v0: Environment `NoSuchEnv` doesn't exist"),
+    ("gym:CartPole-v1", {}, r"only Box \(continuous\) observation and action spaces are supported.*Discrete\(2\)"),
+    ("gym:Pendulum-v1", {"gravit": 5}, r"gym:Pendulum-v1: .*unexpected keyword argument 'gravit'.*check env.kwargs"),
+])
+def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, message):
+    """Each had been a traceback from Gymnasium or the adapter."""
+    with pytest.raises(ValueError, match=message):
+        make_env(task, num_envs=1, **kwargs)
