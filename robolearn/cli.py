@@ -237,15 +237,25 @@ def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
     return ranks
 
 
+def _run_config(run: Path) -> TrainConfig:
+    """The run's config, with its torch settings (threads, matmul precision, denormals) applied to this
+    process as the run had them: eval then gives eval.json's numbers again, play and export the same actions."""
+    from robolearn.runner import read_run_config
+
+    cfg = read_run_config(run)
+    cfg.runner.apply_torch_settings()
+    return cfg
+
+
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller, read_run_config
+    from robolearn.runner import load_controller
 
     _positive("--episodes", args.episodes)
     if args.fas_shift is not None and args.fas is None:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
-    cfg = read_run_config(args.run)
+    cfg = _run_config(args.run)
     if args.fas is not None:
         args.seed = 12345 if args.seed is None else args.seed
         return _eval_fas(args, cfg)
@@ -296,10 +306,10 @@ def _play(args: argparse.Namespace) -> int:
 
     from robolearn.evaluate import record_video
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller, read_run_config
+    from robolearn.runner import load_controller
 
     _positive("--seconds", args.seconds)
-    cfg = read_run_config(args.run)
+    cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
         try:
@@ -313,12 +323,12 @@ def _play(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller, task_meta
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent, read_run_config
+    from robolearn.runner import load_agent
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
                          "and controller.json into it (their names are fixed: deploy and eval look for them)")
-    cfg = read_run_config(args.run)
+    cfg = _run_config(args.run)
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))

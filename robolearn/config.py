@@ -301,6 +301,8 @@ def _check(value: Any, hint: Any, key: str) -> Any:
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis and len(value) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)} ({list(value)!r})")
         inner = args[0] if args else Any
         items = [_check(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items

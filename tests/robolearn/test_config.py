@@ -142,3 +142,12 @@ def test_goal_agent_settings_outside_their_meaning_are_refused(override, message
 def test_counts_and_learning_rates_that_cannot_train_are_refused_naming_the_key(config, override, message) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(config, [override])
+
+
+def test_a_pair_given_three_values_is_refused_naming_the_key():
+    """It had been Python's 'too many values to unpack (expected 2)'."""
+    from robolearn.config import build_dataclass
+    from sims.randomization import Randomization
+
+    with pytest.raises(ConfigError, match=r"env.randomization.mass_scale: expected 2 values, got 3"):
+        build_dataclass(Randomization, {"mass_scale": [0.8, 1.2, 1.4]}, "env.randomization.")
