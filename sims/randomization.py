@@ -87,6 +87,9 @@ class RandomizedEnv(VecEnv):
 
     def __init__(self, env: TaskEnv, cfg: Randomization, seed: int | None = None) -> None:
         self.env, self.cfg, self.sim = env, cfg, env.sim
+        if cfg.auto and env.task.success(env.sim) is None:  # it would stay at width 0: no randomization at all
+            raise ValueError(f"env.randomization.auto widens the ranges as episodes succeed, and task "
+                             f"{type(env.task).__name__} reports no success: set fixed ranges (auto: false)")
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
         self.width = 0.0 if cfg.auto else 1.0

@@ -139,3 +139,9 @@ def test_filling_a_delay_line_by_mask_equals_filling_it_by_index():
     by_mask.fill_where(mask, value)
     assert torch.equal(by_index.buffer, by_mask.buffer)
     assert torch.equal(by_mask.read(torch.tensor([2, 2, 0, 0])), torch.tensor([[-1.0, -1.0], [2.0, 3.0], [-1, -1], [16, 17]]))
+
+
+def test_auto_on_a_task_without_success_is_refused():
+    """It had stayed at width 0 for the whole run: no randomization, and no word of it."""
+    with pytest.raises(ValueError, match="task Hopper reports no success: set fixed ranges"):
+        sims.make_env("hopper", 2, randomization={"mass_scale": [0.5, 1.5], "auto": True})
