@@ -75,6 +75,7 @@ class Progress:
     pretrain_updates: int = 0  # agents that pretrain on a dataset: updates done
     pretrained: bool = False  # ... and whether that phase has ended
     world_size: int = 0  # ranks that trained it, `train --resume` starts as many (cli._trained_ranks); 0: not recorded
+    env_adaptation: dict[str, Any] = field(default_factory=dict)  # automatic randomization's width (rank 0's)
 
 
 @dataclass
@@ -291,6 +292,8 @@ class Runner:
         if not self.main:
             return
         self._finite.verify()
+        if hasattr(self.env, "adaptation_state"):
+            self.progress.env_adaptation = self.env.adaptation_state()
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
                         agent=self.agent.state_dict(), progress=progress)
@@ -300,6 +303,8 @@ class Runner:
 
     def _restore(self) -> None:
         self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))
+        if self.progress.env_adaptation and hasattr(self.env, "load_adaptation_state"):
+            self.env.load_adaptation_state(self.progress.env_adaptation)
         if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
                           f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "

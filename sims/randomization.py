@@ -24,6 +24,7 @@ distributions under a KL trust region. The current width is logged as
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -194,6 +195,14 @@ class RandomizedEnv(VecEnv):
             ids = hit.nonzero().squeeze(1)
             v = self.cfg.push_velocity * self.width
             self.sim.add_qvel(ids, uniform((len(ids), self.sim.model.nv), -v, v, self._generator))
+
+    def adaptation_state(self) -> dict[str, Any]:
+        """What automatic widening has learned (the width and the outcomes toward the next update), for
+        checkpoints: a resumed run goes on at the width it reached instead of starting over at 0."""
+        return {"width": float(self.width), "outcomes": [bool(o) for o in self._outcomes]}
+
+    def load_adaptation_state(self, state: dict[str, Any]) -> None:
+        self.width, self._outcomes = float(state["width"]), [bool(o) for o in state["outcomes"]]
 
     def _adapt(self, outcomes: list[bool]) -> None:
         """DORAEMON-style width update from finished episodes' success."""

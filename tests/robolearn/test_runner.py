@@ -498,3 +498,19 @@ def test_sigterm_saves_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypatch):
     runner.close()
     assert result.interrupted and load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 3
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
+
+
+def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
+    """Automatic domain randomization had started over at width 0 on every resume."""
+    cfg = load_config("ppo_arm_reach_auto", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=8", "logging.wandb=disabled",
+                                              "logging.progress=false", "runner.eval_episodes=0",
+                                              "runner.video_seconds=0", "runner.total_steps=256"])
+    first = Runner(cfg)
+    first.train()
+    first.env.load_adaptation_state({"width": 0.35, "outcomes": [True, False]})  # as if it had widened
+    first.save()
+    first.close()
+    cfg.runner.total_steps = 512
+    resumed = Runner(cfg, resume=first.run_dir)
+    assert resumed.env.width == pytest.approx(0.35) and resumed.env._outcomes == [True, False]
+    resumed.close()
