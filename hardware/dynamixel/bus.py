@@ -18,6 +18,7 @@ can contain it (positions are 0..4095, the other values are small).
 
 from __future__ import annotations
 
+import fcntl
 import select
 import termios
 import time
@@ -134,6 +135,12 @@ class DynamixelBus:
             ) from exc
         if not opened or not port.setBaudRate(self.baudrate):
             raise NotConnectedError(f"cannot open {self.port} at {self.baudrate} baud: unsupported baud rate?")
+        try:  # one process per bus: a second one's connect() would turn the first's torque off mid-run
+            fcntl.flock(port.ser.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            port.closePort()
+            raise NotConnectedError(f"{self.port} is in use by another process (another deploy or replay?); "
+                                    "one process drives a bus at a time") from None
         self._port = port
         self._sync_read = sdk.GroupSyncRead(port, self._packet, STATE_ADDRESS, STATE_LENGTH)
         self._sync_write = sdk.GroupSyncWrite(port, self._packet, GOAL.address, GOAL.size)

@@ -48,6 +48,20 @@ def test_connect_checks_models_and_configures_the_servos(emulator, make_bus) -> 
     assert bus.ping(3) == 1020
 
 
+def test_a_second_process_on_the_same_bus_is_refused_before_touching_the_servos(emulator, make_bus, calibration) -> None:
+    """A second deploy on the port had run connect(): torque off, limits rewritten, under the first one's run."""
+    from hardware.dynamixel.errors import NotConnectedError
+
+    first = make_bus(emulator)
+    writes = emulator.register(1, "Torque_Enable")
+    with pytest.raises(NotConnectedError, match="is in use by another process"):
+        DynamixelBus(emulator.port, calibration=calibration, timeout_ms=60.0).connect()
+    assert first.is_connected and emulator.register(1, "Torque_Enable") == writes == 1
+    first.close()
+    second = make_bus(emulator)  # free again once the first closed
+    assert second.is_connected
+
+
 def test_model_mismatch_names_the_servo_and_both_models(make_emulator, make_bus) -> None:
     emulator = make_emulator(model_number=1060)
     with pytest.raises(ModelMismatchError, match=r"servo 1 is a XL430-W250 \(1060\).*expects a XM430-W350"):
