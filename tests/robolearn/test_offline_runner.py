@@ -92,7 +92,7 @@ def test_a_failed_resume_or_build_writes_nothing(root, tmp_path):
         OfflineRunner(tiny(tmp_path, "agent.hidden=[64,64]"), resume=first.run_dir)
     assert (first.run_dir / "config.yaml").read_bytes() == config
     with pytest.raises(ValueError):
-        OfflineRunner(tiny(tmp_path, "agent.learning_rate=-1"))
+        OfflineRunner(tiny(tmp_path, "env.kwargs.nope=1"))  # fails while building, after the config loaded
     assert [path.parent for path in (tmp_path / "runs").glob("*/*/config.yaml")] == [first.run_dir]
 
 

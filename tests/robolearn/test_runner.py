@@ -383,7 +383,7 @@ def test_a_failed_resume_leaves_the_runs_config_alone(tmp_path):
     Runner(cfg, resume=first.run_dir).close()  # a plain resume (to go on: it had finished) still works
 
 
-@pytest.mark.parametrize("override", ["env.task=cartpol", "agent.learning_rate=-1"])
+@pytest.mark.parametrize("override", ["env.task=cartpol", "env.kwargs.nope=1"])
 def test_a_fresh_run_that_fails_to_build_leaves_no_run_directory(tmp_path, override):
     cfg = tiny(tmp_path, "ppo", override)
     with pytest.raises(ValueError):
