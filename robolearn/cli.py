@@ -455,7 +455,6 @@ def _emulate(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     """The scripts of benchmarks/ (they ship with the repository, not the package): each runs its
     peer and ours side by side and writes its section of BENCHMARKS.md."""
-    import ast
     import subprocess
 
     scripts = {p.stem: p for p in sorted([*BENCH_DIR.glob("*.py"), *BENCH_DIR.glob("*.sh")]) if p.stem != "common"}
@@ -464,7 +463,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.name is None:
         print(f"benchmarks in {BENCH_DIR} (robolearn bench NAME --help):")
         for name, path in scripts.items():
-            print(f"  {name:<24} {_first_line(path, ast)}")
+            print(f"  {name:<24} {_first_line(path)}")
         return 0
     if args.name not in scripts:
         raise ConfigError(f"no benchmark '{args.name}'; there are: {', '.join(scripts)}")
@@ -473,8 +472,10 @@ def _bench(args: argparse.Namespace) -> int:
     return subprocess.call(command, cwd=BENCH_DIR.parent)
 
 
-def _first_line(path: Path, ast) -> str:
+def _first_line(path: Path) -> str:
     """A script's summary: the first line of its docstring, or of its header comment (shell)."""
+    import ast
+
     text = path.read_text()
     if path.suffix == ".py":
         return (ast.get_docstring(ast.parse(text)) or "").split("\n")[0]

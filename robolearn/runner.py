@@ -401,20 +401,6 @@ class Runner:
         a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary."""
         cfg, total = self.cfg, self.cfg.agent.pretrain_updates
         bar = logger.phase_bar(total, self.progress.pretrain_updates, "pretrain", "upd") if logger else None
-        try:
-            self._pretrain_iterations(logger, bar)
-        finally:
-            if bar is not None:
-                bar.close()
-        self.agent.end_pretraining()
-        self.progress.pretrained = True
-        if self.main:
-            export_controller(self.agent.controller(), self.run_dir / "pretrained",
-                              extra=task_meta(cfg.env, self.env.control_dt))
-        self.save()  # the boundary: a resume from here trains online
-
-    def _pretrain_iterations(self, logger: RunLogger | None, bar: Any) -> None:
-        cfg, total = self.cfg, self.cfg.agent.pretrain_updates
         while self.progress.pretrain_updates < total:
             start = time.perf_counter()
             count = min(OFF_POLICY_STEPS_PER_ITERATION, total - self.progress.pretrain_updates)
@@ -435,6 +421,14 @@ class Runner:
                                "iteration_time": time.perf_counter() - start})
             if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
                 self.save()
+        if bar is not None:  # (cut short by a Ctrl+C, tqdm closes it as it goes out of scope)
+            bar.close()
+        self.agent.end_pretraining()
+        self.progress.pretrained = True
+        if self.main:
+            export_controller(self.agent.controller(), self.run_dir / "pretrained",
+                              extra=task_meta(cfg.env, self.env.control_dt))
+        self.save()  # the boundary: a resume from here trains online
 
     def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
         storage = RolloutStorage(self.cfg.agent.num_steps, self.env.device)

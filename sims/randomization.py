@@ -168,8 +168,8 @@ class RandomizedEnv(VecEnv):
             self._history[k].push(v)
         info = {**info, "final_obs": self._noisy({k: h.read(self._delay) for k, h in self._history.items()})}
         next_obs = info["final_obs"]
-        ids = info["reset_ids"] if "reset_ids" in info else done.nonzero().squeeze(1)
-        if len(ids):  # a length known on the host: no sync
+        ids = info["reset_ids"]  # TaskEnv's: done.nonzero() again would be a second host sync on a GPU
+        if len(ids):
             if self.cfg.auto and "success" in info:
                 self._adapt(info["success"][done].tolist())
             self._resample(ids, dynamics=self.cfg.dynamics_every_episode)

@@ -203,9 +203,7 @@ class PointMaze(Task):
         if self.goals in ("eval", "fixed"):
             pairs = EVAL_PAIRS[self.layout]
             if self.goals == "eval":  # world w's episode e: pair (w + e x worlds) % 5, so one world cycles them all
-                ids = ids.cpu()
-                if getattr(self, "_episodes", None) is None or len(self._episodes) <= int(ids.max()):
-                    self._episodes = torch.zeros(int(ids.max()) + 1, dtype=torch.long)  # reset without an env
+                ids = ids.cpu()  # (self._episodes: made by start(), which every env.reset calls first)
                 k = (ids + self._episodes[ids] * len(self._episodes)) % len(pairs)
                 self._episodes[ids] += 1
             else:
