@@ -26,7 +26,11 @@ for stage in "${stages[@]}"; do
   echo "=== $stage ($(date -u +%T))"
   case $stage in
     tests)  # the Warp backend on the GPU against the CPU backend (the CPU-device cases run in CI)
-      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py -k cuda ;;
+      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py -k cuda
+      # and five PPO iterations on rough ground (terrain lookup, pushes, per-episode masses on CUDA)
+      python -m robolearn train configs/ppo_go1_rough.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
+        runner.total_steps=491520 runner.video_seconds=0 logging.wandb=disabled logging.progress=false \
+        run_dir="${TMPDIR:-/tmp}/robolearn-smoke" name=go1_rough ;;
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv

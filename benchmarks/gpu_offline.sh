@@ -16,7 +16,7 @@
 # here), so that the mjlab stage times mjlab's training of its Go1 task; its parts unpack over
 # the first bundle.
 # run: joins and unpacks the parts, then each stage of gpu.sh under its own time limit (default
-# "throughput:120 ppo:100 go1:270 tests:90 mjlab:150"), and copies the result tables to $OUT (or DIR/results).
+# "throughput:120 ppo:100 go1:270 tests:150 mjlab:150"), and copies the result tables to $OUT (or DIR/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}; shift || true
@@ -92,7 +92,7 @@ PY
 run() {
   local dirs=() stages=() t0; t0=$(date +%s)
   for arg in "$@"; do if [[ $arg == *:* ]]; then stages+=("$arg"); else dirs+=("$arg"); fi; done
-  [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:90 mjlab:150)
+  [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:150 mjlab:150)
   local out=${OUT:-${dirs[-1]}/results} site=/tmp/robolearn-site bin=/tmp/robolearn-bin
   log() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
   mkdir -p "$out" "$site" "$bin" /tmp/robolearn-kernels
