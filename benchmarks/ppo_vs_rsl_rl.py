@@ -38,6 +38,7 @@ import tempfile
 from importlib.metadata import version
 from typing import Any
 
+import mujoco
 import torch
 from rsl_rl.runners import OnPolicyRunner
 
@@ -172,6 +173,21 @@ class Mjlab(RslRl):
         self.runner.env.close()
 
 
+def physics(model: Any, substeps: int) -> str:
+    """What one control step simulates: a stack's speed depends on it as much as on its code."""
+    opt = model.opt
+    solver = mujoco.mjtSolver(opt.solver).name.removeprefix("mjSOL_").lower()
+    cone = mujoco.mjtCone(opt.cone).name.removeprefix("mjCONE_").lower()
+    return (f"{substeps} x {opt.timestep * 1000:g} ms substeps, {solver} solver {opt.iterations} iterations / "
+            f"{opt.ls_iterations} line search, {cone} cones, {model.ngeom} geoms")
+
+
+def our_physics(env: Any) -> str:
+    while not hasattr(env, "task"):  # through the wrappers (randomization, delay) to the TaskEnv
+        env = env.env
+    return physics(env.sim.model, env.task.frame_skip)
+
+
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU"
 
@@ -200,6 +216,10 @@ def main() -> None:
         for round_ in range(args.rounds):  # interleaved: both see the same background load
             for name, learner in learners.items():
                 seconds[name] += learner.train(len(range(round_, args.iterations, args.rounds)))
+        if args.mjlab:
+            our_physics_line = our_physics(ours.runner.env)
+            mjlab_env = learners["mjlab"].runner.env.unwrapped
+            mjlab_physics_line = physics(mjlab_env.sim.mj_model, mjlab_env.cfg.decimation)
         for learner in learners.values():
             learner.close()
 
@@ -230,6 +250,7 @@ def main() -> None:
             f"| robolearn (`{args.task}`, Runner + PPO) | {rates['ours']:,.0f} | {medians['ours']:.3f} | 1.00x |",
             f"| mjlab (`{args.mjlab}`) | {rates['mjlab']:,.0f} | {medians['mjlab']:.3f} | "
             f"{rates['ours'] / rates['mjlab']:.2f}x |",
+            "", f"Physics per control step: ours {our_physics_line}; mjlab's {mjlab_physics_line}.",
         ])
     write_result(args.out, table)
 
