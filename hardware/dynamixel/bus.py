@@ -321,6 +321,25 @@ class DynamixelBus:
         self._retry("write goal positions", lambda: (sync_write.txPacket(), 0, None, None))
         self.stats.sync_writes += 1
 
+    def _abandon_exchange(self) -> None:
+        """Ready the port for the next packet after an exchange cut short (a Ctrl+C, or a kill or hang-up
+        taken as one, raised inside the SDK): the SDK marks its port busy for an exchange and would answer
+        every later one, the safe stop's too, "Port is in use!". The replies still on their way are
+        drained until the line has been quiet for a reply timeout: read later, they would be taken for the
+        replies to the next packets."""
+        port = self._port
+        if port is None:
+            return
+        port.is_using = False
+        try:
+            for _ in range(20):  # a servo answers within a timeout; a line that never falls quiet is not ours to fix
+                port.clearPort()
+                time.sleep(self.timeout_ms / 1000)
+                if not port.getBytesAvailable():
+                    break
+        except OSError:
+            pass  # the next exchange reports a lost line
+
     def _retry(self, what: str, attempt: Callable[[], _Attempt]) -> Any:
         """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise.
 
@@ -337,6 +356,9 @@ class DynamixelBus:
                     f"lost the connection on {self.port} while trying to {what}: {exc}; "
                     "check the USB cable and the servo power, then reconnect"
                 ) from exc
+            except BaseException:
+                self._abandon_exchange()
+                raise
             if result == sdk.COMM_SUCCESS:
                 if not error:
                     return value

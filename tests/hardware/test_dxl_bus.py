@@ -48,6 +48,27 @@ def test_connect_checks_models_and_configures_the_servos(emulator, make_bus) -> 
     assert bus.ping(3) == 1020
 
 
+def test_a_ctrl_c_inside_an_exchange_leaves_the_bus_usable(emulator, make_bus, monkeypatch) -> None:
+    """The SDK marks its port busy for an exchange: a Ctrl+C (or a kill taken as one) raised inside it had
+    left every later packet, the safe stop's torque-off too, answered "Port is in use!"."""
+    bus = make_bus(emulator)
+    packet = bus._packet
+    real = packet.readRx
+
+    def cut_short(port, *args):  # the request went out; the interrupt lands before the reply is read
+        assert port.is_using
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packet, "readRx", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        bus.read_state()
+    monkeypatch.setattr(packet, "readRx", real)
+    positions, _ = bus.read_state()  # the unread replies are dropped, not taken for this exchange's
+    assert positions.shape == (len(emulator.state()),)
+    bus.write(1, "Torque_Enable", 0)
+    assert not emulator.state()[1].torque_enabled
+
+
 def test_a_second_process_on_the_same_bus_is_refused_before_touching_the_servos(emulator, make_bus, calibration) -> None:
     """A second deploy on the port had run connect(): torque off, limits rewritten, under the first one's run."""
     from hardware.dynamixel.errors import NotConnectedError
