@@ -86,9 +86,11 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, calls: int = 20
 
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
            fmt: str = "torchscript", target: tuple[float, float, float] | None = None, record: bool = True,
-           seed: int = 0, safety: SafetyConfig | None = None, retries: int = 3) -> dict[str, Any]:
+           seed: int = 0, safety: SafetyConfig | None = None, retries: int = 3,
+           progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary.
-    Everything that can be refused (episodes, files, task, target) is, before the robot is touched."""
+    Everything that can be refused (episodes, files, task, target) is, before the robot is touched.
+    ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
@@ -116,7 +118,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                             "control_dt": robot.control_dt, "task": _task_settings(robot)}
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
                 recorder = EpisodeRecorder(folder, metadata)
-            run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats)
+            run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
+                progress="deploy" if progress else None)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

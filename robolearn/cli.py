@@ -402,7 +402,8 @@ def _deploy(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{args.run}: no such run directory (`robolearn list` shows the runs)")
     _positive("--episodes", args.episodes)
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
-                     target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed)
+                     target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed,
+                     progress=True)
     loop = summary["loop"]
     line = f"deployed:    {summary['episodes']} episodes on {summary['port']}"
     if summary["return_mean"] is not None:

@@ -25,6 +25,7 @@ control step and keep their queue or skill inside.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from robolearn.evaluate import check_finite
 from robolearn.interfaces import Obs, VecEnv
@@ -132,6 +134,18 @@ class LoopStats:
 
 
 @torch.no_grad()
+def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqdm | None:
+    """Counts episodes when the run is told a number of them, else steps. On a terminal it redraws at
+    most 10 times a second (a few microseconds per tick otherwise) and is cleared at the end; into a log
+    file, every 30 s, and its last state is kept."""
+    if label is None:
+        return None
+    redraw = sys.stderr.isatty()
+    by_episode = episodes is not None
+    return tqdm(total=episodes if by_episode else steps, desc=label, unit="episode" if by_episode else "step",
+                dynamic_ncols=True, mininterval=0.1 if redraw else 30.0, leave=not redraw)
+
+
 def run(
     controller: Actor,
     env: VecEnv,
@@ -143,6 +157,7 @@ def run(
     seed: int | None = None,
     close_env: bool = True,
     stats: LoopStats | None = None,
+    progress: str | None = None,
 ) -> LoopStats:
     """Drive ``controller`` on ``env`` for ``steps`` control steps or until
     ``episodes`` episodes (of env 0) have ended, whichever comes first.
@@ -151,6 +166,8 @@ def run(
     0 runs as fast as possible (simulation only). ``sink`` receives every step
     (a recorder); it is closed on every exit path so completed steps are kept.
     ``stats``: filled in place (and returned), so a caller still has it when the run raises.
+    ``progress``: a bar with this label on stderr (episodes done, last return, steps, rate), for a
+    person watching a long deploy; None runs silent.
     """
     if steps is None and episodes is None:
         raise ValueError("run needs steps or episodes (or both) to know when to stop")
@@ -159,6 +176,7 @@ def run(
     stats = stats if stats is not None else LoopStats()
     stats.period_s = 1.0 / rate if rate > 0 else 0.0
     ticker = Ticker(stats.period_s) if rate > 0 and not paced_by_env else None
+    bar = _loop_bar(progress, steps, episodes)
     try:
         obs = env.reset(seed=seed)
         controller.reset()
@@ -186,6 +204,11 @@ def run(
                 episode_return = 0.0
                 if "success" in step.info:
                     stats.successes.append(bool(step.info["success"][0]))
+                if bar is not None and episodes is not None:
+                    bar.set_postfix_str(f"return {stats.returns[-1]:.2f}, {stats.steps} steps", refresh=False)
+                    bar.update(1)
+            if bar is not None and episodes is None:
+                bar.update(1)
             reset_s = float(step.info.get("reset_s", 0.0))
             stats.compute_s.append(t1 - t0)
             stats.step_s.append(t2 - t1 - reset_s)
@@ -199,6 +222,8 @@ def run(
         stats.error = f"{type(err).__name__}: {err}"
         raise
     finally:
+        if bar is not None:
+            bar.close()
         if ticker:
             stats.lateness_s, stats.overruns = ticker.lateness, ticker.overruns
         elif paced_by_env and getattr(env, "ticker", None) is not None:

@@ -56,6 +56,16 @@ def test_run_counts_episodes_and_resets_the_controller():
     assert controller.resets == stats.steps + 1  # once at start, then after every step (done mask)
 
 
+def test_run_shows_a_bar_of_episodes_with_the_last_return(capsys):
+    env = sims.make_env("arm_reach", 1, seed=0)
+    stats = run(Zero(4), env, rate_hz=0, episodes=2, progress="deploy")
+    shown = capsys.readouterr().err
+    assert "deploy" in shown and "2/2" in shown and "episode" in shown
+    assert f"return {stats.returns[-1]:.2f}, {stats.steps} steps" in shown
+    run(Zero(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=5)
+    assert capsys.readouterr().err == ""  # silent unless asked
+
+
 def test_recorder_keeps_every_completed_step_when_the_loop_fails(tmp_path):
     env = sims.make_env("arm_reach", 1, seed=0)
 
