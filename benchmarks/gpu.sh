@@ -18,6 +18,8 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests throughput ppo mjlab go1 scaling)
 GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
+PPO_ENVS=${PPO_ENVS:-4096}  # PPO_ENVS=16384: the end-to-end figure at the world count where simulation alone passes 1M/s
+suffix=$([ "$PPO_ENVS" = 4096 ] || echo "_$PPO_ENVS")  # other world counts do not overwrite the 4096-world tables
 nvidia-smi -L
 # Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than
 # Warp's CUDA), not with CPU figures labelled GPU or a crash in every stage.
@@ -34,13 +36,13 @@ for stage in "${stages[@]}"; do
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
-      (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
-        --iterations "$PPO_ITERATIONS") ;;
+      (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
+        --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md") ;;
     mjlab)  # the same, with mjlab's own training of its Go1 task (gpu_offline.sh pack-mjlab): a stage of its
             # own, since mjlab's kernels are not prebuilt and compile here, so a time limit costs no ppo row
       if python -c "import mjlab.envs, mjlab.rl, mjlab.tasks.registry as r; r.load_env_cfg('Mjlab-Velocity-Flat-Unitree-Go1')"; then
-        (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
-          --iterations "$PPO_ITERATIONS" --mjlab Mjlab-Velocity-Flat-Unitree-Go1 --out ppo_vs_mjlab.md)
+        (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
+          --iterations "$PPO_ITERATIONS" --mjlab Mjlab-Velocity-Flat-Unitree-Go1 --out "ppo_vs_mjlab$suffix.md")
       else
         echo "mjlab: mjlab does not import here (above), so its own training is not timed"
       fi ;;

@@ -134,7 +134,7 @@ run() {
     timeout --kill-after=5 "${spec##*:}" bash benchmarks/gpu.sh "${spec%%:*}" 2>&1 | grep -v " (cached)$"
     log "stage ${spec%%:*} rc=${PIPESTATUS[0]}"
   done
-  for f in benchmarks/results/{warp_throughput_gpu,ppo_vs_rsl_rl,ppo_vs_mjlab,go1_gpu}.md; do
+  for f in benchmarks/results/*.md; do  # the tables these stages wrote
     [ "$f" -nt /tmp/robolearn-start ] && cp "$f" "$out/$(basename "${f%.md}")_gpu.md"
   done
   local go1; go1=$(ls -d benchmarks/runs/go1_gpu/*/ 2>/dev/null | tail -1)
