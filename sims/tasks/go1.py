@@ -11,8 +11,8 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
   commands slower than 0.2 m/s are zeroed (legged_gym).
 - Observation ``policy`` (45): projected gravity (3), trunk angular velocity (3,
   gyro), command (3), joint positions minus the home pose (12), joint velocities
-  (12), last action (12); with ``noise_scale`` > 0 each channel gets Gaussian noise
-  of Playground's Go1 standard deviations times ``noise_scale``. ``critic`` (53):
+  (12), last action (12); with ``noise_scale`` > 0 each channel gets uniform noise
+  within Playground's Go1 half-widths times ``noise_scale``. ``critic`` (53):
   the noise-free policy group plus the privileged trunk linear velocity (3), trunk
   height above the terrain (1) and foot contacts (4).
 - Action (12): joint position offsets in [-1, 1]; the servos' targets are the home
@@ -20,6 +20,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
   0.5). With 0.5 and PPO's initial noise 1.0 the robot flails (episodes of ~45
   steps, every step's penalties above its tracking reward) and 200k CPU steps
   learned nothing; with 0.25 the same run went from 55- to 750-step episodes.
+  ``action_limit`` widens the box to [-limit, limit] in the same units. At 1, a
+  learner that clamps to the box pushes its mean past the bounds and ends up
+  switching joints between two corners (legged_gym clips at 100, mjlab not at all).
 - Reward terms: ``reward_weights`` maps a term of :data:`REWARD_TERMS` to its
   weight; every term is ``weight * value * control_dt`` (legged_gym and Isaac
   Lab scale by dt, so weights do not depend on the control rate). Defaults are
@@ -69,8 +72,9 @@ FEET = ("FR_foot", "FL_foot", "RR_foot", "RL_foot")
 FOOT_RADIUS = 0.023
 # Where a reset looks for the highest terrain under the trunk (x, y in m, body frame, yaw ignored).
 FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]], dtype=torch.float64)
-# Playground's Go1 observation noise (standard deviations) per channel.
-NOISE_STD = {"gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
+# Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale).
+# Until session 35 these were Gaussian standard deviations, sqrt(3) x Playground's spread.
+NOISE_HALF_WIDTH = {"gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
 
 
 class Snapshot(NamedTuple):
@@ -141,6 +145,7 @@ class Go1Velocity(Task):
     resample_s: float = 10.0
     standing_fraction: float = 0.1
     action_scale: float = 0.25
+    action_limit: float = 1.0  # the action box [-limit, limit], in units of action_scale
     noise_scale: float = 1.0
     reward_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS))
     tracking_sigma: float = 0.25
@@ -163,6 +168,8 @@ class Go1Velocity(Task):
             raise ValueError(f"unknown Go1 reward term(s) {unknown}; known terms: {sorted(REWARD_TERMS)}")
         if self.terrain not in ("flat", "rough"):
             raise ValueError(f"terrain must be 'flat' or 'rough', got {self.terrain!r}")
+        if not self.action_limit > 0:
+            raise ValueError(f"action_limit must be above 0 (the action box in units of action_scale), got {self.action_limit}")
         if len(self.command_ranges) != 3:
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
         self._weights = {name: w for name, w in self.reward_weights.items() if w != 0.0}
@@ -224,8 +231,8 @@ class Go1Velocity(Task):
         return self._device_copies[key]
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
-        """Joint offsets from the home pose, in units of ``action_scale`` rad."""
-        return spaces.Box(-1.0, 1.0, (model.nu,), dtype=np.float32)
+        """Joint offsets from the home pose, in units of ``action_scale`` rad, within ``action_limit``."""
+        return spaces.Box(-self.action_limit, self.action_limit, (model.nu,), dtype=np.float32)
 
     # ---- episodes and commands ---------------------------------------------------
 
@@ -325,9 +332,9 @@ class Go1Velocity(Task):
         }
         clean = torch.cat(list(parts.values()), dim=1)
         if self.noise_scale > 0:
-            parts = {name: value + self.noise_scale * NOISE_STD[name] * torch.randn(
-                value.shape, generator=self._generator, device=value.device, dtype=value.dtype)
-                if name in NOISE_STD else value for name, value in parts.items()}
+            parts = {name: value + self.noise_scale * NOISE_HALF_WIDTH[name] * (2 * torch.rand(
+                value.shape, generator=self._generator, device=value.device, dtype=value.dtype) - 1)
+                if name in NOISE_HALF_WIDTH else value for name, value in parts.items()}
         privileged = [sim.sensordata[:, self._sensor["local_linvel"]], self._height(sim)[:, None],
                       (self._feet_clearance(sim) < 0.01).to(sim.dtype)]
         return {"policy": torch.cat(list(parts.values()), dim=1), "critic": torch.cat([clean, *privileged], dim=1)}

@@ -70,7 +70,8 @@ def test_observation_groups_shapes_noise_and_finiteness():
         assert all(torch.isfinite(v).all() for v in obs.values())
     noisy = make_env("go1_flat", num_envs=8, seed=1).reset(seed=1)
     gap = (noisy["policy"] - noisy["critic"][:, :45]).abs()
-    assert gap[:, 15:27].mean() > 0.5  # joint velocities: std 1.5
+    assert 0.6 < gap[:, 21:33].mean() < 0.9 and gap[:, 21:33].max() <= 1.5  # joint velocities: U(-1.5, 1.5)
+    assert gap[:, 9:21].max() <= 0.03  # joint positions: U(-0.03, 0.03)
     assert (gap[:, 6:9] == 0).all()  # commands are not noised
 
 
@@ -80,6 +81,16 @@ def test_action_is_a_scaled_offset_from_the_home_pose():
     env.step(torch.tensor([[1.0] * 12, [-0.2] * 12]))
     torch.testing.assert_close(env.sim.ctrl[0], home + 0.25)
     torch.testing.assert_close(env.sim.ctrl[1], home - 0.05)
+
+
+def test_action_limit_widens_the_box_in_the_same_units():
+    env = make_env("go1_flat", num_envs=1, seed=0, action_limit=4.0, **STILL)
+    assert env.action_spec.low.min() == -4.0 and env.action_spec.high.max() == 4.0
+    home = torch.as_tensor(env.sim.model.key("home").qpos[7:], dtype=torch.float32)
+    env.step(torch.full((1, 12), 3.0))
+    torch.testing.assert_close(env.sim.ctrl[0], home + 0.75)  # still 0.25 rad per unit
+    with pytest.raises(ValueError, match="action_limit must be above 0"):
+        Go1Velocity(action_limit=0.0)
 
 
 def test_commands_resample_at_the_set_period_per_world():
