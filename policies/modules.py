@@ -89,6 +89,18 @@ class EmpiricalNormalizer(nn.Module):
         self.count.add_(n)
 
 
+class BoxClip(nn.Module):
+    """Clip to per-dimension bounds: a Gaussian policy's actions kept inside their box (exports as ONNX Min/Max)."""
+
+    def __init__(self, low: Any, high: Any) -> None:
+        super().__init__()
+        self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32).flatten())
+        self.register_buffer("high", torch.as_tensor(high, dtype=torch.float32).flatten())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(x, self.high), self.low)
+
+
 class ActionScaler(nn.Module):
     """Affine map between normalized actions ``[-1, 1]`` and the bounds of a Box."""
 
@@ -227,7 +239,7 @@ class EnsembleQ(nn.Module):
 class DeterministicController(Controller):
     """``obs -> scale(squash(net(normalize(obs))))``: the exported flat policy.
 
-    ``squash`` is ``nn.Hardtanh()`` (clip) for Gaussian policies and
+    ``squash`` is a :class:`BoxClip` (clip) for Gaussian policies and
     ``nn.Tanh()`` for tanh-squashed ones.
     """
 

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
@@ -37,6 +38,7 @@ from robolearn import distributed
 from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
 from policies.modules import (
     ActionScaler,
+    BoxClip,
     DeterministicController,
     EmpiricalNormalizer,
     gaussian_entropy,
@@ -73,6 +75,10 @@ class PPOConfig:
     critic_hidden: tuple[int, ...] = (256, 256, 256)
     activation: Literal["elu", "relu", "tanh", "silu"] = "elu"
     init_std: float = 1.0
+    # True: the Gaussian lives in [-1, 1], mapped onto the env's action box (std 1 spans the box).
+    # False: in the env's own action units (RSL-RL, legged_gym), samples clipped to the box; with a box
+    # wider than the useful actions (Go1's action_limit) the mean is not pushed onto its bounds.
+    normalize_actions: bool = True
     min_std: float = 0.01  # std is clamped here after every step (never NaN from log(0) or negative)
     # ... and here from above. Samples are clamped to the action bounds, so past them more noise costs
     # the policy little while the entropy bonus still pays for it: on Go1 the std grew 1 -> 4.4 in 56M steps.
@@ -152,17 +158,18 @@ class RecurrentController(Controller):
     __jit_ignored_attributes__ = ["obs_groups", "obs_size", "hidden"]
 
     def __init__(
-        self, normalizer: nn.Module, actor: GRUActor, scaler: ActionScaler, obs_groups: tuple[str, ...], obs_size: int
+        self, normalizer: nn.Module, actor: GRUActor, clip: BoxClip, scaler: ActionScaler, obs_groups: tuple[str, ...],
+        obs_size: int,
     ) -> None:
         super().__init__()
-        self.normalizer, self.actor, self.scaler = normalizer, actor, scaler
+        self.normalizer, self.actor, self.clip, self.scaler = normalizer, actor, clip, scaler
         self.obs_groups, self.obs_size = tuple(obs_groups), obs_size
         self.hidden_size = actor.gru.hidden_size
         self.hidden: torch.Tensor | None = None
 
     def forward(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, hidden = self.actor(self.normalizer(obs), hidden)
-        return self.scaler(mean.clamp(-1.0, 1.0)), hidden
+        return self.scaler(self.clip(mean)), hidden
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
@@ -215,7 +222,12 @@ class PPO(Agent):
         self.actor.to(self.device)
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_std), device=self.device))
         self.critic = mlp(critic_obs_dim, tuple(cfg.critic_hidden), 1, cfg.activation).to(self.device)
-        self.scaler = ActionScaler(action_spec).to(self.device)
+        if cfg.normalize_actions:
+            self.scaler, self.clip = ActionScaler(action_spec), BoxClip(-np.ones(action_dim), np.ones(action_dim))
+        else:  # the scaler is the identity
+            unit = spaces.Box(-1.0, 1.0, (action_dim,), dtype=np.float32)
+            self.scaler, self.clip = ActionScaler(unit), BoxClip(action_spec.low, action_spec.high)
+        self.scaler, self.clip = self.scaler.to(self.device), self.clip.to(self.device)
         self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
         self.learning_rate = cfg.learning_rate
         # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on CPU)
@@ -244,7 +256,7 @@ class PPO(Agent):
             mean = self.actor(x)
         sample = mean + self.std * torch.randn_like(mean) if explore else mean
         out["sample"] = sample
-        out["action"] = self.scaler(sample.clamp(-1.0, 1.0))
+        out["action"] = self.scaler(self.clip(sample))
         return out
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
@@ -363,11 +375,12 @@ class PPO(Agent):
 
     # ------------------------------------------------------------- deployment
     def controller(self) -> Controller:
-        """Normalizer + actor mean + clip to [-1, 1] + scale to the action bounds; deterministic."""
-        normalizer, actor, scaler = copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor), copy.deepcopy(self.scaler)
+        """Normalizer + actor mean + clip to the box + scale to the action bounds; deterministic."""
+        normalizer, actor = copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor)
+        clip, scaler = copy.deepcopy(self.clip), copy.deepcopy(self.scaler)
         if self.cfg.recurrent:
-            return RecurrentController(normalizer, actor, scaler, self.actor_groups, self.actor_obs_dim)
-        return DeterministicController(normalizer, actor, nn.Hardtanh(), scaler, self.actor_groups, self.actor_obs_dim)
+            return RecurrentController(normalizer, actor, clip, scaler, self.actor_groups, self.actor_obs_dim)
+        return DeterministicController(normalizer, actor, clip, scaler, self.actor_groups, self.actor_obs_dim)
 
     def state_dict(self) -> dict[str, Any]:
         state = {

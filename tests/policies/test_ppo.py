@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from policies.ppo import PPO, PPOConfig, adaptive_lr, gae
 
@@ -72,6 +74,22 @@ def test_std_is_clamped_to_min_std_and_stays_finite(make_rollout, random_obs, ob
     action = agent.act(random_obs(8))["action"]
     low, high = torch.as_tensor(action_spec.low), torch.as_tensor(action_spec.high)
     assert torch.isfinite(action).all() and (action >= low).all() and (action <= high).all()
+
+
+def test_actions_in_env_units_are_sampled_there_and_clipped_to_the_box(make_rollout, random_obs, obs_spec) -> None:
+    """normalize_actions=False (RSL-RL's units): std 1 is one env unit, whatever the box's width."""
+    torch.manual_seed(0)
+    box = spaces.Box(np.array([-4.0, -4.0], np.float32), np.array([4.0, 2.0], np.float32))
+    agent = PPO(obs_spec, box, small(normalize_actions=False, init_std=1.0), CPU)
+    out = agent.act(random_obs(20000))
+    inside = (out["sample"] > -4.0) & (out["sample"] < box.high[1])
+    torch.testing.assert_close(out["action"][:, 1][inside[:, 1]], out["sample"][:, 1][inside[:, 1]])  # no scaling
+    assert 0.95 < float(out["sample"].std(0)[0]) < 1.05  # normalized, it would be 4
+    assert float(out["action"][:, 1].max()) == 2.0 and float(out["action"].min()) >= -4.0
+    with torch.no_grad():
+        agent.actor[-1].bias.fill_(10.0)  # a mean far outside the box: the controller clips it to the bounds
+    torch.testing.assert_close(agent.controller().act(random_obs(3)), torch.tensor([[4.0, 2.0]] * 3))
+    agent.update(make_rollout(agent, 8, 6))  # learns as before
 
 
 def test_std_is_clamped_to_max_std_and_bad_bounds_raise(make_rollout, obs_spec, action_spec) -> None:
