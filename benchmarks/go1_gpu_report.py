@@ -4,7 +4,10 @@ The tracking error is measured here, not read from training logs (which carry
 exploration noise): the run's exported controller drives ``--worlds`` Go1s on
 the run's own env config for ``--seconds`` of sim time, commands resampled as
 in training, and the mean |v_xy command - v_xy| and |yaw-rate error| over all
-steps are reported. Writes ``benchmarks/results/go1_gpu.md``.
+steps are reported, the xy error also by the direction commanded (a policy that
+walks only forward and left scores ~0.5 m/s overall), with the share of actions
+at the bounds of the action box (a policy that switches joints between corners
+sits there). Writes ``benchmarks/results/go1_gpu.md`` (``--out`` to change).
 
     python benchmarks/go1_gpu_report.py benchmarks/runs/go1_gpu
 """
@@ -26,21 +29,38 @@ from robolearn.runner import load_agent, read_run_config  # noqa: E402
 THRESHOLD = 0.3  # m/s: "walks" = mean xy tracking error below this, commands U(-1, 1) m/s per axis
 
 
+DIRECTIONS = ("+vx +vy", "+vx -vy", "-vx +vy", "-vx -vy", "no xy command")
+
+
 @torch.no_grad()
 def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
     cfg = read_run_config(run)
     cfg.env.randomization = {}  # nominal robot, no pushes: the gait itself
     with make_env(cfg.env, num_envs=worlds, seed=123) as env:
+        task_env = env
+        while not hasattr(task_env, "task"):  # through wrappers (delay) to the TaskEnv, for per-world figures
+            task_env = task_env.env
+        task, bound = task_env.task, torch.as_tensor(env.action_spec.high, device=env.device)
         controller = load_agent(run, env).controller().to(env.device).eval()
         obs = env.reset(seed=123)
         sums = {"lin_vel_error": 0.0, "ang_vel_error": 0.0}
-        falls, steps = 0, int(seconds / env.control_dt)
+        by_direction, counts = torch.zeros(len(DIRECTIONS)), torch.zeros(len(DIRECTIONS))
+        falls, at_bound, steps = 0, 0.0, int(seconds / env.control_dt)
         for _ in range(steps):
-            obs, _, terminated, _, info = env.step(controller.act(obs))
+            action = controller.act(obs)
+            at_bound += float((action.abs() >= 0.999 * bound).float().mean())
+            obs, _, terminated, _, info = env.step(action)
             for key in sums:
                 sums[key] += float(info["log"][f"metrics/{key}"])
+            command, error = task.command[:, :2], task.metrics(task_env.sim)["lin_vel_error"]
+            direction = 2 * (command[:, 0] < 0).long() + (command[:, 1] < 0).long()
+            direction[(command == 0).all(dim=1)] = len(DIRECTIONS) - 1
+            by_direction += torch.bincount(direction, weights=error.double(), minlength=len(DIRECTIONS)).cpu().float()
+            counts += torch.bincount(direction, minlength=len(DIRECTIONS)).cpu().float()
             falls += int(terminated.sum())
-    return {**{k: v / steps for k, v in sums.items()}, "falls_per_world_minute": falls / worlds / (seconds / 60)}
+    return {**{k: v / steps for k, v in sums.items()}, "falls_per_world_minute": falls / worlds / (seconds / 60),
+            "by_direction": dict(zip(DIRECTIONS, (by_direction / counts.clamp(min=1)).tolist())),
+            "actions_at_bound": at_bound / steps}
 
 
 def main() -> None:
@@ -48,6 +68,7 @@ def main() -> None:
     parser.add_argument("runs", type=Path, help="the run name's folder; its newest run is reported")
     parser.add_argument("--worlds", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--out", default="go1_gpu.md", help="file under benchmarks/results/")
     args = parser.parse_args()
     run = max((p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -61,7 +82,8 @@ def main() -> None:
                      f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
     walks = error["lin_vel_error"] < THRESHOLD
     cfg = read_run_config(run)
-    settings = (f"entropy_coef {cfg.agent.entropy_coef}, max_std {cfg.agent.max_std}, dynamics drawn "
+    settings = (f"entropy_coef {cfg.agent.entropy_coef}, max_std {cfg.agent.max_std}, init_std {cfg.agent.init_std}, "
+                f"action box ±{cfg.env.kwargs.get('action_limit', 1.0)} x {cfg.env.kwargs.get('action_scale', 0.25)} rad, dynamics drawn "
                 f"{'every episode' if cfg.env.randomization.get('dynamics_every_episode', True) else 'once per robot'}; "
                 f"policy std at the end {last.get('std', float('nan')):.2f}")
     text = "\n".join([
@@ -71,9 +93,12 @@ def main() -> None:
         f"Deterministic controller, {args.worlds} nominal Go1s, {args.seconds:.0f} s each, commands resampled "
         f"every 10 s: mean xy velocity error **{error['lin_vel_error']:.3f} m/s**, yaw-rate error "
         f"{error['ang_vel_error']:.3f} rad/s, {error['falls_per_world_minute']:.2f} falls per robot-minute. "
-        f"Threshold for a walking gait: {THRESHOLD} m/s -> {'met' if walks else 'NOT met'}.",
+        f"Threshold for a walking gait: {THRESHOLD} m/s -> {'met' if walks else 'NOT met'}.", "",
+        "xy error by the direction commanded (m/s): "
+        + ", ".join(f"{name} {value:.3f}" for name, value in error["by_direction"].items())
+        + f"; actions at the bounds of the action box: {100 * error['actions_at_bound']:.0f} %.",
     ])
-    write_result("go1_gpu.md", text)
+    write_result(args.out, text)
 
 
 if __name__ == "__main__":
