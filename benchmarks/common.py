@@ -54,6 +54,13 @@ def code_commit() -> str:
     return (git("log", "-1", "--format=%h") or "unknown") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def task_env(env: object) -> object:
+    """The TaskEnv under an env's wrappers (randomization, delay): its ``task`` and ``sim`` give per-world figures."""
+    while not hasattr(env, "task"):
+        env = env.env
+    return env
+
+
 def write_result(name: str, markdown: str) -> Path:
     """``results/<name>``, written atomically (a cut-short write leaves the previous table whole)."""
     from robolearn.checkpoint import atomic_write_bytes

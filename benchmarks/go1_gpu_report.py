@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write_result  # noqa: E402
+from common import machine, task_env, write_result  # noqa: E402
 from robolearn.registry import make_env  # noqa: E402
 from robolearn.runner import load_agent, read_run_config  # noqa: E402
 
@@ -37,10 +37,8 @@ def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
     cfg = read_run_config(run)
     cfg.env.randomization = {}  # nominal robot, no pushes: the gait itself
     with make_env(cfg.env, num_envs=worlds, seed=123) as env:
-        task_env = env
-        while not hasattr(task_env, "task"):  # through wrappers (delay) to the TaskEnv, for per-world figures
-            task_env = task_env.env
-        task, bound = task_env.task, torch.as_tensor(env.action_spec.high, device=env.device)
+        inner = task_env(env)
+        task, bound = inner.task, torch.as_tensor(env.action_spec.high, device=env.device)
         controller = load_agent(run, env).controller().to(env.device).eval()
         obs = env.reset(seed=123)
         sums = {"lin_vel_error": 0.0, "ang_vel_error": 0.0}
@@ -52,7 +50,7 @@ def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
             obs, _, terminated, _, info = env.step(action)
             for key in sums:
                 sums[key] += float(info["log"][f"metrics/{key}"])
-            command, error = task.command[:, :2], task.metrics(task_env.sim)["lin_vel_error"]
+            command, error = task.command[:, :2], task.metrics(inner.sim)["lin_vel_error"]
             direction = 2 * (command[:, 0] < 0).long() + (command[:, 1] < 0).long()
             direction[(command == 0).all(dim=1)] = len(DIRECTIONS) - 1
             by_direction += torch.bincount(direction, weights=error.double(), minlength=len(DIRECTIONS)).cpu().float()

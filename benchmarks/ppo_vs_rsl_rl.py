@@ -42,7 +42,7 @@ import mujoco
 import torch
 from rsl_rl.runners import OnPolicyRunner
 
-from common import machine, write_result
+from common import machine, task_env, write_result
 from robolearn.config import TrainConfig, load_config
 from robolearn.registry import agent_configs
 from robolearn.runner import Runner
@@ -183,8 +183,7 @@ def physics(model: Any, substeps: int) -> str:
 
 
 def our_physics(env: Any) -> str:
-    while not hasattr(env, "task"):  # through the wrappers (randomization, delay) to the TaskEnv
-        env = env.env
+    env = task_env(env)
     return physics(env.sim.model, env.task.frame_skip)
 
 
