@@ -133,7 +133,6 @@ class LoopStats:
         }
 
 
-@torch.no_grad()
 def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqdm | None:
     """Counts episodes when the run is told a number of them, else steps. On a terminal it redraws at
     most 10 times a second (a few microseconds per tick otherwise) and is cleared at the end; into a log
@@ -146,6 +145,7 @@ def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqd
                 dynamic_ncols=True, mininterval=0.1 if redraw else 30.0, leave=not redraw)
 
 
+@torch.no_grad()
 def run(
     controller: Actor,
     env: VecEnv,

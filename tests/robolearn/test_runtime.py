@@ -66,6 +66,22 @@ def test_run_shows_a_bar_of_episodes_with_the_last_return(capsys):
     assert capsys.readouterr().err == ""  # silent unless asked
 
 
+def test_run_builds_no_autograd_graph_for_a_plain_actor():
+    """A user's Actor with parameters: its actions must not drag a graph into env.step, a recorder or a robot."""
+    class Linear(Zero):
+        def __init__(self) -> None:
+            super().__init__(4)
+            self.layer = torch.nn.Linear(obs_width, 4)
+
+        def act(self, obs):
+            assert not torch.is_grad_enabled()
+            return self.layer(obs["policy"])
+
+    env = sims.make_env("arm_reach", 1, seed=0)
+    obs_width = env.observation_spec["policy"].shape[0]
+    assert run(Linear(), env, rate_hz=0, steps=3).steps == 3
+
+
 def test_recorder_keeps_every_completed_step_when_the_loop_fails(tmp_path):
     env = sims.make_env("arm_reach", 1, seed=0)
 
