@@ -337,8 +337,8 @@ class DynamixelBus:
                 time.sleep(self.timeout_ms / 1000)
                 if not port.getBytesAvailable():
                     break
-        except OSError:
-            pass  # the next exchange reports a lost line
+        except LINE_LOST:
+            self._close_port()  # the next exchange says the bus is not connected
 
     def _retry(self, what: str, attempt: Callable[[], _Attempt]) -> Any:
         """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise.
