@@ -18,7 +18,7 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests throughput ppo mjlab go1 scaling)
 GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
-PPO_ENVS=${PPO_ENVS:-4096}  # PPO_ENVS=16384: the end-to-end figure at the world count where simulation alone passes 1M/s
+PPO_ENVS=${PPO_ENVS:-4096}  # 16384: end to end where simulation alone passes 1M/s (mjlab then needs ~4x its 4096-world time)
 suffix=$([ "$PPO_ENVS" = 4096 ] || echo "_$PPO_ENVS")  # other world counts do not overwrite the 4096-world tables
 nvidia-smi -L
 # Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than

@@ -110,7 +110,8 @@ class ActionScaler(nn.Module):
         high = torch.as_tensor(space.high, dtype=torch.float32).flatten()
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
             raise ValueError(f"action_spec needs finite bounds to scale actions, got low={space.low} high={space.high}; "
-                             "for an mjlab task give env.kwargs.action_limit (e.g. 1.0)")
+                             "for an mjlab task give env.kwargs.action_limit (e.g. 1.0), or with PPO "
+                             "agent.normalize_actions=false (a Gaussian in the env's own units)")
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 

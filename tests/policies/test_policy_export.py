@@ -14,6 +14,7 @@ from robolearn.export import ExportedController, export_controller
 CONFIGS = {
     "ppo": {"actor_hidden": (16, 16), "critic_hidden": (16,)},
     "ppo-gru": {"actor_hidden": (16,), "critic_hidden": (16,), "recurrent": True, "rnn_hidden": 8},
+    "ppo-env-units": {"actor_hidden": (16,), "critic_hidden": (16,), "normalize_actions": False, "init_std": 3.0},
     "sac": {"hidden": (16, 16)},
 }
 
