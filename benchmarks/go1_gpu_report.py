@@ -71,7 +71,7 @@ def main() -> None:
     run = max((p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     error = tracking_error(run, args.worlds, args.seconds)
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     last = lines[-1]
     table = ["| wall-clock (s) | env steps | return | train lin vel error (m/s) | env steps/s |", "|---|---|---|---|---|"]
     picked = lines[:: max(1, len(lines) // 10)]
@@ -85,8 +85,8 @@ def main() -> None:
                 f"{'every episode' if cfg.env.randomization.get('dynamics_every_episode', True) else 'once per robot'}; "
                 f"policy std at the end {last.get('std', float('nan')):.2f}")
     text = "\n".join([
-        "# Go1 velocity tracking on the GPU (PPO, MuJoCo Warp)", "",
-        f"Machine: {machine()}, GPU {gpu}. Run: `{run}` ({last['env_steps']:,} env steps; {settings}).", "",
+        f"# Go1 velocity tracking (PPO; trained with backend {cfg.env.backend} on {cfg.env.device})", "",
+        f"Machine: {machine()}{gpu}. Run: `{run}` ({last['env_steps']:,} env steps; {settings}).", "",
         *table, "",
         f"Deterministic controller, {args.worlds} nominal Go1s, {args.seconds:.0f} s each, commands resampled "
         f"every 10 s: mean xy velocity error **{error['lin_vel_error']:.3f} m/s**, yaw-rate error "
