@@ -12,9 +12,12 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - Observation ``policy`` (45): projected gravity (3), trunk angular velocity (3,
   gyro), command (3), joint positions minus the home pose (12), joint velocities
   (12), last action (12); with ``noise_scale`` > 0 each channel gets uniform noise
-  within Playground's Go1 half-widths times ``noise_scale``. ``critic`` (53):
-  the noise-free policy group plus the privileged trunk linear velocity (3), trunk
-  height above the terrain (1) and foot contacts (4).
+  within Playground's Go1 half-widths times ``noise_scale``. With ``policy_linvel``
+  (48) the trunk's linear velocity in its own frame comes first, noised within
+  +-0.1 m/s (Playground; mjlab and legged_gym give the policy this too; off by
+  default, as the configs were tuned). ``critic`` (53, or 56): the noise-free policy
+  group plus the privileged trunk linear velocity (3), trunk height above the
+  terrain (1) and foot contacts (4).
 - Action (12): joint position offsets in [-1, 1]; the servos' targets are the home
   pose plus ``action_scale`` times the action: 0.25 rad as legged_gym (Playground:
   0.5). With 0.5 and PPO's initial noise 1.0 the robot flails (episodes of ~45
@@ -74,7 +77,7 @@ FOOT_RADIUS = 0.023
 FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]], dtype=torch.float64)
 # Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale).
 # Until session 35 these were Gaussian standard deviations, sqrt(3) x Playground's spread.
-NOISE_HALF_WIDTH = {"gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
+NOISE_HALF_WIDTH = {"linvel": 0.1, "gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
 
 
 class Snapshot(NamedTuple):
@@ -147,6 +150,7 @@ class Go1Velocity(Task):
     action_scale: float = 0.25
     action_limit: float = 1.0  # the action box [-limit, limit], in units of action_scale
     noise_scale: float = 1.0
+    policy_linvel: bool = False  # the policy also sees the trunk's linear velocity (noised)
     reward_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_REWARD_WEIGHTS))
     tracking_sigma: float = 0.25
     base_height_target: float = 0.27
@@ -322,7 +326,9 @@ class Go1Velocity(Task):
         return feet[..., 2] - FOOT_RADIUS - self.terrain_height(feet[..., :2])
 
     def observations(self, sim: MujocoBackend) -> Obs:
+        linvel = sim.sensordata[:, self._sensor["local_linvel"]]
         parts = {
+            **({"linvel": linvel} if self.policy_linvel else {}),
             "gravity": self._gravity(sim),
             "gyro": sim.sensordata[:, self._sensor["gyro"]],
             "command": self._command,
@@ -335,7 +341,7 @@ class Go1Velocity(Task):
             parts = {name: value + self.noise_scale * NOISE_HALF_WIDTH[name] * (2 * torch.rand(
                 value.shape, generator=self._generator, device=value.device, dtype=value.dtype) - 1)
                 if name in NOISE_HALF_WIDTH else value for name, value in parts.items()}
-        privileged = [sim.sensordata[:, self._sensor["local_linvel"]], self._height(sim)[:, None],
+        privileged = [linvel, self._height(sim)[:, None],
                       (self._feet_clearance(sim) < 0.01).to(sim.dtype)]
         return {"policy": torch.cat(list(parts.values()), dim=1), "critic": torch.cat([clean, *privileged], dim=1)}
 

@@ -75,6 +75,16 @@ def test_observation_groups_shapes_noise_and_finiteness():
     assert (gap[:, 6:9] == 0).all()  # commands are not noised
 
 
+def test_policy_linvel_puts_the_noised_trunk_velocity_first():
+    env = make_env("go1_flat", num_envs=8, seed=1, policy_linvel=True)
+    obs = env.reset(seed=1)
+    assert env.observation_spec["policy"].shape == (48,) and env.observation_spec["critic"].shape == (56,)
+    truth = obs["critic"][:, 48:51]  # the privileged velocity, noise-free
+    torch.testing.assert_close(obs["critic"][:, :3], truth)
+    gap = (obs["policy"][:, :3] - truth).abs()
+    assert 0 < gap.max() <= 0.1  # U(-0.1, 0.1)
+
+
 def test_action_is_a_scaled_offset_from_the_home_pose():
     env = make_env("go1_flat", num_envs=2, seed=0, **STILL)
     home = torch.as_tensor(env.sim.model.key("home").qpos[7:], dtype=torch.float32)
