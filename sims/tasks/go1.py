@@ -29,7 +29,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - Reward terms: ``reward_weights`` maps a term of :data:`REWARD_TERMS` to its
   weight; every term is ``weight * value * control_dt`` (legged_gym and Isaac
   Lab scale by dt, so weights do not depend on the control rate). Defaults are
-  legged_gym's (A1/Go1 torque weight), see :data:`DEFAULT_REWARD_WEIGHTS`.
+  legged_gym's (A1/Go1 torque weight), see :data:`DEFAULT_REWARD_WEIGHTS`; the
+  weights given replace those terms' defaults and leave the others (so
+  ``env.kwargs.reward_weights.feet_air_time=0`` drops one term, not all the rest).
   Unknown names are errors; zero weights are not computed. With
   ``only_positive_rewards`` (legged_gym's default; Playground clips the same way) a
   negative step reward (``termination`` aside, as there) is lifted to 0 by an extra
@@ -176,7 +178,7 @@ class Go1Velocity(Task):
             raise ValueError(f"action_limit must be above 0 (the action box in units of action_scale), got {self.action_limit}")
         if len(self.command_ranges) != 3:
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
-        self._weights = {name: w for name, w in self.reward_weights.items() if w != 0.0}
+        self._weights = {name: w for name, w in {**DEFAULT_REWARD_WEIGHTS, **self.reward_weights}.items() if w != 0.0}
         self._heights: torch.Tensor | None = None  # terrain grid (metres), rough only
         self._device_copies: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}
         self._terrain_half = 0.0

@@ -147,22 +147,34 @@ def test_reward_terms_are_logged_scaled_by_dt_and_follow_the_command():
     assert float(info["log"]["metrics/lin_vel_error"]) > 0.9
 
 
+def only(**weights: float) -> dict[str, float]:
+    """These terms alone: the weights given replace defaults, so every other term is set to 0."""
+    return {**{name: 0.0 for name in DEFAULT_REWARD_WEIGHTS}, **weights}
+
+
 def test_reward_weights_choose_terms_and_unknown_names_raise():
-    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"base_height": -10.0, "termination": -5.0,
-                                                                    "torques": 0.0},
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights=only(base_height=-10.0, termination=-5.0),
                    only_positive_rewards=False, **STILL)
     _, reward, _, _, info = env.step(torch.zeros(2, 12))
     assert sorted(k for k in info["log"] if k.startswith("reward/")) == ["reward/base_height", "reward/termination"]
     assert (reward < 0).all()  # standing below the 0.27 m target costs a little
-    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"base_height": -10.0}, **STILL)
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights=only(base_height=-10.0), **STILL)
     _, reward, _, _, info = env.step(torch.zeros(2, 12))
     assert (reward == 0).all() and float(info["log"]["reward/positive_clip"]) > 0  # lifted to 0 by default
     with pytest.raises(ValueError, match="unknown Go1 reward term.*'tracking_lin_velocity'"):
         Go1Velocity(reward_weights={"tracking_lin_velocity": 1.0})
 
 
+def test_one_weight_given_leaves_the_other_terms_at_their_defaults():
+    """As ``env.kwargs.reward_weights.feet_air_time=0`` on the command line gives it: it had dropped every other term."""
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"feet_air_time": 0.0}, **STILL)
+    _, _, _, _, info = env.step(torch.zeros(2, 12))
+    logged = {k.removeprefix("reward/") for k in info["log"] if k.startswith("reward/")} - {"positive_clip"}
+    assert logged == {name for name, w in DEFAULT_REWARD_WEIGHTS.items() if w != 0.0} - {"feet_air_time"}
+
+
 def test_falling_terminates_and_is_penalised():
-    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights={"termination": -1.0}, **STILL)
+    env = make_env("go1_flat", num_envs=2, seed=0, reward_weights=only(termination=-1.0), **STILL)
     qpos = env.sim.qpos.double()
     qpos[:, 3:7] = torch.tensor([math.cos(1.0), math.sin(1.0), 0.0, 0.0], dtype=torch.float64)  # rolled 115 deg
     env.sim.set_state(torch.arange(2), qpos, torch.zeros(2, 18, dtype=torch.float64))
