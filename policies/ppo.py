@@ -222,12 +222,11 @@ class PPO(Agent):
         self.actor.to(self.device)
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_std), device=self.device))
         self.critic = mlp(critic_obs_dim, tuple(cfg.critic_hidden), 1, cfg.activation).to(self.device)
-        if cfg.normalize_actions:
-            self.scaler, self.clip = ActionScaler(action_spec), BoxClip(-np.ones(action_dim), np.ones(action_dim))
-        else:  # the scaler is the identity
-            unit = spaces.Box(-1.0, 1.0, (action_dim,), dtype=np.float32)
-            self.scaler, self.clip = ActionScaler(unit), BoxClip(action_spec.low, action_spec.high)
-        self.scaler, self.clip = self.scaler.to(self.device), self.clip.to(self.device)
+        # Normalized: clip to [-1, 1], then scale onto the box. In env units: clip to the box, scale by the identity.
+        unit = spaces.Box(-1.0, 1.0, (action_dim,), dtype=np.float32)
+        scaled, clipped = (action_spec, unit) if cfg.normalize_actions else (unit, action_spec)
+        self.scaler = ActionScaler(scaled).to(self.device)
+        self.clip = BoxClip(clipped.low, clipped.high).to(self.device)
         self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
         self.learning_rate = cfg.learning_rate
         # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on CPU)
