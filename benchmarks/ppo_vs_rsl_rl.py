@@ -11,7 +11,8 @@ iteration's time is collection plus update, as each runner measures it (our
 ``iteration_time``, RSL-RL's collect_time + learn_time): neither runner's logging
 or per-call setup is in it. Env steps/s = num_envs x num_steps / the median
 iteration's seconds (the median keeps the figure of the learner, not of other
-jobs on a shared machine).
+jobs on a shared machine). The tables also give the median seconds of each part,
+collection (env steps and policy calls) and update, as each runner logs them.
 
 With ``--mjlab TASK_ID`` a third learner joins the rounds: mjlab's own training
 of its task (its ManagerBasedRlEnv, its RSL-RL config and its runner, as
@@ -36,7 +37,7 @@ import os
 import statistics
 import tempfile
 from importlib.metadata import version
-from typing import Any
+from typing import Any, NamedTuple
 
 import mujoco
 import torch
@@ -86,6 +87,14 @@ def rsl_rl_config(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
+class Seconds(NamedTuple):
+    """One iteration's seconds: the whole, and its collection and update parts."""
+
+    total: float
+    collect: float
+    update: float
+
+
 class Ours:
     """Our Runner + PPO, trained a few iterations at a time."""
 
@@ -94,11 +103,12 @@ class Ours:
         self.runner = Runner(cfg)
         self.steps_per_iteration = cfg.env.num_envs * cfg.agent.num_steps
 
-    def train(self, iterations: int) -> list[float]:
+    def train(self, iterations: int) -> list[Seconds]:
         """Seconds of each iteration (``train`` also saves and exports at its end: not timed)."""
-        seconds: list[float] = []
+        seconds: list[Seconds] = []
         self.runner.cfg.runner.total_steps += iterations * self.steps_per_iteration
-        self.runner.train(stop=lambda metrics: seconds.append(metrics["iteration_time"]) and False)
+        self.runner.train(stop=lambda m: seconds.append(
+            Seconds(m["iteration_time"], m["collect_time"], m["update_time"])) and False)
         return seconds
 
     def close(self) -> None:
@@ -120,11 +130,12 @@ class RslRl:
     def _time_iterations(self) -> None:
         """Record each iteration's time as RSL-RL measures it (collection + update, as our ``iteration_time``):
         timing ``learn()`` calls instead would add its per-call setup and console log, which ours leaves out."""
-        self.seconds: list[float] = []
+        self.seconds: list[Seconds] = []
         log = self.runner.logger.log
 
         def timed(**kwargs: Any) -> None:
-            self.seconds.append(kwargs["collect_time"] + kwargs["learn_time"])
+            collect, learn = kwargs["collect_time"], kwargs["learn_time"]
+            self.seconds.append(Seconds(collect + learn, collect, learn))
             log(**kwargs)
 
         self.runner.logger.log = timed
@@ -135,7 +146,7 @@ class RslRl:
         self.env.restart(seed=self.seed + 1000 + self.calls)
         self.calls += 1
 
-    def train(self, iterations: int) -> list[float]:
+    def train(self, iterations: int) -> list[Seconds]:
         self.start_round()
         self.seconds.clear()
         self.runner.learn(num_learning_iterations=iterations, init_at_random_ep_len=self.random_start)
@@ -209,7 +220,7 @@ def main() -> None:
         learners: dict[str, Ours | RslRl] = {"ours": ours, "rsl": RslRl(ours, cfg)}
         if args.mjlab:
             learners["mjlab"] = Mjlab(args.mjlab, args.num_envs, args.device, cfg.seed)
-        seconds: dict[str, list[float]] = {name: [] for name in learners}
+        seconds: dict[str, list[Seconds]] = {name: [] for name in learners}
         for name, learner in learners.items():
             learner.train(1)  # warm-up
         for round_ in range(args.rounds):  # interleaved: both see the same background load
@@ -222,8 +233,15 @@ def main() -> None:
         for learner in learners.values():
             learner.close()
 
-    medians = {name: statistics.median(times) for name, times in seconds.items()}
-    rates = {name: learners[name].steps_per_iteration / median for name, median in medians.items()}
+    medians = {name: Seconds(*map(statistics.median, zip(*times))) for name, times in seconds.items()}
+    rates = {name: learners[name].steps_per_iteration / median.total for name, median in medians.items()}
+
+    def row(label: str, name: str, ratio: str) -> str:
+        median = medians[name]
+        return (f"| {label} | {rates[name]:,.0f} | {median.total:.3f} | {median.collect:.3f} | "
+                f"{median.update:.3f} | {ratio} |")
+
+    header = "| {} | env steps/s | median s/iteration | of which collection | of which update | {} |"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     agent = cfg.agent
     table = "\n".join([
@@ -236,19 +254,17 @@ def main() -> None:
         f"{agent.num_epochs} epochs x {agent.num_minibatches} minibatches (configs/ppo_{args.task}.yaml). "
         "rsl-rl-lib trains on the same VecEnv through `VecEnvAsRslRl`.",
         "",
-        "| learner | env steps/s | median s/iteration | ours / rsl-rl |",
-        "|---|---:|---:|---:|",
-        f"| robolearn Runner + PPO | {rates['ours']:,.0f} | {medians['ours']:.3f} | {rates['ours'] / rates['rsl']:.2f}x |",
-        f"| rsl-rl-lib OnPolicyRunner | {rates['rsl']:,.0f} | {medians['rsl']:.3f} | 1.00x |",
+        header.format("learner", "ours / rsl-rl"), "|---|---:|---:|---:|---:|---:|",
+        row("robolearn Runner + PPO", "ours", f"{rates['ours'] / rates['rsl']:.2f}x"),
+        row("rsl-rl-lib OnPolicyRunner", "rsl", "1.00x"),
     ])
     if args.mjlab:
         table += "\n".join([
             "", "", f"mjlab {version('mjlab')}'s own training of `{args.mjlab}` (its env, its RSL-RL config and runner), "
             f"{args.num_envs} worlds, in the same rounds:", "",
-            "| stack | env steps/s | median s/iteration | ours / it |", "|---|---:|---:|---:|",
-            f"| robolearn (`{args.task}`, Runner + PPO) | {rates['ours']:,.0f} | {medians['ours']:.3f} | 1.00x |",
-            f"| mjlab (`{args.mjlab}`) | {rates['mjlab']:,.0f} | {medians['mjlab']:.3f} | "
-            f"{rates['ours'] / rates['mjlab']:.2f}x |",
+            header.format("stack", "ours / it"), "|---|---:|---:|---:|---:|---:|",
+            row(f"robolearn (`{args.task}`, Runner + PPO)", "ours", "1.00x"),
+            row(f"mjlab (`{args.mjlab}`)", "mjlab", f"{rates['ours'] / rates['mjlab']:.2f}x"),
             "", f"Physics per control step: ours {our_physics_line}; mjlab's {mjlab_physics_line}.",
         ])
     write_result(args.out, table)
