@@ -51,6 +51,9 @@ TASKS: dict[str, Callable[..., Task]] = {  # task classes, or factories of one
 GYM_PREFIX = "gym:"
 MJLAB_PREFIX = "mjlab:"
 BACKENDS = ("mujoco", "warp")
+WARP_BUFFERS = ("nconmax", "njmax")
+"""``env.kwargs`` that any of our tasks takes: MuJoCo Warp's contacts and constraint rows per world
+(``Task.nconmax``/``njmax``), to trade memory against overflow; ``backend=mujoco`` does not use them."""
 
 
 def make_env(
@@ -100,7 +103,13 @@ def make_env(
         return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
+    buffers = {key: task_kwargs.pop(key) for key in WARP_BUFFERS if key in task_kwargs}
     spec = _build_task(task, task_kwargs)
+    for key, value in buffers.items():  # every task takes them; the CPU backend sizes its buffers itself
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"env.kwargs.{key}: a positive whole number (per world), or null for MuJoCo Warp's "
+                             f"own estimate; got {value!r}")
+        setattr(spec, key, value)
     env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, num_threads), seed=seed)
     if randomization:
         from robolearn.config import build_dataclass
@@ -124,7 +133,8 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
                          f"pick another by its task name ({', '.join(others)})")
     if unknown:
-        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: {', '.join(allowed)}")
+        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
+                         f"{', '.join(allowed + list(WARP_BUFFERS))}")
     return TASKS[task](**kwargs)
 
 

@@ -204,3 +204,15 @@ def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown backend 'physx'"):
         sims.make_env("pendulum", 2, backend="physx")
+
+
+def test_contact_and_constraint_buffers_are_env_kwargs():
+    """``env.kwargs.nconmax``/``njmax`` size MuJoCo Warp's buffers per world (go1_rough's memory is mostly
+    these); the CPU backend takes the same config, and a size that cannot be is refused by name."""
+    env = sims.make_env("pendulum", 2, device="cpu", backend="warp", nconmax=3, njmax=7)
+    assert (env.sim._d.njmax, env.sim._d.naconmax) == (7, 2 * 3)
+    assert isinstance(sims.make_env("pendulum", 2, njmax=7).sim, MujocoBackend)
+    with pytest.raises(ValueError, match="env.kwargs.njmax: a positive whole number"):
+        sims.make_env("pendulum", 2, njmax=0)
+    with pytest.raises(ValueError, match="it takes: .*reset_noise_scale, nconmax, njmax"):
+        sims.make_env("pendulum", 2, njmx=7)
