@@ -198,6 +198,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--nproc {args.nproc}: algo '{cfg.algo}' does not average its gradients over ranks "
                               f"(data-parallel: {parallel}, online runs only); train it in one process")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
+        _check_ranks_fit(args.nproc, cfg)
         return _torchrun(args.nproc, args.argv)
     result = train(cfg, resume=args.resume)
     if result.interrupted:
@@ -214,6 +215,21 @@ def _train(args: argparse.Namespace) -> int:
         if fmt in result.exported:
             print(f"{fmt + ':':<13}{result.exported[fmt]}")
     return 0
+
+
+def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
+    """``--nproc`` ranks on this machine: on CUDA one GPU each, so more ranks than GPUs is refused before
+    torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told."""
+    import torch
+
+    if cfg.env.device.startswith("cuda") and torch.cuda.is_available():
+        if nproc > torch.cuda.device_count():
+            raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "
+                              f"{torch.cuda.device_count()}; give --nproc {torch.cuda.device_count()} or fewer, or "
+                              "use torchrun across machines (README, Multi-GPU and multi-node)")
+    elif nproc > (cores := os.cpu_count() or 1):
+        print(f"warning: --nproc {nproc} on {cores} CPU cores: the ranks share cores, so each steps slower "
+              f"and the run is likely slower than with --nproc {cores}", file=sys.stderr)
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:

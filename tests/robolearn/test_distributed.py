@@ -190,13 +190,28 @@ def test_merge_is_chans_parallel_formula() -> None:
     torch.testing.assert_close(normalizer.var.double(), data.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
 
 
-def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch) -> None:
+def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
+    assert "warning" not in capsys.readouterr().err
     assert cli.main(["train", "ppo_pendulum", "--nproc", "3", "env.num_envs=4", "--no-wandb"]) == 0
-    assert calls == [["--standalone", "--nproc_per_node=3", "-m", "robolearn",
-                      "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]]
+    assert "--nproc 3 on 2 CPU cores: the ranks share cores" in capsys.readouterr().err  # runs, but is told
+    assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
+                         "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]
+
+
+def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.device=cuda", "--no-wandb"]) == 2
+    assert "--nproc 2: each rank takes one GPU and this machine has 1; give --nproc 1" in capsys.readouterr().err
+    assert not calls
 
 
 def test_metrics_are_averaged_over_the_ranks_that_have_them(two_ranks) -> None:
