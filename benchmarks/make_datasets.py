@@ -24,7 +24,7 @@ policy's mean return, ``ref_max_score`` the expert's deterministic mean return (
 
 Datasets go to ``<root>/<task>-{random,medium,medium-replay,expert}-v0`` (``--root``, else
 ``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``); a summary goes to
-``benchmarks/results/offline_datasets.md``.
+``benchmarks/results/offline_datasets.md`` (``offline_datasets_<tasks>.md`` for some of the tasks).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from robolearn.interfaces import VecEnv
 
 EVAL_EPISODES = 20
+TASKS = ("hopper", "half_cheetah", "walker2d")
 RUN_DIR = "runs/datasets"
 
 
@@ -135,14 +136,17 @@ def record_dataset(task: str, kind: str, run: Path | None, steps: int, noise: fl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tasks", nargs="+", default=["hopper", "half_cheetah", "walker2d"])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--steps", type=int, default=100_000, help="transitions per dataset (about)")
     parser.add_argument("--expert-steps", type=int, default=3_000_000, help="PPO env steps for the expert")
     parser.add_argument("--medium-fraction", type=float, default=0.4, help="of the expert's return")
     parser.add_argument("--noise", type=float, default=0.1, help="action noise of medium/expert, in half ranges")
     parser.add_argument("--root", type=Path)
-    parser.add_argument("--out", default="offline_datasets.md", help="table under benchmarks/results/ (a trial: another name)")
+    parser.add_argument("--out", help="table under benchmarks/results/: offline_datasets.md, or with some --tasks "
+                        "offline_datasets_<tasks>.md, so that a partial run leaves the full table whole")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = "offline_datasets" + ("" if tuple(args.tasks) == TASKS else "_" + "_".join(args.tasks)) + ".md"
     torch.set_num_threads(1)
     rows = []
     for task in args.tasks:

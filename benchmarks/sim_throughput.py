@@ -11,7 +11,8 @@ For Hopper, HalfCheetah and Ant (Gymnasium's v5 models) with random actions:
   ``mj_step`` calls are timed, over random-action episodes with the task's
   termination rule), times the number of cores.
 
-Prints a markdown table and writes it to ``benchmarks/results/sim_throughput.md``.
+Prints a markdown table and writes it to ``benchmarks/results/sim_throughput.md`` (with ``--tasks``
+naming some of them, to ``sim_throughput_<tasks>.md``: the full table stays whole).
 
     python benchmarks/sim_throughput.py           # about 3 minutes
     python benchmarks/sim_throughput.py --quick   # under 1 minute, noisier
@@ -137,8 +138,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short measurements (noisier)")
     parser.add_argument("--tasks", nargs="+", choices=list(MODELS), default=list(MODELS), help="models to measure")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sim_throughput.md")
+    parser.add_argument("--out", type=Path, help="default results/sim_throughput.md; with some --tasks, "
+                        "results/sim_throughput_<tasks>.md, so that a partial run leaves the full table whole")
     args = parser.parse_args()
+    if args.out is None:
+        partial = "" if args.tasks == list(MODELS) else "_" + "_".join(args.tasks)
+        args.out = Path(__file__).parent / "results" / f"sim_throughput{partial}.md"
     seconds, windows = (0.5, 2) if args.quick else (1.0, 4)
     n = cores()
     sync_sizes = sorted({n, 4 * n})
