@@ -451,7 +451,7 @@ class Runner:
         runner, env = self.cfg.runner, self.env
         low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
-        sums: dict[str, float] = collections.defaultdict(float)
+        sums: dict[str, Any] = collections.defaultdict(float)  # tensors stay on the device until the end
         updates = 0
         per_step = env.num_envs * self.world_size
         left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
@@ -472,11 +472,11 @@ class Runner:
             self.progress.update_debt += runner.utd_ratio * env.num_envs
             while self.progress.update_debt >= 1.0:
                 for key, value in self.agent.update(self._sample()).items():
-                    sums[key] += float(value)
+                    sums[key] = sums[key] + value  # not float(value): a host sync per update on a GPU
                 updates += 1
                 self.progress.update_debt -= 1.0
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
-        metrics = {k: v / updates for k, v in sums.items()}
+        metrics = {k: float(v) / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
 

@@ -286,13 +286,16 @@ class Go1Velocity(Task):
         """Control steps between command draws."""
         return max(1, round(self.resample_s / self._control_dt))
 
-    def _sample_commands(self, ids: torch.Tensor) -> None:
-        n = len(ids)
+    def _draw_commands(self, n: int) -> torch.Tensor:
+        """``n`` fresh commands: uniform in the ranges, planar ones under 0.2 m/s zeroed, some standing."""
         command = torch.stack([uniform((n,), lo, hi, self._generator) for lo, hi in self.command_ranges], dim=1)
         command[:, :2] *= (command[:, :2].norm(dim=1, keepdim=True) > 0.2)
         standing = torch.rand(n, generator=self._generator, device=self._generator.device) < self.standing_fraction
         command.masked_fill_(standing[:, None], 0.0)  # a mask, not command[standing]: no host sync
-        self._command[ids] = command.to(self._command.dtype)
+        return command.to(self._command.dtype)
+
+    def _sample_commands(self, ids: torch.Tensor) -> None:
+        self._command[ids] = self._draw_commands(len(ids))
         self._command_timer[ids] = self.resample_steps
 
     @property
@@ -305,9 +308,11 @@ class Go1Velocity(Task):
         # must not turn them into inference tensors that a later reset cannot write.
         self._qvel_before.copy_(sim.qvel[:, 6:])
         self._command_timer -= 1
-        due = (self._command_timer <= 0).nonzero().squeeze(1)
-        if len(due):
-            self._sample_commands(due)
+        # Every world draws and the due ones take it: picking them (due.nonzero()) would be a host sync
+        # every step on a GPU, and the draws are cheap next to a physics step.
+        due = self._command_timer <= 0
+        self._command.copy_(torch.where(due.unsqueeze(1), self._draw_commands(len(due)), self._command))
+        self._command_timer.masked_fill_(due, self.resample_steps)
 
     def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
         self._prev_action.copy_(self._last_action)

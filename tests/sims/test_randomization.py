@@ -145,3 +145,13 @@ def test_auto_on_a_task_without_success_is_refused():
     """It had stayed at width 0 for the whole run: no randomization, and no word of it."""
     with pytest.raises(ValueError, match="task Hopper reports no success: set fixed ranges"):
         sims.make_env("hopper", 2, randomization={"mass_scale": [0.5, 1.5], "auto": True})
+
+
+def test_pushes_kick_some_worlds_within_the_bound_and_leave_the_rest_exactly():
+    env = _env(num_envs=64, push_every_s=0.04, push_velocity=0.5)  # chance control_dt / 0.04 = 0.5 a step
+    before = env.sim.qvel.clone()
+    env._push()
+    change = (env.sim.qvel - before).abs()
+    pushed = change.amax(1) > 0
+    assert 10 < int(pushed.sum()) < 54  # about half of them
+    assert change.max() <= 0.5 and (change[~pushed] == 0).all()  # the others' velocities untouched, bit for bit
