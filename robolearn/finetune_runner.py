@@ -242,7 +242,7 @@ class FinetuneRunner(OfflineRunner):
         env = self.train_env
         self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns, env.device)
         self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
-        self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
+        self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
         while self.progress.env_steps < cfg.runner.total_steps:
@@ -276,7 +276,7 @@ class FinetuneRunner(OfflineRunner):
     def _online_iteration(self, obs: Obs, stats: EpisodeStats, logger: RunLogger) -> tuple[Obs, dict[str, float]]:
         """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""
         cfg, env = self.cfg, self.train_env
-        sums: dict[str, float] = {}
+        sums: dict[str, Any] = {}  # tensors stay on the device until the end
         updates = 0
         left = iteration_rest(self.progress.env_steps, max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * env.num_envs)
         for _ in range(-(-left // env.num_envs)):
@@ -305,11 +305,11 @@ class FinetuneRunner(OfflineRunner):
             while self.progress.update_debt >= 1.0:
                 self.ctrl_c.check()
                 for key, value in self.agent.update(self._batch()).items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
+                    sums[key] = sums.get(key, 0.0) + value  # not float(value): a host sync per update on a GPU
                 updates += 1
                 self.progress.online_updates += 1
                 self.progress.update_debt -= 1.0
-        metrics = {k: v / updates for k, v in sums.items()}
+        metrics = {k: float(v) / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
 
@@ -325,12 +325,12 @@ class FinetuneRunner(OfflineRunner):
     def _track_episodes(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """Per-env episode steps and returns, for JSRL's curriculum."""
         self._episode_step += 1
-        self._episode_return += reward.double().cpu()
-        if self.curriculum is not None:
-            for index in torch.nonzero(done.cpu()).flatten().tolist():
-                self.curriculum.episode_done(float(self._episode_return[index]))
-        self._episode_return[done.cpu()] = 0.0
-        self._episode_step[done] = 0
+        self._episode_return += reward.double()
+        if self.curriculum is not None:  # only JSRL reads finished returns on the host (a sync on a GPU)
+            for value in self._episode_return[done].tolist():
+                self.curriculum.episode_done(value)
+        self._episode_return.masked_fill_(done, 0.0)
+        self._episode_step.masked_fill_(done, 0)
 
     def _batch(self) -> dict[str, Any]:
         """An online batch; ``offline_ratio`` of its rows from the dataset while it is kept."""
