@@ -216,3 +216,32 @@ def test_contact_and_constraint_buffers_are_env_kwargs():
         sims.make_env("pendulum", 2, njmax=0)
     with pytest.raises(ValueError, match="it takes: .*reset_noise_scale, nconmax, njmax"):
         sims.make_env("pendulum", 2, njmx=7)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; benchmarks/gpu.sh's tests stage runs it")
+def test_cuda_randomized_go1_steps_sync_the_host_once_each():
+    """A host sync stalls the GPU until the CPU queues more work. A step of the Go1 config's env (pushes,
+    per-episode masses and friction, command draws) makes one: the reset worlds' indices
+    (``done.nonzero()``); a failure names the line of each sync found."""
+    import warnings
+
+    from robolearn.config import load_config
+
+    cfg = load_config("ppo_go1_flat", ["env.backend=warp", "env.device=cuda", "env.num_envs=256"])
+    env = sims.make_env(cfg.env.task, cfg.env.num_envs, device="cuda", backend="warp", seed=0,
+                        randomization=cfg.env.randomization)
+    action = torch.zeros(cfg.env.num_envs, 12, device="cuda")
+    for _ in range(3):  # graphs captured, buffers batched
+        env.step(action)
+    steps = 20
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(steps):
+                env.step(torch.rand_like(action) * 2 - 1)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    sites = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
+    assert len(syncs) <= steps, f"{len(syncs)} host syncs in {steps} steps, at {sites}"
