@@ -57,7 +57,7 @@ def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
             counts += torch.bincount(direction, minlength=len(DIRECTIONS)).cpu().float()
             falls += int(terminated.sum())
     return {**{k: v / steps for k, v in sums.items()}, "falls_per_world_minute": falls / worlds / (seconds / 60),
-            "by_direction": dict(zip(DIRECTIONS, (by_direction / counts.clamp(min=1)).tolist())),
+            "by_direction": dict(zip(DIRECTIONS, (by_direction / counts).tolist())),  # nan: none commanded
             "actions_at_bound": at_bound / steps}
 
 
@@ -80,9 +80,13 @@ def main() -> None:
                      f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
     walks = error["lin_vel_error"] < THRESHOLD
     cfg = read_run_config(run)
+    randomization = cfg.env.randomization
+    pool = randomization.get("dynamics_pool", 0)
+    drawn = ("once per robot" if not randomization.get("dynamics_every_episode", True)
+             else f"every episode, from a pool of {pool}" if pool else "every episode")
     settings = (f"entropy_coef {cfg.agent.entropy_coef}, max_std {cfg.agent.max_std}, init_std {cfg.agent.init_std}, "
-                f"action box ±{cfg.env.kwargs.get('action_limit', 1.0)} x {cfg.env.kwargs.get('action_scale', 0.25)} rad, dynamics drawn "
-                f"{'every episode' if cfg.env.randomization.get('dynamics_every_episode', True) else 'once per robot'}; "
+                f"action box ±{cfg.env.kwargs.get('action_limit', 1.0)} x {cfg.env.kwargs.get('action_scale', 0.25)} rad, "
+                f"dynamics drawn {drawn}; "
                 f"policy std at the end {last.get('std', float('nan')):.2f}")
     text = "\n".join([
         f"# Go1 velocity tracking (PPO; trained with backend {cfg.env.backend} on {cfg.env.device})", "",
@@ -93,7 +97,8 @@ def main() -> None:
         f"{error['ang_vel_error']:.3f} rad/s, {error['falls_per_world_minute']:.2f} falls per robot-minute. "
         f"Threshold for a walking gait: {THRESHOLD} m/s -> {'met' if walks else 'NOT met'}.", "",
         "xy error by the direction commanded (m/s): "
-        + ", ".join(f"{name} {value:.3f}" for name, value in error["by_direction"].items())
+        + ", ".join(f"{name} {value:.3f}" if value == value else f"{name} none commanded"
+                    for name, value in error["by_direction"].items())
         + f"; actions at the bounds of the action box: {100 * error['actions_at_bound']:.0f} %.",
     ])
     write_result(args.out, text)

@@ -2,7 +2,7 @@
 # Everything issue "Massively parallel training on GPU" measures on a GPU, in one command:
 #
 #   bash benchmarks/gpu.sh                 # all stages
-#   bash benchmarks/gpu.sh tests throughput  # some stages: tests throughput ppo mjlab go1 scaling
+#   bash benchmarks/gpu.sh tests throughput  # some stages: tests throughput profile ppo mjlab go1 scaling
 #
 # Needs an NVIDIA GPU and `pip install -e ".[test]" rsl-rl-lib` (setup.sh installs mujoco-warp and
 # warp-lang). Results land in benchmarks/results/*.md; BENCHMARKS.md quotes them (copied by hand,
@@ -15,11 +15,13 @@ if [ -z "${MUJOCO_GL:-}" ]; then
   if ldconfig -p | grep -q libEGL.so; then export MUJOCO_GL=egl; else export MUJOCO_GL=disable; fi
 fi
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests throughput ppo mjlab go1 scaling)
+[ ${#stages[@]} -eq 0 ] && stages=(tests throughput profile ppo mjlab go1 scaling)
 GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
 PPO_ENVS=${PPO_ENVS:-4096}  # 16384: end to end where simulation alone passes 1M/s (mjlab then needs ~4x its 4096-world time)
+PPO_SET=${PPO_SET:-}  # config overrides for the ppo and mjlab stages, e.g. "env.randomization.dynamics_pool=0"
 suffix=$([ "$PPO_ENVS" = 4096 ] || echo "_$PPO_ENVS")  # other world counts do not overwrite the 4096-world tables
+[ -z "${PPO_SUFFIX:-}" ] || suffix="${suffix}_$PPO_SUFFIX"  # a run with PPO_SET keeps the plain tables too
 nvidia-smi -L
 # Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than
 # Warp's CUDA), not with CPU figures labelled GPU or a crash in every stage.
@@ -35,14 +37,17 @@ for stage in "${stages[@]}"; do
         run_dir="${TMPDIR:-/tmp}/robolearn-smoke" name=go1_rough ;;
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
+    profile)  # milliseconds of a Go1 env step under each randomization, with resets, and of a policy call
+      (cd benchmarks && python warp_profile.py --worlds 4096 --device cuda) ;;
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
       (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
-        --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md") ;;
+        --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md" --set $PPO_SET) ;;
     mjlab)  # the same, with mjlab's own training of its Go1 task (gpu_offline.sh pack-mjlab): a stage of its
             # own, since mjlab's kernels are not prebuilt and compile here, so a time limit costs no ppo row
       if python -c "import mjlab.envs, mjlab.rl, mjlab.tasks.registry as r; r.load_env_cfg('Mjlab-Velocity-Flat-Unitree-Go1')"; then
         (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
-          --iterations "$PPO_ITERATIONS" --mjlab Mjlab-Velocity-Flat-Unitree-Go1 --out "ppo_vs_mjlab$suffix.md")
+          --iterations "$PPO_ITERATIONS" --mjlab Mjlab-Velocity-Flat-Unitree-Go1 --out "ppo_vs_mjlab$suffix.md" \
+          --set $PPO_SET)
       else
         echo "mjlab: mjlab does not import here (above), so its own training is not timed"
       fi ;;
@@ -59,6 +64,6 @@ for stage in "${stages[@]}"; do
       else
         echo "scaling: $ngpu GPU(s); NCCL data parallelism needs 2 or more, skipped"
       fi ;;
-    *) echo "unknown stage $stage (tests throughput ppo mjlab go1 scaling)"; exit 2 ;;
+    *) echo "unknown stage $stage (tests throughput profile ppo mjlab go1 scaling)"; exit 2 ;;
   esac
 done

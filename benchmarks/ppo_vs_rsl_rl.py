@@ -50,9 +50,10 @@ from robolearn.runner import Runner
 from sims.adapters.rsl_rl import VecEnvAsRslRl
 
 
-def train_config(task: str, num_envs: int, device: str, backend: str, run_dir: str) -> TrainConfig:
-    """``configs/ppo_<task>.yaml`` without checkpoints, evaluation, video or W&B."""
-    cfg = load_config(f"ppo_{task}", agent_configs=agent_configs())
+def train_config(task: str, num_envs: int, device: str, backend: str, run_dir: str,
+                 overrides: list[str] | None = None) -> TrainConfig:
+    """``configs/ppo_<task>.yaml`` with ``overrides`` (key=value), without checkpoints, evaluation, video or W&B."""
+    cfg = load_config(f"ppo_{task}", overrides or [], agent_configs=agent_configs())
     cfg.env.num_envs, cfg.env.device, cfg.run_dir = num_envs, device, run_dir
     cfg.env.backend = backend
     cfg.runner.checkpoint_every = 10**9
@@ -211,11 +212,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backend", default="mujoco", choices=["mujoco", "warp"])
     parser.add_argument("--mjlab", metavar="TASK_ID", help="also time mjlab's own training of this mjlab task")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides for the env both learners share, e.g. env.randomization.dynamics_pool=0")
     parser.add_argument("--out", default="ppo_vs_rsl_rl.md", help="file under benchmarks/results/")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as run_dir:
-        cfg = train_config(args.task, args.num_envs, args.device, args.backend, run_dir)
+        cfg = train_config(args.task, args.num_envs, args.device, args.backend, run_dir, args.set)
         ours = Ours(cfg)
         learners: dict[str, Ours | RslRl] = {"ours": ours, "rsl": RslRl(ours, cfg)}
         if args.mjlab:
@@ -252,7 +255,8 @@ def main() -> None:
         f"{args.iterations} timed iterations each after 1 warm-up, in {args.rounds} interleaved rounds; an iteration is {agent.num_steps} steps x {args.num_envs} envs; "
         f"actor {list(agent.actor_hidden)}, critic {list(agent.critic_hidden)} ({agent.activation}), "
         f"{agent.num_epochs} epochs x {agent.num_minibatches} minibatches (configs/ppo_{args.task}.yaml). "
-        "rsl-rl-lib trains on the same VecEnv through `VecEnvAsRslRl`.",
+        "rsl-rl-lib trains on the same VecEnv through `VecEnvAsRslRl`."
+        + (f" Overrides: `{' '.join(args.set)}`." if args.set else ""),
         "",
         header.format("learner", "ours / rsl-rl"), "|---|---:|---:|---:|---:|---:|",
         row("robolearn Runner + PPO", "ours", f"{rates['ours'] / rates['rsl']:.2f}x"),

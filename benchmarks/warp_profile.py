@@ -1,6 +1,7 @@
 """Where a Go1 PPO iteration's time goes on the GPU: the env step under each randomization, and policy inference.
 
-Times one env step under each part of the config's randomization alone and all of it, and one
+Times one env step under each part of the config's randomization alone and all of it (also with
+``dynamics_pool``, and with 1% of the worlds reset every step, as while a policy learns), and one
 policy call; prints the figures (milliseconds), writes no result file.
 
     python benchmarks/warp_profile.py [--worlds 4096] [--device cuda]
@@ -42,16 +43,29 @@ def main() -> None:
     variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]},
                 "friction": {"friction_scale": full["friction_scale"]},
                 "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
+    variants["full, pool"] = {**full, "dynamics_pool": args.worlds}
     for name, randomization in variants.items():
         cfg.env.randomization = randomization
         env = make_env(cfg.env, seed=0)
         action = torch.zeros(args.worlds, 12, device=device)
         print(f"env step [{name}]: {timed(lambda: env.step(action), device):.2f} ms", flush=True)
+        if name.startswith("full"):
+            resets = torch.randperm(args.worlds, device=device)[: max(1, args.worlds // 100)]
+            print(f"env step + 1% of worlds reset [{name}]: "
+                  f"{timed(lambda: step_with_resets(env, action, resets), device):.2f} ms", flush=True)
         if name == "full":
             agent = make_agent(cfg, env)
             obs = env.reset()
             print(f"agent.act: {timed(lambda: agent.act(obs, explore=True), device):.2f} ms", flush=True)
         env.close()
+
+
+def step_with_resets(env, action: torch.Tensor, ids: torch.Tensor) -> None:
+    """A step in which worlds ``ids`` start new episodes, as a learning policy's falls make them: the task's
+    reset and, with ``dynamics_every_episode``, new masses and friction (``set_const``, or a pool's copy)."""
+    env.step(action)
+    env.env._reset_worlds(ids)
+    env._resample(ids, dynamics=env.cfg.dynamics_every_episode)
 
 
 if __name__ == "__main__":

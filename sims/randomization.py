@@ -50,6 +50,10 @@ class Randomization:
     # "startup" events) instead of every episode. On MuJoCo Warp a mass draw recomputes the constants
     # derived from masses for all worlds, which costs more than a physics step when worlds reset every step.
     dynamics_every_episode: bool = True
+    # > 0: every episode's masses, friction, damping and gains are one of this many variants drawn when the env
+    # starts, each with its mass-derived constants computed then; a reset copies a variant's rows instead of
+    # having MuJoCo Warp recompute the constants of all worlds. Draws from the same ranges; 0: fresh draws.
+    dynamics_pool: int = 0
     auto: bool = False  # DORAEMON-style: start nominal, widen while successful
     auto_success: float = 0.8
     auto_step: float = 0.05
@@ -64,6 +68,12 @@ class Randomization:
                     raise ValueError(f"randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
         if self.auto and not self.dynamics_every_episode:
             raise ValueError("randomization.auto widens the ranges episode by episode: it needs dynamics_every_episode: true")
+        if self.dynamics_pool < 0 or (self.dynamics_pool and not self.dynamics_every_episode):
+            raise ValueError(f"randomization.dynamics_pool: 0 (fresh draws) or a number of variants for draws every "
+                             f"episode (dynamics_every_episode: true); got {self.dynamics_pool}")
+        if self.auto and self.dynamics_pool:
+            raise ValueError("randomization.auto widens the ranges as it goes, and a dynamics_pool is drawn once: "
+                             "set dynamics_pool: 0")
         if not 0.0 <= self.auto_success <= 1.0:
             raise ValueError(f"randomization.auto_success must be in [0, 1], got {self.auto_success}")
 
@@ -107,6 +117,7 @@ class RandomizedEnv(VecEnv):
                                   torch.zeros(n, *self.action_spec.shape, device=self.device))
         self._history: dict[str, DelayLine] = {}
         self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
+        self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
         self.reset(seed)
 
     # ---- sampling -------------------------------------------------------------
@@ -117,12 +128,13 @@ class RandomizedEnv(VecEnv):
         nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
-    def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
-        """New latency and delay for worlds ``ids``, and new dynamics if ``dynamics``."""
+    def _draw_dynamics(self, ids: torch.Tensor) -> list[str]:
+        """Fresh scales for worlds ``ids``, written to the model fields; returns the fields written."""
         # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
         scales = {key: uniform((len(ids),), *self._range(key), self._generator)
                   for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
-                  if dynamics and tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
+                  if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
+        written = []
         for name, (key, columns) in SCALED_FIELDS.items():
             if key not in scales:
                 continue
@@ -130,6 +142,34 @@ class RandomizedEnv(VecEnv):
             part = values if columns is None else values[..., columns]
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
             self.sim.set_model_field(name, values, ids)
+            written.append(name)
+        return written
+
+    def _dynamics_pool(self, size: int) -> dict[str, torch.Tensor]:
+        """``size`` variants of the model fields, drawn as fresh draws are, with the constants the backend
+        derives from them (MuJoCo Warp: ``constant_fields``, computed here for ``num_envs`` variants at a
+        time). The CPU backend derives them per world as each variant is written: it keeps only the fields."""
+        constants = tuple(getattr(self.sim, "constant_fields", ()))
+        parts: dict[str, list[torch.Tensor]] = {}
+        for start in range(0, size, self.num_envs):
+            ids = torch.arange(min(self.num_envs, size - start), device=self.device)
+            written = self._draw_dynamics(ids)
+            if constants and written:
+                self.sim.refresh_constants()
+            for name in written + (list(constants) if written else []):
+                parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(ids)])
+        return {name: torch.cat(rows) for name, rows in parts.items()}
+
+    def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
+        """New latency and delay for worlds ``ids``, and new dynamics if ``dynamics``."""
+        if dynamics and self._pool:
+            pick = torch.randint(len(next(iter(self._pool.values()))), (len(ids),), generator=self._generator,
+                                 device=self.device)
+            given = {"recompute": False} if hasattr(self.sim, "constant_fields") else {}  # the pool holds them
+            for name, rows in self._pool.items():
+                self.sim.set_model_field(name, rows[pick], ids, **given)
+        elif dynamics:
+            self._draw_dynamics(ids)
         # Latency: whole control steps through the action queue, the rest as physics substeps.
         latency = uniform((len(ids),), *self._range("action_latency_s"), self._generator)
         physics_steps = torch.round(latency / self._timestep).long()

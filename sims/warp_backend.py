@@ -179,7 +179,7 @@ class WarpBackend:
 
     def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
         """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
-        self._refresh_const()
+        self.refresh_constants()
         wp.to_torch(self._d.ctrl).copy_(ctrl)
         self._run(f"step{nstep}", lambda: [mjw.step(self._m, self._d) for _ in range(nstep)])
 
@@ -312,27 +312,33 @@ class WarpBackend:
             self._graphs.clear()  # captured launches point at the old array
         return wp.to_torch(getattr(owner, attr))
 
+    constant_fields = _SETCONST_OUTPUTS
+    """The model fields that :meth:`refresh_constants` derives from the others."""
+
     def set_model_field(
-        self, name: str, values: torch.Tensor | np.ndarray | float, world_ids: torch.Tensor | None = None
+        self, name: str, values: torch.Tensor | np.ndarray | float, world_ids: torch.Tensor | None = None,
+        recompute: bool = True,
     ) -> None:
         """Give model field ``name`` (``body_mass``, ``geom_friction``, ``opt.<name>``...) per-world values.
 
         ``values`` broadcasts to ``(len(world_ids), *field_shape)``; worlds not in
-        ``world_ids`` keep theirs. Constants derived from the field are recomputed.
+        ``world_ids`` keep theirs. Constants derived from the field are recomputed before the next step,
+        unless ``recompute=False``: the caller then writes those worlds' ``constant_fields`` too, as
+        computed for these values before (a pool of variants, ``randomization.dynamics_pool``).
         """
         per_world = self._batch(name)
         ids = slice(None) if world_ids is None else torch.as_tensor(world_ids, device=self.device).long()
         per_world[ids] = torch.as_tensor(values, dtype=per_world.dtype, device=self.device)
-        if name in _SETCONST_INPUTS:
+        if name in _SETCONST_INPUTS and recompute:
             for output in _SETCONST_OUTPUTS:
                 self._batch(output)
             self._const_stale = True  # recomputed once before the next step, however many fields changed
 
-    def _refresh_const(self) -> None:
-        """Recompute the constants derived from changed model fields, right before a step. Captured like
-        the step: launched one by one, its ~360 kernels cost more than the step's ~100, and per-episode
-        mass draws pay it on nearly every step. ``restore=False``: the step recomputes those fields, and
-        :meth:`step` is this method's only caller (nothing reads MjData between the two)."""
+    def refresh_constants(self) -> None:
+        """Recompute the constants derived from changed model fields (:meth:`step` does, right before it
+        steps). Captured like the step: launched one by one, its ~360 kernels cost more than the step's ~100,
+        and per-episode mass draws pay it on nearly every step. ``restore=False``: MjData's derived fields
+        are left at each world's reference pose until the next step or :meth:`set_state` recomputes them."""
         if self._const_stale:
             self._run("set_const", lambda: mjw.set_const(self._m, self._d, restore=False))
             self._const_stale = False

@@ -155,3 +155,20 @@ def test_pushes_kick_some_worlds_within_the_bound_and_leave_the_rest_exactly():
     pushed = change.amax(1) > 0
     assert 10 < int(pushed.sum()) < 54  # about half of them
     assert change.max() <= 0.5 and (change[~pushed] == 0).all()  # the others' velocities untouched, bit for bit
+
+
+def test_a_dynamics_pool_draws_each_episode_from_variants_drawn_at_the_start():
+    env = _env(num_envs=4, mass_scale=[0.5, 2.0], friction_scale=[0.5, 1.5], dynamics_pool=10)
+    pool = env._pool
+    assert set(pool) >= {"body_mass", "body_inertia", "geom_friction"} and len(pool["body_mass"]) == 10
+    nominal = sims.make_env("arm_reach", 1).sim.get_model_field("body_mass")[0, 1:-1]
+    scale = pool["body_mass"][:, 1:-1] / nominal
+    assert scale.min() >= 0.5 and scale.max() <= 2.0 and scale[:, 0].unique().numel() == 10
+    for _ in range(3):
+        env._resample(torch.arange(4))
+        masses = env.sim.get_model_field("body_mass")
+        assert all((pool["body_mass"] == row).all(1).any() for row in masses)  # every world holds a variant
+    with pytest.raises(ValueError, match="dynamics_pool: 0 .* or a number of variants"):
+        Randomization(mass_scale=(0.8, 1.2), dynamics_pool=8, dynamics_every_episode=False)
+    with pytest.raises(ValueError, match="set dynamics_pool: 0"):
+        Randomization(mass_scale=(0.8, 1.2), dynamics_pool=8, auto=True)

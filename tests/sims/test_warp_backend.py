@@ -245,3 +245,23 @@ def test_cuda_randomized_go1_steps_sync_the_host_once_each():
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     sites = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
     assert len(syncs) <= steps, f"{len(syncs)} host syncs in {steps} steps, at {sites}"
+
+
+def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
+    """``randomization.dynamics_pool`` copies each variant's mass-derived constants, computed when the env
+    starts, instead of recomputing them for all worlds at each reset: the copies must be what
+    ``set_const`` gives for the same masses, and the worlds must step as if it had run."""
+    randomization = {"mass_scale": [0.5, 2.0], "friction_scale": [0.5, 1.5], "dynamics_pool": 6}
+    env = sims.make_env("arm_reach", NUM, device="cpu", backend="warp", seed=0, randomization=randomization)
+    sim = env.sim
+    for _ in range(3):  # worlds take variants of the pool at their resets, and step
+        env._resample(torch.arange(NUM))
+        copied = {name: sim.get_model_field(name) for name in sim.constant_fields}
+        assert not sim._const_stale  # nothing left to recompute
+        sim._const_stale = True
+        sim.refresh_constants()
+        for name, value in copied.items():
+            torch.testing.assert_close(sim.get_model_field(name), value, atol=1e-6, rtol=1e-5, msg=name)
+        env.step(torch.zeros(NUM, 4))
+    subtree = sim.get_model_field("body_subtreemass")[:, 0]
+    assert subtree.unique().numel() > 1  # the worlds' constants differ, as their masses do
