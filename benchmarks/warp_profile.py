@@ -49,6 +49,9 @@ def main() -> None:
         env = make_env(cfg.env, seed=0)
         action = torch.zeros(args.worlds, 12, device=device)
         print(f"env step [{name}]: {timed(lambda: env.step(action), device):.2f} ms", flush=True)
+        if name == "none":
+            for piece, ms in backend_pieces(env.sim, device).items():
+                print(f"  backend, all worlds: {piece}: {ms:.2f} ms", flush=True)
         if name.startswith("full"):
             resets = torch.randperm(args.worlds, device=device)[: max(1, args.worlds // 100)]
             print(f"env step + 1% of worlds reset [{name}]: "
@@ -58,6 +61,32 @@ def main() -> None:
             obs = env.reset()
             print(f"agent.act: {timed(lambda: agent.act(obs, explore=True), device):.2f} ms", flush=True)
         env.close()
+
+
+def backend_pieces(sim, device: torch.device) -> dict[str, float]:
+    """Milliseconds of the MuJoCo Warp calls an env step and its resets make, each a CUDA graph as the
+    backend runs them: one physics substep, the forward pass after resets, ``reset_data``, ``set_const``
+    (a fresh mass draw), and kinematics plus position and velocity sensors alone (what a lighter pass
+    after resets could be, for tasks that read nothing else then)."""
+    import mujoco_warp as mjw
+    import warp as wp
+
+    m, d = sim._m, sim._d
+    mask = wp.from_torch(sim._reset_mask)
+
+    def sensors() -> None:
+        mjw.fwd_kinematics(m, d)
+        mjw.sensor_pos(m, d)
+        mjw.com_vel(m, d)
+        mjw.sensor_vel(m, d)
+
+    launches = {"physics substep": lambda: mjw.step(m, d), "forward": lambda: mjw.forward(m, d),
+                "reset_data": lambda: mjw.reset_data(m, d, reset=mask),
+                "set_const": lambda: mjw.set_const(m, d, restore=False), "kinematics + pos/vel sensors": sensors}
+    times = {piece: timed(lambda key=f"profile {piece}", fn=fn: sim._run(key, fn), device)
+             for piece, fn in launches.items()}
+    sim.set_state(torch.arange(sim.num_worlds, device=device), sim.qpos.clone(), sim.qvel.clone())
+    return times
 
 
 def step_with_resets(env, action: torch.Tensor, ids: torch.Tensor) -> None:
