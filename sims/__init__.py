@@ -176,7 +176,7 @@ def make_backend(
         from sims.warp_backend import WarpBackend
 
         return WarpBackend(spec.model(), num_worlds, device=device, fields=spec.fields,
-                           nconmax=spec.nconmax, njmax=spec.njmax)
+                           nconmax=spec.nconmax, njmax=spec.njmax, light_reset=spec.light_reset)
     return MujocoBackend(spec.model(), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
 
 

@@ -39,6 +39,10 @@ class Task(ABC):
     """Contacts per world MuJoCo Warp allocates room for (its heuristic when None)."""
     njmax: int | None = None
     """Constraint rows per world MuJoCo Warp allocates room for (its heuristic when None)."""
+    light_reset: bool = False
+    """True when, between a reset and the next step, the task reads only the state and its sensors (not
+    ``fields``): MuJoCo Warp then recomputes kinematics and sensors for a reset instead of a whole forward
+    pass of every world (it still does the whole pass where a sensor needs more than kinematics)."""
 
     @abstractmethod
     def model(self) -> mujoco.MjModel:

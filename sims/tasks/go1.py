@@ -167,6 +167,7 @@ class Go1Velocity(Task):
     frame_skip: int = 5
     max_episode_steps: int = 1000
     fields: ClassVar[tuple[str, ...]] = ("actuator_force",)
+    light_reset: ClassVar[bool] = True  # observations read state and sensors; actuator_force only rewards, after a step
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))

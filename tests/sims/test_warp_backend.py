@@ -265,3 +265,24 @@ def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
         env.step(torch.zeros(NUM, 4))
     subtree = sim.get_model_field("body_subtreemass")[:, 0]
     assert subtree.unique().numel() > 1  # the worlds' constants differ, as their masses do
+
+
+def test_a_light_reset_gives_the_observations_a_full_forward_pass_would():
+    """Go1 declares ``light_reset``: after a reset MuJoCo Warp recomputes kinematics and sensors only. The
+    observations and sensors of every world must be those of a whole forward pass from the same state;
+    a task with a sensor that needs more (the ant's cfrc_ext, framelinacc) keeps the whole pass."""
+    env = sims.make_env("go1_flat", NUM, device="cpu", backend="warp", seed=0, noise_scale=0.0)  # same obs twice
+    sim = env.sim
+    assert sim._light_reset and not sims.make_env("ant", 2, device="cpu", backend="warp").sim._light_reset
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(5):  # walk a bit, so the worlds' states differ from their reset ones
+        env.step(torch.rand((NUM, 12), generator=generator) * 2 - 1)
+    ids = torch.tensor([0, 2])
+    qpos, qvel = env.task.reset(sim, ids, generator)
+    sim.set_state(ids, qpos, qvel)  # the light pass
+    light = {"sensordata": sim.sensordata.clone(), **{k: v.clone() for k, v in env.task.observations(sim).items()}}
+    sim._forward()  # a whole forward pass from the same state
+    full = {"sensordata": sim.sensordata, **env.task.observations(sim)}
+    for name, value in full.items():
+        torch.testing.assert_close(light[name], value, atol=1e-6, rtol=1e-6, msg=name)
+    assert (light["sensordata"][ids] != 0).any()
