@@ -129,7 +129,8 @@ class FinetuneRunner(OfflineRunner):
     def _refuse_finished(self) -> None:
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""
         if self.progress.phase == "online":
-            refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps)
+            refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps,
+                            self.cfg.runner.eval_episodes > 0)
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)

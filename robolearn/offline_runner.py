@@ -167,7 +167,8 @@ class OfflineRunner:
             self._refuse_finished()
 
     def _refuse_finished(self) -> None:
-        refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps)
+        refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,
+                        self.cfg.runner.eval_episodes > 0)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

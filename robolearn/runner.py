@@ -36,6 +36,7 @@ import dataclasses
 import json
 import shutil
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -153,12 +154,23 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return unique_directory(Path(cfg.run_dir) / cfg.run_name / datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
-def refuse_finished(run_dir: Path, counted: str, done: int, total: int) -> None:
-    """A resume of a run that already reached ``runner.total_steps`` and exported would train nothing and
-    only rewrite its config, exports and video: refuse it, saying how to go on."""
-    if done >= total and (Path(run_dir) / "export" / "controller.json").is_file():
+def refuse_finished(run_dir: Path, counted: str, done: int, total: int, evaluated: bool = True) -> None:
+    """A resume of a run that already reached ``runner.total_steps``, exported and (``evaluated``: its config
+    asks for an evaluation) wrote ``eval.json`` would train nothing and only rewrite its config, exports and
+    video: refuse it, saying how to go on. One whose end was cut short (a Ctrl+C during the evaluation)
+    resumes: it trains nothing and finishes."""
+    run_dir = Path(run_dir)
+    ended = (run_dir / "export" / "controller.json").is_file() and (not evaluated or (run_dir / "eval.json").is_file())
+    if done >= total and ended:
+        more = max(2 * total, _round_up(done + total))
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
-                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={2 * total}")
+                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more}")
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits: a total a person would type."""
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -236,7 +248,8 @@ class Runner:
             self.dataset = self._pretraining_dataset()
             if resume:
                 self._restore()
-                refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps)
+                refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
+                                cfg.runner.eval_episodes > 0)
         except BaseException:
             self.close()
             raise
@@ -638,6 +651,16 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     ``annotate(evaluation)``'s keys added), film it."""
     result.exported = export_controller(controller, result.run_dir / "export",
                                         extra=task_meta(cfg.env, control_dt))
+    try:
+        _evaluate_and_film(result, logger, cfg, controller, annotate)
+    except KeyboardInterrupt:
+        print(f"interrupted after the training ended: its checkpoint and export are saved; "
+              f"robolearn train --resume {result.run_dir} evaluates and films it", file=sys.stderr)
+        raise
+
+
+def _evaluate_and_film(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller,
+                       annotate: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:

@@ -245,7 +245,31 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(tmp_path, capsys
     assert "already finished (256 env_steps of runner.total_steps=256) and exported" in error(capsys)
     assert (run / "config.yaml").read_bytes() == config
     assert (run / "export" / "controller.onnx").stat().st_mtime_ns == onnx
+    assert main(["train", "--resume", str(run), "runner.total_steps=100", "--no-wandb"]) == 2
+    assert "raise it: robolearn train --resume" in (said := error(capsys)) and said.endswith("runner.total_steps=360")
     assert main(["train", "--resume", str(run), "runner.total_steps=512", "--no-wandb"]) == 0  # raising it goes on
+
+
+def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatch, capsys):
+    """A Ctrl+C during the end-of-run evaluation says how to finish; the resume trains no further and
+    writes eval.json (it was refused as 'already finished', and nothing else wrote eval.json)."""
+    import robolearn.runner as runner_module
+    from robolearn.logger import read_metrics
+
+    evaluate = runner_module.evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner_module, "evaluate", interrupted)
+    assert tiny_run(tmp_path) == 130
+    run = next((tmp_path / "runs").glob("*/*"))
+    assert f"interrupted after the training ended: its checkpoint and export are saved; robolearn train --resume {run}" \
+        in capsys.readouterr().err
+    assert (run / "export" / "controller.json").is_file() and not (run / "eval.json").exists()
+    monkeypatch.setattr(runner_module, "evaluate", evaluate)
+    assert main(["train", "--resume", str(run), "--no-wandb"]) == 0
+    assert (run / "eval.json").is_file() and read_metrics(run)[-1]["env_steps"] == 256
 
 
 @pytest.mark.parametrize("argv, message", [
