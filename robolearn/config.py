@@ -118,9 +118,11 @@ def resolve_config_path(name_or_path: str | None) -> Path:
 def read_yaml(path: str | Path) -> Any:
     """The YAML document in ``path``; a syntax error is a :class:`ConfigError` naming the file and line."""
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}); a config is YAML text") from None
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

@@ -142,7 +142,7 @@ class DatasetWriter:
         self.target = datasets_root(root) / self.id
         if self.target.exists() and not overwrite:
             raise DatasetError(f"dataset '{self.id}' already exists at {self.target}; "
-                               "choose another --name or pass --overwrite to replace it")
+                               "choose another name (--name; --names for `dataset split`) or pass --overwrite to replace it")
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.metadata = dict(metadata or {})
         self.overwrite, self.keep_partial = overwrite, keep_partial

@@ -64,6 +64,10 @@ def test_bad_override_syntax_and_missing_config(tmp_path):
         load_config(path, ["runner.total_steps"], AGENTS)
     with pytest.raises(ConfigError, match="no config 'does_not_exist'"):
         load_config("does_not_exist", [], AGENTS)
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00algo")
+    with pytest.raises(ConfigError, match=r"bin.yaml: not a UTF-8 text file \(byte 0\)"):
+        load_config(binary, [], AGENTS)
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")),
