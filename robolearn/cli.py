@@ -397,18 +397,35 @@ def _how_far(run: Path) -> str:
     if not last or not isinstance(raw, dict):
         return f"incomplete: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
-    phase = last.get("phase")
+    saved = _saved_progress(run)  # where a resume goes on from; the metrics may run past it (a kill)
+    phase = "online" if saved.get("phase") == "online" else last.get("phase")
     if phase in ("pretrain", "offline"):  # skill pretraining, or a fine-tune's offline phase
         counter, total = ("pretrain_updates" if phase == "pretrain" else "updates"), agent.get("pretrain_updates")
     else:
-        counter, total = ("env_steps" if "env_steps" in last else "updates"), runner.get("total_steps")
-    done = last.get(counter, 0)
+        counter = "env_steps" if "env_steps" in last or phase == "online" else "updates"
+        total = runner.get("total_steps")
+    logged = last.get(counter, 0) if last.get("phase", phase) == phase else 0
+    done = saved.get(counter, logged)
+    evaluated = not runner.get("eval_episodes") or (run / "eval.json").is_file()
     if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
-        return "done" if exported else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
+        return "done" if exported and evaluated else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
+    if logged > done:
+        where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
     return f"incomplete: {where}; {resume}"
+
+
+def _saved_progress(run: Path) -> dict:
+    """The progress in ``run``'s checkpoint, or {} where it cannot be read (a resume then says why)."""
+    from robolearn.checkpoint import load_checkpoint
+
+    try:
+        progress = load_checkpoint(run / "checkpoints" / "latest.pt").get("progress")
+    except CheckpointError:
+        return {}
+    return progress if isinstance(progress, dict) else {}
 
 
 def _deploy(args: argparse.Namespace) -> int:

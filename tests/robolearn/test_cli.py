@@ -58,3 +58,25 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
     assert f"{ending}  trained (1,024 env_steps), not yet exported or evaluated; robolearn train --resume" in out
+
+
+def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, capfd):
+    """A run killed between checkpoints logged iterations its checkpoint lacks: a resume goes on from the
+    checkpoint, so that is where list says it stands."""
+    import json
+
+    import yaml
+
+    assert main(["train", "ppo_cartpole", f"run_dir={tmp_path}", "--no-wandb", "env.num_envs=4",
+                 "runner.total_steps=256", "runner.eval_episodes=0", "runner.video_seconds=0",
+                 "logging.progress=false"]) == 0
+    run = next(tmp_path.glob("*/*"))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["runner"]["total_steps"] = 2048  # as if it had been killed on its way there
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"env_steps": 768}) + "\n")
+    capfd.readouterr()
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    assert (f"incomplete: 256 of 2,048 env_steps saved (768 logged past the checkpoint: a resume does them "
+            f"again); robolearn train --resume {run}") in capfd.readouterr().out
