@@ -117,6 +117,11 @@ class DynamixelArm(Robot):
         return {**reach_observation(q_t, qd_t, self.target.unsqueeze(0)),
                 "joint_state": torch.cat([q_t, qd_t], dim=1).float()}
 
+    def _actuate(self, action: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        """As :meth:`ArmReach.actuate`: each goal moves at most ``max_goal_step`` from the previous one."""
+        step = self.task.max_goal_step
+        return previous + np.clip(action - previous, -step, step)
+
     def _score(self, q: np.ndarray, qd: np.ndarray, action: np.ndarray, previous: np.ndarray) -> tuple[float, bool]:
         q_t, qd_t = torch.as_tensor(q), torch.as_tensor(qd)
         change = torch.as_tensor(action - previous)

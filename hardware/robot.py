@@ -204,10 +204,13 @@ class Robot(VecEnv):
 
     def step(self, action: torch.Tensor) -> Step:
         self._require_running()
-        command = action.detach().reshape(-1).cpu().double().numpy()
+        action = action.detach().reshape(-1).cpu().double().numpy()
         with self._bus():
             self._called_at = time.monotonic()
             previous = self.safety.last_sent.copy()
+            # What the action means in simulation (TaskEnv clamps it into the action box, the task's actuate
+            # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
+            command = self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
             sent, events = self.safety.filter(command, self._q, self._qd)
             self._write(sent)
         self.ticker.wait()
@@ -228,6 +231,11 @@ class Robot(VecEnv):
             info["reset_s"] = time.perf_counter() - began
         false = torch.zeros(1, dtype=torch.bool)
         return Step(obs, torch.tensor([reward], dtype=torch.float32), false, torch.tensor([truncated]), info)
+
+    def _actuate(self, action: np.ndarray, previous: np.ndarray) -> np.ndarray:
+        """The goal ``action`` commands after the goal ``previous``, by the task's own rule (its simulated
+        ``Task.actuate``); the safety layer then judges that goal. Default: the action itself."""
+        return action
 
     # ---- internals -----------------------------------------------------------------
 

@@ -124,6 +124,8 @@ def test_task_goal_step_tightens_the_safety_limit_and_never_loosens_it():
     with pytest.warns(UserWarning, match="expect jump_limit events"):
         arm = DynamixelArm(config, port="/dev/null", task=ArmReach(max_goal_step=0.5))
     assert arm.safety.cfg.max_step == 0.2
+    previous = np.zeros(4)  # the arm's own goal-step rule, as ArmReach.actuate applies it in simulation
+    np.testing.assert_allclose(arm._actuate(np.array([1.0, -1.0, 0.1, 0.0]), previous), [0.5, -0.5, 0.1, 0.0])
 
 
 @pytest.mark.parametrize("overrides, error", [

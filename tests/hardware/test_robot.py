@@ -133,6 +133,24 @@ def test_actions_are_filtered_and_the_sent_action_reported():
         np.testing.assert_allclose(step.info["sent_action"][0], [0.1, 0.5], atol=1e-6)
 
 
+def test_the_tasks_own_action_rule_is_not_counted_as_a_safety_intervention():
+    """A task that limits goal steps itself (arm_reach's max_goal_step, in simulation too) does so on the
+    robot before the safety layer: the layer counts only what it overrules beyond what training did."""
+
+    class StepLimitedArm(LagArm):
+        def _actuate(self, action, previous):
+            return previous + np.clip(action - previous, -0.1, 0.1)
+
+    with StepLimitedArm(max_step=0.1) as arm:
+        arm.reset()
+        step = arm.step(torch.tensor([[0.9, 5.0]]))  # far beyond a goal step, and beyond the joint range
+        np.testing.assert_allclose(step.info["sent_action"][0], HOME + [0.1, 0.1], atol=1e-6)
+        assert step.info["safety"] == []
+    with LagArm(max_step=0.1) as arm:  # no rule of its own: the layer's jump limit does it, and counts it
+        arm.reset()
+        assert arm.step(torch.tensor([[0.9, 0.5]])).info["safety"] == ["jump_limit"]
+
+
 def test_time_limit_resets_with_the_final_observation():
     with LagArm() as arm:
         obs = arm.reset()
