@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from robolearn import distributed
@@ -22,6 +23,7 @@ from robolearn.evaluate import NonFiniteError
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError)
+_DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])
+    warnings.formatwarning = _format_warning
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:
@@ -127,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
         return 141
+    finally:
+        warnings.formatwarning = _DEFAULT_FORMAT
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    """A user warning as the command line prints it: one line, like its errors, not Python's file, line
+    number and source line; other categories (deprecations...) keep Python's format."""
+    if category is UserWarning:
+        return f"warning: {message}\n"
+    return _DEFAULT_FORMAT(message, category, filename, lineno, line)
 
 
 def _positive(flag: str, value: float) -> None:

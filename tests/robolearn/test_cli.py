@@ -80,3 +80,11 @@ def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, 
     assert main(["list", "--runs", str(tmp_path)]) == 0
     assert (f"incomplete: 256 of 2,048 env_steps saved (768 logged past the checkpoint: a resume does them "
             f"again); robolearn train --resume {run}") in capfd.readouterr().out
+
+
+def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
+    from robolearn.cli import _format_warning
+
+    assert _format_warning(UserWarning("resumes on 1 rank"), UserWarning, "/x/runner.py", 9, "self._restore()") \
+        == "warning: resumes on 1 rank\n"
+    assert "DeprecationWarning: old" in _format_warning(DeprecationWarning("old"), DeprecationWarning, "/x.py", 1)
