@@ -1,10 +1,12 @@
 """Where a Go1 PPO iteration's time goes on the GPU: the env step under each randomization, and policy inference.
 
 Times one env step under each part of the config's randomization alone and all of it (also with
-``dynamics_pool``, and with 1% of the worlds reset every step, as while a policy learns), and one
-policy call; prints the figures (milliseconds), writes no result file.
+fresh draws instead of the config's ``dynamics_pool``, and with 1% of the worlds reset every step, as
+while a policy learns, with and without ``Task.light_reset``), the MuJoCo Warp pieces of a step, and
+one policy call; prints the figures (milliseconds), writes no result file.
 
     python benchmarks/warp_profile.py [--worlds 4096] [--device cuda]
+    python benchmarks/warp_profile.py --worlds 64 --device cpu   # Warp's CPU device, without a GPU
 """
 
 from __future__ import annotations
@@ -20,30 +22,32 @@ from robolearn.registry import make_agent, make_env
 
 
 def timed(fn: Callable[[], object], device: torch.device, n: int = 20) -> float:
-    """Milliseconds per call of ``fn`` after one untimed call, the GPU drained before and after."""
+    """Milliseconds per call of ``fn`` after one untimed call, the GPU (if any) drained before and after."""
+    drain = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
     fn()
-    torch.cuda.synchronize(device)
+    drain(device)
     start = time.perf_counter()
     for _ in range(n):
         fn()
-    torch.cuda.synchronize(device)
+    drain(device)
     return (time.perf_counter() - start) / n * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=4096)
-    parser.add_argument("--device", default="cuda", help="a CUDA device: this profiles the GPU path")
+    parser.add_argument("--device", default="cuda", help="a CUDA device, or cpu: Warp's CPU device (its own "
+                        "proportions, not the GPU's; for a machine without one, e.g. --worlds 64)")
     args = parser.parse_args()
     device = torch.device(args.device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        raise SystemExit(f"--device {args.device}: this profile needs a CUDA GPU")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: no CUDA GPU here; --device cpu profiles Warp's CPU device")
     cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}"])
     full = dict(cfg.env.randomization)
     variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]},
                 "friction": {"friction_scale": full["friction_scale"]},
                 "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
-    variants["full, pool"] = {**full, "dynamics_pool": args.worlds}
+    variants["full, fresh draws"] = {**full, "dynamics_pool": 0}  # the config draws from a pool
     for name, randomization in variants.items():
         cfg.env.randomization = randomization
         env = make_env(cfg.env, seed=0)
@@ -55,6 +59,9 @@ def main() -> None:
         if name.startswith("full"):
             resets = torch.randperm(args.worlds, device=device)[: max(1, args.worlds // 100)]
             print(f"env step + 1% of worlds reset [{name}]: "
+                  f"{timed(lambda: step_with_resets(env, action, resets), device):.2f} ms", flush=True)
+            env.sim._light_reset = False  # what Task.light_reset saves: a whole forward pass after each reset
+            print(f"env step + 1% of worlds reset [{name}, whole forward pass]: "
                   f"{timed(lambda: step_with_resets(env, action, resets), device):.2f} ms", flush=True)
         if name == "full":
             agent = make_agent(cfg, env)
