@@ -21,7 +21,12 @@ PPO_ITERATIONS=${PPO_ITERATIONS:-20}
 PPO_ENVS=${PPO_ENVS:-4096}  # 16384: end to end where simulation alone passes 1M/s (mjlab then needs ~4x its 4096-world time)
 PPO_SET=${PPO_SET:-}  # config overrides for the ppo and mjlab stages, e.g. "env.randomization.dynamics_pool=0"
 suffix=$([ "$PPO_ENVS" = 4096 ] || echo "_$PPO_ENVS")  # other world counts do not overwrite the 4096-world tables
-[ -z "${PPO_SUFFIX:-}" ] || suffix="${suffix}_$PPO_SUFFIX"  # a run with PPO_SET keeps the plain tables too
+ppo_set=()
+if [ -n "$PPO_SET" ]; then  # its own tables (PPO_SUFFIX), so the plain ones BENCHMARKS.md quotes stay
+  [ -n "${PPO_SUFFIX:-}" ] || { echo "PPO_SET needs PPO_SUFFIX, the name suffix of its result tables"; exit 2; }
+  suffix="${suffix}_$PPO_SUFFIX"
+  set -f; read -ra ppo_set <<<"$PPO_SET"; set +f  # words, not globs: [0.9,1.1] stays as written
+fi
 nvidia-smi -L
 # Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than
 # Warp's CUDA), not with CPU figures labelled GPU or a crash in every stage.
@@ -41,13 +46,13 @@ for stage in "${stages[@]}"; do
       (cd benchmarks && python warp_profile.py --worlds 4096 --device cuda) ;;
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
       (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
-        --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md" --set $PPO_SET) ;;
+        --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md" --set "${ppo_set[@]}") ;;
     mjlab)  # the same, with mjlab's own training of its Go1 task (gpu_offline.sh pack-mjlab): a stage of its
             # own, since mjlab's kernels are not prebuilt and compile here, so a time limit costs no ppo row
       if python -c "import mjlab.envs, mjlab.rl, mjlab.tasks.registry as r; r.load_env_cfg('Mjlab-Velocity-Flat-Unitree-Go1')"; then
         (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
           --iterations "$PPO_ITERATIONS" --mjlab Mjlab-Velocity-Flat-Unitree-Go1 --out "ppo_vs_mjlab$suffix.md" \
-          --set $PPO_SET)
+          --set "${ppo_set[@]}")
       else
         echo "mjlab: mjlab does not import here (above), so its own training is not timed"
       fi ;;

@@ -210,7 +210,8 @@ class Robot(VecEnv):
             previous = self.safety.last_sent.copy()
             # What the action means in simulation (TaskEnv clamps it into the action box, the task's actuate
             # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
-            command = self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
+            command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
+                       if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
             sent, events = self.safety.filter(command, self._q, self._qd)
             self._write(sent)
         self.ticker.wait()

@@ -411,8 +411,15 @@ def _how_far(run: Path) -> str:
     if not last or not isinstance(raw, dict):
         return f"incomplete: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
-    saved = _saved_progress(run)  # where a resume goes on from; the metrics may run past it (a kill)
-    phase = "online" if saved.get("phase") == "online" else last.get("phase")
+    evaluated = not runner.get("eval_episodes") or (run / "eval.json").is_file()
+    # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
+    # left its files: loading every run's checkpoint would make list slow.
+    saved = {} if exported and evaluated else _saved_progress(run)
+    phase = last.get("phase")
+    if saved.get("phase") == "online":  # a fine-tune past its offline phase
+        phase = "online"
+    elif phase == "pretrain" and saved.get("pretrained"):  # past the pretraining phase, online not logged yet
+        phase = None
     if phase in ("pretrain", "offline"):  # skill pretraining, or a fine-tune's offline phase
         counter, total = ("pretrain_updates" if phase == "pretrain" else "updates"), agent.get("pretrain_updates")
     else:
@@ -420,7 +427,6 @@ def _how_far(run: Path) -> str:
         total = runner.get("total_steps")
     logged = last.get(counter, 0) if last.get("phase", phase) == phase else 0
     done = saved.get(counter, logged)
-    evaluated = not runner.get("eval_episodes") or (run / "eval.json").is_file()
     if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
         return "done" if exported and evaluated else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"

@@ -31,6 +31,7 @@ as any off-policy agent. ``--resume`` continues in either phase.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import json
@@ -40,6 +41,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -648,34 +650,37 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
                annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
     """The end of every run: export the controller, evaluate it (``eval.json``, with
-    ``annotate(evaluation)``'s keys added), film it."""
-    result.exported = export_controller(controller, result.run_dir / "export",
-                                        extra=task_meta(cfg.env, control_dt))
-    try:
-        _evaluate_and_film(result, logger, cfg, controller, annotate)
-    except KeyboardInterrupt:
-        print(f"interrupted after the training ended: its checkpoint and export are saved; "
-              f"robolearn train --resume {result.run_dir} evaluates and films it", file=sys.stderr)
-        raise
-
-
-def _evaluate_and_film(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller,
-                       annotate: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+    ``annotate(evaluation)``'s keys added), film it. A Ctrl+C in the evaluation or the film says how to
+    finish: a resume evaluates a run without ``eval.json``; ``robolearn play`` films one."""
+    run = result.run_dir
+    result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
-        with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
-            result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
+        with _hint_on_ctrl_c(f"robolearn train --resume {run} evaluates and films it"):
+            with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
+                result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
         if annotate is not None:
             result.evaluation |= annotate(result.evaluation)
-        atomic_write_bytes(result.run_dir / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
+        atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
     if cfg.runner.video_seconds > 0:
         try:
-            with make_env(cfg.env, num_envs=1, seed=cfg.seed) as video_env:
-                result.video = record_video(controller.to(video_env.device), video_env, result.run_dir / "video.mp4",
-                                            seconds=cfg.runner.video_seconds)
+            with _hint_on_ctrl_c(f"robolearn play {run} --video {run / 'video.mp4'} films it"):
+                with make_env(cfg.env, num_envs=1, seed=cfg.seed) as video_env:
+                    result.video = record_video(controller.to(video_env.device), video_env, run / "video.mp4",
+                                                seconds=cfg.runner.video_seconds)
         except Exception as err:  # a missing GL stack must not cost the trained run
             print(f"video skipped: {type(err).__name__}: {err}")
+
+
+@contextlib.contextmanager
+def _hint_on_ctrl_c(how: str) -> Iterator[None]:
+    """A Ctrl+C in the block says the run is saved and ``how`` to finish it, then goes on as a Ctrl+C."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"interrupted after the training ended: its checkpoint and export are saved; {how}", file=sys.stderr)
+        raise
 
 
 def _check_metrics(metrics: dict[str, float]) -> None:

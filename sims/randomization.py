@@ -148,15 +148,17 @@ class RandomizedEnv(VecEnv):
     def _dynamics_pool(self, size: int) -> dict[str, torch.Tensor]:
         """``size`` variants of the model fields, drawn as fresh draws are, with the constants the backend
         derives from them (MuJoCo Warp: ``constant_fields``, computed here for ``num_envs`` variants at a
-        time). The CPU backend derives them per world as each variant is written: it keeps only the fields."""
-        constants = tuple(getattr(self.sim, "constant_fields", ()))
+        time, where a drawn field is one they derive from: masses, not friction). The CPU backend derives
+        them per world as each variant is written: it keeps only the fields. The pool assumes nothing
+        else changes those fields' inputs later (nothing here does)."""
+        derives = hasattr(self.sim, "constant_fields")
         parts: dict[str, list[torch.Tensor]] = {}
         for start in range(0, size, self.num_envs):
             ids = torch.arange(min(self.num_envs, size - start), device=self.device)
             written = self._draw_dynamics(ids)
-            if constants and written:
-                self.sim.refresh_constants()
-            for name in written + (list(constants) if written else []):
+            if derives and self.sim.refresh_constants():
+                written += list(self.sim.constant_fields)
+            for name in written:
                 parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(ids)])
         return {name: torch.cat(rows) for name, rows in parts.items()}
 

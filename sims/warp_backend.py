@@ -355,14 +355,17 @@ class WarpBackend:
                 self._batch(output)
             self._const_stale = True  # recomputed once before the next step, however many fields changed
 
-    def refresh_constants(self) -> None:
+    def refresh_constants(self) -> bool:
         """Recompute the constants derived from changed model fields (:meth:`step` does, right before it
-        steps). Captured like the step: launched one by one, its ~360 kernels cost more than the step's ~100,
-        and per-episode mass draws pay it on nearly every step. ``restore=False``: MjData's derived fields
-        are left at each world's reference pose until the next step or :meth:`set_state` recomputes them."""
-        if self._const_stale:
-            self._run("set_const", lambda: mjw.set_const(self._m, self._d, restore=False))
-            self._const_stale = False
+        steps); returns whether any had changed. Captured like the step: launched one by one, its ~360
+        kernels cost more than the step's ~100, and per-episode mass draws pay it on nearly every step.
+        ``restore=False``: MjData's derived fields are left at each world's reference pose until the next
+        step or :meth:`set_state` recomputes them."""
+        if not self._const_stale:
+            return False
+        self._run("set_const", lambda: mjw.set_const(self._m, self._d, restore=False))
+        self._const_stale = False
+        return True
 
     def get_model_field(self, name: str) -> torch.Tensor:
         """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""

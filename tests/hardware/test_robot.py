@@ -146,6 +146,10 @@ def test_the_tasks_own_action_rule_is_not_counted_as_a_safety_intervention():
         step = arm.step(torch.tensor([[0.9, 5.0]]))  # far beyond a goal step, and beyond the joint range
         np.testing.assert_allclose(step.info["sent_action"][0], HOME + [0.1, 0.1], atol=1e-6)
         assert step.info["safety"] == []
+        for wrong in ([[0.3]], [[0.3, 0.3, 0.3]]):  # an action of another size is held, not broadcast
+            step = arm.step(torch.tensor(wrong))
+            assert step.info["safety"] == ["nonfinite"]
+            np.testing.assert_allclose(step.info["sent_action"][0], HOME + [0.1, 0.1], atol=1e-6)
     with LagArm(max_step=0.1) as arm:  # no rule of its own: the layer's jump limit does it, and counts it
         arm.reset()
         assert arm.step(torch.tensor([[0.9, 0.5]])).info["safety"] == ["jump_limit"]

@@ -64,6 +64,7 @@ def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, 
     """A run killed between checkpoints logged iterations its checkpoint lacks: a resume goes on from the
     checkpoint, so that is where list says it stands."""
     import json
+    import shutil
 
     import yaml
 
@@ -72,8 +73,9 @@ def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, 
                  "logging.progress=false"]) == 0
     run = next(tmp_path.glob("*/*"))
     config = yaml.safe_load((run / "config.yaml").read_text())
-    config["runner"]["total_steps"] = 2048  # as if it had been killed on its way there
+    config["runner"]["total_steps"] = 2048  # as if it had been killed on its way there, before any export
     (run / "config.yaml").write_text(yaml.safe_dump(config))
+    shutil.rmtree(run / "export")
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"env_steps": 768}) + "\n")
     capfd.readouterr()

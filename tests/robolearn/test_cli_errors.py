@@ -270,6 +270,10 @@ def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatc
     monkeypatch.setattr(runner_module, "evaluate", evaluate)
     assert main(["train", "--resume", str(run), "--no-wandb"]) == 0
     assert (run / "eval.json").is_file() and read_metrics(run)[-1]["env_steps"] == 256
+    monkeypatch.setattr(runner_module, "record_video", interrupted)  # cut short while filming: evaluated already
+    assert tiny_run(tmp_path / "filmed", "ppo_cartpole", "runner.video_seconds=1") == 130
+    run = next((tmp_path / "filmed" / "runs").glob("*/*"))
+    assert f"saved; robolearn play {run} --video {run / 'video.mp4'} films it" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

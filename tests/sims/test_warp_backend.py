@@ -265,6 +265,9 @@ def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
         env.step(torch.zeros(NUM, 4))
     subtree = sim.get_model_field("body_subtreemass")[:, 0]
     assert subtree.unique().numel() > 1  # the worlds' constants differ, as their masses do
+    friction_only = sims.make_env("arm_reach", NUM, device="cpu", backend="warp", seed=0,
+                                  randomization={"friction_scale": [0.5, 1.5], "dynamics_pool": 6})
+    assert set(friction_only._pool) == {"geom_friction", "dof_frictionloss"}  # nothing derives from friction
 
 
 def test_a_light_reset_gives_the_observations_a_full_forward_pass_would():
