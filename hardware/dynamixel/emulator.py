@@ -396,7 +396,7 @@ class DynamixelEmulator:
                 packet = packet[:-1] + bytes([packet[-1] ^ 0xFF])
                 self.corrupted += 1
             wire = len(packet) * 10 / self.baudrate
-            time.sleep(delay_units * RETURN_DELAY_UNIT_S + faults.reply_latency + wire)
+            _wait(delay_units * RETURN_DELAY_UNIT_S + faults.reply_latency + wire)
             try:
                 view = memoryview(packet)
                 while view:
@@ -609,6 +609,17 @@ def _saturate(value: int, size: int) -> int:
 def _u16(data: bytes, offset: int) -> int:
     return data[offset] | (data[offset + 1] << 8)
 
+def _wait(seconds: float) -> None:
+    """Wait ``seconds`` to within a few microseconds, as a servo's reply timing is: ``time.sleep`` alone
+    overshoots sub-millisecond waits by up to a millisecond on a loaded machine, which would hide a
+    Return_Delay_Time of 0.5 ms. Sleeps all but the last millisecond, then spins."""
+    deadline = time.perf_counter() + seconds
+    if seconds > 2e-3:
+        time.sleep(seconds - 1e-3)
+    while time.perf_counter() < deadline:
+        pass
+
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the robot of a robot YAML on a pty until Ctrl+C."""
@@ -642,3 +653,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
