@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
 
+    p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
+    p.add_argument("runs", type=Path, nargs="+", help="run directories")
+    p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
+                   "and success_rate, where logged)")
+    p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several)")
+
     p = commands.add_parser("export", help="export a run's controller")
     p.add_argument("run", type=Path)
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
@@ -225,6 +231,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"evaluation:  {_outcome(e)} over {e['episodes']} episodes")
     if result.video:
         print(f"video:       {result.video}")
+    if result.curves:
+        print(f"curves:      {result.curves}")
     for fmt in ("torchscript", "onnx"):
         if fmt in result.exported:
             print(f"{fmt + ':':<13}{result.exported[fmt]}")
@@ -347,6 +355,14 @@ def _play(args: argparse.Namespace) -> int:
         except (ImportError, DependencyNotInstalled) as err:  # e.g. no pygame for a classic-control gym task
             raise ValueError(f"cannot film {cfg.env.task}: {str(err).strip()}") from None
     print(f"video: {path}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from robolearn.curves import plot_runs
+
+    out = args.out or (args.runs[0] / "curves.png" if len(args.runs) == 1 else Path("curves.png"))
+    print(f"curves: {plot_runs(args.runs, out, args.metrics)}")
     return 0
 
 
@@ -538,7 +554,7 @@ def _first_line(path: Path) -> str:
     return re.split(r":\s|\.\s| \(|:$", header)[0]  # its first clause
 
 
-COMMANDS = {"train": _train, "eval": _eval, "play": _play, "export": _export, "deploy": _deploy,
+COMMANDS = {"train": _train, "eval": _eval, "play": _play, "plot": _plot, "export": _export, "deploy": _deploy,
             "replay": _replay, "emulate": _emulate, "list": _list, "dataset": dataset_command, "bench": _bench}
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_com
                                   restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
+from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
@@ -84,12 +85,13 @@ class Progress:
 @dataclass
 class RunResult:
     """What :func:`train` returns: the run directory, whether Ctrl+C stopped it, the final evaluation
-    (``eval.json``), the video and the exported files by format."""
+    (``eval.json``), the video, the learning curves and the exported files by format."""
 
     run_dir: Path
     interrupted: bool = False
     evaluation: dict[str, Any] | None = None
     video: Path | None = None
+    curves: Path | None = None
     exported: dict[str, Path] = field(default_factory=dict)
 
 
@@ -649,11 +651,15 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
 
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
                annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
-    """The end of every run: export the controller, evaluate it (``eval.json``, with
-    ``annotate(evaluation)``'s keys added), film it. A Ctrl+C in the evaluation or the film says how to
-    finish: a resume evaluates a run without ``eval.json``; ``robolearn play`` films one."""
+    """The end of every run: export the controller, draw its learning curves (``curves.png``), evaluate it
+    (``eval.json``, with ``annotate(evaluation)``'s keys added), film it. A Ctrl+C in the evaluation or the
+    film says how to finish: a resume evaluates a run without ``eval.json``; ``robolearn play`` films one."""
     run = result.run_dir
     result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
+    try:
+        result.curves = plot_runs([run], run / "curves.png")
+    except Exception as err:  # a picture must not cost the trained run
+        print(f"curves skipped: {type(err).__name__}: {err}")
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         with _hint_on_ctrl_c(f"robolearn train --resume {run} evaluates and films it"):

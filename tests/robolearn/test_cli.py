@@ -90,3 +90,18 @@ def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
     assert _format_warning(UserWarning("resumes on 1 rank"), UserWarning, "/x/runner.py", 9, "self._restore()") \
         == "warning: resumes on 1 rank\n"
     assert "DeprecationWarning: old" in _format_warning(DeprecationWarning("old"), DeprecationWarning, "/x.py", 1)
+
+
+def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
+    lines = [{"env_steps": 100 * i, "time": 6.0 * i, "return": float(i), "loss": 1.0 / (i + 1)} for i in range(5)]
+    first = _fake_run(tmp_path, "ppo_a", {}, lines)
+    second = _fake_run(tmp_path, "ppo_b", {}, lines[:3])
+    out = tmp_path / "both.png"
+    assert main(["plot", str(first), str(second), "--metrics", "return", "loss", "--out", str(out)]) == 0
+    assert f"curves: {out}" in capfd.readouterr().out and out.read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(first)]) == 0 and (first / "curves.png").is_file()  # one run: into its folder
+    capfd.readouterr()
+    assert main(["plot", str(first), "--metrics", "reward"]) == 2
+    assert "no run logs reward; they log: env_steps, loss, return, time" in capfd.readouterr().err
+    assert main(["plot", str(tmp_path)]) == 2
+    assert f"no metrics.jsonl lines in {tmp_path}: not a run directory" in capfd.readouterr().err

@@ -38,9 +38,10 @@ def trained_run(tmp_path_factory):
 
 def test_training_learns_and_leaves_a_complete_run(trained_run):
     run = trained_run.run_dir
-    for name in ("config.yaml", "metrics.jsonl", "checkpoints/latest.pt", "eval.json",
+    for name in ("config.yaml", "metrics.jsonl", "checkpoints/latest.pt", "eval.json", "curves.png",
                  "export/controller.pt", "export/controller.onnx", "export/controller.json"):
         assert (run / name).is_file(), name
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and trained_run.curves == run / "curves.png"
     assert trained_run.evaluation["return_mean"] > 2 * RANDOM_CARTPOLE_RETURN
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["env_steps"] >= 60000 and "learning_rate" in lines[-1] and lines[-1]["fps"] > 0

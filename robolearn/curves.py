@@ -1,0 +1,87 @@
+"""Learning curves drawn from runs' ``metrics.jsonl``: how training went, at a glance.
+
+Every run leaves ``curves.png`` when it ends; ``robolearn plot RUN [RUN ...]`` draws one or several runs
+at any time (a run still training, or runs to compare). One row per metric; against env steps (updates,
+for offline runs) on the left and wall-clock time on the right.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from robolearn.checkpoint import atomic_write_bytes
+from robolearn.logger import read_metrics
+
+DEFAULT_METRICS = ("return", "eval/return", "success_rate")
+"""Drawn when present: the training return, periodic evaluations, and the success rate."""
+
+
+def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None) -> Path:
+    """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs) of ``runs`` into ``out``
+    (a PNG, written atomically); returns ``out``. A run without ``metrics.jsonl`` lines, or a metric no
+    run logs, is an error naming what there is."""
+    logs = {Path(run): read_metrics(Path(run)) for run in runs}
+    empty = [str(run) for run, lines in logs.items() if not lines]
+    if empty:
+        raise ValueError(f"no metrics.jsonl lines in {', '.join(empty)}: not a run directory, or nothing logged yet")
+    logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool)})
+    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged]
+    missing = [m for m in chosen if m not in logged]
+    if missing or not chosen:
+        raise ValueError(f"no run logs {missing[0] if missing else 'any of ' + ', '.join(DEFAULT_METRICS)}; "
+                         f"they log: {', '.join(logged)}")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files, not windows: this runs on headless training machines
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(chosen), 2, figsize=(10, 2.8 * len(chosen)), squeeze=False, sharey="row")
+    names = _labels(list(logs))
+    longest = max((line.get("time") or 0 for lines in logs.values() for line in lines if _finite(line.get("time"))),
+                  default=0)
+    unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
+    counters = set()
+    for (run, lines), name in zip(logs.items(), names):
+        counter = "env_steps" if any(line.get("env_steps") for line in lines) else "updates"
+        counters.add(counter.replace("_", " "))
+        for row, metric in enumerate(chosen):
+            points = [(line.get(counter), line.get("time"), line[metric]) for line in lines
+                      if _finite(line.get(metric)) and _finite(line.get(counter))]
+            if not points:
+                continue
+            steps, times, values = zip(*points)
+            axes[row, 0].plot(steps, values, label=name)
+            if all(_finite(t) for t in times):
+                axes[row, 1].plot([t / per for t in times], values, label=name)
+    for row, metric in enumerate(chosen):
+        axes[row, 0].set_ylabel(metric)
+        for ax in axes[row]:
+            ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
+    axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
+    if len(runs) > 1:
+        axes[0, 0].legend(fontsize="small")
+    else:
+        fig.suptitle(str(next(iter(logs))), fontsize="medium")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
+    return out
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _labels(runs: list[Path]) -> list[str]:
+    """Each run's name (its config's name folder), with its time stamp where two share a name."""
+    names = [run.parent.name or run.name for run in runs]
+    return [f"{name}/{run.name}" if names.count(name) > 1 else name for name, run in zip(names, runs)]
