@@ -16,7 +16,8 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.logger import read_metrics
 
 DEFAULT_METRICS = ("return", "eval/return", "success_rate")
-"""Drawn when present: the training return, periodic evaluations, and the success rate."""
+"""Drawn when present: the training return, periodic evaluations, and the success rate; then up to three
+losses (``*loss``), so that a run without returns (offline, no periodic evaluation) still shows how it went."""
 
 
 def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None) -> Path:
@@ -29,10 +30,11 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         raise ValueError(f"no metrics.jsonl lines in {', '.join(empty)}: not a run directory, or nothing logged yet")
     logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
                      if isinstance(value, (int, float)) and not isinstance(value, bool)})
-    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged]
+    chosen = list(metrics) if metrics else ([m for m in DEFAULT_METRICS if m in logged]
+                                            + [m for m in logged if m.endswith("loss")][:3])
     missing = [m for m in chosen if m not in logged]
     if missing or not chosen:
-        raise ValueError(f"no run logs {missing[0] if missing else 'any of ' + ', '.join(DEFAULT_METRICS)}; "
+        raise ValueError(f"no run logs {missing[0] if missing else 'a return or a loss'}; "
                          f"they log: {', '.join(logged)}")
     import matplotlib
 
