@@ -15,7 +15,6 @@ import argparse
 import statistics
 import time
 
-import gymnasium as gym
 import numpy as np
 import torch
 
