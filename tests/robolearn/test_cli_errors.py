@@ -191,7 +191,9 @@ def test_a_single_override_string():
 
 def test_train_summary_prints_the_success_rate(monkeypatch, capsys):
     evaluation = {"episodes": 10, "return_mean": -494.7, "return_std": 15.9, "length_mean": 500.0, "success_rate": 0.3}
-    result = SimpleNamespace(interrupted=False, run_dir=Path("runs/x"), evaluation=evaluation, video=None, exported={})
+    from robolearn.runner import RunResult
+
+    result = RunResult(run_dir=Path("runs/x"), evaluation=evaluation)
     monkeypatch.setattr("robolearn.runner.train", lambda cfg, resume=None: result)
     assert main(["train", "ppo_cartpole", "--no-wandb"]) == 0
     assert "evaluation:  return -494.7 ± 15.9, success 30% over 10 episodes" in capsys.readouterr().out
