@@ -69,7 +69,10 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         axes[0, 0].legend(fontsize="small")
     else:
         fig.suptitle(str(next(iter(logs))), fontsize="medium")
-    fig.tight_layout()
+    # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
+    top = 1 - 0.5 / fig.get_figheight()
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02, top=top,
+                        wspace=0.06, hspace=0.3)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
