@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
 
     p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
-    p.add_argument("runs", type=Path, nargs="+", help="run directories")
+    p.add_argument("runs", type=Path, nargs="+", help="run directories, or folders of them (runs/ppo_cartpole)")
     p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
                    "and success_rate, where logged)")
     p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several)")
@@ -359,10 +359,11 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from robolearn.curves import plot_runs
+    from robolearn.curves import find_runs, plot_runs
 
-    out = args.out or (args.runs[0] / "curves.png" if len(args.runs) == 1 else Path("curves.png"))
-    print(f"curves: {plot_runs(args.runs, out, args.metrics)}")
+    runs = find_runs(args.runs)
+    out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
+    print(f"curves: {plot_runs(runs, out, args.metrics)}")
     return 0
 
 

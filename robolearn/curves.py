@@ -82,6 +82,15 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     return out
 
 
+def find_runs(paths: Sequence[Path]) -> list[Path]:
+    """``paths`` with each folder of runs (``runs/ppo_cartpole``, ``runs``) replaced by the runs under it."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        nested = [] if (path / "metrics.jsonl").is_file() else sorted(p.parent for p in path.rglob("metrics.jsonl"))
+        found += nested or [path]
+    return found
+
+
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

@@ -100,8 +100,10 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
     assert main(["plot", str(first), str(second), "--metrics", "return", "loss", "--out", str(out)]) == 0
     assert f"curves: {out}" in capfd.readouterr().out and out.read_bytes()[:4] == b"\x89PNG"
     assert main(["plot", str(first)]) == 0 and (first / "curves.png").is_file()  # one run: into its folder
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "all.png")]) == 0  # a folder of runs: all of them
+    assert (tmp_path / "all.png").is_file()
     capfd.readouterr()
     assert main(["plot", str(first), "--metrics", "reward"]) == 2
     assert "no run logs reward; they log: env_steps, loss, return, time" in capfd.readouterr().err
-    assert main(["plot", str(tmp_path)]) == 2
-    assert f"no metrics.jsonl lines in {tmp_path}: not a run directory" in capfd.readouterr().err
+    assert main(["plot", str(tmp_path / "ppo_a" / "nothing")]) == 2
+    assert "no metrics.jsonl lines in" in capfd.readouterr().err
