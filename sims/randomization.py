@@ -117,6 +117,9 @@ class RandomizedEnv(VecEnv):
                                   torch.zeros(n, *self.action_spec.shape, device=self.device))
         self._history: dict[str, DelayLine] = {}
         self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
+        self._worlds = torch.arange(n, device=self.device)  # every world's index, made once (pushes use it each step)
+        # MuJoCo Warp derives constants (constant_fields) for all worlds at once: a pool brings them along
+        self._derives = hasattr(self.sim, "constant_fields")
         self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
         self.reset(seed)
 
@@ -151,12 +154,11 @@ class RandomizedEnv(VecEnv):
         time, where a drawn field is one they derive from: masses, not friction). The CPU backend derives
         them per world as each variant is written: it keeps only the fields. The pool assumes nothing
         else changes those fields' inputs later (nothing here does)."""
-        derives = hasattr(self.sim, "constant_fields")
         parts: dict[str, list[torch.Tensor]] = {}
         for start in range(0, size, self.num_envs):
-            ids = torch.arange(min(self.num_envs, size - start), device=self.device)
+            ids = self._worlds[: min(self.num_envs, size - start)]
             written = self._draw_dynamics(ids)
-            if derives and self.sim.refresh_constants():
+            if self._derives and self.sim.refresh_constants():
                 written += list(self.sim.constant_fields)
             for name in written:
                 parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(ids)])
@@ -165,9 +167,8 @@ class RandomizedEnv(VecEnv):
     def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
         """New latency and delay for worlds ``ids``, and new dynamics if ``dynamics``."""
         if dynamics and self._pool:
-            pick = torch.randint(len(next(iter(self._pool.values()))), (len(ids),), generator=self._generator,
-                                 device=self.device)
-            given = {"recompute": False} if hasattr(self.sim, "constant_fields") else {}  # the pool holds them
+            pick = torch.randint(self.cfg.dynamics_pool, (len(ids),), generator=self._generator, device=self.device)
+            given = {"recompute": False} if self._derives else {}  # the pool holds them
             for name, rows in self._pool.items():
                 self.sim.set_model_field(name, rows[pick], ids, **given)
         elif dynamics:
@@ -189,8 +190,7 @@ class RandomizedEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
-        everyone = torch.arange(self.num_envs, device=self.device)
-        self._resample(everyone)
+        self._resample(self._worlds)
         self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
         return self._noisy(obs)
 
@@ -237,7 +237,7 @@ class RandomizedEnv(VecEnv):
         # be a host sync every step on a GPU, and the draws are cheap next to a physics step.
         v = self.cfg.push_velocity * self.width
         delta = uniform((self.num_envs, self.sim.model.nv), -v, v, self._generator) * hit.unsqueeze(1)
-        self.sim.add_qvel(torch.arange(self.num_envs, device=self.device), delta)
+        self.sim.add_qvel(self._worlds, delta)
 
     def adaptation_state(self) -> dict[str, Any]:
         """What automatic widening has learned (the width and the outcomes toward the next update), for
