@@ -416,6 +416,7 @@ def _how_far(run: Path) -> str:
     """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
     and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
     from robolearn.logger import read_metrics
+    from robolearn.runner import run_ended
 
     exported = (run / "export" / "controller.json").is_file()
     if not (run / "checkpoints" / "latest.pt").is_file():
@@ -428,10 +429,10 @@ def _how_far(run: Path) -> str:
     if not last or not isinstance(raw, dict):
         return f"incomplete: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
-    evaluated = not runner.get("eval_episodes") or (run / "eval.json").is_file()
+    ended = run_ended(run, runner.get("eval_episodes") or 0)
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
     # left its files: loading every run's checkpoint would make list slow.
-    saved = {} if exported and evaluated else _saved_progress(run)
+    saved = {} if ended else _saved_progress(run)
     phase = last.get("phase")
     if saved.get("phase") == "online":  # a fine-tune past its offline phase
         phase = "online"
@@ -446,7 +447,7 @@ def _how_far(run: Path) -> str:
     done = saved.get(counter, logged)
     if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
-        return "done" if exported and evaluated else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
+        return "done" if ended else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
     if logged > done:

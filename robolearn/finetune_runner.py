@@ -130,7 +130,7 @@ class FinetuneRunner(OfflineRunner):
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""
         if self.progress.phase == "online":
             refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps,
-                            self.cfg.runner.eval_episodes > 0)
+                            self.cfg.runner.eval_episodes)
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)

@@ -168,7 +168,7 @@ class OfflineRunner:
 
     def _refuse_finished(self) -> None:
         refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,
-                        self.cfg.runner.eval_episodes > 0)
+                        self.cfg.runner.eval_episodes)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -158,14 +158,18 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return unique_directory(Path(cfg.run_dir) / cfg.run_name / datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
-def refuse_finished(run_dir: Path, counted: str, done: int, total: int, evaluated: bool = True) -> None:
-    """A resume of a run that already reached ``runner.total_steps``, exported and (``evaluated``: its config
-    asks for an evaluation) wrote ``eval.json`` would train nothing and only rewrite its config, exports and
-    video: refuse it, saying how to go on. One whose end was cut short (a Ctrl+C during the evaluation)
-    resumes: it trains nothing and finishes."""
+def run_ended(run_dir: Path, eval_episodes: int) -> bool:
+    """Whether ``run_dir``'s end (:func:`finish_run`) left its files: the export, and ``eval.json`` where the
+    config asks for an evaluation (a Ctrl+C during it leaves the export alone)."""
     run_dir = Path(run_dir)
-    ended = (run_dir / "export" / "controller.json").is_file() and (not evaluated or (run_dir / "eval.json").is_file())
-    if done >= total and ended:
+    return (run_dir / "export" / "controller.json").is_file() and (eval_episodes <= 0 or (run_dir / "eval.json").is_file())
+
+
+def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_episodes: int) -> None:
+    """A resume of a run that already reached ``runner.total_steps`` and ended (:func:`run_ended`) would
+    train nothing and only rewrite its config, exports and video: refuse it, saying how to go on. One whose
+    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes."""
+    if done >= total and run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + total))
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
                           f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more}")
@@ -253,7 +257,7 @@ class Runner:
             if resume:
                 self._restore()
                 refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
-                                cfg.runner.eval_episodes > 0)
+                                cfg.runner.eval_episodes)
         except BaseException:
             self.close()
             raise
