@@ -43,8 +43,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
 
     fig, axes = plt.subplots(len(chosen), 2, figsize=(10, 2.8 * len(chosen)), squeeze=False, sharey="row")
     names = _labels(list(logs))
-    longest = max((line.get("time") or 0 for lines in logs.values() for line in lines if _finite(line.get("time"))),
-                  default=0)
+    longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     counters = set()
     for (run, lines), name in zip(logs.items(), names):

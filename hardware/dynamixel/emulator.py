@@ -609,6 +609,7 @@ def _saturate(value: int, size: int) -> int:
 def _u16(data: bytes, offset: int) -> int:
     return data[offset] | (data[offset + 1] << 8)
 
+
 def _wait(seconds: float) -> None:
     """Wait ``seconds`` to within a few microseconds, as a servo's reply timing is: ``time.sleep`` alone
     overshoots sub-millisecond waits by up to a millisecond on a loaded machine, which would hide a
@@ -618,7 +619,6 @@ def _wait(seconds: float) -> None:
         time.sleep(seconds - 1e-3)
     while time.perf_counter() < deadline:
         pass
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -653,4 +653,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
