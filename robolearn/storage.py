@@ -88,12 +88,23 @@ class ReplayBuffer:
         return {"data": data, "position": self.position, "size": self.size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        data, self.position, self.size = state["data"], int(state["position"]), int(state["size"])
-        if data is not None and next(iter(_leaves(data))).shape[0] < self.capacity:  # the filled rows: room for the rest
-            full = _allocate(data, (self.capacity,), self.device)
-            write_batch(full, map_batch(data, lambda t: t.to(self.device)), slice(0, self.size))
-            data = full
-        self.data = data
+        """Restore a saved buffer into this one, whose capacity may differ (a resumed run given more steps
+        sizes its buffer anew): the saved rows go in oldest first and, if they do not all fit, the newest
+        are kept, so every row below ``size`` is a real transition and the next write overwrites the oldest."""
+        data, position, size = state["data"], int(state["position"]), int(state["size"])
+        if data is None:
+            self.data, self.position, self.size = None, 0, 0
+            return
+        if next(iter(_leaves(data))).shape[0] == self.capacity:  # the same ring, as it was
+            self.data, self.position, self.size = map_batch(data, lambda t: t.to(self.device)), position, size
+            return
+        # the saved rows are the filled ones (size of them): oldest first once rolled to the write position
+        # (a ring that has not wrapped is written up to position == size, and rolls onto itself)
+        kept = min(size, self.capacity)
+        rows = map_batch(data, lambda t: t.roll(-position, 0)[size - kept:].to(self.device))
+        self.data = _allocate(rows, (self.capacity,), self.device)
+        write_batch(self.data, rows, slice(0, kept))
+        self.position, self.size = kept % self.capacity, kept
 
 
 def _leaves(batch: Batch):

@@ -54,3 +54,32 @@ def test_a_replay_state_holds_the_filled_rows_and_restores_the_same_buffer():
         assert torch.equal(a, b)
     restored.add({"obs": {"policy": torch.ones(5, 3)}, "reward": torch.ones(5)})  # and goes on filling
     assert restored.size == 35 and torch.equal(restored.data["reward"][30:35], torch.ones(5))
+
+
+def _rows(values: list[float]) -> dict:
+    x = torch.tensor(values)
+    return {"obs": {"policy": x[:, None].repeat(1, 2)}, "reward": x}
+
+
+def test_a_wrapped_replay_restores_into_a_bigger_or_smaller_buffer_oldest_first():
+    """A resumed run given more steps sizes its buffer anew: every row below size must be a real
+    transition, and the next writes must overwrite the oldest, not the newest."""
+    old = ReplayBuffer(capacity=8, device=torch.device("cpu"))
+    old.add(_rows([float(v) for v in range(1, 13)]))  # 12 rows into 8 slots: 5..12 kept, position 4
+    assert old.position == 4 and old.size == 8
+
+    bigger = ReplayBuffer(capacity=16, device=torch.device("cpu"))
+    bigger.load_state_dict(old.state_dict())
+    assert bigger.size == 8 and bigger.position == 8
+    assert bigger.data["reward"][:8].tolist() == [float(v) for v in range(5, 13)]
+    bigger.add(_rows([100.0] * 4))
+    assert bigger.size == 12 and sorted(bigger.data["reward"][:12].tolist()) == [*map(float, range(5, 13)), *[100.0] * 4]
+    batch = bigger.sample(256, generator=torch.Generator().manual_seed(0))
+    assert (batch["reward"] != 0).all() and torch.equal(batch["obs"]["policy"][:, 0], batch["reward"])
+
+    smaller = ReplayBuffer(capacity=6, device=torch.device("cpu"))
+    smaller.load_state_dict(old.state_dict())
+    assert smaller.size == 6 and smaller.position == 0
+    assert smaller.data["reward"].tolist() == [float(v) for v in range(7, 13)]  # the newest six
+    smaller.add(_rows([100.0]))
+    assert smaller.data["reward"][0] == 100.0  # overwrites the oldest (7)
