@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,32 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if payload.get("version") != VERSION:
         raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})")
     return payload
+
+
+def save_replay(path: Path, replay: Any, env_steps: int) -> None:
+    """``replay``'s state (a :class:`~robolearn.storage.ReplayBuffer`) beside a checkpoint, stamped with
+    the env steps it holds. Written before the checkpoint: a kill during this, the long write, leaves both
+    files as they were; a kill between the two is caught by the stamp on resume."""
+    state = {**replay.state_dict(), "env_steps": int(env_steps)}
+    atomic_write_bytes(path, lambda f: torch.save(state, f))
+
+
+def load_replay(path: Path, replay: Any, env_steps: int, device: Any) -> None:
+    """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing or unreadable is an error
+    that says what to do; a stamp of another step (killed between the writes) is said, then used."""
+    remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; a run that learns from a replay buffer resumes with it; {remedy}")
+    state = load_tensors(path, "replay buffer", remedy, map_location=device)
+    try:
+        replay.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CheckpointError(f"{path}: not a robolearn replay buffer ({err!r}); {remedy}") from None
+    saved_at = state.get("env_steps")
+    if saved_at is not None and int(saved_at) != env_steps:
+        warnings.warn(f"{path} holds the replay buffer of env step {int(saved_at)} but the checkpoint is of step "
+                      f"{env_steps} (the run was stopped between writing the two): resuming with it, so this resume "
+                      "is not exactly the run it would have been", stacklevel=2)
 
 
 def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str = "agent") -> None:

@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_tensors, restore_agent, rng_state,
-                                  save_checkpoint)
+from robolearn.checkpoint import (load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint,
+                                  save_replay)
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
@@ -121,10 +121,9 @@ class FinetuneRunner(OfflineRunner):
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
         progress = {**self.progress.__dict__, "rng": rng_state()}
-        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
         if self.progress.phase == "online":
-            state = self.online.state_dict()
-            atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
+            save_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps)
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 
     def _refuse_finished(self) -> None:
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""
@@ -149,12 +148,7 @@ class FinetuneRunner(OfflineRunner):
             self.agent.go_online()
             self.progress.phase, self.progress.iteration = "online", 0
         else:
-            replay_path = self.checkpoint_path.with_name("replay.pt")
-            if not replay_path.is_file():
-                raise CheckpointError(f"{replay_path}: missing; an online phase resumes with its replay buffer")
-            state = load_tensors(replay_path, "replay buffer", "restore it from a copy to resume",
-                                 map_location=self.env.device)
-            self.online.load_state_dict(state)
+            load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:
@@ -351,12 +345,3 @@ class FinetuneRunner(OfflineRunner):
 
 def _cat(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {k: _cat(v, b[k]) if isinstance(v, dict) else torch.cat([v, b[k].to(v.dtype)]) for k, v in a.items()}
-
-
-def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
-    """Python entry point for offline-to-online runs (``robolearn.train`` dispatches here too)."""
-    runner = FinetuneRunner(cfg, resume=resume)
-    try:
-        return runner.train(stop=stop)
-    finally:
-        runner.close()

@@ -51,15 +51,15 @@ import numpy as np
 import torch
 import yaml
 
-from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, load_tensors,
-                                  restore_agent, rng_state, save_checkpoint, set_rng_state)
+from robolearn.checkpoint import (atomic_write_bytes, check_compatible, load_checkpoint, load_replay, restore_agent,
+                                  rng_state, save_checkpoint, save_replay, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, Obs, VecEnv
-from robolearn.logger import RunLogger
+from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.run_lock import RunLock
 from robolearn.registry import agent_configs, make_agent, make_env, resolve_backend
@@ -147,7 +147,8 @@ class EpisodeStats:
         self.env_log_steps = 0
         if self.recent:
             out["return"] = float(np.mean(self.recent))
-            out["episode_length"] = float(np.mean(self.recent_lengths or [0]))
+        if self.recent_lengths:  # none yet after a resume, which restores the returns only
+            out["episode_length"] = float(np.mean(self.recent_lengths))
         if self.success:
             out["success_rate"] = float(np.mean(self.success))
         return out
@@ -183,6 +184,18 @@ def _round_up(n: int) -> int:
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
+
+
+def write_config_or_undo(runner: Any, resume: Path | None) -> None:
+    """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
+    it was just made for this run (never a resumed one), close the runner's envs, and raise."""
+    try:
+        write_config(runner.run_dir, runner.cfg)
+    except BaseException:
+        if not resume:
+            shutil.rmtree(runner.run_dir, ignore_errors=True)
+        runner.close()
+        raise
 
 
 def read_run_config(run_dir: Path) -> TrainConfig:
@@ -266,13 +279,7 @@ class Runner:
         if not resume:  # rank 0 makes it; the others learn its name
             self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
         if self.main:
-            try:
-                write_config(self.run_dir, cfg)
-            except BaseException:
-                if not resume:  # only the directory made just above, never an existing run
-                    shutil.rmtree(self.run_dir, ignore_errors=True)
-                self.close()
-                raise
+            write_config_or_undo(self, resume)
 
     def _pretraining_dataset(self) -> Any:
         """The dataset of an agent that pretrains on one (handed to ``agent.prepare``), else None."""
@@ -316,11 +323,10 @@ class Runner:
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()
         progress = {**self.progress.__dict__, "rng": rng_state()}
+        if self.replay is not None:
+            save_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps)
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
                         agent=self.agent.state_dict(), progress=progress)
-        if self.replay is not None:
-            state = self.replay.state_dict()
-            atomic_write_bytes(self.checkpoint_path.with_name("replay.pt"), lambda f: torch.save(state, f))
 
     def _restore(self) -> None:
         self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))
@@ -336,15 +342,7 @@ class Runner:
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)
         if self.replay is not None:
-            replay_path = self.checkpoint_path.with_name("replay.pt")
-            if not replay_path.is_file():
-                raise CheckpointError(f"{replay_path}: missing; an off-policy run resumes with its replay buffer")
-            remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
-            state = load_tensors(replay_path, "replay buffer", remedy, map_location=self.env.device)
-            try:
-                self.replay.load_state_dict(state)
-            except (KeyError, TypeError, ValueError) as err:
-                raise CheckpointError(f"{replay_path}: not a robolearn replay buffer ({err!r}); {remedy}") from None
+            load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps, self.env.device)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -354,16 +352,19 @@ class Runner:
         Ctrl+C saves a checkpoint that ``--resume`` continues from (agent, optimizer,
         learning rate, normalizers, RNG and replay are restored exactly; the envs
         start fresh episodes, their state is not checkpointed). It is taken between env
-        steps and updates, never inside an update (:class:`CtrlC`); an on-policy or
-        pretraining iteration it cuts short is discarded (the checkpoint is that of its
-        start), an off-policy one is finished after the resume, so logged steps stay on
-        one grid. NaN or inf in
+        steps and updates (:class:`CtrlC`); an on-policy or pretraining iteration it cuts
+        short is discarded (the checkpoint is that of its start), an off-policy one is
+        finished after the resume, so logged steps stay on one grid. A second Ctrl+C stops
+        at once: off policy, an update it splits is saved as it was. NaN or inf in
         observations, rewards, actions or losses stops the run with the last good
         checkpoint kept (it is only written after finite updates).
         """
         cfg = self.cfg
         logger = None
         if self.main:
+            if self.dataset is not None and not self.progress.pretrained:  # a resume inside pretraining redoes
+                set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates",  # what it logged past the checkpoint
+                                self.progress.pretrain_updates, "pretrain")
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
                                wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
                                progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
@@ -513,8 +514,8 @@ class Runner:
     def _rewind(self, stats: EpisodeStats) -> None:
         """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
         marked discardable (``_rewind_to``) (its rollout half collected, or an update split by a second Ctrl+C),
-        go back to its start; otherwise (off policy, between steps) keep the steps, which the replay
-        buffer and the agent's updates already hold."""
+        go back to its start; otherwise (off policy) keep the steps, which the replay buffer and the agent's
+        updates already hold (an update split by a second Ctrl+C too: it is not undone)."""
         if self._rewind_to is not None:
             self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None

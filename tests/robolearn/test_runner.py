@@ -156,6 +156,15 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     resumed.close()
     assert resumed.replay.size == 3000
 
+    # killed between writing replay.pt (first) and latest.pt: the stamps differ, and the resume says so
+    replay_path = runner.checkpoint_path.with_name("replay.pt")
+    state = torch.load(replay_path, weights_only=True)
+    assert state["env_steps"] == 3000
+    torch.save({**state, "env_steps": 3500}, replay_path)
+    cfg.runner.total_steps = 4000
+    with pytest.warns(UserWarning, match=r"replay buffer of env step 3500 but the checkpoint is of step 3000"):
+        Runner(cfg, resume=runner.run_dir).close()
+
 
 def test_wandb_offline_writes_run_files(tmp_path):
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "logging.wandb=offline", "runner.eval_episodes=0")
@@ -517,3 +526,13 @@ def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
     resumed = Runner(cfg, resume=first.run_dir)
     assert resumed.env.width == pytest.approx(0.35) and resumed.env._outcomes == [True, False]
     resumed.close()
+
+
+def test_a_resumed_run_logs_no_episode_length_until_an_episode_ends():
+    """A resume restores the recent returns but not the lengths: until an episode ends there is no
+    length to log, not a length of 0."""
+    stats = runner_module.EpisodeStats(2, recent=[10.0, 12.0])
+    stats.add(torch.ones(2), torch.tensor([False, False]), {})
+    assert stats.metrics() == {"return": 11.0}
+    stats.add(torch.ones(2), torch.tensor([True, False]), {})
+    assert stats.metrics()["episode_length"] == 2.0
