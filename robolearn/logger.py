@@ -29,7 +29,7 @@ class RunLogger:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
         # A run resumed from a checkpoint older than its last lines (a crash, a NaN stop) logs those steps
         # again: the old lines move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory.
-        _set_aside_after(self.metrics_path, counter, initial_steps, phase)
+        set_aside_after(self.metrics_path, counter, initial_steps, phase)
         self._time_offset = _last_time(self.metrics_path)  # a resumed run's ``time`` continues its own
         self._file = self.metrics_path.open("a", buffering=1)
         self._start = time.perf_counter()
@@ -99,26 +99,31 @@ def _plain(value: Any) -> Any:
 
 
 def _wandb_id(run_dir: Path) -> str:
-    """A stable id per run directory, so a resumed run appends to the same W&B run."""
-    return "".join(c if c.isalnum() else "-" for c in Path(run_dir).resolve().relative_to(Path(run_dir).resolve().parents[1]).as_posix())[-64:]
+    """A stable id per run directory (``<name>-<time>``, letters and digits), so a resumed run appends
+    to the same W&B run."""
+    run = Path(run_dir).resolve()
+    return "".join(c if c.isalnum() else "-" for c in f"{run.parent.name}/{run.name}")[-64:]
 
 
-def _set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> None:
-    """Move the lines of ``path`` (of ``phase``, if given) whose ``counter`` is past ``count`` to
-    ``metrics.superseded.jsonl`` beside it; nothing is deleted, and ``path`` is rewritten atomically."""
+def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> None:
+    """Move the lines of ``path`` (of ``phase``, if given) whose ``counter`` is past ``count``, and a torn
+    line (a kill mid-write; the next line appended would join it), to ``metrics.superseded.jsonl`` beside
+    it; nothing is deleted, and ``path`` is rewritten atomically."""
     if not path.is_file():
         return
+    text = path.read_text()
     kept, superseded = [], []
-    for line in path.read_text().splitlines():
+    for line in filter(str.strip, text.splitlines()):
         try:
             record = json.loads(line)
             later = record.get(counter, -1) > count and record.get("phase", phase) == phase
-        except (ValueError, TypeError, AttributeError):  # a torn last line: keep it as it is
-            later = False
+        except (ValueError, TypeError, AttributeError):
+            later = True
         (superseded if later else kept).append(line)
     if superseded:
         with path.with_name("metrics.superseded.jsonl").open("a") as f:
             f.write("".join(line + "\n" for line in superseded))
+    if superseded or (text and not text.endswith("\n")):
         atomic_write_bytes(path, lambda f: f.write("".join(line + "\n" for line in kept).encode()))
 
 
@@ -135,5 +140,15 @@ def _last_time(path: Path) -> float:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The lines of a run's ``metrics.jsonl``, in order; a torn one (a run killed mid-write, not yet
+    resumed) is left out, so curves, ``list`` and benchmarks read the rest."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    records = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

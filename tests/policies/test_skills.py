@@ -347,6 +347,8 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
         runner.close()
     progress = load_checkpoint(runner.checkpoint_path)["progress"]
     assert progress["pretrain_updates"] == 1000 and not progress["pretrained"]
+    with (runner.run_dir / "metrics.jsonl").open("a") as f:  # as if killed after logging an iteration it did not save
+        f.write(json.dumps({"env_steps": 0, "phase": "pretrain", "pretrain_updates": 1100, "killed": True}) + "\n")
     resumed = Runner(load_config(runner.run_dir / "config.yaml", []), resume=runner.run_dir)
     try:
         resumed.train()
@@ -354,6 +356,8 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
         resumed.close()
     lines = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
+    assert not any("killed" in line for line in lines)  # set aside, redone once
+    assert "killed" in (runner.run_dir / "metrics.superseded.jsonl").read_text()
     assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
 

@@ -30,3 +30,28 @@ def test_a_phase_counted_in_updates_gets_a_bar_of_its_own(tmp_path, capsys):
     quiet = RunLogger(tmp_path / "q", total_steps=1000, config={}, wandb_mode="disabled", progress=False)
     assert quiet.phase_bar(10, 0, "pretrain", "upd").disable  # logging.progress=false silences it too
     quiet.close()
+
+
+def test_a_torn_last_line_is_read_past_and_set_aside_on_resume(tmp_path):
+    """A run killed mid-write leaves half a line: readers skip it, and a resumed logger moves it to
+    metrics.superseded.jsonl instead of appending its next line onto it."""
+    from robolearn.logger import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"env_steps": 100, "time": 1.0}\n{"env_steps": 2')
+    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100]
+    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
+    logger.log(200, {"return": 1.0})
+    logger.close()
+    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100, 200]
+    assert path.read_text().count("\n") == 2
+    assert (tmp_path / "metrics.superseded.jsonl").read_text() == '{"env_steps": 2\n'
+
+
+def test_a_last_line_whole_but_for_its_newline_gets_one_before_the_next(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"env_steps": 100, "time": 1.0}')
+    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
+    logger.log(200, {})
+    logger.close()
+    assert [json.loads(line)["env_steps"] for line in path.read_text().splitlines()] == [100, 200]
