@@ -2,7 +2,8 @@
 
 Every run leaves ``curves.png`` when it ends; ``robolearn plot RUN [RUN ...]`` draws one or several runs
 at any time (a run still training, or runs to compare). One row per metric; against env steps (updates,
-for offline runs) on the left and wall-clock time on the right.
+for offline runs; each phase of a fine-tuning run against its own, as its own line) on the left and
+wall-clock time on the right.
 """
 
 from __future__ import annotations
@@ -45,28 +46,31 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     names = _labels(list(logs))
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
-    counters = set()
+    counters, curves = set(), 0
     for (run, lines), name in zip(logs.items(), names):
-        counter = "env_steps" if any(line.get("env_steps") for line in lines) else "updates"
-        counters.add(counter.replace("_", " "))
-        for row, metric in enumerate(chosen):
-            points = [(line.get(counter), line.get("time"), line[metric]) for line in lines
-                      if _finite(line.get(metric)) and _finite(line.get(counter))]
-            if not points:
-                continue
-            steps, times, values = zip(*points)
-            axes[row, 0].plot(steps, values, label=name)
-            if all(_finite(t) for t in times):
-                axes[row, 1].plot([t / per for t in times], values, label=name)
+        phases = _phases(lines)
+        for phase, (counter, phase_lines) in phases.items():
+            label = name if len(phases) == 1 else f"{name}: {phase or 'online'} ({counter.replace('_', ' ')})"
+            counters.add(counter.replace("_", " "))
+            curves += 1
+            for row, metric in enumerate(chosen):
+                points = [(line.get(counter), line.get("time"), line[metric]) for line in phase_lines
+                          if _finite(line.get(metric)) and _finite(line.get(counter))]
+                if not points:
+                    continue
+                steps, times, values = zip(*points)
+                axes[row, 0].plot(steps, values, label=label)
+                if all(_finite(t) for t in times):
+                    axes[row, 1].plot([t / per for t in times], values, label=label)
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
         for ax in axes[row]:
             ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
-    if len(runs) > 1:
+    if curves > 1:
         axes[0, 0].legend(fontsize="small")
-    else:
+    if len(runs) == 1:
         fig.suptitle(str(next(iter(logs))), fontsize="medium")
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
     top = 1 - 0.5 / fig.get_figheight()
@@ -79,6 +83,20 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
     return out
+
+
+COUNTERS = ("env_steps", "updates", "pretrain_updates")
+
+
+def _phases(lines: list[dict]) -> dict[str | None, tuple[str, list[dict]]]:
+    """A run's lines by ``phase``, each with the counter its x-axis counts: one phase for most runs; a
+    fine-tuning run's offline phase counts updates and its online phase env steps, a skill run's
+    pretraining its pretraining updates (all at env step 0)."""
+    phases: dict[str | None, list[dict]] = {}
+    for line in lines:
+        phases.setdefault(line.get("phase"), []).append(line)
+    return {phase: (next((c for c in COUNTERS if any(line.get(c) for line in group)), "env_steps"), group)
+            for phase, group in phases.items()}
 
 
 def find_runs(paths: Sequence[Path]) -> list[Path]:

@@ -41,7 +41,7 @@ from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, finish_run, interrupted, new_run_dir, read_run_config,
-                              iteration_rest, refuse_finished, stopped_by_nan, write_config)
+                              iteration_rest, refuse_finished, stopped_by_nan, write_config_or_undo)
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -150,7 +150,7 @@ class OfflineRunner:
         # Only now, with everything built and restored: a config that fails leaves no run behind,
         # and a failed --resume does not rewrite the run's config.
         self.run_dir = self.run_dir or new_run_dir(cfg)
-        write_config(self.run_dir, cfg)
+        write_config_or_undo(self, resume)
 
     def _build(self, resume: Path | None) -> None:
         """Eval env, agent and offline buffer from the dataset; ``resume``'s checkpoint restored."""
@@ -284,12 +284,3 @@ class OfflineRunner:
     def close(self) -> None:
         if hasattr(self, "env"):  # not when its construction failed
             self.env.close()
-
-
-def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
-    """Python entry point for offline runs (``robolearn.train`` dispatches here too)."""
-    runner = OfflineRunner(cfg, resume=resume)
-    try:
-        return runner.train(stop=stop)
-    finally:
-        runner.close()

@@ -96,6 +96,21 @@ def test_a_failed_resume_or_build_writes_nothing(root, tmp_path):
     assert [path.parent for path in (tmp_path / "runs").glob("*/*/config.yaml")] == [first.run_dir]
 
 
+def test_a_config_that_cannot_be_written_leaves_no_run_and_closes_the_env(root, tmp_path, monkeypatch):
+    import robolearn.runner as runner_module
+
+    closed = []
+    monkeypatch.setattr(OfflineRunner, "close", lambda self: closed.append(self.env.close()))
+
+    def full_disk(run_dir, cfg):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner_module, "write_config", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        OfflineRunner(tiny(tmp_path))
+    assert closed and not list((tmp_path / "runs").glob("*/*"))
+
+
 def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
     cfg = load_config("bc_hopper", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted", "logging.wandb=disabled"])
     with pytest.raises(DatasetError, match=r"dataset 'pendulum-scripted-v0' does not fit the config's env 'hopper': "
