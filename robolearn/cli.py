@@ -392,7 +392,7 @@ def _list(args: argparse.Namespace) -> int:
     from robolearn.run_lock import holder
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
-    print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>)")
+    print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
     print("algorithms: " + " ".join(sorted(agent_configs())))
     print("robots:     " + " ".join(sorted(p.stem for p in (CONFIG_DIR / "robots").glob("*.yaml")))
           + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")

@@ -258,7 +258,7 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
                 raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         else:
-            values[name] = _check(value, hint, f"{prefix}{name}")
+            values[name] = check_value(value, hint, f"{prefix}{name}")
         if name == "gamma" and isinstance(values[name], float) and not 0.0 < values[name] <= 1.0:
             raise ConfigError(f"{prefix}{name}: the discount must be in (0, 1], got {value!r} (e.g. 0.99)")
         if name.endswith("batch_size") and isinstance(values[name], int) and values[name] < 1:
@@ -280,7 +280,7 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     return cls(**values)
 
 
-def _check(value: Any, hint: Any, key: str) -> Any:
+def check_value(value: Any, hint: Any, key: str) -> Any:
     """Return ``value`` coerced to ``hint`` where lossless, or raise naming ``key``."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
@@ -296,7 +296,7 @@ def _check(value: Any, hint: Any, key: str) -> Any:
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _check(value, arg, key)
+                return check_value(value, arg, key)
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} does not fit {hint}")
@@ -306,7 +306,7 @@ def _check(value: Any, hint: Any, key: str) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis and len(value) != len(args):
             raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)} ({list(value)!r})")
         inner = args[0] if args else Any
-        items = [_check(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        items = [check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if value is None:  # `env.randomization=null`: none, as an empty mapping means

@@ -27,7 +27,7 @@ def resolve_backend(cfg: EnvConfig) -> None:
     own tasks choose a backend (Gymnasium and mjlab envs bring theirs)."""
     import sims
 
-    if cfg.task not in sims.TASKS:
+    if cfg.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)):
         return
     backend, device = sims.resolve_backend(cfg.backend, cfg.device)
     cfg.backend, cfg.device = backend, str(device)

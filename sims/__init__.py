@@ -7,8 +7,13 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import inspect
+import os
+import sys
+import typing
 import warnings
 from typing import Any, Callable
 
@@ -101,8 +106,6 @@ def make_env(
             raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events")
         device = resolve_backend("mujoco", device)[1]
         return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)} or '{GYM_PREFIX}<Gymnasium id>'")
     buffers = {key: task_kwargs.pop(key) for key in WARP_BUFFERS if key in task_kwargs}
     spec = _build_task(task, task_kwargs)
     for key, value in buffers.items():  # every task takes them; the CPU backend sizes its buffers itself
@@ -119,9 +122,40 @@ def make_env(
     return env
 
 
+def task_builder(task: str) -> Callable[..., Task]:
+    """``TASKS[task]``, or for ``module:Name`` (a task of your own: a :class:`Task` subclass or a function
+    returning one) ``Name`` from ``module``, imported. The module is looked for on ``sys.path`` and then in
+    the current directory (as ``python -m`` would: the ``robolearn`` script alone does not search it), so
+    ``robolearn train ppo_reacher env.task=my_task:TwoLinkReach`` runs ``my_task.py`` from here; the run's
+    config keeps the name, so eval, play and export find it again."""
+    if task in TASKS:
+        return TASKS[task]
+    module_name, colon, attr = task.partition(":")
+    if not (colon and module_name and attr):
+        raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}, '{GYM_PREFIX}<Gymnasium id>', "
+                         f"'{MJLAB_PREFIX}<mjlab task id>', or 'module:Class' for a Task of your own")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):  # the task's module itself, not one it imports
+            raise ValueError(f"env.task={task}: no module '{module_name}' on the Python path or in "
+                             f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
+        raise
+    builder = getattr(module, attr, None)
+    if builder is None:
+        raise ValueError(f"env.task={task}: module '{module_name}' ({module.__file__}) has no '{attr}'")
+    if not callable(builder) or (isinstance(builder, type) and not issubclass(builder, Task)):
+        raise ValueError(f"env.task={task}: '{attr}' is not a sims.Task subclass (nor a function returning one)")
+    return builder
+
+
 def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
-    """``TASKS[task](**kwargs)``; a setting the task does not have is an error naming it and the ones it has."""
-    builder, fixed = TASKS[task], {}
+    """The task ``task`` names, built with ``kwargs``: a setting it does not have, or a value of the wrong
+    type for a dataclass task's field, is an error naming it (and the settings it has)."""
+    builder, fixed = task_builder(task), {}
+    whole = builder
     if isinstance(builder, functools.partial):  # point_maze_medium = PointMaze with its layout fixed
         builder, fixed = builder.func, builder.keywords
     allowed = sorted(name for name, p in inspect.signature(builder).parameters.items()
@@ -135,7 +169,19 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     if unknown:
         raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
                          f"{', '.join(allowed + list(WARP_BUFFERS))}")
-    return TASKS[task](**kwargs)
+    if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
+        from robolearn.config import check_value
+
+        try:
+            hints = typing.get_type_hints(builder)
+        except (NameError, TypeError):  # annotations naming what only a type checker imports: unchecked
+            hints = {}
+        kwargs = {key: check_value(value, hints[key], f"env.kwargs.{key}") if key in hints else value
+                  for key, value in kwargs.items()}
+    spec = whole(**kwargs)
+    if not isinstance(spec, Task):
+        raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
+    return spec
 
 
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:

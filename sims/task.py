@@ -49,7 +49,13 @@ class Task(ABC):
         """The compiled model, with any sensors the task reads."""
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
-        """Actions are the actuators' controls, bounded by their ``ctrlrange``."""
+        """Actions are the actuators' controls, bounded by their ``ctrlrange``, which each must have
+        (without one MuJoCo's range is [0, 0], and every action would be clipped to zero)."""
+        unbounded = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}"
+                     for i in range(model.nu) if not model.actuator_ctrllimited[i]]
+        if unbounded:
+            raise ValueError(f"{type(self).__name__}: actuator(s) {unbounded} have no ctrlrange; give each a "
+                             "ctrlrange in the MJCF (actions are clipped to it), or override Task.action_spec")
         low, high = model.actuator_ctrlrange.T.astype(np.float32)
         return spaces.Box(low, high, dtype=np.float32)
 
@@ -157,6 +163,7 @@ class TaskEnv(VecEnv):
         """Per-world physics substeps (< frame_skip) that the previous controls still act
         at the start of each step: actuation latency finer than a control step."""
         obs = self.reset(seed)
+        self._check_observations(obs)
         dtype = torch.empty((), dtype=backend.dtype).numpy().dtype
         self.observation_spec = {
             name: spaces.Box(-np.inf, np.inf, tuple(value.shape[1:]), dtype=dtype) for name, value in obs.items()
@@ -184,6 +191,7 @@ class TaskEnv(VecEnv):
 
         obs = self.task.observations(self.sim)
         terms = self.task.rewards(self.sim, action)
+        self._check_rewards(terms)
         stacked = torch.stack(list(terms.values()))
         reward = stacked.sum(0)
         terminated = self.task.terminated(self.sim)
@@ -205,6 +213,30 @@ class TaskEnv(VecEnv):
             fresh = self.task.observations(self.sim)
             obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
+
+    def _check_observations(self, obs: Any) -> None:
+        """A task of one's own that returns something else than ``{group: (num_envs, ...) tensor}`` is
+        told so by name here, once, not by a shape error deep in a learner."""
+        name = f"{type(self.task).__name__}.observations"
+        if not isinstance(obs, dict) or not obs:
+            raise TypeError(f"{name} must return a dict of observation groups {{name: (num_envs, ...) tensor}}, "
+                            f"e.g. {{'policy': ...}}; got {type(obs).__name__}")
+        for group, value in obs.items():
+            if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[0] != self.num_envs:
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"{name}: group '{group}' must be a (num_envs={self.num_envs}, ...) tensor "
+                                 f"(a scalar per world: (num_envs, 1)); got {shape}")
+
+    def _check_rewards(self, terms: Any) -> None:
+        """Each reward term a ``(num_envs,)`` tensor: a ``(num_envs, 1)`` one would broadcast the summed
+        reward into a matrix. Shapes only, read on the host: no device sync."""
+        name = f"{type(self.task).__name__}.rewards"
+        if not isinstance(terms, dict) or not terms:
+            raise TypeError(f"{name} must return a dict of named (num_envs,) reward terms; got {type(terms).__name__}")
+        for term, value in terms.items():
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (self.num_envs,):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"{name}: term '{term}' must be a (num_envs={self.num_envs},) tensor; got {shape}")
 
     def _checked(self, action: Any) -> torch.Tensor:
         """``action`` as a float32 tensor on the env's device (numpy and lists accepted), refused with a

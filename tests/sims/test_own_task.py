@@ -1,0 +1,115 @@
+"""A task of the user's own, outside the package: ``env.task=module:Class`` from the command line and
+from Python, through training, evaluation and export; and the mistakes such a task is told about."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import sims
+from robolearn.cli import main
+
+SLIDER = '''
+from dataclasses import dataclass
+
+import mujoco
+import torch
+
+from sims.task import Task
+
+XML = """<mujoco><option timestep="0.02"/><worldbody>
+<body name="cart"><joint name="x" type="slide" axis="1 0 0" damping="1"/><geom type="box" size=".1 .1 .1" mass="1"/></body>
+</worldbody><actuator><motor name="push" joint="x" RANGE/></actuator></mujoco>"""
+
+
+@dataclass(kw_only=True)
+class Slider(Task):
+    """A cart on a rail, to be pushed to ``target``."""
+    target: float = 0.5
+    max_episode_steps: int = 20
+    reward_shape: str = "flat"
+
+    def model(self):
+        return mujoco.MjModel.from_xml_string(XML)
+
+    def observations(self, sim):
+        return {"policy": torch.cat([sim.qpos - self.target, sim.qvel], 1)}
+
+    def rewards(self, sim, action):
+        distance = -(sim.qpos[:, 0] - self.target).abs()
+        return {"distance": distance[:, None] if self.reward_shape == "column" else distance}
+
+
+def not_a_task():
+    return 3
+'''
+
+
+@pytest.fixture
+def own_module(tmp_path, monkeypatch, request):
+    """``<unique>.py`` in a folder that is the current directory, not on sys.path: as a user runs it."""
+    name = f"user_slider_{request.node.name[:20].replace('[', '_').replace(']', '_')}_{len(sys.modules)}"
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1 1"'))
+    (folder / f"{name}_nolimit.py").write_text(SLIDER.replace("RANGE", ""))
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
+    yield name
+    for module in (name, f"{name}_nolimit"):
+        sys.modules.pop(module, None)
+
+
+def test_an_own_task_trains_evaluates_and_exports_from_the_command_line(own_module, tmp_path, capfd):
+    task = f"{own_module}:Slider"
+    assert main(["train", "ppo_pendulum", "--no-wandb", f"env.task={task}", "env.kwargs.target=0.3",
+                 f"run_dir={tmp_path / 'runs'}", "env.num_envs=4", "env.num_threads=1", "runner.total_steps=256",
+                 "agent.num_steps=32", "runner.eval_episodes=2", "runner.video_seconds=0", "logging.progress=false"]) == 0
+    run = next((tmp_path / "runs").glob("*/*/config.yaml")).parent
+    assert run.parent.name == f"ppo_pendulum_{own_module}_Slider"
+    capfd.readouterr()
+    sys.modules.pop(own_module)  # a later command, another process: it imports the task again by its name
+    assert main(["eval", str(run), "--episodes", "2", "--json"]) == 0
+    assert '"episodes": 2' in capfd.readouterr().out
+    with sims.make_env(task, num_envs=2, target=0.3) as env:
+        assert env.observation_spec["policy"].shape == (2,) and env.max_episode_steps == 20
+
+
+def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
+    with sims.make_env(f"{own_module}:Slider", num_envs=3, target=0.2) as env:
+        obs, reward, *_ = env.step(torch.zeros(3, 1))
+        assert reward.shape == (3,) and torch.allclose(obs["policy"][:, 0], torch.full((3,), -0.2, dtype=obs["policy"].dtype))
+    with pytest.raises(ValueError, match=r"env.kwargs.target: expected float, got 'abc'"):
+        sims.make_env(f"{own_module}:Slider", num_envs=1, target="abc")
+    with pytest.raises(ValueError, match=r"term 'distance' must be a \(num_envs=2,\) tensor; got \(2, 1\)"):
+        with sims.make_env(f"{own_module}:Slider", num_envs=2, reward_shape="column") as env:
+            env.step(torch.zeros(2, 1))
+    with pytest.raises(ValueError, match=r"Slider: actuator\(s\) \['push'\] have no ctrlrange"):
+        sims.make_env(f"{own_module}_nolimit:Slider", num_envs=1)
+    with pytest.raises(ValueError, match=r"no module 'nowhere_xyz' on the Python path or in "):
+        sims.make_env("nowhere_xyz:Slider", num_envs=1)
+    with pytest.raises(ValueError, match=rf"module '{own_module}' \(.*\) has no 'Slidr'"):
+        sims.make_env(f"{own_module}:Slidr", num_envs=1)
+    with pytest.raises(ValueError, match=r"built a int, not a sims.Task"):
+        sims.make_env(f"{own_module}:not_a_task", num_envs=1)
+    with pytest.raises(ValueError, match=r"unknown task 'slider'; known: .*'module:Class' for a Task of your own"):
+        sims.make_env("slider", num_envs=1)
+
+
+def test_observations_that_are_not_batched_groups_are_told_so():
+    from sims.tasks.pendulum import Pendulum
+
+    class Bare(Pendulum):
+        def observations(self, sim):
+            return sim.qpos
+
+    class Flat(Pendulum):
+        def observations(self, sim):
+            return {"policy": sim.qpos[:, 0]}
+
+    for task, said in ((Bare(), r"Bare.observations must return a dict of observation groups"),
+                       (Flat(), r"Flat.observations: group 'policy' must be a \(num_envs=2, ...\) tensor .*got \(2,\)")):
+        with pytest.raises((TypeError, ValueError), match=said):
+            sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
