@@ -92,6 +92,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
     success = torch.zeros(env.num_envs, dtype=torch.bool)
     has_success = False
     while not bool(finished[:episodes].all()):
+        check_finite("observation", obs)
         action = controller.act(obs)
         check_finite("action", action)
         obs, reward, terminated, truncated, info = env.step(action.to(env.device))

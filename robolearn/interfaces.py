@@ -167,6 +167,11 @@ class Controller(nn.Module, ABC):
 
     def read(self, obs: Obs) -> torch.Tensor:
         """``obs`` as this controller's network input (:func:`controller_input`), on its device."""
+        if "_parameters" not in self.__dict__:  # nn.Module's own error would name an internal attribute
+            raise TypeError(f"{type(self).__name__}.__init__ must call super().__init__() (a Controller is an nn.Module)")
+        if getattr(self, "obs_size", None) is None:
+            raise TypeError(f"{type(self).__name__} must set obs_size in __init__: the width of the flat observation "
+                            f"it reads (the sum of its obs_groups' widths, {list(self.obs_groups)})")
         weights = next(itertools.chain(self.parameters(), self.buffers()), None)
         device = weights.device if weights is not None else None
         return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, device)

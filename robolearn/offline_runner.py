@@ -68,8 +68,9 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:
+        hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
-                           + "; ".join(problems) + " (dataset vs env)")
+                           + "; ".join(problems) + f" (dataset vs env){hint}")
 
 
 def _spanning_the_run(cfg: TrainConfig) -> TrainConfig:

@@ -648,10 +648,14 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
     """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
     if logger is not None:
         logger.close()
+    if str(err).startswith(("observation", "reward")):  # the env made it, whatever the learner does
+        cause = (f"the env produced it: check task '{runner.cfg.env.task}' (its observations and rewards, "
+                 "or physics that diverged)")
+    else:
+        cause = "check the config's learning rate, batch size and the data"
     if not runner.checkpoint_path.is_file():
-        return NonFiniteError(f"{err}; training stopped before its first checkpoint (nothing to resume): "
-                              "check the config's learning rate, batch size and the data")
-    return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}")
+        return NonFiniteError(f"{err}; training stopped before its first checkpoint (nothing to resume): {cause}")
+    return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}; {cause}")
 
 
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,

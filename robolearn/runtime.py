@@ -185,6 +185,7 @@ def run(
         episode_return = 0.0
         while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
             t0 = time.perf_counter()
+            check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
             commanded = controller.act(obs).to(env.device)
             check_finite("action", commanded)  # a broken controller stops here, before the robot or sim
             t1 = time.perf_counter()

@@ -114,7 +114,8 @@ def test_a_config_that_cannot_be_written_leaves_no_run_and_closes_the_env(root, 
 def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
     cfg = load_config("bc_hopper", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted", "logging.wandb=disabled"])
     with pytest.raises(DatasetError, match=r"dataset 'pendulum-scripted-v0' does not fit the config's env 'hopper': "
-                                           r"task 'pendulum' vs 'hopper'; observations .*\(3,\).*\(11,\)"):
+                                           r"task 'pendulum' vs 'hopper'; observations .*\(3,\).*\(11,\).*"
+                                           r"\(dataset vs env\); to train on it, add env.task=pendulum$"):
         OfflineRunner(cfg)
     assert not (tmp_path / "runs").exists()  # nothing written for a refused run
 

@@ -124,7 +124,8 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     monkeypatch.setattr(runner.agent, "update", lambda batch: update(batch) if torch.isfinite(batch["reward"]).all()
                         else pytest.fail("an update saw the NaN reward"))
     said = r"reward contains NaN or inf" if not deferred else r"reward contained NaN or inf during this iteration"
-    with pytest.raises(NonFiniteError, match=said + "; training stopped, last good checkpoint kept"):
+    with pytest.raises(NonFiniteError, match=said + "; training stopped, last good checkpoint kept at .*latest.pt; "
+                       "the env produced it: check task 'cartpole'"):
         runner.train()
     runner.close()
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2

@@ -151,3 +151,40 @@ def test_a_nan_action_stops_the_loop_before_the_env_steps():
     with pytest.raises(NonFiniteError, match="action contains NaN or inf"):
         run(NaNAfter3(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=100, stats=stats)
     assert stats.steps == 3
+
+
+def test_nan_observations_are_said_as_the_envs_before_the_controller_acts():
+    from sims.tasks.pendulum import Pendulum
+
+    class Broken(Pendulum):
+        def observations(self, sim):
+            obs = super().observations(sim)
+            return {"policy": obs["policy"] * (torch.nan if self.broken else 1.0)}
+
+    task = Broken()
+    task.broken = False
+    env = sims.TaskEnv(task, sims.make_backend("mujoco", task, 1, "cpu", 1))
+    task.broken = True
+    with pytest.raises(NonFiniteError, match=r"^observation\['policy'\] contains NaN or inf"):
+        run(Zero(1), env, rate_hz=0, steps=3)
+
+
+def test_a_controller_of_ones_own_that_forgets_its_setup_is_told_what_to_set():
+    from robolearn.interfaces import Controller
+
+    class NoSize(Controller):
+        def forward(self, x):
+            return x
+
+    class NoSuper(Controller):
+        def __init__(self):
+            self.obs_size = 3
+
+        def forward(self, x):
+            return x
+
+    obs = {"policy": torch.zeros(2, 3)}
+    with pytest.raises(TypeError, match="NoSize must set obs_size in __init__"):
+        NoSize().act(obs)
+    with pytest.raises(TypeError, match=r"NoSuper.__init__ must call super\(\).__init__\(\)"):
+        NoSuper().act(obs)
