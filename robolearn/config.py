@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -280,6 +281,17 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     return cls(**values)
 
 
+def checkable(hint: Any) -> bool:
+    """Whether :func:`check_value` knows ``hint``: Any, bool, int, float, str, Literal, and unions, lists,
+    tuples and dicts of those. Anything else (a Sequence, a Callable, an array) it would wrongly refuse."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint in (bool, int, float, str, type(None)) or origin in (Literal, dict):
+        return True
+    if origin in (typing.Union, types.UnionType, tuple, list):
+        return all(checkable(arg) for arg in args if arg is not Ellipsis)
+    return False
+
+
 def check_value(value: Any, hint: Any, key: str) -> Any:
     """Return ``value`` coerced to ``hint`` where lossless, or raise naming ``key``."""
     origin = typing.get_origin(hint)
@@ -305,8 +317,9 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         if origin is tuple and args and args[-1] is not Ellipsis and len(value) != len(args):
             raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)} ({list(value)!r})")
-        inner = args[0] if args else Any
-        items = [check_value(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        fixed = origin is tuple and args and args[-1] is not Ellipsis  # tuple[str, float]: each position its own
+        hints = args if fixed else [args[0] if args else Any] * len(value)
+        items = [check_value(v, h, f"{key}[{i}]") for i, (v, h) in enumerate(zip(value, hints))]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if value is None:  # `env.randomization=null`: none, as an empty mapping means
@@ -316,8 +329,10 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
         return value
     if hint is str and isinstance(value, Path):  # run_dir=Path(...) from Python
         return str(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if hint is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)  # an int, or a numpy number from Python
+    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
     if hint is float and isinstance(value, str):
         try:  # YAML reads 3e-4 as a string; accept it
             return float(value)

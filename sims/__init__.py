@@ -139,7 +139,7 @@ def task_builder(task: str) -> Callable[..., Task]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        if err.name and module_name.startswith(err.name):  # the task's module itself, not one it imports
+        if err.name == module_name or module_name.startswith(f"{err.name}."):  # its own, not one it imports
             raise ValueError(f"env.task={task}: no module '{module_name}' on the Python path or in "
                              f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
         raise
@@ -158,9 +158,10 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     whole = builder
     if isinstance(builder, functools.partial):  # point_maze_medium = PointMaze with its layout fixed
         builder, fixed = builder.func, builder.keywords
-    allowed = sorted(name for name, p in inspect.signature(builder).parameters.items()
-                     if p.kind is not p.VAR_KEYWORD and name not in fixed)
-    unknown = sorted(set(kwargs) - set(allowed))
+    parameters = inspect.signature(builder).parameters.values()
+    allowed = sorted(p.name for p in parameters if p.kind is not p.VAR_KEYWORD and p.name not in fixed)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)  # a factory passing **settings on
+    unknown = [] if takes_any else sorted(set(kwargs) - set(allowed))
     if set(unknown) & set(fixed):
         key = sorted(set(unknown) & set(fixed))[0]
         others = sorted(name for name, b in TASKS.items() if isinstance(b, functools.partial) and b.func is builder)
@@ -170,13 +171,14 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
                          f"{', '.join(allowed + list(WARP_BUFFERS))}")
     if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
-        from robolearn.config import check_value
+        from robolearn.config import check_value, checkable
 
         try:
             hints = typing.get_type_hints(builder)
         except (NameError, TypeError):  # annotations naming what only a type checker imports: unchecked
             hints = {}
-        kwargs = {key: check_value(value, hints[key], f"env.kwargs.{key}") if key in hints else value
+        checked = {key: hint for key, hint in hints.items() if checkable(hint)}  # a Sequence, a Callable: as given
+        kwargs = {key: check_value(value, checked[key], f"env.kwargs.{key}") if key in checked else value
                   for key, value in kwargs.items()}
     spec = whole(**kwargs)
     if not isinstance(spec, Task):

@@ -113,3 +113,48 @@ def test_observations_that_are_not_batched_groups_are_told_so():
                        (Flat(), r"Flat.observations: group 'policy' must be a \(num_envs=2, ...\) tensor .*got \(2,\)")):
         with pytest.raises((TypeError, ValueError), match=said):
             sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
+
+
+LOOSE = '''
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from {module} import Slider
+
+
+@dataclass(kw_only=True)
+class Loose(Slider):
+    """Settings whose types the config checker does not know are passed as given."""
+    targets: Sequence[float] = (0.5,)
+    shaping: Callable | None = None
+    pair: tuple[str, float] = ("a", 1.0)
+
+
+def factory(**settings):
+    return Loose(**settings)
+'''
+
+
+def test_settings_of_every_kind_reach_an_own_task_and_a_factory_takes_any(own_module):
+    import numpy as np
+
+    with open(f"{own_module}_loose.py", "w") as f:
+        f.write(LOOSE.format(module=own_module))
+    try:
+        for builder in ("Loose", "factory"):
+            with sims.make_env(f"{own_module}_loose:{builder}", num_envs=1, targets=[0.2, 0.3], shaping=abs,
+                               pair=["b", 2], max_episode_steps=np.int64(7)) as env:
+                assert env.task.targets == [0.2, 0.3] and env.task.shaping is abs
+                assert env.max_episode_steps == 7  # a factory's settings pass as given; a dataclass's are checked:
+                assert env.task.pair == (("b", 2.0) if builder == "Loose" else ["b", 2])
+        with pytest.raises(ValueError, match=r"env.kwargs.pair\[0\]: expected str, got 3"):
+            sims.make_env(f"{own_module}_loose:Loose", num_envs=1, pair=[3, 2])
+    finally:
+        sys.modules.pop(f"{own_module}_loose", None)
+
+
+def test_a_module_that_imports_a_missing_one_is_not_said_missing_itself(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gym_reach_xyz.py").write_text("import gym_xyz_not_installed\n")
+    with pytest.raises(ModuleNotFoundError, match="gym_xyz_not_installed"):
+        sims.make_env("gym_reach_xyz:Task", num_envs=1)
