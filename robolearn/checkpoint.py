@@ -101,7 +101,7 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any) -> None:
     state = load_tensors(path, "replay buffer", remedy, map_location=device)
     try:
         replay.load_state_dict(state)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
         raise CheckpointError(f"{path}: not a robolearn replay buffer ({err!r}); {remedy}") from None
     saved_at = state.get("env_steps")
     if saved_at is not None and int(saved_at) != env_steps:

@@ -46,30 +46,30 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     names = _labels(list(logs))
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
-    counters, curves = set(), 0
+    counters, legend = set(), {}  # label -> a line drawn with it: one legend for every row
     for (run, lines), name in zip(logs.items(), names):
         phases = _phases(lines)
         for phase, (counter, phase_lines) in phases.items():
             label = name if len(phases) == 1 else f"{name}: {phase or 'online'} ({counter.replace('_', ' ')})"
+            style = {"label": label, "color": f"C{len(legend) % 10}"}  # the same colour in every row
             counters.add(counter.replace("_", " "))
-            curves += 1
             for row, metric in enumerate(chosen):
                 points = [(line.get(counter), line.get("time"), line[metric]) for line in phase_lines
                           if _finite(line.get(metric)) and _finite(line.get(counter))]
                 if not points:
                     continue
                 steps, times, values = zip(*points)
-                axes[row, 0].plot(steps, values, label=label)
+                legend.setdefault(label, axes[row, 0].plot(steps, values, **style)[0])
                 if all(_finite(t) for t in times):
-                    axes[row, 1].plot([t / per for t in times], values, label=label)
+                    axes[row, 1].plot([t / per for t in times], values, **style)
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
         for ax in axes[row]:
             ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
-    if curves > 1:
-        axes[0, 0].legend(fontsize="small")
+    if len(legend) > 1:
+        axes[0, 0].legend(list(legend.values()), list(legend), fontsize="small")
     if len(runs) == 1:
         fig.suptitle(str(next(iter(logs))), fontsize="medium")
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time

@@ -648,11 +648,15 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
     """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
     if logger is not None:
         logger.close()
-    if str(err).startswith(("observation", "reward")):  # the env made it, whatever the learner does
-        cause = (f"the env produced it: check task '{runner.cfg.env.task}' (its observations and rewards, "
-                 "or physics that diverged)")
-    else:
-        cause = "check the config's learning rate, batch size and the data"
+    flagged = str(err).split(" contain")[0]  # what went bad: "reward", "action, observation['policy']", ...
+    env_check = f"check task '{runner.cfg.env.task}' (its observations and rewards, or physics that diverged)"
+    learner_check = "check the config's learning rate, batch size and the data"
+    if "observation" not in flagged and "reward" not in flagged:
+        cause = learner_check
+    elif "action" not in flagged:  # the env made it, whatever the learner does
+        cause = f"the env produced it: {env_check}"
+    else:  # on a GPU, read once per iteration: which went bad first is not known
+        cause = f"the env or the learner produced it: {env_check}, and {learner_check}"
     if not runner.checkpoint_path.is_file():
         return NonFiniteError(f"{err}; training stopped before its first checkpoint (nothing to resume): {cause}")
     return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}; {cause}")

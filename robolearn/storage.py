@@ -96,12 +96,14 @@ class ReplayBuffer:
             self.data, self.position, self.size = None, 0, 0
             return
         if next(iter(_leaves(data))).shape[0] == self.capacity:  # the same ring, as it was
-            self.data, self.position, self.size = map_batch(data, lambda t: t.to(self.device)), position, size
+            self.data = map_batch(data, lambda t: t.to(self.device))
+            self.position, self.size = position % self.capacity, size
             return
-        # the saved rows are the filled ones (size of them): oldest first once rolled to the write position
-        # (a ring that has not wrapped is written up to position == size, and rolls onto itself)
+        # The filled rows are the first ``size`` (files saved before the filled rows alone were saved hold the
+        # whole allocation), oldest first once rolled to the write position (a ring that has not wrapped
+        # was written up to position == size, and rolls onto itself).
         kept = min(size, self.capacity)
-        rows = map_batch(data, lambda t: t.roll(-position, 0)[size - kept:].to(self.device))
+        rows = map_batch(data, lambda t: t[:size].roll(-position, 0)[size - kept:].to(self.device))
         self.data = _allocate(rows, (self.capacity,), self.device)
         write_batch(self.data, rows, slice(0, kept))
         self.position, self.size = kept % self.capacity, kept

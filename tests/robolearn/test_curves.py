@@ -23,3 +23,20 @@ def test_a_fine_tuning_run_draws_its_offline_phase_too(tmp_path, monkeypatch):
     assert any("offline (updates)" in label for label in curves) and any("online (env steps)" in label for label in curves)
     assert sorted(x for line in by_time.lines for x in line.get_xdata()) == [1.0, 2.0, 2.5, 3.0]  # seconds: one clock
     assert by_steps.get_legend() is not None
+
+
+def test_each_phase_keeps_its_colour_in_every_row_and_one_legend_names_them_all(tmp_path, monkeypatch):
+    """A skill run: pretraining logs only its loss, the online phase only returns; the legend on the
+    first row still names both, and a phase has one colour across the rows."""
+    lines = [{"phase": "pretrain", "env_steps": 0, "pretrain_updates": u, "time": u / 100, "pretrain/loss": 1 / u}
+             for u in (100, 200)]
+    lines += [{"env_steps": s, "time": 2 + s / 100, "return": s / 10} for s in (100, 200)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs([tmp_path], tmp_path / "curves.png", metrics=["return", "pretrain/loss"])
+    axes = figures[0].axes  # return: steps, time; pretrain/loss: steps, time
+    labels = [text.get_text() for text in axes[0].get_legend().get_texts()]
+    assert len(labels) == 2 and any("pretrain (pretrain updates)" in label for label in labels)
+    return_colour, loss_colour = axes[0].lines[0].get_color(), axes[2].lines[0].get_color()
+    assert return_colour != loss_colour and axes[3].lines[0].get_color() == loss_colour

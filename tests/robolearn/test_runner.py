@@ -537,3 +537,16 @@ def test_a_resumed_run_logs_no_episode_length_until_an_episode_ends():
     assert stats.metrics() == {"return": 11.0}
     stats.add(torch.ones(2), torch.tensor([True, False]), {})
     assert stats.metrics()["episode_length"] == 2.0
+
+
+def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(tmp_path):
+    from types import SimpleNamespace
+
+    runner = SimpleNamespace(cfg=SimpleNamespace(env=SimpleNamespace(task="go1_flat")),
+                             checkpoint_path=tmp_path / "latest.pt")
+    said = {flagged: str(runner_module.stopped_by_nan(runner, None, NonFiniteError(f"{flagged} contained NaN or inf")))
+            for flagged in ("reward", "action", "loss/critic", "action, observation['policy']")}
+    assert "the env produced it: check task 'go1_flat'" in said["reward"]
+    assert "learning rate" in said["action"] and "task" not in said["action"] and "learning rate" in said["loss/critic"]
+    assert "the env or the learner produced it: check task 'go1_flat'" in said["action, observation['policy']"]
+    assert "learning rate" in said["action, observation['policy']"]

@@ -83,3 +83,14 @@ def test_a_wrapped_replay_restores_into_a_bigger_or_smaller_buffer_oldest_first(
     assert smaller.data["reward"].tolist() == [float(v) for v in range(7, 13)]  # the newest six
     smaller.add(_rows([100.0]))
     assert smaller.data["reward"][0] == 100.0  # overwrites the oldest (7)
+
+
+def test_an_older_replay_file_holding_its_whole_allocation_restores_into_another_size():
+    """Files saved before the filled rows alone were saved hold all ``capacity`` rows."""
+    old = ReplayBuffer(capacity=8, device=torch.device("cpu"))
+    old.add(_rows([1.0, 2.0, 3.0]))
+    state = {"data": old.data, "position": old.position, "size": old.size}  # 8 rows, 3 filled
+    for capacity, expected in ((16, [1.0, 2.0, 3.0]), (2, [2.0, 3.0])):
+        restored = ReplayBuffer(capacity=capacity, device=torch.device("cpu"))
+        restored.load_state_dict(state)
+        assert restored.size == len(expected) and restored.data["reward"][: len(expected)].tolist() == expected

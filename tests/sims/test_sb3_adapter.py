@@ -21,7 +21,8 @@ def test_terminal_observations_and_time_limits() -> None:
     vec.close()
 
 
-def test_sb3_ppo_trains_on_our_env() -> None:
+def test_sb3_ppo_trains_on_our_env(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # else SB3 leaves an empty SB3-<time> folder in /tmp per run
     vec = VecEnvAsSB3(make_env("cartpole", num_envs=4, seed=0))
     model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
     model.learn(256)
