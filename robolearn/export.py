@@ -33,7 +33,7 @@ import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes
 from robolearn.chunking import ActionQueue
-from robolearn.interfaces import Controller, Obs, controller_input
+from robolearn.interfaces import Controller, Obs, check_setup, controller_input
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
@@ -51,6 +51,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}")
+    check_setup(controller)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     controller = controller.cpu().eval()
@@ -63,11 +64,18 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
             torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
+        traced = torch.jit.load(io.BytesIO(buffer.getvalue()))
+        _check_same_outputs(controller, inputs, lambda *args: traced(*args), "TorchScript")
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
         atomic_write_bytes(paths["torchscript"], lambda f: f.write(buffer.getvalue()))
     if "onnx" in formats:
+        import onnxruntime
+
         paths["onnx"] = out_dir / FILENAMES["onnx"]
         onnx_bytes = _onnx_bytes(controller, inputs)
+        session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+        _check_same_outputs(controller, inputs, lambda *args: [torch.from_numpy(out) for out in session.run(
+            None, {name: a.numpy() for name, a in zip(inputs, args)})], "ONNX")
         atomic_write_bytes(paths["onnx"], lambda f: f.write(onnx_bytes))
     meta = {
         "obs_groups": list(controller.obs_groups),
@@ -81,6 +89,26 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     paths["meta"] = out_dir / "controller.json"
     atomic_write_bytes(paths["meta"], lambda f: f.write(json.dumps(meta, indent=2).encode()))
     return paths
+
+
+def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor], exported: Any, fmt: str) -> None:
+    """Refuse an export whose outputs differ from the controller's own on a batch of random observations
+    (and the fresh-start state): tracing turns what ``forward`` computes outside torch (numpy, Python math
+    on tensor values) into constants, and the file would drive a robot with them."""
+    generator = torch.Generator().manual_seed(0)
+    probe = {name: torch.randn(3, *t.shape[1:], generator=generator) if name == "obs" else
+             torch.zeros(3, *t.shape[1:], dtype=t.dtype) for name, t in inputs.items()}
+    with torch.no_grad():
+        expected, got = controller(*probe.values()), exported(*probe.values())
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    for name, want, have in zip(controller.export_outputs(), expected, got):
+        if want.shape != have.shape or not torch.allclose(want.float(), have.float(), rtol=1e-3, atol=1e-4):
+            diff = (want.float() - have.float()).abs().max().item() if want.shape == have.shape else None
+            found = f"shape {tuple(have.shape)} for {tuple(want.shape)}" if diff is None else f"max difference {diff:.3g}"
+            raise ValueError(f"{type(controller).__name__}: its {fmt} export computes another '{name}' than it does "
+                             f"({found}): forward must compute with torch operations only, as numpy or Python math on "
+                             "tensor values becomes a constant when exported")
 
 
 def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:

@@ -139,6 +139,16 @@ def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "c
     return x
 
 
+def check_setup(controller: nn.Module) -> None:
+    """A controller of one's own that skipped a step of its ``__init__`` is told which (acting and
+    exporting call this), not nn.Module's error about an internal attribute."""
+    if "_parameters" not in controller.__dict__:
+        raise TypeError(f"{type(controller).__name__}.__init__ must call super().__init__() (a Controller is an nn.Module)")
+    if getattr(controller, "obs_size", None) is None:
+        raise TypeError(f"{type(controller).__name__} must set obs_size in __init__: the width of the flat observation "
+                        f"it reads (the sum of its obs_groups' widths, {list(getattr(controller, 'obs_groups', ()))})")
+
+
 class Controller(nn.Module, ABC):
     """The one policy interface: simulators, datasets and robots all call this.
 
@@ -167,11 +177,7 @@ class Controller(nn.Module, ABC):
 
     def read(self, obs: Obs) -> torch.Tensor:
         """``obs`` as this controller's network input (:func:`controller_input`), on its device."""
-        if "_parameters" not in self.__dict__:  # nn.Module's own error would name an internal attribute
-            raise TypeError(f"{type(self).__name__}.__init__ must call super().__init__() (a Controller is an nn.Module)")
-        if getattr(self, "obs_size", None) is None:
-            raise TypeError(f"{type(self).__name__} must set obs_size in __init__: the width of the flat observation "
-                            f"it reads (the sum of its obs_groups' widths, {list(self.obs_groups)})")
+        check_setup(self)
         weights = next(itertools.chain(self.parameters(), self.buffers()), None)
         device = weights.device if weights is not None else None
         return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, device)

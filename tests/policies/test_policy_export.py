@@ -92,3 +92,21 @@ def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_o
             driver.act(obs["policy"])
         with pytest.raises(ValueError, match=r"batched, \(num_envs, ...\); got shapes \{'policy': \(4,\)\}"):
             driver.act({"policy": torch.zeros(4)})
+
+
+def test_a_controller_computing_outside_torch_is_refused_before_its_file_is_written(tmp_path) -> None:
+    """Traced, numpy math on the observation becomes a constant: the file would drive a robot with it."""
+    from robolearn.interfaces import Controller
+
+    class NumpyGain(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 3
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.as_tensor(np.tanh(obs.numpy()[:, :1]))
+
+    with pytest.raises(ValueError, match=r"NumpyGain: its TorchScript export computes another 'action' than it does "
+                                         r"\(shape \(2, 1\) for \(3, 1\)\): forward must compute with torch operations only"):
+        export_controller(NumpyGain(), tmp_path, formats=("torchscript",))
+    assert not list(tmp_path.iterdir())

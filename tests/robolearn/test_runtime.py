@@ -188,3 +188,15 @@ def test_a_controller_of_ones_own_that_forgets_its_setup_is_told_what_to_set():
         NoSize().act(obs)
     with pytest.raises(TypeError, match=r"NoSuper.__init__ must call super\(\).__init__\(\)"):
         NoSuper().act(obs)
+
+
+def test_exporting_a_controller_without_obs_size_says_so(tmp_path):
+    from robolearn.export import export_controller
+    from robolearn.interfaces import Controller
+
+    class NoSize(Controller):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(TypeError, match="NoSize must set obs_size in __init__"):
+        export_controller(NoSize(), tmp_path)
