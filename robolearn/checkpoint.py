@@ -8,6 +8,7 @@ with ``torch.load(weights_only=True)`` (a checkpoint file cannot run code).
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import tempfile
@@ -53,7 +54,28 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
 def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any], progress: dict[str, Any]) -> None:
     """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG."""
     payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress}
+    check_loadable(payload, "checkpoint")
     atomic_write_bytes(Path(path), lambda f: torch.save(payload, f))
+
+
+# what torch.load(weights_only=True) reads back: leaves of exactly these types (a numpy float is a float
+# subclass, but pickles as numpy's and is refused), in dicts, lists, tuples and sets
+_LEAVES = (int, float, bool, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
+_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+
+
+def check_loadable(value: Any, where: str) -> None:
+    """Refuse to save what could not be loaded back without running code, naming the key and its type:
+    said when an agent of one's own puts a numpy number in its state, not at the resume as a corrupt file."""
+    if isinstance(value, torch.Tensor) or type(value) in _LEAVES:
+        return
+    if type(value) not in _CONTAINERS:
+        raise CheckpointError(f"cannot save {where}: a {type(value).__module__}.{type(value).__qualname__} would not load "
+                              "with torch.load(weights_only=True); store tensors, numbers, strings, lists and dicts "
+                              "(float(x), int(x), x.tolist(), torch.as_tensor(x))")
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        check_loadable(item, f"{where}[{key!r}]")
 
 
 # what torch.load raises on a truncated, corrupt or code-carrying file (a truncated zip: OSError EINVAL)
@@ -89,6 +111,7 @@ def save_replay(path: Path, replay: Any, env_steps: int) -> None:
     the env steps it holds. Written before the checkpoint: a kill during this, the long write, leaves both
     files as they were; a kill between the two is caught by the stamp on resume."""
     state = {**replay.state_dict(), "env_steps": int(env_steps)}
+    check_loadable(state, "replay buffer")
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 

@@ -68,3 +68,17 @@ def test_cut_short_at_any_length_is_a_checkpoint_error(tmp_path):
         cut.write_bytes(data[:size])
         with pytest.raises(CheckpointError, match=f"cut{size}.pt: not a readable robolearn checkpoint"):
             load_checkpoint(cut)
+
+
+def test_what_would_not_load_back_is_refused_at_save_naming_its_key(tmp_path):
+    import numpy as np
+
+    agent = {"actor": {"weight": torch.ones(2)}, "optimizer": {"state": {}, "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99)}]},
+             "extra": {"scale": np.float64(2.0)}}
+    with pytest.raises(CheckpointError, match=r"cannot save checkpoint\['agent'\]\['extra'\]\['scale'\]: a numpy.float64 "
+                                              r"would not load with torch.load\(weights_only=True\)"):
+        save_checkpoint(tmp_path / "latest.pt", config={}, agent=agent, progress={})
+    assert not (tmp_path / "latest.pt").exists()
+    agent["extra"]["scale"] = float(agent["extra"]["scale"])
+    save_checkpoint(tmp_path / "latest.pt", config={}, agent=agent, progress={"steps": 3})
+    assert load_checkpoint(tmp_path / "latest.pt")["agent"]["extra"]["scale"] == 2.0
