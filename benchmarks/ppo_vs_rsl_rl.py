@@ -45,7 +45,6 @@ from rsl_rl.runners import OnPolicyRunner
 
 from common import machine, task_env, write_result
 from robolearn.config import TrainConfig, load_config
-from robolearn.registry import agent_configs
 from robolearn.runner import Runner
 from sims.adapters.rsl_rl import VecEnvAsRslRl
 
@@ -53,7 +52,7 @@ from sims.adapters.rsl_rl import VecEnvAsRslRl
 def train_config(task: str, num_envs: int, device: str, backend: str, run_dir: str,
                  overrides: list[str] | None = None) -> TrainConfig:
     """``configs/ppo_<task>.yaml`` with ``overrides`` (key=value), without checkpoints, evaluation, video or W&B."""
-    cfg = load_config(f"ppo_{task}", overrides or [], agent_configs=agent_configs())
+    cfg = load_config(f"ppo_{task}", overrides or [])
     cfg.env.num_envs, cfg.env.device, cfg.run_dir = num_envs, device, run_dir
     cfg.env.backend = backend
     cfg.runner.checkpoint_every = 10**9

@@ -34,11 +34,10 @@ REALITY = dict(mass_scale=1.5, damping_scale=1.6, friction_scale=3.0, gain_scale
 
 def train_run(config: str, steps: int, seed: int) -> Path:
     from robolearn.config import load_config
-    from robolearn.registry import agent_configs
     from robolearn.runner import train
 
     cfg = load_config(config, [f"runner.total_steps={steps}", f"seed={seed}", "run_dir=runs/sim_to_real",
-                               "logging.wandb=disabled", "runner.video_seconds=0"], agent_configs())
+                               "logging.wandb=disabled", "runner.video_seconds=0"])
     return train(cfg).run_dir
 
 

@@ -186,7 +186,6 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from robolearn.registry import agent_configs
     from robolearn.runner import train
 
     config = args.config
@@ -200,7 +199,7 @@ def _train(args: argparse.Namespace) -> int:
         config = args.resume / "config.yaml"
         if not config.is_file():
             raise FileNotFoundError(f"{args.resume}: not a run directory (no config.yaml)")
-    cfg = load_config(config, args.overrides, agent_configs())
+    cfg = load_config(config, args.overrides)
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
     if args.nproc is None:
@@ -210,9 +209,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     if args.nproc > 1:
-        from policies import AGENTS
+        from policies import AGENTS, agent_entry
 
-        agent_cls = AGENTS[cfg.algo][1]
+        agent_cls = agent_entry(cfg.algo)[1]
         if not getattr(agent_cls, "data_parallel", False) or cfg.dataset:
             parallel = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "data_parallel", False))
             raise ConfigError(f"--nproc {args.nproc}: algo '{cfg.algo}' does not average its gradients over ranks "
@@ -388,12 +387,12 @@ def _export(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     import sims
-    from robolearn.registry import agent_configs
+    from policies import AGENTS
     from robolearn.run_lock import holder
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
-    print("algorithms: " + " ".join(sorted(agent_configs())))
+    print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")
     print("robots:     " + " ".join(sorted(p.stem for p in (CONFIG_DIR / "robots").glob("*.yaml")))
           + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")
     runs = sorted(args.runs.glob("*/*/config.yaml")) if args.runs.is_dir() else []

@@ -136,8 +136,7 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}invalid YAML: {problem}{opened}; fix the syntax"
 
 
-def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mapping[str, Any] = (),
-                agent_configs: dict[str, type] | None = None) -> TrainConfig:
+def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
     """Read ``path`` (or the default config), apply ``key=value`` overrides (a list, one string, or a
     mapping ``{"runner.total_steps": 1e5}``), validate."""
     if isinstance(overrides, str):
@@ -168,7 +167,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         # has the key, so a resume keeps the name it had
         task = _task_of(raw)
         raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
-    return config_from_dict(raw, agent_configs)
+    return config_from_dict(raw)
 
 
 def _task_of(raw: dict[str, Any]) -> Any:
@@ -177,7 +176,7 @@ def _task_of(raw: dict[str, Any]) -> Any:
     return env.get("task") if isinstance(env, dict) else None
 
 
-def load_run_config(run_dir: str | Path, agent_configs: dict[str, type] | None = None) -> TrainConfig:
+def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
@@ -186,16 +185,16 @@ def load_run_config(run_dir: str | Path, agent_configs: dict[str, type] | None =
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     try:
-        return config_from_dict(raw, agent_configs)
+        return config_from_dict(raw)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
 
 
-def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None = None) -> TrainConfig:
-    if agent_configs is None:
-        from policies import AGENTS
+def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
+    """A validated :class:`TrainConfig` from plain data; the ``agent`` section is the settings of ``algo``
+    (one of ``policies.AGENTS``, or ``module:Class`` for an algorithm of one's own)."""
+    from policies import agent_entry
 
-        agent_configs = {name: cfg for name, (cfg, _) in AGENTS.items()}
     raw = dict(raw)
     agent_raw = raw.pop("agent", None) or {}
     cfg = build_dataclass(TrainConfig, raw, "")
@@ -209,11 +208,10 @@ def config_from_dict(raw: dict[str, Any], agent_configs: dict[str, type] | None 
     for key in ("eval_episodes", "random_steps", "video_seconds", "max_minutes", "utd_ratio"):
         if getattr(cfg.runner, key) < 0:
             raise ConfigError(f"runner.{key}: must not be negative (0 turns it off), got {getattr(cfg.runner, key)}")
-    if cfg.algo not in agent_configs:
-        raise ConfigError(f"algo: '{cfg.algo}' is not known; choose one of {sorted(agent_configs)}")
+    config_cls = agent_entry(cfg.algo)[0]
     if not isinstance(agent_raw, dict):
         raise ConfigError("agent: must be a mapping of the algorithm's settings")
-    cfg.agent = build_dataclass(agent_configs[cfg.algo], agent_raw, "agent.")
+    cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
     return cfg
 
 

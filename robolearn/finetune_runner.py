@@ -51,9 +51,9 @@ from robolearn.jsrl_curriculum import HorizonCurriculum
 
 def is_finetune(cfg: TrainConfig) -> bool:
     """Whether ``cfg.algo`` pretrains offline and fine-tunes online (``wsrl``, ``calql_finetune``, ``jsrl``)."""
-    from policies import AGENTS
+    from policies import agent_entry
 
-    return bool(getattr(AGENTS[cfg.algo][1], "finetune", False))
+    return bool(getattr(agent_entry(cfg.algo)[1], "finetune", False))
 
 
 @dataclass

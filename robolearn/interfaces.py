@@ -205,6 +205,14 @@ class Agent(ABC):
     whatever :meth:`act` returned besides ``action`` (e.g. the raw sample).
     Rollout batches have shape ``(steps, num_envs, ...)``; replay minibatches
     ``(batch_size, ...)``.
+
+    An agent is built as ``Agent(observation_spec, action_spec, config, device)``, ``config`` the
+    dataclass of its settings (a config's ``agent:`` section). The runner reads ``config.num_steps``
+    (rollout length) of on-policy agents and ``config.buffer_size`` and ``config.batch_size`` of
+    off-policy ones. One of one's own trains as ``algo=module:Class`` once the class names that
+    dataclass as ``config_class`` (``policies.agent_entry``). Optional, read where present:
+    ``data_parallel`` (below), ``random_act(obs)`` (the first ``runner.random_steps`` actions) and
+    ``sample(replay, batch_size, num_envs)`` (windows of consecutive steps) of off-policy agents.
     """
 
     on_policy: bool

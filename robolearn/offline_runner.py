@@ -50,9 +50,9 @@ UPDATES_PER_ITERATION = 1000
 def is_offline(cfg: TrainConfig) -> bool:
     """Whether ``cfg`` is an offline run: an offline algorithm, or a run given a dataset whose
     algorithm does not pretrain on it before training online (those go to the online runner)."""
-    from policies import AGENTS
+    from policies import agent_entry
 
-    agent_cls = AGENTS[cfg.algo][1]
+    agent_cls = agent_entry(cfg.algo)[1]
     return bool(getattr(agent_cls, "offline", False)) or (bool(cfg.dataset) and not getattr(agent_cls, "pretrains", False))
 
 
@@ -113,10 +113,10 @@ class OfflineRunner:
     """Trains offline ``cfg.algo`` on ``cfg.dataset`` and leaves a self-contained run directory."""
 
     def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
-        from policies import AGENTS
+        from policies import AGENTS, agent_entry
 
         cfg = validated(cfg)
-        if not getattr(AGENTS[cfg.algo][1], "offline", False):
+        if not getattr(agent_entry(cfg.algo)[1], "offline", False):
             takes = {kind: sorted(name for name, (_, cls) in AGENTS.items()
                                   if getattr(cls, kind, False) and (kind == "finetune" or not getattr(cls, "finetune", False)))
                      for kind in ("offline", "pretrains", "finetune")}

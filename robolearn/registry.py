@@ -35,13 +35,7 @@ def resolve_backend(cfg: EnvConfig) -> None:
 
 def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     """Build the agent named by ``cfg.algo`` for ``env``'s observation and action specs."""
-    from policies import AGENTS
+    from policies import agent_entry
 
-    _, agent_cls = AGENTS[cfg.algo]
+    _, agent_cls = agent_entry(cfg.algo)
     return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
-
-
-def agent_configs() -> dict[str, type]:
-    from policies import AGENTS
-
-    return {name: cfg for name, (cfg, _) in AGENTS.items()}

@@ -62,7 +62,7 @@ from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.run_lock import RunLock
-from robolearn.registry import agent_configs, make_agent, make_env, resolve_backend
+from robolearn.registry import make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
 OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
@@ -186,6 +186,21 @@ def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
 
 
+def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
+    """What the online runner reads of an agent and its settings, checked before anything runs: an algorithm
+    of one's own missing one is told which, not an AttributeError deep in the loop."""
+    name = type(agent).__name__
+    if not isinstance(getattr(agent, "on_policy", None), bool):
+        raise ConfigError(f"algo '{cfg.algo}': {name} must say on_policy = True (PPO-like: it learns from whole "
+                          "rollouts) or False (SAC-like: from replay minibatches)")
+    needs = ("num_steps",) if agent.on_policy else ("buffer_size", "batch_size")
+    missing = [key for key in needs if not hasattr(cfg.agent, key)]
+    if missing:
+        why = "steps per env in each rollout" if agent.on_policy else "the replay buffer's rows and the minibatch size"
+        raise ConfigError(f"algo '{cfg.algo}': {type(cfg.agent).__name__} needs {', '.join(missing)} ({why}), "
+                          "which the runner reads")
+
+
 def write_config_or_undo(runner: Any, resume: Path | None) -> None:
     """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
     it was just made for this run (never a resumed one), close the runner's envs, and raise."""
@@ -200,7 +215,7 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
 
 def read_run_config(run_dir: Path) -> TrainConfig:
     """The config ``run_dir`` was trained with; a missing or malformed config.yaml is an error naming it."""
-    return load_run_config(run_dir, agent_configs())
+    return load_run_config(run_dir)
 
 
 def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:
@@ -255,6 +270,7 @@ class Runner:
             self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
             self._finite = FiniteWatch(self.env.device)  # on a GPU, read once per iteration
             self.agent = make_agent(cfg, self.env)
+            check_agent_contract(cfg, self.agent)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
             self.progress = Progress(world_size=self.world_size)
@@ -531,6 +547,8 @@ class Runner:
         return self.replay.sample(self.cfg.agent.batch_size)
 
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
+        if not isinstance(out, dict) or "action" not in out:  # an agent of one's own: said, not an IndexError
+            raise TypeError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
         self._finite("action", out["action"])
         next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
         self._finite("observation", next_obs)
@@ -703,7 +721,13 @@ def _hint_on_ctrl_c(how: str) -> Iterator[None]:
 
 
 def _check_metrics(metrics: dict[str, float]) -> None:
+    """An update's metrics: one finite number each (an agent of one's own returning a vector is told so)."""
+    if not isinstance(metrics, dict):
+        raise TypeError(f"an agent's update returns a dict of scalar metrics to log, got {type(metrics).__name__}")
     for key, value in metrics.items():
+        size = value.numel() if isinstance(value, torch.Tensor) else np.size(value)
+        if size != 1:
+            raise TypeError(f"update metric '{key}': one number per metric, got {size} values")
         if not np.isfinite(float(value)):
             raise NonFiniteError(f"update metric '{key}' is {float(value)}")
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import inspect
-import os
-import sys
 import typing
 import warnings
 from typing import Any, Callable
@@ -124,30 +121,20 @@ def make_env(
 
 def task_builder(task: str) -> Callable[..., Task]:
     """``TASKS[task]``, or for ``module:Name`` (a task of your own: a :class:`Task` subclass or a function
-    returning one) ``Name`` from ``module``, imported. The module is looked for on ``sys.path`` and then in
-    the current directory (as ``python -m`` would: the ``robolearn`` script alone does not search it), so
-    ``robolearn train ppo_reacher env.task=my_task:TwoLinkReach`` runs ``my_task.py`` from here; the run's
-    config keeps the name, so eval, play and export find it again."""
+    returning one) ``Name`` from ``module``, imported (:func:`robolearn.plugins.import_named`: from the
+    Python path or the current folder), so ``robolearn train ppo_reacher env.task=my_task:TwoLinkReach``
+    runs ``my_task.py`` from here; the run's config keeps the name, so eval, play and export find it again."""
+    from robolearn.plugins import import_named
+
     if task in TASKS:
         return TASKS[task]
-    module_name, colon, attr = task.partition(":")
-    if not (colon and module_name and attr):
+    if ":" not in task:
         raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}, '{GYM_PREFIX}<Gymnasium id>', "
                          f"'{MJLAB_PREFIX}<mjlab task id>', or 'module:Class' for a Task of your own")
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name == module_name or module_name.startswith(f"{err.name}."):  # its own, not one it imports
-            raise ValueError(f"env.task={task}: no module '{module_name}' on the Python path or in "
-                             f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
-        raise
-    builder = getattr(module, attr, None)
-    if builder is None:
-        raise ValueError(f"env.task={task}: module '{module_name}' ({module.__file__}) has no '{attr}'")
+    builder = import_named(task, "env.task")
     if not callable(builder) or (isinstance(builder, type) and not issubclass(builder, Task)):
-        raise ValueError(f"env.task={task}: '{attr}' is not a sims.Task subclass (nor a function returning one)")
+        raise ValueError(f"env.task={task}: '{task.partition(':')[2]}' is not a sims.Task subclass "
+                         "(nor a function returning one)")
     return builder
 
 

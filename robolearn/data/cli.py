@@ -123,9 +123,8 @@ def _record(args: argparse.Namespace) -> int:
     task, kwargs, controller_name, algorithm = args.task, {}, args.controller, None
     if args.run:
         from robolearn.config import load_run_config
-        from robolearn.registry import agent_configs
 
-        cfg = load_run_config(args.run, agent_configs())
+        cfg = load_run_config(args.run)
         task, kwargs, controller_name, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), f"run:{args.run}", cfg.algo
     elif args.controller != "random":
         if not Path(args.controller).is_file():

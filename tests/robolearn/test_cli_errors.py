@@ -74,10 +74,13 @@ class ToyAgentConfig:
 
 
 @pytest.mark.parametrize("gamma", [1.5, 0, -0.1])
-def test_gamma_outside_0_1_is_refused(gamma):
+def test_gamma_outside_0_1_is_refused(gamma, monkeypatch):
+    import policies
+
+    monkeypatch.setitem(policies.AGENTS, "toy", (ToyAgentConfig, object))
     with pytest.raises(ConfigError, match=r"agent.gamma: the discount must be in \(0, 1\]"):
-        config_from_dict({"algo": "toy", "agent": {"gamma": gamma}}, {"toy": ToyAgentConfig})
-    assert config_from_dict({"algo": "toy", "agent": {"gamma": 1}}, {"toy": ToyAgentConfig}).agent.gamma == 1.0
+        config_from_dict({"algo": "toy", "agent": {"gamma": gamma}})
+    assert config_from_dict({"algo": "toy", "agent": {"gamma": 1}}).agent.gamma == 1.0
 
 
 def test_gamma_through_the_cli(capsys):

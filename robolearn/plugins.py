@@ -1,0 +1,31 @@
+"""Parts of one's own, named ``module:Name`` where a setting takes a built-in name: ``env.task=my_task:Slider``,
+``algo=my_algo:Reinforce``. The name is what a run's config keeps, so eval, play, export and resume import it
+again by the same name."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+
+def import_named(name: str, setting: str) -> Any:
+    """``Name`` from ``module`` for ``module:Name``, imported. The module is looked for on ``sys.path``, then in
+    the current directory (as ``python -m`` would; the ``robolearn`` script alone does not search it).
+    Errors name ``setting`` (``env.task``, ``algo``) and what to do."""
+    module_name, colon, attr = name.partition(":")
+    if not (colon and module_name and attr):
+        raise ValueError(f"{setting}={name}: give a part of your own as module:Name")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name or module_name.startswith(f"{err.name}."):  # its own, not one it imports
+            raise ValueError(f"{setting}={name}: no module '{module_name}' on the Python path or in "
+                             f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
+        raise
+    if not hasattr(module, attr):
+        raise ValueError(f"{setting}={name}: module '{module_name}' ({module.__file__}) has no '{attr}'")
+    return getattr(module, attr)
