@@ -41,6 +41,9 @@ class EpisodeRecorder:
     def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        if any(self.directory.glob("episode_*.npz")):  # its episode_00000 would replace the other's
+            raise FileExistsError(f"{self.directory}: holds a recording already; record into a new folder "
+                                  "(robolearn.recording.unique_directory makes one)")
         self.metadata = metadata or {}
         self.episodes_written = 0
         self.steps_written = 0

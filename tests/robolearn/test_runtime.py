@@ -131,6 +131,9 @@ def test_recorders_started_together_never_share_a_folder(tmp_path):
     assert [r.directory.name for r in (first, second, third)] == ["20250101-120000", "20250101-120000-1",
                                                                   "20250101-120000-2"]
     assert all((r.directory / "metadata.json").is_file() for r in (first, second, third))
+    (first.directory / "episode_00000.npz").write_bytes(b"")  # a recording there already: not overwritten
+    with pytest.raises(FileExistsError, match="holds a recording already; record into a new folder"):
+        EpisodeRecorder(first.directory)
 
 
 def test_run_needs_a_stopping_rule():
@@ -200,3 +203,12 @@ def test_exporting_a_controller_without_obs_size_says_so(tmp_path):
 
     with pytest.raises(TypeError, match="NoSize must set obs_size in __init__"):
         export_controller(NoSize(), tmp_path)
+
+
+def test_a_controller_exported_at_another_rate_is_warned_about():
+    class FromFile(Zero):
+        meta = {"control_dt": 0.01}  # as ExportedController reads from controller.json
+
+    env = sims.make_env("arm_reach", 1, seed=0)  # 50 Hz
+    with pytest.warns(UserWarning, match="trained at 100 Hz, the env steps at 50 Hz"):
+        run(FromFile(4), env, rate_hz=0, steps=2)
