@@ -64,7 +64,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
             torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
-        traced = torch.jit.load(io.BytesIO(buffer.getvalue()))
+            traced = torch.jit.load(io.BytesIO(buffer.getvalue()))
         _check_same_outputs(controller, inputs, lambda *args: traced(*args), "TorchScript")
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
         atomic_write_bytes(paths["torchscript"], lambda f: f.write(buffer.getvalue()))
