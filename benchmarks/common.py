@@ -197,7 +197,7 @@ def load_goal_agent(run: Path, layout: str):
     prepared on its dataset (normalizer and goal sampler as in training). Returns ``(agent, algo, seed)``."""
     import torch
 
-    from policies import AGENTS
+    from policies import agent_entry
     from robolearn.checkpoint import load_checkpoint
     from robolearn.config import config_from_dict
     from robolearn.data import Dataset
@@ -208,7 +208,7 @@ def load_goal_agent(run: Path, layout: str):
     if cfg.env.task != f"point_maze_{layout}":
         raise SystemExit(f"{run} trained on {cfg.env.task}, not point_maze_{layout}")
     dataset = Dataset.load(cfg.dataset)
-    agent = AGENTS[algo][1](dataset.observation_spec, dataset.action_spec, cfg.agent, torch.device("cpu"))
+    agent = agent_entry(algo)[1](dataset.observation_spec, dataset.action_spec, cfg.agent, torch.device("cpu"))
     agent.prepare(dataset.transitions())
     agent.load_state_dict(payload["agent"])
     return agent, algo, seed

@@ -60,8 +60,9 @@ def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any]
 
 # what torch.load(weights_only=True) reads back: leaves of exactly these types (a numpy float is a float
 # subclass, but pickles as numpy's and is refused), in dicts, lists, tuples and sets
-_LEAVES = (int, float, bool, str, bytes, type(None), torch.Size, torch.dtype, torch.device)
-_CONTAINERS = (dict, collections.OrderedDict, list, tuple, set)
+_LEAVES = (int, float, complex, bool, str, bytes, bytearray, type(None), torch.Size, torch.dtype, torch.device,
+           torch.layout)
+_CONTAINERS = (dict, collections.OrderedDict, collections.Counter, list, tuple, set)
 
 
 def check_loadable(value: Any, where: str) -> None:

@@ -101,7 +101,7 @@ class TrainConfig:
 
     @property
     def run_name(self) -> str:
-        return self.name or f"{self.algo}_{self.env.task.replace(':', '_').replace('/', '_')}"
+        return self.name or "_".join(part.replace(":", "_").replace("/", "_") for part in (self.algo, self.env.task))
 
 
 def resolve_config_path(name_or_path: str | None) -> Path:

@@ -44,7 +44,7 @@ from robolearn.logger import RunLogger
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
-                              interrupted, iteration_rest, refuse_finished, stopped_by_nan)
+                              interrupted, iteration_rest, refuse_finished, stopped_by_nan, update_metrics)
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -299,7 +299,7 @@ class FinetuneRunner(OfflineRunner):
             self.progress.update_debt += cfg.runner.utd_ratio * env.num_envs
             while self.progress.update_debt >= 1.0:
                 self.ctrl_c.check()
-                for key, value in self.agent.update(self._batch()).items():
+                for key, value in update_metrics(self.agent.update(self._batch())).items():
                     sums[key] = sums.get(key, 0.0) + value  # not float(value): a host sync per update on a GPU
                 updates += 1
                 self.progress.online_updates += 1

@@ -40,8 +40,9 @@ from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, finish_run, interrupted, new_run_dir, read_run_config,
-                              iteration_rest, refuse_finished, stopped_by_nan, write_config_or_undo)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, finish_run, interrupted, iteration_rest,
+                              new_run_dir, read_run_config, refuse_finished, stopped_by_nan, update_metrics,
+                              write_config_or_undo)
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -265,7 +266,7 @@ class OfflineRunner:
         sample = getattr(self.agent, "sample", self.replay.sample)
         for _ in range(count):
             self.ctrl_c.check()
-            for key, value in self.agent.update(sample(self.cfg.agent.batch_size)).items():
+            for key, value in update_metrics(self.agent.update(sample(self.cfg.agent.batch_size))).items():
                 sums[key] = sums.get(key, 0.0) + value
                 counts[key] += 1
             self.progress.updates += 1

@@ -481,7 +481,7 @@ class Runner:
                 storage.add(transition)
         self._finite.verify()  # before the update learns from it (on a GPU, the one sync of the rollout)
         collected = time.perf_counter()
-        metrics = self.agent.update(storage.data)
+        metrics = update_metrics(self.agent.update(storage.data))
         _check_metrics(metrics)  # its values are host floats: the update has finished
         return obs, metrics | {"collect_time": collected - start, "update_time": time.perf_counter() - collected}
 
@@ -509,7 +509,7 @@ class Runner:
                 continue
             self.progress.update_debt += runner.utd_ratio * env.num_envs
             while self.progress.update_debt >= 1.0:
-                for key, value in self.agent.update(self._sample()).items():
+                for key, value in update_metrics(self.agent.update(self._sample())).items():
                     sums[key] = sums[key] + value  # not float(value): a host sync per update on a GPU
                 updates += 1
                 self.progress.update_debt -= 1.0
@@ -720,14 +720,20 @@ def _hint_on_ctrl_c(how: str) -> Iterator[None]:
         raise
 
 
-def _check_metrics(metrics: dict[str, float]) -> None:
-    """An update's metrics: one finite number each (an agent of one's own returning a vector is told so)."""
+def update_metrics(metrics: Any) -> dict[str, Any]:
+    """What an agent's ``update`` returned, checked to be a dict of one number per metric (tensors stay
+    on their device: shapes only, no sync), so an agent of one's own returning else is told so."""
     if not isinstance(metrics, dict):
         raise TypeError(f"an agent's update returns a dict of scalar metrics to log, got {type(metrics).__name__}")
     for key, value in metrics.items():
         size = value.numel() if isinstance(value, torch.Tensor) else np.size(value)
         if size != 1:
             raise TypeError(f"update metric '{key}': one number per metric, got {size} values")
+    return metrics
+
+
+def _check_metrics(metrics: dict[str, float]) -> None:
+    for key, value in metrics.items():
         if not np.isfinite(float(value)):
             raise NonFiniteError(f"update metric '{key}' is {float(value)}")
 

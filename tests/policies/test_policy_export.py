@@ -110,3 +110,27 @@ def test_a_controller_computing_outside_torch_is_refused_before_its_file_is_writ
                                          r"\(shape \(2, 1\) for \(3, 1\)\): forward must compute with torch operations only"):
         export_controller(NumpyGain(), tmp_path, formats=("torchscript",))
     assert not list(tmp_path.iterdir())
+
+
+def test_the_export_check_takes_nan_on_random_observations_and_keeps_the_matmul_precision(tmp_path) -> None:
+    """Random probe observations outside a controller's domain give NaN in both, which matches; the
+    check computes at full float32 precision (bf16 matmuls on AMX CPUs under "medium" would not match
+    ONNX Runtime) and leaves the setting as it was."""
+    from robolearn.interfaces import Controller
+
+    class Root(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 3
+            self.gain = torch.nn.Linear(1, 1)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return self.gain(torch.sqrt(obs[:, :1]))
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        paths = export_controller(Root(), tmp_path)
+        assert torch.get_float32_matmul_precision() == "medium" and paths["onnx"].is_file()
+    finally:
+        torch.set_float32_matmul_precision(before)

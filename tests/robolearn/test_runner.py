@@ -550,3 +550,12 @@ def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(
     assert "learning rate" in said["action"] and "task" not in said["action"] and "learning rate" in said["loss/critic"]
     assert "the env or the learner produced it: check task 'go1_flat'" in said["action, observation['policy']"]
     assert "learning rate" in said["action, observation['policy']"]
+
+
+def test_an_update_returning_other_than_scalar_metrics_is_told_so_on_every_path():
+    """update_metrics guards the on-policy, off-policy, offline and fine-tuning loops alike."""
+    assert runner_module.update_metrics({"loss": torch.tensor(1.0), "kl": 0.5}) == {"loss": torch.tensor(1.0), "kl": 0.5}
+    with pytest.raises(TypeError, match="update metric 'loss': one number per metric, got 3 values"):
+        runner_module.update_metrics({"loss": torch.ones(3)})
+    with pytest.raises(TypeError, match="returns a dict of scalar metrics to log, got float"):
+        runner_module.update_metrics(1.0)
