@@ -164,9 +164,9 @@ class TaskEnv(VecEnv):
         at the start of each step: actuation latency finer than a control step."""
         obs = self.reset(seed)
         self._check_observations(obs)
-        dtype = torch.empty((), dtype=backend.dtype).numpy().dtype
-        self.observation_spec = {
-            name: spaces.Box(-np.inf, np.inf, tuple(value.shape[1:]), dtype=dtype) for name, value in obs.items()
+        self.observation_spec = {  # each group's own dtype: the backend's, unless a task makes another
+            name: spaces.Box(-np.inf, np.inf, tuple(value.shape[1:]), dtype=torch.empty((), dtype=value.dtype).numpy().dtype)
+            for name, value in obs.items()
         }
 
     def reset(self, seed: int | None = None) -> Obs:
@@ -174,7 +174,7 @@ class TaskEnv(VecEnv):
             self._generator.manual_seed(seed)
         self.task.start(self.sim)
         self._reset_worlds(torch.arange(self.num_envs, device=self.device))
-        return self.task.observations(self.sim)
+        return self._observe()
 
     def step(self, action: torch.Tensor) -> Step:
         action = torch.clamp(self._checked(action), self._low, self._high)
@@ -189,7 +189,7 @@ class TaskEnv(VecEnv):
             self.sim.step(ctrl, self.task.frame_skip)
         self._episode_step += 1
 
-        obs = self.task.observations(self.sim)
+        obs = self._observe()
         terms = self.task.rewards(self.sim, action)
         self._check_rewards(terms)
         stacked = torch.stack(list(terms.values()))
@@ -210,9 +210,18 @@ class TaskEnv(VecEnv):
         info["reset_ids"] = ids  # the worlds reset below: wrappers need not find them again (a host sync on GPU)
         if len(ids):
             self._reset_worlds(ids)
-            fresh = self.task.observations(self.sim)
+            fresh = self._observe()
             obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
+
+    def _observe(self) -> Obs:
+        """The task's observations, floating groups in the backend's dtype (a no-op for ours): a task of
+        one's own computing in float64 would otherwise meet float32 networks in a dtype error."""
+        obs = self.task.observations(self.sim)
+        if not isinstance(obs, dict):
+            return obs  # _check_observations says what it should be
+        return {name: value.to(self.sim.dtype) if isinstance(value, torch.Tensor) and value.is_floating_point()
+                else value for name, value in obs.items()}
 
     def _check_observations(self, obs: Any) -> None:
         """A task of one's own that returns something else than ``{group: (num_envs, ...) tensor}`` is
@@ -265,7 +274,7 @@ class TaskEnv(VecEnv):
         ``(num_envs, state_size)`` (from :meth:`get_state`); returns its observations."""
         self.sim.set_full_state(torch.arange(self.num_envs, device=self.device), rows)
         self._episode_step.zero_()
-        return self.task.observations(self.sim)
+        return self._observe()
 
     def _reset_worlds(self, ids: torch.Tensor) -> None:
         qpos, qvel = self.task.reset(self.sim, ids, self._generator)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,7 +36,7 @@ class Slider(Task):
         return mujoco.MjModel.from_xml_string(XML)
 
     def observations(self, sim):
-        return {"policy": torch.cat([sim.qpos - self.target, sim.qvel], 1)}
+        return {"policy": torch.cat([sim.qpos - self.target, sim.qvel], 1).double()}  # float64, as users may
 
     def rewards(self, sim, action):
         distance = -(sim.qpos[:, 0] - self.target).abs()
@@ -75,6 +76,7 @@ def test_an_own_task_trains_evaluates_and_exports_from_the_command_line(own_modu
     assert '"episodes": 2' in capfd.readouterr().out
     with sims.make_env(task, num_envs=2, target=0.3) as env:
         assert env.observation_spec["policy"].shape == (2,) and env.max_episode_steps == 20
+        assert env.observation_spec["policy"].dtype == np.float32 == env.reset()["policy"].numpy().dtype  # cast
 
 
 def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
