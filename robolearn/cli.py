@@ -42,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("train", help="train an agent; with no config, PPO on cartpole swing-up")
     p.add_argument("config", nargs="?", help="configs/<name>.yaml, its name, or a path")
-    p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4")
+    p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4 "
+                                                "seed=1 name=lr_3e-4 (the run's folder) logging.group=lr_3e-4 (W&B's)")
     p.add_argument("--resume", type=Path, help="a run directory to continue from its latest checkpoint")
+    p.add_argument("--seed", help=argparse.SUPPRESS)  # said to be seed=N, as every setting
     p.add_argument("--no-wandb", action="store_true", help="do not write Weights & Biases files")
     p.add_argument("--nproc", type=int, metavar="N",
                    help="data-parallel over N processes on this machine (relaunches under torchrun; "
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     add_dataset_parser(commands)
 
     p = commands.add_parser("list", help="list configs, tasks, algorithms and runs")
-    p.add_argument("--runs", type=Path, default=Path("runs"))
+    p.add_argument("--runs", type=Path, default=Path("runs"),
+                   help="where to look for runs, at any depth (default runs/; e.g. runs/ppo_cartpole); runs of one "
+                        "folder (seeds of one setting: name=...) are summarized as mean ± std")
 
     p = commands.add_parser("bench", help="list the benchmarks against peers (benchmarks/), or run one")
     p.add_argument("name", nargs="?", help="a benchmark's name (robolearn bench lists them)")
@@ -188,6 +192,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
 def _train(args: argparse.Namespace) -> int:
     from robolearn.runner import train
 
+    if args.seed is not None:
+        raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
     config = args.config
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
         args.overrides.insert(0, config)
@@ -395,20 +401,52 @@ def _list(args: argparse.Namespace) -> int:
     print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")
     print("robots:     " + " ".join(sorted(p.stem for p in (CONFIG_DIR / "robots").glob("*.yaml")))
           + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")
-    runs = sorted(args.runs.glob("*/*/config.yaml")) if args.runs.is_dir() else []
+    if not args.runs.is_dir() and args.runs != Path("runs"):
+        raise FileNotFoundError(f"--runs {args.runs}: no such folder")
+    runs = _find_run_dirs(args.runs)
     print("runs:" + ("" if runs else "       none yet (robolearn train)"))
-    for config in runs:
-        run = config.parent
+    evaluations: dict[Path, list[tuple[Path, dict]]] = {}
+    for run in runs:
         evaluation = run / "eval.json"
         summary = ""
         if evaluation.is_file():
             e = json.loads(evaluation.read_text())
+            evaluations.setdefault(run.parent, []).append((run, e))
             summary = f"return {e['return_mean']:.1f}"
             if e.get("success_rate") is not None:
                 summary += f", success {100 * e['success_rate']:.0f}%"
         status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
         print(f"  {run}  {status}  {summary}".rstrip())
+    groups = {folder: done for folder, done in evaluations.items() if len(done) > 1}
+    if groups:
+        print("groups:     evaluated runs of one folder, mean ± std (ddof 0) over them")
+    for folder, done in groups.items():
+        print(f"  {folder}  {_group_summary(done)}")
     return 0
+
+
+def _find_run_dirs(root: Path) -> list[Path]:
+    """The run directories under ``root`` (or ``root`` itself) at any depth: folders with a config.yaml,
+    not W&B's own copies inside a run's ``wandb/``."""
+    if (root / "config.yaml").is_file():
+        return [root]
+    return sorted(config.parent for config in root.rglob("config.yaml") if "wandb" not in config.relative_to(root).parts)
+
+
+def _group_summary(done: list[tuple[Path, dict]]) -> str:
+    """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json."""
+    import numpy as np
+
+    seeds = []
+    for run, _ in done:
+        raw = read_yaml(run / "config.yaml")
+        seeds.append(str(raw.get("seed", "?")) if isinstance(raw, dict) else "?")
+    returns = np.array([e["return_mean"] for _, e in done])
+    text = f"{len(done)} runs (seeds {' '.join(seeds)}): return {returns.mean():.1f} ± {returns.std():.1f}"
+    successes = [e["success_rate"] for _, e in done if e.get("success_rate") is not None]
+    if len(successes) == len(done):
+        text += f", success {100 * np.mean(successes):.0f} ± {100 * np.std(successes):.0f}%"
+    return text
 
 
 def _how_far(run: Path) -> str:

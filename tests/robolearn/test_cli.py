@@ -107,3 +107,27 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
     assert "no run logs reward; they log: env_steps, loss, return, time" in capfd.readouterr().err
     assert main(["plot", str(tmp_path / "ppo_a" / "nothing")]) == 2
     assert "no metrics.jsonl lines in" in capfd.readouterr().err
+
+
+def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd):
+    import json
+
+    for seed, ret in ((0, 150.0), (1, 170.0)):
+        run = tmp_path / "exp" / "pend_base" / f"2026010{seed}-000000"
+        (run / "wandb" / "offline-run-x" / "files").mkdir(parents=True)
+        (run / "wandb" / "offline-run-x" / "files" / "config.yaml").write_text("{}")  # W&B's copy: not a run
+        (run / "config.yaml").write_text(json.dumps({"seed": seed, "runner": {"total_steps": 10}}))
+        (run / "eval.json").write_text(json.dumps({"return_mean": ret, "success_rate": seed * 1.0}))
+    assert main(["list", "--runs", str(tmp_path / "exp")]) == 0
+    out = capfd.readouterr().out
+    assert out.count("pend_base/2026010") == 2 and "offline-run" not in out
+    assert f"{tmp_path / 'exp' / 'pend_base'}  2 runs (seeds 0 1): return 160.0 ± 10.0, success 50 ± 50%" in out
+    assert main(["list", "--runs", str(tmp_path / "nowhere")]) == 2
+    assert f"--runs {tmp_path / 'nowhere'}: no such folder" in capfd.readouterr().err
+
+
+def test_a_seed_given_as_a_flag_or_under_a_section_says_it_is_a_top_level_override(capsys):
+    assert main(["train", "ppo_pendulum", "--seed", "3"]) == 2
+    assert "--seed: settings are overrides here, as key=value: seed=3" in capsys.readouterr().err
+    assert main(["train", "ppo_pendulum", "runner.seed=3"]) == 2
+    assert "'seed' is a top-level setting: seed=..." in capsys.readouterr().err
