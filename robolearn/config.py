@@ -83,6 +83,13 @@ class LoggingConfig:
     wandb: Literal["offline", "online", "disabled"] = "offline"
     project: str = "robolearn"
     progress: bool = True
+    group: str = ""  # W&B's run group (the seeds of one setting), and its tags
+    tags: tuple[str, ...] = ()
+
+    def logger_args(self, run_name: str) -> dict[str, Any]:
+        """What a run's :class:`~robolearn.logger.RunLogger` takes from these settings."""
+        return {"wandb_mode": self.wandb, "project": self.project, "name": run_name, "progress": self.progress,
+                "group": self.group, "tags": self.tags}
 
 
 @dataclass
@@ -248,7 +255,9 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'; allowed keys here: {', '.join(sorted(fields))}")
+        top = ({f.name for f in dataclasses.fields(TrainConfig)} - {"env", "runner", "agent", "logging"}) if prefix else set()
+        hint = f"; '{unknown[0]}' is a top-level setting: {unknown[0]}=..." if unknown[0] in top else ""
+        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'; allowed keys here: {', '.join(sorted(fields))}{hint}")
     values = {}
     for name, value in raw.items():
         hint = hints[name]

@@ -220,8 +220,7 @@ class FinetuneRunner(OfflineRunner):
     def _logger(self, phase: str, counter: str, total: int, initial: int, offset: int) -> PhaseLogger:
         cfg = self.cfg
         return PhaseLogger(self.run_dir, phase, counter, offset, total_steps=total, config=to_dict(cfg),
-                           wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
-                           progress=cfg.logging.progress, initial_steps=initial)
+                           initial_steps=initial, **cfg.logging.logger_args(cfg.run_name))
 
     def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:
         """The offline phase; enters the online one at its end. Returns whether ``stop`` ended the run."""

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ class RunLogger:
 
     def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
                  project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0,
-                 counter: str = "env_steps", phase: str | None = None, unit: str = "step") -> None:
+                 counter: str = "env_steps", phase: str | None = None, unit: str = "step", group: str = "",
+                 tags: Sequence[str] = ()) -> None:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
         # A run resumed from a checkpoint older than its last lines (a crash, a NaN stop) logs those steps
         # again: the old lines move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory.
@@ -44,8 +46,8 @@ class RunLogger:
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
 
-            self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode,
-                                     config=config, resume="allow", id=_wandb_id(run_dir))
+            self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
+                                     resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None)
 
     def clock(self, count: int) -> tuple[float, float]:
         """The run's ``time`` so far (continuing a resumed run's) and ``count``'s rate since this logger started."""

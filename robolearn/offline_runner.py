@@ -214,8 +214,7 @@ class OfflineRunner:
         """
         cfg = self.cfg
         logger = UpdateLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
-                              wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
-                              progress=cfg.logging.progress, initial_steps=self.progress.updates)
+                              initial_steps=self.progress.updates, **cfg.logging.logger_args(cfg.run_name))
         result = RunResult(self.run_dir)
         with self.ctrl_c:
             try:

@@ -382,8 +382,7 @@ class Runner:
                 set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates",  # what it logged past the checkpoint
                                 self.progress.pretrain_updates, "pretrain")
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
-                               wandb_mode=cfg.logging.wandb, project=cfg.logging.project, name=cfg.run_name,
-                               progress=cfg.logging.progress, initial_steps=self.progress.env_steps)
+                               initial_steps=self.progress.env_steps, **cfg.logging.logger_args(cfg.run_name))
         self._logger = logger
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration

@@ -55,3 +55,17 @@ def test_a_last_line_whole_but_for_its_newline_gets_one_before_the_next(tmp_path
     logger.log(200, {})
     logger.close()
     assert [json.loads(line)["env_steps"] for line in path.read_text().splitlines()] == [100, 200]
+
+
+def test_wandb_runs_carry_the_configs_group_and_tags(tmp_path):
+    """Seeds of one setting group together in W&B (logging.group, logging.tags)."""
+    from robolearn.config import LoggingConfig
+
+    settings = LoggingConfig(wandb="offline", progress=False, group="pend_base", tags=("seed-study", "ppo"))
+    run = tmp_path / "runs" / "20260101-000000"
+    run.mkdir(parents=True)
+    logger = RunLogger(run, total_steps=10, config={}, **settings.logger_args("pend"))
+    try:
+        assert logger._wandb.group == "pend_base" and list(logger._wandb.tags) == ["seed-study", "ppo"]
+    finally:
+        logger.close()
