@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,16 +43,22 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     matplotlib.use("Agg")  # files, not windows: this runs on headless training machines
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import EngFormatter
+
+    _warn_if_tasks_differ(list(logs))
     fig, axes = plt.subplots(len(chosen), 2, figsize=(10, 2.8 * len(chosen)), squeeze=False, sharey="row")
     names = _labels(list(logs))
+    folders = [run.parent for run in logs]
+    by_folder = len(set(folders)) < len(folders)  # seeds of one setting share a folder: a colour per folder
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
-    counters, legend = set(), {}  # label -> a line drawn with it: one legend for every row
+    counters, legend, colours = set(), {}, {}  # label -> a line drawn with it (one legend), and its colour
     for (run, lines), name in zip(logs.items(), names):
         phases = _phases(lines)
+        base = f"{run.parent.name} ({folders.count(run.parent)} runs)" if by_folder else name
         for phase, (counter, phase_lines) in phases.items():
-            label = name if len(phases) == 1 else f"{name}: {phase or 'online'} ({counter.replace('_', ' ')})"
-            style = {"label": label, "color": f"C{len(legend) % 10}"}  # the same colour in every row
+            label = base if len(phases) == 1 else f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})"
+            style = {"label": label, "color": colours.setdefault(label, f"C{len(colours) % 10}")}  # same in every row
             counters.add(counter.replace("_", " "))
             for row, metric in enumerate(chosen):
                 points = [(line.get(counter), line.get("time"), line[metric]) for line in phase_lines
@@ -64,18 +71,22 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
                     axes[row, 1].plot([t / per for t in times], values, **style)
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
+        axes[row, 0].xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, 2M: long step counts do not collide
         for ax in axes[row]:
             ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
+    header = 0.5  # inches above the plots: the title, or the legend, outside the curves
     if len(legend) > 1:
-        axes[0, 0].legend(list(legend.values()), list(legend), fontsize="small")
-    if len(runs) == 1:
-        fig.suptitle(str(next(iter(logs))), fontsize="medium")
+        columns = min(3, len(legend))
+        fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=columns, fontsize="small",
+                   frameon=False)
+        header = 0.2 + 0.25 * math.ceil(len(legend) / columns)
+    else:
+        fig.suptitle(str(next(iter(logs))) if len(runs) == 1 else ", ".join(names), fontsize="medium")
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
-    top = 1 - 0.5 / fig.get_figheight()
-    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02, top=top,
-                        wspace=0.06, hspace=0.3)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02,
+                        top=1 - header / fig.get_figheight(), wspace=0.06, hspace=0.3)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
@@ -110,6 +121,23 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _warn_if_tasks_differ(runs: list[Path]) -> None:
+    """Runs of different tasks drawn together: their returns are not on one scale; said, then drawn."""
+    from robolearn.config import read_yaml
+
+    tasks = set()
+    for run in runs:
+        try:
+            raw = read_yaml(run / "config.yaml")
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("env"), dict):
+            tasks.add(str(raw["env"].get("task")))
+    if len(tasks) > 1:
+        warnings.warn(f"these runs are of different tasks ({', '.join(sorted(tasks))}): their curves are drawn "
+                      "together, but their returns are not on one scale", stacklevel=3)
 
 
 def _labels(runs: list[Path]) -> list[str]:

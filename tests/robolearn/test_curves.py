@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import matplotlib.pyplot as plt
+import pytest
 
 from robolearn.curves import plot_runs
 
@@ -22,7 +23,7 @@ def test_a_fine_tuning_run_draws_its_offline_phase_too(tmp_path, monkeypatch):
     assert sorted(curves.values()) == [([500, 1000], [3.0, 4.0]), ([1000, 2000], [1.0, 2.0])]
     assert any("offline (updates)" in label for label in curves) and any("online (env steps)" in label for label in curves)
     assert sorted(x for line in by_time.lines for x in line.get_xdata()) == [1.0, 2.0, 2.5, 3.0]  # seconds: one clock
-    assert by_steps.get_legend() is not None
+    assert figures[0].legends  # one legend, above the plots
 
 
 def test_each_phase_keeps_its_colour_in_every_row_and_one_legend_names_them_all(tmp_path, monkeypatch):
@@ -36,7 +37,29 @@ def test_each_phase_keeps_its_colour_in_every_row_and_one_legend_names_them_all(
     monkeypatch.setattr(plt, "close", figures.append)
     plot_runs([tmp_path], tmp_path / "curves.png", metrics=["return", "pretrain/loss"])
     axes = figures[0].axes  # return: steps, time; pretrain/loss: steps, time
-    labels = [text.get_text() for text in axes[0].get_legend().get_texts()]
+    labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
     assert len(labels) == 2 and any("pretrain (pretrain updates)" in label for label in labels)
     return_colour, loss_colour = axes[0].lines[0].get_color(), axes[2].lines[0].get_color()
     assert return_colour != loss_colour and axes[3].lines[0].get_color() == loss_colour
+
+
+def test_seeds_of_a_setting_share_a_colour_and_a_legend_entry_and_other_tasks_are_warned_about(tmp_path, monkeypatch):
+    runs = []
+    for folder, task in (("pend_base", "pendulum"), ("pend_g99", "pendulum"), ("cart", "cartpole")):
+        for seed in (0, 1):
+            run = tmp_path / folder / f"2026010{seed}-000000"
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text(json.dumps({"seed": seed, "env": {"task": task}}))
+            (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 1e5, "return": s / 1e4 + seed})
+                                                       + "\n" for s in (100_000, 2_000_000)))
+            runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs[:4], tmp_path / "two.png")
+    labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
+    assert labels == ["pend_base (2 runs)", "pend_g99 (2 runs)"]
+    colours = [line.get_color() for line in figures[0].axes[0].lines]
+    assert colours[0] == colours[1] != colours[2] == colours[3]
+    assert figures[0].axes[0].xaxis.get_major_formatter()(2_000_000) == "2M"
+    with pytest.warns(UserWarning, match=r"runs are of different tasks \(cartpole, pendulum\)"):
+        plot_runs(runs, tmp_path / "mixed.png")
