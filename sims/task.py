@@ -164,10 +164,7 @@ class TaskEnv(VecEnv):
         at the start of each step: actuation latency finer than a control step."""
         obs = self.reset(seed)
         self._check_observations(obs)
-        self.observation_spec = {  # each group's own dtype: the backend's, unless a task makes another
-            name: spaces.Box(-np.inf, np.inf, tuple(value.shape[1:]), dtype=torch.empty((), dtype=value.dtype).numpy().dtype)
-            for name, value in obs.items()
-        }
+        self.observation_spec = {name: _space(value) for name, value in obs.items()}
 
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
@@ -287,6 +284,17 @@ class TaskEnv(VecEnv):
 
     def close(self) -> None:
         self.sim.close()
+
+
+def _space(value: torch.Tensor) -> spaces.Box:
+    """An observation group's space in its own dtype: unbounded floats (the backend's dtype), and flags
+    or counts a task of one's own may return within their dtype's range."""
+    shape, dtype = tuple(value.shape[1:]), torch.empty((), dtype=value.dtype).numpy().dtype
+    if value.is_floating_point():
+        return spaces.Box(-np.inf, np.inf, shape, dtype=dtype)
+    if value.dtype == torch.bool:
+        return spaces.Box(0, 1, shape, dtype=np.bool_)
+    return spaces.Box(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype=dtype)
 
 
 def _where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

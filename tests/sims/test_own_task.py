@@ -111,6 +111,14 @@ def test_observations_that_are_not_batched_groups_are_told_so():
         def observations(self, sim):
             return {"policy": sim.qpos[:, 0]}
 
+    class Flags(Pendulum):  # integer and boolean groups keep their dtype, within its range
+        def observations(self, sim):
+            return {**super().observations(sim), "up": sim.qpos[:, :1].cos() > 0.9, "count": sim.qpos[:, :1].to(torch.uint8)}
+
+    with sims.TaskEnv(Flags(), sims.make_backend("mujoco", Flags(), 2, "cpu", 1)) as env:
+        spec = env.observation_spec
+        assert (spec["up"].dtype, spec["count"].dtype, spec["policy"].dtype) == (np.bool_, np.uint8, np.float32)
+        assert env.reset()["up"].dtype == torch.bool and spec["count"].high.max() == 255
     for task, said in ((Bare(), r"Bare.observations must return a dict of observation groups"),
                        (Flat(), r"Flat.observations: group 'policy' must be a \(num_envs=2, ...\) tensor .*got \(2,\)")):
         with pytest.raises((TypeError, ValueError), match=said):
