@@ -14,6 +14,7 @@ import re
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
@@ -425,6 +426,13 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flat(raw: Any, prefix: str = "") -> dict[str, Any]:
+    """A config as ``{"agent.gamma": 0.99, ...}``."""
+    if not isinstance(raw, dict):
+        return {prefix.rstrip("."): raw} if prefix else {}
+    return {k: v for key, value in raw.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+
+
 def _find_run_dirs(root: Path) -> list[Path]:
     """The run directories under ``root`` (or ``root`` itself) at any depth: folders with a config.yaml,
     not W&B's own copies inside a run's ``wandb/``."""
@@ -434,13 +442,19 @@ def _find_run_dirs(root: Path) -> list[Path]:
 
 
 def _group_summary(done: list[tuple[Path, dict]]) -> str:
-    """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json."""
+    """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json, when they are
+    seeds of one setting; runs of one folder whose settings differ (overrides without name=) are named so."""
     import numpy as np
 
-    seeds = []
-    for run, _ in done:
-        raw = read_yaml(run / "config.yaml")
-        seeds.append(str(raw.get("seed", "?")) if isinstance(raw, dict) else "?")
+    settings = [_flat(read_yaml(run / "config.yaml")) for run, _ in done]
+    seeds = [str(flat.pop("seed", "?")) for flat in settings]
+    for flat in settings:  # where it was written and how it was logged do not change the result
+        for key in [k for k in flat if k.split(".")[0] in ("run_dir", "logging")]:
+            del flat[key]
+    differ = sorted({key for flat in settings for key in flat if any(f.get(key) != flat.get(key) for f in settings)})
+    if differ:
+        return f"{len(done)} runs whose settings differ ({', '.join(differ[:4])}{', ...' if len(differ) > 4 else ''}): " \
+               "not summed up (give each setting its own name=)"
     returns = np.array([e["return_mean"] for _, e in done])
     text = f"{len(done)} runs (seeds {' '.join(seeds)}): return {returns.mean():.1f} ± {returns.std():.1f}"
     successes = [e["success_rate"] for _, e in done if e.get("success_rate") is not None]

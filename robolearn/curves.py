@@ -50,12 +50,13 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     names = _labels(list(logs))
     folders = [run.parent for run in logs]
     by_folder = len(set(folders)) < len(folders)  # seeds of one setting share a folder: a colour per folder
+    folder_names = _shortest_names(sorted(set(folders)))
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     counters, legend, colours = set(), {}, {}  # label -> a line drawn with it (one legend), and its colour
     for (run, lines), name in zip(logs.items(), names):
         phases = _phases(lines)
-        base = f"{run.parent.name} ({folders.count(run.parent)} runs)" if by_folder else name
+        base = f"{folder_names[run.parent]} ({folders.count(run.parent)} runs)" if by_folder else name
         for phase, (counter, phase_lines) in phases.items():
             label = base if len(phases) == 1 else f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})"
             style = {"label": label, "color": colours.setdefault(label, f"C{len(colours) % 10}")}  # same in every row
@@ -76,14 +77,18 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
-    header = 0.5  # inches above the plots: the title, or the legend, outside the curves
-    if len(legend) > 1:
-        columns = min(3, len(legend))
+    # Above the plots, in a band the figure grows by (inches): the title, then the legend's rows
+    title = str(next(iter(logs))) if len(runs) == 1 else (next(iter(legend)) if len(legend) == 1 else "")
+    columns = min(3, len(legend))
+    legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
+    header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows
+    plots = fig.get_figheight()
+    fig.set_figheight(plots + header)
+    if title:
+        fig.suptitle(title, fontsize="medium", y=1 - 0.1 / fig.get_figheight(), va="top")
+    if legend_rows:
         fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=columns, fontsize="small",
-                   frameon=False)
-        header = 0.2 + 0.25 * math.ceil(len(legend) / columns)
-    else:
-        fig.suptitle(str(next(iter(logs))) if len(runs) == 1 else ", ".join(names), fontsize="medium")
+                   frameon=False, bbox_to_anchor=(0.5, 1 - (0.1 + 0.3 * bool(title)) / fig.get_figheight()))
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02,
                         top=1 - header / fig.get_figheight(), wspace=0.06, hspace=0.3)
@@ -138,6 +143,16 @@ def _warn_if_tasks_differ(runs: list[Path]) -> None:
     if len(tasks) > 1:
         warnings.warn(f"these runs are of different tasks ({', '.join(sorted(tasks))}): their curves are drawn "
                       "together, but their returns are not on one scale", stacklevel=3)
+
+
+def _shortest_names(folders: list[Path]) -> dict[Path, str]:
+    """Each folder by the fewest trailing parts that tell it from the others (``sweep_a/ppo_pendulum``
+    beside ``sweep_b/ppo_pendulum``; ``pend_base`` alone)."""
+    for depth in range(1, max((len(f.parts) for f in folders), default=1) + 1):
+        names = {folder: "/".join(folder.parts[-depth:]) for folder in folders}
+        if len(set(names.values())) == len(folders):
+            return names
+    return {folder: str(folder) for folder in folders}
 
 
 def _labels(runs: list[Path]) -> list[str]:

@@ -118,10 +118,16 @@ def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path
         (run / "wandb" / "offline-run-x" / "files" / "config.yaml").write_text("{}")  # W&B's copy: not a run
         (run / "config.yaml").write_text(json.dumps({"seed": seed, "runner": {"total_steps": 10}}))
         (run / "eval.json").write_text(json.dumps({"return_mean": ret, "success_rate": seed * 1.0}))
+    for i, (gamma, ret) in enumerate(((0.9, 100.0), (0.99, 120.0))):  # two settings in one folder (no name=)
+        run = tmp_path / "exp" / "ppo_pendulum" / f"20260101-00000{i}"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(json.dumps({"seed": 0, "run_dir": str(tmp_path), "agent": {"gamma": gamma}}))
+        (run / "eval.json").write_text(json.dumps({"return_mean": ret}))
     assert main(["list", "--runs", str(tmp_path / "exp")]) == 0
     out = capfd.readouterr().out
     assert out.count("pend_base/2026010") == 2 and "offline-run" not in out
     assert f"{tmp_path / 'exp' / 'pend_base'}  2 runs (seeds 0 1): return 160.0 ± 10.0, success 50 ± 50%" in out
+    assert "ppo_pendulum  2 runs whose settings differ (agent.gamma): not summed up (give each setting its own name=)" in out
     assert main(["list", "--runs", str(tmp_path / "nowhere")]) == 2
     assert f"--runs {tmp_path / 'nowhere'}: no such folder" in capfd.readouterr().err
 
