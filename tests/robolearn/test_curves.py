@@ -63,3 +63,21 @@ def test_seeds_of_a_setting_share_a_colour_and_a_legend_entry_and_other_tasks_ar
     assert figures[0].axes[0].xaxis.get_major_formatter()(2_000_000) == "2M"
     with pytest.warns(UserWarning, match=r"runs are of different tasks \(cartpole, pendulum\)"):
         plot_runs(runs, tmp_path / "mixed.png")
+
+
+def test_many_runs_and_folders_of_one_name_under_different_parents(tmp_path, monkeypatch):
+    """The figure grows by its legend (30 entries once crashed the layout); same-named folders are told
+    apart by their parents."""
+    def run_at(folder, stamp):
+        run = tmp_path / folder / stamp
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s, "return": s}) + "\n" for s in (1, 2)))
+        return run
+
+    plot_runs([run_at(f"f{i}", "20260101-000000") for i in range(30)], tmp_path / "many.png", metrics=["return"])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    sweeps = [run_at(f"{sweep}/ppo_pendulum", f"2026010{k}-000000") for sweep in ("sweep_a", "sweep_b") for k in (0, 1)]
+    plot_runs(sweeps, tmp_path / "sweeps.png")
+    labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
+    assert labels == ["sweep_a/ppo_pendulum (2 runs)", "sweep_b/ppo_pendulum (2 runs)"]
