@@ -162,6 +162,7 @@ class TaskEnv(VecEnv):
         self.actuation_delay: torch.Tensor | None = None
         """Per-world physics substeps (< frame_skip) that the previous controls still act
         at the start of each step: actuation latency finer than a control step."""
+        self._rewards_checked = False
         obs = self.reset(seed)
         self._check_observations(obs)
         self.observation_spec = {name: _space(value) for name, value in obs.items()}
@@ -188,7 +189,9 @@ class TaskEnv(VecEnv):
 
         obs = self._observe()
         terms = self.task.rewards(self.sim, action)
-        self._check_rewards(terms)
+        if not self._rewards_checked:  # once: their shapes do not change from step to step
+            self._check_rewards(terms)
+            self._rewards_checked = True
         stacked = torch.stack(list(terms.values()))
         reward = stacked.sum(0)
         terminated = self.task.terminated(self.sim)
@@ -235,7 +238,7 @@ class TaskEnv(VecEnv):
 
     def _check_rewards(self, terms: Any) -> None:
         """Each reward term a ``(num_envs,)`` tensor: a ``(num_envs, 1)`` one would broadcast the summed
-        reward into a matrix. Shapes only, read on the host: no device sync."""
+        reward into a matrix. Checked on the first step only, shapes on the host: no device sync."""
         name = f"{type(self.task).__name__}.rewards"
         if not isinstance(terms, dict) or not terms:
             raise TypeError(f"{name} must return a dict of named (num_envs,) reward terms; got {type(terms).__name__}")
