@@ -24,7 +24,12 @@ class Actor(Protocol):
 
 
 class NonFiniteError(RuntimeError):
-    """NaN or inf reached the env or came out of it."""
+    """NaN or inf reached the env or came out of it; ``sources`` says which kinds of value went bad
+    (``"action"``, ``"observation"``, ``"reward"``...), for the hint of who made it."""
+
+    def __init__(self, message: str, sources: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.sources = sources
 
 
 def _labelled(what: str, value: torch.Tensor | Obs) -> Iterator[tuple[str, torch.Tensor]]:
@@ -37,7 +42,7 @@ def check_finite(what: str, value: torch.Tensor | Obs) -> None:
     """Raise naming ``what`` (and the group) if ``value`` has NaN or inf."""
     for label, tensor in _labelled(what, value):
         if not bool(torch.isfinite(tensor).all()):
-            raise NonFiniteError(f"{label} contains NaN or inf")
+            raise NonFiniteError(f"{label} contains NaN or inf", (what,))
 
 
 class FiniteWatch:
@@ -47,7 +52,7 @@ class FiniteWatch:
 
     def __init__(self, device: str | torch.device, deferred: bool | None = None) -> None:
         self.deferred = torch.device(device).type == "cuda" if deferred is None else deferred
-        self._bad: dict[str, torch.Tensor] = {}  # label -> "some value was not finite", on the device
+        self._bad: dict[tuple[str, str], torch.Tensor] = {}  # (what, label) -> "some value was not finite", on the device
 
     def __call__(self, what: str, value: torch.Tensor | Obs) -> None:
         if not self.deferred:
@@ -55,18 +60,20 @@ class FiniteWatch:
             return
         for label, tensor in _labelled(what, value):
             bad = ~torch.isfinite(tensor).all()
-            self._bad[label] = self._bad[label] | bad if label in self._bad else bad
+            key = (what, label)
+            self._bad[key] = self._bad[key] | bad if key in self._bad else bad
 
     def verify(self) -> None:
         """Raise :class:`NonFiniteError` naming every value that was not finite since the last call (which
         went bad first is not kept: a NaN action makes NaN observations and rewards in the same step)."""
         if not self._bad:
             return
-        labels, bad = list(self._bad), torch.stack(list(self._bad.values()))
+        keys, bad = list(self._bad), torch.stack(list(self._bad.values()))
         self._bad = {}
         if bool(bad.any()):  # the one host sync
-            named = ", ".join(label for label, flag in zip(labels, bad.tolist()) if flag)
-            raise NonFiniteError(f"{named} contained NaN or inf during this iteration")
+            flagged = [key for key, flag in zip(keys, bad.tolist()) if flag]
+            raise NonFiniteError(f"{', '.join(label for _, label in flagged)} contained NaN or inf during this iteration",
+                                 tuple(dict.fromkeys(what for what, _ in flagged)))
 
     def forget(self) -> None:
         """Drop the verdicts not yet verified (of steps a Ctrl+C discards)."""

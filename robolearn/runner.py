@@ -665,12 +665,11 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
     """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
     if logger is not None:
         logger.close()
-    flagged = str(err).split(" contain")[0]  # what went bad: "reward", "action, observation['policy']", ...
     env_check = f"check task '{runner.cfg.env.task}' (its observations and rewards, or physics that diverged)"
     learner_check = "check the config's learning rate, batch size and the data"
-    if "observation" not in flagged and "reward" not in flagged:
+    if not {"observation", "reward"} & set(err.sources):
         cause = learner_check
-    elif "action" not in flagged:  # the env made it, whatever the learner does
+    elif "action" not in err.sources:  # the env made it, whatever the learner does
         cause = f"the env produced it: {env_check}"
     else:  # on a GPU, read once per iteration: which went bad first is not known
         cause = f"the env or the learner produced it: {env_check}, and {learner_check}"
@@ -734,7 +733,7 @@ def update_metrics(metrics: Any) -> dict[str, Any]:
 def _check_metrics(metrics: dict[str, float]) -> None:
     for key, value in metrics.items():
         if not np.isfinite(float(value)):
-            raise NonFiniteError(f"update metric '{key}' is {float(value)}")
+            raise NonFiniteError(f"update metric '{key}' is {float(value)}", ("update metric",))
 
 
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:

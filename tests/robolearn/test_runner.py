@@ -544,7 +544,10 @@ def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(
 
     runner = SimpleNamespace(cfg=SimpleNamespace(env=SimpleNamespace(task="go1_flat")),
                              checkpoint_path=tmp_path / "latest.pt")
-    said = {flagged: str(runner_module.stopped_by_nan(runner, None, NonFiniteError(f"{flagged} contained NaN or inf")))
+    sources = {"reward": ("reward",), "action": ("action",), "loss/critic": ("update metric",),
+               "action, observation['policy']": ("action", "observation")}
+    said = {flagged: str(runner_module.stopped_by_nan(runner, None, NonFiniteError(f"{flagged} contained NaN or inf",
+                                                                                     sources[flagged])))
             for flagged in ("reward", "action", "loss/critic", "action, observation['policy']")}
     assert "the env produced it: check task 'go1_flat'" in said["reward"]
     assert "learning rate" in said["action"] and "task" not in said["action"] and "learning rate" in said["loss/critic"]
