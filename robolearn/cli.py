@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
                    "and success_rate, where logged)")
     p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several)")
+    p.add_argument("--mean", action="store_true", help="draw the runs of each folder (the seeds of a setting) as "
+                   "their mean and a ±1 std band, over the steps all of them reached")
 
     p = commands.add_parser("export", help="export a run's controller")
     p.add_argument("run", type=Path)
@@ -369,7 +371,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     runs = find_runs(args.runs)
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
-    print(f"curves: {plot_runs(runs, out, args.metrics)}")
+    print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0
 
 

@@ -22,10 +22,11 @@ DEFAULT_METRICS = ("return", "eval/return", "success_rate")
 losses (``*loss``), so that a run without returns (offline, no periodic evaluation) still shows how it went."""
 
 
-def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None) -> Path:
+def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None, mean: bool = False) -> Path:
     """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs) of ``runs`` into ``out``
-    (a PNG, written atomically); returns ``out``. A run without ``metrics.jsonl`` lines, or a metric no
-    run logs, is an error naming what there is."""
+    (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
+    colour; with ``mean``, they are drawn as their mean and a ±1 std band instead. A run without
+    ``metrics.jsonl`` lines, or a metric no run logs, is an error naming what there is."""
     logs = {Path(run): read_metrics(Path(run)) for run in runs}
     empty = [str(run) for run, lines in logs.items() if not lines]
     if empty:
@@ -53,23 +54,30 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     folder_names = _shortest_names(sorted(set(folders)))
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
-    counters, legend, colours = set(), {}, {}  # label -> a line drawn with it (one legend), and its colour
+    series: dict[str, list[tuple[str, list[dict]]]] = {}  # legend label -> each run's (counter, lines)
     for (run, lines), name in zip(logs.items(), names):
         phases = _phases(lines)
-        base = f"{folder_names[run.parent]} ({folders.count(run.parent)} runs)" if by_folder else name
+        count = folders.count(run.parent)
+        base = (f"{folder_names[run.parent]} ({'mean ± std of ' if mean else ''}{count} runs)" if by_folder and count > 1
+                else name)
         for phase, (counter, phase_lines) in phases.items():
             label = base if len(phases) == 1 else f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})"
-            style = {"label": label, "color": colours.setdefault(label, f"C{len(colours) % 10}")}  # same in every row
-            counters.add(counter.replace("_", " "))
-            for row, metric in enumerate(chosen):
-                points = [(line.get(counter), line.get("time"), line[metric]) for line in phase_lines
-                          if _finite(line.get(metric)) and _finite(line.get(counter))]
-                if not points:
-                    continue
-                steps, times, values = zip(*points)
-                legend.setdefault(label, axes[row, 0].plot(steps, values, **style)[0])
-                if all(_finite(t) for t in times):
-                    axes[row, 1].plot([t / per for t in times], values, **style)
+            series.setdefault(label, []).append((counter, phase_lines))
+    legend = {}  # label -> a line drawn with it: one legend for all rows
+    for index, (label, members) in enumerate(series.items()):
+        style = {"label": label, "color": f"C{index % 10}"}  # the same in every row
+        for row, metric in enumerate(chosen):
+            points = [[(line[counter], line.get("time"), line[metric]) for line in lines
+                       if _finite(line.get(metric)) and _finite(line.get(counter))] for counter, lines in members]
+            points = [run for run in points if run]
+            by_steps = [[(step, value) for step, _, value in run] for run in points]
+            by_time = [[(time / per, value) for _, time, value in run] for run in points
+                       if all(_finite(time) for _, time, _ in run)]
+            drawn = _draw(axes[row, 0], by_steps, style, mean)
+            _draw(axes[row, 1], by_time, style, mean)
+            if drawn is not None:
+                legend.setdefault(label, drawn)
+    counters = {counter.replace("_", " ") for members in series.values() for counter, _ in members}
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
         axes[row, 0].xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, 2M: long step counts do not collide
@@ -99,6 +107,32 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
     return out
+
+
+def _draw(ax, curves: list[list[tuple[float, float]]], style: dict, mean: bool):
+    """Each curve as a line, or with ``mean`` their mean and band; returns a line drawn (None: none)."""
+    drawn = _draw_mean(ax, curves, style) if mean and len(curves) > 1 else None
+    for curve in curves if drawn is None else []:
+        drawn = ax.plot(*zip(*curve), **style)[0]
+    return drawn
+
+
+def _draw_mean(ax, curves: list[list[tuple[float, float]]], style: dict):
+    """The curves' mean and a ±1 std band (ddof 0, as ``robolearn list``) over the x range every curve
+    covers, each interpolated linearly onto the union of their x values: none is extrapolated, so the band
+    ends where the shortest run does. None (the caller draws each curve) when the curves do not overlap."""
+    import numpy as np
+
+    curves = [sorted(curve) for curve in curves]
+    start, end = max(curve[0][0] for curve in curves), min(curve[-1][0] for curve in curves)
+    grid = np.unique([x for curve in curves for x, _ in curve])
+    grid = grid[(grid >= start) & (grid <= end)]
+    if len(grid) == 0:
+        return None
+    values = np.stack([np.interp(grid, *map(np.asarray, zip(*curve))) for curve in curves])
+    mean, std = values.mean(0), values.std(0)
+    ax.fill_between(grid, mean - std, mean + std, color=style["color"], alpha=0.2, linewidth=0)
+    return ax.plot(grid, mean, **style)[0]
 
 
 COUNTERS = ("env_steps", "updates", "pretrain_updates")

@@ -81,3 +81,29 @@ def test_many_runs_and_folders_of_one_name_under_different_parents(tmp_path, mon
     plot_runs(sweeps, tmp_path / "sweeps.png")
     labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
     assert labels == ["sweep_a/ppo_pendulum (2 runs)", "sweep_b/ppo_pendulum (2 runs)"]
+
+
+def test_mean_draws_a_folders_seeds_as_their_mean_and_a_std_band_where_all_of_them_reached(tmp_path, monkeypatch):
+    """Seeds logged at different steps are interpolated onto one grid; the band ends with the shortest run."""
+    logged = {"a": [(0, 0.0), (100, 10.0), (200, 20.0)], "b": [(0, 2.0), (50, 3.0), (150, 5.0)]}
+    runs = []
+    for seed, points in logged.items():
+        run = tmp_path / "pend_base" / seed
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 10, "return": r}) + "\n"
+                                                   for s, r in points))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)
+    by_steps, by_time = figures[0].axes
+    (line,) = by_steps.lines
+    assert list(line.get_xdata()) == [0, 50, 100, 150]  # not 200: run b stopped at 150
+    assert list(line.get_ydata()) == pytest.approx([1.0, 4.0, 7.0, 10.0])  # a: 0 5 10 15; b: 2 3 4 5
+    (band,) = by_steps.collections
+    top = band.get_paths()[0].vertices[:, 1].max()
+    assert top == pytest.approx(15.0)  # 15 and 5 at step 150: mean 10, std 5
+    assert len(by_time.lines) == 1 and line.get_label() == "pend_base (mean ± std of 2 runs)"
+    figures.clear()
+    plot_runs(runs, tmp_path / "each.png", metrics=["return"])  # without mean: each seed its own line
+    assert len(figures[0].axes[0].lines) == 2 and not figures[0].axes[0].collections
