@@ -116,9 +116,10 @@ def save_replay(path: Path, replay: Any, env_steps: int) -> None:
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
-def load_replay(path: Path, replay: Any, env_steps: int, device: Any) -> None:
+def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool = True) -> None:
     """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing or unreadable is an error
-    that says what to do; a stamp of another step (killed between the writes) is said, then used."""
+    that says what to do; a stamp of another step (killed between the writes) is said (where ``warn``:
+    once per run, not by every rank), then used."""
     remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a run that learns from a replay buffer resumes with it; {remedy}")
@@ -128,7 +129,7 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any) -> None:
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
         raise CheckpointError(f"{path}: not a robolearn replay buffer ({err!r}); {remedy}") from None
     saved_at = state.get("env_steps")
-    if saved_at is not None and int(saved_at) != env_steps:
+    if warn and saved_at is not None and int(saved_at) != env_steps:
         warnings.warn(f"{path} holds the replay buffer of env step {int(saved_at)} but the checkpoint is of step "
                       f"{env_steps} (the run was stopped between writing the two): resuming with it, so this resume "
                       "is not exactly the run it would have been", stacklevel=2)

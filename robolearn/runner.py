@@ -358,7 +358,8 @@ class Runner:
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)
         if self.replay is not None:
-            load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps, self.env.device)
+            load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps,
+                        self.env.device, warn=self.main)
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import warnings
 
 import pytest
 import torch
 
 import robolearn.runner as runner_module
 from robolearn import load_config
-from robolearn.checkpoint import CheckpointError, load_checkpoint
+from robolearn.checkpoint import CheckpointError, load_checkpoint, load_replay
 from robolearn.cli import main as cli
 from robolearn.evaluate import FiniteWatch, NonFiniteError
 from robolearn.interfaces import Step
@@ -165,6 +166,10 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     cfg.runner.total_steps = 4000
     with pytest.warns(UserWarning, match=r"replay buffer of env step 3500 but the checkpoint is of step 3000"):
         Runner(cfg, resume=runner.run_dir).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the other ranks of a distributed resume: rank 0 says it, once
+        load_replay(replay_path, resumed.replay, 3000, "cpu", warn=False)
+    assert resumed.replay.size == 3000
 
 
 def test_wandb_offline_writes_run_files(tmp_path):
