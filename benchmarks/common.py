@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import os
@@ -15,6 +16,22 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = RESULTS.parents[1]
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring's own line breaks, and each option's default (none said where it is None, False or empty:
+    the option's help says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or (isinstance(default, (str, list)) and not default):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser: --help shows its docstring and each option's default, so a run is understood before it starts."""
+    return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
 
 
 def cpu_model() -> str:

@@ -5,6 +5,8 @@ on the main thread (where it read until session 22, then with one more copy).
 Reading thousands of episodes fragments the heap it reads on; on the main thread's heap glibc then
 walks long free lists on every tensor allocation (``_int_malloc`` at 20% of a profile). The worker
 thread gets a malloc arena of its own. Each case runs in a fresh process, so each starts from a clean heap.
+No peer library: the two ways of reading are compared. Writes ``benchmarks/results/dataset_read_heap.md``
+(quoted in BENCHMARKS.md, "Offline datasets and offline RL", the medium-replay speed of session 22).
 
     python3 benchmarks/dataset_read_heap.py [--datasets walker2d-medium-replay walker2d-expert]
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
-from common import code_commit, machine, write_result  # noqa: E402
+from common import benchmark_parser, code_commit, machine, write_result  # noqa: E402
 
 ITERATIONS = 2000
 READERS = ("worker thread", "main thread")
@@ -58,8 +60,9 @@ def measure(dataset: str, reader: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--datasets", nargs="+", default=["walker2d-medium-replay", "walker2d-expert"])
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--datasets", nargs="+", default=["walker2d-medium-replay", "walker2d-expert"],
+                        help="datasets to read (benchmarks/make_datasets.py makes them), each on both threads")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -11,12 +11,15 @@
    (goal positions) of 6 servos through the vendor SDK over a pseudo-terminal
    at 1 Mbaud, as our bus driver does them each control step.
 
+No peer library: our drift-free loop is set against the naive sleep loop. Writes
+``benchmarks/results/deploy_latency.md`` (BENCHMARKS.md, "Deploy to robots: timing and the sim-to-real gap").
+No options.
+
     python benchmarks/deploy_latency.py
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -25,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import machine, write_result
+from common import benchmark_parser, machine, write_result
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -154,7 +157,7 @@ def emulator_round_trip(iterations: int = 1000) -> list[str]:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; there are no options
+    benchmark_parser(__doc__).parse_args()  # --help; there are no options
     torch.set_num_threads(1)
     inference = inference_latency((128, 128)) + inference_latency((256, 256, 256))
     loops = jitter(100, 5.0) + jitter(500, 5.0)

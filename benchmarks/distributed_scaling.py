@@ -6,14 +6,14 @@ collect N times the batch per iteration: weak scaling) until the run has taken
 update (gradient all-reduce included), over all ranks, from the end of the
 first iteration (warm-up) to the last. Efficiency = throughput(N) / (N x
 throughput(1)). On CPU every rank gets its share of the cores for physics
-(cores / N threads) and one torch thread.
+(cores / N threads) and one torch thread. No peer library: N ranks are set against one.
 
     python benchmarks/distributed_scaling.py                        # CPU, gloo, 1 and 2 ranks
     python benchmarks/distributed_scaling.py --ranks 1 2 4 8 --budget 1000000
     python benchmarks/distributed_scaling.py --device cuda          # one GPU per rank, NCCL
 
 Writes ``benchmarks/results/distributed_scaling.md`` (``--device cuda``:
-``distributed_scaling_cuda.md``).
+``distributed_scaling_cuda.md``), quoted in BENCHMARKS.md, "Data-parallel PPO scaling".
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from common import benchmark_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,12 +78,14 @@ def run(ranks: int, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--config", default="ppo_half_cheetah")
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2],
+                        help="rank counts, one torchrun launch each; efficiency is against the first")
+    parser.add_argument("--config", default="ppo_half_cheetah", help="the PPO config every rank trains")
     parser.add_argument("--num-envs", type=int, default=64, help="worlds per rank")
     parser.add_argument("--budget", type=int, default=200_000, help="env steps of each run, all ranks together")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where worlds and networks run (env.device); cuda: one GPU per rank")
     parser.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                         help="the process group's: default nccl on cuda, gloo on cpu")
     parser.add_argument("--sim-backend", default="mujoco", choices=["mujoco", "warp"], help="the simulator (env.backend)")

@@ -7,14 +7,15 @@ in training, and the mean |v_xy command - v_xy| and |yaw-rate error| over all
 steps are reported, the xy error also by the direction commanded (a policy that
 walks only forward and left scores ~0.5 m/s overall), with the share of actions
 at the bounds of the action box (a policy that switches joints between corners
-sits there). Writes ``benchmarks/results/go1_gpu.md`` (``--out`` to change).
+sits there). No peer library. Writes ``benchmarks/results/go1_gpu.md`` (``--out`` to change),
+quoted in BENCHMARKS.md, "GPU: MuJoCo Warp", "Go1 velocity tracking in 3 minutes of wall-clock";
+``bash benchmarks/gpu.sh go1`` trains the run and reports it.
 
     python benchmarks/go1_gpu_report.py benchmarks/runs/go1_gpu
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, task_env, write_result  # noqa: E402
+from common import benchmark_parser, machine, task_env, write_result  # noqa: E402
 from robolearn.registry import make_env  # noqa: E402
 from robolearn.runner import load_agent, read_run_config  # noqa: E402
 
@@ -62,10 +63,10 @@ def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("runs", type=Path, help="the run name's folder; its newest run is reported")
-    parser.add_argument("--worlds", type=int, default=1024)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--worlds", type=int, default=1024, help="Go1s the controller drives in the tracking test")
+    parser.add_argument("--seconds", type=float, default=20.0, help="sim seconds each of them is driven")
     parser.add_argument("--out", default="go1_gpu.md", help="file under benchmarks/results/")
     args = parser.parse_args()
     run = max((p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)

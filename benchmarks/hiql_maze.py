@@ -11,17 +11,21 @@ rates, and the wall-clock of training (updates only) and of the whole run. For t
 agents also, at each evaluation: how often the high level's advantage has the right sign
 (``ota_advantage_sign.py``, OTA's diagnostic), for each value network the agent has.
 Runs go ``--jobs`` at a time (one torch thread each); each finished run is
-appended to ``<out>_runs.jsonl``, so a cut-short benchmark keeps what it finished.
+appended to ``benchmarks/results/<out stem>_runs.jsonl``, so a cut-short benchmark keeps
+what it finished, and the table is rewritten to ``benchmarks/results/<out>`` after each
+(BENCHMARKS.md, "Goal-conditioned: HIQL vs GCIQL vs GCBC on point mazes"). No peer library
+runs here; BENCHMARKS.md sets the rates beside the HIQL and OGBench papers'.
 
 The paper's budget (1M updates, MLP 512x3, batch 1024) does not fit 2 shared CPU
-cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256.
+cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256: on those cores
+(BENCHMARKS.md) about 2.5 min per HIQL run, 1 min per GCIQL run and 20 s per GCBC run.
 
     python benchmarks/hiql_maze.py [--layouts medium] [--seeds 3] [--updates 6000] [--out hiql_maze.md]
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --out hiql_maze_ota.md  # OTA vs HIQL
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --overrides agent.high_beta=3 ota:agent.option_steps=3
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 20000 --jobs 2  # both cores
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 50000 --eval-every 5000  # success vs updates
-    python benchmarks/hiql_maze.py --from-runs benchmarks/results/<out>_runs.jsonl  # the table again
+    python benchmarks/hiql_maze.py --from-runs benchmarks/results/hiql_maze_runs.jsonl  # the table again
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, pool_runs, read_jsonl, recorded_machine, train_offline, write_result  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, recorded_machine, train_offline, write_result)
 from ota_advantage_sign import VALUES, bin_names, sign_agreement  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
@@ -203,14 +208,16 @@ def sign_table(results: dict[tuple[str, str], list[dict]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layouts", nargs="+", default=["medium"])
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS))
-    parser.add_argument("--seeds", type=int, default=3)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--layouts", nargs="+", default=["medium"],
+                        help="maze layouts (medium, large); each needs its point_maze_<layout>-navigate dataset")
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS),
+                        help="agents, each from configs/<algo>_point_maze_<layout>.yaml; also: ota")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per layout and agent, from --first-seed on")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1; "
                         "above 0, runs are appended to --out's runs file and the table holds all of them "
                         "(more seeds for an earlier benchmark)")
-    parser.add_argument("--updates", type=int, default=6000)
+    parser.add_argument("--updates", type=int, default=6000, help="gradient updates per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--eval-every", type=int, default=0,
                         help="also evaluate every N updates (a multiple of 1000): success against updates in one run")

@@ -18,11 +18,13 @@ is nearest, and counted as *on a shortest path* when ``j != c`` and
 this), and as *closer* when ``d(j, g) < d(c, g)``, by ``d(c, g)``:
 
     python benchmarks/hiql_oracle_subgoals.py --layout large --runs RUN_DIR [RUN_DIR ...] [--ahead 1 2 3]
+
+No peer library. Prints both tables as markdown and writes no file; BENCHMARKS.md quotes them in
+"Where HIQL fails: its high level, not its low level".
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -30,7 +32,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
-from common import load_goal_agent  # noqa: E402
+from common import benchmark_parser, load_goal_agent  # noqa: E402
 from hiql_maze import success_per_goal  # noqa: E402
 from ota_advantage_sign import BINS  # noqa: E402
 
@@ -91,9 +93,11 @@ def pointing(agent, grid, dist: torch.Tensor) -> tuple[list[tuple[float, float, 
 def main() -> None:
     from sims.tasks.point_maze import MazeGrid
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layout", default="large")
-    parser.add_argument("--runs", nargs="+", required=True, type=Path)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--layout", default="large", help="the maze the runs trained on (point_maze_<layout>)")
+    parser.add_argument("--runs", nargs="+", required=True, type=Path,
+                        help="trained HIQL or OTA run directories (checkpoints/latest.pt), e.g. hiql_maze.py's "
+                             "under /tmp/robolearn-hiql-bench")
     parser.add_argument("--ahead", nargs="+", type=int, default=[1, 2, 3], help="waypoint hops along the path")
     parser.add_argument("--eval-seed", type=int, help="default: the benchmark's (20000 + the run's seed)")
     args = parser.parse_args()

@@ -13,7 +13,13 @@ Evaluation: every ``--eval-every`` env steps the deterministic controller runs
 return against env steps, the mean distance to the goal over the episodes (minus the return
 over the length), the success rate of the last 100 training episodes, mean ± std over seeds,
 the paired one-sided tests of HRAC's lead at the last evaluation (t and sign test), and wall-clock per run. HRAC's paper trains 5M steps
-on AntMaze; the budget here is what fits a 2-core CPU and is stated.
+on AntMaze; the budget here is what fits a 2-core CPU and is stated. No peer library: HRAC is set against
+itself without the constraint. On 2 CPU cores (BENCHMARKS.md) a point-maze run of 80k steps took about 4 min,
+an ant-maze run of 300k steps about 18 min.
+
+Writes ``benchmarks/results/hrac_<task><tag>.md``, its plot ``.png`` and every finished run in
+``hrac_<task><tag>_runs.jsonl`` (BENCHMARKS.md, "Goal-conditioned online: HRAC vs the same agent without
+the adjacency constraint").
 
     python benchmarks/hrac_maze.py [--task point_maze_medium] [--seeds 0 1 2] [--steps 60000] [--jobs 2]
     python benchmarks/hrac_maze.py --from-runs results/hrac_ant_maze_medium_runs.jsonl  # the report again
@@ -33,7 +39,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
-    RESULTS, machine, paired_comparison, pool_runs, read_jsonl, recorded_machine, train_online_with_evals, write_result)
+    RESULTS, benchmark_parser, machine, paired_comparison, pool_runs, read_jsonl, recorded_machine, train_online_with_evals,
+    write_result)
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
@@ -123,14 +130,15 @@ def train_all(args: argparse.Namespace, runs_path: Path) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--task", default="point_maze_medium", choices=["point_maze_medium", "ant_maze_medium"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=60_000)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--task", default="point_maze_medium", choices=["point_maze_medium", "ant_maze_medium"],
+                        help="the maze (configs/hrac_<task>.yaml)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds; each runs both variants")
+    parser.add_argument("--steps", type=int, default=60_000, help="env steps per run")
     parser.add_argument("--utd", type=float, default=0.5, help="updates per env step (both variants)")
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes per evaluation")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--tag", default="", help="appended to the result files' names (hrac_<task><tag>.md)")
     parser.add_argument("--from-runs", type=Path, help="rebuild the report from a runs jsonl file instead of training "
                         "(its runs set the task, seeds and budget)")

@@ -23,14 +23,15 @@ check (``--match``):
 With all three matched, the parameters agree to float32 round-off for as many updates as
 the check runs, unless the two updates differ somewhere else.
 
-Runs in d3rlpy's virtualenv (see offline_d4rl_style.py):
+Runs in d3rlpy's virtualenv (see offline_d4rl_style.py) on synthetic minibatches (no dataset
+needed), and prints the differences after 1, 10, every 50 and the last update; writes no file
+(BENCHMARKS.md, "Where the gap comes from"; benchmarks/results/iql_gap/):
 
     .venv/bin/python benchmarks/iql_lockstep.py [--updates 200] [--match order logstd qmean]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
+from common import benchmark_parser  # noqa: E402
 
 
 def make_d3rlpy_iql(obs_dim: int, action_dim: int, match: set[str]):  # noqa: ANN201 (d3rlpy's types)
@@ -132,13 +134,16 @@ def max_difference(impl, ours, match: set[str]) -> dict[str, float]:  # noqa: AN
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--updates", type=int, default=200)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--updates", type=int, default=200, help="updates each side takes, in lockstep")
     parser.add_argument("--match", nargs="*", default=["order", "logstd", "qmean"],
-                        choices=["order", "logstd", "qmean"])
+                        choices=["order", "logstd", "qmean"],
+                        help="d3rlpy's designed differences to match (above); none given: all three left in")
     parser.add_argument("--float64", action="store_true", help="both in float64: round-off no longer grows into view")
-    parser.add_argument("--obs-dim", type=int, default=11)  # hopper's
-    parser.add_argument("--action-dim", type=int, default=3)
+    parser.add_argument("--obs-dim", type=int, default=11,
+                        help="observation size of the synthetic minibatches; the default is hopper's")
+    parser.add_argument("--action-dim", type=int, default=3,
+                        help="action size of the synthetic minibatches; the default is hopper's")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_float32_matmul_precision("highest")

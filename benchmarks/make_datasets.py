@@ -24,12 +24,13 @@ policy's mean return, ``ref_max_score`` the expert's deterministic mean return (
 
 Datasets go to ``<root>/<task>-{random,medium,medium-replay,expert}-v0`` (``--root``, else
 ``$ROBOLEARN_DATASETS``, else ``~/.robolearn/datasets``); a summary goes to
-``benchmarks/results/offline_datasets.md`` (``offline_datasets_<tasks>.md`` for some of the tasks).
+``benchmarks/results/offline_datasets.md`` (``offline_datasets_<tasks>.md`` for some of the tasks),
+quoted in BENCHMARKS.md, "Offline datasets and offline RL"; ``offline_d4rl_style.py`` trains on them.
+The PPO runs stay under ``runs/datasets`` in the working directory. No peer library.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import sys
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
-from common import machine, write_result  # noqa: E402
+from common import benchmark_parser, machine, write_result  # noqa: E402
 
 if TYPE_CHECKING:
     from robolearn.data import DatasetWriter
@@ -135,13 +136,14 @@ def record_dataset(task: str, kind: str, run: Path | None, steps: int, noise: fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), help="tasks; configs/ppo_<task>.yaml trains their policies")
     parser.add_argument("--steps", type=int, default=100_000, help="transitions per dataset (about)")
     parser.add_argument("--expert-steps", type=int, default=3_000_000, help="PPO env steps for the expert")
-    parser.add_argument("--medium-fraction", type=float, default=0.4, help="of the expert's return")
+    parser.add_argument("--medium-fraction", type=float, default=0.4,
+                        help="medium stops when its training return reaches this fraction of the expert's")
     parser.add_argument("--noise", type=float, default=0.1, help="action noise of medium/expert, in half ranges")
-    parser.add_argument("--root", type=Path)
+    parser.add_argument("--root", type=Path, help="datasets directory (default: $ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
     parser.add_argument("--out", help="table under benchmarks/results/: offline_datasets.md, or with some --tasks "
                         "offline_datasets_<tasks>.md, so that a partial run leaves the full table whole")
     args = parser.parse_args()

@@ -20,11 +20,13 @@ noise 0.2), about 15 s on 2 cores and 100 MB on disk (mostly the exact simulator
 states).
 
     python benchmarks/make_kitchen_dataset.py [--episodes 400] [--steps 200] [--plan 3] [--noise 0.2]
+
+Writes the dataset (``<root>/<name>-v0``) and no results file; ``skill_critic_maze.py --layout kitchen``
+trains on it (BENCHMARKS.md, "The kitchen: skills that must recombine").
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
+from common import benchmark_parser  # noqa: E402
 
 
 def make_dataset(episodes: int, steps: int, plan: int, noise: float, seed: int = 0, num_envs: int = 16,
@@ -60,13 +63,13 @@ def make_dataset(episodes: int, steps: int, plan: int, noise: float, seed: int =
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--episodes", type=int, default=400)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--episodes", type=int, default=400, help="demonstrations to record")
     parser.add_argument("--steps", type=int, default=200, help="steps per episode")
     parser.add_argument("--plan", type=int, default=3, help="sub-tasks per demonstration (of 4)")
     parser.add_argument("--noise", type=float, default=0.2, help="Gaussian action noise, in half ranges")
-    parser.add_argument("--name", default="kitchen-mixed")
-    parser.add_argument("--root", type=Path)
+    parser.add_argument("--name", default="kitchen-mixed", help="the dataset's name (stored as <name>-v0)")
+    parser.add_argument("--root", type=Path, help="datasets directory (default: $ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()

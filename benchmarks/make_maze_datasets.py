@@ -12,11 +12,13 @@ OGBench's datasets hold 1000 episodes x 1000 steps (1M transitions); the default
 here is 500 episodes x 1000 steps (500k transitions, about 25 s per maze on 2 cores).
 
     python benchmarks/make_maze_datasets.py [--layouts medium large] [--episodes 500] [--steps 1000]
+
+Writes the datasets (``<root>/point_maze_<layout>-navigate-v0``) and no results file;
+``hiql_maze.py`` and ``skill_critic_maze.py`` train on them.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
+from common import benchmark_parser  # noqa: E402
 
 
 def make_dataset(layout: str, episodes: int, steps: int, noise: float, seed: int = 0, num_envs: int = 16,
@@ -50,12 +53,12 @@ def make_dataset(layout: str, episodes: int, steps: int, noise: float, seed: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layouts", nargs="+", default=["medium", "large"])
-    parser.add_argument("--episodes", type=int, default=500)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--layouts", nargs="+", default=["medium", "large"], help="maze layouts (point_maze_<layout>)")
+    parser.add_argument("--episodes", type=int, default=500, help="episodes per maze")
     parser.add_argument("--steps", type=int, default=1000, help="steps per episode")
     parser.add_argument("--noise", type=float, default=0.2, help="Gaussian action noise, in half ranges")
-    parser.add_argument("--root", type=Path)
+    parser.add_argument("--root", type=Path, help="datasets directory (default: $ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for layout in args.layouts:

@@ -39,7 +39,8 @@ Every finished run is appended as one JSON line to benchmarks/results/offline_ru
 averages before and after), and benchmarks/results/offline.md is rebuilt from ALL lines
 of that file after every run: seeds run on different days add up instead of overwriting,
 and a cut-short benchmark still leaves a table. Order: seed-major, and for each algorithm
-robolearn then d3rlpy, so both libraries see similar machine load.
+robolearn then d3rlpy, so both libraries see similar machine load. BENCHMARKS.md quotes the
+tables in "Offline datasets and offline RL".
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import append_jsonl, code_commit, machine, read_jsonl, train_offline, write_result  # noqa: E402
+from common import (  # noqa: E402
+    append_jsonl, benchmark_parser, code_commit, machine, read_jsonl, train_offline, write_result)
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 RUNS = REPO / "benchmarks" / "results" / "offline_runs.jsonl"
@@ -285,12 +287,14 @@ def d3rlpy_version() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--updates", type=int, default=20_000)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--updates", type=int, default=20_000, help="gradient updates per run, both libraries")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds to run (added to earlier runs)")
-    parser.add_argument("--datasets", nargs="+", default=["hopper-medium", "half_cheetah-medium", "walker2d-medium"])
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"])
+    parser.add_argument("--datasets", nargs="+", default=["hopper-medium", "half_cheetah-medium", "walker2d-medium"],
+                        help="datasets of benchmarks/make_datasets.py (<task>-<kind>)")
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS, help="algorithms, each run by both libraries")
+    parser.add_argument("--libs", nargs="+", default=["robolearn", "d3rlpy"], choices=["robolearn", "d3rlpy"],
+                        help="libraries to run (d3rlpy in its own virtualenv, above)")
     parser.add_argument("--table-only", action="store_true", help="rebuild offline.md from offline_runs.jsonl; run nothing")
     parser.add_argument("--tag", help="keep this machine's runs apart: results/offline_runs_<tag>.jsonl and offline_<tag>.md")
     parser.add_argument("--peer-matmul-precision", default="highest", choices=["highest", "high", "medium"],

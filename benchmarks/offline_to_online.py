@@ -12,6 +12,15 @@ that run directory, so they start from the same pretrained networks:
   return in at most a third of the steps" can be read off one table.
 
 Return against online env steps: ``--eval-episodes`` deterministic episodes every 1000 steps.
+No peer library: the arms are ours, and BENCHMARKS.md reads them against the WSRL paper's claims.
+
+Each finished (seed, arm) is appended to ``benchmarks/results/offline_to_online_runs.jsonl``; the
+table and plot of the seeds with all three arms at this budget go to
+``benchmarks/results/offline_to_online<suffix>.md`` and ``.png`` (the suffix names a non-default
+``--target-entropy`` or ``--warmup``), quoted in BENCHMARKS.md, "Offline-to-online on hopper-medium".
+Run directories are scratch, under /tmp/robolearn_offline_to_online (a pretraining found there is
+resumed). With ``--pretrain 10000`` on 2 shared CPU cores (BENCHMARKS.md) pretraining took 21-26 min
+per seed, each fine-tuning arm 3-12 min and SAC from scratch 7-10 min.
 
     python3 benchmarks/offline_to_online.py [--pretrain 5000] [--steps 10000] [--sac-steps 30000] [--seeds 1]
 """
@@ -29,7 +38,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, write_result  # noqa: E402
+from common import RESULTS, benchmark_parser, machine, write_result  # noqa: E402
 
 WORK = Path("/tmp/robolearn_offline_to_online")
 
@@ -150,22 +159,23 @@ def first_reaching(points: list[tuple[int, float]], target: float) -> int | None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--pretrain", type=int, default=5000, help="offline Cal-QL updates")
     parser.add_argument("--steps", type=int, default=10000, help="online env steps of each fine-tuning arm")
     parser.add_argument("--sac-steps", type=int, default=30000, help="online env steps of SAC from scratch")
     parser.add_argument("--random-steps", type=int, default=5000, help="SAC from scratch: uniform random steps first")
     parser.add_argument("--warmup", type=int, default=1000, help="WSRL warmup steps (the paper: 5000 of 250k-1M)")
-    parser.add_argument("--utd", type=float, default=2.0)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--utd", type=float, default=2.0, help="updates per online env step of both fine-tuning arms")
+    parser.add_argument("--batch", type=int, default=256, help="online batch size of both fine-tuning arms")
     parser.add_argument("--target-entropy", default="0",
                         help="online target entropy of both fine-tuning arms (WSRL: 0), or 'keep' the pretraining's (-|A|)")
-    parser.add_argument("--hidden", default="[128,128]")
-    parser.add_argument("--n-actions", type=int, default=4)
-    parser.add_argument("--eval-episodes", type=int, default=5)
-    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--hidden", default="[128,128]", help="hidden sizes of the Cal-QL/WSRL networks (agent.hidden)")
+    parser.add_argument("--n-actions", type=int, default=4, help="Cal-QL's sampled actions per proposal (agent.n_actions)")
+    parser.add_argument("--eval-episodes", type=int, default=5, help="deterministic episodes per evaluation")
+    parser.add_argument("--seeds", type=int, default=1, help="run seeds 0 .. N-1, one after another (unless --seed)")
     parser.add_argument("--seed", type=int, help="run this seed only (one process per seed; the report joins them)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite the table and plot from the saved arms (RECORDS)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: rewrite the table and plot from results/offline_to_online_runs.jsonl")
     args = parser.parse_args()
     if not args.report_only:
         import torch

@@ -13,11 +13,13 @@ every evaluation of a run; this command reads trained checkpoints (``checkpoints
 runs, e.g. those benchmarks/hiql_maze.py leaves under /tmp/robolearn-hiql-bench).
 
     python benchmarks/ota_advantage_sign.py --layout large --runs RUN_DIR [RUN_DIR ...]
+
+No peer library. Prints the table as markdown and writes no file; BENCHMARKS.md quotes it in
+"OTA vs HIQL on the large point maze".
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -68,13 +70,14 @@ def bin_names() -> list[str]:
 
 
 def main() -> None:
-    from common import load_goal_agent
+    from common import benchmark_parser, load_goal_agent
     from sims.tasks.point_maze import MazeGrid
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layout", default="large")
-    parser.add_argument("--runs", nargs="+", required=True, type=Path)
-    parser.add_argument("--batches", type=int, default=8)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--layout", default="large", help="the maze the runs trained on (point_maze_<layout>)")
+    parser.add_argument("--runs", nargs="+", required=True, type=Path,
+                        help="trained HIQL or OTA run directories (checkpoints/latest.pt)")
+    parser.add_argument("--batches", type=int, default=8, help="minibatches of 1024 pairs drawn per run")
     args = parser.parse_args()
     torch.set_num_threads(1)
     grid = MazeGrid(args.layout)

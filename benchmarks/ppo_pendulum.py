@@ -4,21 +4,21 @@ Both train on the same Gymnasium env; "solved" is a mean deterministic evaluatio
 return of at least -200 over 10 episodes, checked after every update (SB3: every
 rollout; ours: every iteration). Evaluation time is excluded from both clocks.
 SB3 uses rl-baselines3-zoo's tuned Pendulum-v1 hyperparameters; ours uses
-configs/ppo_gym_pendulum.yaml.
+configs/ppo_gym_pendulum.yaml. Seeds run one after another, SB3's first.
+Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md, "PPO vs Stable-Baselines3 on Pendulum-v1").
 
     python benchmarks/ppo_pendulum.py [--seeds 3] [--budget 200000]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import numpy as np
 import torch
 
-from common import machine, write_result
+from common import benchmark_parser, machine, write_result
 
 SOLVED = -200.0
 EVAL_EPISODES = 10
@@ -112,9 +112,9 @@ def run_ours(seed: int, budget: int) -> tuple[float, int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--budget", type=int, default=200_000)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each agent")
+    parser.add_argument("--budget", type=int, default=200_000, help="env steps at most per run (a run ends when solved)")
     parser.add_argument("--out", default="ppo_pendulum.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)

@@ -24,15 +24,17 @@ Not shared: RSL-RL has no return normalization (configs that set
 ``normalize_rewards`` differ there), and RSL-RL bootstraps time-outs from
 V(s_t) where ours uses V(final_obs) (one extra critic pass per step).
 
+Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md, "GPU: MuJoCo Warp", "PPO end to end
+against rsl-rl-lib"); ``bash benchmarks/gpu.sh ppo`` runs it on a GPU.
+
     python benchmarks/ppo_vs_rsl_rl.py --task pendulum --num-envs 64 --iterations 10
     python benchmarks/ppo_vs_rsl_rl.py --task ant --num-envs 4096 --device cuda --backend warp
-    python benchmarks/ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \
+    python benchmarks/ppo_vs_rsl_rl.py --task go1_flat --num-envs 4096 --device cuda --backend warp \\
         --mjlab Mjlab-Velocity-Flat-Unitree-Go1
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -43,7 +45,7 @@ import mujoco
 import torch
 from rsl_rl.runners import OnPolicyRunner
 
-from common import machine, task_env, write_result
+from common import benchmark_parser, machine, task_env, write_result
 from robolearn.config import TrainConfig, load_config
 from robolearn.runner import Runner
 from sims.adapters.rsl_rl import VecEnvAsRslRl
@@ -203,13 +205,14 @@ def device_name(device: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--task", default="pendulum", help="a task with a configs/ppo_<task>.yaml")
-    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--num-envs", type=int, default=64, help="worlds of the shared VecEnv (and of mjlab's env)")
     parser.add_argument("--iterations", type=int, default=12, help="timed iterations (+1 warm-up) per learner")
     parser.add_argument("--rounds", type=int, default=3, help="the learners take turns this many times")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--backend", default="mujoco", choices=["mujoco", "warp"])
+    parser.add_argument("--device", default="cpu", help="cpu or a CUDA device (env.device)")
+    parser.add_argument("--backend", default="mujoco", choices=["mujoco", "warp"],
+                        help="the simulator: our CPU MuJoCo backend or MuJoCo Warp")
     parser.add_argument("--mjlab", metavar="TASK_ID", help="also time mjlab's own training of this mjlab task")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for the env both learners share, e.g. env.randomization.dynamics_pool=0")

@@ -12,18 +12,20 @@ same switch (``torch.set_float32_matmul_precision("medium")``), so the table
 shows how much of the ratio is that switch and how much is the implementation.
 
     python benchmarks/sac_half_cheetah.py [--seeds 3] [--steps 30000] [--sb3-medium] [--out sac_half_cheetah.md]
+
+Seeds run one after another, SB3's first. Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md,
+"SAC vs Stable-Baselines3 on HalfCheetah-v5").
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from common import machine, write_result
+from common import benchmark_parser, machine, write_result
 
 EVAL_EPISODES = 10
 RANDOM_STEPS = 10_000
@@ -69,9 +71,9 @@ def run_ours(seed: int, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=30_000)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each agent")
+    parser.add_argument("--steps", type=int, default=30_000, help="env steps per run, the random ones included")
     parser.add_argument("--sb3-medium", action="store_true", help="also run SB3 with float32 matmul precision 'medium'")
     parser.add_argument("--out", default="sac_half_cheetah.md", help="results file under benchmarks/results/")
     args = parser.parse_args()

@@ -12,7 +12,8 @@ For Hopper, HalfCheetah and Ant (Gymnasium's v5 models) with random actions:
   termination rule), times the number of cores.
 
 Prints a markdown table and writes it to ``benchmarks/results/sim_throughput.md`` (with ``--tasks``
-naming some of them, to ``sim_throughput_<tasks>.md``: the full table stays whole).
+naming some of them, to ``sim_throughput_<tasks>.md``: the full table stays whole), quoted in
+BENCHMARKS.md, "Simulation throughput (CPU backend)".
 
     python benchmarks/sim_throughput.py           # about 3 minutes
     python benchmarks/sim_throughput.py --quick   # under 1 minute, noisier
@@ -20,7 +21,6 @@ naming some of them, to ``sim_throughput_<tasks>.md``: the full table stays whol
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Callable
@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 import torch
 
-from common import cpu_model
+from common import benchmark_parser, cpu_model
 from robolearn.checkpoint import atomic_write_bytes
 from sims import TASKS, MujocoBackend, make_env
 
@@ -135,7 +135,7 @@ def gym_env_steps(gym_id: str, num_envs: int, vectorizer: str, seconds: float, w
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="short measurements (noisier)")
     parser.add_argument("--tasks", nargs="+", choices=list(MODELS), default=list(MODELS), help="models to measure")
     parser.add_argument("--out", type=Path, help="default results/sim_throughput.md; with some --tasks, "

@@ -16,17 +16,18 @@ the same ranges (configs/ppo_arm_reach_auto.yaml). Each is evaluated three ways:
 
     python benchmarks/sim_to_real.py [--nominal RUN --randomized RUN --auto RUN] [--episodes 20]
 
-Without runs it trains them first (about 3 x 2.5 minutes here).
+Without runs it trains them first (about 3 x 2.5 minutes here, under runs/sim_to_real).
+No peer library. Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md, "Deploy to robots:
+timing and the sim-to-real gap").
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
-from common import machine, write_result
+from common import benchmark_parser, machine, write_result
 
 REALITY = dict(mass_scale=1.5, damping_scale=1.6, friction_scale=3.0, gain_scale=0.5, actuation_latency=0.01)
 """The emulated arm: 50% heavier links, half the servo gains, 3x gear friction, 10 ms latency."""
@@ -77,14 +78,15 @@ def on_emulated_robot(run: Path, episodes: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nominal", type=Path)
-    parser.add_argument("--randomized", type=Path)
-    parser.add_argument("--auto", type=Path)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--nominal", type=Path, help="a trained run of configs/ppo_arm_reach.yaml (default: train one)")
+    parser.add_argument("--randomized", type=Path,
+                        help="a trained run of configs/ppo_arm_reach_dr.yaml (default: train one)")
+    parser.add_argument("--auto", type=Path, help="a trained run of configs/ppo_arm_reach_auto.yaml (default: train one)")
     parser.add_argument("--episodes", type=int, default=20, help="episodes on the emulated robot (real time)")
-    parser.add_argument("--sim-episodes", type=int, default=200)
+    parser.add_argument("--sim-episodes", type=int, default=200, help="episodes of each sim evaluation")
     parser.add_argument("--steps", type=int, default=2_000_000, help="training steps when training here")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the runs trained here")
     parser.add_argument("--out", default="sim_to_real.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -13,11 +13,13 @@ swap loses the task, the refinement is what solved it.
 
     python benchmarks/skill_critic_low_level.py /tmp/kept/skill_critic_seed3 ... [--episodes 50]
                                                 [--out skill_critic_low_level.md]
+
+No peer library. Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md, "A rearranged kitchen:
+where refining the skills pays").
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from pathlib import Path
@@ -27,7 +29,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import machine, write_result  # noqa: E402
+from common import benchmark_parser, machine, write_result  # noqa: E402
 
 
 def run_dir_of(path: Path) -> Path:
@@ -64,10 +66,10 @@ def evaluate_both(path: Path, episodes: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__)
     parser.add_argument("runs", nargs="+", type=Path, help="Skill-Critic run directories (or folders holding one)")
-    parser.add_argument("--episodes", type=int, default=50)
-    parser.add_argument("--out", default="skill_critic_low_level.md")
+    parser.add_argument("--episodes", type=int, default=50, help="episodes per low level, the same seeds for both")
+    parser.add_argument("--out", default="skill_critic_low_level.md", help="file under benchmarks/results/")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = [evaluate_both(path, args.episodes) for path in args.runs]

@@ -7,7 +7,9 @@ SPiRL and Skill-Critic learn their skills from the undirected noisy navigation d
 (``benchmarks/make_maze_datasets.py``: ``point_maze_<layout>-navigate``)
 in the same run (``agent.pretrain_updates``), then train online; flat SAC has no data and
 no skills. Every algorithm gets the same online env steps on the same number of envs, one
-torch thread each, runs one after another.
+torch thread each, runs one after another (``--jobs`` at a time). ``--layout kitchen``: the same
+comparison on the kitchen (``configs/<algo>_kitchen.yaml``, skills from ``kitchen-mixed``,
+``benchmarks/make_kitchen_dataset.py``).
 
 Evaluation: every ``--eval-every`` online env steps the deterministic controller (mean
 skill, mean action) runs ``--eval-episodes`` episodes (noisy starts); reported: success
@@ -17,7 +19,11 @@ decoder) at step 0, and wall-clock per run split into pretraining and online tra
 
 The papers' budgets (SPiRL: ~100k skill-model updates, then millions of env steps; Skill-Critic
 likewise) do not fit one CPU core in an hour; the defaults are shortened and stated in the
-results file.
+results file. On the medium maze (BENCHMARKS.md, one core per run) a run took about 95 s of skill
+pretraining, then 1.5 min (SPiRL) or 2.5 min (Skill-Critic) online; flat SAC 1.8 min. No peer library.
+
+Writes ``benchmarks/results/<--out>``, its plot ``.png`` and every finished run in ``<out stem>_runs.jsonl``
+(BENCHMARKS.md, "Skill controllers: Skill-Critic vs SPiRL vs flat SAC on the sparse point maze").
 
     python benchmarks/skill_critic_maze.py [--layout medium] [--seeds 0 1 2] [--online-steps 50000]
                                            [--pretrain-updates 8000]
@@ -36,7 +42,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
-from common import RESULTS, machine, pool_runs, read_jsonl, train_online_with_evals, write_result  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, train_online_with_evals, write_result)
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
@@ -239,21 +246,24 @@ def load_runs(paths: list[str], algos: list[str]) -> dict[str, list[dict]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS, help="algorithms to train")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds; each runs every algorithm")
     parser.add_argument("--layout", choices=["medium", "large", "kitchen"], default="medium",
                         help="large: evaluation pair 1; kitchen: the kitchen task (configs/<algo>_kitchen.yaml)")
     parser.add_argument("--dataset", default="", help="default: point_maze_<layout>-navigate, or kitchen-mixed")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
-    parser.add_argument("--online-steps", type=int, default=50_000)
-    parser.add_argument("--pretrain-updates", type=int, default=8_000)
-    parser.add_argument("--skill-utd", type=float, default=0.1)
-    parser.add_argument("--sac-utd", type=float, default=0.25)
-    parser.add_argument("--critic-warmup", type=int, default=500)
-    parser.add_argument("--low-start", type=int, default=2_000)
-    parser.add_argument("--eval-every", type=int, default=5_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--online-steps", type=int, default=50_000, help="online env steps per run")
+    parser.add_argument("--pretrain-updates", type=int, default=8_000,
+                        help="skill-model updates before the online phase (SPiRL, Skill-Critic)")
+    parser.add_argument("--skill-utd", type=float, default=0.1, help="updates per env step of SPiRL and Skill-Critic")
+    parser.add_argument("--sac-utd", type=float, default=0.25, help="updates per env step of flat SAC")
+    parser.add_argument("--critic-warmup", type=int, default=500,
+                        help="Skill-Critic: updates of the critics only (agent.critic_warmup_updates)")
+    parser.add_argument("--low-start", type=int, default=2_000,
+                        help="Skill-Critic: the update from which the low level trains too (agent.low_start_updates)")
+    parser.add_argument("--eval-every", type=int, default=5_000, help="online env steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes per evaluation")
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every algorithm, e.g. "
                              "env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
@@ -262,7 +272,8 @@ def main() -> None:
     parser.add_argument("--from-runs", nargs="+", default=[], metavar="RUNS_JSONL",
                         help="train nothing: rebuild the tables and the plot from these runs files (e.g. two "
                              "invocations with different --seeds); the other options must match theirs")
-    parser.add_argument("--out", default="", help="default: skill_critic_maze.md (medium), skill_critic_maze_large.md")
+    parser.add_argument("--out", default="", help="file under benchmarks/results/; default: skill_critic_maze.md "
+                        "(medium), skill_critic_maze_large.md, skill_critic_kitchen.md")
     args = parser.parse_args()
     args.out = args.out or {"medium": "skill_critic_maze.md", "kitchen": "skill_critic_kitchen.md"}.get(
         args.layout, f"skill_critic_maze_{args.layout}.md")

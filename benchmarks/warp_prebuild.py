@@ -17,12 +17,11 @@ different block size) get a different hash and are compiled on the GPU as before
 Seen on an H100 (session 30): the modules built here loaded from the cache; 14 were
 compiled there (33 s), the tiled Cholesky solver (CUDA only), broadphase variants
 for other world counts, and ``set_const``, which the steps here now exercise by
-randomizing masses.
+randomizing masses. Writes only the kernel cache: no results file, no peer.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from warp._src.context import user_modules  # Warp's registry of kernel modules;
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sims  # noqa: E402
+from common import benchmark_parser  # noqa: E402
 
 TASKS = ["go1_flat", "go1_rough", "ant", "pendulum", "cartpole", "reacher", "arm_reach", "hopper", "half_cheetah"]
 
@@ -49,9 +49,9 @@ def step_on_cpu(task: str, steps: int = 3) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--arch", type=int, default=90, help="compute capability x 10: 90 = H100/H200, 89 = L4/L40")
-    parser.add_argument("--tasks", nargs="+", default=TASKS)
+    parser.add_argument("--tasks", nargs="+", default=TASKS, help="tasks whose kernel modules to build")
     args = parser.parse_args()
     wp.init()
     start = time.perf_counter()

@@ -3,7 +3,8 @@
 Times one env step under each part of the config's randomization alone and all of it (also with
 fresh draws instead of the config's ``dynamics_pool``, and with 1% of the worlds reset every step, as
 while a policy learns, with and without ``Task.light_reset``), the MuJoCo Warp pieces of a step, and
-one policy call; prints the figures (milliseconds), writes no result file.
+one policy call; prints the figures (milliseconds), writes no result file (BENCHMARKS.md, "GPU:
+MuJoCo Warp", quotes them). No peer library; ``bash benchmarks/gpu.sh profile`` runs it on a GPU.
 
     python benchmarks/warp_profile.py [--worlds 4096] [--device cuda]
     python benchmarks/warp_profile.py --worlds 64 --device cpu   # Warp's CPU device, without a GPU
@@ -11,12 +12,12 @@ one policy call; prints the figures (milliseconds), writes no result file.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Callable
 
 import torch
 
+from common import benchmark_parser
 from robolearn.config import load_config
 from robolearn.registry import make_agent, make_env
 
@@ -34,8 +35,8 @@ def timed(fn: Callable[[], object], device: torch.device, n: int = 20) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worlds", type=int, default=4096)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--worlds", type=int, default=4096, help="worlds of the Go1 env (configs/ppo_go1_flat.yaml)")
     parser.add_argument("--device", default="cuda", help="a CUDA device, or cpu: Warp's CPU device (its own "
                         "proportions, not the GPU's; for a machine without one, e.g. --worlds 64)")
     args = parser.parse_args()

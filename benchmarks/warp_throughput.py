@@ -12,16 +12,18 @@ side, so the table says how much slower Warp's CPU device is (it exists for
 tests; the CPU backend is the one to train with on a CPU). GPU memory is the
 device's used memory (``torch.cuda.mem_get_info``, which sees Warp's allocator
 too) after building the env, minus before, per 1024 worlds.
+
+Writes ``benchmarks/results/warp_throughput_gpu.md`` (CUDA) or ``warp_throughput_cpu.md`` (BENCHMARKS.md,
+"GPU: MuJoCo Warp"); ``bash benchmarks/gpu.sh throughput`` runs it on a GPU.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
-from common import machine, write_result
+from common import benchmark_parser, machine, write_result
 from sims import make_env
 
 
@@ -61,11 +63,13 @@ def env_steps_per_s(task: str, worlds: int, device: str, backend: str, seconds: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tasks", nargs="+", default=["ant", "go1_flat", "go1_rough"])
-    parser.add_argument("--worlds", nargs="+", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--device", default="cuda",
+                        help="a CUDA device, or cpu: Warp's CPU device beside our CPU backend")
+    parser.add_argument("--tasks", nargs="+", default=["ant", "go1_flat", "go1_rough"], help="tasks to step")
+    parser.add_argument("--worlds", nargs="+", type=int, default=None,
+                        help="world counts (default: 1024 4096 16384 on CUDA, 64 on CPU)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds each task and world count is stepped")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     worlds = args.worlds or ([1024, 4096, 16384] if cuda else [64])
