@@ -14,6 +14,7 @@ Datasets are stored in the Minari format (see :mod:`robolearn.data.minari_store`
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -117,8 +118,15 @@ class Dataset:
 
     @property
     def task(self) -> str | None:
-        """Our task name or ``gym:<id>`` the data comes from, when known."""
-        return self.info.get("task")
+        """Our task name or ``gym:<id>`` the data comes from, when known: robolearn's metadata, else the
+        Gymnasium env a Minari dataset made elsewhere was collected in (its ``env_spec``)."""
+        if self.info.get("task"):
+            return self.info["task"]
+        try:
+            env_id = json.loads(self.raw_metadata.get("env_spec") or "{}").get("id")
+        except (json.JSONDecodeError, TypeError, AttributeError):
+            return None
+        return f"gym:{env_id}" if isinstance(env_id, str) and env_id else None
 
     @property
     def ref_min_score(self) -> float | None:
@@ -156,11 +164,14 @@ class Dataset:
         return {**meta, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
 
     def episode_stats(self) -> list[dict[str, Any]]:
-        """Per-episode ``return``, ``length`` and ``terminated``, from the episode attributes (no array is read)."""
+        """Per-episode ``return``, ``length`` and ``terminated``, from the episode attributes we write (no
+        array is read); a dataset written elsewhere (Minari's own collector) has none: its episodes are read."""
         storage = self._dataset().storage
-        return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"])}
-                if "return" in m else {"return": None, "length": int(m["total_steps"]), "terminated": None}
-                for m in self._read(lambda: list(storage.get_episode_metadata(range(self.num_episodes))))]
+        attributes = self._read(lambda: list(storage.get_episode_metadata(range(self.num_episodes))))
+        if all("return" in m for m in attributes):
+            return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"])}
+                    for m in attributes]
+        return [{"return": e.episode_return, "length": len(e), "terminated": bool(e.terminations[-1])} for e in self]
 
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
@@ -219,15 +230,16 @@ class Dataset:
         the metadata (no second copy of the dataset)."""
         steps, filled = self.num_steps, 0
         arrays: dict[str, Any] = {}
-        for episode in self:
+        for index, episode in enumerate(self):
+            episode.check(f"{self.path}: episode {index}")  # datasets written elsewhere were never checked
             end = filled + len(episode)
             if end > steps:
                 raise DatasetError(f"{self.path}: the episodes hold more steps than metadata 'total_steps' ({steps})")
             rows = {"obs": {g: o[:-1] for g, o in episode.observations.items()}, "action": episode.actions,
                     "reward": episode.rewards, "next_obs": {g: o[1:] for g, o in episode.observations.items()},
                     "terminated": episode.terminations.astype(bool), "truncated": episode.truncations.astype(bool)}
-            if not arrays:  # floats as float32, what the networks take (Minari's MuJoCo datasets store float64)
-                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), np.float32 if a.dtype.kind == "f" else a.dtype))
+            if not arrays:  # numbers as float32, what the networks take (Minari's MuJoCo datasets store float64)
+                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), a.dtype if a.dtype.kind == "b" else np.float32))
             write_batch(arrays, rows, slice(filled, end))
             filled = end
         if filled != steps:

@@ -55,8 +55,9 @@ class Episode:
         return self.infos.get("state")
 
     def check(self, where: str) -> Episode:
-        """Raise :class:`DatasetError` (naming ``where``, the key and the shapes) unless
-        every array has its documented length and every number is finite; returns self."""
+        """Raise :class:`DatasetError` (naming ``where``, the key and the shapes) unless every array
+        has its documented length, rewards and flags one number per step, and every number is finite;
+        returns self."""
         steps = len(self.rewards)
         if steps == 0:
             raise DatasetError(f"{where}: empty episode (0 steps)")
@@ -69,6 +70,13 @@ class Episode:
             if np.ndim(value) == 0 or len(value) != rows:
                 raise DatasetError(f"{where}: '{key}' has shape {np.shape(value)}, expected {rows} rows "
                                    f"({steps} steps{' + 1' if rows > steps else ''})")
+        for key in ("rewards", "terminations", "truncations"):  # (T, 1) would broadcast targets into (B, B)
+            if np.ndim(expected[key][0]) != 1:
+                raise DatasetError(f"{where}: '{key}' has shape {np.shape(expected[key][0])}, expected ({steps},): "
+                                   "one number per step")
+        for key, (value, _) in expected.items():
+            if np.asarray(value).dtype.kind not in "biuf":  # strings or objects: numpy's errors would not say which
+                raise DatasetError(f"{where}: '{key}' has dtype {np.asarray(value).dtype}, expected numbers")
         for key, value in self.infos.items():
             if np.ndim(value) == 0 or len(value) not in (steps, steps + 1):
                 raise DatasetError(f"{where}: 'infos/{key}' has shape {np.shape(value)}, "

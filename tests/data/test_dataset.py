@@ -45,6 +45,70 @@ def test_minari_reads_our_datasets(recorded, root, monkeypatch):
     assert float(minari.get_normalized_score(theirs, np.array(15.0))) == pytest.approx(0.5)
 
 
+def minari_made(root, monkeypatch, name, episodes, *, corrupt=None):
+    """A dataset written by Minari's own API (as users outside robolearn make them): random Pendulum-v1
+    episodes; ``corrupt(observations, rewards)`` edits the first one before it is written."""
+    import gymnasium as gym
+    import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    env = gym.make("Pendulum-v1", max_episode_steps=20)
+    env.action_space.seed(0)
+    buffers = []
+    for index in range(episodes):
+        observations, rewards = [env.reset(seed=index)[0]], []
+        for _ in range(20):
+            obs, reward, *_ = env.step(env.action_space.sample())
+            observations.append(obs)
+            rewards.append(reward)
+        observations, rewards = np.array(observations), np.array(rewards)
+        if corrupt is not None and index == 0:
+            observations, rewards = corrupt(observations, rewards)
+        buffers.append(EpisodeBuffer(id=index, observations=observations, actions=np.zeros((20, 1), np.float32),
+                                     rewards=rewards, terminations=np.zeros(20, bool),
+                                     truncations=np.arange(20) == 19, infos={}))
+    minari.create_dataset_from_buffers(dataset_id=name, buffer=buffers, env=env, eval_env=env, algorithm_name="random",
+                                       author="someone", author_email="someone@example.org",
+                                       code_permalink="https://example.org", description="random")
+    return Dataset.load(name, root)
+
+
+def test_a_minari_dataset_made_elsewhere_names_its_task_sums_its_returns_and_is_checked_when_read(root, monkeypatch):
+    ds = minari_made(root, monkeypatch, "pendulum-random-v0", 2)
+    assert ds.task == "gym:Pendulum-v1"  # from Minari's env_spec: a run on another task is refused
+    stats = ds.episode_stats()  # Minari writes no return attribute: summed from the rewards
+    assert [s["length"] for s in stats] == [20, 20] and stats[0]["return"] == pytest.approx(ds[0].episode_return)
+    assert ds.summary()["return_mean"] == pytest.approx(np.mean([ds[0].episode_return, ds[1].episode_return]))
+    assert ds.transitions()["obs"]["policy"].dtype == torch.float32  # Minari stored float64
+
+    def nan_at_step_3(observations, rewards):
+        observations[3, 1] = np.nan
+        return observations, rewards
+
+    bad = minari_made(root, monkeypatch, "pendulum-nan-v0", 2, corrupt=nan_at_step_3)
+    with pytest.raises(DatasetError, match=r"pendulum-nan-v0: episode 0: 'observations/policy' .* NaN or inf \(first at row 3\)"):
+        bad.transitions()
+
+    def integers(observations, rewards):
+        return (100 * observations).astype(np.int32), rewards
+
+    ints = minari_made(root, monkeypatch, "pendulum-int-v0", 1, corrupt=integers)
+    assert ints.transitions()["obs"]["policy"].dtype == torch.float32  # what the networks take
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda e: setattr(e, "rewards", e.rewards[:, None]), r"'rewards' has shape \(10, 1\), expected \(10,\)"),
+    (lambda e: setattr(e, "terminations", e.terminations[:, None]), r"'terminations' has shape \(10, 1\)"),
+    (lambda e: setattr(e, "rewards", np.array(["1.0"] * 10)), r"'rewards' has dtype <U3, expected numbers"),
+])
+def test_episodes_refuse_per_step_columns_and_text_where_numbers_belong(recorded, change, says):
+    episode = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)[0]
+    change(episode)
+    with pytest.raises(DatasetError, match=says):
+        episode.check("file.hdf5: episode 0")
+
+
 def test_transitions_are_aligned_tensors(recorded):
     ds = recorded("hopper", 4, num_envs=2)
     batch = ds.transitions("cpu")
