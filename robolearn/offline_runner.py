@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -72,6 +73,23 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
                            + "; ".join(problems) + f" (dataset vs env){hint}")
+    for doubt in _doubts(dataset, task, env):
+        warnings.warn(f"dataset '{dataset.id}': {doubt}", stacklevel=3)
+
+
+def _doubts(dataset: Dataset, task: str, env: VecEnv) -> list[str]:
+    """What fits by shape but may still be the wrong data for ``env``: said, then trained on."""
+    doubts = []
+    if dataset.task is None:
+        doubts.append(f"it does not say which task it was recorded on, so only its shapes were checked against "
+                      f"'{task}'; import it with --task {task} to record that it is")
+    dt, env_dt = dataset.info.get("control_dt"), getattr(env, "control_dt", None)
+    if isinstance(dt, (int, float)) and env_dt and abs(dt - env_dt) > 1e-6 * env_dt:
+        doubts.append(f"recorded at a control period of {dt:.4g} s, the env steps {env_dt:.4g} s: a policy learnt "
+                      "from it acts at the wrong rate")
+    if dataset.info.get("rewards") == "absent":
+        doubts.append("its source had no rewards (they are all 0): only behaviour cloning (bc) learns from it")
+    return doubts
 
 
 def _spanning_the_run(cfg: TrainConfig) -> TrainConfig:

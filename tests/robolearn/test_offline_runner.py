@@ -12,10 +12,11 @@ import sims
 from robolearn import load_config
 from robolearn.checkpoint import CheckpointError, load_checkpoint
 from robolearn.cli import main
-from robolearn.data import DatasetError, DatasetWriter, record
+from robolearn.data import Dataset, DatasetError, DatasetWriter, record
+from robolearn.data.record import RandomController
 from robolearn.evaluate import evaluate
 from robolearn.export import ExportedController
-from robolearn.offline_runner import OfflineRunner
+from robolearn.offline_runner import OfflineRunner, check_dataset_fits
 from robolearn.runner import read_run_config, train
 
 SCRIPTED_RETURN = 405.0  # the swing_up fixture (conftest.py), 10 episodes
@@ -118,6 +119,21 @@ def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
                                            r"\(dataset vs env\); to train on it, add env.task=pendulum$"):
         OfflineRunner(cfg)
     assert not (tmp_path / "runs").exists()  # nothing written for a refused run
+
+
+def test_data_that_fits_only_by_shape_is_doubted_aloud(tmp_path):
+    """No task recorded, another control period, no rewards: each said when the run starts, then trained on."""
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        writer = DatasetWriter("unsure", env.observation_spec, env.action_spec, root=tmp_path,
+                               metadata={"control_dt": 2 * env.control_dt, "rewards": "absent"})
+        with writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+        dataset = Dataset.load("unsure", tmp_path)
+        with pytest.warns(UserWarning) as said:
+            check_dataset_fits(dataset, "pendulum", env)
+    doubts = " | ".join(str(w.message) for w in said)
+    assert "does not say which task" in doubts and "--task pendulum" in doubts
+    assert "control period of 0.04 s, the env steps 0.02 s" in doubts and "only behaviour cloning" in doubts
 
 
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
