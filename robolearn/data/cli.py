@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -52,6 +53,9 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--format", choices=IMPORT_FORMATS, required=True)
     p.add_argument("--task", help="task name or gym:<id>: shapes are checked against it and replay uses it")
     p.add_argument("--name", help="dataset name (default: the file or directory name)")
+    p.add_argument("--done", choices=["terminal", "truncation"], default="terminal",
+                   help="lerobot: what next.done marks: where the task ended (no bootstrap), or where the recording "
+                        "stopped (a time limit)")
 
     p = sub.add_parser("export", parents=[root], help="write a dataset as a D4RL HDF5 file")
     p.add_argument("name")
@@ -120,6 +124,7 @@ def _record(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
+    _check_refs(args.ref_min, args.ref_max)
     task, kwargs, controller_name, algorithm = args.task, {}, args.controller, None
     if args.run:
         from robolearn.config import load_run_config
@@ -182,7 +187,11 @@ def _import(args: argparse.Namespace) -> int:
     from robolearn.data.minari_store import specs_of
     from robolearn.data.recordings import read_recordings
 
-    readers = {"d4rl": read_d4rl, "lerobot": read_lerobot, "recording": read_recordings}
+    if args.done != "terminal" and args.format != "lerobot":
+        raise ValueError(f"--done is for LeRobot datasets; {args.format} files say terminals and timeouts apart")
+    import numpy as np
+
+    readers = {"d4rl": read_d4rl, "lerobot": lambda path: read_lerobot(path, args.done), "recording": read_recordings}
     episodes, meta = readers[args.format](args.path)
     specs = specs_of(episodes[0])
     if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
@@ -196,11 +205,25 @@ def _import(args: argparse.Namespace) -> int:
         value = given if given is not None else meta.get(key, default)
         if value is not None:
             meta[key] = value
+    _check_refs(meta.get("ref_min_score"), meta.get("ref_max_score"))
     name = args.name or _slug(args.path.stem if args.path.is_file() else args.path.resolve().name)
     ds = Dataset.create(name, episodes, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
-    print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps -> {ds.path}")
+    returns = [episode.episode_return for episode in episodes]
+    print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
+          f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g}) -> {ds.path}")
     _warn_out_of_bounds(episodes, specs[1])
     return 0
+
+
+def _check_refs(low: float | None, high: float | None) -> None:
+    """Normalized scores divide by ``high - low``: swapped references turn a random policy into an expert."""
+    if low is None or high is None:
+        if (low is None) != (high is None):
+            raise ValueError("--ref-min and --ref-max go together: a normalized score needs both")
+        return
+    if not (math.isfinite(low) and math.isfinite(high) and high > low):
+        raise ValueError(f"--ref-max ({high:g}) must be above --ref-min ({low:g}): they are the returns of an expert "
+                         "and of a random policy")
 
 
 def _warn_out_of_bounds(episodes: list, action_spec: Any) -> None:

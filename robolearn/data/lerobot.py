@@ -8,17 +8,25 @@ action). Videos and images are not read.
 
 Mapping: ``observation.state`` becomes group ``policy``; other non-image
 ``observation.<name>`` features become group ``<name>``. Every frame is one
-step (its action, its ``next.reward``, its ``next.done`` as termination), so
-every array of the source is kept unchanged. LeRobot does not store the
-observation after an episode's last action, so the final observation repeats
-the last one (metadata ``final_observation: "copied"``), and an episode
-whose last frame is not ``next.done`` is marked truncated. Without
-``next.reward`` the rewards are zero (metadata ``rewards: "absent"``).
+step (its action, its ``next.reward``, its ``next.done``), so every array of
+the source is kept unchanged. LeRobot does not store the observation after an
+episode's last action, so the final observation repeats the last one (metadata
+``final_observation: "copied"``), and an episode whose last frame is not
+``next.done`` is marked truncated. Without ``next.reward`` the rewards are
+zero (metadata ``rewards: "absent"``).
+
+``next.done`` does not say why an episode ended: recorders set it where the
+task was solved or failed (a termination: no bootstrap) and also where the
+recording merely stopped (a time limit: a truncation). ``done_means="terminal"``
+reads it as the first, ``"truncation"`` as the second; when every
+episode is done on its last frame and nowhere else, which is what both look
+like, reading it as terminal says so.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +37,14 @@ from robolearn.data.episode import DatasetError, Episode
 IMAGE_DTYPES = ("image", "video", "string")
 
 
-def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
-    """Episodes and metadata of the LeRobot v3 dataset in directory ``root``."""
+DONE_MEANINGS = ("terminal", "truncation")
+
+
+def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[Episode], dict[str, Any]]:
+    """Episodes and metadata of the LeRobot v3 dataset in directory ``root``; ``done_means`` says what
+    ``next.done`` is (see the module docstring)."""
+    if done_means not in DONE_MEANINGS:
+        raise ValueError(f"done_means must be one of {', '.join(DONE_MEANINGS)}, got {done_means!r}")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -51,6 +65,10 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         if key not in features:
             raise DatasetError(f"{info_path}: missing feature '{key}' (features: {', '.join(sorted(features))})")
     files = sorted((root / "data").glob("chunk-*/file-*.parquet"))
+    version = str(info.get("codebase_version", ""))
+    if not files and (version.startswith("v2") or any((root / "data").glob("chunk-*/episode_*.parquet"))):
+        raise DatasetError(f"{root}: a LeRobot {version or 'v2'} dataset (one parquet file per episode); only v3 is "
+                           "read: convert it with lerobot's convert_dataset_v21_to_v30 (lerobot/datasets/v30/)")
     if not files:
         raise DatasetError(f"{root}: no data/chunk-*/file-*.parquet files")
     groups = {"observation.state": "policy"} | {
@@ -76,7 +94,7 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
 
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
-    episodes = []
+    episodes, ends_only = [], True  # ends_only: every episode done on its last frame and nowhere else
     for index in np.unique(data["episode_index"]):
         rows = np.flatnonzero(data["episode_index"] == index)
         frames = data["frame_index"][rows]
@@ -86,10 +104,12 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         done = data["next.done"][rows].astype(bool) if "next.done" in data else np.zeros(len(rows), bool)
         rewards = data["next.reward"][rows] if "next.reward" in data else np.zeros(len(rows), np.float32)
         observations = {group: np.concatenate([data[key][rows], data[key][rows[-1:]]]) for key, group in groups.items()}
-        truncations = np.zeros(len(rows), bool)
-        truncations[-1] = not done[-1]
+        ends_only &= bool(done[-1]) and not done[:-1].any()
+        terminations = done if done_means == "terminal" else np.zeros(len(rows), bool)
+        truncations = np.zeros(len(rows), bool) if done_means == "terminal" else done.copy()
+        truncations[-1] |= not done[-1]
         episode = Episode(observations=observations, actions=data["action"][rows], rewards=rewards,
-                          terminations=done, truncations=truncations)
+                          terminations=terminations, truncations=truncations)
         episodes.append(episode.check(where))
     meta: dict[str, Any] = {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
                             "robot_type": info.get("robot_type"), "lerobot_episode_index": np.unique(data["episode_index"]).tolist()}
@@ -97,6 +117,12 @@ def read_lerobot(root: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         meta["control_dt"] = 1.0 / float(info["fps"])
     if "next.reward" not in features:
         meta["rewards"] = "absent"
+    if "next.done" in data:
+        meta["next_done_read_as"] = done_means
+        if ends_only and done_means == "terminal":
+            warnings.warn(f"{root}: next.done is set on the last frame of every episode and nowhere else, read as a "
+                          "termination (no bootstrap from it): if the recordings stopped at a time limit rather than "
+                          "where the task was solved or failed, import with --done truncation", stacklevel=2)
     return episodes, meta
 
 

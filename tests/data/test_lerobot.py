@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +115,35 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
 
     with pytest.raises(DatasetError, match="not a LeRobot dataset"):
         read_lerobot(tmp_path)
+
+    v21 = write_lerobot(tmp_path / "v21")  # LeRobot v2.1: one parquet file per episode
+    for index, file in enumerate(sorted((v21 / "data" / "chunk-000").iterdir())):
+        file.rename(file.with_name(f"episode_{index:06d}.parquet"))
+    info = json.loads((v21 / "meta" / "info.json").read_text())
+    (v21 / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
+    with pytest.raises(DatasetError, match=r"a LeRobot v2.1 dataset \(one parquet file per episode\); only v3 is "
+                                           "read: convert it with lerobot's convert_dataset_v21_to_v30"):
+        read_lerobot(v21)
+
+
+def test_next_done_on_every_last_frame_is_said_and_can_be_read_as_a_time_limit(tmp_path, root, capsys):
+    """Recorders set next.done where a recording stopped as well as where the task ended: they look alike."""
+    frames = _frames()
+    ends = np.cumsum(LENGTHS) - 1
+    frames["next.done"][:] = False
+    frames["next.done"][ends] = True
+    source = write_lerobot(tmp_path / "stopped", frames)
+    with pytest.warns(UserWarning, match="next.done is set on the last frame of every episode .* --done truncation"):
+        episodes, meta = read_lerobot(source)
+    assert all(e.terminations[-1] and not e.truncations.any() for e in episodes)
+    assert main(["dataset", "import", str(source), "--format", "lerobot", "--done", "truncation"]) == 0
+    episodes = Dataset.load("stopped").episodes
+    assert all(e.truncations[-1] and not e.terminations.any() for e in episodes)  # bootstrapped from, as time limits
+    assert Dataset.load("stopped").info["next_done_read_as"] == "truncation"
+    assert "return " in capsys.readouterr().out  # the import sums the returns up
+    assert main(["dataset", "import", str(source), "--format", "d4rl", "--done", "truncation"]) == 2
+    assert "--done is for LeRobot datasets" in capsys.readouterr().err
+    for refs, says in ((["--ref-min", "10", "--ref-max", "-5"], r"--ref-max \(-5\) must be above --ref-min \(10\)"),
+                       (["--ref-min", "10"], "--ref-min and --ref-max go together")):
+        assert main(["dataset", "import", str(source), "--format", "lerobot", "--done", "truncation", "--name", "refs", *refs]) == 2
+        assert re.search(says, capsys.readouterr().err)  # swapped, a random policy would score as an expert
