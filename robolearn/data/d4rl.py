@@ -7,6 +7,16 @@ time limit ended the episode; absent in old files), optionally
 where ``terminals | timeouts``; rows after the last end form a final,
 truncated episode.
 
+Only those per-row keys are read (with ``infos/*``, ``observation_groups/*``
+and ``next_observation_groups/*``, below); anything else is skipped unread,
+such as the ``metadata/`` group of D4RL's MuJoCo files, which holds the
+behaviour policy's weights: its single strings and numbers (``algorithm``,
+``iteration``...) become metadata ``d4rl_metadata``. ``rewards``,
+``terminals`` and ``timeouts`` may be ``(N,)`` or ``(N, 1)`` (read as
+``(N,)``); per-row arrays other than ``infos/*`` must hold numbers. A Minari
+``main_data.hdf5`` (``episode_<i>`` groups) is refused, saying where to point
+the datasets root to read it in place.
+
 Without ``next_observations`` the observation after an episode's last action
 is not in the file: :func:`read_d4rl` keeps every transition and repeats the
 last observation in its place (metadata ``final_observation: "copied"``;
@@ -49,7 +59,10 @@ REF_SCORES: dict[str, tuple[float, float]] = {
 Flags = TypeVar("Flags")  # a numpy or torch bool array
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
+ROWS = (*REQUIRED, "timeouts", "next_observations")
+FLAT = ("rewards", "terminals", "timeouts")  # one value per row: (N,) or (N, 1)
 GROUPS, NEXT_GROUPS = "observation_groups", "next_observation_groups"
+ROW_GROUPS = ("infos", GROUPS, NEXT_GROUPS)  # groups whose datasets have a row per transition
 
 
 def ref_scores(task: str | None) -> tuple[float, float] | None:
@@ -71,20 +84,18 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         raise DatasetError(f"{path}: " + ("a directory; D4RL data is one .hdf5 file" if path.is_dir() else "no such file"))
     try:
         with h5py.File(path, "r") as f:
-            missing = [key for key in REQUIRED if key not in f]
-            if missing:
-                raise DatasetError(f"{path}: missing key '{missing[0]}' (D4RL files need {', '.join(REQUIRED)}; "
-                                   f"found {', '.join(sorted(f.keys()))})")
-            arrays = {name: _read(f, name, path) for name in _dataset_names(f)}
+            _check_keys(f, path)
+            names = _row_names(f)
+            rows = _check_rows(f, names, path)
+            arrays = {name: _read(f, name, path) for name in names}
             meta = json.loads(f.attrs["robolearn_metadata"]) if "robolearn_metadata" in f.attrs else {}
+            d4rl_meta = _d4rl_metadata(f)
     except OSError as err:
         raise DatasetError(f"{path}: not a readable HDF5 file (truncated or corrupt: {str(err).splitlines()[0]})") from None
 
-    rows = len(arrays["observations"])
-    for name, value in arrays.items():
-        if value.ndim == 0 or len(value) != rows:
-            raise DatasetError(f"{path}: '{name}' has shape {value.shape}, expected {rows} rows like 'observations' "
-                               f"{arrays['observations'].shape}")
+    for name in FLAT:
+        if name in arrays:
+            arrays[name] = arrays[name].reshape(rows)  # (N, 1) -> (N,); _check_rows refused other shapes
     terminals = arrays["terminals"].astype(bool)
     timeouts = arrays["timeouts"].astype(bool) if "timeouts" in arrays else np.zeros(rows, bool)
     ends = np.flatnonzero(terminals | timeouts)
@@ -101,13 +112,94 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         raise DatasetError(f"{path}: no transitions ('observations' has shape {arrays['observations'].shape})")
     if not has_next:
         meta["final_observation"] = "copied"
+    if d4rl_meta:
+        meta["d4rl_metadata"] = d4rl_meta
     return episodes, meta
 
 
-def _dataset_names(f: Any) -> list[str]:
-    names: list[str] = []
-    f.visititems(lambda name, obj: names.append(name) if hasattr(obj, "shape") else None)
+def _check_keys(f: Any, path: Path) -> None:
+    """Refuse a file without D4RL's keys, naming a Minari dataset as one (its episodes are groups)."""
+    keys = sorted(f.keys())
+    missing = [key for key in REQUIRED if key not in f]
+    episodes = [key for key in keys if re.fullmatch(r"episode_\d+", key)]
+    if missing and episodes:
+        folder = path.parent.parent if path.parent.name == "data" else None
+        where = (f"point ROBOLEARN_DATASETS (or --root) at {folder.parent}, the folder that holds its folder "
+                 f"{folder.name}/, and use its name (dataset={folder.name})" if folder else
+                 "put it at <root>/<id>/data/main_data.hdf5 beside its metadata.json, point ROBOLEARN_DATASETS "
+                 "(or --root) at <root> and use its name (dataset=<id>)")
+        count = f"{len(episodes)} episode{'s' * (len(episodes) != 1)}"
+        raise DatasetError(f"{path}: a Minari dataset ({count}), not a D4RL file; it is read in place, not imported: "
+                           f"{where}")
+    if missing:
+        raise DatasetError(f"{path}: missing key '{missing[0]}' (D4RL files need {', '.join(REQUIRED)}; "
+                           f"found {_few(keys)})")
+    groups = [key for key in REQUIRED if not hasattr(f[key], "shape")]
+    if groups:
+        raise DatasetError(f"{path}: '{groups[0]}' is a group (of {_few(sorted(f[groups[0]].keys()))}), expected "
+                           "one array with a row per transition")
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    """``names`` for a message: the first few, then how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more if names else "nothing"
+
+
+def _row_names(f: Any) -> list[str]:
+    """The file's per-row datasets (:data:`ROWS` and the datasets under :data:`ROW_GROUPS`); the rest
+    (D4RL's ``metadata/`` with the policy's weights) is never read."""
+    names = [name for name in ROWS if name in f and hasattr(f[name], "shape")]
+    for group in ROW_GROUPS:
+        if group in f and not hasattr(f[group], "shape"):
+            found: list[str] = []
+            f[group].visititems(lambda name, obj: found.append(name) if hasattr(obj, "shape") else None)
+            names += [f"{group}/{name}" for name in found]
     return names
+
+
+def _check_rows(f: Any, names: list[str], path: Path) -> int:
+    """The number of rows; refuse datasets with another, numbers stored as text, and columns
+    (rewards, terminals, timeouts) wider than one."""
+    obs = f["observations"]
+    if not obs.shape:
+        raise DatasetError(f"{path}: 'observations' has shape (), expected a row per transition")
+    rows = obs.shape[0]
+    for name in names:
+        shape, dtype = f[name].shape, f[name].dtype
+        if not shape or shape[0] != rows:
+            raise DatasetError(f"{path}: '{name}' has shape {shape}, expected {rows} rows like 'observations' {obs.shape}")
+        if dtype.kind not in "biuf" and not name.startswith("infos/"):
+            raise DatasetError(f"{path}: '{name}' has dtype {dtype.str}, expected numbers (shape {shape}); "
+                               "write it as floats or ints")
+        if name in FLAT and shape not in ((rows,), (rows, 1)):
+            raise DatasetError(f"{path}: '{name}' has shape {shape}, expected ({rows},) or ({rows}, 1): "
+                               "one value per transition")
+    return rows
+
+
+def _d4rl_metadata(f: Any) -> dict[str, Any]:
+    """The single strings and numbers of the file's ``metadata/`` group (D4RL's ``algorithm``,
+    ``iteration``...), read one by one; its arrays (the policy's weights) are never read."""
+    group = f.get("metadata")
+    if group is None or hasattr(group, "shape"):
+        return {}
+    found: dict[str, Any] = {}
+
+    def keep(name: str, obj: Any) -> None:
+        if not hasattr(obj, "shape") or obj.shape != () or obj.dtype.kind not in "SUObiuf":
+            return
+        try:
+            value = obj[()]
+        except (OSError, TypeError, ValueError):
+            return  # unreadable metadata costs the file nothing
+        value = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        value = value.item() if isinstance(value, np.generic) else value
+        if isinstance(value, (str, bool, int)) or (isinstance(value, float) and np.isfinite(value)):
+            found[name] = value
+
+    group.visititems(keep)
+    return found
 
 
 def _read(f: Any, name: str, path: Path) -> np.ndarray:

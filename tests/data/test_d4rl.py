@@ -170,3 +170,67 @@ def test_actions_outside_the_tasks_bounds_are_pointed_out(tmp_path, root, capsys
     assert main(["dataset", "import", str(_write(tmp_path / "fine.hdf5", **_d4rl_arrays())), "--format", "d4rl",
                  "--task", "hopper"]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def _write_d4rl_metadata(path: Path) -> Path:
+    """``path`` with the ``metadata/`` group of D4RL's MuJoCo files: strings, numbers and the policy's weights."""
+    with h5py.File(path, "a") as f:
+        f["metadata/algorithm"] = b"SAC"
+        f["metadata/iteration"] = np.int64(1000000)
+        f["metadata/policy/nonlinearity"] = "relu"
+        f["metadata/policy/fc0/weight"] = np.zeros((256, 11), np.float32)
+        f["metadata/policy/fc0/bias"] = np.zeros(256, np.float32)
+        f["stray"] = np.zeros(3)  # anything else a writer left is skipped too
+    return path
+
+
+def test_d4rl_metadata_group_is_kept_as_metadata_not_refused(tmp_path, root):
+    """Real D4RL MuJoCo files carry ``metadata/`` (the policy's weights, shaped per layer): they had been
+    refused as ``'metadata/algorithm' has shape (), expected 10 rows``."""
+    path = _write_d4rl_metadata(_write(tmp_path / "hopper-medium-v2.hdf5", **_d4rl_arrays()))
+    episodes, meta = read_d4rl(path)
+    assert [len(e) for e in episodes] == [4, 4, 2] and set(episodes[0].infos) == {"qpos", "qvel"}
+    assert meta["d4rl_metadata"] == {"algorithm": "SAC", "iteration": 1000000, "policy/nonlinearity": "relu"}
+    assert main(["dataset", "import", str(path), "--format", "d4rl", "--task", "hopper"]) == 0
+    assert Dataset.load("hopper-medium-v2").info["d4rl_metadata"]["algorithm"] == "SAC"
+
+
+def test_rewards_terminals_and_timeouts_shaped_n_by_1_are_read_flat(tmp_path, root, capsys):
+    """(N, 1) columns had been stored 2-D and broadcast to (B, B) targets in training."""
+    arrays = _d4rl_arrays()
+    column = {k: arrays[k][:, None] for k in ("rewards", "terminals", "timeouts")}
+    episodes, _ = read_d4rl(_write(tmp_path / "column.hdf5", **{**arrays, **column}))
+    assert [len(e) for e in episodes] == [4, 4, 2]
+    assert all(e.rewards.shape == e.terminations.shape == e.truncations.shape == (len(e),) for e in episodes)
+    np.testing.assert_array_equal(np.concatenate([e.rewards for e in episodes]), arrays["rewards"])
+    wide = {**arrays, "rewards": np.stack([arrays["rewards"]] * 2, axis=1)}
+    err = _error(capsys, "import", str(_write(tmp_path / "wide.hdf5", **wide)), "--format", "d4rl")
+    assert "wide.hdf5: 'rewards' has shape (10, 2), expected (10,) or (10, 1)" in err
+
+
+def test_a_minari_file_is_named_as_one_with_where_to_point_the_datasets_root(tmp_path, root, capsys):
+    path = tmp_path / "minari" / "hopper-expert-v0" / "data" / "main_data.hdf5"
+    path.parent.mkdir(parents=True)
+    with h5py.File(path, "w") as f:
+        for i in range(100):
+            f[f"episode_{i}/rewards"] = np.zeros(3)
+    err = _error(capsys, "import", str(path), "--format", "d4rl")
+    assert "main_data.hdf5: a Minari dataset (100 episodes), not a D4RL file" in err
+    assert f"ROBOLEARN_DATASETS (or --root) at {tmp_path / 'minari'}" in err and "dataset=hopper-expert-v0" in err
+    assert "episode_57" not in err
+
+    arrays = {**_d4rl_arrays(), **{f"extra_{i}": np.zeros(10) for i in range(50)}}
+    del arrays["rewards"]
+    err = _error(capsys, "import", str(_write(tmp_path / "many.hdf5", **arrays)), "--format", "d4rl")
+    assert "many.hdf5: missing key 'rewards'" in err and "and 50 more" in err and len(err) < 400
+
+
+def test_strings_where_numbers_belong_are_refused_naming_the_key_and_dtype(tmp_path, root, capsys):
+    arrays = _d4rl_arrays()
+    arrays["rewards"] = np.array([b"1.0"] * 10, dtype="S5")
+    err = _error(capsys, "import", str(_write(tmp_path / "text.hdf5", **arrays)), "--format", "d4rl")
+    assert "text.hdf5: 'rewards' has dtype |S5, expected numbers" in err
+    arrays = _d4rl_arrays()
+    arrays["actions"] = np.array(["left"] * 10, dtype=h5py.string_dtype())
+    err = _error(capsys, "import", str(_write(tmp_path / "words.hdf5", **arrays)), "--format", "d4rl")
+    assert "words.hdf5: 'actions' has dtype |O, expected numbers" in err
