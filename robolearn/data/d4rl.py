@@ -4,8 +4,16 @@ A D4RL file holds flat arrays, one row per transition: ``observations``,
 ``actions``, ``rewards``, ``terminals`` (the MDP ended) and ``timeouts`` (a
 time limit ended the episode; absent in old files), optionally
 ``next_observations`` and ``infos/qpos``, ``infos/qvel``. Episodes end at rows
-where ``terminals | timeouts``; rows after the last end form a final,
-truncated episode.
+where ``terminals | timeouts``, and, in a file with ``next_observations``, at
+every row whose ``next_observations`` is not exactly the following row's
+``observations``: the env was reset there, flagged or not (old files have no
+``timeouts``), and bootstrapping from the reset would cross episodes. Such an
+unflagged end is read as truncated (terminated where ``terminals`` says so)
+and counted in metadata ``unflagged_resets``; an observation that merely
+repeats is no end. Without ``timeouts`` and ``next_observations`` episodes
+end only at terminals, so one that a time limit ended runs on into the next:
+:func:`read_d4rl` warns and says so in metadata ``episode_ends``. Rows after
+the last end form a final, truncated episode.
 
 Only those per-row keys are read (with ``infos/*``, ``observation_groups/*``
 and ``next_observation_groups/*``, below); anything else is skipped unread,
@@ -39,6 +47,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,10 +107,19 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
             arrays[name] = arrays[name].reshape(rows)  # (N, 1) -> (N,); _check_rows refused other shapes
     terminals = arrays["terminals"].astype(bool)
     timeouts = arrays["timeouts"].astype(bool) if "timeouts" in arrays else np.zeros(rows, bool)
+    has_next = "next_observations" in arrays
+    unflagged = _resets(arrays) & ~(terminals | timeouts) if has_next else np.zeros(rows, bool)
+    if unflagged.any():
+        meta["unflagged_resets"] = int(unflagged.sum())
+        timeouts |= unflagged  # nothing says the MDP ended there: truncated
+    elif not has_next and "timeouts" not in arrays:
+        meta["episode_ends"] = "terminals only (no timeouts or next_observations in the file)"
+        warnings.warn(f"{path}: no 'timeouts' or 'next_observations': episodes are split only at terminals, so one "
+                      "that a time limit ended runs on into the next (its reset read as the next observation); add "
+                      "'timeouts' (True on the last row of each episode no terminal ends) to the file", stacklevel=2)
     ends = np.flatnonzero(terminals | timeouts)
     if rows and (not len(ends) or ends[-1] != rows - 1):
         ends = np.append(ends, rows - 1)
-    has_next = "next_observations" in arrays
     episodes = []
     start = 0
     for end in ends:
@@ -159,8 +177,8 @@ def _row_names(f: Any) -> list[str]:
 
 
 def _check_rows(f: Any, names: list[str], path: Path) -> int:
-    """The number of rows; refuse datasets with another, numbers stored as text, and columns
-    (rewards, terminals, timeouts) wider than one."""
+    """The number of rows; refuse datasets with another, numbers stored as text, next observations
+    shaped unlike the observations, and columns (rewards, terminals, timeouts) wider than one."""
     obs = f["observations"]
     if not obs.shape:
         raise DatasetError(f"{path}: 'observations' has shape (), expected a row per transition")
@@ -172,6 +190,9 @@ def _check_rows(f: Any, names: list[str], path: Path) -> int:
         if dtype.kind not in "biuf" and not name.startswith("infos/"):
             raise DatasetError(f"{path}: '{name}' has dtype {dtype.str}, expected numbers (shape {shape}); "
                                "write it as floats or ints")
+        current = re.sub(r"^(infos/)?next_", r"\1", name)
+        if current != name and current in names and f[current].shape != shape:
+            raise DatasetError(f"{path}: '{name}' has shape {shape}, expected {f[current].shape} like '{current}'")
         if name in FLAT and shape not in ((rows,), (rows, 1)):
             raise DatasetError(f"{path}: '{name}' has shape {shape}, expected ({rows},) or ({rows}, 1): "
                                "one value per transition")
@@ -200,6 +221,22 @@ def _d4rl_metadata(f: Any) -> dict[str, Any]:
 
     group.visititems(keep)
     return found
+
+
+def _resets(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows whose next observation (in any group the file has both of) is not exactly the following
+    row's observation: the env was reset after them. Never the last row."""
+    rows = len(arrays["observations"])
+    resets = np.zeros(rows, bool)
+    if rows < 2:
+        return resets
+    pairs = [("observations", "next_observations"), *((name, f"{NEXT_GROUPS}/{name[len(GROUPS) + 1:]}")
+                                                      for name in arrays if name.startswith(GROUPS + "/"))]
+    for current, following in pairs:
+        if following in arrays:
+            differs = arrays[following][:-1] != arrays[current][1:]
+            resets[:-1] |= differs.any(axis=tuple(range(1, differs.ndim)))
+    return resets
 
 
 def _read(f: Any, name: str, path: Path) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import h5py
@@ -13,6 +14,7 @@ from gymnasium import spaces
 from robolearn.cli import main
 from robolearn.data import Dataset
 from robolearn.data.d4rl import read_d4rl, ref_scores, write_d4rl
+from robolearn.data.episode import DatasetError
 
 
 def _assert_same_episodes(a: Dataset, b: Dataset) -> None:
@@ -170,6 +172,67 @@ def test_actions_outside_the_tasks_bounds_are_pointed_out(tmp_path, root, capsys
     assert main(["dataset", "import", str(_write(tmp_path / "fine.hdf5", **_d4rl_arrays())), "--format", "d4rl",
                  "--task", "hopper"]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def _with_next(arrays: dict[str, np.ndarray], ends: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """``arrays`` with ``next_observations``: the following row's observation, but a final one at ``ends``
+    and on the last row (the steps after which the env was reset)."""
+    obs = arrays["observations"]
+    following = np.concatenate([obs[1:], obs[-1:]]).copy()
+    for row in (*ends, len(obs) - 1):
+        following[row] = obs[row] + 100  # the state the last action led to, not the reset that followed
+    return {**arrays, "next_observations": following}
+
+
+def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_path):
+    """Without timeouts (old D4RL files) a time-limit end had merged two episodes: the reset observation was
+    read as the next observation of the last step, which agents bootstrapped from."""
+    arrays = _with_next(_d4rl_arrays(), ends=(3, 7))
+    del arrays["timeouts"]
+    arrays["observations"][2] = arrays["observations"][1]  # a robot standing still: the same observation, no end
+    arrays["next_observations"][1] = arrays["next_observations"][0] = arrays["observations"][1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        episodes, meta = read_d4rl(_write(tmp_path / "old.hdf5", **arrays))
+    assert [len(e) for e in episodes] == [4, 4, 2] and "final_observation" not in meta
+    assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [(True, False), (False, True), (False, True)]
+    assert not any(e.terminations[:-1].any() or e.truncations[:-1].any() for e in episodes)
+    for episode, end in zip(episodes, (3, 7, 9)):
+        np.testing.assert_array_equal(episode.observations["policy"][-1], arrays["next_observations"][end])
+    assert meta["unflagged_resets"] == 1  # row 3 is a terminal
+
+
+def test_an_unflagged_reset_ends_an_episode_in_a_file_with_timeouts_too(tmp_path):
+    arrays = _with_next(_d4rl_arrays(), ends=(3, 5, 7))  # row 5: a reset that neither terminals nor timeouts flag
+    episodes, meta = read_d4rl(_write(tmp_path / "flags.hdf5", **arrays))
+    assert [len(e) for e in episodes] == [4, 2, 2, 2] and meta["unflagged_resets"] == 1
+    assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [
+        (True, False), (False, True), (False, True), (False, True)]
+    episodes, meta = read_d4rl(_write(tmp_path / "flagged.hdf5", **_with_next(_d4rl_arrays(), ends=(3, 7))))
+    assert [len(e) for e in episodes] == [4, 4, 2] and "unflagged_resets" not in meta
+
+    arrays = _with_next(_d4rl_arrays(), ends=(3, 7))
+    joints = np.arange(20.0).reshape(10, 2)
+    following = np.concatenate([joints[1:], joints[-1:] + 1])
+    following[1] += 0.5  # only the joint_state group shows this reset
+    episodes, meta = read_d4rl(_write(tmp_path / "groups.hdf5", **arrays, **{"observation_groups/joint_state": joints,
+                                      "next_observation_groups/joint_state": following}))
+    assert [len(e) for e in episodes] == [2, 2, 4, 2] and meta["unflagged_resets"] == 1
+
+
+def test_next_observations_shaped_unlike_the_observations_are_refused(tmp_path):
+    arrays = {**_d4rl_arrays(), "next_observations": np.zeros((10, 12), np.float32)}
+    with pytest.raises(DatasetError, match=r"next\.hdf5: 'next_observations' has shape \(10, 12\), expected \(10, 11\) "
+                       "like 'observations'"):
+        read_d4rl(_write(tmp_path / "next.hdf5", **arrays))
+
+
+def test_a_file_without_timeouts_or_next_observations_says_episodes_end_only_at_terminals(tmp_path):
+    arrays = _d4rl_arrays()
+    del arrays["timeouts"]
+    with pytest.warns(UserWarning, match=r"old\.hdf5: no 'timeouts' or 'next_observations'.* only at terminals.*add"):
+        episodes, meta = read_d4rl(_write(tmp_path / "old.hdf5", **arrays))
+    assert [len(e) for e in episodes] == [4, 6] and meta["episode_ends"].startswith("terminals only")
 
 
 def _write_d4rl_metadata(path: Path) -> Path:
