@@ -11,6 +11,8 @@ Layout (Minari's own, so ``MINARI_DATASETS_PATH=<root> minari list local`` and
 ``~/.robolearn/datasets``. A dataset id is a name of letters, digits, ``-``
 and ``_``, with Minari's version suffix ``-v<N>`` (``-v0`` is added when
 missing): ``Dataset.load("pendulum-expert")`` finds ``pendulum-expert-v0``.
+Minari's namespaces come before it, separated by ``/``: what ``minari download
+mujoco/hopper/expert-v0`` stores is ``<root>/mujoco/hopper/expert-v0``.
 
 What Minari cannot hold natively is kept where Minari allows extras: per-step
 arrays that are not observations or actions (our full simulator state rows,
@@ -52,7 +54,7 @@ from robolearn.data.episode import DatasetError, Episode
 
 ROOT_ENV = "ROBOLEARN_DATASETS"
 DATA_FORMAT = "hdf5"
-_ID = re.compile(r"^[-\w]+?(-v\d+)?$")
+_ID = re.compile(r"(?:[-\w]+/)*[-\w]+?(-v\d+)?")  # namespaces/name, as Minari's mujoco/hopper/expert-v0
 
 
 def datasets_root(root: str | Path | None = None) -> Path:
@@ -64,24 +66,83 @@ def datasets_root(root: str | Path | None = None) -> Path:
 
 
 def dataset_id(name: str) -> str:
-    """The Minari id of ``name``: itself when it ends in ``-v<N>``, else ``name-v0``."""
-    match = _ID.match(name)
+    """The Minari id of ``name``: itself when it ends in ``-v<N>``, else ``name-v0``; ``/`` separates
+    namespaces (``mujoco/hopper/expert`` is ``mujoco/hopper/expert-v0``)."""
+    match = _ID.fullmatch(name)
     if not match:
-        raise DatasetError(f"bad dataset name {name!r}: use letters, digits, '-' and '_' (optionally ending in -v<N>)")
+        raise DatasetError(_path_hint(name) or f"bad dataset name {name!r}: use letters, digits, '-' and '_', with '/' "
+                           "between namespaces (as in mujoco/hopper/expert-v0), optionally ending in -v<N>")
     return name if match.group(1) else f"{name}-v0"
 
 
 def dataset_dir(name: str, root: str | Path | None = None) -> Path:
-    """The directory of dataset ``name`` (it may not exist)."""
-    return datasets_root(root) / dataset_id(name)
+    """The directory of dataset ``name`` (it may not exist); a ``name`` that is no dataset there but a path
+    to data to import (``runs/lerobot_set``, also a valid name) is refused saying how to import it."""
+    path = datasets_root(root) / dataset_id(name)
+    if not path.exists() and (hint := _path_hint(name)):
+        raise DatasetError(hint)
+    return path
+
+
+def _path_hint(name: str) -> str | None:
+    """How to use ``name`` when it is a path to data (a D4RL file, a LeRobot dataset, a recording, a
+    dataset folder outside the root) given where a dataset name is expected, as in ``dataset=h5/hop.hdf5``."""
+    path = Path(name).expanduser()
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError):  # a name too long, or with a NUL, for a path
+        return None
+    if is_dir and (path / "data" / "metadata.json").is_file():
+        folder = path.resolve()
+        try:  # its id, namespaces included (mujoco/hopper/expert-v0), when the folders above it match them
+            stored = str(json.loads((folder / "data" / "metadata.json").read_text()).get("dataset_id") or "")
+        except (OSError, ValueError, AttributeError):
+            stored = ""
+        parts = tuple(stored.split("/"))
+        own = stored if _ID.fullmatch(stored) and folder.parts[-len(parts):] == parts else folder.name
+        parent = folder.parents[own.count("/")]
+        return (f"'{name}' is a dataset folder, not a dataset name: set {ROOT_ENV}={parent} (the folder it is in) "
+                f"and use the name '{own}'")
+    suffix = path.suffix.lower() in (".hdf5", ".h5")
+    kind = ("lerobot" if is_dir and (path / "meta" / "info.json").is_file() else
+            "recording" if is_dir and any(path.glob("episode_*.npz")) else
+            "d4rl" if suffix or (is_file and not _ID.fullmatch(name)) else None)  # a file named as a dataset is not one
+    if kind is None:
+        return None
+    what = {"lerobot": "a LeRobot dataset", "recording": "a deploy recording", "d4rl": "a file"}[kind]
+    imported = re.sub(r"[^-\w]+", "-", path.stem if kind == "d4rl" else path.resolve().name).strip("-") or "dataset"
+    return (f"'{name}' is {what}, not a dataset name: import it first with `robolearn dataset import {name} "
+            f"--format {kind} --task TASK`, then use the name '{imported}'")
 
 
 def list_datasets(root: str | Path | None = None) -> list[str]:
-    """Ids of the datasets under the root, sorted (temp directories of writes in progress are hidden)."""
+    """Ids of the datasets under the root at any depth (``mujoco/hopper/expert-v0``: Minari's namespaces are
+    folders), sorted. Hidden folders (writes in progress) are skipped, and a dataset's own folder is not searched."""
     base = datasets_root(root)
-    if not base.is_dir():
-        return []
-    return sorted(p.name for p in base.iterdir() if not p.name.startswith(".") and (p / "data" / "metadata.json").is_file())
+    found: list[str] = []
+    seen: set[Path] = set()
+
+    def search(folder: Path, prefix: str) -> None:
+        if folder.resolve() in seen:  # a symlink loop
+            return
+        seen.add(folder.resolve())
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:  # not there, or unreadable
+            return
+        for entry in entries:
+            try:
+                if entry.name.startswith(".") or not entry.is_dir():
+                    continue
+                if (entry / "data" / "metadata.json").is_file():
+                    found.append(prefix + entry.name)
+                elif not (entry / "data").is_dir():  # a namespace (a dataset without its metadata is not searched)
+                    search(entry, f"{prefix}{entry.name}/")
+            except OSError:  # unreadable: not ours to list
+                continue
+
+    search(base, "")
+    return sorted(found)
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
@@ -139,7 +200,15 @@ class DatasetWriter:
         from minari.dataset.minari_storage import MinariStorage
 
         self.id = dataset_id(name)
-        self.target = datasets_root(root) / self.id
+        base = datasets_root(root)
+        self.target = base / self.id
+        for folder in list(self.target.parents)[:self.id.count("/")]:  # the namespaces: none may be a dataset
+            if (folder / "data" / "metadata.json").is_file():
+                raise DatasetError(f"'{folder.relative_to(base).as_posix()}' is a dataset, not a namespace of "
+                                   f"datasets; choose another name than '{self.id}'")
+        if self.target.is_dir() and not (self.target / "data").is_dir() and list_datasets(self.target):
+            raise DatasetError(f"'{self.id}' is a namespace of datasets ({self.target}), which --overwrite would "
+                               "delete with them; choose another name")
         if self.target.exists() and not overwrite:
             raise DatasetError(f"dataset '{self.id}' already exists at {self.target}; "
                                "choose another name (--name; --names for `dataset split`) or pass --overwrite to replace it")
@@ -149,7 +218,7 @@ class DatasetWriter:
         self.episodes = 0
         self.steps = 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.id}.tmp-", dir=self.target.parent))
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
         (self._tmp / "data").mkdir()
         self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
                                           action_space=action_spec, data_format=DATA_FORMAT)
@@ -192,7 +261,7 @@ class DatasetWriter:
                                                **meta, "robolearn": self.metadata})
             old = None
             if self.target.exists():  # overwrite: swap whole directories
-                old = self.target.with_name(f".{self.id}.old-{os.getpid()}")
+                old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
                 self.target.rename(old)
             os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)
