@@ -7,12 +7,16 @@ checkpoint, NaN during training) ends with one line saying what to fix.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     warnings.formatwarning = _format_warning
+    # `train` takes SIGTERM itself (the runner's checkpoint); the dataset commands take it and SIGHUP as Ctrl+C
+    stops = _stops_as_ctrl_c() if args.command == "dataset" else contextlib.nullcontext()
     try:
-        return COMMANDS[args.command](args)
+        with stops:
+            return COMMANDS[args.command](args)
     except _user_errors() as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -145,6 +152,27 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
+
+
+@contextlib.contextmanager
+def _stops_as_ctrl_c() -> Iterator[None]:
+    """A kill or a job scheduler (SIGTERM) and a closed terminal or ssh session (SIGHUP) stop the command as
+    Ctrl+C does: ``dataset record`` keeps its complete episodes, an import leaves nothing behind, the exit
+    status is 130. Signals set to be ignored (``nohup``) or handled outside Python are left as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = [s for name in ("SIGTERM", "SIGHUP") if (s := getattr(signal, name, None)) is not None]
+    previous = {s: signal.signal(s, _as_ctrl_c) for s in signums if signal.getsignal(s) == signal.SIG_DFL}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -27,7 +27,9 @@ The normalization references use Minari's own ``ref_min_score`` /
 :class:`DatasetWriter` builds a dataset in a hidden temp directory beside the
 target and renames it into place when done, so a crash, Ctrl+C or bad input
 never leaves a half-written dataset, and replacing one (``overwrite``) swaps
-whole directories.
+whole directories. The temp directory's name holds its writer's pid and host
+(``.<id>.tmp-<pid>@<host>-xxxx``): what a writer killed outright (``kill -9``,
+a power cut) left is removed by the next writer in that folder.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import warnings
@@ -55,6 +58,14 @@ from robolearn.data.episode import DatasetError, Episode
 ROOT_ENV = "ROBOLEARN_DATASETS"
 DATA_FORMAT = "hdf5"
 _ID = re.compile(r"(?:[-\w]+/)*[-\w]+?(-v\d+)?")  # namespaces/name, as Minari's mujoco/hopper/expert-v0
+# Ctrl+C, and what stops a command as it does: a kill or a job scheduler (SIGTERM), a closed terminal or
+# ssh session (SIGHUP)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+_HOST = re.sub(r"[^-.\w]", "_", socket.gethostname()) or "localhost"
+# What a writer leaves beside its target while it runs: its temp directory (mkdtemp's suffix is \w), and during
+# an overwrite the replaced copy (named ``.<name>.old-<pid>`` before the host was added)
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?:tmp-(?P<pid>\d+)@(?P<host>.+)-\w+"
+                       r"|old-(?P<old_pid>\d+)(?:@(?P<old_host>.+))?)")
 
 
 def datasets_root(root: str | Path | None = None) -> Path:
@@ -166,18 +177,65 @@ def specs_of(episode: Episode) -> tuple[dict[str, spaces.Box], spaces.Box]:
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl+C until the block ends, so a write is never cut in half (main thread only)."""
+    """Hold Ctrl+C, SIGTERM and SIGHUP until the block ends, so a write is never cut in half; the first one
+    caught is then handled as it would have been (a SIGTERM nothing handles still ends the process). Main
+    thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append((sig, frame)))
+    previous: dict[int, Any] = {}
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is not None and handler != signal.SIG_IGN:  # None: set outside Python, left alone
+            previous[signum] = signal.signal(signum, lambda sig, frame: caught.append((sig, frame)))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(*caught[0])
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signum, frame = caught[0]
+            if callable(previous[signum]):
+                previous[signum](signum, frame)
+            else:  # SIG_DFL: what the signal does by itself (SIGTERM, SIGHUP: end the process)
+                os.kill(os.getpid(), signum)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (someone else's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Remove what writers on this machine that are no longer running (``kill -9``, a crash, a power cut)
+    left in ``folder``: their temp directories, and the replaced copy of an overwrite cut short once the
+    new dataset is in place. Those of running writers, or of other machines (a shared root), are kept;
+    a replaced copy whose dataset is missing is the only one left, so it is kept and pointed out."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        match = _LEFTOVER.fullmatch(entry.name)
+        if not match or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid, host = (match["pid"], match["host"]) if match["pid"] else (match["old_pid"], match["old_host"])
+        if (host or _HOST) != _HOST or _alive(int(pid)):
+            continue
+        if match["old_pid"]:
+            target = entry.with_name(match["name"])
+            if not target.exists():
+                warnings.warn(f"{entry} is the only copy of dataset '{match['name']}' (an overwrite was cut short); "
+                              f"restore it with `mv {entry} {target}`")
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 class DatasetWriter:
@@ -218,7 +276,10 @@ class DatasetWriter:
         self.episodes = 0
         self.steps = 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
+        for folder in {base, self.target.parent}:
+            remove_leftovers(folder)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
+                                          dir=self.target.parent))
         (self._tmp / "data").mkdir()
         self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
                                           action_space=action_spec, data_format=DATA_FORMAT)
@@ -261,7 +322,7 @@ class DatasetWriter:
                                                **meta, "robolearn": self.metadata})
             old = None
             if self.target.exists():  # overwrite: swap whole directories
-                old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+                old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}@{_HOST}")
                 self.target.rename(old)
             os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)
@@ -271,9 +332,10 @@ class DatasetWriter:
         return self.target
 
     def discard(self) -> None:
-        """Remove the temp directory; the target is untouched."""
-        shutil.rmtree(self._tmp, ignore_errors=True)
-        self._closed = True
+        """Remove the temp directory (all of it: a Ctrl+C or SIGTERM waits); the target is untouched."""
+        with interrupts_deferred():
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._closed = True
 
     def __enter__(self) -> DatasetWriter:
         return self

@@ -1,9 +1,14 @@
-"""The dataset store: Minari's namespaced ids work, and a path given where a dataset name is expected says how
-to import it."""
+"""The dataset store: a kill stops a write as Ctrl+C does, leftovers of dead writers go, Minari's namespaced
+ids work, and a path given where a dataset name is expected says how to import it."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -11,8 +16,55 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from robolearn.cli import _stops_as_ctrl_c
 from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, Episode, dataset_id, list_datasets
+from robolearn.data.minari_store import _HOST, interrupts_deferred
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs `robolearn ARGS...`, pausing in the writer after its first episode (FLAG then exists), so a signal
+# is sent while a dataset is half written.
+DRIVER = """
+import sys, time
+from pathlib import Path
+import robolearn.data.minari_store as store
+from robolearn.cli import main
+
+flag, add = Path(sys.argv[1]), store.DatasetWriter.add
+
+def add_then_wait(self, *args, **kwargs):
+    add(self, *args, **kwargs)
+    flag.touch()
+    time.sleep(60)
+
+store.DatasetWriter.add = add_then_wait
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _killed_mid_write(tmp_path: Path, root: Path, argv: list[str], signum: int) -> tuple[int, str, list[str]]:
+    """Run the CLI with ``argv`` in a subprocess, send it ``signum`` once its first episode is written;
+    its exit status, stderr, and what its temp directory was called."""
+    flag = tmp_path / "first-episode"
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ROBOLEARN_DATASETS": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), str(flag), *argv], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no episode written in 60 s"
+            time.sleep(0.05)
+        temps = [p.name for p in root.rglob(".*.tmp-*")]
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err, temps
 
 
 def _d4rl_file(path: Path, rows: int = 20) -> Path:
@@ -41,6 +93,92 @@ def _write(name: str, root: Path, **kwargs) -> Path:
     with DatasetWriter(name, *SPECS, root=root, **kwargs) as writer:
         writer.add(_episode())
     return writer.target
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+# ---- SIGTERM and SIGHUP stop a write as Ctrl+C does --------------------------------------------
+
+
+def test_sigterm_during_an_import_exits_130_and_leaves_nothing(tmp_path, root):
+    """It had killed the import outright, leaving its hidden temp directory for ever."""
+    argv = ["dataset", "import", str(_d4rl_file(tmp_path / "hop.hdf5")), "--format", "d4rl", "--name", "hop"]
+    status, err, temps = _killed_mid_write(tmp_path, root, argv, signal.SIGTERM)
+    assert status == 130 and "interrupted" in err
+    assert len(temps) == 1 and temps[0].startswith(".hop-v0.tmp-") and f"@{_HOST}-" in temps[0]  # pid and host named
+    assert list(root.iterdir()) == []
+
+
+def test_sighup_during_a_record_keeps_the_complete_episodes(tmp_path, root):
+    """A closed ssh session had lost every episode recorded; Ctrl+C keeps them, and so does SIGHUP now."""
+    argv = ["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "5", "--name", "rec",
+            "--no-progress"]
+    status, err, _ = _killed_mid_write(tmp_path, root, argv, signal.SIGHUP)
+    assert status == 130, err
+    assert [p.name for p in root.iterdir()] == ["rec-v0"]
+    assert len(Dataset.load("rec", root)) == 1
+
+
+def test_a_sigterm_during_an_episode_write_waits_for_it():
+    finished = False
+    with _stops_as_ctrl_c():
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"), interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            finished = True
+    assert finished and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_deferred_sigterm_nothing_handles_still_ends_the_process():
+    """Outside the CLI (a script writing datasets) SIGTERM is not swallowed: it ends the process after the write."""
+    code = ("import os, signal\nfrom robolearn.data.minari_store import interrupts_deferred\n"
+            "with interrupts_deferred():\n    os.kill(os.getpid(), signal.SIGTERM)\n    print('written', flush=True)\n"
+            "print('after')\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGTERM and out.stdout == "written\n"
+
+
+def test_nohup_keeps_sighup_ignored():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _stops_as_ctrl_c(), interrupts_deferred():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+# ---- leftovers of writers that died ---------------------------------------------------------
+
+
+def test_a_writer_removes_the_temp_directories_of_dead_writers_only(root):
+    root.mkdir()
+    dead, live = _dead_pid(), os.getppid()
+    stale = root / f".big-v0.tmp-{dead}@{_HOST}-abc_12"
+    running = root / f".other-v0.tmp-{live}@{_HOST}-xyz"
+    elsewhere = root / f".far-v0.tmp-{dead}@another-host.example-q1"  # on a shared root: not ours to judge
+    legacy = root / ".old-format-v0.tmp-k3j4h5g6"  # no pid: whose it is cannot be told
+    for folder in (stale, running, elsewhere, legacy):
+        (folder / "data").mkdir(parents=True)
+    _write("new", root)
+    assert sorted(p.name for p in root.iterdir()) == sorted([running.name, elsewhere.name, legacy.name, "new-v0"])
+
+
+def test_the_replaced_copy_of_a_cut_overwrite_goes_only_when_the_new_one_is_in_place(root):
+    _write("swapped", root)
+    dead = _dead_pid()
+    replaced = root / f".swapped-v0.old-{dead}@{_HOST}"
+    legacy = root / f".gone-v0.old-{dead}"  # the name before pid@host; its dataset is missing: the only copy
+    for folder in (replaced, legacy):
+        (folder / "data").mkdir(parents=True)
+    with pytest.warns(UserWarning, match=r"only copy of dataset 'gone-v0'.*mv "):
+        _write("another", root)
+    assert sorted(p.name for p in root.iterdir()) == [legacy.name, "another-v0", "swapped-v0"]
 
 
 # ---- Minari's namespaced ids ----------------------------------------------------------------
