@@ -27,7 +27,7 @@ import torch
 from gymnasium import spaces
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.minari_store import DatasetWriter, dataset_dir, list_datasets, read_metadata
+from robolearn.data.minari_store import DatasetWriter, dataset_dir, dataset_id, list_datasets, read_metadata
 from robolearn.storage import map_batch, write_batch
 
 
@@ -73,8 +73,9 @@ class Dataset:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.id = self.path.name
         self.raw_metadata = read_metadata(self.path)
+        stored = self.raw_metadata.get("dataset_id")  # Minari's namespaced ids (mujoco/hopper/expert-v0) in full
+        self.id = stored if isinstance(stored, str) and stored.split("/")[-1] == self.path.name else self.path.name
         self._minari: Any = None
 
     # ---- opening and creating -------------------------------------------------------------
@@ -85,7 +86,7 @@ class Dataset:
         path = dataset_dir(name, root)
         if not path.is_dir():
             known = list_datasets(root)
-            close = difflib.get_close_matches(path.name, known, n=1)
+            close = difflib.get_close_matches(dataset_id(name), known, n=1)
             hint = f"did you mean '{close[0]}'? or " if close else ""
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
                                f"{hint}{how_to_make(name, root)}; see `robolearn dataset list`")

@@ -208,6 +208,9 @@ def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys
     assert list_datasets(root) == ["flat-v0", "mujoco/hopper/expert-v0"]
     ds = Dataset.load("mujoco/hopper/expert")
     assert ds.path == root / "mujoco" / "hopper" / "expert-v0" and len(ds) == 2 and ds.num_steps == 12
+    assert ds.id == "mujoco/hopper/expert-v0"  # in full: info, split's part names and run results show it
+    with pytest.raises(DatasetError, match="did you mean 'mujoco/hopper/expert-v0'"):
+        Dataset.load("mujoco/hopper/expret")
     assert ds.transitions()["obs"]["policy"].shape == (12, 3)
     assert cli(["dataset", "info", "mujoco/hopper/expert-v0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
