@@ -293,7 +293,8 @@ def _replay(args: argparse.Namespace) -> int:
                              f"task {task}'s are {env.action_spec.shape}")
         result = replay(episode, env, video=args.video, progress=True)
     s = result.summary()
-    start = "restored from the recorded state" if result.restored else "from the env's own reset (no recorded state)"
+    start = {"state": "restored from the recorded state", "qpos/qvel": "started from the recorded qpos and qvel",
+             "reset": "from the env's own reset (no recorded state)"}[result.start]
     print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")
     print(f"return:      recorded {result.recorded_return:.6g}, replayed {result.replayed_return:.6g}, "
           f"diff {result.return_diff:.3g}")

@@ -3,6 +3,9 @@
 On our simulators (envs with ``get_state``/``set_state``) the episode's
 recorded initial state row is restored first, so a deterministic simulation
 reproduces the episode bit for bit: zero state divergence, identical return.
+An episode with no state rows but D4RL's ``infos/qpos`` and ``infos/qvel``
+starts from the env's reset state with those positions and velocities put in
+(``start == "qpos/qvel"``): exact where they are the whole physical state.
 On any other VecEnv (a Gymnasium env, a robot) the env starts from its own
 reset and the same actions are applied open loop; the divergence then says
 how well the recording transfers. Every env of a batched env gets the same
@@ -27,13 +30,14 @@ from robolearn.interfaces import VecEnv
 class ReplayResult:
     steps: int  # actions applied
     recorded_steps: int
-    restored: bool  # started from the recorded simulator state
+    restored: bool  # started from the recorded simulator state (or its qpos and qvel)
     recorded_return: float
     replayed_return: float
     qpos_divergence: np.ndarray | None  # per observation: max |qpos replayed - recorded|; None without qpos
     obs_divergence: np.ndarray  # per observation: max |observation replayed - recorded| over all groups
     ended_early: bool  # the env ended the episode before the recorded actions ran out
     video: Path | None = None
+    start: str = "reset"  # "state" (the recorded row), "qpos/qvel" (D4RL's infos), "reset" (the env's own)
 
     @property
     def return_diff(self) -> float:
@@ -65,17 +69,14 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     while filming (rendering is ~30x slower than stepping)."""
     n = env.num_envs
     exact_env = has_exact_state(env)
-    restored = restore and exact_env and episode.state is not None
     if exact_env:
         env.keep_final_state = True  # type: ignore[attr-defined]
     obs = env.reset(seed=seed)
-    if restored:
-        row = torch.as_tensor(episode.state[0], dtype=torch.float64)
-        expected = env.get_state()["state"].shape[1]  # type: ignore[attr-defined]
-        if row.shape[0] != expected:
-            raise DatasetError(f"recorded state rows have {row.shape[0]} numbers, this env's have {expected}: "
-                               "the episode comes from another model or task arguments")
-        obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
+    start = "reset"
+    if restore and exact_env:
+        row, start = _start_row(env, episode)
+        if row is not None:
+            obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
     recorded_qpos = episode.infos.get("qpos")
     every = max(1, round(1.0 / (fps * env.control_dt))) if video else 0
     frames = []
@@ -99,13 +100,37 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             break
     bar.close()
     known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
-    result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=restored,
+    result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=start != "reset", start=start,
                           recorded_return=episode.episode_return,
                           replayed_return=float(np.sum(np.asarray(rewards, dtype=episode.rewards.dtype), dtype=np.float64)),
                           qpos_divergence=np.array(known) if known else None, obs_divergence=np.array(obs_div), ended_early=ended_early)
     if video:
         result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
     return result
+
+
+def _start_row(env: VecEnv, episode: Episode) -> tuple[torch.Tensor | None, str]:
+    """The state row to start from and what it came from: the recorded row; else the env's reset state
+    with the recorded ``qpos`` and ``qvel`` (D4RL's infos) put in; else ``(None, "reset")``."""
+    now = env.get_state()  # type: ignore[attr-defined]
+    if episode.state is not None:
+        row, start = torch.as_tensor(episode.state[0], dtype=torch.float64), "state"
+        expected = now["state"].shape[1]
+        if row.shape[0] != expected:
+            raise DatasetError(f"recorded state rows have {row.shape[0]} numbers, this env's have {expected}: "
+                               "the episode comes from another model or task arguments")
+        return row, start
+    qpos, qvel = episode.infos.get("qpos"), episode.infos.get("qvel")
+    sim = getattr(env, "sim", None)
+    if qpos is None or qvel is None or sim is None:
+        return None, "reset"
+    row = now["state"][0].clone()
+    for name, recorded in (("qpos", qpos), ("qvel", qvel)):
+        if np.shape(recorded)[1:] != tuple(now[name].shape[1:]):
+            raise DatasetError(f"recorded {name} rows have shape {np.shape(recorded)[1:]}, this env's "
+                               f"{tuple(now[name].shape[1:])}: the episode comes from another model")
+        row[sim.state_slice(name)] = torch.as_tensor(recorded[0], dtype=torch.float64)
+    return row, "qpos/qvel"
 
 
 def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) -> float:

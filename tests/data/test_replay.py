@@ -67,3 +67,16 @@ def test_replay_films_env_0(recorded, tmp_path):
     with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=20) as env:
         result = replay(episode, env, video=tmp_path / "replay.mp4")
     assert result.exact and result.video.stat().st_size > 1000
+
+
+def test_an_episode_with_only_d4rls_qpos_and_qvel_starts_from_them(recorded):
+    """D4RL files carry infos/qpos and infos/qvel, not our state rows: the replay starts from them."""
+    episode = recorded("hopper", 1, num_envs=1)[0]
+    del episode.infos["state"]
+    episode.infos = {name: value[:-1] for name, value in episode.infos.items()}  # D4RL's T rows
+    with sims.make_env("hopper", num_envs=1, seed=5, num_threads=1) as env:
+        result = replay(episode, env)
+        assert result.start == "qpos/qvel" and result.restored and result.exact  # qpos and qvel are all of it
+        episode.infos["qvel"] = episode.infos["qvel"][:, :3]
+        with pytest.raises(DatasetError, match=r"recorded qvel rows have shape \(3,\), this env's \(6,\)"):
+            replay(episode, env)
