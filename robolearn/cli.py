@@ -191,9 +191,11 @@ def _positive(flag: str, value: float) -> None:
 
 
 def _outcome(e: dict) -> str:
-    """``return m ± s``, and the success rate where the task reports one."""
+    """``return m ± s``, the success rate where the task reports one, and the normalized score (x 100, as
+    D4RL's tables) where the dataset has references."""
     text = f"return {e['return_mean']:.1f} ± {e['return_std']:.1f}"
-    return text + (f", success {100 * e['success_rate']:.0f}%" if e.get("success_rate") is not None else "")
+    text += f", success {100 * e['success_rate']:.0f}%" if e.get("success_rate") is not None else ""
+    return text + (f", normalized score {100 * e['normalized_score']:.1f}" if e.get("normalized_score") is not None else "")
 
 
 def _torchrun(nproc: int, argv: list[str]) -> int:

@@ -207,7 +207,10 @@ def _import(args: argparse.Namespace) -> int:
             meta[key] = value
     _check_refs(meta.get("ref_min_score"), meta.get("ref_max_score"))
     name = args.name or _slug(args.path.stem if args.path.is_file() else args.path.resolve().name)
-    ds = Dataset.create(name, episodes, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
+    from tqdm import tqdm
+
+    writing = tqdm(episodes, desc=f"writing {name}", unit="episode", disable=None, leave=False)  # on a terminal
+    ds = Dataset.create(name, writing, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
     returns = [episode.episode_return for episode in episodes]
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g}) -> {ds.path}")

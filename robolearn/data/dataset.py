@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import DatasetWriter, dataset_dir, dataset_id, list_datasets, read_metadata
@@ -231,6 +232,8 @@ class Dataset:
         the metadata (no second copy of the dataset)."""
         steps, filled = self.num_steps, 0
         arrays: dict[str, Any] = {}
+        # A bar on a terminal only, gone when done: a million steps take seconds before the first update
+        bar = tqdm(total=steps, desc=f"reading {self.id}", unit="step", unit_scale=True, disable=None, leave=False)
         for index, episode in enumerate(self):
             episode.check(f"{self.path}: episode {index}")  # datasets written elsewhere were never checked
             end = filled + len(episode)
@@ -243,6 +246,8 @@ class Dataset:
                 arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), a.dtype if a.dtype.kind == "b" else np.float32))
             write_batch(arrays, rows, slice(filled, end))
             filled = end
+            bar.update(len(episode))
+        bar.close()
         if filled != steps:
             raise DatasetError(f"{self.path}: the episodes hold {filled} steps, metadata 'total_steps' says {steps}")
         return arrays

@@ -137,3 +137,11 @@ def test_a_seed_given_as_a_flag_or_under_a_section_says_it_is_a_top_level_overri
     assert "--seed: settings are overrides here, as key=value: seed=3" in capsys.readouterr().err
     assert main(["train", "ppo_pendulum", "runner.seed=3"]) == 2
     assert "'seed' is a top-level setting: seed=..." in capsys.readouterr().err
+
+
+def test_the_evaluation_line_gives_an_offline_runs_normalized_score():
+    from robolearn.cli import _outcome
+
+    assert _outcome({"return_mean": 1.0, "return_std": 0.5, "normalized_score": 0.456}) == \
+        "return 1.0 ± 0.5, normalized score 45.6"  # x 100, as D4RL's tables
+    assert _outcome({"return_mean": 1.0, "return_std": 0.5, "success_rate": 0.3}) == "return 1.0 ± 0.5, success 30%"
