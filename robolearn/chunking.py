@@ -29,6 +29,7 @@ chunks identically. ``forward`` (what is exported) returns the chunk
 
 from __future__ import annotations
 
+import operator
 from typing import Callable, Literal
 
 import torch
@@ -143,10 +144,14 @@ class ChunkedController(Controller):
     def __init__(self, controller: nn.Module, length: int | None = None, mode: Mode = "open_loop",
                  beyond: Beyond = "hold", decay: float = ACT_DECAY) -> None:
         super().__init__()
+        if isinstance(controller, ChunkedController):  # its source: a hold-mode wrapper would not extend
+            controller = controller.inner
         self.inner = controller
         self.sequence = chunk_length(controller) is not None
         self.source_length = chunk_length(controller) or 1
-        self.length = int(length or self.source_length)
+        if length is not None and (isinstance(length, bool) or not hasattr(length, "__index__")):
+            raise TypeError(f"chunk length must be a whole number of steps, got {length!r}")
+        self.length = self.source_length if length is None else operator.index(length)  # 0: refused by the queue
         self.queue = ActionQueue(self.length, mode, beyond, decay)
         self.obs_groups, self.obs_size = tuple(controller.obs_groups), int(controller.obs_size)
         self.decision_period = self.length if mode == "open_loop" else 1
@@ -180,7 +185,7 @@ class ChunkedController(Controller):
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         self.queue.reset(mask)
-        if isinstance(self.inner, Controller):
+        if callable(getattr(self.inner, "reset", None)):  # a Controller, or an exported one (not a subclass)
             self.inner.reset(mask)
 
     def export_outputs(self) -> list[str]:

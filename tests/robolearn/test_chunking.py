@@ -166,3 +166,36 @@ def test_a_sequence_of_one_action_plays_like_a_flat_controller():
     chunked = ChunkedController(one)
     assert chunked.decision_period == 1
     assert chunked.act({"policy": torch.ones(2, 1)}).shape == (2, 1)
+
+
+class HeldSkill:
+    """Like an exported skill controller (ExportedController): stateful, with ``reset``, no Controller subclass."""
+
+    obs_groups, obs_size = ("policy",), 1
+
+    def __init__(self) -> None:
+        self.resets: list = []
+
+    def export_inputs(self) -> dict:
+        return {"obs": [1], "skill_step": [1]}
+
+    def act(self, obs):
+        return obs["policy"].clone()
+
+    def reset(self, mask=None) -> None:
+        self.resets.append(mask)
+
+
+def test_chunking_passes_resets_on_rewraps_its_source_and_takes_whole_lengths_only():
+    skill = HeldSkill()
+    mask = torch.tensor([True, False])
+    ChunkedController(skill, length=2).reset(mask)
+    assert skill.resets == [mask]  # an exported skill forgot nothing at episode ends
+    hold = ChunkedController(Ramp(), length=5)  # what load_controller returns for a sequence run
+    extend = _play(ChunkedController(hold, length=5, beyond="extend"), Clock(num_envs=1, horizon=20), 5)
+    assert [a[0] for a in extend] == [0, 1, 2, 3, 4]  # extended, not held by the wrapper inside
+    with pytest.raises(ValueError, match="chunk length must be >= 1, got 0"):
+        ChunkedController(Echo(), length=0)  # not "the source's own length"
+    with pytest.raises(TypeError, match="whole number of steps, got 2.5"):
+        ChunkedController(Echo(), length=2.5)
+    assert ChunkedController(Echo(), length=np.int64(3)).length == 3
