@@ -152,7 +152,6 @@ class HRAC(Agent):
         self.adjacency_optimizer = torch.optim.Adam(self.adjacency.parameters(), lr=cfg.adjacency_lr)
         self.adjacency_trained = False
         self.updates = 0
-        self.rng = np.random.default_rng(0)
         # acting state, per env: the target T, the offset d it came from, the step in the subgoal, the last position
         self.target: torch.Tensor | None = None
         self.offset: torch.Tensor | None = None
@@ -255,8 +254,11 @@ class HRAC(Agent):
         reachable = self.graph.reachable()
         centers = self.graph.centers().to(self.device)
         self.adjacency.requires_grad_(True)
+        # Drawn from torch's stream, which the run seeds and its checkpoints restore: each seed samples its
+        # own pairs, and a resume the pairs the run would have
+        rng = np.random.default_rng(int(torch.randint(2**62, (1,))))
         for _ in range(cfg.adjacency_updates):
-            a, b = sample_pairs(reachable, cfg.adjacency_batch_size, self.rng)
+            a, b = sample_pairs(reachable, cfg.adjacency_batch_size, rng)
             label = reachable[a, b].to(self.device)
             loss = self.adjacency.loss(centers[a], centers[b], label)
             self.adjacency_optimizer.zero_grad(set_to_none=True)

@@ -142,6 +142,21 @@ def test_adjacency_penalty_pulls_subgoals_into_reach():
     assert agent.high.act(high_obs).abs().mean() < 0.5  # offsets now within ~2 m of the state
 
 
+def test_adjacency_pairs_follow_the_runs_seed():
+    """The pairs come from torch's stream (seeded by the run, restored by a resume), not a fixed seed."""
+    def trained(seed: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        agent = HRAC(OBS, ACTIONS, small(adjacency_cell=0.5, adjacency_updates=5), torch.device("cpu"))
+        x = torch.linspace(0.25, 3.75, 8)
+        walk = torch.stack([x, torch.full_like(x, 0.25)], dim=1)
+        agent.graph.add(walk[:-1], walk[1:])
+        torch.manual_seed(seed)
+        agent.train_adjacency()
+        return torch.cat([p.flatten() for p in agent.adjacency.parameters()])
+
+    assert torch.equal(trained(1), trained(1)) and not torch.equal(trained(1), trained(2))
+
+
 def test_controller_exports_and_matches_the_agent(tmp_path):
     import onnxruntime
 
