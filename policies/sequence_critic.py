@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,8 +77,15 @@ class SequenceCriticSAC(CheckpointedParts, Agent):
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SequenceCriticConfig,
                  device: torch.device) -> None:
+        if cfg.sequence_length < 1:
+            raise ValueError(f"agent.sequence_length must be >= 1, got {cfg.sequence_length}")
         if not 1 <= cfg.nstep <= cfg.sequence_length:
-            raise ValueError(f"agent.nstep must be in [1, sequence_length], got {cfg.nstep}")
+            raise ValueError(f"agent.nstep must be in [1, sequence_length = {cfg.sequence_length}], got {cfg.nstep}")
+        if cfg.execution == "open_loop" and cfg.nstep < cfg.sequence_length:
+            warnings.warn(f"agent.nstep = {cfg.nstep} < agent.sequence_length = {cfg.sequence_length} with open-loop "
+                          f"execution: the critic ignores actions {cfg.nstep + 1}..{cfg.sequence_length} of each "
+                          f"sequence, which are played unchanged; set agent.nstep={cfg.sequence_length}, or "
+                          "agent.execution=ensemble (see policies/sequence_critic.py)", stacklevel=2)
         self.cfg, self.device = cfg, torch.device(device)
         self.groups = tuple(cfg.obs_groups)
         self.obs_dim = obs_dim(observation_spec, self.groups)
@@ -115,8 +123,9 @@ class SequenceCriticSAC(CheckpointedParts, Agent):
         if replay.capacity % num_envs:
             raise ValueError(f"agent.buffer_size ({replay.capacity}) must be a multiple of env.num_envs ({num_envs})")
         span = (k - 1) * num_envs
-        if replay.size <= span:
-            raise RuntimeError(f"need more than {span} transitions in the replay buffer to cut windows of {k}")
+        if replay.size <= span:  # updates began before one window of K steps was in the buffer
+            raise ValueError(f"windows of agent.sequence_length = {k} steps need more than {span} transitions in the "
+                             f"replay buffer: set runner.random_steps above {span} ({k - 1} steps x env.num_envs)")
         oldest = replay.position if replay.size == replay.capacity else 0
         start = oldest + torch.randint(0, replay.size - span, (batch_size,), device=replay.device)
         index = (start.unsqueeze(1) + num_envs * torch.arange(k, device=replay.device)) % replay.capacity  # (B, K)

@@ -10,6 +10,7 @@ from gymnasium import spaces
 from policies.sequence_critic import SequenceCriticConfig, SequenceCriticSAC
 from robolearn.storage import ReplayBuffer
 
+pytestmark = pytest.mark.filterwarnings("ignore:agent.nstep")  # n < K, open loop: said, tested below
 CPU = torch.device("cpu")
 OBS = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
 ACT = spaces.Box(-10.0, 10.0, (1,), np.float32)
@@ -95,3 +96,14 @@ def test_ensemble_decay_reaches_rollouts_and_controller():
     played = agent.act({"policy": second}, explore=False)["action"]
     newest = agent.scaler(agent.actor(second, 4, deterministic=True)[0][:, 0])
     torch.testing.assert_close(played, newest)
+
+
+def test_settings_that_cannot_work_are_named():
+    with pytest.raises(ValueError, match="agent.sequence_length must be >= 1, got 0"):
+        _agent(k=0, n=1)
+    with pytest.warns(UserWarning, match=r"agent.nstep = 2 < agent.sequence_length = 4 with open-loop execution.*"
+                                         r"set agent.nstep=4, or agent.execution=ensemble"):
+        _agent(k=4, n=2)
+    with pytest.raises(ValueError, match=r"need more than 6 transitions .* set runner.random_steps above 6 "
+                                         r"\(3 steps x env.num_envs\)"):
+        _agent(k=4, n=4).sample(_replay(3, num_envs=2, done_at={}), 8, num_envs=2)  # a one-line CLI error
