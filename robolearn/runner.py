@@ -201,6 +201,19 @@ def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
                           "which the runner reads")
 
 
+def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
+    """A controller deciding every k steps (a chunk, a skill, a subgoal) with k beyond an episode never plays a
+    decision out: refused by name before anything runs (SRL with 2000-step sequences on 500-step episodes
+    ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills)."""
+    period = int(getattr(agent.controller(), "decision_period", 1))
+    limit = getattr(env, "max_episode_steps", None)
+    if limit and period > limit:
+        keys = [f"agent.{key}" for key in ("sequence_length", "horizon", "subgoal_period")
+                if getattr(cfg.agent, key, None) == period] or ["its decision period"]
+        raise ConfigError(f"algo '{cfg.algo}' decides every {period} steps ({', '.join(keys)}), more than an episode's "
+                          f"{limit} (env.max_episode_steps): no decision would play out; lower {keys[0]}")
+
+
 def write_config_or_undo(runner: Any, resume: Path | None) -> None:
     """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
     it was just made for this run (never a resumed one), close the runner's envs, and raise."""
@@ -271,6 +284,7 @@ class Runner:
             self._finite = FiniteWatch(self.env.device)  # on a GPU, read once per iteration
             self.agent = make_agent(cfg, self.env)
             check_agent_contract(cfg, self.agent)
+            check_decision_period(cfg, self.agent, self.env)
             if self.world_size > 1 and not self.agent.data_parallel:
                 raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
             self.progress = Progress(world_size=self.world_size)

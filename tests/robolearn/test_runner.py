@@ -567,3 +567,15 @@ def test_an_update_returning_other_than_scalar_metrics_is_told_so_on_every_path(
         runner_module.update_metrics({"loss": torch.ones(3)})
     with pytest.raises(TypeError, match="returns a dict of scalar metrics to log, got float"):
         runner_module.update_metrics(1.0)
+
+
+@pytest.mark.parametrize("config, key", [("srl_gym_pendulum_j4", "sequence_length"),
+                                         ("spirl_point_maze_medium", "horizon"),
+                                         ("hrac_point_maze_medium", "subgoal_period")])
+def test_a_decision_period_longer_than_an_episode_is_refused_by_its_key(tmp_path, config, key):
+    cfg = load_config(config, [f"run_dir={tmp_path / 'runs'}", "env.kwargs.max_episode_steps=20", f"agent.{key}=21",
+                               "logging.wandb=disabled", "env.num_envs=2"])
+    with pytest.raises(ConfigError, match=rf"decides every 21 steps \(agent.{key}\), more than an episode's 20 "
+                                          rf"\(env.max_episode_steps\): no decision would play out; lower agent.{key}"):
+        Runner(cfg)
+    assert not (tmp_path / "runs").exists()
