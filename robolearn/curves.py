@@ -112,8 +112,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
 def _draw(ax, curves: list[list[tuple[float, float]]], style: dict, mean: bool):
     """Each curve as a line, or with ``mean`` their mean and band; returns a line drawn (None: none)."""
     drawn = _draw_mean(ax, curves, style) if mean and len(curves) > 1 else None
-    for curve in curves if drawn is None else []:
-        drawn = ax.plot(*zip(*curve), **style)[0]
+    for curve in curves if drawn is None else []:  # a lone point (a short run logs once) needs a marker to show
+        drawn = ax.plot(*zip(*curve), **style, marker="o" if len(curve) == 1 else None)[0]
     return drawn
 
 

@@ -107,3 +107,11 @@ def test_mean_draws_a_folders_seeds_as_their_mean_and_a_std_band_where_all_of_th
     figures.clear()
     plot_runs(runs, tmp_path / "each.png", metrics=["return"])  # without mean: each seed its own line
     assert len(figures[0].axes[0].lines) == 2 and not figures[0].axes[0].collections
+
+
+def test_a_run_that_logged_once_shows_its_point(tmp_path, monkeypatch):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"updates": 500, "time": 6.2, "eval/return": 118.1}) + "\n")
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs([tmp_path], tmp_path / "curves.png")
+    assert [line.get_marker() for line in figures[0].axes[0].lines] == ["o"]  # a line of one point draws nothing
