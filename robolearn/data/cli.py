@@ -195,7 +195,7 @@ def _import(args: argparse.Namespace) -> int:
     episodes, meta = readers[args.format](args.path)
     specs = specs_of(episodes[0])
     if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
-        task_obs, action_spec = _task_specs(args.task)
+        task_obs, action_spec = _task_specs(args.task, meta.get("control_dt"))
         specs = ({**specs[0], **task_obs}, action_spec)
     meta |= {"source": f"{args.format}:{args.path.resolve()}"}
     if args.task:
@@ -338,10 +338,14 @@ def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observa
         print(f"warning: --controller {source} was trained on '{trained}', recording it on '{task}'", file=sys.stderr)
 
 
-def _task_specs(task: str) -> tuple[dict, Any]:
+def _task_specs(task: str, control_dt: float | None = None) -> tuple[dict, Any]:
+    """The task's observation and action specs; a recording's ``control_dt`` that is not the task's is said."""
     import sims
 
     with sims.make_env(task, num_envs=1, num_threads=1) as env:
+        if control_dt and abs(control_dt - env.control_dt) > 1e-6 * env.control_dt:
+            print(f"warning:     recorded at a control period of {control_dt:.4g} s, task {task} steps "
+                  f"{env.control_dt:.4g} s: a policy learnt from it acts at the wrong rate")
         return env.observation_spec, env.action_spec
 
 

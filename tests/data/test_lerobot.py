@@ -147,3 +147,12 @@ def test_next_done_on_every_last_frame_is_said_and_can_be_read_as_a_time_limit(t
                        (["--ref-min", "10"], "--ref-min and --ref-max go together")):
         assert main(["dataset", "import", str(source), "--format", "lerobot", "--done", "truncation", "--name", "refs", *refs]) == 2
         assert re.search(says, capsys.readouterr().err)  # swapped, a random policy would score as an expert
+
+
+def test_a_recording_at_another_rate_than_the_task_is_said_at_import(capsys):
+    from robolearn.data.cli import _task_specs
+
+    _task_specs("pendulum", 1 / FPS)  # LeRobot's fps 10 against the pendulum's 0.02 s steps
+    assert "recorded at a control period of 0.1 s, task pendulum steps 0.02 s" in capsys.readouterr().out
+    _task_specs("pendulum", 0.02)
+    assert capsys.readouterr().out == ""
