@@ -191,8 +191,8 @@ def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_pat
     del arrays["timeouts"]
     arrays["observations"][2] = arrays["observations"][1]  # a robot standing still: the same observation, no end
     arrays["next_observations"][1] = arrays["next_observations"][0] = arrays["observations"][1]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(UserWarning, match=r"old\.hdf5: no 'timeouts': 1 episode end\(s\) read from rows where "
+                                         r"next_observations is not the next row's observation"):
         episodes, meta = read_d4rl(_write(tmp_path / "old.hdf5", **arrays))
     assert [len(e) for e in episodes] == [4, 4, 2] and "final_observation" not in meta
     assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [(True, False), (False, True), (False, True)]
@@ -201,23 +201,36 @@ def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_pat
         np.testing.assert_array_equal(episode.observations["policy"][-1], arrays["next_observations"][end])
     assert meta["unflagged_resets"] == 1  # row 3 is a terminal
 
+    # next observations stored at another precision are no resets
+    arrays["next_observations"] = arrays["next_observations"].astype(np.float64) * (1 + 1e-7)
+    with pytest.warns(UserWarning, match="1 episode end"):
+        assert [len(e) for e in read_d4rl(_write(tmp_path / "f64.hdf5", **arrays))[0]] == [4, 4, 2]
 
-def test_an_unflagged_reset_ends_an_episode_in_a_file_with_timeouts_too(tmp_path):
+    # transitions not stored in order: nothing to read resets from
+    shuffled = {**arrays, "next_observations": arrays["next_observations"][::-1].copy()}
+    with pytest.warns(UserWarning, match=r"at \d+ of 10 rows .* not stored in order; episodes are split only at terminals"):
+        episodes, _ = read_d4rl(_write(tmp_path / "shuffled.hdf5", **shuffled))
+    assert [len(e) for e in episodes] == [4, 6]
+
+
+def test_a_file_with_timeouts_is_split_by_its_flags_and_unflagged_resets_are_said(tmp_path):
     arrays = _with_next(_d4rl_arrays(), ends=(3, 5, 7))  # row 5: a reset that neither terminals nor timeouts flag
-    episodes, meta = read_d4rl(_write(tmp_path / "flags.hdf5", **arrays))
-    assert [len(e) for e in episodes] == [4, 2, 2, 2] and meta["unflagged_resets"] == 1
-    assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [
-        (True, False), (False, True), (False, True), (False, True)]
-    episodes, meta = read_d4rl(_write(tmp_path / "flagged.hdf5", **_with_next(_d4rl_arrays(), ends=(3, 7))))
+    with pytest.warns(UserWarning, match=r"flags\.hdf5: 1 row\(s\) .* not flagged as episode ends \(first at row 5\)"):
+        episodes, meta = read_d4rl(_write(tmp_path / "flags.hdf5", **arrays))
+    assert [len(e) for e in episodes] == [4, 4, 2] and meta["unflagged_resets"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        episodes, meta = read_d4rl(_write(tmp_path / "flagged.hdf5", **_with_next(_d4rl_arrays(), ends=(3, 7))))
     assert [len(e) for e in episodes] == [4, 4, 2] and "unflagged_resets" not in meta
 
     arrays = _with_next(_d4rl_arrays(), ends=(3, 7))
     joints = np.arange(20.0).reshape(10, 2)
     following = np.concatenate([joints[1:], joints[-1:] + 1])
     following[1] += 0.5  # only the joint_state group shows this reset
-    episodes, meta = read_d4rl(_write(tmp_path / "groups.hdf5", **arrays, **{"observation_groups/joint_state": joints,
-                                      "next_observation_groups/joint_state": following}))
-    assert [len(e) for e in episodes] == [2, 2, 4, 2] and meta["unflagged_resets"] == 1
+    with pytest.warns(UserWarning, match="first at row 1"):
+        _, meta = read_d4rl(_write(tmp_path / "groups.hdf5", **arrays, **{"observation_groups/joint_state": joints,
+                                   "next_observation_groups/joint_state": following}))
+    assert meta["unflagged_resets"] == 1
 
 
 def test_next_observations_shaped_unlike_the_observations_are_refused(tmp_path):
