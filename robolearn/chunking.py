@@ -136,7 +136,8 @@ class ChunkedController(Controller):
     which cannot ``extend``). Stateless ones are queried through their
     ``forward`` on the env rows that need a decision; stateful ones (recurrent,
     hierarchical) through ``act`` on the whole batch, and are not exportable
-    in chunks. ``length`` defaults to the source's K.
+    in chunks. ``length`` defaults to the source's K. A ChunkedController given is replaced by its source,
+    at its length unless ``length`` is given; the other settings are this one's.
     """
 
     __jit_ignored_attributes__ = ["obs_groups", "obs_size", "queue"]
@@ -144,7 +145,8 @@ class ChunkedController(Controller):
     def __init__(self, controller: nn.Module, length: int | None = None, mode: Mode = "open_loop",
                  beyond: Beyond = "hold", decay: float = ACT_DECAY) -> None:
         super().__init__()
-        if isinstance(controller, ChunkedController):  # its source: a hold-mode wrapper would not extend
+        if isinstance(controller, ChunkedController):  # its source (a hold-mode wrapper would not extend), at its length
+            length = controller.length if length is None else length
             controller = controller.inner
         self.inner = controller
         self.sequence = chunk_length(controller) is not None

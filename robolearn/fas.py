@@ -93,10 +93,9 @@ def curve(controller: nn.Module, make_env: Callable[[int], VecEnv], episodes: in
           lengths: tuple[int, ...] = LENGTHS, beyond: Beyond = "hold") -> dict[int, float]:
     """``R(L)`` for every ``L``: ``controller`` (a Controller or a sequence module) in open-loop chunks of ``L``.
 
-    ``make_env(num_envs)`` builds the env; one env is made and reused for all lengths.
+    ``make_env(num_envs)`` builds the env; one env is made and reused for all lengths. A sequence controller
+    (a ChunkedController) is chunked from its own source (ChunkedController unwraps it).
     """
-    if isinstance(controller, ChunkedController):  # a sequence controller: chunk its own sequence source
-        controller = controller.inner
     returns: dict[int, float] = {}
     with make_env(episodes) as env:
         for length in lengths:

@@ -194,6 +194,7 @@ def test_chunking_passes_resets_on_rewraps_its_source_and_takes_whole_lengths_on
     hold = ChunkedController(Ramp(), length=5)  # what load_controller returns for a sequence run
     extend = _play(ChunkedController(hold, length=5, beyond="extend"), Clock(num_envs=1, horizon=20), 5)
     assert [a[0] for a in extend] == [0, 1, 2, 3, 4]  # extended, not held by the wrapper inside
+    assert ChunkedController(hold, beyond="extend").length == 5  # the wrapper's length, not the source's K = 3
     with pytest.raises(ValueError, match="chunk length must be >= 1, got 0"):
         ChunkedController(Echo(), length=0)  # not "the source's own length"
     with pytest.raises(TypeError, match="whole number of steps, got 2.5"):
