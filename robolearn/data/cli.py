@@ -214,6 +214,10 @@ def _import(args: argparse.Namespace) -> int:
     returns = [episode.episode_return for episode in episodes]
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g}) -> {ds.path}")
+    if meta.get("next_done_on_last_frames_only"):  # LeRobot's usual layout: say which reading was taken
+        read_as, other, were = {"terminal": ("the task's end (no bootstrap)", "truncation", "time limits"),
+                                "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]
+        print(f"next.done:   on each episode's last frame, read as {read_as}; --done {other} if they are {were}")
     _warn_out_of_bounds(episodes, specs[1])
     return 0
 

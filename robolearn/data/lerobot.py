@@ -19,14 +19,14 @@ zero (metadata ``rewards: "absent"``).
 task was solved or failed (a termination: no bootstrap) and also where the
 recording merely stopped (a time limit: a truncation). ``done_means="terminal"``
 reads it as the first, ``"truncation"`` as the second; when every
-episode is done on its last frame and nowhere else, which is what both look
-like, reading it as terminal says so.
+episode is done on its last frame and nowhere else (LeRobot's usual layout,
+and what both look like), metadata ``next_done_on_last_frames_only`` says so
+and ``robolearn dataset import`` names the choice it made.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +119,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         meta["rewards"] = "absent"
     if "next.done" in data:
         meta["next_done_read_as"] = done_means
-        if ends_only and done_means == "terminal":
-            warnings.warn(f"{root}: next.done is set on the last frame of every episode and nowhere else, read as a "
-                          "termination (no bootstrap from it): if the recordings stopped at a time limit rather than "
-                          "where the task was solved or failed, import with --done truncation", stacklevel=2)
+        meta["next_done_on_last_frames_only"] = ends_only  # LeRobot's usual layout: why they ended is not said
     return episodes, meta
 
 

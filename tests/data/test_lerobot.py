@@ -126,21 +126,26 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
         read_lerobot(v21)
 
 
-def test_next_done_on_every_last_frame_is_said_and_can_be_read_as_a_time_limit(tmp_path, root, capsys):
+def test_next_done_on_every_last_frame_is_read_as_said_and_can_be_read_as_a_time_limit(tmp_path, root, capsys):
     """Recorders set next.done where a recording stopped as well as where the task ended: they look alike."""
     frames = _frames()
     ends = np.cumsum(LENGTHS) - 1
     frames["next.done"][:] = False
     frames["next.done"][ends] = True
     source = write_lerobot(tmp_path / "stopped", frames)
-    with pytest.warns(UserWarning, match="next.done is set on the last frame of every episode .* --done truncation"):
-        episodes, meta = read_lerobot(source)
+    episodes, meta = read_lerobot(source)
     assert all(e.terminations[-1] and not e.truncations.any() for e in episodes)
+    assert meta["next_done_on_last_frames_only"] and not read_lerobot(write_lerobot(tmp_path / "mixed"))[1][
+        "next_done_on_last_frames_only"]
+    assert main(["dataset", "import", str(source), "--format", "lerobot", "--name", "as_terminal"]) == 0
+    assert "next.done:   on each episode's last frame, read as the task's end (no bootstrap); --done truncation if " \
+           "they are time limits" in capsys.readouterr().out
     assert main(["dataset", "import", str(source), "--format", "lerobot", "--done", "truncation"]) == 0
     episodes = Dataset.load("stopped").episodes
     assert all(e.truncations[-1] and not e.terminations.any() for e in episodes)  # bootstrapped from, as time limits
     assert Dataset.load("stopped").info["next_done_read_as"] == "truncation"
-    assert "return " in capsys.readouterr().out  # the import sums the returns up
+    out = capsys.readouterr().out
+    assert "return " in out and "read as a time limit (bootstrapped from); --done terminal if they are the task's end" in out
     assert main(["dataset", "import", str(source), "--format", "d4rl", "--done", "truncation"]) == 2
     assert "--done is for LeRobot datasets" in capsys.readouterr().err
     for refs, says in ((["--ref-min", "10", "--ref-max", "-5"], r"--ref-max \(-5\) must be above --ref-min \(10\)"),
