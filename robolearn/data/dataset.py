@@ -28,7 +28,7 @@ from gymnasium import spaces
 from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.minari_store import DatasetWriter, dataset_dir, dataset_id, list_datasets, read_metadata
+from robolearn.data.minari_store import DatasetWriter, dataset_dir, dataset_id, list_datasets, own_id, read_metadata
 from robolearn.storage import map_batch, write_batch
 
 
@@ -75,8 +75,7 @@ class Dataset:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.raw_metadata = read_metadata(self.path)
-        stored = self.raw_metadata.get("dataset_id")  # Minari's namespaced ids (mujoco/hopper/expert-v0) in full
-        self.id = stored if isinstance(stored, str) and stored.split("/")[-1] == self.path.name else self.path.name
+        self.id = own_id(self.path, self.raw_metadata)  # Minari's namespaced ids (mujoco/hopper/expert-v0) in full
         self._minari: Any = None
 
     # ---- opening and creating -------------------------------------------------------------
@@ -163,7 +162,8 @@ class Dataset:
     def writer_metadata(self, **changes: Any) -> dict[str, Any]:
         """This dataset's metadata as :class:`DatasetWriter` takes it, with ``changes``: for derived datasets."""
         meta = {key: self.raw_metadata[key] for key in DatasetWriter.MINARI_KEYS if key in self.raw_metadata}
-        return {**meta, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
+        task = {"task": self.task} if self.task else {}  # a Minari dataset's, from env_spec: kept by its parts
+        return {**meta, **task, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
 
     def episode_stats(self) -> list[dict[str, Any]]:
         """Per-episode ``return``, ``length`` and ``terminated``, from the episode attributes we write (no

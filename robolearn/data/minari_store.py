@@ -95,6 +95,16 @@ def dataset_dir(name: str, root: str | Path | None = None) -> Path:
     return path
 
 
+def own_id(folder: Path, metadata: Any) -> str:
+    """The id of the dataset in ``folder``: its stored ``dataset_id``, namespaces included
+    (``mujoco/hopper/expert-v0``), where the folders above it match them; else the folder's name."""
+    stored = metadata.get("dataset_id") if isinstance(metadata, dict) else None
+    if not isinstance(stored, str) or not _ID.fullmatch(stored):
+        return folder.name
+    parts = tuple(stored.split("/"))
+    return stored if Path(folder).parts[-len(parts):] == parts else folder.name
+
+
 def _path_hint(name: str) -> str | None:
     """How to use ``name`` when it is a path to data (a D4RL file, a LeRobot dataset, a recording, a
     dataset folder outside the root) given where a dataset name is expected, as in ``dataset=h5/hop.hdf5``."""
@@ -105,12 +115,10 @@ def _path_hint(name: str) -> str | None:
         return None
     if is_dir and (path / "data" / "metadata.json").is_file():
         folder = path.resolve()
-        try:  # its id, namespaces included (mujoco/hopper/expert-v0), when the folders above it match them
-            stored = str(json.loads((folder / "data" / "metadata.json").read_text()).get("dataset_id") or "")
-        except (OSError, ValueError, AttributeError):
-            stored = ""
-        parts = tuple(stored.split("/"))
-        own = stored if _ID.fullmatch(stored) and folder.parts[-len(parts):] == parts else folder.name
+        try:
+            own = own_id(folder, json.loads((folder / "data" / "metadata.json").read_text()))
+        except (OSError, ValueError):
+            own = folder.name
         parent = folder.parents[own.count("/")]
         return (f"'{name}' is a dataset folder, not a dataset name: set {ROOT_ENV}={parent} (the folder it is in) "
                 f"and use the name '{own}'")

@@ -81,6 +81,7 @@ def test_a_minari_dataset_made_elsewhere_names_its_task_sums_its_returns_and_is_
     assert [s["length"] for s in stats] == [20, 20] and stats[0]["return"] == pytest.approx(ds[0].episode_return)
     assert ds.summary()["return_mean"] == pytest.approx(np.mean([ds[0].episode_return, ds[1].episode_return]))
     assert ds.transitions()["obs"]["policy"].dtype == torch.float32  # Minari stored float64
+    assert [part.task for part in split(ds, [0.5, 0.5])] == ["gym:Pendulum-v1"] * 2  # parts keep it: they merge
 
     def nan_at_step_3(observations, rewards):
         observations[3, 1] = np.nan

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +212,8 @@ def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys
     assert ds.id == "mujoco/hopper/expert-v0"  # in full: info, split's part names and run results show it
     with pytest.raises(DatasetError, match="did you mean 'mujoco/hopper/expert-v0'"):
         Dataset.load("mujoco/hopper/expret")
+    shutil.copytree(ds.path, root / "expert-v0")  # out of its namespaces: named as the folder it is in
+    assert Dataset.load("expert").id == "expert-v0"
     assert ds.transitions()["obs"]["policy"].shape == (12, 3)
     assert cli(["dataset", "info", "mujoco/hopper/expert-v0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
