@@ -211,8 +211,9 @@ class Agent(ABC):
     (rollout length) of on-policy agents and ``config.buffer_size`` and ``config.batch_size`` of
     off-policy ones. One of one's own trains as ``algo=module:Class`` once the class names that
     dataclass as ``config_class`` (``policies.agent_entry``). Optional, read where present:
-    ``data_parallel`` (below), ``random_act(obs)`` (the first ``runner.random_steps`` actions) and
-    ``sample(replay, batch_size, num_envs)`` (windows of consecutive steps) of off-policy agents.
+    ``data_parallel`` (below), ``random_act(obs)`` (the first ``runner.random_steps`` actions),
+    ``sample(replay, batch_size, num_envs)`` (windows of consecutive steps) of off-policy agents, and
+    ``reads_rewards = False`` of offline agents that ignore a dataset's rewards (imitation, relabeling).
     """
 
     on_policy: bool

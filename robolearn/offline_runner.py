@@ -58,8 +58,9 @@ def is_offline(cfg: TrainConfig) -> bool:
     return bool(getattr(agent_cls, "offline", False)) or (bool(cfg.dataset) and not getattr(agent_cls, "pretrains", False))
 
 
-def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
-    """Raise naming the dataset and the config's env when task, observation or action shapes differ."""
+def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool = True) -> None:
+    """Raise naming the dataset and the config's env when task, observation or action shapes differ; say
+    what fits by shape only (``reads_rewards``: whether the learner reads the dataset's rewards)."""
     problems = []
     if dataset.task is not None and dataset.task != task:
         problems.append(f"task '{dataset.task}' vs '{task}'")
@@ -73,22 +74,24 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv) -> None:
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
                            + "; ".join(problems) + f" (dataset vs env){hint}")
-    for doubt in _doubts(dataset, task, env):
+    for doubt in _doubts(dataset, task, env, reads_rewards):
         warnings.warn(f"dataset '{dataset.id}': {doubt}", stacklevel=3)
 
 
-def _doubts(dataset: Dataset, task: str, env: VecEnv) -> list[str]:
+def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> list[str]:
     """What fits by shape but may still be the wrong data for ``env``: said, then trained on."""
     doubts = []
     if dataset.task is None:
         doubts.append(f"it does not say which task it was recorded on, so only its shapes were checked against "
-                      f"'{task}'; import it with --task {task} to record that it is")
+                      f"'{task}'; to record that it is, import it with --task {task} (or write task={task!r} "
+                      "in its metadata)")
     dt, env_dt = dataset.info.get("control_dt"), getattr(env, "control_dt", None)
     if isinstance(dt, (int, float)) and env_dt and abs(dt - env_dt) > 1e-6 * env_dt:
         doubts.append(f"recorded at a control period of {dt:.4g} s, the env steps {env_dt:.4g} s: a policy learnt "
                       "from it acts at the wrong rate")
-    if dataset.info.get("rewards") == "absent":
-        doubts.append("its source had no rewards (they are all 0): only behaviour cloning (bc) learns from it")
+    if reads_rewards and dataset.info.get("rewards") == "absent":
+        doubts.append("its source had no rewards (they are all 0), which this algorithm learns from: imitation "
+                      "(bc, or the goal-conditioned algorithms, which relabel their own) learns from it")
     return doubts
 
 
@@ -174,9 +177,12 @@ class OfflineRunner:
 
     def _build(self, resume: Path | None) -> None:
         """Eval env, agent and offline buffer from the dataset; ``resume``'s checkpoint restored."""
+        from policies import agent_entry
+
         cfg = self.cfg
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
-        check_dataset_fits(self.dataset, cfg.env.task, self.env)
+        reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
+        check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
         data = self.agent.prepare(self.dataset.transitions(self.env.device))
         self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)

@@ -322,7 +322,7 @@ class Runner:
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
                               "give dataset=<name> (see `robolearn dataset list`)")
         dataset = Dataset.load(self.cfg.dataset)
-        check_dataset_fits(dataset, self.cfg.env.task, self.env)
+        check_dataset_fits(dataset, self.cfg.env.task, self.env, reads_rewards=False)  # skills: its actions only
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 

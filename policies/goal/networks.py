@@ -71,6 +71,7 @@ class GoalAgent(OfflineAgent):
     :meth:`sample` instead of drawing from its replay buffer)."""
 
     obs_groups = ("policy", "goal")
+    reads_rewards = False  # rewards come from the relabeled goals, not the dataset
     subgoal_steps: int = 0
     option_steps: int = 0  # OTA: also sample options of this many steps (relabel.GoalSampler.option_ends)
     relabel: RelabelConfig

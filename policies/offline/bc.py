@@ -39,6 +39,7 @@ class BCConfig:
 
 class BC(OfflineAgent):
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+    reads_rewards = False  # imitation: a dataset without rewards is whole to it
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: BCConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, torch.device(device)

@@ -131,9 +131,12 @@ def test_data_that_fits_only_by_shape_is_doubted_aloud(tmp_path):
         dataset = Dataset.load("unsure", tmp_path)
         with pytest.warns(UserWarning) as said:
             check_dataset_fits(dataset, "pendulum", env)
+        with pytest.warns(UserWarning) as said_to_bc:
+            check_dataset_fits(dataset, "pendulum", env, reads_rewards=False)
     doubts = " | ".join(str(w.message) for w in said)
     assert "does not say which task" in doubts and "--task pendulum" in doubts
-    assert "control period of 0.04 s, the env steps 0.02 s" in doubts and "only behaviour cloning" in doubts
+    assert "control period of 0.04 s, the env steps 0.02 s" in doubts and "no rewards (they are all 0)" in doubts
+    assert len(said_to_bc) == 2 and "no rewards" not in " | ".join(str(w.message) for w in said_to_bc)
 
 
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
