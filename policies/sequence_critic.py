@@ -53,7 +53,7 @@ from policies.srl import SequenceActor, SequencePolicy
 @dataclass
 class SequenceCriticConfig:
     sequence_length: int = 4  # K: actions the critic scores and the actor emits
-    nstep: int = 1  # n: rewards summed before bootstrapping (1 <= n <= K; n = K for open-loop play, see above)
+    nstep: int | None = None  # n: rewards summed before bootstrapping (1 <= n <= K); None: n = K, for open-loop play
     execution: Mode = "open_loop"  # rollouts and controller: K actions open loop, or ACT's temporal ensemble
     ensemble_decay: float = ACT_DECAY  # ensemble only: ACT's m in w_i = exp(-m i), i = 0 the oldest; m < 0 favours the newest
     batch_size: int = 256
@@ -79,9 +79,10 @@ class SequenceCriticSAC(CheckpointedParts, Agent):
                  device: torch.device) -> None:
         if cfg.sequence_length < 1:
             raise ValueError(f"agent.sequence_length must be >= 1, got {cfg.sequence_length}")
-        if not 1 <= cfg.nstep <= cfg.sequence_length:
+        self.nstep = cfg.sequence_length if cfg.nstep is None else cfg.nstep
+        if not 1 <= self.nstep <= cfg.sequence_length:
             raise ValueError(f"agent.nstep must be in [1, sequence_length = {cfg.sequence_length}], got {cfg.nstep}")
-        if cfg.execution == "open_loop" and cfg.nstep < cfg.sequence_length:
+        if cfg.execution == "open_loop" and self.nstep < cfg.sequence_length:
             warnings.warn(f"agent.nstep = {cfg.nstep} < agent.sequence_length = {cfg.sequence_length} with open-loop "
                           f"execution: the critic ignores actions {cfg.nstep + 1}..{cfg.sequence_length} of each "
                           f"sequence, which are played unchanged; set agent.nstep={cfg.sequence_length}, or "
@@ -119,7 +120,7 @@ class SequenceCriticSAC(CheckpointedParts, Agent):
 
     def sample(self, replay: ReplayBuffer, batch_size: int, num_envs: int) -> dict[str, Any]:
         """Windows of K consecutive transitions of one env: obs, the K actions, the n-step return and bootstrap."""
-        k, n, data = self.cfg.sequence_length, self.cfg.nstep, replay.data
+        k, n, data = self.cfg.sequence_length, self.nstep, replay.data
         if replay.capacity % num_envs:
             raise ValueError(f"agent.buffer_size ({replay.capacity}) must be a multiple of env.num_envs ({num_envs})")
         span = (k - 1) * num_envs

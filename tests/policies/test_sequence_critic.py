@@ -104,6 +104,7 @@ def test_settings_that_cannot_work_are_named():
     with pytest.warns(UserWarning, match=r"agent.nstep = 2 < agent.sequence_length = 4 with open-loop execution.*"
                                          r"set agent.nstep=4, or agent.execution=ensemble"):
         _agent(k=4, n=2)
+    assert _agent(k=8, n=None).nstep == 8  # unset: n = K, what open-loop play wants
     with pytest.raises(ValueError, match=r"need more than 6 transitions .* set runner.random_steps above 6 "
                                          r"\(3 steps x env.num_envs\)"):
         _agent(k=4, n=4).sample(_replay(3, num_envs=2, done_at={}), 8, num_envs=2)  # a one-line CLI error
