@@ -35,6 +35,7 @@ a power cut) left is removed by the next writer in that folder.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -221,6 +222,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+WRITING = ".writing"  # in a writer's temp directory: a file it holds an exclusive lock on while it runs
+
+
+def _hold_lock(folder: Path) -> int:
+    """Lock ``folder``'s :data:`WRITING` file for as long as the returned descriptor stays open: the pid and
+    host in a temp name cannot tell a live writer in another container (another pid namespace) on this
+    machine, its kernel lock can."""
+    fd = os.open(folder / WRITING, os.O_CREAT | os.O_RDWR, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _locked(folder: Path) -> bool:
+    """Whether a running writer holds ``folder``'s :data:`WRITING` lock."""
+    try:
+        fd = os.open(folder / WRITING, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def remove_leftovers(folder: Path) -> None:
     """Remove what writers on this machine that are no longer running (``kill -9``, a crash, a power cut)
     left in ``folder``: their temp directories, and the replaced copy of an overwrite cut short once the
@@ -235,7 +263,7 @@ def remove_leftovers(folder: Path) -> None:
         if not match or entry.is_symlink() or not entry.is_dir():
             continue
         pid, host = (match["pid"], match["host"]) if match["pid"] else (match["old_pid"], match["old_host"])
-        if (host or _HOST) != _HOST or _alive(int(pid)):
+        if (host or _HOST) != _HOST or _alive(int(pid)) or _locked(entry):
             continue
         if match["old_pid"]:
             target = entry.with_name(match["name"])
@@ -288,6 +316,7 @@ class DatasetWriter:
             remove_leftovers(folder)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
                                           dir=self.target.parent))
+        self._lock = _hold_lock(self._tmp)
         (self._tmp / "data").mkdir()
         self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
                                           action_space=action_spec, data_format=DATA_FORMAT)
@@ -334,7 +363,8 @@ class DatasetWriter:
                 self.target.rename(old)
             os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)
-            self._closed = True
+            (self.target / WRITING).unlink(missing_ok=True)  # the lock, held until the dataset is in place
+            self._release()
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return self.target
@@ -343,6 +373,11 @@ class DatasetWriter:
         """Remove the temp directory (all of it: a Ctrl+C or SIGTERM waits); the target is untouched."""
         with interrupts_deferred():
             shutil.rmtree(self._tmp, ignore_errors=True)
+            self._release()
+
+    def _release(self) -> None:
+        if not self._closed:
+            os.close(self._lock)
             self._closed = True
 
     def __enter__(self) -> DatasetWriter:

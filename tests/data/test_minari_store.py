@@ -20,7 +20,7 @@ from gymnasium import spaces
 from robolearn.cli import _stops_as_ctrl_c
 from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, Episode, dataset_id, list_datasets
-from robolearn.data.minari_store import _HOST, interrupts_deferred
+from robolearn.data.minari_store import _HOST, WRITING, _hold_lock, interrupts_deferred
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,6 +168,20 @@ def test_a_writer_removes_the_temp_directories_of_dead_writers_only(root):
         (folder / "data").mkdir(parents=True)
     _write("new", root)
     assert sorted(p.name for p in root.iterdir()) == sorted([running.name, elsewhere.name, legacy.name, "new-v0"])
+
+
+def test_a_temp_directory_whose_writer_holds_its_lock_is_kept_whatever_its_pid_says(root):
+    """Another container on this machine: its pid means nothing in ours, its kernel lock does."""
+    root.mkdir()
+    other = root / f".shared-v0.tmp-{_dead_pid()}@{_HOST}-c0ntainer"
+    (other / "data").mkdir(parents=True)
+    lock = _hold_lock(other)
+    _write("first", root)
+    assert other.is_dir()
+    os.close(lock)  # that writer is gone
+    _write("second", root)
+    assert not other.exists()
+    assert not (root / "second-v0" / WRITING).exists()  # the lock does not stay in the dataset
 
 
 def test_the_replaced_copy_of_a_cut_overwrite_goes_only_when_the_new_one_is_in_place(root):
