@@ -61,8 +61,17 @@ class Delay:
     action_latency_steps: int = 0
 
     def __post_init__(self) -> None:
-        if self.obs_delay_steps < 0 or self.action_latency_steps < 0:
-            raise ValueError(f"delay steps must be >= 0, got {self}")
+        for name in ("obs_delay_steps", "action_latency_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"env.delay.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def check_shorter_than_episode(key: str, steps: int, max_episode_steps: int | None) -> None:
+    """Refuse a delay of ``steps`` control steps that no episode outlasts: the policy would see only an
+    episode's first observation, or act only with its first action (``key`` names the setting)."""
+    if max_episode_steps and steps >= max_episode_steps:
+        raise ValueError(f"{key}: a delay of {steps} control steps is not shorter than an episode "
+                         f"({max_episode_steps} steps): nothing the policy sees or does would reach the env in time")
 
 
 class DelayedEnv(VecEnv):
@@ -72,6 +81,8 @@ class DelayedEnv(VecEnv):
         self.env, self.cfg = env, cfg
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
+        for name in ("obs_delay_steps", "action_latency_steps"):
+            check_shorter_than_episode(f"env.delay.{name}", getattr(cfg, name), self.max_episode_steps)
         self._obs_delay = torch.full((self.num_envs,), cfg.obs_delay_steps, dtype=torch.long, device=self.device)
         self._latency = torch.full((self.num_envs,), cfg.action_latency_steps, dtype=torch.long, device=self.device)
         self._history: dict[str, DelayLine] = {}

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
-from sims.delay import DelayLine
+from sims.delay import DelayLine, check_shorter_than_episode
 from sims.task import TaskEnv, uniform
 
 
@@ -65,17 +65,26 @@ class Randomization:
             if isinstance(value, (tuple, list)):
                 low, high = value
                 if low > high or low < 0:
-                    raise ValueError(f"randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
+                    raise ValueError(f"env.randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
+                if f.name.endswith("_scale") and low <= 0:  # a zero mass or gain is no robot: it trains on nothing
+                    raise ValueError(f"env.randomization.{f.name}: scales multiply the model's values, so need "
+                                     f"0 < low <= high, got {list(value)}")
+        for name in ("obs_noise_std", "push_every_s", "push_velocity"):
+            if getattr(self, name) < 0:  # a negative std or velocity silently means its magnitude, or nothing
+                raise ValueError(f"env.randomization.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.auto_step > 0 or self.auto_window < 1:
+            raise ValueError(f"env.randomization.auto_step must be > 0 and auto_window >= 1, got "
+                             f"{self.auto_step} and {self.auto_window}")
         if self.auto and not self.dynamics_every_episode:
-            raise ValueError("randomization.auto widens the ranges episode by episode: it needs dynamics_every_episode: true")
+            raise ValueError("env.randomization.auto widens the ranges episode by episode: it needs dynamics_every_episode: true")
         if self.dynamics_pool < 0 or (self.dynamics_pool and not self.dynamics_every_episode):
-            raise ValueError(f"randomization.dynamics_pool: 0 (fresh draws) or a number of variants for draws every "
+            raise ValueError(f"env.randomization.dynamics_pool: 0 (fresh draws) or a number of variants for draws every "
                              f"episode (dynamics_every_episode: true); got {self.dynamics_pool}")
         if self.auto and self.dynamics_pool:
-            raise ValueError("randomization.auto widens the ranges as it goes, and a dynamics_pool is drawn once: "
+            raise ValueError("env.randomization.auto widens the ranges as it goes, and a dynamics_pool is drawn once: "
                              "set dynamics_pool: 0")
         if not 0.0 <= self.auto_success <= 1.0:
-            raise ValueError(f"randomization.auto_success must be in [0, 1], got {self.auto_success}")
+            raise ValueError(f"env.randomization.auto_success must be in [0, 1], got {self.auto_success}")
 
     @property
     def active(self) -> bool:
@@ -103,6 +112,9 @@ class RandomizedEnv(VecEnv):
                              f"{type(env.task).__name__} reports no success: set fixed ranges (auto: false)")
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
+        check_shorter_than_episode("env.randomization.obs_delay_steps", cfg.obs_delay_steps[1], self.max_episode_steps)
+        check_shorter_than_episode("env.randomization.action_latency_s", int(cfg.action_latency_s[1] / self.control_dt),
+                                   self.max_episode_steps)
         self.width = 0.0 if cfg.auto else 1.0
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(0 if seed is None else seed + 7919)

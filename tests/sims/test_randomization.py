@@ -95,6 +95,30 @@ def test_bad_randomization_config_names_the_key():
         sims.make_env("gym:Pendulum-v1", 1, randomization={"mass_scale": [1, 2]})
 
 
+@pytest.mark.parametrize("settings, says", [
+    ({"mass_scale": (0.0, 0.0)}, r"env.randomization.mass_scale: scales multiply .* need 0 < low"),  # trained "fine"
+    ({"obs_noise_std": -1.0}, r"env.randomization.obs_noise_std must be >= 0, got -1"),
+    ({"push_velocity": -2.0}, r"env.randomization.push_velocity must be >= 0"),
+    ({"auto": True, "auto_step": -0.1}, r"auto_step must be > 0 and auto_window >= 1"),
+    ({"auto_window": 0}, r"auto_step must be > 0 and auto_window >= 1"),
+])
+def test_settings_that_would_train_on_nothing_are_refused(settings, says):
+    with pytest.raises(ValueError, match=says):
+        Randomization(**settings)
+
+
+def test_delays_no_episode_outlasts_are_refused_by_key():
+    for delay, key in (({"randomization": {"obs_delay_steps": [0, 100]}}, "env.randomization.obs_delay_steps"),
+                       ({"randomization": {"action_latency_s": [0.0, 20.0]}}, "env.randomization.action_latency_s"),
+                       ({"delay": {"obs_delay_steps": 100}}, "env.delay.obs_delay_steps"),
+                       ({"delay": {"action_latency_steps": 100}}, "env.delay.action_latency_steps")):
+        with pytest.raises(ValueError, match=rf"{key}: a delay of \d+ control steps is not shorter than an episode "
+                                             r"\(100 steps\)"):
+            sims.make_env("arm_reach", 2, seed=1, max_episode_steps=100, **delay)
+    with pytest.raises(ValueError, match="env.delay.action_latency_steps must be >= 0, got -1"):
+        sims.make_env("arm_reach", 2, delay={"action_latency_steps": -1})
+
+
 def test_randomized_env_trains_end_to_end_shapes():
     env = _env(num_envs=2, action_latency_s=[0.0, 0.05], obs_delay_steps=[0, 2], push_every_s=0.1, push_velocity=0.5)
     assert isinstance(env, RandomizedEnv)
