@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                         "for tasks without one")
     p.add_argument("--fas-shift", type=float, metavar="SHIFT",
                    help="added to every R(L) before the FAS (tasks with negative returns; Pendulum-v1's is 1550)")
+    p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("play", help="film a run's controller")
     p.add_argument("run", type=Path)
     p.add_argument("--video", type=Path, required=True, help="output .mp4")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
     p.add_argument("runs", type=Path, nargs="+", help="run directories, or folders of them (runs/ppo_cartpole)")
@@ -213,6 +215,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         if word == "--nproc":
             del argv[i:i + 2]
             break
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its banner about it
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
@@ -227,6 +230,8 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
+    if os.environ.get("RANK", "0") != "0":  # under torchrun: rank 0 says what every rank would say
+        warnings.filterwarnings("ignore", category=UserWarning)
     config = args.config
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
         args.overrides.insert(0, config)
@@ -282,6 +287,9 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
     torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told."""
     import torch
 
+    import sims
+
+    sims.resolve_backend(cfg.env.backend, cfg.env.device)  # no GPU here: said once, before torchrun starts ranks
     if cfg.env.device.startswith("cuda") and torch.cuda.is_available():
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "
@@ -294,8 +302,9 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
     """How many ranks trained ``run`` (its checkpoint's ``world_size``; 1 for runs from before it was
-    recorded, or without a checkpoint, which the runner then reports). More than this machine holds
-    (GPUs on CUDA, cores on CPU) was a multi-node run: it resumes with its own torchrun line."""
+    recorded, or without a checkpoint, which the runner then reports). More than this machine's GPUs was a
+    multi-node run: it resumes with its own torchrun line. On CPU, ranks beyond the cores start again,
+    sharing them, as they trained (``--nproc`` warned)."""
     import torch
 
     from robolearn.checkpoint import CheckpointError, load_checkpoint
@@ -305,45 +314,48 @@ def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
     except CheckpointError:
         return 1
     cuda = cfg.env.device.startswith("cuda")
-    here = torch.cuda.device_count() if cuda else os.cpu_count() or 1
-    if ranks > here:
-        raise ConfigError(f"{run} was trained on {ranks} ranks, more than this machine's {here} "
-                          f"{'GPUs' if cuda else 'cores'}: resume a multi-node run with its torchrun line "
-                          f"(README, Multi-GPU and multi-node), or give --nproc N (each update then sees another batch)")
+    if cuda and ranks > torch.cuda.device_count():  # on CPU, ranks beyond the cores share them (as it trained)
+        raise ConfigError(f"{run} was trained on {ranks} ranks, more than this machine's {torch.cuda.device_count()} "
+                          "GPUs: resume a multi-node run with its torchrun line (README, Multi-GPU and multi-node), "
+                          "or give --nproc N (each update then sees another batch)")
     return ranks
 
 
-def _run_config(run: Path) -> TrainConfig:
+def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
     """The run's config, with its torch settings (threads, matmul precision, denormals) applied to this
-    process as the run had them: eval then gives eval.json's numbers again, play and export the same actions."""
+    process as the run had them: eval then gives eval.json's numbers again, play and export the same actions.
+    ``nominal``: without its domain randomization."""
     from robolearn.runner import read_run_config
 
     cfg = read_run_config(run)
     cfg.runner.apply_torch_settings()
+    if nominal:
+        cfg.env.randomization = {}
     return cfg
 
 
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
-    from robolearn.registry import make_env
+    from robolearn.registry import evaluation_dynamics, make_env
     from robolearn.runner import load_controller
 
     _positive("--episodes", args.episodes)
     if args.fas_shift is not None and args.fas is None:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
-    cfg = _run_config(args.run)
+    cfg = _run_config(args.run, nominal=args.nominal)
     if args.fas is not None:
         args.seed = 12345 if args.seed is None else args.seed
         return _eval_fas(args, cfg)
     seed = cfg.seed + 10_000 if args.seed is None else args.seed  # the end-of-run evaluation's (runner.finish_run)
     with make_env(cfg.env, num_envs=args.episodes, seed=seed) as env:
         result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=seed)
-    result = {"run": str(args.run), "task": cfg.env.task, **result}
+    result = {"run": str(args.run), "task": cfg.env.task, **result, "dynamics": evaluation_dynamics(cfg.env)}
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
         if result.get("success_rate") is not None:
             line += f", success {100 * result['success_rate']:.0f}%"
-        print(line)
+        print(f"{line}; dynamics {result['dynamics']}" + ("" if result["dynamics"].startswith("nominal") else
+                                                         " (--nominal without)"))
     if args.json:
         print(json.dumps(result))
     return 0
@@ -385,7 +397,7 @@ def _play(args: argparse.Namespace) -> int:
     from robolearn.runner import load_controller
 
     _positive("--seconds", args.seconds)
-    cfg = _run_config(args.run)
+    cfg = _run_config(args.run, nominal=args.nominal)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
         try:

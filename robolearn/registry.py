@@ -21,6 +21,22 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
                          randomization=cfg.randomization, delay=cfg.delay, backend=cfg.backend, **cfg.kwargs)
 
 
+def evaluation_dynamics(cfg: EnvConfig) -> str:
+    """How an env built from ``cfg`` draws its dynamics, for evaluation reports: ``nominal``, or the
+    randomization settings it runs with (automatic randomization restarts at width 0: nominal)."""
+    from sims.randomization import Randomization
+
+    if not cfg.randomization:
+        return "nominal"
+    settings = Randomization(**cfg.randomization)
+    if settings.auto:
+        return "nominal (automatic randomization starts a new env at width 0)"
+    defaults = Randomization()
+    changed = [f"{name} {list(value) if isinstance(value, tuple) else value}" for name, value in vars(settings).items()
+               if value != getattr(defaults, name)]
+    return "randomized: " + ", ".join(changed) if changed else "nominal"
+
+
 def resolve_backend(cfg: EnvConfig) -> None:
     """Set ``cfg.backend`` and ``cfg.device`` to what will run (``sims.resolve_backend``: warp on a missing
     GPU runs MuJoCo on the CPU), so a run records, and later rebuilds, the simulator it used. Only our

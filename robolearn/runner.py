@@ -62,7 +62,7 @@ from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.run_lock import RunLock
-from robolearn.registry import make_agent, make_env, resolve_backend
+from robolearn.registry import evaluation_dynamics, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
 OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
@@ -711,6 +711,8 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
                 result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
         if annotate is not None:
             result.evaluation |= annotate(result.evaluation)
+        result.evaluation |= {"dynamics": evaluation_dynamics(cfg.env), "backend": cfg.env.backend,
+                              "device": cfg.env.device}
         atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
     if cfg.runner.video_seconds > 0:

@@ -145,3 +145,19 @@ def test_the_evaluation_line_gives_an_offline_runs_normalized_score():
     assert _outcome({"return_mean": 1.0, "return_std": 0.5, "normalized_score": 0.456}) == \
         "return 1.0 ± 0.5, normalized score 45.6"  # x 100, as D4RL's tables
     assert _outcome({"return_mean": 1.0, "return_std": 0.5, "success_rate": 0.3}) == "return 1.0 ± 0.5, success 30%"
+
+
+def test_evaluating_a_randomized_run_says_so_and_can_go_nominal(tmp_path, capsys):
+    import json
+
+    assert main(["train", "ppo_pendulum", f"run_dir={tmp_path}", "runner.total_steps=256", "env.num_envs=4",
+                 "runner.eval_episodes=1", "runner.video_seconds=0", "env.randomization.mass_scale=[0.5,2.0]",
+                 "--no-wandb"]) == 0
+    (run,) = tmp_path.glob("*/*")
+    written = json.loads((run / "eval.json").read_text())
+    assert written["dynamics"] == "randomized: mass_scale [0.5, 2.0]" and written["backend"] == "mujoco"
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "1"]) == 0
+    assert "; dynamics randomized: mass_scale [0.5, 2.0] (--nominal without)" in capsys.readouterr().out
+    assert main(["eval", str(run), "--episodes", "1", "--nominal", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["dynamics"] == "nominal"

@@ -242,9 +242,10 @@ def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, 
     assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
     assert calls and calls[0][:2] == ["--standalone", "--nproc_per_node=2"]
     assert "resuming on 2 ranks" in capsys.readouterr().out
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # fewer cores than ranks: a multi-node run, not relaunched here
-    assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 2
-    assert "trained on 2 ranks, more than this machine's 1 cores" in capsys.readouterr().err
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # fewer cores than ranks: they share them, as --nproc 2 did
+    assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
+    assert calls[-1][:2] == ["--standalone", "--nproc_per_node=2"]
+    assert "--nproc 2 on 1 CPU cores: the ranks share cores" in capsys.readouterr().err
     cfg = read_run_config(run_dir)
     cfg.runner.total_steps *= 2
     with pytest.warns(UserWarning, match="trained on 2 rank\\(s\\) and resumes on 1.*--nproc 2"):
