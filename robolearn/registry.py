@@ -6,9 +6,11 @@ envs and agents through these functions.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 
-from robolearn.config import EnvConfig, TrainConfig
+from robolearn.config import EnvConfig, TrainConfig, build_dataclass
 from robolearn.interfaces import Agent, VecEnv
 
 
@@ -23,18 +25,26 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
 
 def evaluation_dynamics(cfg: EnvConfig) -> str:
     """How an env built from ``cfg`` draws its dynamics, for evaluation reports: ``nominal``, or the
-    randomization settings it runs with (automatic randomization restarts at width 0: nominal)."""
+    randomized ranges, noise and pushes it runs with (automatic randomization restarts at width 0)."""
+    import sims
     from sims.randomization import Randomization
 
+    if cfg.task.startswith(sims.MJLAB_PREFIX):
+        return "the mjlab task's own events"
     if not cfg.randomization:
         return "nominal"
-    settings = Randomization(**cfg.randomization)
+    settings = build_dataclass(Randomization, cfg.randomization, "env.randomization.")  # "1e-3" read as a number
     if settings.auto:
         return "nominal (automatic randomization starts a new env at width 0)"
-    defaults = Randomization()
-    changed = [f"{name} {list(value) if isinstance(value, tuple) else value}" for name, value in vars(settings).items()
-               if value != getattr(defaults, name)]
-    return "randomized: " + ", ".join(changed) if changed else "nominal"
+    defaults, drawn = Randomization(), []
+    for f in fields(Randomization):  # the ranges (switches such as dynamics_pool draw nothing themselves)
+        value, default = getattr(settings, f.name), getattr(defaults, f.name)
+        if isinstance(default, tuple) and tuple(value) != default:
+            drawn.append(f"{f.name} {list(value)}")
+    for name in ("obs_noise_std", "push_velocity"):  # noise, and pushes
+        if getattr(settings, name) != getattr(defaults, name):
+            drawn.append(f"{name} {getattr(settings, name)}")
+    return "randomized: " + ", ".join(drawn) if drawn else "nominal"
 
 
 def resolve_backend(cfg: EnvConfig) -> None:

@@ -161,3 +161,16 @@ def test_evaluating_a_randomized_run_says_so_and_can_go_nominal(tmp_path, capsys
     assert "; dynamics randomized: mass_scale [0.5, 2.0] (--nominal without)" in capsys.readouterr().out
     assert main(["eval", str(run), "--episodes", "1", "--nominal", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["dynamics"] == "nominal"
+
+
+def test_the_dynamics_an_evaluation_reports():
+    from robolearn.config import EnvConfig
+    from robolearn.registry import evaluation_dynamics
+
+    def said(**randomization):
+        return evaluation_dynamics(EnvConfig(task="pendulum", randomization=randomization))
+
+    assert said(obs_noise_std="1e-3") == "randomized: obs_noise_std 0.001"  # YAML reads 1e-3 as a string
+    assert said(mass_scale=[1.0, 1.0], dynamics_every_episode=False) == "nominal"  # switches draw nothing
+    assert said(auto=True).startswith("nominal (automatic randomization starts a new env at width 0)")
+    assert evaluation_dynamics(EnvConfig(task="mjlab:Mjlab-Velocity-Flat-Unitree-Go1")) == "the mjlab task's own events"
