@@ -225,26 +225,33 @@ def _alive(pid: int) -> bool:
 WRITING = ".writing"  # in a writer's temp directory: a file it holds an exclusive lock on while it runs
 
 
-def _hold_lock(folder: Path) -> int:
+def _hold_lock(folder: Path) -> int | None:
     """Lock ``folder``'s :data:`WRITING` file for as long as the returned descriptor stays open: the pid and
     host in a temp name cannot tell a live writer in another container (another pid namespace) on this
-    machine, its kernel lock can."""
-    fd = os.open(folder / WRITING, os.O_CREAT | os.O_RDWR, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    machine, its kernel lock can. None where the filesystem has no locks (Lustre ``noflock``, NFS without
+    lockd): the pid and host decide alone there."""
+    fd = os.open(folder / WRITING, os.O_CREAT | os.O_RDONLY, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
     return fd
 
 
 def _locked(folder: Path) -> bool:
-    """Whether a running writer holds ``folder``'s :data:`WRITING` lock."""
+    """Whether a running writer holds ``folder``'s :data:`WRITING` lock (False where none can be taken)."""
     try:
-        fd = os.open(folder / WRITING, os.O_RDWR)
+        fd = os.open(folder / WRITING, os.O_RDONLY)
     except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False
-    except OSError:
+    except BlockingIOError:  # EWOULDBLOCK: held
         return True
+    except OSError:  # no locks on this filesystem
+        return False
     finally:
         os.close(fd)
 
@@ -317,10 +324,14 @@ class DatasetWriter:
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
                                           dir=self.target.parent))
         self._lock = _hold_lock(self._tmp)
-        (self._tmp / "data").mkdir()
-        self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
-                                          action_space=action_spec, data_format=DATA_FORMAT)
         self._closed = False
+        try:
+            (self._tmp / "data").mkdir()
+            self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
+                                              action_space=action_spec, data_format=DATA_FORMAT)
+        except BaseException:  # a spec Minari refuses: nothing left behind, no descriptor kept
+            self.discard()
+            raise
 
     def add(self, episode: Episode, where: str | None = None) -> None:
         """Check ``episode`` against the specs and append it."""
@@ -377,7 +388,8 @@ class DatasetWriter:
 
     def _release(self) -> None:
         if not self._closed:
-            os.close(self._lock)
+            if self._lock is not None:
+                os.close(self._lock)
             self._closed = True
 
     def __enter__(self) -> DatasetWriter:

@@ -292,3 +292,20 @@ def test_a_dataset_folder_outside_the_root_says_to_point_the_root_at_it(tmp_path
         Dataset.load("elsewhere/hop-v0")
     with pytest.raises(DatasetError, match=rf"set ROBOLEARN_DATASETS={elsewhere} .*'mujoco/hopper/expert-v0'"):
         Dataset.load(str(elsewhere / "mujoco" / "hopper" / "expert-v0"))
+
+
+def test_a_filesystem_without_locks_still_takes_datasets_and_a_refused_spec_leaves_nothing(root, monkeypatch):
+    import fcntl
+
+    from robolearn.data import DatasetWriter
+
+    def no_locks(fd, operation):
+        raise OSError(38, "Function not implemented")  # Lustre mounted noflock
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert _write("unlocked", root).is_dir()
+    monkeypatch.undo()
+    opened = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(Exception):
+        DatasetWriter("refused", {"policy": "no space"}, SPECS[1], root=root)  # not a space: refused
+    assert len(os.listdir("/proc/self/fd")) == opened and sorted(p.name for p in root.iterdir()) == ["unlocked-v0"]
