@@ -112,9 +112,10 @@ class RandomizedEnv(VecEnv):
                              f"{type(env.task).__name__} reports no success: set fixed ranges (auto: false)")
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
+        # The most control steps of latency, counted as _resample counts a draw: whole physics steps, rounded
+        max_latency = round(cfg.action_latency_s[1] / env.sim.timestep) // env.task.frame_skip
         check_shorter_than_episode("env.randomization.obs_delay_steps", cfg.obs_delay_steps[1], self.max_episode_steps)
-        check_shorter_than_episode("env.randomization.action_latency_s", int(cfg.action_latency_s[1] / self.control_dt),
-                                   self.max_episode_steps)
+        check_shorter_than_episode("env.randomization.action_latency_s", max_latency, self.max_episode_steps)
         self.width = 0.0 if cfg.auto else 1.0
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(0 if seed is None else seed + 7919)
@@ -125,7 +126,7 @@ class RandomizedEnv(VecEnv):
         self._delay = torch.zeros(n, dtype=torch.long, device=self.device)
         self._substeps = torch.zeros(n, dtype=torch.long, device=self.device)
         self._timestep = env.sim.timestep
-        self._actions = DelayLine(int(cfg.action_latency_s[1] / self.control_dt) + 1,
+        self._actions = DelayLine(max_latency + 1,
                                   torch.zeros(n, *self.action_spec.shape, device=self.device))
         self._history: dict[str, DelayLine] = {}
         self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)

@@ -196,3 +196,9 @@ def test_a_dynamics_pool_draws_each_episode_from_variants_drawn_at_the_start():
         Randomization(mass_scale=(0.8, 1.2), dynamics_pool=8, dynamics_every_episode=False)
     with pytest.raises(ValueError, match="set dynamics_pool: 0"):
         Randomization(mass_scale=(0.8, 1.2), dynamics_pool=8, auto=True)
+
+
+def test_a_latency_of_a_whole_number_of_control_steps_is_all_of_them():
+    """0.58 s / 0.02 s is 28.999... in floating point: the line once held 29 slots and applied 28 steps."""
+    env = _env(num_envs=2, action_latency_s=[0.58, 0.58])
+    assert env._latency.tolist() == [29, 29] and len(env._actions.buffer) == 30
