@@ -4,19 +4,18 @@ A D4RL file holds flat arrays, one row per transition: ``observations``,
 ``actions``, ``rewards``, ``terminals`` (the MDP ended) and ``timeouts`` (a
 time limit ended the episode; absent in old files), optionally
 ``next_observations`` and ``infos/qpos``, ``infos/qvel``. Episodes end at rows
-where ``terminals | timeouts``. A file without ``timeouts`` but with
-``next_observations`` also ends one at every row whose ``next_observations``
-is not the following row's ``observations`` (compared in float32, within
-1e-5): the env was reset there, and bootstrapping from the reset would cross
-episodes. Such an end is read as truncated (terminated where ``terminals``
-says so), counted in metadata ``unflagged_resets`` and said; where most rows
-differ (transitions not stored in order) nothing is split and that is said.
-A file with ``timeouts`` is split by its flags only; rows that look like
-resets there are counted and said. Without ``timeouts`` and
-``next_observations`` episodes end only at terminals, so one that a time
-limit ended runs on into the next: :func:`read_d4rl` warns and says so in
-metadata ``episode_ends``. Rows after the last end form a final, truncated
-episode.
+where ``terminals | timeouts``, and, in a file with ``next_observations``, at
+every row whose ``next_observations`` is not the following row's
+``observations`` (compared in float32, within 1e-5 relative): the env was
+reset there, flagged or not (old files have no ``timeouts``), and
+bootstrapping from the reset would cross episodes. Such an end is read as
+truncated (terminated where ``terminals`` says so), counted in metadata
+``unflagged_resets`` and said; where most rows differ (transitions not stored
+in order) nothing is split, and metadata ``episode_ends`` and a warning say
+so. Without ``timeouts`` and ``next_observations`` episodes end only at
+terminals, so one that a time limit ended runs on into the next:
+:func:`read_d4rl` warns and says so in ``episode_ends``. Rows after the last
+end form a final, truncated episode.
 
 Only those per-row keys are read (with ``infos/*``, ``observation_groups/*``
 and ``next_observation_groups/*``, below); anything else is skipped unread,
@@ -113,20 +112,18 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     has_next = "next_observations" in arrays
     unflagged = _resets(arrays) & ~(terminals | timeouts) if has_next else np.zeros(rows, bool)
     count = int(unflagged.sum())
-    if count:
-        meta["unflagged_resets"] = count
-    if count and "timeouts" in arrays:
-        warnings.warn(f"{path}: {count} row(s) whose next_observations is not the next row's observation are not "
-                      f"flagged as episode ends (first at row {int(np.argmax(unflagged))}); the file's terminals and "
-                      "timeouts decide the episodes", stacklevel=2)
-    elif count > rows // 2:  # not one episode's steps after another: no resets to read from it
+    if count > rows // 2:  # not one episode's steps after another: no resets to read from it
+        meta["episode_ends"] = "flags only (next_observations do not follow the rows: transitions out of order)"
         warnings.warn(f"{path}: at {count} of {rows} rows next_observations is not the next row's observation, so its "
-                      "transitions are not stored in order; episodes are split only at terminals: add 'timeouts'",
+                      "transitions are not stored in order; episodes are split only at terminals and timeouts",
                       stacklevel=2)
     elif count:
+        meta["unflagged_resets"] = count
         timeouts |= unflagged  # nothing says the MDP ended there: truncated
-        warnings.warn(f"{path}: no 'timeouts': {count} episode end(s) read from rows where next_observations is not "
-                      "the next row's observation (the env was reset there), as truncations", stacklevel=2)
+        flags = "terminals and timeouts" if "timeouts" in arrays else "terminals (no timeouts)"
+        warnings.warn(f"{path}: {count} episode end(s) that {flags} do not flag, read from rows where "
+                      f"next_observations is not the next row's observation (the env was reset there; first at row "
+                      f"{int(np.argmax(unflagged))}), as truncations", stacklevel=2)
     elif not has_next and "timeouts" not in arrays:
         meta["episode_ends"] = "terminals only (no timeouts or next_observations in the file)"
         warnings.warn(f"{path}: no 'timeouts' or 'next_observations': episodes are split only at terminals, so one "
@@ -240,8 +237,8 @@ def _d4rl_metadata(f: Any) -> dict[str, Any]:
 
 def _resets(arrays: dict[str, np.ndarray]) -> np.ndarray:
     """Rows whose next observation (in any group the file has both of) is not the following row's
-    observation, in float32 within 1e-5 (files store the two at other precisions): the env was reset
-    after them. Never the last row."""
+    observation, in float32 within 1e-5 relative (files store the two at other precisions): the env was
+    reset after them. Never the last row."""
     rows = len(arrays["observations"])
     resets = np.zeros(rows, bool)
     if rows < 2:
@@ -251,7 +248,7 @@ def _resets(arrays: dict[str, np.ndarray]) -> np.ndarray:
     for current, following in pairs:
         if following in arrays:
             differs = ~np.isclose(arrays[following][:-1].astype(np.float32), arrays[current][1:].astype(np.float32),
-                                  rtol=1e-5, atol=1e-6)
+                                  rtol=1e-5, atol=1e-12)  # float32 and rtol absorb storage precision; a reset near 0 shows
             resets[:-1] |= differs.any(axis=tuple(range(1, differs.ndim)))
     return resets
 

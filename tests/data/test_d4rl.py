@@ -191,8 +191,8 @@ def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_pat
     del arrays["timeouts"]
     arrays["observations"][2] = arrays["observations"][1]  # a robot standing still: the same observation, no end
     arrays["next_observations"][1] = arrays["next_observations"][0] = arrays["observations"][1]
-    with pytest.warns(UserWarning, match=r"old\.hdf5: no 'timeouts': 1 episode end\(s\) read from rows where "
-                                         r"next_observations is not the next row's observation"):
+    with pytest.warns(UserWarning, match=r"old\.hdf5: 1 episode end\(s\) that terminals \(no timeouts\) do not flag, "
+                                         r"read from rows where next_observations is not the next row's observation"):
         episodes, meta = read_d4rl(_write(tmp_path / "old.hdf5", **arrays))
     assert [len(e) for e in episodes] == [4, 4, 2] and "final_observation" not in meta
     assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [(True, False), (False, True), (False, True)]
@@ -209,15 +209,18 @@ def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_pat
     # transitions not stored in order: nothing to read resets from
     shuffled = {**arrays, "next_observations": arrays["next_observations"][::-1].copy()}
     with pytest.warns(UserWarning, match=r"at \d+ of 10 rows .* not stored in order; episodes are split only at terminals"):
-        episodes, _ = read_d4rl(_write(tmp_path / "shuffled.hdf5", **shuffled))
-    assert [len(e) for e in episodes] == [4, 6]
+        episodes, meta = read_d4rl(_write(tmp_path / "shuffled.hdf5", **shuffled))
+    assert [len(e) for e in episodes] == [4, 6] and meta["episode_ends"].startswith("flags only")
 
 
-def test_a_file_with_timeouts_is_split_by_its_flags_and_unflagged_resets_are_said(tmp_path):
+def test_an_unflagged_reset_ends_an_episode_in_a_file_with_timeouts_too(tmp_path):
     arrays = _with_next(_d4rl_arrays(), ends=(3, 5, 7))  # row 5: a reset that neither terminals nor timeouts flag
-    with pytest.warns(UserWarning, match=r"flags\.hdf5: 1 row\(s\) .* not flagged as episode ends \(first at row 5\)"):
+    with pytest.warns(UserWarning, match=r"flags\.hdf5: 1 episode end\(s\) that terminals and timeouts do not flag.*"
+                                         r"first at row 5\), as truncations"):
         episodes, meta = read_d4rl(_write(tmp_path / "flags.hdf5", **arrays))
-    assert [len(e) for e in episodes] == [4, 4, 2] and meta["unflagged_resets"] == 1
+    assert [len(e) for e in episodes] == [4, 2, 2, 2] and meta["unflagged_resets"] == 1
+    assert [(bool(e.terminations[-1]), bool(e.truncations[-1])) for e in episodes] == [
+        (True, False), (False, True), (False, True), (False, True)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         episodes, meta = read_d4rl(_write(tmp_path / "flagged.hdf5", **_with_next(_d4rl_arrays(), ends=(3, 7))))
@@ -228,9 +231,16 @@ def test_a_file_with_timeouts_is_split_by_its_flags_and_unflagged_resets_are_sai
     following = np.concatenate([joints[1:], joints[-1:] + 1])
     following[1] += 0.5  # only the joint_state group shows this reset
     with pytest.warns(UserWarning, match="first at row 1"):
-        _, meta = read_d4rl(_write(tmp_path / "groups.hdf5", **arrays, **{"observation_groups/joint_state": joints,
-                                   "next_observation_groups/joint_state": following}))
-    assert meta["unflagged_resets"] == 1
+        episodes, meta = read_d4rl(_write(tmp_path / "groups.hdf5", **arrays, **{
+            "observation_groups/joint_state": joints, "next_observation_groups/joint_state": following}))
+    assert [len(e) for e in episodes] == [2, 2, 4, 2] and meta["unflagged_resets"] == 1
+
+    near_zero = _with_next(_d4rl_arrays(), ends=(3, 7))  # a reset to all zeros from a state near them is a reset
+    near_zero["observations"][:] = 0.0
+    near_zero["next_observations"][:] = 0.0
+    near_zero["next_observations"][5] = 9e-7
+    with pytest.warns(UserWarning, match="first at row 5"):
+        assert [len(e) for e in read_d4rl(_write(tmp_path / "zero.hdf5", **near_zero))[0]] == [4, 2, 2, 2]
 
 
 def test_next_observations_shaped_unlike_the_observations_are_refused(tmp_path):
