@@ -230,7 +230,7 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
-    if os.environ.get("RANK", "0") != "0":  # under torchrun: rank 0 says what every rank would say
+    if os.environ.get("LOCAL_RANK", "0") != "0":  # under torchrun: one rank per machine says what each would say
         warnings.filterwarnings("ignore", category=UserWarning)
     config = args.config
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
@@ -285,11 +285,13 @@ def _train(args: argparse.Namespace) -> int:
 def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
     """``--nproc`` ranks on this machine: on CUDA one GPU each, so more ranks than GPUs is refused before
     torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told."""
+    import copy
+
     import torch
 
-    import sims
+    from robolearn.registry import resolve_backend
 
-    sims.resolve_backend(cfg.env.backend, cfg.env.device)  # no GPU here: said once, before torchrun starts ranks
+    resolve_backend(copy.deepcopy(cfg.env))  # no GPU here: said once, before torchrun starts ranks
     if cfg.env.device.startswith("cuda") and torch.cuda.is_available():
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "

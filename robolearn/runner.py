@@ -322,7 +322,8 @@ class Runner:
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
                               "give dataset=<name> (see `robolearn dataset list`)")
         dataset = Dataset.load(self.cfg.dataset)
-        check_dataset_fits(dataset, self.cfg.env.task, self.env, reads_rewards=False)  # skills: its actions only
+        # skill pretraining reads actions only (one's own agent says otherwise with reads_rewards = True)
+        check_dataset_fits(dataset, self.cfg.env.task, self.env, getattr(self.agent, "reads_rewards", False))
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 
