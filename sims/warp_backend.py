@@ -28,6 +28,8 @@ unchanged on either; what differs:
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Sequence
 
 import mujoco
@@ -56,6 +58,23 @@ def quiet_warp() -> None:
 
 
 quiet_warp()
+
+
+def init_warp() -> None:
+    """``wp.init()``; on a machine without an NVIDIA driver (torch sees no GPU) its native "could not load
+    the CUDA driver" line to stderr is held back: there Warp's CPU device is what was asked for."""
+    if torch.cuda.is_available():
+        wp.init()
+        return
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        wp.init()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def cuda_problem() -> str | None:
@@ -111,6 +130,7 @@ class WarpBackend:
         graph: bool = True,
         light_reset: bool = False,
     ) -> None:
+        init_warp()
         self.model = model
         self.num_worlds = num_worlds
         self._wp_device = wp.get_device(warp_device(device))

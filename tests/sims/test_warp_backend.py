@@ -289,3 +289,18 @@ def test_a_light_reset_gives_the_observations_a_full_forward_pass_would():
     for name, value in full.items():
         torch.testing.assert_close(light[name], value, atol=1e-6, rtol=1e-6, msg=name)
     assert (light["sensordata"][ids] != 0).any()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the line is Warp's on machines without an NVIDIA driver")
+def test_warp_on_the_cpu_does_not_print_that_cuda_is_missing():
+    """Warp's native init writes "could not load the CUDA driver" to stderr; asked for its CPU device, a
+    user was told on every command. A fresh process: Warp initializes once."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sims; sims.make_env('pendulum', 1, backend='warp', device='cpu', seed=0).step([[0.0]])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "CUDA driver" not in done.stderr
