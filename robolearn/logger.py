@@ -54,6 +54,13 @@ class RunLogger:
         elapsed = time.perf_counter() - self._start
         return round(self._time_offset + elapsed, 3), (count - self._start_steps) / max(elapsed, 1e-9)
 
+    def restart_rate(self, count: int) -> None:
+        """Count rates from now, ``count`` done: a phase before this one (pretraining) took time but made no
+        env steps, and would drag the fps of the whole first session down. ``time`` runs on unchanged."""
+        now = time.perf_counter()
+        self._time_offset += now - self._start
+        self._start, self._start_steps = now, count
+
     def log(self, env_steps: int, metrics: dict[str, float]) -> None:
         now, fps = self.clock(env_steps)
         record = {"env_steps": env_steps, "time": now, "fps": round(fps, 1),

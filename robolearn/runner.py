@@ -476,6 +476,8 @@ class Runner:
                 self.save()
         if bar is not None:  # (cut short by a Ctrl+C, tqdm closes it as it goes out of scope)
             bar.close()
+        if logger is not None:
+            logger.restart_rate(self.progress.env_steps)  # the online fps, not diluted by the pretraining's time
         self.agent.end_pretraining()
         self.progress.pretrained = True
         if self.main:

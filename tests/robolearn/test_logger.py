@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from robolearn.logger import RunLogger
 
@@ -69,3 +70,14 @@ def test_wandb_runs_carry_the_configs_group_and_tags(tmp_path):
         assert logger._wandb.group == "pend_base" and list(logger._wandb.tags) == ["seed-study", "ppo"]
     finally:
         logger.close()
+
+
+def test_the_fps_after_a_phase_without_env_steps_counts_from_its_end(tmp_path, monkeypatch):
+    """A skill run pretrains for minutes at env step 0: its first online lines once showed a fraction of the fps."""
+    clock = iter([0.0, 100.0, 110.0, 110.0])  # start; pretraining ends at 100 s; 10 s later, 1000 steps logged
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False)
+    logger.restart_rate(0)
+    now, fps = logger.clock(1000)
+    assert fps == 100.0 and now == 110.0  # 1000 steps in 10 s, the run's time goes on
+    logger.close()
