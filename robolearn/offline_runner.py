@@ -59,13 +59,15 @@ def is_offline(cfg: TrainConfig) -> bool:
 
 
 def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool = True) -> None:
-    """Raise naming the dataset and the config's env when task, observation or action shapes differ; say
+    """Raise naming the dataset and the config's env when task, observation (the env's groups; the
+    dataset may hold more) or action shapes differ; say
     what fits by shape only (``reads_rewards``: whether the learner reads the dataset's rewards)."""
     problems = []
     if dataset.task is not None and dataset.task != task:
         problems.append(f"task '{dataset.task}' vs '{task}'")
-    shapes = {g: tuple(b.shape) for g, b in dataset.observation_spec.items()}
     env_shapes = {g: tuple(b.shape) for g, b in env.observation_spec.items()}
+    # Groups the env lacks are kept, not trained on: a deploy recording's joint_state, which only the robot gives
+    shapes = {g: tuple(b.shape) for g, b in dataset.observation_spec.items() if g in env_shapes}
     if shapes != env_shapes:
         problems.append(f"observations {shapes} vs {env_shapes}")
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):

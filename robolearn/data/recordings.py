@@ -12,6 +12,8 @@ kept and listed in ``interrupted_episodes``.
 from __future__ import annotations
 
 import json
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
     files = sorted(directory.glob("episode_*.npz"))
     if not files:
         raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)")
+    _warn_if_files_missing(directory, files)
     episodes, interrupted = [], []
     for file in files:
         arrays = _load(file)
@@ -60,6 +63,22 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
         if "controller" in meta["recording"]:
             meta["controller"] = meta["recording"]["controller"]
     return episodes, meta
+
+
+def _warn_if_files_missing(directory: Path, files: list[Path]) -> None:
+    """Say which episode files a recording lacks (numbered 0, 1, ... as written, or fewer than its
+    ``deploy.json`` counts): an import of the rest would otherwise look whole."""
+    numbers = {int(m[1]) for f in files if (m := re.fullmatch(r"episode_(\d+)\.npz", f.name))}
+    missing = sorted(set(range(max(numbers, default=-1) + 1)) - numbers)
+    try:
+        counted = int(json.loads((directory / "deploy.json").read_text()).get("episodes") or 0)
+    except (OSError, ValueError, AttributeError, TypeError):
+        counted = 0
+    missing += list(range(max(numbers, default=-1) + 1, counted))
+    if missing:
+        warnings.warn(f"{directory}: episode file(s) {', '.join(f'episode_{i:05d}.npz' for i in missing[:5])}"
+                      f"{' ...' if len(missing) > 5 else ''} missing ({len(missing)} of {len(numbers) + len(missing)}); "
+                      "the others are imported", stacklevel=3)
 
 
 def _load(file: Path) -> dict[str, np.ndarray]:

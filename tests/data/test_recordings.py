@@ -56,3 +56,20 @@ def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them
     assert set(ds.observation_spec) == {"policy", "joint_state"}
     np.testing.assert_array_equal(ds[0].observations["joint_state"], arrays["obs/joint_state"])
     assert ds.transitions()["obs"]["joint_state"].shape == (10, 8)
+    from robolearn.offline_runner import check_dataset_fits
+
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1) as env:
+        check_dataset_fits(ds, "arm_reach", env)  # its extra group kept, not trained on: README's loop trains on it
+
+
+def test_a_recording_missing_an_episode_file_says_which(tmp_path):
+    from robolearn.data.recordings import read_recordings
+
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=5) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=4, close_env=False, sink=EpisodeRecorder(out, metadata={}))
+    (out / "episode_00001.npz").unlink()
+    (out / "deploy.json").write_text('{"episodes": 5}')  # and the last was never written
+    with pytest.warns(UserWarning, match=r"episode_00001.npz, episode_00004.npz missing \(2 of 5\); the others"):
+        episodes, _ = read_recordings(out)
+    assert len(episodes) == 3
