@@ -596,9 +596,15 @@ def _deploy(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from hardware.dxl_arm import DynamixelArm, load_robot_config
-    from hardware.replay import read_replayable, replay_on_robot
+    from hardware.replay import read_replayable, recorded_task_settings, replay_on_robot
+    from robolearn.config import build_dataclass
+    from sims.tasks.arm_reach import ArmReach
 
-    robot = DynamixelArm(load_robot_config(args.robot), port=args.port)
+    settings = recorded_task_settings(args.episode)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
+    task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
+    robot = DynamixelArm(load_robot_config(args.robot), port=args.port, task=task)
+    if settings:
+        print(f"rate:        {1 / robot.control_dt:g} Hz, as recorded")
     read_replayable(args.episode, len(robot.home))  # refuse a bad file before touching the robot
     with robot:
         result = replay_on_robot(args.episode, robot)
