@@ -300,7 +300,9 @@ def _replay(args: argparse.Namespace) -> int:
                              f"task {task}'s are {env.action_spec.shape}")
         result = replay(episode, env, video=args.video, progress=True)
     s = result.summary()
-    start = {"state": "restored from the recorded state", "qpos/qvel": "started from the recorded qpos and qvel",
+    start = {"state": "restored from the recorded state",
+             "qpos/qvel": "started from the recorded qpos and qvel (the rest of the task's state, such as a target, "
+                          "as the env's reset drew it)",
              "reset": "from the env's own reset (no recorded state)"}[result.start]
     print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")
     print(f"return:      recorded {result.recorded_return:.6g}, replayed {result.replayed_return:.6g}, "

@@ -3,7 +3,9 @@
 
 Each file already holds an episode's ``obs/<group>`` (T+1), ``actions`` (what
 the robot was sent), ``rewards``, ``terminations`` and ``truncations``;
-``commanded_actions`` and ``timestamps`` become ``infos``. The directory's
+``commanded_actions`` and ``timestamps`` become ``infos``, and a robot's
+``joint_state`` group (``[q, qd]``) also ``infos/qpos`` and ``infos/qvel``, so
+``dataset replay`` starts the simulation where the robot started. The directory's
 ``metadata.json`` (controller, robot, control period) is kept under
 ``recording``; episodes cut short by the end of a run (``interrupted``) are
 kept and listed in ``interrupted_episodes``.
@@ -45,9 +47,14 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
         if missing or not groups:
             absent = missing[0] if missing else "obs/policy"
             raise DatasetError(f"{file}: missing key '{absent}' (found {', '.join(sorted(arrays))})")
+        infos = {key: arrays[key] for key in INFOS if key in arrays}
+        joint_state = groups.get("joint_state")  # a robot's [q, qd]: where a replay in simulation starts from
+        if joint_state is not None and joint_state.ndim == 2 and joint_state.shape[1] % 2 == 0:
+            half = joint_state.shape[1] // 2
+            infos |= {"qpos": joint_state[:, :half].astype(np.float64), "qvel": joint_state[:, half:].astype(np.float64)}
         episode = Episode(observations=groups, actions=arrays["actions"], rewards=arrays["rewards"],
                           terminations=arrays["terminations"].astype(bool), truncations=arrays["truncations"].astype(bool),
-                          infos={key: arrays[key] for key in INFOS if key in arrays})
+                          infos=infos)
         episodes.append(episode.check(str(file)))
         if bool(arrays.get("interrupted", False)):
             interrupted.append(len(episodes) - 1)

@@ -55,6 +55,7 @@ def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them
     ds = Dataset.load("robot")
     assert set(ds.observation_spec) == {"policy", "joint_state"}
     np.testing.assert_array_equal(ds[0].observations["joint_state"], arrays["obs/joint_state"])
+    np.testing.assert_array_equal(ds[0].infos["qvel"], arrays["obs/joint_state"][:, 4:])  # a sim replay starts there
     assert ds.transitions()["obs"]["joint_state"].shape == (10, 8)
     from robolearn.offline_runner import check_dataset_fits
 
