@@ -5,7 +5,8 @@ as it was trained (``controller.json``'s ``task_kwargs``, else the run's
 ``config.yaml``: the episode length, goal-step limit and success distance), checks the controller was
 trained for the robot's task, observation and control rate, connects, runs the
 fixed-rate loop for the requested episodes, records every step under
-``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken) and always ends
+``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken; ``metadata.json`` and
+``deploy.json`` record the safety settings) and always ends
 with the robot parked and torque off. Once connected, ``deploy.json`` is written
 on every exit, with the error if one ended the run, and that error's message
 names the recording. Ctrl+C ends the run safely; Ctrl+\\ (SIGQUIT) is the
@@ -18,6 +19,8 @@ import json
 import math
 import signal
 import time
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +89,12 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, calls: int = 20
 
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
            fmt: str = "torchscript", target: tuple[float, float, float] | None = None, record: bool = True,
-           seed: int = 0, safety: SafetyConfig | None = None, retries: int = 3,
-           progress: bool = False) -> dict[str, Any]:
+           seed: int = 0, safety: SafetyConfig | None = None, safety_overrides: Mapping[str, Any] | None = None,
+           retries: int = 3, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary.
-    Everything that can be refused (episodes, files, task, target) is, before the robot is touched.
+    Everything that can be refused (episodes, files, task, target, safety settings) is, before the robot is touched.
+    ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
+    ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
@@ -102,6 +107,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     controller = ExportedController(path)
     task = run_task(run_dir, controller.meta)
     config = load_robot_config(robot_config)
+    if safety_overrides:
+        base = safety if safety is not None else config.safety if config.safety is not None else SafetyConfig()
+        safety = base.updated(safety_overrides)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
     check_compatible(controller, robot, path)
     warm_up(controller, robot)
@@ -115,7 +123,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
             robot.connect()
             if record:  # only once connected: a deploy that cannot start leaves no empty folder
                 metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
-                            "control_dt": robot.control_dt, "task": _task_settings(robot)}
+                            "control_dt": robot.control_dt, "task": _task_settings(robot),
+                            "safety": _safety_settings(robot)}
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
                 recorder = EpisodeRecorder(folder, metadata)
             run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
@@ -143,6 +152,13 @@ def _task_settings(robot: DynamixelArm) -> dict[str, Any]:
     return {**{key: getattr(robot.task, key) for key in TASK_KEYS}, "safety_max_step": robot.safety_cfg.max_step}
 
 
+def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:
+    """The safety settings the robot ran with (``safe_pose`` None: its home)."""
+    settings = asdict(robot.safety_cfg)
+    settings["safe_pose"] = None if settings["safe_pose"] is None else [float(q) for q in settings["safe_pose"]]
+    return settings
+
+
 def _write_summary(run_dir: Path, robot: DynamixelArm, stats: LoopStats, recorder: EpisodeRecorder | None,
                    error: BaseException | None) -> dict[str, Any]:
     """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything."""
@@ -151,7 +167,8 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, stats: LoopStats, recorde
         "run": str(run_dir), "port": robot.port, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
         "safety_events": dict(robot.safety.events), "bus": vars(robot.bus.stats), "loop": loop,
-        "task": _task_settings(robot), "recording": str(recorder.directory) if recorder else None,
+        "task": _task_settings(robot), "safety": _safety_settings(robot),
+        "recording": str(recorder.directory) if recorder else None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
     }
     if recorder is not None:

@@ -16,6 +16,9 @@ export records (``controller.json``'s ``task_kwargs``). A ``max_goal_step`` belo
 layer's jump limit to it: the robot never allows larger goal steps than the
 controller was trained under. A fixed ``target`` must lie in the range the task
 samples targets from (``sims.tasks.arm_reach.TARGET_RANGE``).
+
+The safety settings are the ``safety`` given, else the robot config's ``safety:``
+section, else :class:`~hardware.safety.SafetyConfig`'s defaults.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class DynamixelArm(Robot):
         if target is not None:
             check_target(target)
         self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
-        safety = safety or SafetyConfig()
+        safety = safety if safety is not None else config.safety if config.safety is not None else SafetyConfig()
         if self.task.max_goal_step < safety.max_step:  # never allow larger goal steps than training did
             safety = dataclasses.replace(safety, max_step=self.task.max_goal_step)
         elif self.task.max_goal_step > safety.max_step:
@@ -70,7 +73,7 @@ class DynamixelArm(Robot):
         control_dt = self.task.frame_skip * 0.002  # the MJCF's timestep: train and deploy at one rate
         super().__init__(joint_low=calibration.min_positions, joint_high=calibration.max_positions,
                          home=np.zeros(4), control_dt=control_dt, max_episode_steps=self.task.max_episode_steps,
-                         safety=safety)
+                         safety=safety, joint_names=calibration.joints)
         # "policy" is what controllers read; "joint_state" (q, qd) lets recordings replay on the robot.
         self.observation_spec = {"policy": _box(14), "joint_state": _box(8)}
 

@@ -43,7 +43,7 @@ import torch
 from gymnasium import spaces
 
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, WatchdogStop)
+                             SafetyStop, WatchdogStop, check_safe_pose)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import Ticker
 
@@ -56,7 +56,8 @@ class Robot(VecEnv):
     settle_s = 0.2  # seconds to hold a pose reached by a ramp before going on
 
     def __init__(self, *, joint_low: np.ndarray, joint_high: np.ndarray, home: np.ndarray, control_dt: float,
-                 max_episode_steps: int, safety: SafetyConfig | None = None) -> None:
+                 max_episode_steps: int, safety: SafetyConfig | None = None,
+                 joint_names: list[str] | None = None) -> None:
         self.device = torch.device("cpu")
         self.control_dt = control_dt
         self.max_episode_steps = max_episode_steps
@@ -67,6 +68,9 @@ class Robot(VecEnv):
             raise ValueError(f"safety.watchdog_s ({self.safety_cfg.watchdog_s}) must cover at least two control "
                              f"periods ({2 * control_dt:.3f} s) or every step would trip it")
         self.safety = SafetyLayer(self.joint_low, self.joint_high, self.safety_cfg)
+        self.joint_names = (list(joint_names) if joint_names is not None
+                            else [f"joint {i}" for i in range(len(self.home))])
+        check_safe_pose(self.safety_cfg, self.joint_low, self.joint_high, self.joint_names)
         self.action_spec = spaces.Box(self.joint_low.astype(np.float32), self.joint_high.astype(np.float32))
         self.ticker = Ticker(control_dt)
         self.connected = False

@@ -20,8 +20,11 @@ The watchdog, the emergency stop and the ramp to the safe pose are the Robot's
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -69,11 +72,105 @@ class SafetyConfig:
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:
+        for name in NUMBERS:  # NaN passes every comparison: refuse it (and inf) by name
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"safety.{name} must be a finite number, got {getattr(self, name)}")
         for name in ("max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"safety.{name} must be positive, got {getattr(self, name)}")
+        if self.position_margin < 0:  # a negative margin would let commands past the joint limits
+            raise ValueError(f"safety.position_margin must be 0 or more, got {self.position_margin}")
         if self.stop_after_s < self.watchdog_s:
             raise ValueError(f"safety.stop_after_s ({self.stop_after_s}) must be at least watchdog_s ({self.watchdog_s})")
+        if self.safe_pose is not None and not all(math.isfinite(float(q)) for q in self.safe_pose):
+            raise ValueError(f"safety.safe_pose must be finite joint positions, got {list(self.safe_pose)}")
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "safety") -> SafetyConfig:
+        """The settings of a robot YAML's ``safety:`` mapping (the others keep their defaults);
+        errors read ``<where>: safety.<key>: ...``."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: 'safety' must be a mapping of safety settings, got {data!r}")
+        names = [f.name for f in fields(cls)]
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in names:
+                raise ValueError(f"{where}: unknown key 'safety.{key}' (allowed: {names})")
+            if key == "enabled":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{where}: safety.enabled: expected true or false, got {value!r}")
+            elif key == "safe_pose":
+                if value is not None and not (isinstance(value, Sequence) and not isinstance(value, str)
+                                              and all(_is_number(q) for q in value)):
+                    raise ValueError(f"{where}: safety.safe_pose: expected a list of joint positions (rad) "
+                                     f"or null (the robot's home), got {value!r}")
+                value = None if value is None else tuple(float(q) for q in value)
+            elif not _is_number(value):
+                raise ValueError(f"{where}: safety.{key}: expected a number, got {value!r}")
+            else:
+                value = float(value)
+            values[key] = value
+        try:
+            return cls(**values)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The settings that differ from the defaults, as a robot YAML's ``safety:`` holds them."""
+        default, out = SafetyConfig(), {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "safe_pose":
+                if value is not None:
+                    out[f.name] = [float(q) for q in value]
+            elif value != getattr(default, f.name):
+                out[f.name] = value
+        return out
+
+    def updated(self, overrides: Mapping[str, Any], where: str = "safety overrides") -> SafetyConfig:
+        """These settings with ``overrides`` (a ``safety:`` mapping, validated as one) on top."""
+        return SafetyConfig.from_mapping({**self.to_mapping(), **overrides}, where)
+
+
+NUMBERS = ("position_margin", "max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed")
+"""The SafetyConfig settings that are numbers."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (a command line's ``--safety max_velocity=5.5``), values read as YAML
+    (``safe_pose=[0,1.2,-2,0]``), as a mapping for :meth:`SafetyConfig.updated`."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--safety {item!r}: expected KEY=VALUE, e.g. max_velocity=5.5")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ValueError(f"--safety {item!r}: the value is not valid YAML") from None
+    return out
+
+
+def check_safe_pose(cfg: SafetyConfig, low: np.ndarray, high: np.ndarray, joints: Sequence[str] | None = None) -> None:
+    """Refuse a ``safe_pose`` of the wrong length or outside the joint limits less ``position_margin``:
+    the ramp clamps its goal into them, so the robot would park somewhere else than configured."""
+    if cfg.safe_pose is None:
+        return
+    pose = np.asarray(cfg.safe_pose, dtype=np.float64)
+    names = list(joints) if joints is not None else [f"joint {i}" for i in range(len(low))]
+    if pose.shape != (len(low),):
+        raise ValueError(f"safety.safe_pose has {pose.size} positions, the robot has {len(low)} joints {names}")
+    lo, hi = np.asarray(low, float) + cfg.position_margin, np.asarray(high, float) - cfg.position_margin
+    for name, q, a, b in zip(names, pose, lo, hi):
+        if not a <= q <= b:
+            raise ValueError(f"safety.safe_pose: {name} at {q:g} rad is outside its limits less position_margin "
+                             f"({cfg.position_margin:g}): [{a:g}, {b:g}]; the arm would park elsewhere")
 
 
 class SafetyLayer:

@@ -7,8 +7,10 @@ there is one place to look):
     ticks = 2048 + homing_offset + direction * rad * 4096 / (2 pi)
 
 The robot YAML (e.g. ``configs/robots/dxl_arm.yaml``) holds where the bus is
-(``port``, ``baudrate``), the MJCF the emulator plays (``model_xml``) and one
-entry per motor under ``motors``. Every key is validated; errors name the key.
+(``port``, ``baudrate``), the MJCF the emulator plays (``model_xml``), one
+entry per motor under ``motors`` and, optionally, the safety layer's settings
+under ``safety`` (the fields of :class:`hardware.safety.SafetyConfig`, e.g. the
+``safe_pose`` to park in before torque off). Every key is validated; errors name the key.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hardware.safety import SafetyConfig, check_safe_pose
 from robolearn.checkpoint import atomic_write_bytes
 
 from .control_table import (
@@ -139,17 +142,18 @@ class Calibration:
 
 @dataclass(frozen=True)
 class RobotConfig:
-    """A Dynamixel robot YAML: where the bus is, the MJCF it matches, the calibration."""
+    """A Dynamixel robot YAML: where the bus is, the MJCF it matches, the calibration, the safety settings."""
 
     calibration: Calibration
     port: str = "/dev/ttyUSB0"
     baudrate: int = 1_000_000
     model_xml: str = "sims/assets/dxl_arm.xml"  # relative paths are from the repository root
+    safety: SafetyConfig | None = None  # None: SafetyConfig's defaults
 
     @classmethod
     def load(cls, path: str | Path) -> RobotConfig:
         data = _read_yaml(Path(path))
-        allowed = {"port", "baudrate", "model_xml", "motors"}
+        allowed = {"port", "baudrate", "model_xml", "motors", "safety"}
         for key in data:
             if key not in allowed:
                 raise CalibrationError(f"{path}: unknown key '{key}' (allowed: {sorted(allowed)})")
@@ -165,11 +169,21 @@ class RobotConfig:
             raise CalibrationError(f"{path}: 'baudrate' must be a positive integer, got {baudrate!r}")
         if not isinstance(model_xml, str):
             raise CalibrationError(f"{path}: 'model_xml' must be a string, got {model_xml!r}")
-        return cls(calibration, port, baudrate, model_xml)
+        safety = None
+        if data.get("safety") is not None:  # an empty `safety:` is the defaults
+            try:
+                safety = SafetyConfig.from_mapping(data["safety"], str(path))
+                check_safe_pose(safety, calibration.min_positions, calibration.max_positions, calibration.joints)
+            except ValueError as err:
+                message = str(err) if str(err).startswith(str(path)) else f"{path}: {err}"
+                raise CalibrationError(message) from None
+        return cls(calibration, port, baudrate, model_xml, safety)
 
     def save(self, path: str | Path) -> None:
-        data = {"port": self.port, "baudrate": self.baudrate, "model_xml": self.model_xml,
-                "motors": self.calibration.to_list()}
+        data: dict[str, Any] = {"port": self.port, "baudrate": self.baudrate, "model_xml": self.model_xml,
+                                "motors": self.calibration.to_list()}
+        if self.safety is not None:
+            data["safety"] = self.safety.to_mapping()
         _atomic_write_yaml(Path(path), data)
 
 

@@ -14,7 +14,7 @@ import yaml
 
 import sims
 from hardware.deploy import deploy, run_task
-from hardware.dxl_arm import DynamixelArm, check_target, load_robot_config
+from hardware.dxl_arm import DynamixelArm, check_target, load_robot_config, robot_config_path
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
 from policies.modules import ActionScaler
 from robolearn.cli import main
@@ -307,3 +307,44 @@ def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_e
     assert json.loads((recording / "deploy.json").read_text())["loop"]["interrupted"]
     assert list(recording.glob("episode_*.npz"))  # the episode in progress kept
     assert not any(s.torque_enabled for s in emulator.state().values())
+
+
+def robot_yaml(tmp_path: Path, safety: dict | None = None) -> Path:
+    """The shipped arm's YAML with a ``safety:`` section."""
+    data = yaml.safe_load(robot_config_path("dxl_arm").read_text())
+    if safety is not None:
+        data["safety"] = safety
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_robot_configs_safety_settings_are_used_and_parking_goes_to_its_safe_pose(run_dir, make_emulator):
+    """Parking at home (upright) and turning torque off drops a real arm: the YAML's safe_pose is where it parks."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    safe_pose = [0.0, 0.6, -0.8, 0.3]
+    path = robot_yaml(run_dir, {"safe_pose": safe_pose, "max_velocity": 6.0, "watchdog_s": 0.5, "stop_after_s": 2.0,
+                                "ramp_speed": 2.0})
+    arm = DynamixelArm(load_robot_config(path), port="/dev/null")
+    assert arm.safety_cfg.max_velocity == 6.0 and arm.safety_cfg.safe_pose == tuple(safe_pose)
+    explicit = DynamixelArm(load_robot_config(path), port="/dev/null", safety=PATIENT)
+    assert explicit.safety_cfg == PATIENT  # a SafetyConfig passed in wins
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, path, port=emulator.port, episodes=1)
+    state = emulator.state()
+    assert not any(s.torque_enabled for s in state.values())
+    goals = [state[i].goal for i in (1, 2, 3, 4)]
+    np.testing.assert_allclose(goals, safe_pose, atol=1e-3)  # parked there, then torque off
+    assert summary["safety"]["safe_pose"] == safe_pose and summary["safety"]["max_velocity"] == 6.0
+
+
+def test_safety_overrides_change_only_what_they_name_and_bad_ones_are_refused_before_connecting(run_dir, make_emulator):
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT,
+                     safety_overrides={"max_velocity": 6.5})
+    metadata = json.loads((Path(summary["recording"]) / "metadata.json").read_text())
+    assert metadata["safety"]["max_velocity"] == 6.5 and metadata["safety"]["watchdog_s"] == PATIENT.watchdog_s
+    with pytest.raises(ValueError, match="unknown key 'safety.max_vel'"):
+        deploy(run_dir, "dxl_arm", port=emulator.port, safety_overrides={"max_vel": 6.0})
+    assert len(list((run_dir / "deploy").iterdir())) == 1

@@ -90,3 +90,51 @@ def test_non_finite_limits_are_refused_by_name(tmp_path: Path, key: str, value: 
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(CalibrationError, match=rf"motors\[1\]\.{key}: must be a finite number, got (-?inf|nan)"):
         RobotConfig.load(path)
+
+
+def write_arm(tmp_path: Path, **top: object) -> Path:
+    """The shipped arm's YAML with top-level keys added or replaced."""
+    data = yaml.safe_load(ARM_YAML.read_text())
+    data.update(top)
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_safety_section_loads_and_save_round_trips_it(tmp_path: Path) -> None:
+    """The safe pose, overspeed limit and margin are the robot's, so its YAML holds them."""
+    assert RobotConfig.load(ARM_YAML).safety is None  # not given: SafetyConfig's defaults
+    path = write_arm(tmp_path, safety={"safe_pose": [0, 1.2, -2.0, 0.5], "max_velocity": 6, "position_margin": 0.1})
+    config = RobotConfig.load(path)
+    assert config.safety.safe_pose == (0.0, 1.2, -2.0, 0.5)
+    assert (config.safety.max_velocity, config.safety.position_margin, config.safety.max_step) == (6.0, 0.1, 0.2)
+    config.save(tmp_path / "saved.yaml")
+    assert RobotConfig.load(tmp_path / "saved.yaml") == config
+    config.calibration.save(path)  # a calibration tool rewriting motors keeps the safety section
+    assert RobotConfig.load(path).safety == config.safety
+    RobotConfig.load(ARM_YAML).save(tmp_path / "plain.yaml")
+    assert "safety" not in yaml.safe_load((tmp_path / "plain.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "safety, error",
+    [
+        ({"max_vel": 5.0}, "unknown key 'safety.max_vel' (allowed: ['enabled', 'position_margin'"),
+        ({"max_velocity": "fast"}, "safety.max_velocity: expected a number, got 'fast'"),
+        ({"enabled": "yes"}, "safety.enabled: expected true or false"),
+        ({"max_velocity": -1.0}, "safety.max_velocity must be positive"),
+        ({"max_velocity": math.nan}, "safety.max_velocity must be a finite number"),
+        ({"position_margin": -0.1}, "safety.position_margin must be 0 or more"),
+        ({"safe_pose": "home"}, "safety.safe_pose: expected a list of joint positions"),
+        ({"safe_pose": [0.0, 1.0, 0.0]},
+         "safety.safe_pose has 3 positions, the robot has 4 joints ['j1', 'j2', 'j3', 'j4']"),
+        ({"safe_pose": [0.0, 1.7, 0.0, 0.0]},
+         "safety.safe_pose: j2 at 1.7 rad is outside its limits less position_margin (0.05): [-1.65, 1.65]"),
+        ([0.0, 1.0], "'safety' must be a mapping"),
+    ],
+)
+def test_invalid_safety_section_names_the_file_and_key(tmp_path: Path, safety: object, error: str) -> None:
+    path = write_arm(tmp_path, safety=safety)
+    with pytest.raises(CalibrationError) as raised:
+        RobotConfig.load(path)
+    assert str(raised.value).startswith(f"{path}: ") and error in str(raised.value)

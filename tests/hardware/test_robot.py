@@ -253,3 +253,14 @@ def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_pa
 def test_watchdog_must_cover_two_control_periods():
     with pytest.raises(ValueError, match="watchdog_s"):
         LagArm(watchdog_s=0.015)
+
+
+@pytest.mark.parametrize("pose, error", [
+    ((0.2,), "safety.safe_pose has 1 positions, the robot has 2 joints"),
+    ((0.2, 0.98), "joint 1 at 0.98 rad is outside its limits less position_margin"),
+])
+def test_a_safe_pose_the_robot_cannot_park_in_is_refused(pose, error):
+    """The park ramp clamps its goal into the limits less the margin: a pose outside would be parked elsewhere
+    (or, of the wrong length, fail only when stopping)."""
+    with pytest.raises(ValueError, match=error):
+        LagArm(safe_pose=pose)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hardware.safety import SafetyConfig, SafetyLayer
+from hardware.safety import SafetyConfig, SafetyLayer, parse_overrides
 
 LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 2.0])
 
@@ -72,7 +72,20 @@ def test_ramp_respects_speed_and_limits():
     assert steps.max() <= 0.05 + 1e-12
 
 
-@pytest.mark.parametrize("bad", [dict(max_step=0), dict(watchdog_s=1.0, stop_after_s=0.5)])
+@pytest.mark.parametrize("bad", [dict(max_step=0), dict(watchdog_s=1.0, stop_after_s=0.5), dict(max_velocity=np.nan),
+                                 dict(position_margin=-0.05), dict(safe_pose=(0.0, np.inf))])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError, match="safety."):
         SafetyConfig(**bad)
+
+
+def test_command_line_overrides_change_only_what_they_name():
+    """``--safety KEY=VALUE`` (values read as YAML) on top of a robot config's settings, validated as its YAML is."""
+    base = SafetyConfig(max_velocity=5.0, safe_pose=(0.1, 0.2))
+    cfg = base.updated(parse_overrides(["max_step=0.1", "safe_pose=[0.3, -0.3]"]))
+    assert (cfg.max_velocity, cfg.max_step, cfg.safe_pose) == (5.0, 0.1, (0.3, -0.3))
+    assert base.updated({"safe_pose": None}).safe_pose is None  # back to the robot's home
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        parse_overrides(["max_step"])
+    with pytest.raises(ValueError, match="unknown key 'safety.speed'"):
+        base.updated(parse_overrides(["speed=3"]))
