@@ -18,7 +18,9 @@ controller was trained under. A fixed ``target`` must lie in the range the task
 samples targets from (``sims.tasks.arm_reach.TARGET_RANGE``).
 
 The safety settings are the ``safety`` given, else the robot config's ``safety:``
-section, else :class:`~hardware.safety.SafetyConfig`'s defaults.
+section, else :class:`~hardware.safety.SafetyConfig`'s defaults. The config's motors
+must drive the MJCF's actuated joints in actuator order (the order of the
+observation and actions the controller was trained on), or the arm is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class DynamixelArm(Robot):
         self.config, self.port = config, port or config.port
         self.task = task or ArmReach()
         calibration = config.calibration
+        check_joint_order(calibration.joints, config.model_xml)
         if len(calibration.ids) != 4:
             raise ValueError(f"the arm-reach task needs 4 joints, the robot config has {len(calibration.ids)}")
         if target is not None:
@@ -137,6 +140,35 @@ def _box(size: int):
     from gymnasium import spaces
 
     return spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
+
+
+def model_path(model_xml: str | Path) -> Path:
+    """A robot config's ``model_xml``: as given, else from the repository root (as the emulator reads it)."""
+    path = Path(model_xml)
+    if not path.is_absolute() and not path.exists():
+        path = REPO / path
+    if not path.is_file():
+        raise FileNotFoundError(f"model_xml {model_xml}: no such file (relative paths are from the repository root)")
+    return path
+
+
+def actuated_joints(model_xml: str | Path) -> list[str]:
+    """The joints the MJCF's actuators drive, in actuator order: the order of the joint vectors
+    (observation, actions) a controller trained on that model reads and writes."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_path(str(model_path(model_xml)))
+    return [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, int(model.actuator_trnid[a, 0]))
+            for a in range(model.nu) if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT]
+
+
+def check_joint_order(joints: list[str], model_xml: str | Path) -> None:
+    """Refuse motors that do not drive exactly the model's actuated joints in its actuator order:
+    swapped motors or a misspelt joint would run the controller on the wrong joints."""
+    expected = actuated_joints(model_xml)
+    if list(joints) != expected:
+        raise ValueError(f"the robot config's motors drive joints {list(joints)}, but {model_xml} actuates "
+                         f"{expected}: list one motor per actuated joint, in that order")
 
 
 def robot_config_path(name: str | Path) -> Path:

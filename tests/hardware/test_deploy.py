@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ import yaml
 
 import sims
 from hardware.deploy import deploy, run_task
-from hardware.dxl_arm import DynamixelArm, check_target, load_robot_config, robot_config_path
+from hardware.dxl_arm import DynamixelArm, actuated_joints, check_target, load_robot_config, robot_config_path
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
 from policies.modules import ActionScaler
 from robolearn.cli import main
@@ -309,11 +310,13 @@ def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_e
     assert not any(s.torque_enabled for s in emulator.state().values())
 
 
-def robot_yaml(tmp_path: Path, safety: dict | None = None) -> Path:
-    """The shipped arm's YAML with a ``safety:`` section."""
+def robot_yaml(tmp_path: Path, safety: dict | None = None, motors=None) -> Path:
+    """The shipped arm's YAML with a ``safety:`` section and/or other motors."""
     data = yaml.safe_load(robot_config_path("dxl_arm").read_text())
     if safety is not None:
         data["safety"] = safety
+    if motors is not None:
+        data["motors"] = motors
     path = tmp_path / "arm.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -348,3 +351,19 @@ def test_safety_overrides_change_only_what_they_name_and_bad_ones_are_refused_be
     with pytest.raises(ValueError, match="unknown key 'safety.max_vel'"):
         deploy(run_dir, "dxl_arm", port=emulator.port, safety_overrides={"max_vel": 6.0})
     assert len(list((run_dir / "deploy").iterdir())) == 1
+
+
+@pytest.mark.parametrize("change", ["swap j1 and j2", "typo j33"])
+def test_motors_must_drive_the_models_joints_in_actuator_order(run_dir, tmp_path, change):
+    """Swapped motors or a misspelt joint had deployed with the controller's joints mixed up."""
+    motors = yaml.safe_load(robot_yaml(tmp_path).read_text())["motors"]
+    if change == "swap j1 and j2":
+        motors[0], motors[1] = motors[1], motors[0]
+    else:
+        motors[2]["joint"] = "j33"
+    path = robot_yaml(tmp_path, motors=motors)
+    assert actuated_joints("sims/assets/dxl_arm.xml") == ["j1", "j2", "j3", "j4"]
+    joints = [m["joint"] for m in motors]
+    with pytest.raises(ValueError, match=re.escape(f"the robot config's motors drive joints {joints}, but "
+                                                   "sims/assets/dxl_arm.xml actuates ['j1', 'j2', 'j3', 'j4']")):
+        deploy(run_dir, path, port="/dev/does-not-exist", episodes=1)
