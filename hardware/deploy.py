@@ -6,7 +6,7 @@ as it was trained (``controller.json``'s ``task_kwargs``, else the run's
 trained for the robot's task, observation and control rate, connects, runs the
 fixed-rate loop for the requested episodes, records every step under
 ``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken; ``metadata.json`` and
-``deploy.json`` record the safety settings) and always ends
+``deploy.json`` record the seed that sampled the targets and the safety settings) and always ends
 with the robot parked and torque off. Once connected, ``deploy.json`` is written
 on every exit, with the error if one ended the run, and that error's message
 names the recording. Ctrl+C ends the run safely; Ctrl+\\ (SIGQUIT) is the
@@ -93,6 +93,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
            retries: int = 3, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary.
     Everything that can be refused (episodes, files, task, target, safety settings) is, before the robot is touched.
+    ``seed`` picks the sampled targets (the same seed, the same targets; it is recorded).
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
     ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
@@ -123,7 +124,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
             robot.connect()
             if record:  # only once connected: a deploy that cannot start leaves no empty folder
                 metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
-                            "control_dt": robot.control_dt, "task": _task_settings(robot),
+                            "control_dt": robot.control_dt, "seed": seed, "task": _task_settings(robot),
                             "safety": _safety_settings(robot)}
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
                 recorder = EpisodeRecorder(folder, metadata)
@@ -136,12 +137,12 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     except BaseException as err:
         if recorder is not None:
             try:
-                _write_summary(run_dir, robot, stats, recorder, err)
+                _write_summary(run_dir, robot, seed, stats, recorder, err)
             except OSError:
                 pass  # the error that ended the run matters more than its summary
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
-    return _write_summary(run_dir, robot, stats, recorder, None)
+    return _write_summary(run_dir, robot, seed, stats, recorder, None)
 
 
 def _as_ctrl_c(signum: int, frame: Any) -> None:
@@ -159,12 +160,12 @@ def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:
     return settings
 
 
-def _write_summary(run_dir: Path, robot: DynamixelArm, stats: LoopStats, recorder: EpisodeRecorder | None,
-                   error: BaseException | None) -> dict[str, Any]:
+def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopStats,
+                   recorder: EpisodeRecorder | None, error: BaseException | None) -> dict[str, Any]:
     """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything."""
     loop = stats.summary()
     summary: dict[str, Any] = {
-        "run": str(run_dir), "port": robot.port, "episodes": stats.episodes,
+        "run": str(run_dir), "port": robot.port, "seed": seed, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
         "safety_events": dict(robot.safety.events), "bus": vars(robot.bus.stats), "loop": loop,
         "task": _task_settings(robot), "safety": _safety_settings(robot),

@@ -353,6 +353,16 @@ def test_safety_overrides_change_only_what_they_name_and_bad_ones_are_refused_be
     assert len(list((run_dir / "deploy").iterdir())) == 1
 
 
+def test_the_seed_is_recorded(run_dir, make_emulator):
+    """Every deploy samples the same targets unless --seed says otherwise: its recording must say which ran."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=7, safety=PATIENT)
+    recording = Path(summary["recording"])
+    assert summary["seed"] == 7 and json.loads((recording / "deploy.json").read_text())["seed"] == 7
+    assert json.loads((recording / "metadata.json").read_text())["seed"] == 7
+
+
 @pytest.mark.parametrize("change", ["swap j1 and j2", "typo j33"])
 def test_motors_must_drive_the_models_joints_in_actuator_order(run_dir, tmp_path, change):
     """Swapped motors or a misspelt joint had deployed with the controller's joints mixed up."""
