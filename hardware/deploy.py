@@ -104,6 +104,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the export folder itself was given
             raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
                                     f"robolearn deploy {Path(run_dir).parent} ...")
+        _refuse_folder_of_runs(Path(run_dir), fmt)
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
     task = run_task(run_dir, controller.meta)
@@ -158,6 +159,23 @@ def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:
     settings = asdict(robot.safety_cfg)
     settings["safe_pose"] = None if settings["safe_pose"] is None else [float(q) for q in settings["safe_pose"]]
     return settings
+
+
+def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
+    """``folder`` holds runs (``robolearn deploy runs/dr_long``), not a run: say so and name the runs
+    under it that have an export, else the newest run, to export first."""
+    if (folder / "config.yaml").is_file() or not folder.is_dir():
+        return
+    runs = sorted({config.parent for config in folder.rglob("config.yaml")}, key=lambda run: run.stat().st_mtime)
+    exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}
+    if exports:
+        exported, newest = sorted(exports), max(exports, key=exports.get)
+        shown = ", ".join(map(str, exported[:5])) + (f" and {len(exported) - 5} more" if len(exported) > 5 else "")
+        raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs: {shown}; deploy one "
+                                f"(the newest export: robolearn deploy {newest} ...)")
+    if runs:
+        raise FileNotFoundError(f"{folder}: a folder of runs, not a run, and none of its {len(runs)} runs is exported; "
+                                f"the newest is {runs[-1]}: run `robolearn export {runs[-1]}`, then deploy it")
 
 
 def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopStats,

@@ -377,3 +377,20 @@ def test_motors_must_drive_the_models_joints_in_actuator_order(run_dir, tmp_path
     with pytest.raises(ValueError, match=re.escape(f"the robot config's motors drive joints {joints}, but "
                                                    "sims/assets/dxl_arm.xml actuates ['j1', 'j2', 'j3', 'j4']")):
         deploy(run_dir, path, port="/dev/does-not-exist", episodes=1)
+
+
+def test_a_folder_of_runs_is_named_as_one_with_its_exported_runs(tmp_path):
+    """`robolearn deploy runs/dr_long` had said to export the folder, which is no run."""
+    folder = tmp_path / "dr_long"
+    for name in ("seed_0", "seed_1"):
+        (folder / name).mkdir(parents=True)
+        write_run_config(folder / name)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{folder}: a folder of runs, not a run, and none of its 2 "
+                                                          f"runs is exported; the newest is {folder}/seed_")):
+        deploy(folder, "dxl_arm", episodes=1)
+    export_controller(TowardTarget(), folder / "seed_1" / "export", ("torchscript",),
+                      extra={"task": "arm_reach", "control_dt": 0.02})
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{folder}: a folder of runs, not a run; its exported runs: "
+                                                          f"{folder}/seed_1; deploy one (the newest export: "
+                                                          f"robolearn deploy {folder}/seed_1 ...)")):
+        deploy(folder, "dxl_arm", episodes=1)
