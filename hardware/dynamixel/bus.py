@@ -129,10 +129,12 @@ class DynamixelBus:
         try:
             opened = port.openPort()
         except LINE_LOST as exc:
-            raise NotConnectedError(
-                f"cannot open {self.port}: {exc}; check the adapter is plugged in and you may use it "
-                "(Linux: the dialout group)"
-            ) from exc
+            if self.port.startswith("/dev/pts/"):  # a pseudo-terminal: an emulator's, gone when it stops
+                hint = ("a pseudo-terminal is served by `robolearn emulate dynamixel` while it runs: start it "
+                        "(again) and use the port it prints")
+            else:
+                hint = "check the adapter is plugged in and you may use it (Linux: the dialout group)"
+            raise NotConnectedError(f"cannot open {self.port}: {exc}; {hint}") from exc
         if not opened or not port.setBaudRate(self.baudrate):
             raise NotConnectedError(f"cannot open {self.port} at {self.baudrate} baud: unsupported baud rate?")
         try:  # one process per bus: a second one's connect() would turn the first's torque off mid-run

@@ -244,3 +244,14 @@ def test_torque_off_reaches_every_servo_even_if_one_alerts(emulator, make_bus) -
     with pytest.raises(HardwareAlertError, match="servo 1"):
         bus.enable_torque(False)
     assert not any(s.torque_enabled for s in emulator.state().values())
+
+
+def test_a_missing_pseudo_terminal_points_at_the_emulator(calibration) -> None:
+    """A /dev/pts/N port is an emulator's: gone when `robolearn emulate` stopped, which the adapter hint never said."""
+    with pytest.raises(NotConnectedError, match=r"cannot open /dev/pts/987654: .*; a pseudo-terminal is served by "
+                                                r"`robolearn emulate dynamixel` while it runs"):
+        DynamixelBus("/dev/pts/987654", calibration).connect()
+    with pytest.raises(NotConnectedError, match=r"check the adapter is plugged in .*dialout") as raised:
+        DynamixelBus("/dev/does-not-exist", calibration).connect()
+    assert "robolearn emulate" not in str(raised.value)
+
