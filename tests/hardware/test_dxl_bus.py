@@ -255,3 +255,8 @@ def test_a_missing_pseudo_terminal_points_at_the_emulator(calibration) -> None:
         DynamixelBus("/dev/does-not-exist", calibration).connect()
     assert "robolearn emulate" not in str(raised.value)
 
+
+def test_an_unsupported_baudrate_lists_the_supported_ones(calibration) -> None:
+    with pytest.raises(ValueError, match="baudrate 500000 is not one X-series servos support: 9600, 57600, 115200, "
+                                         "1000000, 2000000, 3000000, 4000000"):
+        DynamixelBus("/dev/null", calibration, baudrate=500_000)
