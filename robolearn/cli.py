@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
     p.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="fixed target (m); default: sampled")
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the targets' random stream (the same seed, the same targets)")
+    p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
+                   help="a safety setting for this run (repeatable), e.g. max_velocity=5.5 or safe_pose=[0,1.2,-2.2,0]; "
+                        "default: the robot config's safety:")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
 
     p = commands.add_parser("replay", help="replay a recorded episode on a robot (slow ramp to its first pose)")
@@ -565,13 +568,14 @@ def _saved_progress(run: Path) -> dict:
 
 def _deploy(args: argparse.Namespace) -> int:
     from hardware.deploy import deploy
+    from hardware.safety import parse_overrides
 
     if not args.run.is_dir():
         raise FileNotFoundError(f"{args.run}: no such run directory (`robolearn list` shows the runs)")
     _positive("--episodes", args.episodes)
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
                      target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed,
-                     progress=True)
+                     safety_overrides=parse_overrides(args.safety), progress=True)
     loop = summary["loop"]
     line = f"deployed:    {summary['episodes']} episodes on {summary['port']}"
     if summary["return_mean"] is not None:
@@ -582,6 +586,8 @@ def _deploy(args: argparse.Namespace) -> int:
     task = summary["task"]
     print(f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {task['safety_max_step']} rad "
           "(as trained)")
+    print(f"seed:        {summary['seed']} " + ("(a fixed --target)" if args.target else
+                                                "(it draws the targets; --seed N draws others)"))
     print(f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
           f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
     print(f"safety:      {summary['safety_events'] or 'no interventions'}")

@@ -232,11 +232,14 @@ def test_missing_export_says_what_to_run(tmp_path, run_dir):
 def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
     emulator = make_emulator(realtime=True)
     code = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "1",
-                 "--target", "0.15", "0.0", "0.15", "--no-record"])
+                 "--target", "0.15", "0.0", "0.15", "--no-record", "--safety", "watchdog_s=0.5",
+                 "--safety", "stop_after_s=2.0", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "deployed:    1 episodes" in out and "50 Hz" in out
     assert "task:        100 steps per episode, goal steps <= 0.2 rad" in out  # the run's own task settings
+    assert "seed:        0 (a fixed --target)" in out
+    assert json.loads(out.strip().splitlines()[-1])["safety"]["watchdog_s"] == 0.5  # --safety reached the robot
 
 
 def test_unplugged_port_is_a_one_line_error(run_dir, capsys):
