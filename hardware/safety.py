@@ -87,32 +87,15 @@ class SafetyConfig:
 
     @classmethod
     def from_mapping(cls, data: Any, where: str = "safety") -> SafetyConfig:
-        """The settings of a robot YAML's ``safety:`` mapping (the others keep their defaults);
-        errors read ``<where>: safety.<key>: ...``."""
+        """The settings of a robot YAML's ``safety:`` mapping (the others keep their defaults), checked as
+        run configs are (``robolearn.config.build_dataclass``); errors read ``<where>: safety.<key>: ...``."""
+        from robolearn.config import ConfigError, build_dataclass
+
         if not isinstance(data, Mapping):
             raise ValueError(f"{where}: 'safety' must be a mapping of safety settings, got {data!r}")
-        names = [f.name for f in fields(cls)]
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in names:
-                raise ValueError(f"{where}: unknown key 'safety.{key}' (allowed: {names})")
-            if key == "enabled":
-                if not isinstance(value, bool):
-                    raise ValueError(f"{where}: safety.enabled: expected true or false, got {value!r}")
-            elif key == "safe_pose":
-                if value is not None and not (isinstance(value, Sequence) and not isinstance(value, str)
-                                              and all(_is_number(q) for q in value)):
-                    raise ValueError(f"{where}: safety.safe_pose: expected a list of joint positions (rad) "
-                                     f"or null (the robot's home), got {value!r}")
-                value = None if value is None else tuple(float(q) for q in value)
-            elif not _is_number(value):
-                raise ValueError(f"{where}: safety.{key}: expected a number, got {value!r}")
-            else:
-                value = float(value)
-            values[key] = value
         try:
-            return cls(**values)
-        except ValueError as err:
+            return build_dataclass(cls, dict(data), "safety.")
+        except (ConfigError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from None
 
     def to_mapping(self) -> dict[str, Any]:
@@ -134,10 +117,6 @@ class SafetyConfig:
 
 NUMBERS = ("position_margin", "max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed")
 """The SafetyConfig settings that are numbers."""
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
