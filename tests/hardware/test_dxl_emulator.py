@@ -295,3 +295,10 @@ def test_readings_saturate_like_the_servo_sensor() -> None:
     from hardware.dynamixel.emulator import _saturate
 
     assert _saturate(10**9, 2) == 32767 and _saturate(-(10**9), 2) == -32767 and _saturate(5, 4) == 5
+
+
+def test_a_reality_gap_that_is_no_robot_is_refused(capsys):
+    from robolearn.cli import main
+
+    assert main(["emulate", "dynamixel", "--mass-scale", "-1"]) == 2  # the simulator refuses it too
+    assert "--mass-scale scales the MJCF's values and must be > 0, got -1" in capsys.readouterr().err
