@@ -32,7 +32,7 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
-from robolearn.runtime import LoopStats, run
+from robolearn.runtime import LoopStats, as_ctrl_c, run
 from sims.tasks.arm_reach import ArmReach
 
 TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
@@ -118,7 +118,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     stats, recorder = LoopStats(), None
     # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP) stops as
     # Ctrl+C does: the safe stop (ramp to the safe pose, torque off) and the episode in progress kept.
-    handlers = {signal.SIGQUIT: lambda *_: robot.emergency_stop(), signal.SIGTERM: _as_ctrl_c, signal.SIGHUP: _as_ctrl_c}
+    handlers = {signal.SIGQUIT: lambda *_: robot.emergency_stop(), signal.SIGTERM: as_ctrl_c, signal.SIGHUP: as_ctrl_c}
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
     try:
         try:
@@ -144,10 +144,6 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None)
-
-
-def _as_ctrl_c(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:

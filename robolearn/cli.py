@@ -167,17 +167,16 @@ def _stops_as_ctrl_c() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signums = [s for name in ("SIGTERM", "SIGHUP") if (s := getattr(signal, name, None)) is not None]
-    previous = {s: signal.signal(s, _as_ctrl_c) for s in signums if signal.getsignal(s) == signal.SIG_DFL}
+    from robolearn.data.minari_store import STOP_SIGNALS
+    from robolearn.runtime import as_ctrl_c
+
+    previous = {s: signal.signal(s, as_ctrl_c) for s in STOP_SIGNALS
+                if s != signal.SIGINT and signal.getsignal(s) == signal.SIG_DFL}  # Ctrl+C is Python's own
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _as_ctrl_c(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -26,6 +26,7 @@ control step and keep their queue or skill inside.
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 import warnings
@@ -39,6 +40,12 @@ from tqdm import tqdm
 
 from robolearn.evaluate import check_finite
 from robolearn.interfaces import Obs, VecEnv
+
+
+def as_ctrl_c(signum: int, frame: Any) -> None:
+    """A signal handler that stops as Ctrl+C does (a kill's SIGTERM, a closed terminal's SIGHUP): the
+    command's own KeyboardInterrupt handling then keeps what is done and stops safely."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 class Actor(Protocol):
