@@ -162,8 +162,9 @@ def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
     under it that have an export, else the newest run, to export first."""
     if (folder / "config.yaml").is_file() or not folder.is_dir():
         return
-    runs = sorted({config.parent for config in folder.rglob("config.yaml") if "wandb" not in config.parts},  # W&B's copies
-                  key=lambda run: run.stat().st_mtime)
+    from robolearn.runner import find_run_dirs
+
+    runs = sorted(find_run_dirs(folder), key=lambda run: run.stat().st_mtime)
     exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}
     if exports:
         exported, newest = sorted(exports), max(exports, key=exports.get)

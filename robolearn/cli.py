@@ -444,6 +444,7 @@ def _list(args: argparse.Namespace) -> int:
     import sims
     from policies import AGENTS
     from robolearn.run_lock import holder
+    from robolearn.runner import find_run_dirs
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
@@ -452,7 +453,7 @@ def _list(args: argparse.Namespace) -> int:
           + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")
     if not args.runs.is_dir() and args.runs != Path("runs"):
         raise FileNotFoundError(f"--runs {args.runs}: no such folder")
-    runs = _find_run_dirs(args.runs)
+    runs = find_run_dirs(args.runs)
     print("runs:" + ("" if runs else "       none yet (robolearn train)"))
     evaluations: dict[Path, list[tuple[Path, dict]]] = {}
     for run in runs:
@@ -479,14 +480,6 @@ def _flat(raw: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(raw, dict):
         return {prefix.rstrip("."): raw} if prefix else {}
     return {k: v for key, value in raw.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-
-
-def _find_run_dirs(root: Path) -> list[Path]:
-    """The run directories under ``root`` (or ``root`` itself) at any depth: folders with a config.yaml,
-    not W&B's own copies inside a run's ``wandb/``."""
-    if (root / "config.yaml").is_file():
-        return [root]
-    return sorted(config.parent for config in root.rglob("config.yaml") if "wandb" not in config.relative_to(root).parts)
 
 
 def _group_summary(done: list[tuple[Path, dict]]) -> str:

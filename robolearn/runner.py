@@ -226,6 +226,14 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
         raise
 
 
+def find_run_dirs(root: Path) -> list[Path]:
+    """The run directories under ``root`` (or ``root`` itself) at any depth: folders with a config.yaml,
+    not W&B's own copies inside a run's ``wandb/``."""
+    if (root / "config.yaml").is_file():
+        return [root]
+    return sorted(config.parent for config in root.rglob("config.yaml") if "wandb" not in config.relative_to(root).parts)
+
+
 def read_run_config(run_dir: Path) -> TrainConfig:
     """The config ``run_dir`` was trained with; a missing or malformed config.yaml is an error naming it."""
     return load_run_config(run_dir)
