@@ -80,6 +80,15 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
         warnings.warn(f"dataset '{dataset.id}': {doubt}", stacklevel=3)
 
 
+def rate_doubt(recorded_dt: Any, env_dt: float | None) -> str | None:
+    """Data recorded at another control period than the env steps at, said; None when they agree (or
+    either is unknown)."""
+    if not isinstance(recorded_dt, (int, float)) or not env_dt or abs(recorded_dt - env_dt) <= 1e-6 * env_dt:
+        return None
+    return (f"recorded at a control period of {recorded_dt:.4g} s, the env steps {env_dt:.4g} s: a policy learnt "
+            "from it acts at the wrong rate")
+
+
 def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> list[str]:
     """What fits by shape but may still be the wrong data for ``env``: said, then trained on."""
     doubts = []
@@ -87,10 +96,8 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
         doubts.append(f"it does not say which task it was recorded on, so only its shapes were checked against "
                       f"'{task}'; to record that it is, import it with --task {task} (or write task={task!r} "
                       "in its metadata)")
-    dt, env_dt = dataset.info.get("control_dt"), getattr(env, "control_dt", None)
-    if isinstance(dt, (int, float)) and env_dt and abs(dt - env_dt) > 1e-6 * env_dt:
-        doubts.append(f"recorded at a control period of {dt:.4g} s, the env steps {env_dt:.4g} s: a policy learnt "
-                      "from it acts at the wrong rate")
+    if rate := rate_doubt(dataset.info.get("control_dt"), getattr(env, "control_dt", None)):
+        doubts.append(rate)
     if reads_rewards and dataset.info.get("rewards") == "absent":
         doubts.append("its source had no rewards (they are all 0), which this algorithm learns from: imitation "
                       "(bc, or the goal-conditioned algorithms, which relabel their own) learns from it")

@@ -347,11 +347,11 @@ def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observa
 def _task_specs(task: str, control_dt: float | None = None) -> tuple[dict, Any]:
     """The task's observation and action specs; a recording's ``control_dt`` that is not the task's is said."""
     import sims
+    from robolearn.offline_runner import rate_doubt
 
     with sims.make_env(task, num_envs=1, num_threads=1) as env:
-        if control_dt and abs(control_dt - env.control_dt) > 1e-6 * env.control_dt:
-            print(f"warning:     recorded at a control period of {control_dt:.4g} s, task {task} steps "
-                  f"{env.control_dt:.4g} s: a policy learnt from it acts at the wrong rate")
+        if doubt := rate_doubt(control_dt, env.control_dt):
+            print(f"warning:     {doubt} ({task})")
         return env.observation_spec, env.action_spec
 
 

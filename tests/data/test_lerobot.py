@@ -158,6 +158,6 @@ def test_a_recording_at_another_rate_than_the_task_is_said_at_import(capsys):
     from robolearn.data.cli import _task_specs
 
     _task_specs("pendulum", 1 / FPS)  # LeRobot's fps 10 against the pendulum's 0.02 s steps
-    assert "recorded at a control period of 0.1 s, task pendulum steps 0.02 s" in capsys.readouterr().out
+    assert "recorded at a control period of 0.1 s, the env steps 0.02 s" in capsys.readouterr().out
     _task_specs("pendulum", 0.02)
     assert capsys.readouterr().out == ""
