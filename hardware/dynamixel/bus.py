@@ -31,7 +31,7 @@ import numpy as np
 
 from . import protocol
 from .calibration import Calibration
-from .control_table import BAUD_RATES, OPERATING_MODE_POSITION, TABLE, WATCHDOG_UNIT_S
+from .control_table import BAUD_CODES, OPERATING_MODE_POSITION, TABLE, WATCHDOG_UNIT_S
 from .errors import (
     CommTimeoutError,
     DynamixelError,
@@ -99,8 +99,8 @@ class DynamixelBus:
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
-        if baudrate not in BAUD_RATES.values():
-            raise ValueError(f"baudrate {baudrate!r} is not one X-series servos support: {_rates()}")
+        if baudrate not in BAUD_CODES:
+            raise ValueError(f"baudrate {baudrate!r} is not one X-series servos support: {', '.join(map(str, BAUD_CODES))}")
         if not 0 <= watchdog_ms <= 127 * WATCHDOG_UNIT_S * 1000:
             raise ValueError(f"watchdog_ms must be 0 (off) .. 2540, got {watchdog_ms}")
         self.port = port
@@ -393,7 +393,3 @@ class DynamixelBus:
             if result == sdk.COMM_SUCCESS:
                 return value
         return 0
-
-
-def _rates() -> str:
-    return ", ".join(map(str, BAUD_RATES.values()))

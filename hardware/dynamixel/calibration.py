@@ -27,7 +27,7 @@ from hardware.safety import SafetyConfig, check_safe_pose
 from robolearn.checkpoint import atomic_write_bytes
 
 from .control_table import (
-    BAUD_RATES,
+    BAUD_CODES,
     CENTER_TICKS,
     MODEL_NUMBERS,
     RAD_S_PER_VELOCITY_UNIT,
@@ -166,9 +166,9 @@ class RobotConfig:
         model_xml = data.get("model_xml", cls.model_xml)
         if not isinstance(port, str):
             raise CalibrationError(f"{path}: 'port' must be a string, got {port!r}")
-        if not isinstance(baudrate, int) or isinstance(baudrate, bool) or baudrate not in BAUD_RATES.values():
+        if not isinstance(baudrate, int) or isinstance(baudrate, bool) or baudrate not in BAUD_CODES:
             raise CalibrationError(f"{path}: 'baudrate' must be one the X-series servos support "
-                                   f"({', '.join(map(str, BAUD_RATES.values()))}), got {baudrate!r}")
+                                   f"({', '.join(map(str, BAUD_CODES))}), got {baudrate!r}")
         if not isinstance(model_xml, str):
             raise CalibrationError(f"{path}: 'model_xml' must be a string, got {model_xml!r}")
         safety = None
