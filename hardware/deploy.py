@@ -6,7 +6,8 @@ as it was trained (``controller.json``'s ``task_kwargs``, else the run's
 trained for the robot's task, observation and control rate, connects, runs the
 fixed-rate loop for the requested episodes, records every step under
 ``<run>/deploy/<time>/`` (``<time>-1``, ``-2``... when taken; ``metadata.json`` and
-``deploy.json`` record the seed that sampled the targets and the safety settings) and always ends
+``deploy.json`` record the seed that sampled the targets and the safety settings, ``deploy.json``
+each episode's results, ``deploy.png`` draws the joints' commands and motion) and always ends
 with the robot parked and torque off. Once connected, ``deploy.json`` is written
 on every exit, with the error if one ended the run, and that error's message
 names the recording. Ctrl+C ends the run safely; Ctrl+\\ (SIGQUIT) is the
@@ -19,6 +20,7 @@ import json
 import math
 import signal
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -187,11 +189,27 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "task": _task_settings(robot), "safety": _safety_settings(robot),
         "recording": str(recorder.directory) if recorder else None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
+        "per_episode": recorder.summaries if recorder else [],
     }
     if recorder is not None:
+        summary["plot"] = _plot(recorder)
         text = json.dumps(summary, indent=2, default=str).encode()
         atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
     return summary
+
+
+def _plot(recorder: EpisodeRecorder) -> str | None:
+    """``deploy.png`` of the recorded episodes (joint commands, sent goals, measured positions, safety events,
+    rewards), or None without any; a drawing that fails is a warning, never the deploy's failure."""
+    if not recorder.episodes_written:
+        return None
+    from robolearn.recording_plot import plot_recording
+
+    try:
+        return str(plot_recording(recorder.directory, recorder.directory / "deploy.png"))
+    except Exception as err:  # noqa: BLE001 (matplotlib's, a full disk's...: the robot's run is what matters)
+        warnings.warn(f"deploy.png not drawn: {type(err).__name__}: {err}", stacklevel=2)
+        return None
 
 
 def _explain(err: BaseException, loop_error: str | None, recording: Path | None) -> None:

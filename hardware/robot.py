@@ -17,7 +17,9 @@ the same on every robot:
   observation is one control period after the command. ``paced = True`` tells
   :func:`robolearn.runtime.run` not to pace it again.
 - Every command passes the :class:`~hardware.safety.SafetyLayer`;
-  ``info["sent_action"]`` is what was actually sent.
+  ``info["sent_action"]`` is what was actually sent, ``info["goal_action"]`` the goal the
+  task's own rule made of the action before it (what simulation would have applied), and
+  ``info["safety"]`` the names of the rules that overruled it this step.
 - A watchdog thread: if no fresh observation (failed reads) or no ``step``
   call arrives for ``safety.watchdog_s`` the robot holds its last safe command;
   after ``safety.stop_after_s`` it stops and the next ``step`` raises
@@ -226,8 +228,10 @@ class Robot(VecEnv):
         obs = self._observe(self._q, self._qd)
         reward, success = self._score(self._q, self._qd, sent, previous)
         truncated = self._episode_step >= self.max_episode_steps
+        goal = command if command.shape == sent.shape else np.full_like(sent, np.nan)  # a wrong-sized action: none
         info = {"sent_action": torch.as_tensor(sent, dtype=torch.float32).unsqueeze(0), "final_obs": obs,
-                "safety": events, "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
+                "goal_action": torch.as_tensor(goal, dtype=torch.float32).unsqueeze(0), "safety": events,
+                "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
         if success is not None:
             info["success"] = torch.tensor([success])
         if truncated:  # auto-reset (the VecEnv contract); its ramp is timed apart from the step

@@ -80,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
-    p.add_argument("runs", type=Path, nargs="+", help="run directories, or folders of them (runs/ppo_cartpole)")
+    p.add_argument("runs", type=Path, nargs="+", help="run directories, or folders of them (runs/ppo_cartpole); "
+                   "or one recording (<run>/deploy/<time>): its joints' commands and motion, per episode")
     p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
                    "and success_rate, where logged)")
-    p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several)")
+    p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several, "
+                   "<recording>/recording.png for a recording)")
     p.add_argument("--mean", action="store_true", help="draw the runs of each folder (the seeds of a setting) as "
                    "their mean and a ±1 std band, over the steps all of them reached")
 
@@ -414,7 +416,11 @@ def _play(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from robolearn.curves import find_runs, plot_runs
+    from robolearn.recording_plot import is_recording, plot_recording
 
+    if len(args.runs) == 1 and is_recording(args.runs[0]):  # a deploy's (or any) recording: its joints' motion
+        print(f"recording: {plot_recording(args.runs[0], args.out)}")
+        return 0
     runs = find_runs(args.runs)
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
@@ -583,8 +589,17 @@ def _deploy(args: argparse.Namespace) -> int:
     print(f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
           f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
     print(f"safety:      {summary['safety_events'] or 'no interventions'}")
+    episodes = summary["per_episode"]
+    for number, episode in enumerate(episodes[:10] if len(episodes) <= 10 else []):
+        outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
+        notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"] + [
+            f"{count} {rule}" for rule, count in episode["safety_events"].items()]
+        print(f"{'episodes:' if number == 0 else '':<13}{number}: return {episode['return']:.2f} in {episode['steps']} "
+              f"steps" + (f" ({', '.join(notes)})" if notes else ""))
     if summary["recording"]:
         print(f"recording:   {summary['recording']}")
+    if summary.get("plot"):
+        print(f"plot:        {summary['plot']}")
     if loop["interrupted"]:
         print("interrupted: the robot was parked and its torque turned off")
     if args.json:

@@ -14,6 +14,18 @@ that one (marked ``interrupted``, its last step truncated). Arrays per file:
   (an automatic reset's ramp, ``info["reset_s"]``, is not part of the step)
 - ``interrupted`` (): whether the episode was cut short by the end of the run
 
+and, where the env reports them (a :class:`~hardware.robot.Robot` does):
+
+- ``goals`` (T, A): the goal the task's own rule made of the commanded action,
+  before the safety layer (``info["goal_action"]``): what simulation would have applied
+- ``safety_events`` (T,): the safety rules that overruled each step, comma-separated
+  (``""`` where none did; ``info["safety"]``)
+- ``success`` (): whether the episode ended in success (``info["success"]``)
+
+:attr:`EpisodeRecorder.summaries` holds one line per written episode (file, steps,
+return, success, interrupted, safety interventions by rule): a deployment's
+per-episode results.
+
 These are the episode fields of robolearn's datasets (observations T+1,
 actions, rewards, terminations, truncations), so recordings import as datasets.
 """
@@ -24,6 +36,7 @@ import io
 import json
 import time
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +60,7 @@ class EpisodeRecorder:
         self.metadata = metadata or {}
         self.episodes_written = 0
         self.steps_written = 0
+        self.summaries: list[dict[str, Any]] = []
         self._start = time.perf_counter()
         self._clear()
         atomic_write_bytes(self.directory / "metadata.json",
@@ -58,19 +72,26 @@ class EpisodeRecorder:
                                                ("actions", "commanded_actions", "rewards", "terminations",
                                                 "truncations", "timestamps")}
         self._last_obs: Obs | None = None
+        self._success: bool | None = None
 
     def add(self, obs: Obs, commanded: torch.Tensor, sent: torch.Tensor, step: Any) -> None:
         for name, value in obs.items():
             self._obs.setdefault(name, []).append(_row0(value))
-        columns = self._columns
+        columns, info = self._columns, step.info
         columns["actions"].append(_row0(sent))
         columns["commanded_actions"].append(_row0(commanded))
         columns["rewards"].append(float(step.reward[0]))
         columns["terminations"].append(bool(step.terminated[0]))
         columns["truncations"].append(bool(step.truncated[0]))
-        columns["timestamps"].append(time.perf_counter() - self._start - float(step.info.get("reset_s", 0.0)))
+        columns["timestamps"].append(time.perf_counter() - self._start - float(info.get("reset_s", 0.0)))
+        if "goal_action" in info:
+            columns.setdefault("goals", []).append(_row0(info["goal_action"]))
+        if "safety" in info:
+            columns.setdefault("safety_events", []).append(",".join(info["safety"]))
+        if "success" in info:
+            self._success = bool(info["success"][0])
         if bool(step.terminated[0] | step.truncated[0]):
-            self._write(step.info.get("final_obs", step.obs), interrupted=False)
+            self._write(info.get("final_obs", step.obs), interrupted=False)
         else:
             self._last_obs = step.obs
 
@@ -79,14 +100,17 @@ class EpisodeRecorder:
         for name, rows in self._obs.items():
             arrays[f"obs/{name}"] = np.stack([*rows, _row0(final_obs[name])])
         for name, rows in self._columns.items():
-            arrays[name] = np.asarray(rows)
+            arrays[name] = np.asarray(rows, dtype=str) if name == "safety_events" else np.asarray(rows)
         if interrupted:
             arrays["truncations"][-1] = True
         arrays["interrupted"] = np.asarray(interrupted)
+        if self._success is not None:
+            arrays["success"] = np.asarray(self._success)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         path = self.directory / f"episode_{self.episodes_written:05d}.npz"
         atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
+        self.summaries.append(episode_summary(path.name, arrays))
         self.episodes_written += 1
         self.steps_written += len(self._columns["rewards"])
         self._clear()
@@ -120,6 +144,15 @@ def load_episode(path: str | Path) -> dict[str, np.ndarray]:
             return {key: data[key] for key in data.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
         raise ValueError(f"{path}: not a readable episode file (missing, truncated or corrupt: {err})") from None
+
+
+def episode_summary(file: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One episode's results from its arrays: file, steps, return, success (None where the env does
+    not say), whether it was interrupted, and the safety interventions by rule (where recorded)."""
+    events = Counter(rule for step in arrays.get("safety_events", ()) for rule in str(step).split(",") if rule)
+    return {"file": file, "steps": int(len(arrays["rewards"])), "return": float(np.sum(arrays["rewards"])),
+            "success": bool(arrays["success"]) if "success" in arrays else None,
+            "interrupted": bool(arrays.get("interrupted", False)), "safety_events": dict(sorted(events.items()))}
 
 
 def _row0(value: torch.Tensor) -> np.ndarray:

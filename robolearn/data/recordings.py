@@ -3,9 +3,10 @@
 
 Each file already holds an episode's ``obs/<group>`` (T+1), ``actions`` (what
 the robot was sent), ``rewards``, ``terminations`` and ``truncations``;
-``commanded_actions`` and ``timestamps`` become ``infos``, and a robot's
-``joint_state`` group (``[q, qd]``) also ``infos/qpos`` and ``infos/qvel``, so
-``dataset replay`` starts the simulation where the robot started. The directory's
+``commanded_actions``, ``goals`` (a robot's goal before its safety layer) and
+``timestamps`` become ``infos``, and a robot's ``joint_state`` group (``[q, qd]``)
+also ``infos/qpos`` and ``infos/qvel``, so ``dataset replay`` starts the simulation
+where the robot started. The directory's
 ``metadata.json`` (controller, robot, control period) is kept under
 ``recording``; episodes cut short by the end of a run (``interrupted``) are
 kept and listed in ``interrupted_episodes``.
@@ -25,7 +26,7 @@ from robolearn.data.episode import DatasetError, Episode
 from robolearn.recording import load_episode
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
-INFOS = ("commanded_actions", "timestamps")
+INFOS = ("commanded_actions", "goals", "timestamps")
 
 
 def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any]]:

@@ -397,3 +397,33 @@ def test_a_folder_of_runs_is_named_as_one_with_its_exported_runs(tmp_path):
                                                           f"{folder}/seed_1; deploy one (the newest export: "
                                                           f"robolearn deploy {folder}/seed_1 ...)")):
         deploy(folder, "dxl_arm", episodes=1)
+
+
+def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator, capsys):
+    """deploy.json gives each episode's return, success and safety interventions; the recording keeps, per
+    step, the goal before the safety layer and the rules that overruled it; deploy.png draws them."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=20")
+    emulator = make_emulator(realtime=True)
+    with pytest.warns(UserWarning, match="expect jump_limit events"):
+        code = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "2",
+                     "--safety", "max_step=0.1", "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary = json.loads(out.strip().splitlines()[-1])
+    recording = Path(summary["recording"])
+    episodes = summary["per_episode"]
+    assert [e["file"] for e in episodes] == ["episode_00000.npz", "episode_00001.npz"]
+    first = load_episode(recording / "episode_00000.npz")
+    assert episodes[0]["steps"] == 20 and episodes[0]["return"] == pytest.approx(float(first["rewards"].sum()), rel=1e-6)
+    assert isinstance(episodes[0]["success"], bool) and episodes[0]["success"] == bool(first["success"])
+    # The pose is up to 0.4 rad from home: the 0.1 rad jump limit overrules the first steps, not the task's 0.2
+    assert first["safety_events"][0] == "jump_limit" and first["safety_events"][-1] == ""
+    np.testing.assert_allclose(first["goals"][0], np.clip(first["commanded_actions"][0], -0.2, 0.2), atol=1e-6)
+    assert np.abs(first["actions"][0]).max() <= 0.1 + 1e-6 < np.abs(first["goals"][0]).max()
+    counted = sum(e["safety_events"].get("jump_limit", 0) for e in episodes)
+    assert counted == summary["safety_events"]["jump_limit"] > 0  # the per-episode counts add up to the run's
+    assert "episodes:    0: return" in out and "jump_limit)" in out
+    assert summary["plot"] == str(recording / "deploy.png")
+    assert (recording / "deploy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", str(recording)]) == 0  # any recording, drawn again on demand
+    assert (recording / "recording.png").stat().st_size > 10_000

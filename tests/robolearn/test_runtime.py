@@ -212,3 +212,22 @@ def test_a_controller_exported_at_another_rate_is_warned_about():
     env = sims.make_env("arm_reach", 1, seed=0)  # 50 Hz
     with pytest.warns(UserWarning, match="trained at 100 Hz, the env steps at 50 Hz"):
         run(FromFile(4), env, rate_hz=0, steps=2)
+
+
+def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_state(tmp_path):
+    """An env that reports no safety layer or goals records none; its summaries still give each episode's
+    return and success, and the plot draws the actions alone."""
+    from robolearn.recording_plot import plot_recording
+
+    env = sims.make_env("arm_reach", 1, seed=0)
+    recorder = EpisodeRecorder(tmp_path, metadata={"control_dt": env.control_dt})
+    run(Zero(4), env, rate_hz=0, episodes=2, sink=recorder)
+    first = load_episode(tmp_path / "episode_00000.npz")
+    assert "goals" not in first and "safety_events" not in first
+    assert [s["file"] for s in recorder.summaries] == ["episode_00000.npz", "episode_00001.npz"]
+    assert recorder.summaries[0]["return"] == pytest.approx(float(first["rewards"].sum()))
+    assert recorder.summaries[0]["success"] is bool(first["success"]) and recorder.summaries[0]["safety_events"] == {}
+    out = plot_recording(tmp_path)
+    assert out == tmp_path / "recording.png" and out.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="no episode_.*npz files"):
+        plot_recording(tmp_path / "elsewhere")
