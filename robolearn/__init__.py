@@ -19,15 +19,26 @@ if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os
     os.environ["MUJOCO_GL"] = "osmesa"
     os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
-from robolearn.config import load_config  # noqa: E402
-from robolearn.interfaces import Agent, Controller, Obs, Step, VecEnv  # noqa: E402
-
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any, Callable
 
-    from robolearn.config import TrainConfig
+    from robolearn.config import TrainConfig, load_config
+    from robolearn.interfaces import Agent, Controller, Obs, Step, VecEnv
     from robolearn.runner import RunResult
+
+_LAZY = {"load_config": "robolearn.config", **{name: "robolearn.interfaces" for name in
+                                              ("Agent", "Controller", "Obs", "Step", "VecEnv")}}
+"""Names imported on first use (PEP 562), so that importing the package does not import torch: the
+``robolearn`` command can then say "interrupted" to a Ctrl+C during its first second (robolearn.entry)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'robolearn' has no attribute '{name}'")
 
 
 def train(cfg: TrainConfig, resume: str | Path | None = None,

@@ -2,6 +2,6 @@
 
 import sys
 
-from robolearn.cli import main
+from robolearn.entry import main
 
 sys.exit(main())

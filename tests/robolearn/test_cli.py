@@ -1,5 +1,8 @@
 """Command-line parsing that users trip over."""
 
+import subprocess
+import sys
+
 import pytest
 
 from robolearn.cli import main
@@ -174,3 +177,19 @@ def test_the_dynamics_an_evaluation_reports():
     assert said(mass_scale=[1.0, 1.0], dynamics_every_episode=False) == "nominal"  # switches draw nothing
     assert said(auto=True).startswith("nominal (automatic randomization starts a new env at width 0)")
     assert evaluation_dynamics(EnvConfig(task="mjlab:Mjlab-Velocity-Flat-Unitree-Go1")) == "the mjlab task's own events"
+
+
+def test_ctrl_c_while_the_command_line_imports_is_interrupted_not_a_traceback():
+    """The package imports without torch, so the entry point is running when the slow import starts, and a
+    Ctrl+C then (stood in for by an import that raises it) ends as one later does: 'interrupted', 130."""
+    code = ("import sys\n"
+            "import robolearn.entry\n"
+            "assert 'torch' not in sys.modules, 'importing robolearn imported torch'\n"
+            "class CtrlC:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'robolearn.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, CtrlC())\n"
+            "sys.exit(robolearn.entry.main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
