@@ -265,8 +265,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--nproc {args.nproc}: algo '{cfg.algo}' does not average its gradients over ranks "
                               f"(data-parallel: {parallel}, online runs only); train it in one process")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
-        _check_ranks_fit(args.nproc, cfg)
-        return _torchrun(args.nproc, args.argv)
+        return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
     result = train(cfg, resume=args.resume)
     if result.interrupted:
         return 130
@@ -286,16 +285,21 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
+def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
     """``--nproc`` ranks on this machine: on CUDA one GPU each, so more ranks than GPUs is refused before
-    torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told."""
+    torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told.
+    Returns the overrides that give the ranks the backend and device resolved here (``warp`` on a missing
+    GPU: MuJoCo on the CPU), so that the fallback is said once, here, and not again by rank 0."""
     import copy
 
     import torch
 
     from robolearn.registry import resolve_backend
 
-    resolve_backend(copy.deepcopy(cfg.env))  # no GPU here: said once, before torchrun starts ranks
+    resolved = copy.deepcopy(cfg.env)
+    resolve_backend(resolved)
+    fallback = ([f"env.backend={resolved.backend}", f"env.device={resolved.device}"]
+                if (resolved.backend, resolved.device) != (cfg.env.backend, cfg.env.device) else [])
     if cfg.env.device.startswith("cuda") and torch.cuda.is_available():
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "
@@ -304,6 +308,7 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> None:
     elif nproc > (cores := os.cpu_count() or 1):
         print(f"warning: --nproc {nproc} on {cores} CPU cores: the ranks share cores, so each steps slower "
               f"and the run is likely slower than with --nproc {cores}", file=sys.stderr)
+    return fallback
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:

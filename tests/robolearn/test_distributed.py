@@ -203,6 +203,21 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
                          "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]
 
 
+def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) -> None:
+    """backend=warp on a CUDA device this machine lacks falls back to MuJoCo on the CPU: the parent says so,
+    and its ranks are given that backend, so rank 0 does not say it again."""
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.warns(UserWarning, match="no CUDA GPU here") as said:
+        assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.backend=warp", "env.device=cuda",
+                         "--no-wandb"]) == 0
+    assert len(said) == 1
+    assert calls[-1][-2:] == ["env.backend=mujoco", "env.device=cpu"]  # the ranks' overrides win, being last
+
+
 def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
