@@ -118,6 +118,11 @@ class SequenceCriticSAC(CheckpointedParts, Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         self.queue.reset(mask)
 
+    @property
+    def replay_window(self) -> int:
+        """Steps of each env the replay must hold before the first :meth:`sample`: one window of K."""
+        return self.cfg.sequence_length
+
     def sample(self, replay: ReplayBuffer, batch_size: int, num_envs: int) -> dict[str, Any]:
         """Windows of K consecutive transitions of one env: obs, the K actions, the n-step return and bootstrap."""
         k, n, data = self.cfg.sequence_length, self.nstep, replay.data

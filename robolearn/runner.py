@@ -214,6 +214,24 @@ def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
                           f"{limit} (env.max_episode_steps): no decision would play out; lower {keys[0]}")
 
 
+def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_size: int) -> None:
+    """An agent that cuts windows of each env's consecutive steps from the replay (a sequence of K actions, a
+    skill, a subgoal period): the buffer must hold whole rows of envs, and the random warm-up must leave
+    ``agent.replay_window`` steps of each env before the first update. Refused by key before anything runs,
+    not at that update after pretraining and warm-up. ``num_envs``: each rank's."""
+    per_step = num_envs * world_size  # env steps per vector step, all ranks: what random_steps counts
+    if cfg.agent.buffer_size % num_envs:
+        raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of env.num_envs "
+                          f"({num_envs}): {cfg.algo} cuts windows of each env's consecutive steps from the replay buffer")
+    window = int(getattr(agent, "replay_window", 1))
+    warmup = -(-cfg.runner.random_steps // per_step)  # vector steps before the first update (at least one)
+    if max(1, warmup) < window:
+        raise ConfigError(f"runner.random_steps = {cfg.runner.random_steps} leaves {max(1, warmup)} step(s) of each env "
+                          f"in the replay before the first update; {cfg.algo} samples windows of {window}: set "
+                          f"runner.random_steps to at least {(window - 1) * per_step + 1} ({window} steps x "
+                          f"{per_step} envs{' over all ranks' if world_size > 1 else ''})")
+
+
 def write_config_or_undo(runner: Any, resume: Path | None) -> None:
     """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
     it was just made for this run (never a resumed one), close the runner's envs, and raise."""
@@ -299,11 +317,8 @@ class Runner:
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
                 self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
-                if hasattr(self.agent, "sample") and cfg.agent.buffer_size % self.env.num_envs:
-                    # windows of one env's consecutive steps: said now, not after pretraining and warm-up
-                    raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of "
-                                      f"env.num_envs ({self.env.num_envs}): {cfg.algo} cuts windows of each env's "
-                                      "consecutive steps from the replay buffer")
+                if hasattr(self.agent, "sample"):  # windows of one env's consecutive steps: said now, not after
+                    check_replay_windows(cfg, self.agent, self.env.num_envs, self.world_size)  # warm-up
             self.dataset = self._pretraining_dataset()
             if resume:
                 self._restore()

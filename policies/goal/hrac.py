@@ -212,6 +212,12 @@ class HRAC(Agent):
 
     # -- learning -----------------------------------------------------------------------------
 
+    @property
+    def replay_window(self) -> int:
+        """Steps of each env the replay must hold before the first :meth:`sample`: one subgoal period played
+        out, and the step after it (high-level transitions are cut from ended periods only)."""
+        return self.period + 1
+
     def sample(self, replay: ReplayBuffer, batch_size: int, num_envs: int) -> dict[str, Any]:
         """Low-level steps, and high-level transitions cut from them when the high level trains next."""
         batch: dict[str, Any] = {"low": replay.sample(batch_size)}

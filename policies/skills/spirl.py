@@ -193,6 +193,12 @@ class SPiRL(Agent):
         if self.step is not None:
             self.step[slice(None) if mask is None else mask.to(self.step.device)] = 0
 
+    @property
+    def replay_window(self) -> int:
+        """Steps of each env the replay must hold before the first :meth:`sample`: a skill's H played out, and
+        the step after it (:func:`~policies.skills.windows.sample_skill_transitions` samples ended skills only)."""
+        return self.horizon + 1
+
     def sample(self, replay: ReplayBuffer, batch_size: int, num_envs: int) -> dict[str, Any]:
         """High-level transitions cut from the replay of primitive steps."""
         return {"high": sample_skill_transitions(replay, batch_size, num_envs, self.horizon, self.cfg.gamma, self.groups)}

@@ -108,3 +108,26 @@ def test_settings_that_cannot_work_are_named():
     with pytest.raises(ValueError, match=r"need more than 6 transitions .* set runner.random_steps above 6 "
                                          r"\(3 steps x env.num_envs\)"):
         _agent(k=4, n=4).sample(_replay(3, num_envs=2, done_at={}), 8, num_envs=2)  # a one-line CLI error
+
+
+@pytest.mark.parametrize("config, window", [("sac_as_gym_pendulum", 4), ("spirl_point_maze_medium", 11)])
+def test_a_warm_up_shorter_than_a_window_is_refused_at_build(tmp_path, config, window):
+    """The first update needs a whole window of each env in the replay: said by key when the run is built, not
+    at that update (after the warm-up, and for skills after pretraining)."""
+    from robolearn import load_config
+    from robolearn.config import ConfigError
+    from robolearn.runner import Runner, check_replay_windows
+
+    cfg = load_config(config, [f"run_dir={tmp_path}", "env.num_envs=2", "logging.wandb=disabled",
+                               f"runner.random_steps={2 * (window - 1)}"])
+    needed = 2 * (window - 1) + 1
+    with pytest.raises(ConfigError, match=rf"runner.random_steps = {needed - 1} leaves {window - 1} step\(s\) of each "
+                                          rf"env .* windows of {window}: set runner.random_steps to at least {needed} "
+                                          rf"\({window} steps x 2 envs\)"):
+        Runner(cfg)
+    assert not any(tmp_path.iterdir())  # no run directory left behind
+    agent = type("Windowed", (), {"replay_window": window})()
+    cfg.runner.random_steps = needed
+    check_replay_windows(cfg, agent, num_envs=2, world_size=1)  # enough: no error
+    with pytest.raises(ConfigError, match=rf"at least {2 * needed - 1} \({window} steps x 4 envs over all ranks\)"):
+        check_replay_windows(cfg, agent, num_envs=2, world_size=2)
