@@ -73,6 +73,14 @@ class Task(ABC):
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         """Called once worlds ``ids`` hold their initial state: place goals (mocap bodies) and the like."""
 
+    def state_from_observation(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """The task's own state that observations ``obs`` (groups, one row per world, as
+        :meth:`observations` returns) report, by ``mjSTATE_INTEGRATION`` component (``mocap_pos``...:
+        :func:`~sims.backend.state_slice` names), one ``(num_worlds, ...)`` row each: a target that
+        :meth:`after_reset` drew. A replay of a recording without simulator state (a robot's) starts
+        from the recorded joints and these, not from a target drawn anew. Default: none."""
+        return {}
+
     def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
         """The controls to apply for ``action`` (already clipped to the action spec);
         default: the action itself. ``sim.ctrl`` still holds the last step's controls."""

@@ -300,10 +300,15 @@ def _replay(args: argparse.Namespace) -> int:
                              f"task {task}'s are {env.action_spec.shape}")
         result = replay(episode, env, video=args.video, progress=True)
     s = result.summary()
-    start = {"state": "restored from the recorded state",
-             "qpos/qvel": "started from the recorded qpos and qvel (the rest of the task's state, such as a target, "
-                          "as the env's reset drew it)",
-             "reset": "from the env's own reset (no recorded state)"}[result.start]
+    start = {"state": "restored from the recorded state", "qpos/qvel": "started from the recorded qpos and qvel",
+             "reset": "from the env's own reset"}[result.start]
+    if result.from_observation:  # a target the task reads back from the recorded observation
+        start += (f"{' and' if result.start != 'reset' else ', with'} the task's own state that the recorded "
+                  f"observation reports ({', '.join(result.from_observation)}); the rest as the env's reset left it")
+    elif result.start == "qpos/qvel":
+        start += " (the rest of the task's state, such as a target, as the env's reset drew it)"
+    elif result.start == "reset":
+        start += " (no recorded state)"
     print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")
     print(f"return:      recorded {result.recorded_return:.6g}, replayed {result.replayed_return:.6g}, "
           f"diff {result.return_diff:.3g}")

@@ -6,6 +6,10 @@ reproduces the episode bit for bit: zero state divergence, identical return.
 An episode with no state rows but D4RL's ``infos/qpos`` and ``infos/qvel``
 starts from the env's reset state with those positions and velocities put in
 (``start == "qpos/qvel"``): exact where they are the whole physical state.
+Without state rows, the task's own state that its first recorded observation
+reports (arm_reach's target: :meth:`sims.task.Task.state_from_observation`)
+is put in too (``from_observation``), so a robot's recording replays towards
+the target the robot reached for, not one the reset drew anew.
 On any other VecEnv (a Gymnasium env, a robot) the env starts from its own
 reset and the same actions are applied open loop; the divergence then says
 how well the recording transfers. Every env of a batched env gets the same
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +43,7 @@ class ReplayResult:
     ended_early: bool  # the env ended the episode before the recorded actions ran out
     video: Path | None = None
     start: str = "reset"  # "state" (the recorded row), "qpos/qvel" (D4RL's infos), "reset" (the env's own)
+    from_observation: tuple[str, ...] = ()  # state components the task read from the first recorded observation
 
     @property
     def return_diff(self) -> float:
@@ -53,6 +59,7 @@ class ReplayResult:
     def summary(self) -> dict[str, float | int | bool | str | None]:
         qpos = self.qpos_divergence
         return {"steps": self.steps, "recorded_steps": self.recorded_steps, "restored": self.restored,
+                "start": self.start, "from_observation": list(self.from_observation),
                 "recorded_return": self.recorded_return, "replayed_return": self.replayed_return,
                 "return_diff": self.return_diff,
                 "qpos_divergence_max": None if qpos is None else float(qpos.max()),
@@ -72,9 +79,9 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     if exact_env:
         env.keep_final_state = True  # type: ignore[attr-defined]
     obs = env.reset(seed=seed)
-    start = "reset"
+    start, from_obs = "reset", ()
     if restore and exact_env:
-        row, start = _start_row(env, episode)
+        row, start, from_obs = _start_row(env, episode)
         if row is not None:
             obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
     recorded_qpos = episode.infos.get("qpos")
@@ -100,7 +107,8 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             break
     bar.close()
     known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
-    result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=start != "reset", start=start,
+    result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=start != "reset" or bool(from_obs),
+                          start=start, from_observation=from_obs,
                           recorded_return=episode.episode_return,
                           replayed_return=float(np.sum(np.asarray(rewards, dtype=episode.rewards.dtype), dtype=np.float64)),
                           qpos_divergence=np.array(known) if known else None, obs_divergence=np.array(obs_div), ended_early=ended_early)
@@ -109,28 +117,65 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     return result
 
 
-def _start_row(env: VecEnv, episode: Episode) -> tuple[torch.Tensor | None, str]:
-    """The state row to start from and what it came from: the recorded row; else the env's reset state
-    with the recorded ``qpos`` and ``qvel`` (D4RL's infos) put in; else ``(None, "reset")``."""
+def _start_row(env: VecEnv, episode: Episode) -> tuple[torch.Tensor | None, str, tuple[str, ...]]:
+    """The state row to start from, what it came from and the components the task read from the first
+    observation: the recorded row; else the env's reset state with the recorded ``qpos`` and ``qvel``
+    (D4RL's infos, a robot's joint_state) and the task's state from the observation put in; else
+    ``(None, "reset", ())``."""
     now = env.get_state()  # type: ignore[attr-defined]
     if episode.state is not None:
-        row, start = torch.as_tensor(episode.state[0], dtype=torch.float64), "state"
+        row = torch.as_tensor(episode.state[0], dtype=torch.float64)
         expected = now["state"].shape[1]
         if row.shape[0] != expected:
             raise DatasetError(f"recorded state rows have {row.shape[0]} numbers, this env's have {expected}: "
                                "the episode comes from another model or task arguments")
-        return row, start
-    qpos, qvel = episode.infos.get("qpos"), episode.infos.get("qvel")
+        return row, "state", ()
     sim = getattr(env, "sim", None)
-    if qpos is None or qvel is None or sim is None:
-        return None, "reset"
-    row = now["state"][0].clone()
-    for name, recorded in (("qpos", qpos), ("qvel", qvel)):
-        if np.shape(recorded)[1:] != tuple(now[name].shape[1:]):
-            raise DatasetError(f"recorded {name} rows have shape {np.shape(recorded)[1:]}, this env's "
-                               f"{tuple(now[name].shape[1:])}: the episode comes from another model")
-        row[sim.state_slice(name)] = torch.as_tensor(recorded[0], dtype=torch.float64)
-    return row, "qpos/qvel"
+    if sim is None:
+        return None, "reset", ()
+    row, start = now["state"][0].clone(), "reset"
+    qpos, qvel = episode.infos.get("qpos"), episode.infos.get("qvel")
+    if qpos is not None and qvel is not None:
+        for name, recorded in (("qpos", qpos), ("qvel", qvel)):
+            if np.shape(recorded)[1:] != tuple(now[name].shape[1:]):
+                raise DatasetError(f"recorded {name} rows have shape {np.shape(recorded)[1:]}, this env's "
+                                   f"{tuple(now[name].shape[1:])}: the episode comes from another model")
+            row[sim.state_slice(name)] = torch.as_tensor(recorded[0], dtype=torch.float64)
+        start = "qpos/qvel"
+    from_obs = _task_state(env, sim, episode)
+    for name, value in from_obs.items():
+        row[sim.state_slice(name)] = value.to(row)
+    return (row if start != "reset" or from_obs else None), start, tuple(from_obs)
+
+
+def _task_state(env: VecEnv, sim: Any, episode: Episode) -> dict[str, torch.Tensor]:
+    """The task's state components its first recorded observation reports (``Task.state_from_observation``),
+    each flattened to its span of a state row; none for an env without such a task."""
+    task = getattr(env, "task", None)
+    read = getattr(task, "state_from_observation", None)
+    if not callable(read):
+        return {}
+    obs = {}
+    for group, space in env.observation_spec.items():
+        if group in episode.observations:
+            recorded = episode.observations[group]
+            if recorded.shape[1:] != space.shape:
+                raise DatasetError(f"recorded observation group '{group}' has rows of shape {recorded.shape[1:]}, "
+                                   f"this env's {space.shape}: the episode comes from another task")
+            obs[group] = torch.as_tensor(recorded[:1], device=env.device)
+    try:
+        state = read(obs)
+    except KeyError as err:
+        raise DatasetError(f"the episode has no observation group {err}, which {type(task).__name__} reads its "
+                           f"state from (groups: {sorted(episode.observations)})") from None
+    rows = {}
+    for name, value in state.items():
+        span = sim.state_slice(name)
+        if value.numel() != (width := span.stop - span.start):
+            raise ValueError(f"{type(task).__name__}.state_from_observation: '{name}' has {value.numel()} numbers, "
+                             f"a state row holds {width}: return one (1, ...) row per world of it")
+        rows[name] = value.detach().reshape(-1)
+    return rows
 
 
 def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) -> float:

@@ -23,7 +23,9 @@ controller trained here deploys unchanged.
 - Never terminates; truncated after 100 steps. Success: the fingertip is
   within ``success_distance`` (2 cm) of the target when the episode ends.
 - Reset: joints U(-0.1, 0.1) around the home pose (upper arm up, forearm
-  level), at rest; target uniform over a reachable shell in front of the arm.
+  level), at rest; target uniform over a reachable shell in front of the arm
+  (a replay of a robot's recording puts the recorded one back:
+  ``state_from_observation``).
 """
 
 from __future__ import annotations
@@ -105,8 +107,12 @@ def check_target(target: tuple[float, float, float]) -> None:
                          f"height {z:.3f} m, {from_shoulder:.3f} m from the shoulder")
 
 
+TARGET_IN_POLICY = slice(8, 11)
+"""Where :func:`reach_observation` puts the target in the ``policy`` group."""
+
+
 def reach_observation(q: torch.Tensor, qvel: torch.Tensor, target: torch.Tensor) -> Obs:
-    """The ``policy`` group from joint state and target, shared by sim and robot."""
+    """The ``policy`` group from joint state and target (at ``TARGET_IN_POLICY``), shared by sim and robot."""
     to_target = fingertip_position(q) - target
     return {"policy": torch.cat([q, qvel, target, to_target], dim=-1).float()}
 
@@ -153,6 +159,10 @@ class ArmReach(Task):
 
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         sim.set_mocap_pos(ids, sample_targets(len(ids), generator).unsqueeze(1))
+
+    def state_from_observation(self, obs: Obs) -> dict[str, torch.Tensor]:
+        """The target (the mocap body) as the observation reports it."""
+        return {"mocap_pos": obs["policy"][:, TARGET_IN_POLICY].double().unsqueeze(1)}
 
     def observations(self, sim: MujocoBackend) -> Obs:
         return reach_observation(sim.qpos.double(), sim.qvel.double(), self._target(sim))

@@ -80,3 +80,17 @@ def test_an_episode_with_only_d4rls_qpos_and_qvel_starts_from_them(recorded):
         episode.infos["qvel"] = episode.infos["qvel"][:, :3]
         with pytest.raises(DatasetError, match=r"recorded qvel rows have shape \(3,\), this env's \(6,\)"):
             replay(episode, env)
+
+
+def test_without_state_rows_the_task_puts_back_what_the_first_observation_reports(recorded):
+    """arm_reach's target is a mocap body the reset draws: an episode with only qpos and qvel (a robot's
+    recording) replays towards the target its first observation reports (Task.state_from_observation)."""
+    episode = recorded("arm_reach", 1, num_envs=1, seed=3)[0]
+    del episode.infos["state"]
+    with sims.make_env("arm_reach", num_envs=1, seed=5, num_threads=1) as env:
+        result = replay(episode, env)
+        assert result.start == "qpos/qvel" and result.from_observation == ("mocap_pos",) and result.restored
+        assert result.obs_divergence.max() < 1e-6 and abs(result.return_diff) < 1e-4  # the target's float32 rounding
+        episode.observations["policy"] = episode.observations["policy"][:, :11]
+        with pytest.raises(DatasetError, match=r"group 'policy' has rows of shape \(11,\), this env's \(14,\)"):
+            replay(episode, env)
