@@ -98,6 +98,14 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
                       "in its metadata)")
     if rate := rate_doubt(dataset.info.get("control_dt"), getattr(env, "control_dt", None)):
         doubts.append(rate)
+    spec = getattr(env, "task", None) if dataset.task == task else None  # our Task: its settings as attributes
+    plain = (bool, int, float, str)  # episode lengths, distances: settings that compare as they are
+    differ = {key: value for key, value in (dataset.info.get("task_kwargs") or {}).items()
+              if isinstance(value, plain) and isinstance(getattr(spec, key, None), plain) and getattr(spec, key) != value}
+    if differ:  # a robot recording's episode length or success distance: evaluation would run another task
+        doubts.append(f"it was recorded with task settings {', '.join(f'{k}={v}' for k, v in differ.items())}, the env "
+                      f"has {', '.join(f'{k}={getattr(spec, k)}' for k in differ)}; to run the task as it was "
+                      f"recorded, add {' '.join(f'env.kwargs.{k}={v}' for k, v in differ.items())}")
     if reads_rewards and dataset.info.get("rewards") == "absent":
         doubts.append("its source had no rewards (they are all 0), which this algorithm learns from: imitation "
                       "(bc, or the goal-conditioned algorithms, which relabel their own) learns from it")

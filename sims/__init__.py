@@ -141,13 +141,8 @@ def task_builder(task: str) -> Callable[..., Task]:
 def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     """The task ``task`` names, built with ``kwargs``: a setting it does not have, or a value of the wrong
     type for a dataclass task's field, is an error naming it (and the settings it has)."""
-    builder, fixed = task_builder(task), {}
-    whole = builder
-    if isinstance(builder, functools.partial):  # point_maze_medium = PointMaze with its layout fixed
-        builder, fixed = builder.func, builder.keywords
-    parameters = inspect.signature(builder).parameters.values()
-    allowed = sorted(p.name for p in parameters if p.kind is not p.VAR_KEYWORD and p.name not in fixed)
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)  # a factory passing **settings on
+    whole = task_builder(task)
+    builder, fixed, allowed, takes_any = _parameters(whole)
     unknown = [] if takes_any else sorted(set(kwargs) - set(allowed))
     if set(unknown) & set(fixed):
         key = sorted(set(unknown) & set(fixed))[0]
@@ -171,6 +166,25 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
     return spec
+
+
+def task_settings(task: str) -> list[str]:
+    """The settings (``env.kwargs``) our task or a task of one's own named ``task`` takes by name; none
+    for ``gym:`` and ``mjlab:`` ids, whose ``make`` takes whatever their env does."""
+    if task.startswith((GYM_PREFIX, MJLAB_PREFIX)):
+        return []
+    return _parameters(task_builder(task))[2]
+
+
+def _parameters(builder: Callable[..., Task]) -> tuple[Callable[..., Task], dict[str, Any], list[str], bool]:
+    """``builder`` unwrapped from a ``functools.partial``, the settings the partial fixes, the settings it
+    takes by name, and whether it passes any others on (a factory's ``**settings``)."""
+    fixed: dict[str, Any] = {}
+    if isinstance(builder, functools.partial):  # point_maze_medium = PointMaze with its layout fixed
+        builder, fixed = builder.func, builder.keywords
+    parameters = inspect.signature(builder).parameters.values()
+    allowed = sorted(p.name for p in parameters if p.kind is not p.VAR_KEYWORD and p.name not in fixed)
+    return builder, fixed, allowed, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:
@@ -215,4 +229,5 @@ def make_backend(
     return MujocoBackend(spec.model(), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
 
 
-__all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env", "resolve_backend"]
+__all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env", "resolve_backend",
+           "task_settings"]

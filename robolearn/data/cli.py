@@ -185,7 +185,7 @@ def _import(args: argparse.Namespace) -> int:
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
     from robolearn.data.minari_store import specs_of
-    from robolearn.data.recordings import read_recordings
+    from robolearn.data.recordings import read_recordings, recorded_task_settings
 
     if args.done != "terminal" and args.format != "lerobot":
         raise ValueError(f"--done is for LeRobot datasets; {args.format} files say terminals and timeouts apart")
@@ -194,12 +194,15 @@ def _import(args: argparse.Namespace) -> int:
     readers = {"d4rl": read_d4rl, "lerobot": lambda path: read_lerobot(path, args.done), "recording": read_recordings}
     episodes, meta = readers[args.format](args.path)
     specs = specs_of(episodes[0])
+    # A recording's task settings are what the robot ran; this command has no option to set others.
+    kwargs, others = recorded_task_settings(meta, args.task) if args.task and args.format == "recording" else ({}, {})
     if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
-        task_obs, action_spec = _task_specs(args.task, meta.get("control_dt"))
+        task_obs, action_spec = _task_specs(args.task, meta.get("control_dt"), kwargs,
+                                            f"{args.path / 'metadata.json'}: the recording's task settings")
         specs = ({**specs[0], **task_obs}, action_spec)
     meta |= {"source": f"{args.format}:{args.path.resolve()}"}
     if args.task:
-        meta["task"] = args.task
+        meta["task"], meta["task_kwargs"] = args.task, kwargs
     refs = ref_scores(args.task or args.path.stem) if args.format == "d4rl" else None
     for key, given, default in (("ref_min_score", args.ref_min, refs and refs[0]), ("ref_max_score", args.ref_max, refs and refs[1])):
         value = given if given is not None else meta.get(key, default)
@@ -218,8 +221,19 @@ def _import(args: argparse.Namespace) -> int:
         read_as, other, were = {"terminal": ("the task's end (no bootstrap)", "truncation", "time limits"),
                                 "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]
         print(f"next.done:   on each episode's last frame, read as {read_as}; --done {other} if they are {were}")
+    recorded = (meta.get("recording") or {}).get("task")
+    if kwargs or others:
+        print(f"task:        {args.task}" + (f" as recorded: {_settings(kwargs)}" if kwargs else "")
+              + (f" (not {args.task} settings, kept under recording only: {_settings(others)})" if others else ""))
+    elif isinstance(recorded, dict) and recorded and not args.task:
+        print(f"task:        not named; the recording's settings ({_settings(recorded)}) are kept under recording "
+              "only: import with --task (the controller's) to replay and evaluate with them")
     _warn_out_of_bounds(episodes, specs[1])
     return 0
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in settings.items())
 
 
 def _check_refs(low: float | None, high: float | None) -> None:
@@ -293,7 +307,12 @@ def _replay(args: argparse.Namespace) -> int:
                          f"(0 to {len(ds) - 1}; `robolearn dataset info {args.name}`)")
     args.episode %= len(ds)  # -1: the last; reported by its own number
     episode = ds[args.episode]
-    with sims.make_env(task, num_envs=1, seed=0, **ds.info.get("task_kwargs", {})) as env:
+    kwargs = dict(ds.info.get("task_kwargs") or {}) if task == ds.task else {}  # another task's would not fit
+    if kwargs:
+        print(f"task:        {task} with the dataset's settings: {_settings(kwargs)}")
+    elif task != ds.task and ds.info.get("task_kwargs"):
+        print(f"task:        {task} with its default settings (the dataset's are for {ds.task})")
+    with sims.make_env(task, num_envs=1, seed=0, **kwargs) as env:
         specs_ok = episode.actions.shape[1:] == env.action_spec.shape
         if not specs_ok:
             raise ValueError(f"dataset '{ds.id}' actions have shape {episode.actions.shape[1:]}, "
@@ -349,12 +368,20 @@ def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observa
         print(f"warning: --controller {source} was trained on '{trained}', recording it on '{task}'", file=sys.stderr)
 
 
-def _task_specs(task: str, control_dt: float | None = None) -> tuple[dict, Any]:
-    """The task's observation and action specs; a recording's ``control_dt`` that is not the task's is said."""
+def _task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,
+                where: str = "") -> tuple[dict, Any]:
+    """The specs of the task built with ``kwargs`` (settings from ``where``, which a refusal names); a
+    recording's ``control_dt`` that is not the task's is said."""
     import sims
     from robolearn.offline_runner import rate_doubt
 
-    with sims.make_env(task, num_envs=1, num_threads=1) as env:
+    try:
+        env = sims.make_env(task, num_envs=1, num_threads=1, **(kwargs or {}))
+    except (ValueError, TypeError) as err:
+        if not kwargs:
+            raise
+        raise ValueError(f"{where} ({_settings(kwargs)}) do not build task {task}: {err}") from None
+    with env:
         if doubt := rate_doubt(control_dt, env.control_dt):
             print(f"warning:     {doubt} ({task})")
         return env.observation_spec, env.action_spec

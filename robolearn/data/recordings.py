@@ -9,7 +9,10 @@ also ``infos/qpos`` and ``infos/qvel``, so ``dataset replay`` starts the simulat
 where the robot started. The directory's
 ``metadata.json`` (controller, robot, control period) is kept under
 ``recording``; episodes cut short by the end of a run (``interrupted``) are
-kept and listed in ``interrupted_episodes``.
+kept and listed in ``interrupted_episodes``. Its ``task`` settings (episode
+length, goal-step limit, success distance, frame skip) are what the robot ran:
+:func:`recorded_task_settings` picks those the named task takes, which an
+import with ``--task`` stores as the dataset's ``task_kwargs``.
 """
 
 from __future__ import annotations
@@ -71,6 +74,20 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
         if "controller" in meta["recording"]:
             meta["controller"] = meta["recording"]["controller"]
     return episodes, meta
+
+
+def recorded_task_settings(meta: dict[str, Any], task: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task settings of a recording's ``metadata.json`` (in ``meta`` from :func:`read_recordings`), split
+    into those ``task`` takes (its ``env.kwargs``, so a replay or an evaluation runs the task as the robot
+    did) and the rest (the robot's own, such as ``safety_max_step``)."""
+    import sims
+
+    settings = (meta.get("recording") or {}).get("task")
+    if not isinstance(settings, dict):
+        return {}, {}
+    takes = set(sims.task_settings(task))
+    return ({key: value for key, value in settings.items() if key in takes},
+            {key: value for key, value in settings.items() if key not in takes})
 
 
 def _warn_if_files_missing(directory: Path, files: list[Path]) -> None:

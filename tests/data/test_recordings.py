@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,67 @@ def test_a_recording_missing_an_episode_file_says_which(tmp_path):
     with pytest.warns(UserWarning, match=r"episode_00001.npz, episode_00004.npz missing \(2 of 5\); the others"):
         episodes, _ = read_recordings(out)
     assert len(episodes) == 3
+
+
+ROBOT_TASK = {"max_episode_steps": 120, "max_goal_step": 0.2, "success_distance": 0.03, "frame_skip": 10,
+              "safety_max_step": 0.2}  # metadata.json's task section, as `robolearn deploy` writes it
+
+
+def _robot_recording(out, task: dict | None = None) -> np.ndarray:
+    """One episode as deploy records a Dynamixel arm (a joint_state group, the task settings it ran: 120-step
+    episodes where the task's default is 100), played by the simulated arm; returns its policy observations."""
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, seed=1, max_episode_steps=120) as env:
+        run(RandomController(env, seed=1), env, rate_hz=0, episodes=1, close_env=False,
+            sink=EpisodeRecorder(out, metadata={"controller": "random", "control_dt": env.control_dt,
+                                                "task": ROBOT_TASK if task is None else task}))
+    file = out / "episode_00000.npz"
+    arrays = dict(np.load(file))
+    arrays["obs/joint_state"] = arrays["obs/policy"][:, :8]  # [q, qd] as the robot reads them (float32)
+    np.savez(file, **arrays)
+    return arrays["obs/policy"]
+
+
+def test_a_robot_recording_replays_in_sim_towards_its_own_target_with_its_task_settings(tmp_path, root, capsys):
+    """The import keeps the settings the robot ran (not safety_max_step, which is no task setting), and the
+    replay puts back the recorded target (a mocap body the env's reset would draw anew) with the joints:
+    the replayed observations and return then match the recording's."""
+    policy = _robot_recording(tmp_path / "deploy")
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1) as env:  # what the replay's reset draws
+        assert np.abs(env.reset(seed=0)["policy"][0, 8:11].numpy() - policy[0, 8:11]).max() > 0.01
+    assert main(["dataset", "import", str(tmp_path / "deploy"), "--format", "recording", "--task", "arm_reach",
+                 "--name", "robot"]) == 0
+    out = capsys.readouterr().out
+    assert "max_episode_steps=120, max_goal_step=0.2, success_distance=0.03, frame_skip=10" in out
+    assert "kept under recording only: safety_max_step=0.2" in out
+    ds = Dataset.load("robot")
+    assert ds.info["task_kwargs"] == {key: v for key, v in ROBOT_TASK.items() if key != "safety_max_step"}
+
+    assert main(["dataset", "replay", "robot", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "as the env's reset drew it" not in out  # the target, said of a replay that does not put it back
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["steps"] == result["recorded_steps"] == 120 and not result["ended_early"]  # not the default 100
+    assert result["start"] == "qpos/qvel" and result["from_observation"] == ["mocap_pos"]
+    assert result["obs_divergence_max"] < 1e-4  # float32 joints to start from; a target drawn anew is cm off
+    assert abs(result["return_diff"]) < 1e-3
+
+
+def test_recorded_task_settings_that_do_not_fit_the_task_are_refused_naming_the_file(tmp_path, root, capsys):
+    _robot_recording(tmp_path / "deploy", task={"max_episode_steps": "long"})
+    assert main(["dataset", "import", str(tmp_path / "deploy"), "--format", "recording", "--task", "arm_reach"]) == 2
+    assert ("metadata.json: the recording's task settings (max_episode_steps=long) do not build task arm_reach: "
+            "env.kwargs.max_episode_steps: expected int") in capsys.readouterr().err
+
+
+def test_training_on_a_recording_says_when_the_env_runs_other_task_settings(tmp_path, root):
+    from robolearn.offline_runner import check_dataset_fits
+
+    _robot_recording(tmp_path / "deploy")
+    assert main(["dataset", "import", str(tmp_path / "deploy"), "--format", "recording", "--task", "arm_reach",
+                 "--name", "robot"]) == 0
+    ds = Dataset.load("robot")
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1) as env, \
+            pytest.warns(UserWarning, match=r"max_episode_steps=120, success_distance=0.03, the env has "
+                                            r"max_episode_steps=100, success_distance=0.02; .* add "
+                                            r"env.kwargs.max_episode_steps=120 env.kwargs.success_distance=0.03"):
+        check_dataset_fits(ds, "arm_reach", env)
