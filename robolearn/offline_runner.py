@@ -98,7 +98,9 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
                       "in its metadata)")
     if rate := rate_doubt(dataset.info.get("control_dt"), getattr(env, "control_dt", None)):
         doubts.append(rate)
-    spec = getattr(env, "task", None) if dataset.task == task else None  # our Task: its settings as attributes
+    # Our Task's settings as attributes. Said to learners of the data's rewards and ends, which these settings
+    # defined; skill pretraining and imitation take play data from other settings on purpose.
+    spec = getattr(env, "task", None) if dataset.task == task and reads_rewards else None
     plain = (bool, int, float, str)  # episode lengths, distances: settings that compare as they are
     differ = {key: value for key, value in (dataset.info.get("task_kwargs") or {}).items()
               if isinstance(value, plain) and isinstance(getattr(spec, key, None), plain) and getattr(spec, key) != value}
