@@ -45,7 +45,11 @@ def train(cfg: TrainConfig, resume: str | Path | None = None,
           stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
     """Train ``cfg`` (or go on with the run directory ``resume``) until ``runner.total_steps`` or until
     ``stop(metrics)`` is true; export, evaluate and film it. See :func:`robolearn.runner.train`
-    (imported lazily: it pulls in sims and policies)."""
+    (imported lazily: it pulls in sims and policies).
+
+    ``stop`` gets each iteration's metrics as ``metrics.jsonl`` logs them: ``env_steps`` and ``iteration``
+    (offline runs: ``updates``), losses and timings, and ``return`` / ``success_rate`` only once episodes
+    have ended, so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``."""
     from pathlib import Path
 
     from robolearn.runner import train as _train

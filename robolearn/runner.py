@@ -458,7 +458,7 @@ class Runner:
                         self.save()
                     if ctrl_c_on_any_rank:
                         raise KeyboardInterrupt
-                    if stop is not None and stop(metrics):
+                    if stop is not None and self._asks_to_stop(stop, metrics):
                         break
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
@@ -471,6 +471,18 @@ class Runner:
             self._finish(result, logger)
             logger.close()
         return result
+
+    def _asks_to_stop(self, stop: Callable[[dict[str, float]], bool], metrics: dict[str, float]) -> bool:
+        """``stop`` asked with the iteration's metrics, ``env_steps`` and ``iteration``. If it raises (a
+        ``KeyError`` on ``return`` before any episode ended), the run is checkpointed first, so it can go on."""
+        try:
+            return bool(stop({"env_steps": self.progress.env_steps, "iteration": self.progress.iteration, **metrics}))
+        except Exception as err:
+            self.save()
+            err.add_note(f"raised by train()'s stop callback (metrics: {', '.join(sorted(metrics))}, env_steps, "
+                         f"iteration); the run was checkpointed at {self.progress.env_steps} env steps and goes on "
+                         f"with train(resume={str(self.run_dir)!r})")
+            raise
 
     def _pretrain(self, logger: RunLogger | None) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,

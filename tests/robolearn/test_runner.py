@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import robolearn.runner as runner_module
-from robolearn import load_config
+from robolearn import load_config, train
 from robolearn.checkpoint import CheckpointError, load_checkpoint, load_replay
 from robolearn.cli import main as cli
 from robolearn.evaluate import FiniteWatch, NonFiniteError
@@ -579,3 +581,23 @@ def test_a_decision_period_longer_than_an_episode_is_refused_by_its_key(tmp_path
                                           rf"\(env.max_episode_steps\): no decision would play out; lower agent.{key}"):
         Runner(cfg)
     assert not (tmp_path / "runs").exists()
+
+
+def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resume(tmp_path):
+    """train(stop=...) reads the counters metrics.jsonl logs; a callback that fails (a KeyError on 'return'
+    before any episode ended) is re-raised, saying so, after the run is checkpointed."""
+    seen = []
+    result = train(tiny(tmp_path), stop=lambda m: seen.append(m) or m["env_steps"] >= 2 * seen[0]["env_steps"])
+    assert [m["iteration"] for m in seen] == [1, 2] and seen[1]["env_steps"] == 2 * seen[0]["env_steps"]
+    assert result.evaluation is not None  # stopped early, then finished as a run does
+
+    def fails(metrics):
+        raise KeyError("return")
+
+    budget = f"runner.total_steps={2 * seen[0]['env_steps']}"
+    with pytest.raises(KeyError) as raised:
+        train(tiny(tmp_path / "again", "ppo", budget), stop=fails)
+    note = "\n".join(raised.value.__notes__)
+    run = Path(re.search(r"train\(resume='([^']+)'\)", note)[1])
+    assert "raised by train()'s stop callback" in note and (run / "checkpoints").is_dir()
+    assert train(tiny(tmp_path / "again", "ppo", budget), resume=run).run_dir == run  # it goes on from there
