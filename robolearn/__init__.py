@@ -41,20 +41,44 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'robolearn' has no attribute '{name}'")
 
 
-def train(cfg: TrainConfig, resume: str | Path | None = None,
-          stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
-    """Train ``cfg`` (or go on with the run directory ``resume``) until ``runner.total_steps`` or until
-    ``stop(metrics)`` is true; export, evaluate and film it. See :func:`robolearn.runner.train`
-    (imported lazily: it pulls in sims and policies).
+def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
+          stop: Callable[[dict[str, float]], bool] | None = None, overrides: Any = ()) -> RunResult:
+    """Train ``cfg`` until ``runner.total_steps`` or until ``stop(metrics)`` is true; export, evaluate and
+    film it. See :func:`robolearn.runner.train` (imported lazily: it pulls in sims and policies).
+
+    ``resume``: a run directory to go on with, as ``robolearn train --resume RUN [key=value ...]`` does:
+    ``train(resume=run)`` takes the run's own ``config.yaml`` with ``overrides`` applied
+    (``overrides={"runner.total_steps": 2_000_000}``); a ``cfg`` given instead is used as it is, and
+    each setting in which it differs from the run's is said.
 
     ``stop`` gets each iteration's metrics as ``metrics.jsonl`` logs them: ``env_steps`` and ``iteration``
     (offline runs: ``updates``), losses and timings, and ``return`` / ``success_rate`` only once episodes
     have ended, so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``."""
     from pathlib import Path
 
-    from robolearn.runner import train as _train
+    from robolearn.config import load_config
+    from robolearn.runner import train as _train, warn_if_config_differs
 
+    if cfg is None:
+        if resume is None:
+            raise TypeError("train() needs a config, load_config(...), or resume=<run directory>")
+        cfg = load_config(Path(resume) / "config.yaml", overrides)
+    elif overrides:
+        raise TypeError("overrides go with resume= alone; apply them to a config with load_config(name, overrides)")
+    elif resume is not None:
+        warn_if_config_differs(cfg, Path(resume))
     return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop)
+
+
+def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
+    """The env a run trained on (a run directory, or a config from :func:`load_config`): its task settings
+    (``env.kwargs``), randomization, delays and backend, as ``robolearn eval`` builds it. ``sims.make_env(task)``
+    builds the task's defaults instead. ``num_envs``: default the config's."""
+    from robolearn.config import TrainConfig, load_run_config
+    from robolearn.registry import make_env as _make_env
+
+    cfg = run if isinstance(run, TrainConfig) else load_run_config(run)
+    return _make_env(cfg.env, num_envs=num_envs, seed=seed)
 
 
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:
@@ -64,4 +88,4 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     return _load_controller(run_dir, env, exported)
 
 
-__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "load_config", "load_controller", "train"]
+__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "load_config", "load_controller", "make_env", "train"]

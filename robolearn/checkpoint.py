@@ -176,7 +176,12 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
     try:
         check_compatible(agent.state_dict(), payload["agent"])
     except CheckpointError as err:
-        saved, now = (payload.get("config") or {}).get("agent") or {}, (config or {}).get("agent") or {}
+        saved_cfg, now_cfg = payload.get("config") or {}, config or {}
+        saved_task, now_task = (saved_cfg.get("env") or {}).get("task"), (now_cfg.get("env") or {}).get("task")
+        if saved_task and now_task and saved_task != now_task:  # another task's observations: no agent key to blame
+            raise CheckpointError(f"{err}; the checkpoint was trained on task '{saved_task}', this run is on "
+                                  f"'{now_task}': resume with the run's own config") from None
+        saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
         changed = [key for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
         if not changed:
             raise

@@ -18,11 +18,10 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, load_config, read_yaml
+from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 
@@ -486,19 +485,12 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _flat(raw: Any, prefix: str = "") -> dict[str, Any]:
-    """A config as ``{"agent.gamma": 0.99, ...}``."""
-    if not isinstance(raw, dict):
-        return {prefix.rstrip("."): raw} if prefix else {}
-    return {k: v for key, value in raw.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-
-
 def _group_summary(done: list[tuple[Path, dict]]) -> str:
     """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json, when they are
     seeds of one setting; runs of one folder whose settings differ (overrides without name=) are named so."""
     import numpy as np
 
-    settings = [_flat(read_yaml(run / "config.yaml")) for run, _ in done]
+    settings = [flat_keys(read_yaml(run / "config.yaml")) for run, _ in done]
     seeds = [str(flat.pop("seed", "?")) for flat in settings]
     for flat in settings:  # where it was written and how it was logged do not change the result
         for key in [k for k in flat if k.split(".")[0] in ("run_dir", "logging")]:

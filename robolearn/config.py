@@ -183,6 +183,13 @@ def _task_of(raw: dict[str, Any]) -> Any:
     return env.get("task") if isinstance(env, dict) else None
 
 
+def flat_keys(raw: Any, prefix: str = "") -> dict[str, Any]:
+    """A config's plain data as ``{"agent.gamma": 0.99, ...}``: the keys overrides name."""
+    if not isinstance(raw, dict):
+        return {prefix.rstrip("."): raw} if prefix else {}
+    return {k: v for key, value in raw.items() for k, v in flat_keys(value, f"{prefix}{key}.").items()}
+
+
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
     path = Path(run_dir) / "config.yaml"

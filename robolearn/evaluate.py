@@ -81,6 +81,31 @@ class FiniteWatch:
 
 
 @torch.no_grad()
+def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3) -> None:
+    """An exported controller says how it was trained (``meta``: ``control_dt``, ``task_kwargs``): warn when
+    ``env`` steps at another rate or runs other task settings, say an env built with ``sims.make_env(task)``
+    (the task's defaults) for a run trained with ``env.kwargs`` (``robolearn.make_env(run)`` builds its own)."""
+    import math
+    import warnings
+
+    meta = getattr(controller, "meta", None) or {}
+    trained_dt = meta.get("control_dt")
+    if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):
+        warnings.warn(f"the controller was trained at {1 / trained_dt:g} Hz, the env steps at {1 / env.control_dt:g} Hz: "
+                      "its actions will act for another time than they learned to", stacklevel=stacklevel)
+    task = env
+    while not hasattr(task, "task") and hasattr(task, "env"):  # under randomization and delay wrappers
+        task = task.env
+    task = getattr(task, "task", None)
+    plain = (bool, int, float, str)
+    differ = {key: value for key, value in (meta.get("task_kwargs") or {}).items()
+              if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
+    if differ:
+        warnings.warn(f"the controller was trained with task settings {', '.join(f'{k}={v}' for k, v in differ.items())}, "
+                      f"the env has {', '.join(f'{k}={getattr(task, k)}' for k in differ)}: build the env as the run "
+                      "did (robolearn.make_env(run), or sims.make_env(task, **settings))", stacklevel=stacklevel)
+
+
 def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> dict[str, Any]:
     """Run until every env has finished one episode (``episodes`` envs at most).
 
@@ -91,6 +116,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
         raise ValueError(f"evaluate at least 1 episode (got {episodes})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
+    warn_if_trained_elsewhere(controller, env)
     obs = env.reset(seed=seed)
     controller.reset()
     returns = torch.zeros(env.num_envs, dtype=torch.float64)

@@ -54,7 +54,7 @@ import yaml
 from robolearn.checkpoint import (atomic_write_bytes, check_compatible, load_checkpoint, load_replay, restore_agent,
                                   rng_state, save_checkpoint, save_replay, set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
@@ -173,7 +173,9 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
     if done >= total and run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + total))
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
-                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more}")
+                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more} "
+                          f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
+                          f"overrides={{'runner.total_steps': {more}}}))")
 
 
 def _round_up(n: int) -> int:
@@ -710,7 +712,8 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         logger.close()
     if distributed.is_main():
         nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
-        print(f"\ninterrupted: checkpoint saved; continue with  robolearn train --resume {runner.run_dir}{nproc}")
+        print(f"\ninterrupted: checkpoint saved; continue with: robolearn train --resume {runner.run_dir}{nproc} "
+              f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
     return result
 
 
@@ -789,6 +792,20 @@ def _check_metrics(metrics: dict[str, float]) -> None:
     for key, value in metrics.items():
         if not np.isfinite(float(value)):
             raise NonFiniteError(f"update metric '{key}' is {float(value)}", ("update metric",))
+
+
+def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
+    """Say each setting in which ``cfg`` differs from ``run``'s own ``config.yaml`` (a resume from Python given
+    a freshly loaded config: the run's seed, name and overrides would be replaced without a word)."""
+    if not (run / "config.yaml").is_file():
+        return  # the runner says what is missing
+    own, given = flat_keys(to_dict(read_run_config(run))), flat_keys(to_dict(cfg))
+    changed = [key for key in sorted(set(own) | set(given)) if own.get(key) != given.get(key)]
+    if changed:
+        said = ", ".join(f"{key} {own.get(key)!r} -> {given.get(key)!r}" for key in changed[:8])
+        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+        warnings.warn(f"resuming {run} with a config that differs from its own config.yaml: {said}{more}; "
+                      "train(resume=run, overrides={...}) goes on with the run's own settings", stacklevel=3)
 
 
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:

@@ -25,11 +25,9 @@ control step and keep their queue or skill inside.
 
 from __future__ import annotations
 
-import math
 import signal
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,7 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from robolearn.evaluate import check_finite
+from robolearn.evaluate import check_finite, warn_if_trained_elsewhere
 from robolearn.interfaces import Obs, VecEnv
 
 
@@ -180,10 +178,7 @@ def run(
     """
     if steps is None and episodes is None:
         raise ValueError("run needs steps or episodes (or both) to know when to stop")
-    trained_dt = (getattr(controller, "meta", None) or {}).get("control_dt")  # an exported controller says
-    if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):
-        warnings.warn(f"the controller was trained at {1 / trained_dt:g} Hz, the env steps at {1 / env.control_dt:g} Hz: "
-                      "its actions will act for another time than they learned to", stacklevel=2)
+    warn_if_trained_elsewhere(controller, env)  # an exported controller says its rate and task settings
     paced_by_env = bool(getattr(env, "paced", False))
     rate = (1.0 / env.control_dt) if rate_hz is None else rate_hz
     stats = stats if stats is not None else LoopStats()

@@ -601,3 +601,26 @@ def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resum
     run = Path(re.search(r"train\(resume='([^']+)'\)", note)[1])
     assert "raised by train()'s stop callback" in note and (run / "checkpoints").is_dir()
     assert train(tiny(tmp_path / "again", "ppo", budget), resume=run).run_dir == run  # it goes on from there
+
+
+def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_changes(tmp_path):
+    """train(resume=run, overrides=...) is `robolearn train --resume RUN key=value`; a freshly loaded config
+    given with resume= is used, but each setting that differs from the run's is said; robolearn.make_env(run)
+    builds the env with the run's task settings, and another task's checkpoint is named as such."""
+    import robolearn
+    import sims
+
+    first = train(tiny(tmp_path, "ppo", "runner.total_steps=1", "env.kwargs.max_episode_steps=50", "seed=3"))
+    steps = read_metrics(first.run_dir)[-1]["env_steps"]
+    again = robolearn.train(resume=first.run_dir, overrides={"runner.total_steps": 2 * steps})
+    assert again.run_dir == first.run_dir and read_metrics(first.run_dir)[-1]["env_steps"] == 2 * steps
+    with pytest.warns(UserWarning, match=r"differs from its own config.yaml: .*env.kwargs.max_episode_steps 50 -> "
+                                         r"None.*seed 3 -> 0"):
+        with pytest.raises(ConfigError, match=r"already finished .*\(from Python: robolearn.train\(resume="):
+            robolearn.train(tiny(tmp_path, "ppo", f"runner.total_steps={2 * steps}"), resume=first.run_dir)
+    assert robolearn.make_env(first.run_dir, num_envs=2).max_episode_steps == 50
+    assert sims.make_env("cartpole", 2).max_episode_steps == 500  # the task's default, which make_env(run) is not
+    other = load_config("ppo_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled"])
+    with pytest.raises(CheckpointError, match="trained on task 'cartpole', this run is on 'pendulum'"), \
+            pytest.warns(UserWarning, match="env.task 'cartpole' -> 'pendulum'"):
+        robolearn.train(other, resume=first.run_dir)

@@ -1,6 +1,7 @@
 """The fixed-rate loop: drift-free ticks, overrun accounting, safe exits, recording."""
 
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -212,6 +213,22 @@ def test_a_controller_exported_at_another_rate_is_warned_about():
     env = sims.make_env("arm_reach", 1, seed=0)  # 50 Hz
     with pytest.warns(UserWarning, match="trained at 100 Hz, the env steps at 50 Hz"):
         run(FromFile(4), env, rate_hz=0, steps=2)
+
+
+def test_a_controller_trained_with_other_task_settings_is_warned_about():
+    """An env built with the task's defaults for a run trained with env.kwargs evaluates another task."""
+    from robolearn.evaluate import evaluate
+
+    class FromFile(Zero):
+        meta = {"control_dt": 0.02, "task_kwargs": {"max_episode_steps": 50, "success_distance": 0.02}}
+
+    env = sims.make_env("arm_reach", 2, seed=0, randomization={"mass_scale": [0.9, 1.1]})  # under a wrapper
+    with pytest.warns(UserWarning, match=r"trained with task settings max_episode_steps=50, the env has "
+                                         r"max_episode_steps=100: build the env as the run did \(robolearn.make_env"):
+        evaluate(FromFile(4), env, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the settings it was trained with: nothing to say
+        run(FromFile(4), sims.make_env("arm_reach", 1, seed=0, max_episode_steps=50), rate_hz=0, steps=2)
 
 
 def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_state(tmp_path):
