@@ -100,13 +100,11 @@ def pilot(task: str, run: Path | None) -> dict[str, float]:
 def dataset_writer(task: str, kind: str, env, run: Path | None, noise: float, refs: tuple[float, float],
                    root: Path | None, seed: int) -> DatasetWriter:
     """A writer for ``<task>-<kind>`` with the metadata every dataset here carries."""
-    from robolearn.data import DatasetWriter
+    from robolearn.data import DatasetWriter, env_metadata
 
-    metadata = {"task": task, "task_kwargs": {}, "controller": f"run:{run}" if run else "random",
-                "algorithm_name": "ppo" if run else "random", "source": "record (benchmarks/make_datasets.py)",
-                "noise": noise, "seed": seed, "num_envs": env.num_envs, "control_dt": env.control_dt,
-                "max_episode_steps": env.max_episode_steps, "ref_min_score": refs[0], "ref_max_score": refs[1],
-                "state": {"format": "mjSTATE_INTEGRATION", "size": int(env.get_state()["state"].shape[1])}}
+    metadata = env_metadata(env, task, controller=f"run:{run}" if run else "random",
+                            algorithm_name="ppo" if run else "random", source="record (benchmarks/make_datasets.py)",
+                            noise=noise, seed=seed, ref_min_score=refs[0], ref_max_score=refs[1])
     if kind == "medium-replay":
         metadata |= {"controller": f"run:{run} (its training rollouts)", "source": "PPO training run (make_datasets.py)"}
     return DatasetWriter(f"{task}-{kind}", env.observation_spec, env.action_spec, metadata=metadata, root=root,

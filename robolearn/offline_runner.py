@@ -94,7 +94,8 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
     doubts = []
     if dataset.task is None:
         doubts.append(f"it does not say which task it was recorded on, so only its shapes were checked against "
-                      f"'{task}'; to record that it is, import it with --task {task} (or write task={task!r} "
+                      f"'{task}'; to record that it is, import it with --task {task} (from Python: DatasetWriter(..., "
+                      f"metadata=robolearn.data.env_metadata(env, {task!r})), or write task={task!r} "
                       "in its metadata)")
     if rate := rate_doubt(dataset.info.get("control_dt"), getattr(env, "control_dt", None)):
         doubts.append(rate)

@@ -3,7 +3,8 @@
 Start with :class:`Dataset` (``load``, iteration, ``transitions``,
 ``normalized_score``). Datasets are Minari-format directories under
 :func:`datasets_root`; :class:`DatasetWriter` (and :meth:`Dataset.create`)
-write them atomically. :func:`record` fills a writer from any VecEnv,
+write them atomically. :func:`record` fills a writer from any VecEnv (give the writer
+``metadata=env_metadata(env, task)``, so the dataset says its task),
 :func:`replay` plays an episode's actions back on one.
 """
 
@@ -12,10 +13,10 @@ from robolearn.data.dataset import Dataset, merge, split
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.lerobot import read_lerobot
 from robolearn.data.minari_store import DatasetWriter, dataset_id, datasets_root, list_datasets
-from robolearn.data.record import RandomController, record
+from robolearn.data.record import RandomController, env_metadata, record
 from robolearn.data.recordings import read_recordings
 from robolearn.data.replay import ReplayResult, replay
 
 __all__ = ["Dataset", "DatasetError", "DatasetWriter", "Episode", "RandomController", "ReplayResult", "dataset_id",
-           "datasets_root", "list_datasets", "merge", "read_d4rl", "read_lerobot", "read_recordings", "record",
+           "datasets_root", "env_metadata", "list_datasets", "merge", "read_d4rl", "read_lerobot", "read_recordings", "record",
            "replay", "split", "write_d4rl"]

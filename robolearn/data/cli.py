@@ -119,8 +119,7 @@ def _info(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace) -> int:
     import sims
     from robolearn.data.minari_store import DatasetWriter
-    from robolearn.data.record import RandomController, record
-    from robolearn.data.recording_env import has_exact_state
+    from robolearn.data.record import RandomController, env_metadata, record
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
@@ -156,12 +155,8 @@ def _record(args: argparse.Namespace) -> int:
             _check_controller_fits(controller.meta, args.controller, task, env.observation_spec)
         kind = algorithm or ("random" if args.controller == "random" else "exported")
         name = args.name or f"{_slug(task)}-{kind}"
-        metadata = {"task": task, "task_kwargs": kwargs, "controller": controller_name, "algorithm_name": kind,
-                    "source": "record", "noise": args.noise, "seed": args.seed, "num_envs": args.num_envs,
-                    "control_dt": env.control_dt, "max_episode_steps": env.max_episode_steps,
-                    "ref_min_score": args.ref_min, "ref_max_score": args.ref_max}
-        if has_exact_state(env):
-            metadata["state"] = {"format": "mjSTATE_INTEGRATION", "size": int(env.get_state()["state"].shape[1])}
+        metadata = env_metadata(env, task, kwargs, controller=controller_name, algorithm_name=kind, source="record",
+                                noise=args.noise, seed=args.seed, ref_min_score=args.ref_min, ref_max_score=args.ref_max)
         with DatasetWriter(name, env.observation_spec, env.action_spec, metadata=metadata, root=args.root,
                            overwrite=args.overwrite, keep_partial=True) as writer:
             stats = record(controller, env, writer, args.episodes, noise=args.noise, seed=args.seed,

@@ -12,13 +12,15 @@ dimension (1 where the range is unbounded), added to the controller's action
 and clipped to the range; ``infos["commanded_actions"]`` then keeps the
 controller's own action. The bookkeeping of episodes is
 :class:`robolearn.data.recording_env.RecordingEnv`'s. Use the writer as a context manager with
-``keep_partial=True`` so Ctrl+C or an error keeps the episodes already done.
+``keep_partial=True`` so Ctrl+C or an error keeps the episodes already done, and give it
+:func:`env_metadata`, so the dataset says which task (and settings) it was recorded on.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,9 +28,24 @@ from tqdm import tqdm
 
 from robolearn.data.episode import Episode
 from robolearn.data.minari_store import DatasetWriter
-from robolearn.data.recording_env import RecordingEnv
+from robolearn.data.recording_env import RecordingEnv, has_exact_state
 from robolearn.interfaces import Obs, VecEnv
 from robolearn.runtime import Actor
+
+
+def env_metadata(env: VecEnv, task: str, task_kwargs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """What a dataset recorded on ``env`` should say about it, for ``DatasetWriter(metadata=...)``: the task
+    (its name and settings: what an offline run checks its env against and a replay rebuilds), the control
+    period, the episode length and, on our simulators, the state layout replays restore; ``extra`` on top
+    (controller, noise, reference scores...). ``robolearn dataset record`` writes the same::
+
+        DatasetWriter("pend-expert", env.observation_spec, env.action_spec, metadata=env_metadata(env, "pendulum"))
+    """
+    metadata = {"task": task, "task_kwargs": dict(task_kwargs or {}), "control_dt": env.control_dt,
+                "max_episode_steps": env.max_episode_steps, "num_envs": env.num_envs}
+    if has_exact_state(env):
+        metadata["state"] = {"format": "mjSTATE_INTEGRATION", "size": int(env.get_state()["state"].shape[1])}
+    return metadata | extra
 
 
 class RandomController:

@@ -78,3 +78,26 @@ def test_a_training_run_through_it_leaves_its_replay_buffer_as_a_dataset(tmp_pat
     # What the runner counted as its training returns is exactly what was stored.
     recorded = sorted(float(e.episode_return) for e in dataset)
     assert recorded == pytest.approx(sorted(runner.progress.recent_returns), rel=1e-5)
+
+
+def test_a_dataset_recorded_from_python_with_env_metadata_says_its_task(root):
+    """record() from Python with env_metadata: the dataset names its task and settings, control period and
+    state layout as `robolearn dataset record` writes them, so an offline run has nothing to doubt."""
+    from robolearn.data import env_metadata, record
+    from robolearn.data.record import RandomController
+    from robolearn.offline_runner import _doubts
+
+    with sims.make_env("pendulum", num_envs=2, seed=0, num_threads=1, max_episode_steps=20) as env:
+        metadata = env_metadata(env, "pendulum", {"max_episode_steps": 20}, controller="random")
+        with DatasetWriter("py", env.observation_spec, env.action_spec, root=root, metadata=metadata) as writer:
+            record(RandomController(env), env, writer, episodes=2, progress=False)
+        dataset = Dataset.load("py", root)
+        assert dataset.task == "pendulum" and dataset.info["task_kwargs"] == {"max_episode_steps": 20}
+        assert dataset.info["control_dt"] == env.control_dt and dataset.info["controller"] == "random"
+        assert dataset.info["state"]["size"] == env.get_state()["state"].shape[1]
+        assert _doubts(dataset, "pendulum", env, reads_rewards=True) == []
+        bare = DatasetWriter("bare", env.observation_spec, env.action_spec, root=root)
+        with bare as writer:
+            record(RandomController(env), env, writer, episodes=2, progress=False)
+        said = _doubts(Dataset.load("bare", root), "pendulum", env, reads_rewards=True)
+        assert "metadata=robolearn.data.env_metadata(env, 'pendulum')" in said[0]
