@@ -91,7 +91,8 @@ def make_env(
         from sims.adapters.gymnasium import GymVecEnv
 
         if randomization:
-            raise ValueError("env.randomization needs one of our tasks; Gymnasium envs cannot be randomized here")
+            raise ValueError("env.randomization needs one of our tasks; Gymnasium envs cannot be randomized here "
+                             "(a config that randomizes, run on a gym: task: add the override env.randomization={})")
         if backend != "mujoco":
             raise ValueError(f"env.backend={backend} needs one of our tasks; Gymnasium envs bring their own simulator")
         device = resolve_backend("mujoco", device)[1]  # a missing GPU is refused here, not at the first reset
@@ -100,7 +101,9 @@ def make_env(
         from sims.adapters.mjlab import MjlabVecEnv
 
         if randomization:
-            raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events")
+            raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events "
+                             "(a config that randomizes, such as ppo_go1_flat, on an mjlab: task: add the override "
+                             "env.randomization={})")
         device = resolve_backend("mujoco", device)[1]
         return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     buffers = {key: task_kwargs.pop(key) for key in WARP_BUFFERS if key in task_kwargs}

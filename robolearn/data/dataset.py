@@ -55,6 +55,7 @@ def how_to_make(name: str, root: str | Path | None = None) -> str:
         if match and _makeable(match.groupdict(), CONFIG_DIR):
             return f"make it with `python {where}/{command.format(**match.groupdict())}{root_flag}`"
     return (f"record it with `robolearn dataset record --run RUN --episodes 100 --name {base}{root_flag}` "
+            "(from Python: robolearn.data.record into a DatasetWriter given robolearn.data.env_metadata) "
             "or import one (`robolearn dataset import PATH --format d4rl|lerobot|recording`)")
 
 
@@ -86,7 +87,7 @@ class Dataset:
         path = dataset_dir(name, root)
         if not path.is_dir():
             known = list_datasets(root)
-            close = difflib.get_close_matches(dataset_id(name), known, n=1)
+            close = difflib.get_close_matches(dataset_id(name), known, n=1, cutoff=0.8)  # a typo, not a shared '-expert-v0'
             hint = f"did you mean '{close[0]}'? or " if close else ""
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
                                f"{hint}{how_to_make(name, root)}; see `robolearn dataset list`")

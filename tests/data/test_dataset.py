@@ -221,6 +221,9 @@ def test_a_misspelt_name_suggests_the_dataset_that_is_there(recorded):
     recorded("pendulum", 1, name="pendulum-swing", num_envs=1, max_episode_steps=5)
     with pytest.raises(DatasetError, match="did you mean 'pendulum-swing-v0'"):
         Dataset.load("pendulum-swnig")
+    with pytest.raises(DatasetError) as err:  # another dataset of the same kind is no typo of it
+        Dataset.load("arm-swing")
+    assert "did you mean" not in str(err.value) and "robolearn.data.env_metadata" in str(err.value)
 
 
 def test_a_corrupt_dataset_file_is_a_one_line_error(recorded, capsys):
