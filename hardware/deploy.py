@@ -22,7 +22,7 @@ import signal
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from robolearn.runtime import LoopStats, as_ctrl_c, run
 from sims.tasks.arm_reach import ArmReach
 
 TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
-"""The task settings a deployment reports (the rest are reward weights)."""
+"""The task settings that must be positive and finite on a robot (the rest are reward weights and the like)."""
 
 
 def run_task(run_dir: Path, meta: dict[str, Any]) -> ArmReach:
@@ -149,7 +149,10 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:
-    return {**{key: getattr(robot.task, key) for key in TASK_KEYS}, "safety_max_step": robot.safety_cfg.max_step}
+    """Every setting of the task the robot ran (its reward weights too, so an import of the recording scores
+    it as the robot did), and the jump limit the safety layer ran with."""
+    settings = {f.name: getattr(robot.task, f.name) for f in fields(robot.task) if f.init}
+    return {**settings, "safety_max_step": robot.safety_cfg.max_step}
 
 
 def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:

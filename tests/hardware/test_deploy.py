@@ -105,11 +105,14 @@ def test_emergency_stop_writes_deploy_json_and_names_the_recording(run_dir, make
 
 
 def test_deploy_runs_the_task_the_run_was_trained_with(run_dir, make_emulator):
-    write_run_config(run_dir, "env.kwargs.max_episode_steps=40", "env.kwargs.max_goal_step=0.05")
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=40", "env.kwargs.max_goal_step=0.05",
+                     "env.kwargs.reward_smooth_weight=0.25")
     emulator = make_emulator(realtime=True)
     summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=2, seed=0, safety=PATIENT)
     assert summary["loop"]["steps"] == 80 and summary["episodes"] == 2  # 40-step episodes, as trained
     assert summary["task"]["max_goal_step"] == 0.05 and summary["task"]["safety_max_step"] == 0.05
+    recorded = json.loads((Path(summary["recording"]) / "metadata.json").read_text())["task"]
+    assert recorded["reward_smooth_weight"] == 0.25  # every setting: an import scores the steps as the robot did
     episode = load_episode(Path(summary["recording"]) / "episode_00000.npz")
     assert episode["actions"].shape == (40, 4)
     steps = np.abs(np.diff(np.vstack([np.zeros(4), episode["actions"]]), axis=0))
