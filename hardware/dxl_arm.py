@@ -17,6 +17,9 @@ layer's jump limit to it: the robot never allows larger goal steps than the
 controller was trained under. A fixed ``target`` must lie in the range the task
 samples targets from (``sims.tasks.arm_reach.TARGET_RANGE``).
 
+A robot config that names a ``control_dt`` must agree with the task's
+(``frame_skip`` x 2 ms), or the arm is refused.
+
 The safety settings are the ``safety`` given, else the robot config's ``safety:``
 section, else :class:`~hardware.safety.SafetyConfig`'s defaults. The config's motors
 must drive the MJCF's actuated joints in actuator order (the order of the
@@ -74,6 +77,10 @@ class DynamixelArm(Robot):
         self.bus = DynamixelBus(self.port, calibration, baudrate=config.baudrate, retries=retries,
                                 watchdog_ms=min(2540, round(1000 * stop_after_s)))
         control_dt = self.task.frame_skip * 0.002  # the MJCF's timestep: train and deploy at one rate
+        if config.control_dt is not None and abs(config.control_dt - control_dt) > 1e-9:
+            raise ValueError(f"the robot config's control_dt is {config.control_dt} s, but the task runs at "
+                             f"{control_dt:g} s (frame_skip {self.task.frame_skip}): deploy a controller trained at "
+                             "the config's rate, or change its control_dt")
         super().__init__(joint_low=calibration.min_positions, joint_high=calibration.max_positions,
                          home=np.zeros(4), control_dt=control_dt, max_episode_steps=self.task.max_episode_steps,
                          safety=safety, joint_names=calibration.joints)

@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("kind", choices=["dynamixel"])
     p.add_argument("--robot", default="dxl_arm", help="robot config: a YAML path or a name in configs/robots/")
     p.add_argument("--lockstep", action="store_true", help="advance physics per goal write, not wall clock")
+    p.add_argument("--step-dt", type=float, metavar="SECONDS",
+                   help="with --lockstep: physics per goal write; default: the robot config's control_dt, else 0.02")
     for name in ("mass-scale", "damping-scale", "friction-scale", "gain-scale"):
         p.add_argument(f"--{name}", type=float, default=1.0, help="reality differs from the MJCF by this factor")
     p.add_argument("--latency", type=float, default=0.0, help="actuation latency of the emulated servos (s)")
@@ -634,7 +636,8 @@ def _emulate(args: argparse.Namespace) -> int:
     argv = ["--robot", str(robot_config_path(args.robot)), "--latency", str(args.latency)]
     for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    return emulate(argv + (["--lockstep"] if args.lockstep else []))
+    argv += ["--lockstep"] if args.lockstep else []
+    return emulate(argv + ([] if args.step_dt is None else [f"--step-dt={args.step_dt}"]))
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -8,7 +8,9 @@ there is one place to look):
 
 The robot YAML (e.g. ``configs/robots/dxl_arm.yaml``) holds where the bus is
 (``port``, ``baudrate``), the MJCF the emulator plays (``model_xml``), one
-entry per motor under ``motors`` and, optionally, the safety layer's settings
+entry per motor under ``motors``, optionally the control period the arm runs at
+(``control_dt``, s: the emulator's lockstep advances it per goal write, and
+deploy refuses a controller trained at another) and the safety layer's settings
 under ``safety`` (the fields of :class:`hardware.safety.SafetyConfig`, e.g. the
 ``safe_pose`` to park in before torque off). Every key is validated; errors name the key.
 """
@@ -150,11 +152,12 @@ class RobotConfig:
     baudrate: int = 1_000_000
     model_xml: str = "sims/assets/dxl_arm.xml"  # relative paths are from the repository root
     safety: SafetyConfig | None = None  # None: SafetyConfig's defaults
+    control_dt: float | None = None  # s per control step; None: the task's (arm_reach: 0.02)
 
     @classmethod
     def load(cls, path: str | Path) -> RobotConfig:
         data = _read_yaml(Path(path))
-        allowed = {"port", "baudrate", "model_xml", "motors", "safety"}
+        allowed = {"port", "baudrate", "model_xml", "motors", "safety", "control_dt"}
         for key in data:
             if key not in allowed:
                 raise CalibrationError(f"{path}: unknown key '{key}' (allowed: {sorted(allowed)})")
@@ -171,6 +174,10 @@ class RobotConfig:
                                    f"({', '.join(map(str, BAUD_CODES))}), got {baudrate!r}")
         if not isinstance(model_xml, str):
             raise CalibrationError(f"{path}: 'model_xml' must be a string, got {model_xml!r}")
+        control_dt = data.get("control_dt")
+        if control_dt is not None and (not isinstance(control_dt, (int, float)) or isinstance(control_dt, bool)
+                                       or not math.isfinite(control_dt) or control_dt <= 0):
+            raise CalibrationError(f"{path}: 'control_dt' must be a positive number of seconds, got {control_dt!r}")
         safety = None
         if data.get("safety") is not None:  # an empty `safety:` is the defaults
             try:
@@ -179,13 +186,16 @@ class RobotConfig:
             except ValueError as err:
                 message = str(err) if str(err).startswith(str(path)) else f"{path}: {err}"
                 raise CalibrationError(message) from None
-        return cls(calibration, port, baudrate, model_xml, safety)
+        return cls(calibration, port, baudrate, model_xml, safety,
+                   None if control_dt is None else float(control_dt))
 
     def save(self, path: str | Path) -> None:
         data: dict[str, Any] = {"port": self.port, "baudrate": self.baudrate, "model_xml": self.model_xml,
                                 "motors": self.calibration.to_list()}
         if self.safety is not None:
             data["safety"] = self.safety.to_mapping()
+        if self.control_dt is not None:
+            data["control_dt"] = self.control_dt
         _atomic_write_yaml(Path(path), data)
 
 

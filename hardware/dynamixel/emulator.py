@@ -17,16 +17,35 @@ both times ``PhysicsOverrides.gain_scale``. Torque off zeroes both: the joint is
 passive (damping and friction remain). Present_Current is the actuator force
 over the XM430-W350 torque constant (4.1 N m stall at 2.3 A).
 
+Motor. The servo is a DC motor behind a gearbox: the torque it can give falls
+linearly with speed, from the stall torque (the MJCF's forcerange, 4.1 N m) at
+rest to zero at the no-load speed (46 rpm = 4.82 rad/s at 12 V). Each physics
+step clamps the PD force to that line for the joint's present speed, so a large
+goal step moves the joint at most at the no-load speed (the bare MJCF actuator
+reaches 17-27 rad/s); braking against the motion may use up to the stall torque.
+
+Velocity profile (position mode). Profile_Velocity 0 (the default) moves the
+goal at once and the joint as fast as the motor allows; a nonzero value, at
+most Velocity_Limit (a larger write is refused with a data-limit error, as is a
+Goal_Velocity beyond it), moves the actuator's target toward the goal at that
+speed (the e-Manual's rectangular profile; Profile_Acceleration is ignored).
+Velocity_Limit itself bounds only those two items: it does not slow the joint.
+
 Timing. ``realtime=True`` advances the physics to the wall clock at each packet
 (at most ``MAX_CATCH_UP_S`` at once); ``realtime=False`` advances ``step_dt``
-per packet that writes Goal_Position (lockstep, deterministic). A servo answers
-after Return_Delay_Time plus the packet's wire time at the baud rate.
+per packet that writes Goal_Position (lockstep, deterministic): ``from_config``
+and ``main`` take it from ``--step-dt``, else the robot config's ``control_dt``,
+else 0.02 s. A step that is not a whole number of MuJoCo timesteps is refused,
+not rounded: rounded, the physics would run at a rate the controller does not.
+A servo answers after Return_Delay_Time plus the packet's wire time at the baud
+rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import random
 import select
@@ -39,8 +58,10 @@ import tty
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mujoco
+import numpy as np
 
 from . import protocol as p
 from .control_table import (
@@ -58,9 +79,15 @@ from .control_table import (
     ticks_to_rad,
 )
 
+if TYPE_CHECKING:
+    from .calibration import RobotConfig
+
 DEFAULT_P_GAIN = 800
 KV_PER_D_UNIT = 0.0025  # N m s/rad added per Position_D_Gain unit
-TORQUE_PER_AMP = 4.1 / 2.3  # XM430-W350 at 12 V: stall torque over stall current
+STALL_TORQUE = 4.1  # N m, XM430-W350 at 12 V (where the MJCF sets no forcerange)
+TORQUE_PER_AMP = STALL_TORQUE / 2.3  # XM430-W350 at 12 V: stall torque over stall current
+NO_LOAD_SPEED = 46 * 2 * math.pi / 60  # rad/s, XM430-W350 at 12 V (46 rpm)
+DEFAULT_STEP_DT = 0.02  # s of physics per goal write in lockstep: arm_reach's control period
 MAX_CATCH_UP_S = 0.5  # realtime: never simulate more than this per packet
 QUIET_RESYNC_S = 0.01  # a partial packet this old was garbage
 FIRMWARE_VERSION = 48
@@ -158,27 +185,43 @@ class DynamixelEmulator:
         physics: PhysicsOverrides | None = None,
         faults: Faults | None = None,
         realtime: bool = True,
-        step_dt: float = 0.02,
+        step_dt: float = DEFAULT_STEP_DT,
+        no_load_speed: float = NO_LOAD_SPEED,
     ) -> None:
+        """``step_dt``: s of physics per goal write when not ``realtime``; ``no_load_speed`` (rad/s) ends the
+        motors' torque-speed line (``math.inf``: no speed limit, the bare MJCF actuator)."""
         if baudrate not in BAUD_CODES:
             raise ValueError(f"baudrate {baudrate} is not an X-series rate ({sorted(BAUD_CODES)})")
+        if not no_load_speed > 0:
+            raise ValueError(f"no_load_speed must be > 0 rad/s, got {no_load_speed}")
         self.physics = physics or PhysicsOverrides()
         self.faults = faults or Faults()
         self.realtime = realtime
-        self.step_dt = step_dt
         self.baudrate = baudrate
+        self.no_load_speed = no_load_speed
         model_xml = Path(model_xml)
         if not model_xml.is_absolute() and not model_xml.exists():
             model_xml = REPO_ROOT / model_xml  # robot YAMLs name models relative to the repository
         self.model = mujoco.MjModel.from_xml_path(str(model_xml))
         self.data = mujoco.MjData(self.model)
+        self.step_dt = step_dt
+        self._lockstep_steps = 0 if realtime else lockstep_steps(step_dt, self.model.opt.timestep)
         self._apply_physics_overrides()
         self._kp0 = self.model.actuator_gainprm[:, 0].copy()
         self._kv0 = -self.model.actuator_biasprm[:, 2].copy()
         self._servos: dict[int, _Servo] = {}
         for servo_id, joint in servos.items():
             self._servos[servo_id] = self._make_servo(servo_id, joint, model_number)
+        self._actuators = np.array([s.actuator for s in self._servos.values()], dtype=int)
+        self._dofs = np.array([s.dof for s in self._servos.values()], dtype=int)
+        m = self.model  # the MJCF's forcerange is the stall torque; one that sets none gets the XM430's
+        self._stall_torque = np.where(m.actuator_forcelimited[self._actuators], m.actuator_forcerange[self._actuators, 1],
+                                      STALL_TORQUE)
+        m.actuator_forcelimited[self._actuators] = 1
+        self._target = self.data.ctrl.copy()  # the goal each actuator's velocity profile moves toward (rad)
+        self._profile_speed = np.full(m.nu, np.inf)  # rad/s per actuator; inf: Profile_Velocity 0, no profile
         self._pending: collections.deque[tuple[float, int, float]] = collections.deque()
+        self._limit_torque()
         mujoco.mj_forward(self.model, self.data)
         for servo in self._servos.values():
             self._hold(servo)
@@ -195,6 +238,18 @@ class DynamixelEmulator:
         self.replies = 0  # status packets sent
         self.dropped = 0  # status packets dropped by the fault
         self.corrupted = 0  # status packets sent with a bad CRC
+
+    @classmethod
+    def from_config(cls, config: RobotConfig, *, lockstep: bool = False, step_dt: float | None = None,
+                    physics: PhysicsOverrides | None = None) -> DynamixelEmulator:
+        """The servos of a robot config. Lockstep advances ``step_dt`` per goal write, by default the config's
+        ``control_dt`` (else ``DEFAULT_STEP_DT``): the period the arm's controller writes goals at."""
+        if step_dt is not None and not lockstep:  # ValueError, as robolearn emulate reports refused settings
+            raise ValueError("--step-dt sets the physics per goal write in lockstep: add --lockstep")
+        motors = config.calibration.motors
+        period = step_dt if step_dt is not None else config.control_dt or DEFAULT_STEP_DT
+        return cls(config.model_xml, {m.id: m.joint for m in motors}, motors[0].model_number, config.baudrate,
+                   physics=physics, realtime=not lockstep, step_dt=period)
 
     # ----------------------------------------------------------------- setup
 
@@ -294,7 +349,8 @@ class DynamixelEmulator:
                 self.data.qpos[servo.qpos] = q
                 self.data.qvel[servo.dof] = 0.0
                 servo.set("Goal_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
-                self.data.ctrl[servo.actuator] = q
+                self.data.ctrl[servo.actuator] = self._target[servo.actuator] = q
+            self._limit_torque()
             mujoco.mj_forward(self.model, self.data)
 
     def state(self) -> dict[int, ServoState]:
@@ -507,6 +563,9 @@ class DynamixelEmulator:
                 ticks = value - servo.get("Homing_Offset")
                 if not servo.get("Min_Position_Limit") <= ticks <= servo.get("Max_Position_Limit"):
                     return p.ERR_DATA_LIMIT, False
+            if item.name in ("Profile_Velocity", "Goal_Velocity"):  # Velocity_Limit bounds these two, no more
+                if abs(value) > values.get("Velocity_Limit", servo.get("Velocity_Limit")):
+                    return p.ERR_DATA_LIMIT, False
             values[item.name] = value
         for name, value in values.items():
             self._apply(servo, name, value)
@@ -522,7 +581,10 @@ class DynamixelEmulator:
         elif name in ("Torque_Enable", "Position_P_Gain", "Position_D_Gain"):
             self._set_gains(servo)
             if name == "Torque_Enable":
+                self.data.ctrl[servo.actuator] = self.data.qpos[servo.qpos]  # a profile starts where the joint is
                 self._command(servo, ticks_to_rad(servo.get("Goal_Position") - servo.get("Homing_Offset")))
+        elif name in ("Profile_Velocity", "Velocity_Limit"):
+            self._set_profile(servo)
         elif name == "Bus_Watchdog":
             servo.watchdog_since = time.monotonic()
 
@@ -531,6 +593,7 @@ class DynamixelEmulator:
         for item in ITEMS:
             if not item.eeprom:
                 servo.set(item.name, item.default)
+        self._set_profile(servo)
         self._hold(servo)
 
     def _apply_alerts(self) -> None:
@@ -554,26 +617,58 @@ class DynamixelEmulator:
         self.model.actuator_biasprm[a, 1] = -kp
         self.model.actuator_biasprm[a, 2] = -kv
 
+    def _set_profile(self, servo: _Servo) -> None:
+        """The speed the actuator's target moves at: Profile_Velocity clipped to Velocity_Limit; 0 is no profile."""
+        units = min(servo.get("Profile_Velocity"), servo.get("Velocity_Limit"))
+        self._profile_speed[servo.actuator] = units * RAD_S_PER_VELOCITY_UNIT if units > 0 else np.inf
+
     def _command(self, servo: _Servo, q: float) -> None:
-        """Send a target angle to the actuator, after the configured actuation latency."""
+        """Send a goal angle to the actuator, after the configured actuation latency."""
         if self.physics.actuation_latency > 0:
             self._pending.append((self.data.time + self.physics.actuation_latency, servo.actuator, q))
         else:
-            self.data.ctrl[servo.actuator] = q
+            self._set_target(servo.actuator, q)
+
+    def _set_target(self, actuator: int, q: float) -> None:
+        """A new goal: the actuator takes it at once, or its velocity profile moves toward it step by step."""
+        self._target[actuator] = q
+        if self._profile_speed[actuator] == np.inf:
+            self.data.ctrl[actuator] = q
 
     def _hold(self, servo: _Servo) -> None:
         """Goal := present position, gains from the table: the servo stays where it is."""
         q = float(self.data.qpos[servo.qpos])
         servo.set("Goal_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
         self._pending = collections.deque(x for x in self._pending if x[1] != servo.actuator)
-        self.data.ctrl[servo.actuator] = q
+        self.data.ctrl[servo.actuator] = self._target[servo.actuator] = q
         self._set_gains(servo)
 
-    def _step(self, seconds: float) -> None:
-        for _ in range(max(0, round(seconds / self.model.opt.timestep))):
+    def _limit_torque(self) -> None:
+        """Clamp each servo's force to its DC motor's torque-speed line at the joint's present speed.
+
+        At full voltage a DC motor gives tau_stall * (1 - qd / w0) forward and -tau_stall * (1 + qd / w0)
+        in reverse (``motor_torque_bounds``). The braking side (force against the motion) would exceed the
+        stall torque: it is capped there, as the servo's current limit does; a joint driven past w0 (by
+        gravity) gets a negative upper bound, so the motor can only brake it. Why forcerange: MuJoCo
+        already clamps the position actuator's PD force to it, so updating it per step keeps MuJoCo's PD
+        law (and its implicit damping) untouched, and actuator_force, read as Present_Current, is the
+        clamped torque. The speed is the step's starting one; that explicit update is stable while
+        timestep * tau_stall / (w0 * inertia) < 1 (under 0.15 for dxl_arm, armature 0.012 kg m^2).
+        """
+        low, high = motor_torque_bounds(self.data.qvel[self._dofs], self._stall_torque, self.no_load_speed)
+        self.model.actuator_forcerange[self._actuators, 0] = low
+        self.model.actuator_forcerange[self._actuators, 1] = high
+
+    def _step(self, steps: int) -> None:
+        """Advance ``steps`` MuJoCo timesteps: due latent goals, velocity profiles, motor limits, physics."""
+        dt = self.model.opt.timestep
+        for _ in range(steps):
             while self._pending and self._pending[0][0] <= self.data.time:
                 _, actuator, q = self._pending.popleft()
-                self.data.ctrl[actuator] = q
+                self._set_target(actuator, q)
+            ctrl, reach = self.data.ctrl, self._profile_speed * dt  # inf where no profile runs
+            ctrl += np.clip(self._target - ctrl, -reach, reach)
+            self._limit_torque()
             mujoco.mj_step(self.model, self.data)
 
     def _advance_realtime(self) -> None:
@@ -583,11 +678,11 @@ class DynamixelEmulator:
         if lag > MAX_CATCH_UP_S:
             self._t0 += lag - MAX_CATCH_UP_S
             lag = MAX_CATCH_UP_S
-        self._step(int(lag / self.model.opt.timestep) * self.model.opt.timestep)
+        self._step(int(lag / self.model.opt.timestep))
 
     def _lockstep(self, goals_written: bool) -> None:
         if goals_written and not self.realtime:
-            self._step(self.step_dt)
+            self._step(self._lockstep_steps)
 
     def _check_watchdogs(self, now: float) -> None:
         for servo in self._servos.values():
@@ -602,10 +697,33 @@ class DynamixelEmulator:
         velocity = _saturate(round(qd / RAD_S_PER_VELOCITY_UNIT), TABLE["Present_Velocity"].size)
         force = float(self.data.actuator_force[servo.actuator])
         servo.set("Present_Position", rad_to_ticks(q) + servo.get("Homing_Offset"))
+        servo.set("Position_Trajectory", rad_to_ticks(float(self.data.ctrl[servo.actuator])) + servo.get("Homing_Offset"))
         servo.set("Present_Velocity", velocity)
         servo.set("Present_Current", _saturate(round(force / TORQUE_PER_AMP / CURRENT_UNIT_A), TABLE["Present_Current"].size))
         servo.set("Moving", int(abs(velocity) > servo.get("Moving_Threshold")))
         servo.set("Realtime_Tick", int(self.data.time * 1000) % 32768)
+
+
+def motor_torque_bounds(velocity: np.ndarray | float, stall_torque: np.ndarray | float,
+                        no_load_speed: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lowest, highest) torque a DC motor gives at ``velocity``: the line from the stall torque at rest to
+    zero at the no-load speed, each side capped at the stall torque (braking, or driven past no-load)."""
+    ratio = np.asarray(velocity, dtype=np.float64) / no_load_speed
+    return -stall_torque * np.clip(1 + ratio, -1, 1), stall_torque * np.clip(1 - ratio, -1, 1)
+
+
+def lockstep_steps(step_dt: float, timestep: float) -> int:
+    """MuJoCo timesteps per lockstep goal write. Refuses a non-positive or non-finite ``step_dt`` and one that
+    is not a whole number of timesteps: rounded, the physics would run at a rate the controller does not."""
+    if not (math.isfinite(step_dt) and step_dt > 0):
+        raise ValueError(f"the lockstep step (--step-dt) must be a positive, finite number of seconds, got {step_dt}")
+    steps = round(step_dt / timestep)
+    if steps < 1 or abs(steps * timestep - step_dt) > 1e-9:
+        near = sorted({max(1, math.floor(step_dt / timestep)), max(1, math.ceil(step_dt / timestep))})
+        raise ValueError(f"a lockstep step of {step_dt} s is not a whole number of the model's {timestep:g} s "
+                         f"timesteps: set --step-dt or the robot config's control_dt to one, e.g. "
+                         f"{' or '.join(f'{n * timestep:g}' for n in near)} s")
+    return steps
 
 
 def _saturate(value: int, size: int) -> int:
@@ -636,28 +754,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hardware.dynamixel.emulator", description=main.__doc__)
     parser.add_argument("--robot", default=str(REPO_ROOT / "configs/robots/dxl_arm.yaml"), help="robot YAML")
     parser.add_argument("--lockstep", action="store_true", help="advance physics per goal write, not wall clock")
+    parser.add_argument("--step-dt", type=float, metavar="SECONDS",
+                        help="with --lockstep: physics per goal write; default: the robot config's control_dt, else "
+                             f"{DEFAULT_STEP_DT}")
     reality = parser.add_argument_group("reality", "how the emulated arm differs from its MJCF (the sim-to-real gap)")
     for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
         reality.add_argument(f"--{name.replace('_', '-')}", type=float, default=1.0)
     reality.add_argument("--latency", type=float, default=0.0, help="actuation latency (s)")
     args = parser.parse_args(argv)
     config = RobotConfig.load(args.robot)
-    model_xml = config.model_xml
     physics = PhysicsOverrides(args.mass_scale, args.damping_scale, args.friction_scale, args.gain_scale, args.latency)
-    motors = config.calibration.motors
-    model_number = motors[0].model_number
-    servos = {m.id: m.joint for m in motors}
-    with DynamixelEmulator(model_xml, servos, model_number, config.baudrate, physics=physics,
-                           realtime=not args.lockstep) as emulator:
-        ids = sorted(servos)
+    with DynamixelEmulator.from_config(config, lockstep=args.lockstep, step_dt=args.step_dt, physics=physics) as emulator:
+        ids = sorted(config.calibration.ids)
         span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
-        print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud); Ctrl+C to stop", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+        timing = f"; lockstep: {emulator.step_dt:g} s of physics per goal write" if args.lockstep else ""
+        print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud){timing}; Ctrl+C to stop",
+              flush=True)
+        _wait_for_ctrl_c()
     return 0
 
 
+def _wait_for_ctrl_c() -> None:
+    """Block until Ctrl+C (a test replaces it, so that a setting that should be refused cannot hang it)."""
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ValueError as err:  # a refused setting (--step-dt, a scale): its message, not a traceback
+        sys.exit(f"error: {err}")

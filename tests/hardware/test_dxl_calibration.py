@@ -145,3 +145,25 @@ def test_unsupported_baudrate_lists_the_supported_ones(tmp_path: Path) -> None:
     with pytest.raises(CalibrationError,
                        match=rf"'baudrate' must be one the X-series servos support \({rates}\), got 500000"):
         RobotConfig.load(write_arm(tmp_path, baudrate=500_000))
+
+
+def test_control_dt_loads_saves_and_is_checked(tmp_path: Path) -> None:
+    """The arm's control period: what the emulator's lockstep advances per goal write."""
+    assert RobotConfig.load(ARM_YAML).control_dt is None  # not given: the task's
+    config = RobotConfig.load(write_arm(tmp_path, control_dt=0.01))
+    assert config.control_dt == 0.01
+    config.save(tmp_path / "saved.yaml")
+    assert RobotConfig.load(tmp_path / "saved.yaml") == config
+    for bad in (0, -0.02, math.nan, math.inf, "fast", True):
+        with pytest.raises(CalibrationError, match="'control_dt' must be a positive number of seconds, got"):
+            RobotConfig.load(write_arm(tmp_path, control_dt=bad))
+
+
+def test_an_arm_is_refused_a_task_at_another_rate_than_its_config(tmp_path: Path) -> None:
+    from hardware.dxl_arm import DynamixelArm
+    from sims.tasks.arm_reach import ArmReach
+
+    config = RobotConfig.load(write_arm(tmp_path, control_dt=0.01))
+    with pytest.raises(ValueError, match=r"control_dt is 0\.01 s, but the task runs at 0\.02 s \(frame_skip 10\)"):
+        DynamixelArm(config, port="/dev/null")
+    assert DynamixelArm(config, port="/dev/null", task=ArmReach(frame_skip=5)).control_dt == pytest.approx(0.01)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import dynamixel_sdk as sdk
 import pytest
+import yaml
 
 from hardware.dynamixel import protocol as p
 from hardware.dynamixel.bus import SelectPortHandler
-from hardware.dynamixel.control_table import HW_OVERHEATING, HW_OVERLOAD, TABLE, rad_to_ticks, ticks_to_rad
-from hardware.dynamixel.emulator import DynamixelEmulator, Faults, PhysicsOverrides
+from hardware.dynamixel.calibration import RobotConfig
+from hardware.dynamixel.control_table import (CURRENT_UNIT_A, HW_OVERHEATING, HW_OVERLOAD, RAD_S_PER_VELOCITY_UNIT,
+                                              TABLE, rad_to_ticks, ticks_to_rad)
+from hardware.dynamixel.emulator import (NO_LOAD_SPEED, DynamixelEmulator, Faults, PhysicsOverrides,
+                                         motor_torque_bounds)
 
 REPO = Path(__file__).resolve().parents[2]
 PH = sdk.PacketHandler(2.0)
@@ -241,10 +246,10 @@ def test_realtime_physics_follows_the_wall_clock(make_emulator, connect) -> None
     port = connect(emulator)
     assert write(port, 1, "Torque_Enable", 1) == OK
     assert write(port, 1, "Goal_Position", rad_to_ticks(0.8)) == OK
-    time.sleep(0.3)
+    time.sleep(0.5)  # at most 4.8 rad/s (the motor's no-load speed), then the PD's overshoot settles by ~0.35 s
     position, *_ = read(port, 1, "Present_Position")
     assert ticks_to_rad(position) == pytest.approx(0.8, abs=0.05)
-    assert emulator.data.time >= 0.3 - 1e-9
+    assert emulator.data.time >= 0.5 - 1e-9
 
 
 def test_disconnect_closes_the_line(emulator, connect) -> None:
@@ -302,3 +307,170 @@ def test_a_reality_gap_that_is_no_robot_is_refused(capsys):
 
     assert main(["emulate", "dynamixel", "--mass-scale", "-1"]) == 2  # the simulator refuses it too
     assert "--mass-scale scales the MJCF's values and must be > 0, got -1" in capsys.readouterr().err
+
+
+# ---- lockstep timing -------------------------------------------------------------------------------
+
+
+def arm_yaml(tmp_path: Path, **top: object) -> Path:
+    """The shipped arm's robot YAML with top-level keys added."""
+    data = yaml.safe_load((REPO / "configs/robots/dxl_arm.yaml").read_text())
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump({**data, **top}, sort_keys=False))
+    return path
+
+
+def physics_per_goal_write(emulator: DynamixelEmulator, connect: Callable[..., SelectPortHandler]) -> list[float]:
+    """Simulated seconds each of three goal writes advances."""
+    with emulator:
+        port, times = connect(emulator), [emulator.data.time]
+        for _ in range(3):
+            goal(port, {1: rad_to_ticks(0.0)})
+            times.append(emulator.data.time)
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def test_lockstep_advances_the_robot_configs_control_dt_or_the_override(tmp_path, connect) -> None:
+    """A 100 Hz arm's lockstep once advanced 20 ms per goal write: its physics ran twice as fast as the controller."""
+    fast = RobotConfig.load(arm_yaml(tmp_path, control_dt=0.01))
+    assert physics_per_goal_write(DynamixelEmulator.from_config(fast, lockstep=True), connect) == \
+        pytest.approx([0.01] * 3, abs=1e-12)
+    assert physics_per_goal_write(DynamixelEmulator.from_config(fast, lockstep=True, step_dt=0.004), connect) == \
+        pytest.approx([0.004] * 3, abs=1e-12)
+    plain = RobotConfig.load(REPO / "configs/robots/dxl_arm.yaml")  # no control_dt: arm_reach's 0.02
+    assert physics_per_goal_write(DynamixelEmulator.from_config(plain, lockstep=True), connect) == \
+        pytest.approx([0.02] * 3, abs=1e-12)
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--step-dt", "0"], "must be a positive, finite number of seconds, got 0.0"),
+    (["--step-dt", "-0.02"], "must be a positive, finite number of seconds, got -0.02"),
+    (["--step-dt", "nan"], "must be a positive, finite number of seconds, got nan"),
+    (["--step-dt", "inf"], "must be a positive, finite number of seconds, got inf"),
+    (["--step-dt", "0.015"], "a lockstep step of 0.015 s is not a whole number of the model's 0.002 s timesteps: "
+                             "set --step-dt or the robot config's control_dt to one, e.g. 0.014 or 0.016 s"),
+    (["--step-dt", "0.0005"], "e.g. 0.002 s"),
+    (["--robot", "CONFIG"], "a lockstep step of 0.015 s is not a whole number"),  # the config's control_dt
+])
+def test_a_bad_lockstep_step_is_refused(tmp_path, capsys, monkeypatch, argv: list[str], error: str) -> None:
+    from robolearn.cli import main
+
+    monkeypatch.setattr("hardware.dynamixel.emulator._wait_for_ctrl_c", lambda: None)  # served: return 0, not hang
+    argv = [str(arm_yaml(tmp_path, control_dt=0.015)) if word == "CONFIG" else word for word in argv]
+    assert main(["emulate", "dynamixel", "--lockstep", *argv]) == 2
+    assert error in capsys.readouterr().err
+
+
+def test_step_dt_without_lockstep_is_refused(capsys, monkeypatch) -> None:
+    from robolearn.cli import main
+
+    monkeypatch.setattr("hardware.dynamixel.emulator._wait_for_ctrl_c", lambda: None)
+    assert main(["emulate", "dynamixel", "--step-dt", "0.01"]) == 2
+    assert "--step-dt sets the physics per goal write in lockstep: add --lockstep" in capsys.readouterr().err
+
+
+def test_cli_step_dt_reaches_the_emulator_and_its_serving_line(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "robolearn", "emulate", "dynamixel", "--lockstep", "--step-dt",
+                             "0.004", "--robot", str(arm_yaml(tmp_path, control_dt=0.01))],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        line = proc.stdout.readline()
+        assert "(ids 1-4, 1000000 baud); lockstep: 0.004 s of physics per goal write; Ctrl+C" in line, line
+        port = SelectPortHandler(line.split()[4], timeout_ms=200)
+        assert port.openPort()
+        for _ in range(5):
+            goal(port, {1: rad_to_ticks(0.0)})
+        assert read(port, 1, "Realtime_Tick")[0] in (19, 20)  # 20 ms in whole ms (float time may read 19.999...)
+        port.closePort()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+
+
+# ---- the motor: torque falls with speed ------------------------------------------------------------
+
+
+def test_torque_bounds_follow_the_dc_motor_line() -> None:
+    w0 = NO_LOAD_SPEED
+    for speed, (low, high) in {0.0: (-4.1, 4.1), w0 / 2: (-4.1, 2.05), w0: (-4.1, 0.0), -w0: (0.0, 4.1),
+                               1.5 * w0: (-4.1, -2.05), 3 * w0: (-4.1, -4.1)}.items():
+        assert motor_torque_bounds(speed, 4.1, w0) == pytest.approx((low, high)), speed
+
+
+def peak_speed(emulator: DynamixelEmulator, connect: Callable[..., SelectPortHandler]) -> float:
+    """The base joint's fastest |velocity| over 0.8 s after a 4.4 rad goal step (one physics step per write)."""
+    port = connect(emulator)
+    assert write(port, 1, "Return_Delay_Time", 0) == OK
+    emulator.set_joint_positions({1: -2.0})
+    assert write(port, 1, "Torque_Enable", 1) == OK
+    peak = 0.0
+    for _ in range(400):
+        goal(port, {1: rad_to_ticks(2.4)})
+        peak = max(peak, abs(emulator.state()[1].velocity))
+    return peak
+
+
+def test_a_large_step_never_beats_the_no_load_speed(make_emulator, connect) -> None:
+    """The bare position actuator swung the base at 27 rad/s; an XM430-W350 turns at most 46 rpm (4.82 rad/s)."""
+    assert peak_speed(make_emulator(step_dt=0.002, no_load_speed=math.inf), connect) > 3 * NO_LOAD_SPEED
+    limited = peak_speed(make_emulator(step_dt=0.002), connect)
+    assert 0.85 * NO_LOAD_SPEED < limited <= NO_LOAD_SPEED * 1.01  # damping keeps it a little below
+
+
+@pytest.mark.parametrize("no_load_speed", [NO_LOAD_SPEED, math.inf])
+def test_stall_torque_at_rest_falling_with_speed(make_emulator, connect, no_load_speed: float) -> None:
+    emulator = make_emulator(step_dt=0.002, no_load_speed=no_load_speed)  # one physics step per goal write
+    port = connect(emulator)
+    assert write(port, 1, "Torque_Enable", 1) == OK
+    goal(port, {1: rad_to_ticks(2.0)})  # 2 rad off: the PD asks 12 N m of a motor at rest
+    stall = round(2.3 / CURRENT_UNIT_A)  # 4.1 N m draws the stall current
+    assert read(port, 1, "Present_Current")[0] == stall
+    for _ in range(15):
+        goal(port, {1: rad_to_ticks(2.0)})
+    state, current = emulator.state()[1], read(port, 1, "Present_Current")[0]
+    assert state.velocity > 2.0 and state.kp * (2.0 - state.position) - state.kv * state.velocity > 4.1  # PD asks more
+    if no_load_speed == math.inf:
+        assert current == stall  # the bare actuator: full torque at any speed
+    else:
+        assert current == pytest.approx(stall * (1 - state.velocity / NO_LOAD_SPEED), abs=0.05 * stall)
+
+
+# ---- Velocity_Limit and Profile_Velocity -----------------------------------------------------------
+
+
+def test_profile_velocity_moves_the_goal_at_that_speed(emulator, connect) -> None:
+    port = connect(emulator)
+    speed = 50 * RAD_S_PER_VELOCITY_UNIT  # 1.2 rad/s
+    assert write(port, 1, "Profile_Velocity", 50) == OK
+    assert write(port, 1, "Torque_Enable", 1) == OK
+    for n in range(1, 21):  # 0.4 s
+        goal(port, {1: rad_to_ticks(1.0)})
+        assert emulator.state()[1].goal == pytest.approx(n * 0.02 * speed, abs=1e-9)
+    assert read(port, 1, "Position_Trajectory")[0] == rad_to_ticks(0.4 * speed)
+    assert emulator.state()[1].position < 0.5  # without a profile it is at 1.0 by now
+    for _ in range(75):  # 1.5 s more
+        goal(port, {1: rad_to_ticks(1.0)})
+    assert emulator.state()[1].goal == ticks_to_rad(rad_to_ticks(1.0))  # arrived: the goal, to the tick
+    assert emulator.state()[1].position == pytest.approx(1.0, abs=0.02)
+
+
+def test_velocity_limit_bounds_the_profile_not_the_joint(emulator, connect) -> None:
+    port = connect(emulator)
+    assert write(port, 1, "Velocity_Limit", 20) == OK  # 0.48 rad/s
+    assert write(port, 1, "Profile_Velocity", 21) == (sdk.COMM_SUCCESS, p.ERR_DATA_LIMIT)
+    assert write(port, 1, "Goal_Velocity", -21) == (sdk.COMM_SUCCESS, p.ERR_DATA_LIMIT)
+    assert write(port, 1, "Goal_Velocity", -20) == OK
+    assert write(port, 1, "Torque_Enable", 1) == OK
+    for _ in range(10):  # 0.2 s; Profile_Velocity 0: the servo's own top speed
+        goal(port, {1: rad_to_ticks(1.5)})
+    assert emulator.state()[1].position > 0.5  # far beyond 0.48 rad/s
+    # A profile set under a higher limit is clipped to a limit lowered later.
+    assert write(port, 1, "Torque_Enable", 0) == OK
+    assert write(port, 1, "Velocity_Limit", 200) == OK
+    assert write(port, 1, "Profile_Velocity", 100) == OK
+    assert write(port, 1, "Velocity_Limit", 20) == OK
+    assert write(port, 1, "Torque_Enable", 1) == OK
+    start = emulator.state()[1].goal
+    for _ in range(10):
+        goal(port, {1: rad_to_ticks(-1.0)})
+    assert start - emulator.state()[1].goal == pytest.approx(0.2 * 20 * RAD_S_PER_VELOCITY_UNIT, abs=1e-9)
