@@ -764,22 +764,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = RobotConfig.load(args.robot)
     physics = PhysicsOverrides(args.mass_scale, args.damping_scale, args.friction_scale, args.gain_scale, args.latency)
-    with DynamixelEmulator.from_config(config, lockstep=args.lockstep, step_dt=args.step_dt, physics=physics) as emulator:
-        ids = sorted(config.calibration.ids)
-        span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
-        timing = f"; lockstep: {emulator.step_dt:g} s of physics per goal write" if args.lockstep else ""
-        print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud){timing}; Ctrl+C to stop",
-              flush=True)
-        _wait_for_ctrl_c()
+    ids = sorted(config.calibration.ids)
+    span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
+    try:  # around the print too: a Ctrl+C as soon as the line is read may land before the wait
+        with DynamixelEmulator.from_config(config, lockstep=args.lockstep, step_dt=args.step_dt,
+                                           physics=physics) as emulator:
+            timing = f"; lockstep: {emulator.step_dt:g} s of physics per goal write" if args.lockstep else ""
+            print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud){timing}; "
+                  "Ctrl+C to stop", flush=True)
+            _wait_for_ctrl_c()
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
 def _wait_for_ctrl_c() -> None:
     """Block until Ctrl+C (a test replaces it, so that a setting that should be refused cannot hang it)."""
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+    threading.Event().wait()
 
 
 if __name__ == "__main__":
