@@ -80,7 +80,16 @@ class FiniteWatch:
         self._bad = {}
 
 
-@torch.no_grad()
+def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str, tuple[Any, Any]]:
+    """The plain task settings (numbers, strings) in ``recorded`` that ``env``'s task (under any wrappers)
+    has otherwise, as ``{key: (recorded, env's)}``; settings the task does not have as attributes are skipped."""
+    while not hasattr(env, "task") and hasattr(env, "env"):  # under randomization and delay wrappers
+        env = env.env
+    task, plain = getattr(env, "task", None), (bool, int, float, str)
+    return {key: (value, getattr(task, key)) for key, value in (recorded or {}).items()
+            if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
+
+
 def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3) -> None:
     """An exported controller says how it was trained (``meta``: ``control_dt``, ``task_kwargs``): warn when
     ``env`` steps at another rate or runs other task settings, say an env built with ``sims.make_env(task)``
@@ -93,19 +102,13 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3)
     if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):
         warnings.warn(f"the controller was trained at {1 / trained_dt:g} Hz, the env steps at {1 / env.control_dt:g} Hz: "
                       "its actions will act for another time than they learned to", stacklevel=stacklevel)
-    task = env
-    while not hasattr(task, "task") and hasattr(task, "env"):  # under randomization and delay wrappers
-        task = task.env
-    task = getattr(task, "task", None)
-    plain = (bool, int, float, str)
-    differ = {key: value for key, value in (meta.get("task_kwargs") or {}).items()
-              if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
-    if differ:
-        warnings.warn(f"the controller was trained with task settings {', '.join(f'{k}={v}' for k, v in differ.items())}, "
-                      f"the env has {', '.join(f'{k}={getattr(task, k)}' for k in differ)}: build the env as the run "
+    if differ := differing_settings(meta.get("task_kwargs"), env):
+        warnings.warn(f"the controller was trained with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
+                      f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}: build the env as the run "
                       "did (robolearn.make_env(run), or sims.make_env(task, **settings))", stacklevel=stacklevel)
 
 
+@torch.no_grad()
 def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> dict[str, Any]:
     """Run until every env has finished one episode (``episodes`` envs at most).
 

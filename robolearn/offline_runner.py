@@ -37,7 +37,7 @@ from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save
 from robolearn.config import ConfigError, TrainConfig, to_dict, validated
 from robolearn.data import Dataset, DatasetError
 from robolearn.data.minari_store import dataset_id
-from robolearn.evaluate import NonFiniteError, evaluate
+from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
@@ -99,16 +99,13 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
                       "in its metadata)")
     if rate := rate_doubt(dataset.info.get("control_dt"), getattr(env, "control_dt", None)):
         doubts.append(rate)
-    # Our Task's settings as attributes. Said to learners of the data's rewards and ends, which these settings
-    # defined; skill pretraining and imitation take play data from other settings on purpose.
-    spec = getattr(env, "task", None) if dataset.task == task and reads_rewards else None
-    plain = (bool, int, float, str)  # episode lengths, distances: settings that compare as they are
-    differ = {key: value for key, value in (dataset.info.get("task_kwargs") or {}).items()
-              if isinstance(value, plain) and isinstance(getattr(spec, key, None), plain) and getattr(spec, key) != value}
+    # Said to learners of the data's rewards and ends, which these settings defined; skill pretraining and
+    # imitation take play data from other settings on purpose.
+    differ = differing_settings(dataset.info.get("task_kwargs"), env) if dataset.task == task and reads_rewards else {}
     if differ:  # a robot recording's episode length or success distance: evaluation would run another task
-        doubts.append(f"it was recorded with task settings {', '.join(f'{k}={v}' for k, v in differ.items())}, the env "
-                      f"has {', '.join(f'{k}={getattr(spec, k)}' for k in differ)}; to run the task as it was "
-                      f"recorded, add {' '.join(f'env.kwargs.{k}={v}' for k, v in differ.items())}")
+        doubts.append(f"it was recorded with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
+                      f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}; to run the task as it was "
+                      f"recorded, add {' '.join(f'env.kwargs.{k}={v}' for k, (v, _) in differ.items())}")
     if reads_rewards and dataset.info.get("rewards") == "absent":
         doubts.append("its source had no rewards (they are all 0), which this algorithm learns from: imitation "
                       "(bc, or the goal-conditioned algorithms, which relabel their own) learns from it")

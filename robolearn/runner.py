@@ -799,7 +799,11 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
     a freshly loaded config: the run's seed, name and overrides would be replaced without a word)."""
     if not (run / "config.yaml").is_file():
         return  # the runner says what is missing
-    own, given = flat_keys(to_dict(read_run_config(run))), flat_keys(to_dict(cfg))
+    resolved = copy.deepcopy(cfg.env)  # the run recorded what ran: warp on a missing GPU is MuJoCo on the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback is said when the run is built
+        resolve_backend(resolved)
+    own, given = flat_keys(to_dict(read_run_config(run))), flat_keys(to_dict(dataclasses.replace(cfg, env=resolved)))
     changed = [key for key in sorted(set(own) | set(given)) if own.get(key) != given.get(key)]
     if changed:
         said = ", ".join(f"{key} {own.get(key)!r} -> {given.get(key)!r}" for key in changed[:8])

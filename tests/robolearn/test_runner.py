@@ -618,9 +618,24 @@ def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_
                                          r"None.*seed 3 -> 0"):
         with pytest.raises(ConfigError, match=r"already finished .*\(from Python: robolearn.train\(resume="):
             robolearn.train(tiny(tmp_path, "ppo", f"runner.total_steps={2 * steps}"), resume=first.run_dir)
-    assert robolearn.make_env(first.run_dir, num_envs=2).max_episode_steps == 50
-    assert sims.make_env("cartpole", 2).max_episode_steps == 500  # the task's default, which make_env(run) is not
+    with robolearn.make_env(first.run_dir, num_envs=2) as env, sims.make_env("cartpole", 2) as default:
+        assert env.max_episode_steps == 50 and default.max_episode_steps == 500  # the task's default: not the run's
     other = load_config("ppo_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled"])
     with pytest.raises(CheckpointError, match="trained on task 'cartpole', this run is on 'pendulum'"), \
             pytest.warns(UserWarning, match="env.task 'cartpole' -> 'pendulum'"):
         robolearn.train(other, resume=first.run_dir)
+
+
+def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path):
+    """config.yaml records what ran (warp on a missing GPU: MuJoCo on the CPU); the config asked for is not
+    a change of settings."""
+    import robolearn
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=1", "env.backend=warp", f"env.device={'cpu' if torch.cuda.is_available() else 'cuda'}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = robolearn.train(cfg).run_dir
+    with warnings.catch_warnings(record=True) as said, pytest.raises(ConfigError, match="already finished"):
+        warnings.simplefilter("always")
+        robolearn.train(cfg, resume=run)
+    assert not [w for w in said if "differs from its own config.yaml" in str(w.message)]

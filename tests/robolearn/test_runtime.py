@@ -222,6 +222,10 @@ def test_a_controller_trained_with_other_task_settings_is_warned_about():
     class FromFile(Zero):
         meta = {"control_dt": 0.02, "task_kwargs": {"max_episode_steps": 50, "success_distance": 0.02}}
 
+        def act(self, obs):
+            assert not torch.is_grad_enabled()  # evaluate and run act without autograd, whatever the controller
+            return super().act(obs)
+
     env = sims.make_env("arm_reach", 2, seed=0, randomization={"mass_scale": [0.9, 1.1]})  # under a wrapper
     with pytest.warns(UserWarning, match=r"trained with task settings max_episode_steps=50, the env has "
                                          r"max_episode_steps=100: build the env as the run did \(robolearn.make_env"):
