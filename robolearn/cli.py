@@ -425,6 +425,9 @@ def _plot(args: argparse.Namespace) -> int:
     from robolearn.recording_plot import is_recording, plot_recording
 
     if len(args.runs) == 1 and is_recording(args.runs[0]):  # a deploy's (or any) recording: its joints' motion
+        if args.mean or args.metrics:
+            raise ValueError(f"{args.runs[0]} is a recording: its plot draws the joints; --mean and --metrics are "
+                             "for runs' learning curves")
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
     runs = find_runs(args.runs)
@@ -589,7 +592,9 @@ def _deploy(args: argparse.Namespace) -> int:
           f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
     print(f"safety:      {summary['safety_events'] or 'no interventions'}")
     episodes = summary["per_episode"]
-    for number, episode in enumerate(episodes[:10] if len(episodes) <= 10 else []):
+    if len(episodes) > 10:
+        print(f"episodes:    {len(episodes)}, each in deploy.json's per_episode and deploy.png")
+    for number, episode in enumerate(episodes if len(episodes) <= 10 else []):
         outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
         notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"] + [
             f"{count} {rule}" for rule, count in episode["safety_events"].items()]

@@ -43,8 +43,8 @@ from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
-from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, finish_run,
-                              interrupted, iteration_rest, refuse_finished, stopped_by_nan, update_metrics)
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, ask_stop,
+                              finish_run, interrupted, iteration_rest, refuse_finished, stopped_by_nan, update_metrics)
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -254,7 +254,7 @@ class FinetuneRunner(OfflineRunner):
                 self.save()
             if self.progress.iteration % cfg.runner.log_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
                 logger.log(self.progress.env_steps, metrics)  # and the last: `list` reads how far a run got from it
-            if stop is not None and stop({"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
+            if stop is not None and ask_stop(self, stop, {"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
                 return
         self.ctrl_c.check()  # one pressed during the last iteration
 

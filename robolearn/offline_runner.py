@@ -41,9 +41,9 @@ from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, finish_run, interrupted, iteration_rest,
-                              new_run_dir, read_run_config, refuse_finished, stopped_by_nan, update_metrics,
-                              write_config_or_undo)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, ask_stop, finish_run, interrupted,
+                              iteration_rest, new_run_dir, read_run_config, refuse_finished, stopped_by_nan,
+                              update_metrics, write_config_or_undo)
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -293,7 +293,7 @@ class OfflineRunner:
                 self.save()
             if self.progress.iteration % cfg.runner.log_every == 0 or done:
                 logger.log(self.progress.updates, metrics)
-            if not done and stop is not None and stop({**tags, "updates": self.progress.updates, **metrics}):
+            if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates, **metrics}):
                 return True
         self.ctrl_c.check()  # one pressed during the last iteration
         return False

@@ -20,7 +20,8 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
   before the safety layer (``info["goal_action"]``): what simulation would have applied
 - ``safety_events`` (T,): the safety rules that overruled each step, comma-separated
   (``""`` where none did; ``info["safety"]``)
-- ``success`` (): whether the episode ended in success (``info["success"]``)
+- ``success`` (): whether the episode ended in success (``info["success"]``; not
+  for an interrupted one, which did not end)
 
 :attr:`EpisodeRecorder.summaries` holds one line per written episode (file, steps,
 return, success, interrupted, safety interventions by rule): a deployment's
@@ -104,7 +105,7 @@ class EpisodeRecorder:
         if interrupted:
             arrays["truncations"][-1] = True
         arrays["interrupted"] = np.asarray(interrupted)
-        if self._success is not None:
+        if self._success is not None and not interrupted:  # a cut-short episode did not end: no outcome
             arrays["success"] = np.asarray(self._success)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)

@@ -48,6 +48,10 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")  # files, not windows: this runs beside a robot, often over ssh
     import matplotlib.pyplot as plt
 
+    for arrays in episodes:  # discrete or scalar actions (a gym env's) as one column
+        for key in ("actions", "commanded_actions", "goals"):
+            if key in arrays:
+                arrays[key] = arrays[key].reshape(len(arrays["rewards"]), -1)
     dims = episodes[0]["actions"].shape[1]
     fig, axes = plt.subplots(dims + 1, 1, figsize=(11, 1.9 * (dims + 1) + 0.8), sharex=True, squeeze=False)
     axes = axes[:, 0]
@@ -110,8 +114,12 @@ def _measured(arrays: dict[str, np.ndarray], dims: int) -> np.ndarray | None:
 def _title(folder: Path, files: list[Path], episodes: list[dict[str, np.ndarray]]) -> str:
     """The folder, then the episodes' return mean ± std, successes and safety interventions in one line."""
     summaries = [episode_summary(file.name, arrays) for file, arrays in zip(files, episodes)]
-    returns = np.array([s["return"] for s in summaries])
-    parts = [f"{len(summaries)} episode{'s' * (len(summaries) != 1)}", f"return {returns.mean():.2f} ± {returns.std():.2f}"]
+    complete = [s for s in summaries if not s["interrupted"]]  # a cut-short episode's return is a part of one
+    cut = len(summaries) - len(complete)
+    parts = [f"{len(summaries)} episode{'s' * (len(summaries) != 1)}" + (f" ({cut} cut short)" if cut else "")]
+    if complete:
+        returns = np.array([s["return"] for s in complete])
+        parts.append(f"return {returns.mean():.2f} ± {returns.std():.2f}")
     judged = [s["success"] for s in summaries if s["success"] is not None]
     if judged:
         parts.append(f"success {sum(judged)}/{len(judged)}")

@@ -35,6 +35,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import math
 import shutil
 import signal
 import sys
@@ -226,12 +227,29 @@ def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_si
         raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of env.num_envs "
                           f"({num_envs}): {cfg.algo} cuts windows of each env's consecutive steps from the replay buffer")
     window = int(getattr(agent, "replay_window", 1))
-    warmup = -(-cfg.runner.random_steps // per_step)  # vector steps before the first update (at least one)
-    if max(1, warmup) < window:
-        raise ConfigError(f"runner.random_steps = {cfg.runner.random_steps} leaves {max(1, warmup)} step(s) of each env "
+    # Vector steps before the first update: the warm-up (at least one), then, with utd_ratio x num_envs < 1,
+    # those that build up the first whole update
+    lag = math.ceil(1.0 / (cfg.runner.utd_ratio * num_envs) - 1e-9) - 1 if cfg.runner.utd_ratio * num_envs < 1 else 0
+    warmup = max(1, -(-cfg.runner.random_steps // per_step)) + lag
+    if warmup < window:
+        raise ConfigError(f"runner.random_steps = {cfg.runner.random_steps} leaves {warmup} step(s) of each env "
                           f"in the replay before the first update; {cfg.algo} samples windows of {window}: set "
-                          f"runner.random_steps to at least {(window - 1) * per_step + 1} ({window} steps x "
-                          f"{per_step} envs{' over all ranks' if world_size > 1 else ''})")
+                          f"runner.random_steps to at least {(window - lag - 1) * per_step + 1} ({window - lag} steps x "
+                          f"{per_step} envs{' over all ranks' if world_size > 1 else ''}"
+                          f"{f', and {lag} more build up the first update' if lag else ''})")
+
+
+def ask_stop(runner: Any, stop: Callable[[dict[str, float]], bool], metrics: dict[str, Any]) -> bool:
+    """``train()``'s ``stop`` asked with an iteration's metrics (its counters first: ``env_steps`` or
+    ``updates``). If it raises (a ``KeyError`` on ``return`` before any episode ended), ``runner`` is
+    checkpointed first and the error says so, so that the run goes on with ``train(resume=...)``."""
+    try:
+        return bool(stop(metrics))
+    except Exception as err:
+        runner.save()
+        err.add_note(f"raised by train()'s stop callback (metrics: {', '.join(sorted(metrics))}); the run was "
+                     f"checkpointed and goes on with train(resume={str(runner.run_dir)!r})")
+        raise
 
 
 def write_config_or_undo(runner: Any, resume: Path | None) -> None:
@@ -460,7 +478,8 @@ class Runner:
                         self.save()
                     if ctrl_c_on_any_rank:
                         raise KeyboardInterrupt
-                    if stop is not None and self._asks_to_stop(stop, metrics):
+                    counters = {"env_steps": self.progress.env_steps, "iteration": self.progress.iteration}
+                    if stop is not None and ask_stop(self, stop, {**counters, **metrics}):
                         break
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
@@ -473,18 +492,6 @@ class Runner:
             self._finish(result, logger)
             logger.close()
         return result
-
-    def _asks_to_stop(self, stop: Callable[[dict[str, float]], bool], metrics: dict[str, float]) -> bool:
-        """``stop`` asked with the iteration's metrics, ``env_steps`` and ``iteration``. If it raises (a
-        ``KeyError`` on ``return`` before any episode ended), the run is checkpointed first, so it can go on."""
-        try:
-            return bool(stop({"env_steps": self.progress.env_steps, "iteration": self.progress.iteration, **metrics}))
-        except Exception as err:
-            self.save()
-            err.add_note(f"raised by train()'s stop callback (metrics: {', '.join(sorted(metrics))}, env_steps, "
-                         f"iteration); the run was checkpointed at {self.progress.env_steps} env steps and goes on "
-                         f"with train(resume={str(self.run_dir)!r})")
-            raise
 
     def _pretrain(self, logger: RunLogger | None) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,

@@ -110,7 +110,8 @@ def test_settings_that_cannot_work_are_named():
         _agent(k=4, n=4).sample(_replay(3, num_envs=2, done_at={}), 8, num_envs=2)  # a one-line CLI error
 
 
-@pytest.mark.parametrize("config, window", [("sac_as_gym_pendulum", 4), ("spirl_point_maze_medium", 11)])
+@pytest.mark.parametrize("config, window", [("sac_as_gym_pendulum", 4), ("spirl_point_maze_medium", 11),
+                                            ("hrac_point_maze_medium", 11)])
 def test_a_warm_up_shorter_than_a_window_is_refused_at_build(tmp_path, config, window):
     """The first update needs a whole window of each env in the replay: said by key when the run is built, not
     at that update (after the warm-up, and for skills after pretraining)."""
@@ -118,7 +119,7 @@ def test_a_warm_up_shorter_than_a_window_is_refused_at_build(tmp_path, config, w
     from robolearn.config import ConfigError
     from robolearn.runner import Runner, check_replay_windows
 
-    cfg = load_config(config, [f"run_dir={tmp_path}", "env.num_envs=2", "logging.wandb=disabled",
+    cfg = load_config(config, [f"run_dir={tmp_path}", "env.num_envs=2", "logging.wandb=disabled", "runner.utd_ratio=1",
                                f"runner.random_steps={2 * (window - 1)}"])
     needed = 2 * (window - 1) + 1
     with pytest.raises(ConfigError, match=rf"runner.random_steps = {needed - 1} leaves {window - 1} step\(s\) of each "
@@ -131,3 +132,7 @@ def test_a_warm_up_shorter_than_a_window_is_refused_at_build(tmp_path, config, w
     check_replay_windows(cfg, agent, num_envs=2, world_size=1)  # enough: no error
     with pytest.raises(ConfigError, match=rf"at least {2 * needed - 1} \({window} steps x 4 envs over all ranks\)"):
         check_replay_windows(cfg, agent, num_envs=2, world_size=2)
+    cfg.runner.utd_ratio, cfg.runner.random_steps = 0.25, 0  # one update every 4 steps of one env:
+    check_replay_windows(cfg, type("Windowed", (), {"replay_window": 4})(), num_envs=1, world_size=1)  # at step 4
+    with pytest.raises(ConfigError, match=r"leaves 4 step\(s\) .* at least 2 \(2 steps x 1 envs, and 3 more build"):
+        check_replay_windows(cfg, type("Windowed", (), {"replay_window": 5})(), num_envs=1, world_size=1)

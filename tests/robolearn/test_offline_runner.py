@@ -4,6 +4,8 @@ normalized score, export and reload, exact resume, and errors that name the data
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,3 +210,19 @@ def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
     resumed = OfflineRunner(cfg(3000), resume=first.run_dir)
     assert resumed.cfg.agent.total_updates == 0
     resumed.close()
+
+
+def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(root, tmp_path):
+    seen = []
+    train(tiny(tmp_path, "runner.total_steps=3000"), stop=lambda m: seen.append(m["updates"]) or m["updates"] >= 2000)
+    assert seen == [1000, 2000]
+
+    def fails(metrics):
+        raise KeyError("env_steps")  # an online run's counter, asked of an offline one
+
+    with pytest.raises(KeyError) as raised:
+        train(tiny(tmp_path / "again", "runner.total_steps=3000"), stop=fails)
+    note = "\n".join(raised.value.__notes__)
+    assert "raised by train()'s stop callback (metrics: " in note and "updates" in note
+    run = Path(re.search(r"train\(resume='([^']+)'\)", note)[1])
+    assert (run / "checkpoints" / "latest.pt").is_file()

@@ -105,6 +105,8 @@ def test_recorder_keeps_every_completed_step_when_the_loop_fails(tmp_path):
     assert full["truncations"][-1] and not full["interrupted"]
     assert partial["actions"].shape == (30, 4) and partial["obs/policy"].shape == (31, 14)
     assert partial["interrupted"] and partial["truncations"][-1]
+    assert "success" in full and "success" not in partial  # a cut-short episode has no outcome
+    assert [s["success"] for s in recorder.summaries] == [bool(full["success"]), None]
     np.testing.assert_allclose(full["commanded_actions"], 0.1)
     assert not list(tmp_path.glob(".*"))  # no temp files left behind
 
