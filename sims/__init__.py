@@ -71,11 +71,14 @@ def make_env(
 ) -> VecEnv:
     """A VecEnv of ``num_envs`` copies of ``task``.
 
-    ``task`` is a name in :data:`TASKS` (``task_kwargs`` go to its constructor;
-    physics runs on ``num_threads`` threads, all cores by default) or
-    ``gym:<Gymnasium id>`` (``task_kwargs`` go to ``gymnasium.make``; the envs
-    step one after another in this thread). ``delay`` (``sims/delay.py``) wraps
-    either in a fixed observation delay and action latency.
+    ``task`` is a name in :data:`TASKS` or ``module:Class``, a task of one's own
+    (``task_kwargs`` go to its constructor; physics runs on ``num_threads``
+    threads, all cores by default), ``gym:<Gymnasium id>`` (``task_kwargs`` go
+    to ``gymnasium.make``; the envs step one after another in this thread) or
+    ``mjlab:<task id>`` (an mjlab task on MuJoCo Warp). ``randomization``
+    (``sims/randomization.py``) and ``delay`` (``sims/delay.py``) wrap our tasks
+    in domain randomization and a fixed observation delay and action latency.
+    A run's own env, with its settings: :func:`robolearn.make_env`.
 
     ``backend`` is ``mujoco`` (CPU threads) or ``warp`` (MuJoCo Warp on
     ``device``: a CUDA GPU, or Warp's slow CPU device for tests); asking for a
