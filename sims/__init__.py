@@ -76,8 +76,9 @@ def make_env(
     threads, all cores by default), ``gym:<Gymnasium id>`` (``task_kwargs`` go
     to ``gymnasium.make``; the envs step one after another in this thread) or
     ``mjlab:<task id>`` (an mjlab task on MuJoCo Warp). ``randomization``
-    (``sims/randomization.py``) and ``delay`` (``sims/delay.py``) wrap our tasks
-    in domain randomization and a fixed observation delay and action latency.
+    (``sims/randomization.py``) wraps our tasks in domain randomization, and
+    ``delay`` (``sims/delay.py``) any of them in a fixed observation delay and
+    action latency.
     A run's own env, with its settings: :func:`robolearn.make_env`.
 
     ``backend`` is ``mujoco`` (CPU threads) or ``warp`` (MuJoCo Warp on
