@@ -26,7 +26,7 @@ def test_bench_lists_the_benchmarks_and_runs_one_with_its_own_flags(capfd):
     assert "ppo_vs_rsl_rl            End-to-end PPO throughput" in listed and "gpu  " in listed
     assert "common" not in listed  # a helper module, not a benchmark
     assert main(["bench", "nope"]) == 2
-    assert "no benchmark 'nope'; there are: dataset_read_heap" in capfd.readouterr().err
+    assert "no benchmark 'nope'; there are: arm_reach_offline, dataset_read_heap" in capfd.readouterr().err
     assert main(["bench", "make_maze_datasets", "--help"]) == 0  # the flag is the script's, not ours
     assert "--layouts" in capfd.readouterr().out
 
