@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--expert", type=Path, help="a trained ppo_arm_reach run (default: train one)")
     parser.add_argument("--episodes", type=int, default=200, help="episodes per dataset")
     parser.add_argument("--noise", type=float, default=0.3, help="the noisy dataset's action noise (half ranges)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each learner on each dataset")
     parser.add_argument("--updates", type=int, help="gradient updates of every run (default: the configs')")
     args = parser.parse_args()
 
