@@ -110,6 +110,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
     task = run_task(run_dir, controller.meta)
+    if target is None:
+        _warn_if_training_targets(run_dir, seed)
     config = load_robot_config(robot_config)
     if safety_overrides:
         base = safety if safety is not None else config.safety if config.safety is not None else SafetyConfig()
@@ -127,7 +129,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
             robot.connect()
             if record:  # only once connected: a deploy that cannot start leaves no empty folder
                 metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
-                            "control_dt": robot.control_dt, "seed": seed, "task": _task_settings(robot),
+                            "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
+                            "task": _task_settings(robot),
                             "safety": _safety_settings(robot)}
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
                 recorder = EpisodeRecorder(folder, metadata)
@@ -146,6 +149,23 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None)
+
+
+def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
+    """A controller trained on a robot recording (an offline run on an imported deploy) and deployed with the
+    recording's seed reaches for the very targets it learned from: say so, as its success there tests nothing."""
+    try:
+        dataset = load_run_config(run_dir).dataset
+        if not dataset:
+            return
+        from robolearn.data import Dataset
+
+        recorded = (Dataset.load(dataset).info.get("recording") or {}).get("seed")
+    except Exception:  # noqa: BLE001 (no config, the dataset on another machine: nothing to compare)
+        return
+    if recorded == seed:
+        warnings.warn(f"seed {seed} draws the targets of the recording this controller trained on (dataset "
+                      f"'{dataset}'): reaching them tests little; --seed N draws others", stacklevel=3)
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:
@@ -192,13 +212,58 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "task": _task_settings(robot), "safety": _safety_settings(robot),
         "recording": str(recorder.directory) if recorder else None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
-        "per_episode": recorder.summaries if recorder else [],
+        "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
     if recorder is not None:
         summary["plot"] = _plot(recorder)
         text = json.dumps(summary, indent=2, default=str).encode()
         atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
     return summary
+
+
+def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
+    """What ``robolearn deploy`` prints: the outcome, the task and seed, the loop's timing, the safety layer's
+    interventions (overspeed with the peak speed against its limit, and the override that would allow it),
+    each episode (up to 10) with how near it came, and where the recording and plot are."""
+    loop, task, episodes = summary["loop"], summary["task"], summary["per_episode"]
+    count = summary["episodes"]
+    line = f"deployed:    {count} episode{'s' * (count != 1)} on {summary['port']}"
+    if summary["return_mean"] is not None:
+        line += f": return {summary['return_mean']:.2f}"
+    if summary["success_rate"] is not None:
+        line += f", success {100 * summary['success_rate']:.0f}%"
+    lines = [line,
+             f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {task['safety_max_step']} rad "
+             "(as trained)",
+             f"seed:        {summary['seed']} " + ("(a fixed --target)" if fixed_target else
+                                                    "(it draws the targets; --seed N draws others)"),
+             f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
+             f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
+    events = summary["safety_events"]
+    lines.append("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
+    peak = max((e["peak_joint_speed"] for e in episodes if "peak_joint_speed" in e), default=None)
+    if events.get("overspeed") and peak is not None:
+        limit = summary["safety"]["max_velocity"]
+        lines.append(f"             overspeed: joints reached {peak:.2f} rad/s, above safety.max_velocity {limit:g}; if "
+                     f"that is normal motion, allow it: --safety max_velocity={math.ceil(peak * 11) / 10:g}")
+    if len(episodes) > 10:
+        lines.append(f"episodes:    {len(episodes)}, each in deploy.json's per_episode and deploy.png")
+    for number, episode in enumerate(episodes if len(episodes) <= 10 else []):
+        outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
+        notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"]
+        if "final_distance_m" in episode:
+            notes.append(f"ended {100 * episode['final_distance_m']:.1f} cm away, nearest "
+                         f"{100 * episode['min_distance_m']:.1f} cm")
+        notes += [f"{n} {rule}" for rule, n in episode["safety_events"].items()]
+        lines.append(f"{'episodes:' if number == 0 else '':<13}{number}: return {episode['return']:.2f} in "
+                     f"{episode['steps']} steps" + (f" ({', '.join(notes)})" if notes else ""))
+    if summary["recording"]:
+        lines.append(f"recording:   {summary['recording']}")
+    if summary.get("plot"):
+        lines.append(f"plot:        {summary['plot']}")
+    if loop["interrupted"]:
+        lines.append("interrupted: the robot was parked and its torque turned off")
+    return "\n".join(lines)
 
 
 def _plot(recorder: EpisodeRecorder) -> str | None:

@@ -139,8 +139,14 @@ class DynamixelArm(Robot):
         q_t, qd_t = torch.as_tensor(q), torch.as_tensor(qd)
         change = torch.as_tensor(action - previous)
         reward = sum(term for term in reach_rewards(q_t, qd_t, self.target, change, self.task).values())
-        distance = float((fingertip_position(q_t) - self.target).norm())
-        return float(reward), distance < self.task.success_distance
+        return float(reward), self._distance(q) < self.task.success_distance
+
+    def _metrics(self, q: np.ndarray, qd: np.ndarray) -> dict[str, float]:
+        return {"distance_m": self._distance(q)}
+
+    def _distance(self, q: np.ndarray) -> float:
+        """The fingertip's distance to the target (m): success is being within success_distance at the end."""
+        return float((fingertip_position(torch.as_tensor(q)) - self.target).norm())
 
 
 def _box(size: int):

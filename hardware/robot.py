@@ -19,7 +19,8 @@ the same on every robot:
 - Every command passes the :class:`~hardware.safety.SafetyLayer`;
   ``info["sent_action"]`` is what was actually sent, ``info["goal_action"]`` the goal the
   task's own rule made of the action before it (what simulation would have applied), and
-  ``info["safety"]`` the names of the rules that overruled it this step.
+  ``info["safety"]`` the names of the rules that overruled it this step, ``info["metrics"]``
+  the task's numbers of the step (``_metrics``: a reach's distance to its target).
 - A watchdog thread: if no fresh observation (failed reads) or no ``step``
   call arrives for ``safety.watchdog_s`` the robot holds its last safe command;
   after ``safety.stop_after_s`` it stops and the next ``step`` raises
@@ -123,6 +124,11 @@ class Robot(VecEnv):
         """Reward of the step (``action`` sent after ``previous``) and success if the
         episode ended now (None: undefined)."""
         return 0.0, None
+
+    def _metrics(self, q: np.ndarray, qd: np.ndarray) -> dict[str, float]:
+        """Numbers a person reads a step by (a reach's distance to its target), reported per step as
+        ``info["metrics"]`` and recorded, so a deployment says why an episode missed; default none."""
+        return {}
 
     # ---- life cycle ------------------------------------------------------------
 
@@ -231,6 +237,7 @@ class Robot(VecEnv):
         goal = command if command.shape == sent.shape else np.full_like(sent, np.nan)  # a wrong-sized action: none
         info = {"sent_action": torch.as_tensor(sent, dtype=torch.float32).unsqueeze(0), "final_obs": obs,
                 "goal_action": torch.as_tensor(goal, dtype=torch.float32).unsqueeze(0), "safety": events,
+                "metrics": self._metrics(self._q, self._qd),
                 "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
         if success is not None:
             info["success"] = torch.tensor([success])

@@ -1,4 +1,4 @@
-"""``robolearn train | eval | play | export | deploy | replay | emulate | list | dataset | bench``: the command line.
+"""``robolearn train | eval | play | plot | export | deploy | replay | emulate | list | dataset | bench``: the command line.
 
 Every failure a user can cause (a bad config key, a missing or foreign
 checkpoint, NaN during training) ends with one line saying what to fix.
@@ -424,6 +424,9 @@ def _plot(args: argparse.Namespace) -> int:
     from robolearn.curves import find_runs, plot_runs
     from robolearn.recording_plot import is_recording, plot_recording
 
+    missing = [str(path) for path in args.runs if not path.exists()]
+    if missing:
+        raise FileNotFoundError(f"no such run or recording: {', '.join(missing)}")
     if len(args.runs) == 1 and is_recording(args.runs[0]):  # a deploy's (or any) recording: its joints' motion
         if args.mean or args.metrics:
             raise ValueError(f"{args.runs[0]} is a recording: its plot draws the joints; --mean and --metrics are "
@@ -431,6 +434,11 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
     runs = find_runs(args.runs)
+    recordings = sorted({f.parent for path in args.runs for f in path.glob("*/episode_*.npz")})
+    if recordings and not any((run / "metrics.jsonl").is_file() for run in runs):  # <run>/deploy: recordings in it
+        raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
+                         f"{recordings[-1]}" + (f" (the others: {', '.join(map(str, recordings[:-1]))})"
+                                                if len(recordings) > 1 else ""))
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0
@@ -567,7 +575,7 @@ def _saved_progress(run: Path) -> dict:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from hardware.deploy import deploy
+    from hardware.deploy import deploy, report
     from hardware.safety import parse_overrides
 
     if not args.run.is_dir():
@@ -576,39 +584,10 @@ def _deploy(args: argparse.Namespace) -> int:
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
                      target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed,
                      safety_overrides=parse_overrides(args.safety), progress=True)
-    loop = summary["loop"]
-    line = f"deployed:    {summary['episodes']} episodes on {summary['port']}"
-    if summary["return_mean"] is not None:
-        line += f": return {summary['return_mean']:.2f}"
-    if summary["success_rate"] is not None:
-        line += f", success {100 * summary['success_rate']:.0f}%"
-    print(line)
-    task = summary["task"]
-    print(f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {task['safety_max_step']} rad "
-          "(as trained)")
-    print(f"seed:        {summary['seed']} " + ("(a fixed --target)" if args.target else
-                                                "(it draws the targets; --seed N draws others)"))
-    print(f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
-          f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms")
-    print(f"safety:      {summary['safety_events'] or 'no interventions'}")
-    episodes = summary["per_episode"]
-    if len(episodes) > 10:
-        print(f"episodes:    {len(episodes)}, each in deploy.json's per_episode and deploy.png")
-    for number, episode in enumerate(episodes if len(episodes) <= 10 else []):
-        outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
-        notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"] + [
-            f"{count} {rule}" for rule, count in episode["safety_events"].items()]
-        print(f"{'episodes:' if number == 0 else '':<13}{number}: return {episode['return']:.2f} in {episode['steps']} "
-              f"steps" + (f" ({', '.join(notes)})" if notes else ""))
-    if summary["recording"]:
-        print(f"recording:   {summary['recording']}")
-    if summary.get("plot"):
-        print(f"plot:        {summary['plot']}")
-    if loop["interrupted"]:
-        print("interrupted: the robot was parked and its torque turned off")
+    print(report(summary, fixed_target=bool(args.target)))
     if args.json:
         print(json.dumps(summary, default=str))
-    return 130 if loop["interrupted"] else 0
+    return 130 if summary["loop"]["interrupted"] else 0
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
   before the safety layer (``info["goal_action"]``): what simulation would have applied
 - ``safety_events`` (T,): the safety rules that overruled each step, comma-separated
   (``""`` where none did; ``info["safety"]``)
+- ``metrics/<name>`` (T,): the task's numbers of each step (``info["metrics"]``: a reach's
+  ``distance_m`` to its target)
 - ``success`` (): whether the episode ended in success (``info["success"]``; not
   for an interrupted one, which did not end)
 
@@ -89,6 +91,8 @@ class EpisodeRecorder:
             columns.setdefault("goals", []).append(_row0(info["goal_action"]))
         if "safety" in info:
             columns.setdefault("safety_events", []).append(",".join(info["safety"]))
+        for name, value in info.get("metrics", {}).items():
+            columns.setdefault(f"metrics/{name}", []).append(float(value))
         if "success" in info:
             self._success = bool(info["success"][0])
         if bool(step.terminated[0] | step.truncated[0]):
@@ -149,11 +153,21 @@ def load_episode(path: str | Path) -> dict[str, np.ndarray]:
 
 def episode_summary(file: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """One episode's results from its arrays: file, steps, return, success (None where the env does
-    not say), whether it was interrupted, and the safety interventions by rule (where recorded)."""
+    not say), whether it was interrupted, the safety interventions by rule, each recorded metric's final
+    and smallest value (a reach's distance: how near it came, not only where it ended), and a robot's
+    peak joint speed (rad/s, from its ``joint_state`` group: what the overspeed rule compares)."""
     events = Counter(rule for step in arrays.get("safety_events", ()) for rule in str(step).split(",") if rule)
-    return {"file": file, "steps": int(len(arrays["rewards"])), "return": float(np.sum(arrays["rewards"])),
-            "success": bool(arrays["success"]) if "success" in arrays else None,
-            "interrupted": bool(arrays.get("interrupted", False)), "safety_events": dict(sorted(events.items()))}
+    summary = {"file": file, "steps": int(len(arrays["rewards"])), "return": float(np.sum(arrays["rewards"])),
+               "success": bool(arrays["success"]) if "success" in arrays else None,
+               "interrupted": bool(arrays.get("interrupted", False)), "safety_events": dict(sorted(events.items()))}
+    for key, values in arrays.items():
+        if key.startswith("metrics/") and len(values):
+            name = key[len("metrics/"):]
+            summary |= {f"final_{name}": float(values[-1]), f"min_{name}": float(np.min(values))}
+    state = arrays.get("obs/joint_state")
+    if state is not None and state.ndim == 2 and state.shape[1] % 2 == 0 and len(state):
+        summary["peak_joint_speed"] = float(np.abs(state[:, state.shape[1] // 2:]).max())
+    return summary
 
 
 def _row0(value: torch.Tensor) -> np.ndarray:

@@ -4,8 +4,9 @@
 draws any recording (a deploy's, or one that ``runtime.run`` wrote through an ``EpisodeRecorder``). One row
 per action dimension: the controller's command, the goal the task's rule made of it (where recorded), what
 was sent after the safety layer, and the measured joint position (a robot's ``joint_state`` group, one
-control period after its command); steps a safety rule overruled are marked. The last row is the reward per
-step. Episodes follow each other along the time axis, each labelled with its return and success.
+control period after its command); steps a safety rule overruled are marked, by rule. Then the reward per
+step, and a row per recorded metric (a reach's ``distance_m`` to its target). Episodes follow each other
+along the time axis, each labelled with its return and success.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
                          "writes (<run>/deploy/<time>)")
     episodes = [load_episode(file) for file in files]
     try:
-        dt = float(json.loads((folder / "metadata.json").read_text()).get("control_dt") or 0) or None
-    except (OSError, ValueError, AttributeError):
-        dt = None
+        metadata = json.loads((folder / "metadata.json").read_text())
+        dt, joints = float(metadata.get("control_dt") or 0) or None, list(metadata.get("joints") or [])
+        success_distance = (metadata.get("task") or {}).get("success_distance")
+    except (OSError, ValueError, AttributeError, TypeError):
+        dt, joints, success_distance = None, [], None
 
     import matplotlib
 
@@ -53,29 +56,45 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
             if key in arrays:
                 arrays[key] = arrays[key].reshape(len(arrays["rewards"]), -1)
     dims = episodes[0]["actions"].shape[1]
-    fig, axes = plt.subplots(dims + 1, 1, figsize=(11, 1.9 * (dims + 1) + 0.8), sharex=True, squeeze=False)
+    metrics = [key for key in episodes[0] if key.startswith("metrics/")]  # a reach's distance: a row each
+    rows = dims + 1 + len(metrics)
+    fig, axes = plt.subplots(rows, 1, figsize=(11, 1.9 * rows + 1.1), sharex=True, squeeze=False)
     axes = axes[:, 0]
+    joint_axes, reward_axis = axes[:dims], axes[dims]
     scale = dt or 1.0
     start = 0
-    for index, (file, arrays) in enumerate(zip(files, episodes)):
+    labelled: set[str] = set()  # one legend entry per line kind and safety rule, the first time it is drawn
+
+    def label(name: str) -> str | None:
+        if name in labelled:
+            return None
+        labelled.add(name)
+        return name
+
+    for file, arrays in zip(files, episodes):
         steps = len(arrays["rewards"])
         t = (start + np.arange(steps)) * scale
         measured = _measured(arrays, dims)
-        overruled = np.array([bool(e) for e in arrays["safety_events"]]) if "safety_events" in arrays else None
-        first = index == 0  # one legend entry per line kind
-        for dim, ax in enumerate(axes[:-1]):
+        rules = [str(e).split(",") if e else [] for e in arrays.get("safety_events", [""] * steps)]
+        for dim, ax in enumerate(joint_axes):
             ax.step(t, arrays["commanded_actions"][:, dim], where="post", color="C0", lw=0.8, alpha=0.6,
-                    label="commanded" if first else None)
+                    label=label("commanded") if dim == 0 else None)
             if "goals" in arrays:
                 ax.step(t, arrays["goals"][:, dim], where="post", color="C2", lw=0.8, ls="--",
-                        label="goal (task rule)" if first else None)
-            ax.step(t, arrays["actions"][:, dim], where="post", color="C1", lw=1.0, label="sent" if first else None)
+                        label=label("goal (task rule)") if dim == 0 else None)
+            ax.step(t, arrays["actions"][:, dim], where="post", color="C1", lw=1.0,
+                    label=label("sent") if dim == 0 else None)
             if measured is not None:
-                ax.plot(t + scale, measured[:, dim], color="k", lw=1.0, label="measured" if first else None)
-            if overruled is not None and overruled.any():
-                ax.plot(t[overruled], arrays["actions"][overruled, dim], "rx", ms=4,
-                        label="safety overruled" if first else None)
-        axes[-1].plot(t, arrays["rewards"], color="C3", lw=0.8)
+                ax.plot(t + scale, measured[:, dim], color="k", lw=1.0, label=label("measured") if dim == 0 else None)
+            for rule, (marker, color) in RULE_MARKERS.items():
+                hit = np.array([rule in step for step in rules], dtype=bool)
+                if hit.any():
+                    ax.plot(t[hit], arrays["actions"][hit, dim], marker, color=color, ms=4, ls="none",
+                            label=label(f"safety: {rule}") if dim == 0 else None)
+        reward_axis.plot(t, arrays["rewards"], color="C3", lw=0.8)
+        for key, ax in zip(metrics, axes[dims + 1:]):
+            if key in arrays:
+                ax.plot(t + scale, arrays[key], color="C4", lw=0.8)
         summary = episode_summary(file.name, arrays)
         for ax in axes:
             ax.axvline(start * scale, color="0.6", lw=0.6)
@@ -85,15 +104,25 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
             axes[0].annotate(f"{summary['return']:.1f}{mark}{cut}", (start * scale, 1), xycoords=("data", "axes fraction"),
                              xytext=(3, 2), textcoords="offset points", fontsize="x-small", va="bottom")
         start += steps
-    for dim, ax in enumerate(axes[:-1]):
-        ax.set_ylabel(f"action {dim}" if measured is None else f"joint {dim} (rad)")
+    for dim, ax in enumerate(joint_axes):
+        name = joints[dim] if dim < len(joints) else f"{'action' if measured is None else 'joint'} {dim}"
+        ax.set_ylabel(name if measured is None else f"{name} (rad)")
+        ax.set_ylim(*_limits(episodes, dim, dims))
         ax.grid(alpha=0.3)
-    axes[-1].set_ylabel("reward")
-    axes[-1].grid(alpha=0.3)
+    reward_axis.set_ylabel("reward")
+    for key, ax in zip(metrics, axes[dims + 1:]):
+        ax.set_ylabel(key[len("metrics/"):])
+        if key == "metrics/distance_m" and isinstance(success_distance, (int, float)):
+            ax.axhline(success_distance, color="tab:green", lw=0.8, ls=":", label=label("success distance"))
+    for ax in axes[dims:]:
+        ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time (s, control steps back to back)" if dt else "control step")
-    axes[0].legend(loc="upper right", fontsize="x-small", ncol=5, framealpha=0.8)
+    handles, names = [sum(pair, []) for pair in zip(*(ax.get_legend_handles_labels() for ax in axes))]
+    # the legend goes under the time axis, in a band of its own
+    fig.legend(handles, names, loc="lower center", fontsize="x-small", ncol=min(len(names), 8), frameon=False,
+               bbox_to_anchor=(0.5, 0.02 / fig.get_figheight()))
     fig.suptitle(_title(folder, files, episodes), fontsize="small")
-    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / fig.get_figheight(), bottom=0.5 / fig.get_figheight(),
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / fig.get_figheight(), bottom=0.8 / fig.get_figheight(),
                         hspace=0.15)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -101,6 +130,28 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out is not None else folder / "recording.png"
     atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
     return out
+
+
+RULE_MARKERS = {"jump_limit": ("x", "tab:red"), "position_limit": ("s", "tab:purple"), "overspeed": ("^", "tab:brown"),
+                "nonfinite": ("X", "black"), "watchdog_hold": ("o", "tab:gray")}
+"""How each safety rule (hardware/safety.py) marks the steps it overruled."""
+
+
+def _limits(episodes: list[dict[str, np.ndarray]], dim: int, dims: int) -> tuple[float, float]:
+    """The y range of one joint: what was sent and measured (and the task's goals), with a margin. A
+    controller's raw command can swing far outside it (to the joint limits) and would flatten the rest."""
+    values = []
+    for arrays in episodes:
+        values += [arrays["actions"][:, dim]] + ([arrays["goals"][:, dim]] if "goals" in arrays else [])
+        if (measured := _measured(arrays, dims)) is not None:
+            values.append(measured[:, dim])
+    data = np.concatenate(values)
+    data = data[np.isfinite(data)]
+    if not len(data):
+        return -1.0, 1.0
+    low, high = float(data.min()), float(data.max())
+    margin = max(0.1 * (high - low), 0.02)
+    return low - margin, high + margin
 
 
 def _measured(arrays: dict[str, np.ndarray], dims: int) -> np.ndarray | None:

@@ -212,6 +212,9 @@ def _import(args: argparse.Namespace) -> int:
     returns = [episode.episode_return for episode in episodes]
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g}) -> {ds.path}")
+    if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit
+        print(f"cut short:   episode(s) {', '.join(map(str, cut))} (the run ended in them; kept, their last step a "
+              "time limit; `dataset info` lists them as interrupted_episodes)")
     if meta.get("next_done_on_last_frames_only"):  # LeRobot's usual layout: say which reading was taken
         read_as, other, were = {"terminal": ("the task's end (no bootstrap)", "truncation", "time limits"),
                                 "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]

@@ -6,6 +6,7 @@ import re
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -239,7 +240,7 @@ def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
                  "--safety", "stop_after_s=2.0", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "deployed:    1 episodes" in out and "50 Hz" in out
+    assert "deployed:    1 episode on" in out and "50 Hz" in out
     assert "task:        100 steps per episode, goal steps <= 0.2 rad" in out  # the run's own task settings
     assert "seed:        0 (a fixed --target)" in out
     assert json.loads(out.strip().splitlines()[-1])["safety"]["watchdog_s"] == 0.5  # --safety reached the robot
@@ -426,7 +427,44 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     counted = sum(e["safety_events"].get("jump_limit", 0) for e in episodes)
     assert counted == summary["safety_events"]["jump_limit"] > 0  # the per-episode counts add up to the run's
     assert "episodes:    0: return" in out and "jump_limit)" in out
+    assert episodes[0]["min_distance_m"] <= episodes[0]["final_distance_m"] == pytest.approx(
+        float(first["metrics/distance_m"][-1]))  # how near it came, not only where it ended
+    assert episodes[0]["peak_joint_speed"] == pytest.approx(float(np.abs(first["obs/joint_state"][:, 4:]).max()))
+    assert re.search(r"ended \d+\.\d cm away, nearest \d+\.\d cm", out)
     assert summary["plot"] == str(recording / "deploy.png")
     assert (recording / "deploy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(recording)]) == 0  # any recording, drawn again on demand
     assert (recording / "recording.png").stat().st_size > 10_000
+
+
+def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
+    from hardware.deploy import report
+
+    summary = {"episodes": 1, "port": "/dev/pts/9", "return_mean": 1.0, "success_rate": 1.0, "seed": 0,
+               "task": {"max_episode_steps": 100, "safety_max_step": 0.2}, "safety": {"max_velocity": 4.0},
+               "loop": {"rate_hz": 50, "steps": 100, "overruns": 0, "jitter_ms_p50": 0.0, "jitter_ms_p99": 0.1,
+                        "interrupted": False},
+               "safety_events": {"overspeed": 2, "jump_limit": 1}, "recording": None,
+               "per_episode": [{"steps": 100, "return": 1.0, "success": True, "interrupted": False,
+                                "safety_events": {"overspeed": 2}, "peak_joint_speed": 4.36}]}
+    text = report(summary)
+    assert "deployed:    1 episode on /dev/pts/9" in text and "safety:      jump_limit 1, overspeed 2" in text
+    assert "joints reached 4.36 rad/s, above safety.max_velocity 4; if that is normal motion, allow it: " \
+           "--safety max_velocity=4.8" in text
+
+
+def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir, make_emulator, tmp_path, monkeypatch):
+    """An offline run on an imported deploy, deployed with that deploy's seed, reaches for its training targets."""
+    from robolearn.data import DatasetWriter, RandomController, record
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "datasets"))
+    with sims.make_env("arm_reach", 1, seed=0, max_episode_steps=5) as env, \
+            DatasetWriter("arm-robot", env.observation_spec, env.action_spec, metadata={"recording": {"seed": 3}}) as w:
+        record(RandomController(env), env, w, episodes=1, progress=False)
+    write_run_config(run_dir, "dataset=arm-robot", "env.kwargs.max_episode_steps=5")
+    emulator = make_emulator()
+    with pytest.warns(UserWarning, match="seed 3 draws the targets of the recording this controller trained on"):
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=4, safety=PATIENT, record=False)

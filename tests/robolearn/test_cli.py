@@ -109,7 +109,15 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
     assert main(["plot", str(first), "--metrics", "reward"]) == 2
     assert "no run logs reward; they log: env_steps, loss, return, time" in capfd.readouterr().err
     assert main(["plot", str(tmp_path / "ppo_a" / "nothing")]) == 2
+    assert f"no such run or recording: {tmp_path / 'ppo_a' / 'nothing'}" in capfd.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty")]) == 2
     assert "no metrics.jsonl lines in" in capfd.readouterr().err
+    recording = tmp_path / "run" / "deploy" / "20260101-000000"
+    recording.mkdir(parents=True)
+    (recording / "episode_00000.npz").write_bytes(b"")
+    assert main(["plot", str(recording.parent)]) == 2  # the deploy folder: the recordings in it are named
+    assert f"holds recordings, not runs; plot one: robolearn plot {recording}" in capfd.readouterr().err
 
 
 def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd):
