@@ -25,9 +25,10 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
 - ``success`` (): whether the episode ended in success (``info["success"]``; not
   for an interrupted one, which did not end)
 
-:attr:`EpisodeRecorder.summaries` holds one line per written episode (file, steps,
-return, success, interrupted, safety interventions by rule): a deployment's
-per-episode results.
+:attr:`EpisodeRecorder.summaries` holds one line per written episode
+(:func:`episode_summary`: steps, return, success, safety interventions by rule,
+each metric's final and smallest value, a robot's peak joint speed): a
+deployment's per-episode results.
 
 These are the episode fields of robolearn's datasets (observations T+1,
 actions, rewards, terminations, truncations), so recordings import as datasets.
