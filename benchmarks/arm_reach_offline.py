@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, help="gradient updates of every run (default: the configs')")
     args = parser.parse_args()
 
+    commit = code_commit()  # the code the runs start on (said again if it moved while they ran)
     env = {**os.environ, "ROBOLEARN_DATASETS": tempfile.mkdtemp(prefix="arm_reach_offline_")}
     common = ["--no-wandb", f"run_dir={RUNS}", "runner.video_seconds=0"]
     began = time.time()
@@ -88,7 +89,8 @@ def main() -> None:
                         f"{returns.mean():.1f} ± {returns.std():.1f} | {', '.join(f'{s:.2f}' for s in success)} |")
     minutes = (time.time() - began) / 60
     write_result("arm_reach_offline.md", "\n".join([
-        f"Machine: {machine()}. Code: {code_commit()}. {minutes:.0f} minutes in all.",
+        f"Machine: {machine()}. Code: {commit}" + (f" (at the end: {code_commit()})" if code_commit() != commit else "")
+        + f". {minutes:.0f} minutes in all" + ("" if args.expert else ", the expert's training included") + ".",
         f"Expert: {expert.relative_to(REPO) if expert.is_relative_to(REPO) else expert}, success "
         f"{reference['success_rate']:.2f}, return {reference['return_mean']:.1f} ({reference['episodes']} episodes). "
         f"Datasets: {args.episodes} episodes each; arm-noisy adds action noise of {args.noise} half ranges. "

@@ -130,6 +130,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
             if record:  # only once connected: a deploy that cannot start leaves no empty folder
                 metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
                             "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
+                            "target": None if target is None else [float(v) for v in target],
                             "task": _task_settings(robot),
                             "safety": _safety_settings(robot)}
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
@@ -160,10 +161,10 @@ def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
             return
         from robolearn.data import Dataset
 
-        recorded = (Dataset.load(dataset).info.get("recording") or {}).get("seed")
-    except Exception:  # noqa: BLE001 (no config, the dataset on another machine: nothing to compare)
+        recording = Dataset.load(dataset).info.get("recording") or {}
+    except (OSError, ValueError):  # no config, the dataset on another machine: nothing to compare
         return
-    if recorded == seed:
+    if recording.get("seed") == seed and recording.get("target") is None:  # a fixed --target drew nothing
         warnings.warn(f"seed {seed} draws the targets of the recording this controller trained on (dataset "
                       f"'{dataset}'): reaching them tests little; --seed N draws others", stacklevel=3)
 
@@ -208,7 +209,8 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
     summary: dict[str, Any] = {
         "run": str(run_dir), "port": robot.port, "seed": seed, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
-        "safety_events": dict(robot.safety.events), "bus": vars(robot.bus.stats), "loop": loop,
+        "safety_events": dict(robot.safety.events), "peak_joint_speed": robot.safety.peak_speed,
+        "bus": vars(robot.bus.stats), "loop": loop,
         "task": _task_settings(robot), "safety": _safety_settings(robot),
         "recording": str(recorder.directory) if recorder else None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
@@ -241,8 +243,8 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
     events = summary["safety_events"]
     lines.append("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
-    peak = max((e["peak_joint_speed"] for e in episodes if "peak_joint_speed" in e), default=None)
-    if events.get("overspeed") and peak is not None:
+    peak = summary.get("peak_joint_speed")  # what the overspeed rule compared, recorded or not
+    if events.get("overspeed") and peak is not None and math.isfinite(peak):
         limit = summary["safety"]["max_velocity"]
         lines.append(f"             overspeed: joints reached {peak:.2f} rad/s, above safety.max_velocity {limit:g}; if "
                      f"that is normal motion, allow it: --safety max_velocity={math.ceil(peak * 11) / 10:g}")
@@ -251,7 +253,7 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
     for number, episode in enumerate(episodes if len(episodes) <= 10 else []):
         outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
         notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"]
-        if "final_distance_m" in episode:
+        if episode.get("min_distance_m") is not None and math.isfinite(episode.get("final_distance_m", math.nan)):
             notes.append(f"ended {100 * episode['final_distance_m']:.1f} cm away, nearest "
                          f"{100 * episode['min_distance_m']:.1f} cm")
         notes += [f"{n} {rule}" for rule, n in episode["safety_events"].items()]
@@ -268,7 +270,7 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
 
 def _plot(recorder: EpisodeRecorder) -> str | None:
     """``deploy.png`` of the recorded episodes (joint commands, sent goals, measured positions, safety events,
-    rewards), or None without any; a drawing that fails is a warning, never the deploy's failure."""
+    rewards, the task's metrics such as the distance to the target), or None without any; a drawing that fails is a warning, never the deploy's failure."""
     if not recorder.episodes_written:
         return None
     from robolearn.recording_plot import plot_recording

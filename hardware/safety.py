@@ -163,6 +163,7 @@ class SafetyLayer:
             raise ValueError("joint limits are narrower than twice safety.position_margin")
         self.last_sent: np.ndarray | None = None
         self.events: Counter[str] = Counter()
+        self.peak_speed = 0.0  # rad/s: the fastest measured joint speed the overspeed rule compared
 
     def start(self, measured: np.ndarray) -> None:
         """Begin from the measured pose: the first command may move ``max_step`` from it."""
@@ -176,6 +177,8 @@ class SafetyLayer:
             return command, []
         reference = self.last_sent if self.last_sent is not None else np.asarray(measured_q, dtype=np.float64)
         events = []
+        speed = float(np.max(np.abs(measured_qd), initial=0.0))
+        self.peak_speed = max(self.peak_speed, speed) if np.isfinite(speed) else self.peak_speed
         if command.shape != reference.shape or not np.all(np.isfinite(command)):
             events.append("nonfinite")
             command = reference.copy()

@@ -434,11 +434,14 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
     runs = find_runs(args.runs)
-    recordings = sorted({f.parent for path in args.runs for f in path.glob("*/episode_*.npz")})
+    recordings = sorted({f.parent for path in args.runs for f in path.glob("*/episode_*.npz")},
+                        key=lambda folder: folder.stat().st_mtime)  # newest last, as `<time>-10` sorts before `-2`
     if recordings and not any((run / "metrics.jsonl").is_file() for run in runs):  # <run>/deploy: recordings in it
+        others = recordings[:-1][-5:]
         raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
-                         f"{recordings[-1]}" + (f" (the others: {', '.join(map(str, recordings[:-1]))})"
-                                                if len(recordings) > 1 else ""))
+                         f"{recordings[-1]}" + (f" (the newest; also {', '.join(map(str, others))}"
+                                                + (f" and {len(recordings) - 6} more" if len(recordings) > 6 else "")
+                                                + ")" if others else ""))
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0

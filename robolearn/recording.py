@@ -164,10 +164,12 @@ def episode_summary(file: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     for key, values in arrays.items():
         if key.startswith("metrics/") and len(values):
             name = key[len("metrics/"):]
-            summary |= {f"final_{name}": float(values[-1]), f"min_{name}": float(np.min(values))}
+            finite = np.asarray(values, dtype=np.float64)[np.isfinite(values)]
+            summary |= {f"final_{name}": float(values[-1]), f"min_{name}": float(finite.min()) if len(finite) else None}
     state = arrays.get("obs/joint_state")
     if state is not None and state.ndim == 2 and state.shape[1] % 2 == 0 and len(state):
-        summary["peak_joint_speed"] = float(np.abs(state[:, state.shape[1] // 2:]).max())
+        speeds = np.abs(state[:, state.shape[1] // 2:])
+        summary["peak_joint_speed"] = float(np.nanmax(speeds)) if np.isfinite(speeds).any() else None
     return summary
 
 

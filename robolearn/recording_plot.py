@@ -56,7 +56,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
             if key in arrays:
                 arrays[key] = arrays[key].reshape(len(arrays["rewards"]), -1)
     dims = episodes[0]["actions"].shape[1]
-    metrics = [key for key in episodes[0] if key.startswith("metrics/")]  # a reach's distance: a row each
+    metrics = sorted({key for arrays in episodes for key in arrays if key.startswith("metrics/")})  # a row each
     rows = dims + 1 + len(metrics)
     fig, axes = plt.subplots(rows, 1, figsize=(11, 1.9 * rows + 1.1), sharex=True, squeeze=False)
     axes = axes[:, 0]
@@ -86,14 +86,15 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
                     label=label("sent") if dim == 0 else None)
             if measured is not None:
                 ax.plot(t + scale, measured[:, dim], color="k", lw=1.0, label=label("measured") if dim == 0 else None)
-            for rule, (marker, color) in RULE_MARKERS.items():
+            for rule in sorted({rule for step in rules for rule in step}):
+                marker, color = RULE_MARKERS.get(rule, ("D", "tab:olive"))
                 hit = np.array([rule in step for step in rules], dtype=bool)
                 if hit.any():
                     ax.plot(t[hit], arrays["actions"][hit, dim], marker, color=color, ms=4, ls="none",
                             label=label(f"safety: {rule}") if dim == 0 else None)
         reward_axis.plot(t, arrays["rewards"], color="C3", lw=0.8)
         for key, ax in zip(metrics, axes[dims + 1:]):
-            if key in arrays:
+            if key in arrays and len(arrays[key]) == steps:
                 ax.plot(t + scale, arrays[key], color="C4", lw=0.8)
         summary = episode_summary(file.name, arrays)
         for ax in axes:
@@ -119,7 +120,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     axes[-1].set_xlabel("time (s, control steps back to back)" if dt else "control step")
     handles, names = [sum(pair, []) for pair in zip(*(ax.get_legend_handles_labels() for ax in axes))]
     # the legend goes under the time axis, in a band of its own
-    fig.legend(handles, names, loc="lower center", fontsize="x-small", ncol=min(len(names), 8), frameon=False,
+    fig.legend(handles, names, loc="lower center", fontsize="x-small", ncol=max(1, len(names)), frameon=False,
                bbox_to_anchor=(0.5, 0.02 / fig.get_figheight()))
     fig.suptitle(_title(folder, files, episodes), fontsize="small")
     fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / fig.get_figheight(), bottom=0.8 / fig.get_figheight(),
@@ -133,8 +134,8 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
 
 
 RULE_MARKERS = {"jump_limit": ("x", "tab:red"), "position_limit": ("s", "tab:purple"), "overspeed": ("^", "tab:brown"),
-                "nonfinite": ("X", "black"), "watchdog_hold": ("o", "tab:gray")}
-"""How each safety rule (hardware/safety.py) marks the steps it overruled."""
+                "nonfinite": ("X", "black")}
+"""How each safety rule (hardware/safety.py) marks the steps it overruled; another rule: an olive diamond."""
 
 
 def _limits(episodes: list[dict[str, np.ndarray]], dim: int, dims: int) -> tuple[float, float]:

@@ -410,7 +410,8 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     emulator = make_emulator(realtime=True)
     with pytest.warns(UserWarning, match="expect jump_limit events"):
         code = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "2",
-                     "--safety", "max_step=0.1", "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0", "--json"])
+                     "--target", "0.15", "0.0", "0.15", "--safety", "max_step=0.1", "--safety", "watchdog_s=0.5",
+                     "--safety", "stop_after_s=2.0", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
     summary = json.loads(out.strip().splitlines()[-1])
@@ -427,9 +428,13 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     counted = sum(e["safety_events"].get("jump_limit", 0) for e in episodes)
     assert counted == summary["safety_events"]["jump_limit"] > 0  # the per-episode counts add up to the run's
     assert "episodes:    0: return" in out and "jump_limit)" in out
-    assert episodes[0]["min_distance_m"] <= episodes[0]["final_distance_m"] == pytest.approx(
-        float(first["metrics/distance_m"][-1]))  # how near it came, not only where it ended
-    assert episodes[0]["peak_joint_speed"] == pytest.approx(float(np.abs(first["obs/joint_state"][:, 4:]).max()))
+    from sims.tasks.arm_reach import fingertip_position
+
+    tip = fingertip_position(torch.as_tensor(first["obs/joint_state"][-1:, :4], dtype=torch.float64))[0]
+    final = float((tip - torch.tensor([0.15, 0.0, 0.15], dtype=torch.float64)).norm())  # from the fixed target
+    assert episodes[0]["final_distance_m"] == pytest.approx(final, rel=1e-4, abs=1e-6)
+    assert episodes[0]["success"] == (final < 0.02) and episodes[0]["min_distance_m"] <= final
+    assert 0 < episodes[0]["peak_joint_speed"] <= summary["peak_joint_speed"]  # the safety layer saw them all
     assert re.search(r"ended \d+\.\d cm away, nearest \d+\.\d cm", out)
     assert summary["plot"] == str(recording / "deploy.png")
     assert (recording / "deploy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -447,10 +452,11 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
                "safety_events": {"overspeed": 2, "jump_limit": 1}, "recording": None,
                "per_episode": [{"steps": 100, "return": 1.0, "success": True, "interrupted": False,
                                 "safety_events": {"overspeed": 2}, "peak_joint_speed": 4.36}]}
-    text = report(summary)
+    text = report({**summary, "peak_joint_speed": 4.36})
     assert "deployed:    1 episode on /dev/pts/9" in text and "safety:      jump_limit 1, overspeed 2" in text
     assert "joints reached 4.36 rad/s, above safety.max_velocity 4; if that is normal motion, allow it: " \
            "--safety max_velocity=4.8" in text
+    assert "overspeed:" not in report({**summary, "peak_joint_speed": float("nan")})  # a broken reading: no hint
 
 
 def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir, make_emulator, tmp_path, monkeypatch):
@@ -468,3 +474,9 @@ def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir,
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=4, safety=PATIENT, record=False)
+        with sims.make_env("arm_reach", 1, seed=0, max_episode_steps=5) as env, \
+                DatasetWriter("arm-fixed", env.observation_spec, env.action_spec,
+                              metadata={"recording": {"seed": 3, "target": [0.15, 0.0, 0.15]}}) as w:
+            record(RandomController(env), env, w, episodes=1, progress=False)
+        write_run_config(run_dir, "dataset=arm-fixed", "env.kwargs.max_episode_steps=5")
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)  # drew none
