@@ -2,9 +2,11 @@
 
 Start with :mod:`robolearn.interfaces`. Python entry points::
 
-    from robolearn import load_config, load_controller, train
+    from robolearn import load_config, load_controller, make_env, train
     result = train(load_config("ppo_cartpole", ["runner.total_steps=200000"]))
     controller = load_controller(result.run_dir)          # or exported="onnx": the file a robot runs
+    env = make_env(result.run_dir, num_envs=4)            # the run's own env, its settings included
+    train(resume=result.run_dir, overrides={"runner.total_steps": 400_000})   # go on
 """
 
 from __future__ import annotations
