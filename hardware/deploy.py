@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from hardware.dxl_arm import DynamixelArm, load_robot_config
+from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
 from hardware.safety import SafetyConfig
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
@@ -114,8 +114,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _warn_if_training_targets(run_dir, seed)
     config = load_robot_config(robot_config)
     if safety_overrides:
-        base = safety if safety is not None else config.safety if config.safety is not None else SafetyConfig()
-        safety = base.updated(safety_overrides)
+        safety = safety_settings(config, safety).updated(safety_overrides)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
     check_compatible(controller, robot, path)
     warm_up(controller, robot)

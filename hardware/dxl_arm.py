@@ -61,7 +61,7 @@ class DynamixelArm(Robot):
         if target is not None:
             check_target(target)
         self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
-        safety = safety if safety is not None else config.safety if config.safety is not None else SafetyConfig()
+        safety = safety_settings(config, safety)
         if self.task.max_goal_step < safety.max_step:  # never allow larger goal steps than training did
             safety = dataclasses.replace(safety, max_step=self.task.max_goal_step)
         elif self.task.max_goal_step > safety.max_step:
@@ -147,6 +147,14 @@ class DynamixelArm(Robot):
     def _distance(self, q: np.ndarray) -> float:
         """The fingertip's distance to the target (m): success is being within success_distance at the end."""
         return float((fingertip_position(torch.as_tensor(q)) - self.target).norm())
+
+
+def safety_settings(config: RobotConfig, safety: SafetyConfig | None = None) -> SafetyConfig:
+    """The safety settings an arm runs with: ``safety`` if given, else the robot config's ``safety:``,
+    else :class:`~hardware.safety.SafetyConfig`'s defaults."""
+    if safety is not None:
+        return safety
+    return config.safety if config.safety is not None else SafetyConfig()
 
 
 def _box(size: int):

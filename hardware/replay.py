@@ -24,17 +24,19 @@ class ReplayError(ValueError):
     """A recording that cannot be replayed on this robot; the message names the file and key."""
 
 
-def recorded_task_settings(path: str | Path) -> dict[str, Any]:
-    """The task settings a deployment recorded beside episode ``path`` (its folder's ``metadata.json``:
-    ``frame_skip``, episode length...), so a replay runs at the recording's control rate; {} without them."""
+def recorded_task_settings(path: str | Path, task: str = "arm_reach") -> dict[str, Any]:
+    """The settings of ``task`` a deployment recorded beside episode ``path`` (its folder's ``metadata.json``:
+    ``frame_skip``, episode length...), so a replay runs at the recording's control rate; {} without them.
+    As an import of the recording reads them (:func:`robolearn.data.recordings.recorded_task_settings`)."""
     import json
+
+    from robolearn.data.recordings import recorded_task_settings as split_settings
 
     try:
         meta = json.loads((Path(path).parent / "metadata.json").read_text())
     except (OSError, ValueError):
         return {}
-    task = meta.get("task") if isinstance(meta, dict) else None
-    return {key: value for key, value in task.items() if key != "safety_max_step"} if isinstance(task, dict) else {}
+    return split_settings({"recording": meta}, task)[0] if isinstance(meta, dict) else {}
 
 
 def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarray]:

@@ -178,7 +178,8 @@ class SafetyLayer:
         reference = self.last_sent if self.last_sent is not None else np.asarray(measured_q, dtype=np.float64)
         events = []
         speed = float(np.max(np.abs(measured_qd), initial=0.0))
-        self.peak_speed = max(self.peak_speed, speed) if np.isfinite(speed) else self.peak_speed
+        if np.isfinite(speed):  # a broken reading is the nonfinite and overspeed rules' business
+            self.peak_speed = max(self.peak_speed, speed)
         if command.shape != reference.shape or not np.all(np.isfinite(command)):
             events.append("nonfinite")
             command = reference.copy()

@@ -437,11 +437,11 @@ def _plot(args: argparse.Namespace) -> int:
     recordings = sorted({f.parent for path in args.runs for f in path.glob("*/episode_*.npz")},
                         key=lambda folder: folder.stat().st_mtime)  # newest last, as `<time>-10` sorts before `-2`
     if recordings and not any((run / "metrics.jsonl").is_file() for run in runs):  # <run>/deploy: recordings in it
-        others = recordings[:-1][-5:]
+        newest, others = recordings[-1], recordings[:-1]
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        also = f" (the newest; also {', '.join(map(str, others[-5:]))}{more})" if others else ""
         raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
-                         f"{recordings[-1]}" + (f" (the newest; also {', '.join(map(str, others))}"
-                                                + (f" and {len(recordings) - 6} more" if len(recordings) > 6 else "")
-                                                + ")" if others else ""))
+                         f"{newest}{also}")
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         raise ValueError(f"{folder}: no episode_*.npz files; a recording is the folder `robolearn deploy` "
                          "writes (<run>/deploy/<time>)")
     episodes = [load_episode(file) for file in files]
+    summaries = [episode_summary(file.name, arrays) for file, arrays in zip(files, episodes)]
     try:
         metadata = json.loads((folder / "metadata.json").read_text())
         dt, joints = float(metadata.get("control_dt") or 0) or None, list(metadata.get("joints") or [])
@@ -71,7 +73,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         labelled.add(name)
         return name
 
-    for file, arrays in zip(files, episodes):
+    for arrays, summary in zip(episodes, summaries):
         steps = len(arrays["rewards"])
         t = (start + np.arange(steps)) * scale
         measured = _measured(arrays, dims)
@@ -96,10 +98,9 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         for key, ax in zip(metrics, axes[dims + 1:]):
             if key in arrays and len(arrays[key]) == steps:
                 ax.plot(t + scale, arrays[key], color="C4", lw=0.8)
-        summary = episode_summary(file.name, arrays)
         for ax in axes:
             ax.axvline(start * scale, color="0.6", lw=0.6)
-        if len(files) <= MAX_LABELLED_EPISODES:
+        if len(episodes) <= MAX_LABELLED_EPISODES:
             mark = {True: " ✓", False: " ✗", None: ""}[summary["success"]]
             cut = " (cut short)" if summary["interrupted"] else ""
             axes[0].annotate(f"{summary['return']:.1f}{mark}{cut}", (start * scale, 1), xycoords=("data", "axes fraction"),
@@ -122,7 +123,8 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     # the legend goes under the time axis, in a band of its own
     fig.legend(handles, names, loc="lower center", fontsize="x-small", ncol=max(1, len(names)), frameon=False,
                bbox_to_anchor=(0.5, 0.02 / fig.get_figheight()))
-    fig.suptitle(_title(folder, files, episodes), fontsize="small")
+    fig.suptitle(_title(folder, summaries, recorded_safety=any("safety_events" in a for a in episodes)),
+                 fontsize="small")
     fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / fig.get_figheight(), bottom=0.8 / fig.get_figheight(),
                         hspace=0.15)
     buffer = io.BytesIO()
@@ -163,9 +165,8 @@ def _measured(arrays: dict[str, np.ndarray], dims: int) -> np.ndarray | None:
     return state[1:, :dims]
 
 
-def _title(folder: Path, files: list[Path], episodes: list[dict[str, np.ndarray]]) -> str:
+def _title(folder: Path, summaries: list[dict], recorded_safety: bool) -> str:
     """The folder, then the episodes' return mean ± std, successes and safety interventions in one line."""
-    summaries = [episode_summary(file.name, arrays) for file, arrays in zip(files, episodes)]
     complete = [s for s in summaries if not s["interrupted"]]  # a cut-short episode's return is a part of one
     cut = len(summaries) - len(complete)
     parts = [f"{len(summaries)} episode{'s' * (len(summaries) != 1)}" + (f" ({cut} cut short)" if cut else "")]
@@ -175,10 +176,7 @@ def _title(folder: Path, files: list[Path], episodes: list[dict[str, np.ndarray]
     judged = [s["success"] for s in summaries if s["success"] is not None]
     if judged:
         parts.append(f"success {sum(judged)}/{len(judged)}")
-    events: dict[str, int] = {}
-    for s in summaries:
-        for rule, count in s["safety_events"].items():
-            events[rule] = events.get(rule, 0) + count
-    if any("safety_events" in arrays for arrays in episodes):
+    if recorded_safety:
+        events = sum((Counter(s["safety_events"]) for s in summaries), Counter())
         parts.append("safety: " + (", ".join(f"{rule} {count}" for rule, count in events.items()) or "none"))
     return f"{folder}\n" + "; ".join(parts)
