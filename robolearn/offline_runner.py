@@ -47,6 +47,8 @@ from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, ask_st
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
+MIN_EPISODES = 5  # below this many episodes, or MIN_BATCHES minibatches of transitions, a run is warned
+MIN_BATCHES = 10
 
 
 def is_offline(cfg: TrainConfig) -> bool:
@@ -87,6 +89,17 @@ def rate_doubt(recorded_dt: Any, env_dt: float | None) -> str | None:
         return None
     return (f"recorded at a control period of {recorded_dt:.4g} s, the env steps {env_dt:.4g} s: a policy learnt "
             "from it acts at the wrong rate")
+
+
+def size_doubt(steps: int, episodes: int, batch_size: int) -> str | None:
+    """A dataset too small to learn a policy from that generalises (a handful of robot episodes), said;
+    None from ``MIN_EPISODES`` episodes and ``MIN_BATCHES`` minibatches' worth of transitions on."""
+    if episodes >= MIN_EPISODES and steps >= MIN_BATCHES * batch_size:
+        return None
+    return (f"it holds only {steps} transitions in {episodes} episode(s), under {MIN_EPISODES} episodes or "
+            f"{MIN_BATCHES} minibatches of agent.batch_size={batch_size}: each update sees the same few episodes, "
+            "and a policy learnt from them rarely does well beyond their starts and targets; record more "
+            "(robolearn deploy --episodes N, robolearn dataset record) and join them with robolearn dataset merge")
 
 
 def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> list[str]:
@@ -200,6 +213,8 @@ class OfflineRunner:
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
         reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
         check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
+        if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size):
+            warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
         data = self.agent.prepare(self.dataset.transitions(self.env.device))
         self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)

@@ -141,6 +141,21 @@ def test_data_that_fits_only_by_shape_is_doubted_aloud(tmp_path):
     assert len(said_to_bc) == 2 and "no rewards" not in " | ".join(str(w.message) for w in said_to_bc)
 
 
+def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
+    """A handful of robot episodes trains a policy that rarely does well beyond them: said when the run starts."""
+    from robolearn.offline_runner import size_doubt
+
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        meta = {"task": "pendulum", "task_kwargs": {}}
+        with DatasetWriter("few", env.observation_spec, env.action_spec, root=root, metadata=meta) as writer:
+            record(RandomController(env, 0), env, writer, 2, seed=0, progress=False)
+    with pytest.warns(UserWarning, match=r"dataset 'few-v0': it holds only 1000 transitions in 2 episode\(s\), "
+                                         r"under 5 episodes or 10 minibatches of agent.batch_size=256.*dataset merge"):
+        OfflineRunner(tiny(tmp_path, "dataset=few", "runner.total_steps=1000")).close()
+    assert size_doubt(4000, 8, 256) is None  # the fixture's 8 scripted episodes: enough
+    assert "in 8 episode(s)" in size_doubt(2000, 8, 256)  # fewer than 10 minibatches
+
+
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
     base = ["train", "bc_pendulum", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]
     assert main(base + ["dataset=nope"]) == 2
