@@ -22,7 +22,8 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
   (``""`` where none did; ``info["safety"]``)
 - ``metrics/<name>`` (T,): the task's numbers of each step (``info["metrics"]``: a reach's
   ``distance_m`` to its target)
-- ``success`` (): whether the episode ended in success (``info["success"]``; not
+- ``successes`` (T,): the task's success test after each step (``info["success"]``)
+- ``success`` (): whether the episode ended in success (``successes``' last; not
   for an interrupted one, which did not end)
 
 :attr:`EpisodeRecorder.summaries` holds one line per written episode
@@ -76,7 +77,6 @@ class EpisodeRecorder:
                                                ("actions", "commanded_actions", "rewards", "terminations",
                                                 "truncations", "timestamps")}
         self._last_obs: Obs | None = None
-        self._success: bool | None = None
 
     def add(self, obs: Obs, commanded: torch.Tensor, sent: torch.Tensor, step: Any) -> None:
         for name, value in obs.items():
@@ -95,7 +95,7 @@ class EpisodeRecorder:
         for name, value in info.get("metrics", {}).items():
             columns.setdefault(f"metrics/{name}", []).append(float(value))
         if "success" in info:
-            self._success = bool(info["success"][0])
+            columns.setdefault("successes", []).append(bool(info["success"][0]))
         if bool(step.terminated[0] | step.truncated[0]):
             self._write(info.get("final_obs", step.obs), interrupted=False)
         else:
@@ -110,8 +110,8 @@ class EpisodeRecorder:
         if interrupted:
             arrays["truncations"][-1] = True
         arrays["interrupted"] = np.asarray(interrupted)
-        if self._success is not None and not interrupted:  # a cut-short episode did not end: no outcome
-            arrays["success"] = np.asarray(self._success)
+        if "successes" in arrays and not interrupted:  # a cut-short episode did not end: no outcome
+            arrays["success"] = arrays["successes"][-1]
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         path = self.directory / f"episode_{self.episodes_written:05d}.npz"

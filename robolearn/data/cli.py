@@ -168,11 +168,17 @@ def _record(args: argparse.Namespace) -> int:
     returns = stats.returns or [0.0]
     print(f"recorded:    {stats.episodes} episodes, {writer.steps} steps in {stats.seconds:.1f} s "
           f"-> {writer.target}")
-    print(f"return:      {sum(returns) / len(returns):.2f} mean, {min(returns):.2f} min, {max(returns):.2f} max")
+    print(f"return:      {sum(returns) / len(returns):.2f} mean, {min(returns):.2f} min, {max(returns):.2f} max"
+          + _success_said(stats.successes))
     if stats.interrupted:
         print(f"interrupted: kept the {stats.episodes} complete episodes")
         return 130
     return 0
+
+
+def _success_said(successes: list[bool]) -> str:
+    """``", success 7/10"``: how many episodes ended in the task's success; "" where none says."""
+    return f", success {sum(successes)}/{len(successes)}" if successes else ""
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -211,7 +217,8 @@ def _import(args: argparse.Namespace) -> int:
     ds = Dataset.create(name, writing, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
     returns = [episode.episode_return for episode in episodes]
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
-          f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g}) -> {ds.path}")
+          f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"
+          + _success_said([bool(e.infos["success"][-1]) for e in episodes if "success" in e.infos]) + f" -> {ds.path}")
     if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit
         print(f"cut short:   episode(s) {', '.join(map(str, cut))} (the run ended in them; kept, their last step a "
               "time limit; `dataset info` lists them as interrupted_episodes)")
@@ -334,7 +341,14 @@ def _replay(args: argparse.Namespace) -> int:
         marks = sorted({*range(0, len(div), max(1, len(div) // 8)), len(div) - 1})
         print(f"max |qpos diff|: {s['qpos_divergence_max']:.3g} (by step: "
               + " ".join(f"{i}:{div[i]:.2g}" for i in marks) + ")")
-    print(f"max |obs diff|:  {s['obs_divergence_max']:.3g}" + ("   exact replay" if result.exact else ""))
+    groups = result.group_divergence
+    by_group = f" ({', '.join(f'{g} {d:.3g}' for g, d in groups.items())})" if len(groups) > 1 else ""
+    if unmatched := sorted(set(episode.observations) - set(groups)):  # a robot's joint_state
+        by_group += f"; not compared: {', '.join(unmatched)} (the env has no such group)"
+    print(f"max |obs diff|:  {s['obs_divergence_max']:.3g}{by_group}" + ("   exact replay" if result.exact else ""))
+    if result.recorded_success is not None or result.replayed_success is not None:
+        said = {True: "succeeded", False: "failed", None: "not known"}
+        print(f"success:     recorded {said[result.recorded_success]}, replayed {said[result.replayed_success]}")
     if result.ended_early:
         print("ended early: the env ended the episode before the recorded actions ran out")
     if result.video:

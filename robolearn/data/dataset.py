@@ -167,14 +167,16 @@ class Dataset:
         return {**meta, **task, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
 
     def episode_stats(self) -> list[dict[str, Any]]:
-        """Per-episode ``return``, ``length`` and ``terminated``, from the episode attributes we write (no
-        array is read); a dataset written elsewhere (Minari's own collector) has none: its episodes are read."""
+        """Per-episode ``return``, ``length``, ``terminated`` and ``success`` (the last ``infos/success``;
+        None without), from the episode attributes we write (no array is read); a dataset written elsewhere
+        (Minari's own collector) has none: its episodes are read."""
         storage = self._dataset().storage
         attributes = self._read(lambda: list(storage.get_episode_metadata(range(self.num_episodes))))
         if all("return" in m for m in attributes):
-            return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"])}
-                    for m in attributes]
-        return [{"return": e.episode_return, "length": len(e), "terminated": bool(e.terminations[-1])} for e in self]
+            return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"]),
+                     "success": bool(m["success"]) if "success" in m else None} for m in attributes]
+        return [{"return": e.episode_return, "length": len(e), "terminated": bool(e.terminations[-1]),
+                 "success": bool(e.infos["success"][-1]) if "success" in e.infos else None} for e in self]
 
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
@@ -255,7 +257,9 @@ class Dataset:
 
     def summary(self) -> dict[str, Any]:
         """What ``robolearn dataset info`` prints."""
-        returns = [s["return"] for s in self.episode_stats() if s["return"] is not None]
+        stats = self.episode_stats()
+        returns = [s["return"] for s in stats if s["return"] is not None]
+        judged = [s["success"] for s in stats if s["success"] is not None]
         summary: dict[str, Any] = {
             "id": self.id, "path": str(self.path), "episodes": self.num_episodes, "steps": self.num_steps,
             "observations": {g: list(b.shape) for g, b in self.observation_spec.items()},
@@ -268,6 +272,8 @@ class Dataset:
                         "return_min": float(np.min(returns)), "return_max": float(np.max(returns))}
             if self.ref_min_score is not None and self.ref_max_score is not None:
                 summary["normalized_score_mean"] = float(self.normalized_score(np.mean(returns)))
+        if judged:  # of the episodes that record the task's success test
+            summary["success_rate"] = float(np.mean(judged))
         return summary
 
     # ---- Minari access, with errors that name the file -----------------------------------

@@ -18,7 +18,8 @@ What Minari cannot hold natively is kept where Minari allows extras: per-step
 arrays that are not observations or actions (our full simulator state rows,
 ``qpos``/``qvel``, commanded actions) go in each episode's ``infos`` (with
 T+1 or T rows, unlike Minari's collector, which always writes T+1); episode
-statistics (``return``, ``length``) are episode attributes; everything about
+statistics (``return``, ``length``, ``terminated``, and ``success``, the last
+``infos/success``, where the episode has it) are episode attributes; everything about
 the dataset as a whole that Minari has no key for (task, task arguments,
 control period, state layout, noise, source) sits under ``metadata["robolearn"]``.
 The normalization references use Minari's own ``ref_min_score`` /
@@ -348,9 +349,10 @@ class DatasetWriter:
                                truncations=episode.truncations, infos=dict(episode.infos) or None)
         with interrupts_deferred():  # the episode and its count land together, or not at all
             self._storage.update_episodes([buffer])
+            success = {"success": bool(episode.infos["success"][-1])} if "success" in episode.infos else {}
             self._storage.update_episode_metadata(
                 [{"return": episode.episode_return, "length": len(episode),
-                  "terminated": bool(episode.terminations[-1])}], [self.episodes])
+                  "terminated": bool(episode.terminations[-1]), **success}], [self.episodes])
             self.episodes += 1
             self.steps += len(episode)
 

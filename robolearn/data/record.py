@@ -72,6 +72,7 @@ class RecordStats:
     seconds: float = 0.0
     interrupted: bool = False
     returns: list[float] = field(default_factory=list)  # of the stored episodes
+    successes: list[bool] = field(default_factory=list)  # of the stored episodes the task judges (infos/success)
 
 
 @torch.no_grad()
@@ -88,6 +89,8 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
 
     def stored(episode: Episode) -> None:
         stats.returns.append(episode.episode_return)
+        if "success" in episode.infos:
+            stats.successes.append(bool(episode.infos["success"][-1]))
         bar.update(1)
 
     recorder = RecordingEnv(env, writer, max_episodes=episodes, on_episode=stored)

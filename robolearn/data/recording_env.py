@@ -5,7 +5,8 @@ training run's own rollouts, which is how D4RL's "medium-replay" datasets are
 made) is unaware of it: ``step`` returns the inner env's result unchanged, and
 each episode that ends goes to the writer whole (observations T+1, actions,
 rewards, terminations, truncations; on our simulators also the exact state in
-``infos``, so it replays). Episodes still running when the driver stops are
+``infos``, so it replays, and where the task tests success, ``infos/success``
+after each step). Episodes still running when the driver stops are
 not stored, and ``reset`` drops them too: a dataset never holds a cut-short
 episode that did not end in the env. Actions are stored as applied, that is
 clipped to the action bounds (every VecEnv clips what lies outside them).
@@ -62,6 +63,8 @@ class RecordingEnv(VecEnv):
         rows = self._obs | _numpy({"actions": applied, "rewards": step.reward, "terminations": step.terminated,
                                    "truncations": step.truncated})
         rows |= _numpy({f"infos/{k}": v for k, v in (infos or {}).items()})
+        if "success" in step.info:  # the task's test after each step, as Minari's goal datasets keep it
+            rows["infos/success"] = step.info["success"].cpu().numpy()
         final = _numpy({f"obs/{g}": v for g, v in step.info["final_obs"].items()})
         if self.exact:
             final |= _numpy({f"infos/{k}": v for k, v in step.info["final_state"].items()})

@@ -3,10 +3,14 @@
 
 Each file already holds an episode's ``obs/<group>`` (T+1), ``actions`` (what
 the robot was sent), ``rewards``, ``terminations`` and ``truncations``;
-``commanded_actions``, ``goals`` (a robot's goal before its safety layer) and
-``timestamps`` become ``infos``, and a robot's ``joint_state`` group (``[q, qd]``)
-also ``infos/qpos`` and ``infos/qvel``, so ``dataset replay`` starts the simulation
-where the robot started. The directory's
+``commanded_actions``, ``goals`` (a robot's goal before its safety layer),
+``timestamps``, ``metrics/<name>`` (a reach's ``distance_m``) and ``successes``
+(as ``success``, the task's test after each step, as Minari's goal datasets
+keep it) become ``infos``; ``safety_events`` becomes one ``safety/<rule>`` flag
+per step for each rule that overruled a step anywhere in the recording; a
+robot's ``joint_state`` group (``[q, qd]``) also gives ``infos/qpos`` and
+``infos/qvel``, so ``dataset replay`` starts the simulation where the robot
+started. Nothing a recording holds per step is dropped. The directory's
 ``metadata.json`` (controller, robot, control period) is kept under
 ``recording``; episodes cut short by the end of a run (``interrupted``) are
 kept and listed in ``interrupted_episodes``. Its ``task`` settings (episode
@@ -29,7 +33,7 @@ from robolearn.data.episode import DatasetError, Episode
 from robolearn.recording import load_episode
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
-INFOS = ("commanded_actions", "goals", "timestamps")
+INFOS = {"commanded_actions": "commanded_actions", "goals": "goals", "timestamps": "timestamps", "successes": "success"}
 
 
 def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any]]:
@@ -43,15 +47,21 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
     if not files:
         raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)")
     _warn_if_files_missing(directory, files)
+    loaded = [_load(file) for file in files]
+    rules = sorted({rule for arrays in loaded for step in arrays.get("safety_events", ()) for rule in str(step).split(",")
+                    if rule})  # every episode gets every rule's flags: exports keep the infos all episodes share
     episodes, interrupted = [], []
-    for file in files:
-        arrays = _load(file)
+    for file, arrays in zip(files, loaded):
         missing = [key for key in REQUIRED if key not in arrays]
         groups = {key[len("obs/"):]: value for key, value in arrays.items() if key.startswith("obs/")}
         if missing or not groups:
             absent = missing[0] if missing else "obs/policy"
             raise DatasetError(f"{file}: missing key '{absent}' (found {', '.join(sorted(arrays))})")
-        infos = {key: arrays[key] for key in INFOS if key in arrays}
+        infos = {name: arrays[key] for key, name in INFOS.items() if key in arrays}
+        infos |= {key: arrays[key] for key in arrays if key.startswith("metrics/")}
+        if "safety_events" in arrays:
+            overruled = [set(str(step).split(",")) for step in arrays["safety_events"]]
+            infos |= {f"safety/{rule}": np.array([rule in step for step in overruled]) for rule in rules}
         joint_state = groups.get("joint_state")  # a robot's [q, qd]: where a replay in simulation starts from
         if joint_state is not None and joint_state.ndim == 2 and joint_state.shape[1] % 2 == 0:
             half = joint_state.shape[1] // 2

@@ -40,10 +40,13 @@ class ReplayResult:
     replayed_return: float
     qpos_divergence: np.ndarray | None  # per observation: max |qpos replayed - recorded|; None without qpos
     obs_divergence: np.ndarray  # per observation: max |observation replayed - recorded| over all groups
+    group_divergence: dict[str, float]  # per observation group: its max |replayed - recorded| over the episode
     ended_early: bool  # the env ended the episode before the recorded actions ran out
     video: Path | None = None
     start: str = "reset"  # "state" (the recorded row), "qpos/qvel" (D4RL's infos), "reset" (the env's own)
     from_observation: tuple[str, ...] = ()  # state components the task read from the first recorded observation
+    recorded_success: bool | None = None  # the episode's last ``infos/success``; None where it has none
+    replayed_success: bool | None = None  # the env's success test after the last replayed step; None: no test
 
     @property
     def return_diff(self) -> float:
@@ -54,7 +57,8 @@ class ReplayResult:
         """The whole episode was reproduced bit for bit."""
         qpos_ok = self.qpos_divergence is None or not self.qpos_divergence.any()
         return (self.steps == self.recorded_steps and not self.ended_early and self.return_diff == 0.0
-                and qpos_ok and not self.obs_divergence.any())
+                and qpos_ok and not self.obs_divergence.any()
+                and self.recorded_success in (None, self.replayed_success))
 
     def summary(self) -> dict[str, float | int | bool | str | None]:
         qpos = self.qpos_divergence
@@ -64,7 +68,9 @@ class ReplayResult:
                 "return_diff": self.return_diff,
                 "qpos_divergence_max": None if qpos is None else float(qpos.max()),
                 "qpos_divergence_final": None if qpos is None else float(qpos[-1]),
-                "obs_divergence_max": float(self.obs_divergence.max()), "ended_early": self.ended_early,
+                "obs_divergence_max": float(self.obs_divergence.max()), "group_divergence": self.group_divergence,
+                "recorded_success": self.recorded_success, "replayed_success": self.replayed_success,
+                "ended_early": self.ended_early,
                 "exact": self.exact, "video": str(self.video) if self.video else None}
 
 
@@ -91,7 +97,7 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     obs_div = [_obs_divergence(obs, episode, 0)]
     qpos_div = [_qpos_divergence(env.get_state(), recorded_qpos, 0)] if exact_env else []  # type: ignore[attr-defined]
     rewards: list[float] = []
-    ended_early = False
+    ended_early, replayed_success = False, None
     bar = tqdm(total=len(episode.actions), desc="replay", unit="step", disable=not (progress and video))
     for t, action in enumerate(episode.actions):
         bar.update()
@@ -99,6 +105,8 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             frames.append(env.render(0))
         step = env.step(torch.as_tensor(action, device=env.device).expand(n, *action.shape))
         rewards.append(step.reward[0].item())
+        if "success" in step.info:
+            replayed_success = bool(step.info["success"][0])
         obs_div.append(_obs_divergence(step.info.get("final_obs", step.obs), episode, t + 1))
         if exact_env:
             qpos_div.append(_qpos_divergence(step.info["final_state"], recorded_qpos, t + 1))
@@ -107,11 +115,16 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             break
     bar.close()
     known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
+    recorded_success = episode.infos.get("success")
     result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=start != "reset" or bool(from_obs),
                           start=start, from_observation=from_obs,
                           recorded_return=episode.episode_return,
                           replayed_return=float(np.sum(np.asarray(rewards, dtype=episode.rewards.dtype), dtype=np.float64)),
-                          qpos_divergence=np.array(known) if known else None, obs_divergence=np.array(obs_div), ended_early=ended_early)
+                          qpos_divergence=np.array(known) if known else None,
+                          obs_divergence=np.array([max(row.values(), default=0.0) for row in obs_div]),
+                          group_divergence={g: max(row[g] for row in obs_div) for g in obs_div[0]},
+                          ended_early=ended_early, replayed_success=replayed_success,
+                          recorded_success=None if recorded_success is None else bool(recorded_success[-1]))
     if video:
         result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
     return result
@@ -178,13 +191,10 @@ def _task_state(env: VecEnv, sim: Any, episode: Episode) -> dict[str, torch.Tens
     return rows
 
 
-def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) -> float:
-    worst = 0.0
-    for group, recorded in episode.observations.items():
-        if group in obs:
-            replayed = obs[group][0].detach().cpu().numpy().astype(np.float64)
-            worst = max(worst, float(np.abs(replayed - recorded[row]).max(initial=0.0)))
-    return worst
+def _obs_divergence(obs: dict[str, torch.Tensor], episode: Episode, row: int) -> dict[str, float]:
+    """Per observation group both have: max |env 0's observation - recorded row|."""
+    return {group: float(np.abs(obs[group][0].detach().cpu().numpy().astype(np.float64) - recorded[row]).max(initial=0.0))
+            for group, recorded in episode.observations.items() if group in obs}
 
 
 def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None, row: int) -> float | None:

@@ -31,6 +31,9 @@ def test_recorded_dataset_holds_episodes_state_and_metadata(recorded, root):
     stats = ds.episode_stats()
     assert [s["length"] for s in stats] == [100] * 3
     assert stats[1]["return"] == pytest.approx(episode.episode_return)
+    assert episode.infos["success"].shape == (100,)  # the task's test after each step; an attribute at the end
+    assert [s["success"] for s in stats] == [bool(e.infos["success"][-1]) for e in ds]
+    assert ds.summary()["success_rate"] == pytest.approx(np.mean([s["success"] for s in stats]))
     assert ds.normalized_score(-40.0) == pytest.approx(0.5)
     assert list_datasets() == ["arm_reach-v0"]
 
@@ -79,6 +82,7 @@ def test_a_minari_dataset_made_elsewhere_names_its_task_sums_its_returns_and_is_
     assert ds.task == "gym:Pendulum-v1"  # from Minari's env_spec: a run on another task is refused
     stats = ds.episode_stats()  # Minari writes no return attribute: summed from the rewards
     assert [s["length"] for s in stats] == [20, 20] and stats[0]["return"] == pytest.approx(ds[0].episode_return)
+    assert stats[0]["success"] is None and "success_rate" not in ds.summary()  # no infos/success recorded
     assert ds.summary()["return_mean"] == pytest.approx(np.mean([ds[0].episode_return, ds[1].episode_return]))
     assert ds.transitions()["obs"]["policy"].dtype == torch.float32  # Minari stored float64
     assert [part.task for part in split(ds, [0.5, 0.5])] == ["gym:Pendulum-v1"] * 2  # parts keep it: they merge

@@ -32,6 +32,30 @@ def test_a_deployment_recording_imports_with_every_array(tmp_path, root):
         assert episode.truncations[-1]
 
 
+def test_a_robots_safety_events_metrics_and_successes_import_as_per_step_infos(tmp_path, root):
+    """Nothing a recording holds per step is dropped: each rule that overruled a step anywhere becomes a flag
+    of every episode, metrics and the success test after each step become infos, and all round-trip."""
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=6) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=2, close_env=False, sink=EpisodeRecorder(out))
+    events = ["", "max_step", "max_step,overspeed", "", "", "max_step"]
+    for i in range(2):  # what a Robot's info adds (a sim TaskEnv reports no safety events or per-step metrics)
+        file = out / f"episode_{i:05d}.npz"
+        arrays = dict(np.load(file))
+        assert arrays["successes"].shape == (6,) and bool(arrays["success"]) == bool(arrays["successes"][-1])
+        arrays["metrics/distance_m"] = np.linspace(0.3, 0.1 * i, 6)
+        arrays["safety_events"] = np.asarray(events if i == 0 else [""] * 6, dtype=str)
+        np.savez(file, **arrays)
+    assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "flags"]) == 0
+    for i, episode in enumerate(Dataset.load("flags")):
+        source = load_episode(out / f"episode_{i:05d}.npz")
+        np.testing.assert_array_equal(episode.infos["success"], source["successes"])
+        np.testing.assert_array_equal(episode.infos["metrics/distance_m"], source["metrics/distance_m"])
+        overruled = events if i == 0 else [""] * 6
+        for rule in ("max_step", "overspeed"):
+            np.testing.assert_array_equal(episode.infos[f"safety/{rule}"], [rule in e.split(",") for e in overruled])
+
+
 def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
     from robolearn.data.recordings import read_recordings
 
@@ -118,7 +142,11 @@ def test_a_robot_recording_replays_in_sim_towards_its_own_target_with_its_task_s
     assert result["steps"] == result["recorded_steps"] == 120 and not result["ended_early"]  # not the default 100
     assert result["start"] == "qpos/qvel" and result["from_observation"] == ["mocap_pos"]
     assert result["obs_divergence_max"] < 1e-4  # float32 joints to start from; a target drawn anew is cm off
+    assert set(result["group_divergence"]) == {"policy"} and "not compared: joint_state (the env has no" in out
     assert abs(result["return_diff"]) < 1e-3
+    said = {True: "succeeded", False: "failed"}
+    assert result["recorded_success"] is not None and result["recorded_success"] == result["replayed_success"]
+    assert f"success:     recorded {said[result['recorded_success']]}, replayed {said[result['recorded_success']]}" in out
 
 
 def test_recorded_task_settings_that_do_not_fit_the_task_are_refused_naming_the_file(tmp_path, root, capsys):

@@ -27,6 +27,22 @@ def test_recorded_episodes_replay_to_the_identical_return(recorded, task, kwargs
             assert not result.qpos_divergence.any()
 
 
+def test_a_replay_compares_the_recorded_success_and_says_which_group_diverged(recorded):
+    """Recorded datasets keep the task's success test per step (infos/success); a replay compares its own
+    with the recording's last, and measures each observation group apart."""
+    episode = recorded("arm_reach", 1, num_envs=1, seed=3)[0]
+    assert episode.infos["success"].shape == (len(episode),) and episode.infos["success"].dtype == bool
+    with sims.make_env("arm_reach", num_envs=1, seed=5, num_threads=1) as env:
+        result = replay(episode, env)
+        assert result.exact and result.recorded_success == result.replayed_success is not None
+        assert result.group_divergence == {"policy": 0.0}
+        episode.infos["success"][-1] = not episode.infos["success"][-1]  # a recording that ended otherwise
+        episode.observations["policy"][5:, 11:] += 0.5  # its last action, as the recording says it
+        result = replay(episode, env)
+    assert not result.exact and result.recorded_success != result.replayed_success
+    assert result.summary()["group_divergence"] == {"policy": pytest.approx(0.5)}
+
+
 def test_a_terminated_hopper_episode_replays_to_the_same_termination(recorded):
     dataset = recorded("hopper", 2, num_envs=1)  # random actions make the hopper fall within ~30 steps
     episode = dataset[0]
