@@ -74,13 +74,16 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
 
 def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
     """The env a run trained on (a run directory, or a config from :func:`load_config`): its task settings
-    (``env.kwargs``), randomization, delays and backend, as ``robolearn eval`` builds it. ``sims.make_env(task)``
-    builds the task's defaults instead. ``num_envs``: default the config's."""
+    (``env.kwargs``), randomization (automatic randomization at the width a run reached), delays and backend,
+    as ``robolearn eval`` builds it. ``sims.make_env(task)`` builds the task's defaults instead. ``num_envs``:
+    default the config's."""
     from robolearn.config import TrainConfig, load_run_config
     from robolearn.registry import make_env as _make_env
+    from robolearn.runner import trained_env_config
 
-    cfg = run if isinstance(run, TrainConfig) else load_run_config(run)
-    return _make_env(cfg.env, num_envs=num_envs, seed=seed)
+    if isinstance(run, TrainConfig):
+        return _make_env(run.env, num_envs=num_envs, seed=seed)
+    return _make_env(trained_env_config(run, load_run_config(run)), num_envs=num_envs, seed=seed)
 
 
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:

@@ -336,13 +336,15 @@ def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
 def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
     """The run's config, with its torch settings (threads, matmul precision, denormals) applied to this
     process as the run had them: eval then gives eval.json's numbers again, play and export the same actions.
-    ``nominal``: without its domain randomization."""
-    from robolearn.runner import read_run_config
+    ``nominal``: without its domain randomization; else automatic randomization at the width it reached."""
+    from robolearn.runner import read_run_config, trained_env_config
 
     cfg = read_run_config(run)
     cfg.runner.apply_torch_settings()
     if nominal:
         cfg.env.randomization = {}
+    else:
+        cfg.env = trained_env_config(run, cfg)
     return cfg
 
 

@@ -6,7 +6,8 @@ envs and agents through these functions.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
+from typing import Any
 
 import torch
 
@@ -36,6 +37,8 @@ def evaluation_dynamics(cfg: EnvConfig) -> str:
     settings = build_dataclass(Randomization, cfg.randomization, "env.randomization.")  # "1e-3" read as a number
     if settings.auto:
         return "nominal (automatic randomization starts a new env at width 0)"
+    if settings.width == 0:
+        return "nominal (randomization at width 0)"
     defaults, drawn = Randomization(), []
     for f in fields(Randomization):  # the ranges (switches such as dynamics_pool draw nothing themselves)
         value, default = getattr(settings, f.name), getattr(defaults, f.name)
@@ -44,7 +47,22 @@ def evaluation_dynamics(cfg: EnvConfig) -> str:
     for name in ("obs_noise_std", "push_velocity"):  # noise, and pushes
         if getattr(settings, name) != getattr(defaults, name):
             drawn.append(f"{name} {getattr(settings, name)}")
-    return "randomized: " + ", ".join(drawn) if drawn else "nominal"
+    if not drawn:
+        return "nominal"
+    return f"randomized{'' if settings.width is None else f' at width {settings.width:.2f} of'}: " + ", ".join(drawn)
+
+
+def at_trained_width(cfg: EnvConfig, adaptation: dict[str, Any] | None) -> EnvConfig:
+    """``cfg`` with automatic randomization fixed at the width its training reached (``adaptation``: a
+    checkpoint's ``env_adaptation``), so a run is evaluated on the dynamics it trained for: a new env would
+    start over at width 0, nominal. Any other ``cfg`` as it is."""
+    from sims.randomization import Randomization
+
+    if not cfg.randomization or not adaptation or "width" not in adaptation:
+        return cfg
+    if not build_dataclass(Randomization, cfg.randomization, "env.randomization.").auto:
+        return cfg
+    return replace(cfg, randomization={**cfg.randomization, "auto": False, "width": float(adaptation["width"])})
 
 
 def resolve_backend(cfg: EnvConfig) -> None:

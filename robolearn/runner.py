@@ -63,7 +63,7 @@ from robolearn.interfaces import Agent, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.run_lock import RunLock
-from robolearn.registry import evaluation_dynamics, make_agent, make_env, resolve_backend
+from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
 OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
@@ -304,6 +304,16 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
         with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
             return load_agent(run_dir, spec_env, cfg).controller().eval()
     return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
+
+
+def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:
+    """``cfg.env`` as ``run_dir``'s latest checkpoint trained on it: automatic randomization at the width it
+    reached (``at_trained_width``), which a new env would restart at 0; any other env config as it is."""
+    randomization = cfg.env.randomization or {}
+    path = Path(run_dir) / "checkpoints" / "latest.pt"
+    if not randomization.get("auto") or not path.is_file():
+        return cfg.env
+    return at_trained_width(cfg.env, load_checkpoint(path).get("progress", {}).get("env_adaptation"))
 
 
 class Runner:
@@ -627,7 +637,8 @@ class Runner:
     # -- the end of a run ----------------------------------------------------------------------
 
     def _finish(self, result: RunResult, logger: RunLogger) -> None:
-        finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt)
+        finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt,
+                   adaptation=self.progress.env_adaptation)
 
     def close(self) -> None:
         if hasattr(self, "env"):  # not when its construction failed
@@ -742,11 +753,14 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
 
 
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
-               annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+               annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+               adaptation: dict[str, Any] | None = None) -> None:
     """The end of every run: export the controller, draw its learning curves (``curves.png``), evaluate it
-    (``eval.json``, with ``annotate(evaluation)``'s keys added), film it. A Ctrl+C in the evaluation or the
-    film says how to finish: a resume evaluates a run without ``eval.json``; ``robolearn play`` films one."""
+    (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic randomization at the width
+    ``adaptation`` reached), film it. A Ctrl+C in the evaluation or the film says how to finish: a resume
+    evaluates a run without ``eval.json``; ``robolearn play`` films one."""
     run = result.run_dir
+    env_cfg = at_trained_width(cfg.env, adaptation)
     result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
     try:
         result.curves = plot_runs([run], run / "curves.png")
@@ -755,18 +769,18 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         with _hint_on_ctrl_c(f"robolearn train --resume {run} evaluates and films it"):
-            with make_env(cfg.env, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
+            with make_env(env_cfg, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
                 result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
         if annotate is not None:
             result.evaluation |= annotate(result.evaluation)
-        result.evaluation |= {"dynamics": evaluation_dynamics(cfg.env), "backend": cfg.env.backend,
+        result.evaluation |= {"dynamics": evaluation_dynamics(env_cfg), "backend": cfg.env.backend,
                               "device": cfg.env.device}
         atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
     if cfg.runner.video_seconds > 0:
         try:
             with _hint_on_ctrl_c(f"robolearn play {run} --video {run / 'video.mp4'} films it"):
-                with make_env(cfg.env, num_envs=1, seed=cfg.seed) as video_env:
+                with make_env(env_cfg, num_envs=1, seed=cfg.seed) as video_env:
                     result.video = record_video(controller.to(video_env.device), video_env, run / "video.mp4",
                                                 seconds=cfg.runner.video_seconds)
         except Exception as err:  # a missing GL stack must not cost the trained run

@@ -18,7 +18,8 @@ it falls below): DORAEMON's idea (Tiboni et al., 2024: maximise the entropy of
 the dynamics distribution subject to a success-rate constraint), simplified to
 one shared width for uniform ranges instead of per-parameter Beta
 distributions under a KL trust region. The current width is logged as
-``randomization/width``.
+``randomization/width``, and a run is evaluated at the width it reached
+(``width: 0.55, auto: false``: each range at that fraction, fixed).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Randomization:
     # having MuJoCo Warp recompute the constants of all worlds. Draws from the same ranges; 0: fresh draws.
     dynamics_pool: int = 0
     auto: bool = False  # DORAEMON-style: start nominal, widen while successful
+    # The fraction of every range (and of the noise and pushes) in use: None is 1, or with auto the start, 0.
+    # A run's evaluation sets the width automatic widening reached (auto: false, width: 0.55).
+    width: float | None = None
     auto_success: float = 0.8
     auto_step: float = 0.05
     auto_window: int = 64
@@ -83,6 +87,8 @@ class Randomization:
         if self.auto and self.dynamics_pool:
             raise ValueError("env.randomization.auto widens the ranges as it goes, and a dynamics_pool is drawn once: "
                              "set dynamics_pool: 0")
+        if self.width is not None and not 0.0 <= self.width <= 1.0:
+            raise ValueError(f"env.randomization.width is the fraction of each range in use: in [0, 1], got {self.width}")
         if not 0.0 <= self.auto_success <= 1.0:
             raise ValueError(f"env.randomization.auto_success must be in [0, 1], got {self.auto_success}")
 
@@ -116,7 +122,7 @@ class RandomizedEnv(VecEnv):
         max_latency = round(cfg.action_latency_s[1] / env.sim.timestep) // env.task.frame_skip
         check_shorter_than_episode("env.randomization.obs_delay_steps", cfg.obs_delay_steps[1], self.max_episode_steps)
         check_shorter_than_episode("env.randomization.action_latency_s", max_latency, self.max_episode_steps)
-        self.width = 0.0 if cfg.auto else 1.0
+        self.width = cfg.width if cfg.width is not None else 0.0 if cfg.auto else 1.0
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(0 if seed is None else seed + 7919)
         self._nominal = {name: self.sim.get_model_field(name).double()[0] for name in SCALED_FIELDS}

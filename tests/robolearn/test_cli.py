@@ -184,6 +184,8 @@ def test_the_dynamics_an_evaluation_reports():
     assert said(obs_noise_std="1e-3") == "randomized: obs_noise_std 0.001"  # YAML reads 1e-3 as a string
     assert said(mass_scale=[1.0, 1.0], dynamics_every_episode=False) == "nominal"  # switches draw nothing
     assert said(auto=True).startswith("nominal (automatic randomization starts a new env at width 0)")
+    assert said(mass_scale=[0.5, 1.5], width=0.5) == "randomized at width 0.50 of: mass_scale [0.5, 1.5]"
+    assert said(mass_scale=[0.5, 1.5], width=0.0) == "nominal (randomization at width 0)"
     assert evaluation_dynamics(EnvConfig(task="mjlab:Mjlab-Velocity-Flat-Unitree-Go1")) == "the mjlab task's own events"
 
 

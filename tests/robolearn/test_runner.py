@@ -536,6 +536,36 @@ def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
     resumed.close()
 
 
+def test_an_automatically_randomized_run_is_evaluated_at_the_width_it_reached(tmp_path, capsys):
+    """A new env starts automatic randomization at width 0: the run's evaluation, `robolearn eval` and
+    robolearn.make_env(run) had all judged the controller on the nominal model only."""
+    import robolearn
+    from robolearn.cli import main
+    from robolearn.runner import trained_env_config
+
+    cfg = load_config("ppo_arm_reach_auto", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=8", "logging.wandb=disabled",
+                                              "logging.progress=false", "runner.eval_episodes=0",
+                                              "runner.video_seconds=0", "runner.total_steps=256"])
+    first = Runner(cfg)
+    first.train()
+    first.env.load_adaptation_state({"width": 0.4, "outcomes": []})  # as if it had widened
+    first.save()
+    first.close()
+    env_cfg = trained_env_config(first.run_dir, cfg)
+    assert env_cfg.randomization == {**cfg.env.randomization, "auto": False, "width": 0.4}
+    with robolearn.make_env(first.run_dir, num_envs=2, seed=0) as env:
+        assert env.width == pytest.approx(0.4) and not env.cfg.auto  # fixed there: an evaluation does not widen it
+        assert env._range("gain_scale") == pytest.approx((1 + 0.4 * (0.45 - 1), 1 + 0.4 * (1.1 - 1)))
+    assert main(["eval", str(first.run_dir), "--episodes", "2"]) == 0
+    assert "dynamics randomized at width 0.40 of: " in capsys.readouterr().out
+
+    cfg.runner.total_steps, cfg.runner.eval_episodes = 512, 2  # too few episodes to widen it further
+    resumed = Runner(cfg, resume=first.run_dir)
+    result = resumed.train()
+    resumed.close()
+    assert result.evaluation["dynamics"].startswith("randomized at width 0.40 of: ")
+
+
 def test_a_resumed_run_logs_no_episode_length_until_an_episode_ends():
     """A resume restores the recent returns but not the lengths: until an episode ends there is no
     length to log, not a length of 0."""
