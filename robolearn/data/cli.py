@@ -65,7 +65,8 @@ def add_dataset_parser(commands: Any) -> None:
 
     p = sub.add_parser("split", parents=[root], help="split a dataset's episodes into new datasets")
     p.add_argument("name")
-    p.add_argument("--fractions", type=float, nargs="+", required=True)
+    p.add_argument("--fractions", type=float, nargs="+", required=True,
+                   help="each part's share of the shuffled episodes, summing to at most 1 (0.5 0.3: 20%% left out)")
     p.add_argument("--names", nargs="+", help="names of the parts (default: <name>-split<i>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true")
@@ -124,12 +125,15 @@ def _record(args: argparse.Namespace) -> int:
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
     _check_refs(args.ref_min, args.ref_max)
-    task, kwargs, controller_name, algorithm = args.task, {}, args.controller, None
+    # The controller as a full path: the dataset says what made it wherever it is read from
+    controller_name = args.controller if args.controller in (None, "random") else str(Path(args.controller).resolve())
+    task, kwargs, algorithm = args.task, {}, None
     if args.run:
         from robolearn.config import load_run_config
 
         cfg = load_run_config(args.run)
-        task, kwargs, controller_name, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), f"run:{args.run}", cfg.algo
+        task, kwargs, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), cfg.algo
+        controller_name = f"run:{Path(args.run).resolve()}"
     elif args.controller != "random":
         if not Path(args.controller).is_file():
             raise FileNotFoundError(f"--controller {args.controller}: no such file; give an exported controller.pt or "
@@ -195,11 +199,15 @@ def _import(args: argparse.Namespace) -> int:
     readers = {"d4rl": read_d4rl, "lerobot": lambda path: read_lerobot(path, args.done), "recording": read_recordings}
     episodes, meta = readers[args.format](args.path)
     specs = specs_of(episodes[0])
-    # A recording's task settings are what the robot ran; this command has no option to set others.
+    # A recording's task settings are what the robot ran, a file's of our own export what it was recorded with
+    # (of the same task only); this command has no option to set others.
     kwargs, others = recorded_task_settings(meta, args.task) if args.task and args.format == "recording" else ({}, {})
+    if args.task and args.format != "recording" and meta.get("task") == args.task:
+        kwargs = dict(meta.get("task_kwargs") or {})
     if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
+        where = (args.path / "metadata.json") if args.format == "recording" else args.path
         task_obs, action_spec = _task_specs(args.task, meta.get("control_dt"), kwargs,
-                                            f"{args.path / 'metadata.json'}: the recording's task settings")
+                                            f"{where}: the recorded task settings")
         specs = ({**specs[0], **task_obs}, action_spec)
     meta |= {"source": f"{args.format}:{args.path.resolve()}"}
     if args.task:
@@ -227,7 +235,7 @@ def _import(args: argparse.Namespace) -> int:
                                 "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]
         print(f"next.done:   on each episode's last frame, read as {read_as}; --done {other} if they are {were}")
     recorded = (meta.get("recording") or {}).get("task")
-    if kwargs or others:
+    if kwargs or others:  # a recording's, or an export's of ours
         print(f"task:        {args.task}" + (f" as recorded: {_settings(kwargs)}" if kwargs else "")
               + (f" (not {args.task} settings, kept under recording only: {_settings(others)})" if others else ""))
     elif isinstance(recorded, dict) and recorded and not args.task:
@@ -272,7 +280,7 @@ def _export(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset
     from robolearn.data.d4rl import write_d4rl
 
-    if args.out.exists() and not args.overwrite:
+    if args.out.exists() and not args.out.is_dir() and not args.overwrite:  # write_d4rl refuses a directory
         raise FileExistsError(f"{args.out}: exists; pass --overwrite to replace it")
     path = write_d4rl(Dataset.load(args.name, args.root), args.out)
     print(f"exported:    {path}")

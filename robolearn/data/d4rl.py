@@ -10,9 +10,9 @@ every row whose ``next_observations`` is not the following row's
 reset there, flagged or not (old files have no ``timeouts``), and
 bootstrapping from the reset would cross episodes. Such an end is read as
 truncated (terminated where ``terminals`` says so), counted in metadata
-``unflagged_resets`` and said; where most rows differ (transitions not stored
-in order) nothing is split, and metadata ``episode_ends`` and a warning say
-so. Without ``timeouts`` and ``next_observations`` episodes end only at
+``unflagged_resets`` and said; a file where most rows differ (transitions not
+stored in order, a shuffled replay buffer) is refused: read as episodes, its
+next observations would be replaced by the following rows'. Without ``timeouts`` and ``next_observations`` episodes end only at
 terminals, so one that a time limit ended runs on into the next:
 :func:`read_d4rl` warns and says so in ``episode_ends``. Rows after the last
 end form a final, truncated episode.
@@ -107,17 +107,25 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     for name in FLAT:
         if name in arrays:
             arrays[name] = arrays[name].reshape(rows)  # (N, 1) -> (N,); _check_rows refused other shapes
+    for name in ("terminals", "timeouts"):  # a label column of other values would read as all True
+        if name in arrays and not (flags := np.isin(arrays[name], (0, 1))).all():
+            row = int(np.argmin(flags))
+            raise DatasetError(f"{path}: '{name}' holds {arrays[name][row].item()!r} at row {row}: its flags are 0 or 1")
+    for name in ("observations", "next_observations"):  # before the resets are read from them (NaN equals nothing)
+        if name in arrays and arrays[name].dtype.kind == "f" and not (finite := np.isfinite(arrays[name])).all():
+            row = int(np.argwhere(~finite)[0][0])
+            raise DatasetError(f"{path}: '{name}' holds NaN or inf (first at row {row})")
     terminals = arrays["terminals"].astype(bool)
     timeouts = arrays["timeouts"].astype(bool) if "timeouts" in arrays else np.zeros(rows, bool)
     has_next = "next_observations" in arrays
     unflagged = _resets(arrays) & ~(terminals | timeouts) if has_next else np.zeros(rows, bool)
     count = int(unflagged.sum())
-    if count > rows // 2:  # not one episode's steps after another: no resets to read from it
-        meta["episode_ends"] = "flags only (next_observations do not follow the rows: transitions out of order)"
-        warnings.warn(f"{path}: at {count} of {rows} rows next_observations is not the next row's observation, so its "
-                      "transitions are not stored in order; episodes are split only at terminals and timeouts",
-                      stacklevel=2)
-    elif count:
+    if count > rows // 2:  # not one episode's steps after another: its next observations would be thrown away
+        raise DatasetError(f"{path}: at {count} of {rows} rows next_observations is not the next row's observation: "
+                           "its transitions are not stored in episode order, and a dataset holds whole episodes, each "
+                           "step's next observation the following row's; store the rows episode after episode, in "
+                           "step order, as D4RL's files are")
+    if count:
         meta["unflagged_resets"] = count
         timeouts |= unflagged  # nothing says the MDP ended there: truncated
         flags = "terminals and timeouts" if "timeouts" in arrays else "terminals (no timeouts)"
@@ -300,12 +308,18 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
     import h5py
 
     out = Path(out)
+    if out.is_dir():
+        raise DatasetError(f"{out}: a directory; give the .hdf5 file to write, e.g. {out / (dataset.id + '.hdf5')}")
     episodes = dataset.episodes
     columns: dict[str, list[np.ndarray]] = {}
     def add(name: str, value: np.ndarray) -> None:
         columns.setdefault(name, []).append(value)
 
     info_keys = set.intersection(*(set(e.infos) for e in episodes))
+    if partial := sorted(set.union(*(set(e.infos) for e in episodes)) - info_keys):  # a merge of another source's
+        having = sum(partial[0] in e.infos for e in episodes)
+        warnings.warn(f"{out}: infos {', '.join(partial)} left out: {having} of {len(episodes)} episodes of "
+                      f"'{dataset.id}' have {partial[0]}, and a D4RL file's columns run over every row", stacklevel=2)
     for episode in episodes:
         steps = len(episode)
         for group, value in episode.observations.items():
@@ -322,8 +336,11 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
             add(f"infos/{key}", value[:steps])
             if all(len(e.infos[key]) == len(e) + 1 for e in episodes):
                 add(f"infos/next_{key}", value[1:])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    except OSError as err:  # said of the file asked for, not of the temp file beside it
+        raise DatasetError(f"{out}: cannot write there ({err.strerror})") from None
     os.close(fd)
     try:
         with h5py.File(tmp, "w") as f:

@@ -265,8 +265,13 @@ class Dataset:
             "observations": {g: list(b.shape) for g, b in self.observation_spec.items()},
             "actions": list(self.action_spec.shape),
             **{k: self.raw_metadata[k] for k in DatasetWriter.MINARI_KEYS if k in self.raw_metadata},
+            "task": self.task,  # a Minari dataset's own, from its env_spec
             **self.info,
         }
+        if stats:
+            lengths = [s["length"] for s in stats]
+            summary |= {"length_mean": float(np.mean(lengths)), "length_min": min(lengths), "length_max": max(lengths),
+                        "terminated_episodes": sum(s["terminated"] for s in stats)}
         if returns:
             summary |= {"return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
                         "return_min": float(np.min(returns)), "return_max": float(np.max(returns))}
@@ -340,10 +345,18 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
 
 
 def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = None, overwrite: bool = False) -> Dataset:
-    """One dataset holding every episode of ``datasets``, in order; they must share task and shapes."""
+    """One dataset holding every episode of ``datasets``, in order. They must share task, task settings,
+    control period (where known) and shapes; metadata they differ in (controller, source, a LeRobot import's
+    readings, reference scores) is kept per dataset under ``sources``, not taken from the first."""
+    ids = [d.id for d in datasets]
+    if twice := next((i for i in ids if ids.count(i) > 1), None):
+        raise DatasetError(f"cannot merge '{twice}' with itself: its episodes would be stored twice")
     first = datasets[0]
     for other in datasets[1:]:
+        dts = first.info.get("control_dt"), other.info.get("control_dt")
         for what, a, b in (("task", first.task, other.task),
+                           ("task settings", first.info.get("task_kwargs") or {}, other.info.get("task_kwargs") or {}),
+                           ("control period", *(dts if None not in dts else (None, None))),
                            ("observation shapes", _shapes(first.observation_spec), _shapes(other.observation_spec)),
                            ("action shape", first.action_spec.shape, other.action_spec.shape)):
             if a != b:
@@ -352,7 +365,12 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
         for dataset in datasets:
             yield from dataset
 
-    meta = first.writer_metadata(source="merge of " + ", ".join(d.id for d in datasets))
+    metas = {d.id: d.writer_metadata() for d in datasets}
+    keys = {key for meta in metas.values() for key in meta}
+    shared = {key for key in keys if all(key in m and m[key] == metas[first.id][key] for m in metas.values())}
+    meta = {key: metas[first.id][key] for key in shared} | {"source": "merge of " + ", ".join(ids)}
+    if own := sorted((keys - shared) | ({"source"} & keys)):  # each one's source, which the merge's replaces
+        meta["sources"] = {i: {key: m[key] for key in own if key in m} for i, m in metas.items()}
     return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,
                           root=root, overwrite=overwrite)
 

@@ -340,6 +340,9 @@ class DatasetWriter:
 
         where = where or f"episode {self.episodes}"
         episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
+        if not (episode.terminations[-1] or episode.truncations[-1]):  # learners would bootstrap across episodes
+            raise DatasetError(f"{where}: its last step is neither terminated nor truncated; an episode ends in one "
+                               "(set truncations[-1] = True for one cut short, terminations[-1] where the task ended)")
         extra = sorted(set(episode.observations) - set(self.observation_spec))
         if extra:  # Minari would store them beside a space without them: a dataset nothing can read back
             raise DatasetError(f"{where}: observation group(s) {extra} are not in the dataset's observation spec "

@@ -102,6 +102,12 @@ def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     assert main(["dataset", "export", "hopper-medium-v2", "--out", str(tmp_path / "out.hdf5")]) == 2  # kept
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert main(["dataset", "export", "hopper-medium-v2", "--out", str(tmp_path / "out.hdf5"), "--overwrite"]) == 0
+    (tmp_path / "folder").mkdir()  # had said "exists; pass --overwrite", and then failed in a traceback
+    for extra in ([], ["--overwrite"]):
+        err = _error(capsys, "export", "hopper-medium-v2", "--out", str(tmp_path / "folder"), *extra)
+        assert f"{tmp_path / 'folder'}: a directory; give the .hdf5 file to write" in err
+    err = _error(capsys, "export", "hopper-medium-v2", "--out", "/proc/nope.hdf5")
+    assert err.startswith("error: /proc/nope.hdf5: cannot write there")  # not the temp file's name
 
 
 def _error(capsys, *argv: str) -> str:
@@ -144,6 +150,15 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     arrays["rewards"][5] = np.nan
     err = _error(capsys, "import", str(_write(tmp_path / "nan.hdf5", **arrays)), "--format", "d4rl")
     assert "nan.hdf5: episode 1 (rows 4-7): 'rewards' (4,) holds NaN or inf (first at row 1)" in err
+
+    arrays = _d4rl_arrays()
+    arrays["terminals"] = np.full(10, 2.0)  # a label column, not flags: it had read as ten 1-step episodes
+    err = _error(capsys, "import", str(_write(tmp_path / "labels.hdf5", **arrays)), "--format", "d4rl")
+    assert "labels.hdf5: 'terminals' holds 2.0 at row 0: its flags are 0 or 1" in err
+    arrays = _with_next(_d4rl_arrays(), ends=(3, 7))
+    arrays["next_observations"][4, 2] = np.nan  # said as such, not first as an episode end (NaN equals nothing)
+    err = _error(capsys, "import", str(_write(tmp_path / "nan_next.hdf5", **arrays)), "--format", "d4rl")
+    assert err.endswith("nan_next.hdf5: 'next_observations' holds NaN or inf (first at row 4)")
 
     err = _error(capsys, "import", str(good), "--format", "d4rl", "--name", "keep", "--overwrite", "--task", "pendulum")
     assert "the task's are" in err  # a failed overwrite leaves the old dataset as it was
@@ -206,11 +221,11 @@ def test_episodes_end_where_next_observations_are_not_the_following_rows(tmp_pat
     with pytest.warns(UserWarning, match="1 episode end"):
         assert [len(e) for e in read_d4rl(_write(tmp_path / "f64.hdf5", **arrays))[0]] == [4, 4, 2]
 
-    # transitions not stored in order: nothing to read resets from
+    # transitions not stored in order (a shuffled buffer): read as episodes, their next observations would be lost
     shuffled = {**arrays, "next_observations": arrays["next_observations"][::-1].copy()}
-    with pytest.warns(UserWarning, match=r"at \d+ of 10 rows .* not stored in order; episodes are split only at terminals"):
-        episodes, meta = read_d4rl(_write(tmp_path / "shuffled.hdf5", **shuffled))
-    assert [len(e) for e in episodes] == [4, 6] and meta["episode_ends"].startswith("flags only")
+    with pytest.raises(DatasetError, match=r"shuffled.hdf5: at \d+ of 10 rows next_observations is not the next row's "
+                                           r"observation: its transitions are not stored in episode order"):
+        read_d4rl(_write(tmp_path / "shuffled.hdf5", **shuffled))
 
 
 def test_an_unflagged_reset_ends_an_episode_in_a_file_with_timeouts_too(tmp_path):
@@ -320,3 +335,24 @@ def test_strings_where_numbers_belong_are_refused_naming_the_key_and_dtype(tmp_p
     arrays["actions"] = np.array(["left"] * 10, dtype=h5py.string_dtype())
     err = _error(capsys, "import", str(_write(tmp_path / "words.hdf5", **arrays)), "--format", "d4rl")
     assert "words.hdf5: 'actions' has dtype |O, expected numbers" in err
+
+
+def test_infos_only_some_episodes_have_are_said_to_be_left_out_of_an_export(recorded, tmp_path):
+    """A merge of our recording (state rows) with an import (none): the D4RL file had silently held no infos."""
+    ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    with_state, without = ds[0], ds[1]
+    without.infos = {}
+    mixed = Dataset.create("mixed", [with_state, without], ds.observation_spec, ds.action_spec)
+    with pytest.warns(UserWarning, match=r"out.hdf5: infos qpos, qvel, state, success left out: 1 of 2 episodes of 'mixed-v0' "
+                                         r"have qpos"):
+        write_d4rl(mixed, tmp_path / "out.hdf5")
+
+
+def test_an_export_of_ours_imports_with_its_task_settings(recorded, tmp_path, root, capsys):
+    """`import --task` had dropped the task settings the file's own metadata holds (10-step episodes here):
+    a run on it then trained and evaluated on the default task without a word."""
+    write_d4rl(recorded("pendulum", 2, num_envs=1, max_episode_steps=10), tmp_path / "short.hdf5")
+    assert main(["dataset", "import", str(tmp_path / "short.hdf5"), "--format", "d4rl", "--task", "pendulum",
+                 "--name", "back"]) == 0
+    assert "task:        pendulum as recorded: max_episode_steps=10" in capsys.readouterr().out
+    assert Dataset.load("back").info["task_kwargs"] == {"max_episode_steps": 10}

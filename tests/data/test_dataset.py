@@ -33,7 +33,9 @@ def test_recorded_dataset_holds_episodes_state_and_metadata(recorded, root):
     assert stats[1]["return"] == pytest.approx(episode.episode_return)
     assert episode.infos["success"].shape == (100,)  # the task's test after each step; an attribute at the end
     assert [s["success"] for s in stats] == [bool(e.infos["success"][-1]) for e in ds]
-    assert ds.summary()["success_rate"] == pytest.approx(np.mean([s["success"] for s in stats]))
+    summary = ds.summary()
+    assert summary["success_rate"] == pytest.approx(np.mean([s["success"] for s in stats]))
+    assert (summary["length_mean"], summary["length_min"], summary["terminated_episodes"]) == (100, 100, 0)
     assert ds.normalized_score(-40.0) == pytest.approx(0.5)
     assert list_datasets() == ["arm_reach-v0"]
 
@@ -83,6 +85,7 @@ def test_a_minari_dataset_made_elsewhere_names_its_task_sums_its_returns_and_is_
     stats = ds.episode_stats()  # Minari writes no return attribute: summed from the rewards
     assert [s["length"] for s in stats] == [20, 20] and stats[0]["return"] == pytest.approx(ds[0].episode_return)
     assert stats[0]["success"] is None and "success_rate" not in ds.summary()  # no infos/success recorded
+    assert ds.summary()["task"] == "gym:Pendulum-v1"  # `dataset info` had shown no task: it is not in our metadata
     assert ds.summary()["return_mean"] == pytest.approx(np.mean([ds[0].episode_return, ds[1].episode_return]))
     assert ds.transitions()["obs"]["policy"].dtype == torch.float32  # Minari stored float64
     assert [part.task for part in split(ds, [0.5, 0.5])] == ["gym:Pendulum-v1"] * 2  # parts keep it: they merge
@@ -154,9 +157,21 @@ def test_split_and_merge(recorded):
     assert returns == sorted(e.episode_return for e in ds)
     both = merge([train, val], "pendulum-again")
     assert len(both) == 5 and both.num_steps == ds.num_steps
+    assert both.info["task_kwargs"] == {"max_episode_steps": 10} and "episodes_of_source" not in both.info  # the first's
+    assert both.info["sources"] == {part.id: {"episodes_of_source": part.info["episodes_of_source"],
+                                              "source": part.info["source"]} for part in (train, val)}
     other = recorded("hopper", 1, num_envs=1)
     with pytest.raises(DatasetError, match="differ in task"):
         merge([ds, other], "mixed")
+    longer = recorded("pendulum", 1, name="longer", num_envs=1, max_episode_steps=12)  # had merged, run as 10 steps
+    with pytest.raises(DatasetError, match=r"differ in task settings \({'max_episode_steps': 10} vs {'max_episode_steps': 12}\)"):
+        merge([ds, longer], "mixed")
+    with pytest.raises(DatasetError, match="cannot merge 'pendulum-v0' with itself: its episodes would be stored twice"):
+        merge([ds, train, ds], "twice")
+    unended = ds[0]
+    unended.truncations[-1] = False
+    with pytest.raises(DatasetError, match="episode 0: its last step is neither terminated nor truncated"):
+        Dataset.create("unended", [unended], ds.observation_spec, ds.action_spec)
     with pytest.raises(DatasetError, match="sum to at most 1"):
         split(ds, [0.8, 0.5])
 

@@ -152,7 +152,7 @@ def test_a_robot_recording_replays_in_sim_towards_its_own_target_with_its_task_s
 def test_recorded_task_settings_that_do_not_fit_the_task_are_refused_naming_the_file(tmp_path, root, capsys):
     _robot_recording(tmp_path / "deploy", task={"max_episode_steps": "long"})
     assert main(["dataset", "import", str(tmp_path / "deploy"), "--format", "recording", "--task", "arm_reach"]) == 2
-    assert ("metadata.json: the recording's task settings (max_episode_steps=long) do not build task arm_reach: "
+    assert ("metadata.json: the recorded task settings (max_episode_steps=long) do not build task arm_reach: "
             "env.kwargs.max_episode_steps: expected int") in capsys.readouterr().err
 
 
