@@ -35,7 +35,7 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn import distributed
-from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_mask
 from policies.modules import (
     ActionScaler,
     BoxClip,
@@ -181,6 +181,7 @@ class RecurrentController(Controller):
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         if self.hidden is not None:
+            mask = reset_mask(mask, self.hidden.shape[0])
             self.hidden = torch.zeros_like(self.hidden) if mask is None else self.hidden * (~mask).unsqueeze(-1)
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -261,6 +262,7 @@ class PPO(Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Zero the GRU state of envs in ``mask`` (all when None); a no-op for the feedforward policy."""
         if self.hidden is not None:
+            mask = reset_mask(mask, self.hidden.shape[0])
             self.hidden = torch.zeros_like(self.hidden) if mask is None else self.hidden * (~mask).unsqueeze(-1)
 
     # --------------------------------------------------------------- learning

@@ -35,7 +35,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs
+from robolearn.interfaces import Controller, Obs, reset_mask
 
 Mode = Literal["open_loop", "ensemble"]
 Beyond = Literal["hold", "extend"]
@@ -73,6 +73,8 @@ class ActionQueue:
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Forget the queued actions of the envs in ``mask`` (all when None)."""
+        held = self.index if self.index is not None else self.valid
+        mask = reset_mask(mask, None if held is None else held.shape[0])
         if self.index is not None:
             self.index[slice(None) if mask is None else mask.to(self.index.device)] = self.length
         if self.valid is not None:
@@ -186,6 +188,7 @@ class ChunkedController(Controller):
         return self.queue.next(x.shape[0], lambda rows, length: self._chunk(x[rows.to(x.device)], length))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
+        mask = reset_mask(mask)
         self.queue.reset(mask)
         if callable(getattr(self.inner, "reset", None)):  # a Controller, or an exported one (not a subclass)
             self.inner.reset(mask)

@@ -139,6 +139,25 @@ def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "c
     return x
 
 
+def reset_mask(mask: Any, rows: int | None = None, who: str = "reset") -> torch.Tensor | None:
+    """``mask`` as a bool tensor, one flag per world (None stays None: all worlds). Integers or floats of 0
+    and 1, numpy arrays and lists are read as flags too: used as an index, a 0/1 tensor would pick rows 0
+    and 1 instead. Anything else, or another length than ``rows``, is refused naming ``who``."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        mask = torch.as_tensor(np.asarray(mask))
+    if mask.dim() != 1 or (rows is not None and mask.shape[0] != rows):
+        raise ValueError(f"{who}(mask): one flag per world, shape ({rows if rows is not None else 'num_envs'},); "
+                         f"got {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):  # a host sync, for a non-bool mask only
+        raise ValueError(f"{who}(mask): flags, True where a world's episode ended (or 0/1); got values "
+                         f"{mask.unique()[:4].tolist()}: to reset worlds by index, pass a bool mask of them")
+    return mask.bool()
+
+
 def check_setup(controller: nn.Module) -> None:
     """A controller of one's own that skipped a step of its ``__init__`` is told which (acting and
     exporting call this), not nn.Module's error about an internal attribute."""
@@ -183,7 +202,8 @@ class Controller(nn.Module, ABC):
         return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, device)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Clear internal state for the envs in ``mask`` (all when None)."""
+        """Clear internal state for the envs in ``mask``, one bool per env (all when None); read it with
+        :func:`reset_mask`, which also takes 0/1 numbers, numpy arrays and lists."""
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
         """Named example inputs of ``forward``, in argument order, for export."""

@@ -202,6 +202,24 @@ def test_spirl_update_pulls_the_policy_toward_the_target_kl():
     assert float(metrics["kl"]) < 1.0 and float(agent.log_alpha.detach().exp()) < alpha0  # KL below target: alpha falls
 
 
+def test_a_reset_mask_of_numbers_or_numpy_is_read_as_flags_and_anything_else_is_refused():
+    """A 0/1 integer mask used as an index had reset worlds 0 and 1 instead of the world that ended."""
+    agent = SPiRL(OBS, ACTIONS, small(), torch.device("cpu"))
+    agent.end_pretraining()
+    controller = agent.controller()
+    for mask in (torch.tensor([0, 0, 1, 0]), np.array([False, False, True, False]), [0.0, 0.0, 1.0, 0.0]):
+        controller.reset()
+        for _ in range(3):
+            controller.act({"policy": torch.randn(4, 3)})
+        controller.reset(mask)
+        assert controller.step.tolist() == [3, 3, 0, 3]
+    with pytest.raises(ValueError, match=r"reset\(mask\): flags, True where a world's episode ended \(or 0/1\); "
+                                         r"got values \[0, 2\]"):
+        controller.reset(torch.tensor([0, 2, 0, 0]))
+    with pytest.raises(ValueError, match=r"reset\(mask\): one flag per world, shape \(4,\); got \(3,\)"):
+        controller.reset(torch.tensor([True, False, False]))
+
+
 @pytest.mark.parametrize("cls", [SPiRL, SkillCritic])
 def test_controller_holds_the_skill_for_h_steps_and_resets_per_env(cls):
     torch.manual_seed(0)
