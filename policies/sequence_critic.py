@@ -74,6 +74,7 @@ class SequenceCriticConfig:
 
 class SequenceCriticSAC(CheckpointedParts, Agent):
     on_policy = False
+    resume_fixed = ("sequence_length",)  # K actions per decision, which the critic learnt to score
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SequenceCriticConfig,
                  device: torch.device) -> None:

@@ -139,6 +139,7 @@ class DynamicsModel(nn.Module):
 
 class SRL(CheckpointedParts, Agent):
     on_policy = False
+    resume_fixed = ("sequence_length",)  # J actions per decision, which the critics and the model learnt
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SRLConfig, device: torch.device) -> None:
         if len(action_spec.shape) != 1:

@@ -188,6 +188,13 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
         said = ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
+    saved, now = (payload.get("config") or {}).get("agent") or {}, (config or {}).get("agent") or {}
+    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
+    if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
+        said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)
+        raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller for {saved[fixed[0]]!r} steps per "
+                              "decision, and a resume goes on with what it learnt; resume without that override, or "
+                              "train a new run with it") from None
     agent.load_state_dict(payload["agent"])
     progress = dict(payload["progress"])
     set_rng_state(progress.pop("rng"))

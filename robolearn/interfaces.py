@@ -233,7 +233,8 @@ class Agent(ABC):
     dataclass as ``config_class`` (``policies.agent_entry``). Optional, read where present:
     ``data_parallel`` (below), ``random_act(obs)`` (the first ``runner.random_steps`` actions),
     ``sample(replay, batch_size, num_envs)`` (windows of consecutive steps) of off-policy agents, and
-    ``reads_rewards = False`` of offline agents that ignore a dataset's rewards (imitation, relabeling).
+    ``reads_rewards = False`` of offline agents that ignore a dataset's rewards (imitation, relabeling),
+    ``resume_fixed`` (config keys a resume may not change: a skill's horizon, a sequence's length).
     """
 
     on_policy: bool

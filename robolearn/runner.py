@@ -507,6 +507,10 @@ class Runner:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
         a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary."""
         cfg, total = self.cfg, self.cfg.agent.pretrain_updates
+        if total == 0 and self.main:  # allowed (an ablation), but rarely meant: say what it leaves out
+            warnings.warn(f"agent.pretrain_updates=0: {type(self.agent).__name__} learns nothing from dataset "
+                          f"'{cfg.dataset}' before the online phase, which then acts through an untrained skill model",
+                          stacklevel=2)
         bar = logger.phase_bar(total, self.progress.pretrain_updates, "pretrain", "upd") if logger else None
         while self.progress.pretrain_updates < total:
             start = time.perf_counter()
@@ -606,6 +610,7 @@ class Runner:
         if self._rewind_to is not None:
             self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None
+            self.rewound = True  # said by ``interrupted``: the resume redoes that iteration
             self._finite.forget()  # the discarded steps' verdicts: nothing of them is saved
         else:
             self.progress.recent_returns = list(stats.recent)
@@ -730,8 +735,12 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         logger.close()
     if distributed.is_main():
         nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
-        print(f"\ninterrupted: checkpoint saved; continue with: robolearn train --resume {runner.run_dir}{nproc} "
-              f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
+        counts = [f"{value:,} {name.replace('_', ' ')}" for name in ("pretrain_updates", "updates", "env_steps")
+                  if (value := getattr(runner.progress, name, 0))]
+        at = f" at {', '.join(counts)}" if counts else ""
+        redo = " (the interrupted iteration is redone)" if getattr(runner, "rewound", False) else ""
+        print(f"\ninterrupted: checkpoint saved{at}{redo}; continue with: robolearn train --resume "
+              f"{runner.run_dir}{nproc} (from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
     return result
 
 

@@ -122,6 +122,7 @@ class LowReach(nn.Module):
 
 class HRAC(Agent):
     on_policy = False
+    resume_fixed = ("subgoal_period",)  # subgoals learnt to be held c steps: a resume may not change c
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: HRACConfig,
                  device: torch.device) -> None:

@@ -95,6 +95,7 @@ def check_config(cfg: SPiRLConfig) -> None:
 class SPiRL(Agent):
     on_policy = False
     pretrains = True  # the runner pretrains it on `dataset=` before the online phase
+    resume_fixed = ("horizon",)  # skills learnt to be held H steps: a resume may not change H
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: SPiRLConfig,
                  device: torch.device) -> None:

@@ -332,6 +332,21 @@ def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets
     assert set(replay["data"]["skill_step"].tolist()) == set(range(10))
 
 
+def test_no_pretraining_is_said_to_leave_the_skill_model_untrained(maze_datasets, tmp_path, monkeypatch):
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    runner = Runner(load_config("spirl_point_maze_medium", [
+        f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "env.num_envs=2",
+        "env.kwargs.max_episode_steps=60", "agent.pretrain_updates=0", "agent.hidden=[16,16]"]))
+    try:
+        with pytest.warns(UserWarning, match=r"agent.pretrain_updates=0: SPiRL learns nothing from dataset 'maze-tiny' "
+                                             r"before the online phase, which then acts through an untrained skill"):
+            runner._pretrain(None)
+    finally:
+        runner.close()
+
+
 def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="pretrains on a dataset"):
         train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))

@@ -221,7 +221,7 @@ def ctrl_c_catchable():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_on(tmp_path, monkeypatch):
+def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_on(tmp_path, monkeypatch, capsys):
     """PPO: a Ctrl+C inside the third rollout discards it; the checkpoint is the end of iteration 2
     (its steps, RNG and returns), and the resumed run's metrics.jsonl goes on without a jump."""
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=100")
@@ -240,6 +240,7 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     monkeypatch.setattr(runner.agent, "update", remember)
     assert runner.train().interrupted
     runner.close()
+    assert "interrupted: checkpoint saved at 512 env steps (the interrupted iteration is redone)" in capsys.readouterr().out
     monkeypatch.setattr(runner_module, "make_env", make_env)
     saved = load_checkpoint(runner.checkpoint_path)["progress"]
     assert (saved["iteration"], saved["env_steps"]) == (2, 2 * 256)
@@ -344,6 +345,7 @@ def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteratio
     runner = Runner(cfg)
     assert runner.train().interrupted
     runner.close()
+    assert "interrupted: checkpoint saved at 512 env steps (the interrupted iteration is redone)" in capsys.readouterr().out
     monkeypatch.setattr(runner_module, "make_env", make_env)
     saved = load_checkpoint(runner.checkpoint_path)["progress"]
     assert (saved["iteration"], saved["env_steps"]) == (1, 8 * 185)
@@ -462,6 +464,21 @@ def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
     cfg.runner.total_steps, cfg.agent.actor_hidden = 512, (32,)
     with pytest.raises(CheckpointError, match=r"changed since the checkpoint: agent.actor_hidden \[64, 64\] -> \[32\] "
                                               r"\(one of them changed the network: resume without that override\)"):
+        Runner(cfg, resume=first.run_dir)
+
+
+def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused(tmp_path):
+    """SRL's networks do not depend on J: a resume with another sequence_length had gone on quietly with critics
+    and a model that learnt J-step sequences (the same for a skill's horizon and HRAC's subgoal period)."""
+    cfg = load_config("srl_gym_pendulum_j4", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=2", "logging.wandb=disabled",
+                                              "logging.progress=false", "runner.eval_episodes=0", "runner.video_seconds=0",
+                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16"])
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps, cfg.agent.sequence_length = 400, 8
+    with pytest.raises(CheckpointError, match=r"agent.sequence_length 4 -> 8: SRL learnt its controller for 4 steps per "
+                                              r"decision.*resume without that override"):
         Runner(cfg, resume=first.run_dir)
 
 
