@@ -8,6 +8,7 @@ section is validated against the chosen algorithm's own config dataclass.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import numbers
@@ -119,8 +120,10 @@ def resolve_config_path(name_or_path: str | None) -> Path:
     for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml", shipped):
         if candidate.is_file():
             return candidate
-    known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-    raise ConfigError(f"no config '{name}': give a YAML path or one of: {known}")
+    stems = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(Path(name).stem, stems, n=1)
+    hint = f"did you mean '{close[0]}'? or " if close else ""
+    raise ConfigError(f"no config '{name}': {hint}give a YAML path or one of: {', '.join(stems)}")
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -264,7 +267,9 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     if unknown:
         top = ({f.name for f in dataclasses.fields(TrainConfig)} - {"env", "runner", "agent", "logging"}) if prefix else set()
         hint = f"; '{unknown[0]}' is a top-level setting: {unknown[0]}=..." if unknown[0] in top else ""
-        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'; allowed keys here: {', '.join(sorted(fields))}{hint}")
+        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        meant = f" (did you mean '{prefix}{close[0]}'?)" if close and not hint else ""
+        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'{meant}; allowed keys here: {', '.join(sorted(fields))}{hint}")
     values = {}
     for name, value in raw.items():
         hint = hints[name]

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes
-from robolearn.chunking import ActionQueue
+from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_mask
 
 FORMATS = ("torchscript", "onnx")
@@ -52,6 +52,10 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     if unknown:
         raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}")
     check_setup(controller)
+    if isinstance(controller, ChunkedController) and not controller.stateless:  # not a TypeError from deep in tracing
+        raise ValueError(f"a ChunkedController around {type(controller.inner).__name__}, which holds state across "
+                         "steps (a skill, a subgoal, a memory), plays through that controller's act and does not "
+                         "export in chunks: export the controller itself (its file carries its state)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     controller = controller.cpu().eval()

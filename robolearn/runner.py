@@ -214,7 +214,8 @@ def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
         keys = [f"agent.{key}" for key in ("sequence_length", "horizon", "subgoal_period")
                 if getattr(cfg.agent, key, None) == period] or ["its decision period"]
         raise ConfigError(f"algo '{cfg.algo}' decides every {period} steps ({', '.join(keys)}), more than an episode's "
-                          f"{limit} (env.max_episode_steps): no decision would play out; lower {keys[0]}")
+                          f"{limit} (env.kwargs.max_episode_steps, or the task's default): no decision would play "
+                          f"out; lower {keys[0]}")
 
 
 def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_size: int) -> None:
@@ -447,6 +448,9 @@ class Runner:
         cfg = self.cfg
         logger = None
         if self.main:
+            if (planned := self.planned_steps()) != cfg.runner.total_steps:  # iterations are never cut short
+                print(f"runner.total_steps {cfg.runner.total_steps:,} runs to {planned:,} env steps: whole iterations "
+                      f"of {self._steps_per_iteration():,}")
             if self.dataset is not None and not self.progress.pretrained:  # a resume inside pretraining redoes
                 set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates",  # what it logged past the checkpoint
                                 self.progress.pretrain_updates, "pretrain")

@@ -37,7 +37,9 @@ class DatasetWindows:
         starts = torch.arange(max(0, len(episode) - horizon + 1), device=obs.device)
         self.starts = starts[episode[starts] == episode[starts + horizon - 1]]
         if len(self.starts) == 0:
-            raise ValueError(f"the dataset has no episode of at least agent.horizon = {horizon} steps")
+            longest = int(torch.bincount(episode).max()) if len(episode) else 0
+            raise ValueError(f"the dataset has no episode of at least agent.horizon = {horizon} steps (its longest "
+                             f"has {longest}): lower agent.horizon, or record longer episodes")
 
     def sample(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = self.starts[torch.randint(len(self.starts), (batch_size,), device=self.starts.device)]

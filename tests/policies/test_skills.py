@@ -347,6 +347,15 @@ def test_no_pretraining_is_said_to_leave_the_skill_model_untrained(maze_datasets
         runner.close()
 
 
+def test_a_horizon_longer_than_every_episode_names_the_longest():
+    from policies.skills.windows import DatasetWindows
+
+    ends = torch.tensor([0, 0, 1, 0, 0, 0, 1], dtype=torch.bool)  # episodes of 3 and 4 steps
+    with pytest.raises(ValueError, match=r"no episode of at least agent.horizon = 5 steps \(its longest has 4\)"):
+        DatasetWindows(torch.zeros(7, 2), torch.zeros(7, 1), ends, 5)
+    assert len(DatasetWindows(torch.zeros(7, 2), torch.zeros(7, 1), ends, 4).starts) == 1
+
+
 def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="pretrains on a dataset"):
         train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))

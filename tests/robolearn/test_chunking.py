@@ -200,3 +200,11 @@ def test_chunking_passes_resets_on_rewraps_its_source_and_takes_whole_lengths_on
     with pytest.raises(TypeError, match="whole number of steps, got 2.5"):
         ChunkedController(Echo(), length=2.5)
     assert ChunkedController(Echo(), length=np.int64(3)).length == 3
+
+
+def test_a_chunked_stateful_controller_is_refused_at_export_by_name(tmp_path):
+    """It had failed deep in tracing: forward() missing arguments 'skill' and 'step'."""
+    with pytest.raises(ValueError, match=r"a ChunkedController around HeldSkill, which holds state across steps .* "
+                                         r"does not export in chunks: export the controller itself"):
+        export_controller(ChunkedController(HeldSkill(), length=2), tmp_path)
+    assert not list(tmp_path.iterdir())

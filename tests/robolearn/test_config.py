@@ -69,6 +69,10 @@ def test_bad_override_syntax_and_missing_config(tmp_path):
         load_config(path, ["runner.total_steps"])
     with pytest.raises(ConfigError, match="no config 'does_not_exist'"):
         load_config("does_not_exist", [])
+    with pytest.raises(ConfigError, match="no config 'ppo_cartpol': did you mean 'ppo_cartpole'"):
+        load_config("ppo_cartpol", [])
+    with pytest.raises(ConfigError, match=r"unknown key 'agent.gama' \(did you mean 'agent.gamma'\?\); allowed keys"):
+        load_config("ppo_cartpole", ["agent.gama=0.9"])
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"\xff\xfe\x00algo")
     with pytest.raises(ConfigError, match=r"bin.yaml: not a UTF-8 text file \(byte 0\)"):

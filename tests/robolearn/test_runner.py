@@ -445,12 +445,14 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("algo, total, planned", [("ppo", 1000, 1024), ("sac", 1500, 2000)])
-def test_the_run_ends_where_it_says(tmp_path, algo, total, planned):
-    """Iterations are never cut short: the progress bar's total is the step count the run really ends at."""
+def test_the_run_ends_where_it_says(tmp_path, algo, total, planned, capsys):
+    """Iterations are never cut short: the progress bar's total is the step count the run really ends at,
+    and the rounding is said."""
     runner = Runner(tiny(tmp_path, algo, f"runner.total_steps={total}", "runner.random_steps=100"))
     try:
         assert runner.planned_steps() == planned
         runner.train()
+        assert f"runner.total_steps {total:,} runs to {planned:,} env steps: whole iterations of " in capsys.readouterr().out
         assert runner.progress.env_steps == planned
     finally:
         runner.close()
@@ -625,7 +627,8 @@ def test_a_decision_period_longer_than_an_episode_is_refused_by_its_key(tmp_path
     cfg = load_config(config, [f"run_dir={tmp_path / 'runs'}", "env.kwargs.max_episode_steps=20", f"agent.{key}=21",
                                "logging.wandb=disabled", "env.num_envs=2"])
     with pytest.raises(ConfigError, match=rf"decides every 21 steps \(agent.{key}\), more than an episode's 20 "
-                                          rf"\(env.max_episode_steps\): no decision would play out; lower agent.{key}"):
+                                          rf"\(env.kwargs.max_episode_steps, or the task's default\): no decision would "
+                                          rf"play out; lower agent.{key}"):
         Runner(cfg)
     assert not (tmp_path / "runs").exists()
 
