@@ -415,7 +415,7 @@ def _play(args: argparse.Namespace) -> int:
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
         try:
-            path = record_video(controller, env, args.video, seconds=args.seconds, seed=args.seed)
+            path = record_video(controller, env, args.video, seconds=args.seconds, seed=args.seed, progress=True)
         except (ImportError, DependencyNotInstalled) as err:  # e.g. no pygame for a classic-control gym task
             raise ValueError(f"cannot film {cfg.env.task}: {str(err).strip()}") from None
     print(f"video: {path}")

@@ -151,9 +151,11 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
 
 @torch.no_grad()
 def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.0, fps: int = 30,
-                 width: int = 320, height: int = 240, seed: int = 0) -> Path:
-    """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``)."""
+                 width: int = 320, height: int = 240, seed: int = 0, progress: bool = False) -> Path:
+    """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``); ``progress``: a
+    bar of control steps on a terminal (filming is far slower than stepping)."""
     import imageio.v2 as imageio
+    from tqdm import tqdm
 
     steps = int(seconds / env.control_dt)
     if steps < 1:
@@ -162,7 +164,7 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     obs = env.reset(seed=seed)
     controller.reset()
     frames = []
-    for step in range(steps):
+    for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
         if step % every == 0:
             frames.append(env.render(0, width=width, height=height))
         obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
