@@ -333,7 +333,7 @@ def test_a_deferred_ctrl_c_waits_for_the_ranks_to_agree():
         ctrl_c.check()
 
 
-def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteration(tmp_path, monkeypatch,
+def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteration(tmp_path, monkeypatch, capsys,
                                                                                    ctrl_c_catchable):
     """SAC: the replay holds every step counted, and the resumed run's first iteration is the rest of
     the one cut short, so the logged steps stay on the 1000-step grid."""
@@ -345,7 +345,7 @@ def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteratio
     runner = Runner(cfg)
     assert runner.train().interrupted
     runner.close()
-    assert "interrupted: checkpoint saved at 512 env steps (the interrupted iteration is redone)" in capsys.readouterr().out
+    assert "interrupted: checkpoint saved at 1,480 env steps; continue with" in capsys.readouterr().out  # all kept
     monkeypatch.setattr(runner_module, "make_env", make_env)
     saved = load_checkpoint(runner.checkpoint_path)["progress"]
     assert (saved["iteration"], saved["env_steps"]) == (1, 8 * 185)
