@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Everything issue "Massively parallel training on GPU" measures on a GPU, in one command:
+# Every GPU figure of BENCHMARKS.md (the MuJoCo Warp backend, the Go1 gait, PPO against rsl-rl-lib and
+# mjlab, data-parallel scaling) measured in one command:
 #
 #   bash benchmarks/gpu.sh                 # all stages
 #   bash benchmarks/gpu.sh tests throughput  # some stages: tests throughput profile ppo mjlab go1 scaling
+#   bash benchmarks/gpu.sh --help          # this text
 #
 # Needs an NVIDIA GPU and `pip install -e ".[test]" rsl-rl-lib` (setup.sh installs mujoco-warp and
 # warp-lang). Results land in benchmarks/results/*.md; BENCHMARKS.md quotes them (copied by hand,
@@ -14,8 +16,16 @@ export PYTHONUNBUFFERED=1
 if [ -z "${MUJOCO_GL:-}" ]; then
   if ldconfig -p | grep -q libEGL.so; then export MUJOCO_GL=egl; else export MUJOCO_GL=disable; fi
 fi
+all_stages=(tests throughput profile ppo mjlab go1 scaling)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests throughput profile ppo mjlab go1 scaling)
+[ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
+for stage in "${stages[@]}"; do  # before any GPU check: --help and a typo cost nothing
+  case $stage in
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    tests|throughput|profile|ppo|mjlab|go1|scaling) ;;
+    *) echo "unknown stage '$stage'; stages: ${all_stages[*]} (or --help)"; exit 2 ;;
+  esac
+done
 GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
 PPO_ENVS=${PPO_ENVS:-4096}  # 16384: end to end where simulation alone passes 1M/s (mjlab then needs ~4x its 4096-world time)
@@ -27,6 +37,7 @@ if [ -n "$PPO_SET" ]; then  # its own tables (PPO_SUFFIX), so the plain ones BEN
   suffix="${suffix}_$PPO_SUFFIX"
   set -f; read -ra ppo_set <<<"$PPO_SET"; set +f  # words, not globs: [0.9,1.1] stays as written
 fi
+command -v nvidia-smi >/dev/null || { echo "no nvidia-smi here: these stages need an NVIDIA GPU and its driver"; exit 2; }
 nvidia-smi -L
 # Fail here, in seconds, if torch or Warp cannot use the GPU (a CPU torch build; a driver older than
 # Warp's CUDA), not with CPU figures labelled GPU or a crash in every stage.
@@ -69,6 +80,5 @@ for stage in "${stages[@]}"; do
       else
         echo "scaling: $ngpu GPU(s); NCCL data parallelism needs 2 or more, skipped"
       fi ;;
-    *) echo "unknown stage $stage (tests throughput profile ppo mjlab go1 scaling)"; exit 2 ;;
   esac
 done

@@ -416,7 +416,7 @@ def _play(args: argparse.Namespace) -> int:
         controller = load_controller(args.run, env, None, cfg)
         try:
             path = record_video(controller, env, args.video, seconds=args.seconds, seed=args.seed, progress=True)
-        except (ImportError, DependencyNotInstalled) as err:  # e.g. no pygame for a classic-control gym task
+        except (ImportError, DependencyNotInstalled, NotImplementedError) as err:  # no pygame; an env that cannot render
             raise ValueError(f"cannot film {cfg.env.task}: {str(err).strip()}") from None
     print(f"video: {path}")
     return 0

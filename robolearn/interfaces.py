@@ -88,7 +88,7 @@ class VecEnv(ABC):
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         """An RGB frame ``(height, width, 3)`` of env ``index``."""
-        raise RuntimeError(f"{type(self).__name__} cannot render frames")
+        raise NotImplementedError(f"{type(self).__name__} cannot render frames")
 
     def close(self) -> None:
         """Release threads, files or connections held by the env."""

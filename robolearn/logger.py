@@ -67,7 +67,8 @@ class RunLogger:
                   **{k: _plain(v) for k, v in metrics.items()}}
         postfix = {"fps": f"{fps:,.0f}"}
         if "return" in metrics and not math.isnan(metrics["return"]):
-            postfix["return"] = f"{metrics['return']:.1f}"
+            value = metrics["return"]  # Go1's early 0.006 is no 0.0, a half-cheetah's 11234.5 no 1.123e+04
+            postfix["return"] = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
         self._emit(record, env_steps, env_steps, postfix)
 
     def _emit(self, record: dict[str, Any], wandb_step: int, count: int, postfix: dict[str, str]) -> None:

@@ -68,10 +68,13 @@ def at_trained_width(cfg: EnvConfig, adaptation: dict[str, Any] | None) -> EnvCo
 def resolve_backend(cfg: EnvConfig) -> None:
     """Set ``cfg.backend`` and ``cfg.device`` to what will run (``sims.resolve_backend``: warp on a missing
     GPU runs MuJoCo on the CPU), so a run records, and later rebuilds, the simulator it used. Only our
-    own tasks choose a backend (Gymnasium and mjlab envs bring theirs)."""
+    own tasks choose a backend (Gymnasium envs bring theirs; mjlab's is MuJoCo Warp, recorded as warp)."""
     import sims
 
-    if cfg.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)):
+    if cfg.task.startswith(sims.GYM_PREFIX):
+        return
+    if cfg.task.startswith(sims.MJLAB_PREFIX):
+        cfg.backend = "warp"  # what runs it, whatever was asked: an mjlab task has no other
         return
     backend, device = sims.resolve_backend(cfg.backend, cfg.device)
     cfg.backend, cfg.device = backend, str(device)

@@ -355,6 +355,11 @@ class Runner:
                 self._restore()
                 refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
                                 cfg.runner.eval_episodes)
+            if self.replay is not None and self.main and cfg.runner.random_steps >= self.planned_steps():
+                warnings.warn(f"runner.random_steps={cfg.runner.random_steps:,} covers the whole run "
+                              f"({self.planned_steps():,} env steps): every action is random and the agent never "
+                              "updates, so the controller it exports is untrained; lower runner.random_steps or "
+                              "raise runner.total_steps", stacklevel=2)
         except BaseException:
             self.close()
             raise
@@ -390,9 +395,13 @@ class Runner:
 
     def planned_steps(self) -> int:
         """The env steps this run will end at: ``runner.total_steps`` rounded up to whole iterations,
-        which are never cut short."""
-        per_iteration = self._steps_per_iteration()
-        return -(-self.cfg.runner.total_steps // per_iteration) * per_iteration
+        which are never cut short. Off policy they lie on a grid from step 0 (a resume finishes the iteration
+        cut short); on policy whole rollouts follow where a resume starts, whose size changes with the
+        number of ranks."""
+        per_iteration, total, done = self._steps_per_iteration(), self.cfg.runner.total_steps, self.progress.env_steps
+        if self.agent.on_policy and done < total:
+            return done + -(-(total - done) // per_iteration) * per_iteration
+        return max(done, -(-total // per_iteration) * per_iteration)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -781,6 +790,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
         print(f"curves skipped: {type(err).__name__}: {err}")
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
+        print(f"evaluating: {episodes} episode(s), {evaluation_dynamics(env_cfg)}", flush=True)  # minutes, on big tasks
         with _hint_on_ctrl_c(f"robolearn train --resume {run} evaluates and films it"):
             with make_env(env_cfg, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
                 result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
@@ -795,7 +805,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
             with _hint_on_ctrl_c(f"robolearn play {run} --video {run / 'video.mp4'} films it"):
                 with make_env(env_cfg, num_envs=1, seed=cfg.seed) as video_env:
                     result.video = record_video(controller.to(video_env.device), video_env, run / "video.mp4",
-                                                seconds=cfg.runner.video_seconds)
+                                                seconds=cfg.runner.video_seconds, progress=cfg.logging.progress)
         except Exception as err:  # a missing GL stack must not cost the trained run
             print(f"video skipped: {type(err).__name__}: {err}")
 

@@ -240,6 +240,14 @@ def test_play_without_the_renderers_dependency_is_one_line(tmp_path, monkeypatch
     assert main(["play", str(run), "--video", str(tmp_path / "v.mp4")]) == 2
     assert "cannot film cartpole: pygame is not installed" in error(capsys)
 
+    from robolearn.interfaces import VecEnv
+    from sims.task import TaskEnv
+
+    monkeypatch.undo()  # the real record_video, on an env that cannot render (mjlab's): one line too
+    monkeypatch.setattr(TaskEnv, "render", VecEnv.render)
+    assert main(["play", str(run), "--video", str(tmp_path / "v.mp4")]) == 2
+    assert "cannot film cartpole: TaskEnv cannot render frames" in error(capsys)
+
 
 def test_resuming_a_finished_run_is_refused_and_changes_nothing(tmp_path, capsys):
     assert tiny_run(tmp_path) == 0
