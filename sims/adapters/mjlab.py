@@ -11,6 +11,8 @@ adapter resets those envs itself right after, as mjlab's own auto-reset would.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 import mjlab.tasks  # noqa: F401  (importing it registers mjlab's tasks)
@@ -27,6 +29,8 @@ quiet_warp()  # mjlab runs on MuJoCo Warp
 
 GROUP_NAMES = {"actor": "policy"}
 """mjlab's observation group names -> ours (``critic`` is ``critic`` in both)."""
+
+_DESCRIBED: set[str] = set()  # tasks whose manager tables were printed: not again for a run's eval and video envs
 
 
 class MjlabVecEnv(VecEnv):
@@ -60,7 +64,10 @@ class MjlabVecEnv(VecEnv):
         cfg.scene.num_envs = num_envs
         cfg.seed = seed
         cfg.auto_reset = False  # we reset after reading the true final observations
-        self.mjlab = ManagerBasedRlEnv(cfg, device=str(device))
+        key = task if isinstance(task, str) else type(task).__name__
+        with contextlib.redirect_stdout(io.StringIO()) if key in _DESCRIBED else contextlib.nullcontext():
+            self.mjlab = ManagerBasedRlEnv(cfg, device=str(device))  # prints its manager tables: once per process
+        _DESCRIBED.add(key)
 
         self.num_envs = num_envs
         self.device = torch.device(self.mjlab.device)
