@@ -5,7 +5,7 @@ Three PPO controllers for ``arm_reach``: one trained on the nominal model
 (configs/ppo_arm_reach_dr.yaml), one with DORAEMON-style automatic widening of
 the same ranges (configs/ppo_arm_reach_auto.yaml). Each is evaluated three ways:
 
-1. in sim, on the nominal model (what training reports);
+1. in sim, on the nominal model (the MJCF as written, without randomization);
 2. in sim, with the physics set to the emulator's "reality" (a diagnostic: the
    dynamics gap alone, without bus timing);
 3. on the emulated robot: the exported TorchScript controller through
