@@ -74,7 +74,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
 
 def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
     """The env a run trained on (a run directory, or a config from :func:`load_config`): its task settings
-    (``env.kwargs``), randomization (automatic randomization at the width a run reached), delays and backend,
+    (``env.kwargs``), randomization (for a run directory, automatic randomization at the width it reached), delays
+    and backend,
     as ``robolearn eval`` builds it. ``sims.make_env(task)`` builds the task's defaults instead. ``num_envs``:
     default the config's."""
     from robolearn.config import TrainConfig, load_run_config

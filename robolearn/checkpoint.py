@@ -173,22 +173,21 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
     """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
     random streams; return its progress counters, for the runner to rebuild its own progress from.
     ``config``: the resuming run's (plain data), so that a shape mismatch names the setting that changed."""
+    saved_cfg, now_cfg = payload.get("config") or {}, config or {}
+    saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
     try:
         check_compatible(agent.state_dict(), payload["agent"])
     except CheckpointError as err:
-        saved_cfg, now_cfg = payload.get("config") or {}, config or {}
         saved_task, now_task = (saved_cfg.get("env") or {}).get("task"), (now_cfg.get("env") or {}).get("task")
         if saved_task and now_task and saved_task != now_task:  # another task's observations: no agent key to blame
             raise CheckpointError(f"{err}; the checkpoint was trained on task '{saved_task}', this run is on "
                                   f"'{now_task}': resume with the run's own config") from None
-        saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
         changed = [key for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
         if not changed:
             raise
         said = ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    saved, now = (payload.get("config") or {}).get("agent") or {}, (config or {}).get("agent") or {}
     fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
         said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)

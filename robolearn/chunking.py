@@ -35,7 +35,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, reset_mask
+from robolearn.interfaces import Controller, Obs, reset_mask, reset_rows
 
 Mode = Literal["open_loop", "ensemble"]
 Beyond = Literal["hold", "extend"]
@@ -73,12 +73,10 @@ class ActionQueue:
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Forget the queued actions of the envs in ``mask`` (all when None)."""
-        held = self.index if self.index is not None else self.valid
-        mask = reset_mask(mask, None if held is None else held.shape[0])
         if self.index is not None:
-            self.index[slice(None) if mask is None else mask.to(self.index.device)] = self.length
+            self.index[reset_rows(mask, self.index)] = self.length
         if self.valid is not None:
-            self.valid[slice(None) if mask is None else mask.to(self.valid.device)] = False
+            self.valid[reset_rows(mask, self.valid)] = False
 
     def fit(self, chunk: torch.Tensor, length: int, have: int | None = None) -> torch.Tensor:
         """``chunk`` cut or continued to ``length`` steps (continued by holding its last action).

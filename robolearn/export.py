@@ -33,7 +33,7 @@ import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes
 from robolearn.chunking import ActionQueue, ChunkedController
-from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_mask
+from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_rows
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
@@ -219,11 +219,10 @@ class ExportedController:
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Forget queued actions (sequence controllers) or held state (stateful ones); flat ones hold none."""
-        mask = reset_mask(mask, None if self.state is None else self.state[0].shape[0])
         if self.queue is not None:
             self.queue.reset(mask)
         if self.state is not None:
-            rows = slice(None) if mask is None else mask.cpu()
+            rows = reset_rows(mask, self.state[0])
             for state in self.state:
                 state[rows] = 0.0
 

@@ -146,7 +146,10 @@ def reset_mask(mask: Any, rows: int | None = None, who: str = "reset") -> torch.
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        mask = torch.as_tensor(np.asarray(mask))
+        try:
+            mask = torch.as_tensor(np.asarray(mask))
+        except (TypeError, ValueError, RuntimeError):  # strings, objects, ragged lists: not flags
+            raise ValueError(f"{who}(mask): one True/False flag per world, got {mask!r:.60}") from None
     if mask.dim() != 1 or (rows is not None and mask.shape[0] != rows):
         raise ValueError(f"{who}(mask): one flag per world, shape ({rows if rows is not None else 'num_envs'},); "
                          f"got {tuple(mask.shape)}")
@@ -156,6 +159,13 @@ def reset_mask(mask: Any, rows: int | None = None, who: str = "reset") -> torch.
         raise ValueError(f"{who}(mask): flags, True where a world's episode ended (or 0/1); got values "
                          f"{mask.unique()[:4].tolist()}: to reset worlds by index, pass a bool mask of them")
     return mask.bool()
+
+
+def reset_rows(mask: Any, held: torch.Tensor) -> slice | torch.Tensor:
+    """The rows of ``held`` (acting state, one row per world) that ``mask`` resets, to index it with: all
+    when None, else :func:`reset_mask`'s flags on ``held``'s device."""
+    mask = reset_mask(mask, held.shape[0])
+    return slice(None) if mask is None else mask.to(held.device)
 
 
 def check_setup(controller: nn.Module) -> None:

@@ -336,6 +336,7 @@ class OfflineRunner:
         updates the agent holds; a second one may have split an update, so go back to the iteration's start."""
         if self.ctrl_c.forced and self._rewind_to is not None:
             self.progress = self._rewind_to.restore(self.agent)
+            self.rewound = True  # said by ``interrupted``: the resume redoes that iteration
         self._rewind_to = None
 
     def close(self) -> None:

@@ -36,7 +36,9 @@ def evaluation_dynamics(cfg: EnvConfig) -> str:
         return "nominal"
     settings = build_dataclass(Randomization, cfg.randomization, "env.randomization.")  # "1e-3" read as a number
     if settings.auto:
-        return "nominal (automatic randomization starts a new env at width 0)"
+        start = settings.width or 0
+        return ("nominal (automatic randomization starts a new env at width 0)" if not start else
+                f"automatic randomization from width {start:.2f}, widening or narrowing as episodes succeed")
     if settings.width == 0:
         return "nominal (randomization at width 0)"
     defaults, drawn = Randomization(), []

@@ -355,11 +355,12 @@ class Runner:
                 self._restore()
                 refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
                                 cfg.runner.eval_episodes)
-            if self.replay is not None and self.main and cfg.runner.random_steps >= self.planned_steps():
+            if (self.replay is not None and self.dataset is None and self.main  # (skills: random_act plays the prior)
+                    and cfg.runner.random_steps >= self.planned_steps()):
                 warnings.warn(f"runner.random_steps={cfg.runner.random_steps:,} covers the whole run "
-                              f"({self.planned_steps():,} env steps): every action is random and the agent never "
-                              "updates, so the controller it exports is untrained; lower runner.random_steps or "
-                              "raise runner.total_steps", stacklevel=2)
+                              f"({self.planned_steps():,} env steps): every action is random and the agent updates "
+                              "at most on the last step, so the controller it exports is untrained; lower "
+                              "runner.random_steps or raise runner.total_steps", stacklevel=2)
         except BaseException:
             self.close()
             raise
@@ -399,9 +400,13 @@ class Runner:
         cut short); on policy whole rollouts follow where a resume starts, whose size changes with the
         number of ranks."""
         per_iteration, total, done = self._steps_per_iteration(), self.cfg.runner.total_steps, self.progress.env_steps
-        if self.agent.on_policy and done < total:
+        if done >= total:
+            return done
+        if self.agent.on_policy:
             return done + -(-(total - done) // per_iteration) * per_iteration
-        return max(done, -(-total // per_iteration) * per_iteration)
+        per_step = self.env.num_envs * self.world_size  # the first iteration: the rest, in whole steps of every world
+        done += -(-iteration_rest(done, per_iteration) // per_step) * per_step  # then on the grid, as per_step divides it
+        return done + max(0, -(-(total - done) // per_iteration)) * per_iteration
 
     # -- checkpoints ---------------------------------------------------------------------------
 

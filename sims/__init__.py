@@ -204,7 +204,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
     except RuntimeError:
         raise ValueError(f"device {str(device)!r} is not a torch device: use cpu, cuda or cuda:N") from None
     if device.type not in ("cpu", "cuda"):  # torch would fail deep in a task; Warp would quietly run on its CPU
-        raise ValueError(f"device {str(device)!r}: MuJoCo and MuJoCo Warp run on cpu or cuda (cuda:N), not {device.type}")
+        raise ValueError(f"device {str(device)!r}: robolearn's envs run on cpu or cuda (cuda:N), not {device.type}")
     if device.type == "cpu":
         if backend == "warp":
             warnings.warn("backend=warp device=cpu: MuJoCo Warp on Warp's CPU device, for tests, runs far slower than "

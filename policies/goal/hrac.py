@@ -36,7 +36,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_mask
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_rows
 from robolearn.storage import ReplayBuffer
 from policies.goal.adjacency import AdjacencyGraph, AdjacencyNetwork, sample_pairs
 from policies.modules import ActionScaler
@@ -207,8 +207,7 @@ class HRAC(Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Envs in ``mask`` start a new subgoal, and a new path in the adjacency graph, at their next step."""
         if self.step is not None:
-            mask = reset_mask(mask, self.step.shape[0])
-            rows = slice(None) if mask is None else mask.to(self.step.device)
+            rows = reset_rows(mask, self.step)
             self.step[rows] = 0
             self.last_position[rows] = float("nan")
 

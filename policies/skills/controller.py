@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, reset_mask
+from robolearn.interfaces import Controller, Obs, reset_rows
 from policies.modules import ActionScaler
 
 
@@ -65,8 +65,7 @@ class SkillController(Controller):
         """A new skill is chosen at the next ``act`` for the envs in ``mask`` (all when None)."""
         if self.step is None:
             return
-        mask = reset_mask(mask, self.step.shape[0])
-        rows = slice(None) if mask is None else mask.to(self.step.device)
+        rows = reset_rows(mask, self.step)
         self.skill[rows] = 0.0
         self.step[rows] = 0.0
 

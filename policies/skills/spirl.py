@@ -38,7 +38,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import kl_divergence
 
-from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_mask
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_rows
 from robolearn.storage import ReplayBuffer
 from policies.modules import ActionScaler, EmpiricalNormalizer, EnsembleQ
 from policies.offline.common import episode_ends
@@ -192,8 +192,7 @@ class SPiRL(Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Envs in ``mask`` start a new skill at their next step."""
         if self.step is not None:
-            mask = reset_mask(mask, self.step.shape[0])
-            self.step[slice(None) if mask is None else mask.to(self.step.device)] = 0
+            self.step[reset_rows(mask, self.step)] = 0
 
     @property
     def replay_window(self) -> int:

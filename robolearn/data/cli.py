@@ -226,7 +226,7 @@ def _import(args: argparse.Namespace) -> int:
     returns = [episode.episode_return for episode in episodes]
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"
-          + _success_said([bool(e.infos["success"][-1]) for e in episodes if "success" in e.infos]) + f" -> {ds.path}")
+          + _success_said([e.success for e in episodes if e.success is not None]) + f" -> {ds.path}")
     if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit
         print(f"cut short:   episode(s) {', '.join(map(str, cut))} (the run ended in them; kept, their last step a "
               "time limit; `dataset info` lists them as interrupted_episodes)")

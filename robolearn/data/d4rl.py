@@ -111,8 +111,9 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         if name in arrays and not (flags := np.isin(arrays[name], (0, 1))).all():
             row = int(np.argmin(flags))
             raise DatasetError(f"{path}: '{name}' holds {arrays[name][row].item()!r} at row {row}: its flags are 0 or 1")
-    for name in ("observations", "next_observations"):  # before the resets are read from them (NaN equals nothing)
-        if name in arrays and arrays[name].dtype.kind == "f" and not (finite := np.isfinite(arrays[name])).all():
+    observed = [n for n in arrays if n in ("observations", "next_observations") or n.startswith((GROUPS, NEXT_GROUPS))]
+    for name in observed:  # before the resets are read from them (NaN equals nothing)
+        if arrays[name].dtype.kind == "f" and not (finite := np.isfinite(arrays[name])).all():
             row = int(np.argwhere(~finite)[0][0])
             raise DatasetError(f"{path}: '{name}' holds NaN or inf (first at row {row})")
     terminals = arrays["terminals"].astype(bool)

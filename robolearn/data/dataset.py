@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -176,7 +177,7 @@ class Dataset:
             return [{"return": float(m["return"]), "length": int(m["length"]), "terminated": bool(m["terminated"]),
                      "success": bool(m["success"]) if "success" in m else None} for m in attributes]
         return [{"return": e.episode_return, "length": len(e), "terminated": bool(e.terminations[-1]),
-                 "success": bool(e.infos["success"][-1]) if "success" in e.infos else None} for e in self]
+                 "success": e.success} for e in self]
 
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
@@ -354,9 +355,10 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     first = datasets[0]
     for other in datasets[1:]:
         dts = first.info.get("control_dt"), other.info.get("control_dt")
+        same_dt = None in dts or math.isclose(*dts, rel_tol=1e-6)  # unknown on one side: not a difference
         for what, a, b in (("task", first.task, other.task),
                            ("task settings", first.info.get("task_kwargs") or {}, other.info.get("task_kwargs") or {}),
-                           ("control period", *(dts if None not in dts else (None, None))),
+                           ("control period", *((None, None) if same_dt else dts)),
                            ("observation shapes", _shapes(first.observation_spec), _shapes(other.observation_spec)),
                            ("action shape", first.action_spec.shape, other.action_spec.shape)):
             if a != b:
@@ -367,8 +369,17 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
 
     metas = {d.id: d.writer_metadata() for d in datasets}
     keys = {key for meta in metas.values() for key in meta}
-    shared = {key for key in keys if all(key in m and m[key] == metas[first.id][key] for m in metas.values())}
-    meta = {key: metas[first.id][key] for key in shared} | {"source": "merge of " + ", ".join(ids)}
+
+    def agreed(key: str) -> bool:  # the physics' keys hold where known: one source's unknown period is no other
+        having = [m[key] for m in metas.values() if key in m]
+        def same(v: Any) -> bool:
+            return math.isclose(v, having[0], rel_tol=1e-6) if key == "control_dt" else v == having[0]
+
+        return (len(having) == len(metas) or key in ("control_dt", "state")) and all(same(v) for v in having)
+
+    shared = {key for key in keys if agreed(key)}
+    meta = {key: next(m[key] for m in metas.values() if key in m) for key in shared}
+    meta |= {"source": "merge of " + ", ".join(ids)}
     if own := sorted((keys - shared) | ({"source"} & keys)):  # each one's source, which the merge's replaces
         meta["sources"] = {i: {key: m[key] for key in own if key in m} for i, m in metas.items()}
     return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,

@@ -15,7 +15,8 @@ RL, replay, export) reads. ``T`` is the number of steps:
   row 0 and replaying the actions reproduces the episode bit for bit),
   ``qpos`` and ``qvel`` (as D4RL's ``infos/qpos``, ``infos/qvel``),
   ``commanded_actions`` (what the controller asked for before noise or a
-  robot's safety layer), ``timestamps``.
+  robot's safety layer), ``timestamps``, ``success`` (the task's success test after each step;
+  its last row is the episode's outcome, :attr:`Episode.success`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class Episode:
     def episode_return(self) -> float:
         """Undiscounted return, summed in float64."""
         return float(np.sum(self.rewards, dtype=np.float64))
+
+    @property
+    def success(self) -> bool | None:
+        """Whether the episode ended in the task's success: its last ``infos/success``; None without one."""
+        return bool(self.infos["success"][-1]) if "success" in self.infos else None
 
     @property
     def state(self) -> np.ndarray | None:

@@ -352,7 +352,7 @@ class DatasetWriter:
                                truncations=episode.truncations, infos=dict(episode.infos) or None)
         with interrupts_deferred():  # the episode and its count land together, or not at all
             self._storage.update_episodes([buffer])
-            success = {"success": bool(episode.infos["success"][-1])} if "success" in episode.infos else {}
+            success = {} if episode.success is None else {"success": episode.success}
             self._storage.update_episode_metadata(
                 [{"return": episode.episode_return, "length": len(episode),
                   "terminated": bool(episode.terminations[-1]), **success}], [self.episodes])

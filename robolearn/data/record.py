@@ -89,8 +89,8 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
 
     def stored(episode: Episode) -> None:
         stats.returns.append(episode.episode_return)
-        if "success" in episode.infos:
-            stats.successes.append(bool(episode.infos["success"][-1]))
+        if episode.success is not None:
+            stats.successes.append(episode.success)
         bar.update(1)
 
     recorder = RecordingEnv(env, writer, max_episodes=episodes, on_episode=stored)

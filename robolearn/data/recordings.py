@@ -6,11 +6,12 @@ the robot was sent), ``rewards``, ``terminations`` and ``truncations``;
 ``commanded_actions``, ``goals`` (a robot's goal before its safety layer),
 ``timestamps``, ``metrics/<name>`` (a reach's ``distance_m``) and ``successes``
 (as ``success``, the task's test after each step, as Minari's goal datasets
-keep it) become ``infos``; ``safety_events`` becomes one ``safety/<rule>`` flag
+keep it; not for an episode the run cut short, which has no outcome) become
+``infos``; ``safety_events`` becomes one ``safety/<rule>`` flag
 per step for each rule that overruled a step anywhere in the recording; a
 robot's ``joint_state`` group (``[q, qd]``) also gives ``infos/qpos`` and
 ``infos/qvel``, so ``dataset replay`` starts the simulation where the robot
-started. Nothing a recording holds per step is dropped. The directory's
+started. Nothing else a recording holds per step is dropped. The directory's
 ``metadata.json`` (controller, robot, control period) is kept under
 ``recording``; episodes cut short by the end of a run (``interrupted``) are
 kept and listed in ``interrupted_episodes``. Its ``task`` settings (episode
@@ -58,6 +59,8 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
             absent = missing[0] if missing else "obs/policy"
             raise DatasetError(f"{file}: missing key '{absent}' (found {', '.join(sorted(arrays))})")
         infos = {name: arrays[key] for key, name in INFOS.items() if key in arrays}
+        if bool(arrays.get("interrupted", False)):  # cut short by the run's end: no outcome, as the recorder says
+            infos.pop("success", None)
         infos |= {key: arrays[key] for key in arrays if key.startswith("metrics/")}
         if "safety_events" in arrays:
             overruled = [set(str(step).split(",")) for step in arrays["safety_events"]]

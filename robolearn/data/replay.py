@@ -115,7 +115,6 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
             break
     bar.close()
     known = [d for d in qpos_div if d is not None]  # recorded qpos may lack the final row (D4RL)
-    recorded_success = episode.infos.get("success")
     result = ReplayResult(steps=len(rewards), recorded_steps=len(episode), restored=start != "reset" or bool(from_obs),
                           start=start, from_observation=from_obs,
                           recorded_return=episode.episode_return,
@@ -124,7 +123,7 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
                           obs_divergence=np.array([max(row.values(), default=0.0) for row in obs_div]),
                           group_divergence={g: max(row[g] for row in obs_div) for g in obs_div[0]},
                           ended_early=ended_early, replayed_success=replayed_success,
-                          recorded_success=None if recorded_success is None else bool(recorded_success[-1]))
+                          recorded_success=episode.success)
     if video:
         result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
     return result

@@ -64,7 +64,7 @@ class MjlabVecEnv(VecEnv):
         cfg.scene.num_envs = num_envs
         cfg.seed = seed
         cfg.auto_reset = False  # we reset after reading the true final observations
-        key = task if isinstance(task, str) else type(task).__name__
+        key = task if isinstance(task, str) else str(id(task))  # a ready config: this one only
         with contextlib.redirect_stdout(io.StringIO()) if key in _DESCRIBED else contextlib.nullcontext():
             self.mjlab = ManagerBasedRlEnv(cfg, device=str(device))  # prints its manager tables: once per process
         _DESCRIBED.add(key)

@@ -168,6 +168,10 @@ def test_split_and_merge(recorded):
         merge([ds, longer], "mixed")
     with pytest.raises(DatasetError, match="cannot merge 'pendulum-v0' with itself: its episodes would be stored twice"):
         merge([ds, train, ds], "twice")
+    timed = [Dataset.create(f"timed{i}", [ds[i]], ds.observation_spec, ds.action_spec,
+                            metadata={**ds.writer_metadata(), **({"control_dt": dt} if dt else {})})
+             for i, dt in enumerate((0.02, 0.02 * (1 + 1e-9), None))]  # one period, as floats store it; one unknown
+    assert merge(timed, "timed").info["control_dt"] == 0.02  # kept where known, not moved under sources
     unended = ds[0]
     unended.truncations[-1] = False
     with pytest.raises(DatasetError, match="episode 0: its last step is neither terminated nor truncated"):

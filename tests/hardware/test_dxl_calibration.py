@@ -119,7 +119,7 @@ def test_safety_section_loads_and_save_round_trips_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "safety, error",
     [
-        ({"max_vel": 5.0}, "unknown key 'safety.max_vel'; allowed keys here: enabled, max_step"),
+        ({"max_vel": 5.0}, "unknown key 'safety.max_vel' (did you mean 'safety.max_velocity'?); allowed keys here: enabled, max_step"),
         ({"max_velocity": "fast"}, "safety.max_velocity: expected float, got 'fast'"),
         ({"enabled": "yes"}, "safety.enabled: expected bool, got 'yes'"),
         ({"max_velocity": -1.0}, "safety.max_velocity must be positive"),
