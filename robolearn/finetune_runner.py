@@ -68,6 +68,7 @@ class FinetuneProgress:
     online_updates: int = 0
     update_debt: float = 0.0
     recent_returns: list[float] = field(default_factory=list)
+    recent_success: list[float] = field(default_factory=list)
     jsrl: dict[str, Any] = field(default_factory=dict)
 
 
@@ -234,7 +235,7 @@ class FinetuneRunner(OfflineRunner):
         """The online phase."""
         cfg = self.cfg
         env = self.train_env
-        self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns, env.device)
+        self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns, env.device, self.progress.recent_success)
         self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
@@ -243,7 +244,7 @@ class FinetuneRunner(OfflineRunner):
             start = time.perf_counter()
             obs, metrics = self._online_iteration(obs, stats, logger)
             self.progress.iteration += 1
-            self.progress.recent_returns = list(stats.recent)
+            stats.keep(self.progress)
             metrics = {**stats.metrics(), **metrics, "online_updates": self.progress.online_updates,
                        "iteration_time": time.perf_counter() - start}
             if self.curriculum is not None:
@@ -265,7 +266,7 @@ class FinetuneRunner(OfflineRunner):
         that ended in the cut-short iteration are kept."""
         super()._rewind()
         if self.progress.phase == "online" and getattr(self, "_stats", None) is not None:
-            self.progress.recent_returns = list(self._stats.recent)
+            self._stats.keep(self.progress)
 
     def _online_iteration(self, obs: Obs, stats: EpisodeStats, logger: RunLogger) -> tuple[Obs, dict[str, float]]:
         """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""

@@ -77,6 +77,7 @@ class Progress:
     env_steps: int = 0
     update_debt: float = 0.0  # off-policy: fractional updates owed under the UTD ratio
     recent_returns: list[float] = field(default_factory=list)
+    recent_success: list[float] = field(default_factory=list)  # of the same episodes, where the task says
     pretrain_updates: int = 0  # agents that pretrain on a dataset: updates done
     pretrained: bool = False  # ... and whether that phase has ended
     world_size: int = 0  # ranks that trained it, `train --resume` starts as many (cli._trained_ranks); 0: not recorded
@@ -100,12 +101,13 @@ class EpisodeStats:
     """Returns and lengths of the episodes that end, for the logs. Summed on the env's device and read
     once per iteration (:meth:`flush`): reading them every step would be a host sync per step on a GPU."""
 
-    def __init__(self, num_envs: int, recent: list[float], device: str | torch.device = "cpu") -> None:
+    def __init__(self, num_envs: int, recent: list[float], device: str | torch.device = "cpu",
+                 recent_success: list[float] = ()) -> None:
         self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
         self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
         self._recent = collections.deque(recent, maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
-        self.success: collections.deque[float] = collections.deque(maxlen=100)
+        self.success: collections.deque[float] = collections.deque(recent_success, maxlen=100)
         self.env_log: dict[str, Any] = {}  # summed as tensors: no device sync per step
         self.env_log_steps = 0
         self._steps: list[tuple[torch.Tensor, ...]] = []  # per step, until flushed: done, returns, lengths, success
@@ -140,6 +142,10 @@ class EpisodeStats:
         self.flush()
         return self._recent
 
+    def keep(self, progress: Any) -> None:
+        """The recent returns and successes into ``progress``, for the checkpoint: a resume logs them on."""
+        progress.recent_returns, progress.recent_success = list(self.recent), list(self.success)
+
     def metrics(self) -> dict[str, float]:
         """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
         self.flush()
@@ -148,7 +154,7 @@ class EpisodeStats:
         self.env_log_steps = 0
         if self.recent:
             out["return"] = float(np.mean(self.recent))
-        if self.recent_lengths:  # none yet after a resume, which restores the returns only
+        if self.recent_lengths:  # none yet after a resume, which restores the returns and successes only
             out["episode_length"] = float(np.mean(self.recent_lengths))
         if self.success:
             out["success_rate"] = float(np.mean(self.success))
@@ -471,7 +477,8 @@ class Runner:
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
                                initial_steps=self.progress.env_steps, **cfg.logging.logger_args(cfg.run_name))
         self._logger = logger
-        stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device)
+        stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device,
+                             self.progress.recent_success)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
         with self.ctrl_c:
@@ -493,7 +500,7 @@ class Runner:
                     obs, metrics = iterate(obs, stats)
                     self._rewind_to = None
                     self.progress.iteration += 1
-                    self.progress.recent_returns = list(stats.recent)
+                    stats.keep(self.progress)
                     metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
                     if self.ctrl_c.deferred:  # several ranks stop together, at the end of the same iteration
                         metrics["ctrl_c"] = float(self.ctrl_c.pending)
@@ -631,7 +638,7 @@ class Runner:
             self.rewound = True  # said by ``interrupted``: the resume redoes that iteration
             self._finite.forget()  # the discarded steps' verdicts: nothing of them is saved
         else:
-            self.progress.recent_returns = list(stats.recent)
+            stats.keep(self.progress)
 
     def _sample(self) -> dict[str, Any]:
         """A replay minibatch; agents that learn from windows of consecutive steps (action-sequence

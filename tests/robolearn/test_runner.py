@@ -597,11 +597,14 @@ def test_an_automatically_randomized_run_is_evaluated_at_the_width_it_reached(tm
 
 
 def test_a_resumed_run_logs_no_episode_length_until_an_episode_ends():
-    """A resume restores the recent returns but not the lengths: until an episode ends there is no
-    length to log, not a length of 0."""
-    stats = runner_module.EpisodeStats(2, recent=[10.0, 12.0])
+    """A resume restores the recent returns and successes (its first line had logged a return without the
+    success rate) but not the lengths: until an episode ends there is no length to log, not a length of 0."""
+    stats = runner_module.EpisodeStats(2, recent=[10.0, 12.0], recent_success=[1.0, 0.0])
     stats.add(torch.ones(2), torch.tensor([False, False]), {})
-    assert stats.metrics() == {"return": 11.0}
+    assert stats.metrics() == {"return": 11.0, "success_rate": 0.5}
+    progress = runner_module.Progress()
+    stats.keep(progress)
+    assert (progress.recent_returns, progress.recent_success) == ([10.0, 12.0], [1.0, 0.0])
     stats.add(torch.ones(2), torch.tensor([True, False]), {})
     assert stats.metrics()["episode_length"] == 2.0
 
