@@ -60,12 +60,16 @@ def is_offline(cfg: TrainConfig) -> bool:
     return bool(getattr(agent_cls, "offline", False)) or (bool(cfg.dataset) and not getattr(agent_cls, "pretrains", False))
 
 
-def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool = True) -> None:
+def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool = True,
+                       transfer: bool = False) -> None:
     """Raise naming the dataset and the config's env when task, observation (the env's groups; the
     dataset may hold more) or action shapes differ; say
-    what fits by shape only (``reads_rewards``: whether the learner reads the dataset's rewards)."""
+    what fits by shape only (``reads_rewards``: whether the learner reads the dataset's rewards).
+    ``transfer``: another task's data of the same shapes is said, not refused (skills pretrained on one
+    maze's play data and used in another: SPiRL's premise)."""
     problems = []
-    if dataset.task is not None and dataset.task != task:
+    other_task = dataset.task is not None and dataset.task != task
+    if other_task and not transfer:
         problems.append(f"task '{dataset.task}' vs '{task}'")
     env_shapes = {g: tuple(b.shape) for g, b in env.observation_spec.items()}
     # Groups the env lacks are kept, not trained on: a deploy recording's joint_state, which only the robot gives
@@ -78,6 +82,10 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
                            + "; ".join(problems) + f" (dataset vs env){hint}")
+    if other_task:  # transfer: the shapes fit
+        warnings.warn(f"dataset '{dataset.id}' was recorded on task '{dataset.task}', and its skills are used on "
+                      f"'{task}': they transfer as far as the two tasks' observations and actions mean the same",
+                      stacklevel=3)
     for doubt in _doubts(dataset, task, env, reads_rewards):
         warnings.warn(f"dataset '{dataset.id}': {doubt}", stacklevel=3)
 

@@ -388,8 +388,10 @@ class Runner:
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
                               "give dataset=<name> (see `robolearn dataset list`)")
         dataset = Dataset.load(self.cfg.dataset)
-        # skill pretraining reads actions only (one's own agent says otherwise with reads_rewards = True)
-        check_dataset_fits(dataset, self.cfg.env.task, self.env, getattr(self.agent, "reads_rewards", False))
+        # skill pretraining reads actions only (one's own agent says otherwise with reads_rewards = True), and
+        # may take another task's data of the same shapes: skills learnt from play data transfer
+        reads_rewards = getattr(self.agent, "reads_rewards", False)
+        check_dataset_fits(dataset, self.cfg.env.task, self.env, reads_rewards, transfer=not reads_rewards)
         self.agent.prepare(dataset.transitions(self.env.device))
         return dataset
 

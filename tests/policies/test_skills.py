@@ -356,6 +356,18 @@ def test_a_horizon_longer_than_every_episode_names_the_longest():
     assert len(DatasetWindows(torch.zeros(7, 2), torch.zeros(7, 1), ends, 4).starts) == 1
 
 
+def test_skills_pretrain_on_another_mazes_play_data_with_a_word(maze_datasets, tmp_path, monkeypatch):
+    """SPiRL's premise, skills from one environment's play data used in another: it had been refused."""
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    with pytest.warns(UserWarning, match=r"dataset 'maze-tiny-v0' was recorded on task 'point_maze_medium', and its "
+                                         r"skills are used on 'point_maze_large'"):
+        Runner(load_config("spirl_point_maze_large", [
+            f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "env.num_envs=2",
+            "agent.pretrain_updates=10", "agent.hidden=[16,16]"])).close()
+
+
 def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="pretrains on a dataset"):
         train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))
