@@ -24,9 +24,11 @@ from robolearn.checkpoint import CheckpointError
 from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
+from robolearn.interfaces import ContractError
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
-USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError)
+USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
+               ContractError)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 
 

@@ -31,6 +31,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+class ContractError(TypeError):
+    """A task, env, controller or agent of one's own that breaks its part of these interfaces; the message
+    names the method and what it must return (the command line prints it as one line)."""
+
+
 Obs = dict[str, torch.Tensor]
 """Named observation groups, each ``(num_envs, *shape)``."""
 
@@ -120,7 +125,7 @@ def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "c
     ``(num_envs, size)`` on ``device`` (numpy arrays and other devices are taken), checked first, so a
     wrong input is an error that says what to give instead of a shape mismatch deep inside."""
     if not isinstance(obs, Mapping):
-        raise TypeError(f"{who}.act takes a dict of observation groups {{name: (num_envs, ...) tensor}} with "
+        raise ContractError(f"{who}.act takes a dict of observation groups {{name: (num_envs, ...) tensor}} with "
                         f"{list(groups)}, got a {type(obs).__name__}")
     missing = [g for g in groups if g not in obs]
     if missing:
@@ -172,9 +177,9 @@ def check_setup(controller: nn.Module) -> None:
     """A controller of one's own that skipped a step of its ``__init__`` is told which (acting and
     exporting call this), not nn.Module's error about an internal attribute."""
     if "_parameters" not in controller.__dict__:
-        raise TypeError(f"{type(controller).__name__}.__init__ must call super().__init__() (a Controller is an nn.Module)")
+        raise ContractError(f"{type(controller).__name__}.__init__ must call super().__init__() (a Controller is an nn.Module)")
     if getattr(controller, "obs_size", None) is None:
-        raise TypeError(f"{type(controller).__name__} must set obs_size in __init__: the width of the flat observation "
+        raise ContractError(f"{type(controller).__name__} must set obs_size in __init__: the width of the flat observation "
                         f"it reads (the sum of its obs_groups' widths, {list(getattr(controller, 'obs_groups', ()))})")
 
 

@@ -6,13 +6,14 @@ envs and agents through these functions.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import fields, replace
 from typing import Any
 
 import torch
 
 from robolearn.config import EnvConfig, TrainConfig, build_dataclass
-from robolearn.interfaces import Agent, VecEnv
+from robolearn.interfaces import Agent, ContractError, VecEnv
 
 
 def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
@@ -87,4 +88,8 @@ def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     from policies import agent_entry
 
     _, agent_cls = agent_entry(cfg.algo)
+    if inspect.isabstract(agent_cls):  # not Python's "Can't instantiate abstract class"
+        raise ContractError(f"algo={cfg.algo}: {agent_cls.__name__} does not implement "
+                            f"{', '.join(sorted(agent_cls.__abstractmethods__))}, which a robolearn Agent must "
+                            "(robolearn/interfaces.py says what each does)")
     return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))

@@ -59,7 +59,7 @@ from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, loa
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
-from robolearn.interfaces import Agent, Controller, Obs, VecEnv
+from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.run_lock import RunLock
@@ -651,7 +651,7 @@ class Runner:
 
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
         if not isinstance(out, dict) or "action" not in out:  # an agent of one's own: said, not an IndexError
-            raise TypeError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
+            raise ContractError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
         self._finite("action", out["action"])
         next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
         self._finite("observation", next_obs)
@@ -838,11 +838,11 @@ def update_metrics(metrics: Any) -> dict[str, Any]:
     """What an agent's ``update`` returned, checked to be a dict of one number per metric (tensors stay
     on their device: shapes only, no sync), so an agent of one's own returning else is told so."""
     if not isinstance(metrics, dict):
-        raise TypeError(f"an agent's update returns a dict of scalar metrics to log, got {type(metrics).__name__}")
+        raise ContractError(f"an agent's update returns a dict of scalar metrics to log, got {type(metrics).__name__}")
     for key, value in metrics.items():
         size = value.numel() if isinstance(value, torch.Tensor) else np.size(value)
         if size != 1:
-            raise TypeError(f"update metric '{key}': one number per metric, got {size} values")
+            raise ContractError(f"update metric '{key}': one number per metric, got {size} values")
     return metrics
 
 

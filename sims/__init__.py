@@ -14,9 +14,10 @@ import typing
 import warnings
 from typing import Any, Callable
 
+import mujoco
 import torch
 
-from robolearn.interfaces import VecEnv
+from robolearn.interfaces import ContractError, VecEnv
 from sims.backend import MujocoBackend
 from sims.task import Task, TaskEnv
 from sims.tasks.ant import Ant
@@ -169,6 +170,10 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         checked = {key: hint for key, hint in hints.items() if checkable(hint)}  # a Sequence, a Callable: as given
         kwargs = {key: check_value(value, checked[key], f"env.kwargs.{key}") if key in checked else value
                   for key, value in kwargs.items()}
+    if inspect.isclass(builder) and inspect.isabstract(builder):  # not Python's "Can't instantiate abstract class"
+        missing = ", ".join(sorted(builder.__abstractmethods__))
+        raise ContractError(f"env.task={task}: {builder.__name__} does not implement {missing}, which a sims.Task "
+                            "must (sims/task.py says what each returns)")
     spec = whole(**kwargs)
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
@@ -236,9 +241,21 @@ def make_backend(
     if backend == "warp":
         from sims.warp_backend import WarpBackend
 
-        return WarpBackend(spec.model(), num_worlds, device=device, fields=spec.fields,
+        return WarpBackend(_compiled(spec), num_worlds, device=device, fields=spec.fields,
                            nconmax=spec.nconmax, njmax=spec.njmax, light_reset=spec.light_reset)
-    return MujocoBackend(spec.model(), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
+    return MujocoBackend(_compiled(spec), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
+
+
+def _compiled(spec: Task) -> mujoco.MjModel:
+    """``spec.model()``, its failures named by the task: MuJoCo's compiler speaks of elements and lines only."""
+    try:
+        model = spec.model()
+    except ValueError as err:  # MuJoCo's XML and compiler errors
+        raise ValueError(f"{type(spec).__name__}.model() did not compile: {' '.join(str(err).split())}") from None
+    if not isinstance(model, mujoco.MjModel):
+        raise ContractError(f"{type(spec).__name__}.model() must return a mujoco.MjModel (mujoco.MjModel.from_xml_path("
+                            f"...)), got {type(model).__name__}")
+    return model
 
 
 __all__ = ["BACKENDS", "TASKS", "MujocoBackend", "Task", "TaskEnv", "make_backend", "make_env", "resolve_backend",

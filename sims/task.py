@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robolearn.interfaces import Obs, Step, VecEnv
+from robolearn.interfaces import ContractError, Obs, Step, VecEnv
 from sims.backend import MujocoBackend
 
 
@@ -170,7 +170,7 @@ class TaskEnv(VecEnv):
         self.actuation_delay: torch.Tensor | None = None
         """Per-world physics substeps (< frame_skip) that the previous controls still act
         at the start of each step: actuation latency finer than a control step."""
-        self._rewards_checked = False
+        self._rewards_checked = self._outcomes_checked = self._reset_checked = False
         obs = self.reset(seed)
         self._check_observations(obs)
         self.observation_spec = {name: _space(value) for name, value in obs.items()}
@@ -203,10 +203,15 @@ class TaskEnv(VecEnv):
         stacked = torch.stack(list(terms.values()))
         reward = stacked.sum(0)
         terminated = self.task.terminated(self.sim)
+        success = self.task.success(self.sim)
+        if not self._outcomes_checked:  # once, as the rewards: a (num_envs, 1) one would broadcast into a matrix
+            self._check_flags("terminated", terminated)
+            if success is not None:
+                self._check_flags("success", success)
+            self._outcomes_checked = True
         truncated = self._episode_step >= self.max_episode_steps
         info: dict = {"log": {f"reward/{name}": mean for name, mean in zip(terms, stacked.mean(1).unbind())}}
         info["log"].update({f"metrics/{name}": value.mean() for name, value in self.task.metrics(self.sim).items()})
-        success = self.task.success(self.sim)
         if success is not None:
             info["success"] = success
 
@@ -236,7 +241,7 @@ class TaskEnv(VecEnv):
         told so by name here, once, not by a shape error deep in a learner."""
         name = f"{type(self.task).__name__}.observations"
         if not isinstance(obs, dict) or not obs:
-            raise TypeError(f"{name} must return a dict of observation groups {{name: (num_envs, ...) tensor}}, "
+            raise ContractError(f"{name} must return a dict of observation groups {{name: (num_envs, ...) tensor}}, "
                             f"e.g. {{'policy': ...}}; got {type(obs).__name__}")
         for group, value in obs.items():
             if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[0] != self.num_envs:
@@ -249,11 +254,18 @@ class TaskEnv(VecEnv):
         reward into a matrix. Checked on the first step only, shapes on the host: no device sync."""
         name = f"{type(self.task).__name__}.rewards"
         if not isinstance(terms, dict) or not terms:
-            raise TypeError(f"{name} must return a dict of named (num_envs,) reward terms; got {type(terms).__name__}")
+            raise ContractError(f"{name} must return a dict of named (num_envs,) reward terms; got {type(terms).__name__}")
         for term, value in terms.items():
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != (self.num_envs,):
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise ValueError(f"{name}: term '{term}' must be a (num_envs={self.num_envs},) tensor; got {shape}")
+
+    def _check_flags(self, method: str, value: Any) -> None:
+        """``Task.terminated`` and ``Task.success``: one bool per world (shapes and dtype on the host: no sync)."""
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.bool or tuple(value.shape) != (self.num_envs,):
+            got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ContractError(f"{type(self.task).__name__}.{method} must return a (num_envs={self.num_envs},) bool "
+                                f"tensor, one flag per world; got {got}")
 
     def _checked(self, action: Any) -> torch.Tensor:
         """``action`` as a float32 tensor on the env's device (numpy and lists accepted), refused with a
@@ -286,6 +298,14 @@ class TaskEnv(VecEnv):
 
     def _reset_worlds(self, ids: torch.Tensor) -> None:
         qpos, qvel = self.task.reset(self.sim, ids, self._generator)
+        if not self._reset_checked:  # once, on host-side shapes: set_state's broadcast error would not name reset
+            model, name = self.sim.model, f"{type(self.task).__name__}.reset"
+            for what, value, width in (("qpos", qpos, model.nq), ("qvel", qvel, model.nv)):
+                if not isinstance(value, torch.Tensor) or tuple(value.shape) != (len(ids), width):
+                    got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise ContractError(f"{name} must return (qpos, qvel) tensors of shapes (len(ids), nq={model.nq}) "
+                                        f"and (len(ids), nv={model.nv}); {what} is {got}")
+            self._reset_checked = True
         self.sim.set_state(ids, qpos, qvel)
         self.task.after_reset(self.sim, ids, self._generator)
         self._episode_step[ids] = 0

@@ -99,6 +99,11 @@ class VectorMetric(Reinforce):
     def update(self, batch):
         super().update(batch)
         return {"loss": torch.ones(3)}
+
+
+class Unfinished(Agent):
+    config_class = ReinforceConfig
+    on_policy = True
 '''
 
 
@@ -156,3 +161,16 @@ def test_what_an_own_algorithm_forgot_is_said_by_name(algo_module, tmp_path):
                 runner.train()
         finally:
             runner.close()
+    config.write_text(config_text(f"{algo_module}:Unfinished", runs))
+    with pytest.raises(TypeError, match=rf"algo={algo_module}:Unfinished: Unfinished does not implement act, controller, "
+                                        r"load_state_dict, state_dict, update, which a robolearn Agent must"):
+        Runner(load_config(config))
+
+
+def test_an_own_algorithms_broken_contract_is_one_line_on_the_command_line(algo_module, tmp_path, capsys):
+    config = tmp_path / "bare.yaml"
+    config.write_text(config_text(f"{algo_module}:BareAction", tmp_path / "runs"))
+    assert main(["train", str(config)]) == 2  # a ContractError: its message, not a traceback
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "BareAction.act returns {'action': tensor, ...}, got Tensor" in err
+    assert "Traceback" not in err

@@ -125,6 +125,68 @@ def test_observations_that_are_not_batched_groups_are_told_so():
             sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
 
 
+def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_name():
+    """success/terminated of the wrong shape or dtype had trained the whole run and crashed its evaluation;
+    a wrong reset, a model that does not compile and a missing method were raw errors naming no task."""
+    from robolearn.interfaces import ContractError
+    from sims.task import Task
+    from sims.tasks.pendulum import Pendulum
+
+    class Column(Pendulum):
+        def success(self, sim):
+            return super().success(sim)[:, None]
+
+    class Counts(Pendulum):
+        def terminated(self, sim):
+            return torch.zeros(sim.num_worlds)
+
+    class Wide(Pendulum):
+        def reset(self, sim, ids, generator):
+            qpos, qvel = super().reset(sim, ids, generator)
+            return torch.cat([qpos, qpos], 1), qvel
+
+    class Broken(Pendulum):
+        def model(self):
+            import mujoco
+            return mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><joint/></body></worldbody></mujoco>")
+
+    class PathOnly(Pendulum):
+        def model(self):
+            return "pendulum.xml"
+
+    def env(task):
+        return sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
+
+    for task, said in ((Column(), r"Column.success must return a \(num_envs=2,\) bool tensor, one flag per world; "
+                                  r"got torch.bool \(2, 1\)"),
+                       (Counts(), r"Counts.terminated must return a \(num_envs=2,\) bool tensor.*got torch.float32")):
+        with env(task) as e, pytest.raises(ContractError, match=said):
+            e.step(torch.zeros(2, 1))
+    with pytest.raises(ContractError, match=r"Wide.reset must return \(qpos, qvel\) tensors of shapes \(len\(ids\), "
+                                            r"nq=1\) and \(len\(ids\), nv=1\); qpos is \(2, 2\)"):
+        env(Wide())
+    with pytest.raises(ValueError, match=r"^Broken.model\(\) did not compile: "):
+        env(Broken())
+    with pytest.raises(ContractError, match=r"PathOnly.model\(\) must return a mujoco.MjModel.*got str"):
+        env(PathOnly())
+
+    class NoRewards(Task):
+        def model(self):
+            return Pendulum().model()
+
+        def observations(self, sim):
+            return {}
+
+    sys.modules["user_no_rewards"] = type(sys)("user_no_rewards")
+    sys.modules["user_no_rewards"].NoRewards = NoRewards
+    try:
+        with pytest.raises(ContractError, match=r"env.task=user_no_rewards:NoRewards: NoRewards does not implement "
+                                                r"rewards, which a sims.Task must"):
+            sims.make_env("user_no_rewards:NoRewards", num_envs=1)
+    finally:
+        del sys.modules["user_no_rewards"]
+
+
 LOOSE = '''
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
