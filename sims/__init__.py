@@ -158,8 +158,11 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
                          f"pick another by its task name ({', '.join(others)})")
     if unknown:
+        plain = inspect.isclass(builder) and not dataclasses.is_dataclass(builder) and hasattr(builder, unknown[0])
+        hint = (f" ({builder.__name__} is no dataclass, so its class attributes are not settings: decorate it with "
+                "@dataclass(kw_only=True), as sims/tasks/pendulum.py does)") if plain else ""
         raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
-                         f"{', '.join(allowed + list(WARP_BUFFERS))}")
+                         f"{', '.join(allowed + list(WARP_BUFFERS))}{hint}")
     if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
         from robolearn.config import check_value, checkable
 

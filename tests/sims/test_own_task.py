@@ -177,12 +177,19 @@ def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_n
         def observations(self, sim):
             return {}
 
+    class Plain(Task):  # settings as class attributes, not a dataclass
+        target = 0.5
+        model, observations, rewards = Pendulum.model, Pendulum.observations, Pendulum.rewards
+
     sys.modules["user_no_rewards"] = type(sys)("user_no_rewards")
-    sys.modules["user_no_rewards"].NoRewards = NoRewards
+    sys.modules["user_no_rewards"].NoRewards, sys.modules["user_no_rewards"].Plain = NoRewards, Plain
     try:
         with pytest.raises(ContractError, match=r"env.task=user_no_rewards:NoRewards: NoRewards does not implement "
                                                 r"rewards, which a sims.Task must"):
             sims.make_env("user_no_rewards:NoRewards", num_envs=1)
+        with pytest.raises(ValueError, match=r"env.kwargs.target: .* \(Plain is no dataclass, so its class attributes "
+                                             r"are not settings: decorate it with @dataclass\(kw_only=True\)"):
+            sims.make_env("user_no_rewards:Plain", num_envs=1, target=1.0)
     finally:
         del sys.modules["user_no_rewards"]
 
