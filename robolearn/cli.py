@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("episode", type=Path, help="an episode_*.npz from a deployment recording")
     p.add_argument("--robot", required=True, help="robot config: a YAML path or a name in configs/robots/")
     p.add_argument("--port", help="serial port; default: the robot config's")
+    p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
+                   help="a safety setting for this replay (repeatable), as for deploy; default: the robot config's")
     p.add_argument("--json", action="store_true")
 
     p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
@@ -598,14 +600,17 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from hardware.dxl_arm import DynamixelArm, load_robot_config
+    from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
     from hardware.replay import read_replayable, recorded_task_settings, replay_on_robot
+    from hardware.safety import parse_overrides
     from robolearn.config import build_dataclass
     from sims.tasks.arm_reach import ArmReach
 
     settings = recorded_task_settings(args.episode)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
     task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
-    robot = DynamixelArm(load_robot_config(args.robot), port=args.port, task=task)
+    config = load_robot_config(args.robot)
+    safety = safety_settings(config).updated(parse_overrides(args.safety))
+    robot = DynamixelArm(config, port=args.port, task=task, safety=safety)
     if settings:
         print(f"rate:        {1 / robot.control_dt:g} Hz, as recorded")
     read_replayable(args.episode, len(robot.home))  # refuse a bad file before touching the robot

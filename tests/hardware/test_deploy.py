@@ -256,7 +256,8 @@ def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys
     summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0, safety=PATIENT)
     episode = Path(summary["recording"]) / "episode_00000.npz"
     emulator.set_joint_positions({1: -0.3, 2: 0.2, 3: 0.0, 4: 0.0})  # somewhere else before the replay
-    assert main(["replay", str(episode), "--robot", "dxl_arm", "--port", emulator.port, "--json"]) == 0
+    assert main(["replay", str(episode), "--robot", "dxl_arm", "--port", emulator.port, "--json",  # PATIENT's, as
+                 "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 0  # a loaded CI machine stalls
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["steps"] == 100
     assert result["start_error_rad"] < 0.05  # ramped to the recorded first pose
@@ -434,7 +435,8 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     final = float((tip - torch.tensor([0.15, 0.0, 0.15], dtype=torch.float64)).norm())  # from the fixed target
     assert episodes[0]["final_distance_m"] == pytest.approx(final, rel=1e-4, abs=1e-6)
     assert episodes[0]["success"] == (final < 0.02) and episodes[0]["min_distance_m"] <= final
-    assert 0 < episodes[0]["peak_joint_speed"] <= summary["peak_joint_speed"]  # the safety layer saw them all
+    # the safety layer saw them all (the episode's from its float32 recording: within its rounding)
+    assert 0 < episodes[0]["peak_joint_speed"] <= summary["peak_joint_speed"] * (1 + 1e-6)
     assert re.search(r"ended \d+\.\d cm away, nearest \d+\.\d cm", out)
     assert summary["plot"] == str(recording / "deploy.png")
     assert (recording / "deploy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
