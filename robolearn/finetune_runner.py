@@ -235,7 +235,8 @@ class FinetuneRunner(OfflineRunner):
         """The online phase."""
         cfg = self.cfg
         env = self.train_env
-        self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns, env.device, self.progress.recent_success)
+        self._stats = stats = EpisodeStats(env.num_envs, self.progress.recent_returns, env.device,
+                                           self.progress.recent_success)
         self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)

@@ -152,12 +152,18 @@ def load_episode(path: str | Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: not a readable episode file (missing, truncated or corrupt: {err})") from None
 
 
+def overruled_rules(arrays: dict[str, np.ndarray]) -> list[set[str]]:
+    """Each step's safety rules that overruled it, from an episode's ``safety_events`` (comma-separated,
+    ``""`` where none did); no steps without them."""
+    return [{rule for rule in str(step).split(",") if rule} for step in arrays.get("safety_events", ())]
+
+
 def episode_summary(file: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """One episode's results from its arrays: file, steps, return, success (None where the env does
     not say), whether it was interrupted, the safety interventions by rule, each recorded metric's final
     and smallest value (a reach's distance: how near it came, not only where it ended), and a robot's
     peak joint speed (rad/s, from its ``joint_state`` group: what the overspeed rule compares)."""
-    events = Counter(rule for step in arrays.get("safety_events", ()) for rule in str(step).split(",") if rule)
+    events = Counter(rule for step in overruled_rules(arrays) for rule in step)
     summary = {"file": file, "steps": int(len(arrays["rewards"])), "return": float(np.sum(arrays["rewards"])),
                "success": bool(arrays["success"]) if "success" in arrays else None,
                "interrupted": bool(arrays.get("interrupted", False)), "safety_events": dict(sorted(events.items()))}

@@ -372,10 +372,11 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
 
     def agreed(key: str) -> bool:  # the physics' keys hold where known: one source's unknown period is no other
         having = [m[key] for m in metas.values() if key in m]
-        def same(v: Any) -> bool:
-            return math.isclose(v, having[0], rel_tol=1e-6) if key == "control_dt" else v == having[0]
-
-        return (len(having) == len(metas) or key in ("control_dt", "state")) and all(same(v) for v in having)
+        if len(having) < len(metas) and key not in ("control_dt", "state"):
+            return False
+        if key == "control_dt":
+            return all(math.isclose(v, having[0], rel_tol=1e-6) for v in having)
+        return all(v == having[0] for v in having)
 
     shared = {key for key in keys if agreed(key)}
     meta = {key: next(m[key] for m in metas.values() if key in m) for key in shared}

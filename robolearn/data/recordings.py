@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.recording import load_episode
+from robolearn.recording import load_episode, overruled_rules
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
 INFOS = {"commanded_actions": "commanded_actions", "goals": "goals", "timestamps": "timestamps", "successes": "success"}
@@ -49,10 +49,11 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
         raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)")
     _warn_if_files_missing(directory, files)
     loaded = [_load(file) for file in files]
-    rules = sorted({rule for arrays in loaded for step in arrays.get("safety_events", ()) for rule in str(step).split(",")
-                    if rule})  # every episode gets every rule's flags: exports keep the infos all episodes share
+    overruled = [overruled_rules(arrays) for arrays in loaded]
+    rules = sorted(set().union(*(step for steps in overruled for step in steps)))  # every episode gets every rule's
+    # flags: exports keep the infos all episodes share
     episodes, interrupted = [], []
-    for file, arrays in zip(files, loaded):
+    for file, arrays, steps in zip(files, loaded, overruled):
         missing = [key for key in REQUIRED if key not in arrays]
         groups = {key[len("obs/"):]: value for key, value in arrays.items() if key.startswith("obs/")}
         if missing or not groups:
@@ -63,8 +64,7 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
             infos.pop("success", None)
         infos |= {key: arrays[key] for key in arrays if key.startswith("metrics/")}
         if "safety_events" in arrays:
-            overruled = [set(str(step).split(",")) for step in arrays["safety_events"]]
-            infos |= {f"safety/{rule}": np.array([rule in step for step in overruled]) for rule in rules}
+            infos |= {f"safety/{rule}": np.array([rule in step for step in steps]) for rule in rules}
         joint_state = groups.get("joint_state")  # a robot's [q, qd]: where a replay in simulation starts from
         if joint_state is not None and joint_state.ndim == 2 and joint_state.shape[1] % 2 == 0:
             half = joint_state.shape[1] // 2

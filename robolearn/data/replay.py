@@ -98,7 +98,8 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     qpos_div = [_qpos_divergence(env.get_state(), recorded_qpos, 0)] if exact_env else []  # type: ignore[attr-defined]
     rewards: list[float] = []
     ended_early, replayed_success = False, None
-    bar = tqdm(total=len(episode.actions), desc="replay", unit="step", disable=None if progress and video else True)  # None: only on a terminal
+    bar = tqdm(total=len(episode.actions), desc="replay", unit="step",
+               disable=None if progress and video else True)  # None: on a terminal only
     for t, action in enumerate(episode.actions):
         bar.update()
         if every and t % every == 0:
