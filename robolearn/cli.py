@@ -536,15 +536,18 @@ def _how_far(run: Path) -> str:
     from robolearn.runner import run_ended
 
     exported = (run / "export" / "controller.json").is_file()
+    failed = _failure(run)
     if not (run / "checkpoints" / "latest.pt").is_file():
-        return "exported, no checkpoint" if exported else "incomplete: no checkpoint (nothing to resume)"
+        if exported:
+            return "exported, no checkpoint"
+        return f"{failed or 'incomplete'}: no checkpoint (nothing to resume)"
     try:
         last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
     except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
         last, raw = {}, None
     resume = f"robolearn train --resume {run}"
     if not last or not isinstance(raw, dict):
-        return f"incomplete: stopped before its first logged iteration; {resume}"
+        return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
     ended = run_ended(run, runner.get("eval_episodes") or 0)
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
@@ -564,12 +567,27 @@ def _how_far(run: Path) -> str:
     done = saved.get(counter, logged)
     if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
-        return "done" if ended else f"trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
+        if ended:
+            return "done"
+        return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
     if logged > done:
         where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
-    return f"incomplete: {where}; {resume}"
+    return f"{failed or 'incomplete'}: {where}; {resume}"
+
+
+def _failure(run: Path, width: int = 100) -> str:
+    """``failed (<error>)`` from the first line of a run's ``failed.txt`` (cut to ``width``), or ""."""
+    from robolearn.runner import FAILURE_FILE
+
+    try:
+        summary = (run / FAILURE_FILE).read_text(errors="replace").partition("\n")[0].strip()
+    except OSError:
+        return ""
+    if len(summary) > width:
+        summary = summary[:width - 3] + "..."
+    return f"failed ({summary}; {run / FAILURE_FILE})"
 
 
 def _saved_progress(run: Path) -> dict:

@@ -41,6 +41,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -870,6 +871,20 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
                       "train(resume=run, overrides={...}) goes on with the run's own settings", stacklevel=3)
 
 
+FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
+
+
+def record_failure(run_dir: Path, err: BaseException) -> None:
+    """Write ``err`` (its one-line summary, then the traceback) to ``run_dir/failed.txt``, so that a run
+    that crashed is told apart from one that was killed. Never raises: the error itself matters more."""
+    summary = " ".join(f"{type(err).__name__}: {err}".split())
+    text = summary + "\n\n" + "".join(traceback.format_exception(err))
+    try:
+        atomic_write_bytes(Path(run_dir) / FAILURE_FILE, lambda f: f.write(text.encode()))
+    except OSError:  # a full disk, a removed folder
+        pass
+
+
 def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
     """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``; offline algorithms
     (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`, and
@@ -888,7 +903,13 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
         try:
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
+            if distributed.is_main():
+                (runner.run_dir / FAILURE_FILE).unlink(missing_ok=True)  # this attempt's outcome replaces it
             return runner.train(stop=stop)
+        except Exception as err:
+            if distributed.is_main():
+                record_failure(runner.run_dir, err)
+            raise
         finally:
             runner.close()
     finally:

@@ -87,6 +87,35 @@ def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, 
             f"again); robolearn train --resume {run}") in capfd.readouterr().out
 
 
+def test_list_says_why_a_run_failed_and_a_resume_that_ends_clears_it(tmp_path, capfd):
+    """A run that stopped on an error keeps it in failed.txt (summary, then traceback): list tells it from a
+    killed one; the resume that finishes it removes the file."""
+    import robolearn
+
+    cfg = robolearn.load_config("ppo_cartpole", {"run_dir": str(tmp_path), "env.num_envs": 4,
+                                                 "runner.total_steps": 512, "runner.eval_episodes": 0,
+                                                 "runner.video_seconds": 0, "logging.progress": False,
+                                                 "logging.wandb": "disabled"})
+
+    def crash(metrics):
+        raise RuntimeError("the lab's power\nwent out")
+
+    with pytest.raises(RuntimeError):
+        robolearn.train(cfg, stop=crash)
+    run = next(tmp_path.glob("*/*"))
+    failure = (run / "failed.txt").read_text()
+    assert failure.startswith("RuntimeError: the lab's power went out\n") and "Traceback" in failure
+    capfd.readouterr()
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    status = capfd.readouterr().out.split(f"{run}  ")[1]
+    assert status.startswith(f"failed (RuntimeError: the lab's power went out; {run / 'failed.txt'}): ")
+    assert f"of 512 env_steps; robolearn train --resume {run}\n" in status  # one iteration's steps, then the stop
+    robolearn.train(resume=run)
+    assert not (run / "failed.txt").exists()
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    assert f"{run}  done" in capfd.readouterr().out
+
+
 def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
     from robolearn.cli import _format_warning
 
