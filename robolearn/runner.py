@@ -700,7 +700,7 @@ def iteration_rest(done: int, per_iteration: int) -> int:
 
 
 class CtrlC:
-    """Ctrl+C (or SIGTERM) in the training loop, taken where the run's state is consistent: the first one only
+    """Ctrl+C (or SIGTERM, SIGHUP) in the training loop, taken where the run's state is consistent: the first one only
     marks it ``pending`` and the loop raises KeyboardInterrupt at its next ``check()`` (between env
     steps and updates, never inside an update or a checkpoint write); a second one raises at once.
     Only the main thread can catch signals; elsewhere Ctrl+C raises where it lands, as without this.
@@ -716,8 +716,11 @@ class CtrlC:
         self.pending = self.forced = False
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
-            # SIGTERM (a cluster's preemption, `docker stop`, `kill`) is taken as Ctrl+C: a checkpoint, not a loss.
-            for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            # SIGTERM (a cluster's preemption, `docker stop`, `kill`) and SIGHUP (a closed terminal or ssh
+            # session) are taken as Ctrl+C: a checkpoint, not a loss (under `nohup` SIGHUP is ignored: left so).
+            stops = [(signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)]
+            stops += [(signal.SIGHUP, signal.SIG_DFL)] if hasattr(signal, "SIGHUP") else []
+            for signum, default in stops:
                 if signal.getsignal(signum) is default:  # not where it is ignored or someone else's
                     self._previous[signum] = signal.signal(signum, self._press)
         return self

@@ -132,7 +132,9 @@ def _record(args: argparse.Namespace) -> int:
         from robolearn.config import load_run_config
 
         cfg = load_run_config(args.run)
-        task, kwargs, algorithm = task or cfg.env.task, dict(cfg.env.kwargs), cfg.algo
+        task, algorithm = task or cfg.env.task, cfg.algo
+        if task == cfg.env.task:  # the run's task as it trained (episode length, limits); another's would not fit
+            kwargs = dict(cfg.env.kwargs)
         controller_name = f"run:{Path(args.run).resolve()}"
     elif args.controller != "random":
         if not Path(args.controller).is_file():

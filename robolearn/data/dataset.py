@@ -29,7 +29,8 @@ from gymnasium import spaces
 from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.minari_store import DatasetWriter, dataset_dir, dataset_id, list_datasets, own_id, read_metadata
+from robolearn.data.minari_store import (DatasetWriter, dataset_dir, dataset_id, datasets_root, list_datasets, own_id,
+                                        read_metadata)
 from robolearn.storage import map_batch, write_batch
 
 
@@ -337,6 +338,17 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
     empty = [n for n, part in zip(names, parts) if not part]
     if empty:
         raise DatasetError(f"split of '{dataset.id}' ({len(dataset)} episodes) leaves '{empty[0]}' empty; use larger fractions")
+    # Every part is checked before any is written: a split does all or nothing, and never replaces the
+    # dataset it reads from (the parts after the first would read the first part's file)
+    targets = [dataset_dir(name, root) for name in names]
+    if len(set(targets)) < len(targets):
+        raise DatasetError(f"split names {list(names)} name one dataset twice; give each part its own name")
+    if dataset.path.resolve() in {target.resolve() for target in targets}:
+        raise DatasetError(f"a part of the split may not replace '{dataset.id}', which it reads from; give the parts "
+                           "other names (then `robolearn dataset list`, and remove the original yourself if you want)")
+    if not overwrite and (there := [dataset_id(n) for n, t in zip(names, targets) if t.exists()]):
+        raise DatasetError(f"dataset(s) {', '.join(map(repr, there))} already exist in {datasets_root(root)}; "
+                           "choose other --names or pass --overwrite to replace them (nothing was written)")
     out = []
     for name, part in zip(names, parts):
         meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed)

@@ -180,6 +180,21 @@ def test_split_and_merge(recorded):
         split(ds, [0.8, 0.5])
 
 
+def test_a_split_writes_all_its_parts_or_none_and_never_replaces_its_source(recorded, root):
+    """A part named after the source, with --overwrite, had replaced it before the next part read its episodes
+    (half the data lost); a name taken by another dataset had stopped the split after writing the parts before it."""
+    ds = recorded("pendulum", 4, num_envs=1, max_episode_steps=10)
+    with pytest.raises(DatasetError, match="may not replace 'pendulum-v0', which it reads from"):
+        split(ds, [0.5, 0.5], ["pendulum", "rest"], overwrite=True)
+    with pytest.raises(DatasetError, match="name one dataset twice"):
+        split(ds, [0.5, 0.5], ["half", "half-v0"])
+    Dataset.create("taken", [ds[0]], ds.observation_spec, ds.action_spec, metadata=ds.writer_metadata())
+    with pytest.raises(DatasetError, match=r"'taken-v0' already exist.*nothing was written"):
+        split(ds, [0.5, 0.5], ["first", "taken"])
+    assert len(Dataset.load("pendulum")) == 4 and not (root / "first-v0").exists()
+    assert [len(part) for part in split(ds, [0.5, 0.5], ["first", "taken"], overwrite=True)] == [2, 2]
+
+
 def test_an_existing_name_is_refused_unless_overwrite(recorded, root):
     first = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
     with pytest.raises(DatasetError, match="already exists.*--overwrite"):

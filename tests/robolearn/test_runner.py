@@ -532,22 +532,24 @@ def test_the_last_iteration_is_logged_whatever_log_every_so_list_sees_the_run_do
     assert f"{runner.run_dir}  done" in capsys.readouterr().out
 
 
-def test_sigterm_saves_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypatch):
-    """A preempted or `docker stop`ped run (SIGTERM) had ended on the spot with nothing saved."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["kill", "terminal-closed"])
+def test_sigterm_and_sighup_save_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypatch, signum):
+    """A preempted or `docker stop`ped run (SIGTERM), or one whose terminal closed (SIGHUP), had ended on the
+    spot with nothing saved."""
     runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100"))
     update, calls = runner.agent.update, {"n": 0}
 
     def terminated_update(batch):
         calls["n"] += 1
         if calls["n"] == 3:
-            os.kill(os.getpid(), signal.SIGTERM)  # lands inside the update: taken after it
+            os.kill(os.getpid(), signum)  # lands inside the update: taken after it
         return update(batch)
 
     monkeypatch.setattr(runner.agent, "update", terminated_update)
     result = runner.train()
     runner.close()
     assert result.interrupted and load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 3
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
+    assert signal.getsignal(signum) is signal.SIG_DFL  # given back
 
 
 def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
