@@ -798,9 +798,12 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     """The end of every run: export the controller, draw its learning curves (``curves.png``), evaluate it
     (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic randomization at the width
     ``adaptation`` reached), film it. A Ctrl+C in the evaluation or the film says how to finish: a resume
-    evaluates a run without ``eval.json``; ``robolearn play`` films one."""
+    evaluates a run without ``eval.json``; ``robolearn play`` films one. A resume that trained a finished run
+    on sets its earlier ``eval.json`` aside (``eval.superseded.json``) first."""
     run = result.run_dir
     env_cfg = at_trained_width(cfg.env, adaptation)
+    if (stale := run / "eval.json").is_file():  # an earlier end's, of a run since trained on: kept aside, and a
+        stale.replace(run / "eval.superseded.json")  # Ctrl+C below leaves no evaluation of the new export
     result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
     try:
         result.curves = plot_runs([run], run / "curves.png")

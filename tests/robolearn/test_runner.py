@@ -532,6 +532,34 @@ def test_the_last_iteration_is_logged_whatever_log_every_so_list_sees_the_run_do
     assert f"{runner.run_dir}  done" in capsys.readouterr().out
 
 
+def test_a_run_trained_on_after_it_ended_is_not_done_until_evaluated_again(tmp_path, monkeypatch, capsys):
+    """A Ctrl+C in the evaluation of a run resumed past its first end had left the first end's eval.json
+    beside the new export: `list` called it done, and the resume that would evaluate it was refused."""
+    first = Runner(tiny(tmp_path, "ppo", "runner.total_steps=256"))
+    first.train()
+    first.close()
+    run = first.run_dir
+    evaluation = (run / "eval.json").read_text()
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner_module, "evaluate", ctrl_c)
+    longer = Runner(tiny(tmp_path, "ppo", "runner.total_steps=512"), resume=run)
+    with pytest.raises(KeyboardInterrupt):
+        longer.train()
+    longer.close()
+    assert not (run / "eval.json").exists() and (run / "eval.superseded.json").read_text() == evaluation
+    capsys.readouterr()
+    assert cli(["list", "--runs", str(run)]) == 0
+    assert "trained (512 env_steps), not yet exported or evaluated" in capsys.readouterr().out
+    monkeypatch.undo()
+    finished = Runner(tiny(tmp_path, "ppo", "runner.total_steps=512"), resume=run)  # not refused: it finishes
+    finished.train()
+    finished.close()
+    assert json.loads((run / "eval.json").read_text())["episodes"] == 2
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["kill", "terminal-closed"])
 def test_sigterm_and_sighup_save_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypatch, signum):
     """A preempted or `docker stop`ped run (SIGTERM), or one whose terminal closed (SIGHUP), had ended on the
