@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -30,6 +31,12 @@ BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
                ContractError)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
+# Storage a command could not write to, said in one line with what to do, not as a traceback
+_STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=..., --root)",
+                   errno.EDQUOT: "your disk quota is used up: free some space (or write elsewhere)",
+                   errno.EROFS: "the file system is read-only: write elsewhere (run_dir=..., --root)",
+                   errno.EACCES: "you may not write there: write elsewhere or fix its permissions",
+                   errno.EPERM: "you may not write there: write elsewhere or fix its permissions"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     warnings.formatwarning = _format_warning
-    # `train` takes SIGTERM itself (the runner's checkpoint); the dataset commands take it and SIGHUP as Ctrl+C
+    # `train` takes SIGTERM and SIGHUP itself (the runner's checkpoint); the dataset commands take them as Ctrl+C
     stops = _stops_as_ctrl_c() if args.command == "dataset" else contextlib.nullcontext()
     try:
         with stops:
@@ -162,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
         return 141
+    except OSError as err:
+        if err.errno not in _STORAGE_ERRORS:  # anything else is ours to fix: Python's traceback
+            raise
+        print(f"error: {err.strerror}: {err.filename or 'a file being written'}; {_STORAGE_ERRORS[err.errno]}. "
+              "Files are written aside and renamed, so what was saved before (checkpoints, datasets) is intact",
+              file=sys.stderr)
+        return 2
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
 
@@ -492,11 +506,15 @@ def _list(args: argparse.Namespace) -> int:
         evaluation = run / "eval.json"
         summary = ""
         if evaluation.is_file():
-            e = json.loads(evaluation.read_text())
-            evaluations.setdefault(run.parent, []).append((run, e))
-            summary = f"return {e['return_mean']:.1f}"
-            if e.get("success_rate") is not None:
-                summary += f", success {100 * e['success_rate']:.0f}%"
+            try:  # one damaged file must not hide the other runs
+                e = json.loads(evaluation.read_text())
+                summary = f"return {float(e['return_mean']):.1f}"
+            except (OSError, ValueError, TypeError, KeyError) as err:
+                summary = f"(eval.json unreadable: {type(err).__name__}: {err}; robolearn eval {run} evaluates it again)"
+            else:
+                evaluations.setdefault(run.parent, []).append((run, e))
+                if e.get("success_rate") is not None:
+                    summary += f", success {100 * e['success_rate']:.0f}%"
         status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
         print(f"  {run}  {status}  {summary}".rstrip())
     groups = {folder: done for folder, done in evaluations.items() if len(done) > 1}

@@ -61,6 +61,13 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
     assert f"{ending}  trained (1,024 env_steps), not yet exported or evaluated; robolearn train --resume" in out
+    (done / "eval.json").write_text("{")  # damaged: said on its run's line, the others still listed
+    (exported / "eval.json").write_text("{}")
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
+    assert f"{done}  done  (eval.json unreadable: JSONDecodeError: Expecting property name" in out
+    assert f"(eval.json unreadable: KeyError: 'return_mean'; robolearn eval {exported} evaluates it again)" in out
+    assert f"{ending}  trained (1,024 env_steps)" in out
 
 
 def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, capfd):
@@ -114,6 +121,29 @@ def test_list_says_why_a_run_failed_and_a_resume_that_ends_clears_it(tmp_path, c
     assert not (run / "failed.txt").exists()
     assert main(["list", "--runs", str(tmp_path)]) == 0
     assert f"{run}  done" in capfd.readouterr().out
+
+
+def test_a_full_disk_is_one_line_that_says_what_to_do_and_other_os_errors_stay_tracebacks(monkeypatch, capsys):
+    import errno
+
+    import robolearn.cli as cli_module
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/checkpoints/.latest.pt.abc")
+
+    monkeypatch.setitem(cli_module.COMMANDS, "list", full)
+    assert main(["list"]) == 2
+    assert capsys.readouterr().err == (
+        "error: No space left on device: runs/x/checkpoints/.latest.pt.abc; free some space (or write elsewhere: "
+        "run_dir=..., --root). Files are written aside and renamed, so what was saved before (checkpoints, "
+        "datasets) is intact\n")
+
+    def bug(args):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setitem(cli_module.COMMANDS, "list", bug)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        main(["list"])
 
 
 def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
