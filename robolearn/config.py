@@ -157,6 +157,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     raw = read_yaml(file) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
+    check_run_config(file, raw)
     file_task = _task_of(raw)
     if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
         for key, value in overrides.items():
@@ -195,6 +196,25 @@ def flat_keys(raw: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for key, value in raw.items() for k, v in flat_keys(value, f"{prefix}{key}.").items()}
 
 
+RUN_SECTIONS = ("algo", "env", "runner", "agent")  # what every run's config.yaml holds (write_config)
+
+
+def check_run_config(path: Path, raw: dict[str, Any]) -> None:
+    """Refuse a run's ``config.yaml`` without all of :data:`RUN_SECTIONS` (cut short, or edited): the defaults
+    would fill them in, and a resume or an evaluation would silently run another task or budget. Says how to
+    restore it from the run's checkpoint. A config of one's own (not in a run directory) may leave them out."""
+    run_dir = path.parent
+    if path.name != "config.yaml" or not ((run_dir / "checkpoints").is_dir() or (run_dir / "metrics.jsonl").is_file()):
+        return
+    if missing := [key for key in RUN_SECTIONS if key not in raw]:
+        checkpoint = run_dir / "checkpoints" / "latest.pt"
+        restore = (f"; its checkpoint keeps the config it trained with: python3 -c \"import torch, yaml; "
+                   f"c = torch.load('{checkpoint}', weights_only=True)['config']; open('{path}', 'w')"
+                   f".write(yaml.safe_dump(c, sort_keys=False))\"") if checkpoint.is_file() else ""
+        raise ConfigError(f"{path}: incomplete, without {', '.join(missing)} (cut short or edited?): a run's config "
+                          f"holds every section{restore}")
+
+
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
     path = Path(run_dir) / "config.yaml"
@@ -203,6 +223,7 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    check_run_config(path, raw)
     try:
         return config_from_dict(raw)
     except ConfigError as err:

@@ -105,6 +105,29 @@ def test_malformed_run_config_names_the_file(command, tmp_path, capsys):
     assert f"{tmp_path / 'config.yaml'}: line 3" in error(capsys)
 
 
+def test_a_run_config_cut_short_is_refused_and_restored_as_the_error_says(tmp_path, capsys):
+    """A config.yaml cut short had resumed with defaults filled in (another task, another budget)."""
+    import shlex
+    import subprocess
+    import sys
+
+    assert main(["train", "ppo_pendulum", f"run_dir={tmp_path}", "--no-wandb", "env.num_envs=4",
+                 "runner.total_steps=128", "runner.eval_episodes=0", "runner.video_seconds=0",
+                 "logging.progress=false"]) == 0
+    run = next(tmp_path.glob("*/*"))
+    whole = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text("".join(whole.splitlines(keepends=True)[:4]))  # algo, name, seed, run_dir
+    capsys.readouterr()
+    for command in (["train", "--no-wandb", "--resume"], ["eval"]):
+        assert main([*command, str(run)]) == 2
+        err = error(capsys)
+        assert f"{run / 'config.yaml'}: incomplete, without env, runner, agent (cut short or edited?)" in err
+    restore = shlex.split(err.split("trained with: ", 1)[1])
+    assert restore[:2] == ["python3", "-c"]
+    subprocess.run([sys.executable, "-c", restore[2]], check=True)
+    assert main(["train", "--no-wandb", "--resume", str(run), "runner.total_steps=256"]) == 0
+
+
 def test_malformed_override_value(capsys):
     assert main(["train", "ppo_cartpole", "agent.actor_hidden=[3,", "--no-wandb"]) == 2
     assert "override 'agent.actor_hidden=[3,'" in error(capsys)
