@@ -104,6 +104,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a robolearn checkpoint (no '{FORMAT}' marker)")
     if payload.get("version") != VERSION:
         raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})")
+    if wrong := [key for key in ("config", "agent", "progress") if not isinstance(payload.get(key), dict)]:
+        raise CheckpointError(f"{path}: a damaged robolearn checkpoint (its {', '.join(wrong)}: missing or no "
+                              "mapping); restore it from a copy or train again")
     return payload
 
 
@@ -196,5 +199,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               "train a new run with it") from None
     agent.load_state_dict(payload["agent"])
     progress = dict(payload["progress"])
-    set_rng_state(progress.pop("rng"))
+    if not isinstance(rng := progress.pop("rng", None), dict):
+        raise CheckpointError("a damaged robolearn checkpoint: its progress has no random number generator state "
+                              "to resume with; restore it from a copy (it still evaluates and exports)")
+    set_rng_state(rng)
     return progress

@@ -2,11 +2,12 @@
 
 import os
 import pickle
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from robolearn.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
+from robolearn.checkpoint import CheckpointError, check_compatible, load_checkpoint, restore_agent, save_checkpoint
 
 
 def state(width=4):
@@ -49,6 +50,19 @@ def test_missing_truncated_foreign_and_malicious(tmp_path):
     with pytest.raises(CheckpointError):
         load_checkpoint(evil)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_checkpoint_with_its_marker_but_damaged_contents_is_named(tmp_path):
+    """The marker alone had passed: resume, eval and list then failed in KeyError tracebacks."""
+    damaged = tmp_path / "damaged.pt"
+    torch.save({"format": "robolearn-checkpoint", "version": 1, "config": {}, "agent": [1]}, damaged)
+    with pytest.raises(CheckpointError, match=r"damaged robolearn checkpoint \(its agent, progress: missing or no mapping"):
+        load_checkpoint(damaged)
+    no_rng = tmp_path / "no_rng.pt"
+    save_checkpoint(no_rng, config={}, agent=state(), progress={"iteration": 3})
+    agent = SimpleNamespace(state_dict=state, load_state_dict=lambda s: None)
+    with pytest.raises(CheckpointError, match="no random number generator state to resume with"):
+        restore_agent(agent, load_checkpoint(no_rng))
 
 
 def test_mismatched_tensor_is_named():
