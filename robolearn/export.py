@@ -165,15 +165,10 @@ class ExportedController:
             raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
-        try:
-            self.meta = json.loads(meta_path.read_text())
-        except ValueError as err:
-            raise CheckpointError(f"{meta_path}: not readable JSON ({err}); {_reexport(path)}") from None
+        self.meta = read_controller_meta(meta_path, path)
         self.obs_groups = tuple(self.meta["obs_groups"])
         self.decision_period = int(self.meta["decision_period"])
         names = list(self.meta["inputs"])
-        if names[0] != "obs":
-            raise ValueError(f"{path}: the first input must be 'obs', got {names}")
         self.state_shapes = {name: tuple(self.meta["inputs"][name]) for name in names[1:]}
         self.state: list[torch.Tensor] | None = None
         if path.suffix == ".onnx":
@@ -236,6 +231,28 @@ def _load(path: Path, load: Any) -> Any:
         reason = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path}: not a loadable exported controller (truncated or corrupt: {reason}); "
                               f"{_reexport(path)}") from None
+
+
+def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[str, Any]:
+    """``controller.json``, checked to hold what :class:`ExportedController` reads (observation groups and
+    size, decision period, inputs starting with ``obs``): a damaged or hand-edited file is a
+    :class:`CheckpointError` naming it and the key, not a KeyError where it is first read."""
+    redo = _reexport(exported or meta_path.with_name(FILENAMES["torchscript"]))
+    try:
+        meta = json.loads(meta_path.read_text(errors="replace"))
+    except ValueError as err:
+        raise CheckpointError(f"{meta_path}: not readable JSON ({err}); {redo}") from None
+    checks = {"obs_groups": lambda v: isinstance(v, list) and v and all(isinstance(g, str) for g in v),
+              "obs_size": lambda v: isinstance(v, int) and v > 0,
+              "decision_period": lambda v: isinstance(v, int) and v > 0,
+              "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")
+    for key, ok in checks.items():
+        if not ok(meta.get(key)):
+            said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
+            raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")
+    return meta
 
 
 def _reexport(path: Path) -> str:

@@ -121,7 +121,7 @@ def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> 
     it; nothing is deleted, and ``path`` is rewritten atomically."""
     if not path.is_file():
         return
-    text = path.read_text()
+    text = path.read_text(errors="replace")  # damaged bytes: a line set aside, not a resume refused
     kept, superseded = [], []
     for line in filter(str.strip, text.splitlines()):
         try:
@@ -141,7 +141,7 @@ def _last_time(path: Path) -> float:
     """The ``time`` of the last line of ``metrics.jsonl`` (0 for a new run): the seconds trained so far."""
     if not path.is_file():
         return 0.0
-    for line in reversed(path.read_text().splitlines()):
+    for line in reversed(path.read_text(errors="replace").splitlines()):
         try:
             return float(json.loads(line)["time"])
         except (ValueError, KeyError, TypeError):  # a torn last line (killed mid-write) or a line without it
@@ -154,7 +154,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     resumed) is left out, so curves, ``list`` and benchmarks read the rest."""
     path = Path(run_dir) / "metrics.jsonl"
     records = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
+    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
         try:
             record = json.loads(line)
         except ValueError:

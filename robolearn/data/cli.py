@@ -121,6 +121,7 @@ def _record(args: argparse.Namespace) -> int:
     import sims
     from robolearn.data.minari_store import DatasetWriter
     from robolearn.data.record import RandomController, env_metadata, record
+    from robolearn.export import read_controller_meta
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
@@ -141,7 +142,7 @@ def _record(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--controller {args.controller}: no such file; give an exported controller.pt or "
                                     ".onnx (`robolearn export RUN` writes RUN/export/), or 'random'")
         meta_path = Path(args.controller).parent / "controller.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = read_controller_meta(meta_path, Path(args.controller)) if meta_path.is_file() else {}
         task = task or meta.get("task")
         if task == meta.get("task"):  # the task as the controller was trained on it (episode length, limits)
             kwargs = dict(meta.get("task_kwargs") or {})

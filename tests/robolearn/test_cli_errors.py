@@ -156,6 +156,27 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
     assert not root.exists() or not any(root.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize("damage, says", [
+    (lambda meta: "{", "not readable JSON"),
+    (lambda meta: json.dumps({k: v for k, v in meta.items() if k != "obs_groups"}), "'obs_groups' missing"),
+    (lambda meta: json.dumps({**meta, "obs_size": "5"}), "'obs_size' '5' is not what an export writes"),
+    (lambda meta: json.dumps({**meta, "inputs": {"skill": [2], "obs": [5]}}), "'inputs' {'skill'"),
+], ids=["json", "key", "type", "order"])
+@pytest.mark.parametrize("command", ["record", "eval"])
+def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
+    """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
+    meta_path = cartpole_export.parent / "controller.json"
+    meta_path.write_text(damage(json.loads(meta_path.read_text())))
+    argv = (["dataset", "record", "--controller", str(cartpole_export), "--episodes", "1"] if command == "record" else
+            ["eval", str(cartpole_export.parent.parent), "--exported", "torchscript"])
+    if command == "eval":  # a run folder around the export
+        (cartpole_export.parent.parent / "config.yaml").write_text(json.dumps({"algo": "ppo", "env": {"task": "cartpole"},
+                                                                           "runner": {}, "agent": {}}))
+    assert main(argv) == 2
+    err = error(capsys)
+    assert f"{meta_path}: " in err and says in err and "export it again" in err
+
+
 def test_record_missing_controller_file(root, capsys):
     assert main(["dataset", "record", "--controller", "nope.pt", "--episodes", "1"]) == 2
     assert "--controller nope.pt: no such file" in error(capsys)

@@ -49,6 +49,20 @@ def test_a_torn_last_line_is_read_past_and_set_aside_on_resume(tmp_path):
     assert (tmp_path / "metrics.superseded.jsonl").read_text() == '{"env_steps": 2\n'
 
 
+def test_damaged_bytes_in_the_metrics_are_a_line_set_aside_not_a_refused_resume(tmp_path):
+    """Bytes that are no UTF-8 (a disk's damage) had stopped the resume with a decode error naming no file."""
+    from robolearn.logger import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"env_steps": 100, "time": 1.0}\n{"env_steps": \xff\xfe}\n')
+    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100]
+    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
+    logger.log(200, {})
+    logger.close()
+    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100, 200]
+    assert (tmp_path / "metrics.superseded.jsonl").read_text().startswith('{"env_steps": ')
+
+
 def test_a_last_line_whole_but_for_its_newline_gets_one_before_the_next(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"env_steps": 100, "time": 1.0}')
