@@ -51,6 +51,17 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
         raise
 
 
+def remove_partial_writes(folder: Path, names: tuple[str, ...] = ("latest.pt", "replay.pt")) -> list[Path]:
+    """Delete what :func:`atomic_write_bytes` of ``names`` left in ``folder`` when killed mid-write (``kill -9``,
+    a power cut): hidden temp files as large as a replay buffer that nothing else would remove. Call it only
+    while holding the run (its :class:`~robolearn.run_lock.RunLock`), when no write of them can be under way."""
+    leftovers = [path for name in names for path in Path(folder).glob(f".{name}.*")
+                 if path.is_file() and len(path.name) == len(name) + 10]  # "." name "." and mkstemp's 8 characters
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
 def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any], progress: dict[str, Any]) -> None:
     """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG."""
     payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress}

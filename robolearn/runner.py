@@ -53,8 +53,9 @@ import numpy as np
 import torch
 import yaml
 
-from robolearn.checkpoint import (atomic_write_bytes, check_compatible, load_checkpoint, load_replay, restore_agent,
-                                  rng_state, save_checkpoint, save_replay, set_rng_state)
+from robolearn.checkpoint import (atomic_write_bytes, check_compatible, load_checkpoint, load_replay,
+                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, save_replay,
+                                  set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
@@ -911,6 +912,7 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
             if distributed.is_main():
                 (runner.run_dir / FAILURE_FILE).unlink(missing_ok=True)  # this attempt's outcome replaces it
+                remove_partial_writes(runner.run_dir / "checkpoints")  # a kill -9's, now that the run is held
             return runner.train(stop=stop)
         except Exception as err:
             if distributed.is_main():

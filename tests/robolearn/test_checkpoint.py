@@ -2,12 +2,14 @@
 
 import os
 import pickle
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from robolearn.checkpoint import CheckpointError, check_compatible, load_checkpoint, restore_agent, save_checkpoint
+from robolearn.checkpoint import (CheckpointError, check_compatible, load_checkpoint, remove_partial_writes,
+                                  restore_agent, save_checkpoint)
 
 
 def state(width=4):
@@ -63,6 +65,18 @@ def test_a_checkpoint_with_its_marker_but_damaged_contents_is_named(tmp_path):
     agent = SimpleNamespace(state_dict=state, load_state_dict=lambda s: None)
     with pytest.raises(CheckpointError, match="no random number generator state to resume with"):
         restore_agent(agent, load_checkpoint(no_rng))
+
+
+def test_partial_writes_a_kill_left_are_removed_and_nothing_else(tmp_path):
+    import tempfile
+
+    save_checkpoint(tmp_path / "latest.pt", config={}, agent=state(), progress={})
+    leftovers = [Path(tempfile.mkstemp(prefix=f".{name}.", dir=tmp_path)[1]) for name in ("latest.pt", "replay.pt")]
+    kept = [tmp_path / ".latest.pt.mine", tmp_path / "notes.txt"]
+    for path in kept:
+        path.write_text("x")
+    assert sorted(remove_partial_writes(tmp_path)) == sorted(leftovers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".latest.pt.mine", "latest.pt", "notes.txt"]
 
 
 def test_mismatched_tensor_is_named():

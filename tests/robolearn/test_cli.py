@@ -117,8 +117,9 @@ def test_list_says_why_a_run_failed_and_a_resume_that_ends_clears_it(tmp_path, c
     status = capfd.readouterr().out.split(f"{run}  ")[1]
     assert status.startswith(f"failed (RuntimeError: the lab's power went out; {run / 'failed.txt'}): ")
     assert f"of 512 env_steps; robolearn train --resume {run}\n" in status  # one iteration's steps, then the stop
+    (run / "checkpoints" / ".replay.pt.k9x_2abc").write_bytes(b"half")  # as a kill -9 mid-write leaves it
     robolearn.train(resume=run)
-    assert not (run / "failed.txt").exists()
+    assert not (run / "failed.txt").exists() and not (run / "checkpoints" / ".replay.pt.k9x_2abc").exists()
     assert main(["list", "--runs", str(tmp_path)]) == 0
     assert f"{run}  done" in capfd.readouterr().out
 
