@@ -760,8 +760,16 @@ def _out_of_time(deadline: float) -> bool:
 
 
 def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> RunResult:
-    """Ctrl+C during training: checkpoint, close the logs, say how to continue."""
-    runner.save()
+    """Ctrl+C during training: checkpoint, close the logs, say how to continue (a second Ctrl+C during the
+    save abandons it: the checkpoint before stays, as written atomically, and that is said)."""
+    try:
+        runner.save()
+    except KeyboardInterrupt:
+        if distributed.is_main():
+            kept = f"the last one, {runner.checkpoint_path}, is kept" if runner.checkpoint_path.is_file() else \
+                "there is none yet"
+            print(f"\ninterrupted again while saving: this checkpoint was not written; {kept}", file=sys.stderr)
+        raise
     result.interrupted = True
     if logger is not None:
         logger.close()

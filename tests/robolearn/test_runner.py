@@ -256,6 +256,28 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     assert all(a["time"] <= b["time"] for a, b in zip(lines, lines[1:]))  # time goes on across the resume
 
 
+def test_a_second_ctrl_c_during_the_save_says_which_checkpoint_is_kept(tmp_path, monkeypatch, capsys):
+    """It had printed only "interrupted", the save silently abandoned."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=1")
+    pressed = []
+
+    def ctrl_c():
+        pressed.append(True)
+        raise KeyboardInterrupt
+
+    make_env = runner_module.make_env
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: CallAfter(make_env(*a, **k), 2 * 32 + 10, ctrl_c))
+    runner = Runner(cfg)
+    save = runner.save
+    monkeypatch.setattr(runner, "save", lambda: _raise_keyboard_interrupt() if pressed else save())  # pressed again
+    with pytest.raises(KeyboardInterrupt):
+        runner.train()
+    runner.close()
+    assert (f"interrupted again while saving: this checkpoint was not written; the last one, {runner.checkpoint_path}, "
+            "is kept") in capsys.readouterr().err
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2 and pressed
+
+
 def test_an_interrupt_that_splits_an_update_saves_the_iteration_before(tmp_path, monkeypatch):
     """A KeyboardInterrupt raised inside the update (a second Ctrl+C, or one outside the main thread)
     leaves a half-updated agent: the checkpoint is the start of that iteration, agent included."""
