@@ -37,7 +37,7 @@ import torch
 from robolearn.checkpoint import (load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint,
                                   save_replay)
 from robolearn.config import ConfigError, TrainConfig, to_dict
-from robolearn.evaluate import NonFiniteError, check_finite
+from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
@@ -108,6 +108,7 @@ class FinetuneRunner(OfflineRunner):
                           stacklevel=2)
         self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
         self.train_env = make_env(cfg.env, seed=cfg.seed)
+        self._finite = FiniteWatch(self.train_env.device)  # on a GPU, read once per iteration
         self.online = ReplayBuffer(max(1, min(agent_cfg.online_buffer_size, cfg.runner.total_steps)), self.env.device)
         self.curriculum: HorizonCurriculum | None = None
         self.guide: ExportedController | None = None
@@ -119,6 +120,8 @@ class FinetuneRunner(OfflineRunner):
     # -- checkpoints ---------------------------------------------------------------------------
 
     def save(self) -> None:
+        """Checkpoint, never of online steps not yet verified finite."""
+        self._finite.verify()
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
         progress = {**self.progress.__dict__, "rng": rng_state()}
@@ -207,7 +210,10 @@ class FinetuneRunner(OfflineRunner):
                     self._finetune(logger, stop)
             except KeyboardInterrupt:
                 self._rewind()
-                return interrupted(self, result, logger)
+                try:
+                    return interrupted(self, result, logger)
+                except NonFiniteError as err:  # steps kept since the last verification (a GPU run) were not finite
+                    raise stopped_by_nan(self, logger, err) from None
             except NonFiniteError as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
@@ -280,11 +286,12 @@ class FinetuneRunner(OfflineRunner):
                 break
             self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
             out = self._act(obs)
-            check_finite("action", out["action"])
+            self._finite("action", out["action"])
             next_obs, reward, terminated, truncated, info = env.step(out["action"])
-            check_finite("observation", next_obs)
-            check_finite("reward", reward)
+            self._finite("observation", next_obs)
+            self._finite("reward", reward)
             done = terminated | truncated
+            self.agent.reset(done)
             stats.add(reward, done, info)
             self._track_episodes(reward, done)
             transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward, "terminated": terminated,
@@ -305,6 +312,7 @@ class FinetuneRunner(OfflineRunner):
                 updates += 1
                 self.progress.online_updates += 1
                 self.progress.update_debt -= 1.0
+        self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: float(v) / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics

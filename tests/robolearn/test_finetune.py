@@ -175,6 +175,31 @@ def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path):
                                                                           ("online", 2000)]
 
 
+def test_online_nan_checks_are_deferred_on_a_gpu_and_the_last_good_checkpoint_stays(tmp_path):
+    """The online phase had checked every step's values at once (three host syncs per step on a GPU):
+    deferred as the online runner defers them, a NaN reward stops the run at the iteration's end, before
+    its checkpoint, and the offline phase's checkpoint is kept."""
+    from robolearn.evaluate import FiniteWatch, NonFiniteError
+
+    runner = FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=1000", "runner.total_steps=2000"))  # no update
+    runner._finite = FiniteWatch("cpu", deferred=True)  # as on a GPU
+    step, calls = runner.train_env.step, {"n": 0}
+
+    def nan_reward(action):
+        calls["n"] += 1
+        obs, reward, terminated, truncated, info = step(action)
+        return obs, reward * float("nan") if calls["n"] == 50 else reward, terminated, truncated, info
+
+    runner.train_env.step = nan_reward
+    with pytest.raises(NonFiniteError, match="reward contained NaN or inf during this iteration; training stopped, "
+                                             "last good checkpoint kept"):
+        runner.train()
+    runner.close()
+    assert calls["n"] == 1000  # the iteration ran to its end, then stopped
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["phase"] == "online"  # the phase boundary's
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["env_steps"] == 0
+
+
 class HopperZeros(Controller):
     """A controller of another task: hopper's 11 observations, 3 actions."""
 
