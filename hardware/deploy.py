@@ -34,7 +34,7 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
-from robolearn.runtime import LoopStats, as_ctrl_c, run
+from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
 from sims.tasks.arm_reach import ArmReach
 
 TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
@@ -119,26 +119,24 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     check_compatible(controller, robot, path)
     warm_up(controller, robot)
     stats, recorder = LoopStats(), None
-    # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP) stops as
-    # Ctrl+C does: the safe stop (ramp to the safe pose, torque off) and the episode in progress kept.
-    handlers = {signal.SIGQUIT: lambda *_: robot.emergency_stop(), signal.SIGTERM: as_ctrl_c, signal.SIGHUP: as_ctrl_c}
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP, unless under
+    # nohup) stops as Ctrl+C does: the safe stop (ramp to the safe pose, torque off) and the episode in progress kept.
+    estop = {signal.SIGQUIT: lambda *_: robot.emergency_stop()}
     try:
         try:
-            robot.connect()
-            if record:  # only once connected: a deploy that cannot start leaves no empty folder
-                metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
-                            "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
-                            "target": None if target is None else [float(v) for v in target],
-                            "task": _task_settings(robot),
-                            "safety": _safety_settings(robot)}
-                folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
-                recorder = EpisodeRecorder(folder, metadata)
-            run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
-                progress="deploy" if progress else None)
+            with stops_as_ctrl_c(also=estop):  # given back before robot.close(), the safe stop
+                robot.connect()
+                if record:  # only once connected: a deploy that cannot start leaves no empty folder
+                    metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
+                                "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
+                                "target": None if target is None else [float(v) for v in target],
+                                "task": _task_settings(robot),
+                                "safety": _safety_settings(robot)}
+                    folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
+                    recorder = EpisodeRecorder(folder, metadata)
+                run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
+                    progress="deploy" if progress else None)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
             robot.close()
     except BaseException as err:
         if recorder is not None:

@@ -13,11 +13,8 @@ import itertools
 import json
 import os
 import re
-import signal
 import sys
-import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 from robolearn import distributed
@@ -26,6 +23,7 @@ from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, lo
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError
+from robolearn.runtime import stops_as_ctrl_c
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
@@ -155,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     warnings.formatwarning = _format_warning
-    # `train` takes SIGTERM and SIGHUP itself (the runner's checkpoint); the dataset commands take them as Ctrl+C
-    stops = _stops_as_ctrl_c() if args.command == "dataset" else contextlib.nullcontext()
+    # `train` takes SIGTERM and SIGHUP itself (the runner's checkpoint), and `deploy` (the robot's safe stop); the
+    # dataset commands take them as Ctrl+C: `record` keeps its complete episodes, an import leaves nothing, status 130
+    stops = stops_as_ctrl_c() if args.command == "dataset" else contextlib.nullcontext()
     try:
         with stops:
             return COMMANDS[args.command](args)
@@ -178,26 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
-
-
-@contextlib.contextmanager
-def _stops_as_ctrl_c() -> Iterator[None]:
-    """A kill or a job scheduler (SIGTERM) and a closed terminal or ssh session (SIGHUP) stop the command as
-    Ctrl+C does: ``dataset record`` keeps its complete episodes, an import leaves nothing behind, the exit
-    status is 130. Signals set to be ignored (``nohup``) or handled outside Python are left as they are."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    from robolearn.data.minari_store import STOP_SIGNALS
-    from robolearn.runtime import as_ctrl_c
-
-    previous = {s: signal.signal(s, as_ctrl_c) for s in STOP_SIGNALS
-                if s != signal.SIGINT and signal.getsignal(s) == signal.SIG_DFL}  # Ctrl+C is Python's own
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -25,10 +25,12 @@ control step and keep their queue or skill inside.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +46,29 @@ def as_ctrl_c(signum: int, frame: Any) -> None:
     """A signal handler that stops as Ctrl+C does (a kill's SIGTERM, a closed terminal's SIGHUP): the
     command's own KeyboardInterrupt handling then keeps what is done and stops safely."""
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+_STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def stops_as_ctrl_c(also: dict[int, Any] | None = None) -> Iterator[None]:
+    """Within the block, a kill (SIGTERM) and a closed terminal or ssh session (SIGHUP) stop as Ctrl+C does
+    (:func:`as_ctrl_c`), and ``also``'s handlers are installed (deploy's emergency stop); all are given back
+    after. Signals set to be ignored (``nohup``: SIGHUP) or handled outside Python are left as they are, and
+    outside the main thread, which cannot take signals, nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {signum: as_ctrl_c for signum in _STOPS if signal.getsignal(signum) == signal.SIG_DFL} | (also or {})
+    previous = {}
+    try:
+        for signum, handler in handlers.items():
+            previous[signum] = signal.signal(signum, handler)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Actor(Protocol):

@@ -254,3 +254,26 @@ def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_s
     assert out == tmp_path / "recording.png" and out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="no episode_.*npz files"):
         plot_recording(tmp_path / "elsewhere")
+
+
+def test_kill_and_hangup_stop_as_ctrl_c_unless_ignored_and_are_given_back():
+    """deploy and the dataset commands: SIGTERM and SIGHUP stop as Ctrl+C does; under `nohup` (SIGHUP ignored)
+    a closed terminal goes on; `also` installs deploy's emergency stop; all are given back after."""
+    import os
+    import signal
+
+    from robolearn.runtime import stops_as_ctrl_c
+
+    pressed = []
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
+    try:
+        with stops_as_ctrl_c(also={signal.SIGUSR1: lambda *_: pressed.append(True)}):
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing happens
+            os.kill(os.getpid(), signal.SIGUSR1)
+            with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+                os.kill(os.getpid(), signal.SIGTERM)
+        assert pressed == [True]
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
