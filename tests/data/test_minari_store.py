@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from robolearn.cli import _stops_as_ctrl_c
+from robolearn.runtime import stops_as_ctrl_c
 from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, Episode, dataset_id, list_datasets
 from robolearn.data.minari_store import _HOST, WRITING, _hold_lock, interrupts_deferred
@@ -126,7 +126,7 @@ def test_sighup_during_a_record_keeps_the_complete_episodes(tmp_path, root):
 
 def test_a_sigterm_during_an_episode_write_waits_for_it():
     finished = False
-    with _stops_as_ctrl_c():
+    with stops_as_ctrl_c():
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"), interrupts_deferred():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.01)
@@ -147,7 +147,7 @@ def test_a_deferred_sigterm_nothing_handles_still_ends_the_process():
 def test_nohup_keeps_sighup_ignored():
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with _stops_as_ctrl_c(), interrupts_deferred():
+        with stops_as_ctrl_c(), interrupts_deferred():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGHUP)
     finally:
