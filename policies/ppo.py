@@ -314,7 +314,8 @@ class PPO(Agent):
         if not cfg.recurrent:
             data = {k: v.flatten(0, 1) for k, v in data.items()}
 
-        # metrics stay tensors until the end: one device sync per update, not five per minibatch
+        # metrics stay tensors until the end: one device sync per update for them, not five per minibatch (the
+        # adaptive schedule still reads each minibatch's KL, one sync per minibatch, as RSL-RL does)
         stats: list[torch.Tensor] = []
         for _ in range(cfg.num_epochs):
             for mb in self._minibatches(data):

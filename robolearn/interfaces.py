@@ -246,10 +246,16 @@ class Agent(ABC):
     (rollout length) of on-policy agents and ``config.buffer_size`` and ``config.batch_size`` of
     off-policy ones. One of one's own trains as ``algo=module:Class`` once the class names that
     dataclass as ``config_class`` (``policies.agent_entry``). Optional, read where present:
-    ``data_parallel`` (below), ``random_act(obs)`` (the first ``runner.random_steps`` actions),
-    ``sample(replay, batch_size, num_envs)`` (windows of consecutive steps) of off-policy agents, and
-    ``reads_rewards = False`` of offline agents that ignore a dataset's rewards (imitation, relabeling),
-    ``resume_fixed`` (config keys a resume may not change: a skill's horizon, a sequence's length).
+
+    - every agent: ``data_parallel`` (below); ``resume_fixed`` (config keys a resume may not change: a
+      skill's horizon, a sequence's length);
+    - off-policy online: ``random_act(obs)`` (the first ``runner.random_steps`` actions);
+      ``sample(replay, batch_size, num_envs)`` (its own minibatch: windows of consecutive steps);
+    - pretraining online (skills): ``pretrains = True`` with ``prepare(transitions)``, ``pretrain_update()``
+      and ``end_pretraining()``; ``reads_rewards`` (default False: skills learn from actions alone);
+    - offline (``offline = True``): ``prepare(transitions)`` returns the rows to train on; ``sample(batch_size)``
+      (its own minibatch: goal relabeling); ``reads_rewards`` (default True; False for imitation and relabeling);
+    - offline-to-online (``finetune = True``): ``go_online()`` at the phase boundary.
     """
 
     on_policy: bool
@@ -266,8 +272,9 @@ class Agent(ABC):
         the runner calls it with the done mask after every env step."""
 
     @abstractmethod
-    def update(self, batch: dict[str, Any]) -> dict[str, float]:
-        """One update from ``batch``; returns scalar metrics to log."""
+    def update(self, batch: dict[str, Any]) -> dict[str, float | torch.Tensor]:
+        """One update from ``batch``; returns scalar metrics to log (one-element tensors may stay on the
+        device: the runner averages them and reads them once per iteration)."""
 
     @abstractmethod
     def controller(self) -> Controller:

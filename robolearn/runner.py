@@ -548,7 +548,7 @@ class Runner:
             self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in this iteration discards it
             for _ in range(count):
                 self.ctrl_c.check()
-                for key, value in self.agent.pretrain_update().items():
+                for key, value in update_metrics(self.agent.pretrain_update()).items():
                     sums[key] = sums.get(key, 0.0) + value
                 if bar is not None:
                     bar.update()

@@ -242,12 +242,12 @@ class TaskEnv(VecEnv):
         name = f"{type(self.task).__name__}.observations"
         if not isinstance(obs, dict) or not obs:
             raise ContractError(f"{name} must return a dict of observation groups {{name: (num_envs, ...) tensor}}, "
-                            f"e.g. {{'policy': ...}}; got {type(obs).__name__}")
+                                f"e.g. {{'policy': ...}}; got {type(obs).__name__}")
         for group, value in obs.items():
             if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[0] != self.num_envs:
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ValueError(f"{name}: group '{group}' must be a (num_envs={self.num_envs}, ...) tensor "
-                                 f"(a scalar per world: (num_envs, 1)); got {shape}")
+                raise ContractError(f"{name}: group '{group}' must be a (num_envs={self.num_envs}, ...) tensor "
+                                    f"(a scalar per world: (num_envs, 1)); got {shape}")
 
     def _check_rewards(self, terms: Any) -> None:
         """Each reward term a ``(num_envs,)`` tensor: a ``(num_envs, 1)`` one would broadcast the summed
@@ -258,7 +258,7 @@ class TaskEnv(VecEnv):
         for term, value in terms.items():
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != (self.num_envs,):
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ValueError(f"{name}: term '{term}' must be a (num_envs={self.num_envs},) tensor; got {shape}")
+                raise ContractError(f"{name}: term '{term}' must be a (num_envs={self.num_envs},) tensor; got {shape}")
 
     def _check_flags(self, method: str, value: Any) -> None:
         """``Task.terminated`` and ``Task.success``: one bool per world (shapes and dtype on the host: no sync)."""
