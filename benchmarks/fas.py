@@ -206,13 +206,14 @@ def delay(args: argparse.Namespace) -> None:
     import sims
     from robolearn import fas
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent, read_run_config
+    from robolearn.config import load_run_config
+    from robolearn.runner import load_agent
     from sims.delay import Delay, DelayedEnv
 
     lag = Delay(obs_delay_steps=args.obs_delay, action_latency_steps=args.action_latency)
     rows = []
     for config in sorted(Path(tempfile.gettempdir(), "robolearn-fas").glob("*/*/config.yaml")):
-        cfg = read_run_config(config.parent)
+        cfg = load_run_config(config.parent)
         if cfg.env.task not in args.tasks or cfg.runner.total_steps != args.steps:
             continue
         with make_env(cfg.env, num_envs=1) as env:

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import benchmark_parser, machine, task_env, write_result  # noqa: E402
 from robolearn.registry import make_env  # noqa: E402
-from robolearn.runner import load_agent, read_run_config  # noqa: E402
+from robolearn.config import load_run_config  # noqa: E402
+from robolearn.runner import load_agent  # noqa: E402
 
 THRESHOLD = 0.3  # m/s: "walks" = mean xy tracking error below this, commands U(-1, 1) m/s per axis
 
@@ -35,7 +36,7 @@ DIRECTIONS = ("+vx +vy", "+vx -vy", "-vx +vy", "-vx -vy", "no xy command")
 
 @torch.no_grad()
 def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
-    cfg = read_run_config(run)
+    cfg = load_run_config(run)
     cfg.env.randomization = {}  # nominal robot, no pushes: the gait itself
     with make_env(cfg.env, num_envs=worlds, seed=123) as env:
         inner = task_env(env)
@@ -80,7 +81,7 @@ def main() -> None:
         table.append(f"| {line['time']:.0f} | {line['env_steps']:,} | {line.get('return', float('nan')):.2f} | "
                      f"{line.get('metrics/lin_vel_error', float('nan')):.3f} | {line.get('fps', float('nan')):,.0f} |")
     walks = error["lin_vel_error"] < THRESHOLD
-    cfg = read_run_config(run)
+    cfg = load_run_config(run)
     randomization = cfg.env.randomization
     pool = randomization.get("dynamics_pool", 0)
     drawn = ("once per robot" if not randomization.get("dynamics_every_episode", True)

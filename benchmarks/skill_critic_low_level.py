@@ -45,10 +45,11 @@ def evaluate_both(path: Path, episodes: int) -> dict:
     from policies.skills.skill_model import LowPolicy
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent, read_run_config
+    from robolearn.config import load_run_config
+    from robolearn.runner import load_agent
 
     run_dir = run_dir_of(path)
-    cfg = read_run_config(run_dir)
+    cfg = load_run_config(run_dir)
     if cfg.algo != "skill_critic":
         raise ValueError(f"{run_dir}: a {cfg.algo} run; this compares Skill-Critic's low levels")
     cfg.env.num_threads = 1

@@ -67,7 +67,7 @@ def run_task(run_dir: Path, meta: dict[str, Any]) -> ArmReach:
     return task
 
 
-def check_compatible(controller: ExportedController, robot: DynamixelArm, source: Path) -> None:
+def check_controller_fits_robot(controller: ExportedController, robot: DynamixelArm, source: Path) -> None:
     """Refuse a controller trained for another task, observation or rate, naming the mismatch."""
     meta = controller.meta
     if meta.get("task") not in (None, "arm_reach"):
@@ -116,7 +116,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if safety_overrides:
         safety = safety_settings(config, safety).updated(safety_overrides)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
-    check_compatible(controller, robot, path)
+    check_controller_fits_robot(controller, robot, path)
     warm_up(controller, robot)
     stats, recorder = LoopStats(), None
     # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP, unless under

@@ -228,7 +228,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from robolearn.runner import train
+    from robolearn.runner import check_data_parallel, train
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
@@ -254,14 +254,7 @@ def _train(args: argparse.Namespace) -> int:
             print(f"resuming on {args.nproc} ranks, as {args.resume} was trained (--nproc N to change)")
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
-    if args.nproc > 1:
-        from policies import AGENTS, agent_entry
-
-        agent_cls = agent_entry(cfg.algo)[1]
-        if not getattr(agent_cls, "data_parallel", False) or cfg.dataset:
-            parallel = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "data_parallel", False))
-            raise ConfigError(f"--nproc {args.nproc}: algo '{cfg.algo}' does not average its gradients over ranks "
-                              f"(data-parallel: {parallel}, online runs only); train it in one process")
+    check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
     result = train(cfg, resume=args.resume)
@@ -334,9 +327,10 @@ def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
     """The run's config, with its torch settings (threads, matmul precision, denormals) applied to this
     process as the run had them: eval then gives eval.json's numbers again, play and export the same actions.
     ``nominal``: without its domain randomization; else automatic randomization at the width it reached."""
-    from robolearn.runner import read_run_config, trained_env_config
+    from robolearn.config import load_run_config
+    from robolearn.runner import trained_env_config
 
-    cfg = read_run_config(run)
+    cfg = load_run_config(run)
     cfg.runner.apply_torch_settings()
     if nominal:
         cfg.env.randomization = {}

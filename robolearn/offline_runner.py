@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save_checkpoint
-from robolearn.config import ConfigError, TrainConfig, to_dict, validated
+from robolearn.config import ConfigError, TrainConfig, load_run_config, to_dict, validated
 from robolearn.data import Dataset, DatasetError
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
@@ -42,7 +42,7 @@ from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, ask_stop, finish_run, interrupted,
-                              iteration_rest, new_run_dir, read_run_config, refuse_finished, stopped_by_nan,
+                              iteration_rest, new_run_dir, refuse_finished, stopped_by_nan,
                               update_metrics, write_config_or_undo)
 from robolearn.storage import ReplayBuffer
 
@@ -186,7 +186,7 @@ class OfflineRunner:
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
         if resume:
-            before = read_run_config(resume)
+            before = load_run_config(resume)
             raised = before.runner.total_steps != cfg.runner.total_steps
             # IQL's auto horizon, written as the old total_steps before it was kept as 0: stretch it too
             if raised and getattr(cfg.agent, "total_updates", None) == before.runner.total_steps:

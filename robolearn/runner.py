@@ -43,7 +43,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -104,7 +104,7 @@ class EpisodeStats:
     once per iteration (:meth:`flush`): reading them every step would be a host sync per step on a GPU."""
 
     def __init__(self, num_envs: int, recent: list[float], device: str | torch.device = "cpu",
-                 recent_success: list[float] = ()) -> None:
+                 recent_success: Sequence[float] = ()) -> None:
         self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
         self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
         self._recent = collections.deque(recent, maxlen=100)
@@ -197,6 +197,19 @@ def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
 
 
+def check_data_parallel(cfg: TrainConfig, ranks: int, said: str) -> None:
+    """Refuse ``ranks`` > 1 processes (``said``: how the user asked for them) unless ``cfg.algo`` averages its
+    gradients over them (``data_parallel``) and the run is online without a dataset: the ranks' copies of
+    another agent would drift apart. The command line asks before it starts the ranks, the runners again."""
+    from policies import AGENTS, agent_entry
+
+    if ranks <= 1 or (getattr(agent_entry(cfg.algo)[1], "data_parallel", False) and not cfg.dataset):
+        return
+    parallel = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "data_parallel", False))
+    raise ConfigError(f"{said}: algo '{cfg.algo}' does not average its gradients over ranks (data-parallel: "
+                      f"{parallel}, online runs without a dataset only); train it in one process")
+
+
 def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
     """What the online runner reads of an agent and its settings, checked before anything runs: an algorithm
     of one's own missing one is told which, not an AttributeError deep in the loop."""
@@ -281,14 +294,9 @@ def find_run_dirs(root: Path) -> list[Path]:
     return sorted(config.parent for config in root.rglob("config.yaml") if "wandb" not in config.relative_to(root).parts)
 
 
-def read_run_config(run_dir: Path) -> TrainConfig:
-    """The config ``run_dir`` was trained with; a missing or malformed config.yaml is an error naming it."""
-    return load_run_config(run_dir)
-
-
 def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:
     """Rebuild the agent of ``run_dir`` from its config and latest checkpoint."""
-    cfg = cfg or read_run_config(run_dir)
+    cfg = cfg or load_run_config(run_dir)
     agent = make_agent(cfg, env)
     payload = load_checkpoint(Path(run_dir) / "checkpoints" / "latest.pt")
     check_compatible(agent.state_dict(), payload["agent"])
@@ -308,7 +316,7 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
         if exported not in FILENAMES:
             raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
         return ExportedController(run_dir / "export" / FILENAMES[exported])
-    cfg = cfg or read_run_config(run_dir)
+    cfg = cfg or load_run_config(run_dir)
     if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU
         with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
             return load_agent(run_dir, spec_env, cfg).controller().eval()
@@ -350,8 +358,7 @@ class Runner:
             self.agent = make_agent(cfg, self.env)
             check_agent_contract(cfg, self.agent)
             check_decision_period(cfg, self.agent, self.env)
-            if self.world_size > 1 and not self.agent.data_parallel:
-                raise ConfigError(f"algo '{cfg.algo}' does not average its gradients over ranks: train it in one process")
+            check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
             self.progress = Progress(world_size=self.world_size)
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
@@ -401,7 +408,7 @@ class Runner:
         """Env steps per iteration, all ranks: on-policy ``num_steps`` x worlds; off-policy about 1000."""
         worlds = self.env.num_envs * self.world_size
         if self.agent.on_policy:
-            return getattr(self.cfg.agent, "num_steps", 1) * worlds
+            return self.cfg.agent.num_steps * worlds  # (check_agent_contract: on-policy agents have it)
         return max(1, OFF_POLICY_STEPS_PER_ITERATION // self.env.num_envs) * worlds
 
     def planned_steps(self) -> int:
@@ -877,7 +884,7 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fallback is said when the run is built
         resolve_backend(resolved)
-    own, given = flat_keys(to_dict(read_run_config(run))), flat_keys(to_dict(dataclasses.replace(cfg, env=resolved)))
+    own, given = flat_keys(to_dict(load_run_config(run))), flat_keys(to_dict(dataclasses.replace(cfg, env=resolved)))
     changed = [key for key in sorted(set(own) | set(given)) if own.get(key) != given.get(key)]
     if changed:
         said = ", ".join(f"{key} {own.get(key)!r} -> {given.get(key)!r}" for key in changed[:8])
@@ -907,8 +914,7 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     from robolearn.finetune_runner import FinetuneRunner, is_finetune
     from robolearn.offline_runner import OfflineRunner, is_offline
 
-    if distributed.world_size() > 1 and (is_finetune(cfg) or is_offline(cfg)):
-        raise ConfigError(f"algo '{cfg.algo}': offline and offline-to-online runs train in one process (no torchrun)")
+    check_data_parallel(cfg, distributed.world_size(), f"{distributed.world_size()} ranks")
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:

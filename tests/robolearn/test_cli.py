@@ -263,3 +263,18 @@ def test_ctrl_c_while_the_command_line_imports_is_interrupted_not_a_traceback():
             "sys.exit(robolearn.entry.main())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
+
+
+def test_a_package_not_installed_says_how_to_install_it():
+    """Without setup.sh the command had ended in a ModuleNotFoundError traceback from deep in the package."""
+    code = ("import sys\n"
+            "import robolearn.entry\n"
+            "class NoTorch:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch':\n"
+            "            raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "sys.exit(robolearn.entry.main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith("error: robolearn needs the package 'torch', which is not "
+                                                           "installed; run `bash setup.sh`"), done.stderr

@@ -20,7 +20,8 @@ from robolearn import cli, distributed, load_config
 from robolearn.interfaces import flatten_obs
 from robolearn.logger import read_metrics
 from robolearn.checkpoint import load_checkpoint
-from robolearn.runner import Runner, read_run_config
+from robolearn.config import load_run_config
+from robolearn.runner import Runner
 from policies.modules import EmpiricalNormalizer
 from policies.sac import SAC, SACConfig
 
@@ -261,7 +262,7 @@ def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, 
     assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
     assert calls[-1][:2] == ["--standalone", "--nproc_per_node=2"]
     assert "--nproc 2 on 1 CPU cores: the ranks share cores" in capsys.readouterr().err
-    cfg = read_run_config(run_dir)
+    cfg = load_run_config(run_dir)
     cfg.runner.total_steps *= 2
     with pytest.warns(UserWarning, match="trained on 2 rank\\(s\\) and resumes on 1.*--nproc 2"):
         Runner(cfg, resume=run_dir).close()

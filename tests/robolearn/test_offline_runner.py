@@ -19,7 +19,8 @@ from robolearn.data.record import RandomController
 from robolearn.evaluate import evaluate
 from robolearn.export import ExportedController
 from robolearn.offline_runner import OfflineRunner, check_dataset_fits
-from robolearn.runner import read_run_config, train
+from robolearn.config import load_run_config
+from robolearn.runner import train
 
 SCRIPTED_RETURN = 405.0  # the swing_up fixture (conftest.py), 10 episodes
 
@@ -211,7 +212,7 @@ def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
     first = OfflineRunner(cfg(1000))
     first.train()
     first.close()
-    assert read_run_config(first.run_dir).agent.total_updates == 0  # auto, as given
+    assert load_run_config(first.run_dir).agent.total_updates == 0  # auto, as given
     before = load_checkpoint(first.checkpoint_path)["agent"]["actor"]
     resumed = OfflineRunner(cfg(2000), resume=first.run_dir)
     resumed.train()

@@ -21,7 +21,8 @@ from robolearn.interfaces import Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
-from robolearn.runner import CtrlC, Runner, read_run_config
+from robolearn.config import load_run_config
+from robolearn.runner import CtrlC, Runner
 
 
 def tiny(tmp_path, algo: str = "ppo", *extra: str):
@@ -409,7 +410,7 @@ def test_the_warp_fallback_is_what_the_run_records(tmp_path, monkeypatch):
         runner.train()
         runner.close()
     assert len([w for w in warned if "falling back" in str(w.message)]) == 1
-    env = read_run_config(runner.run_dir).env
+    env = load_run_config(runner.run_dir).env
     assert (env.backend, env.device) == ("mujoco", "cpu")
 
 
@@ -422,7 +423,7 @@ def test_a_failed_resume_leaves_the_runs_config_alone(tmp_path):
     with pytest.raises(CheckpointError, match=r"this model expects \(128, "):
         Runner(tiny(tmp_path, "ppo", "agent.actor_hidden=[128,128]"), resume=first.run_dir)
     assert (first.run_dir / "config.yaml").read_bytes() == config
-    cfg = read_run_config(first.run_dir)
+    cfg = load_run_config(first.run_dir)
     cfg.runner.total_steps = 512
     Runner(cfg, resume=first.run_dir).close()  # a plain resume (to go on: it had finished) still works
 
@@ -450,7 +451,7 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
 
     cut("checkpoints/replay.pt")
     with pytest.raises(CheckpointError, match="replay.pt: not a readable replay buffer .*restore it from a copy"):
-        Runner(read_run_config(run), resume=run)
+        Runner(load_run_config(run), resume=run)
     for name, fix in (("export/controller.onnx", "export it again"), ("export/controller.pt", "export it again")):
         cut(name, 3000)
         fmt = "onnx" if name.endswith("onnx") else "torchscript"

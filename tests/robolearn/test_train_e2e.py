@@ -13,7 +13,8 @@ from robolearn import load_config
 from robolearn.cli import main as cli
 from robolearn.export import ExportedController
 from robolearn.registry import make_env
-from robolearn.runner import Runner, load_agent, read_run_config
+from robolearn.config import load_run_config
+from robolearn.runner import Runner, load_agent
 
 RANDOM_CARTPOLE_RETURN = 29.0  # uniform random actions, measured over 16 episodes
 
@@ -51,7 +52,7 @@ def test_training_learns_and_leaves_a_complete_run(trained_run):
 
 def test_exports_act_like_the_original(trained_run):
     run = trained_run.run_dir
-    with make_env(read_run_config(run).env, num_envs=4) as env:
+    with make_env(load_run_config(run).env, num_envs=4) as env:
         controller = load_agent(run, env).controller().eval()
         obs = env.reset(seed=3)
         obs["policy"] = obs["policy"] + torch.randn_like(obs["policy"])  # off the reset distribution too
