@@ -39,7 +39,7 @@ class RolloutStorage:
 
     def add(self, transition: Batch) -> None:
         if self.step >= self.steps:
-            raise RuntimeError("rollout is full: call clear() after the update")
+            raise RuntimeError("rollout is full: clear() it (or start a new RolloutStorage) after the update")
         if self.data is None:
             num_envs = next(iter(_leaves(transition))).shape[0]
             self.data = _allocate(transition, (self.steps, num_envs), self.device)

@@ -260,7 +260,7 @@ class Dataset:
     def summary(self) -> dict[str, Any]:
         """What ``robolearn dataset info`` prints."""
         stats = self.episode_stats()
-        returns = [s["return"] for s in stats if s["return"] is not None]
+        returns = [s["return"] for s in stats]
         judged = [s["success"] for s in stats if s["success"] is not None]
         summary: dict[str, Any] = {
             "id": self.id, "path": str(self.path), "episodes": self.num_episodes, "steps": self.num_steps,
