@@ -9,8 +9,11 @@ the same on every robot:
 - ``with robot:`` connects, and on leaving (normally, on an exception, on
   Ctrl+C) stops safely: ramp to the safe pose at ``safety.ramp_speed``, torque
   off, disconnect. If the link is lost, no ramp is possible: the error says so
-  (servos with a bus watchdog stop on their own). A second Ctrl+C during that
-  ramp turns torque off where the robot stands and raises
+  (servos with a bus watchdog stop on their own). A stop asked for during that
+  ramp (Ctrl+C, a kill's SIGTERM, a closed terminal's SIGHUP) is what the ramp is
+  doing already: the first one is said and the park goes on (then raises
+  KeyboardInterrupt); a second one (counting the Ctrl+C that began the close)
+  turns torque off where the robot stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped.
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
@@ -36,10 +39,13 @@ the same on every robot:
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import threading
 import time
 from abc import abstractmethod
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -163,7 +169,7 @@ class Robot(VecEnv):
         if not self.connected:
             return
         try:
-            with self._bus():
+            with self._park_signals(), self._bus():
                 if self.stopped is None:
                     self._stop(ramp=True)
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
@@ -171,6 +177,36 @@ class Robot(VecEnv):
         finally:
             self.connected = False
             self._disconnect()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _park_signals() -> Iterator[None]:
+        """While :meth:`close` parks (main thread): the first stop signal (Ctrl+C, SIGTERM, SIGHUP) is said and
+        the park goes on, then raises KeyboardInterrupt after it; a second raises at once, which the park takes
+        as ParkSkipped. A close that unwinds a KeyboardInterrupt (a Ctrl+C in the loop) counts it as the first.
+        Signals set to be ignored stay ignored."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        asked: list[str] = ["earlier"] if isinstance(sys.exc_info()[1], KeyboardInterrupt) else []
+
+        def press(signum: int, frame: Any) -> None:
+            asked.append(signal.Signals(signum).name)
+            if len(asked) > 1:
+                raise KeyboardInterrupt(asked[-1])
+            print(f"{asked[-1]}: parking at the safe pose first, then stopping (once more: torque off where the "
+                  "robot stands)", file=sys.stderr, flush=True)
+
+        stops = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+        previous = {signum: signal.signal(signum, press) for signum in stops
+                    if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if asked and asked[0] != "earlier":  # asked during a park of a run that ended by itself: stop now
+            raise KeyboardInterrupt(asked[0])
 
     def emergency_stop(self) -> None:
         """Torque off now, where the robot stands (callable from any thread or a signal handler).
@@ -298,9 +334,10 @@ class Robot(VecEnv):
         except ConnectionLost:
             raise ConnectionLost("connection lost before the safe stop: no ramp or torque-off was possible; "
                                  "servos with a bus watchdog stop by themselves, others keep their last goal") from None
-        except KeyboardInterrupt:  # a second Ctrl+C while parking: torque off (below), and say so
-            raise ParkSkipped("Ctrl+C during the ramp to the safe pose: parking was skipped and torque turned "
-                              "off where the robot stood (an unsupported joint may drop)") from None
+        except KeyboardInterrupt:  # a second stop while parking: torque off (below), and say so
+            raise ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) during the ramp to the safe pose: "
+                              "parking was skipped and torque turned off where the robot stood (an unsupported "
+                              "joint may drop)") from None
         finally:
             self._torque_off_quietly()
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -623,7 +624,8 @@ def _replay(args: argparse.Namespace) -> int:
     if settings:
         print(f"rate:        {1 / robot.control_dt:g} Hz, as recorded")
     read_replayable(args.episode, len(robot.home))  # refuse a bad file before touching the robot
-    with robot:
+    # As deploy: Ctrl+\ the emergency stop, a kill or a closed terminal the safe stop (had left torque on)
+    with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
         result = replay_on_robot(args.episode, robot)
     print(f"replayed:    {result['steps']} steps of {args.episode}")
     print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "

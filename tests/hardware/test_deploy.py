@@ -266,6 +266,18 @@ def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys
     # float32 rounding of the recorded actions (~1e-8 over max_step) is not an intervention.
     assert result["safety_events"].get("jump_limit", 0) <= 1
 
+    def kill() -> None:  # a kill mid-replay had ended the process with torque on: it stops as Ctrl+C does
+        while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            time.sleep(0.01)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=kill, daemon=True).start()
+    assert main(["replay", str(episode), "--robot", "dxl_arm", "--port", emulator.port,
+                 "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 130
+    assert not any(s.torque_enabled for s in emulator.state().values())
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
 
 def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     bad = tmp_path / "episode_00000.npz"

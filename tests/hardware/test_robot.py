@@ -204,6 +204,55 @@ def test_second_ctrl_c_while_parking_says_the_park_was_skipped():
     assert arm.torque_log[-1] is False and not arm.link
 
 
+class SignalWhileParking(LagArm):
+    """Sends itself ``signals`` (one per ramp write) once its park has begun."""
+
+    def __init__(self, *signals):
+        super().__init__(ramp_speed=1.0)  # a park of about 30 writes
+        self.signals, self.parking = list(signals), False
+
+    def _write(self, goal):
+        super()._write(goal)
+        if self.parking and self.signals:
+            os.kill(os.getpid(), self.signals.pop(0))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_one_stop_signal_during_the_end_of_run_park_lets_it_finish_then_stops(signum, capsys):
+    """A kill, a closed terminal or a Ctrl+C while a finished run parked had skipped the park (torque off
+    where the arm stood), as only a second one should."""
+    previous = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    arm = SignalWhileParking(signum)
+    try:
+        with pytest.raises(KeyboardInterrupt, match=signal.Signals(signum).name):
+            with arm:
+                arm.reset()
+                arm.step(torch.tensor([[0.6, -0.6]]))
+                arm.parking = True
+        assert np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False and not arm.link  # parked
+        assert f"{signal.Signals(signum).name}: parking at the safe pose first" in capsys.readouterr().err
+        assert all(signal.getsignal(s) == handler for s, handler in previous.items())  # given back
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def test_a_stop_signal_while_parking_after_a_ctrl_c_skips_the_park():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    arm = SignalWhileParking(signal.SIGTERM)
+    try:
+        with pytest.raises(ParkSkipped, match="a second stop .* parking was skipped"):
+            with arm:
+                arm.reset()
+                arm.step(torch.tensor([[0.6, -0.6]]))
+                arm.parking = True
+                raise KeyboardInterrupt  # the loop's Ctrl+C: the signal in the park is the second
+        assert not np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_auto_reset_ramp_is_not_timed_as_a_step(tmp_path):
     recorder = EpisodeRecorder(tmp_path)
     with LagArm() as arm:
