@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -214,9 +215,15 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
     if recorder is not None:
+        def write() -> None:
+            text = json.dumps(summary, indent=2, default=str).encode()
+            atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
+
+        summary["plot"] = None
+        write()  # before the drawing, which takes a second or two: a stop during it keeps the summary
         summary["plot"] = _plot(recorder)
-        text = json.dumps(summary, indent=2, default=str).encode()
-        atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
+        if summary["plot"]:
+            write()
     return summary
 
 
@@ -273,7 +280,11 @@ def _plot(recorder: EpisodeRecorder) -> str | None:
     from robolearn.recording_plot import plot_recording
 
     try:
-        return str(plot_recording(recorder.directory, recorder.directory / "deploy.png"))
+        with stops_as_ctrl_c():  # the robot is parked: a stop now skips the picture, not the report
+            return str(plot_recording(recorder.directory, recorder.directory / "deploy.png"))
+    except KeyboardInterrupt:
+        print(f"deploy.png not drawn (stopped): `robolearn plot {recorder.directory}` draws it", file=sys.stderr)
+        return None
     except Exception as err:  # noqa: BLE001 (matplotlib's, a full disk's...: the robot's run is what matters)
         warnings.warn(f"deploy.png not drawn: {type(err).__name__}: {err}", stacklevel=2)
         return None

@@ -456,6 +456,23 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     assert (recording / "recording.png").stat().st_size > 10_000
 
 
+def test_a_stop_while_the_plot_is_drawn_keeps_the_summary(run_dir, make_emulator, monkeypatch, capsys):
+    """A Ctrl+C or kill during deploy.png's drawing (after the park) had lost deploy.json and the report."""
+    import robolearn.recording_plot
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(robolearn.recording_plot, "plot_recording", stopped)
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=5")
+    emulator = make_emulator(realtime=True)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=0, safety=PATIENT)
+    assert summary["plot"] is None and summary["episodes"] == 1
+    saved = json.loads((Path(summary["recording"]) / "deploy.json").read_text())
+    assert saved["episodes"] == 1 and saved["plot"] is None
+    assert f"deploy.png not drawn (stopped): `robolearn plot {summary['recording']}` draws it" in capsys.readouterr().err
+
+
 def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     from hardware.deploy import report
 
