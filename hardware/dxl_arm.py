@@ -29,6 +29,7 @@ observation and actions the controller was trained on), or the arm is refused.
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import RobotConfig
 from hardware.dynamixel.errors import CommTimeoutError, NotConnectedError, PacketError
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, SafetyConfig
+from hardware.safety import ConnectionLost, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
 from sims.tasks.arm_reach import (ArmReach, check_target, fingertip_position, reach_observation, reach_rewards,
                                    sample_targets)
@@ -91,17 +92,46 @@ class DynamixelArm(Robot):
 
     def _connect(self) -> None:
         self.bus.connect()
+        self._heard_at = time.monotonic()
+
+    def _rearm_if_tripped(self, quiet_s: float, q: np.ndarray) -> None:
+        """After ``quiet_s`` without a state read (half the servos' bus watchdog window or more), ask whether
+        their watchdog fired: then they stopped and ignore goals, and the run would go on against a frozen
+        arm. Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that pose as the
+        last command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks)."""
+        if self.stopped is not None or not self.connected:  # torque is off, or about to be: leave it so
+            return
+        try:
+            tripped = self.bus.watchdog_tripped()
+        except (CommTimeoutError, PacketError):
+            return  # the bus is not answering yet: the next read asks again
+        if not tripped:
+            return
+        self.bus.enable_torque(True)
+        self.safety.start(q)
+        self.rearms += 1
+        self.safety.events["servo_watchdog"] += 1
+        if self.fault is None:
+            self.fault = ServosStopped(
+                f"the servos' bus watchdog fired (ids {tripped}): nothing reached them for about {quiet_s:.2f} s (the "
+                f"bus or this process stalled; their window is safety.stop_after_s, {self.bus.watchdog_ms} ms), so "
+                "they stopped and ignored goals; re-armed where they stood and parked")
 
     def _disconnect(self) -> None:
         self.bus.close()
 
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         try:
-            return self.bus.read_state()
+            state = self.bus.read_state()
         except (CommTimeoutError, PacketError):
             return None  # transient: the bus already retried; the watchdog judges how long this lasts
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
+        now = time.monotonic()
+        quiet_s, self._heard_at = now - self._heard_at, now
+        if quiet_s >= self.bus.watchdog_ms / 2000:  # long enough that the servos' watchdog may have fired
+            self._rearm_if_tripped(quiet_s, state[0])
+        return state
 
     def _write(self, goal: np.ndarray) -> None:
         try:

@@ -84,6 +84,11 @@ class Robot(VecEnv):
         self.ticker = Ticker(control_dt)
         self.connected = False
         self.stopped: SafetyStop | None = None
+        # The robot stopped itself (a servo's bus watchdog) and the link re-armed it where it stood: the next
+        # ``step`` raises it, and ``close`` parks as after any error. ``rearms`` counts those re-arms, so that
+        # a ramp under way starts again from where the robot is (its next waypoints would jump)
+        self.fault: SafetyStop | None = None
+        self.rearms = 0
         self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
         self._bus_thread: int | None = None  # the thread inside a bus section, if any
         self._q = self.home.copy()
@@ -299,6 +304,8 @@ class Robot(VecEnv):
     def _require_running(self) -> None:
         if self.stopped is not None:
             raise self.stopped
+        if self.fault is not None:
+            raise self.fault
         if not self.connected:
             raise RobotError(f"{type(self).__name__} is not connected: use `with robot:` or robot.connect()")
 
@@ -312,6 +319,7 @@ class Robot(VecEnv):
     def _move_to(self, pose: np.ndarray) -> None:
         """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick,
         then hold it for ``settle_s`` so an episode starts at rest, as in simulation."""
+        rearms = self.rearms
         self._refresh()
         ticker = Ticker(self.control_dt)
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
@@ -319,6 +327,8 @@ class Robot(VecEnv):
         for waypoint in np.vstack([waypoints, hold]):
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
+            if self.rearms != rearms:  # re-armed where it had stopped: ramp again from there
+                return self._move_to(pose)
             self._write(waypoint)
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent

@@ -49,6 +49,11 @@ class WatchdogStop(SafetyStop):
     """Observations went stale or the controller stopped calling for too long."""
 
 
+class ServosStopped(SafetyStop):
+    """The servos' own bus watchdog stopped them (nothing reached them for its window: the bus or this process
+    stalled); they ignored goals until re-armed, so the run stops: re-armed where they stood, then parked."""
+
+
 class ParkSkipped(SafetyStop):
     """The ramp to the safe pose was interrupted (a second Ctrl+C): torque went off where the robot stood."""
 

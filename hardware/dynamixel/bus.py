@@ -31,7 +31,7 @@ import numpy as np
 
 from . import protocol
 from .calibration import Calibration
-from .control_table import BAUD_CODES, OPERATING_MODE_POSITION, TABLE, WATCHDOG_UNIT_S
+from .control_table import BAUD_CODES, OPERATING_MODE_POSITION, TABLE, WATCHDOG_TRIPPED, WATCHDOG_UNIT_S
 from .errors import (
     CommTimeoutError,
     DynamixelError,
@@ -243,6 +243,11 @@ class DynamixelBus:
         if units:
             for servo_id in self._ids:
                 self.write(servo_id, "Bus_Watchdog", units)
+
+    def watchdog_tripped(self) -> list[int]:
+        """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals):
+        one read per servo, for after a stall, not every control step. ``enable_torque(True)`` re-arms them."""
+        return [servo_id for servo_id in self._ids if self.read(servo_id, "Bus_Watchdog") in (WATCHDOG_TRIPPED, -1)]
 
     def reboot(self, servo_id: int, boot_timeout_s: float = 2.0) -> None:
         """Reboot one servo (clears a hardware alert) and wait until it answers again.

@@ -353,6 +353,12 @@ class DynamixelEmulator:
             self._limit_torque()
             mujoco.mj_forward(self.model, self.data)
 
+    def trip_watchdogs(self) -> None:
+        """As if nothing had reached the servos for their Bus_Watchdog window: each armed, torqued one trips
+        and holds where it stands, ignoring goals until its watchdog is cleared (a stalled bus, in a test)."""
+        with self._lock:
+            self._check_watchdogs(float("inf"))
+
     def state(self) -> dict[int, ServoState]:
         """A snapshot of every servo, by id."""
         with self._lock:

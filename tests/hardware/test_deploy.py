@@ -279,6 +279,35 @@ def test_recorded_deployment_replays_on_the_robot(run_dir, make_emulator, capsys
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
+def test_a_bus_stall_that_tripped_the_servos_watchdog_stops_the_run_and_parks(make_emulator):
+    """A stall long enough for the servos' own watchdog had gone unnoticed: they ignored every goal after it,
+    and the run went on (episodes reported as ordinary misses) against a frozen arm, whose park did nothing."""
+    from hardware.dynamixel.errors import CommTimeoutError
+    from hardware.safety import ServosStopped
+
+    emulator = make_emulator(realtime=True)
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=PATIENT)  # a 2 s bus window
+    with pytest.raises(ServosStopped, match=r"bus watchdog fired \(ids \[1, 2, 3, 4\]\).*re-armed where they stood"):
+        with arm:
+            arm.reset(seed=0)
+            arm.step(torch.tensor([[0.3, 0.3, -0.3, 0.0]]))
+            read, until = arm.bus.read_state, time.monotonic() + 1.2  # no answer for 1.2 s...
+
+            def stalled():
+                if time.monotonic() < until:
+                    raise CommTimeoutError(None, emulator.port, 57600, "read the joint state")
+                return read()
+
+            arm.bus.read_state = stalled
+            emulator.trip_watchdogs()  # ... in which the servos' watchdog fired
+            for _ in range(200):
+                arm.step(torch.tensor([[0.3, 0.3, -0.3, 0.0]]))
+    state = emulator.state()
+    assert not any(s.torque_enabled or s.watchdog_tripped for s in state.values())
+    assert max(abs(s.position) for s in state.values()) < 0.1  # parked at home (not frozen where it stood)
+    assert arm.safety.events["servo_watchdog"] == 1
+
+
 def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     bad = tmp_path / "episode_00000.npz"
     np.savez(bad, actions=np.zeros((5, 3)), **{"obs/joint_state": np.zeros((6, 8))})
