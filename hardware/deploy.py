@@ -82,12 +82,18 @@ def check_controller_fits_robot(controller: ExportedController, robot: Dynamixel
         raise ValueError(f"{source}: trained at control_dt {dt} s, the robot runs at {robot.control_dt} s")
 
 
-def warm_up(controller: ExportedController, robot: DynamixelArm, calls: int = 20) -> None:
-    """Run the controller a few times before connecting: TorchScript and ONNX Runtime
-    optimize on their first calls (tens to hundreds of ms), which must not land in the loop."""
+def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | None = None, calls: int = 20) -> None:
+    """Run the controller a few times before connecting: TorchScript and ONNX Runtime optimize on their
+    first calls (tens to hundreds of ms), which must not land in the loop. An action of another shape than
+    the robot's is refused here, before the robot moves (the safety layer would hold every step of it)."""
     zeros = {name: torch.zeros(1, *space.shape) for name, space in robot.observation_spec.items()}
     for _ in range(calls):
-        controller.act(zeros)
+        action = controller.act(zeros)
+    expected = (1, *robot.action_spec.shape)
+    if tuple(action.shape) != expected:
+        raise ValueError(f"{source or 'the controller'}: its action has shape {tuple(action.shape)}, the robot takes "
+                         f"{expected} (one goal per joint: {', '.join(robot.joint_names)}); export a controller "
+                         "trained for this robot")
 
 
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
@@ -118,7 +124,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         safety = safety_settings(config, safety).updated(safety_overrides)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
     check_controller_fits_robot(controller, robot, path)
-    warm_up(controller, robot)
+    warm_up(controller, robot, path)
     stats, recorder = LoopStats(), None
     # Ctrl+\ is the emergency stop; a kill (SIGTERM) or a closing terminal or ssh session (SIGHUP, unless under
     # nohup) stops as Ctrl+C does: the safe stop (ramp to the safe pose, torque off) and the episode in progress kept.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import logging
 import warnings
 from pathlib import Path
@@ -248,7 +249,9 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
               "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")
-    for key, ok in checks.items():
+    optional = {"control_dt": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
+                "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict)}
+    for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
             raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from robolearn.evaluate import check_finite, warn_if_trained_elsewhere
+from robolearn.evaluate import NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.interfaces import Obs, VecEnv
 
 
@@ -220,7 +220,11 @@ def run(
             t0 = time.perf_counter()
             check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
             commanded = controller.act(obs).to(env.device)
-            check_finite("action", commanded)  # a broken controller stops here, before the robot or sim
+            try:  # a broken controller stops here, before the robot or sim, saying when
+                check_finite("action", commanded)
+            except NonFiniteError as err:
+                raise NonFiniteError(f"{err} at step {stats.steps + 1} (episode {stats.episodes + 1}): the controller "
+                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
             t1 = time.perf_counter()
             step = env.step(commanded)
             t2 = time.perf_counter()

@@ -72,6 +72,19 @@ def test_deploy_drives_the_emulated_arm_and_records_it(run_dir, make_emulator):
     assert saved["loop"]["rate_hz"] == 50
 
 
+def test_a_controller_of_another_action_size_is_refused_before_connecting(tmp_path):
+    """A 7-wide action had been held by the safety layer for every step, reported as 'nonfinite'."""
+
+    class Wide(TowardTarget):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(obs.shape[0], 7) + 0.0 * obs[:, :1]
+
+    export_controller(Wide(), tmp_path / "export", ("torchscript",), extra={"task": "arm_reach", "control_dt": 0.02})
+    write_run_config(tmp_path)
+    with pytest.raises(ValueError, match=r"controller.pt: its action has shape \(1, 7\), the robot takes \(1, 4\)"):
+        deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
+
+
 def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator):
     emulator = make_emulator(realtime=True)
     threading.Timer(1.5, emulator.disconnect).start()

@@ -161,7 +161,8 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
     (lambda meta: json.dumps({k: v for k, v in meta.items() if k != "obs_groups"}), "'obs_groups' missing"),
     (lambda meta: json.dumps({**meta, "obs_size": "5"}), "'obs_size' '5' is not what an export writes"),
     (lambda meta: json.dumps({**meta, "inputs": {"skill": [2], "obs": [5]}}), "'inputs' {'skill'"),
-], ids=["json", "key", "type", "order"])
+    (lambda meta: json.dumps({**meta, "control_dt": "0.02"}), "'control_dt' '0.02' is not what an export writes"),
+], ids=["json", "key", "type", "order", "rate"])
 @pytest.mark.parametrize("command", ["record", "eval"])
 def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
     """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
