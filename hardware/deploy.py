@@ -108,6 +108,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # said before the robot moves
+        raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
         if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the export folder itself was given
@@ -240,6 +242,8 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
     loop, task, episodes = summary["loop"], summary["task"], summary["per_episode"]
     count = summary["episodes"]
     line = f"deployed:    {count} episode{'s' * (count != 1)} on {summary['port']}"
+    if cut := sum(bool(e.get("interrupted")) for e in episodes):  # kept in the recording, not counted as ended
+        line += f" (and {cut} cut short, kept)"
     if summary["return_mean"] is not None:
         line += f": return {summary['return_mean']:.2f}"
     if summary["success_rate"] is not None:
@@ -252,7 +256,8 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
              f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
     events = summary["safety_events"]
-    lines.append("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
+    said = ", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"
+    lines.append("safety:      " + (said if summary["safety"].get("enabled", True) else "off (safety enabled=false)"))
     peak = summary.get("peak_joint_speed")  # what the overspeed rule compared, recorded or not
     if events.get("overspeed") and peak is not None and math.isfinite(peak):
         limit = summary["safety"]["max_velocity"]

@@ -53,6 +53,9 @@ class DynamixelArm(Robot):
     def __init__(self, config: RobotConfig, *, port: str | None = None, safety: SafetyConfig | None = None,
                  task: ArmReach | None = None, target: tuple[float, float, float] | None = None,
                  retries: int = 3) -> None:
+        if port is not None and not port.strip():  # `--port ""`: said, not the config's port used instead
+            raise ValueError("--port is empty: give the serial port (/dev/ttyUSB0, /dev/pts/N), or leave it out to use "
+                             "the robot config's")
         self.config, self.port = config, port or config.port
         self.task = task or ArmReach()
         calibration = config.calibration
@@ -63,6 +66,10 @@ class DynamixelArm(Robot):
             check_target(target)
         self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
         safety = safety_settings(config, safety)
+        top = min(m.velocity_limit for m in config.calibration.motors)
+        if safety.ramp_speed > top:  # faster than the servos follow: a "ramp" would be a jump, and parks fall short
+            raise ValueError(f"safety.ramp_speed {safety.ramp_speed:g} rad/s is above the servos' velocity_limit "
+                             f"{top:g} rad/s: ramps to a pose would jump; give at most {top:g}")
         if self.task.max_goal_step < safety.max_step:  # never allow larger goal steps than training did
             safety = dataclasses.replace(safety, max_step=self.task.max_goal_step)
         elif self.task.max_goal_step > safety.max_step:

@@ -342,8 +342,9 @@ class Robot(VecEnv):
                 safe = np.asarray(self.safety_cfg.safe_pose) if self.safety_cfg.safe_pose is not None else self.home
                 self._move_to(safe)
         except ConnectionLost:
-            raise ConnectionLost("connection lost before the safe stop: no ramp or torque-off was possible; "
-                                 "servos with a bus watchdog stop by themselves, others keep their last goal") from None
+            raise ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off could "
+                                 "not be done; servos with a bus watchdog stop by themselves, others keep their last "
+                                 "goal") from None
         except KeyboardInterrupt:  # a second stop while parking: torque off (below), and say so
             raise ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) during the ramp to the safe pose: "
                               "parking was skipped and torque turned off where the robot stood (an unsupported "

@@ -530,6 +530,23 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     assert "joints reached 4.36 rad/s, above safety.max_velocity 4; if that is normal motion, allow it: " \
            "--safety max_velocity=4.8" in text
     assert "overspeed:" not in report({**summary, "peak_joint_speed": float("nan")})  # a broken reading: no hint
+    cut = {**summary, "safety": {"max_velocity": 4.0, "enabled": False}, "safety_events": {},
+           "per_episode": [*summary["per_episode"], {**summary["per_episode"][0], "interrupted": True}]}
+    text = report(cut)  # a recording's cut-short episode is said beside the ended ones; safety off is not "none"
+    assert "deployed:    1 episode on /dev/pts/9 (and 1 cut short, kept)" in text
+    assert "safety:      off (safety enabled=false)" in text
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"seed": -1}, r"seed \(--seed\) must be a whole number of at least 0, got -1"),
+    ({"safety_overrides": {"ramp_speed": 1e9}}, r"ramp_speed 1e\+09 rad/s is above the servos' velocity_limit 4.8"),
+    ({"port": ""}, "--port is empty"),
+], ids=["seed", "ramp", "port"])
+def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_dir, kwargs, says):
+    """Each had connected and moved the robot first (a negative seed failed after torque on; a ramp faster
+    than the servos jumped and parked short; an empty port used the config's instead)."""
+    with pytest.raises(ValueError, match=says):
+        deploy(run_dir, "dxl_arm", **{"port": "/dev/null", **kwargs})
 
 
 def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir, make_emulator, tmp_path, monkeypatch):

@@ -290,7 +290,7 @@ def test_emergency_stop_cuts_torque_where_the_robot_stands():
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
     arm = LagArm(lose_link_after=60)  # the reset ramp and settle take ~25 reads
     recorder = EpisodeRecorder(tmp_path)
-    with pytest.raises(ConnectionLost, match="connection lost before the safe stop"):
+    with pytest.raises(ConnectionLost, match="connection lost before or during the safe stop"):
         with arm:
             run(Constant([0.0, 0.0]), arm, steps=100, sink=recorder)
     episodes = [load_episode(p) for p in sorted(tmp_path.glob("episode_*.npz"))]
