@@ -102,10 +102,12 @@ def rate_doubt(recorded_dt: Any, env_dt: float | None) -> str | None:
 def size_doubt(steps: int, episodes: int, batch_size: int) -> str | None:
     """A dataset too small to learn a policy from that generalises (a handful of robot episodes), said;
     None from ``MIN_EPISODES`` episodes and ``MIN_BATCHES`` minibatches' worth of transitions on."""
-    if episodes >= MIN_EPISODES and steps >= MIN_BATCHES * batch_size:
+    few = [f"{episodes} episode(s), under {MIN_EPISODES}"] * (episodes < MIN_EPISODES) + \
+          [f"{steps} transitions, under {MIN_BATCHES} minibatches of agent.batch_size={batch_size}"] * (
+              steps < MIN_BATCHES * batch_size)
+    if not few:
         return None
-    return (f"it holds only {steps} transitions in {episodes} episode(s), under {MIN_EPISODES} episodes or "
-            f"{MIN_BATCHES} minibatches of agent.batch_size={batch_size}: each update sees the same few episodes, "
+    return (f"it holds only {' and '.join(few)}: each update sees the same few episodes, "
             "and a policy learnt from them rarely does well beyond their starts and targets; record more "
             "(robolearn deploy --episodes N, robolearn dataset record) and join them with robolearn dataset merge")
 

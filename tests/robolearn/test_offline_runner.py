@@ -150,11 +150,12 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
         meta = {"task": "pendulum", "task_kwargs": {}}
         with DatasetWriter("few", env.observation_spec, env.action_spec, root=root, metadata=meta) as writer:
             record(RandomController(env, 0), env, writer, 2, seed=0, progress=False)
-    with pytest.warns(UserWarning, match=r"dataset 'few-v0': it holds only 1000 transitions in 2 episode\(s\), "
-                                         r"under 5 episodes or 10 minibatches of agent.batch_size=256.*dataset merge"):
+    with pytest.warns(UserWarning, match=r"dataset 'few-v0': it holds only 2 episode\(s\), under 5 and 1000 "
+                                         r"transitions, under 10 minibatches of agent.batch_size=256.*dataset merge"):
         OfflineRunner(tiny(tmp_path, "dataset=few", "runner.total_steps=1000")).close()
     assert size_doubt(4000, 8, 256) is None  # the fixture's 8 scripted episodes: enough
-    assert "in 8 episode(s)" in size_doubt(2000, 8, 256)  # fewer than 10 minibatches
+    # only what falls short is said (20 episodes had been called "under 5 episodes or 10 minibatches")
+    assert size_doubt(2000, 20, 256).startswith("it holds only 2000 transitions, under 10 minibatches of agent.batch")
 
 
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
