@@ -308,7 +308,7 @@ def _explain(err: BaseException, loop_error: str | None, recording: Path | None)
     if loop_error and loop_error.partition(": ")[2] not in str(err):
         extra.append(f"it began with {loop_error}")
     if recording is not None:
-        extra.append(f"recording (completed episodes and deploy.json): {recording}")
+        extra.append(f"recording (every episode, the one in progress too, and deploy.json): {recording}")
     if not extra:
         return
     if len(err.args) == 1 and isinstance(err.args[0], str):
