@@ -202,6 +202,9 @@ def _parameters(builder: Callable[..., Task]) -> tuple[Callable[..., Task], dict
     return builder, fixed, allowed, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
+_SAID: set[str] = set()  # notes said once per process (Python's own once-per-place is reset by catch_warnings)
+
+
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:
     """The backend and device that will run ``backend`` on ``device``: validated, and ``warp`` on a
     CUDA device this machine lacks falls back to ``mujoco`` on the CPU (with a warning)."""
@@ -214,7 +217,8 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
     if device.type not in ("cpu", "cuda"):  # torch would fail deep in a task; Warp would quietly run on its CPU
         raise ValueError(f"device {str(device)!r}: robolearn's envs run on cpu or cuda (cuda:N), not {device.type}")
     if device.type == "cpu":
-        if backend == "warp":
+        if backend == "warp" and "warp-on-cpu" not in _SAID:  # once per process, not for every env a run builds
+            _SAID.add("warp-on-cpu")
             warnings.warn("backend=warp device=cpu: MuJoCo Warp on Warp's CPU device, for tests, runs far slower than "
                           "backend=mujoco; add env.device=cuda for the GPU", stacklevel=3)
         return backend, device

@@ -304,3 +304,15 @@ def test_warp_on_the_cpu_does_not_print_that_cuda_is_missing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert "CUDA driver" not in done.stderr
+
+
+def test_warp_on_the_cpu_is_said_once_per_process_not_for_every_env(monkeypatch):
+    """A run builds several envs (training, evaluation, film): the note had been printed for each."""
+    import warnings
+
+    monkeypatch.setattr(sims, "_SAID", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            sims.resolve_backend("warp", "cpu")
+    assert [str(w.message)[:40] for w in caught] == ["backend=warp device=cpu: MuJoCo Warp on "]
