@@ -564,6 +564,8 @@ def _how_far(run: Path) -> str:
         return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
+    if ended and (run / "eval.json").is_file() and not failed:  # its end ran (export, evaluation) before the budget
+        return f"ended early at {where} (a stop callback or runner.max_minutes); {resume} trains on"
     if logged > done:
         where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
     return f"{failed or 'incomplete'}: {where}; {resume}"

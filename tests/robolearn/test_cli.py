@@ -54,8 +54,12 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
                                                                 "pretrain_updates": 1000}], exported=False)
     offline = _fake_run(tmp_path, "offline", {"runner": {"total_steps": 20000}}, [], exported=False)
     ending = _fake_run(tmp_path, "ending", online, [{"env_steps": 1024}], exported=False)  # Ctrl+C in the final eval
+    early = _fake_run(tmp_path, "early", online, [{"env_steps": 512}])  # stop= or max_minutes: exported, evaluated
+    (early / "eval.json").write_text('{"return_mean": 5.0}')
     assert main(["list", "--runs", str(tmp_path)]) == 0
     out = capfd.readouterr().out
+    assert (f"{early}  ended early at 512 of 1,000 env_steps (a stop callback or runner.max_minutes); robolearn "
+            f"train --resume {early} trains on  return 5.0") in out
     assert f"{done}  done" in out
     assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
