@@ -91,9 +91,11 @@ def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str
 
 
 def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3) -> None:
-    """An exported controller says how it was trained (``meta``: ``control_dt``, ``task_kwargs``): warn when
-    ``env`` steps at another rate or runs other task settings, say an env built with ``sims.make_env(task)``
-    (the task's defaults) for a run trained with ``env.kwargs`` (``robolearn.make_env(run)`` builds its own)."""
+    """An exported controller says how it was trained (``meta``: ``control_dt``; ``task_settings``, every plain
+    setting, or from older exports ``task_kwargs``): warn when ``env`` steps at another rate or runs other task
+    settings, say an env built with ``sims.make_env(task)`` (the task's defaults) for a run trained with
+    ``env.kwargs``, or one built with other settings for a run left at the defaults (``robolearn.make_env(run)``
+    builds its own)."""
     import math
     import warnings
 
@@ -102,7 +104,7 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3)
     if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):
         warnings.warn(f"the controller was trained at {1 / trained_dt:g} Hz, the env steps at {1 / env.control_dt:g} Hz: "
                       "its actions will act for another time than they learned to", stacklevel=stacklevel)
-    if differ := differing_settings(meta.get("task_kwargs"), env):
+    if differ := differing_settings(meta.get("task_settings") or meta.get("task_kwargs"), env):
         warnings.warn(f"the controller was trained with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
                       f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}: build the env as the run "
                       "did (robolearn.make_env(run), or sims.make_env(task, **settings))", stacklevel=stacklevel)
@@ -119,7 +121,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
         raise ValueError(f"evaluate at least 1 episode (got {episodes})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
-    warn_if_trained_elsewhere(controller, env)
+    warn_if_trained_elsewhere(controller, env, stacklevel=4)  # (torch.no_grad's wrapper is a frame too)
     obs = env.reset(seed=seed)
     controller.reset()
     returns = torch.zeros(env.num_envs, dtype=torch.float64)

@@ -43,8 +43,14 @@ FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
 def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
     """What an export records of the task it was trained on (``env``: a run's ``EnvConfig``): its name,
     its settings (``env.kwargs``: episode length, limits...) and control period, so an exported folder
-    alone says how to run it (``robolearn deploy`` builds the robot's task from it)."""
-    return {"task": env.task, "task_kwargs": dict(env.kwargs), "control_dt": control_dt}
+    alone says how to run it (``robolearn deploy`` builds the robot's task from it); ``task_settings``: all its
+    plain settings, defaults included, which an env of other settings is warned against."""
+    import sims
+
+    meta = {"task": env.task, "task_kwargs": dict(env.kwargs), "control_dt": control_dt}
+    if settings := sims.trained_settings(env.task, env.kwargs):
+        meta["task_settings"] = settings
+    return meta
 
 
 def export_controller(controller: Controller, out_dir: Path, formats: tuple[str, ...] = FORMATS, extra: dict[str, Any] | None = None) -> dict[str, Path]:

@@ -191,6 +191,23 @@ def task_settings(task: str) -> list[str]:
     return _parameters(task_builder(task))[2]
 
 
+def trained_settings(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Every plain setting (bool, number, string) of our task or one's own built with ``kwargs``, defaults
+    included: what an export records, so a controller is warned of an env whose settings differ even where
+    the run left them at their defaults. Empty for ``gym:`` and ``mjlab:`` ids, or where the task fails to
+    build (an export must not fail on it)."""
+    if task.startswith((GYM_PREFIX, MJLAB_PREFIX)):
+        return {}
+    try:
+        spec = _build_task(task, dict(kwargs))
+    except Exception:  # noqa: BLE001 (a task of one's own that cannot be rebuilt here: its kwargs still say it)
+        return {}
+    names = [f.name for f in dataclasses.fields(spec)] if dataclasses.is_dataclass(spec) else task_settings(task)
+    plain = (bool, int, float, str)
+    return {name: getattr(spec, name) for name in [*names, "frame_skip", "max_episode_steps"]
+            if isinstance(getattr(spec, name, None), plain)}
+
+
 def _parameters(builder: Callable[..., Task]) -> tuple[Callable[..., Task], dict[str, Any], list[str], bool]:
     """``builder`` unwrapped from a ``functools.partial``, the settings the partial fixes, the settings it
     takes by name, and whether it passes any others on (a factory's ``**settings``)."""

@@ -237,6 +237,29 @@ def test_a_controller_trained_with_other_task_settings_is_warned_about():
         run(FromFile(4), sims.make_env("arm_reach", 1, seed=0, max_episode_steps=50), rate_hz=0, steps=2)
 
 
+def test_an_export_records_every_setting_so_an_env_off_the_defaults_is_warned_about(tmp_path):
+    """A run left at its task's defaults records no env.kwargs: an env built with other settings had passed
+    unwarned. The export records every plain setting (task_settings), and the warning names the caller's line."""
+    from robolearn.config import EnvConfig
+    from robolearn.evaluate import evaluate
+    from robolearn.export import task_meta
+
+    meta = task_meta(EnvConfig(task="arm_reach"), 0.02)
+    assert meta["task_kwargs"] == {} and meta["task_settings"]["max_goal_step"] == 0.2
+    assert meta["task_settings"]["max_episode_steps"] == 100 and meta["task_settings"]["frame_skip"] == 10
+    assert task_meta(EnvConfig(task="gym:Pendulum-v1"), 0.05).get("task_settings") is None
+
+    class FromFile(Zero):
+        pass
+
+    controller = FromFile(4)
+    controller.meta = meta
+    with pytest.warns(UserWarning, match=r"trained with task settings max_goal_step=0.2, the env has max_goal_step=0.1") \
+            as caught:
+        evaluate(controller, sims.make_env("arm_reach", 2, seed=0, max_goal_step=0.1), 2)
+    assert caught[0].filename == __file__  # the caller's line, not torch's no_grad wrapper
+
+
 def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_state(tmp_path):
     """An env that reports no safety layer or goals records none; its summaries still give each episode's
     return and success, and the plot draws the actions alone."""
