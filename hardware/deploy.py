@@ -87,7 +87,7 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | 
     first calls (tens to hundreds of ms), which must not land in the loop. An action of another shape than
     the robot's is refused here, before the robot moves (the safety layer would hold every step of it)."""
     zeros = {name: torch.zeros(1, *space.shape) for name, space in robot.observation_spec.items()}
-    for _ in range(calls):
+    for _ in range(max(1, calls)):
         action = controller.act(zeros)
     expected = (1, *robot.action_spec.shape)
     if tuple(action.shape) != expected:
@@ -133,7 +133,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     estop = {signal.SIGQUIT: lambda *_: robot.emergency_stop()}
     try:
         try:
-            with stops_as_ctrl_c(also=estop):  # given back before robot.close(), the safe stop
+            with stops_as_ctrl_c(also=estop):  # (the park in robot.close() takes stop signals its own way)
                 robot.connect()
                 if record:  # only once connected: a deploy that cannot start leaves no empty folder
                     metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,

@@ -38,7 +38,7 @@ import torch
 
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import RobotConfig
-from hardware.dynamixel.errors import CommTimeoutError, NotConnectedError, PacketError
+from hardware.dynamixel.errors import CommTimeoutError, DynamixelError, NotConnectedError, PacketError
 from hardware.robot import Robot
 from hardware.safety import ConnectionLost, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
@@ -101,28 +101,35 @@ class DynamixelArm(Robot):
         self.bus.connect()
         self._heard_at = time.monotonic()
 
-    def _rearm_if_tripped(self, quiet_s: float, q: np.ndarray) -> None:
+    def _rearm_if_tripped(self, quiet_s: float, q: np.ndarray) -> bool:
         """After ``quiet_s`` without a state read (half the servos' bus watchdog window or more), ask whether
         their watchdog fired: then they stopped and ignore goals, and the run would go on against a frozen
         arm. Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that pose as the
-        last command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks)."""
+        last command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks).
+        Returns whether the question was answered (False: ask again on the next read)."""
         if self.stopped is not None or not self.connected:  # torque is off, or about to be: leave it so
-            return
+            return True
         try:
             tripped = self.bus.watchdog_tripped()
+            if tripped:
+                self.bus.enable_torque(True)
+        except NotConnectedError as err:
+            raise ConnectionLost(str(err)) from err
         except (CommTimeoutError, PacketError):
-            return  # the bus is not answering yet: the next read asks again
-        if not tripped:
-            return
-        self.bus.enable_torque(True)
-        self.safety.start(q)
-        self.rearms += 1
-        self.safety.events["servo_watchdog"] += 1
-        if self.fault is None:
-            self.fault = ServosStopped(
+            return False  # not answering yet
+        except DynamixelError as err:  # answered with an error: the servos cannot be trusted to follow goals
+            self.fault = self.fault or ServosStopped(f"after a {quiet_s:.2f} s gap on the bus the servos' state "
+                                                     f"could not be checked or re-armed ({err}); stopped")
+            return True
+        if tripped:
+            self.safety.start(q)
+            self.rearms += 1
+            self.safety.events["servo_watchdog"] += 1
+            self.fault = self.fault or ServosStopped(
                 f"the servos' bus watchdog fired (ids {tripped}): nothing reached them for about {quiet_s:.2f} s (the "
                 f"bus or this process stalled; their window is safety.stop_after_s, {self.bus.watchdog_ms} ms), so "
                 "they stopped and ignored goals; re-armed where they stood and parked")
+        return True
 
     def _disconnect(self) -> None:
         self.bus.close()
@@ -135,9 +142,10 @@ class DynamixelArm(Robot):
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         now = time.monotonic()
-        quiet_s, self._heard_at = now - self._heard_at, now
-        if quiet_s >= self.bus.watchdog_ms / 2000:  # long enough that the servos' watchdog may have fired
-            self._rearm_if_tripped(quiet_s, state[0])
+        quiet_s = now - self._heard_at
+        # long enough that the servos' watchdog may have fired: asked, and again on the next read if unanswered
+        if quiet_s < self.bus.watchdog_ms / 2000 or self._rearm_if_tripped(quiet_s, state[0]):
+            self._heard_at = now
         return state
 
     def _write(self, goal: np.ndarray) -> None:

@@ -54,7 +54,7 @@ from gymnasium import spaces
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
                              SafetyStop, WatchdogStop, check_safe_pose)
 from robolearn.interfaces import Obs, Step, VecEnv
-from robolearn.runtime import Ticker
+from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
 
 class Robot(VecEnv):
@@ -89,6 +89,7 @@ class Robot(VecEnv):
         # a ramp under way starts again from where the robot is (its next waypoints would jump)
         self.fault: SafetyStop | None = None
         self.rearms = 0
+        self.stop_requested = False  # a stop was asked for before close (see _park_signals)
         self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
         self._bus_thread: int | None = None  # the thread inside a bus section, if any
         self._q = self.home.copy()
@@ -183,27 +184,32 @@ class Robot(VecEnv):
             self.connected = False
             self._disconnect()
 
-    @staticmethod
     @contextlib.contextmanager
-    def _park_signals() -> Iterator[None]:
+    def _park_signals(self) -> Iterator[None]:
         """While :meth:`close` parks (main thread): the first stop signal (Ctrl+C, SIGTERM, SIGHUP) is said and
         the park goes on, then raises KeyboardInterrupt after it; a second raises at once, which the park takes
-        as ParkSkipped. A close that unwinds a KeyboardInterrupt (a Ctrl+C in the loop) counts it as the first.
-        Signals set to be ignored stay ignored."""
+        as ParkSkipped; later ones are ignored (the torque-off that follows must not be cut short). A stop asked
+        before the close (``stop_requested``, which :func:`~robolearn.runtime.run` sets on a Ctrl+C, or a close
+        that unwinds a KeyboardInterrupt) counts as the first. Signals set to be ignored stay ignored."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        asked: list[str] = ["earlier"] if isinstance(sys.exc_info()[1], KeyboardInterrupt) else []
+        earlier = self.stop_requested or isinstance(sys.exc_info()[1], KeyboardInterrupt)
+        asked: list[str] = ["earlier"] if earlier else []
 
         def press(signum: int, frame: Any) -> None:
+            hung_up(signum)  # a closed terminal: no EIO from the prints of the stop
             asked.append(signal.Signals(signum).name)
-            if len(asked) > 1:
+            if len(asked) == 2:
                 raise KeyboardInterrupt(asked[-1])
-            print(f"{asked[-1]}: parking at the safe pose first, then stopping (once more: torque off where the "
-                  "robot stands)", file=sys.stderr, flush=True)
+            if len(asked) == 1:
+                try:
+                    print(f"{asked[0]}: parking at the safe pose first, then stopping (once more: torque off where "
+                          "the robot stands)", file=sys.stderr, flush=True)
+                except OSError:
+                    pass
 
-        stops = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
-        previous = {signum: signal.signal(signum, press) for signum in stops
+        previous = {signum: signal.signal(signum, press) for signum in STOP_SIGNALS
                     if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
         try:
             yield
@@ -316,9 +322,11 @@ class Robot(VecEnv):
             self._q, self._qd = state
             self._fresh_at = time.monotonic()
 
-    def _move_to(self, pose: np.ndarray) -> None:
-        """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick,
-        then hold it for ``settle_s`` so an episode starts at rest, as in simulation."""
+    def _move_to(self, pose: np.ndarray, parking: bool = False) -> None:
+        """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick, then hold it for
+        ``settle_s`` so an episode starts at rest, as in simulation. If the servos stopped themselves and were
+        re-armed where they stood (``rearms``), the waypoints ahead would jump: a park (``parking``) ramps again
+        from there, any other ramp ends (the fault it raised then stops the run)."""
         rearms = self.rearms
         self._refresh()
         ticker = Ticker(self.control_dt)
@@ -327,12 +335,14 @@ class Robot(VecEnv):
         for waypoint in np.vstack([waypoints, hold]):
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
-            if self.rearms != rearms:  # re-armed where it had stopped: ramp again from there
-                return self._move_to(pose)
+            if self.rearms != rearms:
+                return self._move_to(pose, parking) if parking else None
             self._write(waypoint)
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
             self._refresh()
+        if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
+            return self._move_to(pose, parking) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
 
     def _stop(self, ramp: bool) -> None:
@@ -340,7 +350,7 @@ class Robot(VecEnv):
         try:
             if ramp:
                 safe = np.asarray(self.safety_cfg.safe_pose) if self.safety_cfg.safe_pose is not None else self.home
-                self._move_to(safe)
+                self._move_to(safe, parking=True)
         except ConnectionLost:
             raise ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off could "
                                  "not be done; servos with a bus watchdog stop by themselves, others keep their last "

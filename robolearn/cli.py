@@ -34,8 +34,8 @@ _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_w
 _STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=..., --root)",
                    errno.EDQUOT: "your disk quota is used up: free some space (or write elsewhere)",
                    errno.EROFS: "the file system is read-only: write elsewhere (run_dir=..., --root)",
-                   errno.EACCES: "you may not write there: write elsewhere or fix its permissions",
-                   errno.EPERM: "you may not write there: write elsewhere or fix its permissions"}
+                   errno.EACCES: "permission denied: use another path or fix its permissions",
+                   errno.EPERM: "permission denied: use another path or fix its permissions"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -483,12 +483,12 @@ def _list(args: argparse.Namespace) -> int:
             try:  # one damaged file must not hide the other runs
                 e = json.loads(evaluation.read_text())
                 summary = f"return {float(e['return_mean']):.1f}"
+                if e.get("success_rate") is not None:
+                    summary += f", success {100 * float(e['success_rate']):.0f}%"
             except (OSError, ValueError, TypeError, KeyError) as err:
                 summary = f"(eval.json unreadable: {type(err).__name__}: {err}; robolearn eval {run} evaluates it again)"
             else:
                 evaluations.setdefault(run.parent, []).append((run, e))
-                if e.get("success_rate") is not None:
-                    summary += f", success {100 * e['success_rate']:.0f}%"
         status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
         print(f"  {run}  {status}  {summary}".rstrip())
     groups = {folder: done for folder, done in evaluations.items() if len(done) > 1}

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import numbers
+import shlex
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -208,9 +209,10 @@ def check_run_config(path: Path, raw: dict[str, Any]) -> None:
         return
     if missing := [key for key in RUN_SECTIONS if key not in raw]:
         checkpoint = run_dir / "checkpoints" / "latest.pt"
-        restore = (f"; its checkpoint keeps the config it trained with: python3 -c \"import torch, yaml; "
-                   f"c = torch.load('{checkpoint}', weights_only=True)['config']; open('{path}', 'w')"
-                   f".write(yaml.safe_dump(c, sort_keys=False))\"") if checkpoint.is_file() else ""
+        code = (f"import torch, yaml; c = torch.load({str(checkpoint)!r}, map_location='cpu', weights_only=True)"
+                f"['config']; open({str(path)!r}, 'w').write(yaml.safe_dump(c, sort_keys=False))")
+        restore = f"; its checkpoint keeps the config it trained with: python3 -c {shlex.quote(code)}" \
+            if checkpoint.is_file() else ""
         raise ConfigError(f"{path}: incomplete, without {', '.join(missing)} (cut short or edited?): a run's config "
                           f"holds every section{restore}")
 

@@ -64,6 +64,7 @@ from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
+from robolearn.runtime import hung_up
 from robolearn.run_lock import RunLock
 from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
@@ -178,8 +179,14 @@ def run_ended(run_dir: Path, eval_episodes: int) -> bool:
 def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_episodes: int) -> None:
     """A resume of a run that already reached ``runner.total_steps`` and ended (:func:`run_ended`) would
     train nothing and only rewrite its config, exports and video: refuse it, saying how to go on. One whose
-    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes."""
-    if done >= total and run_ended(run_dir, eval_episodes):
+    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes. One that
+    trains on (a raised budget, or an early end) sets its earlier ``eval.json`` aside (``eval.superseded.json``)."""
+    if done < total:  # it trains on: the earlier end's evaluation is of another controller (kept aside, so that
+        evaluation = Path(run_dir) / "eval.json"  # `list` does not call the run ended, nor a resume refuse it)
+        if distributed.is_main() and evaluation.is_file():
+            evaluation.replace(evaluation.with_name("eval.superseded.json"))
+        return
+    if run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + total))
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
                           f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more} "
@@ -739,6 +746,7 @@ class CtrlC:
         self._previous = {}
 
     def _press(self, signum: int, frame: Any) -> None:
+        hung_up(signum)  # a closed terminal: the save's message must not fail on it (EIO)
         if self.pending:
             self.forced = True
             raise KeyboardInterrupt
@@ -814,12 +822,9 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     """The end of every run: export the controller, draw its learning curves (``curves.png``), evaluate it
     (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic randomization at the width
     ``adaptation`` reached), film it. A Ctrl+C in the evaluation or the film says how to finish: a resume
-    evaluates a run without ``eval.json``; ``robolearn play`` films one. A resume that trained a finished run
-    on sets its earlier ``eval.json`` aside (``eval.superseded.json``) first."""
+    evaluates a run without ``eval.json``; ``robolearn play`` films one."""
     run = result.run_dir
     env_cfg = at_trained_width(cfg.env, adaptation)
-    if (stale := run / "eval.json").is_file():  # an earlier end's, of a run since trained on: kept aside, and a
-        stale.replace(run / "eval.superseded.json")  # Ctrl+C below leaves no evaluation of the new export
     result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
     try:
         result.curves = plot_runs([run], run / "curves.png")

@@ -26,6 +26,7 @@ control step and keep their queue or skill inside.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -45,10 +46,26 @@ from robolearn.interfaces import Obs, VecEnv
 def as_ctrl_c(signum: int, frame: Any) -> None:
     """A signal handler that stops as Ctrl+C does (a kill's SIGTERM, a closed terminal's SIGHUP): the
     command's own KeyboardInterrupt handling then keeps what is done and stops safely."""
+    hung_up(signum)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-_STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+def hung_up(signum: int) -> None:
+    """On SIGHUP (a closed terminal or ssh session), point stdout and stderr where they are a terminal at
+    /dev/null: a write to the dead terminal raises EIO, which would cut short the safe stop or the save it
+    prints about. Output to files (a log, nohup's) is left as it is."""
+    if signum != getattr(signal, "SIGHUP", None):
+        return
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+        except OSError:
+            pass
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""Ctrl+C, a kill, a closed terminal: the signals that ask a command to stop."""
 
 
 @contextlib.contextmanager
@@ -60,7 +77,8 @@ def stops_as_ctrl_c(also: dict[int, Any] | None = None) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {signum: as_ctrl_c for signum in _STOPS if signal.getsignal(signum) == signal.SIG_DFL} | (also or {})
+    handlers = {signum: as_ctrl_c for signum in STOP_SIGNALS  # (Ctrl+C is Python's own already)
+                if signum != signal.SIGINT and signal.getsignal(signum) == signal.SIG_DFL} | (also or {})
     previous = {}
     try:
         for signum, handler in handlers.items():
@@ -256,6 +274,8 @@ def run(
                 ticker.wait()
     except KeyboardInterrupt:
         stats.interrupted = True
+        if hasattr(env, "stop_requested"):  # a robot: a stop signal during its park is then the second one
+            env.stop_requested = True
     except BaseException as err:
         stats.error = f"{type(err).__name__}: {err}"
         raise

@@ -303,7 +303,9 @@ def test_a_bus_stall_that_tripped_the_servos_watchdog_stops_the_run_and_parks(ma
     with pytest.raises(ServosStopped, match=r"bus watchdog fired \(ids \[1, 2, 3, 4\]\).*re-armed where they stood"):
         with arm:
             arm.reset(seed=0)
-            arm.step(torch.tensor([[0.3, 0.3, -0.3, 0.0]]))
+            for _ in range(25):  # half a second toward a pose 0.6 rad from home
+                arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+            assert max(abs(s.position) for s in emulator.state().values()) > 0.4  # (so "parked" below means it)
             read, until = arm.bus.read_state, time.monotonic() + 1.2  # no answer for 1.2 s...
 
             def stalled():
@@ -314,7 +316,7 @@ def test_a_bus_stall_that_tripped_the_servos_watchdog_stops_the_run_and_parks(ma
             arm.bus.read_state = stalled
             emulator.trip_watchdogs()  # ... in which the servos' watchdog fired
             for _ in range(200):
-                arm.step(torch.tensor([[0.3, 0.3, -0.3, 0.0]]))
+                arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
     state = emulator.state()
     assert not any(s.torque_enabled or s.watchdog_tripped for s in state.values())
     assert max(abs(s.position) for s in state.values()) < 0.1  # parked at home (not frozen where it stood)

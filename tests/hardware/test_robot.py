@@ -238,6 +238,30 @@ def test_one_stop_signal_during_the_end_of_run_park_lets_it_finish_then_stops(si
             signal.signal(s, handler)
 
 
+def test_a_stop_signal_while_parking_after_run_took_a_ctrl_c_skips_the_park():
+    """runtime.run takes the loop's Ctrl+C itself and closes the robot after: its park had counted the next
+    press as the first (a third was needed to skip it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    arm = SignalWhileParking(signal.SIGINT)
+
+    class CtrlCAfter3(Constant):
+        calls = 0
+
+        def act(self, obs):
+            self.calls += 1
+            if self.calls == 3:
+                arm.parking = True  # the park that follows gets the next press
+                raise KeyboardInterrupt
+            return super().act(obs)
+
+    try:
+        with pytest.raises(ParkSkipped, match="a second stop"):
+            run(CtrlCAfter3([0.6, -0.6]), arm.connect(), episodes=1)
+        assert not np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False and not arm.link
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_stop_signal_while_parking_after_a_ctrl_c_skips_the_park():
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     arm = SignalWhileParking(signal.SIGTERM)

@@ -300,3 +300,25 @@ def test_kill_and_hangup_stop_as_ctrl_c_unless_ignored_and_are_given_back():
         assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_hang_up_points_terminal_output_at_dev_null_and_leaves_files_alone(tmp_path):
+    """Writes to a closed terminal raise EIO, which had cut short the save or the safe stop they reported."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys\n"
+            "from robolearn.runtime import hung_up\n"
+            "hung_up(signal.SIGTERM)\n"  # not a hang-up: nothing changes
+            "assert os.isatty(1)\n"
+            "hung_up(signal.SIGHUP)\n"
+            "assert not os.isatty(1) and not os.isatty(2) and os.path.samefile(f'/proc/self/fd/1', os.devnull)\n"
+            "open(sys.argv[1], 'w').write('ok')\n")
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ok")], stdout=follower, stderr=follower,
+                          timeout=60)
+    os.close(leader)
+    os.close(follower)
+    assert done.returncode == 0 and (tmp_path / "ok").read_text() == "ok"
