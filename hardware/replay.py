@@ -42,6 +42,10 @@ def recorded_task_settings(path: str | Path, task: str = "arm_reach") -> dict[st
 def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarray]:
     """The recorded joint positions (T+1, joints) and actions (T, joints) of ``path``, validated."""
     path = Path(path)
+    if path.is_dir() or path.suffix != ".npz":  # a recording's folder, its deploy.json...: say what to give
+        episodes = sorted((path if path.is_dir() else path.parent).glob("episode_*.npz"))
+        hint = f", e.g. {episodes[0]}" if episodes else " (a recording is the folder `robolearn deploy` writes)"
+        raise ReplayError(f"{path}: give one episode_*.npz of a recording{hint}")
     try:
         episode = load_episode(path)
     except ValueError as err:

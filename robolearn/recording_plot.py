@@ -28,7 +28,9 @@ MAX_LABELLED_EPISODES = 20
 
 def is_recording(folder: Path) -> bool:
     """Whether ``folder`` holds a recording (episode files), not a run."""
-    return Path(folder).is_dir() and any(Path(folder).glob("episode_*.npz"))
+    folder = Path(folder)  # (one that ended before its first episode still has the recorder's metadata.json)
+    return folder.is_dir() and (any(folder.glob("episode_*.npz")) or
+                                ((folder / "metadata.json").is_file() and not (folder / "config.yaml").is_file()))
 
 
 def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
@@ -36,6 +38,9 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     returns the path. A folder without episode files is an error that says what it expects."""
     folder = Path(folder)
     files = sorted(folder.glob("episode_*.npz"), key=lambda f: int(re.sub(r"\D", "", f.name) or 0))
+    if not files and (folder / "metadata.json").is_file():
+        raise ValueError(f"{folder}: a recording without episodes (it stopped before its first step was kept): "
+                         "nothing to draw")
     if not files:
         raise ValueError(f"{folder}: no episode_*.npz files; a recording is the folder `robolearn deploy` "
                          "writes (<run>/deploy/<time>)")

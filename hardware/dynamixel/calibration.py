@@ -163,7 +163,10 @@ class RobotConfig:
                 raise CalibrationError(f"{path}: unknown key '{key}' (allowed: {sorted(allowed)})")
         if "motors" not in data:
             raise CalibrationError(f"{path}: missing key 'motors'")
-        calibration = Calibration.from_list(data["motors"], f"{path}: motors")
+        try:  # the motors' own checks (duplicate ids, limits) name the file too
+            calibration = Calibration.from_list(data["motors"], f"{path}: motors")
+        except CalibrationError as err:
+            raise CalibrationError(str(err) if str(err).startswith(str(path)) else f"{path}: {err}") from None
         port = data.get("port", cls.port)
         baudrate = data.get("baudrate", cls.baudrate)
         model_xml = data.get("model_xml", cls.model_xml)

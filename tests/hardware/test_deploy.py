@@ -331,6 +331,14 @@ def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     np.savez(bad, actions=np.full((5, 4), np.nan), **{"obs/joint_state": np.zeros((6, 8))})
     assert main(["replay", str(bad), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
     assert "NaN" in capsys.readouterr().err
+    (tmp_path / "deploy.json").write_text("{}")  # not an episode: said, not numpy's "pickled data" complaint
+    assert main(["replay", str(tmp_path / "deploy.json"), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    assert "deploy.json: give one episode_*.npz of a recording, e.g. " in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metadata.json").write_text("{}")  # a deploy that stopped before its first step was kept
+    assert main(["plot", str(empty)]) == 2
+    assert "a recording without episodes (it stopped before its first step was kept)" in capsys.readouterr().err
 
 
 def test_cli_emulate_prints_the_port_it_serves():

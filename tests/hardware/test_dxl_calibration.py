@@ -70,8 +70,9 @@ def test_invalid_calibration_names_the_key(tmp_path: Path, change: dict, key: st
     data["motors"][1].update(change)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(CalibrationError, match=key.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+    with pytest.raises(CalibrationError, match=key.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")) as raised:
         RobotConfig.load(path)
+    assert str(raised.value).startswith(f"{path}: ")  # the file too (duplicate ids had named none)
 
 
 def test_unknown_top_level_key_is_an_error(tmp_path: Path) -> None:
