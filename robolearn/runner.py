@@ -377,8 +377,10 @@ class Runner:
                 self._restore()
                 refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
                                 cfg.runner.eval_episodes)
-            if (self.replay is not None and self.dataset is None and self.main  # (skills: random_act plays the prior)
-                    and cfg.runner.random_steps >= self.planned_steps()):
+            elif getattr(cfg.agent, "skills_from", "") and getattr(self.agent, "pretrains", False):
+                self._take_skills(Path(cfg.agent.skills_from))
+            if (self.replay is not None and not getattr(self.agent, "pretrains", False) and self.main  # (skills:
+                    and cfg.runner.random_steps >= self.planned_steps()):  # random_act plays their prior)
                 warnings.warn(f"runner.random_steps={cfg.runner.random_steps:,} covers the whole run "
                               f"({self.planned_steps():,} env steps): every action is random and the agent updates "
                               "at most on the last step, so the controller it exports is untrained; lower "
@@ -393,12 +395,38 @@ class Runner:
         if self.main:
             write_config_or_undo(self, resume)
 
+    def _take_skills(self, source: Path) -> None:
+        """``agent.skills_from``: the skill model of ``source``, a run past its pretraining phase, instead of
+        pretraining here (the skills stay frozen online, so its latest checkpoint holds them as pretrained).
+        Its horizon must be this run's; another task's skills are used with a word, as another task's data is."""
+        payload = load_checkpoint(source / "checkpoints" / "latest.pt")
+        said = f"agent.skills_from={source}"
+        if "skills" not in payload["agent"]:  # (spirl's and skill_critic's skill models are one model)
+            raise ConfigError(f"{said}: that run trained '{payload['config'].get('algo')}', which learns no skill "
+                              "model; give a spirl or skill_critic run")
+        if not payload["progress"].get("pretrained"):
+            raise ConfigError(f"{said}: that run has not finished pretraining its skills "
+                              f"({payload['progress'].get('pretrain_updates', 0):,} updates so far); resume it past "
+                              "its pretraining first, or pretrain here on a dataset (drop agent.skills_from)")
+        theirs = (payload["config"].get("agent") or {}).get("horizon")
+        if theirs != self.cfg.agent.horizon:
+            raise ConfigError(f"{said}: its skills are {theirs} steps long, this run's agent.horizon is "
+                              f"{self.cfg.agent.horizon}: set agent.horizon={theirs}")
+        task = (payload["config"].get("env") or {}).get("task")
+        if task != self.cfg.env.task and self.main:
+            warnings.warn(f"{said}: its skills were learnt for task '{task}' and are used on '{self.cfg.env.task}'",
+                          stacklevel=3)
+        self.agent.take_pretrained(payload["agent"])
+        self.progress.pretrained = True
+
     def _pretraining_dataset(self) -> Any:
         """The dataset of an agent that pretrains on one (handed to ``agent.prepare``), else None."""
         from robolearn.data import Dataset
         from robolearn.offline_runner import check_dataset_fits
 
         if not getattr(self.agent, "pretrains", False):
+            return None
+        if getattr(self.cfg.agent, "skills_from", ""):  # another run's skills (taken by _take_skills): no dataset
             return None
         if not self.cfg.dataset:
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "

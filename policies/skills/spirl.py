@@ -60,6 +60,9 @@ class SPiRLConfig:
     pretrain_updates: int = 100_000
     pretrain_batch_size: int = 128
     pretrain_lr: float = 1e-3
+    # A run directory whose pretrained skill model (and state normalizer) this run takes instead of pretraining
+    # on a dataset: seeds or a sweep of the online phase share one pretraining
+    skills_from: str = ""
     # online: SAC over skills
     batch_size: int = 256
     buffer_size: int = 1_000_000  # primitive steps; a multiple of env.num_envs
@@ -152,6 +155,17 @@ class SPiRL(Agent):
         loss.backward()
         self.skill_optimizer.step()
         return {"loss": loss.detach(), **metrics}
+
+    def take_pretrained(self, state: dict[str, Any]) -> None:
+        """Another run's skill model and state normalizer (its agent's ``state_dict``, past pretraining), in place
+        of pretraining here; shapes checked (a mismatch names the tensor); then the phase boundary."""
+        from robolearn.checkpoint import check_compatible
+
+        names = ("normalizer", "skills")
+        check_compatible({name: getattr(self, name).state_dict() for name in names}, state)
+        for name in names:
+            getattr(self, name).load_state_dict(state[name])
+        self.end_pretraining()
 
     def end_pretraining(self) -> None:
         """The phase boundary: the high-level policy starts as the prior; the dataset is let go."""

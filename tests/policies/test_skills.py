@@ -416,6 +416,40 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
 
 
+def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_datasets, tmp_path, monkeypatch):
+    """Each seed or online sweep had pretrained the skill model again: agent.skills_from takes a finished
+    pretraining's skills (a skill_critic run takes a spirl run's: one skill model); no dataset is read."""
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    small = ["logging.wandb=disabled", "logging.progress=false", "env.num_envs=2", "env.kwargs.max_episode_steps=60",
+             "runner.total_steps=200", "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=0",
+             "runner.video_seconds=0", "agent.pretrain_batch_size=8", "agent.batch_size=8", "agent.buffer_size=200",
+             "agent.hidden=[8]", "agent.prior_hidden=[8]", "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    source = train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'a'}", "dataset=maze-tiny",
+                                                           "agent.pretrain_updates=100", *small])).run_dir
+    taker = Runner(load_config("skill_critic_point_maze_medium", [f"run_dir={tmp_path / 'b'}", 'dataset=""',
+                                                                  f"agent.skills_from={source}", *small]))
+    try:
+        theirs = load_checkpoint(source / "checkpoints" / "latest.pt")["agent"]["skills"]
+        assert all(torch.equal(v, theirs[k]) for k, v in taker.agent.skills.state_dict().items())
+        assert taker.progress.pretrained and taker.dataset is None
+        taker.train()
+        lines = [json.loads(line) for line in (taker.run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert not any(line.get("phase") == "pretrain" for line in lines)  # no pretraining phase at all
+    finally:
+        taker.close()
+    with pytest.raises(ConfigError, match=r"its skills are 10 steps long, this run's agent.horizon is 5"):
+        Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
+                                                       "agent.horizon=5", *small]))
+    payload = load_checkpoint(source / "checkpoints" / "latest.pt")
+    payload["progress"]["pretrained"] = False  # as a run stopped inside its pretraining
+    torch.save(payload, source / "checkpoints" / "latest.pt")
+    with pytest.raises(ConfigError, match=r"that run has not finished pretraining its skills \(100 updates so far\)"):
+        Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
+                                                       *small]))
+
+
 def test_a_buffer_that_cannot_hold_whole_env_windows_is_refused_at_build(tmp_path):
     """It had been said after pretraining and the random steps: 10+ minutes into a run at the defaults."""
     from robolearn import load_config
