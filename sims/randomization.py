@@ -124,7 +124,10 @@ class RandomizedEnv(VecEnv):
         check_shorter_than_episode("env.randomization.action_latency_s", max_latency, self.max_episode_steps)
         self.width = cfg.width if cfg.width is not None else 0.0 if cfg.auto else 1.0
         self._generator = torch.Generator(device=self.device)
-        self._generator.manual_seed(0 if seed is None else seed + 7919)
+        if seed is None:  # unseeded: other draws every time, as the env's own initial states
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(seed + 7919)
         self._nominal = {name: self.sim.get_model_field(name).double()[0] for name in SCALED_FIELDS}
         self._outcomes: list[bool] = []
         n = self.num_envs
@@ -209,6 +212,8 @@ class RandomizedEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
+        if seed is not None:  # the same seed, the same draws, as the env's initial states (another stream than
+            self._generator.manual_seed(seed + 104_729)  # the construction's, which drew a dynamics pool)
         self._resample(self._worlds)
         self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
         return self._noisy(obs)

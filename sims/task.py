@@ -188,7 +188,11 @@ class TaskEnv(VecEnv):
         ctrl = self.task.actuate(self.sim, action)
         delay = self.actuation_delay
         if delay is not None and bool((delay > 0).any()):
-            previous = self.sim.ctrl.to(ctrl.dtype).clone()
+            # the old controls, except in an episode's first step, where the reset left none (ctrl 0 is a joint
+            # target to a position actuator, not "no command"): the first action acts at once, as it fills the
+            # action latency's queue (RandomizedEnv)
+            fresh = (self._episode_step == 0).unsqueeze(1)
+            previous = torch.where(fresh, ctrl, self.sim.ctrl.to(ctrl.dtype))
             for substep in range(self.task.frame_skip):  # the old controls act until each world's delay passes
                 self.sim.step(torch.where((substep < delay).unsqueeze(1), previous, ctrl), 1)
         else:

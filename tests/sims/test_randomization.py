@@ -41,7 +41,11 @@ def test_latency_below_a_control_step_acts_within_the_physics_step():
     on_time.reset(seed=4)
     torch.testing.assert_close(late.sim.qpos, on_time.sim.qpos)
     assert late.env.actuation_delay.tolist() == [5, 5]
-    goal = torch.tensor([[0.2, 0.2, -0.2, 0.2]] * 2)
+    first = torch.full((2, 4), 0.1)
+    late.step(first)  # an episode's first action acts at once (the reset left no control to hold; ctrl 0 would
+    on_time.step(first)  # be a joint target, not "no command")
+    torch.testing.assert_close(late.sim.qpos, on_time.sim.qpos)
+    goal = torch.tensor([[0.25, 0.25, -0.05, 0.25]] * 2)  # within the task's goal-step limit of the first
     late.step(goal)
     on_time.step(goal)
     torch.testing.assert_close(late.sim.ctrl.float(), goal)  # the new goal acts by the end of the step
@@ -202,3 +206,16 @@ def test_a_latency_of_a_whole_number_of_control_steps_is_all_of_them():
     """0.58 s / 0.02 s is 28.999... in floating point: the line once held 29 slots and applied 28 steps."""
     env = _env(num_envs=2, action_latency_s=[0.58, 0.58])
     assert env._latency.tolist() == [29, 29] and len(env._actions.buffer) == 30
+
+
+def test_a_seeded_reset_draws_the_same_dynamics_again():
+    """The randomization's own generator had been seeded once at construction: reset(seed=3) twice drew
+    other masses, so one seed did not give one set of episodes (nor an evaluation its dynamics)."""
+    env = sims.make_env("pendulum", 4, seed=0, randomization={"mass_scale": [0.5, 1.5]})
+    env.reset(seed=3)
+    first = env.sim.get_model_field("body_mass").clone()
+    env.reset(seed=4)
+    assert not torch.equal(env.sim.get_model_field("body_mass"), first)
+    env.reset(seed=3)
+    assert torch.equal(env.sim.get_model_field("body_mass"), first)
+    env.close()
