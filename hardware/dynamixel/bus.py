@@ -19,6 +19,7 @@ can contain it (positions are 0..4095, the other values are small).
 from __future__ import annotations
 
 import fcntl
+import math
 import select
 import termios
 import time
@@ -239,7 +240,8 @@ class DynamixelBus:
         self.write_goal(positions)
         for servo_id in self._ids:
             self.write(servo_id, "Torque_Enable", 1)
-        units = round(self.watchdog_ms / 1000 / WATCHDOG_UNIT_S)
+        # whole 20 ms units, rounded up (1..10 ms had rounded to 0, which turns the watchdog off)
+        units = math.ceil(self.watchdog_ms / 1000 / WATCHDOG_UNIT_S - 1e-9) if self.watchdog_ms else 0
         if units:
             for servo_id in self._ids:
                 self.write(servo_id, "Bus_Watchdog", units)

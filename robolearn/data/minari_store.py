@@ -364,6 +364,14 @@ class DatasetWriter:
         if self.episodes == 0:
             self.discard()
             raise DatasetError(f"dataset '{self.id}': no complete episode to write; nothing was saved")
+        if self.target.exists() and not self.overwrite:  # another process wrote this name while this one wrote:
+            taken, base, _, version = self.id, *self.id.rpartition("-v")  # saved as its next free version, not lost
+            while self.target.exists():  # (nor over the other's: the check in __init__ was before that one ended)
+                version = str(int(version) + 1)
+                self.id = f"{base}-v{version}"
+                self.target = self.target.with_name(self.id.rsplit("/", 1)[-1])
+            warnings.warn(f"dataset '{taken}' was written by another process while this one was: this one is "
+                          f"saved as '{self.id}'", stacklevel=2)
         meta = {key: value for key in self.MINARI_KEYS if (value := self.metadata.pop(key, None)) is not None}
         self.metadata.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
         from minari import __version__ as minari_version

@@ -96,6 +96,19 @@ def _write(name: str, root: Path, **kwargs) -> Path:
     return writer.target
 
 
+def test_two_writers_of_one_name_keep_both_datasets(root):
+    """Both pass the name check when they start; the one that finished second had replaced the first's."""
+    first = DatasetWriter("same", *SPECS, root=root)
+    second = DatasetWriter("same", *SPECS, root=root)
+    first.add(_episode(3))
+    second.add(_episode(7))
+    first.commit()
+    with pytest.warns(UserWarning, match="dataset 'same-v0' was written by another process while this one was: "
+                                         "this one is saved as 'same-v1'"):
+        second.commit()
+    assert (Dataset.load("same", root).num_steps, Dataset.load("same-v1", root).num_steps) == (3, 7)
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()

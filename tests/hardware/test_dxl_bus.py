@@ -231,6 +231,13 @@ def test_watchdog_stops_the_arm_when_the_host_goes_quiet(emulator, make_bus) -> 
     assert emulator.register(1, "Bus_Watchdog") == 2
 
 
+@pytest.mark.parametrize("watchdog_ms, units", [(10, 1), (30, 2), (40, 2)])
+def test_a_watchdog_window_rounds_up_to_whole_units_never_to_off(emulator, make_bus, watchdog_ms, units) -> None:
+    """10 ms had rounded to 0 units, which turns the servos' watchdog off, silently."""
+    make_bus(emulator, watchdog_ms=watchdog_ms)
+    assert emulator.register(1, "Bus_Watchdog") == units
+
+
 def test_close_turns_torque_off(emulator, calibration) -> None:
     with DynamixelBus(emulator.port, calibration, timeout_ms=60) as bus:
         bus.read_state()
