@@ -180,7 +180,7 @@ class DynamixelEmulator:
         self,
         model_xml: str | Path,
         servos: Mapping[int, str],
-        model_number: int = 1020,
+        model_number: int | Mapping[int, int] = 1020,
         baudrate: int = 1_000_000,
         physics: PhysicsOverrides | None = None,
         faults: Faults | None = None,
@@ -210,8 +210,9 @@ class DynamixelEmulator:
         self._kp0 = self.model.actuator_gainprm[:, 0].copy()
         self._kv0 = -self.model.actuator_biasprm[:, 2].copy()
         self._servos: dict[int, _Servo] = {}
-        for servo_id, joint in servos.items():
-            self._servos[servo_id] = self._make_servo(servo_id, joint, model_number)
+        for servo_id, joint in servos.items():  # one model for all, or each servo's (an arm with another gripper)
+            number = model_number[servo_id] if isinstance(model_number, Mapping) else model_number
+            self._servos[servo_id] = self._make_servo(servo_id, joint, number)
         self._actuators = np.array([s.actuator for s in self._servos.values()], dtype=int)
         self._dofs = np.array([s.dof for s in self._servos.values()], dtype=int)
         m = self.model  # the MJCF's forcerange is the stall torque; one that sets none gets the XM430's
@@ -248,7 +249,8 @@ class DynamixelEmulator:
             raise ValueError("--step-dt sets the physics per goal write in lockstep: add --lockstep")
         motors = config.calibration.motors
         period = step_dt if step_dt is not None else config.control_dt or DEFAULT_STEP_DT
-        return cls(config.model_xml, {m.id: m.joint for m in motors}, motors[0].model_number, config.baudrate,
+        return cls(config.model_xml, {m.id: m.joint for m in motors}, {m.id: m.model_number for m in motors},
+                   config.baudrate,
                    physics=physics, realtime=not lockstep, step_dt=period)
 
     # ----------------------------------------------------------------- setup
@@ -572,6 +574,8 @@ class DynamixelEmulator:
             if item.name in ("Profile_Velocity", "Goal_Velocity"):  # Velocity_Limit bounds these two, no more
                 if abs(value) > values.get("Velocity_Limit", servo.get("Velocity_Limit")):
                     return p.ERR_DATA_LIMIT, False
+            if item.name == "ID" and self._servos.get(value, servo) is not servo:  # another servo's id: two
+                return p.ERR_DATA_RANGE, False  # would answer every packet to it (a real bus garbles); refused
             values[item.name] = value
         for name, value in values.items():
             self._apply(servo, name, value)

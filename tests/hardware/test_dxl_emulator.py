@@ -73,6 +73,17 @@ def test_ping_reports_model_and_unknown_ids_stay_silent(make_emulator, connect) 
     assert PH.ping(port, 7)[1] == sdk.COMM_RX_TIMEOUT
 
 
+def test_servos_of_several_models_and_an_id_already_taken(make_emulator, connect) -> None:
+    """Each servo answers with its own model (a robot YAML may mix them: the emulator had given all the
+    first's); an ID another servo has is refused (the other had vanished from the bus)."""
+    port = connect(make_emulator(model_number={1: 1020, 2: 1020, 3: 1020, 4: 1200}))
+    assert [PH.ping(port, i)[0] for i in (1, 4)] == [1020, 1200]
+    assert write(port, 2, "ID", 3) == (sdk.COMM_SUCCESS, p.ERR_DATA_RANGE)
+    assert [PH.ping(port, i)[1] for i in (2, 3)] == [sdk.COMM_SUCCESS] * 2
+    write(port, 2, "ID", 9)  # a free id is taken (the status comes back from the new id, which the SDK refuses)
+    assert PH.ping(port, 9)[1] == sdk.COMM_SUCCESS and PH.ping(port, 2)[1] == sdk.COMM_RX_TIMEOUT
+
+
 def test_broadcast_ping_gets_every_servo(emulator, connect) -> None:
     found, result = PH.broadcastPing(connect(emulator))
     assert result == sdk.COMM_SUCCESS and sorted(found) == [1, 2, 3, 4]
