@@ -139,6 +139,8 @@ class DynamixelBus:
                 hint = "check the adapter is plugged in and you may use it (Linux: the dialout group)"
             raise NotConnectedError(f"cannot open {self.port}: {exc}; {hint}") from exc
         if not opened or not port.setBaudRate(self.baudrate):
+            if opened:  # opened, but not at that rate: give the port back
+                port.closePort()
             raise NotConnectedError(f"cannot open {self.port} at {self.baudrate} baud: unsupported baud rate?")
         try:  # one process per bus: a second one's connect() would turn the first's torque off mid-run
             fcntl.flock(port.ser.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -267,7 +269,7 @@ class DynamixelBus:
             try:
                 self.ping(servo_id)
                 return
-            except CommTimeoutError:
+            except (CommTimeoutError, PacketError):  # silent, or a garbled reply while it boots: ask again
                 if time.monotonic() > deadline:
                     raise
 
