@@ -41,8 +41,27 @@ def init(device: str) -> bool:
                          "set env.device=cuda")
     if cuda:
         torch.cuda.set_device(local_rank())
+    stop_with_the_launcher()
     dist.init_process_group(backend="nccl" if cuda else "gloo")
     return True
+
+
+def stop_with_the_launcher() -> None:
+    """Have the kernel send this rank SIGTERM when its launcher (torchrun's agent, ``robolearn train --nproc``)
+    dies, even by SIGKILL (Linux; elsewhere nothing): torchrun starts ranks in sessions of their own, so they
+    had trained on, orphaned, where no Ctrl+C reaches. SIGTERM is the runner's Ctrl+C: a checkpoint, then stop."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no libc to ask: as before
+        return
+    if os.getppid() == 1:  # the launcher died before this rank asked: stop now
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def shutdown() -> None:

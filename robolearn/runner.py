@@ -53,7 +53,7 @@ import numpy as np
 import torch
 import yaml
 
-from robolearn.checkpoint import (atomic_write_bytes, check_compatible, load_checkpoint, load_replay,
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint, load_replay,
                                   remove_partial_writes, restore_agent, rng_state, save_checkpoint, save_replay,
                                   set_rng_state)
 from robolearn import distributed
@@ -486,7 +486,8 @@ class Runner:
         if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
                           f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "
-                          f"of the batch it did (resume with --nproc {self.progress.world_size} to keep it)",
+                          f"of the batch it did (resume with --nproc {self.progress.world_size}, torchrun's "
+                          f"--nproc_per_node, to keep it)",
                           stacklevel=2)
         self.progress.world_size = self.world_size
         if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
@@ -948,6 +949,9 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     from robolearn.offline_runner import OfflineRunner, is_offline
 
     check_data_parallel(cfg, distributed.world_size(), f"{distributed.world_size()} ranks")
+    if resume is not None and Path(resume).is_dir() and not (Path(resume) / "checkpoints" / "latest.pt").is_file():
+        raise CheckpointError(f"{resume}: no checkpoint to resume from: the run stopped before its first one was "
+                              "saved; train it anew (robolearn train <config>) and remove this folder")
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:

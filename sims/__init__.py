@@ -241,7 +241,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         return backend, device
     if not torch.cuda.is_available():
         if backend != "warp":
-            raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use device=cpu")
+            raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use env.device=cpu")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu. Use env.device=cpu to run MuJoCo Warp on "
                       "its CPU device (slow, for tests).", stacklevel=3)

@@ -128,6 +128,19 @@ def test_a_run_config_cut_short_is_refused_and_restored_as_the_error_says(tmp_pa
     assert main(["train", "--no-wandb", "--resume", str(run), "runner.total_steps=256"]) == 0
 
 
+def test_resuming_a_run_that_stopped_before_its_first_checkpoint_says_to_train_anew(tmp_path, capsys):
+    """A Ctrl+C before the first iteration leaves config.yaml and an empty metrics.jsonl: its resume had said
+    only 'no such checkpoint file'."""
+    import yaml
+
+    from robolearn.config import to_dict
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_cartpole")), sort_keys=False))
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert main(["train", "--no-wandb", "--resume", str(tmp_path)]) == 2
+    assert "no checkpoint to resume from: the run stopped before its first one was saved; train it anew" in error(capsys)
+
+
 def test_malformed_override_value(capsys):
     assert main(["train", "ppo_cartpole", "agent.actor_hidden=[3,", "--no-wandb"]) == 2
     assert "override 'agent.actor_hidden=[3,'" in error(capsys)

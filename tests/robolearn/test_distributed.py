@@ -273,3 +273,29 @@ def test_a_numbered_gpu_under_torchrun_is_refused_before_any_rank_shares_it(monk
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match=r"env.device=cuda:0 under torchrun: each rank runs on its own GPU .* set env.device=cuda"):
         distributed.init("cuda:0")
+
+
+def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
+    """torchrun starts ranks in sessions of their own: a launcher killed with SIGKILL had left them training."""
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    ready, told = tmp_path / "ready", tmp_path / "told"
+    rank = (f"import signal, time, pathlib\n"
+            f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text('SIGTERM'), exit(0)))\n"
+            f"from robolearn.distributed import stop_with_the_launcher\n"
+            f"stop_with_the_launcher()\n"
+            f"pathlib.Path({str(ready)!r}).write_text('')\n"
+            f"time.sleep(30)\n")
+    launcher = (f"import os, subprocess, sys, time, pathlib\n"
+                f"subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
+                f"while not pathlib.Path({str(ready)!r}).exists(): time.sleep(0.02)\n"
+                f"os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", launcher], timeout=60)
+    deadline = time.monotonic() + 20
+    while not told.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert told.exists() and told.read_text() == "SIGTERM"
