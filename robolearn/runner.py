@@ -372,6 +372,12 @@ class Runner:
                 self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
                 if hasattr(self.agent, "sample"):  # windows of one env's consecutive steps: said now, not after
                     check_replay_windows(cfg, self.agent, self.env.num_envs, self.world_size)  # warm-up
+            if resume and getattr(cfg.agent, "skills_from", None) is not None:  # its skills are in its checkpoint
+                theirs = getattr(load_run_config(resume).agent, "skills_from", "")
+                if theirs != cfg.agent.skills_from:
+                    raise ConfigError(f"agent.skills_from: {resume} was trained with "
+                                      f"{theirs or 'its own pretraining'}; a resume goes on with those skills: resume "
+                                      "without that override")
             self.dataset = self._pretraining_dataset()
             if resume:
                 self._restore()
@@ -399,8 +405,11 @@ class Runner:
         """``agent.skills_from``: the skill model of ``source``, a run past its pretraining phase, instead of
         pretraining here (the skills stay frozen online, so its latest checkpoint holds them as pretrained).
         Its horizon must be this run's; another task's skills are used with a word, as another task's data is."""
-        payload = load_checkpoint(source / "checkpoints" / "latest.pt")
         said = f"agent.skills_from={source}"
+        try:
+            payload = load_checkpoint(source / "checkpoints" / "latest.pt")
+        except CheckpointError as err:
+            raise CheckpointError(f"{said}: {err}") from None
         if "skills" not in payload["agent"]:  # (spirl's and skill_critic's skill models are one model)
             raise ConfigError(f"{said}: that run trained '{payload['config'].get('algo')}', which learns no skill "
                               "model; give a spirl or skill_critic run")
@@ -416,7 +425,10 @@ class Runner:
         if task != self.cfg.env.task and self.main:
             warnings.warn(f"{said}: its skills were learnt for task '{task}' and are used on '{self.cfg.env.task}'",
                           stacklevel=3)
-        self.agent.take_pretrained(payload["agent"])
+        try:
+            self.agent.take_pretrained(payload["agent"])
+        except CheckpointError as err:  # its skills are of another size (latent_dim, hidden layers)
+            raise CheckpointError(f"{said}: {err}") from None
         self.progress.pretrained = True
 
     def _pretraining_dataset(self) -> Any:
@@ -949,12 +961,12 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     from robolearn.offline_runner import OfflineRunner, is_offline
 
     check_data_parallel(cfg, distributed.world_size(), f"{distributed.world_size()} ranks")
-    if resume is not None and Path(resume).is_dir() and not (Path(resume) / "checkpoints" / "latest.pt").is_file():
-        raise CheckpointError(f"{resume}: no checkpoint to resume from: the run stopped before its first one was "
-                              "saved; train it anew (robolearn train <config>) and remove this folder")
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:
+        if resume is not None and Path(resume).is_dir() and not (Path(resume) / "checkpoints" / "latest.pt").is_file():
+            raise CheckpointError(f"{resume}: no checkpoint to resume from: the run stopped before its first one was "
+                                  "saved; train it anew (robolearn train <config>) and remove this folder")
         if is_finetune(cfg):
             runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
         else:

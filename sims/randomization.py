@@ -143,6 +143,7 @@ class RandomizedEnv(VecEnv):
         # MuJoCo Warp derives constants (constant_fields) for all worlds at once: a pool brings them along
         self._derives = hasattr(self.sim, "constant_fields")
         self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
+        self._robots_drawn = False  # dynamics_every_episode: false: each world's drawn once, at the first reset
         self.reset(seed)
 
     # ---- sampling -------------------------------------------------------------
@@ -214,7 +215,10 @@ class RandomizedEnv(VecEnv):
         obs = self.env.reset(seed)
         if seed is not None:  # the same seed, the same draws, as the env's initial states (another stream than
             self._generator.manual_seed(seed + 104_729)  # the construction's, which drew a dynamics pool)
-        self._resample(self._worlds)
+        # Per-robot dynamics stay the robots' (from the construction's seed) whatever a later reset's seed: a
+        # resume, which resets with another seed, keeps them
+        self._resample(self._worlds, dynamics=self.cfg.dynamics_every_episode or not self._robots_drawn)
+        self._robots_drawn = True
         self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
         return self._noisy(obs)
 

@@ -167,6 +167,8 @@ class TaskEnv(VecEnv):
         if seed is None:
             self._generator.seed()
         self._episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        # worlds a reset began an episode in (not a restored mid-episode state): no earlier control to hold
+        self._fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self.actuation_delay: torch.Tensor | None = None
         """Per-world physics substeps (< frame_skip) that the previous controls still act
         at the start of each step: actuation latency finer than a control step."""
@@ -191,13 +193,13 @@ class TaskEnv(VecEnv):
             # the old controls, except in an episode's first step, where the reset left none (ctrl 0 is a joint
             # target to a position actuator, not "no command"): the first action acts at once, as it fills the
             # action latency's queue (RandomizedEnv)
-            fresh = (self._episode_step == 0).unsqueeze(1)
-            previous = torch.where(fresh, ctrl, self.sim.ctrl.to(ctrl.dtype))
+            previous = torch.where(self._fresh.unsqueeze(1), ctrl, self.sim.ctrl.to(ctrl.dtype))
             for substep in range(self.task.frame_skip):  # the old controls act until each world's delay passes
                 self.sim.step(torch.where((substep < delay).unsqueeze(1), previous, ctrl), 1)
         else:
             self.sim.step(ctrl, self.task.frame_skip)
         self._episode_step += 1
+        self._fresh.zero_()
 
         obs = self._observe()
         terms = self.task.rewards(self.sim, action)
@@ -298,6 +300,7 @@ class TaskEnv(VecEnv):
         ``(num_envs, state_size)`` (from :meth:`get_state`); returns its observations."""
         self.sim.set_full_state(torch.arange(self.num_envs, device=self.device), rows)
         self._episode_step.zero_()
+        self._fresh.zero_()  # the restored state's controls are the ones to hold under actuation latency
         return self._observe()
 
     def _reset_worlds(self, ids: torch.Tensor) -> None:
@@ -313,6 +316,7 @@ class TaskEnv(VecEnv):
         self.sim.set_state(ids, qpos, qvel)
         self.task.after_reset(self.sim, ids, self._generator)
         self._episode_step[ids] = 0
+        self._fresh[ids] = True
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         return self.sim.render(index, width, height, camera=self.task.camera())

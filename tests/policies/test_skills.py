@@ -439,6 +439,8 @@ def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_
         assert not any(line.get("phase") == "pretrain" for line in lines)  # no pretraining phase at all
     finally:
         taker.close()
+    with pytest.raises(ConfigError, match=rf"agent.skills_from: {taker.run_dir} was trained with {source}; a resume"):
+        Runner(load_config(taker.run_dir / "config.yaml", ['agent.skills_from=""']), resume=taker.run_dir)
     with pytest.raises(ConfigError, match=r"its skills are 10 steps long, this run's agent.horizon is 5"):
         Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
                                                        "agent.horizon=5", *small]))

@@ -219,3 +219,13 @@ def test_a_seeded_reset_draws_the_same_dynamics_again():
     env.reset(seed=3)
     assert torch.equal(env.sim.get_model_field("body_mass"), first)
     env.close()
+
+
+def test_per_robot_dynamics_stay_whatever_a_later_reset_seed():
+    """dynamics_every_episode: false draws each world's dynamics once: a resume, which resets with another seed,
+    had drawn other robots."""
+    env = sims.make_env("pendulum", 4, seed=0, randomization={"mass_scale": [0.5, 1.5], "dynamics_every_episode": False})
+    robots = env.sim.get_model_field("body_mass").clone()
+    env.reset(seed=11)
+    assert torch.equal(env.sim.get_model_field("body_mass"), robots)
+    env.close()
