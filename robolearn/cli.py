@@ -28,7 +28,7 @@ from robolearn.runtime import stops_as_ctrl_c
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
-               ContractError)
+               ContractError, distributed.PeersLost)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 # Storage a command could not write to, said in one line with what to do, not as a traceback
 _STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=..., --root)",

@@ -62,6 +62,24 @@ def stop_with_the_launcher() -> None:
         pass
 
 
+class PeersLost(RuntimeError):
+    """This rank's collectives failed because another rank stopped (crashed, killed, out of memory)."""
+
+
+def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
+    """``err`` said as what it means when a collective failed because another rank is gone (gloo's "Connection
+    closed by peer", NCCL's DistBackendError: a 30-line traceback naming neither the rank nor what to do),
+    else None. Which rank stopped only torchrun's log says ('local_rank: N', with that rank's own error)."""
+    said = str(err)
+    if not (isinstance(err, getattr(dist, "DistError", ())) or
+            (isinstance(err, RuntimeError) and any(s in said for s in ("Connection closed by peer",
+                                                                        "Connection reset by peer")))):
+        return None
+    return PeersLost(f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, "
+                     f"'local_rank: N', with its own error); the run goes on from its last checkpoint: robolearn "
+                     f"train --resume {run_dir} --nproc {world_size()}")
+
+
 def shutdown() -> None:
     """Leave the process group (if any), so NCCL releases its resources cleanly."""
     if dist.is_initialized():

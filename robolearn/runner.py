@@ -978,9 +978,12 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
                 remove_partial_writes(runner.run_dir / "checkpoints")  # a kill -9's, now that the run is held
             return runner.train(stop=stop)
         except Exception as err:
+            failure = (distributed.lost_peers(err, runner.run_dir) if distributed.active() else None) or err
             if distributed.is_main():
-                record_failure(runner.run_dir, err)
-            raise
+                record_failure(runner.run_dir, failure)
+            if failure is err:
+                raise
+            raise failure from err
         finally:
             runner.close()
     finally:

@@ -299,3 +299,17 @@ def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     while not told.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert told.exists() and told.read_text() == "SIGTERM"
+
+
+def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch) -> None:
+    """Rank 0 of a run whose other rank died had ended in gloo's 30-line traceback, naming neither."""
+    monkeypatch.setattr(distributed, "rank", lambda: 0)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:6053. This is "
+                        "typically caused by a remote worker crashing.")
+    lost = distributed.lost_peers(gloo, "runs/ppo/1")
+    assert isinstance(lost, distributed.PeersLost) and str(lost).startswith(
+        "rank 0 lost the other ranks: one of them stopped (torchrun's log names it")
+    assert str(lost).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
+    assert distributed.lost_peers(dist.DistBackendError("NCCL error"), "r") is not None
+    assert distributed.lost_peers(RuntimeError("CUDA out of memory"), "r") is None  # its own error: as it is
