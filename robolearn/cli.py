@@ -161,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         with stops:
             return COMMANDS[args.command](args)
     except _user_errors() as err:
-        print(f"error: {err}", file=sys.stderr)
+        if not (isinstance(err, ConfigError) and _other_rank()):  # a config is refused alike on every rank: once
+            print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        if not _other_rank():  # Ctrl+C reaches every rank: said once
+            print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
@@ -178,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
+
+
+def _other_rank() -> bool:
+    """Whether this process is a rank of several under torchrun other than rank 0 (which says what all would)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0"
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -282,3 +282,22 @@ def test_a_package_not_installed_says_how_to_install_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stderr.startswith("error: robolearn needs the package 'torch', which is not "
                                                            "installed; run `bash setup.sh`"), done.stderr
+
+
+def test_under_torchrun_a_refused_config_and_a_ctrl_c_are_said_by_rank_0_alone(monkeypatch, capsys):
+    """Every rank had printed the same error (and `interrupted`): twice on two ranks."""
+    import robolearn.cli as cli_module
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, said in (("1", ""), ("0", "error: unknown key 'runner.total_step'")):
+        monkeypatch.setenv("RANK", rank)
+        assert main(["train", "ppo_cartpole", "--no-wandb", "runner.total_step=5"]) == 2
+        err = capsys.readouterr().err
+        assert (said in err) if said else err == ""
+
+    def ctrl_c(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli_module.COMMANDS, "list", ctrl_c)
+    monkeypatch.setenv("RANK", "1")
+    assert main(["list"]) == 130 and capsys.readouterr().err == ""
