@@ -182,6 +182,22 @@ def main(argv: list[str] | None = None) -> int:
         warnings.formatwarning = _DEFAULT_FORMAT
 
 
+def _normalized_score(dataset: str, episode_return: float) -> float | None:
+    """``episode_return`` on the scale of ``dataset``'s reference returns (D4RL's normalized score, 0 to 1),
+    for a run trained on a dataset that has them; None otherwise (or where the dataset is gone)."""
+    if not dataset:
+        return None
+    from robolearn.data import Dataset, DatasetError
+
+    try:
+        data = Dataset.load(dataset)
+    except DatasetError:
+        return None
+    if data.ref_min_score is None or data.ref_max_score is None:
+        return None
+    return float(data.normalized_score(episode_return))
+
+
 def _other_rank() -> bool:
     """Whether this process is a rank of several under torchrun other than rank 0 (which says what all would)."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0"
@@ -363,10 +379,14 @@ def _eval(args: argparse.Namespace) -> int:
     with make_env(cfg.env, num_envs=args.episodes, seed=seed) as env:
         result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result, "dynamics": evaluation_dynamics(cfg.env)}
+    if (score := _normalized_score(cfg.dataset, result["return_mean"])) is not None:  # as the run's own evaluation
+        result["normalized_score"] = score
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
         if result.get("success_rate") is not None:
             line += f", success {100 * result['success_rate']:.0f}%"
+        if score is not None:
+            line += f", normalized score {100 * score:.1f}"
         print(f"{line}; dynamics {result['dynamics']}" + ("" if result["dynamics"].startswith("nominal") else
                                                          " (--nominal without)"))
     if args.json:
@@ -492,6 +512,8 @@ def _list(args: argparse.Namespace) -> int:
                 summary = f"return {float(e['return_mean']):.1f}"
                 if e.get("success_rate") is not None:
                     summary += f", success {100 * float(e['success_rate']):.0f}%"
+                if e.get("normalized_score") is not None:  # offline runs: on the data's reference scale (x 100)
+                    summary += f", normalized score {100 * float(e['normalized_score']):.1f}"
             except (OSError, ValueError, TypeError, KeyError) as err:
                 summary = f"(eval.json unreadable: {type(err).__name__}: {err}; robolearn eval {run} evaluates it again)"
             else:

@@ -124,7 +124,10 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
         doubts.append(rate)
     # Said to learners of the data's rewards and ends, which these settings defined; skill pretraining and
     # imitation take play data from other settings on purpose.
-    differ = differing_settings(dataset.info.get("task_kwargs"), env) if dataset.task == task and reads_rewards else {}
+    # (the episode length the recording ran is in its metadata even where its task settings were the defaults)
+    recorded = {**({"max_episode_steps": length} if isinstance(length := dataset.info.get("max_episode_steps"), int)
+                   else {}), **(dataset.info.get("task_kwargs") or {})}
+    differ = differing_settings(recorded, env) if dataset.task == task and reads_rewards else {}
     if differ:  # a robot recording's episode length or success distance: evaluation would run another task
         doubts.append(f"it was recorded with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
                       f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}; to run the task as it was "
@@ -187,6 +190,9 @@ class OfflineRunner:
                               f"offline-to-online {takes['finetune']}")
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
+        if cfg.runner.total_steps < 1 and not getattr(agent_entry(cfg.algo)[1], "finetune", False):  # (a fine-tune's
+            raise ConfigError(f"runner.total_steps: an offline run counts updates, at least 1; got "  # 0: pretrain only)
+                              f"{cfg.runner.total_steps} (it would export an untrained controller)")
         if resume:
             before = load_run_config(resume)
             raised = before.runner.total_steps != cfg.runner.total_steps

@@ -112,6 +112,8 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(summary, default=str))
         return 0
     for key, value in summary.items():
+        if key.startswith("normalized_score") and isinstance(value, float):  # x 100, as runs and D4RL's tables say it
+            key, value = f"{key} (x100)", 100 * value
         text = f"{value:.4g}" if isinstance(value, float) else json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value)
         print(f"{key + ':':<23} {text if len(text) <= 100 else text[:96] + ' ...'}")
     return 0

@@ -64,6 +64,21 @@ def test_bc_of_a_scripted_swing_up_reaches_most_of_its_return_and_exports(root, 
     assert reloaded["return_mean"] > 0.7 * SCRIPTED_RETURN
 
 
+def test_eval_list_and_dataset_info_say_the_normalized_score_on_one_scale(root, tmp_path, capsys):
+    """The run's evaluation had a normalized score that `eval` and `list` left out, and `dataset info` said it
+    on another scale (0.96 where runs say 96.0)."""
+    result = train(tiny(tmp_path, "runner.total_steps=1000", "agent.hidden=[16,16]"))
+    capsys.readouterr()
+    assert main(["list", "--runs", str(result.run_dir)]) == 0
+    score = 100 * result.evaluation["normalized_score"]
+    assert f", normalized score {score:.1f}" in capsys.readouterr().out
+    assert main(["eval", str(result.run_dir), "--episodes", "2"]) == 0
+    assert re.search(r"over 2 episodes, success \d+%, normalized score -?\d+\.\d; dynamics", capsys.readouterr().out)
+    assert main(["dataset", "info", "pendulum-scripted"]) == 0
+    mean = 100 * Dataset.load("pendulum-scripted").summary()["normalized_score_mean"]
+    assert f"normalized_score_mean (x100): {mean:.4g}" in capsys.readouterr().out
+
+
 def test_resume_continues_exactly(root, tmp_path):
     cfg = tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
     straight = OfflineRunner(cfg)
@@ -124,6 +139,23 @@ def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing written for a refused run
 
 
+def test_an_episode_length_other_than_the_recordings_is_said_even_from_default_settings(tmp_path):
+    """A recording at the task's defaults keeps no task_kwargs: an env with another episode length had not been
+    told, though its metadata says how long the recorded episodes ran."""
+    from robolearn.data import env_metadata
+
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("defaults", env.observation_spec, env.action_spec, root=tmp_path,
+                           metadata=env_metadata(env, "pendulum")) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+    dataset = Dataset.load("defaults", tmp_path)
+    assert dataset.info["task_kwargs"] == {} and dataset.info["max_episode_steps"] == 500
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1, max_episode_steps=200) as env:
+        with pytest.warns(UserWarning, match=r"recorded with task settings max_episode_steps=500, the env has "
+                                             r"max_episode_steps=200; .* add env.kwargs.max_episode_steps=500"):
+            check_dataset_fits(dataset, "pendulum", env)
+
+
 def test_data_that_fits_only_by_shape_is_doubted_aloud(tmp_path):
     """No task recorded, another control period, no rewards: each said when the run starts, then trained on."""
     with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
@@ -160,6 +192,8 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
 
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
     base = ["train", "bc_pendulum", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]
+    assert main(base + ["dataset=pendulum-scripted", "runner.total_steps=0"]) == 2  # had exported an untrained one
+    assert "runner.total_steps: an offline run counts updates, at least 1; got 0" in capsys.readouterr().err
     assert main(base + ["dataset=nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no dataset 'nope'" in err and "pendulum-scripted-v0" in err
