@@ -164,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (isinstance(err, ConfigError) and _other_rank()):  # a config is refused alike on every rank: once
             print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        if not _other_rank():  # Ctrl+C reaches every rank: said once
-            print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        if not _other_rank() and not getattr(err, "said", False):  # once over the ranks, and not after a message
+            print("interrupted", file=sys.stderr)  # that said what the interrupt left (the end of a run's)
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail

@@ -898,8 +898,9 @@ def _hint_on_ctrl_c(how: str) -> Iterator[None]:
     """A Ctrl+C in the block says the run is saved and ``how`` to finish it, then goes on as a Ctrl+C."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print(f"interrupted after the training ended: its checkpoint and export are saved; {how}", file=sys.stderr)
+        err.said = True  # the command line adds no bare "interrupted" after this
         raise
 
 

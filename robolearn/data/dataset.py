@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -395,6 +396,10 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     meta |= {"source": "merge of " + ", ".join(ids)}
     if own := sorted((keys - shared) | ({"source"} & keys)):  # each one's source, which the merge's replaces
         meta["sources"] = {i: {key: m[key] for key in own if key in m} for i, m in metas.items()}
+    if refs := [key for key in ("ref_min_score", "ref_max_score") if key in own]:  # no normalized score then: said
+        warnings.warn(f"merged dataset '{name}' has no {' and '.join(refs)}: its sources' differ or some have none "
+                      f"({', '.join(f'{i}: {metas[i].get(refs[0])}' for i in ids)}); they are kept per source under "
+                      "'sources', and its runs report no normalized score", stacklevel=2)
     return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,
                           root=root, overwrite=overwrite)
 

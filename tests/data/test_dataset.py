@@ -180,6 +180,17 @@ def test_split_and_merge(recorded):
         split(ds, [0.8, 0.5])
 
 
+def test_a_merge_that_loses_the_reference_scores_says_so(recorded):
+    """Merging data with and without reference scores had left a dataset with no normalized score, silently."""
+    scored = recorded("pendulum", 1, name="scored", num_envs=1, max_episode_steps=10,
+                      metadata={"ref_min_score": 0.0, "ref_max_score": 10.0})
+    plain = recorded("pendulum", 1, name="plain", num_envs=1, max_episode_steps=10)
+    with pytest.warns(UserWarning, match=r"merged dataset 'both' has no ref_min_score and ref_max_score: its "
+                                         r"sources' differ or some have none \(scored-v0: 0.0, plain-v0: None\)"):
+        both = merge([scored, plain], "both")
+    assert both.ref_min_score is None and both.info["sources"]["scored-v0"]["ref_max_score"] == 10.0
+
+
 def test_a_split_writes_all_its_parts_or_none_and_never_replaces_its_source(recorded, root):
     """A part named after the source, with --overwrite, had replaced it before the next part read its episodes
     (half the data lost); a name taken by another dataset had stopped the split after writing the parts before it."""
