@@ -161,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         with stops:
             return COMMANDS[args.command](args)
     except _user_errors() as err:
-        if not (isinstance(err, ConfigError) and _other_rank()):  # a config is refused alike on every rank: once
+        if distributed.is_main() or not isinstance(err, ConfigError):  # a config is refused alike on every rank
             print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
-        if not _other_rank() and not getattr(err, "said", False):  # once over the ranks, and not after a message
-            print("interrupted", file=sys.stderr)  # that said what the interrupt left (the end of a run's)
+        if distributed.is_main() and not getattr(err, "said", False):  # once over the ranks, and not after a
+            print("interrupted", file=sys.stderr)  # message that said what the interrupt left (a run's end's)
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
@@ -183,24 +183,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _normalized_score(dataset: str, episode_return: float) -> float | None:
-    """``episode_return`` on the scale of ``dataset``'s reference returns (D4RL's normalized score, 0 to 1),
-    for a run trained on a dataset that has them; None otherwise (or where the dataset is gone)."""
+    """``episode_return`` scored on ``dataset``'s reference returns (:meth:`Dataset.score`) for a run trained on
+    a dataset; None without one, or where it is gone."""
     if not dataset:
         return None
     from robolearn.data import Dataset, DatasetError
 
     try:
-        data = Dataset.load(dataset)
+        return Dataset.load(dataset).score(episode_return)
     except DatasetError:
         return None
-    if data.ref_min_score is None or data.ref_max_score is None:
-        return None
-    return float(data.normalized_score(episode_return))
-
-
-def _other_rank() -> bool:
-    """Whether this process is a rank of several under torchrun other than rank 0 (which says what all would)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0"
 
 
 def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

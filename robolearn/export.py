@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import logging
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -249,12 +249,12 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
         meta = json.loads(meta_path.read_text(errors="replace"))
     except ValueError as err:
         raise CheckpointError(f"{meta_path}: not readable JSON ({err}); {redo}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")
     checks = {"obs_groups": lambda v: isinstance(v, list) and v and all(isinstance(g, str) for g in v),
               "obs_size": lambda v: isinstance(v, int) and v > 0,
               "decision_period": lambda v: isinstance(v, int) and v > 0,
               "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")
     optional = {"control_dt": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
                 "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict)}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:

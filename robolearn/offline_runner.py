@@ -190,8 +190,9 @@ class OfflineRunner:
                               f"offline-to-online {takes['finetune']}")
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
-        if cfg.runner.total_steps < 1 and not getattr(agent_entry(cfg.algo)[1], "finetune", False):  # (a fine-tune's
-            raise ConfigError(f"runner.total_steps: an offline run counts updates, at least 1; got "  # 0: pretrain only)
+        # (a fine-tune's 0 is meaningful: it only pretrains)
+        if cfg.runner.total_steps < 1 and not getattr(agent_entry(cfg.algo)[1], "finetune", False):
+            raise ConfigError(f"runner.total_steps: an offline run counts updates, at least 1; got "
                               f"{cfg.runner.total_steps} (it would export an untrained controller)")
         if resume:
             before = load_run_config(resume)
@@ -272,9 +273,8 @@ class OfflineRunner:
         return out | {f"eval/{k}": v for k, v in self._score(result).items()}
 
     def _score(self, evaluation: dict[str, Any]) -> dict[str, Any]:
-        if self.dataset.ref_min_score is None or self.dataset.ref_max_score is None:
-            return {}
-        return {"normalized_score": float(self.dataset.normalized_score(evaluation["return_mean"]))}
+        score = self.dataset.score(evaluation["return_mean"])
+        return {} if score is None else {"normalized_score": score}
 
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Run ``runner.total_steps`` updates (or until ``stop(metrics)``); then export, evaluate, film.

@@ -64,7 +64,7 @@ from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
-from robolearn.runtime import hung_up
+from robolearn.runtime import STOP_SIGNALS, hung_up
 from robolearn.run_lock import RunLock
 from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
@@ -774,9 +774,8 @@ class CtrlC:
         if threading.current_thread() is threading.main_thread():
             # SIGTERM (a cluster's preemption, `docker stop`, `kill`) and SIGHUP (a closed terminal or ssh
             # session) are taken as Ctrl+C: a checkpoint, not a loss (under `nohup` SIGHUP is ignored: left so).
-            stops = [(signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)]
-            stops += [(signal.SIGHUP, signal.SIG_DFL)] if hasattr(signal, "SIGHUP") else []
-            for signum, default in stops:
+            for signum in STOP_SIGNALS:
+                default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
                 if signal.getsignal(signum) is default:  # not where it is ignored or someone else's
                     self._previous[signum] = signal.signal(signum, self._press)
         return self

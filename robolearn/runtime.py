@@ -59,7 +59,9 @@ def hung_up(signum: int) -> None:
     for fd in (1, 2):
         try:
             if os.isatty(fd):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
         except OSError:
             pass
 

@@ -194,12 +194,12 @@ class TaskEnv(VecEnv):
             # target to a position actuator, not "no command"): the first action acts at once, as it fills the
             # action latency's queue (RandomizedEnv)
             previous = torch.where(self._fresh.unsqueeze(1), ctrl, self.sim.ctrl.to(ctrl.dtype))
+            self._fresh.zero_()  # (only read here: a world without delay ignores its flag)
             for substep in range(self.task.frame_skip):  # the old controls act until each world's delay passes
                 self.sim.step(torch.where((substep < delay).unsqueeze(1), previous, ctrl), 1)
         else:
             self.sim.step(ctrl, self.task.frame_skip)
         self._episode_step += 1
-        self._fresh.zero_()
 
         obs = self._observe()
         terms = self.task.rewards(self.sim, action)

@@ -181,6 +181,12 @@ class Dataset:
         return [{"return": e.episode_return, "length": len(e), "terminated": bool(e.terminations[-1]),
                  "success": e.success} for e in self]
 
+    def score(self, episode_return: float) -> float | None:
+        """:meth:`normalized_score` of one return, or None where the dataset has no reference returns."""
+        if self.ref_min_score is None or self.ref_max_score is None:
+            return None
+        return float(self.normalized_score(episode_return))
+
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
         (D4RL's tables print it times 100)."""
