@@ -44,7 +44,8 @@ from robolearn.logger import RunLogger
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, ask_stop,
-                              finish_run, interrupted, iteration_rest, refuse_finished, stopped_by_nan, update_metrics)
+                              finish_run, interrupted, iteration_rest, pay_update_debt, refuse_finished, step_envs,
+                              stopped_by_nan)
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -285,37 +286,28 @@ class FinetuneRunner(OfflineRunner):
             if self.progress.env_steps >= cfg.runner.total_steps:
                 break
             self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
-            out = self._act(obs)
-            self._finite("action", out["action"])
-            next_obs, reward, terminated, truncated, info = env.step(out["action"])
-            self._finite("observation", next_obs)
-            self._finite("reward", reward)
-            done = terminated | truncated
-            self.agent.reset(done)
-            stats.add(reward, done, info)
-            self._track_episodes(reward, done)
-            transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward, "terminated": terminated,
-                          "truncated": truncated, "action": out["action"]}
+            next_obs, transition = step_envs(env, self.agent, obs, self._act(obs)["action"], stats, self._finite)
+            self._track_episodes(transition["reward"], transition["terminated"] | transition["truncated"])
             if self._mc_return:  # Cal-QL's bound is unknown online: -inf leaves those rows plain CQL
-                transition["mc_return"] = torch.full_like(reward, float("-inf"))
+                transition["mc_return"] = torch.full_like(transition["reward"], float("-inf"))
             self.online.add(transition)
             obs = next_obs
             self.progress.env_steps += env.num_envs
             logger.advance(self.progress.env_steps)
             if self.progress.env_steps <= cfg.agent.warmup_steps:
                 continue  # WSRL warmup: the frozen pretrained policy acts, nothing is updated
-            self.progress.update_debt += cfg.runner.utd_ratio * env.num_envs
-            while self.progress.update_debt >= 1.0:
-                self.ctrl_c.check()
-                for key, value in update_metrics(self.agent.update(self._batch())).items():
-                    sums[key] = sums.get(key, 0.0) + value  # not float(value): a host sync per update on a GPU
-                updates += 1
-                self.progress.online_updates += 1
-                self.progress.update_debt -= 1.0
+            updates += pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
+                                       self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: float(v) / updates for k, v in sums.items()}
         _check_metrics(metrics)
         return obs, metrics
+
+    def _update(self) -> dict[str, Any]:
+        """One online update, counted as it is made (a Ctrl+C may stop the next)."""
+        metrics = self.agent.update(self._batch())
+        self.progress.online_updates += 1
+        return metrics
 
     def _act(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The learner's exploring action, or the guide's for envs within the first h steps (JSRL)."""

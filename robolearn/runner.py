@@ -648,7 +648,7 @@ class Runner:
         runner, env = self.cfg.runner, self.env
         low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
-        sums: dict[str, Any] = collections.defaultdict(float)  # tensors stay on the device until the end
+        sums: dict[str, Any] = {}  # tensors stay on the device until the end
         updates = 0
         per_step = env.num_envs * self.world_size
         left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
@@ -666,12 +666,8 @@ class Runner:
             self.replay.add(transition)
             if self.progress.env_steps < runner.random_steps:
                 continue
-            self.progress.update_debt += runner.utd_ratio * env.num_envs
-            while self.progress.update_debt >= 1.0:
-                for key, value in update_metrics(self.agent.update(self._sample())).items():
-                    sums[key] = sums[key] + value  # not float(value): a host sync per update on a GPU
-                updates += 1
-                self.progress.update_debt -= 1.0
+            updates += pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
+                                       lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: float(v) / updates for k, v in sums.items()}
         _check_metrics(metrics)
@@ -709,19 +705,11 @@ class Runner:
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
         if not isinstance(out, dict) or "action" not in out:  # an agent of one's own: said, not an IndexError
             raise ContractError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
-        self._finite("action", out["action"])
-        next_obs, reward, terminated, truncated, info = self.env.step(out["action"])
-        self._finite("observation", next_obs)
-        self._finite("reward", reward)
-        done = terminated | truncated
-        self.agent.reset(done)
-        stats.add(reward, done, info)
+        next_obs, transition = step_envs(self.env, self.agent, obs, out["action"], stats, self._finite)
         self.progress.env_steps += self.env.num_envs * self.world_size
         if self._logger is not None:
             self._logger.advance(self.progress.env_steps)  # the bar moves within a slow iteration too
-        transition = {"obs": obs, "next_obs": info["final_obs"], "reward": reward,
-                      "terminated": terminated, "truncated": truncated, **out}
-        return next_obs, transition
+        return next_obs, {**transition, **out}  # what the agent stores with each step (log-probs, values...)
 
     # -- the end of a run ----------------------------------------------------------------------
 
@@ -747,6 +735,38 @@ class Snapshot:
         set_rng_state(self.rng)
         agent.load_state_dict(self.agent)
         return self.progress
+
+
+def step_envs(env: VecEnv, agent: Agent, obs: Obs, action: torch.Tensor, stats: EpisodeStats,
+              finite: FiniteWatch) -> tuple[Obs, dict[str, Any]]:
+    """One step of every env under ``action``, checked finite (at once on the CPU, once per iteration on
+    a GPU: ``finite``); where episodes end, the agent's acting state is reset and ``stats`` count them.
+    Returns the next observation and the transition to store (its ``next_obs`` is an ended episode's last)."""
+    finite("action", action)
+    next_obs, reward, terminated, truncated, info = env.step(action)
+    finite("observation", next_obs)
+    finite("reward", reward)
+    done = terminated | truncated
+    agent.reset(done)
+    stats.add(reward, done, info)
+    return next_obs, {"obs": obs, "next_obs": info["final_obs"], "reward": reward, "terminated": terminated,
+                      "truncated": truncated, "action": action}
+
+
+def pay_update_debt(progress: Any, owed: float, update: Callable[[], Any], sums: dict[str, Any], ctrl_c: CtrlC) -> int:
+    """Owe ``owed`` more updates (the UTD ratio times the env steps just taken) and run the whole ones
+    owed, a Ctrl+C taken between them; a fraction left over carries to the next step (``progress.update_debt``,
+    checkpointed). Metrics are summed into ``sums`` as they come (tensors: a ``float`` per update would be
+    a host sync on a GPU). Returns how many updates ran."""
+    progress.update_debt += owed
+    count = 0
+    while progress.update_debt >= 1.0:
+        ctrl_c.check()
+        for key, value in update_metrics(update()).items():
+            sums[key] = sums.get(key, 0.0) + value
+        count += 1
+        progress.update_debt -= 1.0
+    return count
 
 
 def iteration_rest(done: int, per_iteration: int) -> int:

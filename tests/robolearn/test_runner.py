@@ -757,3 +757,25 @@ def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path
         warnings.simplefilter("always")
         robolearn.train(cfg, resume=run)
     assert not [w for w in said if "differs from its own config.yaml" in str(w.message)]
+
+
+def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_carries_over():
+    """Several updates per env step (a UTD ratio above 1): a Ctrl+C during one is taken before the next,
+    and the updates still owed stay in the checkpointed debt, so a resume makes them."""
+    from types import SimpleNamespace
+    from robolearn.runner import pay_update_debt
+
+    progress, ctrl_c, made = SimpleNamespace(update_debt=0.5), CtrlC(), []
+
+    def update():
+        made.append(1)
+        ctrl_c.pending = True  # pressed during this update
+        return {"loss": torch.tensor(1.0)}
+
+    sums: dict = {}
+    with pytest.raises(KeyboardInterrupt):
+        pay_update_debt(progress, 3.0, update, sums, ctrl_c)
+    assert len(made) == 1 and progress.update_debt == 2.5 and float(sums["loss"]) == 1.0
+    ctrl_c.pending = False
+    assert pay_update_debt(progress, 0.25, lambda: {"loss": 2.0}, sums, ctrl_c) == 2
+    assert progress.update_debt == 0.75 and float(sums["loss"]) == 5.0
