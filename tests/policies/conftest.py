@@ -33,6 +33,28 @@ def _random_obs(num_envs: int) -> dict[str, torch.Tensor]:
     return {name: torch.randn(num_envs, *space.shape) * 3 + 1 for name, space in OBS_SPEC.items()}
 
 
+def _assert_same(a: Any, b: Any) -> None:
+    """Equal to the bit, through nested dicts, lists and tensors (a resumed agent's state)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    elif isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    else:
+        assert a == b
+
+
+@pytest.fixture
+def assert_same() -> Callable[[Any, Any], None]:
+    """Compare two states to the bit (nested dicts, lists, tensors)."""
+    return _assert_same
+
+
 @pytest.fixture
 def obs_spec() -> dict[str, spaces.Box]:
     """Two groups: ``policy`` (4) and privileged ``critic`` (3)."""

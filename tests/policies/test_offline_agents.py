@@ -100,7 +100,8 @@ def test_controller_exports_with_the_dataset_normalizer(variant, obs_spec, actio
     np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
 
 
-def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec):
+def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec, assert_same):
+    """Everything an update changes comes back: weights, optimizer moments, schedules, counters."""
     torch.manual_seed(0)
     data = synthetic_dataset(action_spec)
     agent = make(variant, obs_spec, action_spec)
@@ -111,6 +112,7 @@ def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec):
     buffer.seek(0)
     clone = make(variant, obs_spec, action_spec)
     clone.load_state_dict(torch.load(buffer, weights_only=True))
+    assert_same(clone.state_dict(), agent.state_dict())
     replay = ReplayBuffer(data["reward"].shape[0], torch.device("cpu"))
     replay.add(data)
     batch = replay.sample(32)
@@ -119,6 +121,7 @@ def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec):
     torch.manual_seed(1)
     b = {k: float(v) for k, v in clone.update(batch).items()}
     assert a == b
+    assert_same(clone.state_dict(), agent.state_dict())  # the step the losses led to: moments and schedules count
 
 
 def test_episode_boundaries_and_monte_carlo_returns():

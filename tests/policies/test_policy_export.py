@@ -125,12 +125,15 @@ def test_the_export_check_takes_nan_on_random_observations_and_keeps_the_matmul_
             self.gain = torch.nn.Linear(1, 1)
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            precisions.append(torch.get_float32_matmul_precision())  # eager calls: the trace and the check's
             return self.gain(torch.sqrt(obs[:, :1]))
 
+    precisions: list[str] = []
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")
     try:
         paths = export_controller(Root(), tmp_path)
         assert torch.get_float32_matmul_precision() == "medium" and paths["onnx"].is_file()
+        assert "highest" in precisions  # the controller's own outputs were computed at full precision
     finally:
         torch.set_float32_matmul_precision(before)

@@ -4,8 +4,6 @@ loaded with ``torch.load(weights_only=True)``."""
 from __future__ import annotations
 
 import io
-from typing import Any
-
 import pytest
 import torch
 
@@ -23,23 +21,9 @@ def make_agent(variant: str, obs_spec, action_spec):
     return agent_cls(obs_spec, action_spec, config_cls(**CONFIGS[variant]), torch.device("cpu"))
 
 
-def assert_same(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y)
-    elif isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    else:
-        assert a == b
-
-
 @pytest.mark.parametrize("variant", CONFIGS)
-def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec, random_obs, make_rollout, make_replay_batch) -> None:
+def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec, random_obs, make_rollout, make_replay_batch,
+                                                assert_same) -> None:
     torch.manual_seed(0)
     agent = make_agent(variant, obs_spec, action_spec)
     batch = (lambda: make_rollout(agent, 8, 6)) if agent.on_policy else (lambda: make_replay_batch(32))

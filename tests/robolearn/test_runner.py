@@ -56,6 +56,9 @@ def test_resume_restores_iteration_optimizer_lr_normalizer_and_rng(tmp_path):
     cfg.runner.total_steps = 1024
     resumed = Runner(cfg, resume=first.run_dir)
     assert resumed.progress.iteration == 3 and resumed.progress.env_steps == 768
+    lr = first.agent.learning_rate  # adaptive (the KL schedule): moved off the config's by now
+    assert lr != cfg.agent.learning_rate and resumed.agent.learning_rate == lr
+    assert [group["lr"] for group in resumed.agent.optimizer.param_groups] == [lr]
     torch.testing.assert_close(flat_params(resumed.agent), flat_params(first.agent))
     assert torch.equal(torch.get_rng_state(), saved["progress"]["rng"]["torch"])
     resumed.train()

@@ -25,7 +25,12 @@ def test_sb3_ppo_trains_on_our_env(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # else SB3 leaves an empty SB3-<time> folder in /tmp per run
     vec = VecEnvAsSB3(make_env("cartpole", num_envs=4, seed=0))
     model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(256)
+    assert model.num_timesteps == 256  # two rollouts of 32 steps on 4 envs, counted as SB3 counts them
+    assert any(not np.array_equal(a.numpy(), b.detach().numpy()) for a, b in zip(before, model.policy.parameters()))
+    rewards = model.rollout_buffer.rewards  # what our env returned, as SB3 stored it: cartpole's upright reward
+    assert rewards.shape == (32, 4) and np.isfinite(rewards).all() and rewards.std() > 0
     action, _ = model.predict(vec.reset(), deterministic=True)
     assert action.shape == (4, 1)
     vec.close()

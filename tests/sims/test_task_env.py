@@ -31,11 +31,23 @@ def test_step_matches_the_specs(name: str) -> None:
         assert env.control_dt == pytest.approx(env.task.frame_skip * env.sim.model.opt.timestep)
 
 
-@pytest.mark.parametrize("name", ["pendulum", "cartpole", "reacher"])
-def test_success_is_reported(name: str) -> None:
+# Per task: (qpos, qvel) of a world at its goal, then of one away from it (upright and still; hanging or
+# spinning; the fingertip, at 0.21 m along x with both arm angles 0, on the target or 20 cm from it)
+AT_GOAL_AND_NOT = {
+    "pendulum": ([[0.0], [math.pi]], [[0.0], [0.0]]),
+    "cartpole": ([[0.0, 0.05], [0.0, 0.05]], [[0.0, 0.0], [0.0, 3.0]]),
+    "reacher": ([[0.0, 0.0, 0.21, 0.0], [0.0, 0.0, 0.0, 0.2]], [[0.0] * 4, [0.0] * 4]),
+}
+
+
+@pytest.mark.parametrize("name", AT_GOAL_AND_NOT)
+def test_success_is_reported_where_the_goal_is_reached(name: str) -> None:
+    qpos, qvel = (torch.tensor(rows, dtype=torch.float64) for rows in AT_GOAL_AND_NOT[name])
     with make_env(name, num_envs=2, seed=0) as env:
+        env.reset(seed=0)
+        env.sim.set_state(torch.arange(2), qpos, qvel)
         step = env.step(torch.zeros(2, *env.action_spec.shape))
-        assert step.info["success"].shape == (2,) and step.info["success"].dtype == torch.bool
+        assert step.info["success"].dtype == torch.bool and step.info["success"].tolist() == [True, False]
 
 
 def test_truncation_at_max_episode_steps_resets_with_final_obs() -> None:
