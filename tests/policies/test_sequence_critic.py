@@ -65,8 +65,18 @@ def test_update_learns_from_windows_and_controller_decides_every_k():
     torch.manual_seed(0)
     agent = _agent(k=4, n=2, batch_size=32)
     replay = _replay(40, num_envs=2, done_at={7: "terminated"})
-    metrics = agent.update(agent.sample(replay, 32, num_envs=2))
+    batch = agent.sample(replay, 32, num_envs=2)
+    actor, critic, target = ([p.detach().clone() for p in net.parameters()]
+                             for net in (agent.actor, agent.critic, agent.critic_target))
+    metrics = agent.update(batch)
     assert all(bool(torch.isfinite(v)) for v in metrics.values())
+    for before, net in ((actor, agent.actor), (critic, agent.critic)):  # one step moved both
+        assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters()))
+    for before, moved, online in zip(target, agent.critic_target.parameters(), agent.critic.parameters()):
+        torch.testing.assert_close(moved, torch.lerp(before, online, agent.cfg.tau))  # Polyak, by tau
+    for _ in range(30):
+        last = agent.update(batch)
+    assert last["critic_loss"] < metrics["critic_loss"]  # the critics fit the windows' returns on a fixed batch
     controller = agent.controller()
     assert controller.decision_period == 4 and controller(torch.zeros(3, 1)).shape == (3, 4, 1)
     with pytest.raises(ValueError, match="multiple"):
@@ -84,6 +94,22 @@ def test_ensemble_execution_queries_every_step_and_blends_in_rollouts_and_contro
     for _ in range(3):
         agent.act({"policy": torch.zeros(2, 1)}, explore=False)
     assert len(calls) == 3  # open loop would have called once for the first 4 steps
+
+
+def test_ensemble_blends_every_prediction_for_a_step_in_rollouts_and_the_controller():
+    """m = 0 weighs alike every prediction made for the current step: the second step plays the mean of
+    the first chunk's second action and the second chunk's first, in rollouts and in the exported controller."""
+    torch.manual_seed(0)
+    agent = _agent(k=4, n=4, execution="ensemble", ensemble_decay=0.0)
+    first, second = torch.zeros(1, 1), torch.full((1, 1), 3.0)
+    with torch.no_grad():
+        chunk = lambda obs, i: agent.scaler(agent.actor(obs, 4, deterministic=True)[0][:, i])  # noqa: E731
+        expected = (chunk(first, 1) + chunk(second, 0)) / 2
+    controller = agent.controller()
+    for player in (lambda obs: agent.act({"policy": obs}, explore=False)["action"],
+                   lambda obs: controller.act({"policy": obs})):
+        player(first)
+        torch.testing.assert_close(player(second), expected)
 
 
 def test_ensemble_decay_reaches_rollouts_and_controller():

@@ -45,8 +45,11 @@ def test_update_trains_critic_model_and_actor_and_moves_targets(make_replay_batc
     torch.manual_seed(0)
     agent = SRL(obs_spec, action_spec, small(sequence_length=3, model_tau=0.5), CPU)
     model_target = [p.clone() for p in agent.model_target.parameters()]
+    critic, actor = ([p.detach().clone() for p in net.parameters()] for net in (agent.critic, agent.actor))
     batch = make_replay_batch(32)
     first = agent.update(batch)
+    for before, net in ((critic, agent.critic), (actor, agent.actor)):  # one step moved both, not the model alone
+        assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters()))
     assert set(first) >= {"critic_loss", "model_loss", "actor_loss", "alpha", "entropy"}
     assert all(bool(torch.isfinite(v)) for v in first.values())
     for before, target, online in zip(model_target, agent.model_target.parameters(), agent.model.parameters()):
@@ -54,6 +57,7 @@ def test_update_trains_critic_model_and_actor_and_moves_targets(make_replay_batc
     for _ in range(30):
         last = agent.update(batch)
     assert last["model_loss"] < first["model_loss"]  # the model fits s' on a fixed batch
+    assert last["critic_loss"] < first["critic_loss"]  # and the critics its returns
 
 
 def test_acting_plays_one_sequence_per_j_steps(random_obs, obs_spec, action_spec) -> None:

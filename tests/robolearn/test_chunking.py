@@ -165,7 +165,9 @@ def test_a_sequence_of_one_action_plays_like_a_flat_controller():
     one.chunk_length = 1  # forward returns (B, 1, A), not (B, A)
     chunked = ChunkedController(one)
     assert chunked.decision_period == 1
-    assert chunked.act({"policy": torch.ones(2, 1)}).shape == (2, 1)
+    for value in (1.0, 5.0):  # every step decides anew: the action is this observation's, not a held one
+        obs = torch.tensor([[value], [-value]])
+        torch.testing.assert_close(chunked.act({"policy": obs}), obs)  # Ramp with K = 1: obs + 0
 
 
 class HeldSkill:

@@ -100,16 +100,19 @@ def srl_run(tmp_path_factory):
 
 @pytest.mark.parametrize("exported", [None, "torchscript"])
 def test_eval_fas_prints_r_of_l_writes_a_plot_and_a_json_line(srl_run, capsys, exported):
-    capsys.readouterr()
-    args = ["eval", str(srl_run), "--fas", "--episodes", "2", "--json"] + (["--exported", exported] if exported else [])
-    assert main(args) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    def fas_eval(*extra: str) -> dict:
+        capsys.readouterr()
+        assert main(["eval", str(srl_run), "--fas", "--episodes", "2", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    checkpoints = fas_eval() if exported else None  # (fas.json is rewritten by each evaluation)
+    result = fas_eval("--exported", exported) if exported else fas_eval()
     assert result["lengths"] == list(fas.LENGTHS) and len(result["returns"]) == 16
     assert result["r_max"] == 1350.0 and result["shift"] == 1550.0 and result["decision_period"] == 2
     assert result["fas"] == pytest.approx(fas.score(result["lengths"], result["returns"], fas.Reference(1350.0, 1550.0)))
     assert (srl_run / "fas.png").stat().st_size > 0 and json.loads((srl_run / "fas.json").read_text())["fas"] == result["fas"]
     if exported:  # the file's queue plays the same chunks as the checkpoint's controller
-        assert result["returns"] == pytest.approx(json.loads((srl_run / "fas.json").read_text())["returns"])
+        assert result["returns"] == pytest.approx(checkpoints["returns"])
     assert main(["eval", str(srl_run), "--fas", "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert "L = 30" in out and "FAS " in out

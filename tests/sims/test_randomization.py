@@ -23,6 +23,13 @@ def test_physics_fields_are_drawn_per_world_within_range():
     assert kp.min() >= 0.6 - 1e-6 and kp.max() <= 0.9 + 1e-6
     gain = env.sim.get_model_field("actuator_gainprm")[:, :, 0] / nominal.get_model_field("actuator_gainprm")[:, :, 0]
     torch.testing.assert_close(gain, kp)  # position servo: gain and bias scale together
+    kv = env.sim.get_model_field("actuator_biasprm")[:, :, 2] / nominal.get_model_field("actuator_biasprm")[:, :, 2]
+    torch.testing.assert_close(kv, kp)  # the servo's damping term with its stiffness
+    inertia = env.sim.get_model_field("body_inertia")[:, 1:-1] / nominal.get_model_field("body_inertia")[:, 1:-1]
+    torch.testing.assert_close(inertia, mass.unsqueeze(-1).expand_as(inertia))  # a body scaled as a whole
+    damping = env.sim.get_model_field("dof_damping") / nominal.get_model_field("dof_damping")
+    assert damping.min() >= 1.0 - 1e-6 and damping.max() <= 3.0 + 1e-6
+    assert torch.allclose(damping, damping[:, :1].expand_as(damping)) and damping[:, 0].unique().numel() == 6
 
 
 def test_action_latency_delays_the_actuators():
@@ -123,12 +130,16 @@ def test_delays_no_episode_outlasts_are_refused_by_key():
         sims.make_env("arm_reach", 2, delay={"action_latency_steps": -1})
 
 
-def test_randomized_env_trains_end_to_end_shapes():
+def test_every_randomization_at_once_steps_through_an_episode_end_with_finite_observations():
+    """Latency, observation delay and pushes together (each is checked alone above), across a reset."""
     env = _env(num_envs=2, action_latency_s=[0.0, 0.05], obs_delay_steps=[0, 2], push_every_s=0.1, push_velocity=0.5)
     assert isinstance(env, RandomizedEnv)
+    ended = torch.zeros(2, dtype=torch.bool)
     for _ in range(env.max_episode_steps + 5):
         step = env.step(torch.zeros(2, 4))
         assert step.obs["policy"].shape == (2, 14) and torch.isfinite(step.obs["policy"]).all()
+        ended |= step.truncated
+    assert ended.all()
 
 
 def test_dynamics_drawn_once_stay_through_resets():
