@@ -11,7 +11,7 @@ write them atomically. :func:`record` fills a writer from any VecEnv (give the w
 from robolearn.data.d4rl import read_d4rl, write_d4rl
 from robolearn.data.dataset import Dataset, merge, split
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.lerobot import read_lerobot
+from robolearn.data.lerobot import read_lerobot, write_lerobot
 from robolearn.data.minari_store import DatasetWriter, dataset_id, datasets_root, list_datasets
 from robolearn.data.record import RandomController, env_metadata, record
 from robolearn.data.recordings import read_recordings
@@ -19,4 +19,4 @@ from robolearn.data.replay import ReplayResult, replay
 
 __all__ = ["Dataset", "DatasetError", "DatasetWriter", "Episode", "RandomController", "ReplayResult", "dataset_id",
            "datasets_root", "env_metadata", "list_datasets", "merge", "read_d4rl", "read_lerobot", "read_recordings", "record",
-           "replay", "split", "write_d4rl"]
+           "replay", "split", "write_d4rl", "write_lerobot"]

@@ -57,11 +57,12 @@ def add_dataset_parser(commands: Any) -> None:
                    help="lerobot: what next.done marks: where the task ended (no bootstrap), or where the recording "
                         "stopped (a time limit)")
 
-    p = sub.add_parser("export", parents=[root], help="write a dataset as a D4RL HDF5 file")
+    p = sub.add_parser("export", parents=[root], help="write a dataset as a D4RL HDF5 file or a LeRobot v3 directory")
     p.add_argument("name")
-    p.add_argument("--format", choices=["d4rl"], default="d4rl")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--format", choices=["d4rl", "lerobot"], default="d4rl")
+    p.add_argument("--out", type=Path, required=True, help="d4rl: the .hdf5 file; lerobot: the dataset's directory")
+    p.add_argument("--fps", type=float, help="lerobot: frames per second (default: 1 / the dataset's control_dt)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (or LeRobot dataset)")
 
     p = sub.add_parser("split", parents=[root], help="split a dataset's episodes into new datasets")
     p.add_argument("name")
@@ -284,7 +285,16 @@ def _warn_out_of_bounds(episodes: list, action_spec: Any) -> None:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset
     from robolearn.data.d4rl import write_d4rl
+    from robolearn.data.lerobot import write_lerobot
 
+    if args.fps is not None and args.format != "lerobot":
+        raise ValueError("--fps is for LeRobot datasets; a D4RL file keeps no frame rate")
+    if args.format == "lerobot":
+        dataset = Dataset.load(args.name, args.root)
+        path = write_lerobot(dataset, args.out, fps=args.fps, overwrite=args.overwrite)
+        print(f"exported:    {dataset.num_episodes} episodes, {dataset.num_steps} frames -> {path} (LeRobot v3.0; "
+              "LeRobotDataset(repo_id, root=...) loads it)")
+        return 0
     if args.out.exists() and not args.out.is_dir() and not args.overwrite:  # write_d4rl refuses a directory
         raise FileExistsError(f"{args.out}: exists; pass --overwrite to replace it")
     path = write_d4rl(Dataset.load(args.name, args.root), args.out)

@@ -1,4 +1,4 @@
-"""Read LeRobot v3 datasets (a local directory) as episodes.
+"""LeRobot v3 datasets (a local directory) in both directions: read as episodes, and written.
 
 Layout: ``meta/info.json`` (``fps``, ``features`` with dtype/shape/names),
 ``data/chunk-*/file-*.parquet`` with one row per frame: ``episode_index``,
@@ -21,12 +21,31 @@ recording merely stopped (a time limit: a truncation). ``done_means="terminal"``
 reads it as the first, ``"truncation"`` as the second; when every
 episode is done on its last frame and nowhere else (LeRobot's usual layout,
 and what both look like), metadata ``next_done_on_last_frames_only`` says so
-and ``robolearn dataset import`` names the choice it made.
+and ``robolearn dataset import`` names the choice it made. ``next.success``
+(as LeRobot's simulation datasets have it), where present, becomes the
+episode's ``infos/success``.
+
+Writing (:func:`write_lerobot`, ``robolearn dataset export --format lerobot``)
+is the same mapping the other way: one frame per step, ``next.done`` set where
+an episode terminated (a time limit or a stopped recording leaves it unset:
+the default reading above gives the same flags back), ``next.success`` where
+the episodes recorded it, ``timestamp`` = frame / fps, one task (the dataset's
+task name), and ``meta/stats.json`` and per-episode statistics as lerobot
+writes them. Our metadata (task, task settings, reference scores) goes to
+``meta/robolearn.json``, which lerobot ignores and this reader takes back.
+What LeRobot has no place for is left out: an episode's final observation
+(read back as a copy of the last), infos other than success (simulator state,
+qpos, commanded actions), float64 precision (written as float32).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +57,7 @@ IMAGE_DTYPES = ("image", "video", "string")
 
 
 DONE_MEANINGS = ("terminal", "truncation")
+FRAME_OUTCOMES = ("next.reward", "next.done", "next.success")  # what a frame's action led to
 
 
 def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[Episode], dict[str, Any]]:
@@ -74,7 +94,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     groups = {"observation.state": "policy"} | {
         key: key.removeprefix("observation.") for key, spec in features.items()
         if key.startswith("observation.") and key != "observation.state" and spec.get("dtype") not in IMAGE_DTYPES}
-    wanted = ["episode_index", "frame_index", *groups, "action"] + [k for k in ("next.reward", "next.done") if k in features]
+    wanted = ["episode_index", "frame_index", *groups, "action"] + [k for k in FRAME_OUTCOMES if k in features]
 
     columns: dict[str, list[np.ndarray]] = {key: [] for key in wanted}
     for file in files:
@@ -88,7 +108,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
             shape = tuple(features[key].get("shape") or ()) if key in features else ()
             columns[key].append(_column(table.column(key), shape, file, key))
     data = {key: np.concatenate(parts) for key, parts in columns.items()}
-    for key in ("episode_index", "frame_index", "next.reward", "next.done"):  # shape [1] features are per-frame scalars
+    for key in ("episode_index", "frame_index", *FRAME_OUTCOMES):  # shape [1] features are per-frame scalars
         if key in data:
             data[key] = data[key].reshape(len(data[key]))
 
@@ -108,10 +128,11 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         terminations = done if done_means == "terminal" else np.zeros(len(rows), bool)
         truncations = np.zeros(len(rows), bool) if done_means == "terminal" else done.copy()
         truncations[-1] |= not done[-1]
+        infos = {"success": data["next.success"][rows].astype(bool)} if "next.success" in data else {}
         episode = Episode(observations=observations, actions=data["action"][rows], rewards=rewards,
-                          terminations=terminations, truncations=truncations)
+                          terminations=terminations, truncations=truncations, infos=infos)
         episodes.append(episode.check(where))
-    meta: dict[str, Any] = {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
+    meta: dict[str, Any] = _own_metadata(root) | {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
                             "robot_type": info.get("robot_type"), "lerobot_episode_index": np.unique(data["episode_index"]).tolist()}
     if info.get("fps"):
         meta["control_dt"] = 1.0 / float(info["fps"])
@@ -121,6 +142,21 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         meta["next_done_read_as"] = done_means
         meta["next_done_on_last_frames_only"] = ends_only  # LeRobot's usual layout: why they ended is not said
     return episodes, meta
+
+
+def _own_metadata(root: Path) -> dict[str, Any]:
+    """What our export kept beside lerobot's files (``meta/robolearn.json``: task, task settings, reference
+    scores...); empty for other datasets, or where it is unreadable (said)."""
+    path = root / "meta" / "robolearn.json"
+    if not path.is_file():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
+        warnings.warn(f"{path}: unreadable ({type(err).__name__}), left out: the task and its settings are not "
+                      "known from it", stacklevel=3)
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.ndarray:
@@ -140,3 +176,174 @@ def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.nda
     if shape and int(np.prod(shape)) != 1:
         raise DatasetError(f"{file}: column '{key}' holds scalars, info.json says shape {list(shape)}")
     return values.reshape(len(column), *shape) if shape else values
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+# Our own writer, not lerobot's LeRobotDataset.create: lerobot needs Python >= 3.12 and torch < 2.12 (0.4.x:
+# torch < 2.8), which this stack does not run. The files follow what lerobot 0.4.0 writes and were checked by
+# loading them with its LeRobotDataset (see the README's "Datasets" section).
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+STATISTICS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+
+
+def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overwrite: bool = False) -> Path:
+    """Write ``dataset`` (a :class:`~robolearn.data.Dataset`) as the LeRobot v3.0 dataset directory ``out``
+    (one frame per step: its observation, its action, ``next.reward``, ``next.done`` where the episode
+    terminated, ``next.success`` where recorded), built beside ``out`` and renamed into place: an
+    interrupted export leaves nothing half-written. ``fps`` defaults to 1 / the dataset's ``control_dt``.
+    With ``overwrite``, only a LeRobot dataset (one with ``meta/info.json``) is replaced."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from robolearn.checkpoint import usual_mode
+    from robolearn.data.minari_store import interrupts_deferred
+
+    out = Path(out)
+    if out.exists():
+        if not overwrite:
+            raise FileExistsError(f"{out}: exists; pass --overwrite to replace it")
+        if not (out / "meta" / "info.json").is_file():
+            raise DatasetError(f"{out}: exists and is not a LeRobot dataset (no meta/info.json): not replaced; "
+                               "give a new directory")
+    fps = _frames_per_second(dataset, fps)
+    episodes = dataset.episodes
+    columns, features = _frames(episodes, fps)
+    task = str(dataset.task or dataset.id)
+    starts = np.cumsum([0] + [len(e) for e in episodes])
+    tables = {
+        DATA_PATH.format(chunk_index=0, file_index=0): pa.table({key: _arrow(columns[key]) for key in features}),
+        "meta/episodes/chunk-000/file-000.parquet": pa.table({
+            "episode_index": pa.array(range(len(episodes)), pa.int64()),
+            "tasks": pa.array([[task]] * len(episodes), pa.list_(pa.string())),
+            "length": pa.array([len(e) for e in episodes], pa.int64()),
+            "data/chunk_index": pa.array([0] * len(episodes), pa.int64()),
+            "data/file_index": pa.array([0] * len(episodes), pa.int64()),
+            "dataset_from_index": pa.array(starts[:-1], pa.int64()),
+            "dataset_to_index": pa.array(starts[1:], pa.int64()),
+            **{f"stats/{key}/{stat}": pa.array([_statistics(columns[key][a:b])[stat] for a, b in zip(starts, starts[1:])])
+               for key in features for stat in STATISTICS},
+            "meta/episodes/chunk_index": pa.array([0] * len(episodes), pa.int64()),
+            "meta/episodes/file_index": pa.array([0] * len(episodes), pa.int64()),
+        }),
+        # pandas' layout: lerobot reads this with pandas.read_parquet and looks tasks up by the index
+        "meta/tasks.parquet": pa.table({"task_index": pa.array([0], pa.int64()), "__index_level_0__": [task]})
+        .replace_schema_metadata({"pandas": json.dumps(_PANDAS_TASKS)}),
+    }
+    info = {"codebase_version": CODEBASE_VERSION, "robot_type": dataset.info.get("robot_type"),
+            "total_episodes": len(episodes), "total_frames": int(starts[-1]), "total_tasks": 1, "chunks_size": 1000,
+            "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
+            "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH, "video_path": None, "features": features}
+    texts = {"meta/info.json": info, "meta/stats.json": {key: _statistics(columns[key]) for key in features},
+             "meta/robolearn.json": dataset.writer_metadata(exported_from=dataset.id)}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as err:
+        raise DatasetError(f"{out}: cannot write there ({err.strerror})") from None
+    old = None
+    try:
+        for name, table in tables.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp / name)
+        for name, content in texts.items():
+            (tmp / name).write_text(json.dumps(content, indent=4))
+        os.chmod(tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
+        with interrupts_deferred():
+            if out.exists():  # --overwrite: swap whole directories
+                old = out.with_name(f".{out.name}.old-{os.getpid()}")
+                out.rename(old)
+            try:
+                tmp.rename(out)
+            except OSError:
+                if old is not None:
+                    old.rename(out)  # the one replaced stays
+                    old = None
+                raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _frames_per_second(dataset: Any, fps: float | None) -> int | float:
+    """``fps``, else 1 / the dataset's control period; whole numbers as ints (lerobot's ``fps`` is one)."""
+    if fps is None:
+        dt = dataset.info.get("control_dt")
+        if not dt:
+            raise DatasetError(f"dataset '{dataset.id}' does not say its control period (no control_dt): LeRobot "
+                               "datasets need one; pass --fps")
+        fps = 1.0 / float(dt)
+    if not (math.isfinite(fps) and fps > 0):
+        raise ValueError(f"--fps must be a positive number, got {fps}")
+    if abs(fps - round(fps)) < 1e-6:
+        return int(round(fps))
+    warnings.warn(f"{fps:g} frames per second is not a whole number, which lerobot's fps is meant to be; written "
+                  "as it is", stacklevel=3)
+    return float(fps)
+
+
+def _frames(episodes: list[Episode], fps: int | float) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Every frame's columns, and their features as info.json states them (in column order)."""
+    def vectors(name: str, parts: list[np.ndarray]) -> np.ndarray:
+        value = np.concatenate(parts)
+        if value.ndim > 2:
+            raise DatasetError(f"'{name}' has shape {list(value.shape[1:])} per step: the LeRobot export writes "
+                               "vectors only")
+        return value.reshape(len(value), -1).astype(np.float32)
+
+    groups = list(episodes[0].observations)
+    columns = {("observation.state" if g == "policy" else f"observation.{g}"): vectors(g, [e.observations[g][:-1] for e in episodes])
+               for g in groups}
+    columns["action"] = vectors("actions", [e.actions for e in episodes])
+    columns["next.reward"] = np.concatenate([e.rewards for e in episodes]).astype(np.float32)
+    columns["next.done"] = np.concatenate([e.terminations for e in episodes]).astype(bool)
+    if all("success" in e.infos for e in episodes):  # after each step: the last T rows (of T or T + 1)
+        columns["next.success"] = np.concatenate([np.asarray(e.infos["success"])[-len(e):].reshape(len(e))
+                                                  for e in episodes]).astype(bool)
+    frame = np.concatenate([np.arange(len(e)) for e in episodes])
+    columns["timestamp"] = (frame / fps).astype(np.float32)
+    columns["frame_index"] = frame.astype(np.int64)
+    columns["episode_index"] = np.concatenate([np.full(len(e), i) for i, e in enumerate(episodes)]).astype(np.int64)
+    columns["index"] = np.arange(len(frame), dtype=np.int64)
+    columns["task_index"] = np.zeros(len(frame), np.int64)
+    dtypes = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(bool): "bool"}
+    features = {key: {"dtype": dtypes[value.dtype], "shape": list(value.shape[1:]) or [1], "names": None}
+                for key, value in columns.items()}
+    return columns, features
+
+
+def _arrow(values: np.ndarray) -> Any:
+    """A column as lerobot stores it: vectors as fixed-size lists, one-number features as plain scalars."""
+    import pyarrow as pa
+
+    if values.ndim == 1:
+        return pa.array(values)
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+def _statistics(values: np.ndarray) -> dict[str, list]:
+    """lerobot's per-feature statistics, one entry per dimension (min and max in the feature's type)."""
+    rows = values.reshape(len(values), -1)
+    numbers = rows.astype(np.float64)
+    extreme = (lambda v: v.tolist()) if rows.dtype != np.float32 else (lambda v: v.astype(np.float64).tolist())
+    stats = {"min": extreme(rows.min(0)), "max": extreme(rows.max(0)), "mean": numbers.mean(0).tolist(),
+             "std": numbers.std(0).tolist(), "count": [len(rows)]}
+    for q in (1, 10, 50, 90, 99):
+        stats[f"q{q:02d}"] = np.quantile(numbers, q / 100, axis=0).tolist()
+    return stats
+
+
+_PANDAS_TASKS = {  # pandas' metadata for a frame of one int64 column indexed by strings (the task texts)
+    "index_columns": ["__index_level_0__"],
+    "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+                        "metadata": {"encoding": "UTF-8"}}],
+    "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                 "metadata": None},
+                {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object",
+                 "metadata": None}],
+    "attributes": {}, "creator": {"library": "pyarrow", "version": "0"}, "pandas_version": "2.0.0",
+}

@@ -46,7 +46,7 @@ def _table(frames: dict[str, np.ndarray], rows: slice) -> pa.Table:
     return pa.table(columns)
 
 
-def write_lerobot(root: Path, frames: dict[str, np.ndarray] | None = None) -> Path:
+def lerobot_source(root: Path, frames: dict[str, np.ndarray] | None = None) -> Path:
     """A LeRobot v3 dataset: meta/info.json, meta/stats.json, meta/tasks.parquet,
     meta/episodes/chunk-000/file-000.parquet and the frames in two data files."""
     frames = frames if frames is not None else _frames()
@@ -73,7 +73,7 @@ def write_lerobot(root: Path, frames: dict[str, np.ndarray] | None = None) -> Pa
 
 def test_lerobot_import_keeps_every_array_of_the_source(tmp_path, root):
     frames = _frames()
-    source = write_lerobot(tmp_path / "so100_pick")
+    source = lerobot_source(tmp_path / "so100_pick")
     assert main(["dataset", "import", str(source), "--format", "lerobot"]) == 0
     ds = Dataset.load("so100_pick")
     assert len(ds) == 3 and [len(e) for e in ds] == list(LENGTHS)
@@ -89,7 +89,7 @@ def test_lerobot_import_keeps_every_array_of_the_source(tmp_path, root):
 
 
 def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
-    source = write_lerobot(tmp_path / "ds")
+    source = lerobot_source(tmp_path / "ds")
     data = source / "data" / "chunk-000" / "file-001.parquet"
     data.write_bytes(data.read_bytes()[:100])
     with pytest.raises(DatasetError, match="file-001.parquet: not a readable parquet file"):
@@ -97,11 +97,11 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
 
     frames = _frames()
     del frames["action"]
-    source = write_lerobot(tmp_path / "noaction", frames)
+    source = lerobot_source(tmp_path / "noaction", frames)
     with pytest.raises(DatasetError, match="info.json: missing feature 'action'"):
         read_lerobot(source)
 
-    source = write_lerobot(tmp_path / "shape")
+    source = lerobot_source(tmp_path / "shape")
     info = json.loads((source / "meta" / "info.json").read_text())
     info["features"]["observation.state"]["shape"] = [7]
     (source / "meta" / "info.json").write_text(json.dumps(info))
@@ -111,12 +111,12 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
     frames = _frames()
     frames["action"][2, 1] = np.nan
     with pytest.raises(DatasetError, match=r"episode_index 0: 'actions' \(5, 6\) holds NaN or inf \(first at row 2\)"):
-        read_lerobot(write_lerobot(tmp_path / "nan", frames))
+        read_lerobot(lerobot_source(tmp_path / "nan", frames))
 
     with pytest.raises(DatasetError, match="not a LeRobot dataset"):
         read_lerobot(tmp_path)
 
-    v21 = write_lerobot(tmp_path / "v21")  # LeRobot v2.1: one parquet file per episode
+    v21 = lerobot_source(tmp_path / "v21")  # LeRobot v2.1: one parquet file per episode
     for index, file in enumerate(sorted((v21 / "data" / "chunk-000").iterdir())):
         file.rename(file.with_name(f"episode_{index:06d}.parquet"))
     info = json.loads((v21 / "meta" / "info.json").read_text())
@@ -132,10 +132,10 @@ def test_next_done_on_every_last_frame_is_read_as_said_and_can_be_read_as_a_time
     ends = np.cumsum(LENGTHS) - 1
     frames["next.done"][:] = False
     frames["next.done"][ends] = True
-    source = write_lerobot(tmp_path / "stopped", frames)
+    source = lerobot_source(tmp_path / "stopped", frames)
     episodes, meta = read_lerobot(source)
     assert all(e.terminations[-1] and not e.truncations.any() for e in episodes)
-    assert meta["next_done_on_last_frames_only"] and not read_lerobot(write_lerobot(tmp_path / "mixed"))[1][
+    assert meta["next_done_on_last_frames_only"] and not read_lerobot(lerobot_source(tmp_path / "mixed"))[1][
         "next_done_on_last_frames_only"]
     assert main(["dataset", "import", str(source), "--format", "lerobot", "--name", "as_terminal"]) == 0
     assert "next.done:   on each episode's last frame, read as the task's end (no bootstrap); --done truncation if " \
@@ -161,3 +161,126 @@ def test_a_recording_at_another_rate_than_the_task_is_said_at_import(capsys):
     assert "recorded at a control period of 0.1 s, the env steps 0.02 s" in capsys.readouterr().out
     _task_specs("pendulum", 0.02)
     assert capsys.readouterr().out == ""
+
+
+# -- export ----------------------------------------------------------------------------------------------------
+
+def _rated(recorded, task: str, episodes: int, name: str | None = None, **settings) -> Dataset:
+    """Recorded as ``robolearn dataset record`` records: its control period in the metadata."""
+    import sims
+
+    with sims.make_env(task, num_envs=1, **settings) as env:
+        control_dt = env.control_dt
+    return recorded(task, episodes, name=name, metadata={"control_dt": control_dt}, **settings)
+
+
+def _exported(dataset: Dataset, out: Path, **kwargs) -> Path:
+    from robolearn.data.lerobot import write_lerobot
+
+    return write_lerobot(dataset, out, **kwargs)
+
+
+@pytest.mark.parametrize("task, settings", [("hopper", {"max_episode_steps": 20}), ("arm_reach", {})])
+def test_export_reads_back_with_the_same_arrays_flags_success_and_task(recorded, tmp_path, task, settings):
+    """hopper: random episodes that fall (terminated) and that time out; arm_reach: success recorded."""
+    source = _rated(recorded, task, 6, **settings)
+    out = _exported(source, tmp_path / "out")
+    episodes, meta = read_lerobot(out)
+    assert len(episodes) == source.num_episodes and meta["task"] == task and meta["control_dt"] == pytest.approx(
+        source.info["control_dt"]) and meta["exported_from"] == source.id and meta["task_kwargs"] == settings
+    ended = {"terminated": 0, "truncated": 0}
+    for mine, back in zip(source, episodes):
+        np.testing.assert_array_equal(back.actions, mine.actions)
+        np.testing.assert_array_equal(back.rewards, mine.rewards)
+        np.testing.assert_array_equal(back.observations["policy"][:-1], mine.observations["policy"][:-1])
+        np.testing.assert_array_equal(back.terminations, mine.terminations)
+        np.testing.assert_array_equal(back.truncations, mine.truncations)
+        assert back.success == mine.success
+        ended["terminated" if mine.terminations[-1] else "truncated"] += 1
+    if task == "hopper":
+        assert ended["terminated"] and ended["truncated"]  # both kinds of end were written and read back
+    else:
+        assert all(e.success is not None for e in episodes)
+
+
+def test_export_has_lerobots_layout(recorded, tmp_path):
+    """What lerobot 0.4.0's LeRobotDataset reads (the layout its own writer leaves; loading our export with it
+    was checked by hand, as the README says): info's features with the five frame columns, scalars for shape
+    [1], tasks indexed by their text (pandas), episodes' row ranges, statistics per feature."""
+    source = _rated(recorded, "arm_reach", 3)
+    out = _exported(source, tmp_path / "out")
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["fps"] == 50 and info["total_frames"] == source.num_steps
+    assert list(info["features"]) == ["observation.state", "action", "next.reward", "next.done", "next.success",
+                                      "timestamp", "frame_index", "episode_index", "index", "task_index"]
+    data = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
+    assert data.column_names == list(info["features"])
+    assert pa.types.is_fixed_size_list(data.schema.field("observation.state").type)
+    assert data.schema.field("next.reward").type == pa.float32() and data.schema.field("index").type == pa.int64()
+    assert np.allclose(data.column("timestamp").to_numpy(), data.column("frame_index").to_numpy() / 50)
+    tasks = pq.read_table(out / "meta" / "tasks.parquet")
+    assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["__index_level_0__"]
+    assert tasks.column("__index_level_0__").to_pylist() == ["arm_reach"] and tasks.column("task_index").to_pylist() == [0]
+    episodes = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pydict()
+    lengths = [len(e) for e in source]
+    assert episodes["length"] == lengths and episodes["dataset_from_index"] == [0, lengths[0], sum(lengths[:2])]
+    assert episodes["dataset_to_index"] == list(np.cumsum(lengths)) and episodes["tasks"] == [["arm_reach"]] * 3
+    assert episodes["stats/action/count"] == [[n] for n in lengths]
+    stats = json.loads((out / "meta" / "stats.json").read_text())
+    actions = np.concatenate([e.actions for e in source])
+    assert set(stats) == set(info["features"]) and stats["action"]["count"] == [len(actions)]
+    np.testing.assert_allclose(stats["action"]["mean"], actions.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(stats["action"]["q50"], np.median(actions, 0), rtol=1e-5)
+
+
+def test_export_replaces_only_a_lerobot_dataset_and_an_interrupted_one_leaves_nothing(recorded, tmp_path, monkeypatch):
+    source = _rated(recorded, "pendulum", 2)
+    mine = tmp_path / "my_folder"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        _exported(source, mine)
+    with pytest.raises(DatasetError, match="not a LeRobot dataset .* not replaced"):
+        _exported(source, mine, overwrite=True)
+    assert (mine / "notes.txt").read_text() == "keep"
+
+    out = _exported(source, tmp_path / "out")
+    before = (out / "meta" / "info.json").read_text()
+    calls = {"n": 0}
+    write_table = pq.write_table
+
+    def failing(*args, **kwargs):  # the disk fills while the second file is written
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return write_table(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", failing)
+    with pytest.raises(OSError):
+        _exported(source, out, overwrite=True)
+    assert (out / "meta" / "info.json").read_text() == before  # the old export stays, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["datasets", "my_folder", "out"])  # no temp left
+    monkeypatch.setattr(pq, "write_table", write_table)
+    assert _exported(source, out, fps=25, overwrite=True) == out
+    assert json.loads((out / "meta" / "info.json").read_text())["fps"] == 25
+
+
+def test_export_from_the_command_line_and_its_refusals(recorded, root, tmp_path, capsys):
+    _rated(recorded, "pendulum", 2, name="pend")
+    out = tmp_path / "pend_lerobot"
+    assert main(["dataset", "export", "pend", "--format", "lerobot", "--out", str(out)]) == 0
+    assert f"2 episodes, 1000 frames -> {out}" in capsys.readouterr().out
+    assert main(["dataset", "import", str(out), "--format", "lerobot", "--name", "back"]) == 0
+    assert Dataset.load("back").task == "pendulum"  # from meta/robolearn.json
+    assert main(["dataset", "export", "pend", "--out", str(tmp_path / "p.hdf5"), "--fps", "10"]) == 2
+    assert "--fps is for LeRobot datasets" in capsys.readouterr().err
+    assert main(["dataset", "export", "pend", "--format", "lerobot", "--out", str(out)]) == 2
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_export_without_a_control_period_asks_for_fps(tmp_path):
+    from types import SimpleNamespace
+
+    bare = SimpleNamespace(info={}, id="bare-v0", task=None)
+    with pytest.raises(DatasetError, match="no control_dt.*pass --fps"):
+        _exported(bare, tmp_path / "out")
