@@ -179,8 +179,8 @@ def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.nda
 
 
 # -- writing ------------------------------------------------------------------------------------------------
-# Our own writer, not lerobot's LeRobotDataset.create: lerobot needs Python >= 3.12 and torch < 2.12 (0.4.x:
-# torch < 2.8), which this stack does not run. The files follow what lerobot 0.4.0 writes and were checked by
+# Our own writer, not lerobot's LeRobotDataset.create: the lerobot package pins an older torch (0.4.x: < 2.8;
+# its current releases: < 2.12 and Python >= 3.12) than this stack runs. The files follow what lerobot 0.4.0 writes and were checked by
 # loading them with its LeRobotDataset (see the README's "Datasets" section).
 
 CODEBASE_VERSION = "v3.0"
