@@ -36,6 +36,7 @@ from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
+from robolearn.runner import export_behind
 from sims.tasks.arm_reach import ArmReach
 
 TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
@@ -118,6 +119,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _refuse_folder_of_runs(Path(run_dir), fmt)
         raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
     controller = ExportedController(path)
+    if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
+        warnings.warn(behind, stacklevel=2)
     task = run_task(run_dir, controller.meta)
     if target is None:
         _warn_if_training_targets(run_dir, seed)

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
     os.environ["MUJOCO_GL"] = "osmesa"
     os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    # Gymnasium's classic-control renderer (pygame) films offscreen; without a display SDL would print
+    # "XDG_RUNTIME_DIR is invalid or not set", which reads like one of ours
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 if TYPE_CHECKING:
     from pathlib import Path

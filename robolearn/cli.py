@@ -25,6 +25,7 @@ from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError
 from robolearn.runtime import stops_as_ctrl_c
+from robolearn.shell import shell
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
@@ -66,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("eval", help="evaluate a run's controller")
     p.add_argument("run", type=Path)
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=int, help="default: as many as the run's own evaluation (runner.eval_episodes; "
+                                                "10 where it had none)")
     p.add_argument("--seed", type=int, help="default: the run's own evaluation seed (its seed + 10000), which "
-                                            "gives eval.json's numbers again; --fas: 12345")
+                                            "with the default --episodes gives eval.json's numbers again; --fas: 12345")
     p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
     p.add_argument("--fas", nargs="?", const=True, default=None, metavar="R_MAX",
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("play", help="film a run's controller")
     p.add_argument("run", type=Path)
-    p.add_argument("--video", type=Path, required=True, help="output .mp4")
+    p.add_argument("--video", type=Path, required=True, help="output .mp4 (or .gif, .mkv, .webm...)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path)
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
     p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
+    p.add_argument("--overwrite", action="store_true", help="replace another export in --out (another run's)")
 
     p = commands.add_parser("deploy", help="run a run's exported controller on a robot, recorded, stopping safely")
     p.add_argument("run", type=Path)
@@ -360,17 +363,21 @@ def _eval(args: argparse.Namespace) -> int:
     from robolearn.registry import evaluation_dynamics, make_env
     from robolearn.runner import load_controller
 
-    _positive("--episodes", args.episodes)
+    if args.episodes is not None:
+        _positive("--episodes", args.episodes)
     if args.fas_shift is not None and args.fas is None:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
     cfg = _run_config(args.run, nominal=args.nominal)
+    if args.episodes is None:  # the run's own evaluation's count: with its seed, eval.json's numbers again
+        args.episodes = cfg.runner.eval_episodes if cfg.runner.eval_episodes > 0 else 10
     if args.fas is not None:
         args.seed = 12345 if args.seed is None else args.seed
         return _eval_fas(args, cfg)
     seed = cfg.seed + 10_000 if args.seed is None else args.seed  # the end-of-run evaluation's (runner.finish_run)
     with make_env(cfg.env, num_envs=args.episodes, seed=seed) as env:
         result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=seed)
-    result = {"run": str(args.run), "task": cfg.env.task, **result, "dynamics": evaluation_dynamics(cfg.env)}
+    result = {"run": str(args.run), "task": cfg.env.task, **result, "dynamics": evaluation_dynamics(cfg.env),
+              "controller": args.exported or "checkpoint"}
     if (score := _normalized_score(cfg.dataset, result["return_mean"])) is not None:  # as the run's own evaluation
         result["normalized_score"] = score
     if not args.json:
@@ -417,11 +424,12 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
 def _play(args: argparse.Namespace) -> int:
     from gymnasium.error import DependencyNotInstalled
 
-    from robolearn.evaluate import record_video
+    from robolearn.evaluate import record_video, video_target
     from robolearn.registry import make_env
     from robolearn.runner import load_controller
 
     _positive("--seconds", args.seconds)
+    video_target(args.video)[1].unlink()  # a path that cannot take the video is said now, not after the filming
     cfg = _run_config(args.run, nominal=args.nominal)
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
@@ -463,17 +471,23 @@ def _plot(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller, task_meta
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent
+    from robolearn.runner import load_agent, trained_counts
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
                          "and controller.json into it (their names are fixed: deploy and eval look for them)")
+    out = args.out or args.run / "export"
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out}: a file; give a directory for the exported files")
+    if (out / "controller.json").is_file() and out.resolve() != (args.run / "export").resolve() and not args.overwrite:
+        raise FileExistsError(f"--out {out}: holds another export (its controller.json); pass --overwrite to replace "
+                              "it, or give a new directory")
     cfg = _run_config(args.run)
+    trained = trained_counts(_saved_progress(args.run))
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))
-        paths = export_controller(controller, args.out or args.run / "export", formats,
-                                  extra=task_meta(cfg.env, env.control_dt))
+        paths = export_controller(controller, out, formats, extra=task_meta(cfg.env, env.control_dt) | {"trained": trained})
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
     return 0
@@ -507,7 +521,8 @@ def _list(args: argparse.Namespace) -> int:
                 if e.get("normalized_score") is not None:  # offline runs: on the data's reference scale (x 100)
                     summary += f", normalized score {100 * float(e['normalized_score']):.1f}"
             except (OSError, ValueError, TypeError, KeyError) as err:
-                summary = f"(eval.json unreadable: {type(err).__name__}: {err}; robolearn eval {run} evaluates it again)"
+                summary = (f"(eval.json unreadable: {type(err).__name__}: {err}; remove it, then "
+                           f"{shell('robolearn', 'train', '--resume', run)} evaluates the run again)")
             else:
                 evaluations.setdefault(run.parent, []).append((run, e))
         status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
@@ -558,7 +573,7 @@ def _how_far(run: Path) -> str:
         last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
     except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
         last, raw = {}, None
-    resume = f"robolearn train --resume {run}"
+    resume = shell("robolearn", "train", "--resume", run)
     if not last or not isinstance(raw, dict):
         return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
@@ -582,7 +597,9 @@ def _how_far(run: Path) -> str:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
         if ended:
             return "done"
-        return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet exported or evaluated; {resume}"
+        evaluated = (run / "eval.json").is_file() or not runner.get("eval_episodes")
+        missing = " or ".join(what for what, there in (("exported", exported), ("evaluated", evaluated)) if not there)
+        return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet {missing}; {resume}"
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
     if ended and (run / "eval.json").is_file() and not failed:  # its end ran (export, evaluation) before the budget

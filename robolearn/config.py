@@ -23,6 +23,8 @@ from typing import Any, Literal
 import torch
 import yaml
 
+from robolearn.shell import shell
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = "ppo_cartpole"
 
@@ -123,6 +125,9 @@ def resolve_config_path(name_or_path: str | None) -> Path:
     for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml", shipped):
         if candidate.is_file():
             return candidate
+    if (Path(name) / "config.yaml").is_file():  # a run's folder: its config is read by --resume
+        raise ConfigError(f"{name} is a run: continue it with {shell('robolearn', 'train', '--resume', name)} "
+                          "(a config is a YAML file or a name in configs/)")
     stems = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     close = difflib.get_close_matches(Path(name).stem, stems, n=1)
     hint = f"did you mean '{close[0]}'? or " if close else ""
@@ -174,6 +179,9 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
+        if " #" in value and not (isinstance(parsed, str) and "#" in parsed):  # YAML took the rest for a comment
+            raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
+                              f"quote the value: {key}='{value.strip()}'")
         _set_dotted(raw, key.strip(), parsed)
     if "name" not in raw:
         # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
@@ -221,7 +229,7 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.yaml)")
+        raise FileNotFoundError(f"{run_dir}: {_not_a_run(Path(run_dir))}")
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
@@ -230,6 +238,21 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
         return config_from_dict(raw)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+
+
+def _not_a_run(path: Path) -> str:
+    """What ``path``, given where a run's folder was expected, is instead, and what to give."""
+    if path.name == "config.yaml" and path.is_file():
+        return f"give the run's folder, {path.parent}, not its config.yaml"
+    if path.is_file():
+        return "a file, not a run's folder (runs/<name>/<time>)"
+    if path.is_dir() and (runs := sorted(p.parent for p in path.rglob("config.yaml") if "wandb" not in p.parts)):
+        newest = max(runs, key=lambda run: run.stat().st_mtime)
+        return f"a folder of {len(runs)} run(s), not one; give one of them, e.g. the newest: {newest}"
+    if not path.exists() and (CONFIG_DIR / f"{path.name}.yaml").is_file():
+        return (f"no such folder; '{path.name}' is a config (robolearn train {path.name} trains it; "
+                "robolearn list shows the runs)")
+    return "not a run directory (no config.yaml)" if path.exists() else "no such run directory"
 
 
 def config_from_dict(raw: dict[str, Any]) -> TrainConfig:

@@ -65,7 +65,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             series.setdefault(label, []).append((counter, phase_lines))
     legend = {}  # label -> a line drawn with it: one legend for all rows
     for index, (label, members) in enumerate(series.items()):
-        style = {"label": label, "color": f"C{index % 10}"}  # the same in every row
+        # the same in every row; past matplotlib's 10 colours, the lines are dashed, then dotted...
+        style = {"label": label, "color": f"C{index % 10}", "linestyle": ("-", "--", ":", "-.")[index // 10 % 4]}
         for row, metric in enumerate(chosen):
             points = [[(line[counter], line.get("time"), line[metric]) for line in lines
                        if _finite(line.get(metric)) and _finite(line.get(counter))] for counter, lines in members]
@@ -103,7 +104,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
-    out = Path(out)
+    out = Path(out) / "curves.png" if Path(out).is_dir() else Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
     return out
@@ -132,7 +133,7 @@ def _draw_mean(ax, curves: list[list[tuple[float, float]]], style: dict):
     values = np.stack([np.interp(grid, *map(np.asarray, zip(*curve))) for curve in curves])
     mean, std = values.mean(0), values.std(0)
     ax.fill_between(grid, mean - std, mean + std, color=style["color"], alpha=0.2, linewidth=0)
-    return ax.plot(grid, mean, **style)[0]
+    return ax.plot(grid, mean, **style, marker="o" if len(grid) == 1 else None)[0]  # one step: a point
 
 
 COUNTERS = ("env_steps", "updates", "pretrain_updates")

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from robolearn.shell import shell
+
 
 def init(device: str) -> bool:
     """Join torchrun's process group (from RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) once;
@@ -76,8 +78,8 @@ def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
                                                                         "Connection reset by peer")))):
         return None
     return PeersLost(f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, "
-                     f"'local_rank: N', with its own error); the run goes on from its last checkpoint: robolearn "
-                     f"train --resume {run_dir} --nproc {world_size()}")
+                     f"'local_rank: N', with its own error); the run goes on from its last checkpoint: "
+                     f"{shell('robolearn', 'train', '--resume', run_dir)} --nproc {world_size()}")
 
 
 def shutdown() -> None:

@@ -162,18 +162,42 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     steps = int(seconds / env.control_dt)
     if steps < 1:
         raise ValueError(f"film at least one control step ({env.control_dt:g} s), got {seconds:g} s")
+    path, tmp = video_target(path)
     every = max(1, round(1.0 / (fps * env.control_dt)))
-    obs = env.reset(seed=seed)
-    controller.reset()
-    frames = []
-    for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
-        if step % every == 0:
-            frames.append(env.render(0, width=width, height=height))
-        obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
-        controller.reset(terminated | truncated)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # written aside, then renamed: never half a video
-    imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8)
+    try:
+        obs = env.reset(seed=seed)
+        controller.reset()
+        frames = []
+        for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
+            if step % every == 0:
+                frames.append(env.render(0, width=width, height=height))
+            obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
+            controller.reset(terminated | truncated)
+        imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8)
+    except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, BrokenPipeError):  # ffmpeg stopped; not the CLI's quiet "output pipe closed"
+            raise RuntimeError(f"{path}: ffmpeg stopped writing the video (its messages above say why)") from None
+        raise
     tmp.replace(path)
     return path
+
+
+VIDEO_SUFFIXES = (".mp4", ".gif", ".mkv", ".mov", ".avi", ".webm")
+
+
+def video_target(path: str | Path) -> tuple[Path, Path]:
+    """``path`` checked before any filming (which takes minutes on big tasks): a file name with a video
+    suffix in a folder that can be written. Returns it and the temp file beside it the video is written to,
+    then renamed from: never half a video."""
+    path = Path(path)
+    if not path.name or path.is_dir():
+        raise ValueError(f"video {path}: a folder; give the video's file name, e.g. {path / 'video.mp4'}")
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise ValueError(f"video {path}: give a file ending in {', '.join(VIDEO_SUFFIXES)} (the suffix picks the format)")
+    if blocked := next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None):
+        raise ValueError(f"video {path}: {blocked} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    tmp.open("wb").close()  # a read-only or full folder fails here, not after the filming
+    return path, tmp

@@ -35,6 +35,7 @@ import torch
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes
 from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_rows
+from robolearn.shell import shell
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
@@ -54,7 +55,8 @@ def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
 
 
 def export_controller(controller: Controller, out_dir: Path, formats: tuple[str, ...] = FORMATS, extra: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write ``controller`` in ``formats`` plus ``controller.json``; returns the paths."""
+    """Write ``controller`` in ``formats`` plus ``controller.json``; returns the paths. A file of another
+    format already in ``out_dir`` is removed: it would be of an older controller than the json beside it."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}")
@@ -99,6 +101,8 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     }
     paths["meta"] = out_dir / "controller.json"
     atomic_write_bytes(paths["meta"], lambda f: f.write(json.dumps(meta, indent=2).encode()))
+    for fmt in set(FORMATS) - set(formats):
+        (out_dir / FILENAMES[fmt]).unlink(missing_ok=True)
     return paths
 
 
@@ -169,6 +173,8 @@ class ExportedController:
                              f"(TorchScript) or {folder / FILENAMES['onnx']} (ONNX); controller.json describes them")
         meta_path = path.parent / "controller.json"
         if not meta_path.is_file():
+            if not path.is_file() and path.parent.name == "export":  # a run not exported (yet)
+                raise FileNotFoundError(f"{path.parent}: no exported controller; {_reexport(path).replace(' again', '')}")
             raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
@@ -266,7 +272,7 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
 
 def _reexport(path: Path) -> str:
     """How to write an exported controller again: from its run's checkpoint."""
-    run = path.parent.parent if path.parent.name == "export" else "RUN"
+    run = shell(path.parent.parent) if path.parent.name == "export" else "RUN"
     return f"export it again with `robolearn export {run}`"
 
 

@@ -219,7 +219,7 @@ class FinetuneRunner(OfflineRunner):
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
-        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
+        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
                    annotate=lambda e: {"dataset": self.dataset.id, "pretrain_updates": self.progress.updates,
                                        "online_steps": self.progress.env_steps, **self._score(e)})
         logger.close()

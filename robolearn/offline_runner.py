@@ -298,7 +298,7 @@ class OfflineRunner:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()
-        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt,
+        finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
                    annotate=lambda e: {"dataset": self.dataset.id, "updates": self.progress.updates, **self._score(e)})
         logger.close()
         return result

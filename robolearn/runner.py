@@ -65,6 +65,7 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.recording import unique_directory
 from robolearn.runtime import STOP_SIGNALS, hung_up
+from robolearn.shell import shell
 from robolearn.run_lock import RunLock
 from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
 from robolearn.storage import ReplayBuffer, RolloutStorage
@@ -189,7 +190,7 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
     if run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + total))
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
-                          f"to train on, raise it: robolearn train --resume {run_dir} runner.total_steps={more} "
+                          f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
                           f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
                           f"overrides={{'runner.total_steps': {more}}}))")
 
@@ -311,6 +312,36 @@ def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Ag
     return agent
 
 
+TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates")
+
+
+def trained_counts(progress: dict[str, Any]) -> dict[str, int]:
+    """How far a run had trained, from its progress (a checkpoint's): what its export records
+    (``controller.json``'s ``trained``), so that an export older than the checkpoint is told apart."""
+    return {key: int(value) for key in TRAINED_COUNTERS
+            if isinstance(value := progress.get(key), int) and not isinstance(value, bool) and value > 0}
+
+
+def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
+    """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
+    (a resume trained on and stopped before its end exported again), or None."""
+    trained, path = meta.get("trained"), Path(run_dir) / "checkpoints" / "latest.pt"
+    if not isinstance(trained, dict) or not path.is_file():  # exports of before this was recorded: not known
+        return None
+    try:
+        progress = load_checkpoint(path).get("progress")
+    except CheckpointError:
+        return None
+    now = trained_counts(progress if isinstance(progress, dict) else {})
+    ahead = [f"{count:,} {key.replace('_', ' ')} (the export: {int(trained.get(key) or 0):,})"
+             for key, count in now.items() if count > int(trained.get(key) or 0)]
+    if not ahead:
+        return None
+    return (f"{run_dir}: its export is older than its checkpoint, which has trained to {', '.join(ahead)}; the run "
+            f"trained on and stopped before its end exported again: {shell('robolearn', 'export', run_dir)} "
+            "exports the checkpoint's controller")
+
+
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None,
                     cfg: TrainConfig | None = None) -> Controller | Any:
     """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
@@ -322,7 +353,10 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     if exported:
         if exported not in FILENAMES:
             raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
-        return ExportedController(run_dir / "export" / FILENAMES[exported])
+        controller = ExportedController(run_dir / "export" / FILENAMES[exported])
+        if behind := export_behind(run_dir, controller.meta):
+            warnings.warn(behind, stacklevel=2)
+        return controller
     cfg = cfg or load_run_config(run_dir)
     if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU
         with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
@@ -714,7 +748,7 @@ class Runner:
     # -- the end of a run ----------------------------------------------------------------------
 
     def _finish(self, result: RunResult, logger: RunLogger) -> None:
-        finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt,
+        finish_run(result, logger, self.cfg, self.agent.controller(), self.env.control_dt, self.progress,
                    adaptation=self.progress.env_adaptation)
 
     def close(self) -> None:
@@ -854,8 +888,9 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
                   if (value := getattr(runner.progress, name, 0))]
         at = f" at {', '.join(counts)}" if counts else ""
         redo = " (the interrupted iteration is redone)" if getattr(runner, "rewound", False) else ""
-        print(f"\ninterrupted: checkpoint saved{at}{redo}; continue with: robolearn train --resume "
-              f"{runner.run_dir}{nproc} (from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
+        print(f"\ninterrupted: checkpoint saved{at}{redo}; continue with: "
+              f"{shell('robolearn', 'train', '--resume', runner.run_dir)}{nproc} "
+              f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
     return result
 
 
@@ -877,34 +912,40 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
 
 
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
-               annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+               progress: Any, annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                adaptation: dict[str, Any] | None = None) -> None:
-    """The end of every run: export the controller, draw its learning curves (``curves.png``), evaluate it
-    (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic randomization at the width
-    ``adaptation`` reached), film it. A Ctrl+C in the evaluation or the film says how to finish: a resume
-    evaluates a run without ``eval.json``; ``robolearn play`` films one."""
+    """The end of every run: export the controller (saying in ``controller.json`` how far it had trained:
+    ``progress``'s counts), draw its learning curves (``curves.png``), evaluate it (``eval.json``, with
+    ``annotate(evaluation)``'s keys added; automatic randomization at the width ``adaptation`` reached), film
+    it. A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
+    ``robolearn play`` films one."""
     run = result.run_dir
     env_cfg = at_trained_width(cfg.env, adaptation)
-    result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt))
-    try:
-        result.curves = plot_runs([run], run / "curves.png")
-    except Exception as err:  # a picture must not cost the trained run
-        print(f"curves skipped: {type(err).__name__}: {err}")
+    resume = shell("robolearn", "train", "--resume", run)
+    with _hint_on_ctrl_c(f"its checkpoint is saved; {resume} exports, evaluates and films it"):
+        result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt)
+                                            | {"trained": trained_counts(vars(progress))})
+        try:
+            result.curves = plot_runs([run], run / "curves.png")
+        except Exception as err:  # a picture must not cost the trained run
+            print(f"curves skipped: {type(err).__name__}: {err}")
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         print(f"evaluating: {episodes} episode(s), {evaluation_dynamics(env_cfg)}", flush=True)  # minutes, on big tasks
-        with _hint_on_ctrl_c(f"robolearn train --resume {run} evaluates and films it"):
+        with _hint_on_ctrl_c(f"its checkpoint and export are saved; {resume} evaluates and films it"):
             with make_env(env_cfg, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
                 result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
         if annotate is not None:
             result.evaluation |= annotate(result.evaluation)
-        result.evaluation |= {"dynamics": evaluation_dynamics(env_cfg), "backend": cfg.env.backend,
+        backend = "gymnasium" if cfg.env.task.startswith("gym:") else cfg.env.backend  # a Gymnasium env brings its own
+        result.evaluation |= {"dynamics": evaluation_dynamics(env_cfg), "backend": backend,
                               "device": cfg.env.device}
         atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
     if cfg.runner.video_seconds > 0:
         try:
-            with _hint_on_ctrl_c(f"robolearn play {run} --video {run / 'video.mp4'} films it"):
+            with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; "
+                                 f"{shell('robolearn', 'play', run, '--video', run / 'video.mp4')} films it"):
                 with make_env(env_cfg, num_envs=1, seed=cfg.seed) as video_env:
                     result.video = record_video(controller.to(video_env.device), video_env, run / "video.mp4",
                                                 seconds=cfg.runner.video_seconds, progress=cfg.logging.progress)
@@ -914,11 +955,11 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
 
 @contextlib.contextmanager
 def _hint_on_ctrl_c(how: str) -> Iterator[None]:
-    """A Ctrl+C in the block says the run is saved and ``how`` to finish it, then goes on as a Ctrl+C."""
+    """A Ctrl+C in the block says what of the run is saved and ``how`` to finish it, then goes on as a Ctrl+C."""
     try:
         yield
     except KeyboardInterrupt as err:
-        print(f"interrupted after the training ended: its checkpoint and export are saved; {how}", file=sys.stderr)
+        print(f"interrupted after the training ended: {how}", file=sys.stderr)
         err.said = True  # the command line adds no bare "interrupted" after this
         raise
 

@@ -64,13 +64,14 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
-    assert f"{ending}  trained (1,024 env_steps), not yet exported or evaluated; robolearn train --resume" in out
+    assert f"{ending}  trained (1,024 env_steps), not yet exported; robolearn train --resume" in out  # (no evaluation asked)
     (done / "eval.json").write_text("{")  # damaged: said on its run's line, the others still listed
     (exported / "eval.json").write_text("{}")
     assert main(["list", "--runs", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert f"{done}  done  (eval.json unreadable: JSONDecodeError: Expecting property name" in out
-    assert f"(eval.json unreadable: KeyError: 'return_mean'; robolearn eval {exported} evaluates it again)" in out
+    assert (f"(eval.json unreadable: KeyError: 'return_mean'; remove it, then robolearn train --resume {exported} "
+            "evaluates the run again)") in out
     assert f"{ending}  trained (1,024 env_steps)" in out
 
 

@@ -164,3 +164,16 @@ def test_a_pair_given_three_values_is_refused_naming_the_key():
 
     with pytest.raises(ConfigError, match=r"env.randomization.mass_scale: expected 2 values, got 3"):
         build_dataclass(Randomization, {"mass_scale": [0.8, 1.2, 1.4]}, "env.randomization.")
+
+
+def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_the_quoting():
+    with pytest.raises(ConfigError, match=r"' #' starts a comment in YAML.*quote the value: name='odd name #1'"):
+        load_config("ppo_cartpole", ["name=odd name #1"])
+    assert load_config("ppo_cartpole", ["name='odd name #1'"]).name == "odd name #1"
+    assert load_config("ppo_cartpole", ["name=run#1"]).name == "run#1"  # no space before it: not a comment
+
+
+def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
+    (tmp_path / "config.yaml").write_text("algo: ppo\n")
+    with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
+        load_config(str(tmp_path))

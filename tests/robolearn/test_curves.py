@@ -115,3 +115,33 @@ def test_a_run_that_logged_once_shows_its_point(tmp_path, monkeypatch):
     monkeypatch.setattr(plt, "close", figures.append)
     plot_runs([tmp_path], tmp_path / "curves.png")
     assert [line.get_marker() for line in figures[0].axes[0].lines] == ["o"]  # a line of one point draws nothing
+
+
+def test_seeds_that_logged_once_show_their_mean_as_a_point_and_out_may_be_a_folder(tmp_path, monkeypatch):
+    runs = []
+    for seed, value in (("a", 1.0), ("b", 3.0)):
+        run = tmp_path / "pend_base" / seed
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text(json.dumps({"env_steps": 4096, "time": 2.0, "return": value}) + "\n")
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    (tmp_path / "plots").mkdir()
+    assert plot_runs(runs, tmp_path / "plots", mean=True) == tmp_path / "plots" / "curves.png"  # a folder: into it
+    (line,) = figures[0].axes[0].lines
+    assert line.get_marker() == "o" and list(line.get_ydata()) == [2.0]
+
+
+def test_past_ten_series_the_lines_change_style_not_only_colour(tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    runs = []
+    for i in range(12):
+        run = tmp_path / f"s{i}" / "t"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s, "return": i}) + "\n"
+                                                   for s in (1, 2)))
+        runs.append(run)
+    plot_runs(runs, tmp_path / "many.png", metrics=["return"])
+    styles = [(line.get_color(), line.get_linestyle()) for line in figures[0].axes[0].lines]
+    assert len(set(styles)) == 12 and styles[0][0] == styles[10][0]

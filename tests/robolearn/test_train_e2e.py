@@ -128,3 +128,56 @@ def test_load_controller_from_python(trained_run):
     for wrong in (export, export / "controller.json"):
         with pytest.raises(ValueError, match="give the exported file itself.*controller.pt"):
             ExportedController(wrong)
+
+
+def test_eval_by_default_gives_eval_jsons_numbers_again(trained_run, capsys):
+    """The run's own evaluation's episodes and seed: the same numbers (and it says what it evaluated)."""
+    capsys.readouterr()
+    assert cli(["eval", str(trained_run.run_dir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    own = json.loads((trained_run.run_dir / "eval.json").read_text())
+    assert result["episodes"] == own["episodes"] == 8 and result["controller"] == "checkpoint"
+    assert result["return_mean"] == pytest.approx(own["return_mean"])
+
+
+def test_play_refuses_a_path_that_cannot_take_the_video_before_filming(trained_run, tmp_path, capsys):
+    run = str(trained_run.run_dir)
+    (tmp_path / "taken.mp4").write_bytes(b"a file")
+    for video, said in ((tmp_path / "notes.txt", "give a file ending in .mp4"), (tmp_path, "a folder; give the "),
+                        (tmp_path / "taken.mp4" / "x.mp4", "taken.mp4 is a file, not a folder")):
+        assert cli(["play", run, "--video", str(video), "--seconds", "0.5"]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "\n" == err[-1] and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.mp4"]  # no temp file left
+
+
+def test_an_export_older_than_the_checkpoint_is_said_and_export_to_another_runs_folder_asks(trained_run, tmp_path, capsys):
+    """A resume that trained on and stopped before its end leaves the earlier export: eval --exported says
+    so; `robolearn export` brings it up to date. An export into a folder holding another one asks for
+    --overwrite; one format alone removes the other's older file."""
+    import shutil
+    import warnings
+
+    from robolearn.checkpoint import load_checkpoint, save_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run.run_dir, run)
+    payload = load_checkpoint(run / "checkpoints" / "latest.pt")
+    trained = json.loads((run / "export" / "controller.json").read_text())["trained"]
+    assert trained == {"env_steps": payload["progress"]["env_steps"]}
+    payload["progress"]["env_steps"] += 4096  # as a resume that trained on, then was stopped
+    save_checkpoint(run / "checkpoints" / "latest.pt", config=payload["config"], agent=payload["agent"],
+                    progress=payload["progress"])
+    with pytest.warns(UserWarning, match=r"its export is older than its checkpoint, which has trained to .* env steps"):
+        assert cli(["eval", str(run), "--episodes", "2", "--exported", "onnx"]) == 0
+    assert cli(["export", str(run)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli(["eval", str(run), "--episodes", "2", "--exported", "onnx"]) == 0
+
+    other = trained_run.run_dir / "export"
+    capsys.readouterr()
+    assert cli(["export", str(run), "--out", str(other)]) == 2
+    assert "holds another export (its controller.json); pass --overwrite" in capsys.readouterr().err
+    assert cli(["export", str(run), "--format", "onnx"]) == 0
+    assert not (run / "export" / "controller.pt").exists() and (run / "export" / "controller.onnx").is_file()
