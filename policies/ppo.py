@@ -202,7 +202,8 @@ class PPO(Agent):
             raise ValueError(f"schedule must be 'adaptive' or 'fixed', got {cfg.schedule!r}")
         max_std = math.inf if cfg.max_std is None else cfg.max_std
         if not 0 < cfg.min_std <= cfg.init_std <= max_std:
-            raise ValueError(f"need 0 < min_std <= init_std <= max_std, got {cfg.min_std}, {cfg.init_std}, {cfg.max_std}")
+            raise ValueError(f"need 0 < agent.min_std <= agent.init_std <= agent.max_std, got {cfg.min_std}, "
+                             f"{cfg.init_std}, {cfg.max_std}")
         self._log_std_range = (math.log(cfg.min_std), math.log(max_std))  # log(inf) = inf: no upper bound
         self.cfg, self.device = cfg, torch.device(device)
         self.actor_groups, self.critic_groups = tuple(cfg.actor_obs_groups), tuple(cfg.critic_obs_groups)

@@ -125,6 +125,8 @@ def resolve_config_path(name_or_path: str | None) -> Path:
     for candidate in (Path(name), CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml", shipped):
         if candidate.is_file():
             return candidate
+    if Path(name).is_dir() and not (Path(name) / "config.yaml").is_file():
+        raise ConfigError(f"{name}: a folder; give a config's YAML file (or a name in configs/)")
     if (Path(name) / "config.yaml").is_file():  # a run's folder: its config is read by --resume
         raise ConfigError(f"{name} is a run: continue it with {shell('robolearn', 'train', '--resume', name)} "
                           "(a config is a YAML file or a name in configs/)")
@@ -137,11 +139,27 @@ def resolve_config_path(name_or_path: str | None) -> Path:
 def read_yaml(path: str | Path) -> Any:
     """The YAML document in ``path``; a syntax error is a :class:`ConfigError` naming the file and line."""
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: {_yaml_problem(err)}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}); a config is YAML text") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last: ``algo: ppo``
+    then ``algo: sac`` would train SAC without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen and key != "<<":
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"'{key}' is given twice (lines {seen[key]} and {key_node.start_mark.line + 1}); keep one",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -160,7 +178,9 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     if isinstance(overrides, str):
         overrides = [overrides]
     file = resolve_config_path(str(path) if path else None)
-    raw = read_yaml(file) or {}
+    raw = read_yaml(file)
+    if raw is None:  # an empty file (or comments only) would train the defaults without a word
+        raise ConfigError(f"{file}: empty; a config sets at least algo and env (configs/ppo_cartpole.yaml is one)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
     check_run_config(file, raw)
@@ -273,10 +293,17 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     for key in ("eval_episodes", "random_steps", "video_seconds", "max_minutes", "utd_ratio"):
         if getattr(cfg.runner, key) < 0:
             raise ConfigError(f"runner.{key}: must not be negative (0 turns it off), got {getattr(cfg.runner, key)}")
+    if ".." in Path(cfg.name).parts or Path(cfg.name).is_absolute():
+        raise ConfigError(f"name: {cfg.name!r} would put the run outside run_dir; give a folder name (e.g. pend_base)")
     config_cls = agent_entry(cfg.algo)[0]
     if not isinstance(agent_raw, dict):
         raise ConfigError("agent: must be a mapping of the algorithm's settings")
-    cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
+    try:
+        cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
+    except ConfigError as err:
+        if str(err).startswith("unknown key"):  # the section may be another algorithm's (algo= changed)
+            raise ConfigError(f"{err}; the agent section holds algo '{cfg.algo}''s settings") from None
+        raise
     return cfg
 
 
@@ -300,7 +327,9 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     *parents, leaf = key.split(".")
     node = raw
     for part in parents:
-        node = node.setdefault(part, {})
+        if node.get(part) is None:  # absent, or a section left empty in the file (`runner:`)
+            node[part] = {}
+        node = node[part]
         if not isinstance(node, dict):
             raise ConfigError(f"override '{key}': '{part}' is not a section")
     node[leaf] = value
@@ -322,30 +351,75 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     for name, value in raw.items():
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
+            value = {} if value is None else value  # `runner:` with nothing under it: the defaults
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         else:
             values[name] = check_value(value, hint, f"{prefix}{name}")
-        if name == "gamma" and isinstance(values[name], float) and not 0.0 < values[name] <= 1.0:
-            raise ConfigError(f"{prefix}{name}: the discount must be in (0, 1], got {value!r} (e.g. 0.99)")
-        if name.endswith("batch_size") and isinstance(values[name], int) and values[name] < 1:
-            raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
-        # Settings whose meaning has a range, by name across agents (IQL, GCIQL, HIQL, OTA, SPiRL...).
-        if name == "expectile" and isinstance(values[name], float) and not 0.0 < values[name] < 1.0:
-            raise ConfigError(f"{prefix}{name}: an expectile is in (0, 1), got {value!r} (e.g. 0.7)")
-        if name.endswith("beta") and isinstance(values[name], float) and values[name] < 0:
-            raise ConfigError(f"{prefix}{name}: a weight or inverse temperature, must be >= 0, got {value!r}")
-        if name in ("subgoal_steps", "rep_dim", "num_steps", "num_epochs", "num_minibatches") or \
-                name.endswith("buffer_size"):
-            if isinstance(values[name], int) and values[name] < 1:
-                raise ConfigError(f"{prefix}{name}: must be at least 1, got {values[name]}")
-        if (name.endswith("_lr") or name in ("lr", "learning_rate")) and isinstance(values[name], float) \
-                and values[name] < 0:
-            raise ConfigError(f"{prefix}{name}: a learning rate, must be >= 0 (0 freezes what it trains), got {value!r}")
-        if isinstance(values[name], float) and math.isnan(values[name]):
-            raise ConfigError(f"{prefix}{name}: got nan; give a number")
-    return cls(**values)
+        _check_range(name, values[name], f"{prefix}{name}")
+    built = cls(**values)
+    _check_order(vars(built), prefix)
+    return built
+
+
+def _check_range(name: str, value: Any, key: str) -> None:
+    """Settings whose meaning has a range, by name across sections and agents (PPO, SAC, IQL, HIQL, SPiRL...):
+    outside it a run would train wrong without a word (a negative gradient-norm limit flips the gradients,
+    a negative clip ratio pins every ratio) or fail deep inside a step."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: got {value}; give a finite number (0 turns off what can be turned off)")
+    numbers_ = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (int, float))]
+    rule = _range_of(name)
+    if rule is None:
+        return
+    low, high, low_open, high_open, meaning = rule
+    for number in numbers_:
+        if number < low or (low_open and number == low) or number > high or (high_open and number == high):
+            raise ConfigError(f"{key}: {meaning}, got {value!r}")
+
+
+def _range_of(name: str) -> tuple[float, float, bool, bool, str] | None:
+    """(low, high, low excluded, high excluded, what the setting is) for setting ``name``, or None."""
+    inf = math.inf
+    if name == "gamma":
+        return 0, 1, True, False, "the discount must be in (0, 1] (e.g. 0.99)"
+    if name == "lam":
+        return 0, 1, False, False, "GAE's lambda must be in [0, 1] (e.g. 0.95)"
+    if name == "expectile":
+        return 0, 1, True, True, "an expectile is in (0, 1) (e.g. 0.7)"
+    if name == "tau" or name.endswith("_tau"):
+        return 0, 1, True, False, "a target network's update rate is in (0, 1] (e.g. 0.005)"
+    if name in ("max_grad_norm", "clip_ratio") or name.endswith("_kl"):
+        return 0, inf, True, False, "must be above 0"
+    if name.endswith("_std") and not name.startswith("log_") or name.startswith("init_") and name.endswith("alpha"):
+        return 0, inf, True, False, "a scale, must be above 0"
+    if name.endswith(("beta", "alpha", "_coef", "noise_clip")):
+        return 0, inf, False, False, "a weight, must be >= 0 (0 turns the term off)"
+    if name.endswith("_lr") or name in ("lr", "learning_rate"):
+        return 0, inf, False, False, "a learning rate, must be >= 0 (0 freezes what it trains)"
+    if name.endswith("hidden"):
+        return 1, inf, False, False, "layer sizes, each at least 1"
+    if name.endswith(("batch_size", "buffer_size")) or name in (
+            "subgoal_steps", "rep_dim", "num_steps", "num_epochs", "num_minibatches", "num_critics"):
+        return 1, inf, False, False, "must be at least 1"
+    if name in ("torch_threads", "num_threads"):
+        return 0, inf, False, False, "threads, must be >= 0 (0: all the cores)"
+    if name == "seed":
+        return 0, 2**32 - 1, False, False, "must be in [0, 2**32 - 1] (numpy's and torch's seeds)"
+    return None
+
+
+def _check_order(values: dict[str, Any], prefix: str) -> None:
+    """Settings of one section (``values``: all of them, defaults included) that bound one another: a lower
+    bound above its upper, a batch larger than the buffer it is drawn from."""
+    for low, high in (("min_lr", "max_lr"), ("min_std", "init_std"), ("init_std", "max_std"),
+                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size")):
+        a, b = values.get(low), values.get(high)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
+            raise ConfigError(f"{prefix}{low} ({a!r}) must not exceed {prefix}{high} ({b!r})")
 
 
 def checkable(hint: Any) -> bool:
@@ -367,7 +441,8 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
         return value
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {list(args)}")
+            said = " (YAML reads off/no/false as a boolean: write 'disabled')" if value is False and "disabled" in args else ""
+            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {list(args)}{said}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:

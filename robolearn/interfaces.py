@@ -109,7 +109,8 @@ def obs_dim(spec: dict[str, spaces.Box], groups: tuple[str, ...]) -> int:
     """Width of the flat vector made by concatenating ``groups`` of ``spec``."""
     missing = [g for g in groups if g not in spec]
     if missing:
-        raise KeyError(f"observation groups {missing} not provided; the env has {sorted(spec)}")
+        raise ValueError(f"observation groups {missing} not provided; the env has {sorted(spec)} (check the agent's "
+                         "*_obs_groups settings)")
     return sum(int(np.prod(spec[g].shape)) for g in groups)
 
 

@@ -247,6 +247,22 @@ def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
                           f"out; lower {keys[0]}")
 
 
+def check_minibatches(cfg: TrainConfig, agent: Agent, num_envs: int) -> None:
+    """On-policy minibatches split a rollout's samples (a recurrent policy's: its envs, whole sequences): more
+    than there are would train on minibatches of one sample, or on fewer than asked, without a word.
+    ``num_envs``: each rank's."""
+    minibatches, steps = getattr(cfg.agent, "num_minibatches", None), getattr(cfg.agent, "num_steps", None)
+    if not agent.on_policy or not isinstance(minibatches, int) or not isinstance(steps, int):
+        return
+    recurrent = bool(getattr(cfg.agent, "recurrent", False))
+    available = num_envs if recurrent else num_envs * steps
+    if minibatches > available:
+        what = "envs (a recurrent policy's minibatches are whole envs' sequences)" if recurrent else \
+            f"samples (env.num_envs {num_envs} x agent.num_steps {steps})"
+        raise ConfigError(f"agent.num_minibatches ({minibatches}) is more than a rollout's {available} {what}: lower it "
+                          "or raise env.num_envs")
+
+
 def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_size: int) -> None:
     """An agent that cuts windows of each env's consecutive steps from the replay (a sequence of K actions, a
     skill, a subgoal period): the buffer must hold whole rows of envs, and the random warm-up must leave
@@ -399,6 +415,7 @@ class Runner:
             self.agent = make_agent(cfg, self.env)
             check_agent_contract(cfg, self.agent)
             check_decision_period(cfg, self.agent, self.env)
+            check_minibatches(cfg, self.agent, self.env.num_envs)
             check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
             self.progress = Progress(world_size=self.world_size)
             self.replay: ReplayBuffer | None = None

@@ -180,6 +180,10 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     spec = whole(**kwargs)
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
+    for key in ("frame_skip", "max_episode_steps"):  # 0 physics steps fail inside MuJoCo; 0-step episodes teach nothing
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"env.kwargs.{key}: must be a whole number of at least 1, got {value!r}")
     return spec
 
 

@@ -112,9 +112,9 @@ def test_a_config_changed_in_python_is_checked_again(tmp_path) -> None:
 def test_overrides_from_python_as_a_mapping_and_null_sections(tmp_path) -> None:
     path = write(tmp_path, "algo: toy\nenv:\n  task: pendulum\n  randomization: {mass: [0.9, 1.1]}\n")
     cfg = load_config(path, {"runner.total_steps": 1e5, "env.device": "cpu", "agent.hidden": (8, 8),
-                             "env.randomization": None, "run_dir": tmp_path, "agent.learning_rate": float("inf")})
+                             "env.randomization": None, "run_dir": tmp_path, "agent.learning_rate": 0.25})
     assert cfg.runner.total_steps == 100_000 and cfg.agent.hidden == (8, 8) and cfg.env.randomization == {}
-    assert cfg.run_dir == str(tmp_path) and cfg.agent.learning_rate == float("inf")
+    assert cfg.run_dir == str(tmp_path) and cfg.agent.learning_rate == 0.25
     with pytest.raises(ConfigError, match="runner.total_steps: must not be negative, got -5"):
         load_config(path, ["runner.total_steps=-5"])
 
@@ -136,7 +136,7 @@ def test_values_that_would_fail_later_are_refused_naming_the_key(override, messa
     ("agent.subgoal_steps=0", r"agent.subgoal_steps: must be at least 1"),  # had crashed mid-training (no subgoal)
     ("agent.subgoal_steps=-3", r"agent.subgoal_steps: must be at least 1"),  # had drawn subgoals from the past
     ("agent.expectile=1.5", r"agent.expectile: an expectile is in \(0, 1\)"),
-    ("agent.high_beta=-1", r"agent.high_beta: a weight or inverse temperature, must be >= 0"),
+    ("agent.high_beta=-1", r"agent.high_beta: a weight, must be >= 0"),
     ("agent.rep_dim=0", r"agent.rep_dim: must be at least 1"),
 ])
 def test_goal_agent_settings_outside_their_meaning_are_refused(override, message) -> None:
@@ -177,3 +177,49 @@ def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
         load_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("config, override, said", [
+    ("ppo_pendulum", "agent.max_grad_norm=-1", "agent.max_grad_norm: must be above 0"),  # flipped the gradients
+    ("ppo_pendulum", "agent.clip_ratio=-0.2", "agent.clip_ratio: must be above 0"),
+    ("ppo_pendulum", "agent.lam=1.5", "agent.lam: GAE's lambda must be in [0, 1]"),
+    ("ppo_pendulum", "agent.entropy_coef=-1", "agent.entropy_coef: a weight, must be >= 0"),
+    ("ppo_pendulum", "agent.min_lr=0.1", "agent.min_lr (0.1) must not exceed agent.max_lr (0.01)"),
+    ("ppo_pendulum", "agent.init_std=0.001", "agent.min_std (0.01) must not exceed agent.init_std (0.001)"),
+    ("ppo_pendulum", "agent.actor_hidden=[64,0]", "agent.actor_hidden: layer sizes, each at least 1"),
+    ("ppo_pendulum", "agent.learning_rate=.inf", "agent.learning_rate: got inf; give a finite number"),
+    ("ppo_pendulum", "seed=-1", "seed: must be in [0, 2**32 - 1]"),
+    ("ppo_pendulum", "env.num_threads=-3", "env.num_threads: threads, must be >= 0"),
+    ("sac_pendulum", "agent.init_alpha=0", "agent.init_alpha: a scale, must be above 0"),  # log(0): no key named
+    ("sac_pendulum", "agent.num_critics=0", "agent.num_critics: must be at least 1"),
+    ("sac_pendulum", "agent.tau=2", "agent.tau: a target network's update rate is in (0, 1]"),
+    ("sac_pendulum", "agent.buffer_size=3", "agent.batch_size (256) must not exceed agent.buffer_size (3)"),
+    ("ppo_pendulum", "logging.wandb=off", "YAML reads off/no/false as a boolean: write 'disabled'"),
+    ("ppo_pendulum", "algo=sac", "the agent section holds algo 'sac''s settings"),
+    ("ppo_pendulum", "name=../../etc", "would put the run outside run_dir"),
+])
+def test_settings_outside_their_meaning_are_refused_by_key(config, override, said):
+    with pytest.raises(ConfigError) as err:
+        load_config(config, [override])
+    assert said in str(err.value)
+
+
+def test_every_shipped_config_is_within_the_ranges():
+    from robolearn.config import CONFIG_DIR
+
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        load_config(path.stem)
+
+
+def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_section_is_the_defaults(tmp_path):
+    (tmp_path / "empty.yaml").write_text("# only a comment\n")
+    with pytest.raises(ConfigError, match="empty; a config sets at least algo and env"):
+        load_config(str(tmp_path / "empty.yaml"))
+    (tmp_path / "twice.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nalgo: sac\n")
+    with pytest.raises(ConfigError, match=r"'algo' is given twice \(lines 1 and 4\); keep one"):
+        load_config(str(tmp_path / "twice.yaml"))
+    with pytest.raises(ConfigError, match="a folder; give a config's YAML file"):
+        load_config(str(tmp_path))
+    (tmp_path / "bare.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nrunner:\n")
+    assert load_config(str(tmp_path / "bare.yaml"), ["runner.total_steps=100"]).runner.total_steps == 100
+    assert load_config(str(tmp_path / "bare.yaml")).runner.total_steps > 0

@@ -782,3 +782,11 @@ def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_car
     ctrl_c.pending = False
     assert pay_update_debt(progress, 0.25, lambda: {"loss": 2.0}, sums, ctrl_c) == 2
     assert progress.update_debt == 0.75 and float(sums["loss"]) == 5.0
+
+
+def test_more_minibatches_than_a_rollout_holds_are_refused_by_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"agent.num_minibatches \(1000\) is more than a rollout's 256 samples "
+                                          r"\(env.num_envs 8 x agent.num_steps 32\)"):
+        Runner(tiny(tmp_path, "ppo", "agent.num_minibatches=1000", "agent.num_steps=32"))
+    with pytest.raises(ConfigError, match=r"more than a rollout's 8 envs \(a recurrent policy's minibatches"):
+        Runner(tiny(tmp_path, "ppo", "agent.num_minibatches=16", "agent.recurrent=true", "agent.rnn_hidden=8"))

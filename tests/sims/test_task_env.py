@@ -120,3 +120,9 @@ def test_bad_actions_are_refused_before_the_physics_steps() -> None:
         assert torch.equal(env.get_state()["qpos"], before)  # nothing stepped
         assert env.step([[0.0, 0.0, 0.0]] * 2).reward.shape == (2,)
         assert env.step(torch.zeros(2, 3).numpy()).reward.shape == (2,)
+
+
+@pytest.mark.parametrize("key", ["frame_skip", "max_episode_steps"])
+def test_a_task_of_no_physics_steps_or_no_control_steps_is_refused_by_key(key: str) -> None:
+    with pytest.raises(ValueError, match=rf"env.kwargs.{key}: must be a whole number of at least 1, got 0"):
+        make_env("pendulum", num_envs=1, **{key: 0})
