@@ -309,7 +309,7 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
 
 def validated(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` checked as :func:`load_config` checks a YAML file, and rebuilt: a config built or changed
-    in Python (``cfg.env.num_envs = "8"``, an agent config of another algorithm) is a one-line error
+    in Python (``cfg.env.num_envs = "lots"``, an agent config of another algorithm) is a one-line error
     here, not a failure deep inside a run."""
     try:
         raw = to_dict(cfg)
