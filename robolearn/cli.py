@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = commands.add_parser("play", help="film a run's controller")
     p.add_argument("run", type=Path)
-    p.add_argument("--video", type=Path, required=True, help="output .mp4 (or .gif, .mkv, .webm...)")
+    p.add_argument("--video", type=Path, required=True, help="output .mp4 (or .gif, .mkv, .mov, .avi)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path)
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
     p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
-    p.add_argument("--overwrite", action="store_true", help="replace another export in --out (another run's)")
+    p.add_argument("--overwrite", action="store_true", help="replace another run's export in --out")
 
     p = commands.add_parser("deploy", help="run a run's exported controller on a robot, recorded, stopping safely")
     p.add_argument("run", type=Path)
@@ -369,7 +369,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("--fas-shift applies to --fas: add --fas (and R_MAX where the task has no reference)")
     cfg = _run_config(args.run, nominal=args.nominal)
     if args.episodes is None:  # the run's own evaluation's count: with its seed, eval.json's numbers again
-        args.episodes = cfg.runner.eval_episodes if cfg.runner.eval_episodes > 0 else 10
+        args.episodes = cfg.runner.eval_episodes if cfg.runner.eval_episodes > 0 and args.fas is None else 10
     if args.fas is not None:
         args.seed = 12345 if args.seed is None else args.seed
         return _eval_fas(args, cfg)
@@ -429,8 +429,8 @@ def _play(args: argparse.Namespace) -> int:
     from robolearn.runner import load_controller
 
     _positive("--seconds", args.seconds)
-    video_target(args.video)[1].unlink()  # a path that cannot take the video is said now, not after the filming
     cfg = _run_config(args.run, nominal=args.nominal)
+    video_target(args.video)[1].unlink()  # a path that cannot take the video is said now, not after the filming
     with make_env(cfg.env, num_envs=1, seed=args.seed) as env:
         controller = load_controller(args.run, env, None, cfg)
         try:
@@ -469,9 +469,9 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from robolearn.export import export_controller, task_meta
+    from robolearn.export import export_controller
     from robolearn.registry import make_env
-    from robolearn.runner import load_agent, trained_counts
+    from robolearn.runner import export_meta, load_agent
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
@@ -479,15 +479,21 @@ def _export(args: argparse.Namespace) -> int:
     out = args.out or args.run / "export"
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--out {out}: a file; give a directory for the exported files")
-    if (out / "controller.json").is_file() and out.resolve() != (args.run / "export").resolve() and not args.overwrite:
-        raise FileExistsError(f"--out {out}: holds another export (its controller.json); pass --overwrite to replace "
-                              "it, or give a new directory")
+    own = out.resolve() == (args.run / "export").resolve()
+    if (out / "controller.json").is_file() and not own and not args.overwrite:  # another run's is not replaced unasked
+        try:
+            source = json.loads((out / "controller.json").read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if source != str(args.run.resolve()):
+            raise FileExistsError(f"--out {out}: holds the export of {'run ' + source if source else 'another run'}; "
+                                  "pass --overwrite to replace it, or give a new directory")
     cfg = _run_config(args.run)
-    trained = trained_counts(_saved_progress(args.run))
     with make_env(cfg.env, num_envs=1) as env:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))
-        paths = export_controller(controller, out, formats, extra=task_meta(cfg.env, env.control_dt) | {"trained": trained})
+        paths = export_controller(controller, out, formats,
+                                  extra=export_meta(args.run, cfg.env, env.control_dt, _saved_progress(args.run)))
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
     return 0
@@ -521,8 +527,8 @@ def _list(args: argparse.Namespace) -> int:
                 if e.get("normalized_score") is not None:  # offline runs: on the data's reference scale (x 100)
                     summary += f", normalized score {100 * float(e['normalized_score']):.1f}"
             except (OSError, ValueError, TypeError, KeyError) as err:
-                summary = (f"(eval.json unreadable: {type(err).__name__}: {err}; remove it, then "
-                           f"{shell('robolearn', 'train', '--resume', run)} evaluates the run again)")
+                summary = (f"(eval.json unreadable: {type(err).__name__}: {err}; "
+                           f"{shell('robolearn', 'eval', run)} gives its numbers again)")
             else:
                 evaluations.setdefault(run.parent, []).append((run, e))
         status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)

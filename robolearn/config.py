@@ -153,8 +153,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue  # `<<: *defaults` (merged by PyYAML after this) and complex keys: as PyYAML takes them
             key = self.construct_object(key_node, deep=deep)
-            if key in seen and key != "<<":
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"'{key}' is given twice (lines {seen[key]} and {key_node.start_mark.line + 1}); keep one",
                     key_node.start_mark)
@@ -199,7 +201,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
-        if " #" in value and not (isinstance(parsed, str) and "#" in parsed):  # YAML took the rest for a comment
+        if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
                               f"quote the value: {key}='{value.strip()}'")
         _set_dotted(raw, key.strip(), parsed)
@@ -266,7 +268,8 @@ def _not_a_run(path: Path) -> str:
         return f"give the run's folder, {path.parent}, not its config.yaml"
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
-    if path.is_dir() and (runs := sorted(p.parent for p in path.rglob("config.yaml") if "wandb" not in p.parts)):
+    if path.is_dir() and (runs := sorted(p.parent for p in path.rglob("config.yaml")
+                                         if "wandb" not in p.relative_to(path).parts)):
         newest = max(runs, key=lambda run: run.stat().st_mtime)
         return f"a folder of {len(runs)} run(s), not one; give one of them, e.g. the newest: {newest}"
     if not path.exists() and (CONFIG_DIR / f"{path.name}.yaml").is_file():
@@ -301,10 +304,21 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     try:
         cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
     except ConfigError as err:
-        if str(err).startswith("unknown key"):  # the section may be another algorithm's (algo= changed)
-            raise ConfigError(f"{err}; the agent section holds algo '{cfg.algo}''s settings") from None
+        unknown = sorted(set(agent_raw) - {f.name for f in dataclasses.fields(config_cls)})
+        owners = _algorithms_with(unknown[0]) if unknown else []
+        if owners:  # the section is another algorithm's (algo= changed on a config written for it)
+            raise ConfigError(f"{err}; '{unknown[0]}' is a setting of {', '.join(owners)}: the agent section "
+                              f"is for algo '{cfg.algo}'") from None
         raise
     return cfg
+
+
+def _algorithms_with(key: str) -> list[str]:
+    """The algorithms (``policies.AGENTS``) whose settings include ``key``."""
+    from policies import AGENTS
+
+    return sorted(name for name, (config_cls, _) in AGENTS.items()
+                  if key in {f.name for f in dataclasses.fields(config_cls)})
 
 
 def validated(cfg: TrainConfig) -> TrainConfig:

@@ -7,6 +7,7 @@ controllers evaluate unchanged.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -176,14 +177,15 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
         imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8)
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
         tmp.unlink(missing_ok=True)
-        if isinstance(err, BrokenPipeError):  # ffmpeg stopped; not the CLI's quiet "output pipe closed"
+        if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):
+            # ffmpeg stopped (imageio says so as a broken pipe): not the CLI's quiet "output pipe closed"
             raise RuntimeError(f"{path}: ffmpeg stopped writing the video (its messages above say why)") from None
         raise
     tmp.replace(path)
     return path
 
 
-VIDEO_SUFFIXES = (".mp4", ".gif", ".mkv", ".mov", ".avi", ".webm")
+VIDEO_SUFFIXES = (".mp4", ".gif", ".mkv", ".mov", ".avi")  # what imageio's ffmpeg (H.264) or Pillow writes
 
 
 def video_target(path: str | Path) -> tuple[Path, Path]:

@@ -338,6 +338,13 @@ def trained_counts(progress: dict[str, Any]) -> dict[str, int]:
             if isinstance(value := progress.get(key), int) and not isinstance(value, bool) and value > 0}
 
 
+def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any) -> dict[str, Any]:
+    """What a run's export records beside the controller: its task (``task_meta``), the run it came from and
+    how far that had trained (``progress``: a checkpoint's, as an object or a dict)."""
+    counts = trained_counts(progress if isinstance(progress, dict) else vars(progress))
+    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), "trained": counts}
+
+
 def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
     """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
     (a resume trained on and stopped before its end exported again), or None."""
@@ -940,8 +947,10 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     env_cfg = at_trained_width(cfg.env, adaptation)
     resume = shell("robolearn", "train", "--resume", run)
     with _hint_on_ctrl_c(f"its checkpoint is saved; {resume} exports, evaluates and films it"):
-        result.exported = export_controller(controller, run / "export", extra=task_meta(cfg.env, control_dt)
-                                            | {"trained": trained_counts(vars(progress))})
+        # an earlier end's controller.json goes first: cut short, this export leaves the run unfinished (resumable)
+        (run / "export" / "controller.json").unlink(missing_ok=True)
+        result.exported = export_controller(controller, run / "export", extra=export_meta(run, cfg.env, control_dt,
+                                                                                          progress))
         try:
             result.curves = plot_runs([run], run / "curves.png")
         except Exception as err:  # a picture must not cost the trained run

@@ -201,7 +201,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     from robolearn.data.minari_store import interrupts_deferred
 
     out = Path(out)
-    if out.exists():
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty folder made for it is taken
         if not overwrite:
             raise FileExistsError(f"{out}: exists; pass --overwrite to replace it")
         if not (out / "meta" / "info.json").is_file():
@@ -250,16 +250,19 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
         for name, content in texts.items():
             (tmp / name).write_text(json.dumps(content, indent=4))
         os.chmod(tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
-        with interrupts_deferred():
-            if out.exists():  # --overwrite: swap whole directories
+        with interrupts_deferred():  # what is there now, not at the start (a build takes minutes)
+            if out.exists() and overwrite and (out / "meta" / "info.json").is_file():  # swap whole directories
                 old = out.with_name(f".{out.name}.old-{os.getpid()}")
                 out.rename(old)
             try:
-                tmp.rename(out)
-            except OSError:
+                tmp.rename(out)  # onto anything else there, refused by the file system: nothing is replaced
+            except OSError as err:
                 if old is not None:
                     old.rename(out)  # the one replaced stays
                     old = None
+                if out.exists():
+                    raise FileExistsError(f"{out}: appeared while the export was written ({err.strerror}); "
+                                          "not replaced: give a new directory") from None
                 raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -284,3 +284,22 @@ def test_export_without_a_control_period_asks_for_fps(tmp_path):
     bare = SimpleNamespace(info={}, id="bare-v0", task=None)
     with pytest.raises(DatasetError, match="no control_dt.*pass --fps"):
         _exported(bare, tmp_path / "out")
+
+
+def test_a_folder_that_appears_while_the_export_is_written_is_not_replaced(recorded, tmp_path, monkeypatch):
+    import robolearn.data.lerobot as lerobot
+
+    source = _rated(recorded, "pendulum", 2)
+    out = tmp_path / "out"
+    frames = lerobot._frames
+
+    def someone_writes_there(*args):  # another program fills the folder while the export is built
+        out.mkdir()
+        (out / "precious.txt").write_text("keep")
+        return frames(*args)
+
+    monkeypatch.setattr(lerobot, "_frames", someone_writes_there)
+    with pytest.raises(FileExistsError, match="appeared while the export was written"):
+        _exported(source, out, overwrite=True)  # --overwrite replaces a LeRobot dataset only
+    assert (out / "precious.txt").read_text() == "keep" and sorted(p.name for p in out.iterdir()) == ["precious.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets", "out"]  # no temp left

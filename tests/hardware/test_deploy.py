@@ -151,7 +151,7 @@ def test_task_goal_step_tightens_the_safety_limit_and_never_loosens_it():
     (("env.kwargs.max_goal_step=0",), "env.kwargs.max_goal_step must be positive"),
     (("env.kwargs.max_episode_steps=0",), "env.kwargs.max_episode_steps must be positive"),
     (("env.kwargs.success_distance=.nan",), "env.kwargs.success_distance: got nan"),
-    (("env.kwargs.success_distance=.inf",), "env.kwargs.success_distance must be positive and finite"),
+    (("env.kwargs.success_distance=.inf",), "env.kwargs.success_distance: got inf; give a finite number"),
 ])
 def test_kwargs_that_cannot_build_the_task_are_refused(run_dir, overrides, error):
     write_run_config(run_dir, *overrides)

@@ -70,8 +70,7 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert main(["list", "--runs", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert f"{done}  done  (eval.json unreadable: JSONDecodeError: Expecting property name" in out
-    assert (f"(eval.json unreadable: KeyError: 'return_mean'; remove it, then robolearn train --resume {exported} "
-            "evaluates the run again)") in out
+    assert f"(eval.json unreadable: KeyError: 'return_mean'; robolearn eval {exported} gives its numbers again)" in out
     assert f"{ending}  trained (1,024 env_steps)" in out
 
 

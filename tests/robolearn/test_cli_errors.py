@@ -346,6 +346,11 @@ def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatc
     assert tiny_run(tmp_path / "filmed", "ppo_cartpole", "runner.video_seconds=1") == 130
     run = next((tmp_path / "filmed" / "runs").glob("*/*"))
     assert f"saved; robolearn play {run} --video {run / 'video.mp4'} films it" in capsys.readouterr().err
+    monkeypatch.setattr(runner_module, "export_controller", interrupted)  # cut short while exporting
+    assert tiny_run(tmp_path / "exporting") == 130
+    run = next((tmp_path / "exporting" / "runs").glob("*/*"))
+    assert (f"interrupted after the training ended: its checkpoint is saved; robolearn train --resume {run} exports, "
+            "evaluates and films it") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -355,8 +360,3 @@ def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatc
 def test_flags_that_cannot_mean_what_they_say(argv, message, tmp_path, capsys):
     assert main([str(tmp_path) if word == "RUN" else word for word in argv]) == 2
     assert message in error(capsys)
-    monkeypatch.setattr(runner_module, "export_controller", interrupted)  # cut short while exporting
-    assert tiny_run(tmp_path / "exporting") == 130
-    run = next((tmp_path / "exporting" / "runs").glob("*/*"))
-    assert (f"interrupted after the training ended: its checkpoint is saved; robolearn train --resume {run} exports, "
-            "evaluates and films it") in capsys.readouterr().err

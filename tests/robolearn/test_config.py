@@ -171,6 +171,7 @@ def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_th
         load_config("ppo_cartpole", ["name=odd name #1"])
     assert load_config("ppo_cartpole", ["name='odd name #1'"]).name == "odd name #1"
     assert load_config("ppo_cartpole", ["name=run#1"]).name == "run#1"  # no space before it: not a comment
+    assert load_config("ppo_cartpole", ['logging.tags=["run #1"]']).logging.tags == ("run #1",)  # quoted in a list
 
 
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
@@ -195,7 +196,7 @@ def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     ("sac_pendulum", "agent.tau=2", "agent.tau: a target network's update rate is in (0, 1]"),
     ("sac_pendulum", "agent.buffer_size=3", "agent.batch_size (256) must not exceed agent.buffer_size (3)"),
     ("ppo_pendulum", "logging.wandb=off", "YAML reads off/no/false as a boolean: write 'disabled'"),
-    ("ppo_pendulum", "algo=sac", "the agent section holds algo 'sac''s settings"),
+    ("ppo_pendulum", "algo=sac", "'actor_hidden' is a setting of ppo: the agent section is for algo 'sac'"),
     ("ppo_pendulum", "name=../../etc", "would put the run outside run_dir"),
 ])
 def test_settings_outside_their_meaning_are_refused_by_key(config, override, said):
@@ -220,6 +221,13 @@ def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_sec
         load_config(str(tmp_path / "twice.yaml"))
     with pytest.raises(ConfigError, match="a folder; give a config's YAML file"):
         load_config(str(tmp_path))
+    (tmp_path / "merged.yaml").write_text("algo: ppo\nbase: &base {num_steps: 24}\nenv:\n  task: pendulum\n"
+                                          "agent:\n  <<: *base\n  gamma: 0.98\n")  # YAML's merge key still merges
+    with pytest.raises(ConfigError, match="unknown key 'base'"):  # (the anchor's own key is no setting)
+        load_config(str(tmp_path / "merged.yaml"))
+    (tmp_path / "merged.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nagent:\n  <<: {num_steps: 24}\n"
+                                          "  gamma: 0.98\n")
+    assert load_config(str(tmp_path / "merged.yaml")).agent.num_steps == 24
     (tmp_path / "bare.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nrunner:\n")
     assert load_config(str(tmp_path / "bare.yaml"), ["runner.total_steps=100"]).runner.total_steps == 100
     assert load_config(str(tmp_path / "bare.yaml")).runner.total_steps > 0

@@ -178,6 +178,13 @@ def test_an_export_older_than_the_checkpoint_is_said_and_export_to_another_runs_
     other = trained_run.run_dir / "export"
     capsys.readouterr()
     assert cli(["export", str(run), "--out", str(other)]) == 2
-    assert "holds another export (its controller.json); pass --overwrite" in capsys.readouterr().err
+    assert f"holds the export of run {trained_run.run_dir.resolve()}; pass --overwrite" in capsys.readouterr().err
+    mine = tmp_path / "for_the_robot"
+    assert cli(["export", str(run), "--out", str(mine)]) == 0
+    assert cli(["export", str(run), "--out", str(mine)]) == 0  # this run's own earlier export: replaced
+    copy = tmp_path / "theirs"
+    shutil.copytree(other, copy)
+    assert cli(["export", str(run), "--out", str(copy), "--overwrite"]) == 0
+    assert json.loads((copy / "controller.json").read_text())["run"] == str(run.resolve())
     assert cli(["export", str(run), "--format", "onnx"]) == 0
     assert not (run / "export" / "controller.pt").exists() and (run / "export" / "controller.onnx").is_file()
