@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import numbers
 import typing
 import warnings
 from typing import Any, Callable
@@ -182,7 +183,7 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
     for key in ("frame_skip", "max_episode_steps"):  # 0 physics steps fail inside MuJoCo; 0-step episodes teach nothing
         value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"env.kwargs.{key}: must be a whole number of at least 1, got {value!r}")
     return spec
 

@@ -124,7 +124,7 @@ def test_safety_section_loads_and_save_round_trips_it(tmp_path: Path) -> None:
         ({"max_velocity": "fast"}, "safety.max_velocity: expected float, got 'fast'"),
         ({"enabled": "yes"}, "safety.enabled: expected bool, got 'yes'"),
         ({"max_velocity": -1.0}, "safety.max_velocity must be positive"),
-        ({"max_velocity": math.nan}, "safety.max_velocity: got nan; give a number"),
+        ({"max_velocity": math.nan}, "safety.max_velocity: got nan; give a finite number"),
         ({"position_margin": -0.1}, "safety.position_margin must be 0 or more"),
         ({"safe_pose": "home"}, "safety.safe_pose: expected a list, got 'home'"),
         ({"safe_pose": [0.0, 1.0, 0.0]},

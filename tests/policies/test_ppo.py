@@ -99,7 +99,7 @@ def test_std_is_clamped_to_max_std_and_bad_bounds_raise(make_rollout, obs_spec, 
     for _ in range(5):
         agent.update(make_rollout(agent, 8, 6))
     torch.testing.assert_close(agent.std, torch.full((2,), 1.5))
-    with pytest.raises(ValueError, match="min_std <= init_std <= max_std"):
+    with pytest.raises(ValueError, match="agent.min_std <= agent.init_std <= agent.max_std"):
         PPO(obs_spec, action_spec, small(init_std=1.0, max_std=0.5), CPU)
 
 
@@ -149,7 +149,7 @@ def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, actio
 
 
 def test_missing_observation_group_is_named(obs_spec, action_spec) -> None:
-    with pytest.raises(KeyError, match="privileged"):
+    with pytest.raises(ValueError, match=r"observation groups \['privileged'\] not provided.*\*_obs_groups"):
         PPO(obs_spec, action_spec, small(critic_obs_groups=("policy", "privileged")), CPU)
 
 
