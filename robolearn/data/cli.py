@@ -192,6 +192,7 @@ def _success_said(successes: list[bool]) -> str:
 
 
 def _import(args: argparse.Namespace) -> int:
+    import sims
     from robolearn.data import Dataset
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
@@ -205,6 +206,9 @@ def _import(args: argparse.Namespace) -> int:
     readers = {"d4rl": read_d4rl, "lerobot": lambda path: read_lerobot(path, args.done), "recording": read_recordings}
     episodes, meta = readers[args.format](args.path)
     specs = specs_of(episodes[0])
+    named_by_file = not args.task and args.format != "recording" and meta.get("task") in sims.TASKS
+    if named_by_file:  # our own export's: its task's bounds and settings, as --task would give them
+        args.task = meta["task"]
     # A recording's task settings are what the robot ran, a file's of our own export what it was recorded with
     # (of the same task only); this command has no option to set others.
     kwargs, others = recorded_task_settings(meta, args.task) if args.task and args.format == "recording" else ({}, {})
@@ -241,7 +245,10 @@ def _import(args: argparse.Namespace) -> int:
                                 "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]
         print(f"next.done:   on each episode's last frame, read as {read_as}; --done {other} if they are {were}")
     recorded = (meta.get("recording") or {}).get("task")
-    if kwargs or others:  # a recording's, or an export's of ours
+    if named_by_file:
+        print(f"task:        {args.task} (the file's own metadata; --task names another)"
+              + (f" as recorded: {_settings(kwargs)}" if kwargs else ""))
+    elif kwargs or others:  # a recording's, or an export's of ours
         print(f"task:        {args.task}" + (f" as recorded: {_settings(kwargs)}" if kwargs else "")
               + (f" (not {args.task} settings, kept under recording only: {_settings(others)})" if others else ""))
     elif isinstance(recorded, dict) and recorded and not args.task:
@@ -288,7 +295,7 @@ def _export(args: argparse.Namespace) -> int:
     from robolearn.data.lerobot import write_lerobot
 
     if args.fps is not None and args.format != "lerobot":
-        raise ValueError("--fps is for LeRobot datasets; a D4RL file keeps no frame rate")
+        raise ValueError("--fps is for LeRobot datasets; a D4RL export keeps the dataset's control_dt as it is")
     if args.format == "lerobot":
         dataset = Dataset.load(args.name, args.root)
         path = write_lerobot(dataset, args.out, fps=args.fps, overwrite=args.overwrite)

@@ -201,17 +201,21 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     from robolearn.data.minari_store import interrupts_deferred
 
     out = Path(out)
+    if blocked := next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None):
+        raise DatasetError(f"{out}: {blocked} is a file, not a folder; give a directory for the dataset")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty folder made for it is taken
+        if not (out / "meta" / "info.json").is_file():  # said first: --overwrite would not replace it either
+            what = "a file" if not out.is_dir() else "a folder that is not a LeRobot dataset (no meta/info.json)"
+            raise DatasetError(f"{out}: exists and is {what}: not replaced; give a new directory")
         if not overwrite:
-            raise FileExistsError(f"{out}: exists; pass --overwrite to replace it")
-        if not (out / "meta" / "info.json").is_file():
-            raise DatasetError(f"{out}: exists and is not a LeRobot dataset (no meta/info.json): not replaced; "
-                               "give a new directory")
+            raise FileExistsError(f"{out}: a LeRobot dataset exists there; pass --overwrite to replace it")
     fps = _frames_per_second(dataset, fps)
     episodes = dataset.episodes
     columns, features = _frames(episodes, fps)
     task = str(dataset.task or dataset.id)
     starts = np.cumsum([0] + [len(e) for e in episodes])
+    per_episode = {key: [_statistics(columns[key][a:b]) for a, b in zip(starts, starts[1:])] for key in features}
+    robot = dataset.info.get("robot_type") or (dataset.info.get("recording") or {}).get("robot")
     tables = {
         DATA_PATH.format(chunk_index=0, file_index=0): pa.table({key: _arrow(columns[key]) for key in features}),
         "meta/episodes/chunk-000/file-000.parquet": pa.table({
@@ -222,7 +226,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
             "data/file_index": pa.array([0] * len(episodes), pa.int64()),
             "dataset_from_index": pa.array(starts[:-1], pa.int64()),
             "dataset_to_index": pa.array(starts[1:], pa.int64()),
-            **{f"stats/{key}/{stat}": pa.array([_statistics(columns[key][a:b])[stat] for a, b in zip(starts, starts[1:])])
+            **{f"stats/{key}/{stat}": pa.array([stats[stat] for stats in per_episode[key]])
                for key in features for stat in STATISTICS},
             "meta/episodes/chunk_index": pa.array([0] * len(episodes), pa.int64()),
             "meta/episodes/file_index": pa.array([0] * len(episodes), pa.int64()),
@@ -231,7 +235,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
         "meta/tasks.parquet": pa.table({"task_index": pa.array([0], pa.int64()), "__index_level_0__": [task]})
         .replace_schema_metadata({"pandas": json.dumps(_PANDAS_TASKS)}),
     }
-    info = {"codebase_version": CODEBASE_VERSION, "robot_type": dataset.info.get("robot_type"),
+    info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot,
             "total_episodes": len(episodes), "total_frames": int(starts[-1]), "total_tasks": 1, "chunks_size": 1000,
             "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
             "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH, "video_path": None, "features": features}
@@ -267,22 +271,28 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if old is not None:  # (a symlink given as --out: the link goes, the folder it pointed at stays)
+        if old.is_symlink():
+            old.unlink()
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     return out
 
 
 def _frames_per_second(dataset: Any, fps: float | None) -> int | float:
     """``fps``, else 1 / the dataset's control period; whole numbers as ints (lerobot's ``fps`` is one)."""
+    dt = dataset.info.get("control_dt")
     if fps is None:
-        dt = dataset.info.get("control_dt")
         if not dt:
             raise DatasetError(f"dataset '{dataset.id}' does not say its control period (no control_dt): LeRobot "
                                "datasets need one; pass --fps")
         fps = 1.0 / float(dt)
+    elif dt and abs(fps * float(dt) - 1.0) > 1e-6:
+        warnings.warn(f"--fps {fps:g}: dataset '{dataset.id}' was recorded at {1.0 / float(dt):g} frames per second "
+                      f"(control_dt {float(dt):g} s); its timestamps will say {fps:g}", stacklevel=3)
     if not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"--fps must be a positive number, got {fps}")
-    if abs(fps - round(fps)) < 1e-6:
+    if round(fps) >= 1 and abs(fps - round(fps)) < 1e-6 * fps:
         return int(round(fps))
     warnings.warn(f"{fps:g} frames per second is not a whole number, which lerobot's fps is meant to be; written "
                   "as it is", stacklevel=3)
@@ -323,8 +333,8 @@ def _arrow(values: np.ndarray) -> Any:
     """A column as lerobot stores it: vectors as fixed-size lists, one-number features as plain scalars."""
     import pyarrow as pa
 
-    if values.ndim == 1:
-        return pa.array(values)
+    if values.ndim == 1 or values.shape[1] == 1:  # shape [1]: lerobot reads a scalar column, not a list of one
+        return pa.array(values.reshape(-1))
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 

@@ -238,10 +238,11 @@ def test_export_replaces_only_a_lerobot_dataset_and_an_interrupted_one_leaves_no
     mine = tmp_path / "my_folder"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    with pytest.raises(FileExistsError, match="--overwrite"):
-        _exported(source, mine)
-    with pytest.raises(DatasetError, match="not a LeRobot dataset .* not replaced"):
-        _exported(source, mine, overwrite=True)
+    for overwrite in (False, True):  # not offered --overwrite: it would not replace this either
+        with pytest.raises(DatasetError, match="a folder that is not a LeRobot dataset .* not replaced"):
+            _exported(source, mine, overwrite=overwrite)
+    with pytest.raises(DatasetError, match="notes.txt is a file, not a folder"):
+        _exported(source, mine / "notes.txt" / "out")
     assert (mine / "notes.txt").read_text() == "keep"
 
     out = _exported(source, tmp_path / "out")
@@ -261,7 +262,8 @@ def test_export_replaces_only_a_lerobot_dataset_and_an_interrupted_one_leaves_no
     assert (out / "meta" / "info.json").read_text() == before  # the old export stays, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["datasets", "my_folder", "out"])  # no temp left
     monkeypatch.setattr(pq, "write_table", write_table)
-    assert _exported(source, out, fps=25, overwrite=True) == out
+    with pytest.warns(UserWarning, match="recorded at 50 frames per second"):
+        assert _exported(source, out, fps=25, overwrite=True) == out
     assert json.loads((out / "meta" / "info.json").read_text())["fps"] == 25
 
 
@@ -271,19 +273,40 @@ def test_export_from_the_command_line_and_its_refusals(recorded, root, tmp_path,
     assert main(["dataset", "export", "pend", "--format", "lerobot", "--out", str(out)]) == 0
     assert f"2 episodes, 1000 frames -> {out}" in capsys.readouterr().out
     assert main(["dataset", "import", str(out), "--format", "lerobot", "--name", "back"]) == 0
-    assert Dataset.load("back").task == "pendulum"  # from meta/robolearn.json
+    assert "task:        pendulum (the file's own metadata" in capsys.readouterr().out
+    back = Dataset.load("back")  # the task from meta/robolearn.json, with its bounds as --task gives them
+    assert back.task == "pendulum" and back.action_spec.high.tolist() == [2.0]  # not [inf]: the task's
     assert main(["dataset", "export", "pend", "--out", str(tmp_path / "p.hdf5"), "--fps", "10"]) == 2
     assert "--fps is for LeRobot datasets" in capsys.readouterr().err
     assert main(["dataset", "export", "pend", "--format", "lerobot", "--out", str(out)]) == 2
-    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert "a LeRobot dataset exists there; pass --overwrite" in capsys.readouterr().err
 
 
-def test_export_without_a_control_period_asks_for_fps(tmp_path):
+def test_export_without_a_control_period_asks_for_fps_and_an_fps_other_than_the_datas_is_said(recorded, tmp_path):
     from types import SimpleNamespace
+
+    from robolearn.data.lerobot import _frames_per_second
 
     bare = SimpleNamespace(info={}, id="bare-v0", task=None)
     with pytest.raises(DatasetError, match="no control_dt.*pass --fps"):
         _exported(bare, tmp_path / "out")
+    assert _frames_per_second(bare, 50.0) == 50 and isinstance(_frames_per_second(bare, 50.0), int)
+    with pytest.warns(UserWarning, match="not a whole number"):
+        assert _frames_per_second(bare, 1e-9) == 1e-9  # not rounded to 0 frames per second
+    rated = SimpleNamespace(info={"control_dt": 0.02}, id="pend-v0", task="pendulum")
+    with pytest.warns(UserWarning, match="recorded at 50 frames per second .* its timestamps will say 25"):
+        assert _frames_per_second(rated, 25.0) == 25
+
+
+def test_one_wide_actions_and_groups_are_scalar_columns_as_lerobot_reads_shape_1(recorded, tmp_path):
+    """lerobot 0.4.0 casts a shape-[1] feature to a plain number: a list of one failed to load (pendulum)."""
+    source = _rated(recorded, "pendulum", 2)
+    out = _exported(source, tmp_path / "out")
+    info = json.loads((out / "meta" / "info.json").read_text())
+    data = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
+    assert info["features"]["action"]["shape"] == [1] and data.schema.field("action").type == pa.float32()
+    episodes, _ = read_lerobot(out)
+    np.testing.assert_array_equal(episodes[0].actions, source[0].actions)  # (T, 1) again
 
 
 def test_a_folder_that_appears_while_the_export_is_written_is_not_replaced(recorded, tmp_path, monkeypatch):
