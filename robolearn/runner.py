@@ -908,7 +908,10 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         logger.close()
     if distributed.is_main():
         nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
-        counts = [f"{value:,} {name.replace('_', ' ')}" for name in ("pretrain_updates", "updates", "env_steps")
+        phases = hasattr(runner.progress, "online_updates")  # offline-to-online: say which phase counted which
+        names = {"updates": "offline updates" if phases else "updates", "online_updates": "online updates"}
+        counts = [f"{value:,} {names.get(name, name.replace('_', ' '))}"
+                  for name in ("pretrain_updates", "updates", "env_steps", "online_updates")
                   if (value := getattr(runner.progress, name, 0))]
         at = f" at {', '.join(counts)}" if counts else ""
         redo = " (the interrupted iteration is redone)" if getattr(runner, "rewound", False) else ""

@@ -22,7 +22,7 @@ import torch
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
 from sims.task import Task, normal, tracking_camera, uniform
-from sims.tasks.gym_assets import gym_asset
+from sims.tasks.gym_assets import gym_model
 
 
 @dataclass(kw_only=True)
@@ -35,7 +35,7 @@ class HalfCheetah(Task):
     _x_before: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def model(self) -> mujoco.MjModel:
-        return mujoco.MjModel.from_xml_path(gym_asset("half_cheetah.xml"))
+        return gym_model("half_cheetah.xml")
 
     def reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         qpos, qvel = super().reset(sim, ids, generator)

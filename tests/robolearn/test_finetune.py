@@ -151,7 +151,7 @@ def test_resume_across_the_phase_boundary(tmp_path):
         ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
 
 
-def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path):
+def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     """Ctrl+C in the online phase stops between updates: the checkpoint counts every update the agent
     holds, and the resume ends on the same step grid and update count as an uninterrupted run."""
     cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=2000")
@@ -166,6 +166,8 @@ def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path):
     interrupted = run(cfg, spy=spy)
     saved = load_checkpoint(interrupted.checkpoint_path)["progress"]
     assert saved["online_updates"] == len(online_calls) == 60 and 1000 < saved["env_steps"] < 2000
+    assert (f"checkpoint saved at {saved['updates']} offline updates, {saved['env_steps']:,} env steps, 60 online "
+            "updates;") in capsys.readouterr().out  # each phase's count named (the online updates had gone unsaid)
     from robolearn.cli import _how_far
 
     assert _how_far(interrupted.run_dir).startswith(f"incomplete: online {saved['env_steps']:,} of 2,000 env_steps;")
