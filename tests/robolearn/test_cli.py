@@ -140,7 +140,7 @@ def test_a_full_disk_is_one_line_that_says_what_to_do_and_other_os_errors_stay_t
     assert main(["list"]) == 2
     assert capsys.readouterr().err == (
         "error: No space left on device: runs/x/checkpoints/.latest.pt.abc; free some space (or write elsewhere: "
-        "run_dir=..., --root). Files are written aside and renamed, so what was saved before (checkpoints, "
+        "run_dir=..., --root, --out). Files are written aside and renamed, so what was saved before (checkpoints, "
         "datasets) is intact\n")
 
     def bug(args):
