@@ -471,7 +471,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller
     from robolearn.registry import make_env
-    from robolearn.runner import export_meta, load_agent
+    from robolearn.runner import export_meta, load_agent, saved_progress
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
@@ -493,7 +493,7 @@ def _export(args: argparse.Namespace) -> int:
         controller = load_agent(args.run, env, cfg).controller()
         formats = tuple(args.format or ("torchscript", "onnx"))
         paths = export_controller(controller, out, formats,
-                                  extra=export_meta(args.run, cfg.env, env.control_dt, _saved_progress(args.run)))
+                                  extra=export_meta(args.run, cfg.env, env.control_dt, saved_progress(args.run)))
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
     return 0
@@ -567,7 +567,7 @@ def _how_far(run: Path) -> str:
     """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
     and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
     from robolearn.logger import read_metrics
-    from robolearn.runner import run_ended
+    from robolearn.runner import run_ended, saved_progress
 
     exported = (run / "export" / "controller.json").is_file()
     failed = _failure(run)
@@ -586,7 +586,7 @@ def _how_far(run: Path) -> str:
     ended = run_ended(run, runner.get("eval_episodes") or 0)
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
     # left its files: loading every run's checkpoint would make list slow.
-    saved = {} if ended else _saved_progress(run)
+    saved = {} if ended else saved_progress(run)
     phase = last.get("phase")
     if saved.get("phase") == "online":  # a fine-tune past its offline phase
         phase = "online"
@@ -626,17 +626,6 @@ def _failure(run: Path, width: int = 100) -> str:
     if len(summary) > width:
         summary = summary[:width - 3] + "..."
     return f"failed ({summary}; {run / FAILURE_FILE})"
-
-
-def _saved_progress(run: Path) -> dict:
-    """The progress in ``run``'s checkpoint, or {} where it cannot be read (a resume then says why)."""
-    from robolearn.checkpoint import load_checkpoint
-
-    try:
-        progress = load_checkpoint(run / "checkpoints" / "latest.pt").get("progress")
-    except CheckpointError:
-        return {}
-    return progress if isinstance(progress, dict) else {}
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -268,8 +268,9 @@ def _not_a_run(path: Path) -> str:
         return f"give the run's folder, {path.parent}, not its config.yaml"
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
-    if path.is_dir() and (runs := sorted(p.parent for p in path.rglob("config.yaml")
-                                         if "wandb" not in p.relative_to(path).parts)):
+    from robolearn.runner import find_run_dirs  # (runner imports this module)
+
+    if path.is_dir() and (runs := find_run_dirs(path)):
         newest = max(runs, key=lambda run: run.stat().st_mtime)
         return f"a folder of {len(runs)} run(s), not one; give one of them, e.g. the newest: {newest}"
     if not path.exists() and (CONFIG_DIR / f"{path.name}.yaml").is_file():
@@ -385,12 +386,13 @@ def _check_range(name: str, value: Any, key: str) -> None:
         return
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}: got {value}; give a finite number (0 turns off what can be turned off)")
-    numbers_ = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (int, float))]
     rule = _range_of(name)
     if rule is None:
         return
     low, high, low_open, high_open, meaning = rule
-    for number in numbers_:
+    for number in (value if isinstance(value, (list, tuple)) else [value]):
+        if not isinstance(number, (int, float)):
+            continue
         if number < low or (low_open and number == low) or number > high or (high_open and number == high):
             raise ConfigError(f"{key}: {meaning}, got {value!r}")
 

@@ -328,6 +328,19 @@ def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Ag
     return agent
 
 
+def saved_progress(run: Path) -> dict[str, Any]:
+    """The progress in ``run``'s checkpoint, or {} where there is none or it cannot be read (a resume then
+    says why)."""
+    path = run / "checkpoints" / "latest.pt"
+    if not path.is_file():
+        return {}
+    try:
+        progress = load_checkpoint(path).get("progress")
+    except CheckpointError:
+        return {}
+    return progress if isinstance(progress, dict) else {}
+
+
 TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates")
 
 
@@ -348,14 +361,10 @@ def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any)
 def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
     """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
     (a resume trained on and stopped before its end exported again), or None."""
-    trained, path = meta.get("trained"), Path(run_dir) / "checkpoints" / "latest.pt"
-    if not isinstance(trained, dict) or not path.is_file():  # exports of before this was recorded: not known
+    trained = meta.get("trained")
+    if not isinstance(trained, dict):  # exports of before this was recorded: not known
         return None
-    try:
-        progress = load_checkpoint(path).get("progress")
-    except CheckpointError:
-        return None
-    now = trained_counts(progress if isinstance(progress, dict) else {})
+    now = trained_counts(saved_progress(Path(run_dir)))
     ahead = [f"{count:,} {key.replace('_', ' ')} (the export: {int(trained.get(key) or 0):,})"
              for key, count in now.items() if count > int(trained.get(key) or 0)]
     if not ahead:

@@ -342,8 +342,7 @@ def _statistics(values: np.ndarray) -> dict[str, list]:
     """lerobot's per-feature statistics, one entry per dimension (min and max in the feature's type)."""
     rows = values.reshape(len(values), -1)
     numbers = rows.astype(np.float64)
-    extreme = (lambda v: v.tolist()) if rows.dtype != np.float32 else (lambda v: v.astype(np.float64).tolist())
-    stats = {"min": extreme(rows.min(0)), "max": extreme(rows.max(0)), "mean": numbers.mean(0).tolist(),
+    stats = {"min": rows.min(0).tolist(), "max": rows.max(0).tolist(), "mean": numbers.mean(0).tolist(),
              "std": numbers.std(0).tolist(), "count": [len(rows)]}
     for q in (1, 10, 50, 90, 99):
         stats[f"q{q:02d}"] = np.quantile(numbers, q / 100, axis=0).tolist()
