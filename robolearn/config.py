@@ -7,6 +7,7 @@ section is validated against the chosen algorithm's own config dataclass.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -187,6 +188,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
     check_run_config(file, raw)
     file_task = _task_of(raw)
+    as_written = copy.deepcopy(raw)
     if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
         for key, value in overrides.items():
             _set_dotted(raw, str(key).strip(), value)
@@ -211,7 +213,20 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         # has the key, so a resume keeps the name it had
         task = _task_of(raw)
         raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
-    return config_from_dict(raw)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{file}: {err}" if _fails_alike(as_written, err) else str(err)) from None
+
+
+def _fails_alike(raw: dict[str, Any], err: ConfigError) -> bool:
+    """Whether the file as written, no overrides, fails with ``err`` too: then the error names the file (a
+    resumed run's misspelt key in its config.yaml), and an override's own mistake is not blamed on it."""
+    try:
+        config_from_dict(raw)
+    except ConfigError as again:
+        return str(again) == str(err)
+    return False
 
 
 def _task_of(raw: dict[str, Any]) -> Any:

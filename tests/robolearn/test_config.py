@@ -231,3 +231,16 @@ def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_sec
     (tmp_path / "bare.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nrunner:\n")
     assert load_config(str(tmp_path / "bare.yaml"), ["runner.total_steps=100"]).runner.total_steps == 100
     assert load_config(str(tmp_path / "bare.yaml")).runner.total_steps > 0
+
+
+def test_a_files_own_mistake_names_the_file_and_an_overrides_mistake_does_not_blame_it(tmp_path):
+    """A resumed run's config.yaml with a misspelt key said only the key: which file had it went unsaid."""
+    config = tmp_path / "config.yaml"
+    config.write_text("algo: ppo\nenv:\n  task: pendulum\nagent:\n  learning_rat: 0.001\n")
+    with pytest.raises(ConfigError, match=rf"^{config}: unknown key 'agent.learning_rat' \(did you mean"):
+        load_config(str(config), ["runner.total_steps=100"])
+    config.write_text("algo: ppo\nenv:\n  task: pendulum\n")
+    with pytest.raises(ConfigError, match=r"^unknown key 'agent.lrr'"):
+        load_config(str(config), ["agent.lrr=3"])
+    config.write_text("algo: ppo\nenv:\n  task: pendulum\nagent:\n  gamma: 2\n")  # an override that mends it
+    assert load_config(str(config), ["agent.gamma=0.9"]).agent.gamma == 0.9
