@@ -37,6 +37,7 @@ from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
 from robolearn.runner import export_behind
+from robolearn.shell import shell
 from sims.tasks.arm_reach import ArmReach
 
 TASK_KEYS = ("max_episode_steps", "max_goal_step", "success_distance", "frame_skip")
@@ -115,9 +116,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if not path.is_file():
         if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the export folder itself was given
             raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
-                                    f"robolearn deploy {Path(run_dir).parent} ...")
+                                    f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
         _refuse_folder_of_runs(Path(run_dir), fmt)
-        raise FileNotFoundError(f"{path}: no exported controller; run `robolearn export {run_dir}` first")
+        raise FileNotFoundError(f"{path}: no exported controller; run `{shell('robolearn', 'export', run_dir)}` first")
     controller = ExportedController(path)
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
         warnings.warn(behind, stacklevel=2)
@@ -205,10 +206,10 @@ def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
         exported, newest = sorted(exports), max(exports, key=exports.get)
         shown = ", ".join(map(str, exported[:5])) + (f" and {len(exported) - 5} more" if len(exported) > 5 else "")
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs: {shown}; deploy one "
-                                f"(the newest export: robolearn deploy {newest} ...)")
+                                f"(the newest export: {shell('robolearn', 'deploy', newest)} ...)")
     if runs:
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run, and none of its {len(runs)} runs is exported; "
-                                f"the newest is {runs[-1]}: run `robolearn export {runs[-1]}`, then deploy it")
+                                f"the newest is {runs[-1]}: run `{shell('robolearn', 'export', runs[-1])}`, then deploy it")
 
 
 def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopStats,
@@ -297,7 +298,7 @@ def _plot(recorder: EpisodeRecorder) -> str | None:
         with stops_as_ctrl_c():  # the robot is parked: a stop now skips the picture, not the report
             return str(plot_recording(recorder.directory, recorder.directory / "deploy.png"))
     except KeyboardInterrupt:
-        print(f"deploy.png not drawn (stopped): `robolearn plot {recorder.directory}` draws it", file=sys.stderr)
+        print(f"deploy.png not drawn (stopped): `{shell('robolearn', 'plot', recorder.directory)}` draws it", file=sys.stderr)
         return None
     except Exception as err:  # noqa: BLE001 (matplotlib's, a full disk's...: the robot's run is what matters)
         warnings.warn(f"deploy.png not drawn: {type(err).__name__}: {err}", stacklevel=2)

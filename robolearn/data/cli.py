@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from robolearn.shell import shell
+
 IMPORT_FORMATS = ("d4rl", "lerobot", "recording")
 
 
@@ -339,7 +341,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")
     if not -len(ds) <= args.episode < len(ds):
         raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {len(ds)} episodes "
-                         f"(0 to {len(ds) - 1}; `robolearn dataset info {args.name}`)")
+                         f"(0 to {len(ds) - 1}; `{shell('robolearn', 'dataset', 'info', args.name)}`)")
     args.episode %= len(ds)  # -1: the last; reported by its own number
     episode = ds[args.episode]
     kwargs = dict(ds.info.get("task_kwargs") or {}) if task == ds.task else {}  # another task's would not fit

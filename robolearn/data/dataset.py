@@ -32,6 +32,7 @@ from tqdm import tqdm
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (DatasetWriter, dataset_dir, dataset_id, datasets_root, list_datasets, own_id,
                                         read_metadata)
+from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
 
@@ -52,7 +53,7 @@ def how_to_make(name: str, root: str | Path | None = None) -> str:
     where = str(scripts) if scripts.is_dir() else "benchmarks"  # benchmarks/ of the robolearn repository
     if Path.cwd() in scripts.parents:
         where = os.path.relpath(scripts)
-    root_flag = f" --root {root}" if root is not None else ""
+    root_flag = f" --root {shell(root)}" if root is not None else ""
     for pattern, command in GENERATORS:
         match = re.fullmatch(pattern, base)
         if match and _makeable(match.groupdict(), CONFIG_DIR):

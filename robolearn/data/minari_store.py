@@ -56,6 +56,7 @@ from gymnasium import spaces
 
 from robolearn.checkpoint import usual_mode
 from robolearn.data.episode import DatasetError, Episode
+from robolearn.shell import shell
 from robolearn.runtime import STOP_SIGNALS
 
 ROOT_ENV = "ROBOLEARN_DATASETS"
@@ -132,7 +133,7 @@ def _path_hint(name: str) -> str | None:
         return None
     what = {"lerobot": "a LeRobot dataset", "recording": "a deploy recording", "d4rl": "a file"}[kind]
     imported = re.sub(r"[^-\w]+", "-", path.stem if kind == "d4rl" else path.resolve().name).strip("-") or "dataset"
-    return (f"'{name}' is {what}, not a dataset name: import it first with `robolearn dataset import {name} "
+    return (f"'{name}' is {what}, not a dataset name: import it first with `{shell('robolearn', 'dataset', 'import', name)} "
             f"--format {kind} --task TASK`, then use the name '{imported}'")
 
 

@@ -238,9 +238,9 @@ def test_controller_for_another_task_is_refused(tmp_path, make_emulator):
 
 
 def test_missing_export_says_what_to_run(tmp_path, run_dir):
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="robolearn export"):
-        deploy(tmp_path / "empty", "dxl_arm", episodes=1)
+    (tmp_path / "my run").mkdir()  # the command to paste quotes the path (bare, it was two words)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"run `robolearn export '{tmp_path / 'my run'}'` first")):
+        deploy(tmp_path / "my run", "dxl_arm", episodes=1)
     with pytest.raises(FileNotFoundError, match=rf"give the folder that holds export/, not export/ itself: "
                                                 rf"robolearn deploy {run_dir} "):  # not `robolearn export`, which fails
         deploy(run_dir / "export", "dxl_arm", episodes=1)
