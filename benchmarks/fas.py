@@ -207,7 +207,7 @@ def delay(args: argparse.Namespace) -> None:
     from robolearn import fas
     from robolearn.registry import make_env
     from robolearn.config import load_run_config
-    from robolearn.runner import load_agent
+    from robolearn.runs import load_agent
     from sims.delay import Delay, DelayedEnv
 
     lag = Delay(obs_delay_steps=args.obs_delay, action_latency_steps=args.action_latency)

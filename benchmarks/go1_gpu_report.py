@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import benchmark_parser, machine, task_env, write_result  # noqa: E402
 from robolearn.registry import make_env  # noqa: E402
 from robolearn.config import load_run_config  # noqa: E402
-from robolearn.runner import load_agent  # noqa: E402
+from robolearn.runs import load_agent  # noqa: E402
 
 THRESHOLD = 0.3  # m/s: "walks" = mean xy tracking error below this, commands U(-1, 1) m/s per axis
 

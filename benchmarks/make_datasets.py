@@ -83,7 +83,7 @@ def train_ppo(task: str, steps: int, stop_return: float | None = None, seed: int
 def policy(task: str, run: Path | None, env):
     """The run's deterministic controller, or uniform random actions when ``run`` is None."""
     from robolearn.data import RandomController
-    from robolearn.runner import load_agent
+    from robolearn.runs import load_agent
 
     return RandomController(env, seed=0) if run is None else load_agent(run, env).controller().to(env.device).eval()
 

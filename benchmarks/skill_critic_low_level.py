@@ -46,7 +46,7 @@ def evaluate_both(path: Path, episodes: int) -> dict:
     from robolearn.evaluate import evaluate
     from robolearn.registry import make_env
     from robolearn.config import load_run_config
-    from robolearn.runner import load_agent
+    from robolearn.runs import load_agent
 
     run_dir = run_dir_of(path)
     cfg = load_run_config(run_dir)

@@ -36,7 +36,7 @@ from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
-from robolearn.runner import export_behind
+from robolearn.runs import export_behind
 from robolearn.shell import shell
 from sims.tasks.arm_reach import ArmReach
 
@@ -198,7 +198,7 @@ def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
     under it that have an export, else the newest run, to export first."""
     if (folder / "config.yaml").is_file() or not folder.is_dir():
         return
-    from robolearn.runner import find_run_dirs
+    from robolearn.runs import find_run_dirs
 
     runs = sorted(find_run_dirs(folder), key=lambda run: run.stat().st_mtime)
     exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}

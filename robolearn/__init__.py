@@ -62,7 +62,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     from pathlib import Path
 
     from robolearn.config import load_config
-    from robolearn.runner import train as _train, warn_if_config_differs
+    from robolearn.runner import train as _train
+    from robolearn.runs import warn_if_config_differs
 
     if cfg is None:
         if resume is None:
@@ -83,7 +84,7 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
     default the config's."""
     from robolearn.config import TrainConfig, load_run_config
     from robolearn.registry import make_env as _make_env
-    from robolearn.runner import trained_env_config
+    from robolearn.runs import trained_env_config
 
     if isinstance(run, TrainConfig):
         return _make_env(run.env, num_envs=num_envs, seed=seed)
@@ -91,8 +92,8 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
 
 
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:
-    """A run's controller, ready to ``act``; see :func:`robolearn.runner.load_controller`."""
-    from robolearn.runner import load_controller as _load_controller
+    """A run's controller, ready to ``act``; see :func:`robolearn.runs.load_controller`."""
+    from robolearn.runs import load_controller as _load_controller
 
     return _load_controller(run_dir, env, exported)
 

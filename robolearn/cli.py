@@ -347,7 +347,7 @@ def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
     process as the run had them: eval then gives eval.json's numbers again, play and export the same actions.
     ``nominal``: without its domain randomization; else automatic randomization at the width it reached."""
     from robolearn.config import load_run_config
-    from robolearn.runner import trained_env_config
+    from robolearn.runs import trained_env_config
 
     cfg = load_run_config(run)
     cfg.runner.apply_torch_settings()
@@ -361,7 +361,7 @@ def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
 def _eval(args: argparse.Namespace) -> int:
     from robolearn.evaluate import evaluate
     from robolearn.registry import evaluation_dynamics, make_env
-    from robolearn.runner import load_controller
+    from robolearn.runs import load_controller
 
     if args.episodes is not None:
         _positive("--episodes", args.episodes)
@@ -398,7 +398,7 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
     from robolearn import fas
     from robolearn.checkpoint import atomic_write_bytes
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller
+    from robolearn.runs import load_controller
 
     try:
         r_max = None if args.fas is True else float(args.fas)
@@ -426,7 +426,7 @@ def _play(args: argparse.Namespace) -> int:
 
     from robolearn.evaluate import record_video, video_target
     from robolearn.registry import make_env
-    from robolearn.runner import load_controller
+    from robolearn.runs import load_controller
 
     _positive("--seconds", args.seconds)
     cfg = _run_config(args.run, nominal=args.nominal)
@@ -471,7 +471,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from robolearn.export import export_controller
     from robolearn.registry import make_env
-    from robolearn.runner import export_meta, load_agent, saved_progress
+    from robolearn.runs import export_meta, load_agent, saved_progress
 
     if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
@@ -503,7 +503,7 @@ def _list(args: argparse.Namespace) -> int:
     import sims
     from policies import AGENTS
     from robolearn.run_lock import holder
-    from robolearn.runner import find_run_dirs
+    from robolearn.runs import find_run_dirs
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
@@ -567,7 +567,7 @@ def _how_far(run: Path) -> str:
     """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
     and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
     from robolearn.logger import read_metrics
-    from robolearn.runner import run_ended, saved_progress
+    from robolearn.runs import run_ended, saved_progress
 
     exported = (run / "export" / "controller.json").is_file()
     failed = _failure(run)
@@ -617,7 +617,7 @@ def _how_far(run: Path) -> str:
 
 def _failure(run: Path, width: int = 100) -> str:
     """``failed (<error>)`` from the first line of a run's ``failed.txt`` (cut to ``width``), or ""."""
-    from robolearn.runner import FAILURE_FILE
+    from robolearn.runs import FAILURE_FILE
 
     try:
         summary = (run / FAILURE_FILE).read_text(errors="replace").partition("\n")[0].strip()

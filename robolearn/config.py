@@ -283,7 +283,7 @@ def _not_a_run(path: Path) -> str:
         return f"give the run's folder, {path.parent}, not its config.yaml"
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
-    from robolearn.runner import find_run_dirs  # (runner imports this module)
+    from robolearn.runs import find_run_dirs  # (runs imports this module)
 
     if path.is_dir() and (runs := find_run_dirs(path)):
         newest = max(runs, key=lambda run: run.stat().st_mtime)

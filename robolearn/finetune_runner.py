@@ -44,8 +44,8 @@ from robolearn.logger import RunLogger
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, ask_stop,
-                              finish_run, interrupted, iteration_rest, pay_update_debt, refuse_finished, step_envs,
-                              stopped_by_nan)
+                              finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
+from robolearn.runs import refuse_finished
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 

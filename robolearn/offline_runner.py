@@ -42,8 +42,8 @@ from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, ask_stop, finish_run, interrupted,
-                              iteration_rest, new_run_dir, refuse_finished, stopped_by_nan,
-                              update_metrics, write_config_or_undo)
+                              iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
+from robolearn.runs import new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000

@@ -155,7 +155,7 @@ def _record(args: argparse.Namespace) -> int:
         raise ValueError("--task is needed: the controller does not say which task it was trained on")
     with sims.make_env(task, num_envs=args.num_envs, seed=args.seed, **kwargs) as env:
         if args.run:
-            from robolearn.runner import load_agent
+            from robolearn.runs import load_agent
 
             controller = load_agent(args.run, env, cfg).controller().to(env.device).eval()
         elif args.controller == "random":

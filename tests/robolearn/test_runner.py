@@ -189,10 +189,12 @@ def test_wandb_offline_writes_run_files(tmp_path):
 
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     """Parallel benchmark runs of one config start together; none may write into another's directory."""
-    frozen = runner_module.datetime(2026, 1, 2, 3, 4, 5)
-    monkeypatch.setattr(runner_module, "datetime", type("FrozenClock", (), {"now": staticmethod(lambda: frozen)}))
+    import robolearn.runs as runs_module
+
+    frozen = runs_module.datetime(2026, 1, 2, 3, 4, 5)
+    monkeypatch.setattr(runs_module, "datetime", type("FrozenClock", (), {"now": staticmethod(lambda: frozen)}))
     cfg = tiny(tmp_path)
-    dirs = [runner_module.new_run_dir(cfg) for _ in range(3)]
+    dirs = [runs_module.new_run_dir(cfg) for _ in range(3)]
     assert [d.name for d in dirs] == ["20260102-030405", "20260102-030405-1", "20260102-030405-2"]
     assert all(d.is_dir() for d in dirs)
 
@@ -628,7 +630,7 @@ def test_an_automatically_randomized_run_is_evaluated_at_the_width_it_reached(tm
     robolearn.make_env(run) had all judged the controller on the nominal model only."""
     import robolearn
     from robolearn.cli import main
-    from robolearn.runner import trained_env_config
+    from robolearn.runs import trained_env_config
 
     cfg = load_config("ppo_arm_reach_auto", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=8", "logging.wandb=disabled",
                                               "logging.progress=false", "runner.eval_episodes=0",

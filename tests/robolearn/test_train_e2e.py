@@ -14,7 +14,8 @@ from robolearn.cli import main as cli
 from robolearn.export import ExportedController
 from robolearn.registry import make_env
 from robolearn.config import load_run_config
-from robolearn.runner import Runner, load_agent
+from robolearn.runner import Runner
+from robolearn.runs import load_agent
 
 RANDOM_CARTPOLE_RETURN = 29.0  # uniform random actions, measured over 16 episodes
 

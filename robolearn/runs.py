@@ -1,0 +1,205 @@
+"""A run's folder, read from outside: where runs are, how far they trained, their controller.
+
+Each run is self-contained::
+
+    runs/<name>/<time>/
+        config.yaml          resolved config (what `robolearn eval <run>` rebuilds from)
+        metrics.jsonl        one line per iteration
+        checkpoints/latest.pt  (+ replay.pt for off-policy runs), written atomically
+        export/controller.{pt,onnx,json}
+        eval.json, video.mp4, wandb/
+        run.lock             while a process trains it (robolearn/run_lock.py): a second one is refused
+        failed.txt           why it stopped, where an error stopped it
+
+The runners (``robolearn/runner.py`` and the offline ones) write it; ``eval``, ``play``, ``export``, ``list``,
+``deploy`` and ``robolearn.load_controller`` read it through this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import traceback
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from robolearn import distributed
+from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict
+from robolearn.export import task_meta
+from robolearn.interfaces import Agent, Controller, VecEnv
+from robolearn.recording import unique_directory
+from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
+from robolearn.shell import shell
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    """``<run_dir>/<run_name>/<time>``, made now; ``<time>-1``, ``-2``... when two runs start in the same second."""
+    return unique_directory(Path(cfg.run_dir) / cfg.run_name / datetime.now().strftime("%Y%m%d-%H%M%S"))
+
+
+def run_ended(run_dir: Path, eval_episodes: int) -> bool:
+    """Whether ``run_dir``'s end (:func:`finish_run`) left its files: the export, and ``eval.json`` where the
+    config asks for an evaluation (a Ctrl+C during it leaves the export alone)."""
+    run_dir = Path(run_dir)
+    return (run_dir / "export" / "controller.json").is_file() and (eval_episodes <= 0 or (run_dir / "eval.json").is_file())
+
+
+def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_episodes: int) -> None:
+    """A resume of a run that already reached ``runner.total_steps`` and ended (:func:`run_ended`) would
+    train nothing and only rewrite its config, exports and video: refuse it, saying how to go on. One whose
+    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes. One that
+    trains on (a raised budget, or an early end) sets its earlier ``eval.json`` aside (``eval.superseded.json``)."""
+    if done < total:  # it trains on: the earlier end's evaluation is of another controller (kept aside, so that
+        evaluation = Path(run_dir) / "eval.json"  # `list` does not call the run ended, nor a resume refuse it)
+        if distributed.is_main() and evaluation.is_file():
+            evaluation.replace(evaluation.with_name("eval.superseded.json"))
+        return
+    if run_ended(run_dir, eval_episodes):
+        more = max(2 * total, _round_up(done + total))
+        raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
+                          f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
+                          f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
+                          f"overrides={{'runner.total_steps': {more}}}))")
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits: a total a person would type."""
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+    atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode()))
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """The run directories under ``root`` (or ``root`` itself) at any depth: folders with a config.yaml,
+    not W&B's own copies inside a run's ``wandb/``."""
+    if (root / "config.yaml").is_file():
+        return [root]
+    return sorted(config.parent for config in root.rglob("config.yaml") if "wandb" not in config.relative_to(root).parts)
+
+
+def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:
+    """Rebuild the agent of ``run_dir`` from its config and latest checkpoint."""
+    cfg = cfg or load_run_config(run_dir)
+    agent = make_agent(cfg, env)
+    payload = load_checkpoint(Path(run_dir) / "checkpoints" / "latest.pt")
+    check_compatible(agent.state_dict(), payload["agent"])
+    agent.load_state_dict(payload["agent"])
+    return agent
+
+
+def saved_progress(run: Path) -> dict[str, Any]:
+    """The progress in ``run``'s checkpoint, or {} where there is none or it cannot be read (a resume then
+    says why)."""
+    path = run / "checkpoints" / "latest.pt"
+    if not path.is_file():
+        return {}
+    try:
+        progress = load_checkpoint(path).get("progress")
+    except CheckpointError:
+        return {}
+    return progress if isinstance(progress, dict) else {}
+
+
+TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates")
+
+
+def trained_counts(progress: dict[str, Any]) -> dict[str, int]:
+    """How far a run had trained, from its progress (a checkpoint's): what its export records
+    (``controller.json``'s ``trained``), so that an export older than the checkpoint is told apart."""
+    return {key: int(value) for key in TRAINED_COUNTERS
+            if isinstance(value := progress.get(key), int) and not isinstance(value, bool) and value > 0}
+
+
+def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any) -> dict[str, Any]:
+    """What a run's export records beside the controller: its task (``task_meta``), the run it came from and
+    how far that had trained (``progress``: a checkpoint's, as an object or a dict)."""
+    counts = trained_counts(progress if isinstance(progress, dict) else vars(progress))
+    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), "trained": counts}
+
+
+def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
+    """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
+    (a resume trained on and stopped before its end exported again), or None."""
+    trained = meta.get("trained")
+    if not isinstance(trained, dict):  # exports of before this was recorded: not known
+        return None
+    now = trained_counts(saved_progress(Path(run_dir)))
+    ahead = [f"{count:,} {key.replace('_', ' ')} (the export: {int(trained.get(key) or 0):,})"
+             for key, count in now.items() if count > int(trained.get(key) or 0)]
+    if not ahead:
+        return None
+    return (f"{run_dir}: its export is older than its checkpoint, which has trained to {', '.join(ahead)}; the run "
+            f"trained on and stopped before its end exported again: {shell('robolearn', 'export', run_dir)} "
+            "exports the checkpoint's controller")
+
+
+def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None,
+                    cfg: TrainConfig | None = None) -> Controller | Any:
+    """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
+    an env, one world of the run's task is built for the specs and closed), or with ``exported``
+    (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it."""
+    from robolearn.export import FILENAMES, ExportedController
+
+    run_dir = Path(run_dir)
+    if exported:
+        if exported not in FILENAMES:
+            raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
+        controller = ExportedController(run_dir / "export" / FILENAMES[exported])
+        if behind := export_behind(run_dir, controller.meta):
+            warnings.warn(behind, stacklevel=2)
+        return controller
+    cfg = cfg or load_run_config(run_dir)
+    if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU
+        with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
+            return load_agent(run_dir, spec_env, cfg).controller().eval()
+    return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
+
+
+def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:
+    """``cfg.env`` as ``run_dir``'s latest checkpoint trained on it: automatic randomization at the width it
+    reached (``at_trained_width``), which a new env would restart at 0; any other env config as it is."""
+    randomization = cfg.env.randomization or {}
+    path = Path(run_dir) / "checkpoints" / "latest.pt"
+    if not randomization.get("auto") or not path.is_file():
+        return cfg.env
+    return at_trained_width(cfg.env, load_checkpoint(path).get("progress", {}).get("env_adaptation"))
+
+
+def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
+    """Say each setting in which ``cfg`` differs from ``run``'s own ``config.yaml`` (a resume from Python given
+    a freshly loaded config: the run's seed, name and overrides would be replaced without a word)."""
+    if not (run / "config.yaml").is_file():
+        return  # the runner says what is missing
+    resolved = copy.deepcopy(cfg.env)  # the run recorded what ran: warp on a missing GPU is MuJoCo on the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback is said when the run is built
+        resolve_backend(resolved)
+    own, given = flat_keys(to_dict(load_run_config(run))), flat_keys(to_dict(dataclasses.replace(cfg, env=resolved)))
+    changed = [key for key in sorted(set(own) | set(given)) if own.get(key) != given.get(key)]
+    if changed:
+        said = ", ".join(f"{key} {own.get(key)!r} -> {given.get(key)!r}" for key in changed[:8])
+        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+        warnings.warn(f"resuming {run} with a config that differs from its own config.yaml: {said}{more}; "
+                      "train(resume=run, overrides={...}) goes on with the run's own settings", stacklevel=3)
+
+
+FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
+
+
+def record_failure(run_dir: Path, err: BaseException) -> None:
+    """Write ``err`` (its one-line summary, then the traceback) to ``run_dir/failed.txt``, so that a run
+    that crashed is told apart from one that was killed. Never raises: the error itself matters more."""
+    summary = " ".join(f"{type(err).__name__}: {err}".split())
+    text = summary + "\n\n" + "".join(traceback.format_exception(err))
+    try:
+        atomic_write_bytes(Path(run_dir) / FAILURE_FILE, lambda f: f.write(text.encode()))
+    except OSError:  # a full disk, a removed folder
+        pass
