@@ -399,13 +399,15 @@ def _check_range(name: str, value: Any, key: str) -> None:
     a negative clip ratio pins every ratio) or fail deep inside a step."""
     if isinstance(value, bool) or value is None:
         return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}: got {value}; give a finite number (0 turns off what can be turned off)")
+    numbers_given = value if isinstance(value, (list, tuple)) else [value]  # a range's two ends, too
+    if any(isinstance(number, float) and not math.isfinite(number) for number in numbers_given):
+        finite = "finite numbers" if isinstance(value, (list, tuple)) else "a finite number"
+        raise ConfigError(f"{key}: got {value}; give {finite} (0 turns off what can be turned off)")
     rule = _range_of(name)
     if rule is None:
         return
     low, high, low_open, high_open, meaning = rule
-    for number in (value if isinstance(value, (list, tuple)) else [value]):
+    for number in numbers_given:
         if not isinstance(number, (int, float)):
             continue
         if number < low or (low_open and number == low) or number > high or (high_open and number == high):
@@ -425,6 +427,8 @@ def _range_of(name: str) -> tuple[float, float, bool, bool, str] | None:
         return 0, 1, True, False, "a target network's update rate is in (0, 1] (e.g. 0.005)"
     if name in ("max_grad_norm", "clip_ratio") or name.endswith("_kl"):
         return 0, inf, True, False, "must be above 0"
+    if name.endswith("noise_std"):  # noise added on purpose: 0 is none (randomization's default)
+        return 0, inf, False, False, "noise, must be >= 0 (0: none)"
     if name.endswith("_std") and not name.startswith("log_") or name.startswith("init_") and name.endswith("alpha"):
         return 0, inf, True, False, "a scale, must be above 0"
     if name.endswith(("beta", "alpha", "_coef", "noise_clip")):

@@ -1,5 +1,6 @@
 """Configs: unknown keys and bad values are one-line errors naming the key."""
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,3 +245,16 @@ def test_a_files_own_mistake_names_the_file_and_an_overrides_mistake_does_not_bl
         load_config(str(config), ["agent.lrr=3"])
     config.write_text("algo: ppo\nenv:\n  task: pendulum\nagent:\n  gamma: 2\n")  # an override that mends it
     assert load_config(str(config), ["agent.gamma=0.9"]).agent.gamma == 0.9
+
+
+def test_noise_may_be_turned_off_by_setting_it_to_zero_and_a_range_must_be_finite():
+    """``obs_noise_std=0`` (randomization's own default: no noise) was refused as 'a scale, must be above 0'."""
+    from robolearn.config import build_dataclass
+    from sims.randomization import Randomization
+
+    said = load_config("ppo_arm_reach_dr", ["env.randomization.obs_noise_std=0"]).env.randomization
+    assert build_dataclass(Randomization, said, "env.randomization.").obs_noise_std == 0
+    with pytest.raises(ConfigError, match=r"env.randomization.obs_noise_std: noise, must be >= 0"):
+        build_dataclass(Randomization, {**said, "obs_noise_std": -0.1}, "env.randomization.")
+    with pytest.raises(ConfigError, match=r"env.randomization.mass_scale: got \(nan, 1.2\); give finite numbers"):
+        build_dataclass(Randomization, {**said, "mass_scale": [math.nan, 1.2]}, "env.randomization.")  # was torch's
