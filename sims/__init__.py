@@ -15,6 +15,7 @@ import typing
 import warnings
 from typing import Any, Callable
 
+import robolearn  # noqa: F401  before mujoco: on a headless machine it picks OSMesa, which mujoco reads on import
 import mujoco
 import torch
 

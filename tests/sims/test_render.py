@@ -41,3 +41,18 @@ def test_gym_adapter_renders_the_env_asked_for(gl: None) -> None:
         env.reset(seed=0)
         frame = env.render(1, width=64, height=48)
         assert frame.shape == (48, 64, 3) and frame.std() > 0
+
+
+def test_sims_imported_first_renders_on_a_headless_machine(gl: None) -> None:
+    """robolearn picks OSMesa where there is no display; `import sims` before `import robolearn` (the own-task
+    section's first line) had loaded mujoco first, which then found no GL: no frame, and no run video."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    script = "import sims\nwith sims.make_env('pendulum', num_envs=1) as env:\n    print(env.render(0).shape)"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "(240, 320, 3)", done.stderr[-2000:]
