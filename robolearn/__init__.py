@@ -61,14 +61,19 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     have ended, so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``."""
     from pathlib import Path
 
-    from robolearn.config import load_config
+    from robolearn.config import TrainConfig, load_config, run_config_path
     from robolearn.runner import train as _train
     from robolearn.runs import warn_if_config_differs
 
     if cfg is None:
         if resume is None:
             raise TypeError("train() needs a config, load_config(...), or resume=<run directory>")
-        cfg = load_config(Path(resume) / "config.yaml", overrides)
+        cfg = load_config(run_config_path(resume), overrides)
+    elif not isinstance(cfg, TrainConfig):  # a name or a dict had failed five frames down on `cfg.algo`
+        how = f"load_config({cfg!r})" if isinstance(cfg, (str, Path)) else \
+            "robolearn.config.config_from_dict(...)" if isinstance(cfg, dict) else "load_config(name)"
+        raise TypeError(f"train() takes a TrainConfig, got {type(cfg).__name__}: give it {how} "
+                        "(or resume=<run directory>)")
     elif overrides:
         raise TypeError("overrides go with resume= alone; apply them to a config with load_config(name, overrides)")
     elif resume is not None:
@@ -82,12 +87,20 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
     and backend,
     as ``robolearn eval`` builds it. ``sims.make_env(task)`` builds the task's defaults instead. ``num_envs``:
     default the config's."""
+    from pathlib import Path
+
     from robolearn.config import TrainConfig, load_run_config
     from robolearn.registry import make_env as _make_env
     from robolearn.runs import trained_env_config
 
     if isinstance(run, TrainConfig):
         return _make_env(run.env, num_envs=num_envs, seed=seed)
+    if isinstance(run, str) and not Path(run).exists():
+        from sims import TASKS
+
+        if run in TASKS:
+            raise FileNotFoundError(f"{run}: no such run; '{run}' is a task: sims.make_env({run!r}) builds it with "
+                                    "its defaults, robolearn.make_env(load_config(name)) as a config sets it")
     return _make_env(trained_env_config(run, load_run_config(run)), num_envs=num_envs, seed=seed)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml
+from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml, run_config_path
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError
@@ -261,9 +261,7 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError(f"give a config or --resume, not both: --resume {args.resume} continues with the run's own "
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
-        config = args.resume / "config.yaml"
-        if not config.is_file():
-            raise FileNotFoundError(f"{args.resume}: not a run directory (no config.yaml)")
+        config = run_config_path(args.resume)
     cfg = load_config(config, args.overrides)
     if args.no_wandb:
         cfg.logging.wandb = "disabled"

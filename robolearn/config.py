@@ -130,7 +130,8 @@ def resolve_config_path(name_or_path: str | None) -> Path:
         raise ConfigError(f"{name}: a folder; give a config's YAML file (or a name in configs/)")
     if (Path(name) / "config.yaml").is_file():  # a run's folder: its config is read by --resume
         raise ConfigError(f"{name} is a run: continue it with {shell('robolearn', 'train', '--resume', name)} "
-                          "(a config is a YAML file or a name in configs/)")
+                          f"(from Python: robolearn.train(resume={str(name)!r})); a config is a YAML file or a "
+                          "name in configs/")
     stems = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     close = difflib.get_close_matches(Path(name).stem, stems, n=1)
     hint = f"did you mean '{close[0]}'? or " if close else ""
@@ -264,9 +265,7 @@ def check_run_config(path: Path, raw: dict[str, Any]) -> None:
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: {_not_a_run(Path(run_dir))}")
+    path = run_config_path(run_dir)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
@@ -275,6 +274,14 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
         return config_from_dict(raw)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
+
+
+def run_config_path(run_dir: str | Path) -> Path:
+    """``run_dir``'s ``config.yaml``; a path that is no run is told what it is instead and what to give."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: {_not_a_run(Path(run_dir))}")
+    return path
 
 
 def _not_a_run(path: Path) -> str:

@@ -764,6 +764,21 @@ def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path
     assert not [w for w in said if "differs from its own config.yaml" in str(w.message)]
 
 
+def test_the_python_entry_points_given_a_name_where_a_config_or_run_goes_say_what_to_give(tmp_path):
+    """train("ppo_cartpole") had been an AttributeError five frames down; train(resume=missing) had offered the
+    list of configs; make_env("cartpole") had said only "no such run directory"."""
+    import robolearn
+
+    with pytest.raises(TypeError, match=r"train\(\) takes a TrainConfig, got str: give it load_config\('ppo_cartpole'\)"):
+        robolearn.train("ppo_cartpole")
+    with pytest.raises(TypeError, match=r"got dict: give it robolearn.config.config_from_dict"):
+        robolearn.train({"algo": "ppo"})
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'nope'}: no such run directory$"):
+        robolearn.train(resume=tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match=r"'cartpole' is a task: sims.make_env\('cartpole'\) builds it"):
+        robolearn.make_env("cartpole")
+
+
 def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_carries_over():
     """Several updates per env step (a UTD ratio above 1): a Ctrl+C during one is taken before the next,
     and the updates still owed stay in the checkpointed debt, so a resume makes them."""
