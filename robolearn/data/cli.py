@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
+from robolearn.data.importing import check_refs, settings_said, slug
 from robolearn.shell import shell
 
 IMPORT_FORMATS = ("d4rl", "lerobot", "recording")
@@ -130,7 +130,7 @@ def _record(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
-    _check_refs(args.ref_min, args.ref_max)
+    check_refs(args.ref_min, args.ref_max)
     # The controller as a full path: the dataset says what made it wherever it is read from
     controller_name = args.controller if args.controller in (None, "random") else str(Path(args.controller).resolve())
     task, kwargs, algorithm = args.task, {}, None
@@ -166,7 +166,7 @@ def _record(args: argparse.Namespace) -> int:
             controller = ExportedController(args.controller)
             _check_controller_fits(controller.meta, args.controller, task, env.observation_spec)
         kind = algorithm or ("random" if args.controller == "random" else "exported")
-        name = args.name or f"{_slug(task)}-{kind}"
+        name = args.name or f"{slug(task)}-{kind}"
         metadata = env_metadata(env, task, kwargs, controller=controller_name, algorithm_name=kind, source="record",
                                 noise=args.noise, seed=args.seed, ref_min_score=args.ref_min, ref_max_score=args.ref_max)
         with DatasetWriter(name, env.observation_spec, env.action_spec, metadata=metadata, root=args.root,
@@ -194,51 +194,18 @@ def _success_said(successes: list[bool]) -> str:
 
 
 def _import(args: argparse.Namespace) -> int:
-    import sims
-    from robolearn.data import Dataset
-    from robolearn.data.d4rl import read_d4rl, ref_scores
-    from robolearn.data.lerobot import read_lerobot
-    from robolearn.data.minari_store import specs_of
-    from robolearn.data.recordings import read_recordings, recorded_task_settings
-
-    if args.done != "terminal" and args.format != "lerobot":
-        raise ValueError(f"--done is for LeRobot datasets; {args.format} files say terminals and timeouts apart")
     import numpy as np
 
-    readers = {"d4rl": read_d4rl, "lerobot": lambda path: read_lerobot(path, args.done), "recording": read_recordings}
-    episodes, meta = readers[args.format](args.path)
-    specs = specs_of(episodes[0])
-    named_by_file = not args.task and args.format != "recording" and meta.get("task") in sims.TASKS
-    if named_by_file:  # our own export's: its task's bounds and settings, as --task would give them
-        args.task = meta["task"]
-    # A recording's task settings are what the robot ran, a file's of our own export what it was recorded with
-    # (of the same task only); this command has no option to set others.
-    kwargs, others = recorded_task_settings(meta, args.task) if args.task and args.format == "recording" else ({}, {})
-    if args.task and args.format != "recording" and meta.get("task") == args.task:
-        kwargs = dict(meta.get("task_kwargs") or {})
-    if args.task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
-        where = (args.path / "metadata.json") if args.format == "recording" else args.path
-        task_obs, action_spec = _task_specs(args.task, meta.get("control_dt"), kwargs,
-                                            f"{where}: the recorded task settings")
-        specs = ({**specs[0], **task_obs}, action_spec)
-    meta |= {"source": f"{args.format}:{args.path.resolve()}"}
-    if args.task:
-        meta["task"], meta["task_kwargs"] = args.task, kwargs
-    refs = ref_scores(args.task or args.path.stem) if args.format == "d4rl" else None
-    for key, given, default in (("ref_min_score", args.ref_min, refs and refs[0]), ("ref_max_score", args.ref_max, refs and refs[1])):
-        value = given if given is not None else meta.get(key, default)
-        if value is not None:
-            meta[key] = value
-    _check_refs(meta.get("ref_min_score"), meta.get("ref_max_score"))
-    name = args.name or _slug(args.path.stem if args.path.is_file() else args.path.resolve().name)
-    from tqdm import tqdm
+    from robolearn.data.importing import import_dataset
 
-    writing = tqdm(episodes, desc=f"writing {name}", unit="episode", disable=None, leave=False)  # on a terminal
-    ds = Dataset.create(name, writing, *specs, metadata=meta, root=args.root, overwrite=args.overwrite, source=str(args.path))
-    returns = [episode.episode_return for episode in episodes]
+    with warnings.catch_warnings(record=True) as said:  # printed with the summary, as its lines are
+        warnings.simplefilter("always", UserWarning)
+        imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite, args.done,
+                                  args.ref_min, args.ref_max)
+    ds, returns, meta = imported.dataset, imported.returns, imported.dataset.info
     print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"
-          + _success_said([e.success for e in episodes if e.success is not None]) + f" -> {ds.path}")
+          + _success_said(imported.successes) + f" -> {ds.path}")
     if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit
         print(f"cut short:   episode(s) {', '.join(map(str, cut))} (the run ended in them; kept, their last step a "
               "time limit; `dataset info` lists them as interrupted_episodes)")
@@ -247,48 +214,22 @@ def _import(args: argparse.Namespace) -> int:
                                 "truncation": ("a time limit (bootstrapped from)", "terminal", "the task's end")}[args.done]
         print(f"next.done:   on each episode's last frame, read as {read_as}; --done {other} if they are {were}")
     recorded = (meta.get("recording") or {}).get("task")
-    if named_by_file:
-        print(f"task:        {args.task} (the file's own metadata; --task names another)"
-              + (f" as recorded: {_settings(kwargs)}" if kwargs else ""))
-    elif kwargs or others:  # a recording's, or an export's of ours
-        print(f"task:        {args.task}" + (f" as recorded: {_settings(kwargs)}" if kwargs else "")
-              + (f" (not {args.task} settings, kept under recording only: {_settings(others)})" if others else ""))
-    elif isinstance(recorded, dict) and recorded and not args.task:
-        print(f"task:        not named; the recording's settings ({_settings(recorded)}) are kept under recording "
+    task, settings, others = ds.task, imported.settings, imported.other_settings
+    if imported.task_from_file:
+        print(f"task:        {task} (the file's own metadata; --task names another)"
+              + (f" as recorded: {settings_said(settings)}" if settings else ""))
+    elif settings or others:  # a recording's, or an export's of ours
+        print(f"task:        {task}" + (f" as recorded: {settings_said(settings)}" if settings else "")
+              + (f" (not {task} settings, kept under recording only: {settings_said(others)})" if others else ""))
+    elif isinstance(recorded, dict) and recorded and not task:
+        print(f"task:        not named; the recording's settings ({settings_said(recorded)}) are kept under recording "
               "only: import with --task (the controller's) to replay and evaluate with them")
-    _warn_out_of_bounds(episodes, specs[1])
+    for warning in said:
+        if issubclass(warning.category, UserWarning):
+            print(f"warning:     {warning.message}")
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return 0
-
-
-def _settings(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in settings.items())
-
-
-def _check_refs(low: float | None, high: float | None) -> None:
-    """Normalized scores divide by ``high - low``: swapped references turn a random policy into an expert."""
-    if low is None or high is None:
-        if (low is None) != (high is None):
-            raise ValueError("--ref-min and --ref-max go together: a normalized score needs both")
-        return
-    if not (math.isfinite(low) and math.isfinite(high) and high > low):
-        raise ValueError(f"--ref-max ({high:g}) must be above --ref-min ({low:g}): they are the returns of an expert "
-                         "and of a random policy")
-
-
-def _warn_out_of_bounds(episodes: list, action_spec: Any) -> None:
-    """Say when imported actions lie outside the task's bounds (another scale, or the wrong task): the env
-    clips such actions, while offline agents learn them as given."""
-    import numpy as np
-
-    low, high = np.asarray(action_spec.low), np.asarray(action_spec.high)
-    if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        return
-    actions = np.concatenate([e.actions for e in episodes])
-    outside = float(((actions < low - 1e-6) | (actions > high + 1e-6)).any(axis=-1).mean())
-    if outside > 0:
-        print(f"warning:     {100 * outside:.1f}% of the actions lie outside the task's bounds [{low.min():g}, "
-              f"{high.max():g}] (seen {actions.min():.3g} to {actions.max():.3g}); the env clips them, offline "
-              "agents learn them as given: rescale them, or check --task")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -346,7 +287,7 @@ def _replay(args: argparse.Namespace) -> int:
     episode = ds[args.episode]
     kwargs = dict(ds.info.get("task_kwargs") or {}) if task == ds.task else {}  # another task's would not fit
     if kwargs:
-        print(f"task:        {task} with the dataset's settings: {_settings(kwargs)}")
+        print(f"task:        {task} with the dataset's settings: {settings_said(kwargs)}")
     elif task != ds.task and ds.info.get("task_kwargs"):
         print(f"task:        {task} with its default settings (the dataset's are for {ds.task})")
     with sims.make_env(task, num_envs=1, seed=0, **kwargs) as env:
@@ -410,30 +351,6 @@ def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observa
                          f"'{task}' gives {size}" + (f"; use --task {trained}" if trained else ""))
     if trained and trained != task:
         print(f"warning: --controller {source} was trained on '{trained}', recording it on '{task}'", file=sys.stderr)
-
-
-def _task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,
-                where: str = "") -> tuple[dict, Any]:
-    """The specs of the task built with ``kwargs`` (settings from ``where``, which a refusal names); a
-    recording's ``control_dt`` that is not the task's is said."""
-    import sims
-    from robolearn.offline_runner import rate_doubt
-
-    try:
-        env = sims.make_env(task, num_envs=1, num_threads=1, **(kwargs or {}))
-    except (ValueError, TypeError) as err:
-        if not kwargs:
-            raise
-        raise ValueError(f"{where} ({_settings(kwargs)}) do not build task {task}: {err}") from None
-    with env:
-        if doubt := rate_doubt(control_dt, env.control_dt):
-            print(f"warning:     {doubt} ({task})")
-        return env.observation_spec, env.action_spec
-
-
-def _slug(text: str) -> str:
-    """A dataset-name-safe version of ``text``."""
-    return re.sub(r"[^-\w]+", "-", text).strip("-") or "dataset"
 
 
 COMMANDS = {"list": _list, "info": _info, "record": _record, "import": _import, "export": _export,

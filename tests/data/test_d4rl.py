@@ -356,3 +356,20 @@ def test_an_export_of_ours_imports_with_its_task_settings(recorded, tmp_path, ro
                  "--name", "back"]) == 0
     assert "task:        pendulum as recorded: max_episode_steps=10" in capsys.readouterr().out
     assert Dataset.load("back").info["task_kwargs"] == {"max_episode_steps": 10}
+
+
+def test_import_from_python_gives_the_dataset_its_task_as_the_cli_does(tmp_path, root):
+    """Only the CLI's private function had set the task, its bounds and D4RL's reference scores: a dataset
+    made from Python with read_d4rl and Dataset.create had none (unbounded actions, no normalized score)."""
+    from robolearn.data import import_dataset
+
+    arrays = _d4rl_arrays()
+    arrays["actions"] = arrays["actions"] * 5
+    with pytest.warns(UserWarning, match="of the actions lie outside the task's bounds"):
+        imported = import_dataset(_write(tmp_path / "hopper-medium-v2.hdf5", **arrays), "d4rl", task="hopper")
+    ds = Dataset.load("hopper-medium-v2")
+    assert imported.dataset.path == ds.path and ds.task == "hopper" and ds.num_episodes == len(imported.returns)
+    assert ds.action_spec.high.tolist() == [1.0, 1.0, 1.0]  # the task's bounds, not the file's infinite ones
+    assert ds.ref_min_score < ds.ref_max_score  # D4RL's hopper references
+    with pytest.raises(ValueError, match="format='minari': choose one of d4rl, lerobot, recording"):
+        import_dataset(tmp_path / "hopper-medium-v2.hdf5", "minari")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -154,13 +155,14 @@ def test_next_done_on_every_last_frame_is_read_as_said_and_can_be_read_as_a_time
         assert re.search(says, capsys.readouterr().err)  # swapped, a random policy would score as an expert
 
 
-def test_a_recording_at_another_rate_than_the_task_is_said_at_import(capsys):
-    from robolearn.data.cli import _task_specs
+def test_a_recording_at_another_rate_than_the_task_is_said_at_import():
+    from robolearn.data.importing import task_specs
 
-    _task_specs("pendulum", 1 / FPS)  # LeRobot's fps 10 against the pendulum's 0.02 s steps
-    assert "recorded at a control period of 0.1 s, the env steps 0.02 s" in capsys.readouterr().out
-    _task_specs("pendulum", 0.02)
-    assert capsys.readouterr().out == ""
+    with pytest.warns(UserWarning, match="recorded at a control period of 0.1 s, the env steps 0.02 s"):
+        task_specs("pendulum", 1 / FPS)  # LeRobot's fps 10 against the pendulum's 0.02 s steps
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        task_specs("pendulum", 0.02)
 
 
 # -- export ----------------------------------------------------------------------------------------------------

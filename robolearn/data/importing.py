@@ -1,0 +1,146 @@
+"""Files of other formats made datasets: a D4RL HDF5 file, a LeRobot directory, a deploy recording.
+
+:func:`import_dataset` is what ``robolearn dataset import`` runs, for Python too: the episodes read, given
+their task's observation groups, action bounds and settings (a recording's as the robot ran them, our own
+export's as it was recorded with), reference scores (D4RL's, or given), and written as a dataset. What a
+person should know about the result (actions outside the task's bounds, another control rate) is warned.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robolearn.data.dataset import Dataset
+from robolearn.data.episode import Episode
+
+FORMATS = ("d4rl", "lerobot", "recording")
+
+
+@dataclass
+class Imported:
+    """What :func:`import_dataset` made, and how it read the file."""
+
+    dataset: Dataset
+    returns: list[float]
+    successes: list[bool]  # of the episodes that say
+    task_from_file: bool = False  # the task came from the file's own metadata (our export), not ``task``
+    settings: dict[str, Any] = field(default_factory=dict)  # the task's settings the dataset keeps (task_kwargs)
+    other_settings: dict[str, Any] = field(default_factory=dict)  # a recording's that are not the task's
+
+
+def import_dataset(path: str | Path, format: str, task: str | None = None, name: str | None = None,
+                   root: str | Path | None = None, overwrite: bool = False, done: str = "terminal",
+                   ref_min: float | None = None, ref_max: float | None = None,
+                   progress: bool | None = None) -> Imported:
+    """Import ``path`` (``format``: one of :data:`FORMATS`) as dataset ``name`` (default: the file's or
+    folder's name) under ``root``. ``task`` (a name of ``sims.TASKS`` or ``gym:<id>``) gives the dataset its
+    task's specs and bounds, which replay and evaluation need; our own LeRobot export says its task itself.
+    ``done``: how a LeRobot dataset's ``next.done`` reads ("terminal" or "truncation"). ``ref_min`` and
+    ``ref_max``: random and expert returns for normalized scores (a D4RL task's own by default)."""
+    import sims
+    from robolearn.data.d4rl import read_d4rl, ref_scores
+    from robolearn.data.lerobot import read_lerobot
+    from robolearn.data.minari_store import specs_of
+    from robolearn.data.recordings import read_recordings, recorded_task_settings
+
+    if format not in FORMATS:
+        raise ValueError(f"format={format!r}: choose one of {', '.join(FORMATS)}")
+    if done not in ("terminal", "truncation"):
+        raise ValueError(f"done={done!r}: 'terminal' or 'truncation'")
+    if done != "terminal" and format != "lerobot":
+        raise ValueError(f"--done is for LeRobot datasets; {format} files say terminals and timeouts apart")
+    path = Path(path)
+    readers = {"d4rl": read_d4rl, "lerobot": lambda source: read_lerobot(source, done), "recording": read_recordings}
+    episodes, meta = readers[format](path)
+    specs = specs_of(episodes[0])
+    task_from_file = not task and format != "recording" and meta.get("task") in sims.TASKS
+    if task_from_file:  # our own export's: its task's bounds and settings, as --task would give them
+        task = meta["task"]
+    # A recording's task settings are what the robot ran, a file's of our own export what it was recorded with
+    # (of the same task only)
+    settings, others = recorded_task_settings(meta, task) if task and format == "recording" else ({}, {})
+    if task and format != "recording" and meta.get("task") == task:
+        settings = dict(meta.get("task_kwargs") or {})
+    if task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
+        where = (path / "metadata.json") if format == "recording" else path
+        task_obs, action_spec = task_specs(task, meta.get("control_dt"), settings, f"{where}: the recorded task settings")
+        specs = ({**specs[0], **task_obs}, action_spec)
+    meta |= {"source": f"{format}:{path.resolve()}"}
+    if task:
+        meta["task"], meta["task_kwargs"] = task, settings
+    refs = ref_scores(task or path.stem) if format == "d4rl" else None
+    for key, given, default in (("ref_min_score", ref_min, refs and refs[0]), ("ref_max_score", ref_max, refs and refs[1])):
+        value = given if given is not None else meta.get(key, default)
+        if value is not None:
+            meta[key] = value
+    check_refs(meta.get("ref_min_score"), meta.get("ref_max_score"))
+    name = name or slug(path.stem if path.is_file() else path.resolve().name)
+    from tqdm import tqdm
+
+    writing = tqdm(episodes, desc=f"writing {name}", unit="episode", disable=None if progress is None else not progress,
+                   leave=False)  # by default, on a terminal only
+    dataset = Dataset.create(name, writing, *specs, metadata=meta, root=root, overwrite=overwrite, source=str(path))
+    _warn_out_of_bounds(episodes, specs[1])
+    return Imported(dataset, [e.episode_return for e in episodes], [e.success for e in episodes if e.success is not None],
+                    task_from_file, settings, others)
+
+
+def task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,
+               where: str = "") -> tuple[dict, Any]:
+    """The specs of the task built with ``kwargs`` (settings from ``where``, which a refusal names); a
+    recording's ``control_dt`` that is not the task's is warned."""
+    import sims
+    from robolearn.offline_runner import rate_doubt
+
+    try:
+        env = sims.make_env(task, num_envs=1, num_threads=1, **(kwargs or {}))
+    except (ValueError, TypeError) as err:
+        if not kwargs:
+            raise
+        raise ValueError(f"{where} ({settings_said(kwargs)}) do not build task {task}: {err}") from None
+    with env:
+        if doubt := rate_doubt(control_dt, env.control_dt):
+            warnings.warn(f"{doubt} ({task})", stacklevel=3)
+        return env.observation_spec, env.action_spec
+
+
+def _warn_out_of_bounds(episodes: list[Episode], action_spec: Any) -> None:
+    """Warn when imported actions lie outside the task's bounds (another scale, or the wrong task): the env
+    clips such actions, while offline agents learn them as given."""
+    low, high = np.asarray(action_spec.low), np.asarray(action_spec.high)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return
+    actions = np.concatenate([e.actions for e in episodes])
+    outside = float(((actions < low - 1e-6) | (actions > high + 1e-6)).any(axis=-1).mean())
+    if outside > 0:
+        warnings.warn(f"{100 * outside:.1f}% of the actions lie outside the task's bounds [{low.min():g}, "
+                      f"{high.max():g}] (seen {actions.min():.3g} to {actions.max():.3g}); the env clips them, offline "
+                      "agents learn them as given: rescale them, or check --task", stacklevel=3)
+
+
+def check_refs(low: float | None, high: float | None) -> None:
+    """Normalized scores divide by ``high - low``: swapped references turn a random policy into an expert."""
+    if low is None or high is None:
+        if (low is None) != (high is None):
+            raise ValueError("--ref-min and --ref-max go together: a normalized score needs both")
+        return
+    if not (math.isfinite(low) and math.isfinite(high) and high > low):
+        raise ValueError(f"--ref-max ({high:g}) must be above --ref-min ({low:g}): they are the returns of an expert "
+                         "and of a random policy")
+
+
+def settings_said(settings: dict[str, Any]) -> str:
+    """``max_episode_steps=10, ...``: task settings as a person reads them."""
+    return ", ".join(f"{key}={value}" for key, value in settings.items())
+
+
+def slug(text: str) -> str:
+    """A dataset-name-safe version of ``text``."""
+    return re.sub(r"[^-\w]+", "-", text).strip("-") or "dataset"
