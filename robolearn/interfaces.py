@@ -219,7 +219,10 @@ class Controller(nn.Module, ABC):
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Clear internal state for the envs in ``mask``, one bool per env (all when None); read it with
-        :func:`reset_mask`, which also takes 0/1 numbers, numpy arrays and lists."""
+        :func:`reset_mask`, which also takes 0/1 numbers, numpy arrays and lists. A stateless controller has
+        nothing to clear but checks the mask alike, so that a wrong one fails here, not only once the loop
+        runs a recurrent controller (it cannot know the number of envs: the length goes unchecked)."""
+        reset_mask(mask, who=f"{type(self).__name__}.reset")
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
         """Named example inputs of ``forward``, in argument order, for export."""

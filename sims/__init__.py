@@ -88,6 +88,8 @@ def make_env(
     ``device``: a CUDA GPU, or Warp's slow CPU device for tests); asking for a
     GPU that is not there falls back to ``mujoco`` on the CPU with a warning.
     """
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ValueError(f"num_envs: a whole number of worlds, at least 1; got {num_envs!r}")  # not MuJoCo's own words
     if delay:
         from robolearn.config import build_dataclass
         from sims.delay import Delay, DelayedEnv

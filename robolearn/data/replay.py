@@ -80,6 +80,9 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
     """Apply ``episode``'s actions on ``env`` (restoring its recorded state when the env and the
     episode allow and ``restore``); optionally film env 0 into ``video`` (mp4). ``progress``: a bar
     while filming (rendering is ~30x slower than stepping)."""
+    if not isinstance(episode, Episode):  # replay(dataset, 0) had been an AttributeError on 0.num_envs
+        raise TypeError(f"replay(episode, env): give one episode (dataset[i]) and a VecEnv of its task, got "
+                        f"{type(episode).__name__} and {type(env).__name__}")
     n = env.num_envs
     exact_env = has_exact_state(env)
     if exact_env:

@@ -110,3 +110,10 @@ def test_without_state_rows_the_task_puts_back_what_the_first_observation_report
         episode.observations["policy"] = episode.observations["policy"][:, :11]
         with pytest.raises(DatasetError, match=r"group 'policy' has rows of shape \(11,\), this env's \(14,\)"):
             replay(episode, env)
+
+
+def test_replay_given_a_dataset_and_an_index_says_what_it_takes():
+    """replay(dataset, 0) had been an AttributeError: 'int' object has no attribute 'num_envs'."""
+    with pytest.raises(TypeError, match=r"replay\(episode, env\): give one episode \(dataset\[i\]\) and a VecEnv of its "
+                                        r"task, got list and int"):
+        replay([], 0)

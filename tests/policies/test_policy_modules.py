@@ -100,3 +100,16 @@ def test_flatten_obs_concatenates_in_order_for_any_batch_dims() -> None:
     assert flatten_obs(obs, ("b", "a"), batch_dims=2)[..., 0].eq(1).all()
     assert flatten_obs({"a": torch.zeros(4, 2, 2)}, ("a",)).shape == (4, 4)
     assert math.isclose(float(flatten_obs(obs, ("a", "b"), batch_dims=2).sum()), 12.0)
+
+
+def test_a_stateless_controller_checks_a_reset_mask_as_a_stateful_one_does():
+    """Its reset had taken anything: a mask of indices passed until the loop ran a recurrent controller."""
+    from policies.modules import DeterministicController
+
+    controller = DeterministicController(torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity(),
+                                         torch.nn.Identity(), ("policy",), 3)
+    controller.reset(torch.tensor([True, False])), controller.reset(None), controller.reset([0, 1])
+    with pytest.raises(ValueError, match=r"DeterministicController.reset\(mask\): flags, .* got values \[0, 2\]"):
+        controller.reset(torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match=r"one flag per world"):
+        controller.reset(torch.ones(2, 2, dtype=torch.bool))

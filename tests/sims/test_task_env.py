@@ -126,3 +126,10 @@ def test_bad_actions_are_refused_before_the_physics_steps() -> None:
 def test_a_task_of_no_physics_steps_or_no_control_steps_is_refused_by_key(key: str) -> None:
     with pytest.raises(ValueError, match=rf"env.kwargs.{key}: must be a whole number of at least 1, got 0"):
         make_env("pendulum", num_envs=1, **{key: 0})
+
+
+@pytest.mark.parametrize("num_envs", [0, 2.5, True, "4"])
+def test_a_number_of_worlds_that_is_none_is_refused_in_our_words(num_envs):
+    """0 had been MuJoCo's 'nsim must be positive', 2.5 a pybind constructor signature."""
+    with pytest.raises(ValueError, match=rf"num_envs: a whole number of worlds, at least 1; got {num_envs!r}"):
+        make_env("cartpole", num_envs=num_envs)
