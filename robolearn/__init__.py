@@ -46,6 +46,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'robolearn' has no attribute '{name}'")
 
 
+def __dir__() -> list[str]:
+    """The lazy names too, so that tab completion and ``dir(robolearn)`` show them."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
           stop: Callable[[dict[str, float]], bool] | None = None, overrides: Any = ()) -> RunResult:
     """Train ``cfg`` until ``runner.total_steps`` or until ``stop(metrics)`` is true; export, evaluate and

@@ -154,15 +154,16 @@ class Ticker:
 
 @dataclass
 class LoopStats:
-    """Timing of one run: what a person checks before trusting a deployment."""
+    """Timing of one run: what a person checks before trusting a deployment (:meth:`summary`; the per-step
+    times are left out of its repr, which would print one number per step)."""
 
     steps: int = 0
     episodes: int = 0
     period_s: float = 0.0
     overruns: int = 0
-    compute_s: list[float] = field(default_factory=list)  # controller time per step
-    step_s: list[float] = field(default_factory=list)  # env.step time per step
-    lateness_s: list[float] = field(default_factory=list)  # tick wake-up lateness
+    compute_s: list[float] = field(default_factory=list, repr=False)  # controller time per step
+    step_s: list[float] = field(default_factory=list, repr=False)  # env.step time per step
+    lateness_s: list[float] = field(default_factory=list, repr=False)  # tick wake-up lateness
     returns: list[float] = field(default_factory=list)  # env 0's finished episodes
     successes: list[bool] = field(default_factory=list)  # ... where the env reports success
     interrupted: bool = False
