@@ -157,7 +157,9 @@ def emulator_round_trip(iterations: int = 1000) -> list[str]:
 
 
 def main() -> None:
-    benchmark_parser(__doc__).parse_args()  # --help; there are no options
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--out", default="deploy_latency.md", help="file under benchmarks/results/ (a trial: another name)")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     inference = inference_latency((128, 128)) + inference_latency((256, 256, 256))
     loops = jitter(100, 5.0) + jitter(500, 5.0)
@@ -188,7 +190,7 @@ to the emulator over a pseudo-terminal (ms, p50 / p99; the emulator runs its MuJ
 |---|---|---|---|
 {chr(10).join(bus)}
 """
-    write_result("deploy_latency.md", markdown)
+    write_result(args.out, markdown)
 
 
 if __name__ == "__main__":

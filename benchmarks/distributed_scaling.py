@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One rank (started by torchrun): train, then rank 0 writes the run's throughput to ``args.out``."""
+    """One rank (started by torchrun): train, then rank 0 writes the run's throughput to ``args.worker_out``."""
     import torch
     import torch.distributed as dist
 
@@ -60,7 +60,7 @@ def worker(args: argparse.Namespace) -> None:
             lines = read_metrics(result.run_dir)
             first, last = lines[0], lines[-1]
             fps = (last["env_steps"] - first["env_steps"]) / (last["time"] - first["time"])
-            Path(args.out).write_text(json.dumps({"env_steps": last["env_steps"], "seconds": last["time"],
+            Path(args.worker_out).write_text(json.dumps({"env_steps": last["env_steps"], "seconds": last["time"],
                                                   "fps": fps, "iterations": len(lines)}))
 
 
@@ -68,7 +68,7 @@ def run(ranks: int, args: argparse.Namespace) -> dict:
     """Launch ``ranks`` ranks of this script with torchrun and read rank 0's numbers."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-                   __file__, "--worker", "--out", out.name, "--config", args.config, "--num-envs", str(args.num_envs),
+                   __file__, "--worker", "--worker-out", out.name, "--config", args.config, "--num-envs", str(args.num_envs),
                    "--budget", str(args.budget), "--device", args.device, "--backend", args.backend, "--sim-backend", args.sim_backend]
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         done = subprocess.run(command, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -91,7 +91,9 @@ def main() -> None:
     parser.add_argument("--sim-backend", default="mujoco", choices=["mujoco", "warp"], help="the simulator (env.backend)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per rank count; the best is kept")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help="file under benchmarks/results/ (a trial: another name); default "
+                        "distributed_scaling.md, or distributed_scaling_cuda.md with --device cuda")
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
     if args.worker:
@@ -124,7 +126,7 @@ Efficiency: throughput(N) / (N x throughput(1)). Reproduce: `{command}`.
 | ranks | worlds per rank | worlds | env steps | iterations | seconds | env steps/s | efficiency |
 |---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(rows)
-    write_result("distributed_scaling.md" if args.device == "cpu" else "distributed_scaling_cuda.md", markdown)
+    write_result(args.out or ("distributed_scaling.md" if args.device == "cpu" else "distributed_scaling_cuda.md"), markdown)
 
 
 if __name__ == "__main__":

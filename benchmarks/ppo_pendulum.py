@@ -80,6 +80,10 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
             return result["time"] == float("inf")
 
     model.learn(total_timesteps=budget, callback=Solve())
+    if result["time"] == float("inf"):  # unsolved: the steps it ran, and its last update evaluated too (the
+        result["steps"] = model.num_timesteps  # callback evaluates at the start of the next rollout only)
+        sync_envs_normalization(env, eval_env)
+        result["return"] = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
     return result["time"], result["steps"], result["return"]
 
 
@@ -107,6 +111,8 @@ def run_ours(seed: int, budget: int) -> tuple[float, int, float]:
         return False
 
     runner.train(stop=solved)
+    if result["time"] == float("inf"):  # unsolved: the steps it ran (whole iterations: past the budget)
+        result["steps"] = runner.progress.env_steps
     runner.close()
     return result["time"], result["steps"], result["return"]
 
@@ -119,7 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     rows = []
-    for name, fn in (("Stable-Baselines3 PPO (rl-zoo)", run_sb3), ("robolearn PPO", run_ours)):
+    for name, fn in (("Stable-Baselines3 PPO (rl-zoo, with VecNormalize)", run_sb3), ("robolearn PPO", run_ours)):
         times, steps, returns = [], [], []
         for seed in range(args.seeds):
             t, s, r = fn(seed, args.budget)

@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--sb3-medium", action="store_true", help="also run SB3 with float32 matmul precision 'medium'")
     parser.add_argument("--out", default="sac_half_cheetah.md", help="results file under benchmarks/results/")
     args = parser.parse_args()
+    if args.steps <= RANDOM_STEPS:  # else nothing trains, and the speed ratio compares random-action collection
+        parser.error(f"--steps {args.steps:,} must exceed the {RANDOM_STEPS:,} random steps both agents take first")
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     agents = [("Stable-Baselines3 SAC", run_sb3)]
     if args.sb3_medium:

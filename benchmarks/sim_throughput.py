@@ -24,15 +24,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import gymnasium
 import mujoco
 import numpy as np
 import torch
 
-from common import benchmark_parser, cpu_model
-from robolearn.checkpoint import atomic_write_bytes
+from common import benchmark_parser, cpu_model, write_result
 from sims import TASKS, MujocoBackend, make_env
 
 # Our task name -> (Gymnasium id, termination rule on (qpos, qvel) for the limit's episodes).
@@ -138,12 +136,12 @@ def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="short measurements (noisier)")
     parser.add_argument("--tasks", nargs="+", choices=list(MODELS), default=list(MODELS), help="models to measure")
-    parser.add_argument("--out", type=Path, help="default results/sim_throughput.md; with some --tasks, "
-                        "results/sim_throughput_<tasks>.md, so that a partial run leaves the full table whole")
+    parser.add_argument("--out", help="file under benchmarks/results/; default sim_throughput.md, with some --tasks "
+                        "sim_throughput_<tasks>.md, so that a partial run leaves the full table whole")
     args = parser.parse_args()
     if args.out is None:
         partial = "" if args.tasks == list(MODELS) else "_" + "_".join(args.tasks)
-        args.out = Path(__file__).parent / "results" / f"sim_throughput{partial}.md"
+        args.out = f"sim_throughput{partial}.md"
     seconds, windows = (0.5, 2) if args.quick else (1.0, 4)
     n = cores()
     sync_sizes = sorted({n, 4 * n})
@@ -177,8 +175,8 @@ def main() -> None:
             f"Env steps/s with random actions, each the best of {windows} windows of {seconds:g} s."
             " *ours*: `make_env(task, worlds)` (physics, observations, rewards, terminations, auto-resets)"
             " on all cores, with the cores it got (CPU s per s; less than the machine's when other work"
-            " shares it); *raw*: `MujocoBackend.step` alone (no resets); *limit*: one-thread `mj_step` rate"
-            f" x {n} cores; Gymnasium: best of SyncVectorEnv with {sync_sizes} envs and AsyncVectorEnv"
+            " shares it); *raw*: `MujocoBackend.step` alone (no resets); *limit*: env steps/s of plain `mj_step`"
+            f" (frame skip included) on one thread, x {n} cores; Gymnasium: best of SyncVectorEnv with {sync_sizes} envs and AsyncVectorEnv"
             f" with {async_sizes} envs of the v5 env.",
             "",
             "| task | worlds | ours env steps/s | ours physics steps/s | cores used | raw backend | limit "
@@ -188,8 +186,7 @@ def main() -> None:
         ]
     )
     print()
-    print(table)
-    atomic_write_bytes(args.out, lambda f: f.write((table + "\n").encode()))  # a cut-short write keeps the old table
+    write_result(args.out, table)  # written aside and renamed: a cut-short write keeps the old table
 
 
 if __name__ == "__main__":
