@@ -49,7 +49,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return USER_ERRORS + extra
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's commands and their options (the dataset commands: robolearn/data/cli.py)."""
     parser = argparse.ArgumentParser(prog="robolearn", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -146,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("bench", help="list the benchmarks against peers (benchmarks/), or run one")
     p.add_argument("name", nargs="?", help="a benchmark's name (robolearn bench lists them)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="for the benchmark: robolearn bench NAME --help")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (2: a user error said in one line; 130: interrupted)."""
+    parser = build_parser()
     # Overrides may follow options (`train cfg --no-wandb k=v`), which plain
     # argparse rejects; collect the stray key=value words for `train`.
     args, extra = parser.parse_known_args(argv)
@@ -247,7 +253,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from robolearn.runner import check_data_parallel, train
+    from robolearn.preflight import check_data_parallel
+    from robolearn.runner import train
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
@@ -501,7 +508,7 @@ def _list(args: argparse.Namespace) -> int:
     import sims
     from policies import AGENTS
     from robolearn.run_lock import holder
-    from robolearn.runs import find_run_dirs
+    from robolearn.runs import find_run_dirs, run_status
 
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
@@ -529,7 +536,7 @@ def _list(args: argparse.Namespace) -> int:
                            f"{shell('robolearn', 'eval', run)} gives its numbers again)")
             else:
                 evaluations.setdefault(run.parent, []).append((run, e))
-        status = f"training now ({trainer})" if (trainer := holder(run)) else _how_far(run)
+        status = f"training now ({trainer})" if (trainer := holder(run)) else run_status(run)
         print(f"  {run}  {status}  {summary}".rstrip())
     groups = {folder: done for folder, done in evaluations.items() if len(done) > 1}
     if groups:
@@ -559,71 +566,6 @@ def _group_summary(done: list[tuple[Path, dict]]) -> str:
     if len(successes) == len(done):
         text += f", success {100 * np.mean(successes):.0f} ± {100 * np.std(successes):.0f}%"
     return text
-
-
-def _how_far(run: Path) -> str:
-    """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
-    and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
-    from robolearn.logger import read_metrics
-    from robolearn.runs import run_ended, saved_progress
-
-    exported = (run / "export" / "controller.json").is_file()
-    failed = _failure(run)
-    if not (run / "checkpoints" / "latest.pt").is_file():
-        if exported:
-            return "exported, no checkpoint"
-        return f"{failed or 'incomplete'}: no checkpoint (nothing to resume)"
-    try:
-        last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
-    except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
-        last, raw = {}, None
-    resume = shell("robolearn", "train", "--resume", run)
-    if not last or not isinstance(raw, dict):
-        return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
-    agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
-    ended = run_ended(run, runner.get("eval_episodes") or 0)
-    # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
-    # left its files: loading every run's checkpoint would make list slow.
-    saved = {} if ended else saved_progress(run)
-    phase = last.get("phase")
-    if saved.get("phase") == "online":  # a fine-tune past its offline phase
-        phase = "online"
-    elif phase == "pretrain" and saved.get("pretrained"):  # past the pretraining phase, online not logged yet
-        phase = None
-    if phase in ("pretrain", "offline"):  # skill pretraining, or a fine-tune's offline phase
-        counter, total = ("pretrain_updates" if phase == "pretrain" else "updates"), agent.get("pretrain_updates")
-    else:
-        counter = "env_steps" if "env_steps" in last or phase == "online" else "updates"
-        total = runner.get("total_steps")
-    logged = last.get(counter, 0) if last.get("phase", phase) == phase else 0
-    done = saved.get(counter, logged)
-    if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
-        # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
-        if ended:
-            return "done"
-        evaluated = (run / "eval.json").is_file() or not runner.get("eval_episodes")
-        missing = " or ".join(what for what, there in (("exported", exported), ("evaluated", evaluated)) if not there)
-        return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet {missing}; {resume}"
-    where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
-        f"{done:,} {counter}"
-    if ended and (run / "eval.json").is_file() and not failed:  # its end ran (export, evaluation) before the budget
-        return f"ended early at {where} (a stop callback or runner.max_minutes); {resume} trains on"
-    if logged > done:
-        where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
-    return f"{failed or 'incomplete'}: {where}; {resume}"
-
-
-def _failure(run: Path, width: int = 100) -> str:
-    """``failed (<error>)`` from the first line of a run's ``failed.txt`` (cut to ``width``), or ""."""
-    from robolearn.runs import FAILURE_FILE
-
-    try:
-        summary = (run / FAILURE_FILE).read_text(errors="replace").partition("\n")[0].strip()
-    except OSError:
-        return ""
-    if len(summary) > width:
-        summary = summary[:width - 3] + "..."
-    return f"failed ({summary}; {run / FAILURE_FILE})"
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -43,7 +43,7 @@ from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
-from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, _check_metrics, ask_stop,
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
 from robolearn.runs import refuse_finished
 from robolearn.storage import ReplayBuffer
@@ -300,7 +300,7 @@ class FinetuneRunner(OfflineRunner):
                                        self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: float(v) / updates for k, v in sums.items()}
-        _check_metrics(metrics)
+        check_metrics(metrics)
         return obs, metrics
 
     def _update(self) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, _check_metrics, ask_stop, finish_run, interrupted,
+from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
                               iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
 from robolearn.runs import new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
@@ -344,7 +344,7 @@ class OfflineRunner:
             if logger is not None:
                 logger.advance(self.progress.updates)
         metrics = {key: float(value) / counts[key] for key, value in sums.items()}
-        _check_metrics(metrics)
+        check_metrics(metrics)
         return metrics
 
     def _rewind(self) -> None:

@@ -28,7 +28,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import math
 import shutil
 import signal
 import sys
@@ -53,6 +52,8 @@ from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evalua
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
+from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
+                                 check_replay_windows)
 from robolearn.runs import FAILURE_FILE, export_meta, new_run_dir, record_failure, refuse_finished, write_config
 from robolearn.runtime import STOP_SIGNALS, hung_up
 from robolearn.shell import shell
@@ -153,86 +154,6 @@ class EpisodeStats:
         if self.success:
             out["success_rate"] = float(np.mean(self.success))
         return out
-
-
-def check_data_parallel(cfg: TrainConfig, ranks: int, said: str) -> None:
-    """Refuse ``ranks`` > 1 processes (``said``: how the user asked for them) unless ``cfg.algo`` averages its
-    gradients over them (``data_parallel``) and the run is online without a dataset: the ranks' copies of
-    another agent would drift apart. The command line asks before it starts the ranks, the runners again."""
-    from policies import AGENTS, agent_entry
-
-    if ranks <= 1 or (getattr(agent_entry(cfg.algo)[1], "data_parallel", False) and not cfg.dataset):
-        return
-    parallel = sorted(name for name, (_, cls) in AGENTS.items() if getattr(cls, "data_parallel", False))
-    raise ConfigError(f"{said}: algo '{cfg.algo}' does not average its gradients over ranks (data-parallel: "
-                      f"{parallel}, online runs without a dataset only); train it in one process")
-
-
-def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
-    """What the online runner reads of an agent and its settings, checked before anything runs: an algorithm
-    of one's own missing one is told which, not an AttributeError deep in the loop."""
-    name = type(agent).__name__
-    if not isinstance(getattr(agent, "on_policy", None), bool):
-        raise ConfigError(f"algo '{cfg.algo}': {name} must say on_policy = True (PPO-like: it learns from whole "
-                          "rollouts) or False (SAC-like: from replay minibatches)")
-    needs = ("num_steps",) if agent.on_policy else ("buffer_size", "batch_size")
-    missing = [key for key in needs if not hasattr(cfg.agent, key)]
-    if missing:
-        why = "steps per env in each rollout" if agent.on_policy else "the replay buffer's rows and the minibatch size"
-        raise ConfigError(f"algo '{cfg.algo}': {type(cfg.agent).__name__} needs {', '.join(missing)} ({why}), "
-                          "which the runner reads")
-
-
-def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
-    """A controller deciding every k steps (a chunk, a skill, a subgoal) with k beyond an episode never plays a
-    decision out: refused by name before anything runs (SRL with 2000-step sequences on 500-step episodes
-    ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills)."""
-    period = int(getattr(agent.controller(), "decision_period", 1))
-    limit = getattr(env, "max_episode_steps", None)
-    if limit and period > limit:
-        keys = [f"agent.{key}" for key in ("sequence_length", "horizon", "subgoal_period")
-                if getattr(cfg.agent, key, None) == period] or ["its decision period"]
-        raise ConfigError(f"algo '{cfg.algo}' decides every {period} steps ({', '.join(keys)}), more than an episode's "
-                          f"{limit} (env.kwargs.max_episode_steps, or the task's default): no decision would play "
-                          f"out; lower {keys[0]}")
-
-
-def check_minibatches(cfg: TrainConfig, agent: Agent, num_envs: int) -> None:
-    """On-policy minibatches split a rollout's samples (a recurrent policy's: its envs, whole sequences): more
-    than there are would train on minibatches of one sample, or on fewer than asked, without a word.
-    ``num_envs``: each rank's."""
-    minibatches, steps = getattr(cfg.agent, "num_minibatches", None), getattr(cfg.agent, "num_steps", None)
-    if not agent.on_policy or not isinstance(minibatches, int) or not isinstance(steps, int):
-        return
-    recurrent = bool(getattr(cfg.agent, "recurrent", False))
-    available = num_envs if recurrent else num_envs * steps
-    if minibatches > available:
-        what = "envs (a recurrent policy's minibatches are whole envs' sequences)" if recurrent else \
-            f"samples (env.num_envs {num_envs} x agent.num_steps {steps})"
-        raise ConfigError(f"agent.num_minibatches ({minibatches}) is more than a rollout's {available} {what}: lower it "
-                          "or raise env.num_envs")
-
-
-def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_size: int) -> None:
-    """An agent that cuts windows of each env's consecutive steps from the replay (a sequence of K actions, a
-    skill, a subgoal period): the buffer must hold whole rows of envs, and the random warm-up must leave
-    ``agent.replay_window`` steps of each env before the first update. Refused by key before anything runs,
-    not at that update after pretraining and warm-up. ``num_envs``: each rank's."""
-    per_step = num_envs * world_size  # env steps per vector step, all ranks: what random_steps counts
-    if cfg.agent.buffer_size % num_envs:
-        raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of env.num_envs "
-                          f"({num_envs}): {cfg.algo} cuts windows of each env's consecutive steps from the replay buffer")
-    window = int(getattr(agent, "replay_window", 1))
-    # Vector steps before the first update: the warm-up (at least one), then, with utd_ratio x num_envs < 1,
-    # those that build up the first whole update
-    lag = math.ceil(1.0 / (cfg.runner.utd_ratio * num_envs) - 1e-9) - 1 if cfg.runner.utd_ratio * num_envs < 1 else 0
-    warmup = max(1, -(-cfg.runner.random_steps // per_step)) + lag
-    if warmup < window:
-        raise ConfigError(f"runner.random_steps = {cfg.runner.random_steps} leaves {warmup} step(s) of each env "
-                          f"in the replay before the first update; {cfg.algo} samples windows of {window}: set "
-                          f"runner.random_steps to at least {(window - lag - 1) * per_step + 1} ({window - lag} steps x "
-                          f"{per_step} envs{' over all ranks' if world_size > 1 else ''}"
-                          f"{f', and {lag} more build up the first update' if lag else ''})")
 
 
 def ask_stop(runner: Any, stop: Callable[[dict[str, float]], bool], metrics: dict[str, Any]) -> bool:
@@ -529,7 +450,7 @@ class Runner:
                 if bar is not None:
                     bar.update()
             metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
-            _check_metrics(metrics)
+            check_metrics(metrics)
             self.progress.pretrain_updates += count
             self._rewind_to = None
             if logger is not None:
@@ -562,7 +483,7 @@ class Runner:
         self._finite.verify()  # before the update learns from it (on a GPU, the one sync of the rollout)
         collected = time.perf_counter()
         metrics = update_metrics(self.agent.update(storage.data))
-        _check_metrics(metrics)  # its values are host floats: the update has finished
+        check_metrics(metrics)  # its values are host floats: the update has finished
         return obs, metrics | {"collect_time": collected - start, "update_time": time.perf_counter() - collected}
 
     def _off_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:
@@ -591,7 +512,7 @@ class Runner:
                                        lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = {k: float(v) / updates for k, v in sums.items()}
-        _check_metrics(metrics)
+        check_metrics(metrics)
         return obs, metrics
 
     def _interrupted(self, stats: EpisodeStats, result: RunResult, logger: RunLogger | None) -> RunResult:
@@ -868,7 +789,8 @@ def update_metrics(metrics: Any) -> dict[str, Any]:
     return metrics
 
 
-def _check_metrics(metrics: dict[str, float]) -> None:
+def check_metrics(metrics: dict[str, float]) -> None:
+    """Stop on an update metric (a loss) that is NaN or inf: the update that made it has broken the weights."""
     for key, value in metrics.items():
         if not np.isfinite(float(value)):
             raise NonFiniteError(f"update metric '{key}' is {float(value)}", ("update metric",))

@@ -29,9 +29,10 @@ import yaml
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
 from robolearn.export import task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
+from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.shell import shell
@@ -203,3 +204,63 @@ def record_failure(run_dir: Path, err: BaseException) -> None:
         atomic_write_bytes(Path(run_dir) / FAILURE_FILE, lambda f: f.write(text.encode()))
     except OSError:  # a full disk, a removed folder
         pass
+
+
+def run_status(run: Path) -> str:
+    """``done``, or where an unfinished run stands (from its last metrics line and its config's budget)
+    and how to go on. An export alone does not make a run done: ``robolearn export`` exports unfinished ones."""
+    exported = (run / "export" / "controller.json").is_file()
+    failed = failure_line(run)
+    if not (run / "checkpoints" / "latest.pt").is_file():
+        if exported:
+            return "exported, no checkpoint"
+        return f"{failed or 'incomplete'}: no checkpoint (nothing to resume)"
+    try:
+        last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
+    except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
+        last, raw = {}, None
+    resume = shell("robolearn", "train", "--resume", run)
+    if not last or not isinstance(raw, dict):
+        return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
+    agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
+    ended = run_ended(run, runner.get("eval_episodes") or 0)
+    # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
+    # left its files: loading every run's checkpoint would make list slow.
+    saved = {} if ended else saved_progress(run)
+    phase = last.get("phase")
+    if saved.get("phase") == "online":  # a fine-tune past its offline phase
+        phase = "online"
+    elif phase == "pretrain" and saved.get("pretrained"):  # past the pretraining phase, online not logged yet
+        phase = None
+    if phase in ("pretrain", "offline"):  # skill pretraining, or a fine-tune's offline phase
+        counter, total = ("pretrain_updates" if phase == "pretrain" else "updates"), agent.get("pretrain_updates")
+    else:
+        counter = "env_steps" if "env_steps" in last or phase == "online" else "updates"
+        total = runner.get("total_steps")
+    logged = last.get(counter, 0) if last.get("phase", phase) == phase else 0
+    done = saved.get(counter, logged)
+    if phase not in ("pretrain", "offline") and isinstance(total, int) and done >= total:
+        # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.
+        if ended:
+            return "done"
+        evaluated = (run / "eval.json").is_file() or not runner.get("eval_episodes")
+        missing = " or ".join(what for what, there in (("exported", exported), ("evaluated", evaluated)) if not there)
+        return f"{failed + ': ' if failed else ''}trained ({done:,} {counter}), not yet {missing}; {resume}"
+    where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
+        f"{done:,} {counter}"
+    if ended and (run / "eval.json").is_file() and not failed:  # its end ran (export, evaluation) before the budget
+        return f"ended early at {where} (a stop callback or runner.max_minutes); {resume} trains on"
+    if logged > done:
+        where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
+    return f"{failed or 'incomplete'}: {where}; {resume}"
+
+
+def failure_line(run: Path, width: int = 100) -> str:
+    """``failed (<error>)`` from the first line of a run's ``failed.txt`` (cut to ``width``), or ""."""
+    try:
+        summary = (run / FAILURE_FILE).read_text(errors="replace").partition("\n")[0].strip()
+    except OSError:
+        return ""
+    if len(summary) > width:
+        summary = summary[:width - 3] + "..."
+    return f"failed ({summary}; {run / FAILURE_FILE})"

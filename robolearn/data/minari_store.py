@@ -62,8 +62,7 @@ from robolearn.runtime import STOP_SIGNALS
 ROOT_ENV = "ROBOLEARN_DATASETS"
 DATA_FORMAT = "hdf5"
 _ID = re.compile(r"(?:[-\w]+/)*[-\w]+?(-v\d+)?")  # namespaces/name, as Minari's mujoco/hopper/expert-v0
-# Ctrl+C, and what stops a command as it does: a kill or a job scheduler (SIGTERM), a closed terminal or
-# ssh session (SIGHUP)
+# This machine, in the names of a writer's temp folders: a leftover is removed only by the host that made it
 _HOST = re.sub(r"[^-.\w]", "_", socket.gethostname()) or "localhost"
 # What a writer leaves beside its target while it runs: its temp directory (mkdtemp's suffix is \w), and during
 # an overwrite the replaced copy (named ``.<name>.old-<pid>`` before the host was added)

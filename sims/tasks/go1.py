@@ -77,8 +77,8 @@ FEET = ("FR_foot", "FL_foot", "RR_foot", "RL_foot")
 FOOT_RADIUS = 0.023
 # Where a reset looks for the highest terrain under the trunk (x, y in m, body frame, yaw ignored).
 FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2], [0.0, 0.0]], dtype=torch.float64)
-# Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale).
-# Until session 35 these were Gaussian standard deviations, sqrt(3) x Playground's spread.
+# Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale),
+# not Gaussian standard deviations, which would spread sqrt(3) times wider.
 NOISE_HALF_WIDTH = {"linvel": 0.1, "gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
 
 

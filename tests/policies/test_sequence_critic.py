@@ -143,7 +143,8 @@ def test_a_warm_up_shorter_than_a_window_is_refused_at_build(tmp_path, config, w
     at that update (after the warm-up, and for skills after pretraining)."""
     from robolearn import load_config
     from robolearn.config import ConfigError
-    from robolearn.runner import Runner, check_replay_windows
+    from robolearn.preflight import check_replay_windows
+    from robolearn.runner import Runner
 
     cfg = load_config(config, [f"run_dir={tmp_path}", "env.num_envs=2", "logging.wandb=disabled", "runner.utd_ratio=1",
                                f"runner.random_steps={2 * (window - 1)}"])

@@ -168,9 +168,9 @@ def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     assert saved["online_updates"] == len(online_calls) == 60 and 1000 < saved["env_steps"] < 2000
     assert (f"checkpoint saved at {saved['updates']} offline updates, {saved['env_steps']:,} env steps, 60 online "
             "updates;") in capsys.readouterr().out  # each phase's count named (the online updates had gone unsaid)
-    from robolearn.cli import _how_far
+    from robolearn.runs import run_status
 
-    assert _how_far(interrupted.run_dir).startswith(f"incomplete: online {saved['env_steps']:,} of 2,000 env_steps;")
+    assert run_status(interrupted.run_dir).startswith(f"incomplete: online {saved['env_steps']:,} of 2,000 env_steps;")
     resumed = run(cfg, resume=interrupted.run_dir)
     assert resumed.progress.online_updates == 175  # as test_resume_across_the_phase_boundary's straight count
     assert [(r["phase"], r.get("env_steps")) for r in lines(resumed)] == [("offline", None), ("online", 1000),
