@@ -36,6 +36,7 @@ from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
+from robolearn.run_lock import holder
 from robolearn.runs import export_behind
 from robolearn.shell import shell
 from sims.tasks.arm_reach import ArmReach
@@ -114,10 +115,18 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
-        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the export folder itself was given
+        if (Path(run_dir) / FILENAMES[fmt]).is_file() and Path(run_dir).name == "export":  # the export folder itself
             raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
                                     f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
+        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # a copy of the files, outside a run
+            raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "
+                                    f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
+                                    "or give the run they came from")
         _refuse_folder_of_runs(Path(run_dir), fmt)
+        if trainer := holder(Path(run_dir)):
+            raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) "
+                                    f"and exports when it ends; `{shell('robolearn', 'export', run_dir)}` exports "
+                                    "its checkpoint so far")
         raise FileNotFoundError(f"{path}: no exported controller; run `{shell('robolearn', 'export', run_dir)}` first")
     controller = ExportedController(path)
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
@@ -129,6 +138,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if safety_overrides:
         safety = safety_settings(config, safety).updated(safety_overrides)
     robot = DynamixelArm(config, port=port, target=target, safety=safety, task=task, retries=retries)
+    if not robot.safety_cfg.enabled:  # said before the arm moves, not only in the summary after it
+        warnings.warn("the safety layer is off (safety enabled=false): goals go to the servos unchecked (no speed, "
+                      "jump or position limits)", stacklevel=2)
     check_controller_fits_robot(controller, robot, path)
     warm_up(controller, robot, path)
     stats, recorder = LoopStats(), None
@@ -259,6 +271,11 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
                                                     "(it draws the targets; --seed N draws others)"),
              f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
+    if loop["steps"] and loop["overruns"] > 0.1 * loop["steps"]:  # the robot ran slower than it was trained to
+        lines.append(f"             {100 * loop['overruns'] / loop['steps']:.0f}% of the periods overran: each step's "
+                     f"read, decision and write took longer than {1000 / loop['rate_hz']:.0f} ms, so goals came late "
+                     "and fewer than trained; train at a slower rate (env.kwargs.frame_skip) or give the loop a "
+                     "faster machine or bus (baud rate)")
     events = summary["safety_events"]
     said = ", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"
     lines.append("safety:      " + (said if summary["safety"].get("enabled", True) else "off (safety enabled=false)"))

@@ -56,7 +56,7 @@ class DynamixelArm(Robot):
         if port is not None and not port.strip():  # `--port ""`: said, not the config's port used instead
             raise ValueError("--port is empty: give the serial port (/dev/ttyUSB0, /dev/pts/N), or leave it out to use "
                              "the robot config's")
-        self.config, self.port = config, port or config.port
+        self.config, self.port, self.port_from_config = config, port or config.port, port is None
         self.task = task or ArmReach()
         calibration = config.calibration
         check_joint_order(calibration.joints, config.model_xml)
@@ -98,7 +98,13 @@ class DynamixelArm(Robot):
     # ---- link ----------------------------------------------------------------
 
     def _connect(self) -> None:
-        self.bus.connect()
+        try:
+            self.bus.connect()
+        except NotConnectedError as err:
+            if self.port_from_config:  # the port nobody typed: say where it came from and the ways on
+                err.args = (f"{err} (the robot config's port; --port names another, and `robolearn emulate "
+                            "dynamixel` serves an emulated arm on one)",)
+            raise
         self._heard_at = time.monotonic()
 
     def _rearm_if_tripped(self, quiet_s: float, q: np.ndarray) -> bool:

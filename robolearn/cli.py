@@ -605,7 +605,8 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"replayed:    {result['steps']} steps of {args.episode}")
     print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "
           f"(start pose within {result['start_error_rad']:.4f} rad)")
-    print(f"safety:      {result['safety_events'] or 'no interventions'}")
+    events = result["safety_events"]
+    print("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
     if args.json:
         print(json.dumps(result))
     return 0

@@ -35,6 +35,7 @@ from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
+from robolearn.run_lock import holder
 from robolearn.shell import shell
 
 
@@ -128,8 +129,14 @@ def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any)
 
 def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
     """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
-    (a resume trained on and stopped before its end exported again), or None."""
+    (a resume trained on and stopped before its end exported again), or one the run goes on training past
+    (it trains now), or None."""
     trained = meta.get("trained")
+    if trainer := holder(Path(run_dir)):
+        so_far = ", ".join(f"{int(count):,} {key.replace('_', ' ')}" for key, count in trained.items()) \
+            if isinstance(trained, dict) and trained else "an earlier point"
+        return (f"{run_dir}: still training ({trainer}); its export is of {so_far}, and the run exports again "
+                f"when it ends")
     if not isinstance(trained, dict):  # exports of before this was recorded: not known
         return None
     now = trained_counts(saved_progress(Path(run_dir)))

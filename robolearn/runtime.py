@@ -244,8 +244,9 @@ def run(
             try:  # a broken controller stops here, before the robot or sim, saying when
                 check_finite("action", commanded)
             except NonFiniteError as err:
-                raise NonFiniteError(f"{err} at step {stats.steps + 1} (episode {stats.episodes + 1}): the controller "
-                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
+                raise NonFiniteError(f"{err} at step {stats.steps} (episode {stats.episodes}; both counted from 0, as a "
+                                     "recording's episode files): the controller is broken (check its inputs and "
+                                     "weights); the run stopped", err.sources) from None
             t1 = time.perf_counter()
             step = env.step(commanded)
             t2 = time.perf_counter()

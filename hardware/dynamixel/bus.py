@@ -389,7 +389,9 @@ class DynamixelBus:
         if result == sdk.COMM_RX_TIMEOUT:
             raise CommTimeoutError(servo_id, self.port, self.baudrate, what)
         if result == sdk.COMM_RX_CORRUPT:
-            raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries")
+            raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries, on "
+                                        f"{self.port} at {self.baudrate} baud: check the baud rate (the servos' and the "
+                                        "robot config's), the wiring, and that the port is a Dynamixel bus")
         if result == sdk.COMM_SUCCESS:
             raise PacketError(servo_id, f"failed to {what} after {self.retries} retries", error)
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")

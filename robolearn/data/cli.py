@@ -203,7 +203,7 @@ def _import(args: argparse.Namespace) -> int:
         imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite, args.done,
                                   args.ref_min, args.ref_max)
     ds, returns, meta = imported.dataset, imported.returns, imported.dataset.info
-    print(f"imported:    {ds.num_episodes} episodes, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
+    print(f"imported:    {ds.num_episodes} episode{'s' * (ds.num_episodes != 1)}, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"
           + _success_said(imported.successes) + f" -> {ds.path}")
     if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit

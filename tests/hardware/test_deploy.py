@@ -17,6 +17,7 @@ import yaml
 import sims
 from hardware.deploy import deploy, run_task
 from hardware.dxl_arm import DynamixelArm, actuated_joints, check_target, load_robot_config, robot_config_path
+from hardware.dynamixel.errors import NotConnectedError
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
 from policies.modules import ActionScaler
 from robolearn.cli import main
@@ -244,6 +245,42 @@ def test_missing_export_says_what_to_run(tmp_path, run_dir):
     with pytest.raises(FileNotFoundError, match=rf"give the folder that holds export/, not export/ itself: "
                                                 rf"robolearn deploy {run_dir} "):  # not `robolearn export`, which fails
         deploy(run_dir / "export", "dxl_arm", episodes=1)
+
+
+def test_a_run_still_training_is_said_so_not_called_stopped_or_unexported(run_dir, tmp_path):
+    """A deploy during training had said 'run robolearn export first', then, once exported, that the run had
+    'trained on and stopped before its end': it was training still."""
+    from robolearn.run_lock import RunLock
+
+    (tmp_path / "training").mkdir()
+    write_run_config(tmp_path / "training")
+    lock = RunLock(tmp_path / "training")  # as if another terminal trained it now
+    try:
+        with pytest.raises(FileNotFoundError, match=r"no exported controller yet: the run is still training \(pid "):
+            deploy(tmp_path / "training", "dxl_arm", port="/dev/null", episodes=1)
+        lock.release()
+        lock = RunLock(run_dir)
+        with pytest.warns(UserWarning, match=r"still training \(pid .*\); its export is of an earlier point, and the "
+                                             r"run exports again when it ends"), pytest.raises(NotConnectedError):
+            deploy(run_dir, "dxl_arm", port="/dev/null", episodes=1)  # warned before the port is opened
+    finally:
+        lock.release()
+
+
+def test_safety_off_is_said_before_the_arm_moves_and_a_port_nobody_typed_says_where_it_came_from(run_dir, tmp_path):
+    """Safety off had been said only in the summary after the run; a missing /dev/ttyUSB0 (the robot config's
+    port, used when --port is left out) had not said where it came from nor what to give instead."""
+    config = tmp_path / "arm.yaml"
+    shipped = robot_config_path("dxl_arm").read_text()
+    assert "port: /dev/ttyUSB0" in shipped
+    config.write_text(shipped.replace("port: /dev/ttyUSB0", f"port: {tmp_path / 'no-such-tty'}"))
+    with pytest.warns(UserWarning, match=r"the safety layer is off \(safety enabled=false\)"), \
+            pytest.raises(NotConnectedError, match=r"no-such-tty.*\(the robot config's port; --port names another, "
+                                                   r"and `robolearn emulate dynamixel` serves an emulated arm on one\)"):
+        deploy(run_dir, config, episodes=1, safety_overrides={"enabled": False})
+    with pytest.raises(NotConnectedError) as typed:
+        deploy(run_dir, config, port=str(tmp_path / "typed-tty"), episodes=1)
+    assert "robot config's port" not in str(typed.value)
 
 
 def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
@@ -545,6 +582,9 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     text = report(cut)  # a recording's cut-short episode is said beside the ended ones; safety off is not "none"
     assert "deployed:    1 episode on /dev/pts/9 (and 1 cut short, kept)" in text
     assert "safety:      off (safety enabled=false)" in text
+    assert "overran" not in text
+    late = report({**summary, "loop": {**summary["loop"], "overruns": 90}})  # 90 of 100: the arm ran slower than trained
+    assert "90% of the periods overran: each step's read, decision and write took longer than 20 ms" in late
 
 
 @pytest.mark.parametrize("kwargs, says", [

@@ -154,7 +154,7 @@ def test_a_nan_action_stops_the_loop_before_the_env_steps():
             return action.fill_(float("nan")) if self.calls > 3 else action
 
     stats = LoopStats()
-    with pytest.raises(NonFiniteError, match=r"action contains NaN or inf.* at step 4 \(episode 1\): the controller is broken"):
+    with pytest.raises(NonFiniteError, match=r"action contains NaN or inf.* at step 3 \(episode 0; both counted from 0"):
         run(NaNAfter3(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=100, stats=stats)
     assert stats.steps == 3
 
