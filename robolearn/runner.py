@@ -54,7 +54,8 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
-from robolearn.runs import FAILURE_FILE, export_meta, new_run_dir, record_failure, refuse_finished, write_config
+from robolearn.runs import (FAILURE_FILE, export_meta, new_run_dir, record_failure, refuse_finished, trained_counts,
+                            write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
@@ -81,11 +82,14 @@ class Progress:
 
 @dataclass
 class RunResult:
-    """What :func:`train` returns: the run directory, whether Ctrl+C stopped it, the final evaluation
-    (``eval.json``), the video, the learning curves and the exported files by format."""
+    """What :func:`train` returns: the run directory, whether Ctrl+C stopped it, how far it trained, the
+    final evaluation (``eval.json``), the video, the learning curves and the exported files by format."""
 
     run_dir: Path
     interrupted: bool = False
+    # The counts it trained to (env_steps, updates, pretrain_updates; controller.json's ``trained``): short of
+    # runner.total_steps where train()'s stop, runner.max_minutes or a Ctrl+C ended it
+    trained: dict[str, int] = field(default_factory=dict)
     evaluation: dict[str, Any] | None = None
     video: Path | None = None
     curves: Path | None = None
@@ -688,6 +692,7 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
             print(f"\ninterrupted again while saving: this checkpoint was not written; {kept}", file=sys.stderr)
         raise
     result.interrupted = True
+    result.trained = trained_counts(vars(runner.progress))
     if logger is not None:
         logger.close()
     if distributed.is_main():
@@ -731,6 +736,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     it. A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
     ``robolearn play`` films one."""
     run = result.run_dir
+    result.trained = trained_counts(progress if isinstance(progress, dict) else vars(progress))
     env_cfg = at_trained_width(cfg.env, adaptation)
     resume = shell("robolearn", "train", "--resume", run)
     with _hint_on_ctrl_c(f"its checkpoint is saved; {resume} exports, evaluates and films it"):

@@ -88,6 +88,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch, capsys):
     runner.close()
     assert result.interrupted
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
+    assert result.trained == {"env_steps": load_checkpoint(runner.checkpoint_path)["progress"]["env_steps"]}
     steps = read_metrics(runner.run_dir)[-1]["env_steps"]
     assert cli(["list", "--runs", str(runner.run_dir.parents[1])]) == 0  # says how far it got and how to go on
     assert f"incomplete: {steps:,} of 2,560 env_steps; robolearn train --resume {runner.run_dir}" in capsys.readouterr().out
@@ -713,6 +714,7 @@ def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resum
     result = train(tiny(tmp_path), stop=lambda m: seen.append(m) or m["env_steps"] >= 2 * seen[0]["env_steps"])
     assert [m["iteration"] for m in seen] == [1, 2] and seen[1]["env_steps"] == 2 * seen[0]["env_steps"]
     assert result.evaluation is not None  # stopped early, then finished as a run does
+    assert result.trained == {"env_steps": seen[1]["env_steps"]} and not result.interrupted  # short of its budget
 
     def fails(metrics):
         raise KeyError("return")
