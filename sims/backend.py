@@ -26,7 +26,9 @@ the last substep.
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from collections.abc import Sequence
 
 import mujoco
@@ -256,6 +258,7 @@ class FrameRenderer:
 
     def __init__(self) -> None:
         self._renderer: mujoco.Renderer | None = None
+        _OPEN.add(self)
 
     def frame(self, model: mujoco.MjModel, data: mujoco.MjData, width: int, height: int,
               camera: str | int | mujoco.MjvCamera | None) -> np.ndarray:
@@ -291,3 +294,14 @@ def _numpy(values: torch.Tensor | np.ndarray | float) -> np.ndarray:
         values = values.detach().cpu()
         return values.double().numpy() if values.is_floating_point() else values.numpy()
     return np.asarray(values)
+
+
+_OPEN: weakref.WeakSet[FrameRenderer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_renderers() -> None:
+    """Close the renderers of envs left open at exit while the GL library is still loaded: MuJoCo's Renderer
+    would otherwise try in its ``__del__`` during interpreter teardown and print a ctypes traceback."""
+    for renderer in list(_OPEN):
+        renderer.close()

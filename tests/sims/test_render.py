@@ -56,3 +56,17 @@ def test_sims_imported_first_renders_on_a_headless_machine(gl: None) -> None:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.strip() == "(240, 320, 3)", done.stderr[-2000:]
+
+
+def test_an_env_left_open_at_exit_closes_its_renderer_quietly(gl: None) -> None:
+    """MuJoCo's Renderer freed itself during interpreter teardown: 'Exception ignored in ... __del__' and a
+    ctypes traceback after every script that rendered without closing its env."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = "import sims\nenv = sims.make_env('pendulum', num_envs=1)\nprint(env.render(0).shape)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "(240, 320, 3)"
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
