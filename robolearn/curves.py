@@ -22,11 +22,14 @@ DEFAULT_METRICS = ("return", "eval/return", "success_rate")
 losses (``*loss``), so that a run without returns (offline, no periodic evaluation) still shows how it went."""
 
 
-def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None, mean: bool = False) -> Path:
+def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None, mean: bool = False,
+              at_end: bool = False) -> Path:
     """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs) of ``runs`` into ``out``
     (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
     colour; with ``mean``, they are drawn as their mean and a ±1 std band instead. A run without
-    ``metrics.jsonl`` lines, or a metric no run logs, is an error naming what there is."""
+    ``metrics.jsonl`` lines, or a metric no run logs, is an error naming what there is. A run's final
+    evaluation (``eval.json``) is a point at its end; a run training now is said so in the title, unless
+    ``at_end`` (the run's own end draws it, holding the run still)."""
     logs = {Path(run): read_metrics(Path(run)) for run in runs}
     empty = [str(run) for run, lines in logs.items() if not lines]
     if empty:
@@ -55,6 +58,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     longest = max((line["time"] for lines in logs.values() for line in lines if _finite(line.get("time"))), default=0)
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     series: dict[str, list[tuple[str, list[dict]]]] = {}  # legend label -> each run's (counter, lines)
+    finals: dict[str, list[tuple[float, dict]]] = {}  # legend label -> each ended run's (last count, eval.json)
     for (run, lines), name in zip(logs.items(), names):
         phases = _phases(lines)
         count = folders.count(run.parent)
@@ -63,6 +67,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         for phase, (counter, phase_lines) in phases.items():
             label = base if len(phases) == 1 else f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})"
             series.setdefault(label, []).append((counter, phase_lines))
+        if (evaluation := _final_evaluation(run)) and _finite(last := phase_lines[-1].get(counter)):
+            finals.setdefault(label, []).append((last, evaluation))  # drawn where the last phase ended
     legend = {}  # label -> a line drawn with it: one legend for all rows
     for index, (label, members) in enumerate(series.items()):
         # the same in every row; past matplotlib's 10 colours, the lines are dashed, then dotted...
@@ -78,16 +84,24 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             _draw(axes[row, 1], by_time, style, mean)
             if drawn is not None:
                 legend.setdefault(label, drawn)
+            if metric == _return_row(chosen) and not mean:
+                for last, evaluation in finals.get(label, []):
+                    marker = axes[row, 0].errorbar(last, evaluation["return_mean"], yerr=evaluation.get("return_std"),
+                                                   color=style["color"], marker="D", markersize=5, capsize=3)
+                    legend.setdefault(FINAL, marker)
+
     counters = {counter.replace("_", " ") for members in series.values() for counter, _ in members}
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
+        if "success" in metric:  # a rate: its whole range, so that 0 to 4% is no full-height jump
+            axes[row, 0].set_ylim(-0.03, 1.03)
         axes[row, 0].xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, 2M: long step counts do not collide
         for ax in axes[row]:
             ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
     # Above the plots, in a band the figure grows by (inches): the title, then the legend's rows
-    title = str(next(iter(logs))) if len(runs) == 1 else (next(iter(legend)) if len(legend) == 1 else "")
+    title = _run_title(next(iter(logs)), live=not at_end) if len(runs) == 1 else (next(iter(legend)) if len(legend) == 1 else "")
     columns = min(3, len(legend))
     legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
     header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows
@@ -110,12 +124,46 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     return out
 
 
+FINAL = "final evaluation (mean ± std of its episodes)"
+FEW_POINTS = 12  # a curve of this many points or fewer is drawn with markers: its lines join few values
+
+
 def _draw(ax, curves: list[list[tuple[float, float]]], style: dict, mean: bool):
     """Each curve as a line, or with ``mean`` their mean and band; returns a line drawn (None: none)."""
     drawn = _draw_mean(ax, curves, style) if mean and len(curves) > 1 else None
     for curve in curves if drawn is None else []:  # a lone point (a short run logs once) needs a marker to show
-        drawn = ax.plot(*zip(*curve), **style, marker="o" if len(curve) == 1 else None)[0]
+        drawn = ax.plot(*zip(*curve), **style, marker="o" if len(curve) <= FEW_POINTS else None, markersize=3)[0]
     return drawn
+
+
+def _return_row(chosen: Sequence[str]) -> str | None:
+    """The row a run's final evaluation is drawn in: its periodic evaluations', else the training return's."""
+    return next((metric for metric in ("eval/return", "return") if metric in chosen), None)
+
+
+def _final_evaluation(run: Path) -> dict | None:
+    """``run``'s ``eval.json`` where its end evaluated it (a return to draw), else None."""
+    import json
+
+    try:
+        evaluation = json.loads((run / "eval.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return evaluation if isinstance(evaluation, dict) and _finite(evaluation.get("return_mean")) else None
+
+
+def _run_title(run: Path, live: bool) -> str:
+    """A single run's title: its folder, what it trains (algorithm, task, seed), and whether it trains now."""
+    from robolearn.config import read_yaml
+    from robolearn.run_lock import holder
+
+    try:
+        raw = read_yaml(run / "config.yaml")
+        env = raw.get("env") or {}
+        what = f": {raw['algo']} on {env.get('task', '?')}, seed {raw.get('seed', 0)}"
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        what = ""
+    return f"{run}{what}" + (" (training now)" if live and holder(run) else "")
 
 
 def _draw_mean(ax, curves: list[list[tuple[float, float]]], style: dict):

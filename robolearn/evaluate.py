@@ -174,7 +174,8 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
                 frames.append(env.render(0, width=width, height=height))
             obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
             controller.reset(terminated | truncated)
-        imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8)
+        looping = {"loop": 0} if path.suffix.lower() == ".gif" else {}  # a GIF plays on and on, as a video on a page
+        imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8, **looping)
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):

@@ -84,9 +84,10 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         measured = _measured(arrays, dims)
         rules = [str(e).split(",") if e else [] for e in arrays.get("safety_events", [""] * steps)]
         for dim, ax in enumerate(joint_axes):
-            ax.step(t, arrays["commanded_actions"][:, dim], where="post", color="C0", lw=0.8, alpha=0.6,
+            # faint: a policy's raw actions swing far past the joints (clipped by the task), a curtain over the rest
+            ax.step(t, arrays["commanded_actions"][:, dim], where="post", color="C0", lw=0.6, alpha=0.3,
                     label=label("commanded") if dim == 0 else None)
-            if "goals" in arrays:
+            if "goals" in arrays and not np.allclose(arrays["goals"], arrays["actions"]):  # else it hides under sent
                 ax.step(t, arrays["goals"][:, dim], where="post", color="C2", lw=0.8, ls="--",
                         label=label("goal (task rule)") if dim == 0 else None)
             ax.step(t, arrays["actions"][:, dim], where="post", color="C1", lw=1.0,
@@ -118,7 +119,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         ax.grid(alpha=0.3)
     reward_axis.set_ylabel("reward")
     for key, ax in zip(metrics, axes[dims + 1:]):
-        ax.set_ylabel(key[len("metrics/"):])
+        ax.set_ylabel(_unit_label(key[len("metrics/"):]))
         if key == "metrics/distance_m" and isinstance(success_distance, (int, float)):
             ax.axhline(success_distance, color="tab:green", lw=0.8, ls=":", label=label("success distance"))
     for ax in axes[dims:]:
@@ -185,3 +186,11 @@ def _title(folder: Path, summaries: list[dict], recorded_safety: bool) -> str:
         events = sum((Counter(s["safety_events"]) for s in summaries), Counter())
         parts.append("safety: " + (", ".join(f"{rule} {count}" for rule, count in events.items()) or "none"))
     return f"{folder}\n" + "; ".join(parts)
+
+
+def _unit_label(name: str) -> str:
+    """A metric's name as an axis label, its unit suffix read out: ``distance_m`` -> ``distance (m)``."""
+    for suffix, unit in (("_m", "m"), ("_rad", "rad"), ("_s", "s"), ("_n", "N")):
+        if name.endswith(suffix):
+            return f"{name[:-len(suffix)].replace('_', ' ')} ({unit})"
+    return name.replace("_", " ")

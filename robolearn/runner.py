@@ -731,9 +731,9 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
                progress: Any, annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                adaptation: dict[str, Any] | None = None) -> None:
     """The end of every run: export the controller (saying in ``controller.json`` how far it had trained:
-    ``progress``'s counts), draw its learning curves (``curves.png``), evaluate it (``eval.json``, with
-    ``annotate(evaluation)``'s keys added; automatic randomization at the width ``adaptation`` reached), film
-    it. A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
+    ``progress``'s counts), evaluate it (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic
+    randomization at the width ``adaptation`` reached), draw its learning curves (``curves.png``), film it.
+    A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
     ``robolearn play`` films one."""
     run = result.run_dir
     result.trained = trained_counts(progress if isinstance(progress, dict) else vars(progress))
@@ -744,10 +744,6 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
         (run / "export" / "controller.json").unlink(missing_ok=True)
         result.exported = export_controller(controller, run / "export", extra=export_meta(run, cfg.env, control_dt,
                                                                                           progress))
-        try:
-            result.curves = plot_runs([run], run / "curves.png")
-        except Exception as err:  # a picture must not cost the trained run
-            print(f"curves skipped: {type(err).__name__}: {err}")
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         print(f"evaluating: {episodes} episode(s), {evaluation_dynamics(env_cfg)}", flush=True)  # minutes, on big tasks
@@ -761,6 +757,10 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
                               "device": cfg.env.device}
         atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
+    try:  # after the evaluation, which the curves show at the run's end
+        result.curves = plot_runs([run], run / "curves.png", at_end=True)
+    except Exception as err:  # a picture must not cost the trained run
+        print(f"curves skipped: {type(err).__name__}: {err}")
     if cfg.runner.video_seconds > 0:
         try:
             with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; "

@@ -404,8 +404,8 @@ def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_e
     """Both had ended the process on the spot: torque left on, no deploy.json, the episode lost."""
     emulator = make_emulator(realtime=True)
 
-    def send() -> None:  # only once deploy has bound it
-        while signal.getsignal(signum) in (signal.SIG_DFL, None):
+    def send() -> None:  # only once deploy has bound it and is recording (a loaded machine connects slowly)
+        while signal.getsignal(signum) in (signal.SIG_DFL, None) or not any((run_dir / "deploy").glob("*")):
             time.sleep(0.01)
         time.sleep(0.5)
         os.kill(os.getpid(), signum)

@@ -150,6 +150,11 @@ def test_play_refuses_a_path_that_cannot_take_the_video_before_filming(trained_r
         err = capsys.readouterr().err
         assert said in err and "\n" == err[-1] and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.mp4"]  # no temp file left
+    assert cli(["play", run, "--video", str(tmp_path / "clip.gif"), "--seconds", "0.3"]) == 0
+    from PIL import Image
+
+    with Image.open(tmp_path / "clip.gif") as gif:  # plays on and on, as a video on a page (it had played once)
+        assert gif.info.get("loop") == 0 and gif.n_frames > 1
 
 
 def test_an_export_older_than_the_checkpoint_is_said_and_export_to_another_runs_folder_asks(trained_run, tmp_path, capsys):
