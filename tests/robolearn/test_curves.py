@@ -145,3 +145,28 @@ def test_past_ten_series_the_lines_change_style_not_only_colour(tmp_path, monkey
     plot_runs(runs, tmp_path / "many.png", metrics=["return"])
     styles = [(line.get_color(), line.get_linestyle()) for line in figures[0].axes[0].lines]
     assert len(set(styles)) == 12 and styles[0][0] == styles[10][0]
+
+
+def test_a_runs_final_evaluation_is_drawn_at_its_end_and_rates_span_0_to_1(tmp_path, monkeypatch):
+    """SAC's curve had ended at a training return of 96 with eval.json at 225: the evaluation was never drawn.
+    A success rate of 0 to 4% had filled its panel as a full-height jump."""
+    from robolearn.run_lock import RunLock
+
+    lines = [{"env_steps": s, "time": s / 1e3, "return": s / 100, "success_rate": 0.04 * (s > 1000)} for s in (1000, 2000)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "config.yaml").write_text(json.dumps({"algo": "sac", "seed": 3, "env": {"task": "pendulum"}}))
+    (tmp_path / "eval.json").write_text(json.dumps({"return_mean": 35.0, "return_std": 4.0}))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    lock = RunLock(tmp_path)  # as while it trains
+    plot_runs([tmp_path], tmp_path / "curves.png")
+    plot_runs([tmp_path], tmp_path / "curves.png", at_end=True)  # as the run's own end draws it, holding it
+    lock.release()
+    live, ended = figures
+    final = [line for line in live.axes[0].lines if line.get_marker() == "D"]
+    assert [(list(line.get_xdata()), list(line.get_ydata())) for line in final] == [([2000], [35.0])]
+    assert live.axes[2].get_ylim() == (-0.03, 1.03)  # success_rate's row
+    assert live.texts[0].get_text() == f"{tmp_path}: sac on pendulum, seed 3 (training now)"
+    assert ended.texts[0].get_text() == f"{tmp_path}: sac on pendulum, seed 3"
+    labels = [text.get_text() for text in live.legends[0].get_texts()]
+    assert "final evaluation (mean ± std of its episodes)" in labels
