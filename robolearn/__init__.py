@@ -15,14 +15,20 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-# MuJoCo picks its OpenGL backend when first imported. Without a display, use
-# OSMesa (software, Debian's libosmesa6) unless the user chose one (e.g. egl on a GPU).
-if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-    os.environ["MUJOCO_GL"] = "osmesa"
-    os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
-    # Gymnasium's classic-control renderer (pygame) films offscreen; without a display SDL would print
-    # "XDG_RUNTIME_DIR is invalid or not set", which reads like one of ours
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+def pick_offscreen_gl() -> None:
+    """MuJoCo picks its OpenGL backend when first imported. Without a display, use OSMesa (software, Debian's
+    libosmesa6) unless the user chose one (e.g. egl on a GPU). Called on import, here and by ``sims`` before it
+    imports mujoco."""
+    if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "osmesa"
+        os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+        # Gymnasium's classic-control renderer (pygame) films offscreen; without a display SDL would print
+        # "XDG_RUNTIME_DIR is invalid or not set", which reads like one of ours
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+
+pick_offscreen_gl()
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -15,8 +15,10 @@ import typing
 import warnings
 from typing import Any, Callable
 
-import robolearn  # noqa: F401  before mujoco: on a headless machine it picks OSMesa, which mujoco reads on import
-import mujoco
+from robolearn import pick_offscreen_gl
+
+pick_offscreen_gl()  # before mujoco, which reads MUJOCO_GL on import: OSMesa on a headless machine
+import mujoco  # noqa: E402
 import torch
 
 from robolearn.interfaces import ContractError, VecEnv
