@@ -56,7 +56,7 @@ from robolearn.preflight import (check_agent_contract, check_data_parallel, chec
                                  check_replay_windows)
 from robolearn.runs import (FAILURE_FILE, export_meta, new_run_dir, record_failure, refuse_finished, trained_counts,
                             write_config)
-from robolearn.runtime import STOP_SIGNALS, hung_up
+from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
 from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
@@ -727,6 +727,7 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
     return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}; {cause}")
 
 
+@stops_as_ctrl_c()  # (a context manager of contextlib's: one per call)
 def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controller: Controller, control_dt: float,
                progress: Any, annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                adaptation: dict[str, Any] | None = None) -> None:
@@ -734,7 +735,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     ``progress``'s counts), evaluate it (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic
     randomization at the width ``adaptation`` reached), draw its learning curves (``curves.png``), film it.
     A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
-    ``robolearn play`` films one."""
+    ``robolearn play`` films one; so does a kill or a closed terminal (``stops_as_ctrl_c``)."""
     run = result.run_dir
     result.trained = trained_counts(progress if isinstance(progress, dict) else vars(progress))
     env_cfg = at_trained_width(cfg.env, adaptation)

@@ -353,6 +353,28 @@ def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatc
             "evaluates and films it") in capsys.readouterr().err
 
 
+def test_a_kill_while_a_run_ends_stops_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """A SIGTERM during the end's evaluation had ended the process on the spot: no word, run.lock left."""
+    import os
+    import signal
+    import time
+
+    import robolearn.runner as runner_module
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a job scheduler does; Python takes it between bytecodes
+        time.sleep(5)
+        raise AssertionError("the kill was not taken")
+
+    monkeypatch.setattr(runner_module, "evaluate", killed)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # (else the run would not take SIGTERM itself)
+    assert tiny_run(tmp_path) == 130
+    run = next((tmp_path / "runs").glob("*/*"))
+    assert f"interrupted after the training ended: its checkpoint and export are saved; robolearn train --resume {run}" \
+        in capsys.readouterr().err
+    assert not (run / "run.lock").exists() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
 @pytest.mark.parametrize("argv, message", [
     (["export", "RUN", "--out", "my.onnx"], "--out my.onnx: give a directory"),
     (["eval", "RUN", "--fas-shift", "10"], "--fas-shift applies to --fas"),
