@@ -100,8 +100,20 @@ def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") 
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except UNREADABLE as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"{path}: not a readable {what} (truncated, corrupt or unsafe: {reason}); {remedy}") from None
+        raise CheckpointError(f"{path}: not a readable {what} ({_why_unreadable(err)}); {remedy}") from None
+
+
+def _why_unreadable(err: BaseException) -> str:
+    """Why torch.load refused a file, in a line: for one holding objects other than tensors and plain data, the
+    object it names, never torch's advice to load it with ``weights_only=False`` (that would run its code)."""
+    text = str(err)
+    if text.startswith("Weights only load failed"):  # torch's advice first, then what it met
+        met = next((line.strip().rstrip(".") for line in text.splitlines()[1:] if line.strip()
+                    and not line.startswith(("Check the documentation", "Please file an issue"))), "")
+        if "GLOBAL" in met:  # an object of some module: what a crafted file carries
+            return f"it holds objects other than tensors and plain data, not loaded as they could run code: {met}"
+        return f"truncated or corrupt: {met or 'not a pickle of tensors'}"
+    return f"truncated or corrupt: {text.splitlines()[0].split('. ')[0] if text else type(err).__name__}"  # (miniz's goes on)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def test_missing_truncated_foreign_and_malicious(tmp_path):
     save_checkpoint(good, config={}, agent=state(), progress={})
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(good.read_bytes()[: os.path.getsize(good) // 2])
-    with pytest.raises(CheckpointError, match="not a readable robolearn checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a readable robolearn checkpoint \(truncated or corrupt: "
+                                              r"PytorchStreamReader failed reading zip archive[^.]*\); restore"):
         load_checkpoint(truncated)
 
     foreign = tmp_path / "foreign.pt"
@@ -49,8 +50,14 @@ def test_missing_truncated_foreign_and_malicious(tmp_path):
     evil = tmp_path / "evil.pt"
     with open(evil, "wb") as f:
         pickle.dump({"format": "robolearn-checkpoint", "x": Exploit()}, f)
-    with pytest.raises(CheckpointError):
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):  # a bare pickle: not torch's format at all
         load_checkpoint(evil)
+    torch.save({"format": "robolearn-checkpoint", "x": Exploit()}, tmp_path / "evil_zip.pt")  # torch's own format
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(tmp_path / "evil_zip.pt")
+    said = str(refused.value)  # what it carries, and never torch's advice to load it with weights_only=False
+    assert "objects other than tensors and plain data, not loaded as they could run code" in said, said
+    assert "weights_only" not in said and "system" in said
     assert not (tmp_path / "pwned").exists()
 
 
