@@ -130,7 +130,15 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if wrong := [key for key in ("config", "agent", "progress") if not isinstance(payload.get(key), dict)]:
         raise CheckpointError(f"{path}: a damaged robolearn checkpoint (its {', '.join(wrong)}: missing or no "
                               "mapping); restore it from a copy or train again")
+    counts = {key: value for key, value in payload["progress"].items() if key in PROGRESS_COUNTS}
+    if wrong := [key for key, value in counts.items() if isinstance(value, bool) or not isinstance(value, int) or value < 0]:
+        raise CheckpointError(f"{path}: a damaged robolearn checkpoint (progress.{wrong[0]} = {counts[wrong[0]]!r}, "
+                              "not a count); restore it from a copy or train again")
     return payload
+
+
+PROGRESS_COUNTS = ("env_steps", "updates", "pretrain_updates", "online_updates", "iteration")
+"""What a checkpoint's progress counts (the runners' Progress classes): whole numbers, read by resume and list."""
 
 
 def save_replay(path: Path, replay: Any, env_steps: int) -> None:

@@ -536,9 +536,13 @@ def _list(args: argparse.Namespace) -> int:
                            f"{shell('robolearn', 'eval', run)} gives its numbers again)")
             else:
                 evaluations.setdefault(run.parent, []).append((run, e))
-        status = f"training now ({trainer})" if (trainer := holder(run)) else run_status(run)
+        try:  # one damaged run must not hide the others
+            status = f"training now ({trainer})" if (trainer := holder(run)) else run_status(run)
+        except (ValueError, TypeError, KeyError, AttributeError, OSError, CheckpointError) as err:
+            status = f"unreadable ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
         print(f"  {run}  {status}  {summary}".rstrip())
-    groups = {folder: done for folder, done in evaluations.items() if len(done) > 1}
+    groups = {folder: [(run, e) for run, e in done if _config_readable(run)] for folder, done in evaluations.items()}
+    groups = {folder: done for folder, done in groups.items() if len(done) > 1}
     if groups:
         print("groups:     evaluated runs of one folder, mean ± std (ddof 0) over them")
     for folder, done in groups.items():
@@ -546,12 +550,20 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_readable(run: Path) -> bool:
+    """Whether ``run``'s config.yaml reads as a mapping (a damaged one is said on the run's own line)."""
+    try:
+        return isinstance(read_yaml(run / "config.yaml"), dict)
+    except (ValueError, OSError):
+        return False
+
+
 def _group_summary(done: list[tuple[Path, dict]]) -> str:
     """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json, when they are
     seeds of one setting; runs of one folder whose settings differ (overrides without name=) are named so."""
     import numpy as np
 
-    settings = [flat_keys(read_yaml(run / "config.yaml")) for run, _ in done]
+    settings = [flat_keys(read_yaml(run / "config.yaml")) for run, _ in done]  # (readable: _list checked)
     seeds = [str(flat.pop("seed", "?")) for flat in settings]
     for flat in settings:  # where it was written and how it was logged do not change the result
         for key in [k for k in flat if k.split(".")[0] in ("run_dir", "logging")]:

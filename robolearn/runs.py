@@ -223,9 +223,14 @@ def run_status(run: Path) -> str:
             return "exported, no checkpoint"
         return f"{failed or 'incomplete'}: no checkpoint (nothing to resume)"
     try:
-        last, raw = read_metrics(run)[-1], read_yaml(run / "config.yaml")
-    except (IndexError, ValueError, ConfigError):  # no line yet, or a line cut short
-        last, raw = {}, None
+        raw = read_yaml(run / "config.yaml")
+    except (ValueError, OSError) as err:  # (ConfigError is a ValueError) a damaged file: said, no resume offered
+        said = " ".join(str(err).replace(f"{run / 'config.yaml'}: ", "").split())
+        return f"config.yaml unreadable ({said[:120]})"
+    try:
+        last = read_metrics(run)[-1]
+    except (IndexError, ValueError):  # no line yet, or a line cut short
+        last = {}
     resume = shell("robolearn", "train", "--resume", run)
     if not last or not isinstance(raw, dict):
         return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"

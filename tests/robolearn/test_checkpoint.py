@@ -67,6 +67,10 @@ def test_a_checkpoint_with_its_marker_but_damaged_contents_is_named(tmp_path):
     torch.save({"format": "robolearn-checkpoint", "version": 1, "config": {}, "agent": [1]}, damaged)
     with pytest.raises(CheckpointError, match=r"damaged robolearn checkpoint \(its agent, progress: missing or no mapping"):
         load_checkpoint(damaged)
+    torch.save({"format": "robolearn-checkpoint", "version": 1, "config": {}, "agent": {},
+                "progress": {"env_steps": "lots"}}, damaged)  # resume and list had failed in TypeError tracebacks
+    with pytest.raises(CheckpointError, match=r"damaged robolearn checkpoint \(progress.env_steps = 'lots', not a count"):
+        load_checkpoint(damaged)
     no_rng = tmp_path / "no_rng.pt"
     save_checkpoint(no_rng, config={}, agent=state(), progress={"iteration": 3})
     agent = SimpleNamespace(state_dict=state, load_state_dict=lambda s: None)
