@@ -27,6 +27,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import itertools
 import json
 import shutil
 import signal
@@ -46,7 +47,8 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   remove_partial_writes, restore_agent, rng_state, save_checkpoint, save_replay,
                                   set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
+from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict,
+                              validated)
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
@@ -175,14 +177,42 @@ def ask_stop(runner: Any, stop: Callable[[dict[str, float]], bool], metrics: dic
 
 def write_config_or_undo(runner: Any, resume: Path | None) -> None:
     """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
-    it was just made for this run (never a resumed one), close the runner's envs, and raise."""
+    it was just made for this run (never a resumed one), close the runner's envs, and raise. A resume with
+    changed settings keeps the config it replaces (:func:`keep_replaced_config`)."""
     try:
+        if resume:
+            keep_replaced_config(runner.run_dir, runner.cfg)
         write_config(runner.run_dir, runner.cfg)
     except BaseException:
         if not resume:
             shutil.rmtree(runner.run_dir, ignore_errors=True)
         runner.close()
         raise
+
+
+BUDGET_KEYS = ("runner.total_steps", "runner.max_minutes")  # raised to train on: the documented way, no change said
+
+
+def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resume whose settings differ from the run's ``config.yaml`` (other than its budget) says which, and
+    keeps that config as ``config.superseded-<n>.yaml``: the steps so far trained with it."""
+    path = run_dir / "config.yaml"
+    try:
+        before = flat_keys(read_yaml(path))
+    except (OSError, ValueError):
+        return  # the resume was built from it, so it reads; if not, there is nothing to compare
+    after = flat_keys(to_dict(cfg))
+    changed = [key for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)
+               and key not in BUDGET_KEYS]
+    if not changed:
+        return
+    kept = next(path.with_name(f"config.superseded-{n}.yaml") for n in itertools.count(1)
+                if not path.with_name(f"config.superseded-{n}.yaml").exists())
+    atomic_write_bytes(kept, lambda f: f.write(path.read_bytes()))
+    said = ", ".join(f"{key} {before.get(key)!r} -> {after.get(key)!r}" for key in changed[:8])
+    more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+    print(f"resumed with changed settings: {said}{more}; the steps so far trained with the earlier ones, "
+          f"whose config is kept as {kept}")
 
 
 class Runner:

@@ -4,6 +4,7 @@ Each run is self-contained::
 
     runs/<name>/<time>/
         config.yaml          resolved config (what `robolearn eval <run>` rebuilds from)
+        config.superseded-<n>.yaml  what a resume with changed settings replaced
         metrics.jsonl        one line per iteration
         checkpoints/latest.pt  (+ replay.pt for off-policy runs), written atomically
         export/controller.{pt,onnx,json}

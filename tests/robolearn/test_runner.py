@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import robolearn.runner as runner_module
 from robolearn import load_config, train
@@ -749,6 +750,26 @@ def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_
     with pytest.raises(CheckpointError, match="trained on task 'cartpole', this run is on 'pendulum'"), \
             pytest.warns(UserWarning, match="env.task 'cartpole' -> 'pendulum'"):
         robolearn.train(other, resume=first.run_dir)
+
+
+def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_replaces(tmp_path, capsys):
+    """config.yaml had been rewritten without a word: the settings the steps so far trained with were lost."""
+    import robolearn
+
+    first = robolearn.train(tiny(tmp_path, "ppo", "runner.total_steps=256"))
+    gamma = yaml.safe_load((first.run_dir / "config.yaml").read_text())["agent"]["gamma"]
+    capsys.readouterr()
+    with pytest.raises(ConfigError, match="already finished"):  # refused: nothing kept, nothing said
+        robolearn.train(resume=first.run_dir, overrides={"agent.gamma": 0.5})
+    assert not list(first.run_dir.glob("config.superseded*")) and "resumed with" not in capsys.readouterr().out
+    robolearn.train(resume=first.run_dir, overrides={"runner.total_steps": 512})  # a budget raised: no change said
+    assert not list(first.run_dir.glob("config.superseded*")) and "resumed with" not in capsys.readouterr().out
+    robolearn.train(resume=first.run_dir, overrides={"runner.total_steps": 768, "agent.gamma": 0.5})
+    kept = first.run_dir / "config.superseded-1.yaml"
+    assert f"resumed with changed settings: agent.gamma {gamma!r} -> 0.5; the steps so far trained with the " \
+           f"earlier ones, whose config is kept as {kept}" in capsys.readouterr().out
+    assert yaml.safe_load(kept.read_text())["agent"]["gamma"] == gamma
+    assert yaml.safe_load((first.run_dir / "config.yaml").read_text())["agent"]["gamma"] == 0.5
 
 
 def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path):
