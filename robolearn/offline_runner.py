@@ -43,7 +43,7 @@ from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
                               iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
-from robolearn.runs import new_run_dir, refuse_finished
+from robolearn.runs import new_run_dir, no_dataset_hint, refuse_finished
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -189,7 +189,8 @@ class OfflineRunner:
                               f"offline {takes['offline']}, pretraining skills on it {takes['pretrains']}, "
                               f"offline-to-online {takes['finetune']}")
         if not cfg.dataset:
-            raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> (see `robolearn dataset list`)")
+            raise ConfigError(f"dataset: algo '{cfg.algo}' trains offline; give dataset=<name> "
+                              f"({no_dataset_hint(cfg.env.task)})")
         # (a fine-tune's 0 is meaningful: it only pretrains)
         if cfg.runner.total_steps < 1 and not getattr(agent_entry(cfg.algo)[1], "finetune", False):
             raise ConfigError(f"runner.total_steps: an offline run counts updates, at least 1; got "

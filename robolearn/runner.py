@@ -56,8 +56,8 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
-from robolearn.runs import (FAILURE_FILE, export_meta, new_run_dir, record_failure, refuse_finished, trained_counts,
-                            write_config)
+from robolearn.runs import (FAILURE_FILE, export_meta, new_run_dir, no_dataset_hint, record_failure, refuse_finished,
+                            trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
@@ -318,7 +318,7 @@ class Runner:
             return None
         if not self.cfg.dataset:
             raise ConfigError(f"dataset: algo '{self.cfg.algo}' pretrains on a dataset before training online; "
-                              "give dataset=<name> (see `robolearn dataset list`)")
+                              f"give dataset=<name> ({no_dataset_hint(self.cfg.env.task)})")
         dataset = Dataset.load(self.cfg.dataset)
         # skill pretraining reads actions only (one's own agent says otherwise with reads_rewards = True), and
         # may take another task's data of the same shapes: skills learnt from play data transfer

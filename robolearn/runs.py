@@ -200,6 +200,13 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
                       "train(resume=run, overrides={...}) goes on with the run's own settings", stacklevel=3)
 
 
+def no_dataset_hint(task: str) -> str:
+    """Where a dataset for ``task`` comes from, for a run that needs one and was given none."""
+    record = shell("robolearn", "dataset", "record", "--run", "RUN", "--episodes", "100", "--name", f"{task}-expert")
+    return (f"`robolearn dataset list` shows those there are; make one of a trained run's episodes with `{record}` "
+            "(--controller random --task TASK for random ones), or import one: `robolearn dataset import --help`")
+
+
 FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
 
 

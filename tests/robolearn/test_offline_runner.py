@@ -198,7 +198,9 @@ def test_cli_errors_are_one_line(root, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no dataset 'nope'" in err and "pendulum-scripted-v0" in err
     assert main(base + ["dataset=''"]) == 2
-    assert "give dataset=<name>" in capsys.readouterr().err
+    assert "give dataset=<name> (`robolearn dataset list` shows those there are; make one of a trained run's " \
+           "episodes with `robolearn dataset record --run RUN --episodes 100 --name pendulum-expert`" \
+           in capsys.readouterr().err  # it had said only where to list the (none) there are
     assert main(["train", "sac_pendulum", "dataset=pendulum-scripted", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]) == 2
     assert "learns online" in capsys.readouterr().err
 
