@@ -79,11 +79,12 @@ def task_env(env: object) -> object:
 
 
 def write_result(name: str, markdown: str) -> Path:
-    """``results/<name>``, written atomically (a cut-short write leaves the previous table whole)."""
+    """``results/<name>`` (a name with a folder in it: that path, as given), written atomically (a cut-short
+    write leaves the previous table whole)."""
     from robolearn.checkpoint import atomic_write_bytes
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+    path = RESULTS / name if Path(name).name == name else Path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, lambda f: f.write((markdown.rstrip() + "\n").encode()))
     print(markdown)
     print(f"\nwritten to {path}")

@@ -101,7 +101,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
     axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
     # Above the plots, in a band the figure grows by (inches): the title, then the legend's rows
-    title = _run_title(next(iter(logs)), live=not at_end) if len(runs) == 1 else (next(iter(legend)) if len(legend) == 1 else "")
+    drawn = [label for label in legend if label != FINAL]  # the runs' own entries
+    title = _run_title(next(iter(logs)), live=not at_end) if len(runs) == 1 else (drawn[0] if len(drawn) == 1 else "")
     columns = min(3, len(legend))
     legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
     header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows

@@ -36,6 +36,7 @@ import torch
 from robolearn.checkpoint import load_checkpoint, restore_agent, rng_state, save_checkpoint
 from robolearn.config import ConfigError, TrainConfig, load_run_config, to_dict, validated
 from robolearn.data import Dataset, DatasetError
+from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
@@ -43,7 +44,7 @@ from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
                               iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
-from robolearn.runs import new_run_dir, no_dataset_hint, refuse_finished
+from robolearn.runs import new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000

@@ -27,7 +27,6 @@ import collections
 import contextlib
 import copy
 import dataclasses
-import itertools
 import json
 import shutil
 import signal
@@ -47,8 +46,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   remove_partial_writes, restore_agent, rng_state, save_checkpoint, save_replay,
                                   set_rng_state)
 from robolearn import distributed
-from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict,
-                              validated)
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
@@ -56,7 +54,7 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
-from robolearn.runs import (FAILURE_FILE, export_meta, new_run_dir, no_dataset_hint, record_failure, refuse_finished,
+from robolearn.runs import (FAILURE_FILE, export_meta, keep_replaced_config, new_run_dir, record_failure, refuse_finished,
                             trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
@@ -190,31 +188,6 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
         raise
 
 
-BUDGET_KEYS = ("runner.total_steps", "runner.max_minutes")  # raised to train on: the documented way, no change said
-
-
-def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
-    """A resume whose settings differ from the run's ``config.yaml`` (other than its budget) says which, and
-    keeps that config as ``config.superseded-<n>.yaml``: the steps so far trained with it."""
-    path = run_dir / "config.yaml"
-    try:
-        before = flat_keys(read_yaml(path))
-    except (OSError, ValueError):
-        return  # the resume was built from it, so it reads; if not, there is nothing to compare
-    after = flat_keys(to_dict(cfg))
-    changed = [key for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)
-               and key not in BUDGET_KEYS]
-    if not changed:
-        return
-    kept = next(path.with_name(f"config.superseded-{n}.yaml") for n in itertools.count(1)
-                if not path.with_name(f"config.superseded-{n}.yaml").exists())
-    atomic_write_bytes(kept, lambda f: f.write(path.read_bytes()))
-    said = ", ".join(f"{key} {before.get(key)!r} -> {after.get(key)!r}" for key in changed[:8])
-    more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-    print(f"resumed with changed settings: {said}{more}; the steps so far trained with the earlier ones, "
-          f"whose config is kept as {kept}")
-
-
 class Runner:
     """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
 
@@ -310,6 +283,7 @@ class Runner:
     def _pretraining_dataset(self) -> Any:
         """The dataset of an agent that pretrains on one (handed to ``agent.prepare``), else None."""
         from robolearn.data import Dataset
+        from robolearn.data.dataset import no_dataset_hint
         from robolearn.offline_runner import check_dataset_fits
 
         if not getattr(self.agent, "pretrains", False):
@@ -788,10 +762,12 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
                               "device": cfg.env.device}
         atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
-    try:  # after the evaluation, which the curves show at the run's end
-        result.curves = plot_runs([run], run / "curves.png", at_end=True)
-    except Exception as err:  # a picture must not cost the trained run
-        print(f"curves skipped: {type(err).__name__}: {err}")
+    with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; {shell('robolearn', 'plot', run)} "
+                         "draws its curves"):
+        try:  # after the evaluation, which the curves show at the run's end
+            result.curves = plot_runs([run], run / "curves.png", at_end=True)
+        except Exception as err:  # a picture must not cost the trained run
+            print(f"curves skipped: {type(err).__name__}: {err}")
     if cfg.runner.video_seconds > 0:
         try:
             with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; "
@@ -856,7 +832,9 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             if distributed.is_main():
                 (runner.run_dir / FAILURE_FILE).unlink(missing_ok=True)  # this attempt's outcome replaces it
                 remove_partial_writes(runner.run_dir / "checkpoints")  # a kill -9's, now that the run is held
-            return runner.train(stop=stop)
+            result = runner.train(stop=stop)
+            result.trained = result.trained or trained_counts(vars(runner.progress))  # (every rank, not only 0's end)
+            return result
         except Exception as err:
             failure = (distributed.lost_peers(err, runner.run_dir) if distributed.active() else None) or err
             if distributed.is_main():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import traceback
 import warnings
 from datetime import datetime
@@ -182,6 +183,15 @@ def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:
     return at_trained_width(cfg.env, load_checkpoint(path).get("progress", {}).get("env_adaptation"))
 
 
+def config_changes(before: dict[str, Any], after: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
+    """The settings (flat keys) in which ``after`` differs from ``before``, said ``key old -> new`` (eight at
+    most), leaving out keys that start with one of ``skip``; "" when none differ."""
+    changed = [key for key in sorted(set(before) | set(after))
+               if before.get(key) != after.get(key) and not key.startswith(skip)]
+    said = ", ".join(f"{key} {before.get(key)!r} -> {after.get(key)!r}" for key in changed[:8])
+    return said + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+
+
 def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
     """Say each setting in which ``cfg`` differs from ``run``'s own ``config.yaml`` (a resume from Python given
     a freshly loaded config: the run's seed, name and overrides would be replaced without a word)."""
@@ -192,19 +202,32 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
         warnings.simplefilter("ignore")  # the fallback is said when the run is built
         resolve_backend(resolved)
     own, given = flat_keys(to_dict(load_run_config(run))), flat_keys(to_dict(dataclasses.replace(cfg, env=resolved)))
-    changed = [key for key in sorted(set(own) | set(given)) if own.get(key) != given.get(key)]
-    if changed:
-        said = ", ".join(f"{key} {own.get(key)!r} -> {given.get(key)!r}" for key in changed[:8])
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        warnings.warn(f"resuming {run} with a config that differs from its own config.yaml: {said}{more}; "
+    if said := config_changes(own, given):
+        warnings.warn(f"resuming {run} with a config that differs from its own config.yaml: {said}; "
                       "train(resume=run, overrides={...}) goes on with the run's own settings", stacklevel=3)
 
 
-def no_dataset_hint(task: str) -> str:
-    """Where a dataset for ``task`` comes from, for a run that needs one and was given none."""
-    record = shell("robolearn", "dataset", "record", "--run", "RUN", "--episodes", "100", "--name", f"{task}-expert")
-    return (f"`robolearn dataset list` shows those there are; make one of a trained run's episodes with `{record}` "
-            "(--controller random --task TASK for random ones), or import one: `robolearn dataset import --help`")
+NOT_TRAINING = ("runner.total_steps", "runner.max_minutes", "agent.total_updates", "runner.eval_episodes",
+                "runner.video_seconds", "runner.checkpoint_every", "runner.log_every", "logging.", "run_dir")
+"""Settings a resume may change without changing how the steps so far trained: the budget (raised to train on;
+IQL's schedule span follows it), the end's evaluation and film, how often it saves and logs, where and how."""
+
+
+def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resume whose training settings differ from the run's ``config.yaml`` (:data:`NOT_TRAINING` aside)
+    says which, and keeps that config as ``config.superseded-<n>.yaml``: the steps so far trained with it."""
+    path = run_dir / "config.yaml"
+    try:
+        before = flat_keys(read_yaml(path))
+    except (OSError, ValueError):
+        return  # the resume was built from it, so it reads; if not, there is nothing to compare
+    if not (said := config_changes(before, flat_keys(to_dict(cfg)), NOT_TRAINING)):
+        return
+    kept = next(path.with_name(f"config.superseded-{n}.yaml") for n in itertools.count(1)
+                if not path.with_name(f"config.superseded-{n}.yaml").exists())
+    atomic_write_bytes(kept, lambda f: f.write(path.read_bytes()))
+    print(f"resumed with changed settings: {said}; the steps so far trained with the earlier ones, whose config "
+          f"is kept as {kept}")
 
 
 FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
@@ -239,8 +262,10 @@ def run_status(run: Path) -> str:
         last = read_metrics(run)[-1]
     except (IndexError, ValueError):  # no line yet, or a line cut short
         last = {}
+    if not isinstance(raw, dict):
+        return "config.yaml unreadable (its top level is not a mapping of settings)"
     resume = shell("robolearn", "train", "--resume", run)
-    if not last or not isinstance(raw, dict):
+    if not last:
         return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
     ended = run_ended(run, runner.get("eval_episodes") or 0)

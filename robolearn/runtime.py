@@ -236,7 +236,7 @@ def run(
         controller.reset()
         if ticker:
             ticker.restart()
-        episode_return = 0.0
+        episode_return, episode_start = 0.0, 0  # (the step the episode began at: where a recording's file begins)
         while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
             t0 = time.perf_counter()
             check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
@@ -244,9 +244,9 @@ def run(
             try:  # a broken controller stops here, before the robot or sim, saying when
                 check_finite("action", commanded)
             except NonFiniteError as err:
-                raise NonFiniteError(f"{err} at step {stats.steps} (episode {stats.episodes}; both counted from 0, as a "
-                                     "recording's episode files): the controller is broken (check its inputs and "
-                                     "weights); the run stopped", err.sources) from None
+                raise NonFiniteError(f"{err} at step {stats.steps - episode_start} of episode {stats.episodes} (both "
+                                     "counted from 0, as a recording's episode files and their steps): the controller "
+                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
             t1 = time.perf_counter()
             step = env.step(commanded)
             t2 = time.perf_counter()
@@ -261,7 +261,7 @@ def run(
             if bool(done[0]):
                 stats.episodes += 1
                 stats.returns.append(episode_return)
-                episode_return = 0.0
+                episode_return, episode_start = 0.0, stats.steps
                 if "success" in step.info:
                     stats.successes.append(bool(step.info["success"][0]))
                 if bar is not None and episodes is not None:

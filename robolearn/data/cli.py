@@ -15,10 +15,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from robolearn.data.importing import check_refs, settings_said, slug
+from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
 from robolearn.shell import shell
 
-IMPORT_FORMATS = ("d4rl", "lerobot", "recording")
 
 
 def add_dataset_parser(commands: Any) -> None:

@@ -44,6 +44,15 @@ GENERATORS = (
 )
 
 
+def no_dataset_hint(task: str) -> str:
+    """Where a dataset for ``task`` comes from, for a run that needs one and was given none."""
+    from robolearn.data.importing import slug
+
+    record = shell("robolearn", "dataset", "record", "--run", "RUN", "--episodes", "100", "--name", f"{slug(task)}-expert")
+    return (f"`robolearn dataset list` shows those there are; make one of a trained run's episodes with `{record}` "
+            "(--controller random --task TASK for random ones), or import one: `robolearn dataset import --help`")
+
+
 def how_to_make(name: str, root: str | Path | None = None) -> str:
     """The command that makes dataset ``name``: its generator script, else ``robolearn dataset record``."""
     from robolearn.config import CONFIG_DIR

@@ -55,7 +55,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     if done not in ("terminal", "truncation"):
         raise ValueError(f"done={done!r}: 'terminal' or 'truncation'")
     if done != "terminal" and format != "lerobot":
-        raise ValueError(f"--done is for LeRobot datasets; {format} files say terminals and timeouts apart")
+        raise ValueError(f"--done (done=) is for LeRobot datasets; {format} files say terminals and timeouts apart")
     path = Path(path)
     readers = {"d4rl": read_d4rl, "lerobot": lambda source: read_lerobot(source, done), "recording": read_recordings}
     episodes, meta = readers[format](path)
@@ -129,11 +129,11 @@ def check_refs(low: float | None, high: float | None) -> None:
     """Normalized scores divide by ``high - low``: swapped references turn a random policy into an expert."""
     if low is None or high is None:
         if (low is None) != (high is None):
-            raise ValueError("--ref-min and --ref-max go together: a normalized score needs both")
+            raise ValueError("--ref-min and --ref-max (ref_min=, ref_max=) go together: a normalized score needs both")
         return
     if not (math.isfinite(low) and math.isfinite(high) and high > low):
-        raise ValueError(f"--ref-max ({high:g}) must be above --ref-min ({low:g}): they are the returns of an expert "
-                         "and of a random policy")
+        raise ValueError(f"--ref-max ({high:g}) must be above --ref-min ({low:g}) (ref_max=, ref_min=): they are the "
+                         "returns of an expert and of a random policy")
 
 
 def settings_said(settings: dict[str, Any]) -> str:

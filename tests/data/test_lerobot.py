@@ -148,9 +148,9 @@ def test_next_done_on_every_last_frame_is_read_as_said_and_can_be_read_as_a_time
     out = capsys.readouterr().out
     assert "return " in out and "read as a time limit (bootstrapped from); --done terminal if they are the task's end" in out
     assert main(["dataset", "import", str(source), "--format", "d4rl", "--done", "truncation"]) == 2
-    assert "--done is for LeRobot datasets" in capsys.readouterr().err
+    assert "--done (done=) is for LeRobot datasets" in capsys.readouterr().err
     for refs, says in ((["--ref-min", "10", "--ref-max", "-5"], r"--ref-max \(-5\) must be above --ref-min \(10\)"),
-                       (["--ref-min", "10"], "--ref-min and --ref-max go together")):
+                       (["--ref-min", "10"], r"--ref-min and --ref-max \(ref_min=, ref_max=\) go together")):
         assert main(["dataset", "import", str(source), "--format", "lerobot", "--done", "truncation", "--name", "refs", *refs]) == 2
         assert re.search(says, capsys.readouterr().err)  # swapped, a random policy would score as an expert
 

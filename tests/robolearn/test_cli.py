@@ -74,23 +74,24 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{ending}  trained (1,024 env_steps)" in out
     # A damaged config.yaml had been "stopped before its first logged iteration" (with a resume that fails),
     # and had stopped the listing's groups with an error; a checkpoint's nonsense progress, with a traceback
+    import shutil
+
+    shutil.copytree(early, early.with_name("20260102-000000"))  # a readable seed beside the damaged one
     (early / "config.yaml").write_text("algo: [ppo\n  env: {\n")
     import torch
 
     torch.save({"format": "robolearn-checkpoint", "version": 1, "config": {}, "agent": {},
                 "progress": {"env_steps": "lots"}}, ending / "checkpoints" / "latest.pt")
-    import shutil
-
     seed = _fake_run(tmp_path, "seeds", online, [{"env_steps": 1024}])  # a group of evaluated seeds beside the
     (seed / "eval.json").write_text('{"return_mean": 1}')  # damaged run, which is one of another folder's two
     shutil.copytree(seed, seed.with_name("20260102-000000"))
-    shutil.copytree(early, early.with_name("20260102-000000"))
     assert main(["list", "--runs", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert f"{early}  config.yaml unreadable (" in out and f"{done}  done" in out
     assert f"{ending}  trained (1,024 env_steps)" in out  # its metrics' count (load_checkpoint refuses the file)
     assert f"groups:     evaluated runs of one folder" in out and f"{seed.parent}  2 runs" in out
-    assert f"{early.parent}  " not in out.split("groups:")[1]  # one of its two has no readable config
+    assert f"{early.parent}  " not in out.split("groups:")[1]  # one of its two has no readable config: no group
+    assert f"{early.with_name('20260102-000000')}  ended early" in out
 
 
 def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, capfd):

@@ -770,6 +770,9 @@ def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_repla
            f"earlier ones, whose config is kept as {kept}" in capsys.readouterr().out
     assert yaml.safe_load(kept.read_text())["agent"]["gamma"] == gamma
     assert yaml.safe_load((first.run_dir / "config.yaml").read_text())["agent"]["gamma"] == 0.5
+    robolearn.train(resume=first.run_dir, overrides={"runner.total_steps": 1024, "logging.group": "again",
+                                                     "runner.eval_episodes": 3})  # how it logs and ends: no change
+    assert not (first.run_dir / "config.superseded-2.yaml").exists() and "resumed with" not in capsys.readouterr().out
 
 
 def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path):

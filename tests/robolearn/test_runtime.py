@@ -154,9 +154,13 @@ def test_a_nan_action_stops_the_loop_before_the_env_steps():
             return action.fill_(float("nan")) if self.calls > 3 else action
 
     stats = LoopStats()
-    with pytest.raises(NonFiniteError, match=r"action contains NaN or inf.* at step 3 \(episode 0; both counted from 0"):
+    with pytest.raises(NonFiniteError, match=r"action contains NaN or inf.* at step 3 of episode 0 \(both counted from 0"):
         run(NaNAfter3(4), sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=100, stats=stats)
     assert stats.steps == 3
+    later = NaNAfter3(4)
+    later.calls = -102  # NaN from the run's 106th step: the 100-step first episode ended, the second's 6th
+    with pytest.raises(NonFiniteError, match=r"at step 5 of episode 1 \(both counted from 0"):  # the step in its file
+        run(later, sims.make_env("arm_reach", 1, seed=0), rate_hz=0, steps=200)
 
 
 def test_nan_observations_are_said_as_the_envs_before_the_controller_acts():
