@@ -1,4 +1,5 @@
-"""A run's folder, read from outside: where runs are, how far they trained, their controller.
+"""A run's folder: where runs are, the files a runner keeps there besides its checkpoints (config, failure),
+how far a run trained and what state it is in, and its controller read back.
 
 Each run is self-contained::
 
@@ -12,8 +13,8 @@ Each run is self-contained::
         run.lock             while a process trains it (robolearn/run_lock.py): a second one is refused
         failed.txt           why it stopped, where an error stopped it
 
-The runners (``robolearn/runner.py`` and the offline ones) write it; ``eval``, ``play``, ``export``, ``list``,
-``deploy`` and ``robolearn.load_controller`` read it through this module.
+The runners (``robolearn/runner.py`` and the offline ones) write it, its config and failure through this
+module; ``eval``, ``play``, ``export``, ``list``, ``deploy`` and ``robolearn.load_controller`` read it here.
 """
 
 from __future__ import annotations
