@@ -47,6 +47,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     matplotlib.use("Agg")  # files, not windows: this runs on headless training machines
     import matplotlib.pyplot as plt
 
+    import numpy as np
     from matplotlib.ticker import EngFormatter
 
     _warn_if_tasks_differ(list(logs))
@@ -84,6 +85,14 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             _draw(axes[row, 1], by_time, style, mean)
             if drawn is not None:
                 legend.setdefault(label, drawn)
+            if not mean:  # an evaluation's spread over its episodes (eval/return_std), where logged: a band
+                for counter, lines in members:
+                    spread = [(line[counter], line[metric], line[f"{metric}_std"]) for line in lines
+                              if _finite(line.get(metric)) and _finite(line.get(f"{metric}_std"))
+                              and _finite(line.get(counter))]
+                    if len(spread) > 1:
+                        x, y, std = (np.asarray(column, dtype=float) for column in zip(*spread))
+                        axes[row, 0].fill_between(x, y - std, y + std, color=style["color"], alpha=0.15, linewidth=0)
             if metric == _return_row(chosen) and not mean:
                 for last, evaluation in finals.get(label, []):
                     marker = axes[row, 0].errorbar(last, evaluation["return_mean"], yerr=evaluation.get("return_std"),

@@ -170,3 +170,16 @@ def test_a_runs_final_evaluation_is_drawn_at_its_end_and_rates_span_0_to_1(tmp_p
     assert ended.texts[0].get_text() == f"{tmp_path}: sac on pendulum, seed 3"
     labels = [text.get_text() for text in live.legends[0].get_texts()]
     assert "final evaluation (mean ± std of its episodes)" in labels
+
+
+def test_an_evaluations_spread_is_a_band_around_it(tmp_path, monkeypatch):
+    """An offline run logs eval/return and eval/return_std; only the mean had been drawn."""
+    lines = [{"updates": u, "time": u / 1e3, "eval/return": r, "eval/return_std": 2.0} for u, r in ((1000, 5.0), (2000, 9.0))]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs([tmp_path], tmp_path / "curves.png", metrics=["eval/return"])
+    bands = figures[0].axes[0].collections
+    assert len(bands) == 1
+    low, high = bands[0].get_paths()[0].vertices[:, 1].min(), bands[0].get_paths()[0].vertices[:, 1].max()
+    assert (low, high) == (3.0, 11.0)
