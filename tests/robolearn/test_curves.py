@@ -183,3 +183,20 @@ def test_an_evaluations_spread_is_a_band_around_it(tmp_path, monkeypatch):
     assert len(bands) == 1
     low, high = bands[0].get_paths()[0].vertices[:, 1].min(), bands[0].get_paths()[0].vertices[:, 1].max()
     assert (low, high) == (3.0, 11.0)
+
+
+def test_runs_of_several_algorithms_show_the_losses_most_of_them_log(tmp_path, monkeypatch):
+    """The first three losses by name had been drawn: three PPO seeds beside a SAC run lost PPO's value_loss."""
+    runs = []
+    for name, losses in (("ppo_a", ("policy_loss", "value_loss")), ("ppo_b", ("policy_loss", "value_loss")),
+                         ("sac", ("actor_loss", "alpha_loss", "critic_loss"))):
+        run = tmp_path / name / "20260101-000000"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 1e3, "return": 1.0,
+                                                               **{loss: 1.0 for loss in losses}}) + "\n" for s in (1, 2)))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "curves.png")
+    rows = [ax.get_ylabel() for ax in figures[0].axes[::2]]
+    assert rows == ["return", "policy_loss", "value_loss", "actor_loss"]
