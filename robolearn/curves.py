@@ -26,7 +26,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
               at_end: bool = False) -> Path:
     """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs) of ``runs`` into ``out``
     (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
-    colour; with ``mean``, they are drawn as their mean and a ±1 std band instead. A run without
+    colour; with ``mean``, they are drawn as their mean and a ±1 std band against env steps instead (against
+    wall-clock each as it ran: their clocks differ). A run without
     ``metrics.jsonl`` lines, or a metric no run logs, is an error naming what there is. A run's final
     evaluation (``eval.json``) is a point at its end; a run training now is said so in the title, unless
     ``at_end`` (the run's own end draws it, holding the run still)."""
@@ -83,7 +84,9 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             by_time = [[(time / per, value) for _, time, value in run] for run in points
                        if all(_finite(time) for _, time, _ in run)]
             drawn = _draw(axes[row, 0], by_steps, style, mean)
-            _draw(axes[row, 1], by_time, style, mean)
+            # against wall-clock each run as it ran: seeds log at other times, so a mean spans only the stretch
+            # every one of them covers (a sliver, where their first episodes ended at different times)
+            _draw(axes[row, 1], by_time, {**style, "alpha": 0.5} if mean else style, False)
             if drawn is not None:
                 legend.setdefault(label, drawn)
             if not mean:  # an evaluation's spread over its episodes (eval/return_std), where logged: a band
