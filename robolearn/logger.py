@@ -34,7 +34,6 @@ class RunLogger:
         set_aside_after(self.metrics_path, counter, initial_steps, phase)
         self._time_offset = _last_time(self.metrics_path)  # a resumed run's ``time`` continues its own
         self._file = self.metrics_path.open("a", buffering=1)
-        self._start = time.perf_counter()
         self._start_steps = initial_steps
         # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
         self._redraw = sys.stderr.isatty()
@@ -48,6 +47,7 @@ class RunLogger:
 
             self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
                                      resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None)
+        self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
     def clock(self, count: int) -> tuple[float, float]:
         """The run's ``time`` so far (continuing a resumed run's) and ``count``'s rate since this logger started."""

@@ -742,6 +742,12 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     ``robolearn play`` films one; so does a kill or a closed terminal (``stops_as_ctrl_c``)."""
     run = result.run_dir
     result.trained = trained_counts(progress if isinstance(progress, dict) else vars(progress))
+    done, total = result.trained.get("env_steps", result.trained.get("updates", 0)), cfg.runner.total_steps
+    if 0 < done < total:  # said here, as `list` says it later: the budget was not what ended it
+        counted = "env steps" if "env_steps" in result.trained else "updates"
+        why = "runner.max_minutes" if cfg.runner.max_minutes > 0 else "train()'s stop"
+        print(f"ended early: {done:,} of runner.total_steps={total:,} {counted} ({why}); "
+              f"{shell('robolearn', 'train', '--resume', run)} trains on", flush=True)
     env_cfg = at_trained_width(cfg.env, adaptation)
     resume = shell("robolearn", "train", "--resume", run)
     with _hint_on_ctrl_c(f"its checkpoint is saved; {resume} exports, evaluates and films it"):

@@ -95,3 +95,21 @@ def test_the_fps_after_a_phase_without_env_steps_counts_from_its_end(tmp_path, m
     now, fps = logger.clock(1000)
     assert fps == 100.0 and now == 110.0  # 1000 steps in 10 s, the run's time goes on
     logger.close()
+
+
+def test_the_runs_clock_starts_once_wandb_has_started(tmp_path, monkeypatch):
+    """W&B's start-up (about 2 s) had counted as training time: a W&B run's curves began 2 s after a --no-wandb
+    run's, beside it in a plot of the two."""
+    import wandb
+
+    from robolearn.logger import read_metrics
+
+    class Started:
+        def log(self, *args, **kwargs): ...
+        def finish(self): ...
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: time.sleep(1.0) or Started())  # a slow start
+    logger = RunLogger(tmp_path, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    logger.log(1, {"loss": 1.0})
+    logger.close()
+    assert read_metrics(tmp_path)[0]["time"] < 0.5

@@ -708,7 +708,7 @@ def test_a_decision_period_longer_than_an_episode_is_refused_by_its_key(tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resume(tmp_path):
+def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resume(tmp_path, capsys):
     """train(stop=...) reads the counters metrics.jsonl logs; a callback that fails (a KeyError on 'return'
     before any episode ended) is re-raised, saying so, after the run is checkpointed."""
     seen = []
@@ -716,6 +716,7 @@ def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resum
     assert [m["iteration"] for m in seen] == [1, 2] and seen[1]["env_steps"] == 2 * seen[0]["env_steps"]
     assert result.evaluation is not None  # stopped early, then finished as a run does
     assert result.trained == {"env_steps": seen[1]["env_steps"]} and not result.interrupted  # short of its budget
+    assert f"ended early: {seen[1]['env_steps']:,} of runner.total_steps=" in capsys.readouterr().out  # said as it ends
 
     def fails(metrics):
         raise KeyError("return")
