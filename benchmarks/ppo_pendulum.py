@@ -63,6 +63,10 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
     clock = Clock()
     result = {"time": float("inf"), "steps": budget, "return": float("nan")}
 
+    def evaluate() -> float:
+        sync_envs_normalization(env, eval_env)
+        return evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
+
     class Solve(BaseCallback):
         """Evaluates after each update (= at the start of the next rollout); stops once solved."""
 
@@ -70,8 +74,7 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
             if self.num_timesteps == 0:
                 return
             with clock.pause():
-                sync_envs_normalization(self.training_env, eval_env)
-                mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
+                mean = evaluate()
             result["return"] = mean
             if mean >= SOLVED and result["time"] == float("inf"):
                 result["time"], result["steps"] = clock.elapsed(), self.num_timesteps
@@ -81,9 +84,8 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
 
     model.learn(total_timesteps=budget, callback=Solve())
     if result["time"] == float("inf"):  # unsolved: the steps it ran, and its last update evaluated too (the
-        result["steps"] = model.num_timesteps  # callback evaluates at the start of the next rollout only)
-        sync_envs_normalization(env, eval_env)
-        result["return"] = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
+        result["steps"], result["return"] = model.num_timesteps, evaluate()  # (the callback evaluates at the start
+        # of the next rollout only)
     return result["time"], result["steps"], result["return"]
 
 

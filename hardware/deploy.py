@@ -115,11 +115,11 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
-        if (Path(run_dir) / FILENAMES[fmt]).is_file() and Path(run_dir).name == "export":  # the export folder itself
-            raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
-                                    f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
-        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # a copy of the files, outside a run
-            raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "
+        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the controller's own folder was given
+            if Path(run_dir).name == "export":  # a run's
+                raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
+                                        f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
+            raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "  # a copy
                                     f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
                                     "or give the run they came from")
         _refuse_folder_of_runs(Path(run_dir), fmt)

@@ -37,8 +37,10 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         raise ValueError(f"no metrics.jsonl lines in {', '.join(empty)}: not a run directory, or nothing logged yet")
     logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
                      if isinstance(value, (int, float)) and not isinstance(value, bool)})
-    runs_logging = {key: sum(any(key in line for line in lines) for lines in logs.values()) for key in logged}
-    losses = sorted((m for m in logged if m.endswith("loss")), key=lambda m: (-runs_logging[m], m))  # most runs' first
+    def runs_logging(key: str) -> int:
+        return sum(any(key in line for line in lines) for lines in logs.values())
+
+    losses = sorted((m for m in logged if m.endswith("loss")), key=lambda m: (-runs_logging(m), m))  # most runs' first
     chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged] + losses[:3]
     missing = [m for m in chosen if m not in logged]
     if missing or not chosen:

@@ -190,7 +190,7 @@ def _title(folder: Path, summaries: list[dict], recorded_safety: bool) -> str:
 
 def _unit_label(name: str) -> str:
     """A metric's name as an axis label, its unit suffix read out: ``distance_m`` -> ``distance (m)``."""
-    for suffix, unit in (("_m", "m"), ("_rad", "rad"), ("_s", "s"), ("_n", "N")):
+    for suffix, unit in (("_m", "m"), ("_rad", "rad"), ("_s", "s")):
         if name.endswith(suffix):
             return f"{name[:-len(suffix)].replace('_', ' ')} ({unit})"
     return name.replace("_", " ")
