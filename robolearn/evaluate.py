@@ -156,7 +156,8 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
 def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.0, fps: int = 30,
                  width: int = 320, height: int = 240, seed: int = 0, progress: bool = False) -> Path:
     """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``); ``progress``: a
-    bar of control steps on a terminal (filming is far slower than stepping)."""
+    bar of control steps on a terminal (filming is far slower than stepping). Each episode's first
+    ``CAPTION_SECONDS`` carry its number: a reset otherwise looks like the robot teleporting."""
     import imageio.v2 as imageio
     from tqdm import tqdm
 
@@ -165,15 +166,20 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
         raise ValueError(f"film at least one control step ({env.control_dt:g} s), got {seconds:g} s")
     path, tmp = video_target(path)
     every = max(1, round(1.0 / (fps * env.control_dt)))
+    captioned = max(1, round(CAPTION_SECONDS / env.control_dt))  # control steps
     try:
         obs = env.reset(seed=seed)
         controller.reset()
-        frames = []
+        frames, episode, started = [], 1, 0
         for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
             if step % every == 0:
-                frames.append(env.render(0, width=width, height=height))
+                frame = env.render(0, width=width, height=height)
+                frames.append(caption(frame, f"episode {episode}") if step - started < captioned else frame)
             obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
-            controller.reset(terminated | truncated)
+            done = terminated | truncated
+            controller.reset(done)
+            if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
+                episode, started = episode + 1, step + 1
         looping = {"loop": 0} if path.suffix.lower() == ".gif" else {}  # a GIF plays on and on, as a video on a page
         imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8, **looping)
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
@@ -184,6 +190,22 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
         raise
     tmp.replace(path)
     return path
+
+
+CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start
+
+
+def caption(frame: np.ndarray, text: str) -> np.ndarray:
+    """``frame`` (H, W, 3 uint8) with ``text`` in white on a dark box in its top-left corner."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.fromarray(frame)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=max(11, frame.shape[0] // 16))  # Pillow's own font: no font files needed
+    left, top, right, bottom = draw.textbbox((5, 3), text, font=font)
+    draw.rectangle((0, 0, right + 5, bottom + 4), fill=(20, 20, 20))
+    draw.text((5, 3), text, font=font, fill=(255, 255, 255))
+    return np.asarray(image)
 
 
 VIDEO_SUFFIXES = (".mp4", ".gif", ".mkv", ".mov", ".avi")  # what imageio's ffmpeg (H.264) or Pillow writes
