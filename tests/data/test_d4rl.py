@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from robolearn.cli import main
 from robolearn.data import Dataset
-from robolearn.data.d4rl import read_d4rl, ref_scores, write_d4rl
+from robolearn.data.d4rl import REF_SCORES, read_d4rl, ref_scores, write_d4rl
 from robolearn.data.episode import DatasetError
 
 
@@ -370,6 +370,6 @@ def test_import_from_python_gives_the_dataset_its_task_as_the_cli_does(tmp_path,
     ds = Dataset.load("hopper-medium-v2")
     assert imported.dataset.path == ds.path and ds.task == "hopper" and ds.num_episodes == len(imported.returns)
     assert ds.action_spec.high.tolist() == [1.0, 1.0, 1.0]  # the task's bounds, not the file's infinite ones
-    assert ds.ref_min_score < ds.ref_max_score  # D4RL's hopper references
+    assert (ds.ref_min_score, ds.ref_max_score) == REF_SCORES["hopper"]  # D4RL's hopper references
     with pytest.raises(ValueError, match="format='minari': choose one of d4rl, lerobot, recording"):
         import_dataset(tmp_path / "hopper-medium-v2.hdf5", "minari")

@@ -300,7 +300,7 @@ def test_export_without_a_control_period_asks_for_fps_and_an_fps_other_than_the_
         assert _frames_per_second(rated, 25.0) == 25
 
 
-def test_one_wide_actions_and_groups_are_scalar_columns_as_lerobot_reads_shape_1(recorded, tmp_path):
+def test_one_wide_actions_are_scalar_columns_as_lerobot_reads_shape_1(recorded, tmp_path):
     """lerobot 0.4.0 casts a shape-[1] feature to a plain number: a list of one failed to load (pendulum)."""
     source = _rated(recorded, "pendulum", 2)
     out = _exported(source, tmp_path / "out")

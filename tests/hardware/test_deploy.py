@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import threading
 import time
 import warnings
@@ -245,6 +246,12 @@ def test_missing_export_says_what_to_run(tmp_path, run_dir):
     with pytest.raises(FileNotFoundError, match=rf"give the folder that holds export/, not export/ itself: "
                                                 rf"robolearn deploy {run_dir} "):  # not `robolearn export`, which fails
         deploy(run_dir / "export", "dxl_arm", episodes=1)
+    copy = tmp_path / "copy"  # the controller's files copied somewhere, outside any export/
+    shutil.copytree(run_dir / "export", copy)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"holds controller.pt itself; deploy takes a folder with the "
+                                                          f"exported files in export/ (a run's): move them into "
+                                                          f"{copy / 'export'}")):
+        deploy(copy, "dxl_arm", episodes=1)
 
 
 def test_a_run_still_training_is_said_so_not_called_stopped_or_unexported(run_dir, tmp_path):
@@ -280,6 +287,7 @@ def test_safety_off_is_said_before_the_arm_moves_and_a_port_nobody_typed_says_wh
         deploy(run_dir, config, episodes=1, safety_overrides={"enabled": False})
     with pytest.raises(NotConnectedError) as typed:
         deploy(run_dir, config, port=str(tmp_path / "typed-tty"), episodes=1)
+    assert "typed-tty" in str(typed.value) and "no-such-tty" not in str(typed.value)  # the port typed is the one opened
     assert "robot config's port" not in str(typed.value)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, config_from_dict, load_config
+from robolearn.config import ConfigError, EnvConfig, RunnerConfig, TrainConfig, config_from_dict, load_config
 
 
 @dataclass
@@ -206,13 +206,6 @@ def test_settings_outside_their_meaning_are_refused_by_key(config, override, sai
     assert said in str(err.value)
 
 
-def test_every_shipped_config_is_within_the_ranges():
-    from robolearn.config import CONFIG_DIR
-
-    for path in sorted(CONFIG_DIR.glob("*.yaml")):
-        load_config(path.stem)
-
-
 def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_section_is_the_defaults(tmp_path):
     (tmp_path / "empty.yaml").write_text("# only a comment\n")
     with pytest.raises(ConfigError, match="empty; a config sets at least algo and env"):
@@ -231,7 +224,7 @@ def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_sec
     assert load_config(str(tmp_path / "merged.yaml")).agent.num_steps == 24
     (tmp_path / "bare.yaml").write_text("algo: ppo\nenv:\n  task: pendulum\nrunner:\n")
     assert load_config(str(tmp_path / "bare.yaml"), ["runner.total_steps=100"]).runner.total_steps == 100
-    assert load_config(str(tmp_path / "bare.yaml")).runner.total_steps > 0
+    assert load_config(str(tmp_path / "bare.yaml")).runner == RunnerConfig()
 
 
 def test_a_files_own_mistake_names_the_file_and_an_overrides_mistake_does_not_blame_it(tmp_path):

@@ -776,6 +776,24 @@ def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_repla
     assert not (first.run_dir / "config.superseded-2.yaml").exists() and "resumed with" not in capsys.readouterr().out
 
 
+def test_a_resume_calls_only_training_settings_changes():
+    """The budget, the end's evaluation and film, save and log cadence, logging and the run's folder are no
+    change of how the steps so far trained; the agent, env and seed are."""
+    from robolearn.runs import NOT_TRAINING, config_changes
+
+    kept = {"runner.total_steps": 1000, "runner.max_minutes": None, "agent.total_updates": 10, "run_dir": "a",
+            "runner.eval_episodes": 10, "runner.video_seconds": 8.0, "runner.checkpoint_every": 5,
+            "runner.log_every": 1, "logging.wandb": "offline", "logging.group": None}
+    moved = {"runner.total_steps": 2000, "runner.max_minutes": 3.0, "agent.total_updates": 20, "run_dir": "b",
+             "runner.eval_episodes": 3, "runner.video_seconds": 0.0, "runner.checkpoint_every": 1,
+             "runner.log_every": 4, "logging.wandb": "disabled", "logging.group": "g"}
+    assert config_changes(kept, moved, NOT_TRAINING) == ""
+    trained = {"agent.gamma": 0.99, "env.num_envs": 8, "seed": 0, "runner.num_steps": 24}
+    assert config_changes({**kept, **trained}, {**kept, "agent.gamma": 0.9, "env.num_envs": 16, "seed": 1,
+                                                "runner.num_steps": 24}, NOT_TRAINING) == \
+        "agent.gamma 0.99 -> 0.9, env.num_envs 8 -> 16, seed 0 -> 1"
+
+
 def test_resuming_with_the_config_a_run_fell_back_from_is_no_difference(tmp_path):
     """config.yaml records what ran (warp on a missing GPU: MuJoCo on the CPU); the config asked for is not
     a change of settings."""

@@ -129,7 +129,7 @@ def test_a_task_of_no_physics_steps_or_no_control_steps_is_refused_by_key(key: s
 
 
 @pytest.mark.parametrize("num_envs", [0, 2.5, True, "4"])
-def test_a_number_of_worlds_that_is_none_is_refused_in_our_words(num_envs):
+def test_what_is_no_number_of_worlds_is_refused_in_our_words(num_envs):
     """0 had been MuJoCo's 'nsim must be positive', 2.5 a pybind constructor signature."""
     with pytest.raises(ValueError, match=rf"num_envs: a whole number of worlds, at least 1; got {num_envs!r}"):
         make_env("cartpole", num_envs=num_envs)
