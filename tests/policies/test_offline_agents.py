@@ -12,6 +12,7 @@ import torch
 from policies import AGENTS
 from policies.offline.common import discounted_returns, episode_ends, episode_returns
 from robolearn.export import export_controller
+from robolearn.interfaces import flatten_obs
 from robolearn.storage import ReplayBuffer
 
 SMALL = {"hidden": (32, 32)}
@@ -87,6 +88,9 @@ def test_controller_exports_with_the_dataset_normalizer(variant, obs_spec, actio
     torch.manual_seed(0)
     agent = make(variant, obs_spec, action_spec)
     data = agent.prepare(synthetic_dataset(action_spec))
+    seen = flatten_obs(data["obs"], agent.obs_groups)  # the normalizer is the dataset's statistics
+    torch.testing.assert_close(agent.normalizer.mean, seen.mean(0), atol=1e-4, rtol=0)
+    torch.testing.assert_close(agent.normalizer.var, seen.var(0, unbiased=False), rtol=1e-3, atol=0)
     train(agent, data, 3)
     controller = agent.controller().eval()
     obs = {"policy": data["obs"]["policy"][:5], "critic": data["obs"]["critic"][:5]}

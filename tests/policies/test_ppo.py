@@ -89,7 +89,8 @@ def test_actions_in_env_units_are_sampled_there_and_clipped_to_the_box(make_roll
     with torch.no_grad():
         agent.actor[-1].bias.fill_(10.0)  # a mean far outside the box: the controller clips it to the bounds
     torch.testing.assert_close(agent.controller().act(random_obs(3)), torch.tensor([[4.0, 2.0]] * 3))
-    agent.update(make_rollout(agent, 8, 6))  # learns as before
+    metrics = agent.update(make_rollout(agent, 8, 6))  # learns from samples far outside the box as from others
+    assert all(torch.isfinite(torch.as_tensor(v)).all() for v in metrics.values()), metrics
 
 
 def test_std_is_clamped_to_max_std_and_bad_bounds_raise(make_rollout, obs_spec, action_spec) -> None:

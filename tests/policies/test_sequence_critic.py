@@ -83,7 +83,7 @@ def test_update_learns_from_windows_and_controller_decides_every_k():
         agent.sample(_replay(5, num_envs=3, done_at={}), 8, num_envs=2)
 
 
-def test_ensemble_execution_queries_every_step_and_blends_in_rollouts_and_controller():
+def test_ensemble_execution_queries_the_actor_every_step_in_rollouts_and_controller():
     torch.manual_seed(0)
     agent = _agent(k=4, n=1, execution="ensemble")
     controller = agent.controller()

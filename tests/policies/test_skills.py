@@ -21,6 +21,7 @@ from robolearn.checkpoint import load_checkpoint
 from robolearn.config import ConfigError
 from robolearn.data import DatasetWriter, record
 from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import flatten_obs
 from robolearn.runner import train
 from robolearn.storage import ReplayBuffer
 from policies.modules import gaussian_kl
@@ -188,6 +189,26 @@ def test_skill_critic_trains_in_stages():
     # critics always; the high-level policy from stage 2; the low-level policy in stage 3 only
     assert seen == [[True, True, False, False], [True, True, True, False], [True, True, True, True]]
     assert all(math.isfinite(float(v)) for v in metrics.values())
+
+
+def test_skill_critics_low_level_kl_is_to_the_frozen_decoder():
+    """Stage 3's low-level policy pays alpha * KL(pi_low || decoder): the metric is that KL, exactly."""
+    torch.manual_seed(0)
+    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=0, low_start_updates=0),
+                        torch.device("cpu"))
+    agent.prepare(toy_data())
+    agent.end_pretraining()
+    with torch.no_grad():  # moved off the decoder it starts as (KL 0 there)
+        for p in agent.low_policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    batch = agent.sample(online_batch(agent), 16, 4)
+    low = batch["low"]
+    s = agent.normalizer(flatten_obs(low["obs"], agent.groups))
+    z, k = low["skill"], one_hot_step(low["skill_step"].long(), H)
+    with torch.no_grad():
+        expected = kl_divergence(agent.low_policy.distribution(s, z, k), agent.decoder_distribution(s, z)).sum(-1).mean()
+    assert expected > 0.05
+    torch.testing.assert_close(agent.update(batch)["low_kl"], expected)
 
 
 def test_spirl_update_pulls_the_policy_toward_the_target_kl():

@@ -117,7 +117,8 @@ def test_actions_are_clipped_to_the_env_clip() -> None:
     env = RslRlEnvAsVecEnv(IsaacLabWrapper(num_envs=1, max_episode_length=100))
     assert env.action_spec.high[0] == 2.0
     env.step(torch.tensor([[0.5]]))
-    assert env.step(torch.tensor([[-9.0]])).terminated.item()  # 0.5 - 2 = -1.5: clipped, still past -1
+    step = env.step(torch.tensor([[-9.0]]))
+    assert step.terminated.item() and step.reward.item() == pytest.approx(-1.5)  # -|0.5 - 2|: clipped, not 0.5 - 9
     assert RslRlEnvAsVecEnv(LeggedGymRobot(num_envs=1)).action_spec.high[0] == float("inf")
 
 

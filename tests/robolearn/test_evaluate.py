@@ -1,0 +1,61 @@
+"""Evaluation counts each env's first episode: its return, length and whether it ended in success."""
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from robolearn.evaluate import evaluate
+from robolearn.interfaces import Step, VecEnv
+
+
+class Lanes(VecEnv):
+    """Env i's episodes last ``i + 2`` steps; reward 1 a step; an episode succeeds when its last action is > 0
+    (``info["success"]`` says so every step, as tasks do: true mid-episode counts for nothing)."""
+
+    def __init__(self, num_envs: int = 4) -> None:
+        self.num_envs, self.device, self.control_dt, self.max_episode_steps = num_envs, torch.device("cpu"), 0.1, 99
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+        self.action_spec = spaces.Box(-1, 1, (1,), np.float32)
+        self.horizon = torch.arange(num_envs) + 2
+        self.t = torch.zeros(num_envs, dtype=torch.long)
+        self.episode = torch.zeros(num_envs, dtype=torch.long)
+
+    def _obs(self):
+        return {"policy": self.episode.float().unsqueeze(1)}
+
+    def reset(self, seed=None):
+        self.t.zero_(), self.episode.zero_()
+        return self._obs()
+
+    def step(self, action):
+        self.t += 1
+        truncated = self.t >= self.horizon
+        success = action[:, 0] > 0
+        self.t[truncated] = 0
+        self.episode += truncated.long()
+        return Step(self._obs(), torch.ones(self.num_envs), torch.zeros_like(truncated), truncated,
+                    {"final_obs": self._obs(), "success": success})
+
+
+class Pattern:
+    """Acts ``signs[i]`` in env i during its first episode and the opposite after it."""
+
+    def __init__(self, *signs: float) -> None:
+        self.signs = torch.tensor(signs)
+
+    def act(self, obs):
+        first = obs["policy"][:, 0] == 0
+        return torch.where(first, self.signs, -self.signs).unsqueeze(1)
+
+    def reset(self, mask=None):
+        pass
+
+
+def test_success_is_each_envs_first_episode_ending_in_success():
+    assert evaluate(Pattern(1, 1, 1, 1), Lanes(), 4)["success_rate"] == 1.0
+    assert evaluate(Pattern(-1, -1, -1, -1), Lanes(), 4)["success_rate"] == 0.0
+    result = evaluate(Pattern(1, -1, 1, 1), Lanes(), 4)
+    assert result["success_rate"] == 0.75  # env 1 failed its first episode, whatever it did after
+    assert result["return_mean"] == pytest.approx(np.mean([2, 3, 4, 5])) and result["length_mean"] == 3.5
+    assert evaluate(Pattern(1, -1, -1, -1), Lanes(), 2)["success_rate"] == 0.5  # the first `episodes` envs
