@@ -319,6 +319,6 @@ def test_a_filesystem_without_locks_still_takes_datasets_and_a_refused_spec_leav
     assert _write("unlocked", root).is_dir()
     monkeypatch.undo()
     opened = len(os.listdir("/proc/self/fd"))
-    with pytest.raises(Exception):
+    with pytest.raises(TypeError, match="not an instance of Space"):
         DatasetWriter("refused", {"policy": "no space"}, SPECS[1], root=root)  # not a space: refused
     assert len(os.listdir("/proc/self/fd")) == opened and sorted(p.name for p in root.iterdir()) == ["unlocked-v0"]

@@ -147,9 +147,10 @@ def test_eeprom_write_while_torque_on_is_a_packet_error(emulator, make_bus) -> N
 
 def test_dropped_replies_are_retried(emulator, make_bus) -> None:
     bus = make_bus(emulator)
+    emulator.set_joint_positions({1: -0.3, 2: 0.2, 3: 0.1, 4: -0.4})
     emulator.faults.drop_next = 1  # servo 1's reply to the sync read
     positions, _ = bus.read_state()
-    assert positions.shape == (4,)
+    np.testing.assert_allclose(positions, [-0.3, 0.2, 0.1, -0.4], atol=2e-3)  # the retry's reply, each in its place
     assert bus.stats.retries == 1 and bus.stats.timeouts == 1
     emulator.faults.drop_next = 2
     assert bus.read(2, "Present_Temperature") == 35

@@ -61,7 +61,7 @@ def test_overspeed_holds_the_measured_position():
 def test_disabled_layer_passes_commands_through():
     safety = layer(enabled=False)
     sent, events = safety.filter(np.array([5.0, np.nan]), np.zeros(2), np.zeros(2))
-    assert events == [] and sent[0] == 5.0
+    assert events == [] and sent[0] == 5.0 and np.isnan(sent[1])
 
 
 def test_ramp_respects_speed_and_limits():

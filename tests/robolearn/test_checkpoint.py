@@ -26,6 +26,24 @@ def test_round_trip(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["latest.pt"]  # no temp files left behind
 
 
+def test_a_save_that_dies_midway_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """A Ctrl+C, a kill or a full disk during a save leaves the last good checkpoint loadable, and no temp file."""
+    path = tmp_path / "latest.pt"
+    save_checkpoint(path, config={}, agent=state(), progress={"iteration": 1})
+    before = path.read_bytes()
+
+    def dies_midway(obj, f):
+        f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, config={}, agent=state(), progress={"iteration": 2})
+    monkeypatch.undo()
+    assert path.read_bytes() == before and load_checkpoint(path)["progress"]["iteration"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]
+
+
 def test_missing_truncated_foreign_and_malicious(tmp_path):
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "nope.pt")

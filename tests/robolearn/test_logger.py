@@ -15,7 +15,8 @@ def test_the_bar_writes_a_log_file_sparingly(tmp_path, capsys):
         logger.log(500 * i, {"return": float(i)})
     logger.close()
     err = capsys.readouterr().err
-    assert err.count("\r") <= 3, err.count("\r")  # the first draw, the last, the close
+    assert 1 <= err.count("\r") <= 3, repr(err)  # the first draw, the last, the close
+    assert "100k/100k" in err, repr(err)  # the last draw shows the run's end
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 200 and lines[-1]["env_steps"] == 100_000
 
@@ -26,7 +27,8 @@ def test_a_phase_counted_in_updates_gets_a_bar_of_its_own(tmp_path, capsys):
     bar.update(150)
     bar.close()
     logger.close()
-    assert "pretrain" in capsys.readouterr().err  # the run's bar alone would have sat at 0 steps throughout
+    err = capsys.readouterr().err  # the run's bar alone would have sat at 0 steps throughout
+    assert "pretrain:  25%" in err and "50.0/200 [" in err, repr(err)  # from where earlier updates left it
     (tmp_path / "q").mkdir()
     quiet = RunLogger(tmp_path / "q", total_steps=1000, config={}, wandb_mode="disabled", progress=False)
     assert quiet.phase_bar(10, 0, "pretrain", "upd").disable  # logging.progress=false silences it too

@@ -16,5 +16,7 @@ def test_training_stops_at_the_wall_clock_budget_and_still_evaluates(tmp_path):
     result = runner.train()
     runner.close()
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert 0 < lines[-1]["env_steps"] < 100000000 and lines[-1]["time"] < 30
+    assert 0 < lines[-1]["env_steps"] < 100000000
+    iteration = max(b["time"] - a["time"] for a, b in zip(lines, lines[1:]))  # (a loaded machine's, measured)
+    assert 2.5 <= lines[-1]["time"] <= 3.0 + iteration + 1.0, lines[-1]["time"]  # the first iteration past 3 s
     assert result.evaluation is not None and (result.run_dir / "eval.json").is_file()
