@@ -176,12 +176,31 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
 
 def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:
     """``cfg.env`` as ``run_dir``'s latest checkpoint trained on it: automatic randomization at the width it
-    reached (``at_trained_width``), which a new env would restart at 0; any other env config as it is."""
-    randomization = cfg.env.randomization or {}
+    reached (``at_trained_width``), which a new env would restart at 0; any other env config as it is. A run
+    trained on a GPU is evaluated, filmed and exported on the CPU of a machine without one (said once)."""
+    env = on_this_machine(run_dir, cfg.env)
+    randomization = env.randomization or {}
     path = Path(run_dir) / "checkpoints" / "latest.pt"
     if not randomization.get("auto") or not path.is_file():
-        return cfg.env
-    return at_trained_width(cfg.env, load_checkpoint(path).get("progress", {}).get("env_adaptation"))
+        return env
+    return at_trained_width(env, load_checkpoint(path).get("progress", {}).get("env_adaptation"))
+
+
+def on_this_machine(run_dir: str | Path, env: EnvConfig) -> EnvConfig:
+    """``env`` moved to the CPU where it asks for CUDA and this machine has none: the same task and model on
+    CPU MuJoCo (a warp run's physics within the backends' stated tolerance), so that a GPU run can be looked at
+    anywhere. Training refuses instead, as a different device changes what a resume trains on."""
+    import torch
+
+    import sims
+
+    if not env.device.startswith("cuda") or torch.cuda.is_available():
+        return env
+    ours = not env.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX))
+    moved = dataclasses.replace(env, device="cpu", backend="mujoco" if ours else env.backend)
+    warnings.warn(f"{run_dir} trained on backend={env.backend} device={env.device}; no CUDA GPU here: its env "
+                  f"runs on backend={moved.backend} device=cpu", stacklevel=3)
+    return moved
 
 
 def config_changes(before: dict[str, Any], after: dict[str, Any], skip: tuple[str, ...] = ()) -> str:

@@ -253,8 +253,10 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         if backend != "warp":
             raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use env.device=cpu")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
-                      "falling back to backend=mujoco device=cpu. Use env.device=cpu to run MuJoCo Warp on "
-                      "its CPU device (slow, for tests).", stacklevel=3)
+                      "falling back to backend=mujoco device=cpu, which a run's config.yaml then records (on a GPU, "
+                      "resume it with env.backend=warp env.device=cuda). GPU configs have thousands of worlds: "
+                      "lower env.num_envs here; env.device=cpu runs MuJoCo Warp on its CPU device (slow, for "
+                      "tests).", stacklevel=3)
         return "mujoco", torch.device("cpu")
     if (device.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "

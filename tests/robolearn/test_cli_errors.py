@@ -384,3 +384,29 @@ def test_a_kill_while_a_run_ends_stops_as_ctrl_c_does(tmp_path, monkeypatch, cap
 def test_flags_that_cannot_mean_what_they_say(argv, message, tmp_path, capsys):
     assert main([str(tmp_path) if word == "RUN" else word for word in argv]) == 2
     assert message in error(capsys)
+
+
+def test_a_gpu_run_is_looked_at_and_resumed_on_a_machine_without_one(tmp_path, monkeypatch, capsys):
+    """eval, play and export of a device=cuda run had refused with 'use env.device=cpu', a key they do not take;
+    a resume of a one-GPU warp run had been called a multi-node run."""
+    import torch
+    import yaml
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tiny_run(tmp_path, "ppo_cartpole", "runner.checkpoint_every=1") == 0
+    run = next((tmp_path / "runs").glob("*/*"))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["env"]["device"] = "cuda"  # as `ppo_half_cheetah --nproc 4 env.device=cuda` records it
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=r"trained on backend=mujoco device=cuda; no CUDA GPU here: its env runs on "
+                                         r"backend=mujoco device=cpu"):
+        assert main(["eval", str(run), "--episodes", "1"]) == 0
+        assert main(["export", str(run), "--out", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "controller.onnx").is_file()
+    config["env"]["backend"] = "warp"  # one GPU's MuJoCo Warp run
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.warns(UserWarning, match=r"falling back to backend=mujoco device=cpu, which a run's config.yaml then "
+                                         r"records \(on a GPU, resume it with env.backend=warp env.device=cuda\)"):
+        assert main(["train", "--resume", str(run), "runner.total_steps=512"]) == 0
+    assert "multi-node" not in capsys.readouterr().err
