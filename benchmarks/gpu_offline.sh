@@ -93,6 +93,9 @@ run() {
   local dirs=() stages=() t0; t0=$(date +%s)
   for arg in "$@"; do if [[ $arg == *:* ]]; then stages+=("$arg"); else dirs+=("$arg"); fi; done
   [ ${#stages[@]} -eq 0 ] && stages=(throughput:120 ppo:100 go1:270 tests:150 mjlab:150)
+  [ ${#dirs[@]} -gt 0 ] || { echo "usage: bash benchmarks/gpu_offline.sh run DIR... [STAGE:SECONDS ...]" \
+    "(DIRs: the folders pack made, e.g. .gpu/part1 .gpu/part2)"; return 2; }
+  command -v nvidia-smi >/dev/null || { echo "no nvidia-smi here: run needs an NVIDIA GPU and its driver"; return 2; }
   local out=${OUT:-${dirs[-1]}/results} site=/tmp/robolearn-site bin=/tmp/robolearn-bin
   log() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
   mkdir -p "$out" "$site" "$bin" /tmp/robolearn-kernels
@@ -100,7 +103,10 @@ run() {
   for name in site mjlab; do
     mapfile -t parts < <(for d in "${dirs[@]}"; do for p in "$d/$name".tar.xz.*; do
       [ -e "$p" ] && echo "$(basename "$p") $p"; done; done | sort | cut -d' ' -f2)
-    [ ${#parts[@]} -eq 0 ] && continue
+    if [ ${#parts[@]} -eq 0 ]; then  # mjlab's bundle is optional; the first is what every stage imports
+      [ "$name" = site ] && { echo "no site.tar.xz.* parts in ${dirs[*]}: give the folders pack made"; return 3; }
+      continue
+    fi
     # Python's lzma and tarfile rather than xz(1), which an image may lack.
     cat "${parts[@]}" | timeout 120 python3 -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('$site')" \
       || { log "unpacking ${parts[*]} failed"; return 3; }
@@ -129,10 +135,13 @@ run() {
   timeout 60 python -c "import rsl_rl.runners" \
     || log "rsl_rl.runners does not import here (above; tensorboard missing?): the ppo and mjlab stages will fail"
   touch /tmp/robolearn-start
+  local failed=()
   for spec in "${stages[@]}"; do
     log "stage ${spec%%:*} (limit ${spec##*:} s)"
     timeout --kill-after=5 "${spec##*:}" bash benchmarks/gpu.sh "${spec%%:*}" 2>&1 | grep -v " (cached)$"
-    log "stage ${spec%%:*} rc=${PIPESTATUS[0]}"
+    local rc=${PIPESTATUS[0]}
+    log "stage ${spec%%:*} rc=$rc"
+    [ "$rc" -eq 0 ] || failed+=("${spec%%:*}")
   done
   for f in benchmarks/results/*.md; do  # the tables these stages wrote
     [ "$f" -nt /tmp/robolearn-start ] && cp "$f" "$out/$(basename "${f%.md}")_gpu.md"
@@ -140,6 +149,7 @@ run() {
   local go1; go1=$(ls -d benchmarks/runs/go1_gpu/*/ 2>/dev/null | tail -1)
   [ -n "$go1" ] && tar -czf "$out/go1_run.tgz" --exclude=checkpoints -C "$go1" .
   log "done: $(ls "$out" | tr '\n' ' ')"
+  [ ${#failed[@]} -eq 0 ] || { log "failed stages: ${failed[*]} (rc 124: past its limit)"; return 1; }
 }
 
 case $mode in
