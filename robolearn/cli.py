@@ -243,6 +243,9 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
             del argv[i:i + 2]
             break
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its banner about it
+    # A Ctrl+C or kill stops the ranks at the end of their iteration, which can take minutes: torchrun's own
+    # 30 s before it SIGKILLs them had lost every step since the last checkpoint. A second Ctrl+C stops at once.
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "600")
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)

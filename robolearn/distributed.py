@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,8 +78,11 @@ def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
             (isinstance(err, RuntimeError) and any(s in said for s in ("Connection closed by peer",
                                                                         "Connection reset by peer")))):
         return None
-    return PeersLost(f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, "
-                     f"'local_rank: N', with its own error); the run goes on from its last checkpoint: "
+    said = (f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, 'local_rank: N', "
+            "with its own error)")
+    if not (Path(run_dir) / "checkpoints" / "latest.pt").is_file():
+        return PeersLost(f"{said}; {run_dir} saved no checkpoint yet: start it again")
+    return PeersLost(f"{said}; the run goes on from its last checkpoint: "
                      f"{shell('robolearn', 'train', '--resume', run_dir)} --nproc {world_size()}")
 
 

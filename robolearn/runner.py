@@ -28,6 +28,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import sys
@@ -661,6 +662,9 @@ class CtrlC:
             self.forced = True
             raise KeyboardInterrupt
         self.pending = True
+        if self.deferred and distributed.is_main():  # an iteration can take minutes: say why nothing stops yet
+            os.write(2, b"\nstopping at the end of this iteration, where every rank can save together "
+                        b"(Ctrl+C again to stop at once)\n")
 
     def check(self) -> None:
         """A safe point: a pending Ctrl+C raises here (one rank of several: only where the ranks agree)."""

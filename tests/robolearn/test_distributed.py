@@ -194,10 +194,13 @@ def test_merge_is_chans_parallel_formula() -> None:
 def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
     assert "warning" not in capsys.readouterr().err
+    # ranks stop at the end of their iteration: torchrun waits for it, not its own 30 s before a SIGKILL
+    assert int(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) >= 600
     assert cli.main(["train", "ppo_pendulum", "--nproc", "3", "env.num_envs=4", "--no-wandb"]) == 0
     assert "--nproc 3 on 2 CPU cores: the ranks share cores" in capsys.readouterr().err  # runs, but is told
     assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
@@ -301,15 +304,20 @@ def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     assert told.exists() and told.read_text() == "SIGTERM"
 
 
-def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch) -> None:
-    """Rank 0 of a run whose other rank died had ended in gloo's 30-line traceback, naming neither."""
+def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_path) -> None:
+    """Rank 0 of a run whose other rank died had ended in gloo's 30-line traceback, naming neither; and it
+    offers a resume only where there is a checkpoint to resume."""
     monkeypatch.setattr(distributed, "rank", lambda: 0)
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.chdir(tmp_path)
     gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:6053. This is "
                         "typically caused by a remote worker crashing.")
     lost = distributed.lost_peers(gloo, "runs/ppo/1")
     assert isinstance(lost, distributed.PeersLost) and str(lost).startswith(
         "rank 0 lost the other ranks: one of them stopped (torchrun's log names it")
-    assert str(lost).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
+    assert str(lost).endswith("runs/ppo/1 saved no checkpoint yet: start it again")
+    (tmp_path / "runs" / "ppo" / "1" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "ppo" / "1" / "checkpoints" / "latest.pt").write_bytes(b"")
+    assert str(distributed.lost_peers(gloo, "runs/ppo/1")).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
     assert distributed.lost_peers(dist.DistBackendError("NCCL error"), "r") is not None
     assert distributed.lost_peers(RuntimeError("CUDA out of memory"), "r") is None  # its own error: as it is

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -354,13 +355,21 @@ def test_ranks_stop_together_at_the_end_of_an_iteration(tmp_path, monkeypatch):
     assert "ctrl_c" not in read_metrics(runner.run_dir)[-1]
 
 
-def test_a_deferred_ctrl_c_waits_for_the_ranks_to_agree():
-    ctrl_c = CtrlC(deferred=True)
-    ctrl_c.pending = True
-    ctrl_c.check()  # no KeyboardInterrupt mid-iteration
-    ctrl_c.deferred = False
-    with pytest.raises(KeyboardInterrupt):
-        ctrl_c.check()
+def test_a_deferred_ctrl_c_waits_for_the_ranks_to_agree_and_says_so(ctrl_c_catchable, capfd):
+    with CtrlC(deferred=True) as ctrl_c:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # (Python takes it at the next bytecode)
+        assert ctrl_c.pending
+        ctrl_c.check()  # no KeyboardInterrupt mid-iteration
+        assert "stopping at the end of this iteration, where every rank can save together (Ctrl+C again to stop " \
+               "at once)" in capfd.readouterr().err  # an iteration can take minutes: not silence until then
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert ctrl_c.forced
+        ctrl_c.deferred = False
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.check()
 
 
 def test_off_policy_ctrl_c_keeps_its_steps_and_the_resume_finishes_that_iteration(tmp_path, monkeypatch, capsys,
