@@ -283,6 +283,9 @@ def _train(args: argparse.Namespace) -> int:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
+        import sims
+
+        sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
     result = train(cfg, resume=args.resume)
     if result.interrupted:

@@ -348,8 +348,8 @@ class Runner:
             self.env.load_adaptation_state(self.progress.env_adaptation)
         if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
-                          f"{self.world_size}: each update now sees {self.world_size}/{self.progress.world_size} "
-                          f"of the batch it did (resume with --nproc {self.progress.world_size}, torchrun's "
+                          f"{self.world_size}: each update now sees {self.world_size / self.progress.world_size:g} "
+                          f"times the batch it did (resume with --nproc {self.progress.world_size}, torchrun's "
                           f"--nproc_per_node, to keep it)",
                           stacklevel=2)
         self.progress.world_size = self.world_size

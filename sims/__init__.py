@@ -152,6 +152,14 @@ def task_builder(task: str) -> Callable[..., Task]:
     return builder
 
 
+def check_task(task: str, kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse an unknown task, or a setting it does not have, as :func:`make_env` would, without building a
+    simulator: a launcher checks before it starts ranks that would each say it. ``gym:`` and ``mjlab:`` ids are
+    their libraries' to check."""
+    if not task.startswith((GYM_PREFIX, MJLAB_PREFIX)):
+        _build_task(task, {key: value for key, value in (kwargs or {}).items() if key not in WARP_BUFFERS})
+
+
 def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     """The task ``task`` names, built with ``kwargs``: a setting it does not have, or a value of the wrong
     type for a dataclass task's field, is an error naming it (and the settings it has)."""

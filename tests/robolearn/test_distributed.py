@@ -205,6 +205,10 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     assert "--nproc 3 on 2 CPU cores: the ranks share cores" in capsys.readouterr().err  # runs, but is told
     assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
                          "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]
+    for wrong, said in (("env.task=nosuch", "unknown task 'nosuch'"), ("env.kwargs.bogus=1", "env.kwargs.bogus: task "
+                                                                       "'pendulum' has no such setting")):
+        assert cli.main(["train", "ppo_pendulum", "--nproc", "2", wrong, "--no-wandb"]) == 2  # before any rank
+        assert capsys.readouterr().err.count(said) == 1 and len(calls) == 2
 
 
 def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) -> None:

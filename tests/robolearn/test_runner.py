@@ -861,3 +861,16 @@ def test_more_minibatches_than_a_rollout_holds_are_refused_by_key(tmp_path):
         Runner(tiny(tmp_path, "ppo", "agent.num_minibatches=1000", "agent.num_steps=32"))
     with pytest.raises(ConfigError, match=r"more than a rollout's 8 envs \(a recurrent policy's minibatches"):
         Runner(tiny(tmp_path, "ppo", "agent.num_minibatches=16", "agent.recurrent=true", "agent.rnn_hidden=8"))
+
+
+def test_a_resume_on_fewer_ranks_than_trained_says_how_the_batch_changes(tmp_path):
+    """'each update now sees 1/2 of the batch' (and '2/1' the other way) now reads as a factor."""
+    from robolearn.checkpoint import save_checkpoint
+
+    run = train(tiny(tmp_path, "ppo", "runner.total_steps=256")).run_dir
+    payload = load_checkpoint(run / "checkpoints" / "latest.pt")
+    save_checkpoint(run / "checkpoints" / "latest.pt", config=payload["config"], agent=payload["agent"],
+                    progress={**payload["progress"], "world_size": 2})  # as two ranks would have left it
+    with pytest.warns(UserWarning, match=r"trained on 2 rank\(s\) and resumes on 1: each update now sees 0.5 times "
+                                         r"the batch it did \(resume with --nproc 2"):
+        train(resume=run, overrides={"runner.total_steps": 512})
