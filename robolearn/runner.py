@@ -204,6 +204,7 @@ class Runner:
             self.run_dir = Path(resume)
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
         self._rewind_to: Snapshot | None = None  # an iteration's start, where a Ctrl+C in it goes back to
+        self._rewind_if_forced = False  # ... only a second Ctrl+C, which may split an update (pretraining)
         self._logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
@@ -449,19 +450,21 @@ class Runner:
         bar = logger.phase_bar(total, self.progress.pretrain_updates, "pretrain", "upd") if logger else None
         while self.progress.pretrain_updates < total:
             start = time.perf_counter()
-            count = min(OFF_POLICY_STEPS_PER_ITERATION, total - self.progress.pretrain_updates)
+            # the rest of an iteration a Ctrl+C cut short (which kept its updates), so that logs stay on the grid
+            count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
+                        total - self.progress.pretrain_updates)
             sums: dict[str, Any] = {}
-            self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in this iteration discards it
+            self._rewind_to, self._rewind_if_forced = Snapshot(self.progress, self.agent), True
             for _ in range(count):
-                self.ctrl_c.check()
+                self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
                 for key, value in update_metrics(self.agent.pretrain_update()).items():
                     sums[key] = sums.get(key, 0.0) + value
+                self.progress.pretrain_updates += 1
                 if bar is not None:
                     bar.update()
             metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
             check_metrics(metrics)
-            self.progress.pretrain_updates += count
-            self._rewind_to = None
+            self._rewind_to, self._rewind_if_forced = None, False
             if logger is not None:
                 logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
                                "iteration_time": time.perf_counter() - start})
@@ -537,8 +540,9 @@ class Runner:
         """Before a Ctrl+C checkpoint, make progress agree with the state saved beside it: in an iteration
         marked discardable (``_rewind_to``) (its rollout half collected, or an update split by a second Ctrl+C),
         go back to its start; otherwise (off policy) keep the steps, which the replay buffer and the agent's
-        updates already hold (an update split by a second Ctrl+C too: it is not undone)."""
-        if self._rewind_to is not None:
+        updates already hold (an update split by a second Ctrl+C too: it is not undone). Pretraining keeps the
+        updates done unless a second Ctrl+C may have split one."""
+        if self._rewind_to is not None and (self.ctrl_c.forced or not self._rewind_if_forced):
             self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None
             self.rewound = True  # said by ``interrupted``: the resume redoes that iteration

@@ -395,8 +395,8 @@ def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
 
 
 def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
-    """Ctrl+C in the middle of pretraining keeps the last whole iteration; --resume finishes pretraining
-    once (not again) and trains online."""
+    """Ctrl+C in the middle of pretraining keeps the updates done (it had discarded up to 999 of them);
+    --resume finishes that iteration, then pretraining, once (not again), and trains online."""
     from robolearn.runner import Runner
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
@@ -421,7 +421,7 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
     finally:
         runner.close()
     progress = load_checkpoint(runner.checkpoint_path)["progress"]
-    assert progress["pretrain_updates"] == 1000 and not progress["pretrained"]
+    assert progress["pretrain_updates"] == 1049 and not progress["pretrained"]  # the 1050th never ran
     with (runner.run_dir / "metrics.jsonl").open("a") as f:  # as if killed after logging an iteration it did not save
         f.write(json.dumps({"env_steps": 0, "phase": "pretrain", "pretrain_updates": 1100, "killed": True}) + "\n")
     resumed = Runner(load_config(runner.run_dir / "config.yaml", []), resume=runner.run_dir)
