@@ -151,3 +151,13 @@ def test_round_trip_through_rsl_rl_behaves_like_our_task() -> None:
     assert ended >= 8  # terminations and time limits both happened
     direct.close()
     round_trip.close()
+
+
+@pytest.mark.parametrize("task", ["isaaclab:Isaac-Velocity-Flat-Anymal-C-v0", "isaacgym:anymal", "legged_gym:a1"])
+def test_an_isaac_task_name_says_there_is_no_prefix_and_what_to_use(task) -> None:
+    """It had been read as a module of one's own: 'no module isaaclab...; add it to PYTHONPATH'."""
+    from sims import make_env
+
+    with pytest.raises(ValueError, match=rf"env.task={task}: Isaac Lab and Isaac Gym envs have no task prefix here "
+                                         r".*sims.adapters.isaac.RslRlEnvAsVecEnv"):
+        make_env(task, num_envs=1)
