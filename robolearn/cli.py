@@ -345,8 +345,10 @@ def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
         ranks = max(1, int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("world_size", 1)))
     except CheckpointError:
         return 1
-    cuda = cfg.env.device.startswith("cuda") and torch.cuda.is_available()  # (without: a warp run falls back to
-    if cuda and ranks > torch.cuda.device_count():  # the CPU, its ranks as it trained; a mujoco one is refused)  # on CPU, ranks beyond the cores share them (as it trained)
+    # Without a GPU a warp run falls back to the CPU (a mujoco one on cuda is refused when built); on CPU, ranks
+    # beyond the cores share them, as it trained
+    cuda = cfg.env.device.startswith("cuda") and torch.cuda.is_available()
+    if cuda and ranks > torch.cuda.device_count():
         raise ConfigError(f"{run} was trained on {ranks} ranks, more than this machine's {torch.cuda.device_count()} "
                           "GPUs: resume a multi-node run with its torchrun line (README, Multi-GPU and multi-node), "
                           "or give --nproc N (each update then sees another batch)")

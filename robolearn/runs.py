@@ -189,7 +189,8 @@ def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:
 def on_this_machine(run_dir: str | Path, env: EnvConfig) -> EnvConfig:
     """``env`` moved to the CPU where it asks for CUDA and this machine has none: the same task and model on
     CPU MuJoCo (a warp run's physics within the backends' stated tolerance), so that a GPU run can be looked at
-    anywhere. Training refuses instead, as a different device changes what a resume trains on."""
+    anywhere. Training decides for itself (``resolve_backend``: warp falls back, which the run's config then
+    records; MuJoCo asked to run on a missing GPU is refused)."""
     import torch
 
     import sims

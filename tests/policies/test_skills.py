@@ -157,6 +157,14 @@ def online_batch(agent: SPiRL, num_envs: int = 4, steps: int = 16) -> ReplayBuff
     return replay
 
 
+def online_skill_critic(**changes) -> SkillCritic:
+    """A Skill-Critic past its pretraining on the toy skills; ``changes`` to its small config."""
+    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, **changes), torch.device("cpu"))
+    agent.prepare(toy_data())
+    agent.end_pretraining()
+    return agent
+
+
 def test_spirl_and_skill_critic_pretrain_the_same_skills_from_one_seed():
     models = []
     for cls, cfg in ((SPiRL, small()), (SkillCritic, small(SkillCriticConfig))):
@@ -171,10 +179,7 @@ def test_spirl_and_skill_critic_pretrain_the_same_skills_from_one_seed():
 
 def test_skill_critic_trains_in_stages():
     torch.manual_seed(0)
-    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=3, low_start_updates=6),
-                        torch.device("cpu"))
-    agent.prepare(toy_data())
-    agent.end_pretraining()
+    agent = online_skill_critic(critic_warmup_updates=3, low_start_updates=6)
     replay = online_batch(agent)
     snapshot = lambda module: [p.detach().clone() for p in module.parameters()]  # noqa: E731
     changed = lambda module, before: any(not torch.equal(a, b) for a, b in zip(module.parameters(), before))  # noqa: E731
@@ -194,10 +199,7 @@ def test_skill_critic_trains_in_stages():
 def test_skill_critics_low_level_kl_is_to_the_frozen_decoder():
     """Stage 3's low-level policy pays alpha * KL(pi_low || decoder): the metric is that KL, exactly."""
     torch.manual_seed(0)
-    agent = SkillCritic(OBS, ACTIONS, small(SkillCriticConfig, critic_warmup_updates=0, low_start_updates=0),
-                        torch.device("cpu"))
-    agent.prepare(toy_data())
-    agent.end_pretraining()
+    agent = online_skill_critic(critic_warmup_updates=0, low_start_updates=0)
     with torch.no_grad():  # moved off the decoder it starts as (KL 0 there)
         for p in agent.low_policy.parameters():
             p.add_(0.3 * torch.randn_like(p))
