@@ -286,8 +286,10 @@ def run_status(run: Path) -> str:
     if not isinstance(raw, dict):
         return "config.yaml unreadable (its top level is not a mapping of settings)"
     resume = shell("robolearn", "train", "--resume", run)
-    if not last:
-        return f"{failed or 'incomplete'}: stopped before its first logged iteration; {resume}"
+    if not last:  # (a second Ctrl+C saves mid-iteration: say how far its checkpoint holds)
+        saved = ", ".join(f"{value:,} {key}" for key, value in trained_counts(saved_progress(run)).items())
+        return f"{failed or 'incomplete'}: {f'saved at {saved}, ' if saved else ''}stopped before its first " \
+               f"logged iteration; {resume}"
     agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
     ended = run_ended(run, runner.get("eval_episodes") or 0)
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from robolearn.checkpoint import save_checkpoint
 from robolearn.cli import main
 
 
@@ -64,6 +65,10 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
+    save_checkpoint(offline / "checkpoints" / "latest.pt", config={}, agent={}, progress={"env_steps": 1282})
+    assert main(["list", "--runs", str(offline)]) == 0  # a second Ctrl+C's checkpoint, before any metrics line
+    assert f"{offline}  incomplete: saved at 1,282 env_steps, stopped before its first logged iteration; " \
+           "robolearn train --resume" in capfd.readouterr().out
     assert f"{ending}  trained (1,024 env_steps), not yet exported; robolearn train --resume" in out  # (no evaluation asked)
     (done / "eval.json").write_text("{")  # damaged: said on its run's line, the others still listed
     (exported / "eval.json").write_text("{}")
