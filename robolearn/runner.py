@@ -573,6 +573,8 @@ class Runner:
                    adaptation=self.progress.env_adaptation)
 
     def close(self) -> None:
+        if getattr(self, "_logger", None) is not None:  # a run ended by an error: its bar ends its line first
+            self._logger.end_progress()
         if hasattr(self, "env"):  # not when its construction failed
             self.env.close()
         distributed.shutdown()

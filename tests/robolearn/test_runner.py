@@ -874,3 +874,14 @@ def test_a_resume_on_fewer_ranks_than_trained_says_how_the_batch_changes(tmp_pat
     with pytest.warns(UserWarning, match=r"trained on 2 rank\(s\) and resumes on 1: each update now sees 0.5 times "
                                          r"the batch it did \(resume with --nproc 2"):
         train(resume=run, overrides={"runner.total_steps": 512})
+
+
+def test_a_run_ended_by_an_error_ends_its_progress_bar_first(tmp_path, capfd):
+    """The error had been printed on the bar's line: '0%|...| [00:00<?, ?step/s]error: rank 0 lost ...'."""
+    def crash(metrics):
+        raise RuntimeError("the lab's power went out")
+
+    with pytest.raises(RuntimeError):
+        train(tiny(tmp_path, "ppo", "runner.total_steps=512", "logging.progress=true"), stop=crash)
+    err = capfd.readouterr().err
+    assert "|" in err and err.endswith("\n"), repr(err[-200:])  # the bar was drawn, and its line is ended
