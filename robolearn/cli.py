@@ -230,6 +230,13 @@ def _outcome(e: dict) -> str:
 def _torchrun(nproc: int, argv: list[str]) -> int:
     """``robolearn train ... --nproc N``: the same command, without ``--nproc``, on N ranks of
     ``torchrun --standalone`` (the same as ``torchrun --nproc_per_node N -m robolearn train ...``)."""
+    import logging
+
+    # torchrun's warnings on a Ctrl+C ("Received 2 death signal", "Sending process N closing signal") repeat what
+    # rank 0 says; its errors (a failed rank's 'local_rank: N') stay. Its loggers take LOGLEVEL when made.
+    os.environ.setdefault("LOGLEVEL", "ERROR")
+    for name in [name for name in logging.root.manager.loggerDict if name.startswith("torch.distributed")]:
+        logging.getLogger(name).setLevel(os.environ["LOGLEVEL"])
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
