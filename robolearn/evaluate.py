@@ -165,7 +165,7 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     if steps < 1:
         raise ValueError(f"film at least one control step ({env.control_dt:g} s), got {seconds:g} s")
     path, tmp = video_target(path)
-    every = max(1, round(1.0 / (fps * env.control_dt)))
+    every = frame_step(env.control_dt, fps, gif=path.suffix.lower() == ".gif")
     captioned = max(1, round(CAPTION_SECONDS / env.control_dt))  # control steps
     try:
         obs = env.reset(seed=seed)
@@ -180,8 +180,12 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
             controller.reset(done)
             if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
                 episode, started = episode + 1, step + 1
-        looping = {"loop": 0} if path.suffix.lower() == ".gif" else {}  # a GIF plays on and on, as a video on a page
-        imageio.mimwrite(tmp, np.stack(frames), fps=round(1.0 / (every * env.control_dt)), macro_block_size=8, **looping)
+        # the exact rate (31.25 fps for a 8 ms step filmed every 4th): a rounded one had played the film off time;
+        # a GIF (Pillow) takes each frame's duration, and plays on and on, as a video on a page
+        seconds_per_frame = every * env.control_dt
+        timing = ({"duration": 1000 * seconds_per_frame, "loop": 0} if path.suffix.lower() == ".gif"
+                  else {"fps": 1.0 / seconds_per_frame, "macro_block_size": 8})
+        imageio.mimwrite(tmp, np.stack(frames), **timing)
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):
@@ -190,6 +194,18 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
         raise
     tmp.replace(path)
     return path
+
+
+def frame_step(control_dt: float, fps: float, gif: bool = False) -> int:
+    """Control steps per video frame, for about ``fps`` frames a second. A GIF keeps each frame's duration in
+    whole hundredths of a second: there, a step count near it whose duration is one (the hopper's 8 ms step:
+    every 5th, 40 ms; every 4th, 32 ms, would be stored as 30 ms and play 7 % fast), where there is one."""
+    every = max(1, round(1.0 / (fps * control_dt)))
+    if gif:
+        whole = [n for n in range(max(1, every // 2), 2 * every + 1)
+                 if abs(n * control_dt * 100 - round(n * control_dt * 100)) < 1e-6]
+        every = min(whole, key=lambda n: abs(n - every), default=every)
+    return every
 
 
 CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start

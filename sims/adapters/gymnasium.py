@@ -184,7 +184,14 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _resize(frame: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Nearest-neighbour resize: Gymnasium envs fix their frame size at creation."""
-    rows = np.arange(height) * frame.shape[0] // height
-    cols = np.arange(width) * frame.shape[1] // width
-    return frame[rows][:, cols]
+    """``frame`` scaled (nearest neighbour) to fit ``height`` x ``width`` with its own proportions, the rest
+    filled with its corner's colour: Gymnasium envs fix their frame size at creation (Pendulum-v1's is 500 x
+    500, which squeezed to 320 x 240 had drawn its rod a third longer lying than standing)."""
+    scale = min(height / frame.shape[0], width / frame.shape[1])
+    h, w = max(1, round(frame.shape[0] * scale)), max(1, round(frame.shape[1] * scale))
+    rows, cols = np.arange(h) * frame.shape[0] // h, np.arange(w) * frame.shape[1] // w
+    out = np.empty((height, width, *frame.shape[2:]), frame.dtype)
+    out[...] = frame[0, 0]
+    top, left = (height - h) // 2, (width - w) // 2
+    out[top:top + h, left:left + w] = frame[rows][:, cols]
+    return out

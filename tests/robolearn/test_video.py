@@ -5,15 +5,15 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robolearn.evaluate import caption, record_video
+from robolearn.evaluate import caption, frame_step, record_video
 from robolearn.interfaces import Step, VecEnv
 
 
 class GrayRoom(VecEnv):
     """Plain gray frames; episodes of ``horizon`` steps of 0.1 s."""
 
-    def __init__(self, horizon: int = 10) -> None:
-        self.num_envs, self.device, self.control_dt, self.max_episode_steps = 1, torch.device("cpu"), 0.1, horizon
+    def __init__(self, horizon: int = 10, control_dt: float = 0.1) -> None:
+        self.num_envs, self.device, self.control_dt, self.max_episode_steps = 1, torch.device("cpu"), control_dt, horizon
         self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
         self.action_spec = spaces.Box(-1, 1, (1,), np.float32)
         self.t = torch.zeros(1)
@@ -31,6 +31,13 @@ class GrayRoom(VecEnv):
 
     def render(self, index=0, width=320, height=240):
         return np.full((height, width, 3), 160, np.uint8)
+
+
+class Dimming(GrayRoom):
+    """Each step a shade darker: no two frames alike (a GIF merges repeated frames into one)."""
+
+    def render(self, index=0, width=320, height=240):
+        return np.full((height, width, 3), 250 - int(self.t[0]), np.uint8)
 
 
 class Still:
@@ -57,3 +64,16 @@ def test_captions_show_their_text_in_the_corner_only():
     assert rows.max() < 30 and cols.max() < 120, "a corner, not over the robot"
     assert (one != two).any(), "the number shows"
     assert (room == 160).all(), "the frame given is left as it was"
+
+
+def test_films_play_in_real_time_gifs_in_whole_hundredths(tmp_path):
+    """The hopper's 8 ms step filmed every 4th step had been written at round(31.25) = 31 fps (mp4: 0.8 % slow)
+    and as 30 ms GIF frames (a GIF keeps hundredths of a second: 7 % fast)."""
+    from PIL import Image
+
+    assert (frame_step(0.008, 30), frame_step(0.008, 30, gif=True)) == (4, 5)
+    assert frame_step(0.02, 30, gif=True) == 2 and frame_step(0.0165, 30, gif=True) == 2  # (none whole: as near)
+    room = Dimming(horizon=1000, control_dt=0.008)
+    assert iio.immeta(record_video(Still(), room, tmp_path / "film.mp4", seconds=0.5))["fps"] == 31.25
+    with Image.open(record_video(Still(), room, tmp_path / "film.gif", seconds=0.5)) as gif:
+        assert gif.info["duration"] == 40 and gif.n_frames == 13  # 62 steps, every 5th

@@ -72,3 +72,17 @@ def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, messa
     """Each had been a traceback from Gymnasium or the adapter."""
     with pytest.raises(ValueError, match=message):
         make_env(task, num_envs=1, **kwargs)
+
+
+def test_a_frame_keeps_its_proportions_when_fitted_to_the_size_asked():
+    """Pendulum-v1's 500 x 500 frame squeezed to 320 x 240 had drawn its rod a third longer lying than standing."""
+    from sims.adapters.gymnasium import _resize
+
+    square = np.zeros((500, 500, 3), np.uint8)
+    square[:, :, 0] = 9  # the frame's background
+    square[200:300, 200:300] = 255  # a white square in the middle
+    fitted = _resize(square, 240, 320)
+    rows, cols = np.nonzero(fitted[..., 1] == 255)
+    assert fitted.shape == (240, 320, 3)
+    assert rows.max() - rows.min() == cols.max() - cols.min() == 47  # still a square (100 px at 240/500)
+    assert (fitted[:, :40, 0] == 9).all() and (fitted[:, -40:, 0] == 9).all()  # the sides: its background
