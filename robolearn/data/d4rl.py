@@ -57,7 +57,7 @@ import numpy as np
 
 from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
-from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.episode import DatasetError, Episode, as_flags
 
 REF_SCORES: dict[str, tuple[float, float]] = {
     "halfcheetah": (-280.18, 12135.0),
@@ -108,9 +108,8 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         if name in arrays:
             arrays[name] = arrays[name].reshape(rows)  # (N, 1) -> (N,); _check_rows refused other shapes
     for name in ("terminals", "timeouts"):  # a label column of other values would read as all True
-        if name in arrays and not (flags := np.isin(arrays[name], (0, 1))).all():
-            row = int(np.argmin(flags))
-            raise DatasetError(f"{path}: '{name}' holds {arrays[name][row].item()!r} at row {row}: its flags are 0 or 1")
+        if name in arrays:
+            arrays[name] = as_flags(arrays[name], str(path), name)
     observed = [n for n in arrays if n in ("observations", "next_observations") or n.startswith((GROUPS, NEXT_GROUPS))]
     for name in observed:  # before the resets are read from them (NaN equals nothing)
         if arrays[name].dtype.kind == "f" and not (finite := np.isfinite(arrays[name])).all():

@@ -257,7 +257,8 @@ class Dataset:
         # A bar on a terminal only, gone when done: a million steps take seconds before the first update
         bar = tqdm(total=steps, desc=f"reading {self.id}", unit="step", unit_scale=True, disable=None, leave=False)
         for index, episode in enumerate(self):
-            episode.check(f"{self.path}: episode {index}")  # datasets written elsewhere were never checked
+            where = f"{self.path}: episode {index}"  # datasets written elsewhere were never checked
+            episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
             end = filled + len(episode)
             if end > steps:
                 raise DatasetError(f"{self.path}: the episodes hold more steps than metadata 'total_steps' ({steps})")

@@ -22,6 +22,7 @@ RL, replay, export) reads. ``T`` is the number of steps:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -29,6 +30,18 @@ from gymnasium import spaces
 
 class DatasetError(ValueError):
     """Data that cannot be used; the one-line message names the file, the key and the shapes."""
+
+
+def as_flags(values: Any, where: str, key: str) -> np.ndarray:
+    """``values`` as bools, refused unless each is 0 or 1 (False or True): other numbers, strings or NaN would
+    read as True (an "is done" column of the strings 'False' had ended every step) and a null as False."""
+    array = np.asarray(values)
+    ok = np.isin(array, (0, 1)) if array.dtype.kind in "biuf" else np.zeros(array.shape, bool)
+    if not ok.all():
+        row = int(np.argmin(ok.reshape(len(array), -1).all(1))) if array.ndim else 0
+        found = np.asarray(array[row] if array.ndim else array).tolist()
+        raise DatasetError(f"{where}: '{key}' holds {found!r} at row {row}: its flags are 0 or 1")
+    return array.astype(bool)
 
 
 @dataclass
@@ -83,6 +96,8 @@ class Episode:
         for key, (value, _) in expected.items():
             if np.asarray(value).dtype.kind not in "biuf":  # strings or objects: numpy's errors would not say which
                 raise DatasetError(f"{where}: '{key}' has dtype {np.asarray(value).dtype}, expected numbers")
+        for key in ("terminations", "truncations"):  # 2 or NaN would read as True
+            as_flags(expected[key][0], where, key)
         for key, value in self.infos.items():
             if np.ndim(value) == 0 or len(value) not in (steps, steps + 1):
                 raise DatasetError(f"{where}: 'infos/{key}' has shape {np.shape(value)}, "
@@ -94,6 +109,11 @@ class Episode:
             if value.dtype.kind in "fc" and not np.isfinite(value).all():
                 row = int(np.argwhere(~np.isfinite(value))[0][0])
                 raise DatasetError(f"{where}: '{key}' {tuple(value.shape)} holds NaN or inf (first at row {row})")
+            if value.dtype.kind == "f" and value.dtype.itemsize > 4 and not key.startswith("infos/") and \
+                    (beyond := np.abs(value) > np.finfo(np.float32).max).any():  # training reads float32: inf there
+                row = int(np.argwhere(beyond)[0][0])
+                raise DatasetError(f"{where}: '{key}' holds {value[row].flat[np.argmax(beyond[row])]:g} at row {row}, "
+                                   f"beyond float32's range (what training reads)")
         return self
 
     def check_spec(self, where: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box) -> Episode:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from robolearn.data.dataset import Dataset
-from robolearn.data.episode import Episode
+from robolearn.data.episode import DatasetError, Episode
 
 FORMATS = ("d4rl", "lerobot", "recording")
 
@@ -59,6 +59,8 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     path = Path(path)
     readers = {"d4rl": read_d4rl, "lerobot": lambda source: read_lerobot(source, done), "recording": read_recordings}
     episodes, meta = readers[format](path)
+    if not episodes:
+        raise DatasetError(f"{path}: no episodes to import")
     specs = specs_of(episodes[0])
     task_from_file = not task and format != "recording" and meta.get("task") in sims.TASKS
     if task_from_file:  # our own export's: its task's bounds and settings, as --task would give them

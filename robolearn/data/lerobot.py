@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.episode import DatasetError, Episode, as_flags
 
 IMAGE_DTYPES = ("image", "video", "string")
 
@@ -81,6 +81,8 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         raise DatasetError(f"{root}: not a LeRobot dataset (no meta/info.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise DatasetError(f"{info_path}: unreadable LeRobot metadata ({type(err).__name__}: {err})") from None
+    if not isinstance(features, dict):
+        raise DatasetError(f"{info_path}: 'features' is a {type(features).__name__}; a mapping of feature names")
     for key in ("observation.state", "action"):
         if key not in features:
             raise DatasetError(f"{info_path}: missing feature '{key}' (features: {', '.join(sorted(features))})")
@@ -91,6 +93,12 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
                            "read: convert it with lerobot's convert_dataset_v21_to_v30 (lerobot/datasets/v30/)")
     if not files:
         raise DatasetError(f"{root}: no data/chunk-*/file-*.parquet files")
+    for key, spec in features.items():  # a list, a string or shape "three" had been a traceback further on
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if not isinstance(spec, dict) or (shape is not None and not (isinstance(shape, list) and all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape))):
+            raise DatasetError(f"{info_path}: feature '{key}' is {spec!r}; a mapping with a 'shape' list of whole "
+                               "numbers and a 'dtype'")
     groups = {"observation.state": "policy"} | {
         key: key.removeprefix("observation.") for key, spec in features.items()
         if key.startswith("observation.") and key != "observation.state" and spec.get("dtype") not in IMAGE_DTYPES}
@@ -112,6 +120,11 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         if key in data:
             data[key] = data[key].reshape(len(data[key]))
 
+    if not len(data["episode_index"]):
+        raise DatasetError(f"{root}: no frames in {', '.join(str(file) for file in files)}")
+    for key in ("episode_index", "frame_index"):  # 'ep0', 0.5 or a null would be cast or misread below
+        if data[key].dtype.kind not in "iu":
+            raise DatasetError(f"{root}: column '{key}' holds {data[key].dtype} values, expected whole numbers")
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
     episodes, ends_only = [], True  # ends_only: every episode done on its last frame and nowhere else
@@ -121,21 +134,24 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         where = f"{root}: episode_index {int(index)}"
         if not np.array_equal(frames, np.arange(len(rows))):
             raise DatasetError(f"{where}: frame_index is not 0..{len(rows) - 1} (found {frames[:5].tolist()}...)")
-        done = data["next.done"][rows].astype(bool) if "next.done" in data else np.zeros(len(rows), bool)
+        done = as_flags(data["next.done"][rows], where, "next.done") if "next.done" in data else np.zeros(len(rows), bool)
         rewards = data["next.reward"][rows] if "next.reward" in data else np.zeros(len(rows), np.float32)
         observations = {group: np.concatenate([data[key][rows], data[key][rows[-1:]]]) for key, group in groups.items()}
         ends_only &= bool(done[-1]) and not done[:-1].any()
         terminations = done if done_means == "terminal" else np.zeros(len(rows), bool)
         truncations = np.zeros(len(rows), bool) if done_means == "terminal" else done.copy()
         truncations[-1] |= not done[-1]
-        infos = {"success": data["next.success"][rows].astype(bool)} if "next.success" in data else {}
+        infos = {"success": as_flags(data["next.success"][rows], where, "next.success")} if "next.success" in data else {}
         episode = Episode(observations=observations, actions=data["action"][rows], rewards=rewards,
                           terminations=terminations, truncations=truncations, infos=infos)
         episodes.append(episode.check(where))
     meta: dict[str, Any] = _own_metadata(root) | {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
                             "robot_type": info.get("robot_type"), "lerobot_episode_index": np.unique(data["episode_index"]).tolist()}
-    if info.get("fps"):
-        meta["control_dt"] = 1.0 / float(info["fps"])
+    if info.get("fps") is not None:  # a rate of 0, -10 or "abc" had become a control period of inf, -0.1 or an error
+        fps = info["fps"]
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < float("inf"):
+            raise DatasetError(f"{info_path}: 'fps' is {fps!r}; a positive number of frames per second, or null")
+        meta["control_dt"] = 1.0 / float(fps)
     if "next.reward" not in features:
         meta["rewards"] = "absent"
     if "next.done" in data:

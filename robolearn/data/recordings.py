@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.episode import DatasetError, Episode
+from robolearn.data.episode import DatasetError, Episode, as_flags
 from robolearn.recording import load_episode, overruled_rules
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
@@ -70,8 +70,8 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
             half = joint_state.shape[1] // 2
             infos |= {"qpos": joint_state[:, :half].astype(np.float64), "qvel": joint_state[:, half:].astype(np.float64)}
         episode = Episode(observations=groups, actions=arrays["actions"], rewards=arrays["rewards"],
-                          terminations=arrays["terminations"].astype(bool), truncations=arrays["truncations"].astype(bool),
-                          infos=infos)
+                          terminations=as_flags(arrays["terminations"], str(file), "terminations"),
+                          truncations=as_flags(arrays["truncations"], str(file), "truncations"), infos=infos)
         episodes.append(episode.check(str(file)))
         if bool(arrays.get("interrupted", False)):
             interrupted.append(len(episodes) - 1)
@@ -80,10 +80,15 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
     if meta_file.is_file():
         try:
             meta["recording"] = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise DatasetError(f"{meta_file}: corrupt metadata ({err})") from None
-        if "control_dt" in meta["recording"]:
-            meta["control_dt"] = meta["recording"]["control_dt"]
+        if not isinstance(meta["recording"], dict):
+            raise DatasetError(f"{meta_file}: a {type(meta['recording']).__name__}; a recording's metadata is a mapping")
+        if meta["recording"].get("control_dt") is not None:
+            dt = meta["recording"]["control_dt"]
+            if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not 0 < dt < float("inf"):
+                raise DatasetError(f"{meta_file}: 'control_dt' is {dt!r}; the control period, a positive number of seconds")
+            meta["control_dt"] = dt
         if "controller" in meta["recording"]:
             meta["controller"] = meta["recording"]["controller"]
     return episodes, meta

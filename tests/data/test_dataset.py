@@ -314,3 +314,24 @@ def test_datasets_and_exports_get_the_usual_permissions(recorded, tmp_path):
         os.umask(old)
     assert ds.path.stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "p.hdf5").stat().st_mode & 0o777 == 0o644
+
+
+def test_an_episodes_flags_and_numbers_beyond_float32_are_refused():
+    """Terminations of 2 (Minari data written elsewhere) had read as True; 1e39 in float64 had passed, then
+    become inf where training reads float32, failing later as a NaN loss."""
+    from robolearn.data.episode import Episode
+
+    def episode(**changes):
+        arrays = dict(observations={"policy": np.zeros((4, 3))}, actions=np.zeros((3, 1)), rewards=np.zeros(3),
+                      terminations=np.zeros(3), truncations=np.array([0.0, 0.0, 1.0]))
+        return Episode(**(arrays | changes))
+
+    episode().check("ep")
+    with pytest.raises(DatasetError, match=r"ep: 'terminations' holds 2.0 at row 1: its flags are 0 or 1"):
+        episode(terminations=np.array([0.0, 2.0, 0.0])).check("ep")
+    huge = np.zeros((4, 3))
+    huge[2, 1] = 1e39
+    with pytest.raises(DatasetError, match=r"ep: 'observations/policy' holds 1e\+39 at row 2, beyond float32's range"):
+        episode(observations={"policy": huge}).check("ep")
+    with pytest.raises(DatasetError, match=r"'rewards' holds -1e\+39 at row 0"):
+        episode(rewards=np.array([-1e39, 0.0, 0.0])).check("ep")

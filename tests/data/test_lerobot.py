@@ -127,6 +127,44 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
         read_lerobot(v21)
 
 
+@pytest.mark.parametrize("column, values, said", [
+    ("next.done", np.array(["False"] * sum(LENGTHS)), r"'next.done' holds 'False' at row 0: its flags are 0 or 1"),
+    ("next.done", np.where(np.arange(sum(LENGTHS)) == 2, 2.0, 0.0), r"'next.done' holds 2.0 at row 2"),
+    ("next.success", np.full(sum(LENGTHS), np.nan), r"'next.success' holds nan at row 0"),
+    ("episode_index", np.repeat(np.arange(3), LENGTHS) + 0.5, r"column 'episode_index' holds float64 values, expected "
+                                                               r"whole numbers"),
+])
+def test_lerobot_flags_and_indices_that_are_not_what_they_say_are_refused(tmp_path, column, values, said):
+    """'False' strings, 2 and NaN had read as True: every step of an episode terminal, a success count of 2/4."""
+    frames = _frames()
+    frames[column] = values
+    with pytest.raises(DatasetError, match=said):
+        read_lerobot(lerobot_source(tmp_path / "ds", frames))
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"fps": 0}, r"info.json: 'fps' is 0; a positive number of frames per second, or null"),
+    ({"fps": "abc"}, r"'fps' is 'abc'"),
+    ({"features": ["observation.state", "action"]}, r"info.json: 'features' is a list; a mapping of feature names"),
+    ({"features": {"observation.state": "float32", "action": {"shape": [6]}}}, r"feature 'observation.state' is "
+                                                                                r"'float32'; a mapping with a 'shape'"),
+])
+def test_lerobot_metadata_that_cannot_be_read_as_said_is_refused(tmp_path, change, said):
+    """fps 0 or -10 had become a control period of inf or -0.1 s; a malformed features map, a traceback."""
+    source = lerobot_source(tmp_path / "ds")
+    info = json.loads((source / "meta" / "info.json").read_text())
+    (source / "meta" / "info.json").write_text(json.dumps(info | change))
+    with pytest.raises(DatasetError, match=said):
+        read_lerobot(source)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the source's stats of no frames)
+def test_an_empty_lerobot_dataset_is_said_so(tmp_path):
+    frames = {key: value[:0] for key, value in _frames().items()}
+    with pytest.raises(DatasetError, match="ds: no frames in "):
+        read_lerobot(lerobot_source(tmp_path / "ds", frames))
+
+
 def test_next_done_on_every_last_frame_is_read_as_said_and_can_be_read_as_a_time_limit(tmp_path, root, capsys):
     """Recorders set next.done where a recording stopped as well as where the task ended: they look alike."""
     frames = _frames()

@@ -174,3 +174,26 @@ def test_training_on_a_recording_says_when_the_env_runs_other_task_settings(tmp_
                                             r"max_episode_steps=100, success_distance=0.02; .* add "
                                             r"env.kwargs.max_episode_steps=120 env.kwargs.success_distance=0.03"):
         check_dataset_fits(ds, "arm_reach", env)
+
+
+def test_a_recordings_flags_rate_and_metadata_that_cannot_be_read_as_said_are_refused(tmp_path):
+    """Terminations of the strings 'False' had ended every step; a control_dt of -0.1 or a metadata list had
+    been taken (or a traceback)."""
+    from robolearn.data.recordings import read_recordings
+
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=5) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=1, close_env=False,
+            sink=EpisodeRecorder(out, metadata={"controller": "random", "control_dt": env.control_dt}))
+    episode = out / "episode_00000.npz"
+    arrays = dict(np.load(episode))
+    np.savez(episode, **(arrays | {"terminations": np.array(["False"] * 5)}))
+    with pytest.raises(DatasetError, match=r"episode_00000.npz: 'terminations' holds 'False' at row 0: its flags are 0"):
+        read_recordings(out)
+    np.savez(episode, **arrays)
+    metadata = json.loads((out / "metadata.json").read_text())
+    for wrong, said in (({**metadata, "control_dt": -0.1}, r"'control_dt' is -0.1; the control period, a positive"),
+                        ([metadata], r"metadata.json: a list; a recording's metadata is a mapping")):
+        (out / "metadata.json").write_text(json.dumps(wrong))
+        with pytest.raises(DatasetError, match=said):
+            read_recordings(out)
