@@ -36,18 +36,25 @@ def usual_mode(base: int = 0o666) -> int:
 
 
 def atomic_write_bytes(path: Path, write: Any) -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename over it. A storage error (a full
+    disk, a read-only folder) is an OSError naming ``path``, whichever step met it: not the hidden temp file,
+    nor torch.save's RuntimeError ("unexpected pos 48704 vs 48596") over a full disk's ENOSPC."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, usual_mode())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        storage = err if isinstance(err, OSError) else err.__context__ if isinstance(err, RuntimeError) else None
+        if isinstance(storage, OSError) and storage.errno is not None:
+            raise OSError(storage.errno, storage.strerror or os.strerror(storage.errno), str(path)) from err
         raise
 
 

@@ -44,7 +44,7 @@ from robolearn.logger import RunLogger
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
                               iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
-from robolearn.runs import new_run_dir, refuse_finished
+from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -254,6 +254,7 @@ class OfflineRunner:
         return self.run_dir / "checkpoints" / "latest.pt"
 
     def save(self) -> None:
+        check_same_folder(self.run_dir, getattr(self, "folder", None))
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 

@@ -55,8 +55,8 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
-from robolearn.runs import (FAILURE_FILE, export_meta, keep_replaced_config, new_run_dir, record_failure, refuse_finished,
-                            trained_counts, write_config)
+from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
+                            record_failure, refuse_finished, remember_folder, trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
@@ -182,6 +182,7 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
         if resume:
             keep_replaced_config(runner.run_dir, runner.cfg)
         write_config(runner.run_dir, runner.cfg)
+        runner.folder = remember_folder(runner.run_dir)  # each save checks it is still there (check_same_folder)
     except BaseException:
         if not resume:
             shutil.rmtree(runner.run_dir, ignore_errors=True)
@@ -334,6 +335,7 @@ class Runner:
         """Checkpoint (rank 0 only: the ranks' agents are identical), never of data not yet verified finite."""
         if not self.main:
             return
+        check_same_folder(self.run_dir, getattr(self, "folder", None))
         self._finite.verify()
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()

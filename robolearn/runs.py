@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import os
 import traceback
 import warnings
 from datetime import datetime
@@ -254,11 +255,34 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
 FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
 
 
+def remember_folder(run_dir: Path) -> os.stat_result:
+    """What identifies ``run_dir`` on its file system, for :func:`check_same_folder` later."""
+    return os.stat(run_dir)
+
+
+def check_same_folder(run_dir: Path, started: os.stat_result | None) -> None:
+    """Refuse to write into ``run_dir`` once it was moved or deleted while the run trained (``started``: from
+    :func:`remember_folder`): a checkpoint written there would make a new folder of that name holding no config
+    and no metrics, and the run would end as if nothing had happened."""
+    if started is None:
+        return
+    try:
+        same = os.path.samestat(started, os.stat(run_dir))
+    except FileNotFoundError:
+        same = False
+    if not same:
+        raise FileNotFoundError(f"{run_dir} was moved or deleted while the run trained: stopped before writing into "
+                                "a new folder of that name; its files are where the folder went (resume it there: "
+                                "robolearn train --resume <its path>)")
+
+
 def record_failure(run_dir: Path, err: BaseException) -> None:
     """Write ``err`` (its one-line summary, then the traceback) to ``run_dir/failed.txt``, so that a run
     that crashed is told apart from one that was killed. Never raises: the error itself matters more."""
     summary = " ".join(f"{type(err).__name__}: {err}".split())
     text = summary + "\n\n" + "".join(traceback.format_exception(err))
+    if not Path(run_dir).is_dir():  # moved or deleted: a new folder holding only failed.txt would mislead
+        return
     try:
         atomic_write_bytes(Path(run_dir) / FAILURE_FILE, lambda f: f.write(text.encode()))
     except OSError:  # a full disk, a removed folder

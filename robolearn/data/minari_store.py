@@ -36,6 +36,7 @@ a power cut) left is removed by the next writer in that folder.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -279,7 +280,20 @@ def remove_leftovers(folder: Path) -> None:
                 warnings.warn(f"{entry} is the only copy of dataset '{match['name']}' (an overwrite was cut short); "
                               f"restore it with `mv {entry} {target}`")
                 continue
+        elif episodes := _uncommitted_episodes(entry):  # recorded, never committed: not ours to delete unasked
+            warnings.warn(f"{entry}: {episodes} episode(s) of dataset '{match['name']}' that a writer left uncommitted "
+                          "when it stopped (a kill, a crash): kept; remove the folder if they are not wanted")
+            continue
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def _uncommitted_episodes(folder: Path) -> int:
+    """How many episodes a writer's temp folder holds (Minari's metadata counts them as they are added)."""
+    try:
+        count = json.loads((folder / "data" / "metadata.json").read_text()).get("total_episodes", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return count if isinstance(count, int) else 0
 
 
 class DatasetWriter:
@@ -347,6 +361,7 @@ class DatasetWriter:
         if extra:  # Minari would store them beside a space without them: a dataset nothing can read back
             raise DatasetError(f"{where}: observation group(s) {extra} are not in the dataset's observation spec "
                                f"({sorted(self.observation_spec)}); add them to it or drop them")
+        self._check_room(episode)
         buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
                                rewards=episode.rewards, terminations=episode.terminations,
                                truncations=episode.truncations, infos=dict(episode.infos) or None)
@@ -358,6 +373,19 @@ class DatasetWriter:
                   "terminated": bool(episode.terminations[-1]), **success}], [self.episodes])
             self.episodes += 1
             self.steps += len(episode)
+
+    ROOM = 4 << 20  # bytes kept free for the metadata a commit writes
+
+    def _check_room(self, episode: Episode) -> None:
+        """Refuse ``episode`` unless the disk has room for it (twice its arrays) and the commit: HDF5 on a full
+        disk had crashed the process (a segmentation fault) with the episodes recorded so far uncommitted."""
+        arrays = [*episode.observations.values(), episode.actions, episode.rewards, *episode.infos.values()]
+        needed = 2 * sum(np.asarray(a).nbytes for a in arrays) + self.ROOM
+        free = shutil.disk_usage(self._tmp).free
+        if free < needed:
+            kept = f"the {self.episodes} before it are kept" if self.keep_partial else "nothing was saved"
+            raise OSError(errno.ENOSPC, f"No space left on device (an episode needs about {needed >> 10:,} KiB, "
+                                        f"{free >> 10:,} KiB are free; {kept})", str(self.target))
 
     def commit(self) -> Path:
         """Finish the metadata and move the dataset into place; returns its directory."""

@@ -183,6 +183,19 @@ def test_a_writer_removes_the_temp_directories_of_dead_writers_only(root):
     assert sorted(p.name for p in root.iterdir()) == sorted([running.name, elsewhere.name, legacy.name, "new-v0"])
 
 
+def test_episodes_a_dead_writer_left_uncommitted_are_kept_and_said(root):
+    """A recording killed mid-write (or crashed by a full disk) holds complete episodes in its temp folder; the
+    next writer in that root had deleted them without a word."""
+    root.mkdir()
+    stopped = root / f".rec-v0.tmp-{_dead_pid()}@{_HOST}-abc_12"
+    (stopped / "data").mkdir(parents=True)
+    (stopped / "data" / "metadata.json").write_text('{"total_episodes": 8}')
+    with pytest.warns(UserWarning, match=r"8 episode\(s\) of dataset 'rec-v0' that a writer left uncommitted when it "
+                                         r"stopped \(a kill, a crash\): kept"):
+        _write("new", root)
+    assert stopped.is_dir()
+
+
 def test_a_temp_directory_whose_writer_holds_its_lock_is_kept_whatever_its_pid_says(root):
     """Another container on this machine: its pid means nothing in ours, its kernel lock does."""
     root.mkdir()
@@ -322,3 +335,22 @@ def test_a_filesystem_without_locks_still_takes_datasets_and_a_refused_spec_leav
     with pytest.raises(TypeError, match="not an instance of Space"):
         DatasetWriter("refused", {"policy": "no space"}, SPECS[1], root=root)  # not a space: refused
     assert len(os.listdir("/proc/self/fd")) == opened and sorted(p.name for p in root.iterdir()) == ["unlocked-v0"]
+
+
+def test_a_recording_that_would_fill_the_disk_stops_keeping_its_episodes(tmp_path, monkeypatch):
+    """HDF5 on a full disk had crashed the process (a segmentation fault), the episodes so far uncommitted."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    usage, free = namedtuple("usage", "total used free"), [1 << 30]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 31, 0, free[0]))
+    with pytest.raises(OSError) as said:
+        with DatasetWriter("rec", *SPECS, root=tmp_path, keep_partial=True) as writer:
+            writer.add(_episode())
+            free[0] = 1 << 20  # a megabyte left: less than the room kept for the commit
+            writer.add(_episode())
+    assert said.value.errno == errno.ENOSPC and said.value.filename == str(tmp_path / "rec-v0")
+    assert "KiB are free; the 1 before it are kept" in said.value.strerror
+    monkeypatch.undo()
+    assert len(Dataset.load("rec", root=tmp_path)) == 1

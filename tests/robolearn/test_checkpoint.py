@@ -139,3 +139,25 @@ def test_what_would_not_load_back_is_refused_at_save_naming_its_key(tmp_path):
     agent["extra"]["scale"] = float(agent["extra"]["scale"])
     save_checkpoint(tmp_path / "latest.pt", config={}, agent=agent, progress={"steps": 3})
     assert load_checkpoint(tmp_path / "latest.pt")["agent"]["extra"]["scale"] == 2.0
+
+
+def test_a_full_disk_during_a_save_is_an_os_error_naming_the_checkpoint(tmp_path, monkeypatch):
+    """torch.save said ENOSPC as 'RuntimeError: [enforce fail at inline_container.cc] unexpected pos', which the
+    command line printed as a 50-line traceback, not its one line for a full disk."""
+    import errno
+
+    path = tmp_path / "latest.pt"
+    save_checkpoint(path, config={}, agent=state(), progress={"iteration": 1})
+
+    def full(obj, f):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 48704 vs 48596")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OSError) as said:
+        save_checkpoint(path, config={}, agent=state(), progress={"iteration": 2})
+    assert (said.value.errno, said.value.filename) == (errno.ENOSPC, str(path))
+    monkeypatch.undo()
+    assert load_checkpoint(path)["progress"]["iteration"] == 1 and [p.name for p in tmp_path.iterdir()] == ["latest.pt"]
