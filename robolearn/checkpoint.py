@@ -172,8 +172,8 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
     saved_at = state.get("env_steps")
     if warn and saved_at is not None and int(saved_at) != env_steps:
         warnings.warn(f"{path} holds the replay buffer of env step {int(saved_at)} but the checkpoint is of step "
-                      f"{env_steps} (the run was stopped between writing the two): resuming with it, so this resume "
-                      "is not exactly the run it would have been", stacklevel=2)
+                      f"{env_steps} (the run stopped, or its disk filled, between writing the two): resuming with it, "
+                      "so this resume is not exactly the run it would have been", stacklevel=2)
 
 
 def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str = "agent") -> None:

@@ -32,7 +32,8 @@ USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, 
                ContractError, distributed.PeersLost)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 # Storage a command could not write to, said in one line with what to do, not as a traceback
-_STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=..., --root, --out)",
+_STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=... for runs, --root for datasets, --out "
+                                 "for exports and plots)",
                    errno.EDQUOT: "your disk quota is used up: free some space (or write elsewhere)",
                    errno.EROFS: "the file system is read-only: write elsewhere (run_dir=..., --root)",
                    errno.EACCES: "permission denied: use another path or fix its permissions",

@@ -159,14 +159,14 @@ def test_a_full_disk_is_one_line_that_says_what_to_do_and_other_os_errors_stay_t
     import robolearn.cli as cli_module
 
     def full(args):
-        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/checkpoints/.latest.pt.abc")
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/checkpoints/latest.pt")
 
     monkeypatch.setitem(cli_module.COMMANDS, "list", full)
     assert main(["list"]) == 2
     assert capsys.readouterr().err == (
-        "error: No space left on device: runs/x/checkpoints/.latest.pt.abc; free some space (or write elsewhere: "
-        "run_dir=..., --root, --out). Files are written aside and renamed, so what was saved before (checkpoints, "
-        "datasets) is intact\n")
+        "error: No space left on device: runs/x/checkpoints/latest.pt; free some space (or write elsewhere: "
+        "run_dir=... for runs, --root for datasets, --out for exports and plots). Files are written aside and "
+        "renamed, so what was saved before (checkpoints, datasets) is intact\n")
 
     def bug(args):
         raise OSError(errno.EBADF, "Bad file descriptor")
