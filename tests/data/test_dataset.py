@@ -335,3 +335,5 @@ def test_an_episodes_flags_and_numbers_beyond_float32_are_refused():
         episode(observations={"policy": huge}).check("ep")
     with pytest.raises(DatasetError, match=r"'rewards' holds -1e\+39 at row 0"):
         episode(rewards=np.array([-1e39, 0.0, 0.0])).check("ep")
+    with pytest.raises(DatasetError, match=r"ep: 'infos/dist' has dtype <U1, expected numbers or flags"):
+        episode(infos={"dist": np.array(["a", "b", "c"])}).check("ep")  # (it had crashed the writer in h5py)
