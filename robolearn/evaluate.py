@@ -157,7 +157,8 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
                  width: int = 320, height: int = 240, seed: int = 0, progress: bool = False) -> Path:
     """Film env 0 for ``seconds`` of env time into an mp4 (frames subsampled to ~``fps``); ``progress``: a
     bar of control steps on a terminal (filming is far slower than stepping). Each episode's first
-    ``CAPTION_SECONDS`` carry its number: a reset otherwise looks like the robot teleporting."""
+    ``CAPTION_SECONDS`` carry its number, its first frame in yellow: a reset otherwise looks like the robot
+    teleporting (and episodes shorter than the caption still show where each starts)."""
     import imageio.v2 as imageio
     from tqdm import tqdm
 
@@ -170,16 +171,18 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     try:
         obs = env.reset(seed=seed)
         controller.reset()
-        frames, episode, started = [], 1, 0
+        frames, episode, started, fresh = [], 1, 0, True
         for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
             if step % every == 0:
                 frame = env.render(0, width=width, height=height)
-                frames.append(caption(frame, f"episode {episode}") if step - started < captioned else frame)
+                if step - started < captioned:
+                    frame, fresh = caption(frame, f"episode {episode}", first=fresh), False
+                frames.append(frame)
             obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
             done = terminated | truncated
             controller.reset(done)
             if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
-                episode, started = episode + 1, step + 1
+                episode, started, fresh = episode + 1, step + 1, True
         # the exact rate (31.25 fps for a 8 ms step filmed every 4th): a rounded one had played the film off time;
         # a GIF (Pillow) takes each frame's duration, and plays on and on, as a video on a page
         seconds_per_frame = every * env.control_dt
@@ -211,16 +214,17 @@ def frame_step(control_dt: float, fps: float, gif: bool = False) -> int:
 CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start
 
 
-def caption(frame: np.ndarray, text: str) -> np.ndarray:
-    """``frame`` (H, W, 3 uint8) with ``text`` in white on a dark box in its top-left corner."""
+def caption(frame: np.ndarray, text: str, first: bool = False) -> np.ndarray:
+    """``frame`` (H, W, 3 uint8) with ``text`` in white on a dark box in its top-left corner (``first``: black
+    on yellow, an episode's first frame)."""
     from PIL import Image, ImageDraw, ImageFont
 
     image = Image.fromarray(frame)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=max(11, frame.shape[0] // 16))  # Pillow's own font: no font files needed
+    font = ImageFont.load_default(size=max(8, min(frame.shape[:2]) // 16))  # Pillow's own font: no font files
     left, top, right, bottom = draw.textbbox((5, 3), text, font=font)
-    draw.rectangle((0, 0, right + 5, bottom + 4), fill=(20, 20, 20))
-    draw.text((5, 3), text, font=font, fill=(255, 255, 255))
+    draw.rectangle((0, 0, right + 5, bottom + 4), fill=(235, 185, 20) if first else (20, 20, 20))
+    draw.text((5, 3), text, font=font, fill=(0, 0, 0) if first else (255, 255, 255))
     return np.asarray(image)
 
 

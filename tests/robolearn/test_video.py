@@ -51,9 +51,12 @@ class Still:
 def test_each_episode_start_is_captioned_for_its_first_moments(tmp_path):
     path = record_video(Still(), GrayRoom(horizon=10), tmp_path / "film.mp4", seconds=2.5)
     frames = iio.imread(path)  # one frame per control step (0.1 s), episodes start at steps 0, 10 and 20
-    corner = frames[:, 2:12, 2:30].astype(float).mean(axis=(1, 2, 3))
-    captioned = corner < 100  # the caption's dark box on the gray room
-    assert captioned.tolist() == [step % 10 < 6 for step in range(25)]  # 0.6 s of every episode
+    corner = frames[:, 2:12, 2:30].astype(float)
+    captioned = corner.mean(axis=(1, 2, 3)) < 100  # the caption's dark box on the gray room
+    red, blue = corner[..., 0].mean(axis=(1, 2)), corner[..., 2].mean(axis=(1, 2))
+    first = (red > 150) & (blue < 100)  # yellow: an episode's first frame
+    assert (captioned | first).tolist() == [step % 10 < 6 for step in range(25)]  # 0.6 s of every episode
+    assert first.tolist() == [step % 10 == 0 for step in range(25)]
 
 
 def test_captions_show_their_text_in_the_corner_only():
