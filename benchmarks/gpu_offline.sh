@@ -149,7 +149,7 @@ run() {
   local go1; go1=$(ls -d benchmarks/runs/go1_gpu/*/ 2>/dev/null | tail -1)
   [ -n "$go1" ] && tar -czf "$out/go1_run.tgz" --exclude=checkpoints -C "$go1" .
   log "done: $(ls "$out" | tr '\n' ' ')"
-  [ ${#failed[@]} -eq 0 ] || { log "failed stages: ${failed[*]} (rc 124: past its limit)"; return 1; }
+  [ ${#failed[@]} -eq 0 ] || { log "failed stages: ${failed[*]} (each one's rc above; 124: past its limit)"; return 1; }
 }
 
 case $mode in

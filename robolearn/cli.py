@@ -32,10 +32,10 @@ USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, 
                ContractError, distributed.PeersLost)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 # Storage a command could not write to, said in one line with what to do, not as a traceback
-_STORAGE_ERRORS = {errno.ENOSPC: "free some space (or write elsewhere: run_dir=... for runs, --root for datasets, --out "
-                                 "for exports and plots)",
-                   errno.EDQUOT: "your disk quota is used up: free some space (or write elsewhere)",
-                   errno.EROFS: "the file system is read-only: write elsewhere (run_dir=..., --root)",
+_ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and plots"
+_STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWHERE})",
+                   errno.EDQUOT: f"your disk quota is used up: free some space (or write elsewhere: {_ELSEWHERE})",
+                   errno.EROFS: f"the file system is read-only: write elsewhere ({_ELSEWHERE})",
                    errno.EACCES: "permission denied: use another path or fix its permissions",
                    errno.EPERM: "permission denied: use another path or fix its permissions"}
 
@@ -254,6 +254,12 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     # A Ctrl+C or kill stops the ranks at the end of their iteration, which can take minutes: torchrun's own
     # 30 s before it SIGKILLs them had lost every step since the last checkpoint. A second Ctrl+C stops at once.
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "600")
+    from torch.distributed.launcher.api import LaunchConfig
+
+    if "shutdown_timeout" not in getattr(LaunchConfig, "__dataclass_fields__", {}):  # (a torch before 2026's)
+        print("note: this torch's torchrun stops the ranks 30 s after a Ctrl+C or kill, whatever they are doing: an "
+              "iteration longer than that loses its steps since the last checkpoint (a newer torch waits 10 minutes "
+              "here)", file=sys.stderr)
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
@@ -368,11 +374,12 @@ def _run_config(run: Path, nominal: bool = False) -> TrainConfig:
     process as the run had them: eval then gives eval.json's numbers again, play and export the same actions.
     ``nominal``: without its domain randomization; else automatic randomization at the width it reached."""
     from robolearn.config import load_run_config
-    from robolearn.runs import trained_env_config
+    from robolearn.runs import on_this_machine, trained_env_config
 
     cfg = load_run_config(run)
     cfg.runner.apply_torch_settings()
     if nominal:
+        cfg.env = on_this_machine(run, cfg.env)
         cfg.env.randomization = {}
     else:
         cfg.env = trained_env_config(run, cfg)

@@ -81,7 +81,8 @@ def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
     said = (f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, 'local_rank: N', "
             "with its own error)")
     if not (Path(run_dir) / "checkpoints" / "latest.pt").is_file():
-        return PeersLost(f"{said}; {run_dir} saved no checkpoint yet: start it again")
+        return PeersLost(f"{said}; {run_dir} saved no checkpoint yet: train it anew (robolearn train <config>) and "
+                         "remove this folder")
     return PeersLost(f"{said}; the run goes on from its last checkpoint: "
                      f"{shell('robolearn', 'train', '--resume', run_dir)} --nproc {world_size()}")
 

@@ -8,6 +8,7 @@ controllers evaluate unchanged.
 from __future__ import annotations
 
 import errno
+import functools
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -159,7 +160,6 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     bar of control steps on a terminal (filming is far slower than stepping). Each episode's first
     ``CAPTION_SECONDS`` carry its number, its first frame in yellow: a reset otherwise looks like the robot
     teleporting (and episodes shorter than the caption still show where each starts)."""
-    import imageio.v2 as imageio
     from tqdm import tqdm
 
     steps = int(seconds / env.control_dt)
@@ -183,12 +183,7 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
             controller.reset(done)
             if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
                 episode, started, fresh = episode + 1, step + 1, True
-        # the exact rate (31.25 fps for a 8 ms step filmed every 4th): a rounded one had played the film off time;
-        # a GIF (Pillow) takes each frame's duration, and plays on and on, as a video on a page
-        seconds_per_frame = every * env.control_dt
-        timing = ({"duration": 1000 * seconds_per_frame, "loop": 0} if path.suffix.lower() == ".gif"
-                  else {"fps": 1.0 / seconds_per_frame, "macro_block_size": 8})
-        imageio.mimwrite(tmp, np.stack(frames), **timing)
+        write_frames(tmp, frames, every * env.control_dt)
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):
@@ -211,17 +206,36 @@ def frame_step(control_dt: float, fps: float, gif: bool = False) -> int:
     return every
 
 
+def write_frames(path: Path, frames: list[np.ndarray], seconds_per_frame: float) -> None:
+    """``frames`` as the video ``path`` (its suffix picks the format), each shown ``seconds_per_frame``: the
+    exact rate (31.25 fps for an 8 ms step filmed every 4th; a rounded one had played films off time). A GIF
+    (Pillow) takes each frame's duration, and plays on and on, as a video on a page."""
+    import imageio.v2 as imageio
+
+    timing = ({"duration": 1000 * seconds_per_frame, "loop": 0} if path.suffix.lower() == ".gif"
+              else {"fps": 1.0 / seconds_per_frame, "macro_block_size": 8})
+    imageio.mimwrite(path, np.stack(frames), **timing)
+
+
 CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start
+
+
+@functools.lru_cache(maxsize=4)
+def _font(size: int) -> Any:
+    """Pillow's own font at ``size`` (no font files needed), loaded once: 7 ms a frame otherwise."""
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=size)
 
 
 def caption(frame: np.ndarray, text: str, first: bool = False) -> np.ndarray:
     """``frame`` (H, W, 3 uint8) with ``text`` in white on a dark box in its top-left corner (``first``: black
     on yellow, an episode's first frame)."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
     image = Image.fromarray(frame)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=max(8, min(frame.shape[:2]) // 16))  # Pillow's own font: no font files
+    font = _font(max(8, min(frame.shape[:2]) // 16))
     left, top, right, bottom = draw.textbbox((5, 3), text, font=font)
     draw.rectangle((0, 0, right + 5, bottom + 4), fill=(235, 185, 20) if first else (20, 20, 20))
     draw.text((5, 3), text, font=font, fill=(0, 0, 0) if first else (255, 255, 255))

@@ -45,7 +45,7 @@ from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import refuse_finished
+from robolearn.runs import check_same_folder, refuse_finished
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -122,6 +122,7 @@ class FinetuneRunner(OfflineRunner):
 
     def save(self) -> None:
         """Checkpoint, never of online steps not yet verified finite."""
+        check_same_folder(self.run_dir, getattr(self, "folder", None))
         self._finite.verify()
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()

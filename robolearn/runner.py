@@ -205,7 +205,7 @@ class Runner:
             self.run_dir = Path(resume)
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
         self._rewind_to: Snapshot | None = None  # an iteration's start, where a Ctrl+C in it goes back to
-        self._rewind_if_forced = False  # ... only a second Ctrl+C, which may split an update (pretraining)
+        self._keep_at_safe_point = False  # ... unless it stopped between updates (pretraining keeps those)
         self._logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
@@ -351,7 +351,7 @@ class Runner:
             self.env.load_adaptation_state(self.progress.env_adaptation)
         if self.progress.world_size not in (0, self.world_size) and self.main:
             warnings.warn(f"{self.run_dir} was trained on {self.progress.world_size} rank(s) and resumes on "
-                          f"{self.world_size}: each update now sees {self.world_size / self.progress.world_size:g} "
+                          f"{self.world_size}: each update now sees {self.world_size / self.progress.world_size:.2g} "
                           f"times the batch it did (resume with --nproc {self.progress.world_size}, torchrun's "
                           f"--nproc_per_node, to keep it)",
                           stacklevel=2)
@@ -456,7 +456,7 @@ class Runner:
             count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
                         total - self.progress.pretrain_updates)
             sums: dict[str, Any] = {}
-            self._rewind_to, self._rewind_if_forced = Snapshot(self.progress, self.agent), True
+            self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent), True
             for _ in range(count):
                 self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
                 for key, value in update_metrics(self.agent.pretrain_update()).items():
@@ -466,7 +466,7 @@ class Runner:
                     bar.update()
             metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
             check_metrics(metrics)
-            self._rewind_to, self._rewind_if_forced = None, False
+            self._rewind_to, self._keep_at_safe_point = None, False
             if logger is not None:
                 logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
                                "iteration_time": time.perf_counter() - start})
@@ -543,8 +543,8 @@ class Runner:
         marked discardable (``_rewind_to``) (its rollout half collected, or an update split by a second Ctrl+C),
         go back to its start; otherwise (off policy) keep the steps, which the replay buffer and the agent's
         updates already hold (an update split by a second Ctrl+C too: it is not undone). Pretraining keeps the
-        updates done unless a second Ctrl+C may have split one."""
-        if self._rewind_to is not None and (self.ctrl_c.forced or not self._rewind_if_forced):
+        updates done where the stop came between two (``check``), not where it landed (a second Ctrl+C)."""
+        if self._rewind_to is not None and not (self._keep_at_safe_point and self.ctrl_c.at_safe_point):
             self.progress = self._rewind_to.restore(self.agent)
             self._rewind_to = None
             self.rewound = True  # said by ``interrupted``: the resume redoes that iteration
@@ -575,8 +575,6 @@ class Runner:
                    adaptation=self.progress.env_adaptation)
 
     def close(self) -> None:
-        if getattr(self, "_logger", None) is not None:  # a run ended by an error: its bar ends its line first
-            self._logger.end_progress()
         if hasattr(self, "env"):  # not when its construction failed
             self.env.close()
         distributed.shutdown()
@@ -645,10 +643,11 @@ class CtrlC:
     def __init__(self, deferred: bool = False) -> None:
         self.pending, self.deferred = False, deferred
         self.forced = False  # a second Ctrl+C raised wherever it landed, maybe inside an update
+        self.at_safe_point = False  # the stop was raised by ``check``: between steps and updates
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> CtrlC:
-        self.pending = self.forced = False
+        self.pending = self.forced = self.at_safe_point = False
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
             # SIGTERM (a cluster's preemption, `docker stop`, `kill`) and SIGHUP (a closed terminal or ssh
@@ -677,6 +676,7 @@ class CtrlC:
     def check(self) -> None:
         """A safe point: a pending Ctrl+C raises here (one rank of several: only where the ranks agree)."""
         if self.pending and not self.deferred:
+            self.at_safe_point = True
             raise KeyboardInterrupt
 
 
@@ -724,6 +724,15 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
               f"{shell('robolearn', 'train', '--resume', runner.run_dir)}{nproc} "
               f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
     return result
+
+
+def end_progress_bars() -> None:
+    """Close every progress bar still drawn (a run's, a phase's), ending its line: a run stopped by an error
+    had its error printed after the bar, '...[00:00<?, ?step/s]error: rank 0 lost the other ranks'."""
+    from tqdm import tqdm
+
+    for bar in list(tqdm._instances):  # tqdm's own registry of open bars (no public accessor)
+        bar.close()
 
 
 def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -> NonFiniteError:
@@ -854,6 +863,7 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             result.trained = result.trained or trained_counts(vars(runner.progress))  # (every rank, not only 0's end)
             return result
         except Exception as err:
+            end_progress_bars()  # the error is printed on a line of its own, not after the bar's
             failure = (distributed.lost_peers(err, runner.run_dir) if distributed.active() else None) or err
             if distributed.is_main():
                 record_failure(runner.run_dir, failure)

@@ -272,8 +272,8 @@ def check_same_folder(run_dir: Path, started: os.stat_result | None) -> None:
         same = False
     if not same:
         raise FileNotFoundError(f"{run_dir} was moved or deleted while the run trained: stopped before writing into "
-                                "a new folder of that name; its files are where the folder went (resume it there: "
-                                "robolearn train --resume <its path>)")
+                                "a new folder of that name; a moved run resumes where it went (robolearn train "
+                                "--resume <its path>)")
 
 
 def record_failure(run_dir: Path, err: BaseException) -> None:

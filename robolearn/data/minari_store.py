@@ -30,7 +30,8 @@ target and renames it into place when done, so a crash, Ctrl+C or bad input
 never leaves a half-written dataset, and replacing one (``overwrite``) swaps
 whole directories. The temp directory's name holds its writer's pid and host
 (``.<id>.tmp-<pid>@<host>-xxxx``): what a writer killed outright (``kill -9``,
-a power cut) left is removed by the next writer in that folder.
+a power cut) left is removed by the next writer in that folder, except a recording's complete episodes
+(``keep_partial``), which are kept there and said.
 """
 
 from __future__ import annotations
@@ -225,6 +226,7 @@ def _alive(pid: int) -> bool:
 
 
 WRITING = ".writing"  # in a writer's temp directory: a file it holds an exclusive lock on while it runs
+KEEPS_PARTIAL = ".keeps-partial"  # ... and in a recording's (keep_partial): its episodes outlive its writer
 
 
 def _hold_lock(folder: Path) -> int | None:
@@ -280,9 +282,10 @@ def remove_leftovers(folder: Path) -> None:
                 warnings.warn(f"{entry} is the only copy of dataset '{match['name']}' (an overwrite was cut short); "
                               f"restore it with `mv {entry} {target}`")
                 continue
-        elif episodes := _uncommitted_episodes(entry):  # recorded, never committed: not ours to delete unasked
-            warnings.warn(f"{entry}: {episodes} episode(s) of dataset '{match['name']}' that a writer left uncommitted "
-                          "when it stopped (a kill, a crash): kept; remove the folder if they are not wanted")
+        elif (entry / KEEPS_PARTIAL).exists() and (episodes := _uncommitted_episodes(entry)):
+            warnings.warn(f"{entry}: {episodes} recorded episode(s) of dataset '{match['name']}' that a recording "
+                          "left uncommitted when it was killed or crashed: kept (Minari's files, in data/, without "
+                          "robolearn's metadata); remove the folder if they are not wanted")
             continue
         shutil.rmtree(entry, ignore_errors=True)
 
@@ -339,6 +342,8 @@ class DatasetWriter:
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
                                           dir=self.target.parent))
         self._lock = _hold_lock(self._tmp)
+        if keep_partial:
+            (self._tmp / KEEPS_PARTIAL).touch()
         self._closed = False
         try:
             (self._tmp / "data").mkdir()
@@ -383,7 +388,8 @@ class DatasetWriter:
         needed = 2 * sum(np.asarray(a).nbytes for a in arrays) + self.ROOM
         free = shutil.disk_usage(self._tmp).free
         if free < needed:
-            kept = f"the {self.episodes} before it are kept" if self.keep_partial else "nothing was saved"
+            kept = f"the {self.episodes} before it are kept" if self.keep_partial and self.episodes else \
+                "nothing was saved"
             raise OSError(errno.ENOSPC, f"No space left on device (an episode needs about {needed >> 10:,} KiB, "
                                         f"{free >> 10:,} KiB are free; {kept})", str(self.target))
 
@@ -416,6 +422,7 @@ class DatasetWriter:
             os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)
             (self.target / WRITING).unlink(missing_ok=True)  # the lock, held until the dataset is in place
+            (self.target / KEEPS_PARTIAL).unlink(missing_ok=True)
             self._release()
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.recording_env import has_exact_state
+from robolearn.evaluate import frame_step, write_frames
 from robolearn.interfaces import VecEnv
 
 
@@ -94,7 +95,7 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
         if row is not None:
             obs = env.set_state(row.expand(n, -1))  # type: ignore[attr-defined]
     recorded_qpos = episode.infos.get("qpos")
-    every = max(1, round(1.0 / (fps * env.control_dt))) if video else 0
+    every = frame_step(env.control_dt, fps, gif=Path(video).suffix.lower() == ".gif") if video else 0
     frames = []
 
     obs_div = [_obs_divergence(obs, episode, 0)]
@@ -129,7 +130,7 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
                           ended_early=ended_early, replayed_success=replayed_success,
                           recorded_success=episode.success)
     if video:
-        result.video = _write_video(Path(video), frames, fps=round(1.0 / (every * env.control_dt)))
+        result.video = _write_video(Path(video), frames, every * env.control_dt)
     return result
 
 
@@ -207,12 +208,10 @@ def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None
     return float(np.abs(state["qpos"][0].cpu().numpy() - recorded[row]).max(initial=0.0))
 
 
-def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> Path:
-    """Frames to an mp4, written aside and renamed: never half a video."""
-    import imageio.v2 as imageio
-
+def _write_video(path: Path, frames: list[np.ndarray], seconds_per_frame: float) -> Path:
+    """Frames to a video, written aside and renamed: never half a video."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    imageio.mimwrite(tmp, np.stack(frames), fps=max(fps, 1), macro_block_size=8)
+    write_frames(tmp, frames, seconds_per_frame)
     tmp.replace(path)
     return path

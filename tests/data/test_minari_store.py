@@ -20,7 +20,7 @@ from gymnasium import spaces
 from robolearn.runtime import stops_as_ctrl_c
 from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, Episode, dataset_id, list_datasets
-from robolearn.data.minari_store import _HOST, WRITING, _hold_lock, interrupts_deferred
+from robolearn.data.minari_store import _HOST, KEEPS_PARTIAL, WRITING, _hold_lock, interrupts_deferred
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -188,12 +188,17 @@ def test_episodes_a_dead_writer_left_uncommitted_are_kept_and_said(root):
     next writer in that root had deleted them without a word."""
     root.mkdir()
     stopped = root / f".rec-v0.tmp-{_dead_pid()}@{_HOST}-abc_12"
-    (stopped / "data").mkdir(parents=True)
-    (stopped / "data" / "metadata.json").write_text('{"total_episodes": 8}')
-    with pytest.warns(UserWarning, match=r"8 episode\(s\) of dataset 'rec-v0' that a writer left uncommitted when it "
-                                         r"stopped \(a kill, a crash\): kept"):
+    imported = root / f".imp-v0.tmp-{_dead_pid()}@{_HOST}-def_34"  # an import's: done again, not kept
+    for folder in (stopped, imported):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "metadata.json").write_text('{"total_episodes": 8}')
+    (stopped / KEEPS_PARTIAL).touch()
+    with pytest.warns(UserWarning, match=r"8 recorded episode\(s\) of dataset 'rec-v0' that a recording left "
+                                         r"uncommitted when it was killed or crashed: kept"):
         _write("new", root)
-    assert stopped.is_dir()
+    assert stopped.is_dir() and not imported.exists()
+    (stopped / KEEPS_PARTIAL).unlink()  # (as if removed by hand: said no more)
+    assert not (_write("recorded", root, keep_partial=True) / KEEPS_PARTIAL).exists()  # (a temp folder's mark only)
 
 
 def test_a_temp_directory_whose_writer_holds_its_lock_is_kept_whatever_its_pid_says(root):

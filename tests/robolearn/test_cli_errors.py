@@ -402,6 +402,7 @@ def test_a_gpu_run_is_looked_at_and_resumed_on_a_machine_without_one(tmp_path, m
     with pytest.warns(UserWarning, match=r"trained on backend=mujoco device=cuda; no CUDA GPU here: its env runs on "
                                          r"backend=mujoco device=cpu"):
         assert main(["eval", str(run), "--episodes", "1"]) == 0
+        assert main(["eval", str(run), "--episodes", "1", "--nominal"]) == 0
         assert main(["export", str(run), "--out", str(tmp_path / "exported")]) == 0
     assert (tmp_path / "exported" / "controller.onnx").is_file()
     config["env"]["backend"] = "warp"  # one GPU's MuJoCo Warp run

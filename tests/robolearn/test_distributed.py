@@ -7,6 +7,7 @@ env vars torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), so
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -194,8 +195,11 @@ def test_merge_is_chans_parallel_formula() -> None:
 def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
-    monkeypatch.delenv("LOGLEVEL", raising=False)
+    for name in ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "LOGLEVEL"):  # set, then removed: their absence is restored after
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    for name in [name for name in logging.root.manager.loggerDict if name.startswith("torch.distributed")]:
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
     monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
@@ -203,6 +207,11 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     # ranks stop at the end of their iteration: torchrun waits for it, not its own 30 s before a SIGKILL
     assert int(os.environ["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) >= 600
     assert os.environ["LOGLEVEL"] == "ERROR"  # torchrun's Ctrl+C warnings left out; a failed rank's error kept
+    from torch.distributed.launcher.api import LaunchConfig
+
+    monkeypatch.setattr(LaunchConfig, "__dataclass_fields__", {})  # a torch whose torchrun has no such timeout
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
+    assert "note: this torch's torchrun stops the ranks 30 s after a Ctrl+C or kill" in capsys.readouterr().err
     assert cli.main(["train", "ppo_pendulum", "--nproc", "3", "env.num_envs=4", "--no-wandb"]) == 0
     assert "--nproc 3 on 2 CPU cores: the ranks share cores" in capsys.readouterr().err  # runs, but is told
     assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
@@ -210,7 +219,7 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     for wrong, said in (("env.task=nosuch", "unknown task 'nosuch'"), ("env.kwargs.bogus=1", "env.kwargs.bogus: task "
                                                                        "'pendulum' has no such setting")):
         assert cli.main(["train", "ppo_pendulum", "--nproc", "2", wrong, "--no-wandb"]) == 2  # before any rank
-        assert capsys.readouterr().err.count(said) == 1 and len(calls) == 2
+        assert capsys.readouterr().err.count(said) == 1 and len(calls) == 3
 
 
 def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) -> None:
@@ -321,7 +330,8 @@ def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_pa
     lost = distributed.lost_peers(gloo, "runs/ppo/1")
     assert isinstance(lost, distributed.PeersLost) and str(lost).startswith(
         "rank 0 lost the other ranks: one of them stopped (torchrun's log names it")
-    assert str(lost).endswith("runs/ppo/1 saved no checkpoint yet: start it again")
+    assert str(lost).endswith("runs/ppo/1 saved no checkpoint yet: train it anew (robolearn train <config>) and "
+                              "remove this folder")
     (tmp_path / "runs" / "ppo" / "1" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "ppo" / "1" / "checkpoints" / "latest.pt").write_bytes(b"")
     assert str(distributed.lost_peers(gloo, "runs/ppo/1")).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
