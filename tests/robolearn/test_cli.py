@@ -94,7 +94,7 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     out = capfd.readouterr().out
     assert f"{early}  config.yaml unreadable (" in out and f"{done}  done" in out
     assert f"{ending}  trained (1,024 env_steps)" in out  # its metrics' count (load_checkpoint refuses the file)
-    assert f"groups:     evaluated runs of one folder" in out and f"{seed.parent}  2 runs" in out
+    assert "groups:     evaluated runs of one folder" in out and f"{seed.parent}  2 runs" in out
     assert f"{early.parent}  " not in out.split("groups:")[1]  # one of its two has no readable config: no group
     assert f"{early.with_name('20260102-000000')}  ended early" in out
 
