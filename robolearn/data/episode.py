@@ -102,9 +102,6 @@ class Episode:
             if np.ndim(value) == 0 or len(value) not in (steps, steps + 1):
                 raise DatasetError(f"{where}: 'infos/{key}' has shape {np.shape(value)}, "
                                    f"expected {steps + 1} or {steps} rows ({steps} steps)")
-            if np.asarray(value).dtype.kind not in "biuf":  # text had crashed the dataset writer (h5py)
-                raise DatasetError(f"{where}: 'infos/{key}' has dtype {np.asarray(value).dtype}, expected numbers "
-                                   "or flags")
         for key, value in (*((f"observations/{g}", v) for g, v in self.observations.items()),
                            ("actions", self.actions), ("rewards", self.rewards),
                            *((f"infos/{k}", v) for k, v in self.infos.items())):

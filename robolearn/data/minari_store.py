@@ -367,9 +367,12 @@ class DatasetWriter:
             raise DatasetError(f"{where}: observation group(s) {extra} are not in the dataset's observation spec "
                                f"({sorted(self.observation_spec)}); add them to it or drop them")
         self._check_room(episode)
+        # numpy's text (dtype <U) has no HDF5 type (h5py had crashed on a recording's text metrics): stored as UTF-8
+        infos = {key: np.char.encode(value, "utf-8") if np.asarray(value).dtype.kind == "U" else value
+                 for key, value in episode.infos.items()}
         buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
                                rewards=episode.rewards, terminations=episode.terminations,
-                               truncations=episode.truncations, infos=dict(episode.infos) or None)
+                               truncations=episode.truncations, infos=infos or None)
         with interrupts_deferred():  # the episode and its count land together, or not at all
             self._storage.update_episodes([buffer])
             success = {} if episode.success is None else {"success": episode.success}

@@ -335,5 +335,20 @@ def test_an_episodes_flags_and_numbers_beyond_float32_are_refused():
         episode(observations={"policy": huge}).check("ep")
     with pytest.raises(DatasetError, match=r"'rewards' holds -1e\+39 at row 0"):
         episode(rewards=np.array([-1e39, 0.0, 0.0])).check("ep")
-    with pytest.raises(DatasetError, match=r"ep: 'infos/dist' has dtype <U1, expected numbers or flags"):
-        episode(infos={"dist": np.array(["a", "b", "c"])}).check("ep")  # (it had crashed the writer in h5py)
+
+    episode(infos={"label": np.array(["a", "b", "c"])}).check("ep")  # text infos are data, not refused
+
+
+def test_text_infos_are_stored_as_utf8(tmp_path):
+    """A recording's text metrics (numpy dtype <U) had crashed the writer inside h5py."""
+    from gymnasium import spaces
+
+    from robolearn.data.episode import Episode
+
+    spec, actions = {"policy": spaces.Box(-np.inf, np.inf, (3,), np.float32)}, spaces.Box(-1, 1, (1,), np.float32)
+    episode = Episode(observations={"policy": np.zeros((4, 3), np.float32)}, actions=np.zeros((3, 1), np.float32),
+                      rewards=np.zeros(3, np.float32), terminations=np.zeros(3, bool),
+                      truncations=np.array([False, False, True]), infos={"label": np.array(["é", "b", "c"])})
+    with DatasetWriter("texts", spec, actions, root=tmp_path) as writer:
+        writer.add(episode)
+    assert Dataset.load("texts", root=tmp_path).episodes[0].infos["label"].tolist() == ["é".encode(), b"b", b"c"]
