@@ -234,3 +234,18 @@ def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resu
     cfg.runner.total_steps, cfg.dataset = 1000, "pendulum-other"
     with pytest.raises(ConfigError, match="was trained on 'pendulum-tiny'; a resume goes on with the same data"):
         FinetuneRunner(cfg, resume=first.run_dir)
+
+
+def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path):
+    """As the online runner: its checkpoint and replay had made a new folder of the old name."""
+    moved, runs = tmp_path / "moved", []
+
+    def move_once(metrics):
+        if not runs:
+            runs.append(next((tmp_path / "runs").glob("*/*")))
+            runs[0].rename(moved)
+        return False
+
+    with pytest.raises(FileNotFoundError, match="was moved or deleted while the run trained"):
+        run(tiny(tmp_path), stop=move_once)
+    assert not runs[0].exists() and (moved / "config.yaml").is_file()
