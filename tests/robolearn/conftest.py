@@ -1,9 +1,29 @@
-"""Shared by the offline and fine-tuning tests: a scripted pendulum swing-up, their datasets' behavior policy."""
+"""Shared by the runner tests: a scripted pendulum swing-up (the offline datasets' behavior policy), and a
+stop callback that moves a run's folder away while it trains."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, Callable
+
 import pytest
 import torch
+
+
+@pytest.fixture
+def moving_the_run_once() -> Callable[[Path, Path, list[Path]], Callable[[dict[str, Any]], bool]]:
+    """``(runs, to, moved) ->`` a ``train(stop=...)`` callback that, at its first call, renames the one run
+    under ``runs`` to ``to`` (appending the run's path to ``moved``) and never stops the run itself."""
+    def make(runs: Path, to: Path, moved: list[Path]) -> Callable[[dict[str, Any]], bool]:
+        def stop(metrics: dict[str, Any]) -> bool:
+            if not moved:
+                moved.append(next(runs.glob("*/*")))
+                moved[0].rename(to)
+            return False
+
+        return stop
+
+    return make
 
 
 class SwingUp:

@@ -236,16 +236,9 @@ def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resu
         FinetuneRunner(cfg, resume=first.run_dir)
 
 
-def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path):
+def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path, moving_the_run_once):
     """As the online runner: its checkpoint and replay had made a new folder of the old name."""
     moved, runs = tmp_path / "moved", []
-
-    def move_once(metrics):
-        if not runs:
-            runs.append(next((tmp_path / "runs").glob("*/*")))
-            runs[0].rename(moved)
-        return False
-
     with pytest.raises(FileNotFoundError, match="was moved or deleted while the run trained"):
-        run(tiny(tmp_path), stop=move_once)
+        run(tiny(tmp_path), stop=moving_the_run_once(tmp_path / "runs", moved, runs))
     assert not runs[0].exists() and (moved / "config.yaml").is_file()

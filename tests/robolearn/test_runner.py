@@ -887,19 +887,12 @@ def test_a_run_ended_by_an_error_ends_its_progress_bar_first(tmp_path, capfd):
     assert "|" in err and err.endswith("\n"), repr(err[-200:])  # the bar was drawn, and its line is ended
 
 
-def test_a_run_folder_moved_while_training_stops_the_run_instead_of_making_a_new_one(tmp_path):
+def test_a_run_folder_moved_while_training_stops_the_run_instead_of_making_a_new_one(tmp_path, moving_the_run_once):
     """Checkpoints, export and evaluation had gone into a new folder of the old name, without config or metrics,
     and the run had ended as if nothing had happened."""
     moved, runs = tmp_path / "moved", []
-
-    def move_once(metrics):
-        if not runs:
-            runs.append(next((tmp_path / "runs").glob("*/*")))
-            runs[0].rename(moved)
-        return False
-
     with pytest.raises(FileNotFoundError) as said:
-        train(tiny(tmp_path, "ppo", "runner.total_steps=1024"), stop=move_once)
+        train(tiny(tmp_path, "ppo", "runner.total_steps=1024"), stop=moving_the_run_once(tmp_path / "runs", moved, runs))
     assert str(said.value).startswith(f"{runs[0]} was moved or deleted while the run trained: stopped before writing "
                                       "into a new folder of that name")
     assert not runs[0].exists() and (moved / "config.yaml").is_file() and read_metrics(moved)
