@@ -39,18 +39,27 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
     """Call ``write(file)`` on a temp file beside ``path``, fsync, then rename over it. A storage error (a full
     disk, a read-only folder) is an OSError naming ``path``, whichever step met it: not the hidden temp file,
     nor torch.save's RuntimeError ("unexpected pos 48704 vs 48596") over a full disk's ENOSPC."""
-    tmp = None
+    atomic_write_files({path: write})
+
+
+def atomic_write_files(writes: dict[Path, Any]) -> None:
+    """:func:`atomic_write_bytes` of several files as one: every temp file is written before any is renamed
+    into place, so a failure (a full disk) leaves all of them as they were, none newer than the others."""
+    temps: dict[Path, str] = {}
+    path = next(iter(writes))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, usual_mode())  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
+        for path, write in writes.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temps[path] = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(temps[path], usual_mode())  # mkstemp makes 0600; give the file the usual permissions
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
     except BaseException as err:
-        if tmp is not None:
+        for tmp in temps.values():
             Path(tmp).unlink(missing_ok=True)
         storage = err if isinstance(err, OSError) else err.__context__ if isinstance(err, RuntimeError) else None
         if isinstance(storage, OSError) and storage.errno is not None:

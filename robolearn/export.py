@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robolearn.checkpoint import CheckpointError, atomic_write_bytes
+from robolearn.checkpoint import CheckpointError, atomic_write_files
 from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_rows
 from robolearn.shell import shell
@@ -72,6 +72,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     # file that refuses any other number of envs even with the batch declared dynamic
     inputs = controller.export_inputs(batch_size=2)
     paths: dict[str, Path] = {}
+    files: dict[Path, bytes] = {}
     if "torchscript" in formats:
         buffer = io.BytesIO()
         with warnings.catch_warnings():
@@ -80,7 +81,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
             traced = torch.jit.load(io.BytesIO(buffer.getvalue()))
         _check_same_outputs(controller, inputs, lambda *args: traced(*args), "TorchScript")
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
-        atomic_write_bytes(paths["torchscript"], lambda f: f.write(buffer.getvalue()))
+        files[paths["torchscript"]] = buffer.getvalue()
     if "onnx" in formats:
         import onnxruntime
 
@@ -89,7 +90,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
         _check_same_outputs(controller, inputs, lambda *args: [torch.from_numpy(out) for out in session.run(
             None, {name: a.numpy() for name, a in zip(inputs, args)})], "ONNX")
-        atomic_write_bytes(paths["onnx"], lambda f: f.write(onnx_bytes))
+        files[paths["onnx"]] = onnx_bytes
     meta = {
         "obs_groups": list(controller.obs_groups),
         "obs_size": controller.obs_size,
@@ -100,7 +101,9 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         **(extra or {}),
     }
     paths["meta"] = out_dir / "controller.json"
-    atomic_write_bytes(paths["meta"], lambda f: f.write(json.dumps(meta, indent=2).encode()))
+    files[paths["meta"]] = json.dumps(meta, indent=2).encode()
+    # one set: a full disk between files had left a new controller.pt beside the older controller.onnx
+    atomic_write_files({path: lambda f, data=data: f.write(data) for path, data in files.items()})
     for fmt in set(FORMATS) - set(formats):
         (out_dir / FILENAMES[fmt]).unlink(missing_ok=True)
     return paths

@@ -161,3 +161,23 @@ def test_a_full_disk_during_a_save_is_an_os_error_naming_the_checkpoint(tmp_path
     assert (said.value.errno, said.value.filename) == (errno.ENOSPC, str(path))
     monkeypatch.undo()
     assert load_checkpoint(path)["progress"]["iteration"] == 1 and [p.name for p in tmp_path.iterdir()] == ["latest.pt"]
+
+
+def test_files_written_as_one_set_are_all_old_or_all_new(tmp_path):
+    """An export's controller.pt, .onnx and .json: a full disk between them had left a new .pt beside an
+    older .onnx."""
+    import errno
+
+    from robolearn.checkpoint import atomic_write_files
+
+    first, second = tmp_path / "a.pt", tmp_path / "a.onnx"
+    atomic_write_files({first: lambda f: f.write(b"old a"), second: lambda f: f.write(b"old b")})
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as said:
+        atomic_write_files({first: lambda f: f.write(b"new a"), second: full})
+    assert said.value.filename == str(second)
+    assert (first.read_bytes(), second.read_bytes()) == (b"old a", b"old b")  # the new a.pt was not put in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.onnx", "a.pt"]
