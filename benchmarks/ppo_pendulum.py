@@ -84,8 +84,7 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
 
     model.learn(total_timesteps=budget, callback=Solve())
     if result["time"] == float("inf"):  # unsolved: the steps it ran, and its last update evaluated too (the
-        result["steps"], result["return"] = model.num_timesteps, evaluate()  # (the callback evaluates at the start
-        # of the next rollout only)
+        result["steps"], result["return"] = model.num_timesteps, evaluate()  # callback evaluates next rollouts only)
     return result["time"], result["steps"], result["return"]
 
 

@@ -56,7 +56,7 @@ from robolearn.logger import RunLogger, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
-                            record_failure, refuse_finished, remember_folder, trained_counts, write_config)
+                            record_failure, refuse_finished, trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
@@ -182,7 +182,7 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
         if resume:
             keep_replaced_config(runner.run_dir, runner.cfg)
         write_config(runner.run_dir, runner.cfg)
-        runner.folder = remember_folder(runner.run_dir)  # each save checks it is still there (check_same_folder)
+        runner.folder = os.stat(runner.run_dir)  # each save checks it is still there (check_same_folder)
     except BaseException:
         if not resume:
             shutil.rmtree(runner.run_dir, ignore_errors=True)

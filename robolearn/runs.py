@@ -255,14 +255,9 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
 FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
 
 
-def remember_folder(run_dir: Path) -> os.stat_result:
-    """What identifies ``run_dir`` on its file system, for :func:`check_same_folder` later."""
-    return os.stat(run_dir)
-
-
 def check_same_folder(run_dir: Path, started: os.stat_result | None) -> None:
-    """Refuse to write into ``run_dir`` once it was moved or deleted while the run trained (``started``: from
-    :func:`remember_folder`): a checkpoint written there would make a new folder of that name holding no config
+    """Refuse to write into ``run_dir`` once it was moved or deleted while the run trained (``started``: its
+    ``os.stat`` when the run wrote its config): a checkpoint written there would make a new folder of that name holding no config
     and no metrics, and the run would end as if nothing had happened."""
     if started is None:
         return

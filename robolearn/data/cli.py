@@ -19,7 +19,6 @@ from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, sett
 from robolearn.shell import shell
 
 
-
 def add_dataset_parser(commands: Any) -> None:
     """Add the ``dataset`` command and its subcommands to ``commands`` (argparse subparsers)."""
     parser = commands.add_parser("dataset", help="offline datasets: record, import, export, split, merge, replay")

@@ -32,6 +32,11 @@ class DatasetError(ValueError):
     """Data that cannot be used; the one-line message names the file, the key and the shapes."""
 
 
+def is_positive_number(value: Any) -> bool:
+    """Whether ``value`` is a finite number above 0 (not a bool, a string or NaN): a rate or a period."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < float("inf")
+
+
 def as_flags(values: Any, where: str, key: str) -> np.ndarray:
     """``values`` as bools, refused unless each is 0 or 1 (False or True): other numbers, strings or NaN would
     read as True (an "is done" column of the strings 'False' had ended every step) and a null as False."""
@@ -97,7 +102,7 @@ class Episode:
             if np.asarray(value).dtype.kind not in "biuf":  # strings or objects: numpy's errors would not say which
                 raise DatasetError(f"{where}: '{key}' has dtype {np.asarray(value).dtype}, expected numbers")
         for key in ("terminations", "truncations"):  # 2 or NaN would read as True
-            as_flags(expected[key][0], where, key)
+            as_flags(getattr(self, key), where, key)
         for key, value in self.infos.items():
             if np.ndim(value) == 0 or len(value) not in (steps, steps + 1):
                 raise DatasetError(f"{where}: 'infos/{key}' has shape {np.shape(value)}, "

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.episode import DatasetError, Episode, as_flags
+from robolearn.data.episode import DatasetError, Episode, as_flags, is_positive_number
 
 IMAGE_DTYPES = ("image", "video", "string")
 
@@ -149,7 +149,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
                             "robot_type": info.get("robot_type"), "lerobot_episode_index": np.unique(data["episode_index"]).tolist()}
     if info.get("fps") is not None:  # a rate of 0, -10 or "abc" had become a control period of inf, -0.1 or an error
         fps = info["fps"]
-        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < float("inf"):
+        if not is_positive_number(fps):
             raise DatasetError(f"{info_path}: 'fps' is {fps!r}; a positive number of frames per second, or null")
         meta["control_dt"] = 1.0 / float(fps)
     if "next.reward" not in features:

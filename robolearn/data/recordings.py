@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.data.episode import DatasetError, Episode, as_flags
+from robolearn.data.episode import DatasetError, Episode, as_flags, is_positive_number
 from robolearn.recording import load_episode, overruled_rules
 
 REQUIRED = ("actions", "rewards", "terminations", "truncations")
@@ -86,7 +86,7 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
             raise DatasetError(f"{meta_file}: a {type(meta['recording']).__name__}; a recording's metadata is a mapping")
         if meta["recording"].get("control_dt") is not None:
             dt = meta["recording"]["control_dt"]
-            if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not 0 < dt < float("inf"):
+            if not is_positive_number(dt):
                 raise DatasetError(f"{meta_file}: 'control_dt' is {dt!r}; the control period, a positive number of seconds")
             meta["control_dt"] = dt
         if "controller" in meta["recording"]:
