@@ -7,9 +7,11 @@ env vars torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), so
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,8 @@ def flat(state) -> torch.Tensor:
 
 
 def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
+    # a native crash (SIGABRT, SIGSEGV) writes where every thread was (kept open until the process ends)
+    faulthandler.enable(open(tmp / f"crash{rank}.txt", "w"), all_threads=True)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -111,7 +115,20 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     tmp = tmp_path_factory.mktemp("dist")
-    mp.spawn(_worker, args=(2, free_port(), tmp), nprocs=2, join=True)
+    try:
+        mp.spawn(_worker, args=(2, free_port(), tmp), nprocs=2, join=True)
+    except mp.ProcessExitedException as err:
+        # A rank killed by a signal, not failed by an error of ours (that is a ProcessRaisedException, never
+        # retried): once, in CI, rank 1 aborted in native code ("terminate called without an active exception")
+        # near its end (by the timing, after leaving the process group); 0 of 45 runs here did it again.
+        # One fresh try, said in the warnings summary; a crash that repeats fails the tests.
+        if err.signal_name is None:
+            raise
+        where = "".join(f"\n{path.name}:\n{path.read_text()}" for path in sorted(tmp.glob("crash*.txt"))
+                        if path.stat().st_size)
+        warnings.warn(f"distributed test: {err}; retried once in a fresh folder{where}", stacklevel=1)
+        tmp = tmp_path_factory.mktemp("dist")
+        mp.spawn(_worker, args=(2, free_port(), tmp), nprocs=2, join=True)
     return tmp, [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
