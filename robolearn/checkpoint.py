@@ -78,11 +78,21 @@ def remove_partial_writes(folder: Path, names: tuple[str, ...] = ("latest.pt", "
     return leftovers
 
 
-def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any], progress: dict[str, Any]) -> None:
-    """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG."""
+def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any], progress: dict[str, Any],
+                    replay: Any = None) -> None:
+    """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG; with ``replay``
+    (a :class:`~robolearn.storage.ReplayBuffer`), its state beside it as ``replay.pt``, stamped with the env
+    steps it holds. The two are written as one (:func:`atomic_write_files`): a kill or a full disk during the
+    long replay write leaves both as they were, never a replay newer than its checkpoint."""
     payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress}
     check_loadable(payload, "checkpoint")
-    atomic_write_bytes(Path(path), lambda f: torch.save(payload, f))
+    writes = {}
+    if replay is not None:
+        state = {**replay.state_dict(), "env_steps": int(progress["env_steps"])}
+        check_loadable(state, "replay buffer")
+        writes[Path(path).with_name("replay.pt")] = lambda f: torch.save(state, f)
+    writes[Path(path)] = lambda f: torch.save(payload, f)
+    atomic_write_files(writes)
 
 
 # what torch.load(weights_only=True) reads back: leaves of exactly these types (a numpy float is a float
@@ -157,19 +167,10 @@ PROGRESS_COUNTS = ("env_steps", "updates", "pretrain_updates", "online_updates",
 """What a checkpoint's progress counts (the runners' Progress classes): whole numbers, read by resume and list."""
 
 
-def save_replay(path: Path, replay: Any, env_steps: int) -> None:
-    """``replay``'s state (a :class:`~robolearn.storage.ReplayBuffer`) beside a checkpoint, stamped with
-    the env steps it holds. Written before the checkpoint: a kill during this, the long write, leaves both
-    files as they were; a kill between the two is caught by the stamp on resume."""
-    state = {**replay.state_dict(), "env_steps": int(env_steps)}
-    check_loadable(state, "replay buffer")
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
-
-
 def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool = True) -> None:
     """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing or unreadable is an error
-    that says what to do; a stamp of another step (killed between the writes) is said (where ``warn``:
-    once per run, not by every rank), then used."""
+    that says what to do; a stamp of another step (a run saved before the two were written as one, or a
+    kill between their renames) is said (where ``warn``: once per run, not by every rank), then used."""
     remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a run that learns from a replay buffer resumes with it; {remedy}")

@@ -34,8 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import (load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint,
-                                  save_replay)
+from robolearn.checkpoint import load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
@@ -127,9 +126,8 @@ class FinetuneRunner(OfflineRunner):
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
         progress = {**self.progress.__dict__, "rng": rng_state()}
-        if self.progress.phase == "online":
-            save_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps)
-        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
+                        replay=self.online if self.progress.phase == "online" else None)
 
     def _refuse_finished(self) -> None:
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""

@@ -44,8 +44,7 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay,
-                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, save_replay,
-                                  set_rng_state)
+                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
@@ -340,10 +339,8 @@ class Runner:
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()
         progress = {**self.progress.__dict__, "rng": rng_state()}
-        if self.replay is not None:
-            save_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps)
-        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg),
-                        agent=self.agent.state_dict(), progress=progress)
+        save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(),
+                        progress=progress, replay=self.replay)
 
     def _restore(self) -> None:
         self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))

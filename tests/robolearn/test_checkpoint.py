@@ -181,3 +181,34 @@ def test_files_written_as_one_set_are_all_old_or_all_new(tmp_path):
     assert said.value.filename == str(second)
     assert (first.read_bytes(), second.read_bytes()) == (b"old a", b"old b")  # the new a.pt was not put in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.onnx", "a.pt"]
+
+
+def test_a_replay_buffer_is_saved_with_its_checkpoint_as_one(tmp_path, monkeypatch):
+    """replay.pt had been written (and renamed into place) before latest.pt: a disk that filled between the two
+    left a replay buffer newer than its checkpoint, which the resume could only warn about."""
+    import errno
+
+    from robolearn.storage import ReplayBuffer
+
+    path = tmp_path / "latest.pt"
+    replay = ReplayBuffer(100, "cpu")
+    replay.add({"x": torch.ones(4, 2)})
+    save_checkpoint(path, config={}, agent=state(), progress={"env_steps": 4}, replay=replay)
+    assert torch.load(path.with_name("replay.pt"), weights_only=True)["env_steps"] == 4
+    replay.add({"x": torch.ones(4, 2)})
+    saves, real_save = [], torch.save
+
+    def full_at_the_checkpoint(obj, f):  # the replay buffer is written, then the disk fills
+        saves.append(obj)
+        if len(saves) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr(torch, "save", full_at_the_checkpoint)
+    with pytest.raises(OSError):
+        save_checkpoint(path, config={}, agent=state(), progress={"env_steps": 8}, replay=replay)
+    monkeypatch.undo()
+    assert saves[0]["env_steps"] == 8  # the replay buffer was written first...
+    assert torch.load(path.with_name("replay.pt"), weights_only=True)["env_steps"] == 4  # ...but not put in place
+    assert load_checkpoint(path)["progress"]["env_steps"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt", "replay.pt"]

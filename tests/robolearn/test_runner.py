@@ -167,7 +167,8 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     resumed.close()
     assert resumed.replay.size == 3000
 
-    # killed between writing replay.pt (first) and latest.pt: the stamps differ, and the resume says so
+    # a run saved before the two were written as one, or killed between their renames: the stamps differ,
+    # and the resume says so
     replay_path = runner.checkpoint_path.with_name("replay.pt")
     state = torch.load(replay_path, weights_only=True)
     assert state["env_steps"] == 3000
