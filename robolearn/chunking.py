@@ -136,7 +136,8 @@ class ChunkedController(Controller):
     which cannot ``extend``). Stateless ones are queried through their
     ``forward`` on the env rows that need a decision; stateful ones (recurrent,
     hierarchical) through ``act`` on the whole batch, and are not exportable
-    in chunks. ``length`` defaults to the source's K. A ChunkedController given is replaced by its source,
+    in chunks (and are asked every step, so their clocks and memories see every
+    observation: only their actions are held). ``length`` defaults to the source's K. A ChunkedController given is replaced by its source,
     at its length unless ``length`` is given; the other settings are this one's.
     """
 
@@ -160,6 +161,10 @@ class ChunkedController(Controller):
         self.chunk_length = self.length
         inputs = controller.export_inputs() if hasattr(controller, "export_inputs") else {"obs": None}
         self.stateless = list(inputs) == ["obs"]  # an exported file (ExportedController) is a source too
+        if beyond == "extend" and self.sequence and not isinstance(controller, nn.Module):
+            raise ValueError(f"beyond='extend' unrolls a sequence module past its {self.source_length} actions; "
+                             f"an exported {type(controller).__name__} plays only its own: use beyond='hold', or "
+                             "the run's checkpoint")
 
     def forward(self, obs: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """The chunk ``(B, length, A)`` decided from ``obs`` (the exported function).

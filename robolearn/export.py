@@ -200,12 +200,22 @@ class ExportedController:
             self._call = lambda *args: _as_list(module(*(a.cpu().float() for a in args)))
         self._run = lambda x: self._call(x)[0]
         chunk = self.meta.get("chunk")
-        self.queue = ActionQueue(int(chunk["length"]), chunk["mode"], decay=float(chunk["decay"])) if chunk else None
+        self.queue = ActionQueue(chunk["length"], chunk["mode"], decay=float(chunk["decay"])) if chunk else None
         self.obs_size = int(self.meta["obs_size"])
-        self.chunk_length = int(chunk["length"]) if chunk else None  # a sequence source for ChunkedController
+        self.chunk_length = chunk["length"] if chunk else None  # a sequence source for ChunkedController
+        if chunk:  # the file's own K: one with another's controller.json would play a cut or padded chunk
+            made = self._run(torch.zeros(1, self.obs_size))
+            if made.dim() != 3 or made.shape[1] != chunk["length"]:
+                raise CheckpointError(f"{path}: makes chunks of shape {tuple(made.shape[1:])}, but {meta_path} says "
+                                      f"{chunk['length']} actions (files of two exports); {_reexport(path)}")
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """The exported function itself: ``obs -> action`` or, for a sequence controller, the chunk."""
+        """The exported function itself: ``obs`` ``(num_envs, obs_size)`` -> action or, for a sequence
+        controller, the chunk."""
+        if not isinstance(obs, torch.Tensor) or obs.dim() != 2 or obs.shape[1] != self.obs_size:
+            shape = tuple(obs.shape) if hasattr(obs, "shape") else type(obs).__name__
+            raise ValueError(f"{type(self).__name__}: the exported function takes observations (num_envs, "
+                             f"{self.obs_size}), got {shape}; act(obs) takes the env's dict of groups")
         with torch.no_grad():
             return self._run(obs)
 
@@ -264,13 +274,27 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
               "obs_size": lambda v: isinstance(v, int) and v > 0,
               "decision_period": lambda v: isinstance(v, int) and v > 0,
               "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
-    optional = {"control_dt": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
-                "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict)}
+    optional = {"control_dt": lambda v: _is_number(v) and 0 < v < math.inf,
+                "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict),
+                "chunk": lambda v: _is_chunk(v, meta.get("decision_period"))}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
             raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")
     return meta
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_chunk(chunk: Any, decision_period: int) -> bool:
+    """controller.json's ``chunk`` as ChunkedController.export_meta writes it, played at ``decision_period``
+    (its length open loop, every step in ensemble mode)."""
+    if not (isinstance(chunk, dict) and isinstance(chunk.get("length"), int) and not isinstance(chunk["length"], bool)
+            and chunk["length"] >= 1 and _is_number(chunk.get("decay")) and math.isfinite(chunk["decay"])):
+        return False
+    return decision_period == {"open_loop": chunk["length"], "ensemble": 1}.get(chunk.get("mode"))
 
 
 def _reexport(path: Path) -> str:

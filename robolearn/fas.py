@@ -12,7 +12,9 @@ negative: shifted by +1550, R_max 1350). A flat policy repeats its action for
 the ``L`` steps; a sequence policy plays its own sequence, and past its length
 ``J`` holds its last action (``beyond="hold"``, the default) or keeps unrolling
 its sequence open loop (``beyond="extend"``; SRL's GRU can). No new
-observation is read inside the ``L`` steps in either case.
+observation is decided on inside the ``L`` steps in either case; a stateful
+controller (recurrent, skills, subgoals) is still asked every step, so that its
+clock keeps time, and its memory sees those observations (said as a warning).
 
 Every ``R(L)`` uses the same env seed (common random numbers), so the curve's
 shape is the controller's, not the initial states'.
@@ -20,6 +22,7 @@ shape is the controller's, not the initial states'.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -100,6 +103,10 @@ def curve(controller: nn.Module, make_env: Callable[[int], VecEnv], episodes: in
     with make_env(episodes) as env:
         for length in lengths:
             chunked = ChunkedController(controller, length=length, mode="open_loop", beyond=beyond).to(env.device)
+            if not chunked.stateless and length == lengths[0]:
+                warnings.warn(f"{type(chunked.inner).__name__} holds state across steps: it is asked every step "
+                              "(its clock keeps time) and only its actions are held, so its memory sees the "
+                              "observations inside each L, which a stateless controller's would not", stacklevel=2)
             returns[length] = evaluate(chunked, env, episodes, seed=seed)["return_mean"]
     return returns
 

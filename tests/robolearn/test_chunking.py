@@ -1,6 +1,7 @@
 """Chunked execution: open-loop chunks, holding past K, ACT ensembling, export, and the delay wrapper."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -210,3 +211,46 @@ def test_a_chunked_stateful_controller_is_refused_at_export_by_name(tmp_path):
                                          r"does not export in chunks: export the controller itself"):
         export_controller(ChunkedController(HeldSkill(), length=2), tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_an_exported_chunk_is_checked_against_its_controller_json(tmp_path):
+    """A controller.json's chunk had been read unchecked: a K of 8 beside a file of 4 played 4 actions and then
+    the 4th again four times; a missing or misspelled mode was a KeyError or named no file."""
+    import json
+
+    from robolearn.checkpoint import CheckpointError
+
+    paths = export_controller(ChunkedController(Ramp(), length=4), tmp_path)
+    meta_path = tmp_path / "controller.json"
+    meta = json.loads(meta_path.read_text())
+    for chunk, period in [({**meta["chunk"], "length": 8}, 8), ({**meta["chunk"], "mode": "ensembel"}, 4),
+                          ({k: v for k, v in meta["chunk"].items() if k != "mode"}, 4), ([4], 4),
+                          ({**meta["chunk"], "length": 8}, 4), ({**meta["chunk"], "mode": "ensemble"}, 4)]:
+        meta_path.write_text(json.dumps({**meta, "chunk": chunk, "decision_period": period}))
+        for path in paths["torchscript"], paths["onnx"]:
+            said = "makes chunks of shape (4, 1), but" if period == 8 else "'chunk' "
+            with pytest.raises(CheckpointError, match=rf"^{path if period == 8 else meta_path}: .*{re.escape(said)}"):
+                ExportedController(path)
+    meta_path.write_text(json.dumps({**meta, "chunk": {**meta["chunk"], "mode": "ensemble"}, "decision_period": 1}))
+    assert ExportedController(paths["onnx"]).decision_period == 1  # what an ensemble export writes
+
+
+def test_an_exported_controller_is_refused_what_it_cannot_do_in_one_line(tmp_path):
+    """Its function fed a wrong width had been 100 lines of TorchScript trace (or ONNX Runtime's INVALID_ARGUMENT);
+    extending its chunk had failed at the first act with a TypeError about positional arguments."""
+    exported = ExportedController(export_controller(ChunkedController(Ramp(), length=3), tmp_path)["torchscript"])
+    assert exported(torch.ones(2, 1)).shape == (2, 3, 1)
+    for wrong in torch.zeros(1, 5), torch.zeros(1):
+        with pytest.raises(ValueError, match=rf"takes observations \(num_envs, 1\), got {re.escape(str(tuple(wrong.shape)))};"):
+            exported(wrong)
+    with pytest.raises(ValueError, match="an exported ExportedController plays only its own: use beyond='hold'"):
+        ChunkedController(exported, length=8, beyond="extend")
+    held = ChunkedController(exported, length=5, beyond="hold")
+    assert _play(held, Clock(1, 10), 5) == [[0.0], [1.0], [2.0], [2.0], [2.0]]
+
+
+def test_fas_of_a_stateful_controller_says_its_memory_sees_every_step():
+    from robolearn.fas import curve
+
+    with pytest.warns(UserWarning, match="HeldSkill holds state across steps: it is asked every step"):
+        curve(HeldSkill(), lambda n: Clock(n, 6), episodes=1, lengths=(1, 2))
