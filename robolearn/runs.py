@@ -38,6 +38,7 @@ from robolearn.export import task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
+from robolearn.run_lock import holder
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.run_lock import holder
 from robolearn.shell import shell
@@ -94,11 +95,25 @@ def find_run_dirs(root: Path) -> list[Path]:
 def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Agent:
     """Rebuild the agent of ``run_dir`` from its config and latest checkpoint."""
     cfg = cfg or load_run_config(run_dir)
+    if why := no_checkpoint(Path(run_dir), cfg):
+        raise CheckpointError(why)
     agent = make_agent(cfg, env)
     payload = load_checkpoint(Path(run_dir) / "checkpoints" / "latest.pt")
     check_compatible(agent.state_dict(), payload["agent"])
     agent.load_state_dict(payload["agent"])
     return agent
+
+
+def no_checkpoint(run_dir: Path, cfg: TrainConfig) -> str | None:
+    """Why ``run_dir`` has no checkpoint to evaluate, film, export or record from (None when it has one):
+    a run still before its first, or one that stopped before it (a bare missing file said neither)."""
+    if (run_dir / "checkpoints" / "latest.pt").is_file():
+        return None
+    if trainer := holder(run_dir):
+        return (f"{run_dir}: no checkpoint yet: the run is still training ({trainer}) and saves its first after "
+                f"runner.checkpoint_every={cfg.runner.checkpoint_every} iteration(s)")
+    return (f"{run_dir}: no checkpoint: the run stopped before its first one was saved; train it anew "
+            f"(robolearn train <config>) and remove this folder")
 
 
 def saved_progress(run: Path) -> dict[str, Any]:

@@ -240,7 +240,8 @@ def test_controller_for_another_task_is_refused(tmp_path, make_emulator):
 
 
 def test_missing_export_says_what_to_run(tmp_path, run_dir):
-    (tmp_path / "my run").mkdir()  # the command to paste quotes the path (bare, it was two words)
+    (tmp_path / "my run" / "checkpoints").mkdir(parents=True)  # the command to paste quotes the path (bare, it
+    (tmp_path / "my run" / "checkpoints" / "latest.pt").touch()  # was two words), of a run with a checkpoint
     with pytest.raises(FileNotFoundError, match=re.escape(f"run `robolearn export '{tmp_path / 'my run'}'` first")):
         deploy(tmp_path / "my run", "dxl_arm", episodes=1)
     with pytest.raises(FileNotFoundError, match=rf"give the folder that holds export/, not export/ itself: "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,35 @@ def test_resuming_a_run_that_stopped_before_its_first_checkpoint_says_to_train_a
     (tmp_path / "metrics.jsonl").write_text("")
     assert main(["train", "--no-wandb", "--resume", str(tmp_path)]) == 2
     assert "no checkpoint to resume from: the run stopped before its first one was saved; train it anew" in error(capsys)
+
+
+def test_using_a_run_before_its_first_checkpoint_says_why_there_is_none(tmp_path, root, capsys):
+    """eval, play, export and record of such a run had said only '.../latest.pt: no such checkpoint file' (and
+    deploy had advised `robolearn export`, which then failed the same way)."""
+    import yaml
+
+    from hardware.deploy import deploy
+    from robolearn.config import to_dict
+    from robolearn.run_lock import RunLock
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_cartpole")), sort_keys=False))
+    commands = [["eval", str(tmp_path)], ["play", str(tmp_path), "--video", str(tmp_path / "a.mp4")],
+                ["export", str(tmp_path)], ["dataset", "record", "--run", str(tmp_path), "--episodes", "1"]]
+    for command in commands:
+        assert main(command) == 2
+        assert f"{tmp_path}: no checkpoint: the run stopped before its first one was saved; train it anew" in error(capsys)
+    with pytest.raises(FileNotFoundError, match="no exported controller, nor a checkpoint to export one from"):
+        deploy(tmp_path, "dxl_arm", port="/dev/null", episodes=1)
+    lock = RunLock(tmp_path)  # as if another terminal trained it now
+    try:
+        for command in commands:
+            assert main(command) == 2
+            assert (f"{tmp_path}: no checkpoint yet: the run is still training (pid {os.getpid()} " in error(capsys))
+        with pytest.raises(FileNotFoundError, match=r"still training \(pid .*\) and has saved no checkpoint to export"):
+            deploy(tmp_path, "dxl_arm", port="/dev/null", episodes=1)
+    finally:
+        lock.release()
+    assert not (tmp_path / "a.mp4").exists() and not (tmp_path / "export").exists()
 
 
 def test_malformed_override_value(capsys):
