@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import errno
 import itertools
 import json
@@ -17,10 +18,12 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml, run_config_path
+from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml, run_config_path,
+                              to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError
@@ -151,6 +154,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespace, stray: list[str]) -> NoReturn:
+    """Words no option took, said by the command's own parser (its usage, not the top level's list of commands),
+    with what each misspelled or misplaced option likely was: the command's nearest option, another command's
+    option (`deploy --lockstep` is `emulate`'s), or for `train`, a setting given as a flag."""
+    def options(p: argparse.ArgumentParser) -> list[str]:
+        return [option for action in p._actions for option in action.option_strings]  # (argparse has no public list)
+
+    def subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next((a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+    command = subparsers(parser)[args.command]
+    if args.command == "dataset":
+        command = subparsers(command)[args.dataset_command]
+    known = options(command)
+    others = {option: name for name, p in subparsers(parser).items() if name != args.command for option in options(p)}
+    settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
+    hints = []
+    for flag in (word.split("=", 1)[0] for word in stray if word.startswith("--")):
+        if close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):
+            hints.append(f"{flag}: did you mean {close[0]}?")
+        elif args.command == "train" and (key := settings.get(flag[2:].replace("-", "_"))):
+            hints.append(f"{flag}: settings are key=value words here, as {key}=...")
+        elif flag in others:
+            hints.append(f"{flag} is an option of `robolearn {others[flag]}`, not of {args.command}")
+    command.error(f"unrecognized arguments: {' '.join(stray)}" + "".join(f"; {hint}" for hint in hints))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status (2: a user error said in one line; 130: interrupted)."""
     parser = build_parser()
@@ -159,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     stray = [word for word in extra if word.startswith("-") or "=" not in word or args.command != "train"]
     if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        refuse_unknown_words(parser, args, stray)
     if extra:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])

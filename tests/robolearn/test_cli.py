@@ -21,6 +21,24 @@ def test_stray_words_are_still_rejected(capsys):
     assert "unrecognized arguments: oops=1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["eval", "runs/x", "--epsiodes", "2"], "robolearn eval: error: unrecognized arguments: --epsiodes 2; "
+                                            "--epsiodes: did you mean --episodes?"),
+    (["deploy", "runs/x", "--robot", "dxl_arm", "--lockstep"], "--lockstep is an option of `robolearn emulate`, "
+                                                                "not of deploy"),
+    (["train", "ppo_cartpole", "--total-steps", "100"], "--total-steps: settings are key=value words here, as "
+                                                        "runner.total_steps=..."),
+    (["dataset", "info", "cp", "--jsn"], "robolearn dataset info: error: unrecognized arguments: --jsn; --jsn: did "
+                                         "you mean --json?"),
+], ids=["misspelled", "another-command's", "setting", "dataset"])
+def test_a_wrong_option_is_said_by_its_command_with_what_it_likely_was(capsys, argv, says):
+    """It had printed the top-level usage (the list of commands) and 'unrecognized arguments' only."""
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert says in err and err.startswith(f"usage: robolearn {' '.join(argv[:2 if argv[0] == 'dataset' else 1])} ")
+
+
 def test_bench_lists_the_benchmarks_and_runs_one_with_its_own_flags(capfd):
     assert main(["bench"]) == 0
     listed = capfd.readouterr().out
