@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from robolearn.checkpoint import CheckpointError
 from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
 from robolearn.shell import shell
 
@@ -43,7 +45,8 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--task", help="task name or gym:<id> (default: the run's or the controller's)")
     p.add_argument("--episodes", type=int, required=True)
     p.add_argument("--num-envs", type=int, default=1)
-    p.add_argument("--noise", type=float, default=0.0, help="Gaussian action noise, in half action ranges")
+    p.add_argument("--noise", type=float, default=0.0,
+                   help="Gaussian action noise's standard deviation, in half action ranges (default 0: none)")
     p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
@@ -128,6 +131,8 @@ def _record(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("--episodes and --num-envs must be at least 1")
+    if not (math.isfinite(args.noise) and args.noise >= 0):  # a negative std had recorded as noise -1, adding none
+        raise ValueError(f"--noise is a standard deviation (in half action ranges), at least 0; got {args.noise:g}")
     check_refs(args.ref_min, args.ref_max)
     # The controller as a full path: the dataset says what made it wherever it is read from
     controller_name = args.controller if args.controller in (None, "random") else str(Path(args.controller).resolve())
@@ -155,7 +160,13 @@ def _record(args: argparse.Namespace) -> int:
         if args.run:
             from robolearn.runs import load_agent
 
-            controller = load_agent(args.run, env, cfg).controller().to(env.device).eval()
+            try:
+                controller = load_agent(args.run, env, cfg).controller().to(env.device).eval()
+            except CheckpointError as err:  # a shape mismatch, said as the task the run did not train on
+                if task == cfg.env.task or "shape" not in str(err):
+                    raise
+                raise ValueError(f"--task {task}: run {args.run} trained on '{cfg.env.task}', whose observations or "
+                                 "actions differ; leave --task out to record the run's own task") from None
         elif args.controller == "random":
             controller = RandomController(env, seed=args.seed)
         else:

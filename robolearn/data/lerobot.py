@@ -297,17 +297,17 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
 
 def _frames_per_second(dataset: Any, fps: float | None) -> int | float:
     """``fps``, else 1 / the dataset's control period; whole numbers as ints (lerobot's ``fps`` is one)."""
-    dt = dataset.info.get("control_dt")
+    dt, given = dataset.info.get("control_dt"), fps is not None
     if fps is None:
         if not dt:
             raise DatasetError(f"dataset '{dataset.id}' does not say its control period (no control_dt): LeRobot "
                                "datasets need one; pass --fps")
         fps = 1.0 / float(dt)
-    elif dt and abs(fps * float(dt) - 1.0) > 1e-6:
+    if not (math.isfinite(fps) and fps > 0):  # before any warning about what it would write
+        raise ValueError(f"--fps must be a positive number, got {fps:g}")
+    if given and dt and abs(fps * float(dt) - 1.0) > 1e-6:
         warnings.warn(f"--fps {fps:g}: dataset '{dataset.id}' was recorded at {1.0 / float(dt):g} frames per second "
                       f"(control_dt {float(dt):g} s); its timestamps will say {fps:g}", stacklevel=3)
-    if not (math.isfinite(fps) and fps > 0):
-        raise ValueError(f"--fps must be a positive number, got {fps}")
     if round(fps) >= 1 and abs(fps - round(fps)) < 1e-6 * fps:
         return int(round(fps))
     warnings.warn(f"{fps:g} frames per second is not a whole number, which lerobot's fps is meant to be; written "

@@ -80,6 +80,14 @@ def test_record_from_a_run_directory(tmp_path, root, capsys):
     assert ds.raw_metadata["algorithm_name"] == "ppo"
     assert ds.info["controller"] == f"run:{run}"
     assert main(["dataset", "replay", "cartpole-ppo"]) == 0 and "exact replay" in capsys.readouterr().out
+    # another task of other shapes: said as what was asked, not as a checkpoint tensor's shape
+    assert main(["dataset", "record", "--run", str(run), "--task", "pendulum", "--episodes", "1", "--no-progress"]) == 2
+    assert f"--task pendulum: run {run} trained on 'cartpole', whose observations or actions differ; leave --task " \
+           "out" in capsys.readouterr().err
+    for noise in "-1", "nan":  # a negative standard deviation had been recorded as noise -1, adding none
+        assert main(["dataset", "record", "--run", str(run), "--episodes", "1", "--noise", noise, "--name", "n"]) == 2
+        assert f"--noise is a standard deviation (in half action ranges), at least 0; got {noise}" in \
+               capsys.readouterr().err
 
 
 def test_missing_task_and_dataset_are_one_line_errors(tmp_path, root, capsys):

@@ -336,6 +336,11 @@ def test_export_without_a_control_period_asks_for_fps_and_an_fps_other_than_the_
     rated = SimpleNamespace(info={"control_dt": 0.02}, id="pend-v0", task="pendulum")
     with pytest.warns(UserWarning, match="recorded at 50 frames per second .* its timestamps will say 25"):
         assert _frames_per_second(rated, 25.0) == 25
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before warning about what it would have written
+        for wrong in 0.0, -10.0, float("nan"):
+            with pytest.raises(ValueError, match="--fps must be a positive number"):
+                _frames_per_second(rated, wrong)
 
 
 def test_one_wide_actions_are_scalar_columns_as_lerobot_reads_shape_1(recorded, tmp_path):
