@@ -316,6 +316,9 @@ def _train(args: argparse.Namespace) -> int:
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
         config = run_config_path(args.resume)
+    asked = next((word for word in args.overrides if word.startswith("logging.wandb=")), "logging.wandb=disabled")
+    if args.no_wandb and asked != "logging.wandb=disabled":  # (the flag had silently won)
+        raise ConfigError(f"--no-wandb and {asked}: give one of them")
     cfg = load_config(config, args.overrides)
     if args.no_wandb:
         cfg.logging.wandb = "disabled"

@@ -8,6 +8,7 @@ backend; ``make_env("gym:Pendulum-v1", num_envs=8)`` wraps a Gymnasium env and
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 import numbers
@@ -143,7 +144,10 @@ def task_builder(task: str) -> Callable[..., Task]:
     if task in TASKS:
         return TASKS[task]
     if ":" not in task:
-        raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}, '{GYM_PREFIX}<Gymnasium id>', "
+        close = difflib.get_close_matches(task, TASKS, n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown task {task!r} (env.task); {guess}known: {sorted(TASKS)}, "
+                         f"'{GYM_PREFIX}<Gymnasium id>', "
                          f"'{MJLAB_PREFIX}<mjlab task id>', or 'module:Class' for a Task of your own")
     if task.partition(":")[0] in ("isaaclab", "isaacgym", "legged_gym"):  # read as a module, it would say "install"
         raise ValueError(f"env.task={task}: Isaac Lab and Isaac Gym envs have no task prefix here (installing them "
@@ -252,9 +256,11 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
     try:
         device = torch.device(device)
     except RuntimeError:
-        raise ValueError(f"device {str(device)!r} is not a torch device: use cpu, cuda or cuda:N") from None
+        raise ValueError(f"device {str(device)!r} (env.device) is not a torch device: use cpu, cuda or "
+                         "cuda:N") from None
     if device.type not in ("cpu", "cuda"):  # torch would fail deep in a task; Warp would quietly run on its CPU
-        raise ValueError(f"device {str(device)!r}: robolearn's envs run on cpu or cuda (cuda:N), not {device.type}")
+        raise ValueError(f"device {str(device)!r} (env.device): robolearn's envs run on cpu or cuda (cuda:N), not "
+                         f"{device.type}")
     if device.type == "cpu":
         if backend == "warp" and "warp-on-cpu" not in _SAID:  # once per process, not for every env a run builds
             _SAID.add("warp-on-cpu")

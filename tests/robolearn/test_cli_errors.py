@@ -301,7 +301,8 @@ def test_deploy_of_a_missing_run(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["train", "--nproc", "0"], "--nproc must be at least 1, got 0"),
     (["train", "hrac_point_maze_medium", "--nproc", "2"], "--nproc 2: algo 'hrac' does not average its gradients"),
-    (["train", "env.device=gpu"], "device 'gpu' is not a torch device"),
+    (["train", "env.device=gpu"], "device 'gpu' (env.device) is not a torch device"),
+    (["train", "env.task=cartpol"], "unknown task 'cartpol' (env.task); did you mean 'cartpole'? known: "),
 ])
 def test_refused_before_any_rank_or_env_starts(argv, message, capsys):
     assert main([*argv, "--no-wandb"]) == 2

@@ -97,7 +97,7 @@ def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
         sims.make_env(f"{own_module}:Slidr", num_envs=1)
     with pytest.raises(ValueError, match=r"built a int, not a sims.Task"):
         sims.make_env(f"{own_module}:not_a_task", num_envs=1)
-    with pytest.raises(ValueError, match=r"unknown task 'slider'; known: .*'module:Class' for a Task of your own"):
+    with pytest.raises(ValueError, match=r"unknown task 'slider' \(env.task\); known: .*'module:Class' for a Task of your own"):
         sims.make_env("slider", num_envs=1)
 
 

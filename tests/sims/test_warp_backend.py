@@ -194,7 +194,7 @@ def test_a_gpu_that_torch_sees_and_warp_does_not_is_a_clear_error(monkeypatch):
 
 
 def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
-    with pytest.raises(ValueError, match="'gpu' is not a torch device: use cpu, cuda or cuda:N"):
+    with pytest.raises(ValueError, match=r"'gpu' \(env.device\) is not a torch device: use cpu, cuda or cuda:N"):
         sims.make_env("pendulum", 2, device="gpu", backend="warp")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="device=cuda: no CUDA GPU here"):  # the CPU backend has no fallback to pick
