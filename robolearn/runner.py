@@ -789,7 +789,10 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; {shell('robolearn', 'plot', run)} "
                          "draws its curves"):
         try:  # after the evaluation, which the curves show at the run's end
-            result.curves = plot_runs([run], run / "curves.png", at_end=True)
+            if result.trained:
+                result.curves = plot_runs([run], run / "curves.png", at_end=True)
+            else:  # (plot_runs would call the folder "not a run directory")
+                print(f"no curves: nothing was trained (runner.total_steps={cfg.runner.total_steps})")
         except Exception as err:  # a picture must not cost the trained run
             print(f"curves skipped: {type(err).__name__}: {err}")
     if cfg.runner.video_seconds > 0:

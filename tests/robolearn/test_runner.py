@@ -182,6 +182,16 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     assert resumed.replay.size == 3000
 
 
+def test_a_run_of_no_steps_says_it_has_no_curves_not_that_it_is_no_run(tmp_path, capsys):
+    """runner.total_steps=0 (allowed) had said 'curves skipped: ValueError: ... not a run directory'."""
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=0", "runner.eval_episodes=0"))
+    result = runner.train()
+    runner.close()
+    assert "no curves: nothing was trained (runner.total_steps=0)" in capsys.readouterr().out
+    assert result.curves is None and not (result.run_dir / "curves.png").exists()
+    assert (result.run_dir / "export" / "controller.onnx").is_file()
+
+
 def test_wandb_offline_writes_run_files(tmp_path):
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "logging.wandb=offline", "runner.eval_episodes=0")
     runner = Runner(cfg)
