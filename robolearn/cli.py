@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as many as the run was trained on")
 
     p = commands.add_parser("eval", help="evaluate a run's controller")
-    p.add_argument("run", type=Path)
+    p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--episodes", type=int, help="default: as many as the run's own evaluation (runner.eval_episodes; "
                                                 "10 where it had none)")
     p.add_argument("--seed", type=int, help="default: the run's own evaluation seed (its seed + 10000), which "
@@ -87,10 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("play", help="film a run's controller")
-    p.add_argument("run", type=Path)
+    p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--video", type=Path, required=True, help="output .mp4 (or .gif, .mkv, .mov, .avi)")
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=10.0, help="length of the film, in seconds (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="the episodes' random stream (default 0)")
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
@@ -104,20 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "their mean and a ±1 std band, over the steps all of them reached")
 
     p = commands.add_parser("export", help="export a run's controller")
-    p.add_argument("run", type=Path)
+    p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
     p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
     p.add_argument("--overwrite", action="store_true", help="replace another run's export in --out")
 
     p = commands.add_parser("deploy", help="run a run's exported controller on a robot, recorded, stopping safely")
-    p.add_argument("run", type=Path)
+    p.add_argument("run", type=Path, help="a run directory, with its export/ (robolearn export RUN writes it)")
     p.add_argument("--robot", required=True, help="robot config: a YAML path or a name in configs/robots/")
     p.add_argument("--port", help="serial port; default: the robot config's (`robolearn emulate` prints one)")
-    p.add_argument("--episodes", type=int, default=1)
-    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
+    p.add_argument("--episodes", type=int, default=1, help="episodes to run (default 1)")
+    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
+                   help="which exported file drives the robot (default torchscript)")
     p.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="fixed target (m); default: sampled")
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
-    p.add_argument("--seed", type=int, default=0, help="the targets' random stream (the same seed, the same targets)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the targets' random stream (the same seed, the same targets; default 0)")
     p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
                    help="a safety setting for this run (repeatable), e.g. max_velocity=5.5 or safe_pose=[0,1.2,-2.2,0]; "
                         "default: the robot config's safety:")
@@ -129,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", help="serial port; default: the robot config's")
     p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
                    help="a safety setting for this replay (repeatable), as for deploy; default: the robot config's")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
 
     p = commands.add_parser("emulate", help="serve an emulated robot on a pseudo-terminal (no hardware needed)")
     p.add_argument("kind", choices=["dynamixel"])
@@ -138,8 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-dt", type=float, metavar="SECONDS",
                    help="with --lockstep: physics per goal write; default: the robot config's control_dt, else 0.02")
     for name in ("mass-scale", "damping-scale", "friction-scale", "gain-scale"):
-        p.add_argument(f"--{name}", type=float, default=1.0, help="reality differs from the MJCF by this factor")
-    p.add_argument("--latency", type=float, default=0.0, help="actuation latency of the emulated servos (s)")
+        p.add_argument(f"--{name}", type=float, default=1.0,
+                       help="reality differs from the MJCF by this factor (default 1)")
+    p.add_argument("--latency", type=float, default=0.0,
+                   help="actuation latency of the emulated servos, in seconds (default 0)")
 
     add_dataset_parser(commands)
 

@@ -35,21 +35,21 @@ def add_dataset_parser(commands: Any) -> None:
     sub.add_parser("list", parents=[root], help="the datasets under the root")
 
     p = sub.add_parser("info", parents=[root], help="a dataset's metadata and return statistics")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("name", help="the dataset's name (dataset list shows them)")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON, for scripts")
 
     p = sub.add_parser("record", parents=[root, refs], help="record a controller's episodes in simulation")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", type=Path, help="a run directory: its task and latest checkpoint")
     source.add_argument("--controller", help="an exported controller.pt/.onnx, or 'random' (uniform actions)")
     p.add_argument("--task", help="task name or gym:<id> (default: the run's or the controller's)")
-    p.add_argument("--episodes", type=int, required=True)
-    p.add_argument("--num-envs", type=int, default=1)
+    p.add_argument("--episodes", type=int, required=True, help="how many whole episodes to record")
+    p.add_argument("--num-envs", type=int, default=1, help="envs stepped together (default 1)")
     p.add_argument("--noise", type=float, default=0.0,
                    help="Gaussian action noise's standard deviation, in half action ranges (default 0: none)")
     p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="the episodes' and the noise's random stream (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("import", parents=[root, refs], help="import a D4RL file, a LeRobot dataset or a deploy recording")
     p.add_argument("path", type=Path)
@@ -58,11 +58,11 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--name", help="dataset name (default: the file or directory name)")
     p.add_argument("--done", choices=["terminal", "truncation"], default="terminal",
                    help="lerobot: what next.done marks: where the task ended (no bootstrap), or where the recording "
-                        "stopped (a time limit)")
+                        "stopped (a time limit); default terminal")
 
     p = sub.add_parser("export", parents=[root], help="write a dataset as a D4RL HDF5 file or a LeRobot v3 directory")
     p.add_argument("name")
-    p.add_argument("--format", choices=["d4rl", "lerobot"], default="d4rl")
+    p.add_argument("--format", choices=["d4rl", "lerobot"], default="d4rl", help="default d4rl")
     p.add_argument("--out", type=Path, required=True, help="d4rl: the .hdf5 file; lerobot: the dataset's directory")
     p.add_argument("--fps", type=float, help="lerobot: frames per second (default: 1 / the dataset's control_dt)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (or LeRobot dataset)")
@@ -72,13 +72,13 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--fractions", type=float, nargs="+", required=True,
                    help="each part's share of the shuffled episodes, summing to at most 1 (0.5 0.3: 20%% left out)")
     p.add_argument("--names", nargs="+", help="names of the parts (default: <name>-split<i>)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="the shuffle's random stream (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace datasets of the parts' names")
 
     p = sub.add_parser("merge", parents=[root], help="merge datasets of one task into a new one")
-    p.add_argument("names", nargs="+")
-    p.add_argument("--name", required=True)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("names", nargs="+", help="the datasets to merge")
+    p.add_argument("--name", required=True, help="the merged dataset's name")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset of that name")
 
     p = sub.add_parser("replay", parents=[root], help="replay an episode's actions in simulation and measure divergence")
     p.add_argument("name")
