@@ -221,6 +221,9 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
     capfd.readouterr()
     assert main(["plot", str(first), "--metrics", "reward"]) == 2
     assert "no run logs reward; they log: env_steps, loss, return, time" in capfd.readouterr().err
+    assert main(["plot", str(first), "--out", str(tmp_path / "a.txt")]) == 2  # had written a PNG named a.txt
+    assert f"--out {tmp_path / 'a.txt'}: plots are PNG images; give a .png path" in capfd.readouterr().err
+    assert not (tmp_path / "a.txt").exists()
     assert main(["plot", str(tmp_path / "ppo_a" / "nothing")]) == 2
     assert f"no such run or recording: {tmp_path / 'ppo_a' / 'nothing'}" in capfd.readouterr().err
     (tmp_path / "empty").mkdir()
