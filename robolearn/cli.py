@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         if distributed.is_main() or not isinstance(err, ConfigError):  # a config is refused alike on every rank
             print(f"error: {err}", file=sys.stderr)
+            _json_error(args, str(err))
         return 2
     except KeyboardInterrupt as err:
         if distributed.is_main() and not getattr(err, "said", False):  # once over the ranks, and not after a
@@ -221,9 +222,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err.strerror}: {err.filename or 'a file being written'}; {_STORAGE_ERRORS[err.errno]}. "
               "Files are written aside and renamed, so what was saved before (checkpoints, datasets) is intact",
               file=sys.stderr)
+        _json_error(args, f"{err.strerror}: {err.filename or 'a file being written'}")
         return 2
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
+
+
+def _json_error(args: argparse.Namespace, said: str) -> None:
+    """With ``--json``, an error is that one JSON line too (on stdout, where a script reads the result), so a
+    script that parses it sees why, not nothing."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": said}), flush=True)
 
 
 def _normalized_score(dataset: str, episode_return: float) -> float | None:

@@ -633,3 +633,16 @@ def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir,
             record(RandomController(env), env, w, episodes=1, progress=False)
         write_run_config(run_dir, "dataset=arm-fixed", "env.kwargs.max_episode_steps=5")
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)  # drew none
+
+
+def test_an_error_with_json_is_a_json_line_too(run_dir, tmp_path, capsys):
+    """deploy --json (and eval's, replay's) had printed nothing on stdout on an error: a script parsing the last
+    line saw no JSON at all."""
+    for argv in (["deploy", str(run_dir), "--robot", "dxl_arm", "--port", str(tmp_path / "no-such-port"), "--json"],
+                 ["eval", str(tmp_path / "no-run"), "--json"],
+                 ["replay", str(tmp_path / "episode_00000.npz"), "--robot", "dxl_arm", "--json"]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        said = json.loads(captured.out.strip().splitlines()[-1])["error"]
+        assert said and f"error: {said}" in captured.err
+    assert main(["eval", str(tmp_path / "no-run")]) == 2 and capsys.readouterr().out == ""  # without --json: stderr only
