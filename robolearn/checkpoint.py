@@ -186,6 +186,13 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
                       "so this resume is not exactly the run it would have been", stacklevel=2)
 
 
+def saved_num_envs(payload: dict[str, Any], default: int) -> int:
+    """The envs (of one rank) that stepped the run a checkpoint saved: each step added that many rows to its
+    replay buffer (``default`` where its config does not say)."""
+    value = payload.get("config", {}).get("env", {}).get("num_envs")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
 def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str = "agent") -> None:
     """Raise naming the first tensor whose presence or shape differs between two state dicts."""
     for key, value in expected.items():

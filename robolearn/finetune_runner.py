@@ -34,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint
+from robolearn.checkpoint import (load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint,
+                                  saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
@@ -140,6 +141,7 @@ class FinetuneRunner(OfflineRunner):
         if payload["progress"].get("phase") == "online":
             self.agent.go_online()  # the online hyperparameters are attributes, not state
         self.progress = FinetuneProgress(**restore_agent(self.agent, payload, to_dict(self.cfg)))
+        self._saved_num_envs = saved_num_envs(payload, self.cfg.env.num_envs)  # (self.env evaluates)
 
     # -- the phase boundary --------------------------------------------------------------------
 
@@ -153,6 +155,7 @@ class FinetuneRunner(OfflineRunner):
             self.progress.phase, self.progress.iteration = "online", 0
         else:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)
+            self.online.end_episodes_at_newest(self._saved_num_envs)  # the envs restart here
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:

@@ -44,7 +44,8 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay,
-                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, set_rng_state)
+                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, saved_num_envs,
+                                  set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
@@ -343,7 +344,8 @@ class Runner:
                         progress=progress, replay=self.replay)
 
     def _restore(self) -> None:
-        self.progress = Progress(**restore_agent(self.agent, load_checkpoint(self.checkpoint_path), to_dict(self.cfg)))
+        payload = load_checkpoint(self.checkpoint_path)
+        self.progress = Progress(**restore_agent(self.agent, payload, to_dict(self.cfg)))
         if self.progress.env_adaptation and hasattr(self.env, "load_adaptation_state"):
             self.env.load_adaptation_state(self.progress.env_adaptation)
         if self.progress.world_size not in (0, self.world_size) and self.main:
@@ -359,6 +361,7 @@ class Runner:
         if self.replay is not None:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps,
                         self.env.device, warn=self.main)
+            self.replay.end_episodes_at_newest(saved_num_envs(payload, self.env.num_envs))  # envs restart here
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -79,6 +79,15 @@ class ReplayBuffer:
         index = torch.randint(0, self.size, (batch_size,), device=self.device, generator=generator)
         return map_batch(self.data, lambda t: t[index])
 
+    def end_episodes_at_newest(self, rows: int) -> None:
+        """Mark the newest ``rows`` transitions (the last step of ``rows`` envs) as ends of their episodes
+        (truncated: bootstrapped from their real ``next_obs``). A resume starts every env on a fresh episode,
+        so a window of steps (a skill's, an n-step return's) must not run on across that seam into another."""
+        if self.data is None or self.size == 0 or "truncated" not in self.data:
+            return
+        newest = (self.position - 1 - torch.arange(min(rows, self.size), device=self.device)) % self.capacity
+        self.data["truncated"][newest] = True
+
     def state_dict(self) -> dict[str, Any]:
         """Position, size and the filled rows only: a run a few thousand steps into a 1M buffer saves those,
         not the whole allocation (until the ring wraps, the filled rows are the first ``size``)."""

@@ -163,6 +163,11 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     cfg.runner.total_steps = 3000
     resumed = Runner(cfg, resume=runner.run_dir)
     assert resumed.replay.size == 2000 and resumed.progress.env_steps == 2000
+    # the envs restart here: the last step's rows end their episodes, so no window (a skill's, an n-step
+    # return's) runs on into the new ones; the saved file keeps them as they were
+    n, saved = cfg.env.num_envs, torch.load(runner.checkpoint_path.with_name("replay.pt"), weights_only=True)
+    truncated, was = resumed.replay.data["truncated"][:2000], saved["data"]["truncated"]
+    assert truncated[-n:].all() and not was[-n:].any() and torch.equal(truncated[:-n], was[:-n])
     resumed.train()
     resumed.close()
     assert resumed.replay.size == 3000
