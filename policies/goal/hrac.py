@@ -139,6 +139,11 @@ class HRAC(Agent):
         self.high_dim = obs_dim(observation_spec, self.high_groups)
         if cfg.goal_dim > self.state_dim:
             raise ValueError(f"agent.goal_dim = {cfg.goal_dim} exceeds the state's {self.state_dim} features")
+        task_goal = self.high_dim - self.state_dim  # subgoals live where the task's goals do: phi(s) = s[:goal_dim]
+        if cfg.goal_groups and cfg.goal_dim != task_goal:
+            raise ValueError(f"agent.goal_dim = {cfg.goal_dim}, but the task's goal ({', '.join(cfg.goal_groups)}) has "
+                             f"{task_goal} features: subgoals are points of the goal's space; set agent.goal_dim="
+                             f"{task_goal}")
         self.goal_dim, self.period = cfg.goal_dim, cfg.subgoal_period
         self.subgoal_range = torch.tensor(cfg.subgoal_range, dtype=torch.float32, device=self.device)
         self.scaler = ActionScaler(action_spec).to(self.device)

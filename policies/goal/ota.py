@@ -55,7 +55,7 @@ class OTA(HIQL):
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: OTAConfig,
                  device: torch.device) -> None:
         if cfg.option_steps < 1:
-            raise ValueError(f"option_steps must be >= 1, got {cfg.option_steps}")
+            raise ValueError(f"agent.option_steps: must be at least 1, got {cfg.option_steps}")
         super().__init__(observation_spec, action_spec, cfg, device)
         self.option_steps = cfg.option_steps
         self.high_value = HIQLValue(self.obs_dim, self.goal_dim, tuple(cfg.hidden), cfg.rep_dim).to(self.device)

@@ -305,6 +305,13 @@ def test_a_task_without_goals_is_refused_naming_the_groups(name):
             agent_cls(env.observation_spec, env.action_spec, config_cls(), torch.device("cpu"))
 
 
+def test_ota_names_its_option_steps_key():
+    config_cls, agent_cls = AGENTS["ota"]
+    with sims.make_env("point_maze_medium", num_envs=1) as env:
+        with pytest.raises(ValueError, match="agent.option_steps: must be at least 1, got 0"):
+            agent_cls(env.observation_spec, env.action_spec, config_cls(option_steps=0), torch.device("cpu"))
+
+
 def test_relabel_probabilities_that_are_not_a_distribution_name_the_keys():
     with pytest.raises(ValueError, match=r"agent.relabel.p_current \+ p_future \+ p_random .* got 0.2 \+ 0.5 \+ 0.5 = 1.2"):
         GoalSampler({}, torch.zeros(0), 2, RelabelConfig(p_random=0.5))

@@ -182,6 +182,10 @@ def test_config_errors_name_the_key():
         HRAC(OBS, ACTIONS, small(subgoal_period=0), torch.device("cpu"))
     with pytest.raises(ValueError, match="no \\['goal'\\]"):
         HRAC({"policy": OBS["policy"]}, ACTIONS, small(), torch.device("cpu"))
+    # subgoals of (x, y, vx) for a 2-D goal had trained and exported, silently
+    with pytest.raises(ValueError, match=r"agent.goal_dim = 3, but the task's goal \(goal\) has 2 features: .* set "
+                                         r"agent.goal_dim=2"):
+        HRAC(OBS, ACTIONS, small(goal_dim=3, subgoal_range=(1.0, 1.0, 1.0)), torch.device("cpu"))
 
 
 def test_one_run_on_the_point_maze_trains_checkpoints_and_resumes(tmp_path):
