@@ -40,7 +40,7 @@ from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Obs
-from robolearn.logger import RunLogger
+from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
@@ -71,6 +71,7 @@ class FinetuneProgress:
     recent_returns: list[float] = field(default_factory=list)
     recent_success: list[float] = field(default_factory=list)
     jsrl: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
 
 
 class PhaseLogger(RunLogger):
@@ -126,6 +127,7 @@ class FinetuneRunner(OfflineRunner):
         self._finite.verify()
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
+        keep_seconds(self.progress, getattr(self, "run_logger", None))
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)
@@ -229,8 +231,10 @@ class FinetuneRunner(OfflineRunner):
 
     def _logger(self, phase: str, counter: str, total: int, initial: int, offset: int) -> PhaseLogger:
         cfg = self.cfg
-        return PhaseLogger(self.run_dir, phase, counter, offset, total_steps=total, config=to_dict(cfg),
-                           initial_steps=initial, **cfg.logging.logger_args(cfg.run_name))
+        self.run_logger = PhaseLogger(self.run_dir, phase, counter, offset, total_steps=total, config=to_dict(cfg),
+                                      initial_steps=initial, initial_seconds=self.progress.seconds,
+                                      **cfg.logging.logger_args(cfg.run_name))
+        return self.run_logger
 
     def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:
         """The offline phase; enters the online one at its end. Returns whether ``stop`` ended the run."""

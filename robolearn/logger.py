@@ -27,12 +27,14 @@ class RunLogger:
     def __init__(self, run_dir: Path, *, total_steps: int, config: dict[str, Any], wandb_mode: str = "offline",
                  project: str = "robolearn", name: str = "", progress: bool = True, initial_steps: int = 0,
                  counter: str = "env_steps", phase: str | None = None, unit: str = "step", group: str = "",
-                 tags: Sequence[str] = ()) -> None:
+                 tags: Sequence[str] = (), initial_seconds: float = 0.0) -> None:
         self.metrics_path = Path(run_dir) / "metrics.jsonl"
         # A run resumed from a checkpoint older than its last lines (a crash, a NaN stop) logs those steps
         # again: the old lines move to metrics.superseded.jsonl, so metrics.jsonl is one trajectory.
         set_aside_after(self.metrics_path, counter, initial_steps, phase)
-        self._time_offset = _last_time(self.metrics_path)  # a resumed run's ``time`` continues its own
+        # a resumed run's ``time`` continues its own: from its checkpoint's seconds (the last line, logged before
+        # it, misses the seconds since), or the last line's for a checkpoint saved before they were kept
+        self._time_offset = initial_seconds or _last_time(self.metrics_path)
         self._file = self.metrics_path.open("a", buffering=1)
         self._start_steps = initial_steps
         # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
@@ -49,8 +51,12 @@ class RunLogger:
                                      resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None)
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
+    def seconds(self) -> float:
+        """The run's ``time`` so far (continuing a resumed run's): what a checkpoint keeps for the resume."""
+        return round(self._time_offset + time.perf_counter() - self._start, 3)
+
     def clock(self, count: int) -> tuple[float, float]:
-        """The run's ``time`` so far (continuing a resumed run's) and ``count``'s rate since this logger started."""
+        """The run's ``time`` so far and ``count``'s rate since this logger started."""
         elapsed = time.perf_counter() - self._start
         return round(self._time_offset + elapsed, 3), (count - self._start_steps) / max(elapsed, 1e-9)
 
@@ -135,6 +141,13 @@ def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> 
             f.write("".join(line + "\n" for line in superseded))
     if superseded or (text and not text.endswith("\n")):
         atomic_write_bytes(path, lambda f: f.write("".join(line + "\n" for line in kept).encode()))
+
+
+def keep_seconds(progress: Any, logger: RunLogger | None) -> None:
+    """Put the training seconds so far (``logger``'s ``time``) into ``progress``, before a checkpoint saves it,
+    so that a resume's ``time`` goes on from there (``logger`` None: a rank that does not log; left as it is)."""
+    if logger is not None:
+        progress.seconds = logger.seconds()
 
 
 def _last_time(path: Path) -> float:

@@ -40,7 +40,7 @@ from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
-from robolearn.logger import RunLogger
+from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
                               iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
@@ -155,6 +155,7 @@ class OfflineProgress:
     iteration: int = 0
     updates: int = 0
     evaluation: dict[str, float] = field(default_factory=dict)  # the latest periodic one
+    seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
 
 
 class UpdateLogger(RunLogger):
@@ -255,6 +256,7 @@ class OfflineRunner:
 
     def save(self) -> None:
         check_same_folder(self.run_dir, getattr(self, "folder", None))
+        keep_seconds(self.progress, getattr(self, "run_logger", None))
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 
@@ -289,7 +291,9 @@ class OfflineRunner:
         """
         cfg = self.cfg
         logger = UpdateLogger(self.run_dir, total_steps=cfg.runner.total_steps, config=to_dict(cfg),
-                              initial_steps=self.progress.updates, **cfg.logging.logger_args(cfg.run_name))
+                              initial_steps=self.progress.updates, initial_seconds=self.progress.seconds,
+                              **cfg.logging.logger_args(cfg.run_name))
+        self.run_logger = logger
         result = RunResult(self.run_dir)
         with self.ctrl_c:
             try:

@@ -52,7 +52,7 @@ from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
-from robolearn.logger import RunLogger, set_aside_after
+from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
                                  check_replay_windows)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
@@ -79,6 +79,7 @@ class Progress:
     pretrained: bool = False  # ... and whether that phase has ended
     world_size: int = 0  # ranks that trained it, `train --resume` starts as many (cli._trained_ranks); 0: not recorded
     env_adaptation: dict[str, Any] = field(default_factory=dict)  # automatic randomization's width (rank 0's)
+    seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
 
 
 @dataclass
@@ -339,6 +340,7 @@ class Runner:
         self._finite.verify()
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()
+        keep_seconds(self.progress, getattr(self, "_logger", None))
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(),
                         progress=progress, replay=self.replay)
@@ -388,7 +390,8 @@ class Runner:
                 set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates",  # what it logged past the checkpoint
                                 self.progress.pretrain_updates, "pretrain")
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
-                               initial_steps=self.progress.env_steps, **cfg.logging.logger_args(cfg.run_name))
+                               initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
+                               **cfg.logging.logger_args(cfg.run_name))
         self._logger = logger
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device,
                              self.progress.recent_success)

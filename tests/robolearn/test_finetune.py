@@ -166,6 +166,7 @@ def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     interrupted = run(cfg, spy=spy)
     saved = load_checkpoint(interrupted.checkpoint_path)["progress"]
     assert saved["online_updates"] == len(online_calls) == 60 and 1000 < saved["env_steps"] < 2000
+    assert saved["seconds"] > lines(interrupted)[-1]["time"]  # the time since the last line is kept
     assert (f"checkpoint saved at {saved['updates']} offline updates, {saved['env_steps']:,} env steps, 60 online "
             "updates;") in capsys.readouterr().out  # each phase's count named (the online updates had gone unsaid)
     from robolearn.runs import run_status

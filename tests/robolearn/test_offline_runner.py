@@ -229,6 +229,8 @@ def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
     first.close()
     saved = load_checkpoint(first.checkpoint_path)
     assert saved["progress"]["updates"] == calls[0] == 1500
+    last_line = json.loads((first.run_dir / "metrics.jsonl").read_text().splitlines()[-1])  # at 1000 updates
+    assert saved["progress"]["seconds"] > last_line["time"]  # the time to 1500 is kept for the resume's lines
     resumed = OfflineRunner(cfg(2000), resume=first.run_dir)
     resumed.train()
     resumed.close()

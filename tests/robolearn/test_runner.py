@@ -251,8 +251,12 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     (its steps, RNG and returns), and the resumed run's metrics.jsonl goes on without a jump."""
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=100")
     make_env = runner_module.make_env
+    def slow_then_ctrl_c():  # a long iteration: its seconds count in the run's time, though its steps are redone
+        time.sleep(1.0)
+        raise KeyboardInterrupt
+
     monkeypatch.setattr(runner_module, "make_env",
-                        lambda *a, **k: CallAfter(make_env(*a, **k), 2 * 32 + 10, _raise_keyboard_interrupt))
+                        lambda *a, **k: CallAfter(make_env(*a, **k), 2 * 32 + 10, slow_then_ctrl_c))
     runner = Runner(cfg)
     after_two = {}
     update = runner.agent.update
@@ -270,6 +274,8 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     saved = load_checkpoint(runner.checkpoint_path)["progress"]
     assert (saved["iteration"], saved["env_steps"]) == (2, 2 * 256)
     assert torch.equal(saved["rng"]["torch"], after_two["rng"])  # as the end of iteration 2 left it
+    before = read_metrics(runner.run_dir)[-1]["time"]
+    assert saved["seconds"] >= before + 1.0  # the seconds since the last line are kept (they had been lost)
 
     resumed = Runner(cfg, resume=runner.run_dir)
     assert resumed.progress.env_steps == 512
@@ -279,6 +285,7 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     lines = read_metrics(runner.run_dir)
     assert [line["env_steps"] for line in lines] == [256, 512, 768, 1024]
     assert all(a["time"] <= b["time"] for a, b in zip(lines, lines[1:]))  # time goes on across the resume
+    assert lines[2]["time"] > saved["seconds"]  # from the checkpoint's seconds
 
 
 def test_a_second_ctrl_c_during_the_save_says_which_checkpoint_is_kept(tmp_path, monkeypatch, capsys):
