@@ -265,8 +265,10 @@ class Dataset:
             rows = {"obs": {g: o[:-1] for g, o in episode.observations.items()}, "action": episode.actions,
                     "reward": episode.rewards, "next_obs": {g: o[1:] for g, o in episode.observations.items()},
                     "terminated": episode.terminations.astype(bool), "truncated": episode.truncations.astype(bool)}
-            if not arrays:  # numbers as float32, what the networks take (Minari's MuJoCo datasets store float64)
-                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), a.dtype if a.dtype.kind == "b" else np.float32))
+            if not arrays:  # numbers as float32, what the networks take (Minari's MuJoCo datasets store float64;
+                # an imported file's integer or bool observations too); the episode-end flags as bools
+                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), np.float32))
+                arrays["terminated"], arrays["truncated"] = np.empty(steps, bool), np.empty(steps, bool)
             write_batch(arrays, rows, slice(filled, end))
             filled = end
             bar.update(len(episode))

@@ -182,6 +182,11 @@ def read_metadata(path: Path) -> dict[str, Any]:
 def specs_of(episode: Episode) -> tuple[dict[str, spaces.Box], spaces.Box]:
     """Unbounded observation and action specs with ``episode``'s shapes and dtypes (for imports)."""
     def unbounded(array: np.ndarray) -> spaces.Box:
+        if array.dtype == np.bool_:  # (gymnasium's Box takes no infinite bounds for these: their own range)
+            return spaces.Box(0, 1, array.shape[1:], dtype=np.bool_)
+        if np.issubdtype(array.dtype, np.integer):
+            info = np.iinfo(array.dtype)
+            return spaces.Box(info.min, info.max, array.shape[1:], dtype=array.dtype)
         return spaces.Box(-np.inf, np.inf, array.shape[1:], dtype=array.dtype)
 
     return {g: unbounded(v) for g, v in episode.observations.items()}, unbounded(episode.actions)

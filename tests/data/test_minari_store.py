@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
 from robolearn.runtime import stops_as_ctrl_c
@@ -113,6 +114,23 @@ def _dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+@pytest.mark.parametrize("observations", [np.arange(60, dtype=np.uint8).reshape(20, 3) % 7,
+                                          np.arange(60).reshape(20, 3) % 3 == 0], ids=["uint8", "bool"])
+def test_integer_and_bool_observations_import_and_train_as_floats(tmp_path, root, observations):
+    """gymnasium's Box had refused their unbounded spec ("unsigned int dtype don't support -np.inf"), not in our
+    words; bool observations, once stored, reached the networks as bools."""
+    path = _d4rl_file(tmp_path / "ints.hdf5")
+    with h5py.File(path, "a") as f:
+        del f["observations"]
+        f["observations"] = observations
+    assert cli(["dataset", "import", str(path), "--format", "d4rl", "--name", "ints"]) == 0
+    dataset = Dataset.load("ints")
+    assert dataset.observation_spec["policy"].dtype == observations.dtype  # the file's own, in the spec
+    data = dataset.transitions("cpu")
+    assert data["obs"]["policy"].dtype == torch.float32 and data["terminated"].dtype == torch.bool
+    np.testing.assert_array_equal(data["obs"]["policy"].numpy(), observations.astype(np.float32))
 
 
 # ---- SIGTERM and SIGHUP stop a write as Ctrl+C does --------------------------------------------
