@@ -72,8 +72,10 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         settings = dict(meta.get("task_kwargs") or {})
     if task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
         where = (path / "metadata.json") if format == "recording" else path
-        task_obs, action_spec = task_specs(task, meta.get("control_dt"), settings, f"{where}: the recorded task settings")
+        task_obs, action_spec, control_dt = task_specs(task, meta.get("control_dt"), settings,
+                                                       f"{where}: the recorded task settings")
         specs = ({**specs[0], **task_obs}, action_spec)
+        meta.setdefault("control_dt", control_dt)  # a D4RL file says none: its task's (a LeRobot export's fps)
     meta |= {"source": f"{format}:{path.resolve()}"}
     if task:
         meta["task"], meta["task_kwargs"] = task, settings
@@ -95,9 +97,9 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
 
 
 def task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,
-               where: str = "") -> tuple[dict, Any]:
-    """The specs of the task built with ``kwargs`` (settings from ``where``, which a refusal names); a
-    recording's ``control_dt`` that is not the task's is warned."""
+               where: str = "") -> tuple[dict, Any, float]:
+    """The specs and control period of the task built with ``kwargs`` (settings from ``where``, which a refusal
+    names); a recording's ``control_dt`` that is not the task's is warned."""
     import sims
     from robolearn.offline_runner import rate_doubt
 
@@ -110,7 +112,7 @@ def task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any
     with env:
         if doubt := rate_doubt(control_dt, env.control_dt):
             warnings.warn(f"{doubt} ({task})", stacklevel=3)
-        return env.observation_spec, env.action_spec
+        return env.observation_spec, env.action_spec, float(env.control_dt)
 
 
 def _warn_out_of_bounds(episodes: list[Episode], action_spec: Any) -> None:

@@ -343,6 +343,24 @@ def test_export_without_a_control_period_asks_for_fps_and_an_fps_other_than_the_
                 _frames_per_second(rated, wrong)
 
 
+def test_a_d4rl_file_imported_with_its_task_exports_at_the_tasks_rate(tmp_path, root, capsys):
+    """A D4RL file says no control period; imported with --task it had recorded none either, so its LeRobot
+    export asked for --fps though the task says it (the pendulum's 0.02 s: 50 frames per second)."""
+    import h5py
+
+    timeouts = np.zeros(20, bool)
+    timeouts[9::10] = True
+    with h5py.File(tmp_path / "pend.hdf5", "w") as f:
+        f["observations"] = np.zeros((20, 3), np.float32)
+        f["actions"] = np.zeros((20, 1), np.float32)
+        f["rewards"] = np.ones(20, np.float32)
+        f["terminals"], f["timeouts"] = np.zeros(20, bool), timeouts
+    assert main(["dataset", "import", str(tmp_path / "pend.hdf5"), "--format", "d4rl", "--task", "pendulum"]) == 0
+    assert Dataset.load("pend").info["control_dt"] == pytest.approx(0.02)
+    assert main(["dataset", "export", "pend", "--format", "lerobot", "--out", str(tmp_path / "lr")]) == 0
+    assert json.loads((tmp_path / "lr" / "meta" / "info.json").read_text())["fps"] == 50
+
+
 def test_one_wide_actions_are_scalar_columns_as_lerobot_reads_shape_1(recorded, tmp_path):
     """lerobot 0.4.0 casts a shape-[1] feature to a plain number: a list of one failed to load (pendulum)."""
     source = _rated(recorded, "pendulum", 2)
