@@ -38,7 +38,6 @@ from robolearn.export import task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
-from robolearn.run_lock import holder
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.run_lock import holder
 from robolearn.shell import shell
