@@ -161,11 +161,11 @@ def latency(args: argparse.Namespace) -> None:
                         ("SRL (J=16)", SRL(env.observation_spec, env.action_spec, SRLConfig(sequence_length=16), "cpu"))):
         with tempfile.TemporaryDirectory() as tmp:
             export_s = {}
-            for fmt in ("torchscript", "onnx"):
+            for fmt in ("torchscript", "onnx"):  # a folder each: an export removes the formats it was not asked for
                 t0 = time.perf_counter()
-                export_controller(agent.controller(), Path(tmp), formats=(fmt,))
+                export_controller(agent.controller(), Path(tmp) / fmt, formats=(fmt,))
                 export_s[fmt] = time.perf_counter() - t0
-            paths = {fmt: Path(tmp) / FILENAMES[fmt] for fmt in export_s}
+            paths = {fmt: Path(tmp) / fmt / FILENAMES[fmt] for fmt in export_s}
             for fmt in ("torchscript", "onnx"):
                 controller = ExportedController(paths[fmt])
                 obs = env.reset(seed=0)
@@ -197,7 +197,7 @@ def latency(args: argparse.Namespace) -> None:
         "| controller | format | decision period | actor calls / steps | decision p50 (ms) | decision p99 (ms) | "
         "step p50 (ms) | step p99 (ms) | mean per step (ms) | export time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|", *rows])
-    write_result("fas_latency.md", text)
+    write_result(str(Path(args.out) / "fas_latency.md"), text)
 
 
 def delay(args: argparse.Namespace) -> None:
@@ -252,8 +252,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="parallel training processes")
     parser.add_argument("--device", default="cpu", help="device of the env and networks (train), e.g. cuda")
     parser.add_argument("--out", default=str(RESULTS),
-                        help="folder of fas_runs.jsonl, fas.md, the R(L) plots and fas_delay.md "
-                             "(latency writes to benchmarks/results/ always)")
+                        help="folder of fas_runs.jsonl, fas.md, the R(L) plots, fas_delay.md and fas_latency.md")
     parser.add_argument("--latency-task", default="gym:Hopper-v5", help="task the controllers are timed on (latency)")
     parser.add_argument("--latency-steps", type=int, default=2000,
                         help="control steps timed per controller and format (latency)")
