@@ -63,6 +63,8 @@ def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--datasets", nargs="+", default=["walker2d-medium-replay", "walker2d-expert"],
                         help="datasets to read (benchmarks/make_datasets.py makes them), each on both threads")
+    parser.add_argument("--out", default="dataset_read_heap.md",
+                        help="file under benchmarks/results/ (a trial: another name)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -75,12 +77,13 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|"]
     for dataset in args.datasets:
         for reader in READERS:
-            out = subprocess.run([sys.executable, __file__, "--worker", dataset, reader], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run([sys.executable, __file__, "--worker", dataset, reader], capture_output=True, text=True)
+            if out.returncode:  # the worker says why (a dataset to make first): not a bare CalledProcessError
+                raise SystemExit(f"{dataset} on the {reader}: {out.stderr[-3000:]}")
             r = json.loads(out.stdout.strip().splitlines()[-1])
             lines.append(f"| {dataset} | {r['episodes']:,} | {r['steps']:,} | {reader} | {r['read_s']:.1f} | "
                          f"{r['before_us']:.0f} | {r['after_us']:.0f} | {r['after_us'] / r['before_us']:.2f}x |")
-    write_result("dataset_read_heap.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":

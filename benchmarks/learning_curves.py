@@ -12,6 +12,8 @@ rl-baselines3-zoo's published returns for scale. In its run on 2 CPU cores, half
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -55,7 +57,9 @@ def main() -> None:
         fig.suptitle(f"robolearn PPO on {cfg.env.task} ({cfg.env.num_envs} envs)")
         fig.tight_layout()
         RESULTS.mkdir(parents=True, exist_ok=True)
-        png = RESULTS / f"ppo_{cfg.env.task}.png"
+        # beside the table, named after it unless it is the default one (whose curves BENCHMARKS.md embeds)
+        stem = "" if args.out == "learning_curves.md" else f"{Path(args.out).stem}_"
+        png = (RESULTS / args.out).parent / f"{stem}ppo_{cfg.env.task}.png"
         fig.savefig(png, dpi=100)
         plt.close(fig)
         evaluation = result.evaluation or {}

@@ -137,11 +137,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short measurements (noisier)")
     parser.add_argument("--tasks", nargs="+", choices=list(MODELS), default=list(MODELS), help="models to measure")
     parser.add_argument("--out", help="file under benchmarks/results/; default sim_throughput.md, with some --tasks "
-                        "sim_throughput_<tasks>.md, so that a partial run leaves the full table whole")
+                        "sim_throughput_<tasks>.md and with --quick sim_throughput_quick.md, so that a partial or "
+                        "quick run leaves the full table whole")
     args = parser.parse_args()
     if args.out is None:
         partial = "" if args.tasks == list(MODELS) else "_" + "_".join(args.tasks)
-        args.out = f"sim_throughput{partial}.md"
+        args.out = f"sim_throughput{partial}{'_quick' if args.quick else ''}.md"
     seconds, windows = (0.5, 2) if args.quick else (1.0, 4)
     n = cores()
     sync_sizes = sorted({n, 4 * n})

@@ -70,8 +70,14 @@ def main() -> None:
     parser.add_argument("--worlds", nargs="+", type=int, default=None,
                         help="world counts (default: 1024 4096 16384 on CUDA, 64 on CPU)")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds each task and world count is stepped")
+    parser.add_argument("--out", help="file under benchmarks/results/; default warp_throughput_gpu.md (or _cpu.md), "
+                                      "with some --tasks warp_throughput_<device>_<tasks>.md, so that a partial run "
+                                      "leaves the full table whole")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
+    if args.out is None:
+        partial = "" if args.tasks == ["ant", "go1_flat", "go1_rough"] else "_" + "_".join(args.tasks)
+        args.out = f"warp_throughput_{'gpu' if cuda else 'cpu'}{partial}.md"
     worlds = args.worlds or ([1024, 4096, 16384] if cuda else [64])
     rows = []
     for task in args.tasks:
@@ -95,7 +101,7 @@ def main() -> None:
         lines += ["| task | worlds | Warp CPU device | CPU MuJoCo backend | CPU backend / Warp |", "|---|---|---|---|---|"]
         lines += [f"| {r['task']} | {r['worlds']} | {r['warp']:,.0f} | {r['mujoco']:,.0f} | {r['mujoco'] / r['warp']:.1f}x |"
                   for r in rows]
-    write_result("warp_throughput_gpu.md" if cuda else "warp_throughput_cpu.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":
