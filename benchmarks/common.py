@@ -34,6 +34,16 @@ def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
 
 
+def check_whole_iterations(parser: argparse.ArgumentParser, steps: int, option: str = "--steps") -> None:
+    """Refuse an off-policy budget between whole iterations: the runner trains to the next whole one (1,000 env
+    steps), so a table would state fewer steps than ours trained, and a peer would train only the steps given."""
+    from robolearn.runner import OFF_POLICY_STEPS_PER_ITERATION as per_iteration
+
+    if steps % per_iteration:
+        parser.error(f"{option} {steps:,}: off-policy runs train in whole iterations of {per_iteration:,} env steps; "
+                     f"give a multiple of {per_iteration:,}")
+
+
 def cpu_model() -> str:
     """The processor's name from /proc/cpuinfo (Linux), else what platform knows, with its widest
     matmul units: small-network updates are matmul-bound on AVX2 and overhead-bound on AMX, so

@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, benchmark_parser, code_commit, machine, write_result  # noqa: E402
+from common import RESULTS, benchmark_parser, check_whole_iterations, code_commit, machine, write_result  # noqa: E402
 
 # Base configs (the task is overridden) and overrides. SRL's temporal-recall loss on 64 of the 256 rows
 # (agent.actor_batch_size): 16 x 64 state-actions per update keep it within ~5x SAC's update on a 2-core CPU.
@@ -259,6 +259,7 @@ def main() -> None:
     parser.add_argument("--obs-delay", type=int, default=1, help="observation delay in control steps (delay)")
     parser.add_argument("--action-latency", type=int, default=1, help="action latency in control steps (delay)")
     args = parser.parse_args()
+    check_whole_iterations(parser, args.steps)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     {"train": train, "latency": latency, "report": report, "delay": delay}[args.command](args)
 

@@ -151,7 +151,11 @@ def main() -> None:
     if args.float64:
         torch.set_default_dtype(torch.float64)
 
-    from d3rlpy.torch_utility import TorchMiniBatch
+    try:
+        from d3rlpy.torch_utility import TorchMiniBatch
+    except ModuleNotFoundError:  # (a bare ModuleNotFoundError said neither where nor how)
+        sys.exit("d3rlpy is not installed in this Python: run this in d3rlpy's virtualenv, .venv/bin/python "
+                 "benchmarks/iql_lockstep.py (the lines at the top of offline_d4rl_style.py make it)")
     from gymnasium import spaces
 
     from policies.offline.iql import IQL, IQLConfig

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from common import benchmark_parser, machine, write_result
+from common import benchmark_parser, check_whole_iterations, machine, write_result
 
 EVAL_EPISODES = 10
 RANDOM_STEPS = 10_000
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--sb3-medium", action="store_true", help="also run SB3 with float32 matmul precision 'medium'")
     parser.add_argument("--out", default="sac_half_cheetah.md", help="results file under benchmarks/results/")
     args = parser.parse_args()
+    check_whole_iterations(parser, args.steps)
     if args.steps <= RANDOM_STEPS:  # else nothing trains, and the speed ratio compares random-action collection
         parser.error(f"--steps {args.steps:,} must exceed the {RANDOM_STEPS:,} random steps both agents take first")
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)

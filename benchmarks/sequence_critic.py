@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import RESULTS, benchmark_parser, code_commit, machine, write_result  # noqa: E402
+from common import RESULTS, benchmark_parser, check_whole_iterations, code_commit, machine, write_result  # noqa: E402
 
 EVAL_EPISODES = 10
 DEFAULT_VARIANTS = ["1,1,open_loop", "4,1,open_loop", "4,4,open_loop", "4,1,ensemble", "4,4,ensemble"]
@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="train nothing: rebuild the table from the runs file")
     parser.add_argument("--tag", default="", help="in the result files' names: sequence_critic<tag>_runs.jsonl, .md")
     args = parser.parse_args()
+    check_whole_iterations(parser, args.steps)
     if not args.report_only:
         runs = str(RESULTS / f"sequence_critic{args.tag}_runs.jsonl")
         jobs = [{"variant": v, "seed": seed, "steps": args.steps, "random_steps": args.random_steps, "runs": runs}
