@@ -193,6 +193,19 @@ def saved_num_envs(payload: dict[str, Any], default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
+def mark_resume_seam(replay: Any, agent: Any, saved_envs: int, num_envs: int) -> None:
+    """A resume starts every env on a fresh episode: the replay's last saved step ends its episodes there
+    (:meth:`~robolearn.storage.ReplayBuffer.end_episodes_at_newest`), so that no window of steps runs on
+    across the seam. An agent that cuts windows of one env's steps (``sample(replay, batch, num_envs)``:
+    skills, subgoals, action sequences) reads them ``num_envs`` rows apart, so it may not resume on another
+    number of envs: its saved steps would be read as other envs' and other steps."""
+    if callable(getattr(agent, "sample", None)) and saved_envs != num_envs:
+        raise CheckpointError(f"env.num_envs={num_envs}: this run's replay buffer holds the steps of {saved_envs} "
+                              f"envs, which {type(agent).__name__} reads as windows of one env's steps; resume with "
+                              f"env.num_envs={saved_envs}")
+    replay.end_episodes_at_newest(saved_envs)
+
+
 def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str = "agent") -> None:
     """Raise naming the first tensor whose presence or shape differs between two state dicts."""
     for key, value in expected.items():

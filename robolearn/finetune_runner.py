@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import (load_checkpoint, load_replay, restore_agent, rng_state, save_checkpoint,
-                                  saved_num_envs)
+from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam, restore_agent, rng_state,
+                                  save_checkpoint, saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
@@ -157,7 +157,7 @@ class FinetuneRunner(OfflineRunner):
             self.progress.phase, self.progress.iteration = "online", 0
         else:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)
-            self.online.end_episodes_at_newest(self._saved_num_envs)  # the envs restart here
+            mark_resume_seam(self.online, self.agent, self._saved_num_envs, self.cfg.env.num_envs)
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:

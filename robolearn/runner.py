@@ -44,8 +44,8 @@ import numpy as np
 import torch
 
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay,
-                                  remove_partial_writes, restore_agent, rng_state, save_checkpoint, saved_num_envs,
-                                  set_rng_state)
+                                  mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
+                                  saved_num_envs, set_rng_state)
 from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
@@ -363,7 +363,7 @@ class Runner:
         if self.replay is not None:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps,
                         self.env.device, warn=self.main)
-            self.replay.end_episodes_at_newest(saved_num_envs(payload, self.env.num_envs))  # envs restart here
+            mark_resume_seam(self.replay, self.agent, saved_num_envs(payload, self.env.num_envs), self.env.num_envs)
 
     # -- the loop ------------------------------------------------------------------------------
 

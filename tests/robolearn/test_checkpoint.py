@@ -183,6 +183,27 @@ def test_files_written_as_one_set_are_all_old_or_all_new(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.onnx", "a.pt"]
 
 
+def test_an_agent_reading_windows_resumes_only_on_the_envs_that_filled_its_replay():
+    """Windows of one env's steps are read num_envs rows apart: on another number of envs a resume had read
+    the saved steps as other envs' (and run windows into the new episodes)."""
+    from robolearn.checkpoint import CheckpointError, mark_resume_seam
+    from robolearn.storage import ReplayBuffer
+
+    replay = ReplayBuffer(12, "cpu")
+    for _ in range(3):
+        replay.add({"truncated": torch.zeros(2, dtype=torch.bool)})
+
+    class Windows:
+        def sample(self, replay, batch_size, num_envs): ...
+
+    with pytest.raises(CheckpointError, match="env.num_envs=4: this run's replay buffer holds the steps of 2 envs, "
+                                              "which Windows reads as windows of one env's steps; resume with "
+                                              "env.num_envs=2"):
+        mark_resume_seam(replay, Windows(), 2, 4)
+    mark_resume_seam(replay, object(), 2, 4)  # one-step transitions: any number of envs
+    assert replay.data["truncated"].tolist() == [False] * 4 + [True] * 2 + [False] * 6
+
+
 def test_a_replay_buffer_is_saved_with_its_checkpoint_as_one(tmp_path, monkeypatch):
     """replay.pt had been written (and renamed into place) before latest.pt: a disk that filled between the two
     left a replay buffer newer than its checkpoint, which the resume could only warn about."""

@@ -174,6 +174,8 @@ def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     assert run_status(interrupted.run_dir).startswith(f"incomplete: online {saved['env_steps']:,} of 2,000 env_steps;")
     resumed = run(cfg, resume=interrupted.run_dir)
     assert resumed.progress.online_updates == 175  # as test_resume_across_the_phase_boundary's straight count
+    assert resumed.online.data["truncated"][saved["env_steps"] - 1]  # the env restarted there: its episode ends
+    assert lines(resumed)[-1]["time"] > saved["seconds"]  # time goes on from the checkpoint's
     assert [(r["phase"], r.get("env_steps")) for r in lines(resumed)] == [("offline", None), ("online", 1000),
                                                                           ("online", 2000)]
 

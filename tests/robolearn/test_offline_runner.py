@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,7 @@ def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
     def press_at_1500(batch):
         calls[0] += 1
         if calls[0] == 1500:
+            time.sleep(1.0)  # a slow stretch: its seconds are the run's too, though after its last logged line
             first.ctrl_c.pending = True  # what the first SIGINT does; the loop raises at its next safe point
         return update(batch)
 
@@ -234,7 +236,9 @@ def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
     resumed = OfflineRunner(cfg(2000), resume=first.run_dir)
     resumed.train()
     resumed.close()
-    assert [json.loads(line)["updates"] for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()] == [1000, 2000]
+    logged = [json.loads(line) for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["updates"] for line in logged] == [1000, 2000]
+    assert logged[-1]["time"] > saved["progress"]["seconds"]  # time goes on from the checkpoint's
     a, b = (load_checkpoint(r.checkpoint_path)["agent"]["actor"] for r in (straight, resumed))
     for key, value in a.items():
         torch.testing.assert_close(b[key], value, rtol=0, atol=0)
