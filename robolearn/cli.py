@@ -232,7 +232,10 @@ def _json_error(args: argparse.Namespace, said: str) -> None:
     """With ``--json``, an error is that one JSON line too (on stdout, where a script reads the result), so a
     script that parses it sees why, not nothing."""
     if getattr(args, "json", False):
-        print(json.dumps({"error": said}), flush=True)
+        try:
+            print(json.dumps({"error": said}), flush=True)
+        except BrokenPipeError:  # `... --json | head` closed it: as main's own BrokenPipeError, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _normalized_score(dataset: str, episode_return: float) -> float | None:
@@ -329,9 +332,9 @@ def _train(args: argparse.Namespace) -> int:
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
         config = run_config_path(args.resume)
-    asked = next((word for word in args.overrides if word.startswith("logging.wandb=")), "logging.wandb=disabled")
-    if args.no_wandb and asked != "logging.wandb=disabled":  # (the flag had silently won)
-        raise ConfigError(f"--no-wandb and {asked}: give one of them")
+    asked = [word for word in args.overrides if word.startswith("logging.wandb=") and word != "logging.wandb=disabled"]
+    if args.no_wandb and asked:  # (the flag had silently won)
+        raise ConfigError(f"--no-wandb and {asked[-1]}: give one of them")
     cfg = load_config(config, args.overrides)
     if args.no_wandb:
         cfg.logging.wandb = "disabled"

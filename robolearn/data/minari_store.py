@@ -180,7 +180,12 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 def specs_of(episode: Episode) -> tuple[dict[str, spaces.Box], spaces.Box]:
-    """Unbounded observation and action specs with ``episode``'s shapes and dtypes (for imports)."""
+    """Unbounded observation and action specs with ``episode``'s shapes and dtypes (for imports); integer and
+    bool observations span their dtype's range; integer or bool actions (discrete ones) are refused."""
+    if not np.issubdtype(episode.actions.dtype, np.floating):
+        raise DatasetError(f"actions of dtype {episode.actions.dtype}: robolearn's agents act in continuous "
+                           "(floating-point) action spaces; discrete actions are not supported")
+
     def unbounded(array: np.ndarray) -> spaces.Box:
         if array.dtype == np.bool_:  # (gymnasium's Box takes no infinite bounds for these: their own range)
             return spaces.Box(0, 1, array.shape[1:], dtype=np.bool_)

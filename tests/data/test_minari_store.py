@@ -133,6 +133,17 @@ def test_integer_and_bool_observations_import_and_train_as_floats(tmp_path, root
     np.testing.assert_array_equal(data["obs"]["policy"].numpy(), observations.astype(np.float32))
 
 
+def test_integer_actions_are_refused_as_discrete(tmp_path, root, capsys):
+    """They had imported with the int64 range as bounds (a scale of 9.2e18 in training)."""
+    path = _d4rl_file(tmp_path / "discrete.hdf5")
+    with h5py.File(path, "a") as f:
+        del f["actions"]
+        f["actions"] = np.arange(20).reshape(20, 1) % 3
+    assert cli(["dataset", "import", str(path), "--format", "d4rl"]) == 2
+    assert "actions of dtype int64: robolearn's agents act in continuous" in capsys.readouterr().err
+    assert not root.exists() or list(root.iterdir()) == []
+
+
 # ---- SIGTERM and SIGHUP stop a write as Ctrl+C does --------------------------------------------
 
 

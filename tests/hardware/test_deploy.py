@@ -5,6 +5,8 @@ import os
 import re
 import signal
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -646,3 +648,9 @@ def test_an_error_with_json_is_a_json_line_too(run_dir, tmp_path, capsys):
         said = json.loads(captured.out.strip().splitlines()[-1])["error"]
         assert said and f"error: {said}" in captured.err
     assert main(["eval", str(tmp_path / "no-run")]) == 2 and capsys.readouterr().out == ""  # without --json: stderr only
+    # `... --json | head` may have closed stdout: the error still ends the command quietly, status 2
+    closed = subprocess.Popen([sys.executable, "-m", "robolearn", "eval", str(tmp_path / "no-run"), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    closed.stdout.close()
+    err = closed.stderr.read()
+    assert closed.wait(timeout=120) == 2 and "Traceback" not in err and "no such run directory" in err, err

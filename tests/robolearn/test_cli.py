@@ -17,8 +17,9 @@ def test_overrides_may_follow_options(capsys):
 
 def test_no_wandb_and_a_wandb_setting_are_not_both_taken(capsys):
     """--no-wandb had silently won over logging.wandb=online."""
-    assert main(["train", "ppo_cartpole", "--no-wandb", "logging.wandb=online"]) == 2
-    assert "error: --no-wandb and logging.wandb=online: give one of them" in capsys.readouterr().err
+    for settings in (["logging.wandb=online"], ["logging.wandb=disabled", "logging.wandb=online"]):  # the last applies
+        assert main(["train", "ppo_cartpole", "--no-wandb", *settings]) == 2
+        assert "error: --no-wandb and logging.wandb=online: give one of them" in capsys.readouterr().err
 
 
 def test_stray_words_are_still_rejected(capsys):
