@@ -27,6 +27,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why."""
 
 
+class ShapeMismatch(CheckpointError):
+    """A checkpoint of another model: a tensor of another shape (another task's observations, another size)."""
+
+
 def usual_mode(base: int = 0o666) -> int:
     """``base`` less this process's umask: what ``open`` would give a new file (``0o777`` for a directory),
     which ``mkstemp`` (0600) and ``mkdtemp`` (0700) do not: files others on a shared machine should read."""
@@ -220,7 +224,7 @@ def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str
         elif isinstance(value, torch.Tensor):
             if not isinstance(other, torch.Tensor) or other.shape != value.shape:
                 shape = tuple(other.shape) if isinstance(other, torch.Tensor) else type(other).__name__
-                raise CheckpointError(
+                raise ShapeMismatch(
                     f"checkpoint tensor '{name}' has shape {shape}, this model expects {tuple(value.shape)}: "
                     "the checkpoint was trained on another task or network size"
                 )

@@ -163,8 +163,8 @@ class ChunkedController(Controller):
         self.stateless = list(inputs) == ["obs"]  # an exported file (ExportedController) is a source too
         if beyond == "extend" and self.sequence and not isinstance(controller, nn.Module):
             raise ValueError(f"beyond='extend' unrolls a sequence module past its {self.source_length} actions; "
-                             f"an exported {type(controller).__name__} plays only its own: use beyond='hold', or "
-                             "the run's checkpoint")
+                             f"an exported controller ({type(controller).__name__}) plays only its own "
+                             f"{self.source_length}: use beyond='hold', or the run's checkpoint")
 
     def forward(self, obs: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """The chunk ``(B, length, A)`` decided from ``obs`` (the exported function).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import errno
 import itertools
@@ -174,6 +175,10 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
     known = options(command)
     others = {option: name for name, p in subparsers(parser).items() if name != args.command for option in options(p)}
     settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
+    from policies import AGENTS  # every algorithm's settings (TrainConfig's own agent section is PPO's)
+
+    settings |= {f.name: f"agent.{f.name}" for config_cls, _ in AGENTS.values() for f in dataclasses.fields(config_cls)
+                 if f.name not in settings}
     hints = []
     for flag in (word.split("=", 1)[0] for word in stray if word.startswith("--")):
         if close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7):

@@ -51,14 +51,16 @@ class RunLogger:
                                      resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None)
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
-    def seconds(self) -> float:
-        """The run's ``time`` so far (continuing a resumed run's): what a checkpoint keeps for the resume."""
-        return round(self._time_offset + time.perf_counter() - self._start, 3)
+    def seconds(self, elapsed: float | None = None) -> float:
+        """The run's ``time`` so far (continuing a resumed run's): what a checkpoint keeps for the resume;
+        ``elapsed``: the seconds since this logger started, where the caller has read the clock."""
+        elapsed = time.perf_counter() - self._start if elapsed is None else elapsed
+        return round(self._time_offset + elapsed, 3)
 
     def clock(self, count: int) -> tuple[float, float]:
         """The run's ``time`` so far and ``count``'s rate since this logger started."""
         elapsed = time.perf_counter() - self._start
-        return round(self._time_offset + elapsed, 3), (count - self._start_steps) / max(elapsed, 1e-9)
+        return self.seconds(elapsed), (count - self._start_steps) / max(elapsed, 1e-9)
 
     def restart_rate(self, count: int) -> None:
         """Count rates from now, ``count`` done: a phase before this one (pretraining) took time but made no

@@ -207,7 +207,7 @@ class Runner:
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
         self._rewind_to: Snapshot | None = None  # an iteration's start, where a Ctrl+C in it goes back to
         self._keep_at_safe_point = False  # ... unless it stopped between updates (pretraining keeps those)
-        self._logger: RunLogger | None = None  # rank 0's, while training
+        self.run_logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
         torch.manual_seed(self.seed)
         np.random.seed(self.seed)
@@ -340,7 +340,7 @@ class Runner:
         self._finite.verify()
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()
-        keep_seconds(self.progress, getattr(self, "_logger", None))
+        keep_seconds(self.progress, getattr(self, "run_logger", None))
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(),
                         progress=progress, replay=self.replay)
@@ -392,7 +392,7 @@ class Runner:
             logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
                                initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
                                **cfg.logging.logger_args(cfg.run_name))
-        self._logger = logger
+        self.run_logger = logger
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device,
                              self.progress.recent_success)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
@@ -567,8 +567,8 @@ class Runner:
             raise ContractError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
         next_obs, transition = step_envs(self.env, self.agent, obs, out["action"], stats, self._finite)
         self.progress.env_steps += self.env.num_envs * self.world_size
-        if self._logger is not None:
-            self._logger.advance(self.progress.env_steps)  # the bar moves within a slow iteration too
+        if self.run_logger is not None:
+            self.run_logger.advance(self.progress.env_steps)  # the bar moves within a slow iteration too
         return next_obs, {**transition, **out}  # what the agent stores with each step (log-probs, values...)
 
     # -- the end of a run ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from robolearn.checkpoint import CheckpointError
+from robolearn.checkpoint import ShapeMismatch
 from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
 from robolearn.shell import shell
 
@@ -162,8 +162,8 @@ def _record(args: argparse.Namespace) -> int:
 
             try:
                 controller = load_agent(args.run, env, cfg).controller().to(env.device).eval()
-            except CheckpointError as err:  # a shape mismatch, said as the task the run did not train on
-                if task == cfg.env.task or "shape" not in str(err):
+            except ShapeMismatch:  # said as the task the run did not train on
+                if task == cfg.env.task:
                     raise
                 raise ValueError(f"--task {task}: run {args.run} trained on '{cfg.env.task}', whose observations or "
                                  "actions differ; leave --task out to record the run's own task") from None

@@ -75,7 +75,8 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         task_obs, action_spec, control_dt = task_specs(task, meta.get("control_dt"), settings,
                                                        f"{where}: the recorded task settings")
         specs = ({**specs[0], **task_obs}, action_spec)
-        meta.setdefault("control_dt", control_dt)  # a D4RL file says none: its task's (a LeRobot export's fps)
+        if meta.get("control_dt") is None:  # a D4RL file says none: its task's (a LeRobot export's fps)
+            meta["control_dt"] = control_dt
     meta |= {"source": f"{format}:{path.resolve()}"}
     if task:
         meta["task"], meta["task_kwargs"] = task, settings

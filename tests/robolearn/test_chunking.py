@@ -243,7 +243,7 @@ def test_an_exported_controller_is_refused_what_it_cannot_do_in_one_line(tmp_pat
     for wrong in torch.zeros(1, 5), torch.zeros(1):
         with pytest.raises(ValueError, match=rf"takes observations \(num_envs, 1\), got {re.escape(str(tuple(wrong.shape)))};"):
             exported(wrong)
-    with pytest.raises(ValueError, match="an exported ExportedController plays only its own: use beyond='hold'"):
+    with pytest.raises(ValueError, match=r"an exported controller \(ExportedController\) plays only its own 3: use beyond='hold'"):
         ChunkedController(exported, length=8, beyond="extend")
     held = ChunkedController(exported, length=5, beyond="hold")
     assert _play(held, Clock(1, 10), 5) == [[0.0], [1.0], [2.0], [2.0], [2.0]]

@@ -35,9 +35,11 @@ def test_stray_words_are_still_rejected(capsys):
                                                                 "not of deploy"),
     (["train", "ppo_cartpole", "--total-steps", "100"], "--total-steps: settings are key=value words here, as "
                                                         "runner.total_steps=..."),
+    (["train", "sac_pendulum", "--buffer-size", "5"], "--buffer-size: settings are key=value words here, as "
+                                                      "agent.buffer_size=..."),
     (["dataset", "info", "cp", "--jsn"], "robolearn dataset info: error: unrecognized arguments: --jsn; --jsn: did "
                                          "you mean --json?"),
-], ids=["misspelled", "another-command's", "setting", "dataset"])
+], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset"])
 def test_a_wrong_option_is_said_by_its_command_with_what_it_likely_was(capsys, argv, says):
     """It had printed the top-level usage (the list of commands) and 'unrecognized arguments' only."""
     with pytest.raises(SystemExit):
