@@ -170,10 +170,12 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
         return next((a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
 
     command = subparsers(parser)[args.command]
-    if args.command == "dataset":
+    siblings = {name: p for name, p in subparsers(parser).items() if name != args.command}
+    if args.command == "dataset":  # its subcommands' options are the nearer others
+        siblings |= {f"dataset {name}": p for name, p in subparsers(command).items() if name != args.dataset_command}
         command = subparsers(command)[args.dataset_command]
     known = options(command)
-    others = {option: name for name, p in subparsers(parser).items() if name != args.command for option in options(p)}
+    others = {option: name for name, p in siblings.items() for option in options(p) if option not in known}
     settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
     from policies import AGENTS  # every algorithm's settings (TrainConfig's own agent section is PPO's)
 
@@ -186,7 +188,7 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
         elif args.command == "train" and (key := settings.get(flag[2:].replace("-", "_"))):
             hints.append(f"{flag}: settings are key=value words here, as {key}=...")
         elif flag in others:
-            hints.append(f"{flag} is an option of `robolearn {others[flag]}`, not of {args.command}")
+            hints.append(f"{flag} is an option of `robolearn {others[flag]}`, not of {command.prog.split(' ', 1)[1]}")
     command.error(f"unrecognized arguments: {' '.join(stray)}" + "".join(f"; {hint}" for hint in hints))
 
 
@@ -217,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:
         if distributed.is_main() and not getattr(err, "said", False):  # once over the ranks, and not after a
             print("interrupted", file=sys.stderr)  # message that said what the interrupt left (a run's end's)
+        _json_error(args, "interrupted")
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail

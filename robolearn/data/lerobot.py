@@ -180,7 +180,13 @@ def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.nda
     import pyarrow as pa
 
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) or pa.types.is_large_list(column.type):
+    nested = any(kind(column.type) for kind in (pa.types.is_list, pa.types.is_fixed_size_list, pa.types.is_large_list))
+    missing = column.null_count + (column.flatten().null_count if nested else 0)
+    if missing:  # (a null had read as NaN, or as a frame or width mismatch: refused, but the reason indirect)
+        where = f"rows {np.flatnonzero(np.asarray(column.is_null()))[:5].tolist()}" if column.null_count else \
+            "inside its rows' lists"
+        raise DatasetError(f"{file}: column '{key}' has {missing} null value(s) ({where}); every frame needs one")
+    if nested:
         lengths = np.asarray(column.value_lengths()) if not pa.types.is_fixed_size_list(column.type) else None
         values = np.asarray(column.flatten())
         width = int(np.prod(shape)) if shape else (values.size // max(len(column), 1))

@@ -343,6 +343,19 @@ def test_export_without_a_control_period_asks_for_fps_and_an_fps_other_than_the_
                 _frames_per_second(rated, wrong)
 
 
+def test_nulls_in_a_column_are_said_as_nulls():
+    """A null episode_index or state row had been refused as a frame or width mismatch (the reason indirect)."""
+    from robolearn.data.lerobot import _column
+
+    for column, shape, where in [(pa.array([0, None, 1]), (), "rows [1]"),
+                                 (pa.array([[1.0, 2.0], None], pa.list_(pa.float32())), (2,), "rows [1]"),
+                                 (pa.array([[1.0, None]], pa.list_(pa.float32())), (2,), "inside its rows' lists")]:
+        with pytest.raises(DatasetError, match=re.escape(f"f.parquet: column 'k' has 1 null value(s) ({where}); every "
+                                                         "frame needs one")):
+            _column(column, shape, Path("f.parquet"), "k")
+    assert _column(pa.array([[1.0, 2.0]], pa.list_(pa.float32())), (2,), Path("f.parquet"), "k").shape == (1, 2)
+
+
 def test_a_d4rl_file_imported_with_its_task_exports_at_the_tasks_rate(tmp_path, root, capsys):
     """A D4RL file says no control period; imported with --task it had recorded none either, so its LeRobot
     export asked for --fps though the task says it (the pendulum's 0.02 s: 50 frames per second)."""

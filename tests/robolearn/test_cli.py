@@ -22,6 +22,20 @@ def test_no_wandb_and_a_wandb_setting_are_not_both_taken(capsys):
         assert "error: --no-wandb and logging.wandb=online: give one of them" in capsys.readouterr().err
 
 
+def test_an_interrupt_with_json_is_a_json_line_too(monkeypatch, capsys):
+    """A script reading --json's last line had seen nothing when the command was interrupted."""
+    import json
+
+    from robolearn import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "eval", interrupted)
+    assert main(["eval", "runs/x", "--json"]) == 130
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"error": "interrupted"}
+
+
 def test_stray_words_are_still_rejected(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "runs/x", "oops=1"])
@@ -39,7 +53,9 @@ def test_stray_words_are_still_rejected(capsys):
                                                       "agent.buffer_size=..."),
     (["dataset", "info", "cp", "--jsn"], "robolearn dataset info: error: unrecognized arguments: --jsn; --jsn: did "
                                          "you mean --json?"),
-], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset"])
+    (["dataset", "info", "cp", "--fractions", "0.5"], "--fractions is an option of `robolearn dataset split`, not of "
+                                                      "dataset info"),
+], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset", "another-dataset-command's"])
 def test_a_wrong_option_is_said_by_its_command_with_what_it_likely_was(capsys, argv, says):
     """It had printed the top-level usage (the list of commands) and 'unrecognized arguments' only."""
     with pytest.raises(SystemExit):
