@@ -417,7 +417,8 @@ class Runner:
                     self._rewind_to = None
                     self.progress.iteration += 1
                     stats.keep(self.progress)
-                    metrics = {**stats.metrics(), **metrics, "iteration_time": time.perf_counter() - start}
+                    metrics = {**stats.metrics(), **metrics, **getattr(self.agent, "state_metrics", dict)(),
+                               "iteration_time": time.perf_counter() - start}
                     if self.ctrl_c.deferred:  # several ranks stop together, at the end of the same iteration
                         metrics["ctrl_c"] = float(self.ctrl_c.pending)
                     metrics = distributed.mean_metrics(metrics)  # the same on every rank, so `stop` agrees

@@ -119,7 +119,12 @@ class SkillCritic(SPiRL):
         stage = self.stage
         high_loss, high_metrics = self.high_losses(batch["high"], train_policy=stage >= 2)
         low_loss, low_metrics = self.low_losses(batch["low"], train_policy=stage >= 3)
-        return high_loss + low_loss, {**high_metrics, **low_metrics, "stage": torch.tensor(float(stage))}
+        return high_loss + low_loss, {**high_metrics, **low_metrics}
+
+    def state_metrics(self) -> dict[str, float]:
+        """Logged as they stand at an iteration's end, the stage the next update trains in (update metrics are
+        averaged over an iteration's updates: a stage that turned from 2 to 3 inside one had been logged as 2.5)."""
+        return {"stage": float(self.stage)}
 
     def decoder_distribution(self, s: torch.Tensor, z: torch.Tensor) -> Normal:
         """The decoder's pre-tanh Gaussian ``p(. | s, z)`` (no gradient: it is frozen)."""

@@ -187,9 +187,10 @@ def test_skill_critic_trains_in_stages():
     for stage in (1, 2, 3):
         modules = (agent.critic, agent.low_critic, agent.policy, agent.low_policy)
         before = [snapshot(m) for m in modules]
+        assert agent.state_metrics() == {"stage": float(stage)}  # the stage the next updates train in
         for _ in range(3):
             metrics = agent.update(agent.sample(replay, 16, 4))
-        assert float(metrics["stage"]) == stage
+        assert "stage" not in metrics  # (averaged over an iteration's updates, it had read 2.5)
         seen.append([changed(m, b) for m, b in zip(modules, before)])
     # critics always; the high-level policy from stage 2; the low-level policy in stage 3 only
     assert seen == [[True, True, False, False], [True, True, True, False], [True, True, True, True]]
@@ -348,6 +349,8 @@ def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets
     assert [line["pretrain_updates"] for line in pretrain] == [300] and pretrain[0]["env_steps"] == 0
     assert [line["env_steps"] for line in online] == [1000]  # one iteration: 500 steps of 2 envs
     assert "critic_loss" in online[0] and (result.run_dir / "pretrained" / "controller.pt").is_file()
+    if algo == "skill_critic":  # stage 3 at the iteration's end, not the mean over its updates (1, 2, then 3)
+        assert online[0]["stage"] == 3.0
     assert result.evaluation["episodes"] == 2 and "success_rate" in result.evaluation
     payload = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")
     assert payload["progress"]["pretrained"] and payload["progress"]["pretrain_updates"] == 300
