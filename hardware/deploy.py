@@ -123,16 +123,16 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                                     f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
                                     "or give the run they came from")
         _refuse_folder_of_runs(Path(run_dir), fmt)
-        export, trainer = f"`{shell('robolearn', 'export', run_dir)}`", holder(Path(run_dir))
-        if not (Path(run_dir) / "checkpoints" / "latest.pt").is_file():  # `export` would only fail in turn
-            if trainer:
-                raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) "
-                                        "and has saved no checkpoint to export yet")
+        export = f"`{shell('robolearn', 'export', run_dir)}`"
+        saved = (Path(run_dir) / "checkpoints" / "latest.pt").is_file()  # else `export` would only fail in turn
+        if trainer := holder(Path(run_dir)):
+            then = f"exports when it ends; {export} exports its checkpoint so far" if saved else \
+                "has saved no checkpoint to export yet"
+            raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) and "
+                                    f"{then}")
+        if not saved:
             raise FileNotFoundError(f"{path}: no exported controller, nor a checkpoint to export one from (a run "
                                     "that stopped before its first, or not a run folder)")
-        if trainer:
-            raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) "
-                                    f"and exports when it ends; {export} exports its checkpoint so far")
         raise FileNotFoundError(f"{path}: no exported controller; run {export} first")
     controller = ExportedController(path)
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves

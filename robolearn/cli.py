@@ -163,6 +163,8 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
     """Words no option took, said by the command's own parser (its usage, not the top level's list of commands),
     with what each misspelled or misplaced option likely was: the command's nearest option, another command's
     option (`deploy --lockstep` is `emulate`'s), or for `train`, a setting given as a flag."""
+    from policies import AGENTS  # every algorithm's settings (TrainConfig's own agent section is PPO's)
+
     def options(p: argparse.ArgumentParser) -> list[str]:
         return [option for action in p._actions for option in action.option_strings]  # (argparse has no public list)
 
@@ -177,8 +179,6 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
     known = options(command)
     others = {option: name for name, p in siblings.items() for option in options(p) if option not in known}
     settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
-    from policies import AGENTS  # every algorithm's settings (TrainConfig's own agent section is PPO's)
-
     settings |= {f.name: f"agent.{f.name}" for config_cls, _ in AGENTS.values() for f in dataclasses.fields(config_cls)
                  if f.name not in settings}
     hints = []
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         _json_error(args, "interrupted")
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush has nowhere to fail
+        _stdout_to_devnull()
         return 141
     except OSError as err:
         if err.errno not in _STORAGE_ERRORS:  # anything else is ours to fix: Python's traceback
@@ -242,8 +242,13 @@ def _json_error(args: argparse.Namespace, said: str) -> None:
     if getattr(args, "json", False):
         try:
             print(json.dumps({"error": said}), flush=True)
-        except BrokenPipeError:  # `... --json | head` closed it: as main's own BrokenPipeError, quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except BrokenPipeError:  # `... --json | head` closed it: quietly, as main's own BrokenPipeError
+            _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null once a reader closed it: the exit's flush then has nowhere to fail."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _normalized_score(dataset: str, episode_return: float) -> float | None:

@@ -127,7 +127,7 @@ class FinetuneRunner(OfflineRunner):
         self._finite.verify()
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
-        keep_seconds(self.progress, getattr(self, "run_logger", None))
+        keep_seconds(self.progress, self.run_logger)
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)

@@ -210,6 +210,7 @@ class OfflineRunner:
         self.cfg = cfg
         self.ctrl_c = CtrlC()
         self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)
+        self.run_logger: RunLogger | None = None  # while training (its seconds go into each checkpoint)
         cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -256,7 +257,7 @@ class OfflineRunner:
 
     def save(self) -> None:
         check_same_folder(self.run_dir, getattr(self, "folder", None))
-        keep_seconds(self.progress, getattr(self, "run_logger", None))
+        keep_seconds(self.progress, self.run_logger)
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress)
 

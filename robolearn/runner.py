@@ -340,7 +340,7 @@ class Runner:
         self._finite.verify()
         if hasattr(self.env, "adaptation_state"):
             self.progress.env_adaptation = self.env.adaptation_state()
-        keep_seconds(self.progress, getattr(self, "run_logger", None))
+        keep_seconds(self.progress, self.run_logger)
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(),
                         progress=progress, replay=self.replay)

@@ -41,7 +41,6 @@ qpos, commanded actions), float64 precision (written as float32).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -309,7 +308,7 @@ def _frames_per_second(dataset: Any, fps: float | None) -> int | float:
             raise DatasetError(f"dataset '{dataset.id}' does not say its control period (no control_dt): LeRobot "
                                "datasets need one; pass --fps")
         fps = 1.0 / float(dt)
-    if not (math.isfinite(fps) and fps > 0):  # before any warning about what it would write
+    if not is_positive_number(fps):  # before any warning about what it would write
         raise ValueError(f"--fps must be a positive number, got {fps:g}")
     if given and dt and abs(fps * float(dt) - 1.0) > 1e-6:
         warnings.warn(f"--fps {fps:g}: dataset '{dataset.id}' was recorded at {1.0 / float(dt):g} frames per second "
