@@ -6,7 +6,8 @@ Start with :class:`Dataset` (``load``, iteration, ``transitions``,
 write them atomically. :func:`record` fills a writer from any VecEnv (give the writer
 ``metadata=env_metadata(env, task)``, so the dataset says its task),
 :func:`replay` plays an episode's actions back on one. :func:`import_dataset` makes a dataset of a
-D4RL file, a LeRobot directory or a deploy recording, as ``robolearn dataset import`` does.
+D4RL file, a LeRobot directory or a deploy recording, as ``robolearn dataset import`` does; :func:`recover`
+makes a dataset of what a recording killed outright left.
 """
 
 from robolearn.data.d4rl import read_d4rl, write_d4rl
@@ -17,8 +18,9 @@ from robolearn.data.lerobot import read_lerobot, write_lerobot
 from robolearn.data.minari_store import DatasetWriter, dataset_id, datasets_root, list_datasets
 from robolearn.data.record import RandomController, env_metadata, record
 from robolearn.data.recordings import read_recordings
+from robolearn.data.recover import Recovered, recover, uncommitted_recordings
 from robolearn.data.replay import ReplayResult, replay
 
-__all__ = ["Dataset", "DatasetError", "DatasetWriter", "Episode", "Imported", "RandomController", "ReplayResult",
+__all__ = ["Dataset", "DatasetError", "DatasetWriter", "Episode", "Imported", "RandomController", "Recovered", "ReplayResult",
            "dataset_id", "datasets_root", "env_metadata", "import_dataset", "list_datasets", "merge", "read_d4rl", "read_lerobot", "read_recordings", "record",
-           "replay", "split", "write_d4rl", "write_lerobot"]
+           "recover", "replay", "split", "uncommitted_recordings", "write_d4rl", "write_lerobot"]

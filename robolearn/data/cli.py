@@ -1,9 +1,9 @@
-"""``robolearn dataset list | info | record | import | export | split | merge | replay``.
+"""``robolearn dataset list | info | record | recover | import | export | split | merge | replay``.
 
 Registered by :mod:`robolearn.cli` through :func:`add_dataset_parser` and
 :func:`dataset_command`. Bad input ends in one line (a :class:`DatasetError`)
 and exit status 2; an interrupted ``record`` keeps its complete episodes and
-exits 130.
+exits 130; one killed outright leaves them for ``recover``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
     p.add_argument("--seed", type=int, default=0, help="the episodes' and the noise's random stream (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("recover", parents=[root], help="make a dataset of the episodes a killed recording left")
+    p.add_argument("folders", nargs="*", type=Path,
+                   help="the recordings' temp folders (default: every one under the root; `dataset list` names them)")
+    p.add_argument("--name", help="dataset name (default: the one the recording was writing, or its next version)")
+    p.add_argument("--overwrite", action="store_true", help="replace a dataset of the --name given")
 
     p = sub.add_parser("import", parents=[root, refs], help="import a D4RL file, a LeRobot dataset or a deploy recording")
     p.add_argument("path", type=Path)
@@ -105,6 +111,39 @@ def _list(args: argparse.Namespace) -> int:
             print(f"  {dataset_id:<{width}} {ds.task or '-':<18} {ds.num_episodes:>6} episodes {ds.num_steps:>9} steps")
         except DatasetError as err:  # one broken dataset does not hide the others
             print(f"  {dataset_id:<{width}} UNREADABLE: {err}")
+    _say_uncommitted(args.root)
+    return 0
+
+
+def _say_uncommitted(root: Path | None) -> None:
+    """The recordings killed before they committed, with their episode counts and the command that keeps them."""
+    from robolearn.data.minari_store import uncommitted_episodes
+    from robolearn.data.recover import uncommitted_recordings
+
+    folders = uncommitted_recordings(root)
+    if folders:
+        recover = shell("robolearn", "dataset", "recover", *(["--root", root] if root else []))
+        print(f"uncommitted: recordings killed before their end (`{recover}` makes datasets of them):")
+        for folder in folders:
+            print(f"  {folder}  {uncommitted_episodes(folder)} complete episodes")
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from robolearn.data.recover import recover, uncommitted_recordings
+
+    folders = args.folders or uncommitted_recordings(args.root)
+    if not folders:
+        from robolearn.data import datasets_root
+
+        print(f"nothing to recover: no recording under {datasets_root(args.root)} was left uncommitted")
+        return 0
+    if args.name and len(folders) > 1:
+        raise ValueError(f"--name {args.name}: {len(folders)} recordings to recover; give one folder with it")
+    for folder in folders:
+        done = recover(folder, args.name, args.root, args.overwrite)
+        cut = f" ({done.left_out} it was writing when killed left out)" if done.left_out else ""
+        print(f"recovered:   {done.dataset.num_episodes} episodes, {done.dataset.num_steps} steps{cut} -> "
+              f"{done.dataset.path}")
     return 0
 
 
@@ -362,5 +401,5 @@ def _check_controller_fits(meta: dict[str, Any], source: str, task: str, observa
         print(f"warning: --controller {source} was trained on '{trained}', recording it on '{task}'", file=sys.stderr)
 
 
-COMMANDS = {"list": _list, "info": _info, "record": _record, "import": _import, "export": _export,
+COMMANDS = {"list": _list, "info": _info, "record": _record, "recover": _recover, "import": _import, "export": _export,
             "split": _split, "merge": _merge, "replay": _replay}

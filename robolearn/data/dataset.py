@@ -233,7 +233,7 @@ class Dataset:
             data = self._read(lambda: next(episodes, None))
             if data is None:
                 return
-            yield _episode(data)
+            yield minari_episode(data)
 
     def transitions(self, device: str | torch.device = "cpu") -> dict[str, Any]:
         """Every step as one batch of tensors on ``device``: ``obs`` and ``next_obs`` (dicts of
@@ -322,7 +322,7 @@ class Dataset:
             raise DatasetError(f"{self.path / 'data'}: unreadable dataset (truncated or corrupt: {reason})") from None
 
 
-def _episode(data: dict[str, Any]) -> Episode:
+def minari_episode(data: dict[str, Any]) -> Episode:
     """A Minari episode dict as an :class:`Episode`; a plain Box observation becomes group ``policy``."""
     observations = data["observations"]
     if not isinstance(observations, dict):

@@ -31,7 +31,8 @@ never leaves a half-written dataset, and replacing one (``overwrite``) swaps
 whole directories. The temp directory's name holds its writer's pid and host
 (``.<id>.tmp-<pid>@<host>-xxxx``): what a writer killed outright (``kill -9``,
 a power cut) left is removed by the next writer in that folder, except a recording's complete episodes
-(``keep_partial``), which are kept there and said.
+(``keep_partial``), which are kept there and said; the metadata is written when a writer starts, so
+:func:`robolearn.data.recover.recover` makes them the dataset the recording was writing.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ WRITING = ".writing"  # in a writer's temp directory: a file it holds an exclusi
 KEEPS_PARTIAL = ".keeps-partial"  # ... and in a recording's (keep_partial): its episodes outlive its writer
 
 
-def _hold_lock(folder: Path) -> int | None:
+def hold_lock(folder: Path) -> int | None:
     """Lock ``folder``'s :data:`WRITING` file for as long as the returned descriptor stays open: the pid and
     host in a temp name cannot tell a live writer in another container (another pid namespace) on this
     machine, its kernel lock can. None where the filesystem has no locks (Lustre ``noflock``, NFS without
@@ -280,11 +281,8 @@ def remove_leftovers(folder: Path) -> None:
     except OSError:
         return
     for entry in entries:
-        match = _LEFTOVER.fullmatch(entry.name)
-        if not match or entry.is_symlink() or not entry.is_dir():
-            continue
-        pid, host = (match["pid"], match["host"]) if match["pid"] else (match["old_pid"], match["old_host"])
-        if (host or _HOST) != _HOST or _alive(int(pid)) or _locked(entry):
+        match = abandoned(entry)
+        if match is None:
             continue
         if match["old_pid"]:
             target = entry.with_name(match["name"])
@@ -292,16 +290,32 @@ def remove_leftovers(folder: Path) -> None:
                 warnings.warn(f"{entry} is the only copy of dataset '{match['name']}' (an overwrite was cut short); "
                               f"restore it with `mv {entry} {target}`")
                 continue
-        elif (entry / KEEPS_PARTIAL).exists() and (episodes := _uncommitted_episodes(entry)):
+        elif episodes := uncommitted_episodes(entry):
+            recover = shell("robolearn", "dataset", "recover", entry)
             warnings.warn(f"{entry}: {episodes} recorded episode(s) of dataset '{match['name']}' that a recording "
-                          "left uncommitted when it was killed or crashed: kept (Minari's files, in data/, without "
-                          "robolearn's metadata); remove the folder if they are not wanted")
+                          f"left uncommitted when it was killed or crashed: kept; `{recover}` makes them a dataset "
+                          "(or remove the folder if they are not wanted)")
             continue
         shutil.rmtree(entry, ignore_errors=True)
 
 
-def _uncommitted_episodes(folder: Path) -> int:
-    """How many episodes a writer's temp folder holds (Minari's metadata counts them as they are added)."""
+def abandoned(entry: Path) -> re.Match[str] | None:
+    """The name's parts (``name``, the writer's ``pid``...) where ``entry`` is what a writer on this machine that is
+    no longer running left behind (a temp directory, an overwrite's replaced copy); else None."""
+    match = _LEFTOVER.fullmatch(entry.name)
+    if not match or entry.is_symlink() or not entry.is_dir():
+        return None
+    pid, host = (match["pid"], match["host"]) if match["pid"] else (match["old_pid"], match["old_host"])
+    if (host or _HOST) != _HOST or _alive(int(pid)) or _locked(entry):
+        return None
+    return match
+
+
+def uncommitted_episodes(folder: Path) -> int:
+    """How many complete episodes a recording's temp folder holds (Minari's metadata counts them once written);
+    0 for a folder that is not a recording's (an import's is done again, not kept)."""
+    if not (folder / KEEPS_PARTIAL).exists():
+        return 0
     try:
         count = json.loads((folder / "data" / "metadata.json").read_text()).get("total_episodes", 0)
     except (OSError, ValueError, AttributeError):
@@ -351,7 +365,7 @@ class DatasetWriter:
             remove_leftovers(folder)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
                                           dir=self.target.parent))
-        self._lock = _hold_lock(self._tmp)
+        self._lock = hold_lock(self._tmp)
         if keep_partial:
             (self._tmp / KEEPS_PARTIAL).touch()
         self._closed = False
@@ -359,7 +373,10 @@ class DatasetWriter:
             (self._tmp / "data").mkdir()
             self._storage = MinariStorage.new(self._tmp / "data", observation_space=spaces.Dict(observation_spec),
                                               action_space=action_spec, data_format=DATA_FORMAT)
-        except BaseException:  # a spec Minari refuses: nothing left behind, no descriptor kept
+            # Written now, not only at the commit: a recording killed outright leaves its episodes with what
+            # they were recorded on (`robolearn dataset recover`), and metadata Minari refuses fails here
+            self._storage.update_metadata(self._metadata_as_stored())
+        except BaseException:  # a spec or metadata Minari refuses: nothing left behind, no descriptor kept
             self.discard()
             raise
 
@@ -392,6 +409,11 @@ class DatasetWriter:
             self.episodes += 1
             self.steps += len(episode)
 
+    def _metadata_as_stored(self) -> dict[str, Any]:
+        """``metadata`` as metadata.json holds it: Minari's own keys at the top, the rest under "robolearn"."""
+        minari = {key: value for key in self.MINARI_KEYS if (value := self.metadata.get(key)) is not None}
+        return {**minari, "robolearn": {k: v for k, v in self.metadata.items() if k not in self.MINARI_KEYS}}
+
     ROOM = 4 << 20  # bytes kept free for the metadata a commit writes
 
     def _check_room(self, episode: Episode) -> None:
@@ -419,7 +441,6 @@ class DatasetWriter:
                 self.target = self.target.with_name(self.id.rsplit("/", 1)[-1])
             warnings.warn(f"dataset '{taken}' was written by another process while this one was: this one is "
                           f"saved as '{self.id}'", stacklevel=2)
-        meta = {key: value for key in self.MINARI_KEYS if (value := self.metadata.pop(key, None)) is not None}
         self.metadata.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
         from minari import __version__ as minari_version
 
@@ -427,7 +448,7 @@ class DatasetWriter:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._storage.update_metadata({"dataset_id": self.id, "minari_version": minari_version,
-                                               **meta, "robolearn": self.metadata})
+                                               **self._metadata_as_stored()})
             old = None
             if self.target.exists():  # overwrite: swap whole directories
                 old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}@{_HOST}")

@@ -21,7 +21,7 @@ from gymnasium import spaces
 from robolearn.runtime import stops_as_ctrl_c
 from robolearn.cli import main as cli
 from robolearn.data import Dataset, DatasetError, DatasetWriter, Episode, dataset_id, list_datasets
-from robolearn.data.minari_store import _HOST, KEEPS_PARTIAL, WRITING, _hold_lock, interrupts_deferred
+from robolearn.data.minari_store import _HOST, KEEPS_PARTIAL, WRITING, hold_lock, interrupts_deferred
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -166,6 +166,63 @@ def test_sighup_during_a_record_keeps_the_complete_episodes(tmp_path, root):
     assert len(Dataset.load("rec", root)) == 1
 
 
+def test_a_record_killed_outright_is_recovered_with_its_task(tmp_path, root, capsys):
+    """kill -9 (an out-of-memory kill, a power cut) had left the episodes without what they were recorded on, and
+    no command made a dataset of them."""
+    argv = ["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "5", "--name", "rec",
+            "--no-progress"]
+    status, _, temps = _killed_mid_write(tmp_path, root, argv, signal.SIGKILL)
+    assert status == -signal.SIGKILL and [p.name for p in root.iterdir()] == temps
+    assert cli(["dataset", "list"]) == 0
+    assert "1 complete episodes" in capsys.readouterr().out
+    assert cli(["dataset", "recover"]) == 0
+    assert "recovered:   1 episodes, 500 steps" in capsys.readouterr().out
+    assert [p.name for p in root.iterdir()] == ["rec-v0"]  # the temp folder went once the dataset was in place
+    dataset = Dataset.load("rec", root)
+    assert dataset.task == "pendulum" and dataset.info["controller"] == "random" and dataset.info["control_dt"] == 0.02
+    assert dataset.info["recovered"]["episodes"] == 1 and dataset.transitions()["action"].shape == (500, 1)
+    assert cli(["dataset", "recover"]) == 0 and "nothing to recover" in capsys.readouterr().out
+
+
+def _dead_recording(name: str, root: Path, episodes: int) -> Path:
+    """The temp folder a recording of ``episodes`` episodes leaves when killed: its writer gone, nothing committed."""
+    writer = DatasetWriter(name, *SPECS, root=root, keep_partial=True, metadata={"task": "pendulum", "noise": 0.1})
+    for _ in range(episodes):
+        writer.add(_episode())
+    writer._release()  # (its lock, as the kernel drops a killed process's)
+    return writer._tmp.rename(writer._tmp.with_name(f".{writer.target.name}.tmp-{_dead_pid()}@{_HOST}-k1ll3d"))
+
+
+def test_an_episode_being_written_is_left_out_and_a_name_taken_since_gets_the_next_version(root):
+    folder = _dead_recording("ns/rec", root, episodes=2)
+    with h5py.File(folder / "data" / "main_data.hdf5", "a") as file:  # killed inside the third episode's write
+        file.create_group("episode_2")["actions"] = np.zeros((2, 1), np.float32)
+    with pytest.warns(UserWarning, match=r"2 recorded episode\(s\) .* `robolearn dataset recover .*k1ll3d` makes"):
+        _write("ns/rec", root)  # another recording took the name meanwhile (and its writer said what to recover)
+    from robolearn.data.recover import recover
+
+    done = recover(folder)
+    assert done.dataset.id == "ns/rec-v1" and len(done.dataset) == 2 and done.left_out == 1
+    assert done.dataset.info["noise"] == 0.1 and not folder.exists()
+    assert sorted(list_datasets(root)) == ["ns/rec-v0", "ns/rec-v1"]
+
+
+def test_recover_refuses_a_running_recording_and_an_imports_folder(root):
+    from robolearn.data.recover import recover
+
+    running = DatasetWriter("live", *SPECS, root=root, keep_partial=True)
+    running.add(_episode())
+    with pytest.raises(DatasetError, match="still writing it"):
+        recover(running._tmp)
+    running.commit()
+    importing = DatasetWriter("imp", *SPECS, root=root)
+    with pytest.raises(DatasetError, match="not a recording's temp folder"):
+        recover(importing._tmp)
+    importing.discard()
+    with pytest.raises(DatasetError, match="no complete episode"):
+        recover(_dead_recording("empty", root, episodes=0))
+
+
 def test_a_sigterm_during_an_episode_write_waits_for_it():
     finished = False
     with stops_as_ctrl_c():
@@ -235,7 +292,7 @@ def test_a_temp_directory_whose_writer_holds_its_lock_is_kept_whatever_its_pid_s
     root.mkdir()
     other = root / f".shared-v0.tmp-{_dead_pid()}@{_HOST}-c0ntainer"
     (other / "data").mkdir(parents=True)
-    lock = _hold_lock(other)
+    lock = hold_lock(other)
     _write("first", root)
     assert other.is_dir()
     os.close(lock)  # that writer is gone
