@@ -55,8 +55,8 @@ class RunnerConfig:
     """How long to train and what to save."""
 
     total_steps: int = 1_000_000  # env steps, summed over envs
-    # also stop (then export and evaluate as usual) at the first iteration's end past this much training: an
-    # iteration is never cut short, so a run may go one iteration over; 0: no limit
+    # also stop (then export and evaluate as usual) before an iteration that would end past this much training,
+    # judged by the last one's length (an iteration is never cut short); 0: no limit
     max_minutes: float = 0.0
     random_steps: int = 10_000  # off-policy only: uniform random actions first
     utd_ratio: float = 1.0  # off-policy only: gradient updates per env step collected

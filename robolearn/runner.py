@@ -408,8 +408,9 @@ class Runner:
             obs = self.env.reset(seed=self.seed + self.progress.iteration)
             check_finite("observation", obs)
             deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
+            lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:
-                while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline):
+                while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline, lap):
                     start = time.perf_counter()
                     if self.agent.on_policy:
                         self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in it discards it
@@ -433,6 +434,7 @@ class Runner:
                     counters = {"env_steps": self.progress.env_steps, "iteration": self.progress.iteration}
                     if stop is not None and ask_stop(self, stop, {**counters, **metrics}):
                         break
+                    lap = time.perf_counter() - start
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
@@ -692,11 +694,12 @@ def _rank_env_config(env: EnvConfig) -> EnvConfig:
     return env
 
 
-def _out_of_time(deadline: float) -> bool:
-    """Whether ``runner.max_minutes`` has run out; rank 0's clock decides for every rank."""
+def _out_of_time(deadline: float, lap: float) -> bool:
+    """Whether an iteration of ``lap`` seconds begun now would end past ``runner.max_minutes`` (a run had gone
+    up to a whole iteration over its budget: a minute of SAC on a CPU); rank 0's clock decides for every rank."""
     if deadline == float("inf"):
         return False
-    late = time.monotonic() >= deadline
+    late = time.monotonic() + lap >= deadline
     return bool(distributed.broadcast_object(late)) if distributed.active() else late
 
 
