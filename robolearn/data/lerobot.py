@@ -222,6 +222,8 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     from robolearn.data.minari_store import interrupts_deferred
 
     out = Path(out)
+    if out.is_symlink():  # the folder it points to is replaced; the swap below would have replaced the link itself
+        out = out.resolve()
     if blocked := next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None):
         raise DatasetError(f"{out}: {blocked} is a file, not a folder; give a directory for the dataset")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty folder made for it is taken
@@ -292,11 +294,8 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:  # (a symlink given as --out: the link goes, the folder it pointed at stays)
-        if old.is_symlink():
-            old.unlink()
-        else:
-            shutil.rmtree(old, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return out
 
 

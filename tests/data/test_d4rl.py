@@ -73,6 +73,17 @@ def test_a_d4rl_file_without_next_observations_imports_with_copied_final_observa
     assert ref_scores("hopper-medium-v2") == (-20.27, 3234.3) and ref_scores("gym:HalfCheetah-v5") == (-280.18, 12135.0)
 
 
+def test_an_export_through_a_symlink_replaces_the_file_it_points_to(recorded, tmp_path):
+    """The atomic rename had replaced the link with a file, leaving the old file where it pointed."""
+    (tmp_path / "disk").mkdir()
+    target, link = tmp_path / "disk" / "pendulum.hdf5", tmp_path / "pendulum.hdf5"
+    target.write_bytes(b"older")
+    link.symlink_to(target)
+    write_d4rl(recorded("pendulum", 2), link)
+    assert link.is_symlink() and h5py.is_hdf5(target)
+    assert [p.name for p in (tmp_path / "disk").iterdir()] == ["pendulum.hdf5"]
+
+
 def test_a_step_that_ends_both_ways_is_exported_as_terminal_only(tmp_path, root):
     """D4RL readers (d3rlpy asserts it) need terminals and timeouts never set on the same row."""
     arrays = _d4rl_arrays()

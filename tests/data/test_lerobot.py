@@ -307,6 +307,20 @@ def test_export_replaces_only_a_lerobot_dataset_and_an_interrupted_one_leaves_no
     assert json.loads((out / "meta" / "info.json").read_text())["fps"] == 25
 
 
+def test_an_export_through_a_symlink_replaces_what_it_points_to_and_keeps_the_link(recorded, tmp_path):
+    """--overwrite had replaced the link with a folder, leaving the old export where it pointed (a big disk's)."""
+    source = _rated(recorded, "pendulum", 2)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    link = tmp_path / "lerobot"
+    link.symlink_to(disk / "pendulum")
+    _exported(source, link)
+    with pytest.warns(UserWarning, match="recorded at 50 frames per second"):
+        _exported(source, link, fps=25, overwrite=True)
+    assert link.is_symlink() and json.loads((disk / "pendulum" / "meta" / "info.json").read_text())["fps"] == 25
+    assert [p.name for p in disk.iterdir()] == ["pendulum"]  # the replaced export and the temp folder are gone
+
+
 def test_export_from_the_command_line_and_its_refusals(recorded, root, tmp_path, capsys):
     _rated(recorded, "pendulum", 2, name="pend")
     out = tmp_path / "pend_lerobot"
