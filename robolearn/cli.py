@@ -15,8 +15,10 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import NoReturn
@@ -319,12 +321,16 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         print("note: this torch's torchrun stops the ranks 30 s after a Ctrl+C or kill, whatever they are doing: an "
               "iteration longer than that loses its steps since the last checkpoint (a newer torch waits 10 minutes "
               "here)", file=sys.stderr)
+    # torchrun's folder for its ranks' error files, made in /tmp and never removed (one per run): ours, removed after
+    logs = tempfile.mkdtemp(prefix="robolearn-torchrun-")
     try:
-        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "robolearn", *argv])
+        torchrun(["--standalone", f"--nproc_per_node={nproc}", f"--log-dir={logs}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
         return max(1, *(failure.exitcode for failure in err.failures.values()))
     except SignalException:  # Ctrl+C: the ranks saved their checkpoint and printed how to resume
         return 130
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
     return 0
 
 

@@ -231,6 +231,8 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     assert "note: this torch's torchrun stops the ranks 30 s after a Ctrl+C or kill" in capsys.readouterr().err
     assert cli.main(["train", "ppo_pendulum", "--nproc", "3", "env.num_envs=4", "--no-wandb"]) == 0
     assert "--nproc 3 on 2 CPU cores: the ranks share cores" in capsys.readouterr().err  # runs, but is told
+    logs = calls[-1].pop(2)  # torchrun's folder for error files: ours, removed after (it had left one in /tmp a run)
+    assert logs.startswith("--log-dir=") and not os.path.exists(logs.split("=", 1)[1])
     assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
                          "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]
     for wrong, said in (("env.task=nosuch", "unknown task 'nosuch'"), ("env.kwargs.bogus=1", "env.kwargs.bogus: task "
