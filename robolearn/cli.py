@@ -21,7 +21,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
@@ -56,9 +56,27 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return USER_ERRORS + extra
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "the following arguments are required" also says the misspelled option that was
+    likely meant (``--epsiodes``: ``--episodes``): argparse says a missing required option before the words no
+    option took reach :func:`refuse_unknown_words`. Its subcommands' parsers are of this class too."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):
+            known = [option for action in self._actions for option in action.option_strings]
+            for flag in (word.split("=", 1)[0] for word in getattr(self, "_words", []) if word.startswith("--")):
+                if flag not in known and (close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7)):
+                    message += f"; {flag}: did you mean {close[0]}?"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's commands and their options (the dataset commands: robolearn/data/cli.py)."""
-    parser = argparse.ArgumentParser(prog="robolearn", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="robolearn", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("train", help="train an agent; with no config, PPO on cartpole swing-up")

@@ -55,7 +55,10 @@ def test_stray_words_are_still_rejected(capsys):
                                          "you mean --json?"),
     (["dataset", "info", "cp", "--fractions", "0.5"], "--fractions is an option of `robolearn dataset split`, not of "
                                                       "dataset info"),
-], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset", "another-dataset-command's"])
+    (["dataset", "record", "--controller", "random", "--epsiodes", "3"], "robolearn dataset record: error: the "
+     "following arguments are required: --episodes; --epsiodes: did you mean --episodes?"),  # (argparse's check first)
+], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset", "another-dataset-command's",
+        "misspelled-required"])
 def test_a_wrong_option_is_said_by_its_command_with_what_it_likely_was(capsys, argv, says):
     """It had printed the top-level usage (the list of commands) and 'unrecognized arguments' only."""
     with pytest.raises(SystemExit):
