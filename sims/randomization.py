@@ -20,6 +20,10 @@ one shared width for uniform ranges instead of per-parameter Beta
 distributions under a KL trust region. The current width is logged as
 ``randomization/width``, and a run is evaluated at the width it reached
 (``width: 0.55, auto: false``: each range at that fraction, fixed).
+
+What the worlds hold now is logged too, for every range that is not nominal: the smallest and largest
+value over the worlds (``randomization/mass_scale_min``, ``..._max``; latency in seconds, delay in
+control steps), so a run's metrics show that, and how wide, its dynamics were drawn.
 """
 
 from __future__ import annotations
@@ -142,6 +146,11 @@ class RandomizedEnv(VecEnv):
         self._worlds = torch.arange(n, device=self.device)  # every world's index, made once (pushes use it each step)
         # MuJoCo Warp derives constants (constant_fields) for all worlds at once: a pool brings them along
         self._derives = hasattr(self.sim, "constant_fields")
+        # Each world's scales now (of the ranges not at nominal), and each pool variant's: logged as extremes
+        self._drawn = {key: torch.ones(n, device=self.device) for key in sorted({k for k, _ in SCALED_FIELDS.values()})
+                       if tuple(getattr(cfg, key)) != (1.0, 1.0)}
+        self._pool_scales: dict[str, Any] = {}
+        self._draws_log: dict[str, torch.Tensor] = {}
         self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
         self._robots_drawn = False  # dynamics_every_episode: false: each world's drawn once, at the first reset
         self.reset(seed)
@@ -154,8 +163,9 @@ class RandomizedEnv(VecEnv):
         nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
-    def _draw_dynamics(self, ids: torch.Tensor) -> list[str]:
-        """Fresh scales for worlds ``ids``, written to the model fields; returns the fields written."""
+    def _draw_dynamics(self, ids: torch.Tensor) -> tuple[list[str], dict[str, torch.Tensor]]:
+        """Fresh scales for worlds ``ids``, written to the model fields; returns the fields written and the
+        scales drawn."""
         # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
         scales = {key: uniform((len(ids),), *self._range(key), self._generator)
                   for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
@@ -169,7 +179,7 @@ class RandomizedEnv(VecEnv):
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
             self.sim.set_model_field(name, values, ids)
             written.append(name)
-        return written
+        return written, scales
 
     def _dynamics_pool(self, size: int) -> dict[str, torch.Tensor]:
         """``size`` variants of the model fields, drawn as fresh draws are, with the constants the backend
@@ -180,11 +190,14 @@ class RandomizedEnv(VecEnv):
         parts: dict[str, list[torch.Tensor]] = {}
         for start in range(0, size, self.num_envs):
             ids = self._worlds[: min(self.num_envs, size - start)]
-            written = self._draw_dynamics(ids)
+            written, scales = self._draw_dynamics(ids)
             if self._derives and self.sim.refresh_constants():
                 written += list(self.sim.constant_fields)
             for name in written:
                 parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(ids)])
+            for key, drawn in scales.items():
+                self._pool_scales.setdefault(key, []).append(drawn)
+        self._pool_scales = {key: torch.cat(rows) for key, rows in self._pool_scales.items()}
         return {name: torch.cat(rows) for name, rows in parts.items()}
 
     def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
@@ -194,8 +207,11 @@ class RandomizedEnv(VecEnv):
             given = {"recompute": False} if self._derives else {}  # the pool holds them
             for name, rows in self._pool.items():
                 self.sim.set_model_field(name, rows[pick], ids, **given)
+            for key, drawn in self._pool_scales.items():
+                self._drawn[key][ids] = drawn[pick].to(self._drawn[key].dtype)
         elif dynamics:
-            self._draw_dynamics(ids)
+            for key, drawn in self._draw_dynamics(ids)[1].items():
+                self._drawn[key][ids] = drawn.to(self._drawn[key].dtype)
         # Latency: whole control steps through the action queue, the rest as physics substeps.
         latency = uniform((len(ids),), *self._range("action_latency_s"), self._generator)
         physics_steps = torch.round(latency / self._timestep).long()
@@ -208,6 +224,21 @@ class RandomizedEnv(VecEnv):
         self._delay[ids] = torch.randint(round(low), round(high) + 1, (len(ids),), generator=self._generator,
                                          device=self.device)
         self._fresh[ids] = True
+        self._draws_log = self._extremes()
+
+    def _extremes(self) -> dict[str, torch.Tensor]:
+        """The smallest and largest value over the worlds of each range not at nominal, as logged: computed
+        when draws change (resets), not every step; device tensors, read when the runner logs."""
+        values = dict(self._drawn)
+        if self.cfg.action_latency_s[1] > 0:  # as applied: whole control steps and physics substeps
+            values["action_latency_s"] = (self._latency * self.env.task.frame_skip + self._substeps) * self._timestep
+        if self.cfg.obs_delay_steps[1] > 0:
+            values["obs_delay_steps"] = self._delay
+        out: dict[str, torch.Tensor] = {}
+        for key, value in values.items():
+            low, high = torch.aminmax(value.float())
+            out[f"randomization/{key}_min"], out[f"randomization/{key}_max"] = low, high
+        return out
 
     # ---- VecEnv ----------------------------------------------------------------
 
@@ -247,7 +278,7 @@ class RandomizedEnv(VecEnv):
                 h.fill(ids, obs[k][ids])
             fresh = self._noisy({k: v[ids] for k, v in obs.items()})
             next_obs = {k: v.index_put((ids,), fresh[k]) for k, v in next_obs.items()}
-        info["log"] = {**info.get("log", {}), "randomization/width": self.width}
+        info["log"] = {**info.get("log", {}), "randomization/width": self.width, **self._draws_log}
         return Step(next_obs, reward, terminated, truncated, info)
 
     def _noisy(self, obs: Obs) -> Obs:

@@ -32,6 +32,22 @@ def test_physics_fields_are_drawn_per_world_within_range():
     assert torch.allclose(damping, damping[:, :1].expand_as(damping)) and damping[:, 0].unique().numel() == 6
 
 
+@pytest.mark.parametrize("pool", [0, 5], ids=["fresh-draws", "pool"])
+def test_the_drawn_extremes_are_logged_as_the_worlds_hold_them(pool):
+    """Nothing had said what a run's dynamics were drawn from (randomization draws were not logged)."""
+    env = _env(num_envs=16, mass_scale=[0.5, 2.0], action_latency_s=[0.0, 0.04], obs_delay_steps=[0, 2],
+               width=0.5, dynamics_pool=pool)
+    log = env.step(torch.zeros(16, 4)).info["log"]
+    nominal = sims.make_env("arm_reach", 1).sim.get_model_field("body_mass")[0, 1]
+    mass = env.sim.get_model_field("body_mass")[:, 1] / nominal
+    assert float(log["randomization/mass_scale_min"]) == pytest.approx(float(mass.min()), rel=1e-5)
+    assert float(log["randomization/mass_scale_max"]) == pytest.approx(float(mass.max()), rel=1e-5)
+    assert 0.75 - 1e-6 <= float(mass.min()) < float(mass.max()) <= 1.5 + 1e-6  # half of each range: width 0.5
+    assert 0.0 <= float(log["randomization/action_latency_s_min"]) <= float(log["randomization/action_latency_s_max"]) <= 0.02 + 1e-6
+    assert float(log["randomization/obs_delay_steps_max"]) <= 1.0
+    assert "randomization/gain_scale_min" not in log  # a range left at nominal is not logged
+
+
 def test_action_latency_delays_the_actuators():
     env = _env(num_envs=2, action_latency_s=[0.04, 0.04])  # two control steps of 0.02 s
     actions = [torch.full((2, 4), 0.1 * i) for i in range(1, 6)]
