@@ -29,6 +29,8 @@ from robolearn.data.minari_store import (KEEPS_PARTIAL, abandoned, dataset_id, d
 
 @dataclass
 class Recovered:
+    """What :func:`recover` made of a folder."""
+
     dataset: Dataset
     folder: Path  # the temp folder it came from (now removed)
     left_out: int  # episodes the recording had begun to write but not finished
