@@ -128,9 +128,23 @@ def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") 
     """``torch.load(path, weights_only=True)``; a file that does not load raises a CheckpointError
     naming it, what it should have been and ``remedy`` (what the user can do about it)."""
     try:
+        damaged = _damaged_record(path)
+        if damaged:  # torch.load does not check them: a flipped byte inside a weight loads as another number
+            raise CheckpointError(f"{path}: damaged on disk or in a copy (its record {damaged} fails its CRC-32 "
+                                  f"check); {remedy}")
         return torch.load(path, map_location=map_location, weights_only=True)
     except UNREADABLE as err:
         raise CheckpointError(f"{path}: not a readable {what} ({_why_unreadable(err)}); {remedy}") from None
+
+
+def _damaged_record(path: Path) -> str | None:
+    """The first record of torch.save's zip file whose CRC-32 does not match its bytes, else None (also for a
+    file that is no zip: torch.load says what is wrong with it)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError):
+        return None
 
 
 def _why_unreadable(err: BaseException) -> str:

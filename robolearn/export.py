@@ -21,6 +21,7 @@ with weights ``exp(decay * age)``. :class:`ExportedController` keeps that queue.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -99,6 +100,9 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         "outputs": controller.export_outputs(),
         **getattr(controller, "export_meta", dict)(),
         **(extra or {}),
+        # each file's digest: a file damaged on disk or in a copy to the robot is refused when loaded, not run
+        # (a flipped byte inside a weight loads and runs as another number)
+        "sha256": {path.name: hashlib.sha256(data).hexdigest() for path, data in files.items()},
     }
     paths["meta"] = out_dir / "controller.json"
     files[paths["meta"]] = json.dumps(meta, indent=2).encode()
@@ -182,6 +186,7 @@ class ExportedController:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
         self.meta = read_controller_meta(meta_path, path)
+        check_digest(path, self.meta)
         self.obs_groups = tuple(self.meta["obs_groups"])
         self.decision_period = int(self.meta["decision_period"])
         names = list(self.meta["inputs"])
@@ -276,12 +281,29 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
               "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
     optional = {"control_dt": lambda v: _is_number(v) and 0 < v < math.inf,
                 "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict),
-                "chunk": lambda v: _is_chunk(v, meta.get("decision_period"))}
+                "chunk": lambda v: _is_chunk(v, meta.get("decision_period")),
+                "sha256": lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values())}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
             raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")
     return meta
+
+
+def check_digest(path: Path, meta: dict[str, Any]) -> None:
+    """Refuse an exported file whose SHA-256 is not the one its export recorded in controller.json (exports
+    before the digests were recorded have none: not checked)."""
+    recorded = (meta.get("sha256") or {}).get(path.name)
+    if recorded is None:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != recorded:
+        raise CheckpointError(f"{path}: its contents are not what its export wrote (SHA-256 {digest.hexdigest()[:12]}..., "
+                              f"controller.json records {recorded[:12]}...): damaged on disk or in a copy, or replaced "
+                              f"by another file; {_reexport(path)}, or copy the folder again")
 
 
 def _is_number(value: Any) -> bool:

@@ -94,6 +94,30 @@ def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_o
             driver.act({"policy": torch.zeros(4)})
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_an_exported_file_damaged_after_its_export_is_refused(trained_agent, tmp_path) -> None:
+    """A flipped byte in a copy to the robot had loaded and run as another weight (ONNX records no checksum)."""
+    import json
+
+    from robolearn.checkpoint import CheckpointError
+
+    paths = export_controller(trained_agent.controller(), tmp_path)
+    written = paths["onnx"].read_bytes()
+    for fmt in ("torchscript", "onnx"):
+        ExportedController(paths[fmt])  # as written
+        raw = bytearray(paths[fmt].read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        paths[fmt].write_bytes(raw)
+        with pytest.raises(CheckpointError, match=rf"{paths[fmt].name}: its contents are not what its export wrote "
+                                                  r"\(SHA-256 [0-9a-f]{12}\.\.\., controller.json records"):
+            ExportedController(paths[fmt])
+    meta = json.loads(paths["meta"].read_text())
+    del meta["sha256"]["controller.onnx"]  # an export from before the digests: loaded unchecked, as it was
+    paths["meta"].write_text(json.dumps(meta))
+    paths["onnx"].write_bytes(written)
+    ExportedController(paths["onnx"])
+
+
 def test_a_controller_computing_outside_torch_is_refused_before_its_file_is_written(tmp_path) -> None:
     """Traced, numpy math on the observation becomes a constant: the file would drive a robot with it."""
     from robolearn.interfaces import Controller

@@ -127,6 +127,24 @@ def test_cut_short_at_any_length_is_a_checkpoint_error(tmp_path):
             load_checkpoint(cut)
 
 
+def test_a_flipped_bit_inside_a_weight_is_refused_not_loaded(tmp_path):
+    """torch.load does not check the CRC-32 its zip records: the checkpoint had loaded with another number."""
+    import struct
+    import zipfile
+
+    path = tmp_path / "latest.pt"
+    save_checkpoint(path, config={}, agent={"w": torch.randn(64, 64)}, progress={})
+    with zipfile.ZipFile(path) as archive:  # the weight's bytes inside the file
+        record = max(archive.infolist(), key=lambda info: info.file_size)
+    raw = bytearray(path.read_bytes())
+    name, extra = struct.unpack("<HH", raw[record.header_offset + 26:record.header_offset + 30])
+    raw[record.header_offset + 30 + name + extra + record.file_size // 2] ^= 0x01
+    path.write_bytes(raw)
+    with pytest.raises(CheckpointError, match=rf"latest.pt: damaged on disk or in a copy \(its record "
+                                              rf"{record.filename} fails its CRC-32 check\); restore it from a copy"):
+        load_checkpoint(path)
+
+
 def test_what_would_not_load_back_is_refused_at_save_naming_its_key(tmp_path):
     import numpy as np
 
