@@ -58,7 +58,8 @@ def __dir__() -> list[str]:
 
 
 def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
-          stop: Callable[[dict[str, float]], bool] | None = None, overrides: Any = ()) -> RunResult:
+          stop: Callable[[dict[str, float]], bool] | None = None, overrides: Any = (),
+          fresh_replay: bool = False) -> RunResult:
     """Train ``cfg`` until ``runner.total_steps`` or until ``stop(metrics)`` is true; export, evaluate and
     film it. See :func:`robolearn.runner.train` (imported lazily: it pulls in sims and policies).
 
@@ -69,7 +70,11 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
 
     ``stop`` gets each iteration's metrics as ``metrics.jsonl`` logs them: ``env_steps`` and ``iteration``
     (offline runs: ``updates``), losses and timings, and ``return`` / ``success_rate`` only once episodes
-    have ended, so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``."""
+    have ended, so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``.
+
+    ``fresh_replay`` (with ``resume``, as ``--fresh-replay``): an off-policy run whose ``checkpoints/replay.pt`` is
+    lost or damaged goes on with an empty replay buffer, which the agent's own actions refill (``runner.random_steps``
+    env steps; a fine-tune's ``agent.warmup_steps``) before updates go on."""
     from pathlib import Path
 
     from robolearn.config import TrainConfig, load_config, run_config_path
@@ -89,7 +94,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
         raise TypeError("overrides go with resume= alone; apply them to a config with load_config(name, overrides)")
     elif resume is not None:
         warn_if_config_differs(cfg, Path(resume))
-    return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop)
+    return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop, fresh_replay=fresh_replay)
 
 
 def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:

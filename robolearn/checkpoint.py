@@ -189,7 +189,9 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
     """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing or unreadable is an error
     that says what to do; a stamp of another step (a run saved before the two were written as one, or a
     kill between their renames) is said (where ``warn``: once per run, not by every rank), then used."""
-    remedy = "restore it from a copy to resume (latest.pt still evaluates and exports without it)"
+    remedy = ("restore it from a copy to resume, or resume with --fresh-replay (from Python: train(resume=..., "
+              "fresh_replay=True)) to go on with an empty buffer the agent refills first (latest.pt still evaluates "
+              "and exports without it)")
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a run that learns from a replay buffer resumes with it; {remedy}")
     state = load_tensors(path, "replay buffer", remedy, map_location=device)
@@ -202,6 +204,17 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
         warnings.warn(f"{path} holds the replay buffer of env step {int(saved_at)} but the checkpoint is of step "
                       f"{env_steps} (the run stopped, or its disk filled, between writing the two): resuming with it, "
                       "so this resume is not exactly the run it would have been", stacklevel=2)
+
+
+def refill_instead(progress: Any, steps: int, path: Path, warn: bool = True) -> None:
+    """``--fresh-replay``: the resume goes on with an empty replay buffer instead of ``path`` (lost, damaged, or
+    left behind in a copy of the run): the next ``steps`` env steps refill it with the agent's own exploring
+    actions and no update is made (nor owed) until they are done (``progress.refill_until``, checkpointed)."""
+    progress.refill_until = progress.env_steps + steps
+    if warn:
+        warnings.warn(f"resuming without {path}: the replay buffer starts empty and the agent's own actions refill it "
+                      f"for {steps:,} env steps before updates go on, so this run is not the one it would have been",
+                      stacklevel=2)
 
 
 def saved_num_envs(payload: dict[str, Any], default: int) -> int:

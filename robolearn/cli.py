@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value, e.g. runner.total_steps=200000 agent.learning_rate=3e-4 "
                                                 "seed=1 name=lr_3e-4 (the run's folder) logging.group=lr_3e-4 (W&B's)")
     p.add_argument("--resume", type=Path, help="a run directory to continue from its latest checkpoint")
+    p.add_argument("--fresh-replay", action="store_true",
+                   help="with --resume, for a run whose checkpoints/replay.pt is lost or damaged: go on with an empty "
+                        "replay buffer, refilled by the agent's own actions (runner.random_steps env steps) before "
+                        "updates go on")
     p.add_argument("--seed", help=argparse.SUPPRESS)  # said to be seed=N, as every setting
     p.add_argument("--no-wandb", action="store_true", help="do not write Weights & Biases files")
     p.add_argument("--nproc", type=int, metavar="N",
@@ -353,7 +357,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from robolearn.preflight import check_data_parallel
+    from robolearn.preflight import check_data_parallel, check_fresh_replay
     from robolearn.runner import train
 
     if args.seed is not None:
@@ -382,12 +386,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
+    if args.fresh_replay:
+        check_fresh_replay(cfg, args.resume)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         import sims
 
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
-    result = train(cfg, resume=args.resume)
+    result = train(cfg, resume=args.resume, fresh_replay=args.fresh_replay)
     if result.interrupted:
         return 130
     if not distributed.is_main():  # rank 0 reports the run

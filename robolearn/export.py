@@ -186,7 +186,6 @@ class ExportedController:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
         self.meta = read_controller_meta(meta_path, path)
-        check_digest(path, self.meta)
         self.obs_groups = tuple(self.meta["obs_groups"])
         self.decision_period = int(self.meta["decision_period"])
         names = list(self.meta["inputs"])
@@ -203,6 +202,7 @@ class ExportedController:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 module = _load(path, lambda: torch.jit.load(str(path), map_location="cpu"))
             self._call = lambda *args: _as_list(module(*(a.cpu().float() for a in args)))
+        check_digest(path, self.meta)  # after the load, which says a cut file is one; before any action
         self._run = lambda x: self._call(x)[0]
         chunk = self.meta.get("chunk")
         self.queue = ActionQueue(chunk["length"], chunk["mode"], decay=float(chunk["decay"])) if chunk else None

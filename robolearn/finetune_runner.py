@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam, restore_agent, rng_state,
-                                  save_checkpoint, saved_num_envs)
+from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam, refill_instead, restore_agent,
+                                  rng_state, save_checkpoint, saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
@@ -72,6 +72,7 @@ class FinetuneProgress:
     recent_success: list[float] = field(default_factory=list)
     jsrl: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
+    refill_until: int = 0  # --fresh-replay: no online updates before this env step, while the empty replay refills
 
 
 class PhaseLogger(RunLogger):
@@ -155,6 +156,9 @@ class FinetuneRunner(OfflineRunner):
                               extra=task_meta(self.cfg.env, self.env.control_dt))
             self.agent.go_online()
             self.progress.phase, self.progress.iteration = "online", 0
+        elif self.fresh_replay:
+            refill_instead(self.progress, max(agent_cfg.warmup_steps, agent_cfg.batch_size),
+                           self.checkpoint_path.with_name("replay.pt"))
         else:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)
             mark_resume_seam(self.online, self.agent, self._saved_num_envs, self.cfg.env.num_envs)
@@ -300,8 +304,8 @@ class FinetuneRunner(OfflineRunner):
             obs = next_obs
             self.progress.env_steps += env.num_envs
             logger.advance(self.progress.env_steps)
-            if self.progress.env_steps <= cfg.agent.warmup_steps:
-                continue  # WSRL warmup: the frozen pretrained policy acts, nothing is updated
+            if self.progress.env_steps <= cfg.agent.warmup_steps or self.progress.env_steps < self.progress.refill_until:
+                continue  # WSRL warmup (the frozen pretrained policy acts) or a refill: nothing is updated
             updates += pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
                                        self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one

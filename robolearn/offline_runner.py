@@ -179,7 +179,8 @@ class UpdateLogger(RunLogger):
 class OfflineRunner:
     """Trains offline ``cfg.algo`` on ``cfg.dataset`` and leaves a self-contained run directory."""
 
-    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, resume: Path | None = None, fresh_replay: bool = False) -> None:
+        """``fresh_replay``: a fine-tune (a subclass) resumed online with an empty replay buffer."""
         from policies import AGENTS, agent_entry
 
         cfg = validated(cfg)
@@ -207,7 +208,7 @@ class OfflineRunner:
             if dataset_id(trained_on) != dataset_id(cfg.dataset):
                 raise ConfigError(f"dataset={cfg.dataset}: {resume} was trained on '{trained_on}'; a resume goes on with "
                                   "the same data (train a new run, or fine-tune from its export, for another)")
-        self.cfg = cfg
+        self.cfg, self.fresh_replay = cfg, fresh_replay
         self.ctrl_c = CtrlC()
         self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)
         self.run_logger: RunLogger | None = None  # while training (its seconds go into each checkpoint)

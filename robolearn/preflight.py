@@ -90,3 +90,16 @@ def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_si
                           f"runner.random_steps to at least {(window - lag - 1) * per_step + 1} ({window - lag} steps x "
                           f"{per_step} envs{' over all ranks' if world_size > 1 else ''}"
                           f"{f', and {lag} more build up the first update' if lag else ''})")
+
+
+def check_fresh_replay(cfg: TrainConfig, resume: object) -> None:
+    """``--fresh-replay`` goes with ``--resume`` of a run that learns from a replay buffer (off-policy, or an
+    offline-to-online fine-tune): anywhere else it would change nothing, which is said rather than ignored."""
+    from policies import agent_entry
+
+    if resume is None:
+        raise ConfigError("--fresh-replay goes with --resume RUN: a new run's replay buffer starts empty anyway")
+    entry = agent_entry(cfg.algo)[1]
+    if getattr(entry, "on_policy", False) or (getattr(entry, "offline", False) and not getattr(entry, "finetune", False)):
+        kind = "learns on-policy" if getattr(entry, "on_policy", False) else "trains offline on its dataset"
+        raise ConfigError(f"--fresh-replay: algo '{cfg.algo}' {kind} and keeps no replay buffer; resume without it")

@@ -43,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay,
+from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay, refill_instead,
                                   mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
                                   saved_num_envs, set_rng_state)
 from robolearn import distributed
@@ -53,8 +53,8 @@ from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evalua
 from robolearn.export import export_controller, task_meta
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
-from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_minibatches,
-                                 check_replay_windows)
+from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
+                                 check_minibatches, check_replay_windows)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
                             record_failure, refuse_finished, trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
@@ -80,6 +80,7 @@ class Progress:
     world_size: int = 0  # ranks that trained it, `train --resume` starts as many (cli._trained_ranks); 0: not recorded
     env_adaptation: dict[str, Any] = field(default_factory=dict)  # automatic randomization's width (rank 0's)
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
+    refill_until: int = 0  # --fresh-replay: no updates before this env step, while the empty replay refills
 
 
 @dataclass
@@ -194,10 +195,12 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
 class Runner:
     """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
 
-    def __init__(self, cfg: TrainConfig, resume: Path | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, resume: Path | None = None, fresh_replay: bool = False) -> None:
         """Build env and agent (and restore ``resume``'s checkpoint) first, and only then write the run
-        directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config."""
+        directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config.
+        ``fresh_replay``: resume with an empty replay buffer (:func:`robolearn.checkpoint.refill_instead`)."""
         self.cfg = cfg = validated(cfg)
+        self.fresh_replay = fresh_replay
         resolve_backend(cfg.env)  # before the process group: a warp run without a GPU is a CPU run
         distributed.init(cfg.env.device)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
@@ -360,7 +363,10 @@ class Runner:
         if self.world_size > 1:  # only rank 0's random streams are saved: each rank draws fresh ones
             torch.manual_seed(self.seed + self.world_size * self.progress.iteration)
             np.random.seed(self.seed + self.world_size * self.progress.iteration)
-        if self.replay is not None:
+        if self.replay is not None and self.fresh_replay:
+            refill_instead(self.progress, max(self.cfg.runner.random_steps, self.cfg.agent.batch_size),
+                           self.checkpoint_path.with_name("replay.pt"), warn=self.main)
+        elif self.replay is not None:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps,
                         self.env.device, warn=self.main)
             mark_resume_seam(self.replay, self.agent, saved_num_envs(payload, self.env.num_envs), self.env.num_envs)
@@ -526,7 +532,7 @@ class Runner:
                     out = self.agent.act(obs, explore=True)
             obs, transition = self._step(obs, out, stats)
             self.replay.add(transition)
-            if self.progress.env_steps < runner.random_steps:
+            if self.progress.env_steps < max(runner.random_steps, self.progress.refill_until):
                 continue
             updates += pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
                                        lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
@@ -846,7 +852,8 @@ def check_metrics(metrics: dict[str, float]) -> None:
             raise NonFiniteError(f"update metric '{key}' is {float(value)}", ("update metric",))
 
 
-def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
+def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str, float]], bool] | None = None,
+          fresh_replay: bool = False) -> RunResult:
     """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``; offline algorithms
     (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`, and
     offline-to-online ones (``wsrl``, ``calql_finetune``, ``jsrl``) to :class:`robolearn.finetune_runner.FinetuneRunner`."""
@@ -854,6 +861,8 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     from robolearn.offline_runner import OfflineRunner, is_offline
 
     check_data_parallel(cfg, distributed.world_size(), f"{distributed.world_size()} ranks")
+    if fresh_replay:
+        check_fresh_replay(cfg, resume)
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:
@@ -861,9 +870,10 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             raise CheckpointError(f"{resume}: no checkpoint to resume from: the run stopped before its first one was "
                                   "saved; train it anew (robolearn train <config>) and remove this folder")
         if is_finetune(cfg):
-            runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume)
+            runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)
         else:
-            runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else Runner(cfg, resume=resume)
+            runner = OfflineRunner(cfg, resume=resume) if is_offline(cfg) else \
+                Runner(cfg, resume=resume, fresh_replay=fresh_replay)
         try:
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
             if distributed.is_main():

@@ -49,8 +49,8 @@ def tiny(tmp_path, config: str = "wsrl_hopper", *extra: str):
                                 "agent.online_batch_size=32", *extra])
 
 
-def run(cfg, resume=None, stop=None, spy=None) -> FinetuneRunner:
-    runner = FinetuneRunner(cfg, resume=resume)
+def run(cfg, resume=None, stop=None, spy=None, fresh_replay=False) -> FinetuneRunner:
+    runner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)
     if spy is not None:
         update = runner.agent.update
         runner.agent.update = lambda batch: (spy(runner, batch), update(batch))[1]
@@ -149,6 +149,20 @@ def test_resume_across_the_phase_boundary(tmp_path):
     records = lines(resumed)
     assert [(r["phase"], r.get("updates"), r.get("online_updates"), r.get("env_steps")) for r in records] == [
         ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
+
+
+def test_an_online_resume_without_its_replay_refills_it_before_updating(tmp_path):
+    """--fresh-replay: a fine-tune whose replay.pt is lost goes on, its online updates waiting for the refill."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=1000")
+    first = run(cfg)
+    first.checkpoint_path.with_name("replay.pt").unlink()
+    cfg.runner.total_steps = 2000
+    steps: list[int] = []
+    with pytest.warns(UserWarning, match="the agent's own actions refill it for 600 env steps"):  # its warmup's
+        resumed = run(cfg, resume=first.run_dir, fresh_replay=True,
+                      spy=lambda r, batch: steps.append(r.progress.env_steps) if r.progress.phase == "online" else None)
+    # owed from step 1600 on, at UTD 1/8 the first at its eighth step; 50 before the resume, 50 after
+    assert resumed.online.size == 1000 and min(steps) == 1607 and resumed.progress.online_updates == 50 + 50
 
 
 def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):

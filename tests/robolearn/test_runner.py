@@ -187,6 +187,39 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     assert resumed.replay.size == 3000
 
 
+def test_a_run_whose_replay_is_lost_resumes_with_fresh_replay_refilling_before_it_updates(tmp_path, capsys):
+    """A lost or damaged replay.pt (left behind in a copy of the run) had left an off-policy run un-resumable."""
+    cfg = tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "agent.batch_size=32",
+               "agent.buffer_size=5000", "runner.eval_episodes=0")
+    runner = Runner(cfg)
+    runner.train()
+    runner.close()
+    runner.checkpoint_path.with_name("replay.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"replay.pt: missing; .* or resume with --fresh-replay"):
+        train(resume=runner.run_dir, overrides={"runner.total_steps": 4000})
+    calls = []
+    with pytest.warns(UserWarning, match=r"resuming without .*replay.pt: the replay buffer starts empty and the "
+                                         r"agent's own actions refill it for 1,000 env steps"):
+        resumed = Runner(load_config(runner.run_dir / "config.yaml", ["runner.total_steps=4000"]),
+                         resume=runner.run_dir, fresh_replay=True)
+    update = resumed.agent.update
+    resumed.agent.update = lambda batch: (calls.append(resumed.progress.env_steps), update(batch))[1]
+    resumed.train()
+    resumed.close()
+    # the first updates are owed by the refill's last step (8 envs, 2992 -> 3000), as by runner.random_steps' last
+    owed = resumed.cfg.runner.utd_ratio * (4000 - 2992)
+    assert resumed.replay.size == 2000 and min(calls) == 3000 and len(calls) == owed
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["refill_until"] == 3000
+    assert cli(["train", "sac_pendulum", "--fresh-replay"]) == 2
+    assert "--fresh-replay goes with --resume RUN" in capsys.readouterr().err
+    from robolearn.preflight import check_fresh_replay
+
+    with pytest.raises(ConfigError, match="algo 'ppo' learns on-policy and keeps no replay buffer"):
+        check_fresh_replay(load_config("ppo_cartpole"), runner.run_dir)
+    with pytest.raises(ConfigError, match="algo 'iql' trains offline on its dataset"):
+        check_fresh_replay(load_config("iql_hopper"), runner.run_dir)
+
+
 def test_a_run_of_no_steps_says_it_has_no_curves_not_that_it_is_no_run(tmp_path, capsys):
     """runner.total_steps=0 (allowed) had said 'curves skipped: ValueError: ... not a run directory'."""
     runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=0", "runner.eval_episodes=0"))
