@@ -285,7 +285,7 @@ def test_train_summary_prints_the_success_rate(monkeypatch, capsys):
     from robolearn.runner import RunResult
 
     result = RunResult(run_dir=Path("runs/x"), evaluation=evaluation)
-    monkeypatch.setattr("robolearn.runner.train", lambda cfg, resume=None: result)
+    monkeypatch.setattr("robolearn.runner.train", lambda cfg, resume=None, fresh_replay=False: result)
     assert main(["train", "ppo_cartpole", "--no-wandb"]) == 0
     assert "evaluation:  return -494.7 ± 15.9, success 30% over 10 episodes" in capsys.readouterr().out
 
