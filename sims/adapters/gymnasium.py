@@ -32,7 +32,9 @@ class GymVecEnv(OurVecEnv):
     ``render_mode="rgb_array"``), a factory of one env, or a ready
     ``VectorEnv`` whose ``metadata["autoreset_mode"]`` is ``SAME_STEP`` (the
     only mode that yields the true last observation of an episode). Actions are
-    in the env's own units and are clipped to its Box.
+    in the env's own units and are clipped to its Box. ``max_episode_steps``
+    is the time limit the envs of an id or a factory are made with (Gymnasium's
+    ``TimeLimit``); a ready ``VectorEnv`` keeps its own: give the one it has.
     """
 
     def __init__(
@@ -48,7 +50,7 @@ class GymVecEnv(OurVecEnv):
         if isinstance(env, VectorEnv):
             self.vec = env
         else:
-            factory = (lambda: gymnasium.make(env, render_mode="rgb_array", **make_kwargs)) if isinstance(env, str) else env
+            factory = _factory(env, max_episode_steps, make_kwargs)
             try:
                 self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
             except gymnasium.error.Error as err:  # an unknown id, a missing extra (box2d...): one line, what to do
@@ -155,6 +157,19 @@ class VecEnvAsGymVector(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
+
+
+def _factory(env: str | Callable[[], gymnasium.Env], max_episode_steps: int | None,
+             make_kwargs: dict[str, Any]) -> Callable[[], gymnasium.Env]:
+    """One env of ``env`` (an id or a factory) truncated at ``max_episode_steps`` when given, so that the
+    limit the VecEnv reports is the one its episodes keep (it had been reported only: Pendulum-v1 told 50
+    and ran 200)."""
+    if isinstance(env, str):
+        limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+        return lambda: gymnasium.make(env, render_mode="rgb_array", **limit, **make_kwargs)
+    if max_episode_steps is None:
+        return env
+    return lambda: gymnasium.wrappers.TimeLimit(env(), max_episode_steps)
 
 
 def _control_dt(vec: VectorEnv) -> float:

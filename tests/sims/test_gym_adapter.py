@@ -86,3 +86,18 @@ def test_a_frame_keeps_its_proportions_when_fitted_to_the_size_asked():
     assert fitted.shape == (240, 320, 3)
     assert rows.max() - rows.min() == cols.max() - cols.min() == 47  # still a square (100 px at 240/500)
     assert (fitted[:, :40, 0] == 9).all() and (fitted[:, -40:, 0] == 9).all()  # the sides: its background
+
+
+def test_max_episode_steps_is_the_limit_the_episodes_keep() -> None:
+    """env.kwargs.max_episode_steps had only been reported: Pendulum-v1 told 50 and truncated at 200."""
+    import gymnasium
+
+    from sims.adapters.gymnasium import GymVecEnv
+
+    for env in (make_env("gym:Pendulum-v1", num_envs=2, seed=0, max_episode_steps=5),
+                GymVecEnv(lambda: gymnasium.make("Pendulum-v1").unwrapped, 2, max_episode_steps=5)):  # no limit of its own
+        assert env.max_episode_steps == 5
+        env.reset(seed=0)
+        ends = [bool(env.step(torch.zeros(2, 1)).truncated.all()) for _ in range(10)]
+        assert ends == [False] * 4 + [True] + [False] * 4 + [True]
+        env.close()
