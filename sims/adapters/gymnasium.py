@@ -122,6 +122,8 @@ class VecEnvAsGymVector(VectorEnv):
     the next episode, and ``info["final_obs"][i]`` (with mask
     ``info["_final_obs"]``) holds its last observation, as Gymnasium's
     ``SyncVectorEnv(autoreset_mode=SAME_STEP)`` reports it.
+    ``metadata["render_fps"]`` is the control rate, as in Gymnasium's MuJoCo envs: video
+    recorders play frames in real time, and :class:`GymVecEnv` reads the control period back.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"]}
@@ -130,6 +132,7 @@ class VecEnvAsGymVector(VectorEnv):
     def __init__(self, env: OurVecEnv, group: str = "policy") -> None:
         self.env, self.group = env, group
         self.num_envs = env.num_envs
+        self.metadata = {**type(self).metadata, "render_fps": 1.0 / env.control_dt}
         self.single_observation_space = env.observation_spec[group]
         self.single_action_space = env.action_spec
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -177,7 +180,7 @@ def _control_dt(vec: VectorEnv) -> float:
     (``metadata["render_fps"]``, e.g. the classic-control envs), else 1 s with a warning."""
     dt = _attr(vec, "dt", None)
     if dt is None:
-        fps = (_attr(vec, "metadata", None) or {}).get("render_fps")
+        fps = vec.metadata.get("render_fps")  # a SyncVectorEnv's is its envs' (a VectorEnv of ours: its control rate)
         if fps:
             return 1.0 / float(fps)
         warnings.warn("the Gymnasium env has neither dt nor metadata['render_fps']: control_dt is taken as 1 s "

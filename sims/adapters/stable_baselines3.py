@@ -25,6 +25,7 @@ class VecEnvAsSB3(SB3VecEnv):
     def __init__(self, env: VecEnv, group: str = "policy") -> None:
         self.env, self.group = env, group
         super().__init__(env.num_envs, env.observation_spec[group], env.action_spec)
+        self.metadata["render_fps"] = 1.0 / env.control_dt  # VecVideoRecorder's frame rate: real time, not its 30
         self._actions: np.ndarray | None = None
 
     def reset(self) -> np.ndarray:

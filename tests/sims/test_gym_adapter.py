@@ -49,7 +49,7 @@ def test_round_trip_preserves_the_env() -> None:
     """ours -> Gymnasium vector -> ours steps exactly like ours."""
     direct = make_env("hopper", num_envs=4, seed=0)
     round_trip = GymVecEnv(VecEnvAsGymVector(make_env("hopper", num_envs=4, seed=0)), max_episode_steps=1000)
-    assert round_trip.control_dt == 1.0  # a VectorEnv has no dt to forward
+    assert round_trip.control_dt == pytest.approx(direct.control_dt)  # read back from metadata["render_fps"]
     torch.testing.assert_close(direct.reset(seed=3)["policy"], round_trip.reset(seed=3)["policy"])
     generator = torch.Generator().manual_seed(0)
     for _ in range(60):
@@ -101,3 +101,16 @@ def test_max_episode_steps_is_the_limit_the_episodes_keep() -> None:
         ends = [bool(env.step(torch.zeros(2, 1)).truncated.all()) for _ in range(10)]
         assert ends == [False] * 4 + [True] + [False] * 4 + [True]
         env.close()
+
+
+def test_video_recorders_play_our_envs_in_real_time() -> None:
+    """metadata had no render_fps: Gymnasium's and SB3's video recorders took 30, so hopper (125 steps a
+    second) played four times slower than it moved; and a round trip through Gymnasium had lost its control_dt."""
+    from sims.adapters.stable_baselines3 import VecEnvAsSB3
+
+    env = make_env("hopper", num_envs=1)
+    assert env.control_dt == pytest.approx(0.008)
+    assert VecEnvAsGymVector(env).metadata["render_fps"] == pytest.approx(125)
+    assert VecEnvAsGymVector.metadata.get("render_fps") is None  # the instance's, not the class's: envs differ
+    assert VecEnvAsSB3(env).metadata["render_fps"] == pytest.approx(125)
+    env.close()
