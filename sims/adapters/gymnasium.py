@@ -138,7 +138,15 @@ class VecEnvAsGymVector(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """``seed`` seeds the whole batch (our envs take one seed); Gymnasium's list of one seed per env is
+        refused unless all are None, as no per-env seeding could honour it."""
+        if isinstance(seed, (list, tuple)):
+            if any(s is not None for s in seed):
+                raise ValueError(f"VecEnvAsGymVector.reset(seed=...): one int seeds the whole batch; got a list of "
+                                 f"{len(seed)} (pass seed={seed[0]!r}: our envs draw every world from one generator)")
+            seed = None
         return _numpy(self.env.reset(seed)[self.group]), {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:

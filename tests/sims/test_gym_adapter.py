@@ -114,3 +114,12 @@ def test_video_recorders_play_our_envs_in_real_time() -> None:
     assert VecEnvAsGymVector.metadata.get("render_fps") is None  # the instance's, not the class's: envs differ
     assert VecEnvAsSB3(env).metadata["render_fps"] == pytest.approx(125)
     env.close()
+
+
+def test_a_list_of_seeds_is_refused_in_words() -> None:
+    """Gymnasium's VectorEnv.reset takes one seed per env; ours had failed in torch: 'manual_seed expected a long'."""
+    vec = VecEnvAsGymVector(make_env("pendulum", num_envs=2))
+    with pytest.raises(ValueError, match=r"one int seeds the whole batch; got a list of 2 \(pass seed=3"):
+        vec.reset(seed=[3, 4])
+    assert vec.reset(seed=[None, None])[0].shape == (2, 3)  # no seeds: as seed=None
+    vec.close()
