@@ -99,10 +99,13 @@ class GymVecEnv(OurVecEnv):
         )
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
-        if isinstance(self.vec, SyncVectorEnv):
-            frame = self.vec.envs[index].render()  # only the env asked for
-        else:
-            frame = (self.vec.render() or [None] * self.num_envs)[index]
+        try:
+            if isinstance(self.vec, SyncVectorEnv):
+                frame = self.vec.envs[index].render()  # only the env asked for
+            else:
+                frame = (self.vec.render() or [None] * self.num_envs)[index]
+        except NotImplementedError:  # gymnasium.Env's own render: an env made without render_mode
+            raise NotImplementedError("the Gymnasium env renders no frames (its constructor takes no render_mode)") from None
         if frame is None:
             raise RuntimeError("the env was not made with render_mode='rgb_array'")
         return _resize(np.asarray(frame), height, width)
@@ -174,10 +177,16 @@ def _factory(env: str | Callable[[], gymnasium.Env], max_episode_steps: int | No
              make_kwargs: dict[str, Any]) -> Callable[[], gymnasium.Env]:
     """One env of ``env`` (an id or a factory) truncated at ``max_episode_steps`` when given, so that the
     limit the VecEnv reports is the one its episodes keep (it had been reported only: Pendulum-v1 told 50
-    and ran 200)."""
+    and ran 200). An id's env renders RGB frames where its constructor takes ``render_mode``."""
     if isinstance(env, str):
-        limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        return lambda: gymnasium.make(env, render_mode="rgb_array", **limit, **make_kwargs)
+        kwargs = {**({} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}), **make_kwargs}
+
+        def make() -> gymnasium.Env:
+            try:
+                return gymnasium.make(env, render_mode="rgb_array", **kwargs)
+            except TypeError:  # an env whose constructor takes no render_mode: it trains, without frames
+                return gymnasium.make(env, **kwargs)  # (a keyword it lacks in env.kwargs fails here too)
+        return make
     if max_episode_steps is None:
         return env
     return lambda: gymnasium.wrappers.TimeLimit(env(), max_episode_steps)

@@ -123,3 +123,31 @@ def test_a_list_of_seeds_is_refused_in_words() -> None:
         vec.reset(seed=[3, 4])
     assert vec.reset(seed=[None, None])[0].shape == (2, 3)  # no seeds: as seed=None
     vec.close()
+
+
+def test_an_env_that_takes_no_render_mode_trains_without_frames() -> None:
+    """Every gym: env was made with render_mode='rgb_array': one whose constructor takes none (an env of one's
+    own) had been refused, its TypeError read as a wrong env.kwargs."""
+    import gymnasium
+    from gymnasium import spaces
+
+    class NoRender(gymnasium.Env):
+        observation_space, action_space = spaces.Box(-1, 1, (2,)), spaces.Box(-1, 1, (1,))
+        metadata = {"render_modes": [], "render_fps": 10}
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(2, np.float32), -float(action[0] ** 2), False, False, {}
+
+    gymnasium.register("RobolearnTestNoRender-v0", entry_point=NoRender, max_episode_steps=3)
+    try:
+        with make_env("gym:RobolearnTestNoRender-v0", num_envs=2) as env:
+            env.reset(seed=0)
+            assert env.step(torch.full((2, 1), 0.5)).reward.tolist() == [-0.25, -0.25]
+            with pytest.raises(NotImplementedError, match="renders no frames"):
+                env.render()
+    finally:
+        del gymnasium.registry["RobolearnTestNoRender-v0"]
