@@ -198,12 +198,14 @@ class FinetuneRunner(OfflineRunner):
         """Pretrain (if not done), fine-tune, then export, evaluate and film the fine-tuned controller.
 
         ``stop(metrics)`` is asked after every logged iteration of either phase; true ends
-        the run there (checkpoint saved, end of run as usual). Ctrl+C saves a checkpoint
+        the run there (checkpoint saved, end of run as usual), as ``runner.max_minutes`` does
+        before an iteration of either phase that would end past it. Ctrl+C saves a checkpoint
         that ``--resume`` continues from, in either phase.
         """
         cfg = self.cfg
         result = RunResult(self.run_dir)
         logger: PhaseLogger | None = None
+        self.start_deadline()  # runner.max_minutes spans both phases
         with self.ctrl_c:
             try:
                 stopped = False
@@ -258,7 +260,8 @@ class FinetuneRunner(OfflineRunner):
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
-        while self.progress.env_steps < cfg.runner.total_steps:
+        self._lap = 0.0  # an online iteration is not as long as a pretraining one
+        while self.progress.env_steps < cfg.runner.total_steps and not self.out_of_time():
             start = time.perf_counter()
             obs, metrics = self._online_iteration(obs, stats, logger)
             self.progress.iteration += 1
@@ -275,6 +278,7 @@ class FinetuneRunner(OfflineRunner):
                 logger.log(self.progress.env_steps, metrics)  # and the last: `list` reads how far a run got from it
             if stop is not None and ask_stop(self, stop, {"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
                 return
+            self._lap = time.perf_counter() - start
         self.ctrl_c.check()  # one pressed during the last iteration
 
     def _rewind(self) -> None:

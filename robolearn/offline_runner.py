@@ -42,8 +42,8 @@ from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, check_metrics, ask_stop, finish_run, interrupted,
-                              iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, _out_of_time, check_metrics, ask_stop, finish_run,
+                              interrupted, iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
 
@@ -212,6 +212,8 @@ class OfflineRunner:
         self.ctrl_c = CtrlC()
         self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)
         self.run_logger: RunLogger | None = None  # while training (its seconds go into each checkpoint)
+        self.deadline = float("inf")  # runner.max_minutes, from train()'s start (time.monotonic())
+        self._lap = 0.0  # the last iteration's seconds, with its evaluation and checkpoint: the next one's expected length
         cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -296,6 +298,7 @@ class OfflineRunner:
                               initial_steps=self.progress.updates, initial_seconds=self.progress.seconds,
                               **cfg.logging.logger_args(cfg.run_name))
         self.run_logger = logger
+        self.start_deadline()
         result = RunResult(self.run_dir)
         with self.ctrl_c:
             try:
@@ -312,13 +315,26 @@ class OfflineRunner:
         logger.close()
         return result
 
+    def start_deadline(self) -> None:
+        """Start ``runner.max_minutes``'s clock (none when 0)."""
+        minutes = self.cfg.runner.max_minutes
+        self.deadline = time.monotonic() + 60 * minutes if minutes > 0 else float("inf")
+        self._lap = 0.0
+
+    def out_of_time(self) -> bool:
+        """Whether the next iteration, as long as the last, would end past ``runner.max_minutes``."""
+        return _out_of_time(self.deadline, self._lap)
+
     def _offline_phase(self, total: int, logger: RunLogger, stop: Callable[[dict[str, float]], bool] | None,
                        tags: dict[str, Any]) -> bool:
         """Iterations of ``UPDATES_PER_ITERATION`` updates until ``total``: evaluated and checkpointed every
         ``runner.checkpoint_every``, logged every ``runner.log_every`` and at the end. ``stop`` sees each
-        iteration's metrics (with ``tags`` and ``updates``); returns whether it ended the phase."""
+        iteration's metrics (with ``tags`` and ``updates``); returns whether it, or ``runner.max_minutes`` (before
+        an iteration that would end past it), ended the phase."""
         cfg = self.cfg
         while self.progress.updates < total:
+            if self.out_of_time():
+                return True
             start = time.perf_counter()
             self._rewind_to = Snapshot(self.progress, self.agent)
             left = iteration_rest(self.progress.updates, UPDATES_PER_ITERATION)
@@ -335,6 +351,7 @@ class OfflineRunner:
                 logger.log(self.progress.updates, metrics)
             if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates, **metrics}):
                 return True
+            self._lap = time.perf_counter() - start
         self.ctrl_c.check()  # one pressed during the last iteration
         return False
 

@@ -259,3 +259,14 @@ def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path, moving_the
     with pytest.raises(FileNotFoundError, match="was moved or deleted while the run trained"):
         run(tiny(tmp_path), stop=moving_the_run_once(tmp_path / "runs", moved, runs))
     assert not runs[0].exists() and (moved / "config.yaml").is_file()
+
+
+def test_max_minutes_ends_a_fine_tune_early_and_still_evaluates(tmp_path):
+    """runner.max_minutes was ignored by both phases: a run given seconds went on to its whole budget."""
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=0", "runner.total_steps=5000",
+                      "runner.max_minutes=0.01", "runner.eval_episodes=1"))
+    assert runner.progress.updates == 20 and runner.progress.env_steps < 5000
+    assert json.loads((runner.run_dir / "eval.json").read_text())["online_steps"] == runner.progress.env_steps
+    stopped = run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=3000", "runner.max_minutes=0.005"))
+    assert stopped.progress.phase == "offline" and 0 < stopped.progress.updates < 3000
+    assert (stopped.run_dir / "export" / "controller.json").is_file()

@@ -285,3 +285,11 @@ def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(r
     assert "raised by train()'s stop callback (metrics: " in note and "updates" in note
     run = Path(re.search(r"train\(resume='([^']+)'\)", note)[1])
     assert (run / "checkpoints" / "latest.pt").is_file()
+
+
+def test_max_minutes_ends_an_offline_run_early_and_still_evaluates(root, tmp_path):
+    """runner.max_minutes was ignored offline: a run given minutes trained to its whole runner.total_steps."""
+    result = train(tiny(tmp_path, "runner.total_steps=5000", "runner.max_minutes=0.005", "agent.hidden=[16,16]"))
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 0 < result.trained["updates"] == lines[-1]["updates"] < 5000  # whole iterations, begun within the budget
+    assert result.evaluation["updates"] == result.trained["updates"] and (result.run_dir / "eval.json").is_file()
