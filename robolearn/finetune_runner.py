@@ -258,6 +258,8 @@ class FinetuneRunner(OfflineRunner):
                                            self.progress.recent_success)
         self._episode_step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)  # envs start fresh episodes
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+        if self.curriculum is not None:  # the guide's horizon each env's episode began with
+            self._episode_h = torch.full((env.num_envs,), self.curriculum.h, dtype=torch.long, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
         self._lap = 0.0  # an online iteration is not as long as a pretraining one
@@ -333,12 +335,13 @@ class FinetuneRunner(OfflineRunner):
         return out
 
     def _track_episodes(self, reward: torch.Tensor, done: torch.Tensor) -> None:
-        """Per-env episode steps and returns, for JSRL's curriculum."""
+        """Per-env episode steps and returns, for JSRL's curriculum, which judges ``h`` by the episodes begun at it."""
         self._episode_step += 1
         self._episode_return += reward.double()
         if self.curriculum is not None:  # only JSRL reads finished returns on the host (a sync on a GPU)
-            for value in self._episode_return[done].tolist():
-                self.curriculum.episode_done(value)
+            for value, horizon in zip(self._episode_return[done].tolist(), self._episode_h[done].tolist()):
+                self.curriculum.episode_done(value, horizon)
+            self._episode_h.masked_fill_(done, self.curriculum.h)
         self._episode_return.masked_fill_(done, 0.0)
         self._episode_step.masked_fill_(done, 0)
 

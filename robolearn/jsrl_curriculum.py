@@ -28,9 +28,11 @@ class HorizonCurriculum:
         """Bool per env: whether the guide acts at this step of its episode."""
         return episode_step < self.h
 
-    def episode_done(self, episode_return: float) -> bool:
-        """Record an episode finished at the current ``h``; return whether ``h`` shrank."""
-        if self.h <= 0:
+    def episode_done(self, episode_return: float, horizon: int | None = None) -> bool:
+        """Record an episode finished at the current ``h``; return whether ``h`` shrank. ``horizon``: the ``h``
+        it began at (None: the current one); one begun before ``h`` last shrank (another env's episode ending in
+        the same step as those that shrank it) ran with another guide and is not counted."""
+        if self.h <= 0 or (horizon is not None and horizon != self.h):
             return False
         self.returns.append(float(episode_return))
         if len(self.returns) < self.window:

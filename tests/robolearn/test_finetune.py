@@ -120,6 +120,18 @@ def test_jsrl_guide_acts_for_the_first_h_steps_and_h_shrinks(tmp_path):
     assert not torch.allclose(data["action"][EPISODE + 350:1000], guide[EPISODE + 350:1000])
 
 
+def test_jsrl_judges_h_only_by_episodes_begun_at_it(tmp_path):
+    """Four envs end their guide-only episodes (h = 500) in one step: the first two shrank h to 400 and the
+    other two, also run at 500, were counted at 400 and shrank it to 300 with no episode ever run at 400."""
+    cfg = tiny(tmp_path, "jsrl_hopper", "agent.jsrl_window=2", "agent.jsrl_step=100", "agent.jsrl_threshold=-1e9",
+               "runner.total_steps=2000", "env.num_envs=4")
+    runner = run(cfg)
+    assert runner.curriculum.h == EPISODE - 100 and runner.curriculum.returns == []
+    curriculum = HorizonCurriculum(horizon=300, step=100, window=1, threshold=0.0)
+    assert curriculum.episode_done(1.0, 300) and curriculum.h == 200
+    assert not curriculum.episode_done(1.0, 300) and curriculum.h == 200  # begun at 300: not this h's
+
+
 def test_horizon_curriculum_shrinks_when_returns_hold_up():
     curriculum = HorizonCurriculum(horizon=300, step=100, window=2, tolerance=0.1)
     assert curriculum.guided(torch.tensor([0, 299, 300])).tolist() == [True, True, False]
