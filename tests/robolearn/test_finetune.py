@@ -163,6 +163,18 @@ def test_resume_across_the_phase_boundary(tmp_path):
         ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
 
 
+def test_a_fine_tune_given_no_online_steps_is_listed_done_when_pretrained(tmp_path):
+    """runner.total_steps=0 (pretraining only) had `list` call the finished run 'ended early at offline 20 of 20
+    updates' and offer a resume, which refuses it as finished."""
+    from robolearn.runs import run_status
+
+    first = run(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=0", "runner.eval_episodes=1"))
+    assert run_status(first.run_dir) == "done"
+    with pytest.raises(ConfigError, match="already finished"):
+        FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=0", "runner.eval_episodes=1"),
+                       resume=first.run_dir)
+
+
 def test_an_online_resume_without_its_replay_refills_it_before_updating(tmp_path):
     """--fresh-replay: a fine-tune whose replay.pt is lost goes on, its online updates waiting for the refill."""
     cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "runner.total_steps=1000")
