@@ -775,12 +775,16 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
     ``robolearn play`` films one; so does a kill or a closed terminal (``stops_as_ctrl_c``)."""
     run = result.run_dir
-    result.trained = trained_counts(progress if isinstance(progress, dict) else vars(progress))
+    counts = progress if isinstance(progress, dict) else vars(progress)
+    result.trained = trained_counts(counts)
     done, total = result.trained.get("env_steps", result.trained.get("updates", 0)), cfg.runner.total_steps
+    counted, budget = ("env steps" if "env_steps" in result.trained else "updates"), "runner.total_steps"
+    if counts.get("phase") == "offline":  # a fine-tune ended before its online phase: its updates' own budget
+        done, total = result.trained.get("updates", 0), cfg.agent.pretrain_updates
+        counted, budget = "offline updates", "agent.pretrain_updates"
     if 0 < done < total:  # said here, as `list` says it later: the budget was not what ended it
-        counted = "env steps" if "env_steps" in result.trained else "updates"
         why = "runner.max_minutes" if cfg.runner.max_minutes > 0 else "train()'s stop"
-        print(f"ended early: {done:,} of runner.total_steps={total:,} {counted} ({why}); "
+        print(f"ended early: {done:,} of {budget}={total:,} {counted} ({why}); "
               f"{shell('robolearn', 'train', '--resume', run)} trains on", flush=True)
     env_cfg = at_trained_width(cfg.env, adaptation)
     resume = shell("robolearn", "train", "--resume", run)

@@ -294,3 +294,10 @@ def test_max_minutes_ends_a_fine_tune_early_and_still_evaluates(tmp_path):
     stopped = run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=3000", "runner.max_minutes=0.005"))
     assert stopped.progress.phase == "offline" and 0 < stopped.progress.updates < 3000
     assert (stopped.run_dir / "export" / "controller.json").is_file()
+
+
+def test_a_fine_tune_ended_in_its_offline_phase_says_its_offline_budget(tmp_path, capsys):
+    """It said '1,000 of runner.total_steps=5,000 updates': offline updates against the online env-step budget."""
+    run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=3000", "runner.total_steps=5000"),
+        stop=lambda m: m["phase"] == "offline")
+    assert "ended early: 1,000 of agent.pretrain_updates=3,000 offline updates (train()'s stop)" in capsys.readouterr().out
