@@ -45,7 +45,7 @@ from robolearn.offline_runner import OfflineRunner
 from robolearn.registry import make_env
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import check_same_folder, refuse_finished
+from robolearn.runs import check_same_folder, refuse_finished, set_aside_evaluation
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -134,10 +134,13 @@ class FinetuneRunner(OfflineRunner):
                         replay=self.online if self.progress.phase == "online" else None)
 
     def _refuse_finished(self) -> None:
-        """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart)."""
+        """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart). A run
+        that ended early in its offline phase (a stop, runner.max_minutes) trains on: that end is set aside."""
         if self.progress.phase == "online":
             refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps,
                             self.cfg.runner.eval_episodes)
+        else:  # it trains on (the rest of the offline phase, then online)
+            set_aside_evaluation(self.run_dir)
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)

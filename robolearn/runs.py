@@ -60,10 +60,8 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
     train nothing and only rewrite its config, exports and video: refuse it, saying how to go on. One whose
     end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes. One that
     trains on (a raised budget, or an early end) sets its earlier ``eval.json`` aside (``eval.superseded.json``)."""
-    if done < total:  # it trains on: the earlier end's evaluation is of another controller (kept aside, so that
-        evaluation = Path(run_dir) / "eval.json"  # `list` does not call the run ended, nor a resume refuse it)
-        if distributed.is_main() and evaluation.is_file():
-            evaluation.replace(evaluation.with_name("eval.superseded.json"))
+    if done < total:  # it trains on
+        set_aside_evaluation(run_dir)
         return
     if run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + total))
@@ -71,6 +69,14 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
                           f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
                           f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
                           f"overrides={{'runner.total_steps': {more}}}))")
+
+
+def set_aside_evaluation(run_dir: Path) -> None:
+    """A resume that trains on: the earlier end's evaluation is of another controller, kept aside as
+    ``eval.superseded.json`` so that `list` does not call the run ended, nor a resume refuse it."""
+    evaluation = Path(run_dir) / "eval.json"
+    if distributed.is_main() and evaluation.is_file():
+        evaluation.replace(evaluation.with_name("eval.superseded.json"))
 
 
 def _round_up(n: int) -> int:

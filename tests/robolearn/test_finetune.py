@@ -301,3 +301,18 @@ def test_a_fine_tune_ended_in_its_offline_phase_says_its_offline_budget(tmp_path
     run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=3000", "runner.total_steps=5000"),
         stop=lambda m: m["phase"] == "offline")
     assert "ended early: 1,000 of agent.pretrain_updates=3,000 offline updates (train()'s stop)" in capsys.readouterr().out
+
+
+def test_a_fine_tune_resumed_after_an_early_end_in_its_offline_phase_sets_that_end_aside(tmp_path, capsys):
+    """The earlier end's eval.json stayed beside its export while the resume trained on: a kill or Ctrl+C in it
+    left `list` calling the run 'ended early' there, and `eval` its export finished."""
+    from robolearn.runs import run_status
+
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=2000", "runner.eval_episodes=1")
+    first = run(cfg, stop=lambda m: m["phase"] == "offline")
+    evaluation = (first.run_dir / "eval.json").read_text()
+    resumed = FinetuneRunner(cfg, resume=first.run_dir)
+    resumed.close()
+    assert not (first.run_dir / "eval.json").exists()
+    assert (first.run_dir / "eval.superseded.json").read_text() == evaluation
+    assert run_status(first.run_dir).startswith("incomplete: offline 1,000 of 2,000 updates;")
