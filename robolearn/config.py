@@ -445,8 +445,13 @@ def _range_of(name: str) -> tuple[float, float, bool, bool, str] | None:
     if name.endswith("hidden"):
         return 1, inf, False, False, "layer sizes, each at least 1"
     if name.endswith(("batch_size", "buffer_size")) or name in (
-            "subgoal_steps", "rep_dim", "num_steps", "num_epochs", "num_minibatches", "num_critics"):
+            "subgoal_steps", "rep_dim", "num_steps", "num_epochs", "num_minibatches", "num_critics",
+            "jsrl_step", "jsrl_window"):
         return 1, inf, False, False, "must be at least 1"
+    if name == "offline_ratio":  # above 1, the online share of a batch had been a negative-size tensor after pretraining
+        return 0, 1, False, False, "the share of each online batch drawn from the dataset, in [0, 1] (0 drops the dataset)"
+    if name in ("warmup_steps", "pretrain_updates", "jsrl_horizon", "jsrl_tolerance"):
+        return 0, inf, False, False, "must be >= 0"
     if name in ("torch_threads", "num_threads"):
         return 0, inf, False, False, "threads, must be >= 0 (0: all the cores)"
     if name == "seed":

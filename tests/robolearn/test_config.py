@@ -199,6 +199,14 @@ def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     ("ppo_pendulum", "logging.wandb=off", "YAML reads off/no/false as a boolean: write 'disabled'"),
     ("ppo_pendulum", "algo=sac", "'actor_hidden' is a setting of ppo: the agent section is for algo 'sac'"),
     ("ppo_pendulum", "name=../../etc", "would put the run outside run_dir"),
+    # a fine-tune's: 1.5 had crashed after the pretraining on a negative-size tensor, the others trained silently
+    ("calql_finetune_hopper", "agent.offline_ratio=1.5", "agent.offline_ratio: the share of each online batch"),
+    ("calql_finetune_hopper", "agent.offline_ratio=-0.5", "agent.offline_ratio: the share of each online batch"),
+    ("wsrl_hopper", "agent.warmup_steps=-5", "agent.warmup_steps: must be >= 0"),
+    ("wsrl_hopper", "agent.pretrain_updates=-1", "agent.pretrain_updates: must be >= 0"),
+    ("jsrl_hopper", "agent.jsrl_step=0", "agent.jsrl_step: must be at least 1"),  # h never shrank
+    ("jsrl_hopper", "agent.jsrl_window=0", "agent.jsrl_window: must be at least 1"),
+    ("jsrl_hopper", "agent.jsrl_horizon=-3", "agent.jsrl_horizon: must be >= 0"),
 ])
 def test_settings_outside_their_meaning_are_refused_by_key(config, override, said):
     with pytest.raises(ConfigError) as err:
