@@ -42,8 +42,8 @@ from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, _out_of_time, check_metrics, ask_stop, finish_run,
-                              interrupted, iteration_rest, stopped_by_nan, update_metrics, write_config_or_undo)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of, finish_run, interrupted,
+                              iteration_rest, out_of_time, stopped_by_nan, update_metrics, write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.storage import ReplayBuffer
 
@@ -317,13 +317,11 @@ class OfflineRunner:
 
     def start_deadline(self) -> None:
         """Start ``runner.max_minutes``'s clock (none when 0)."""
-        minutes = self.cfg.runner.max_minutes
-        self.deadline = time.monotonic() + 60 * minutes if minutes > 0 else float("inf")
-        self._lap = 0.0
+        self.deadline, self._lap = deadline_of(self.cfg.runner.max_minutes), 0.0
 
     def out_of_time(self) -> bool:
         """Whether the next iteration, as long as the last, would end past ``runner.max_minutes``."""
-        return _out_of_time(self.deadline, self._lap)
+        return out_of_time(self.deadline, self._lap)
 
     def _offline_phase(self, total: int, logger: RunLogger, stop: Callable[[dict[str, float]], bool] | None,
                        tags: dict[str, Any]) -> bool:

@@ -413,10 +413,10 @@ class Runner:
                 raise stopped_by_nan(self, logger, err) from None
             obs = self.env.reset(seed=self.seed + self.progress.iteration)
             check_finite("observation", obs)
-            deadline = time.monotonic() + 60 * cfg.runner.max_minutes if cfg.runner.max_minutes > 0 else float("inf")
+            deadline = deadline_of(cfg.runner.max_minutes)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:
-                while self.progress.env_steps < cfg.runner.total_steps and not _out_of_time(deadline, lap):
+                while self.progress.env_steps < cfg.runner.total_steps and not out_of_time(deadline, lap):
                     start = time.perf_counter()
                     if self.agent.on_policy:
                         self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in it discards it
@@ -700,7 +700,12 @@ def _rank_env_config(env: EnvConfig) -> EnvConfig:
     return env
 
 
-def _out_of_time(deadline: float, lap: float) -> bool:
+def deadline_of(max_minutes: float) -> float:
+    """``runner.max_minutes`` from now on ``time.monotonic()``'s clock; no deadline (inf) for 0."""
+    return time.monotonic() + 60 * max_minutes if max_minutes > 0 else float("inf")
+
+
+def out_of_time(deadline: float, lap: float) -> bool:
     """Whether an iteration of ``lap`` seconds begun now would end past ``runner.max_minutes`` (a run had gone
     up to a whole iteration over its budget: a minute of SAC on a CPU); rank 0's clock decides for every rank."""
     if deadline == float("inf"):

@@ -234,11 +234,11 @@ class RandomizedEnv(VecEnv):
             values["action_latency_s"] = (self._latency * self.env.task.frame_skip + self._substeps) * self._timestep
         if self.cfg.obs_delay_steps[1] > 0:
             values["obs_delay_steps"] = self._delay
-        out: dict[str, torch.Tensor] = {}
-        for key, value in values.items():
-            low, high = torch.aminmax(value.float())
-            out[f"randomization/{key}_min"], out[f"randomization/{key}_max"] = low, high
-        return out
+        if not values:
+            return {}
+        lows, highs = torch.aminmax(torch.stack([value.float() for value in values.values()]), dim=1)  # one pass
+        return {f"randomization/{key}_{end}": row for key, low, high in zip(values, lows, highs)
+                for end, row in (("min", low), ("max", high))}
 
     # ---- VecEnv ----------------------------------------------------------------
 

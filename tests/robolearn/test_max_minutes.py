@@ -6,7 +6,7 @@ import json
 import time
 
 from robolearn import load_config
-from robolearn.runner import Runner, _out_of_time
+from robolearn.runner import Runner, out_of_time
 
 
 def test_training_stops_at_the_wall_clock_budget_and_still_evaluates(tmp_path):
@@ -27,6 +27,6 @@ def test_training_stops_at_the_wall_clock_budget_and_still_evaluates(tmp_path):
 def test_an_iteration_that_would_end_past_the_budget_is_not_begun():
     """A run had gone up to a whole iteration over its budget (a minute of SAC updates on a CPU)."""
     deadline = time.monotonic() + 10.0
-    assert not _out_of_time(deadline, lap=1.0)
-    assert _out_of_time(deadline, lap=12.0)
-    assert not _out_of_time(float("inf"), lap=1e9)
+    assert not out_of_time(deadline, lap=1.0)
+    assert out_of_time(deadline, lap=12.0)
+    assert not out_of_time(float("inf"), lap=1e9)
