@@ -160,7 +160,8 @@ class FinetuneRunner(OfflineRunner):
             self.agent.go_online()
             self.progress.phase, self.progress.iteration = "online", 0
         elif self.fresh_replay:
-            refill_instead(self.progress, max(agent_cfg.warmup_steps, agent_cfg.batch_size),
+            # online batches are agent.online_batch_size rows (agent.batch_size is the offline phase's)
+            refill_instead(self.progress, max(agent_cfg.warmup_steps, agent_cfg.online_batch_size),
                            self.checkpoint_path.with_name("replay.pt"))
         else:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)

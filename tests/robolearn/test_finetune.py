@@ -189,6 +189,18 @@ def test_an_online_resume_without_its_replay_refills_it_before_updating(tmp_path
     assert resumed.online.size == 1000 and min(steps) == 1607 and resumed.progress.online_updates == 50 + 50
 
 
+def test_a_fresh_replay_refill_is_sized_by_the_online_batch(tmp_path):
+    """Without a warmup, the refill holds one online batch (agent.online_batch_size): it had been sized by the
+    offline phase's agent.batch_size, so online batches of 512 were drawn from 32 refilled rows."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=0", "agent.online_batch_size=512", "runner.total_steps=1000")
+    first = run(cfg)
+    first.checkpoint_path.with_name("replay.pt").unlink()
+    cfg.runner.total_steps = 2000
+    with pytest.warns(UserWarning, match="refill it for 512 env steps"):
+        resumed = run(cfg, resume=first.run_dir, fresh_replay=True)
+    assert resumed.progress.refill_until == 1512
+
+
 def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     """Ctrl+C in the online phase stops between updates: the checkpoint counts every update the agent
     holds, and the resume ends on the same step grid and update count as an uninterrupted run."""
