@@ -134,7 +134,7 @@ def saved_progress(run: Path) -> dict[str, Any]:
     return progress if isinstance(progress, dict) else {}
 
 
-TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates")
+TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates", "online_updates")  # online_updates: a fine-tune's
 
 
 def trained_counts(progress: dict[str, Any]) -> dict[str, int]:

@@ -81,6 +81,8 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
     # SAC online; the config keeps the pretraining's target entropy (-|A|, pendulum has one action), not the paper's 0
     assert runner.agent.cql_alpha == 0 and runner.agent.target_entropy == -1.0
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file() and (runner.run_dir / "export" / "controller.onnx").is_file()
+    trained = json.loads((runner.run_dir / "export" / "controller.json").read_text())["trained"]
+    assert trained == {"env_steps": 1000, "updates": 20, "online_updates": 50}  # each phase's count, as list says
     evaluation = json.loads((runner.run_dir / "eval.json").read_text())
     assert evaluation["pretrain_updates"] == 20 and evaluation["online_steps"] == 1000
 
