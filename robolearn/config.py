@@ -56,7 +56,8 @@ class RunnerConfig:
 
     total_steps: int = 1_000_000  # env steps, summed over envs
     # also stop (then export and evaluate as usual) before an iteration that would end past this much training,
-    # judged by the last one's length (an iteration is never cut short); 0: no limit
+    # judged by the last one's length (an iteration is never cut short), spanning any pretraining or offline
+    # phase (a run it ends there exports what that phase has trained; a resume goes on with it); 0: no limit
     max_minutes: float = 0.0
     random_steps: int = 10_000  # off-policy only: uniform random actions first
     utd_ratio: float = 1.0  # off-policy only: gradient updates per env step collected

@@ -403,20 +403,23 @@ class Runner:
                              self.progress.recent_success)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
+        deadline = deadline_of(cfg.runner.max_minutes)  # it spans a pretraining phase too
         with self.ctrl_c:
             try:
                 if self.dataset is not None and not self.progress.pretrained:
-                    self._pretrain(logger)
+                    self._pretrain(logger, deadline)
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
             except NonFiniteError as err:
                 raise stopped_by_nan(self, logger, err) from None
-            obs = self.env.reset(seed=self.seed + self.progress.iteration)
-            check_finite("observation", obs)
-            deadline = deadline_of(cfg.runner.max_minutes)
+            ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
+            if not ended_in_pretraining:
+                obs = self.env.reset(seed=self.seed + self.progress.iteration)
+                check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:
-                while self.progress.env_steps < cfg.runner.total_steps and not out_of_time(deadline, lap):
+                while (not ended_in_pretraining and self.progress.env_steps < cfg.runner.total_steps
+                       and not out_of_time(deadline, lap)):
                     start = time.perf_counter()
                     if self.agent.on_policy:
                         self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in it discards it
@@ -447,22 +450,30 @@ class Runner:
             except NonFiniteError as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
+        if ended_in_pretraining:  # the checkpoint resumes the pretraining; the run's end is of the skills so far
+            self.agent.end_pretraining()
         if logger is not None:  # rank 0: export, evaluate, film
             logger.end_progress()
             self._finish(result, logger)
             logger.close()
         return result
 
-    def _pretrain(self, logger: RunLogger | None) -> None:
+    def _pretrain(self, logger: RunLogger | None, deadline: float = float("inf")) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
-        a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary."""
+        a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary; or, before an iteration
+        that would end past ``deadline`` (``runner.max_minutes``), an end there without the boundary."""
         cfg, total = self.cfg, self.cfg.agent.pretrain_updates
         if total == 0 and self.main:  # allowed (an ablation), but rarely meant: say what it leaves out
             warnings.warn(f"agent.pretrain_updates=0: {type(self.agent).__name__} learns nothing from dataset "
                           f"'{cfg.dataset}' before the online phase, which then acts through an untrained skill model",
                           stacklevel=2)
         bar = logger.phase_bar(total, self.progress.pretrain_updates, "pretrain", "upd") if logger else None
+        lap = 0.0  # the last iteration's seconds
         while self.progress.pretrain_updates < total:
+            if out_of_time(deadline, lap):  # train() saves and ends the run
+                if bar is not None:
+                    bar.close()
+                return
             start = time.perf_counter()
             # the rest of an iteration a Ctrl+C cut short (which kept its updates), so that logs stay on the grid
             count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
@@ -484,6 +495,7 @@ class Runner:
                                "iteration_time": time.perf_counter() - start})
             if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
                 self.save()
+            lap = time.perf_counter() - start
         if bar is not None:  # (cut short by a Ctrl+C, tqdm closes it as it goes out of scope)
             bar.close()
         if logger is not None:
@@ -787,6 +799,9 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     if counts.get("phase") == "offline":  # a fine-tune ended before its online phase: its updates' own budget
         done, total = result.trained.get("updates", 0), cfg.agent.pretrain_updates
         counted, budget = "offline updates", "agent.pretrain_updates"
+    elif counts.get("pretrained") is False and counts.get("pretrain_updates", 0) > 0:  # skills, cut in pretraining
+        done, total = counts["pretrain_updates"], cfg.agent.pretrain_updates
+        counted, budget = "pretraining updates", "agent.pretrain_updates"
     if 0 < done < total:  # said here, as `list` says it later: the budget was not what ended it
         why = "runner.max_minutes" if cfg.runner.max_minutes > 0 else "train()'s stop"
         print(f"ended early: {done:,} of {budget}={total:,} {counted} ({why}); "

@@ -345,7 +345,7 @@ def run_status(run: Path) -> str:
         counter = "env_steps" if "env_steps" in last or phase == "online" else "updates"
         total = runner.get("total_steps")
     logged = last.get(counter, 0) if last.get("phase", phase) == phase else 0
-    done = saved.get(counter, logged)
+    done = int(saved.get(counter, logged))  # (a logged count may read back as a float: 1000.0)
     pretrain_only = phase == "offline" and runner.get("total_steps") == 0  # a fine-tune given no online steps
     if (phase not in ("pretrain", "offline") or pretrain_only) and isinstance(total, int) and done >= total:
         # Trained to its budget; stopped in the export, evaluation or video that end a run, if not exported.

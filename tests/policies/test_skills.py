@@ -442,6 +442,37 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
 
 
+def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(maze_datasets, tmp_path, monkeypatch,
+                                                                                capsys):
+    """runner.max_minutes was not looked at until the online phase: a run given minutes pretrained for hours.
+    It now ends there, exporting and evaluating the skills so far; the checkpoint resumes the pretraining."""
+    from robolearn import runner as runner_module
+    from robolearn.runs import run_status
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: lap > 0)  # after one iteration
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=1", "runner.max_minutes=1",
+                 "runner.video_seconds=0", "agent.pretrain_updates=2000", "agent.pretrain_batch_size=8",
+                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
+                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    result = train(load_config("spirl_point_maze_medium", overrides))
+    progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
+    assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
+    assert "ended early: 1,000 of agent.pretrain_updates=2,000 pretraining updates (runner.max_minutes)" in \
+        capsys.readouterr().out
+    assert result.evaluation["episodes"] == 1 and result.trained == {"pretrain_updates": 1000}
+    assert run_status(result.run_dir).startswith("ended early at pretrain 1,000 of 2,000 pretrain_updates")
+    monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: False)
+    resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 2000]
+    assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
+    assert resumed.trained["pretrain_updates"] == 2000 and resumed.trained["env_steps"] == 1000
+    assert run_status(result.run_dir) == "done" and (result.run_dir / "eval.superseded.json").is_file()
+
+
 def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_datasets, tmp_path, monkeypatch):
     """Each seed or online sweep had pretrained the skill model again: agent.skills_from takes a finished
     pretraining's skills (a skill_critic run takes a spirl run's: one skill model); no dataset is read."""
