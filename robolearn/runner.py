@@ -656,6 +656,16 @@ def iteration_rest(done: int, per_iteration: int) -> int:
     return per_iteration - done % per_iteration
 
 
+def _deferred_stop_line(signum: int) -> str:
+    """What rank 0 says when a stop signal reaches it mid-iteration. torchrun also sends SIGTERM to every rank
+    when one has failed: that one cannot save with the others, so a SIGTERM's line says where a resume begins."""
+    line = "\nstopping at the end of this iteration, where every rank can save together (Ctrl+C again to stop at once)"
+    if signum != signal.SIGINT:
+        line = (f"\n{signal.Signals(signum).name}: {line[1:]}; if torchrun sent it because a rank failed (its error "
+                "is above), the ranks cannot save together and a resume goes on from the last checkpoint")
+    return line + "\n"
+
+
 class CtrlC:
     """Ctrl+C (or SIGTERM, SIGHUP) in the training loop, taken where the run's state is consistent: the first one only
     marks it ``pending`` and the loop raises KeyboardInterrupt at its next ``check()`` (between env
@@ -694,8 +704,7 @@ class CtrlC:
             raise KeyboardInterrupt
         self.pending = True
         if self.deferred and distributed.is_main():  # an iteration can take minutes: say why nothing stops yet
-            os.write(2, b"\nstopping at the end of this iteration, where every rank can save together "
-                        b"(Ctrl+C again to stop at once)\n")
+            os.write(2, _deferred_stop_line(signum).encode())
 
     def check(self) -> None:
         """A safe point: a pending Ctrl+C raises here (one rank of several: only where the ranks agree)."""

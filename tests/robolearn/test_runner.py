@@ -423,6 +423,12 @@ def test_a_deferred_ctrl_c_waits_for_the_ranks_to_agree_and_says_so(ctrl_c_catch
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
         assert ctrl_c.forced
+        ctrl_c.pending = ctrl_c.forced = False
+        os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, also when another rank failed: no save together then
+        time.sleep(0.1)
+        assert "SIGTERM: stopping at the end of this iteration, where every rank can save together (Ctrl+C again " \
+               "to stop at once); if torchrun sent it because a rank failed (its error is above), the ranks cannot " \
+               "save together and a resume goes on from the last checkpoint" in capfd.readouterr().err
         ctrl_c.deferred = False
         with pytest.raises(KeyboardInterrupt):
             ctrl_c.check()
