@@ -275,11 +275,19 @@ def _stdout_to_devnull() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _normalized_score(dataset: str, episode_return: float) -> float | None:
-    """``episode_return`` scored on ``dataset``'s reference returns (:meth:`Dataset.score`) for a run trained on
-    a dataset; None without one, or where it is gone."""
+def _normalized_score(run: Path, dataset: str, episode_return: float) -> float | None:
+    """``episode_return`` scored for ``run``, trained on ``dataset``: on the reference returns its end kept
+    (``eval.json``, or the one a resume set aside), else on the dataset's own (:meth:`Dataset.score`); None
+    without a dataset, or where it is gone. A dataset since replaced under its name had rescored the run."""
     if not dataset:
         return None
+    for kept in ("eval.json", "eval.superseded.json"):
+        try:
+            scale = json.loads((run / kept).read_text())
+            low, high = float(scale["ref_min_score"]), float(scale["ref_max_score"])
+        except (OSError, ValueError, KeyError, TypeError):  # none kept (a run of before, or not ended yet)
+            continue
+        return (episode_return - low) / (high - low)
     from robolearn.data import Dataset, DatasetError
 
     try:
@@ -498,7 +506,7 @@ def _eval(args: argparse.Namespace) -> int:
         result = evaluate(load_controller(args.run, env, args.exported, cfg), env, args.episodes, seed=seed)
     result = {"run": str(args.run), "task": cfg.env.task, **result, "dynamics": evaluation_dynamics(cfg.env),
               "controller": args.exported or "checkpoint"}
-    if (score := _normalized_score(cfg.dataset, result["return_mean"])) is not None:  # as the run's own evaluation
+    if (score := _normalized_score(Path(args.run), cfg.dataset, result["return_mean"])) is not None:  # as the run's own evaluation
         result["normalized_score"] = score
     if not args.json:
         line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"

@@ -235,7 +235,8 @@ class FinetuneRunner(OfflineRunner):
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
                    annotate=lambda e: {"dataset": self.dataset.id, "pretrain_updates": self.progress.updates,
-                                       "online_steps": self.progress.env_steps, **self._score(e)})
+                                       "online_steps": self.progress.env_steps, **self._score(e),
+                                       **self.dataset.reference_scores()})
         logger.close()
         return result
 

@@ -311,7 +311,8 @@ class OfflineRunner:
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
-                   annotate=lambda e: {"dataset": self.dataset.id, "updates": self.progress.updates, **self._score(e)})
+                   annotate=lambda e: {"dataset": self.dataset.id, "updates": self.progress.updates, **self._score(e),
+                                       **self.dataset.reference_scores()})
         logger.close()
         return result
 

@@ -197,6 +197,13 @@ class Dataset:
             return None
         return float(self.normalized_score(episode_return))
 
+    def reference_scores(self) -> dict[str, float]:
+        """``ref_min_score`` and ``ref_max_score``, or {} where the dataset has none: a run's ``eval.json``
+        keeps them, so that its return is scored later on the scale it was trained under."""
+        if self.ref_min_score is None or self.ref_max_score is None:
+            return {}
+        return {"ref_min_score": float(self.ref_min_score), "ref_max_score": float(self.ref_max_score)}
+
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
         (D4RL's tables print it times 100)."""

@@ -80,6 +80,18 @@ def test_eval_list_and_dataset_info_say_the_normalized_score_on_one_scale(root, 
     assert f"normalized_score_mean (x100): {mean:.4g}" in capsys.readouterr().out
 
 
+def test_eval_scores_a_run_on_the_reference_returns_it_trained_under(root, tmp_path, monkeypatch, capsys):
+    """eval had rescored a run on whatever dataset now has its dataset's name (replaced, or gone: no score);
+    the run's eval.json keeps the reference returns it was scored on."""
+    result = train(tiny(tmp_path, "runner.total_steps=1000", "agent.hidden=[16,16]"))
+    assert (result.evaluation["ref_min_score"], result.evaluation["ref_max_score"]) == (0.0, SCRIPTED_RETURN)
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "elsewhere"))  # the dataset is gone
+    capsys.readouterr()
+    assert main(["eval", str(result.run_dir), "--episodes", "2", "--json"]) == 0
+    evaluation = json.loads(capsys.readouterr().out)
+    assert evaluation["normalized_score"] == pytest.approx(evaluation["return_mean"] / SCRIPTED_RETURN)
+
+
 def test_resume_continues_exactly(root, tmp_path):
     cfg = tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
     straight = OfflineRunner(cfg)
