@@ -44,6 +44,9 @@ class EnvConfig:
     device: str = "cpu"
     num_threads: int = 0  # 0: one per core
     kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings
+    # training only: each world's first episode starts at a random step of its time limit, so that episodes
+    # end staggered, not all on one step (legged_gym's init_at_random_ep_len; sims.task.start_at_random_steps)
+    random_episode_start: bool = False
     # domain randomization (sims/randomization.py: ranges, latency, noise, auto); empty: none
     randomization: dict[str, Any] = field(default_factory=dict)
     # fixed observation delay / action latency in control steps (sims/delay.py), any task incl. gym:; empty: none

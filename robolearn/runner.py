@@ -222,6 +222,10 @@ class Runner:
             check_decision_period(cfg, self.agent, self.env)
             check_minibatches(cfg, self.agent, self.env.num_envs)
             check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
+            if cfg.env.random_episode_start:  # said now for an env that keeps its own time limit; train() draws again
+                from sims.task import start_at_random_steps
+
+                start_at_random_steps(self.env, self.seed)
             self.progress = Progress(world_size=self.world_size)
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
@@ -415,6 +419,10 @@ class Runner:
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
                 obs = self.env.reset(seed=self.seed + self.progress.iteration)
+                if cfg.env.random_episode_start:
+                    from sims.task import start_at_random_steps
+
+                    start_at_random_steps(self.env, self.seed + self.progress.iteration)
                 check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:

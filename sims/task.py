@@ -177,6 +177,24 @@ class TaskEnv(VecEnv):
         self._check_observations(obs)
         self.observation_spec = {name: _space(value) for name, value in obs.items()}
 
+    @property
+    def episode_step(self) -> torch.Tensor:
+        """Control steps since each world's episode began; it is truncated at ``max_episode_steps``."""
+        return self._episode_step
+
+    @episode_step.setter
+    def episode_step(self, steps: torch.Tensor) -> None:
+        """Set each world's episode clock, as legged_gym's ``init_at_random_ep_len`` does after the first reset:
+        episodes that began together then end at staggered times (otherwise every world resets on one step)."""
+        steps = torch.as_tensor(steps, device=self.device)
+        if steps.shape != (self.num_envs,) or steps.is_floating_point() or steps.dtype == torch.bool:
+            raise ValueError(f"episode_step: one whole number per world, shape ({self.num_envs},); got "
+                             f"{steps.dtype} of shape {tuple(steps.shape)}")
+        if bool(((steps < 0) | (steps >= self.max_episode_steps)).any()):
+            raise ValueError(f"episode_step: each in [0, max_episode_steps={self.max_episode_steps}); got "
+                             f"{int(steps.min())} to {int(steps.max())}")
+        self._episode_step.copy_(steps)
+
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self._generator.manual_seed(seed)
@@ -323,6 +341,30 @@ class TaskEnv(VecEnv):
 
     def close(self) -> None:
         self.sim.close()
+
+
+def episode_clock(env: VecEnv) -> TaskEnv | None:
+    """The :class:`TaskEnv` under ``env``'s wrappers (randomization, delay), whose ``episode_step`` can be set;
+    None for an env that keeps its own time limit (a Gymnasium or mjlab env)."""
+    while not isinstance(env, TaskEnv):
+        env = getattr(env, "env", None)
+        if env is None:
+            return None
+    return env
+
+
+def start_at_random_steps(env: VecEnv, seed: int) -> None:
+    """After a reset of every world, start each episode's clock at a uniform step in [0, max_episode_steps)
+    (``env.random_episode_start``; legged_gym's ``init_at_random_ep_len``): the first episodes are cut
+    short at staggered times, so later ones end spread out and the training return moves every iteration
+    instead of in steps a whole episode apart. Refused for envs that keep their own time limits."""
+    clock = episode_clock(env)
+    if clock is None:
+        raise ValueError(f"env.random_episode_start: {type(env).__name__} keeps its own episode time limit, which "
+                         "cannot be set from here; use one of our tasks, or leave env.random_episode_start false")
+    generator = torch.Generator(device=clock.device).manual_seed(seed)
+    clock.episode_step = torch.randint(0, clock.max_episode_steps, (clock.num_envs,), generator=generator,
+                                       device=clock.device)
 
 
 def _space(value: torch.Tensor) -> spaces.Box:

@@ -19,6 +19,7 @@ from rsl_rl.env import VecEnv as RslRlVecEnv
 from tensordict import TensorDict
 
 from robolearn.interfaces import Obs, VecEnv
+from sims.task import episode_clock
 
 
 class VecEnvAsRslRl(RslRlVecEnv):
@@ -50,13 +51,19 @@ class VecEnvAsRslRl(RslRlVecEnv):
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
-        """Steps since each env's last reset (read only: the wrapped env owns its time limit)."""
+        """Steps since each env's last reset."""
         return self._episode_length
 
     @episode_length_buf.setter
     def episode_length_buf(self, value: torch.Tensor) -> None:
-        raise NotImplementedError(
-            "our envs own their episode counters: train with learn(init_at_random_ep_len=False)")
+        """RSL-RL's ``learn(init_at_random_ep_len=True)`` sets random episode lengths here: they become our
+        task env's episode clocks (``TaskEnv.episode_step``), so its time limits are staggered as legged_gym's."""
+        clock = episode_clock(self.env)
+        if clock is None:
+            raise NotImplementedError(f"{type(self.env).__name__} keeps its own episode time limit, which cannot be "
+                                      "set from here: train with learn(init_at_random_ep_len=False)")
+        clock.episode_step = value
+        self._episode_length = clock.episode_step.clone()
 
     def get_observations(self) -> TensorDict:
         return _tensordict(self._obs, self.num_envs)

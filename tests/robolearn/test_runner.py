@@ -958,3 +958,32 @@ def test_a_run_folder_moved_while_training_stops_the_run_instead_of_making_a_new
     assert str(said.value).startswith(f"{runs[0]} was moved or deleted while the run trained: stopped before writing "
                                       "into a new folder of that name")
     assert not runs[0].exists() and (moved / "config.yaml").is_file() and read_metrics(moved)
+
+
+def test_random_episode_start_staggers_the_first_time_limits(tmp_path):
+    """env.random_episode_start (legged_gym's init_at_random_ep_len): episodes that began together had all been
+    truncated on one step, a whole episode apart, so PPO's training return moved as a step curve."""
+    steps = {}
+    for stagger in ("false", "true"):
+        cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "env.kwargs.max_episode_steps=100",
+                   "runner.eval_episodes=0", f"env.random_episode_start={stagger}")
+        runner = Runner(cfg)
+        step, ends = runner.env.step, []
+
+        def spy(action, step=step, ends=ends):
+            out = step(action)
+            ends.append(out[3].nonzero().flatten().tolist())  # truncated worlds
+            return out
+
+        runner.env.step = spy
+        runner.train()
+        runner.close()
+        steps[stagger] = [t for t, worlds in enumerate(ends) if worlds]
+    assert steps["false"] == [99]  # every world on the 100th step
+    assert len(steps["true"]) > 4 and steps["true"][0] < 99  # spread over the first episode
+
+
+def test_random_episode_start_is_refused_for_an_env_that_keeps_its_own_time_limit(tmp_path):
+    with pytest.raises(ValueError, match="env.random_episode_start: GymVecEnv keeps its own episode time limit"):
+        Runner(tiny(tmp_path, "ppo", "env.task=gym:Pendulum-v1", "env.random_episode_start=true"))
+    assert not (tmp_path / "runs").exists()

@@ -22,8 +22,29 @@ def test_step_follows_the_rsl_rl_contract() -> None:
     assert dones.all() and extras["time_outs"].all()
     assert set(extras["log"]) and all(key.startswith("reward/") for key in extras["log"])
     torch.testing.assert_close(env.get_observations()["policy"], obs["policy"])
-    with pytest.raises(NotImplementedError, match="init_at_random_ep_len"):
-        env.episode_length_buf = torch.zeros(3, dtype=torch.long)
+    env.close()
+
+
+def test_init_at_random_ep_len_staggers_our_time_limits() -> None:
+    """RSL-RL's learn(init_at_random_ep_len=True), legged_gym's default, had been refused: its random lengths
+    now set our task env's episode clocks (through its randomization wrapper), so the worlds truncate apart."""
+    env = VecEnvAsRslRl(make_env("pendulum", num_envs=3, seed=0, max_episode_steps=4,
+                                 randomization={"mass_scale": [0.9, 1.1]}))
+    env.episode_length_buf = torch.tensor([0, 1, 3])
+    _, _, dones, extras = env.step(torch.zeros(3, 1))
+    assert dones.tolist() == [0, 0, 1] and extras["time_outs"].tolist() == [False, False, True]
+    assert env.episode_length_buf.tolist() == [1, 2, 0]
+    with pytest.raises(ValueError, match=r"episode_step: each in \[0, max_episode_steps=4\); got 0 to 4"):
+        env.episode_length_buf = torch.tensor([0, 1, 4])
+    env.close()
+
+
+def test_init_at_random_ep_len_is_refused_for_an_env_with_its_own_time_limit() -> None:
+    pytest.importorskip("gymnasium")
+    env = VecEnvAsRslRl(make_env("gym:Pendulum-v1", num_envs=2, seed=0))
+    with pytest.raises(NotImplementedError, match=r"GymVecEnv keeps its own episode time limit.*"
+                                                   r"learn\(init_at_random_ep_len=False\)"):
+        env.episode_length_buf = torch.zeros(2, dtype=torch.long)
     env.close()
 
 
@@ -43,7 +64,7 @@ def test_rsl_rl_runner_trains_on_our_task(tmp_path) -> None:
     }
     runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path), device="cpu")
     before = [p.clone() for p in runner.alg.actor.parameters()]
-    runner.learn(num_learning_iterations=2)
+    runner.learn(num_learning_iterations=2, init_at_random_ep_len=True)  # legged_gym's default
     assert runner.current_learning_iteration == 1
     assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters()))
     assert list(tmp_path.glob("model_*.pt"))
