@@ -186,14 +186,7 @@ class TaskEnv(VecEnv):
     def episode_step(self, steps: torch.Tensor) -> None:
         """Set each world's episode clock, as legged_gym's ``init_at_random_ep_len`` does after the first reset:
         episodes that began together then end at staggered times (otherwise every world resets on one step)."""
-        steps = torch.as_tensor(steps, device=self.device)
-        if steps.shape != (self.num_envs,) or steps.is_floating_point() or steps.dtype == torch.bool:
-            raise ValueError(f"episode_step: one whole number per world, shape ({self.num_envs},); got "
-                             f"{steps.dtype} of shape {tuple(steps.shape)}")
-        if bool(((steps < 0) | (steps >= self.max_episode_steps)).any()):
-            raise ValueError(f"episode_step: each in [0, max_episode_steps={self.max_episode_steps}); got "
-                             f"{int(steps.min())} to {int(steps.max())}")
-        self._episode_step.copy_(steps)
+        self._episode_step.copy_(checked_episode_steps(steps, self))
 
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
@@ -343,10 +336,22 @@ class TaskEnv(VecEnv):
         self.sim.close()
 
 
-def episode_clock(env: VecEnv) -> TaskEnv | None:
-    """The :class:`TaskEnv` under ``env``'s wrappers (randomization, delay), whose ``episode_step`` can be set;
-    None for an env that keeps its own time limit (a Gymnasium or mjlab env)."""
-    while not isinstance(env, TaskEnv):
+def checked_episode_steps(steps: Any, env: VecEnv) -> torch.Tensor:
+    """``steps`` as episode clocks for ``env``'s worlds: one whole number each, in [0, max_episode_steps)."""
+    steps = torch.as_tensor(steps, device=env.device)
+    if steps.shape != (env.num_envs,) or steps.is_floating_point() or steps.dtype == torch.bool:
+        raise ValueError(f"episode_step: one whole number per world, shape ({env.num_envs},); got "
+                         f"{steps.dtype} of shape {tuple(steps.shape)}")
+    if bool(((steps < 0) | (steps >= env.max_episode_steps)).any()):
+        raise ValueError(f"episode_step: each in [0, max_episode_steps={env.max_episode_steps}); got "
+                         f"{int(steps.min())} to {int(steps.max())}")
+    return steps
+
+
+def episode_clock(env: VecEnv) -> VecEnv | None:
+    """The env under ``env``'s wrappers (randomization, delay) whose ``episode_step`` can be set (a
+    :class:`TaskEnv`, an mjlab env); None for one that keeps its own time limit (a Gymnasium env)."""
+    while not isinstance(getattr(type(env), "episode_step", None), property):
         env = getattr(env, "env", None)
         if env is None:
             return None
@@ -361,7 +366,7 @@ def start_at_random_steps(env: VecEnv, seed: int) -> None:
     clock = episode_clock(env)
     if clock is None:
         raise ValueError(f"env.random_episode_start: {type(env).__name__} keeps its own episode time limit, which "
-                         "cannot be set from here; use one of our tasks, or leave env.random_episode_start false")
+                         "cannot be set from here; use one of our tasks or an mjlab: task, or leave env.random_episode_start false")
     generator = torch.Generator(device=clock.device).manual_seed(seed)
     clock.episode_step = torch.randint(0, clock.max_episode_steps, (clock.num_envs,), generator=generator,
                                        device=clock.device)

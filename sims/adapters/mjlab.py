@@ -23,6 +23,7 @@ from mjlab.envs import ManagerBasedRlEnv, ManagerBasedRlEnvCfg
 from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.task import checked_episode_steps
 from sims.warp_backend import quiet_warp
 
 quiet_warp()  # mjlab runs on MuJoCo Warp
@@ -82,6 +83,16 @@ class MjlabVecEnv(VecEnv):
         action_dim = int(self.mjlab.single_action_space.shape[0])
         self.action_spec = spaces.Box(-limit, limit, (action_dim,), np.float32)
         self._limit = limit
+
+    @property
+    def episode_step(self) -> torch.Tensor:
+        """Control steps since each world's episode began (mjlab's ``episode_length_buf``)."""
+        return self.mjlab.episode_length_buf
+
+    @episode_step.setter
+    def episode_step(self, steps: torch.Tensor) -> None:
+        """Set the episode clocks (``env.random_episode_start``, RSL-RL's ``init_at_random_ep_len``)."""
+        self.mjlab.episode_length_buf[:] = checked_episode_steps(steps, self)
 
     def reset(self, seed: int | None = None) -> Obs:
         obs, _ = self.mjlab.reset(seed=seed)

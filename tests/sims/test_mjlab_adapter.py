@@ -35,7 +35,8 @@ def test_cartpole_time_limit_gives_true_final_obs() -> None:
         # The last observation continues the episode (the cart moved on from the previous one),
         # while the returned one starts a new episode near the reset pose.
         assert not torch.allclose(final, previous["policy"]) and not torch.allclose(final, obs["policy"])
-        env.mjlab.episode_length_buf[1] = 2  # only env 1 reaches its time limit on the next step
+        env.episode_step = torch.tensor([0, 2, 1])  # only env 1 reaches its time limit on the next step
+        assert env.mjlab.episode_length_buf.tolist() == [0, 2, 1]  # (env.random_episode_start sets it so)
         step = env.step(torch.zeros(3, 1))
         assert step.truncated.tolist() == [False, True, False]
         final, fresh = step.info["final_obs"]["policy"], step.obs["policy"]
