@@ -42,7 +42,7 @@ from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner
-from robolearn.registry import make_env
+from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, refuse_finished, set_aside_evaluation
@@ -111,6 +111,7 @@ class FinetuneRunner(OfflineRunner):
                           stacklevel=2)
         self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
         self.train_env = make_env(cfg.env, seed=cfg.seed)
+        stagger_episodes(self.train_env, cfg.env, cfg.seed)  # said now if it cannot be; _finetune draws again
         self._finite = FiniteWatch(self.train_env.device)  # on a GPU, read once per iteration
         self.online = ReplayBuffer(max(1, min(agent_cfg.online_buffer_size, cfg.runner.total_steps)), self.env.device)
         self.curriculum: HorizonCurriculum | None = None
@@ -266,6 +267,7 @@ class FinetuneRunner(OfflineRunner):
         if self.curriculum is not None:  # the guide's horizon each env's episode began with
             self._episode_h = torch.full((env.num_envs,), self.curriculum.h, dtype=torch.long, device=env.device)
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
+        stagger_episodes(env, cfg.env, cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
         self._lap = 0.0  # an online iteration is not as long as a pretraining one
         while self.progress.env_steps < cfg.runner.total_steps and not self.out_of_time():

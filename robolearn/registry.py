@@ -93,3 +93,13 @@ def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
                             f"{', '.join(sorted(agent_cls.__abstractmethods__))}, which a robolearn Agent must "
                             "(robolearn/interfaces.py says what each does)")
     return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
+
+
+def stagger_episodes(env: VecEnv, env_cfg: EnvConfig, seed: int) -> None:
+    """After a reset of every world of a training env: with ``env.random_episode_start``, start each episode
+    clock at a random step (:func:`sims.task.start_at_random_steps`); an env that keeps its own time limit is
+    refused, so a runner calls this once as it builds, to say so before anything trains."""
+    if env_cfg.random_episode_start:
+        from sims.task import start_at_random_steps
+
+        start_at_random_steps(env, seed)

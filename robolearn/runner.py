@@ -60,7 +60,8 @@ from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_r
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.run_lock import RunLock
-from robolearn.registry import at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend
+from robolearn.registry import (at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend,
+                                stagger_episodes)
 from robolearn.storage import ReplayBuffer, RolloutStorage
 
 OFF_POLICY_STEPS_PER_ITERATION = 1000  # env steps per logged iteration for off-policy agents
@@ -222,10 +223,7 @@ class Runner:
             check_decision_period(cfg, self.agent, self.env)
             check_minibatches(cfg, self.agent, self.env.num_envs)
             check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
-            if cfg.env.random_episode_start:  # said now for an env that keeps its own time limit; train() draws again
-                from sims.task import start_at_random_steps
-
-                start_at_random_steps(self.env, self.seed)
+            stagger_episodes(self.env, cfg.env, self.seed)  # said now if it cannot be; train() draws again
             self.progress = Progress(world_size=self.world_size)
             self.replay: ReplayBuffer | None = None
             if not self.agent.on_policy:
@@ -419,10 +417,7 @@ class Runner:
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
                 obs = self.env.reset(seed=self.seed + self.progress.iteration)
-                if cfg.env.random_episode_start:
-                    from sims.task import start_at_random_steps
-
-                    start_at_random_steps(self.env, self.seed + self.progress.iteration)
+                stagger_episodes(self.env, cfg.env, self.seed + self.progress.iteration)
                 check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:

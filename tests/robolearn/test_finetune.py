@@ -203,6 +203,20 @@ def test_a_fresh_replay_refill_is_sized_by_the_online_batch(tmp_path):
     assert resumed.progress.refill_until == 1512
 
 
+def test_random_episode_start_staggers_the_online_episodes(tmp_path):
+    """env.random_episode_start applies to a fine-tune's online env, as to an online run's."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "env.num_envs=4", "agent.warmup_steps=0", "runner.total_steps=1600",
+               "env.random_episode_start=true")
+    runner = FinetuneRunner(cfg)
+    step, ends = runner.train_env.step, []
+    runner.train_env.step = lambda action: (out := step(action), ends.append(bool(out[3].any())))[0]
+    try:
+        runner.train()
+    finally:
+        runner.close()
+    assert sum(ends) > 1  # first episodes cut short at random steps: without, none ends in 400 steps of 500
+
+
 def test_ctrl_c_online_keeps_steps_and_updates_in_step(tmp_path, capsys):
     """Ctrl+C in the online phase stops between updates: the checkpoint counts every update the agent
     holds, and the resume ends on the same step grid and update count as an uninterrupted run."""
