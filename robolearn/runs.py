@@ -106,6 +106,8 @@ def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Ag
     payload = load_checkpoint(Path(run_dir) / "checkpoints" / "latest.pt")
     check_compatible(agent.state_dict(), payload["agent"])
     agent.load_state_dict(payload["agent"])
+    if getattr(agent, "pretrains", False) and payload.get("progress", {}).get("pretrained") is False:
+        agent.end_pretraining()  # saved inside its pretraining: act through the skills so far, as its export does
     return agent
 
 

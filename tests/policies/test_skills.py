@@ -442,12 +442,18 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file()
 
 
+def checkpoint_obs_shape(run_dir) -> tuple[int, ...]:
+    with sims.make_env("point_maze_medium", num_envs=1, seed=0) as env:
+        return tuple(env.observation_spec["policy"].shape)
+
+
 def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(maze_datasets, tmp_path, monkeypatch,
                                                                                 capsys):
     """runner.max_minutes was not looked at until the online phase: a run given minutes pretrained for hours.
     It now ends there, exporting and evaluating the skills so far; the checkpoint resumes the pretraining."""
     from robolearn import runner as runner_module
-    from robolearn.runs import run_status
+    from robolearn.export import ExportedController
+    from robolearn.runs import load_controller, run_status
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: lap > 0)  # after one iteration
@@ -464,6 +470,10 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
         capsys.readouterr().out
     assert result.evaluation["episodes"] == 1 and result.trained == {"pretrain_updates": 1000}
     assert run_status(result.run_dir).startswith("ended early at pretrain 1,000 of 2,000 pretrain_updates")
+    # eval, play and dataset record of the checkpoint act as its export does (an untrained policy had acted)
+    checkpoint, exported = load_controller(result.run_dir), ExportedController(result.exported["torchscript"])
+    obs = {"policy": torch.randn(3, *checkpoint_obs_shape(result.run_dir))}
+    torch.testing.assert_close(checkpoint.act(obs), exported.act(obs), atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: False)
     resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
