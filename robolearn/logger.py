@@ -47,8 +47,12 @@ class RunLogger:
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
 
+            # reinit="create_new": a run of its own even while another is open in this process (one stopped by an
+            # error in a script that goes on); W&B's default there returns that run, and the next run's lines went
+            # into it, under its id, and were dropped as steps logged before its last
             self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
-                                     resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None)
+                                     resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None,
+                                     reinit="create_new")
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
     def seconds(self, elapsed: float | None = None) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from robolearn.logger import RunLogger
 
@@ -86,6 +87,23 @@ def test_wandb_runs_carry_the_configs_group_and_tags(tmp_path):
         assert logger._wandb.group == "pend_base" and list(logger._wandb.tags) == ["seed-study", "ppo"]
     finally:
         logger.close()
+
+
+def test_a_run_left_open_does_not_take_the_next_runs_wandb_lines(tmp_path):
+    """A run stopped by an error leaves its W&B run open; in a script that goes on, W&B's default returned that
+    run to the next wandb.init, so the next run's lines went under the first's id (and were dropped as steps
+    logged before its last)."""
+    first, second = tmp_path / "runs" / "first", tmp_path / "runs" / "second"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    left_open = RunLogger(first, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    logger = RunLogger(second, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    try:
+        assert logger._wandb is not left_open._wandb and logger._wandb.id == "runs-second"
+        assert Path(logger._wandb.dir).is_relative_to(second)
+    finally:
+        logger.close()
+        left_open.close()
 
 
 def test_the_fps_after_a_phase_without_env_steps_counts_from_its_end(tmp_path, monkeypatch):
