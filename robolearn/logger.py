@@ -109,11 +109,14 @@ class RunLogger:
         """Close the progress bar (before the end-of-run export and evaluation print)."""
         self._bar.close()
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """End the logs; ``exit_code`` non-zero: W&B marks the run failed (a run stopped by an error). A second
+        call does nothing."""
         self._bar.close()
         self._file.close()
         if self._wandb is not None:
-            self._wandb.finish()
+            self._wandb.finish(exit_code=exit_code)
+            self._wandb = None
 
 
 def _plain(value: Any) -> Any:

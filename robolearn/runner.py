@@ -778,9 +778,10 @@ def end_progress_bars() -> None:
 
 
 def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -> NonFiniteError:
-    """NaN during training: close the logs; the error names the last good checkpoint (kept, not overwritten)."""
+    """NaN during training: close the logs (W&B: failed); the error names the last good checkpoint (kept, not
+    overwritten)."""
     if logger is not None:
-        logger.close()
+        logger.close(exit_code=1)
     env_check = f"check task '{runner.cfg.env.task}' (its observations and rewards, or physics that diverged)"
     learner_check = "check the config's learning rate, batch size and the data"
     if not {"observation", "reward"} & set(err.sources):
@@ -923,6 +924,8 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             failure = (distributed.lost_peers(err, runner.run_dir) if distributed.active() else None) or err
             if distributed.is_main():
                 record_failure(runner.run_dir, failure)
+            if runner.run_logger is not None:  # W&B: failed, not left open for the exit to call it finished
+                runner.run_logger.close(exit_code=1)
             if failure is err:
                 raise
             raise failure from err

@@ -239,6 +239,40 @@ def test_wandb_offline_writes_run_files(tmp_path):
     assert offline_runs and any(p.suffix == ".wandb" for p in offline_runs[0].iterdir())
 
 
+@pytest.mark.parametrize("error", ["full disk", "nan"])
+def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, error):
+    """A full disk at a checkpoint (any error) had left the W&B run open, for the exit to finish it as
+    'finished' (exit code 0) while failed.txt and `list` called it failed; a NaN stop finished it so too."""
+    import errno
+
+    import wandb
+
+    finished = []
+
+    class Started:
+        def log(self, *args, **kwargs): ...
+        def finish(self, exit_code: int = 0) -> None:
+            finished.append(exit_code)
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Started())
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=768", "logging.wandb=offline")
+    if error == "nan":
+        make_env = runner_module.make_env
+        monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: NaNAfter(make_env(*a, **k), steps=32 + 5))
+    else:
+        saves = []
+
+        def full_disk(self):
+            saves.append(1)
+            if len(saves) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self.checkpoint_path))
+
+        monkeypatch.setattr(Runner, "save", full_disk)
+    with pytest.raises(NonFiniteError if error == "nan" else OSError):
+        train(cfg)
+    assert finished == [1]
+
+
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     """Parallel benchmark runs of one config start together; none may write into another's directory."""
     import robolearn.runs as runs_module
