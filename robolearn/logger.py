@@ -124,9 +124,13 @@ def _plain(value: Any) -> Any:
 
 
 def _wandb_id(run_dir: Path) -> str:
-    """A stable id per run directory (``<name>-<time>``, letters and digits), so a resumed run appends
-    to the same W&B run."""
+    """A stable id per run directory, so a resumed run appends to the same W&B run: the id its first session
+    logged under (``wandb/offline-run-<start>-<id>/run-<id>.wandb``), so that a run renamed or moved keeps it;
+    for a new run, ``<name>-<time>`` (letters, digits and dashes)."""
     run = Path(run_dir).resolve()
+    sessions = sorted(run.glob("wandb/*run-*/run-*.wandb"), key=lambda path: path.parent.name.removeprefix("offline-"))
+    if sessions:
+        return sessions[0].stem.removeprefix("run-")
     return "".join(c if c.isalnum() else "-" for c in f"{run.parent.name}/{run.name}")[-64:]
 
 

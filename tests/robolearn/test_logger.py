@@ -106,6 +106,23 @@ def test_a_run_left_open_does_not_take_the_next_runs_wandb_lines(tmp_path):
         left_open.close()
 
 
+def test_a_renamed_run_resumes_its_wandb_run(tmp_path):
+    """The W&B id had been made from the run's folder names, so a run renamed or moved to another folder and
+    resumed started a second W&B run of the same name, holding only the steps after the move."""
+    run = tmp_path / "runs" / "ppo_cartpole" / "20260101-000000"
+    run.mkdir(parents=True)
+    RunLogger(run, total_steps=10, config={}, wandb_mode="offline", progress=False).close()
+    (tmp_path / "kept").mkdir()
+    moved = run.rename(tmp_path / "kept" / "best")
+    logger = RunLogger(moved, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    try:
+        assert logger._wandb.id == "ppo-cartpole-20260101-000000"
+    finally:
+        logger.close()
+    sessions = list((moved / "wandb").glob("offline-run-*/*.wandb"))
+    assert len(sessions) == 2 and {path.name for path in sessions} == {"run-ppo-cartpole-20260101-000000.wandb"}
+
+
 def test_the_fps_after_a_phase_without_env_steps_counts_from_its_end(tmp_path, monkeypatch):
     """A skill run pretrains for minutes at env step 0: its first online lines once showed a fraction of the fps."""
     clock = iter([0.0, 100.0, 110.0, 110.0])  # start; pretraining ends at 100 s; 10 s later, 1000 steps logged
