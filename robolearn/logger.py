@@ -85,7 +85,10 @@ class RunLogger:
 
     def _emit(self, record: dict[str, Any], wandb_step: int, count: int, postfix: dict[str, str]) -> None:
         """One line to metrics.jsonl and W&B; the bar to ``count``, with ``postfix``."""
-        self._file.write(json.dumps(record) + "\n")
+        try:
+            self._file.write(json.dumps(record) + "\n")
+        except OSError as err:  # a full disk: Python's error names no file
+            raise OSError(err.errno, err.strerror, str(self.metrics_path)) from err
         if self._wandb is not None:
             self._wandb.log(record, step=wandb_step)
         self._bar.update(count - self._bar.n)
@@ -113,10 +116,12 @@ class RunLogger:
         """End the logs; ``exit_code`` non-zero: W&B marks the run failed (a run stopped by an error). A second
         call does nothing."""
         self._bar.close()
-        self._file.close()
-        if self._wandb is not None:
-            self._wandb.finish(exit_code=exit_code)
-            self._wandb = None
+        try:
+            self._file.close()  # after a full disk's failed line, that line (still buffered) fails again
+        finally:
+            if self._wandb is not None:
+                self._wandb.finish(exit_code=exit_code)
+                self._wandb = None
 
 
 def _plain(value: Any) -> Any:

@@ -925,7 +925,8 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
             if distributed.is_main():
                 record_failure(runner.run_dir, failure)
             if runner.run_logger is not None:  # W&B: failed, not left open for the exit to call it finished
-                runner.run_logger.close(exit_code=1)
+                with contextlib.suppress(OSError):  # (a full disk fails the metrics file's close too)
+                    runner.run_logger.close(exit_code=1)
             if failure is err:
                 raise
             raise failure from err

@@ -273,6 +273,56 @@ def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, 
     assert finished == [1]
 
 
+class FilledUp:
+    """metrics.jsonl on a disk that fills after ``lines`` lines: the line that failed stays buffered and fails
+    again at close, as a real file's does."""
+
+    def __init__(self, file, lines: int) -> None:
+        self.file, self.lines, self.stuck = file, lines, False
+
+    def write(self, text: str) -> int:
+        import errno
+
+        if self.lines <= 0:
+            self.stuck = True
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.lines -= 1
+        return self.file.write(text)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.stuck:
+            self.write("")
+
+
+def test_a_full_disk_at_a_metrics_line_names_the_file_and_fails_the_wandb_run(tmp_path, monkeypatch):
+    """Python's error for the write names no file ('a file being written', the command line said), and the
+    metrics file's close failed again, before W&B was told: the W&B run ended as finished."""
+    import wandb
+
+    from robolearn.logger import RunLogger
+
+    finished = []
+
+    class Started:
+        def log(self, *args, **kwargs): ...
+        def finish(self, exit_code: int = 0) -> None:
+            finished.append(exit_code)
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Started())
+    start = RunLogger.__init__
+
+    def on_a_small_disk(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        self._file = FilledUp(self._file, lines=1)
+
+    monkeypatch.setattr(RunLogger, "__init__", on_a_small_disk)
+    with pytest.raises(OSError, match="No space left") as said:
+        train(tiny(tmp_path, "ppo", "runner.total_steps=768", "logging.wandb=offline"))
+    assert Path(said.value.filename).name == "metrics.jsonl"
+    assert finished == [1]
+
+
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     """Parallel benchmark runs of one config start together; none may write into another's directory."""
     import robolearn.runs as runs_module
