@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,12 @@ class RunLogger:
             self._file.close()  # after a full disk's failed line, that line (still buffered) fails again
         finally:
             if self._wandb is not None:
-                self._wandb.finish(exit_code=exit_code)
-                self._wandb = None
+                run, self._wandb = self._wandb, None
+                try:
+                    run.finish(exit_code=exit_code)
+                except OSError as err:  # W&B's files on a full disk: the run's own are whole, and it is no failure
+                    warnings.warn(f"W&B's files in {self.metrics_path.parent / 'wandb'} could not be completed "
+                                  f"({err.strerror}); metrics.jsonl holds every line", stacklevel=2)
 
 
 def _plain(value: Any) -> Any:

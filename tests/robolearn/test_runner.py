@@ -323,6 +323,26 @@ def test_a_full_disk_at_a_metrics_line_names_the_file_and_fails_the_wandb_run(tm
     assert finished == [1]
 
 
+def test_wandb_files_on_a_full_disk_do_not_fail_a_run_that_ended(tmp_path, monkeypatch):
+    """wandb.finish raised ENOSPC closing its debug.log: a run trained, exported and evaluated to its end
+    exited with 'No space left on device: a file being written' and a failed.txt, while `list` said done."""
+    import errno
+
+    import wandb
+
+    class Started:
+        summary: dict = {}
+
+        def log(self, *args, **kwargs): ...
+        def finish(self, exit_code: int = 0) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Started())
+    with pytest.warns(UserWarning, match=r"W&B's files in .*wandb could not be completed \(No space left on device\)"):
+        result = train(tiny(tmp_path, "ppo", "runner.total_steps=256", "logging.wandb=offline"))
+    assert result.evaluation and not (result.run_dir / "failed.txt").exists()
+
+
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     """Parallel benchmark runs of one config start together; none may write into another's directory."""
     import robolearn.runs as runs_module
