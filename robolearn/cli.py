@@ -42,6 +42,9 @@ _ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and p
 _STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWHERE})",
                    errno.EDQUOT: f"your disk quota is used up: free some space (or write elsewhere: {_ELSEWHERE})",
                    errno.EROFS: f"the file system is read-only: write elsewhere ({_ELSEWHERE})",
+                   errno.EFBIG: "the file is larger than this process may write (a file size limit: `ulimit -f`, a "
+                                f"job scheduler's, or the file system's largest file): raise it (or write elsewhere: "
+                                f"{_ELSEWHERE})",
                    errno.EACCES: "permission denied: use another path or fix its permissions",
                    errno.EPERM: "permission denied: use another path or fix its permissions"}
 

@@ -222,6 +222,22 @@ def test_a_full_disk_is_one_line_that_says_what_to_do_and_other_os_errors_stay_t
         main(["list"])
 
 
+def test_a_file_size_limit_is_one_line_that_says_what_to_do(monkeypatch, capsys):
+    """Under `ulimit -f` (a cluster job's limit) a checkpoint write fails with EFBIG, which had been a traceback."""
+    import errno
+
+    import robolearn.cli as cli_module
+
+    def limited(args):
+        raise OSError(errno.EFBIG, "File too large", "runs/x/checkpoints/latest.pt")
+
+    monkeypatch.setitem(cli_module.COMMANDS, "list", limited)
+    assert main(["list"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("error: File too large: runs/x/checkpoints/latest.pt; the file is larger than this "
+                           "process may write (a file size limit: `ulimit -f`") and said.count("\n") == 1
+
+
 def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
     from robolearn.cli import _format_warning
 
