@@ -296,7 +296,10 @@ class DynamixelEmulator:
         return os.ttyname(self._slave)
 
     def start(self) -> DynamixelEmulator:
-        """Open the pty and serve it in a background thread."""
+        """Open the pty and serve it in a background thread; an emulator already started is left as it is
+        (``with emulator.start():`` had opened a second pty and left the first one's thread serving it)."""
+        if self._thread is not None:
+            return self
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
         attrs = termios.tcgetattr(self._slave)

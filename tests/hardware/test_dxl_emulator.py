@@ -485,3 +485,18 @@ def test_velocity_limit_bounds_the_profile_not_the_joint(emulator, connect) -> N
     for _ in range(10):
         goal(port, {1: rad_to_ticks(-1.0)})
     assert start - emulator.state()[1].goal == pytest.approx(0.2 * 20 * RAD_S_PER_VELOCITY_UNIT, abs=1e-9)
+
+
+def test_starting_a_started_emulator_keeps_its_one_pty_and_thread() -> None:
+    """`with emulator.start():` had opened a second pty and left the first one's thread and four fds behind."""
+    import os
+    import threading
+
+    emulator = DynamixelEmulator(REPO / "sims/assets/dxl_arm.xml", {1: "j1"}, realtime=False)
+    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+    with emulator.start() as again:
+        assert again is emulator and threading.active_count() == threads + 1
+        port = emulator.port
+        assert emulator.start().port == port
+    assert not emulator.running
+    assert (len(os.listdir("/proc/self/fd")), threading.active_count()) == (fds, threads)
