@@ -241,12 +241,17 @@ class DynamixelEmulator:
         self.corrupted = 0  # status packets sent with a bad CRC
 
     @classmethod
-    def from_config(cls, config: RobotConfig, *, lockstep: bool = False, step_dt: float | None = None,
+    def from_config(cls, config: RobotConfig | str | Path, *, lockstep: bool = False, step_dt: float | None = None,
                     physics: PhysicsOverrides | None = None) -> DynamixelEmulator:
-        """The servos of a robot config. Lockstep advances ``step_dt`` per goal write, by default the config's
+        """The servos of a robot config (a ``RobotConfig``, or as ``deploy`` takes it: a YAML path or a name in
+        ``configs/robots/``). Lockstep advances ``step_dt`` per goal write, by default the config's
         ``control_dt`` (else ``DEFAULT_STEP_DT``): the period the arm's controller writes goals at."""
         if step_dt is not None and not lockstep:  # ValueError, as robolearn emulate reports refused settings
             raise ValueError("--step-dt sets the physics per goal write in lockstep: add --lockstep")
+        if isinstance(config, (str, Path)):  # ('dxl_arm' had failed as "'str' object has no attribute 'calibration'")
+            from hardware.dxl_arm import load_robot_config
+
+            config = load_robot_config(config)
         motors = config.calibration.motors
         period = step_dt if step_dt is not None else config.control_dt or DEFAULT_STEP_DT
         return cls(config.model_xml, {m.id: m.joint for m in motors}, {m.id: m.model_number for m in motors},

@@ -353,6 +353,14 @@ def test_lockstep_advances_the_robot_configs_control_dt_or_the_override(tmp_path
         pytest.approx([0.02] * 3, abs=1e-12)
 
 
+@pytest.mark.parametrize("robot", ["dxl_arm", REPO / "configs/robots/dxl_arm.yaml"])
+def test_from_config_takes_a_robot_as_deploy_does(robot, connect) -> None:
+    """A name or a YAML path, as deploy(run, "dxl_arm") takes it: "'str' object has no attribute 'calibration'"."""
+    emulator = DynamixelEmulator.from_config(robot, lockstep=True)
+    assert sorted(emulator.state()) == [1, 2, 3, 4]
+    assert physics_per_goal_write(emulator, connect) == pytest.approx([0.02] * 3, abs=1e-12)
+
+
 @pytest.mark.parametrize("argv, error", [
     (["--step-dt", "0"], "must be a positive, finite number of seconds, got 0.0"),
     (["--step-dt", "-0.02"], "must be a positive, finite number of seconds, got -0.02"),
