@@ -113,6 +113,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # said before the robot moves
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
+    if fmt not in FILENAMES:  # (a bare KeyError: 'pt')
+        raise ValueError(f"fmt={fmt!r} (--format): choose one of {sorted(FILENAMES)}")
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if not path.is_file():
         if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the controller's own folder was given

@@ -117,6 +117,9 @@ class SafetyConfig:
 
     def updated(self, overrides: Mapping[str, Any], where: str = "safety overrides") -> SafetyConfig:
         """These settings with ``overrides`` (a ``safety:`` mapping, validated as one) on top."""
+        if not isinstance(overrides, Mapping):  # a CLI-style list had failed as "'list' object is not a mapping"
+            raise TypeError(f"{where}: give a mapping of safety settings, e.g. {{'max_velocity': 6.0}}, got "
+                            f"{overrides!r} (hardware.safety.parse_overrides makes one of 'key=value' strings)")
         return SafetyConfig.from_mapping({**self.to_mapping(), **overrides}, where)
 
 

@@ -614,6 +614,18 @@ def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_
         deploy(run_dir, "dxl_arm", **{"port": "/dev/null", **kwargs})
 
 
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"fmt": "pt"}, ValueError, re.escape("fmt='pt' (--format): choose one of ['onnx', 'torchscript']")),
+    ({"safety_overrides": ["max_velocity=6"]}, TypeError,
+     r"give a mapping of safety settings, e.g. \{'max_velocity': 6.0\}, got \['max_velocity=6'\] "
+     r"\(hardware.safety.parse_overrides makes one of 'key=value' strings\)"),
+], ids=["fmt", "overrides"])
+def test_deploy_arguments_of_the_wrong_kind_are_said_in_words(run_dir, kwargs, error, says):
+    """From Python these had failed as a bare KeyError: 'pt' and "'list' object is not a mapping"."""
+    with pytest.raises(error, match=says):
+        deploy(run_dir, "dxl_arm", **{"port": "/dev/null", **kwargs})
+
+
 def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir, make_emulator, tmp_path, monkeypatch):
     """An offline run on an imported deploy, deployed with that deploy's seed, reaches for its training targets."""
     from robolearn.data import DatasetWriter, RandomController, record
