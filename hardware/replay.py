@@ -5,19 +5,26 @@ deployment, or anything recorded with a ``joint_state`` observation group). The
 robot first ramps to the recorded initial joint positions at the safety layer's
 ramp speed, then sends the recorded (sent) actions one per control tick,
 through the same safety layer as deployment. It reports how far the joints
-strayed from the recording, step by step.
+strayed from the recording, step by step. :func:`replay` is ``robolearn replay``
+for a Dynamixel arm; :func:`replay_on_robot` replays on any connected robot.
 """
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
 from hardware.robot import Robot
+from robolearn.config import build_dataclass
 from robolearn.recording import load_episode
+from robolearn.runtime import stops_as_ctrl_c
+from sims.tasks.arm_reach import ArmReach
 
 
 class ReplayError(ValueError):
@@ -37,6 +44,17 @@ def recorded_task_settings(path: str | Path, task: str = "arm_reach") -> dict[st
     except (OSError, ValueError):
         return {}
     return split_settings({"recording": meta}, task)[0] if isinstance(meta, dict) else {}
+
+
+def recorded_control_dt(path: str | Path) -> float | None:
+    """The control period a recording beside episode ``path`` ran at (its ``metadata.json``), or None."""
+    import json
+
+    try:
+        dt = json.loads((Path(path).parent / "metadata.json").read_text()).get("control_dt")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(dt) if isinstance(dt, (int, float)) and not isinstance(dt, bool) and dt > 0 else None
 
 
 def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,10 +81,33 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
     return state[:, :joints].astype(np.float64), actions.astype(np.float64)
 
 
+def replay(path: str | Path, robot_config: str | Path, *, port: str | None = None,
+           safety_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``robolearn replay``: episode ``path`` on the Dynamixel arm of ``robot_config`` (a name in
+    ``configs/robots/`` or a YAML path) at the recording's rate and task settings, behind the robot config's
+    safety settings with ``safety_overrides`` on top; a bad file is refused before the robot is touched, and a
+    kill or a closed terminal stops safely as Ctrl+C does (Ctrl+\\: the emergency stop). Returns what
+    :func:`replay_on_robot` does."""
+    settings = recorded_task_settings(path)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
+    task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
+    config = load_robot_config(robot_config)
+    safety = safety_settings(config).updated(safety_overrides or {})
+    robot = DynamixelArm(config, port=port, task=task, safety=safety)
+    read_replayable(path, len(robot.home))
+    with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
+        return replay_on_robot(path, robot)
+
+
 def replay_on_robot(path: str | Path, robot: Robot) -> dict[str, Any]:
-    """Replay ``path`` on a connected ``robot``; returns the joint divergence from the recording."""
+    """Replay ``path`` on a connected ``robot``; returns the joint divergence from the recording. A robot
+    at another rate than the recording's (its ``metadata.json``'s ``control_dt``) is refused."""
     joints = len(robot.home)
     recorded, actions = read_replayable(path, joints)
+    dt = recorded_control_dt(path)
+    if dt is not None and abs(dt - robot.control_dt) > 1e-9:  # else each goal is held for another time than recorded
+        raise ReplayError(f"{path}: recorded at control_dt {dt:g} s, the robot runs at {robot.control_dt:g} s: build "
+                          "it with the recording's task settings (hardware.replay.recorded_task_settings), or replay "
+                          "with hardware.replay.replay, which does")
     if len(actions) > robot.max_episode_steps:
         raise ReplayError(f"{path}: {len(actions)} steps, longer than the robot's episode ({robot.max_episode_steps})")
     obs = robot.start_at(recorded[0])

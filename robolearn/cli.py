@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import warnings
@@ -725,23 +724,12 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
-    from hardware.replay import read_replayable, recorded_task_settings, replay_on_robot
+    from hardware.replay import recorded_control_dt, replay
     from hardware.safety import parse_overrides
-    from robolearn.config import build_dataclass
-    from sims.tasks.arm_reach import ArmReach
 
-    settings = recorded_task_settings(args.episode)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
-    task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
-    config = load_robot_config(args.robot)
-    safety = safety_settings(config).updated(parse_overrides(args.safety))
-    robot = DynamixelArm(config, port=args.port, task=task, safety=safety)
-    if settings:
-        print(f"rate:        {1 / robot.control_dt:g} Hz, as recorded")
-    read_replayable(args.episode, len(robot.home))  # refuse a bad file before touching the robot
-    # As deploy: Ctrl+\ the emergency stop, a kill or a closed terminal the safe stop (had left torque on)
-    with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
-        result = replay_on_robot(args.episode, robot)
+    if dt := recorded_control_dt(args.episode):
+        print(f"rate:        {1 / dt:g} Hz, as recorded")
+    result = replay(args.episode, args.robot, port=args.port, safety_overrides=parse_overrides(args.safety))
     print(f"replayed:    {result['steps']} steps of {args.episode}")
     print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "
           f"(start pose within {result['start_error_rad']:.4f} rad)")

@@ -23,3 +23,37 @@ def test_a_replay_takes_the_recordings_task_settings(tmp_path):
                          task=build_dataclass(ArmReach, settings, "metadata.json task."))
     assert robot.control_dt == pytest.approx(0.01) and robot.max_episode_steps == 200
     assert recorded_task_settings(tmp_path / "elsewhere" / "episode_00000.npz") == {}  # no metadata: the defaults
+
+
+def write_recording(folder, steps: int = 10, control_dt: float = 0.01):
+    """An episode that holds home, recorded at ``control_dt`` (frame_skip to match) beside its metadata.json."""
+    import numpy as np
+
+    folder.mkdir(exist_ok=True)
+    (folder / "metadata.json").write_text(json.dumps({"control_dt": control_dt, "task": {
+        "max_episode_steps": 200, "frame_skip": round(control_dt / 0.002), "safety_max_step": 0.2}}))
+    episode = folder / "episode_00000.npz"
+    np.savez(episode, actions=np.zeros((steps, 4)), **{"obs/joint_state": np.zeros((steps + 1, 8))})
+    return episode
+
+
+def test_a_robot_at_another_rate_than_the_recording_is_refused(tmp_path):
+    """replay_on_robot had replayed a 100 Hz recording on a 50 Hz arm without a word, each goal held twice as long."""
+    from hardware.replay import ReplayError, replay_on_robot
+
+    episode = write_recording(tmp_path)
+    robot = DynamixelArm(load_robot_config("dxl_arm"), port="/dev/null")  # the default task: 0.02 s
+    with pytest.raises(ReplayError, match=r"recorded at control_dt 0.01 s, the robot runs at 0.02 s: build it with "
+                                          r"the recording's task settings .* or replay with hardware.replay.replay"):
+        replay_on_robot(episode, robot)
+
+
+def test_replay_from_python_runs_at_the_recordings_rate(tmp_path, make_emulator):
+    """What `robolearn replay` did had been the CLI's alone: from Python, the recording's rate had to be rebuilt by hand."""
+    from hardware.replay import replay
+
+    emulator = make_emulator(step_dt=0.01)
+    result = replay(write_recording(tmp_path), "dxl_arm", port=emulator.port,
+                    safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
+    assert result["steps"] == 10 and result["divergence_rad_max"] < 0.05
+    assert not any(s.torque_enabled for s in emulator.state().values())  # parked, torque off
