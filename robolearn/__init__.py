@@ -2,9 +2,10 @@
 
 Start with :mod:`robolearn.interfaces`. Python entry points::
 
-    from robolearn import load_config, load_controller, make_env, train
+    from robolearn import export_run, load_config, load_controller, make_env, train
     result = train(load_config("ppo_cartpole", ["runner.total_steps=200000"]))
     controller = load_controller(result.run_dir)          # or exported="onnx": the file a robot runs
+    export_run(result.run_dir)                            # `robolearn export RUN`: export/ from the latest checkpoint
     env = make_env(result.run_dir, num_envs=4)            # the run's own env, its settings included
     train(resume=result.run_dir, overrides={"runner.total_steps": 400_000})   # go on
 """
@@ -37,9 +38,10 @@ if TYPE_CHECKING:
     from robolearn.config import TrainConfig, load_config
     from robolearn.interfaces import Agent, Controller, Obs, Step, VecEnv
     from robolearn.runner import RunResult
+    from robolearn.runs import export_run
 
-_LAZY = {"load_config": "robolearn.config", **{name: "robolearn.interfaces" for name in
-                                              ("Agent", "Controller", "Obs", "Step", "VecEnv")}}
+_LAZY = {"load_config": "robolearn.config", "export_run": "robolearn.runs",
+         **{name: "robolearn.interfaces" for name in ("Agent", "Controller", "Obs", "Step", "VecEnv")}}
 """Names imported on first use (PEP 562), so that importing the package does not import torch: the
 ``robolearn`` command can then say "interrupted" to a Ctrl+C during its first second (robolearn.entry)."""
 
@@ -127,4 +129,5 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     return _load_controller(run_dir, env, exported)
 
 
-__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "load_config", "load_controller", "make_env", "train"]
+__all__ = ["Agent", "Controller", "Obs", "Step", "VecEnv", "export_run", "load_config", "load_controller", "make_env",
+           "train"]

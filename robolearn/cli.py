@@ -601,31 +601,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from robolearn.export import export_controller
-    from robolearn.registry import make_env
-    from robolearn.runs import export_meta, load_agent, saved_progress
+    from robolearn.export import FORMATS
+    from robolearn.runs import export_run
 
-    if args.out is not None and args.out.suffix in (".pt", ".onnx", ".json"):
-        raise ValueError(f"--out {args.out}: give a directory; the export writes controller.pt, controller.onnx "
-                         "and controller.json into it (their names are fixed: deploy and eval look for them)")
-    out = args.out or args.run / "export"
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out {out}: a file; give a directory for the exported files")
-    own = out.resolve() == (args.run / "export").resolve()
-    if (out / "controller.json").is_file() and not own and not args.overwrite:  # another run's is not replaced unasked
-        try:
-            source = json.loads((out / "controller.json").read_text()).get("run")
-        except (OSError, ValueError, AttributeError):
-            source = None
-        if source != str(args.run.resolve()):
-            raise FileExistsError(f"--out {out}: holds the export of {'run ' + source if source else 'another run'}; "
-                                  "pass --overwrite to replace it, or give a new directory")
-    cfg = _run_config(args.run)
-    with make_env(cfg.env, num_envs=1) as env:
-        controller = load_agent(args.run, env, cfg).controller()
-        formats = tuple(args.format or ("torchscript", "onnx"))
-        paths = export_controller(controller, out, formats,
-                                  extra=export_meta(args.run, cfg.env, env.control_dt, saved_progress(args.run)))
+    paths = export_run(args.run, tuple(args.format or FORMATS), args.out, overwrite=args.overwrite)
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
     return 0

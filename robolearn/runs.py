@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 import os
 import traceback
 import warnings
@@ -34,7 +35,7 @@ import yaml
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
-from robolearn.export import task_meta
+from robolearn.export import FORMATS, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
@@ -195,6 +196,39 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
         with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
             return load_agent(run_dir, spec_env, cfg).controller().eval()
     return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
+
+
+def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str | Path | None = None,
+               overwrite: bool = False) -> dict[str, Path]:
+    """``robolearn export RUN``: ``run_dir``'s latest checkpoint exported (``formats``, default TorchScript and
+    ONNX) with the ``controller.json`` that deploy and ``eval --exported`` need (the task, its settings and rate,
+    how far the run trained), into ``out`` (default ``<run>/export``); returns the paths, as ``RunResult.exported``.
+    A file of a format left out is removed from ``out`` (it would be older than the json beside it); another run's
+    export in ``out`` is replaced only with ``overwrite``."""
+    run_dir = Path(run_dir)
+    if isinstance(formats, str):  # export_run(run, "onnx") would be read letter by letter
+        formats = (formats,)
+    if out is not None and Path(out).suffix in (".pt", ".onnx", ".json"):
+        raise ValueError(f"--out {out}: give a directory; the export writes controller.pt, controller.onnx "
+                         "and controller.json into it (their names are fixed: deploy and eval look for them)")
+    out = Path(out) if out is not None else run_dir / "export"
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out}: a file; give a directory for the exported files")
+    own = out.resolve() == (run_dir / "export").resolve()
+    if (out / "controller.json").is_file() and not own and not overwrite:  # another run's is not replaced unasked
+        try:
+            source = json.loads((out / "controller.json").read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if source != str(run_dir.resolve()):
+            raise FileExistsError(f"--out {out}: holds the export of {'run ' + source if source else 'another run'}; "
+                                  "pass --overwrite (overwrite=True) to replace it, or give a new directory")
+    cfg = load_run_config(run_dir)
+    cfg.env = trained_env_config(run_dir, cfg)
+    with make_env(cfg.env, num_envs=1) as env:
+        controller = load_agent(run_dir, env, cfg).controller()
+        return export_controller(controller, out, tuple(formats),
+                                 extra=export_meta(run_dir, cfg.env, env.control_dt, saved_progress(run_dir)))
 
 
 def trained_env_config(run_dir: str | Path, cfg: TrainConfig) -> EnvConfig:

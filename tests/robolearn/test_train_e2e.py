@@ -131,6 +131,28 @@ def test_load_controller_from_python(trained_run):
             ExportedController(wrong)
 
 
+def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, tmp_path):
+    """`robolearn export RUN` had been the CLI's alone: from Python, export_controller wrote a controller.json without
+    the task, rate and training counts that deploy and eval --exported check."""
+    from robolearn import export_run, load_controller
+
+    own = json.loads((trained_run.run_dir / "export" / "controller.json").read_text())
+    paths = export_run(str(trained_run.run_dir), "onnx", out=tmp_path / "again")
+    assert paths == {"onnx": tmp_path / "again" / "controller.onnx", "meta": tmp_path / "again" / "controller.json"}
+    meta = json.loads(paths["meta"].read_text())
+    for key in ("task", "task_kwargs", "control_dt", "run", "trained", "obs_size"):
+        assert meta[key] == own[key], key
+    obs = {"policy": torch.randn(3, 5)}
+    torch.testing.assert_close(ExportedController(paths["onnx"]).act(obs), load_controller(trained_run.run_dir).act(obs),
+                               rtol=1e-5, atol=1e-5)
+    meta["run"] = "/elsewhere/another-run"
+    paths["meta"].write_text(json.dumps(meta))
+    with pytest.raises(FileExistsError, match="holds the export of run /elsewhere/another-run; pass --overwrite "
+                                              r"\(overwrite=True\)"):
+        export_run(trained_run.run_dir, out=tmp_path / "again")
+    assert set(export_run(trained_run.run_dir, out=tmp_path / "again", overwrite=True)) == {"torchscript", "onnx", "meta"}
+
+
 def test_eval_by_default_gives_eval_jsons_numbers_again(trained_run, capsys):
     """The run's own evaluation's episodes and seed: the same numbers (and it says what it evaluated)."""
     capsys.readouterr()
