@@ -35,8 +35,13 @@ def is_recording(folder: Path) -> bool:
 
 def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     """Draw the recording in ``folder`` into ``out`` (default ``<folder>/recording.png``), written atomically;
-    returns the path. A folder without episode files is an error that says what it expects."""
+    returns the path. A folder without episode files, an episode file itself or an ``out`` that is not a .png is an
+    error that says what it expects."""
     folder = Path(folder)
+    if folder.is_file():  # (had said "no episode_*.npz files" of an episode_*.npz)
+        raise ValueError(f"{folder}: a file; a recording is the folder of its episodes: give {folder.parent}")
+    if out is not None and Path(out).suffix.lower() != ".png":  # (it had written a PNG named recording.txt)
+        raise ValueError(f"out={str(out)!r}: plots are PNG images; give a .png path")
     files = sorted(folder.glob("episode_*.npz"), key=lambda f: int(re.sub(r"\D", "", f.name) or 0))
     if not files and (folder / "metadata.json").is_file():
         raise ValueError(f"{folder}: a recording without episodes (it stopped before its first step was kept): "

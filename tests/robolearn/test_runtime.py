@@ -1,5 +1,6 @@
 """The fixed-rate loop: drift-free ticks, overrun accounting, safe exits, recording."""
 
+import re
 import time
 import warnings
 
@@ -281,6 +282,13 @@ def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_s
     assert out == tmp_path / "recording.png" and out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="no episode_.*npz files"):
         plot_recording(tmp_path / "elsewhere")
+    episode = tmp_path / "episode_00000.npz"  # had been told it held "no episode_*.npz files"
+    with pytest.raises(ValueError, match=re.escape(f"{episode}: a file; a recording is the folder of its episodes: "
+                                                   f"give {tmp_path}")):
+        plot_recording(episode)
+    with pytest.raises(ValueError, match=r"recording.txt': plots are PNG images; give a .png path"):
+        plot_recording(tmp_path, tmp_path / "recording.txt")  # had written a PNG under that name
+    assert not (tmp_path / "recording.txt").exists()
 
 
 def test_kill_and_hangup_stop_as_ctrl_c_unless_ignored_and_are_given_back():
