@@ -103,7 +103,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
            fmt: str = "torchscript", target: tuple[float, float, float] | None = None, record: bool = True,
            seed: int = 0, safety: SafetyConfig | None = None, safety_overrides: Mapping[str, Any] | None = None,
            retries: int = 3, progress: bool = False) -> dict[str, Any]:
-    """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary.
+    """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary, what
+    ``deploy.json`` holds (its ``run``, ``recording`` and ``plot`` as Paths there, strings in the file).
     Everything that can be refused (episodes, files, task, target, safety settings) is, before the robot is touched.
     ``seed`` picks the sampled targets (the same seed, the same targets; it is recorded).
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
@@ -237,12 +238,12 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
     """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything."""
     loop = stats.summary()
     summary: dict[str, Any] = {
-        "run": str(run_dir), "port": robot.port, "seed": seed, "episodes": stats.episodes,
+        "run": Path(run_dir), "port": robot.port, "seed": seed, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
         "safety_events": dict(robot.safety.events), "peak_joint_speed": robot.safety.peak_speed,
         "bus": vars(robot.bus.stats), "loop": loop,
         "task": _task_settings(robot), "safety": _safety_settings(robot),
-        "recording": str(recorder.directory) if recorder else None,
+        "recording": recorder.directory if recorder else None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
@@ -312,7 +313,7 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _plot(recorder: EpisodeRecorder) -> str | None:
+def _plot(recorder: EpisodeRecorder) -> Path | None:
     """``deploy.png`` of the recorded episodes (joint commands, sent goals, measured positions, safety events,
     rewards, the task's metrics such as the distance to the target), or None without any; a drawing that fails is a warning, never the deploy's failure."""
     if not recorder.episodes_written:
@@ -321,7 +322,7 @@ def _plot(recorder: EpisodeRecorder) -> str | None:
 
     try:
         with stops_as_ctrl_c():  # the robot is parked: a stop now skips the picture, not the report
-            return str(plot_recording(recorder.directory, recorder.directory / "deploy.png"))
+            return plot_recording(recorder.directory, recorder.directory / "deploy.png")
     except KeyboardInterrupt:
         print(f"deploy.png not drawn (stopped): `{shell('robolearn', 'plot', recorder.directory)}` draws it", file=sys.stderr)
         return None

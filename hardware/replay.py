@@ -117,6 +117,6 @@ def replay_on_robot(path: str | Path, robot: Robot) -> dict[str, Any]:
         step = robot.step(torch.as_tensor(action, dtype=torch.float32).unsqueeze(0))
         reached = step.info["final_obs"]["joint_state"][0, :joints].numpy()
         divergence.append(float(np.abs(reached - recorded[t + 1]).max()))
-    return {"recording": str(path), "steps": len(actions), "start_error_rad": start_error,
+    return {"recording": Path(path), "steps": len(actions), "start_error_rad": start_error,
             "divergence_rad_max": max(divergence), "divergence_rad_mean": float(np.mean(divergence)),
             "divergence_rad_final": divergence[-1], "safety_events": dict(robot.safety.events)}

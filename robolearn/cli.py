@@ -715,7 +715,7 @@ def _replay(args: argparse.Namespace) -> int:
     events = result["safety_events"]
     print("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result, default=str))
     return 0
 
 

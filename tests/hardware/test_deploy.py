@@ -78,6 +78,11 @@ def test_deploy_drives_the_emulated_arm_and_records_it(run_dir, make_emulator):
     assert max(abs(s.goal) for s in state.values()) < 1e-3  # parked at the safe pose (home) before torque off
     saved = json.loads((Path(summary["recording"]) / "deploy.json").read_text())
     assert saved["loop"]["rate_hz"] == 50
+    # Paths, as train()'s RunResult and plot_recording give them (they had been strings); strings in deploy.json
+    assert summary["run"] == run_dir and summary["recording"].parent == run_dir / "deploy"
+    assert summary["plot"] == summary["recording"] / "deploy.png"
+    assert (saved["run"], saved["recording"], saved["plot"]) == tuple(map(str, (run_dir, summary["recording"],
+                                                                                 summary["plot"])))
 
 
 def test_a_controller_of_another_action_size_is_refused_before_connecting(tmp_path):
@@ -196,7 +201,7 @@ def test_deploys_in_the_same_second_get_their_own_folders(run_dir, make_emulator
     emulator = make_emulator(realtime=True)
     first = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)["recording"]
     second = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)["recording"]
-    assert (first, second) == (f"{taken}-1", f"{taken}-2")
+    assert (first, second) == (Path(f"{taken}-1"), Path(f"{taken}-2"))
     assert (taken / "episode_00000.npz").read_bytes() == b"another deploy's"
 
 
