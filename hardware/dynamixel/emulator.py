@@ -109,12 +109,13 @@ class PhysicsOverrides:
     actuation_latency: float = 0.0  # s of simulated time between a goal arriving and the motor acting
 
     def __post_init__(self) -> None:
+        # Named as both Python and `robolearn emulate` take them (a Python caller had been told of --latency)
         for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):  # as sim randomization refuses
             if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} scales the MJCF's values and must be > 0, "
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) scales the MJCF's values and must be > 0, "
                                  f"got {getattr(self, name)}")
         if not self.actuation_latency >= 0:
-            raise ValueError(f"--latency must be >= 0 s, got {self.actuation_latency}")
+            raise ValueError(f"actuation_latency (--latency) must be >= 0 s, got {self.actuation_latency}")
 
 
 @dataclass
