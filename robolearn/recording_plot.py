@@ -4,7 +4,8 @@
 draws any recording (a deploy's, or one that ``runtime.run`` wrote through an ``EpisodeRecorder``). One row
 per action dimension: the controller's command, the goal the task's rule made of it (where recorded), what
 was sent after the safety layer, and the measured joint position (a robot's ``joint_state`` group, one
-control period after its command); steps a safety rule overruled are marked, by rule. Then the reward per
+control period after its command); steps a safety rule overruled are marked, by rule, on the joints whose goal
+it changed (on every joint where goals are not recorded). Then the reward per
 step, and a row per recorded metric (a reach's ``distance_m`` to its target). Episodes follow each other
 along the time axis, each labelled with its return and success.
 """
@@ -88,6 +89,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         t = (start + np.arange(steps)) * scale
         measured = _measured(arrays, dims)
         rules = [str(e).split(",") if e else [] for e in arrays.get("safety_events", [""] * steps)]
+        changed = _changed_by_safety(arrays)
         for dim, ax in enumerate(joint_axes):
             # faint: a policy's raw actions swing far past the joints (clipped by the task), a curtain over the rest
             ax.step(t, arrays["commanded_actions"][:, dim], where="post", color="C0", lw=0.6, alpha=0.3,
@@ -101,10 +103,10 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
                 ax.plot(t + scale, measured[:, dim], color="k", lw=1.0, label=label("measured") if dim == 0 else None)
             for rule in sorted({rule for step in rules for rule in step}):
                 marker, color = RULE_MARKERS.get(rule, ("D", "tab:olive"))
-                hit = np.array([rule in step for step in rules], dtype=bool)
+                hit = np.array([rule in step for step in rules], dtype=bool) & changed[:, dim]
                 if hit.any():
                     ax.plot(t[hit], arrays["actions"][hit, dim], marker, color=color, ms=4, ls="none",
-                            label=label(f"safety: {rule}") if dim == 0 else None)
+                            label=label(f"safety: {rule}"))  # on the first row it marks
         reward_axis.plot(t, arrays["rewards"], color="C3", lw=0.8)
         for key, ax in zip(metrics, axes[dims + 1:]):
             if key in arrays and len(arrays[key]) == steps:
@@ -166,6 +168,16 @@ def _limits(episodes: list[dict[str, np.ndarray]], dim: int, dims: int) -> tuple
     low, high = float(data.min()), float(data.max())
     margin = max(0.1 * (high - low), 0.02)
     return low - margin, high + margin
+
+
+def _changed_by_safety(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """(T, A): where the safety layer sent another goal than the task's rule made (a NaN one too), so that a
+    step's rules mark the joints they overruled (a position limit of j4 had been marked on every joint's row);
+    every joint of an overruled step where the goals are not recorded."""
+    sent = arrays["actions"]
+    if "goals" not in arrays or arrays["goals"].shape != sent.shape:
+        return np.ones(sent.shape, dtype=bool)
+    return ~np.isclose(arrays["goals"], sent, rtol=0.0, atol=1e-6)
 
 
 def _measured(arrays: dict[str, np.ndarray], dims: int) -> np.ndarray | None:

@@ -334,3 +334,25 @@ def test_a_hang_up_points_terminal_output_at_dev_null_and_leaves_files_alone(tmp
     os.close(leader)
     os.close(follower)
     assert done.returncode == 0 and (tmp_path / "ok").read_text() == "ok"
+
+
+def test_a_recordings_safety_marks_go_on_the_joints_the_rule_overruled(tmp_path, monkeypatch):
+    """A position limit of one joint had been marked on every joint's row, at goals nowhere near their limits."""
+    import matplotlib.pyplot as plt
+
+    from robolearn.recording_plot import RULE_MARKERS, plot_recording
+
+    goals = np.zeros((3, 4), dtype=np.float32)
+    goals[1, 3] = -1.9  # past j4's limit: the layer sent -1.75
+    sent = goals.copy()
+    sent[1, 3] = -1.75
+    np.savez(tmp_path / "episode_00000.npz", actions=sent, commanded_actions=goals, goals=goals, rewards=np.zeros(3),
+             safety_events=np.array(["", "position_limit", ""]), **{"obs/joint_state": np.zeros((4, 8))})
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_recording(tmp_path)
+    color = RULE_MARKERS["position_limit"][1]
+    marked = [sum(len(line.get_xdata()) for line in ax.get_lines() if line.get_color() == color)
+              for ax in figures[0].axes[:4]]
+    assert marked == [0, 0, 0, 1]
+    assert "safety: position_limit" in [text.get_text() for text in figures[0].legends[0].get_texts()]
