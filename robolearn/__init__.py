@@ -99,27 +99,32 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop, fresh_replay=fresh_replay)
 
 
-def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None) -> VecEnv:
+def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: int | None = None,
+             nominal: bool = False) -> VecEnv:
     """The env a run trained on (a run directory, or a config from :func:`load_config`): its task settings
     (``env.kwargs``), randomization (for a run directory, automatic randomization at the width it reached), delays
     and backend,
     as ``robolearn eval`` builds it. ``sims.make_env(task)`` builds the task's defaults instead. ``num_envs``:
-    default the config's."""
+    default the config's. ``nominal``: without its domain randomization (its delays kept), as ``eval --nominal``."""
+    import dataclasses
     from pathlib import Path
 
     from robolearn.config import TrainConfig, load_run_config
     from robolearn.registry import make_env as _make_env
     from robolearn.runs import trained_env_config
 
+    def build(env: Any) -> VecEnv:
+        return _make_env(dataclasses.replace(env, randomization={}) if nominal else env, num_envs=num_envs, seed=seed)
+
     if isinstance(run, TrainConfig):
-        return _make_env(run.env, num_envs=num_envs, seed=seed)
+        return build(run.env)
     if isinstance(run, str) and not Path(run).exists():
         from sims import TASKS
 
         if run in TASKS:
             raise FileNotFoundError(f"{run}: no such run; '{run}' is a task: sims.make_env({run!r}) builds it with "
                                     "its defaults, robolearn.make_env(load_config(name)) as a config sets it")
-    return _make_env(trained_env_config(run, load_run_config(run)), num_envs=num_envs, seed=seed)
+    return build(trained_env_config(run, load_run_config(run)))
 
 
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:

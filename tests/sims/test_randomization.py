@@ -256,3 +256,20 @@ def test_per_robot_dynamics_stay_whatever_a_later_reset_seed():
     env.reset(seed=11)
     assert torch.equal(env.sim.get_model_field("body_mass"), robots)
     env.close()
+
+
+def test_a_runs_env_is_built_nominal_from_python_as_eval_nominal_does(tmp_path):
+    """`robolearn eval RUN --nominal` had been the CLI's alone: from Python, make_env(run) always randomized."""
+    import yaml
+
+    import robolearn
+    from robolearn.config import load_config, to_dict
+    from sims.delay import DelayedEnv
+
+    cfg = load_config("ppo_arm_reach_dr", {"env.delay": {"obs_delay_steps": 1}})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    for run in (tmp_path, cfg):
+        with robolearn.make_env(run, num_envs=2) as randomized, robolearn.make_env(run, num_envs=2, nominal=True) as nominal:
+            assert isinstance(randomized, DelayedEnv) and isinstance(randomized.env, RandomizedEnv)
+            assert isinstance(nominal, DelayedEnv) and not isinstance(nominal.env, RandomizedEnv)  # its delays kept
+    assert cfg.env.randomization  # the config given is left as it was
