@@ -243,7 +243,7 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "safety_events": dict(robot.safety.events), "peak_joint_speed": robot.safety.peak_speed,
         "bus": vars(robot.bus.stats), "loop": loop,
         "task": _task_settings(robot), "safety": _safety_settings(robot),
-        "recording": recorder.directory if recorder else None,
+        "recording": recorder.directory if recorder else None, "plot": None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
@@ -252,7 +252,6 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
             text = json.dumps(summary, indent=2, default=str).encode()
             atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
 
-        summary["plot"] = None
         write()  # before the drawing, which takes a second or two: a stop during it keeps the summary
         summary["plot"] = _plot(recorder)
         if summary["plot"]:

@@ -654,6 +654,16 @@ def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir,
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)  # drew none
 
 
+def test_a_deploy_not_recorded_returns_the_same_keys_with_none(run_dir, make_emulator):
+    """record=False had left 'plot' out of the summary: summary['plot'] was a KeyError there alone."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=5")
+    emulator = make_emulator()
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT, record=False)
+    recorded = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)
+    assert set(summary) == set(recorded) and summary["recording"] is summary["plot"] is None
+    assert not (run_dir / "deploy").exists() or [recorded["recording"]] == list((run_dir / "deploy").iterdir())
+
+
 def test_an_error_with_json_is_a_json_line_too(run_dir, tmp_path, capsys):
     """deploy --json (and eval's, replay's) had printed nothing on stdout on an error: a script parsing the last
     line saw no JSON at all."""
