@@ -26,6 +26,8 @@ control step and keep their queue or skill inside.
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import os
 import signal
 import sys
@@ -198,6 +200,29 @@ def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqd
                 dynamic_ncols=True, mininterval=0.1 if redraw else 30.0, leave=not redraw)
 
 
+def _check_arguments(controller: Any, env: Any, rate_hz: Any, steps: Any, episodes: Any, sink: Any, seed: Any) -> None:
+    """Refuse what ``run`` cannot mean, in words: steps=-1 had run nothing, steps=2.5 three steps, rate_hz=-5 as fast
+    as it could, and an env, controller or sink of another kind failed as "'str' object has no attribute 'close'"."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"run: seed must be a whole number (or None), got {seed!r}")  # (torch's 'expected a long')
+    for name, count in (("steps", steps), ("episodes", episodes)):
+        if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
+            raise ValueError(f"run: {name} must be a whole number of at least 0 (or None), got {count!r}")
+    if rate_hz is not None and (isinstance(rate_hz, bool) or not isinstance(rate_hz, numbers.Real)
+                                or not (math.isfinite(rate_hz) and rate_hz >= 0)):
+        raise ValueError(f"run: rate_hz is ticks per second, >= 0 (0: as fast as it can; None: the env's "
+                         f"1 / control_dt), got {rate_hz!r}")
+    if not all(hasattr(env, name) for name in ("reset", "step", "control_dt", "close")):
+        raise TypeError(f"run(controller, env): env must be a VecEnv (robolearn.make_env(run), a connected Robot), "
+                        f"got {type(env).__name__}")
+    if not (hasattr(controller, "act") and hasattr(controller, "reset")):
+        raise TypeError(f"run(controller, env): controller must have act and reset (robolearn.load_controller(run)), "
+                        f"got {type(controller).__name__}")
+    if sink is not None and not (hasattr(sink, "add") and hasattr(sink, "close")):
+        raise TypeError(f"run: sink must have add and close (robolearn.recording.EpisodeRecorder(folder)), got "
+                        f"{type(sink).__name__}")
+
+
 @torch.no_grad()
 def run(
     controller: Actor,
@@ -224,6 +249,7 @@ def run(
     """
     if steps is None and episodes is None:
         raise ValueError("run needs steps or episodes (or both) to know when to stop")
+    _check_arguments(controller, env, rate_hz, steps, episodes, sink, seed)
     warn_if_trained_elsewhere(controller, env)  # an exported controller says its rate and task settings
     paced_by_env = bool(getattr(env, "paced", False))
     rate = (1.0 / env.control_dt) if rate_hz is None else rate_hz

@@ -356,3 +356,21 @@ def test_a_recordings_safety_marks_go_on_the_joints_the_rule_overruled(tmp_path,
               for ax in figures[0].axes[:4]]
     assert marked == [0, 0, 0, 1]
     assert "safety: position_limit" in [text.get_text() for text in figures[0].legends[0].get_texts()]
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"steps": -1}, ValueError, r"steps must be a whole number of at least 0 \(or None\), got -1"),  # had run nothing
+    ({"steps": 2.5}, ValueError, "steps must be a whole number of at least 0 .*, got 2.5"),  # had run three
+    ({"episodes": "2"}, ValueError, "episodes must be a whole number of at least 0 .*, got '2'"),
+    ({"rate_hz": -5}, ValueError, r"rate_hz is ticks per second, >= 0 \(0: as fast as it can"),  # had run unpaced
+    ({"seed": "1"}, ValueError, "seed must be a whole number .*, got '1'"),  # torch's 'manual_seed expected a long'
+    ({"env": "runs/x"}, TypeError, r"env must be a VecEnv \(robolearn.make_env\(run\), a connected Robot\), got str"),
+    ({"controller": "runs/x"}, TypeError, "controller must have act and reset .*, got str"),
+    ({"sink": "recording/"}, TypeError, r"sink must have add and close \(robolearn.recording.EpisodeRecorder"),
+], ids=["negative", "fraction", "text", "rate", "seed", "env", "controller", "sink"])
+def test_run_says_what_it_cannot_mean(kwargs, error, says):
+    """Each had run (something else than asked) or failed as "'str' object has no attribute 'close'"."""
+    with sims.make_env("arm_reach", 1, seed=0) as env:
+        given = {"controller": Zero(4), "env": env, "rate_hz": 0, "steps": 3, **kwargs}
+        with pytest.raises(error, match=says):
+            run(given.pop("controller"), given.pop("env"), **given)
