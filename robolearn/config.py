@@ -196,7 +196,7 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     as_written = copy.deepcopy(raw)
     if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
         for key, value in overrides.items():
-            _set_dotted(raw, str(key).strip(), value)
+            _set_dotted(raw, str(key).strip(), _plain(value))
         overrides = ()
     for item in overrides:
         if not isinstance(item, str):
@@ -362,6 +362,19 @@ def validated(cfg: TrainConfig) -> TrainConfig:
 def to_dict(cfg: Any) -> dict[str, Any]:
     """The plain-data form written to the run directory and checkpoints (tuples become lists for YAML)."""
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy and torch arrays and scalars as Python lists and numbers, inside mappings and lists too:
+    a range given as np.array([0.8, 1.2]) in a mapping setting (env.randomization, env.kwargs) had been taken as
+    it was, and the run then failed to write its config.yaml ("Object of type ndarray is not JSON serializable")."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (tuple if isinstance(value, tuple) else list)(_plain(item) for item in value)
+    if not isinstance(value, (str, bytes)) and callable(getattr(value, "tolist", None)):
+        return value.tolist()
+    return value
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:

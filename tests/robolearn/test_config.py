@@ -120,6 +120,23 @@ def test_overrides_from_python_as_a_mapping_and_null_sections(tmp_path) -> None:
         load_config(path, ["runner.total_steps=-5"])
 
 
+def test_numpy_and_torch_values_in_a_mapping_become_plain_ones(tmp_path) -> None:
+    """np.array([0.8, 1.2]) as a randomization range had been kept as it was: the run then failed to write its
+    config.yaml, 'Object of type ndarray is not JSON serializable'."""
+    import numpy as np
+    import torch
+
+    from robolearn.runs import write_config
+
+    cfg = load_config("ppo_arm_reach", {"env.randomization": {"mass_scale": np.array([0.8, 1.2]),
+                                                              "gain_scale": (np.float32(0.5), torch.tensor(1.0))},
+                                        "runner.total_steps": np.int64(1000)})
+    assert cfg.env.randomization == {"mass_scale": [0.8, 1.2], "gain_scale": (0.5, 1.0)}
+    assert type(cfg.env.randomization["gain_scale"][0]) is float and cfg.runner.total_steps == 1000
+    write_config(tmp_path, cfg)
+    assert load_config(tmp_path / "config.yaml").env.randomization == {"mass_scale": [0.8, 1.2], "gain_scale": [0.5, 1.0]}
+
+
 @pytest.mark.parametrize("override, message", [
     ("runner.checkpoint_every=0", "runner.checkpoint_every: must be at least 1"),
     ("runner.log_every=0", "runner.log_every: must be at least 1"),
