@@ -654,6 +654,18 @@ def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir,
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)  # drew none
 
 
+@pytest.mark.parametrize("robot", ["dxl_arm", robot_config_path("dxl_arm")], ids=["name", "path"])
+def test_an_arm_takes_its_robot_config_as_deploy_does(robot, make_emulator):
+    """DynamixelArm("dxl_arm") had failed as "'str' object has no attribute 'calibration'" where deploy takes the name."""
+    from robolearn.runtime import run
+
+    emulator = make_emulator()
+    arm = DynamixelArm(robot, port=emulator.port, safety=PATIENT)
+    assert arm.joint_names == ["j1", "j2", "j3", "j4"] and arm.config == load_robot_config("dxl_arm")
+    with arm:
+        assert run(TowardTarget(), arm, steps=3, close_env=False).steps == 3
+
+
 def test_a_deploy_not_recorded_returns_the_same_keys_with_none(run_dir, make_emulator):
     """record=False had left 'plot' out of the summary: summary['plot'] was a KeyError there alone."""
     write_run_config(run_dir, "env.kwargs.max_episode_steps=5")
