@@ -110,6 +110,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
     ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
+    if not Path(run_dir).is_dir():  # (from Python it had been "no exported controller, nor a checkpoint")
+        raise FileNotFoundError(f"{run_dir}: no such run directory (`robolearn list` shows the runs)")
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # said before the robot moves

@@ -690,8 +690,6 @@ def _deploy(args: argparse.Namespace) -> int:
     from hardware.deploy import deploy, report
     from hardware.safety import parse_overrides
 
-    if not args.run.is_dir():
-        raise FileNotFoundError(f"{args.run}: no such run directory (`robolearn list` shows the runs)")
     _positive("--episodes", args.episodes)
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
                      target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed,

@@ -666,6 +666,12 @@ def test_an_arm_takes_its_robot_config_as_deploy_does(robot, make_emulator):
         assert run(TowardTarget(), arm, steps=3, close_env=False).steps == 3
 
 
+def test_a_missing_run_is_said_so_from_python_too(tmp_path):
+    """Only the CLI had said it; deploy() called it a run 'that stopped before its first [checkpoint]'."""
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'nope'}: no such run directory \(`robolearn list`"):
+        deploy(tmp_path / "nope", "dxl_arm", port="/dev/null")
+
+
 def test_a_deploy_not_recorded_returns_the_same_keys_with_none(run_dir, make_emulator):
     """record=False had left 'plot' out of the summary: summary['plot'] was a KeyError there alone."""
     write_run_config(run_dir, "env.kwargs.max_episode_steps=5")
