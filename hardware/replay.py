@@ -23,7 +23,7 @@ from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
 from hardware.robot import Robot
 from robolearn.config import build_dataclass
 from robolearn.recording import load_episode
-from robolearn.runtime import stops_as_ctrl_c
+from robolearn.runtime import StepSink, stops_as_ctrl_c
 from sims.tasks.arm_reach import ArmReach
 
 
@@ -82,12 +82,12 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
 
 
 def replay(path: str | Path, robot_config: str | Path, *, port: str | None = None,
-           safety_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           safety_overrides: Mapping[str, Any] | None = None, sink: StepSink | None = None) -> dict[str, Any]:
     """``robolearn replay``: episode ``path`` on the Dynamixel arm of ``robot_config`` (a name in
     ``configs/robots/`` or a YAML path) at the recording's rate and task settings, behind the robot config's
     safety settings with ``safety_overrides`` on top; a bad file is refused before the robot is touched, and a
     kill or a closed terminal stops safely as Ctrl+C does (Ctrl+\\: the emergency stop). Returns what
-    :func:`replay_on_robot` does."""
+    :func:`replay_on_robot` does; ``sink`` records the replay as there."""
     settings = recorded_task_settings(path)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
     task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
     config = load_robot_config(robot_config)
@@ -95,12 +95,15 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
     robot = DynamixelArm(config, port=port, task=task, safety=safety)
     read_replayable(path, len(robot.home))
     with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
-        return replay_on_robot(path, robot)
+        return replay_on_robot(path, robot, sink)
 
 
-def replay_on_robot(path: str | Path, robot: Robot) -> dict[str, Any]:
+def replay_on_robot(path: str | Path, robot: Robot, sink: StepSink | None = None) -> dict[str, Any]:
     """Replay ``path`` on a connected ``robot``; returns the joint divergence from the recording. A robot
-    at another rate than the recording's (its ``metadata.json``'s ``control_dt``) is refused."""
+    at another rate than the recording's (its ``metadata.json``'s ``control_dt``) is refused. ``sink`` (a
+    :class:`robolearn.recording.EpisodeRecorder`) records the replay as a deploy's episodes are, so that
+    ``plot_recording`` draws the joints it moved (a replay shorter than the robot's episode is kept as cut short);
+    once the robot starts moving it is closed on every exit."""
     joints = len(robot.home)
     recorded, actions = read_replayable(path, joints)
     dt = recorded_control_dt(path)
@@ -110,13 +113,21 @@ def replay_on_robot(path: str | Path, robot: Robot) -> dict[str, Any]:
                           "with hardware.replay.replay, which does")
     if len(actions) > robot.max_episode_steps:
         raise ReplayError(f"{path}: {len(actions)} steps, longer than the robot's episode ({robot.max_episode_steps})")
-    obs = robot.start_at(recorded[0])
-    start_error = float(np.abs(obs["joint_state"][0, :joints].numpy() - recorded[0]).max())
     divergence = []
-    for t, action in enumerate(actions):
-        step = robot.step(torch.as_tensor(action, dtype=torch.float32).unsqueeze(0))
-        reached = step.info["final_obs"]["joint_state"][0, :joints].numpy()
-        divergence.append(float(np.abs(reached - recorded[t + 1]).max()))
+    try:
+        obs = robot.start_at(recorded[0])
+        start_error = float(np.abs(obs["joint_state"][0, :joints].numpy() - recorded[0]).max())
+        for t, action in enumerate(actions):
+            command = torch.as_tensor(action, dtype=torch.float32).unsqueeze(0)
+            step = robot.step(command)
+            if sink is not None:
+                sink.add(obs, command, step.info.get("sent_action", command), step)
+            obs = step.obs
+            reached = step.info["final_obs"]["joint_state"][0, :joints].numpy()
+            divergence.append(float(np.abs(reached - recorded[t + 1]).max()))
+    finally:
+        if sink is not None:
+            sink.close()
     return {"recording": Path(path), "steps": len(actions), "start_error_rad": start_error,
             "divergence_rad_max": max(divergence), "divergence_rad_mean": float(np.mean(divergence)),
             "divergence_rad_final": divergence[-1], "safety_events": dict(robot.safety.events)}

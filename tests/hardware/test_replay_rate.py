@@ -57,3 +57,18 @@ def test_replay_from_python_runs_at_the_recordings_rate(tmp_path, make_emulator)
                     safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
     assert result["steps"] == 10 and result["divergence_rad_max"] < 0.05
     assert not any(s.torque_enabled for s in emulator.state().values())  # parked, torque off
+
+
+def test_a_replay_is_recorded_for_its_plot(tmp_path, make_emulator):
+    """A replay had returned only its divergence numbers: the joints it moved could not be drawn beside the recording."""
+    from hardware.replay import replay
+    from robolearn.recording import EpisodeRecorder, load_episode
+    from robolearn.recording_plot import plot_recording
+
+    recorder = EpisodeRecorder(tmp_path / "replayed", {"control_dt": 0.01})
+    replay(write_recording(tmp_path / "recorded"), "dxl_arm", port=make_emulator(step_dt=0.01).port,
+           safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0}, sink=recorder)
+    episode = load_episode(tmp_path / "replayed" / "episode_00000.npz")
+    assert episode["actions"].shape == (10, 4) and episode["obs/joint_state"].shape == (11, 8)
+    assert bool(episode["interrupted"])  # 10 steps of an episode of 200: kept as cut short
+    assert plot_recording(tmp_path / "replayed").is_file()
