@@ -239,15 +239,12 @@ def test_wandb_offline_writes_run_files(tmp_path):
     assert offline_runs and any(p.suffix == ".wandb" for p in offline_runs[0].iterdir())
 
 
-@pytest.mark.parametrize("error", ["full disk", "nan"])
-def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, error):
-    """A full disk at a checkpoint (any error) had left the W&B run open, for the exit to finish it as
-    'finished' (exit code 0) while failed.txt and `list` called it failed; a NaN stop finished it so too."""
-    import errno
-
+@pytest.fixture
+def wandb_exit_codes(monkeypatch) -> list[int]:
+    """wandb.init replaced by a run that keeps the exit code each finish gives it."""
     import wandb
 
-    finished = []
+    finished: list[int] = []
 
     class Started:
         def log(self, *args, **kwargs): ...
@@ -255,6 +252,15 @@ def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, 
             finished.append(exit_code)
 
     monkeypatch.setattr(wandb, "init", lambda **kwargs: Started())
+    return finished
+
+
+@pytest.mark.parametrize("error", ["full disk", "nan"])
+def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, error, wandb_exit_codes):
+    """A full disk at a checkpoint (any error) had left the W&B run open, for the exit to finish it as
+    'finished' (exit code 0) while failed.txt and `list` called it failed; a NaN stop finished it so too."""
+    import errno
+
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=768", "logging.wandb=offline")
     if error == "nan":
         make_env = runner_module.make_env
@@ -270,7 +276,7 @@ def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, 
         monkeypatch.setattr(Runner, "save", full_disk)
     with pytest.raises(NonFiniteError if error == "nan" else OSError):
         train(cfg)
-    assert finished == [1]
+    assert wandb_exit_codes == [1]
 
 
 class FilledUp:
@@ -295,21 +301,12 @@ class FilledUp:
             self.write("")
 
 
-def test_a_full_disk_at_a_metrics_line_names_the_file_and_fails_the_wandb_run(tmp_path, monkeypatch):
+def test_a_full_disk_at_a_metrics_line_names_the_file_and_fails_the_wandb_run(tmp_path, monkeypatch,
+                                                                              wandb_exit_codes):
     """Python's error for the write names no file ('a file being written', the command line said), and the
     metrics file's close failed again, before W&B was told: the W&B run ended as finished."""
-    import wandb
-
     from robolearn.logger import RunLogger
 
-    finished = []
-
-    class Started:
-        def log(self, *args, **kwargs): ...
-        def finish(self, exit_code: int = 0) -> None:
-            finished.append(exit_code)
-
-    monkeypatch.setattr(wandb, "init", lambda **kwargs: Started())
     start = RunLogger.__init__
 
     def on_a_small_disk(self, *args, **kwargs):
@@ -320,7 +317,7 @@ def test_a_full_disk_at_a_metrics_line_names_the_file_and_fails_the_wandb_run(tm
     with pytest.raises(OSError, match="No space left") as said:
         train(tiny(tmp_path, "ppo", "runner.total_steps=768", "logging.wandb=offline"))
     assert Path(said.value.filename).name == "metrics.jsonl"
-    assert finished == [1]
+    assert wandb_exit_codes == [1]
 
 
 def test_wandb_files_on_a_full_disk_do_not_fail_a_run_that_ended(tmp_path, monkeypatch):
