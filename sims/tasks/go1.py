@@ -32,7 +32,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
   legged_gym's (A1/Go1 torque weight), see :data:`DEFAULT_REWARD_WEIGHTS`; the
   weights given replace those terms' defaults and leave the others (so
   ``env.kwargs.reward_weights.feet_air_time=0`` drops one term, not all the rest).
-  Unknown names are errors; zero weights are not computed. With
+  Unknown names are errors; zero weights are not computed. ``pose`` and
+  ``joint_limits`` (weight 0 by default) are mjlab's Go1 posture reward and soft
+  joint-limit penalty, for its smaller reward set. With
   ``only_positive_rewards`` (legged_gym's default; Playground clips the same way) a
   negative step reward (``termination`` aside, as there) is lifted to 0 by an extra
   term ``positive_clip``: otherwise, early in training when penalties outweigh
@@ -80,6 +82,10 @@ FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2]
 # Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale),
 # not Gaussian standard deviations, which would spread sqrt(3) times wider.
 NOISE_HALF_WIDTH = {"linvel": 0.1, "gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
+# mjlab's Go1 posture std per joint (abduction, hip, knee) x 4 legs, and the share of each joint's range
+# within which its joint-limit penalty is 0 (mjlab's soft_joint_pos_limit_factor).
+POSE_STD = torch.tensor([0.3, 0.3, 0.6] * 4)
+SOFT_LIMIT_FACTOR = 0.9
 
 
 class Snapshot(NamedTuple):
@@ -96,6 +102,9 @@ class Snapshot(NamedTuple):
     first_contact: torch.Tensor  # feet touching down this step
     air_time: torch.Tensor  # seconds each touching-down foot spent in the air
     terminated: torch.Tensor
+    joint_offset: torch.Tensor  # joint positions minus the home pose
+    limit_excess: torch.Tensor  # how far each joint is past its soft limits (rad), 0 within them
+    pose_std: torch.Tensor  # POSE_STD on the device
     tracking_sigma: float
     base_height_target: float
 
@@ -117,6 +126,10 @@ REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
     "feet_air_time": lambda s: ((s.air_time - 0.5) * s.first_contact).sum(1) * _moving(s),
     "base_height": lambda s: (s.height - s.base_height_target).square(),
     "termination": lambda s: s.terminated.to(s.lin_vel.dtype),
+    # mjlab's Go1 terms: a posture reward near the home pose, per joint std (hip and thigh 0.3, calf 0.6 rad),
+    # and a penalty on joints past 90 % of their range (its soft limits).
+    "pose": lambda s: torch.exp(-(s.joint_offset / s.pose_std).square().mean(1)),
+    "joint_limits": lambda s: s.limit_excess.sum(1),
 }
 """Raw (unweighted) reward terms; weights give them sign and scale."""
 
@@ -197,6 +210,9 @@ class Go1Velocity(Task):
                         for name in ("orientation", "gyro", "local_linvel")}
         feet = model.sensor(f"{FEET[0]}_pos").adr[0]
         self._feet = slice(feet, feet + 3 * len(FEET))
+        ranges = torch.as_tensor(model.jnt_range[1:], dtype=torch.float64)  # the 12 leg joints (0 is the free joint)
+        middle, half = ranges.mean(1), (ranges[:, 1] - ranges[:, 0]) / 2 * SOFT_LIMIT_FACTOR
+        self._soft_limits = torch.stack([middle - half, middle + half], dim=1)
         return model
 
     def _add_terrain(self, spec: mujoco.MjSpec, half: float = 10.0, cell: float = 0.1, block: float = 0.5) -> None:
@@ -280,6 +296,8 @@ class Go1Velocity(Task):
         self._in_contact = torch.ones(n, len(FEET), dtype=torch.bool, device=device)
         self._qvel_before = torch.zeros(n, 12, dtype=dtype, device=device)
         self._default_joints = self._home[7:].to(device, dtype)
+        self._soft_limits_on = self._soft_limits.to(device, dtype)
+        self._pose_std = POSE_STD.to(device, dtype)
         self._control_dt = self.frame_skip * sim.timestep
 
     @property
@@ -375,6 +393,10 @@ class Go1Velocity(Task):
             first_contact=first_contact.to(sim.dtype),
             air_time=air_time,
             terminated=self.terminated(sim),
+            joint_offset=sim.qpos[:, 7:] - self._default_joints,
+            limit_excess=(self._soft_limits_on[:, 0] - sim.qpos[:, 7:]).clamp(min=0)
+            + (sim.qpos[:, 7:] - self._soft_limits_on[:, 1]).clamp(min=0),
+            pose_std=self._pose_std,
             tracking_sigma=self.tracking_sigma,
             base_height_target=self.base_height_target,
         )

@@ -233,3 +233,24 @@ def test_model_runs_on_mujoco_warp_cpu():
     assert ((0.2 < qpos[:, 2]) & (qpos[:, 2] < 0.4)).all()  # standing on the terrain, not through it
     assert int(warp_data.nacon.numpy()[0]) >= 8  # feet touch the heightfield in both worlds
     assert wp.to_torch(warp_data.sensordata).shape == (2, model.nsensordata)
+
+
+def test_pose_and_joint_limit_terms_read_the_joints_against_home_and_the_soft_limits():
+    """mjlab's terms: the posture reward is 1 at the home pose and falls away from it; the limit penalty
+    is 0 inside 90 % of each joint's range and grows with the distance past it."""
+    env = make_env("go1_flat", num_envs=3, seed=0, reward_weights=only(pose=1.0, joint_limits=-1.0),
+                   only_positive_rewards=False, **STILL)
+    home = env.sim.qpos.double()
+    qpos = home.clone()
+    qpos[1, 7 + 2] += 0.3  # one knee 0.3 rad off home, still inside its soft limits
+    knee_low, knee_high = env.sim.model.jnt_range[3]
+    qpos[2, 7 + 2] = knee_high - 0.02  # inside the hard limit, past the soft one (5 % of the range from it)
+    env.sim.set_state(torch.arange(3), qpos, torch.zeros(3, 18, dtype=torch.float64))
+    task, dt = env.task, 0.02
+    snapshot_terms = task.rewards(env.sim, torch.zeros(3, 12))
+    pose, limits = snapshot_terms["pose"] / dt, -snapshot_terms["joint_limits"] / dt
+    assert pose[0] == pytest.approx(1.0)
+    assert pose[1] == pytest.approx(math.exp(-(0.3 / 0.6) ** 2 / 12), rel=1e-5)
+    assert limits[0] == 0 and limits[1] == 0
+    soft_high = (knee_low + knee_high) / 2 + (knee_high - knee_low) / 2 * 0.9
+    assert limits[2] == pytest.approx(knee_high - 0.02 - soft_high, rel=1e-4)
