@@ -88,7 +88,10 @@ def main() -> None:
              else f"every episode, from a pool of {pool}" if pool else "every episode")
     settings = (f"entropy_coef {cfg.agent.entropy_coef}, max_std {cfg.agent.max_std}, init_std {cfg.agent.init_std}, "
                 f"action box ±{cfg.env.kwargs.get('action_limit', 1.0)} x {cfg.env.kwargs.get('action_scale', 0.25)} rad, "
-                f"dynamics drawn {drawn}; "
+                f"dynamics drawn {drawn}, policy sees its velocity: {cfg.env.kwargs.get('policy_linvel', False)}, "
+                f"random episode start: {cfg.env.random_episode_start}, "
+                f"reward weights given: {cfg.env.kwargs.get('reward_weights') or 'none (the defaults)'}, "
+                f"only positive rewards: {cfg.env.kwargs.get('only_positive_rewards', True)}; "
                 f"policy std at the end {last.get('std', float('nan')):.2f}")
     text = "\n".join([
         f"# Go1 velocity tracking (PPO; trained with backend {cfg.env.backend} on {cfg.env.device})", "",
