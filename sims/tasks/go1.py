@@ -102,8 +102,9 @@ class Snapshot(NamedTuple):
     first_contact: torch.Tensor  # feet touching down this step
     air_time: torch.Tensor  # seconds each touching-down foot spent in the air
     terminated: torch.Tensor
-    joint_offset: torch.Tensor  # joint positions minus the home pose
-    limit_excess: torch.Tensor  # how far each joint is past its soft limits (rad), 0 within them
+    joint_pos: torch.Tensor  # the 12 leg joints' positions
+    home_joints: torch.Tensor  # their home pose
+    soft_limits: torch.Tensor  # (12, 2): 90 % of each joint's range around its middle
     pose_std: torch.Tensor  # POSE_STD on the device
     tracking_sigma: float
     base_height_target: float
@@ -128,8 +129,9 @@ REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
     "termination": lambda s: s.terminated.to(s.lin_vel.dtype),
     # mjlab's Go1 terms: a posture reward near the home pose, per joint std (hip and thigh 0.3, calf 0.6 rad),
     # and a penalty on joints past 90 % of their range (its soft limits).
-    "pose": lambda s: torch.exp(-(s.joint_offset / s.pose_std).square().mean(1)),
-    "joint_limits": lambda s: s.limit_excess.sum(1),
+    "pose": lambda s: torch.exp(-((s.joint_pos - s.home_joints) / s.pose_std).square().mean(1)),
+    "joint_limits": lambda s: ((s.soft_limits[:, 0] - s.joint_pos).clamp(min=0)
+                               + (s.joint_pos - s.soft_limits[:, 1]).clamp(min=0)).sum(1),
 }
 """Raw (unweighted) reward terms; weights give them sign and scale."""
 
@@ -296,8 +298,6 @@ class Go1Velocity(Task):
         self._in_contact = torch.ones(n, len(FEET), dtype=torch.bool, device=device)
         self._qvel_before = torch.zeros(n, 12, dtype=dtype, device=device)
         self._default_joints = self._home[7:].to(device, dtype)
-        self._soft_limits_on = self._soft_limits.to(device, dtype)
-        self._pose_std = POSE_STD.to(device, dtype)
         self._control_dt = self.frame_skip * sim.timestep
 
     @property
@@ -393,10 +393,10 @@ class Go1Velocity(Task):
             first_contact=first_contact.to(sim.dtype),
             air_time=air_time,
             terminated=self.terminated(sim),
-            joint_offset=sim.qpos[:, 7:] - self._default_joints,
-            limit_excess=(self._soft_limits_on[:, 0] - sim.qpos[:, 7:]).clamp(min=0)
-            + (sim.qpos[:, 7:] - self._soft_limits_on[:, 1]).clamp(min=0),
-            pose_std=self._pose_std,
+            joint_pos=sim.qpos[:, 7:],  # (the terms that read these compute from them: none by default)
+            home_joints=self._default_joints,
+            soft_limits=self._on(sim.device, sim.dtype, "soft_limits", self._soft_limits),
+            pose_std=self._on(sim.device, sim.dtype, "pose_std", POSE_STD),
             tracking_sigma=self.tracking_sigma,
             base_height_target=self.base_height_target,
         )
