@@ -11,6 +11,7 @@ for a Dynamixel arm; :func:`replay_on_robot` replays on any connected robot.
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,8 +49,6 @@ def recorded_task_settings(path: str | Path, task: str = "arm_reach") -> dict[st
 
 def recorded_control_dt(path: str | Path) -> float | None:
     """The control period a recording beside episode ``path`` ran at (its ``metadata.json``), or None."""
-    import json
-
     try:
         dt = json.loads((Path(path).parent / "metadata.json").read_text()).get("control_dt")
     except (OSError, ValueError, AttributeError):
