@@ -254,3 +254,20 @@ def test_pose_and_joint_limit_terms_read_the_joints_against_home_and_the_soft_li
     assert limits[0] == 0 and limits[1] == 0
     soft_high = (knee_low + knee_high) / 2 + (knee_high - knee_low) / 2 * 0.9
     assert limits[2] == pytest.approx(knee_high - 0.02 - soft_high, rel=1e-4)
+
+
+@pytest.mark.parametrize("config", ["ppo_go1_flat", "ppo_go1_rough"])
+def test_the_go1_configs_give_the_policy_its_velocity_and_sample_in_the_wide_box(config):
+    """The configs' actor interface (BENCHMARKS.md, session 49) reaches the task and PPO: the policy group
+    carries the trunk velocity (48 channels), the box is ±4, and PPO's Gaussian (std 1) is in the box's units,
+    so its samples pass ±1 yet stay within ±4."""
+    from robolearn.config import load_config
+    from robolearn.registry import make_agent, make_env as make_env_of
+
+    cfg = load_config(config, ["env.num_envs=64"])
+    cfg.env.randomization = {}
+    with make_env_of(cfg.env, seed=0) as env:
+        assert env.observation_spec["policy"].shape == (48,)
+        assert env.action_spec.low.min() == -4.0 and env.action_spec.high.max() == 4.0
+        action = make_agent(cfg, env).act(env.reset(seed=0))["action"]
+    assert action.abs().max() > 1.5 and action.abs().max() <= 4.0
