@@ -46,6 +46,7 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # task-specific settings
     # training only: each world's first episode starts at a random step of its time limit, so that episodes
     # end staggered, not all on one step (legged_gym's init_at_random_ep_len; sims.task.start_at_random_steps)
+    # (a resume always staggers them, where the env allows: robolearn.registry.stagger_episodes)
     random_episode_start: bool = False
     # domain randomization (sims/randomization.py: ranges, latency, noise, auto); empty: none
     randomization: dict[str, Any] = field(default_factory=dict)

@@ -95,11 +95,14 @@ def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
 
 
-def stagger_episodes(env: VecEnv, env_cfg: EnvConfig, seed: int) -> None:
+def stagger_episodes(env: VecEnv, env_cfg: EnvConfig, seed: int, resumed: bool = False) -> None:
     """After a reset of every world of a training env: with ``env.random_episode_start``, start each episode
     clock at a random step (:func:`sims.task.start_at_random_steps`); an env that keeps its own time limit is
-    refused, so a runner calls this once as it builds, to say so before anything trains."""
-    if env_cfg.random_episode_start:
-        from sims.task import start_at_random_steps
+    refused, so a runner calls this once as it builds, to say so before anything trains. A ``resumed`` run
+    staggers its clocks wherever they can be set, whatever the key says: the run it continues had episodes
+    of every age by then, and restarting all of them on one step would put the whole batch through its
+    start-up at once, again every episode length (a dip in the logged curves until falls spread them)."""
+    from sims.task import episode_clock, start_at_random_steps
 
+    if env_cfg.random_episode_start or (resumed and episode_clock(env) is not None):
         start_at_random_steps(env, seed)

@@ -417,7 +417,7 @@ class Runner:
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
                 obs = self.env.reset(seed=self.seed + self.progress.iteration)
-                stagger_episodes(self.env, cfg.env, self.seed + self.progress.iteration)
+                stagger_episodes(self.env, cfg.env, self.seed + self.progress.iteration, resumed=self.progress.iteration > 0)
                 check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:

@@ -1061,6 +1061,21 @@ def test_a_run_folder_moved_while_training_stops_the_run_instead_of_making_a_new
     assert not runs[0].exists() and (moved / "config.yaml").is_file() and read_metrics(moved)
 
 
+def truncation_steps(runner: Runner) -> list[int]:
+    """Train ``runner`` and return the steps (counted from where it starts) on which some world was truncated."""
+    step, ends = runner.env.step, []
+
+    def spy(action):
+        out = step(action)
+        ends.append(bool(out[3].any()))  # truncated worlds
+        return out
+
+    runner.env.step = spy
+    runner.train()
+    runner.close()
+    return [t for t, truncated in enumerate(ends) if truncated]
+
+
 def test_random_episode_start_staggers_the_first_time_limits(tmp_path):
     """env.random_episode_start (legged_gym's init_at_random_ep_len): episodes that began together had all been
     truncated on one step, a whole episode apart, so PPO's training return moved as a step curve."""
@@ -1068,20 +1083,27 @@ def test_random_episode_start_staggers_the_first_time_limits(tmp_path):
     for stagger in ("false", "true"):
         cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "env.kwargs.max_episode_steps=100",
                    "runner.eval_episodes=0", f"env.random_episode_start={stagger}")
-        runner = Runner(cfg)
-        step, ends = runner.env.step, []
-
-        def spy(action, step=step, ends=ends):
-            out = step(action)
-            ends.append(out[3].nonzero().flatten().tolist())  # truncated worlds
-            return out
-
-        runner.env.step = spy
-        runner.train()
-        runner.close()
-        steps[stagger] = [t for t, worlds in enumerate(ends) if worlds]
+        steps[stagger] = truncation_steps(Runner(cfg))
     assert steps["false"] == [99]  # every world on the 100th step
     assert len(steps["true"]) > 4 and steps["true"][0] < 99  # spread over the first episode
+
+
+@pytest.mark.parametrize("task", ["cartpole", "gym:Pendulum-v1"])
+def test_a_resume_staggers_the_episodes_it_restarts(tmp_path, task):
+    """A resume resets every world at once, but the run it continues had episodes of every age: its clocks
+    start at random steps (env.random_episode_start or not), not all truncated on one step an episode apart;
+    an env that keeps its own time limit resumes as it is."""
+    gym = task.startswith("gym:")
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", f"env.task={task}", "runner.eval_episodes=0",
+               "env.random_episode_start=false", *([] if gym else ["env.kwargs.max_episode_steps=100"]))
+    first = Runner(cfg)
+    assert truncation_steps(first) == ([] if gym else [99])  # a fresh run's: all on one step
+    cfg.runner.total_steps = 1024 + 8 * 224
+    steps = truncation_steps(Runner(cfg, resume=first.run_dir))
+    if gym:
+        assert steps == [199]  # Pendulum-v1's own 200-step limit, as a fresh run's
+    else:
+        assert len(steps) > 4 and steps[0] < 99  # spread over the first episode
 
 
 def test_random_episode_start_is_refused_for_an_env_that_keeps_its_own_time_limit(tmp_path):
