@@ -416,8 +416,9 @@ class Runner:
                 raise stopped_by_nan(self, logger, err) from None
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
-                obs = self.env.reset(seed=self.seed + self.progress.iteration)
-                stagger_episodes(self.env, cfg.env, self.seed + self.progress.iteration, resumed=self.progress.iteration > 0)
+                seed = self.seed + self.progress.iteration
+                obs = self.env.reset(seed=seed)
+                stagger_episodes(self.env, cfg.env, seed, resumed=self.progress.iteration > 0)
                 check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:

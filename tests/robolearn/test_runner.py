@@ -1098,7 +1098,7 @@ def test_a_resume_staggers_the_episodes_it_restarts(tmp_path, task):
                "env.random_episode_start=false", *([] if gym else ["env.kwargs.max_episode_steps=100"]))
     first = Runner(cfg)
     assert truncation_steps(first) == ([] if gym else [99])  # a fresh run's: all on one step
-    cfg.runner.total_steps = 1024 + 8 * 224
+    cfg.runner.total_steps = 1024 + 8 * 224  # 224 more steps of the 8 worlds: past Pendulum's 200
     steps = truncation_steps(Runner(cfg, resume=first.run_dir))
     if gym:
         assert steps == [199]  # Pendulum-v1's own 200-step limit, as a fresh run's
