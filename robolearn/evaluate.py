@@ -15,7 +15,7 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 import torch
 
-from robolearn.interfaces import Obs, VecEnv
+from robolearn.interfaces import Obs, VecEnv, host_reads_are_free
 
 
 class Actor(Protocol):
@@ -53,7 +53,7 @@ class FiniteWatch:
     (once per iteration, before an update or checkpoint could take the bad data in)."""
 
     def __init__(self, device: str | torch.device, deferred: bool | None = None) -> None:
-        self.deferred = torch.device(device).type == "cuda" if deferred is None else deferred
+        self.deferred = not host_reads_are_free(device) if deferred is None else deferred
         self._bad: dict[tuple[str, str], torch.Tensor] = {}  # (what, label) -> "some value was not finite", on the device
 
     def __call__(self, what: str, value: torch.Tensor | Obs) -> None:

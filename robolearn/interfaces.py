@@ -105,6 +105,17 @@ class VecEnv(ABC):
         self.close()
 
 
+# Device types whose values a check may read on the host at once: on a GPU each read waits for the device's
+# queue to drain (a host sync), so checks there defer their verdicts or are skipped. benchmarks/host_syncs.py
+# empties it to count a GPU run's reads on MuJoCo Warp's CPU device.
+HOST_READS_FREE_ON = {"cpu"}
+
+
+def host_reads_are_free(device: str | torch.device) -> bool:
+    """Whether a check may read a value on ``device`` at once (:data:`HOST_READS_FREE_ON`)."""
+    return torch.device(device).type in HOST_READS_FREE_ON
+
+
 def obs_dim(spec: dict[str, spaces.Box], groups: tuple[str, ...]) -> int:
     """Width of the flat vector made by concatenating ``groups`` of ``spec``."""
     missing = [g for g in groups if g not in spec]

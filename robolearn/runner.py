@@ -152,7 +152,10 @@ class EpisodeStats:
     def metrics(self) -> dict[str, float]:
         """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
         self.flush()
-        out = {key: float(value) / max(self.env_log_steps, 1) for key, value in self.env_log.items()}
+        device = self.returns.device  # the sums stacked and read at once: one host read, not one per scalar
+        sums = torch.stack([torch.as_tensor(value, dtype=torch.float64, device=device).reshape(())
+                            for value in self.env_log.values()]).tolist() if self.env_log else []
+        out = {key: total / max(self.env_log_steps, 1) for key, total in zip(self.env_log, sums)}
         self.env_log.clear()
         self.env_log_steps = 0
         if self.recent:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robolearn.interfaces import ContractError, Obs, Step, VecEnv
+from robolearn.interfaces import ContractError, Obs, Step, VecEnv, host_reads_are_free
 from sims.backend import MujocoBackend
 
 
@@ -294,7 +294,7 @@ class TaskEnv(VecEnv):
         expected = (self.num_envs, *self.action_spec.shape)
         if tuple(action.shape) != expected:
             raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
-        if self.device.type == "cpu" and not bool(torch.isfinite(action).all()):
+        if host_reads_are_free(self.device) and not bool(torch.isfinite(action).all()):
             worlds = (~torch.isfinite(action)).flatten(1).any(1).nonzero().squeeze(1).tolist()
             raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
         return action
