@@ -1,0 +1,73 @@
+"""Where a PPO run would wait on the GPU: the calls that read a device value on the host, by source line.
+
+Counts them with :class:`robolearn.host_reads.HostReads` over whole iterations after a first one. By default
+on the Go1 config on MuJoCo Warp's CPU device, with the checks that read their verdicts at once on a CPU
+(``robolearn.interfaces.HOST_READS_FREE_ON``) made to defer them as on a GPU: the GPU's code path without a
+GPU. Prints the table and writes ``results/host_syncs.md``; no peer library.
+
+    python benchmarks/host_syncs.py                            # Go1 flat, Warp's CPU device, 16 worlds
+    python benchmarks/host_syncs.py --device cuda --worlds 4096  # on a GPU
+"""
+
+from __future__ import annotations
+
+import linecache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common import benchmark_parser, code_commit, machine, write_result
+from robolearn import interfaces
+from robolearn.config import load_config
+from robolearn.host_reads import HostReads
+from robolearn.runner import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--config", default="ppo_go1_flat", help="a PPO config (an on-policy one: whole iterations)")
+    parser.add_argument("--device", default="cpu", help="cpu: MuJoCo Warp's CPU device; cuda: a GPU")
+    parser.add_argument("--worlds", type=int, default=16, help="env.num_envs")
+    parser.add_argument("--iterations", type=int, default=3, help="iterations counted, after one that is not")
+    args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: no CUDA GPU here; the default, cpu, runs Warp's CPU device")
+    cfg = load_config(args.config, [
+        "env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}", "env.num_threads=1",
+        "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1000000",
+        "runner.total_steps=1000000000", "logging.progress=false", "logging.wandb=disabled",
+        f"run_dir={ROOT / 'benchmarks' / 'runs' / 'host_syncs'}"])
+    steps = cfg.agent.num_steps
+    interfaces.HOST_READS_FREE_ON.clear()  # the finiteness checks as on a GPU: deferred to once an iteration
+    reads, seen = HostReads(counting=False), [0]
+
+    def stop(metrics: dict) -> bool:  # called after each iteration: count from the second one on
+        seen[0] += 1
+        reads.counting = seen[0] <= args.iterations
+        return not reads.counting
+
+    with reads:
+        train(cfg, stop=stop)
+    write_result("host_syncs.md", report(reads.sites, args, steps))
+
+
+def report(sites: dict, args: Any, steps: int) -> str:
+    per_step = args.iterations * steps
+    rows = [f"| {count / args.iterations:g} | {count / per_step:.2f} | `{name}` | {path}:{line} | "
+            f"`{linecache.getline(str(ROOT / path), line).strip().replace('|', '/')[:110]}` |"
+            for (name, path, line), count in sorted(sites.items(), key=lambda item: (-item[1], item[0]))]
+    total = sum(sites.values())
+    return "\n".join([
+        f"# Host reads of device values in PPO training ({args.config}, backend warp on {args.device})",
+        "", f"Machine: {machine()}. Code: {code_commit()}.", "",
+        f"{args.worlds} worlds, {args.iterations} iterations of {steps} env steps counted after a first one "
+        f"(`python benchmarks/host_syncs.py`). On a GPU each is a wait for the device's queue to drain.", "",
+        f"**{total / args.iterations:g} per iteration, {total / per_step:.2f} per env step.**", "",
+        "| per iteration | per env step | call | where | source |", "|---|---|---|---|---|", *rows])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Count the calls that would make the host wait for a GPU, by the line of our code that made them.
+
+On a GPU, torch queues work and returns at once; a call that needs a value on the host (``.item()``,
+``.tolist()``, ``if tensor:``, ``nonzero()``, a boolean-mask index, ``.cpu()``) waits for the queue to
+drain, and meanwhile the host queues nothing. :class:`HostReads` (a ``TorchFunctionMode``: it sees every
+tensor call made from Python) counts them, so that a step or an update can be checked for them on any
+device, MuJoCo Warp's CPU device included: ``benchmarks/host_syncs.py`` tables a PPO run's, and a test
+holds the env step to its one (the reset's ``nonzero``).
+"""
+
+from __future__ import annotations
+
+import collections
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = tuple(ROOT / folder for folder in ("robolearn", "sims", "policies"))
+# Calls that hand a tensor's value to Python, and so wait for the device (by torch's names for them).
+READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "numpy", "nonzero",
+         "unique", "masked_select", "cpu"}
+INDEXING = {"__getitem__", "__setitem__", "index_put_"}
+
+
+class HostReads(TorchFunctionMode):
+    """Within ``with HostReads() as reads:``, ``reads.sites`` counts host-reading tensor calls by
+    ``(call, file, line)``, the innermost line under ``code`` (folders; robolearn/, sims/ and policies/)
+    that made each, while ``reads.counting`` is set. Reads of copies already on the host (what ``.cpu()``
+    returned, and what is computed from such copies alone) cost nothing on a GPU and are not counted: on a
+    CPU device every tensor is on the host, so they are told apart by tracking the copies."""
+
+    def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS) -> None:
+        super().__init__()
+        self.counting = counting
+        self._code = tuple(f"{folder}/" for folder in code)
+        self.sites: collections.Counter[tuple[str, str, int]] = collections.Counter()
+        self._host_copies = WeakIdKeyDictionary()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        inputs = [value for value in (*args, *(kwargs or {}).values()) if isinstance(value, torch.Tensor)]
+        on_host = bool(inputs) and all(value in self._host_copies for value in inputs)
+        if self.counting and not on_host and (name in READS or name in INDEXING and _indexes_by_mask(args)):
+            self._count("mask index" if name in INDEXING else name)
+        result = func(*args, **(kwargs or {}))
+        if isinstance(result, torch.Tensor) and (name == "cpu" or on_host):
+            self._host_copies[result] = True
+        return result
+
+    def _count(self, name: str) -> None:
+        for frame in reversed(traceback.extract_stack()[:-2]):
+            if frame.filename.startswith(self._code):
+                path = Path(frame.filename)
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                self.sites[(name, str(where), frame.lineno or 0)] += 1
+                return
+
+
+def _indexes_by_mask(args: tuple) -> bool:
+    """A boolean-tensor index (``x[mask]``, ``x[mask] = y``): its result's size is only known on the host."""
+    index = args[1] if len(args) > 1 else None
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in parts)
