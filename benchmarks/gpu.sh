@@ -46,7 +46,7 @@ for stage in "${stages[@]}"; do
   echo "=== $stage ($(date -u +%T))"
   case $stage in
     tests)  # the Warp backend on the GPU against the CPU backend (the CPU-device cases run in CI)
-      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py -k cuda
+      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py tests/robolearn/test_host_reads.py -k cuda
       # and five PPO iterations on rough ground (terrain lookup, pushes, per-episode masses on CUDA)
       python -m robolearn train configs/ppo_go1_rough.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
         runner.total_steps=491520 runner.video_seconds=0 logging.wandb=disabled logging.progress=false \
@@ -54,7 +54,8 @@ for stage in "${stages[@]}"; do
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
     profile)  # milliseconds of a Go1 env step under each randomization, with resets, and of a policy call
-      (cd benchmarks && python warp_profile.py --worlds 4096 --device cuda) ;;
+      (cd benchmarks && python warp_profile.py --worlds 4096 --device cuda)
+      (cd benchmarks && python host_syncs.py --worlds 4096 --device cuda) ;;  # where an iteration waits on the GPU
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
       (cd benchmarks && python ppo_vs_rsl_rl.py --task go1_flat --num-envs "$PPO_ENVS" --device cuda --backend warp \
         --iterations "$PPO_ITERATIONS" --out "ppo_vs_rsl_rl$suffix.md" --set "${ppo_set[@]}") ;;

@@ -3,7 +3,7 @@
 Counts them with :class:`robolearn.host_reads.HostReads` over whole iterations after a first one. By default
 on the Go1 config on MuJoCo Warp's CPU device, with the checks that read their verdicts at once on a CPU
 (``robolearn.interfaces.HOST_READS_FREE_ON``) made to defer them as on a GPU: the GPU's code path without a
-GPU. Prints the table and writes ``results/host_syncs.md``; no peer library.
+GPU. Prints the table and writes ``results/host_syncs.md`` (``host_syncs_cuda.md`` on a GPU); no peer library.
 
     python benchmarks/host_syncs.py                            # Go1 flat, Warp's CPU device, 16 worlds
     python benchmarks/host_syncs.py --device cuda --worlds 4096  # on a GPU
@@ -51,7 +51,7 @@ def main() -> None:
 
     with reads:
         train(cfg, stop=stop)
-    write_result("host_syncs.md", report(reads.sites, args, steps))
+    write_result(f"host_syncs{'' if args.device == 'cpu' else '_cuda'}.md", report(reads.sites, args, steps))
 
 
 def report(sites: dict, args: Any, steps: int) -> str:

@@ -45,10 +45,11 @@ class HostReads(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         inputs = [value for value in (*args, *(kwargs or {}).values()) if isinstance(value, torch.Tensor)]
         on_host = bool(inputs) and all(value in self._host_copies for value in inputs)
-        if self.counting and not on_host and (name in READS or name in INDEXING and _indexes_by_mask(args)):
+        to_host = name == "cpu" or name == "to" and _leaves_the_device(args, kwargs or {})
+        if self.counting and not on_host and (name in READS or to_host or name in INDEXING and _indexes_by_mask(args)):
             self._count("mask index" if name in INDEXING else name)
         result = func(*args, **(kwargs or {}))
-        if isinstance(result, torch.Tensor) and (name == "cpu" or on_host):
+        if isinstance(result, torch.Tensor) and (to_host or on_host):
             self._host_copies[result] = True
         return result
 
@@ -66,3 +67,11 @@ def _indexes_by_mask(args: tuple) -> bool:
     index = args[1] if len(args) > 1 else None
     parts = index if isinstance(index, tuple) else (index,)
     return any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in parts)
+
+
+def _leaves_the_device(args: tuple, kwargs: dict) -> bool:
+    """Whether ``tensor.to(...)`` copies a GPU tensor to the host (``.to("cpu")``); on a CPU device,
+    ``.to(env.device)`` is no transfer, and on a GPU it is not to the host."""
+    return args[0].device.type != "cpu" and any(
+        isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
+        for target in (*args[1:], kwargs.get("device")))

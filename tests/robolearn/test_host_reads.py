@@ -19,11 +19,13 @@ def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies()
         x[x > 2]
         host = x.cpu()
         host[host > 2].tolist()  # a copy already on the host: free on a GPU
+        x.to("cpu", torch.float64)  # to the device it is on: no transfer
     assert sorted(name for name, _, _ in reads.sites) == ["cpu", "item", "mask index", "nonzero"]
     assert {path for _, path, _ in reads.sites} == {"tests/robolearn/test_host_reads.py"}
 
 
-def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch):
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch, device):
     """Issue 6: no host sync in the step. One is left, by design of Task.reset's index contract: the
     ``nonzero`` that finds the worlds to reset. Pushes, per-episode dynamics and the finiteness checks
     (deferred as on a GPU) must add none."""
@@ -33,17 +35,17 @@ def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch):
     from sims.task import episode_clock
 
     monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())  # the checks as on a GPU
-    cfg = load_config("ppo_go1_flat", ["env.backend=warp", "env.device=cpu", "env.num_envs=4"])
+    cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={device}", "env.num_envs=4"])
     env = make_env(cfg.env, seed=0)
     env.reset(seed=0)
     clock = episode_clock(env)
-    clock.episode_step = torch.tensor([clock.max_episode_steps - k for k in (1, 3, 5, 30)])  # resets on the way
+    clock.episode_step = torch.tensor([clock.max_episode_steps - k for k in (1, 3, 5, 30)], device=device)
     generator = torch.Generator().manual_seed(0)
     steps = 8
     with HostReads() as reads:
         for _ in range(steps):
-            step = env.step(torch.rand((4, 12), generator=generator) * 8 - 4)
-    assert int(clock.episode_step.min()) < 8  # worlds were reset
+            step = env.step((torch.rand((4, 12), generator=generator) * 8 - 4).to(device))
+    assert int(clock.episode_step.min()) < steps  # worlds were reset on the way
     assert step.reward.shape == (4,)
     assert [(name, path) for name, path, _ in reads.sites] == [("nonzero", "sims/task.py")], dict(reads.sites)
     assert sum(reads.sites.values()) == steps
