@@ -54,19 +54,26 @@ def main() -> None:
     write_result(f"host_syncs{'' if args.device == 'cpu' else '_cuda'}.md", report(reads.sites, args, steps))
 
 
+PARTS = {"sims": "the env step", "policies": "the learner", "robolearn": "the runner"}
+
+
 def report(sites: dict, args: Any, steps: int) -> str:
-    per_step = args.iterations * steps
-    rows = [f"| {count / args.iterations:g} | {count / per_step:.2f} | `{name}` | {path}:{line} | "
+    """The reads per iteration by line, and in sum for each part of the code (sims/, policies/, robolearn/)."""
+    rows = [f"| {count / args.iterations:g} | `{name}` | {path}:{line} | "
             f"`{linecache.getline(str(ROOT / path), line).strip().replace('|', '/')[:110]}` |"
             for (name, path, line), count in sorted(sites.items(), key=lambda item: (-item[1], item[0]))]
-    total = sum(sites.values())
+    parts = {part: sum(count for (_, path, _), count in sites.items() if path.startswith(f"{folder}/"))
+             for folder, part in PARTS.items()}
+    sums = ", ".join(f"{count / args.iterations:g} in {part} ({count / args.iterations / steps:.2f} per env step)"
+                     if part == "the env step" else f"{count / args.iterations:g} in {part}"
+                     for part, count in parts.items())
     return "\n".join([
         f"# Host reads of device values in PPO training ({args.config}, backend warp on {args.device})",
         "", f"Machine: {machine()}. Code: {code_commit()}.", "",
         f"{args.worlds} worlds, {args.iterations} iterations of {steps} env steps counted after a first one "
         f"(`python benchmarks/host_syncs.py`). On a GPU each is a wait for the device's queue to drain.", "",
-        f"**{total / args.iterations:g} per iteration, {total / per_step:.2f} per env step.**", "",
-        "| per iteration | per env step | call | where | source |", "|---|---|---|---|---|", *rows])
+        f"**Per iteration: {sum(sites.values()) / args.iterations:g} reads; {sums}.**", "",
+        "| per iteration | call | where | source |", "|---|---|---|---|", *rows])
 
 
 if __name__ == "__main__":

@@ -49,8 +49,15 @@ class HostReads(TorchFunctionMode):
         if self.counting and not on_host and (name in READS or to_host or name in INDEXING and _indexes_by_mask(args)):
             self._count("mask index" if name in INDEXING else name)
         result = func(*args, **(kwargs or {}))
-        if isinstance(result, torch.Tensor) and (to_host or on_host):
+        return self._on_host(result) if to_host or on_host else result
+
+    def _on_host(self, result: Any) -> Any:
+        """``result`` marked as a copy on the host, and so are its parts (``unbind``, ``split``, iteration)."""
+        if isinstance(result, torch.Tensor):
             self._host_copies[result] = True
+        elif isinstance(result, (tuple, list)) or hasattr(result, "__next__"):  # an iterator: kept as a tuple
+            parts = tuple(self._on_host(part) for part in result)
+            return parts if isinstance(result, tuple) else list(parts) if isinstance(result, list) else iter(parts)
         return result
 
     def _count(self, name: str) -> None:

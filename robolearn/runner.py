@@ -130,9 +130,11 @@ class EpisodeStats:
         """Move the episodes that ended since the last flush into the recent windows, in the order they ended."""
         if not self._steps:
             return
-        done, returns, lengths = (torch.stack(column).cpu() for column in list(zip(*self._steps))[:3])
+        columns = [torch.stack(column).double() for column in list(zip(*self._steps))[:3]]
+        done, returns, lengths = torch.stack(columns).cpu()  # one transfer (a wait on a GPU), not three
+        done = done.bool()
         self._recent.extend(returns[done].tolist())
-        self.recent_lengths.extend(lengths[done].tolist())
+        self.recent_lengths.extend(lengths[done].long().tolist())
         with_success = [(d, s) for d, _, _, s in self._steps if s is not None]
         if with_success:
             done_s, success = (torch.stack(column).cpu() for column in zip(*with_success))

@@ -19,8 +19,10 @@ def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies()
         x[x > 2]
         host = x.cpu()
         host[host > 2].tolist()  # a copy already on the host: free on a GPU
+        first, rest = torch.stack([x, x]).cpu()  # and its parts
+        first.sum().item(), rest[rest > 0].tolist()
         x.to("cpu", torch.float64)  # to the device it is on: no transfer
-    assert sorted(name for name, _, _ in reads.sites) == ["cpu", "item", "mask index", "nonzero"]
+    assert sorted(name for name, _, _ in reads.sites) == ["cpu", "cpu", "item", "mask index", "nonzero"]
     assert {path for _, path, _ in reads.sites} == {"tests/robolearn/test_host_reads.py"}
 
 
