@@ -7,6 +7,7 @@ GPU. Prints the table and writes ``results/host_syncs.md`` (``host_syncs_cuda.md
 
     python benchmarks/host_syncs.py                            # Go1 flat, Warp's CPU device, 16 worlds
     python benchmarks/host_syncs.py --device cuda --worlds 4096  # on a GPU
+    python benchmarks/host_syncs.py --config sac_hopper runner.random_steps=1000  # SAC, updating from iteration 2
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--config", default="ppo_go1_flat", help="a PPO config (an on-policy one: whole iterations)")
+    parser.add_argument("--config", default="ppo_go1_flat", help="a training config (its task must run on MuJoCo Warp)")
     parser.add_argument("--device", default="cpu", help="cpu: MuJoCo Warp's CPU device; cuda: a GPU")
     parser.add_argument("--worlds", type=int, default=16, help="env.num_envs")
     parser.add_argument("--iterations", type=int, default=3, help="iterations counted, after one that is not")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runner.random_steps=1000 for SAC's "
+                        "updates to start after the first iteration")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA GPU here; the default, cpu, runs Warp's CPU device")
@@ -39,19 +42,20 @@ def main() -> None:
         "env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}", "env.num_threads=1",
         "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1000000",
         "runner.total_steps=1000000000", "logging.progress=false", "logging.wandb=disabled",
-        f"run_dir={ROOT / 'benchmarks' / 'runs' / 'host_syncs'}"])
-    steps = cfg.agent.num_steps
+        f"run_dir={ROOT / 'benchmarks' / 'runs' / 'host_syncs'}", *args.overrides])
     interfaces.HOST_READS_FREE_ON.clear()  # the finiteness checks as on a GPU: deferred to once an iteration
-    reads, seen = HostReads(counting=False), [0]
+    reads, env_steps = HostReads(counting=False), []
 
     def stop(metrics: dict) -> bool:  # called after each iteration: count from the second one on
-        seen[0] += 1
-        reads.counting = seen[0] <= args.iterations
+        env_steps.append(metrics["env_steps"])
+        reads.counting = len(env_steps) <= args.iterations
         return not reads.counting
 
     with reads:
         train(cfg, stop=stop)
-    write_result(f"host_syncs{'' if args.device == 'cpu' else '_cuda'}.md", report(reads.sites, args, steps))
+    steps = round((env_steps[-1] - env_steps[0]) / args.worlds / args.iterations)  # of every world, per iteration
+    suffix = ("" if args.config == "ppo_go1_flat" else f"_{args.config}") + ("" if args.device == "cpu" else "_cuda")
+    write_result(f"host_syncs{suffix}.md", report(reads.sites, args, steps))
 
 
 PARTS = {"sims": "the env step", "policies": "the learner", "robolearn": "the runner"}
@@ -68,7 +72,7 @@ def report(sites: dict, args: Any, steps: int) -> str:
                      if part == "the env step" else f"{count / args.iterations:g} in {part}"
                      for part, count in parts.items())
     return "\n".join([
-        f"# Host reads of device values in PPO training ({args.config}, backend warp on {args.device})",
+        f"# Host reads of device values in training ({args.config}, backend warp on {args.device})",
         "", f"Machine: {machine()}. Code: {code_commit()}.", "",
         f"{args.worlds} worlds, {args.iterations} iterations of {steps} env steps counted after a first one "
         f"(`python benchmarks/host_syncs.py`). On a GPU each is a wait for the device's queue to drain.", "",

@@ -39,6 +39,7 @@ from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
 from robolearn.export import ExportedController, export_controller, task_meta
+from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner
@@ -322,7 +323,7 @@ class FinetuneRunner(OfflineRunner):
             updates += pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
                                        self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
-        metrics = {k: float(v) / updates for k, v in sums.items()}
+        metrics = {k: v / updates for k, v in read_scalars(sums).items()}
         check_metrics(metrics)
         return obs, metrics
 

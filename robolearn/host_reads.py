@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import traceback
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,6 +26,15 @@ OURS = tuple(ROOT / folder for folder in ("robolearn", "sims", "policies"))
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "numpy", "nonzero",
          "unique", "masked_select", "cpu"}
 INDEXING = {"__getitem__", "__setitem__", "index_put_"}
+
+
+def read_scalars(values: Mapping[str, Any]) -> dict[str, float]:
+    """``values`` (0-dim tensors, Python or numpy numbers) as floats, the tensors read in one transfer: a
+    ``float()`` each would be a wait for the GPU each (an iteration's logged sums)."""
+    tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
+    read = dict(zip(tensors, torch.stack([value.detach().to(next(iter(tensors.values())).device, torch.float64)
+                                          .reshape(()) for value in tensors.values()]).tolist())) if tensors else {}
+    return {key: read[key] if key in read else float(value) for key, value in values.items()}
 
 
 class HostReads(TorchFunctionMode):

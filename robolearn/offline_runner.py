@@ -39,6 +39,7 @@ from robolearn.data import Dataset, DatasetError
 from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
+from robolearn.host_reads import read_scalars
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
@@ -368,7 +369,7 @@ class OfflineRunner:
             self.progress.updates += 1
             if logger is not None:
                 logger.advance(self.progress.updates)
-        metrics = {key: float(value) / counts[key] for key, value in sums.items()}
+        metrics = {key: value / counts[key] for key, value in read_scalars(sums).items()}
         check_metrics(metrics)
         return metrics
 

@@ -51,6 +51,7 @@ from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_confi
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller, task_meta
+from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
@@ -154,10 +155,7 @@ class EpisodeStats:
     def metrics(self) -> dict[str, float]:
         """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
         self.flush()
-        device = self.returns.device  # the sums stacked and read at once: one host read, not one per scalar
-        sums = torch.stack([torch.as_tensor(value, dtype=torch.float64, device=device).reshape(())
-                            for value in self.env_log.values()]).tolist() if self.env_log else []
-        out = {key: total / max(self.env_log_steps, 1) for key, total in zip(self.env_log, sums)}
+        out = {key: total / max(self.env_log_steps, 1) for key, total in read_scalars(self.env_log).items()}
         self.env_log.clear()
         self.env_log_steps = 0
         if self.recent:
@@ -558,7 +556,7 @@ class Runner:
             updates += pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
                                        lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
-        metrics = {k: float(v) / updates for k, v in sums.items()}
+        metrics = {k: v / updates for k, v in read_scalars(sums).items()}
         check_metrics(metrics)
         return obs, metrics
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from robolearn import interfaces
-from robolearn.host_reads import HostReads
+from robolearn.host_reads import HostReads, read_scalars
 
 
 def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies():
@@ -24,6 +24,15 @@ def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies()
         x.to("cpu", torch.float64)  # to the device it is on: no transfer
     assert sorted(name for name, _, _ in reads.sites) == ["cpu", "cpu", "item", "mask index", "nonzero"]
     assert {path for _, path, _ in reads.sites} == {"tests/robolearn/test_host_reads.py"}
+
+
+def test_logged_sums_are_read_in_one_transfer_and_keep_their_order():
+    sums = {"loss": torch.tensor(0.5), "kl": torch.tensor(0.01, dtype=torch.float64), "count": 3,
+            "clipped": torch.tensor(True), "entropy": torch.tensor([2.0])}
+    with HostReads() as reads:
+        out = read_scalars(sums)
+    assert out == {"loss": 0.5, "kl": 0.01, "count": 3.0, "clipped": 1.0, "entropy": 2.0}
+    assert list(out) == list(sums) and sum(reads.sites.values()) == 1
 
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
