@@ -72,7 +72,7 @@ class HostReads(TorchFunctionMode):
 
     def _count(self, name: str) -> None:
         for frame in reversed(traceback.extract_stack()[:-2]):
-            if frame.filename.startswith(self._code):
+            if frame.filename.startswith(self._code) and frame.filename != __file__:  # the line that asked
                 path = Path(frame.filename)
                 where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
                 self.sites[(name, str(where), frame.lineno or 0)] += 1
