@@ -5,7 +5,8 @@ On a GPU, torch queues work and returns at once; a call that needs a value on th
 drain, and meanwhile the host queues nothing. :class:`HostReads` (a ``TorchFunctionMode``: it sees every
 tensor call made from Python) counts them, so that a step or an update can be checked for them on any
 device, MuJoCo Warp's CPU device included: ``benchmarks/host_syncs.py`` tables a PPO run's, and a test
-holds the env step to its one (the reset's ``nonzero``).
+holds the env step to its one (the reset's ``nonzero``). It sees torch calls only: Warp's own work is
+not in its count (on CUDA the backend replays it as captured graphs, which cannot read to the host).
 """
 
 from __future__ import annotations
