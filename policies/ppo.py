@@ -358,9 +358,9 @@ class PPO(Agent):
         if cfg.normalize_obs:  # after the update, so the rollout's actions were sampled under the parameters used above
             self.actor_normalizer.update(actor_obs)
             self.critic_normalizer.update(critic_obs)
-        means = torch.stack(stats).mean(0).tolist()
+        *means, std = torch.cat([torch.stack(stats).mean(0), self.std.mean().reshape(1)]).tolist()  # one read
         names = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction")
-        return dict(zip(names, means)) | {"learning_rate": self.learning_rate, "std": self.std.mean().item()}
+        return dict(zip(names, means)) | {"learning_rate": self.learning_rate, "std": std}
 
     @torch.no_grad()
     def _scale_rewards(self, batch: dict[str, Any]) -> torch.Tensor:
