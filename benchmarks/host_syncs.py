@@ -44,7 +44,7 @@ def main() -> None:
         "runner.total_steps=1000000000", "logging.progress=false", "logging.wandb=disabled",
         f"run_dir={ROOT / 'benchmarks' / 'runs' / 'host_syncs'}", *args.overrides])
     interfaces.HOST_READS_FREE_ON.clear()  # the finiteness checks as on a GPU: deferred to once an iteration
-    reads, env_steps = HostReads(counting=False), []
+    reads, env_steps = HostReads(counting=False, stand_in=args.device == "cpu"), []
 
     def stop(metrics: dict) -> bool:  # called after each iteration: count from the second one on
         env_steps.append(metrics["env_steps"])

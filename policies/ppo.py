@@ -358,7 +358,7 @@ class PPO(Agent):
         if cfg.normalize_obs:  # after the update, so the rollout's actions were sampled under the parameters used above
             self.actor_normalizer.update(actor_obs)
             self.critic_normalizer.update(critic_obs)
-        *means, std = torch.cat([torch.stack(stats).mean(0), self.std.mean().reshape(1)]).tolist()  # one read
+        *means, std = torch.cat([torch.stack(stats).mean(0), self.std.detach().mean().reshape(1)]).tolist()  # one read
         names = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction")
         return dict(zip(names, means)) | {"learning_rate": self.learning_rate, "std": std}
 

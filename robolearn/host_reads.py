@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import collections
 import traceback
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = tuple(ROOT / folder for folder in ("robolearn", "sims", "policies"))
-# Calls that hand a tensor's value to Python, and so wait for the device (by torch's names for them).
-READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "numpy", "nonzero",
-         "unique", "masked_select", "cpu"}
+# Calls that hand a tensor's value to Python, or whose result's size depends on its values, and so wait
+# for the device (by torch's names for them).
+READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "__repr__", "numpy",
+         "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "bincount", "equal", "allclose"}
 INDEXING = {"__getitem__", "__setitem__", "index_put_"}
 
 
@@ -33,42 +35,73 @@ def read_scalars(values: Mapping[str, Any]) -> dict[str, float]:
     """``values`` (0-dim tensors, Python or numpy numbers) as floats, the tensors read in one transfer: a
     ``float()`` each would be a wait for the GPU each (an iteration's logged sums)."""
     tensors = {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
-    read = dict(zip(tensors, torch.stack([value.detach().to(next(iter(tensors.values())).device, torch.float64)
-                                          .reshape(()) for value in tensors.values()]).tolist())) if tensors else {}
+    for key, value in tensors.items():
+        if value.numel() != 1:
+            raise ValueError(f"{key!r}: a logged value must be one number, got a tensor of shape {tuple(value.shape)}")
+    device = next((value.device for value in tensors.values() if value.device.type != "cpu"), torch.device("cpu"))
+    read = dict(zip(tensors, torch.stack([value.detach().to(device, torch.float64).reshape(())
+                                          for value in tensors.values()]).tolist())) if tensors else {}
     return {key: read[key] if key in read else float(value) for key, value in values.items()}
 
 
 class HostReads(TorchFunctionMode):
     """Within ``with HostReads() as reads:``, ``reads.sites`` counts host-reading tensor calls by
-    ``(call, file, line)``, the innermost line under ``code`` (folders; robolearn/, sims/ and policies/)
-    that made each, while ``reads.counting`` is set. Reads of copies already on the host (what ``.cpu()``
-    returned, and what is computed from such copies alone) cost nothing on a GPU and are not counted: on a
-    CPU device every tensor is on the host, so they are told apart by tracking the copies."""
+    ``(call, file, line)``, the innermost line under ``code`` (folders; robolearn/, sims/ and policies/,
+    so a task of one's own passes its folder) that made each, while ``reads.counting`` is set.
 
-    def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS) -> None:
+    Reads of copies already on the host (what ``.cpu()`` returned, and what is computed from such copies
+    alone) cost nothing on a GPU and are not counted. ``stand_in`` (the default; False on a GPU run): the
+    run is on a CPU device standing in for a GPU (MuJoCo Warp's), so every ``.cpu()`` counts as the transfer
+    it would be there and returns a copy, as there; a
+    ``.to("cpu")`` is counted only from a GPU tensor, as it cannot be told from ``.to(env.device)`` on a CPU.
+    """
+
+    def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS, stand_in: bool = True) -> None:
         super().__init__()
         self.counting = counting
-        self._code = tuple(f"{folder}/" for folder in code)
+        self.stand_in = stand_in
+        self._code = tuple(f"{Path(folder).resolve()}/" for folder in code)
         self.sites: collections.Counter[tuple[str, str, int]] = collections.Counter()
         self._host_copies = WeakIdKeyDictionary()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        inputs = [value for value in (*args, *(kwargs or {}).values()) if isinstance(value, torch.Tensor)]
-        on_host = bool(inputs) and all(value in self._host_copies for value in inputs)
-        to_host = name == "cpu" or name == "to" and _leaves_the_device(args, kwargs or {})
-        if self.counting and not on_host and (name in READS or to_host or name in INDEXING and _indexes_by_mask(args)):
+        inputs = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+        on_host = bool(inputs) and all(self._is_on_host(value) for value in inputs)
+        to_host = self._to_host(name, args, kwargs)
+        if self.counting and not on_host and (to_host or _reads(name, args, kwargs, self.stand_in)):
             self._count("mask index" if name in INDEXING else name)
-        result = func(*args, **(kwargs or {}))
+        result = func(*args, **kwargs)
+        if name == "cpu" and result is args[0]:  # on a stand-in, the device's own tensor: copied, as on a GPU
+            result = result.clone()
         return self._on_host(result) if to_host or on_host else result
 
+    def _is_on_host(self, value: torch.Tensor) -> bool:
+        """A copy made on the host, or, on a GPU run, any CPU tensor (on a stand-in, CPU tensors are the device's)."""
+        return value in self._host_copies or not self.stand_in and value.device.type == "cpu"
+
+    def _to_host(self, name: str, args: tuple, kwargs: dict) -> bool:
+        """A copy from the device to the host: ``.cpu()``, ``.to("cpu")``, ``host.copy_(device_tensor)``."""
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is None:
+            return False
+        if name == "cpu":
+            return self.stand_in or source.device.type != "cpu"
+        if name == "to":
+            return source.device.type != "cpu" and _names_the_cpu((*args[1:], kwargs.get("device")))
+        if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            return source.device.type == "cpu" and args[1].device.type != "cpu"
+        return False
+
     def _on_host(self, result: Any) -> Any:
-        """``result`` marked as a copy on the host, and so are its parts (``unbind``, ``split``, iteration)."""
-        if isinstance(result, torch.Tensor):
-            self._host_copies[result] = True
-        elif isinstance(result, (tuple, list)) or hasattr(result, "__next__"):  # an iterator: kept as a tuple
-            parts = tuple(self._on_host(part) for part in result)
-            return parts if isinstance(result, tuple) else list(parts) if isinstance(result, list) else iter(parts)
+        """``result`` with its tensors marked as copies on the host (parts of ``unbind``, ``max(dim)``...
+        too); an iterator's parts are taken and handed on as a fresh iterator."""
+        if hasattr(result, "__next__"):
+            return iter([self._on_host(part) for part in result])
+        for leaf in tree_leaves(result):
+            if isinstance(leaf, torch.Tensor):
+                self._host_copies[leaf] = True
         return result
 
     def _count(self, name: str) -> None:
@@ -80,16 +113,40 @@ class HostReads(TorchFunctionMode):
                 return
 
 
-def _indexes_by_mask(args: tuple) -> bool:
-    """A boolean-tensor index (``x[mask]``, ``x[mask] = y``): its result's size is only known on the host."""
+def _reads(name: str, args: tuple, kwargs: dict, stand_in: bool) -> bool:
+    """Whether this call needs a value of its tensors on the host (besides copies to it)."""
+    if name in READS:
+        return True
+    if name == "where":  # torch.where(mask) alone: nonzero
+        return len(args) + len(kwargs) == 1
+    if name == "repeat_interleave":  # repeats as a tensor, without output_size: the output's size
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        return isinstance(repeats, torch.Tensor) and repeats.numel() > 1 and kwargs.get("output_size") is None
+    if name == "one_hot":  # without num_classes: the largest value
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        return classes == -1
+    if name in INDEXING:
+        return _indexes_by_mask(name, args, stand_in)
+    return False
+
+
+def _indexes_by_mask(name: str, args: tuple, stand_in: bool) -> bool:
+    """A boolean-tensor index (``x[mask]``, ``x[mask] = y``): the size of what it selects is only known on
+    the host; except ``x[mask] = number`` (or a one-number host tensor, not a device one on a CPU standing in
+    for a GPU), which torch does as ``masked_fill_``."""
     index = args[1] if len(args) > 1 else None
-    parts = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in parts)
+    parts = index if isinstance(index, (tuple, list)) else (index,)
+    by_mask = any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in parts)
+    if by_mask and name == "__setitem__" and len(parts) == 1:
+        value = args[2] if len(args) > 2 else None
+        return not (isinstance(value, (int, float, bool))
+                    or isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type == "cpu"
+                    and not stand_in)
+    return by_mask
 
 
-def _leaves_the_device(args: tuple, kwargs: dict) -> bool:
-    """Whether ``tensor.to(...)`` copies a GPU tensor to the host (``.to("cpu")``); on a CPU device,
-    ``.to(env.device)`` is no transfer, and on a GPU it is not to the host."""
-    return args[0].device.type != "cpu" and any(
-        isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
-        for target in (*args[1:], kwargs.get("device")))
+def _names_the_cpu(targets: tuple) -> bool:
+    """Whether ``.to(...)``'s arguments name the host: ``"cpu"``, ``torch.device("cpu")`` or a CPU tensor."""
+    return any(isinstance(target, torch.Tensor) and target.device.type == "cpu"
+               or isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
+               for target in targets)

@@ -138,8 +138,8 @@ class EpisodeStats:
         self.recent_lengths.extend(lengths[done].long().tolist())
         with_success = [(d, s) for d, _, _, s in self._steps if s is not None]
         if with_success:
-            done_s, success = (torch.stack(column).cpu() for column in zip(*with_success))
-            self.success.extend(success[done_s].tolist())
+            done_s, success = torch.stack([torch.stack(column).float() for column in zip(*with_success)]).cpu()
+            self.success.extend(success[done_s.bool()].tolist())
         self._steps.clear()
 
     @property

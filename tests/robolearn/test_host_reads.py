@@ -26,6 +26,34 @@ def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies()
     assert {path for _, path, _ in reads.sites} == {"tests/robolearn/test_host_reads.py"}
 
 
+def test_host_copies_stay_usable_and_uncounted_through_stacks_sizes_and_named_tuples():
+    x = torch.arange(6.0)
+    with HostReads(code=(Path(__file__).parent,)) as reads:
+        host = x.cpu()  # the one read
+        assert host.shape.numel() == 6 and host.size().numel() == 6  # torch.Size kept, not a plain tuple
+        assert host.max(0).values.item() == 5.0 and host.sort().indices.tolist()[0] == 0
+        torch.stack([host, host]).tolist()
+        host[host > 2] = 0.0
+    assert sum(reads.sites.values()) == 1
+
+
+def test_on_a_gpu_run_reads_of_cpu_tensors_are_free():
+    with HostReads(code=(Path(__file__).parent,), stand_in=False) as reads:
+        torch.arange(6.0).sum().item()
+    assert not reads.sites
+
+
+def test_calls_whose_result_size_depends_on_values_count_and_masked_fills_do_not():
+    x, mask = torch.arange(6.0), torch.arange(6) > 2
+    with HostReads(code=(Path(__file__).parent,)) as reads:
+        torch.equal(x, x)
+        torch.where(mask)
+        x[mask] = torch.ones(3)  # a tensor of values for the selected rows: their count is read
+        x[mask] = 0.0  # masked_fill_
+        torch.where(mask, x, 0.0)
+    assert sorted(name for name, _, _ in reads.sites) == ["equal", "mask index", "where"]
+
+
 def test_logged_sums_are_read_in_one_transfer_and_keep_their_order():
     sums = {"loss": torch.tensor(0.5), "kl": torch.tensor(0.01, dtype=torch.float64), "count": 3,
             "clipped": torch.tensor(True), "entropy": torch.tensor([2.0])}
@@ -33,6 +61,8 @@ def test_logged_sums_are_read_in_one_transfer_and_keep_their_order():
         out = read_scalars(sums)
     assert out == {"loss": 0.5, "kl": 0.01, "count": 3.0, "clipped": 1.0, "entropy": 2.0}
     assert list(out) == list(sums) and sum(reads.sites.values()) == 1
+    with pytest.raises(ValueError, match="'returns': a logged value must be one number"):
+        read_scalars({"returns": torch.zeros(3)})
 
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
@@ -53,7 +83,7 @@ def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch, devic
     clock.episode_step = torch.tensor([clock.max_episode_steps - k for k in (1, 3, 5, 30)], device=device)
     generator = torch.Generator().manual_seed(0)
     steps = 8
-    with HostReads() as reads:
+    with HostReads(stand_in=device == "cpu") as reads:
         for _ in range(steps):
             step = env.step((torch.rand((4, 12), generator=generator) * 8 - 4).to(device))
     assert int(clock.episode_step.min()) < steps  # worlds were reset on the way
