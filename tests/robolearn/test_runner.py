@@ -842,6 +842,16 @@ def test_a_resumed_run_logs_no_episode_length_until_an_episode_ends():
     assert stats.metrics()["episode_length"] == 2.0
 
 
+def test_episode_stats_keep_the_return_length_and_success_of_each_episode_that_ends_in_order():
+    stats = runner_module.EpisodeStats(3, recent=[])
+    stats.add(torch.ones(3), torch.tensor([True, False, False]), {"success": torch.tensor([True, True, False])})
+    stats.add(torch.full((3,), 2.0), torch.tensor([False, True, True]), {"success": torch.tensor([True, False, True])})
+    assert stats.metrics() == {"return": pytest.approx(7 / 3), "episode_length": pytest.approx(5 / 3),
+                               "success_rate": pytest.approx(2 / 3)}
+    assert list(stats.recent) == [1.0, 3.0, 3.0] and list(stats.recent_lengths) == [1, 2, 2]
+    assert all(isinstance(length, int) for length in stats.recent_lengths)
+
+
 def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(tmp_path):
     from types import SimpleNamespace
 
