@@ -54,6 +54,8 @@ class HostReads(TorchFunctionMode):
     run is on a CPU device standing in for a GPU (MuJoCo Warp's), so every ``.cpu()`` counts as the transfer
     it would be there and returns a copy, as there; a
     ``.to("cpu")`` is counted only from a GPU tensor, as it cannot be told from ``.to(env.device)`` on a CPU.
+    Nor can a stand-in tell a tensor kept on the host on purpose (made without naming a device, as the
+    chunked controller's decision index) from the device's: reads of those are counted there, not on a GPU.
     """
 
     def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS, stand_in: bool = True) -> None:
