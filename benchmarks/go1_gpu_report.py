@@ -65,12 +65,16 @@ def tracking_error(run: Path, worlds: int, seconds: float) -> dict[str, float]:
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("runs", type=Path, help="the run name's folder; its newest run is reported")
+    parser.add_argument("runs", type=Path, help="a run, or the run name's folder: its newest run is reported")
     parser.add_argument("--worlds", type=int, default=1024, help="Go1s the controller drives in the tracking test")
     parser.add_argument("--seconds", type=float, default=20.0, help="sim seconds each of them is driven")
     parser.add_argument("--out", default="go1_gpu.md", help="file under benchmarks/results/")
     args = parser.parse_args()
-    run = max((p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()), key=lambda p: p.stat().st_mtime)
+    runs = [args.runs] if (args.runs / "metrics.jsonl").is_file() else \
+        [p for p in args.runs.iterdir() if (p / "metrics.jsonl").is_file()] if args.runs.is_dir() else []
+    if not runs:
+        parser.error(f"{args.runs}: no run there (a folder with metrics.jsonl, or one holding such folders)")
+    run = max(runs, key=lambda p: p.stat().st_mtime)
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     error = tracking_error(run, args.worlds, args.seconds)
     gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
