@@ -52,8 +52,8 @@ class HostReads(TorchFunctionMode):
     Reads of copies already on the host (what ``.cpu()`` returned, and what is computed from such copies
     alone) cost nothing on a GPU and are not counted. ``stand_in`` (the default; False on a GPU run): the
     run is on a CPU device standing in for a GPU (MuJoCo Warp's), so every ``.cpu()`` counts as the transfer
-    it would be there and returns a copy, as there; a
-    ``.to("cpu")`` is counted only from a GPU tensor, as it cannot be told from ``.to(env.device)`` on a CPU.
+    it would be there and returns a copy, as there; a ``.to("cpu")`` is counted only from a GPU tensor, as it
+    cannot be told from ``.to(env.device)`` on a CPU.
     Nor can a stand-in tell a tensor kept on the host on purpose (made without naming a device, as the
     chunked controller's decision index) from the device's: reads of those are counted there, not on a GPU.
     """
@@ -75,8 +75,8 @@ class HostReads(TorchFunctionMode):
         if self.counting and not on_host and (to_host or _reads(name, args, kwargs, self.stand_in)):
             self._count("mask index" if name in INDEXING else name)
         result = func(*args, **kwargs)
-        if name == "cpu" and result is args[0]:  # on a stand-in, the device's own tensor: copied, as on a GPU
-            result = result.clone()
+        if to_host and name == "cpu" and result is args[0]:
+            result = result.clone()  # on a stand-in, the device's own tensor: copied, as on a GPU
         return self._on_host(result) if to_host or on_host else result
 
     def _is_on_host(self, value: torch.Tensor) -> bool:
