@@ -20,6 +20,7 @@ import torch
 from common import benchmark_parser
 from robolearn.config import load_config
 from robolearn.registry import make_agent, make_env
+from sims.worlds import Worlds
 
 
 def timed(fn: Callable[[], object], device: torch.device, n: int = 20) -> float:
@@ -102,7 +103,7 @@ def step_with_resets(env, action: torch.Tensor, ids: torch.Tensor) -> None:
     reset and, with ``dynamics_every_episode``, new masses and friction (``set_const``, or a pool's copy)."""
     env.step(action)
     env.env._reset_worlds(ids)
-    env._resample(ids, dynamics=env.cfg.dynamics_every_episode)
+    env._resample(Worlds(ids=ids), dynamics=env.cfg.dynamics_every_episode)
 
 
 if __name__ == "__main__":

@@ -173,6 +173,12 @@ class MujocoBackend:
         rows = self._batch.state if world_ids is None else self._batch.state[_numpy(world_ids).astype(np.int64)]
         return torch.tensor(rows, dtype=torch.float64, device=self.device)
 
+    def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """:meth:`set_state` of the worlds where ``mask`` ``(num_worlds,)``, given every world's ``qpos``
+        and ``qvel`` (the GPU backend's way, which lists no worlds; here listing them is free)."""
+        ids = np.flatnonzero(_numpy(mask))
+        self.set_state(ids, _numpy(qpos)[ids], _numpy(qvel)[ids])
+
     def set_full_state(self, world_ids: torch.Tensor, rows: torch.Tensor | np.ndarray) -> None:
         """Put worlds ``world_ids`` in the exact state ``rows`` ``(len, state_size)`` from :meth:`get_state`.
 

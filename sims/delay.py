@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.worlds import Worlds
 
 
 class DelayLine:
@@ -100,22 +101,19 @@ class DelayedEnv(VecEnv):
         if self._actions is None:
             self._actions = DelayLine(self.cfg.action_latency_steps + 1, action)
         self._actions.push(action)
-        fresh = self._fresh.nonzero().squeeze(1)
-        if len(fresh):
-            self._actions.fill(fresh, action[fresh])
-            self._fresh[:] = False
+        self._actions.fill_where(self._fresh, action)
         obs, reward, terminated, truncated, info = self.env.step(self._actions.read(self._latency))
         for k, v in info["final_obs"].items():
             self._history[k].push(v)
         seen = {k: line.read(self._obs_delay) for k, line in self._history.items()}
         next_obs = seen
         done = terminated | truncated
-        if bool(done.any()):
-            ids = done.nonzero().squeeze(1)
-            self._fresh[ids] = True
+        self._fresh.copy_(done)
+        worlds = Worlds.of_step(info, done)  # as the env reset them: done.nonzero() would be a host sync on a GPU
+        if worlds.maybe_any:
             for k, line in self._history.items():
-                line.fill(ids, obs[k][ids])
-            next_obs = {k: v.index_put((ids,), obs[k][ids]) for k, v in seen.items()}
+                worlds.fill(line, obs[k])
+            next_obs = {k: worlds.merged(v, worlds.take(obs[k])) for k, v in seen.items()}
         return Step(next_obs, reward, terminated, truncated, {**info, "final_obs": seen})
 
     def render(self, index: int = 0, width: int = 320, height: int = 240):

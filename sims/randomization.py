@@ -36,6 +36,7 @@ import torch
 from robolearn.interfaces import Obs, Step, VecEnv
 from sims.delay import DelayLine, check_shorter_than_episode
 from sims.task import TaskEnv, uniform
+from sims.worlds import Worlds
 
 
 @dataclass
@@ -163,21 +164,21 @@ class RandomizedEnv(VecEnv):
         nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
-    def _draw_dynamics(self, ids: torch.Tensor) -> tuple[list[str], dict[str, torch.Tensor]]:
-        """Fresh scales for worlds ``ids``, written to the model fields; returns the fields written and the
+    def _draw_dynamics(self, worlds: Worlds) -> tuple[list[str], dict[str, torch.Tensor]]:
+        """Fresh scales for ``worlds``, written to the model fields; returns the fields written and the
         scales drawn."""
         # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
-        scales = {key: uniform((len(ids),), *self._range(key), self._generator)
+        scales = {key: uniform((len(worlds),), *self._range(key), self._generator)
                   for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
                   if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
         written = []
         for name, (key, columns) in SCALED_FIELDS.items():
             if key not in scales:
                 continue
-            values = self._nominal[name].expand(len(ids), *self._nominal[name].shape).clone()
+            values = self._nominal[name].expand(len(worlds), *self._nominal[name].shape).clone()
             part = values if columns is None else values[..., columns]
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
-            self.sim.set_model_field(name, values, ids)
+            worlds.set_model_field(self.sim, name, values)
             written.append(name)
         return written, scales
 
@@ -189,41 +190,42 @@ class RandomizedEnv(VecEnv):
         else changes those fields' inputs later (nothing here does)."""
         parts: dict[str, list[torch.Tensor]] = {}
         for start in range(0, size, self.num_envs):
-            ids = self._worlds[: min(self.num_envs, size - start)]
-            written, scales = self._draw_dynamics(ids)
+            worlds = Worlds(ids=self._worlds[: min(self.num_envs, size - start)])
+            written, scales = self._draw_dynamics(worlds)
             if self._derives and self.sim.refresh_constants():
                 written += list(self.sim.constant_fields)
             for name in written:
-                parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(ids)])
+                parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(worlds)])
             for key, drawn in scales.items():
                 self._pool_scales.setdefault(key, []).append(drawn)
         self._pool_scales = {key: torch.cat(rows) for key, rows in self._pool_scales.items()}
         return {name: torch.cat(rows) for name, rows in parts.items()}
 
-    def _resample(self, ids: torch.Tensor, dynamics: bool = True) -> None:
-        """New latency and delay for worlds ``ids``, and new dynamics if ``dynamics``."""
+    def _resample(self, worlds: Worlds, dynamics: bool = True) -> None:
+        """New latency and delay for ``worlds``, and new dynamics if ``dynamics``."""
+        n = len(worlds)
         if dynamics and self._pool:
-            pick = torch.randint(self.cfg.dynamics_pool, (len(ids),), generator=self._generator, device=self.device)
+            pick = torch.randint(self.cfg.dynamics_pool, (n,), generator=self._generator, device=self.device)
             given = {"recompute": False} if self._derives else {}  # the pool holds them
             for name, rows in self._pool.items():
-                self.sim.set_model_field(name, rows[pick], ids, **given)
+                worlds.set_model_field(self.sim, name, rows[pick], **given)
             for key, drawn in self._pool_scales.items():
-                self._drawn[key][ids] = drawn[pick].to(self._drawn[key].dtype)
+                worlds.put_(self._drawn[key], drawn[pick])
         elif dynamics:
-            for key, drawn in self._draw_dynamics(ids)[1].items():
-                self._drawn[key][ids] = drawn.to(self._drawn[key].dtype)
+            for key, drawn in self._draw_dynamics(worlds)[1].items():
+                worlds.put_(self._drawn[key], drawn)
         # Latency: whole control steps through the action queue, the rest as physics substeps.
-        latency = uniform((len(ids),), *self._range("action_latency_s"), self._generator)
+        latency = uniform((n,), *self._range("action_latency_s"), self._generator)
         physics_steps = torch.round(latency / self._timestep).long()
         steps_per_action = self.env.task.frame_skip
-        self._latency[ids] = (physics_steps // steps_per_action).clamp(max=len(self._actions.buffer) - 1)
-        self._substeps[ids] = physics_steps % steps_per_action
+        worlds.put_(self._latency, (physics_steps // steps_per_action).clamp(max=len(self._actions.buffer) - 1))
+        worlds.put_(self._substeps, physics_steps % steps_per_action)
         if self.cfg.action_latency_s[1] > 0:  # else every world's is 0: not checked on every step
             self.env.actuation_delay = self._substeps
         low, high = self._range("obs_delay_steps")
-        self._delay[ids] = torch.randint(round(low), round(high) + 1, (len(ids),), generator=self._generator,
-                                         device=self.device)
-        self._fresh[ids] = True
+        worlds.put_(self._delay, torch.randint(round(low), round(high) + 1, (n,), generator=self._generator,
+                                               device=self.device))
+        worlds.put_(self._fresh, torch.ones(n, dtype=torch.bool, device=self.device))
         self._draws_log = self._extremes()
 
     def _extremes(self) -> dict[str, torch.Tensor]:
@@ -248,7 +250,7 @@ class RandomizedEnv(VecEnv):
             self._generator.manual_seed(seed + 104_729)  # the construction's, which drew a dynamics pool)
         # Per-robot dynamics stay the robots' (from the construction's seed) whatever a later reset's seed: a
         # resume, which resets with another seed, keeps them
-        self._resample(self._worlds, dynamics=self.cfg.dynamics_every_episode or not self._robots_drawn)
+        self._resample(Worlds(ids=self._worlds), dynamics=self.cfg.dynamics_every_episode or not self._robots_drawn)
         self._robots_drawn = True
         self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
         return self._noisy(obs)
@@ -269,15 +271,16 @@ class RandomizedEnv(VecEnv):
             self._history[k].push(v)
         info = {**info, "final_obs": self._noisy({k: h.read(self._delay) for k, h in self._history.items()})}
         next_obs = info["final_obs"]
-        ids = info["reset_ids"]  # TaskEnv's: done.nonzero() again would be a second host sync on a GPU
-        if len(ids):
-            if self.cfg.auto and "success" in info:
+        # As TaskEnv reset them: its list, or (no host sync on a GPU) the mask. done.nonzero() here would be a sync
+        worlds = Worlds.of_step(info, done)
+        if worlds.maybe_any:
+            if self.cfg.auto and "success" in info:  # (the outcomes are counted on the host: a read per step)
                 self._adapt(info["success"][done].tolist())
-            self._resample(ids, dynamics=self.cfg.dynamics_every_episode)
+            self._resample(worlds, dynamics=self.cfg.dynamics_every_episode)
             for k, h in self._history.items():  # a new episode has no past: its first frame throughout
-                h.fill(ids, obs[k][ids])
-            fresh = self._noisy({k: v[ids] for k, v in obs.items()})
-            next_obs = {k: v.index_put((ids,), fresh[k]) for k, v in next_obs.items()}
+                worlds.fill(h, obs[k])
+            fresh = self._noisy({k: worlds.take(v) for k, v in obs.items()})
+            next_obs = {k: worlds.merged(v, fresh[k]) for k, v in next_obs.items()}
         info["log"] = {**info.get("log", {}), "randomization/width": self.width, **self._draws_log}
         return Step(next_obs, reward, terminated, truncated, info)
 

@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from robolearn.interfaces import ContractError, Obs, Step, VecEnv, host_reads_are_free
 from sims.backend import MujocoBackend
+from sims.worlds import where_rows
 
 
 class Task(ABC):
@@ -39,6 +40,11 @@ class Task(ABC):
     """Contacts per world MuJoCo Warp allocates room for (its heuristic when None)."""
     njmax: int | None = None
     """Constraint rows per world MuJoCo Warp allocates room for (its heuristic when None)."""
+    resets_by_mask: bool = False
+    """True when :meth:`reset` is a pure draw (it changes nothing of the task's own) and
+    :meth:`after_reset_where` needs no list of worlds. Where a host read is not free (a GPU), TaskEnv then
+    resets the worlds whose episode ended without listing them (``done.nonzero()``, a host sync every step):
+    every world draws an initial state and the done ones take theirs."""
     light_reset: bool = False
     """True when, between a reset and the next step, the task reads only the state and its sensors (not
     ``fields``): MuJoCo Warp then recomputes kinematics and sensors for a reset instead of a whole forward
@@ -72,6 +78,13 @@ class Task(ABC):
 
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         """Called once worlds ``ids`` hold their initial state: place goals (mocap bodies) and the like."""
+
+    def after_reset_where(self, sim: MujocoBackend, mask: torch.Tensor, generator: torch.Generator) -> None:
+        """:meth:`after_reset` for the worlds where ``mask`` ``(num_worlds,)`` is True, for :attr:`resets_by_mask`.
+        A task whose ``after_reset`` does something overrides this without listing the worlds (draw for
+        every world, keep the masked rows); the default lists them, a host sync on a GPU."""
+        if type(self).after_reset is not Task.after_reset:
+            self.after_reset(sim, mask.nonzero().squeeze(1), generator)
 
     def state_from_observation(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The task's own state that observations ``obs`` (groups, one row per world, as
@@ -169,6 +182,7 @@ class TaskEnv(VecEnv):
         self._episode_step = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         # worlds a reset began an episode in (not a restored mid-episode state): no earlier control to hold
         self._fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._worlds = torch.arange(self.num_envs, device=self.device)
         self.actuation_delay: torch.Tensor | None = None
         """Per-world physics substeps (< frame_skip) that the previous controls still act
         at the start of each step: actuation latency finer than a control step."""
@@ -192,7 +206,7 @@ class TaskEnv(VecEnv):
         if seed is not None:
             self._generator.manual_seed(seed)
         self.task.start(self.sim)
-        self._reset_worlds(torch.arange(self.num_envs, device=self.device))
+        self._reset_worlds(self._worlds)
         return self._observe()
 
     def step(self, action: torch.Tensor) -> Step:
@@ -236,12 +250,16 @@ class TaskEnv(VecEnv):
         if self.keep_final_state:
             info["final_state"] = self.get_state()
         done = terminated | truncated
-        ids = done.nonzero().squeeze(1)
-        info["reset_ids"] = ids  # the worlds reset below: wrappers need not find them again (a host sync on GPU)
-        if len(ids):
+        if self.task.resets_by_mask and not host_reads_are_free(self.device):
+            self._reset_where(done)  # no host sync; wrappers reset by the mask too (no info["reset_ids"])
+        else:
+            ids = done.nonzero().squeeze(1)
+            info["reset_ids"] = ids  # the worlds reset below: wrappers need not find them again
+            if not len(ids):
+                return Step(obs, reward, terminated, truncated, info)
             self._reset_worlds(ids)
-            fresh = self._observe()
-            obs = {name: _where_rows(done, fresh[name], value) for name, value in obs.items()}
+        fresh = self._observe()
+        obs = {name: where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
 
     def _observe(self) -> Obs:
@@ -309,7 +327,7 @@ class TaskEnv(VecEnv):
     def set_state(self, rows: torch.Tensor) -> Obs:
         """Start a new episode in every world from the exact state ``rows``
         ``(num_envs, state_size)`` (from :meth:`get_state`); returns its observations."""
-        self.sim.set_full_state(torch.arange(self.num_envs, device=self.device), rows)
+        self.sim.set_full_state(self._worlds, rows)
         self._episode_step.zero_()
         self._fresh.zero_()  # the restored state's controls are the ones to hold under actuation latency
         return self._observe()
@@ -328,6 +346,16 @@ class TaskEnv(VecEnv):
         self.task.after_reset(self.sim, ids, self._generator)
         self._episode_step[ids] = 0
         self._fresh[ids] = True
+
+    def _reset_where(self, mask: torch.Tensor) -> None:
+        """:meth:`_reset_worlds` for the worlds where ``mask``, without listing them (a task that
+        :attr:`~Task.resets_by_mask`): every world draws, the masked ones take it. On MuJoCo Warp a reset
+        recomputes every world's kinematics anyway, and with thousands of worlds nearly every step has one."""
+        qpos, qvel = self.task.reset(self.sim, self._worlds, self._generator)
+        self.sim.reset_where(mask, qpos, qvel)
+        self.task.after_reset_where(self.sim, mask, self._generator)
+        self._episode_step.masked_fill_(mask, 0)
+        self._fresh |= mask
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         return self.sim.render(index, width, height, camera=self.task.camera())
@@ -381,8 +409,3 @@ def _space(value: torch.Tensor) -> spaces.Box:
     if value.dtype == torch.bool:
         return spaces.Box(0, 1, shape, dtype=np.bool_)
     return spaces.Box(np.iinfo(dtype).min, np.iinfo(dtype).max, shape, dtype=dtype)
-
-
-def _where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Rows of ``a`` where ``mask`` else rows of ``b``, for any trailing shape."""
-    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)

@@ -219,10 +219,24 @@ class WarpBackend:
             return
         self._reset_mask.zero_()
         self._reset_mask[ids] = True
-        self._run("reset", lambda: mjw.reset_data(self._m, self._d, reset=wp.from_torch(self._reset_mask)))
+        self._reset_data()
         wp.to_torch(self._d.qpos)[ids] = qpos.to(self.device, torch.float32)
         wp.to_torch(self._d.qvel)[ids] = qvel.to(self.device, torch.float32)
         self._forward(light=self._light_reset)
+
+    def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """:meth:`set_state` of the worlds where ``mask`` ``(num_worlds,)``, given every world's ``qpos`` and
+        ``qvel``: no list of worlds to make, so no host sync. The kinematics pass covers every world either way."""
+        self._reset_mask.copy_(mask)
+        self._reset_data()
+        for name, value in (("qpos", qpos), ("qvel", qvel)):
+            state = wp.to_torch(getattr(self._d, name))
+            state.copy_(torch.where(self._reset_mask.unsqueeze(1), value.to(self.device, torch.float32), state))
+        self._forward(light=self._light_reset)
+
+    def _reset_data(self) -> None:
+        """``mj_resetData`` of the worlds in ``_reset_mask``."""
+        self._run("reset", lambda: mjw.reset_data(self._m, self._d, reset=wp.from_torch(self._reset_mask)))
 
     def _forward(self, light: bool = False) -> None:
         """Derived fields and sensors of every world at its current state; with ``light``, only kinematics,

@@ -53,6 +53,7 @@ class Ant(Task):
     include_cfrc_ext_in_observation: bool = True
     frame_skip: int = 5
     max_episode_steps: int = 1000
+    resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
     fields: ClassVar[tuple[str, ...]] = ("xpos", "cfrc_ext")
     _body: int = field(default=1, init=False, repr=False)
     _xy_before: torch.Tensor | None = field(default=None, init=False, repr=False)

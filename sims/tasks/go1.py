@@ -185,6 +185,7 @@ class Go1Velocity(Task):
     max_episode_steps: int = 1000
     fields: ClassVar[tuple[str, ...]] = ("actuator_force",)
     light_reset: ClassVar[bool] = True  # observations read state and sensors; actuator_force only rewards, after a step
+    resets_by_mask: ClassVar[bool] = True  # reset only draws; after_reset_where lists no worlds
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
@@ -281,14 +282,20 @@ class Go1Velocity(Task):
         return qpos, qvel
 
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
+        mask = torch.zeros(sim.num_worlds, dtype=torch.bool, device=sim.device)
+        mask[ids] = True
+        self.after_reset_where(sim, mask, generator)
+
+    def after_reset_where(self, sim: MujocoBackend, mask: torch.Tensor, generator: torch.Generator) -> None:
         if getattr(self, "_command", None) is None or len(self._command) != sim.num_worlds:
             self._allocate(sim)
         self._generator = generator  # the env's seeded generator: commands and noise follow its seed
-        self._sample_commands(ids)
+        self._sample_commands_where(mask)
+        rows = mask.unsqueeze(1)
         for buffer in (self._last_action, self._prev_action, self._air_time):
-            buffer[ids] = 0.0
-        self._in_contact[ids] = True
-        self._qvel_before[ids] = sim.qvel[ids, 6:]
+            buffer.masked_fill_(rows, 0.0)
+        self._in_contact.masked_fill_(rows, True)
+        self._qvel_before.copy_(torch.where(rows, sim.qvel[:, 6:], self._qvel_before))
 
     def _allocate(self, sim: MujocoBackend) -> None:
         n, dtype, device = sim.num_worlds, sim.dtype, sim.device
@@ -315,9 +322,12 @@ class Go1Velocity(Task):
         command.masked_fill_(standing[:, None], 0.0)  # a mask, not command[standing]: no host sync
         return command.to(self._command.dtype)
 
-    def _sample_commands(self, ids: torch.Tensor) -> None:
-        self._command[ids] = self._draw_commands(len(ids))
-        self._command_timer[ids] = self.resample_steps
+    def _sample_commands_where(self, mask: torch.Tensor) -> None:
+        """New commands for the worlds where ``mask``. Every world draws and the masked ones take it:
+        picking them (``mask.nonzero()``) would be a host sync every step on a GPU, and the draws are cheap
+        next to a physics step."""
+        self._command.copy_(torch.where(mask.unsqueeze(1), self._draw_commands(len(mask)), self._command))
+        self._command_timer.masked_fill_(mask, self.resample_steps)
 
     @property
     def command(self) -> torch.Tensor:
@@ -329,11 +339,7 @@ class Go1Velocity(Task):
         # must not turn them into inference tensors that a later reset cannot write.
         self._qvel_before.copy_(sim.qvel[:, 6:])
         self._command_timer -= 1
-        # Every world draws and the due ones take it: picking them (due.nonzero()) would be a host sync
-        # every step on a GPU, and the draws are cheap next to a physics step.
-        due = self._command_timer <= 0
-        self._command.copy_(torch.where(due.unsqueeze(1), self._draw_commands(len(due)), self._command))
-        self._command_timer.masked_fill_(due, self.resample_steps)
+        self._sample_commands_where(self._command_timer <= 0)
 
     def actuate(self, sim: MujocoBackend, action: torch.Tensor) -> torch.Tensor:
         self._prev_action.copy_(self._last_action)

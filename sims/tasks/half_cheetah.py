@@ -15,6 +15,7 @@ Model ``gymnasium/envs/mujoco/assets/half_cheetah.xml``, 5 physics steps of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import mujoco
 import torch
@@ -32,6 +33,7 @@ class HalfCheetah(Task):
     reset_noise_scale: float = 0.1
     frame_skip: int = 5
     max_episode_steps: int = 1000
+    resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
     _x_before: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def model(self) -> mujoco.MjModel:

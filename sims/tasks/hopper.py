@@ -16,6 +16,7 @@ control step (``control_dt`` 0.008 s), 1000 steps per episode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import mujoco
 import torch
@@ -38,6 +39,7 @@ class Hopper(Task):
     reset_noise_scale: float = 5e-3
     frame_skip: int = 4
     max_episode_steps: int = 1000
+    resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
     _x_before: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     def model(self) -> mujoco.MjModel:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import mujoco
@@ -45,6 +46,7 @@ class Pendulum(Task):
     reset_noise_scale: float = 0.1
     frame_skip: int = 2
     max_episode_steps: int = 500
+    resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
 
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(ASSET))

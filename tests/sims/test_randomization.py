@@ -6,6 +6,7 @@ import torch
 import sims
 from robolearn.config import ConfigError
 from sims.randomization import Randomization, RandomizedEnv
+from sims.worlds import Worlds
 
 
 def _env(num_envs=6, **cfg):
@@ -220,7 +221,7 @@ def test_a_dynamics_pool_draws_each_episode_from_variants_drawn_at_the_start():
     scale = pool["body_mass"][:, 1:-1] / nominal
     assert scale.min() >= 0.5 and scale.max() <= 2.0 and scale[:, 0].unique().numel() == 10
     for _ in range(3):
-        env._resample(torch.arange(4))
+        env._resample(Worlds(ids=torch.arange(4)))
         masses = env.sim.get_model_field("body_mass")
         assert all((pool["body_mass"] == row).all(1).any() for row in masses)  # every world holds a variant
     with pytest.raises(ValueError, match="dynamics_pool: 0 .* or a number of variants"):

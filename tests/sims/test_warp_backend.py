@@ -25,6 +25,7 @@ pytest.importorskip("mujoco_warp")  # a declared dependency; this only guards pa
 import sims  # noqa: E402
 from sims.backend import MujocoBackend  # noqa: E402
 from sims.warp_backend import WarpBackend  # noqa: E402
+from sims.worlds import Worlds  # noqa: E402
 
 NUM = 4
 # Warp's CPU device everywhere; the GPU too where there is one (benchmarks/gpu.sh runs this file there).
@@ -115,6 +116,24 @@ def test_reset_touches_only_the_chosen_worlds():
     assert torch.equal(after[[0, 1, 3]], before[[0, 1, 3]])
     assert after[2, 1] == 1.5 and after[2, 0] == 0 and warp.sim.time[2] == 0
     assert torch.all(warp.sim.time[[0, 1, 3]] > 0)
+
+
+def test_a_reset_by_mask_is_a_reset_of_the_listed_worlds():
+    """``reset_where`` (the GPU step's reset, which lists no worlds) leaves every world as ``set_state`` of
+    the masked ones does: state, clocks and the sensors' kinematics."""
+    by_mask, by_ids = (_pair("ant")[0] for _ in range(2))
+    for action in _actions(by_mask, 5):
+        by_mask.step(action), by_ids.step(action)
+    qpos = torch.rand(NUM, by_mask.sim.model.nq, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    qpos[:, 2] += 1.0
+    qvel = torch.rand(NUM, by_mask.sim.model.nv, dtype=torch.float64)
+    mask = torch.tensor([True, False, True, False])
+    before = by_mask.sim.qpos.clone()
+    by_mask.sim.reset_where(mask, qpos, qvel)
+    by_ids.sim.set_state(torch.tensor([0, 2]), qpos[mask], qvel[mask])
+    assert torch.equal(by_mask.sim.get_state(), by_ids.sim.get_state())
+    assert torch.equal(by_mask.sim.field("xpos"), by_ids.sim.field("xpos"))
+    assert torch.equal(by_mask.sim.qpos[~mask], before[~mask]) and torch.equal(by_mask.sim.time[mask], torch.zeros(2))
 
 
 def test_state_rows_replay_on_the_cpu_backend():
@@ -219,10 +238,10 @@ def test_contact_and_constraint_buffers_are_env_kwargs():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; benchmarks/gpu.sh's tests stage runs it")
-def test_cuda_randomized_go1_steps_sync_the_host_once_each():
+def test_cuda_randomized_go1_steps_never_sync_the_host():
     """A host sync stalls the GPU until the CPU queues more work. A step of the Go1 config's env (pushes,
-    per-episode masses and friction, command draws) makes one: the reset worlds' indices
-    (``done.nonzero()``); a failure names the line of each sync found."""
+    per-episode masses and friction, command draws, resets) makes none: the worlds whose episode ended are
+    reset by mask, not listed (``done.nonzero()``); a failure names the line of each sync found."""
     import warnings
 
     from robolearn.config import load_config
@@ -244,7 +263,7 @@ def test_cuda_randomized_go1_steps_sync_the_host_once_each():
             torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     sites = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
-    assert len(syncs) <= steps, f"{len(syncs)} host syncs in {steps} steps, at {sites}"
+    assert not syncs, f"{len(syncs)} host syncs in {steps} steps, at {sites}"
 
 
 def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
@@ -255,7 +274,7 @@ def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
     env = sims.make_env("arm_reach", NUM, device="cpu", backend="warp", seed=0, randomization=randomization)
     sim = env.sim
     for _ in range(3):  # worlds take variants of the pool at their resets, and step
-        env._resample(torch.arange(NUM))
+        env._resample(Worlds(ids=torch.arange(NUM)))
         copied = {name: sim.get_model_field(name) for name in sim.constant_fields}
         assert not sim._const_stale  # nothing left to recompute
         sim._const_stale = True

@@ -1,0 +1,128 @@
+"""Resets by mask, the GPU's way (no ``done.nonzero()``, so no host sync in the step): worlds whose episode
+goes on are left exactly as resets of listed worlds leave them, the ended ones start from the task's reset
+distribution, and the wrappers (randomization, delay) follow. Run here on CPU with host reads counted as on
+a GPU, next to an identical env that lists its resets (CPU's way)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import pytest
+import torch
+
+from robolearn import interfaces
+from robolearn.interfaces import VecEnv
+from sims import TASKS, make_env
+from sims.task import TaskEnv, episode_clock
+
+NUM = 6
+MASKED = sorted(name for name in TASKS if getattr(TASKS[name], "resets_by_mask", False))
+NOISELESS = {"go1_flat": {"noise_scale": 0.0}, "go1_rough": {"noise_scale": 0.0}}  # noise draws differ per path
+
+
+@contextmanager
+def as_on_a_gpu() -> Iterator[None]:
+    """Host reads counted as costly, as on a GPU: TaskEnv resets by mask."""
+    saved = set(interfaces.HOST_READS_FREE_ON)
+    interfaces.HOST_READS_FREE_ON.clear()
+    try:
+        yield
+    finally:
+        interfaces.HOST_READS_FREE_ON.update(saved)
+
+
+def _task_env(env: VecEnv) -> TaskEnv:
+    while not isinstance(env, TaskEnv):
+        env = env.env
+    return env
+
+
+def lockstep(make: Callable[[], VecEnv], steps: int = 16) -> tuple[VecEnv, VecEnv, int]:
+    """Two copies of ``make()`` stepped with the same actions, the first listing the worlds it resets, the
+    second resetting by mask; asserts step by step that every world whose episode has not ended in either
+    is identical in both. Episode clocks are staggered, so worlds end on different steps. Returns both envs
+    and the number of steps on which some worlds reset while others ran on."""
+    by_ids, by_mask = make(), make()
+    for env in (by_ids, by_mask):
+        env.reset(seed=0)
+        clock = episode_clock(env)
+        clock.episode_step = (clock.max_episode_steps - 2 - 2 * torch.arange(NUM)).clamp(min=0)
+    generator = torch.Generator().manual_seed(1)
+    low, high = (torch.as_tensor(bound) for bound in (by_ids.action_spec.low, by_ids.action_spec.high))
+    ended = torch.zeros(NUM, dtype=torch.bool)
+    mixed = 0
+    for _ in range(steps):
+        action = low + (high - low) * torch.rand(NUM, *by_ids.action_spec.shape, generator=generator)
+        a = by_ids.step(action)
+        with as_on_a_gpu():
+            b = by_mask.step(action)
+        assert "reset_ids" in a.info and "reset_ids" not in b.info
+        done = a.terminated | a.truncated
+        running = ~ended
+        assert torch.equal(done[running], (b.terminated | b.truncated)[running])
+        assert torch.equal(a.reward[running], b.reward[running])
+        still = running & ~done
+        for group in a.obs:
+            assert torch.equal(a.info["final_obs"][group][running], b.info["final_obs"][group][running]), group
+            assert torch.equal(a.obs[group][still], b.obs[group][still]), group
+        states = [_task_env(env).get_state()["state"] for env in (by_ids, by_mask)]
+        assert torch.equal(states[0][still], states[1][still])
+        assert (_task_env(by_mask).episode_step[done] == 0).all()
+        mixed += bool(done[running].any() and still.any())
+        ended |= done | b.terminated | b.truncated
+    return by_ids, by_mask, mixed
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_mask_resets_leave_running_worlds_as_listed_resets_do(name: str) -> None:
+    by_ids, by_mask, mixed = lockstep(lambda: make_env(name, NUM, seed=0, **NOISELESS.get(name, {})))
+    assert mixed >= 3  # resets happened while other worlds ran on
+
+
+@pytest.mark.parametrize("name", ["go1_flat", "hopper"])
+def test_mask_resets_take_the_masked_worlds_draws(name: str) -> None:
+    """The ended worlds hold the initial state the task drew for them (every world drew one), on the
+    step their episode ended."""
+    env = make_env(name, NUM, seed=0)
+    env.reset(seed=0)
+    env.episode_step = torch.tensor([env.max_episode_steps - 1, 5, env.max_episode_steps - 1, 7, 3, 2])
+    drawn = []
+    draw = env.task.reset
+    env.task.reset = lambda sim, ids, generator: drawn.append(draw(sim, ids, generator)) or drawn[-1]
+    with as_on_a_gpu():
+        step = env.step(torch.zeros(NUM, *env.action_spec.shape))
+    done = step.terminated | step.truncated
+    assert done[[0, 2]].all() and len(drawn) == 1 and drawn[0][0].shape == (NUM, env.sim.model.nq)
+    qpos, qvel = (value.to(env.sim.dtype) for value in drawn[0])  # (the state as the backend reports it)
+    assert torch.equal(env.sim.qpos[done], qpos[done]) and torch.equal(env.sim.qvel[done], qvel[done])
+    assert not torch.equal(env.sim.qpos[~done], qpos[~done])  # the others went on
+    assert torch.equal(env.episode_step, torch.where(done, 0, torch.tensor([0, 6, 0, 8, 4, 3])))
+
+
+def test_go1_on_mujoco_warp_resets_by_mask_as_by_list() -> None:
+    """MuJoCo Warp (here on Warp's CPU device) is the backend this is for: its mask reset is a kernel over
+    every world (``reset_where``), the list's the same kernel after a mask made from the list."""
+    _, _, mixed = lockstep(lambda: make_env("go1_flat", NUM, backend="warp", seed=0, noise_scale=0.0), steps=10)
+    assert mixed >= 3
+
+
+def test_randomized_env_follows_mask_resets() -> None:
+    """Per-episode dynamics from a pool, latency and observation delay: the running worlds keep theirs,
+    the reset ones draw pool variants (pushes and noise draw every step, off here: their draws differ)."""
+    randomization = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "dynamics_pool": 16,
+                     "action_latency_s": [0.0, 0.04], "obs_delay_steps": [0, 2]}
+    by_ids, by_mask, mixed = lockstep(lambda: make_env("go1_flat", NUM, seed=0, noise_scale=0.0,
+                                                       randomization=randomization))
+    assert mixed >= 3
+    pool = by_mask._pool["body_mass"]
+    masses = [env.sim.get_model_field("body_mass") for env in (by_ids, by_mask)]
+    assert all(bool((pool == row).all(1).any()) for row in masses[1])  # every world holds a pool variant
+    for key in ("_latency", "_delay", "_substeps"):
+        assert getattr(by_mask, key).max() > 0  # drawn, not left at nominal
+
+
+def test_delayed_env_follows_mask_resets() -> None:
+    by_ids, by_mask, mixed = lockstep(lambda: make_env(
+        "cartpole", NUM, seed=0, delay={"obs_delay_steps": 1, "action_latency_steps": 2}))
+    assert mixed >= 3
