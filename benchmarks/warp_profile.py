@@ -1,8 +1,9 @@
 """Where a Go1 PPO iteration's time goes on the GPU: the env step under each randomization, and policy inference.
 
 Times one env step under each part of the config's randomization alone and all of it (also with
-fresh draws instead of the config's ``dynamics_pool``, and with 1% of the worlds reset every step, as
-while a policy learns, with and without ``Task.light_reset``), the MuJoCo Warp pieces of a step, and
+fresh draws instead of the config's ``dynamics_pool``, with the worlds to reset listed, ``done.nonzero()``,
+instead of masked, and with 1% of the worlds reset every step, as while a policy learns, with and without
+``Task.light_reset``), the MuJoCo Warp pieces of a step, and
 one policy call; prints the figures (milliseconds), writes no result file (BENCHMARKS.md, "GPU:
 MuJoCo Warp", quotes them). No peer library; ``bash benchmarks/gpu.sh profile`` runs it on a GPU.
 
@@ -18,9 +19,9 @@ from typing import Callable
 import torch
 
 from common import benchmark_parser
+from robolearn import interfaces
 from robolearn.config import load_config
 from robolearn.registry import make_agent, make_env
-from sims.worlds import Worlds
 
 
 def timed(fn: Callable[[], object], device: torch.device, n: int = 20) -> float:
@@ -44,15 +45,19 @@ def main() -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA GPU here; --device cpu profiles Warp's CPU device")
+    interfaces.HOST_READS_FREE_ON.clear()  # the GPU's code path on Warp's CPU device too: resets by mask
     cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}"])
     full = dict(cfg.env.randomization)
     variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]},
                 "friction": {"friction_scale": full["friction_scale"]},
                 "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
     variants["full, fresh draws"] = {**full, "dynamics_pool": 0}  # the config draws from a pool
+    variants["full, resets listed"] = full  # on a GPU the worlds to reset are a mask: every world draws each step
     for name, randomization in variants.items():
         cfg.env.randomization = randomization
         env = make_env(cfg.env, seed=0)
+        if name.endswith("resets listed"):  # done.nonzero(): a host sync per step, and resets only when due
+            env.env.task.resets_by_mask = False
         action = torch.zeros(args.worlds, 12, device=device)
         print(f"env step [{name}]: {timed(lambda: env.step(action), device):.2f} ms", flush=True)
         if name == "none":
@@ -99,11 +104,11 @@ def backend_pieces(sim, device: torch.device) -> dict[str, float]:
 
 
 def step_with_resets(env, action: torch.Tensor, ids: torch.Tensor) -> None:
-    """A step in which worlds ``ids`` start new episodes, as a learning policy's falls make them: the task's
-    reset and, with ``dynamics_every_episode``, new masses and friction (``set_const``, or a pool's copy)."""
+    """A step in which worlds ``ids`` end their episodes (at the time limit), as a learning policy's falls
+    make them, and the env's own resets start new ones: the task's reset and, with
+    ``dynamics_every_episode``, new masses and friction (``set_const``, or a pool's copy)."""
+    env.env._episode_step[ids] = env.max_episode_steps - 1
     env.step(action)
-    env.env._reset_worlds(ids)
-    env._resample(Worlds(ids=ids), dynamics=env.cfg.dynamics_every_episode)
 
 
 if __name__ == "__main__":

@@ -65,11 +65,12 @@ def test_logged_sums_are_read_in_one_transfer_and_keep_their_order():
         read_scalars({"returns": torch.zeros(3)})
 
 
+@pytest.mark.parametrize("by_mask", [True, False])
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
-def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch, device):
-    """Issue 6: no host sync in the step. One is left, by design of Task.reset's index contract: the
-    ``nonzero`` that finds the worlds to reset. Pushes, per-episode dynamics and the finiteness checks
-    (deferred as on a GPU) must add none."""
+def test_the_warp_env_step_reads_the_host_only_where_it_lists_its_resets(monkeypatch, device, by_mask):
+    """Issue 6: no host sync in the step. Resetting the ended worlds by mask (the Go1 task's way on a GPU)
+    reads nothing; listing them (``done.nonzero()``, a task without ``resets_by_mask``) reads once a step.
+    Pushes, per-episode dynamics and the finiteness checks (deferred as on a GPU) must add none."""
     pytest.importorskip("mujoco_warp")
     from robolearn.config import load_config
     from robolearn.registry import make_env
@@ -78,6 +79,7 @@ def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch, devic
     monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())  # the checks as on a GPU
     cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={device}", "env.num_envs=4"])
     env = make_env(cfg.env, seed=0)
+    env.env.task.resets_by_mask = by_mask
     env.reset(seed=0)
     clock = episode_clock(env)
     clock.episode_step = torch.tensor([clock.max_episode_steps - k for k in (1, 3, 5, 30)], device=device)
@@ -88,5 +90,8 @@ def test_the_warp_env_step_reads_the_host_once_for_its_resets(monkeypatch, devic
             step = env.step((torch.rand((4, 12), generator=generator) * 8 - 4).to(device))
     assert int(clock.episode_step.min()) < steps  # worlds were reset on the way
     assert step.reward.shape == (4,)
-    assert [(name, path) for name, path, _ in reads.sites] == [("nonzero", "sims/task.py")], dict(reads.sites)
-    assert sum(reads.sites.values()) == steps
+    if by_mask:
+        assert not reads.sites, dict(reads.sites)
+    else:
+        assert [(name, path) for name, path, _ in reads.sites] == [("nonzero", "sims/task.py")], dict(reads.sites)
+        assert sum(reads.sites.values()) == steps
