@@ -214,7 +214,8 @@ class TaskEnv(VecEnv):
         self.task.pre_step(self.sim)
         ctrl = self.task.actuate(self.sim, action)
         delay = self.actuation_delay
-        if delay is not None and bool((delay > 0).any()):
+        # (where a host read is not free, the substeps run whether any world's delay is due: no read per step)
+        if delay is not None and (not host_reads_are_free(self.device) or bool((delay > 0).any())):
             # the old controls, except in an episode's first step, where the reset left none (ctrl 0 is a joint
             # target to a position actuator, not "no command"): the first action acts at once, as it fills the
             # action latency's queue (RandomizedEnv)

@@ -70,14 +70,16 @@ def test_logged_sums_are_read_in_one_transfer_and_keep_their_order():
 def test_the_warp_env_step_reads_the_host_only_where_it_lists_its_resets(monkeypatch, device, by_mask):
     """Issue 6: no host sync in the step. Resetting the ended worlds by mask (the Go1 task's way on a GPU)
     reads nothing; listing them (``done.nonzero()``, a task without ``resets_by_mask``) reads once a step.
-    Pushes, per-episode dynamics and the finiteness checks (deferred as on a GPU) must add none."""
+    Pushes, per-episode dynamics, latency and delay, and the finiteness checks (deferred as on a GPU) must add none."""
     pytest.importorskip("mujoco_warp")
     from robolearn.config import load_config
     from robolearn.registry import make_env
     from sims.task import episode_clock
 
     monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())  # the checks as on a GPU
-    cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={device}", "env.num_envs=4"])
+    cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={device}", "env.num_envs=4",  # + latency:
+                                       "env.randomization.action_latency_s=[0.0,0.03]",  # substeps of old controls
+                                       "env.randomization.obs_delay_steps=[0,2]"])
     env = make_env(cfg.env, seed=0)
     env.env.task.resets_by_mask = by_mask
     env.reset(seed=0)
