@@ -226,6 +226,12 @@ class MujocoBackend:
         if name in _SETCONST_INPUTS or name.startswith("opt."):
             self._batch.set_const(None if world_ids is None else np.unique(ids))
 
+    def set_model_field_where(self, name: str, mask: torch.Tensor, values: torch.Tensor | np.ndarray) -> None:
+        """:meth:`set_model_field` of the worlds where ``mask`` ``(num_worlds,)``, given every world's
+        ``values`` (the GPU backend's way, which lists no worlds; here listing them is free)."""
+        ids = np.flatnonzero(_numpy(mask))
+        self.set_model_field(name, _numpy(values)[ids], ids)
+
     def get_model_field(self, name: str) -> torch.Tensor:
         """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""
         values = self._batch.expanded(name)

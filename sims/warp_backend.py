@@ -389,6 +389,14 @@ class WarpBackend:
                 self._batch(output)
             self._const_stale = True  # recomputed once before the next step, however many fields changed
 
+    def set_model_field_where(self, name: str, mask: torch.Tensor, values: torch.Tensor, recompute: bool = True) -> None:
+        """:meth:`set_model_field` of the worlds where ``mask`` ``(num_worlds,)``, given every world's
+        ``values``: no list of worlds to make, so no host sync; the others keep theirs exactly."""
+        per_world = self._batch(name)
+        rows = mask.to(self.device).view(-1, *([1] * (per_world.dim() - 1)))
+        self.set_model_field(name, torch.where(rows, torch.as_tensor(values, dtype=per_world.dtype, device=self.device),
+                                               per_world), recompute=recompute)
+
     def refresh_constants(self) -> bool:
         """Recompute the constants derived from changed model fields (:meth:`step` does, right before it
         steps); returns whether any had changed. Captured like the step: launched one by one, its ~360

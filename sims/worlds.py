@@ -68,6 +68,6 @@ class Worlds:
     def set_model_field(self, sim: Any, name: str, rows: torch.Tensor, **kwargs: Any) -> None:
         """Model field ``name`` of these worlds set to ``rows`` on backend ``sim``."""
         if self.ids is None:
-            sim.set_model_field(name, where_rows(self.mask, rows, sim.get_model_field(name).to(rows.dtype)), **kwargs)
+            sim.set_model_field_where(name, self.mask, rows, **kwargs)
         else:
             sim.set_model_field(name, rows, self.ids, **kwargs)

@@ -100,24 +100,33 @@ def test_mask_resets_take_the_masked_worlds_draws(name: str) -> None:
     assert torch.equal(env.episode_step, torch.where(done, 0, torch.tensor([0, 6, 0, 8, 4, 3])))
 
 
-def test_go1_on_mujoco_warp_resets_by_mask_as_by_list() -> None:
+RANDOMIZED = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "action_latency_s": [0.0, 0.04],
+              "obs_delay_steps": [0, 2]}  # per-episode dynamics, latency and delay; pushes and noise draw every
+# step, off here: their draws differ by path
+
+
+@pytest.mark.parametrize("randomization", [None, RANDOMIZED], ids=["nominal", "randomized"])
+def test_go1_on_mujoco_warp_resets_by_mask_as_by_list(randomization: dict | None) -> None:
     """MuJoCo Warp (here on Warp's CPU device) is the backend this is for: its mask reset is a kernel over
-    every world (``reset_where``), the list's the same kernel after a mask made from the list."""
-    _, _, mixed = lockstep(lambda: make_env("go1_flat", NUM, backend="warp", seed=0, noise_scale=0.0), steps=10)
+    every world (``reset_where``), the list's the same kernel after a mask made from the list; per-episode
+    masses are written under the mask, their derived constants recomputed for every world either way."""
+    _, _, mixed = lockstep(lambda: make_env("go1_flat", NUM, backend="warp", seed=0, noise_scale=0.0,
+                                            randomization=randomization), steps=10)
     assert mixed >= 3
 
 
-def test_randomized_env_follows_mask_resets() -> None:
-    """Per-episode dynamics from a pool, latency and observation delay: the running worlds keep theirs,
-    the reset ones draw pool variants (pushes and noise draw every step, off here: their draws differ)."""
-    randomization = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "dynamics_pool": 16,
-                     "action_latency_s": [0.0, 0.04], "obs_delay_steps": [0, 2]}
+@pytest.mark.parametrize("pool", [16, 0])
+def test_randomized_env_follows_mask_resets(pool: int) -> None:
+    """Per-episode dynamics (from a pool, or fresh draws whose derived constants are recomputed), latency
+    and observation delay: the running worlds keep theirs, the reset ones draw anew."""
+    randomization = {**RANDOMIZED, "dynamics_pool": pool}
     by_ids, by_mask, mixed = lockstep(lambda: make_env("go1_flat", NUM, seed=0, noise_scale=0.0,
                                                        randomization=randomization))
     assert mixed >= 3
-    pool = by_mask._pool["body_mass"]
-    masses = [env.sim.get_model_field("body_mass") for env in (by_ids, by_mask)]
-    assert all(bool((pool == row).all(1).any()) for row in masses[1])  # every world holds a pool variant
+    if pool:
+        variants = by_mask._pool["body_mass"]
+        masses = by_mask.sim.get_model_field("body_mass")
+        assert all(bool((variants == row).all(1).any()) for row in masses)  # every world holds a pool variant
     for key in ("_latency", "_delay", "_substeps"):
         assert getattr(by_mask, key).max() > 0  # drawn, not left at nominal
 
