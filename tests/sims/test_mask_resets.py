@@ -135,3 +135,33 @@ def test_delayed_env_follows_mask_resets() -> None:
     by_ids, by_mask, mixed = lockstep(lambda: make_env(
         "cartpole", NUM, seed=0, delay={"obs_delay_steps": 1, "action_latency_steps": 2}))
     assert mixed >= 3
+
+
+def test_a_run_by_mask_learns_what_a_run_by_list_does_when_resets_draw_nothing(tmp_path) -> None:
+    """End to end (PPO, the runner, episode statistics, evaluation): the two ways differ only in which
+    random numbers their resets use, so with a reset that draws none (no reset noise) a run that resets by
+    mask ends with exactly the weights of one that lists its resets."""
+    from robolearn.config import load_config
+    from robolearn.runner import train
+
+    def run(name: str) -> dict:
+        cfg = load_config("ppo_cartpole", [f"run_dir={tmp_path / name}", "seed=0", "env.num_envs=8",
+                                           "env.kwargs.reset_noise_scale=0.0", "env.kwargs.max_episode_steps=24",
+                                           "runner.total_steps=1024", "runner.eval_episodes=2", "runner.video_seconds=0",
+                                           "logging.progress=false", "logging.wandb=disabled"])
+        result = train(cfg)
+        assert result.trained["env_steps"] >= 1024 and result.evaluation is not None
+        checkpoint = torch.load(next(result.run_dir.glob("checkpoints/latest.pt")), weights_only=True)
+        return checkpoint["agent"]
+
+    def tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:
+        if isinstance(state, torch.Tensor):
+            return {prefix: state}
+        items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+        return {name: t for key, value in items for name, t in tensors(value, f"{prefix}/{key}").items()}
+
+    by_list = tensors(run("list"))
+    with as_on_a_gpu():
+        by_mask = tensors(run("mask"))
+    assert by_list.keys() == by_mask.keys() and any(name.startswith("/actor/") for name in by_list)
+    assert all(torch.equal(value, by_mask[name]) for name, value in by_list.items())
