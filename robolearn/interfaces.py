@@ -51,10 +51,10 @@ class Step(NamedTuple):
     ``info["log"]`` maps names to scalars (floats or 0-dim tensors) to log.
     ``info["success"]``, when the task defines success, is a bool tensor that
     is meaningful on the rows whose episode ended. ``info["reset_ids"]``, where an
-    env gives it (our simulators on CPU), holds the indices of those rows: wrappers
-    take it instead of ``done.nonzero()``, a host sync per step on a GPU. Where it
-    is absent (our simulators on a GPU reset by mask), wrappers go by the mask
-    ``terminated | truncated`` (:class:`sims.worlds.Worlds`).
+    env gives it (our simulators, unless they reset by mask), holds the indices of
+    those rows: wrappers take it instead of ``done.nonzero()``, a host sync per step
+    on a GPU. Where it is absent (our tasks that reset by mask, on a GPU), wrappers
+    go by the mask ``terminated | truncated`` (:class:`sims.worlds.Worlds`).
     """
 
     obs: Obs

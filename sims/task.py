@@ -41,10 +41,12 @@ class Task(ABC):
     njmax: int | None = None
     """Constraint rows per world MuJoCo Warp allocates room for (its heuristic when None)."""
     resets_by_mask: bool = False
-    """True when :meth:`reset` is a pure draw (it changes nothing of the task's own) and
-    :meth:`after_reset_where` needs no list of worlds. Where a host read is not free (a GPU), TaskEnv then
-    resets the worlds whose episode ended without listing them (``done.nonzero()``, a host sync every step):
-    every world draws an initial state and the done ones take theirs."""
+    """True when :meth:`reset` only draws (it keeps nothing of its own, reads nothing on the host and copies
+    nothing to the device: :meth:`on_device`) and an :meth:`after_reset` comes with an
+    :meth:`after_reset_where`. Where a host read is not free (a GPU), TaskEnv then resets the worlds whose
+    episode ended without listing them (``done.nonzero()``, a host sync every step): every world draws an
+    initial state and the done ones take theirs. The class that sets it vouches for the ``reset`` and
+    ``after_reset`` it sees; a subclass that overrides either sets it again (:func:`resets_by_mask`)."""
     light_reset: bool = False
     """True when, between a reset and the next step, the task reads only the state and its sensors (not
     ``fields``): MuJoCo Warp then recomputes kinematics and sensors for a reset instead of a whole forward
@@ -73,18 +75,24 @@ class Task(ABC):
         self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Initial ``(qpos, qvel)`` for worlds ``ids``, float64; default: the model's."""
-        qpos0 = torch.as_tensor(sim.model.qpos0, dtype=torch.float64, device=sim.device)
+        qpos0 = self.on_device("qpos0", sim.model.qpos0, sim.device, torch.float64)
         return qpos0.expand(len(ids), -1).clone(), torch.zeros(len(ids), sim.model.nv, dtype=torch.float64, device=sim.device)
 
     def after_reset(self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator) -> None:
         """Called once worlds ``ids`` hold their initial state: place goals (mocap bodies) and the like."""
 
     def after_reset_where(self, sim: MujocoBackend, mask: torch.Tensor, generator: torch.Generator) -> None:
-        """:meth:`after_reset` for the worlds where ``mask`` ``(num_worlds,)`` is True, for :attr:`resets_by_mask`.
-        A task whose ``after_reset`` does something overrides this without listing the worlds (draw for
-        every world, keep the masked rows); the default lists them, a host sync on a GPU."""
-        if type(self).after_reset is not Task.after_reset:
-            self.after_reset(sim, mask.nonzero().squeeze(1), generator)
+        """:meth:`after_reset` for the worlds where ``mask`` ``(num_worlds,)`` is True, without listing them
+        (draw for every world, keep the masked rows), for :attr:`resets_by_mask`."""
+
+    def on_device(self, name: str, values: Any, device: str | torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Host ``values`` (a model field, a constant) as a ``dtype`` tensor on ``device``, copied there once:
+        a copy from host memory every step would wait for the GPU's queue to drain, as a host read does."""
+        copies = self.__dict__.setdefault("_device_copies", {})
+        key = (name, torch.device(device), dtype)
+        if key not in copies:
+            copies[key] = torch.as_tensor(values).to(device, dtype, copy=True)
+        return copies[key]
 
     def state_from_observation(self, obs: Obs) -> dict[str, torch.Tensor]:
         """The task's own state that observations ``obs`` (groups, one row per world, as
@@ -251,7 +259,7 @@ class TaskEnv(VecEnv):
         if self.keep_final_state:
             info["final_state"] = self.get_state()
         done = terminated | truncated
-        if self.task.resets_by_mask and not host_reads_are_free(self.device):
+        if not host_reads_are_free(self.device) and resets_by_mask(self.task):
             self._reset_where(done)  # no host sync; wrappers reset by the mask too (no info["reset_ids"])
         else:
             ids = done.nonzero().squeeze(1)
@@ -363,6 +371,24 @@ class TaskEnv(VecEnv):
 
     def close(self) -> None:
         self.sim.close()
+
+
+def resets_by_mask(task: Task) -> bool:
+    """Whether ``task`` may be reset by mask (:attr:`Task.resets_by_mask`): it says so, from a class at or
+    below those that define its ``reset`` and ``after_reset``, and its ``after_reset_where`` is as recent as
+    its ``after_reset`` (a subclass that changes either and says nothing is reset by list, which is always
+    right). An instance's own ``resets_by_mask`` (set on the object) decides alone."""
+    if "resets_by_mask" in vars(task):
+        return bool(task.resets_by_mask)
+    if not task.resets_by_mask:
+        return False
+    mro = type(task).__mro__
+
+    def owner(name: str) -> type:
+        return next(cls for cls in mro if name in vars(cls))
+
+    says, after = owner("resets_by_mask"), owner("after_reset")
+    return issubclass(says, owner("reset")) and issubclass(says, after) and issubclass(owner("after_reset_where"), after)
 
 
 def checked_episode_steps(steps: Any, env: VecEnv) -> torch.Tensor:

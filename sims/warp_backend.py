@@ -15,10 +15,10 @@ unchanged on either; what differs:
   tasks and diverge (chaotically, as two CPU runs with perturbed states would)
   after contacts-rich episodes. ``tests/sims/test_warp_backend.py`` states the
   tolerances.
-- **Derived fields after a reset.** MuJoCo Warp has no per-world forward pass,
-  so after resetting some worlds the derived fields and sensors of *every*
-  world are recomputed at their current state (the CPU backend leaves the
-  others at the last substep). The next step does not depend on them.
+- **Derived fields after a reset.** MuJoCo Warp has no per-world forward pass:
+  after resetting some worlds it recomputes every world's derived fields and
+  sensors, then puts back those a task reads (``fields``, ``sensordata``) for
+  the others, which keep what their last step left, as on the CPU backend.
 - **Per-world model fields** are MuJoCo Warp's batched fields: the first
   :meth:`set_model_field` of a field gives it (and the constants derived from
   it) a leading ``num_worlds`` dimension, after which updates are in-place
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from sims.backend import FrameRenderer, state_slice
+from sims.worlds import where_rows
 
 try:
     import mujoco_warp as mjw
@@ -222,21 +223,32 @@ class WarpBackend:
         self._reset_data()
         wp.to_torch(self._d.qpos)[ids] = qpos.to(self.device, torch.float32)
         wp.to_torch(self._d.qvel)[ids] = qvel.to(self.device, torch.float32)
-        self._forward(light=self._light_reset)
+        self._forward_reset(light=self._light_reset)
 
     def reset_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """:meth:`set_state` of the worlds where ``mask`` ``(num_worlds,)``, given every world's ``qpos`` and
-        ``qvel``: no list of worlds to make, so no host sync. The kinematics pass covers every world either way."""
+        ``qvel``: no list of worlds to make, so no host sync. The pass after it covers every world either way."""
         self._reset_mask.copy_(mask)
         self._reset_data()
         for name, value in (("qpos", qpos), ("qvel", qvel)):
             state = wp.to_torch(getattr(self._d, name))
-            state.copy_(torch.where(self._reset_mask.unsqueeze(1), value.to(self.device, torch.float32), state))
-        self._forward(light=self._light_reset)
+            state.copy_(where_rows(self._reset_mask, value.to(self.device, torch.float32), state))
+        self._forward_reset(light=self._light_reset)
 
     def _reset_data(self) -> None:
         """``mj_resetData`` of the worlds in ``_reset_mask``."""
         self._run("reset", lambda: mjw.reset_data(self._m, self._d, reset=wp.from_torch(self._reset_mask)))
+
+    def _forward_reset(self, light: bool = False) -> None:
+        """:meth:`_forward` for the worlds in ``_reset_mask``: the pass runs for every world, and the fields a
+        task reads are put back for the others, which keep what their last step left (Ant's reward differences
+        the body position a step leaves, one substep behind its state, as Gymnasium's does)."""
+        if not self._forward_on_reset:
+            return
+        kept = [(view, view.clone()) for view in map(self._view, self._fields)]
+        self._forward(light)
+        for view, before in kept:
+            view.copy_(where_rows(self._reset_mask, view, before))
 
     def _forward(self, light: bool = False) -> None:
         """Derived fields and sensors of every world at its current state; with ``light``, only kinematics,
@@ -336,7 +348,9 @@ class WarpBackend:
             values = rows[:, start:start + width].reshape(ids.numel(), *target.shape[1:])
             target[ids] = values.to(target.dtype)
             start += width
-        self._forward()
+        self._reset_mask.zero_()
+        self._reset_mask[ids] = True
+        self._forward_reset()
 
     def set_mocap_pos(self, world_ids: torch.Tensor, positions: torch.Tensor) -> None:
         """Move the mocap bodies of worlds ``world_ids`` to ``positions`` ``(len, nmocap, 3)``."""

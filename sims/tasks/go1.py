@@ -240,7 +240,7 @@ class Go1Velocity(Task):
         """Terrain height (m) under points ``xy`` ``(..., 2)``: bilinear in the heightfield grid, 0 off it."""
         if self._heights is None:
             return torch.zeros(xy.shape[:-1], dtype=xy.dtype, device=xy.device)
-        heights = self._on(xy.device, xy.dtype, "heights", self._heights)
+        heights = self.on_device("heights", self._heights, xy.device, xy.dtype)
         n = heights.shape[0]
         # Heightfield rows run along y, columns along x. The cell's corner is clamped, not the point
         # (n - 1 - eps rounds to n - 1 in float32, and its cell would then start past the grid's end).
@@ -250,13 +250,6 @@ class Go1Velocity(Task):
         h00, h01 = heights[r0, c0], heights[r0, c0 + 1]
         h10, h11 = heights[r0 + 1, c0], heights[r0 + 1, c0 + 1]
         return (1 - fr) * ((1 - fc) * h00 + fc * h01) + fr * ((1 - fc) * h10 + fc * h11)
-
-    def _on(self, device: torch.device, dtype: torch.dtype, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` on ``device``, copied there once: a host-to-device copy per step is a stream sync on a GPU."""
-        key = (name, torch.device(device), dtype)
-        if key not in self._device_copies:
-            self._device_copies[key] = tensor.to(device, dtype)
-        return self._device_copies[key]
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Joint offsets from the home pose, in units of ``action_scale`` rad, within ``action_limit``."""
@@ -268,14 +261,14 @@ class Go1Velocity(Task):
         self, sim: MujocoBackend, ids: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(ids)
-        qpos = self._on(sim.device, torch.float64, "home", self._home).expand(n, -1).clone()
+        qpos = self.on_device("home", self._home, sim.device, torch.float64).expand(n, -1).clone()
         qpos[:, 7:] += uniform((n, 12), -self.reset_joint_noise, self.reset_joint_noise, generator)
         yaw = uniform((n,), -math.pi, math.pi, generator)
         qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
         if self.spawn_range > 0:
             qpos[:, :2] = uniform((n, 2), -self.spawn_range, self.spawn_range, generator)
         # Stand on the highest terrain under the trunk's footprint.
-        footprint = self._on(sim.device, qpos.dtype, "footprint", FOOTPRINT)
+        footprint = self.on_device("footprint", FOOTPRINT, sim.device, qpos.dtype)
         qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + footprint).amax(1)
         qvel = torch.zeros(n, sim.model.nv, dtype=torch.float64, device=sim.device)
         qvel[:, :6] = uniform((n, 6), -self.reset_velocity, self.reset_velocity, generator)
@@ -403,8 +396,8 @@ class Go1Velocity(Task):
             terminated=self.terminated(sim),
             joint_pos=sim.qpos[:, 7:],  # (the terms that read these compute from them: none by default)
             home_joints=self._default_joints,
-            soft_limits=self._on(sim.device, sim.dtype, "soft_limits", self._soft_limits),
-            pose_std=self._on(sim.device, sim.dtype, "pose_std", POSE_STD),
+            soft_limits=self.on_device("soft_limits", self._soft_limits, sim.device, sim.dtype),
+            pose_std=self.on_device("pose_std", POSE_STD, sim.device, sim.dtype),
             tracking_sigma=self.tracking_sigma,
             base_height_target=self.base_height_target,
         )

@@ -38,7 +38,6 @@ class Reacher(Task):
     success_distance: float = 0.02
     frame_skip: int = 2
     max_episode_steps: int = 50
-    resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
     fields: ClassVar[tuple[str, ...]] = ("xpos",)
     _fingertip: int = field(default=0, init=False, repr=False)
     _target: int = field(default=0, init=False, repr=False)

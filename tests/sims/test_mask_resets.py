@@ -105,13 +105,15 @@ RANDOMIZED = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "action_l
 # step, off here: their draws differ by path
 
 
-@pytest.mark.parametrize("randomization", [None, RANDOMIZED], ids=["nominal", "randomized"])
-def test_go1_on_mujoco_warp_resets_by_mask_as_by_list(randomization: dict | None) -> None:
+@pytest.mark.parametrize("name, randomization", [(name, None) for name in MASKED] + [("go1_flat", RANDOMIZED)],
+                         ids=[*MASKED, "go1_flat-randomized"])
+def test_mujoco_warp_resets_by_mask_as_by_list(name: str, randomization: dict | None) -> None:
     """MuJoCo Warp (here on Warp's CPU device) is the backend this is for: its mask reset is a kernel over
-    every world (``reset_where``), the list's the same kernel after a mask made from the list; per-episode
-    masses are written under the mask, their derived constants recomputed for every world either way."""
-    _, _, mixed = lockstep(lambda: make_env("go1_flat", NUM, backend="warp", seed=0, noise_scale=0.0,
-                                            randomization=randomization), steps=10)
+    every world (``reset_where``), the list's the same kernel after a mask made from the list, and the pass
+    after either leaves the other worlds' derived fields as their step left them (Ant's reward reads one);
+    per-episode masses are written under the mask, their derived constants recomputed for every world."""
+    _, _, mixed = lockstep(lambda: make_env(name, NUM, backend="warp", seed=0, randomization=randomization,
+                                            **NOISELESS.get(name, {})), steps=10)
     assert mixed >= 3
 
 

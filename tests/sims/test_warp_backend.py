@@ -125,7 +125,7 @@ def test_a_reset_by_mask_is_a_reset_of_the_listed_worlds():
     for action in _actions(by_mask, 5):
         by_mask.step(action), by_ids.step(action)
     qpos = torch.rand(NUM, by_mask.sim.model.nq, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    qpos[:, 2] += 1.0
+    qpos[:, 2] = 0.75  # the torso's height: healthy, so that the step below ends no episode (and resets none)
     qvel = torch.rand(NUM, by_mask.sim.model.nv, dtype=torch.float64)
     mask = torch.tensor([True, False, True, False])
     before = by_mask.sim.qpos.clone()
@@ -134,6 +134,11 @@ def test_a_reset_by_mask_is_a_reset_of_the_listed_worlds():
     assert torch.equal(by_mask.sim.get_state(), by_ids.sim.get_state())
     assert torch.equal(by_mask.sim.field("xpos"), by_ids.sim.field("xpos"))
     assert torch.equal(by_mask.sim.qpos[~mask], before[~mask]) and torch.equal(by_mask.sim.time[mask], torch.zeros(2))
+    step = by_mask.step(_actions(by_mask, 1)[0])  # a step leaves xpos a substep behind the state
+    assert not (step.terminated | step.truncated).any()
+    state, xpos = by_mask.sim.get_state(), by_mask.sim.field("xpos").clone()
+    by_mask.sim.reset_where(torch.zeros(NUM, dtype=torch.bool), qpos, qvel)  # the common step: nothing ended
+    assert torch.equal(by_mask.sim.get_state(), state) and torch.equal(by_mask.sim.field("xpos"), xpos)
 
 
 def test_state_rows_replay_on_the_cpu_backend():
@@ -291,8 +296,9 @@ def test_a_dynamics_pool_gives_the_constants_a_recomputation_would():
 
 def test_a_light_reset_gives_the_observations_a_full_forward_pass_would():
     """Go1 declares ``light_reset``: after a reset MuJoCo Warp recomputes kinematics and sensors only. The
-    observations and sensors of every world must be those of a whole forward pass from the same state;
-    a task with a sensor that needs more (the ant's cfrc_ext, framelinacc) keeps the whole pass."""
+    observations and sensors of the reset worlds must be those of a whole forward pass from the same state
+    (the others keep what their last step left); a task with a sensor that needs more (the ant's cfrc_ext,
+    framelinacc) keeps the whole pass."""
     env = sims.make_env("go1_flat", NUM, device="cpu", backend="warp", seed=0, noise_scale=0.0)  # same obs twice
     sim = env.sim
     assert sim._light_reset and not sims.make_env("ant", 2, device="cpu", backend="warp").sim._light_reset
@@ -301,12 +307,14 @@ def test_a_light_reset_gives_the_observations_a_full_forward_pass_would():
         env.step(torch.rand((NUM, 12), generator=generator) * 2 - 1)
     ids = torch.tensor([0, 2])
     qpos, qvel = env.task.reset(sim, ids, generator)
+    stepped = sim.sensordata.clone()
     sim.set_state(ids, qpos, qvel)  # the light pass
     light = {"sensordata": sim.sensordata.clone(), **{k: v.clone() for k, v in env.task.observations(sim).items()}}
+    assert torch.equal(light["sensordata"][[1, 3]], stepped[[1, 3]])  # the others' as their step left them
     sim._forward()  # a whole forward pass from the same state
     full = {"sensordata": sim.sensordata, **env.task.observations(sim)}
     for name, value in full.items():
-        torch.testing.assert_close(light[name], value, atol=1e-6, rtol=1e-6, msg=name)
+        torch.testing.assert_close(light[name][ids], value[ids], atol=1e-6, rtol=1e-6, msg=name)
     assert (light["sensordata"][ids] != 0).any()
 
 
