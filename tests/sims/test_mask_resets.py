@@ -167,3 +167,34 @@ def test_a_run_by_mask_learns_what_a_run_by_list_does_when_resets_draw_nothing(t
         by_mask = tensors(run("mask"))
     assert by_list.keys() == by_mask.keys() and any(name.startswith("/actor/") for name in by_list)
     assert all(torch.equal(value, by_mask[name]) for name, value in by_list.items())
+
+
+def test_a_subclass_that_changes_the_reset_is_reset_by_list_until_it_says_otherwise() -> None:
+    """``resets_by_mask`` vouches for the reset its class sees: a subclass whose reset keeps state for its
+    after_reset (as the mazes' do) would get rows of every world in one and of the ended ones in the other."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from sims.task import resets_by_mask
+    from sims.tasks.cartpole import Cartpole
+    from sims.tasks.go1 import Go1Rough, Go1Velocity
+
+    @dataclass(kw_only=True)
+    class Mine(Cartpole):
+        def reset(self, sim, ids, generator):
+            return super().reset(sim, ids, generator)
+
+    @dataclass(kw_only=True)
+    class Vouched(Mine):
+        resets_by_mask: ClassVar[bool] = True
+
+    @dataclass(kw_only=True)
+    class MyGo1(Go1Velocity):
+        def after_reset(self, sim, ids, generator):  # and not after_reset_where: the mask would skip it
+            super().after_reset(sim, ids, generator)
+
+    assert resets_by_mask(Cartpole()) and resets_by_mask(Go1Rough()) and resets_by_mask(Vouched())
+    assert not resets_by_mask(Mine()) and not resets_by_mask(MyGo1())
+    task = Cartpole()
+    task.resets_by_mask = False  # an instance's own word decides alone
+    assert not resets_by_mask(task)
