@@ -53,7 +53,7 @@ for stage in "${stages[@]}"; do
         run_dir="${TMPDIR:-/tmp}/robolearn-smoke" name=go1_rough ;;
     throughput)  # env steps/s at 1024-16384 worlds, GPU memory per 1k worlds
       (cd benchmarks && python warp_throughput.py --device cuda --tasks ant go1_flat go1_rough --worlds 1024 4096 16384 --seconds 4) ;;
-    profile)  # milliseconds of a Go1 env step under each randomization, with resets, and of a policy call
+    profile)  # milliseconds of a Go1 env step under each randomization, with resets (by mask and listed), and of a policy call
       (cd benchmarks && python warp_profile.py --worlds 4096 --device cuda)
       (cd benchmarks && python host_syncs.py --worlds 4096 --device cuda) ;;  # where an iteration waits on the GPU
     ppo)  # end-to-end PPO (collection + update) against rsl-rl-lib on the same Warp VecEnv
