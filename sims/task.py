@@ -377,10 +377,9 @@ def resets_by_mask(task: Task) -> bool:
     """Whether ``task`` may be reset by mask (:attr:`Task.resets_by_mask`): it says so, from a class at or
     below those that define its ``reset`` and ``after_reset``, and its ``after_reset_where`` is as recent as
     its ``after_reset`` (a subclass that changes either and says nothing is reset by list, which is always
-    right). An instance's own ``resets_by_mask`` (set on the object) decides alone."""
-    if "resets_by_mask" in vars(task):
-        return bool(task.resets_by_mask)
-    if not task.resets_by_mask:
+    right). It vouches for what those call too (a subclass that overrides a helper of theirs says it again).
+    An instance's own ``resets_by_mask = False`` (set on the object) turns it off; only a class turns it on."""
+    if vars(task).get("resets_by_mask") is False or not type(task).resets_by_mask:
         return False
     mro = type(task).__mro__
 

@@ -245,7 +245,8 @@ class WarpBackend:
         the body position a step leaves, one substep behind its state, as Gymnasium's does)."""
         if not self._forward_on_reset:
             return
-        kept = [(view, view.clone()) for view in map(self._view, self._fields)]
+        views = (wp.to_torch(getattr(self._d, name)) for name in self._fields)  # Warp's own arrays, any dtype
+        kept = [(view, view.clone()) for view in views if view.dim() and view.shape[0] == self.num_worlds]
         self._forward(light)
         for view, before in kept:
             view.copy_(where_rows(self._reset_mask, view, before))

@@ -195,6 +195,25 @@ def test_a_subclass_that_changes_the_reset_is_reset_by_list_until_it_says_otherw
 
     assert resets_by_mask(Cartpole()) and resets_by_mask(Go1Rough()) and resets_by_mask(Vouched())
     assert not resets_by_mask(Mine()) and not resets_by_mask(MyGo1())
-    task = Cartpole()
-    task.resets_by_mask = False  # an instance's own word decides alone
-    assert not resets_by_mask(task)
+    task, maze = Cartpole(), TASKS["point_maze_medium"]()
+    task.resets_by_mask = False  # an instance can turn it off, not on (the maze's after_reset has no mask form)
+    maze.resets_by_mask = True
+    assert not resets_by_mask(task) and not resets_by_mask(maze)
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_a_masked_step_reads_nothing_on_the_host(name: str) -> None:
+    """On MuJoCo Warp with host reads counted as on a GPU (Warp's CPU device stands in), a step in which
+    worlds end and reset by mask reads no device value on the host: a task whose reset reads one (a
+    rejection-sampling loop, as reacher's) must not declare resets_by_mask."""
+    from robolearn.host_reads import HostReads
+
+    env = make_env(name, NUM, backend="warp", seed=0)
+    env.reset(seed=0)
+    env.episode_step = (env.max_episode_steps - 1 - torch.arange(NUM)).clamp(min=0)
+    action = torch.zeros(NUM, *env.action_spec.shape)
+    with as_on_a_gpu(), HostReads(stand_in=True) as reads:
+        for _ in range(3):
+            env.step(action)
+    assert (env.episode_step < 3).sum() >= 3  # worlds were reset on the way
+    assert not reads.sites, dict(reads.sites)
