@@ -10,6 +10,7 @@ time limits, automatic resets with ``final_obs``, seeding and rendering.
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from typing import Any
@@ -379,12 +380,17 @@ def resets_by_mask(task: Task) -> bool:
     its ``after_reset`` (a subclass that changes either and says nothing is reset by list, which is always
     right). It vouches for what those call too (a subclass that overrides a helper of theirs says it again).
     An instance's own ``resets_by_mask = False`` (set on the object) turns it off; only a class turns it on."""
-    if vars(task).get("resets_by_mask") is False or not type(task).resets_by_mask:
+    return vars(task).get("resets_by_mask") is not False and _class_resets_by_mask(type(task))
+
+
+@functools.cache
+def _class_resets_by_mask(cls: type[Task]) -> bool:
+    """:func:`resets_by_mask` of a class: worked out once, as the env step asks every step."""
+    if not cls.resets_by_mask:
         return False
-    mro = type(task).__mro__
 
     def owner(name: str) -> type:
-        return next(cls for cls in mro if name in vars(cls))
+        return next(base for base in cls.__mro__ if name in vars(base))
 
     says, after = owner("resets_by_mask"), owner("after_reset")
     return issubclass(says, owner("reset")) and issubclass(says, after) and issubclass(owner("after_reset_where"), after)

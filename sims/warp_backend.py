@@ -151,6 +151,9 @@ class WarpBackend:
         for name in self._fields:
             if not hasattr(self._d, name):
                 raise KeyError(f"MuJoCo Warp's Data has no field {name!r}")
+        # the fields read per world, which a reset's pass over every world puts back for the others
+        self._per_world_fields = tuple(name for name in self._fields
+                                       if getattr(self._d, name).ndim and getattr(self._d, name).shape[0] == num_worlds)
         self._graphs: dict[str, object] = {}
         self._views: dict[str, torch.Tensor] = {}  # zero-copy torch views of MjData arrays
         self._torch_streams: dict[int, object] = {}
@@ -165,10 +168,15 @@ class WarpBackend:
 
     # ---- state, as (num_worlds, ...) tensors --------------------------------
 
-    def _view(self, name: str) -> torch.Tensor:
+    def _array(self, name: str) -> torch.Tensor:
+        """MjData array ``name`` as a zero-copy torch tensor in Warp's own dtype."""
         tensor = self._views.get(name)
         if tensor is None:  # made once (~5 us each, many per step): MjData's arrays are never replaced
             tensor = self._views[name] = wp.to_torch(getattr(self._d, name))
+        return tensor
+
+    def _view(self, name: str) -> torch.Tensor:
+        tensor = self._array(name)
         return tensor if tensor.dtype == self.dtype or not tensor.is_floating_point() else tensor.to(self.dtype)
 
     @property
@@ -218,8 +226,7 @@ class WarpBackend:
         ids = world_ids.to(self.device, torch.long)
         if ids.numel() == 0:
             return
-        self._reset_mask.zero_()
-        self._reset_mask[ids] = True
+        self._mask(ids)
         self._reset_data()
         wp.to_torch(self._d.qpos)[ids] = qpos.to(self.device, torch.float32)
         wp.to_torch(self._d.qvel)[ids] = qvel.to(self.device, torch.float32)
@@ -235,6 +242,11 @@ class WarpBackend:
             state.copy_(where_rows(self._reset_mask, value.to(self.device, torch.float32), state))
         self._forward_reset(light=self._light_reset)
 
+    def _mask(self, ids: torch.Tensor) -> None:
+        """``_reset_mask``: worlds ``ids``."""
+        self._reset_mask.zero_()
+        self._reset_mask[ids] = True
+
     def _reset_data(self) -> None:
         """``mj_resetData`` of the worlds in ``_reset_mask``."""
         self._run("reset", lambda: mjw.reset_data(self._m, self._d, reset=wp.from_torch(self._reset_mask)))
@@ -245,8 +257,7 @@ class WarpBackend:
         the body position a step leaves, one substep behind its state, as Gymnasium's does)."""
         if not self._forward_on_reset:
             return
-        views = (wp.to_torch(getattr(self._d, name)) for name in self._fields)  # Warp's own arrays, any dtype
-        kept = [(view, view.clone()) for view in views if view.dim() and view.shape[0] == self.num_worlds]
+        kept = [(view, view.clone()) for view in map(self._array, self._per_world_fields)]
         self._forward(light)
         for view, before in kept:
             view.copy_(where_rows(self._reset_mask, view, before))
@@ -349,8 +360,7 @@ class WarpBackend:
             values = rows[:, start:start + width].reshape(ids.numel(), *target.shape[1:])
             target[ids] = values.to(target.dtype)
             start += width
-        self._reset_mask.zero_()
-        self._reset_mask[ids] = True
+        self._mask(ids)
         self._forward_reset()
 
     def set_mocap_pos(self, world_ids: torch.Tensor, positions: torch.Tensor) -> None:
@@ -408,9 +418,8 @@ class WarpBackend:
         """:meth:`set_model_field` of the worlds where ``mask`` ``(num_worlds,)``, given every world's
         ``values``: no list of worlds to make, so no host sync; the others keep theirs exactly."""
         per_world = self._batch(name)
-        rows = mask.to(self.device).view(-1, *([1] * (per_world.dim() - 1)))
-        self.set_model_field(name, torch.where(rows, torch.as_tensor(values, dtype=per_world.dtype, device=self.device),
-                                               per_world), recompute=recompute)
+        values = torch.as_tensor(values, dtype=per_world.dtype, device=self.device)
+        self.set_model_field(name, where_rows(mask.to(self.device), values, per_world), recompute=recompute)
 
     def refresh_constants(self) -> bool:
         """Recompute the constants derived from changed model fields (:meth:`step` does, right before it
