@@ -1,0 +1,46 @@
+"""Kernel launches, counted as torch ops: a GPU's env step is bound by them at a few thousand worlds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robolearn import interfaces
+from robolearn.torch_ops import TorchOps
+
+
+def test_it_counts_ops_that_launch_kernels_and_not_views():
+    x = torch.arange(12.0)
+    with TorchOps() as ops:
+        y = x.view(3, 4)[:, 1:].t().unsqueeze(0)  # views only
+        (y + 1).sum()
+        ops.counting = False
+        y * 2
+    assert ops.counts == {"add": 1, "sum": 1}
+
+
+# Torch ops per step of the Go1 configs' env by mask (the GPU's code path), as this test steps it: 245 and 363
+# in session 53, 420 and 702 before it (benchmarks/step_launches.py: mjlab's Go1 step dispatches 643).
+BUDGETS = {"ppo_go1_flat": 270, "ppo_go1_rough": 400}
+
+
+@pytest.mark.parametrize("config", BUDGETS)
+def test_the_go1_env_step_stays_within_its_kernel_budget(monkeypatch, config):
+    """Each op is a launch on a GPU: per-call quaternion math, per-part noise draws, or a terrain lookup of
+    thirty ops, back in the step, would cost every GPU run; the budget says so here."""
+    pytest.importorskip("mujoco_warp")
+    from robolearn.config import load_config
+    from robolearn.registry import make_env
+
+    monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())  # resets by mask, as on a GPU
+    cfg = load_config(config, ["env.backend=warp", "env.device=cpu", "env.num_envs=4"])
+    env = make_env(cfg.env, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.rand((4, 12), generator=generator) * 8 - 4 for _ in range(12)]
+    for action in actions[:2]:  # first-step checks
+        env.step(action)
+    with TorchOps() as ops:
+        for action in actions[2:]:
+            env.step(action)
+    per_step = ops.total / 10
+    assert per_step <= BUDGETS[config], ops.counts.most_common(10)
