@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import mujoco
@@ -86,13 +87,16 @@ class Task(ABC):
         """:meth:`after_reset` for the worlds where ``mask`` ``(num_worlds,)`` is True, without listing them
         (draw for every world, keep the masked rows), for :attr:`resets_by_mask`."""
 
-    def on_device(self, name: str, values: Any, device: str | torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """Host ``values`` (a model field, a constant) as a ``dtype`` tensor on ``device``, copied there once:
-        a copy from host memory every step would wait for the GPU's queue to drain, as a host read does."""
+    def on_device(
+        self, name: str, values: Any | Callable[[], Any], device: str | torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Host ``values`` (a model field, a constant; or a function that makes them, called once) as a
+        ``dtype`` tensor on ``device``, copied there once: a copy from host memory every step would wait
+        for the GPU's queue to drain, as a host read does."""
         copies = self.__dict__.setdefault("_device_copies", {})
         key = (name, torch.device(device), dtype)
         if key not in copies:
-            copies[key] = torch.as_tensor(values).to(device, dtype, copy=True)
+            copies[key] = torch.as_tensor(values() if callable(values) else values).to(device, dtype, copy=True)
         return copies[key]
 
     def state_from_observation(self, obs: Obs) -> dict[str, torch.Tensor]:

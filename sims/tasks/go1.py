@@ -75,6 +75,7 @@ from gymnasium import spaces
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
 from sims.task import Task, tracking_camera, uniform
+from sims.worlds import put_rows_
 
 GO1_XML = Path(__file__).resolve().parent.parent / "assets" / "go1.xml"
 FEET = ("FR_foot", "FL_foot", "RR_foot", "RL_foot")
@@ -91,19 +92,20 @@ SOFT_LIMIT_FACTOR = 0.9
 
 
 class Snapshot(NamedTuple):
-    """What reward terms read, computed once per step; all ``(num_worlds, ...)``."""
+    """What reward terms read, computed once per step; all ``(num_worlds, ...)``. The callables are worked out
+    only when a term calls them: inputs no weighted term reads cost no kernels."""
 
     lin_vel: torch.Tensor  # trunk linear velocity, trunk frame
     ang_vel: torch.Tensor  # trunk angular velocity, trunk frame
     gravity: torch.Tensor  # unit gravity in the trunk frame
-    height: torch.Tensor  # trunk centre above the terrain
+    height: Callable[[], torch.Tensor]  # trunk centre above the terrain, worked out only if a term asks
     command: torch.Tensor  # (vx, vy, yaw rate)
     joint_acc: torch.Tensor
     torque: torch.Tensor  # actuator forces
     action_change: torch.Tensor  # action - previous action
     first_contact: torch.Tensor  # feet touching down this step
     air_time: torch.Tensor  # seconds each touching-down foot spent in the air
-    terminated: torch.Tensor
+    terminated: Callable[[], torch.Tensor]  # worked out only if a term asks (none by default)
     joint_pos: torch.Tensor  # the 12 leg joints' positions
     home_joints: torch.Tensor  # their home pose
     soft_limits: torch.Tensor  # (12, 2): 90 % of each joint's range around its middle
@@ -127,8 +129,8 @@ REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
     "joint_acc": lambda s: s.joint_acc.square().sum(1),
     # legged_gym: reward steps longer than 0.5 s, paid at touchdown, only when asked to move.
     "feet_air_time": lambda s: ((s.air_time - 0.5) * s.first_contact).sum(1) * _moving(s),
-    "base_height": lambda s: (s.height - s.base_height_target).square(),
-    "termination": lambda s: s.terminated.to(s.lin_vel.dtype),
+    "base_height": lambda s: (s.height() - s.base_height_target).square(),
+    "termination": lambda s: s.terminated().to(s.lin_vel.dtype),
     # mjlab's Go1 terms: a posture reward near the home pose, per joint std (hip and thigh 0.3, calf 0.6 rad),
     # and a penalty on joints past 90 % of their range (its soft limits).
     "pose": lambda s: torch.exp(-((s.joint_pos - s.home_joints) / s.pose_std).square().mean(1)),
@@ -150,12 +152,6 @@ DEFAULT_REWARD_WEIGHTS: dict[str, float] = {
     "joint_acc": -2.5e-7,
     "feet_air_time": 1.0,
 }
-
-
-def projected_gravity(quat: torch.Tensor) -> torch.Tensor:
-    """World gravity direction (0, 0, -1) in the frame of unit quaternions ``quat`` (w, x, y, z)."""
-    w, x, y, z = quat.unbind(-1)
-    return torch.stack([2 * (w * y - x * z), -2 * (y * z + w * x), 2 * (x * x + y * y) - 1], dim=-1)
 
 
 @dataclass(kw_only=True)
@@ -212,7 +208,7 @@ class Go1Velocity(Task):
         self._device_copies.clear()  # of this model's grid and home pose
         self._home = torch.as_tensor(model.key("home").qpos, dtype=torch.float64)
         self._sensor = {name: slice(model.sensor(name).adr[0], model.sensor(name).adr[0] + model.sensor(name).dim[0])
-                        for name in ("orientation", "gyro", "local_linvel")}
+                        for name in ("world_up", "gyro", "local_linvel")}
         feet = model.sensor(f"{FEET[0]}_pos").adr[0]
         self._feet = slice(feet, feet + 3 * len(FEET))
         ranges = torch.as_tensor(model.jnt_range[1:], dtype=torch.float64)  # the 12 leg joints (0 is the free joint)
@@ -244,12 +240,14 @@ class Go1Velocity(Task):
         n = heights.shape[0]
         # Heightfield rows run along y, columns along x. The cell's corner is clamped, not the point
         # (n - 1 - eps rounds to n - 1 in float32, and its cell would then start past the grid's end).
-        col, row = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1).unbind(-1)
-        c0, r0 = col.floor().long().clamp(0, n - 2), row.floor().long().clamp(0, n - 2)  # NaN: 0, no bad index
-        fc, fr = col - c0, row - r0
-        h00, h01 = heights[r0, c0], heights[r0, c0 + 1]
-        h10, h11 = heights[r0 + 1, c0], heights[r0 + 1, c0 + 1]
-        return (1 - fr) * ((1 - fc) * h00 + fc * h01) + fr * ((1 - fc) * h10 + fc * h11)
+        # (Columns and rows together, and the cell's four heights in one gather: ~15 kernels a call, not ~30.)
+        grid = ((xy + self._terrain_half) / (2 * self._terrain_half) * (n - 1)).clamp(0, n - 1)  # (col, row)
+        corner = grid.floor().long().clamp(0, n - 2)  # NaN: 0, no bad index
+        fc, fr = (grid - corner).unbind(-1)
+        first = corner[..., 1] * n + corner[..., 0]  # (r0, c0) in the flattened grid
+        offsets = self.on_device("cell_corners", [0, 1, n, n + 1], xy.device, torch.long)  # (r0|r0+1, c0|c0+1)
+        h00, h01, h10, h11 = heights.view(-1)[first.unsqueeze(-1) + offsets].unbind(-1)
+        return torch.lerp(torch.lerp(h00, h01, fc), torch.lerp(h10, h11, fc), fr)
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Joint offsets from the home pose, in units of ``action_scale`` rad, within ``action_limit``."""
@@ -268,8 +266,9 @@ class Go1Velocity(Task):
         if self.spawn_range > 0:
             qpos[:, :2] = uniform((n, 2), -self.spawn_range, self.spawn_range, generator)
         # Stand on the highest terrain under the trunk's footprint.
-        footprint = self.on_device("footprint", FOOTPRINT, sim.device, qpos.dtype)
-        qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + footprint).amax(1)
+        if self._heights is not None:
+            footprint = self.on_device("footprint", FOOTPRINT, sim.device, qpos.dtype)
+            qpos[:, 2] += self.terrain_height(qpos[:, None, :2] + footprint).amax(1)
         qvel = torch.zeros(n, sim.model.nv, dtype=torch.float64, device=sim.device)
         qvel[:, :6] = uniform((n, 6), -self.reset_velocity, self.reset_velocity, generator)
         return qpos, qvel
@@ -288,7 +287,7 @@ class Go1Velocity(Task):
         for buffer in (self._last_action, self._prev_action, self._air_time):
             buffer.masked_fill_(rows, 0.0)
         self._in_contact.masked_fill_(rows, True)
-        self._qvel_before.copy_(torch.where(rows, sim.qvel[:, 6:], self._qvel_before))
+        put_rows_(mask, sim.qvel[:, 6:], self._qvel_before)
 
     def _allocate(self, sim: MujocoBackend) -> None:
         n, dtype, device = sim.num_worlds, sim.dtype, sim.device
@@ -309,17 +308,20 @@ class Go1Velocity(Task):
 
     def _draw_commands(self, n: int) -> torch.Tensor:
         """``n`` fresh commands: uniform in the ranges, planar ones under 0.2 m/s zeroed, some standing."""
-        command = torch.stack([uniform((n,), lo, hi, self._generator) for lo, hi in self.command_ranges], dim=1)
+        # one draw for the three commands and the standing share: few kernels (this runs twice a step on a GPU)
+        ranges = f"command_ranges {self.command_ranges}"  # keyed by value: a range changed mid-run is copied anew
+        low, high = self.on_device(ranges, self.command_ranges, self._generator.device, torch.float64).T
+        u = torch.rand(n, 4, generator=self._generator, device=self._generator.device, dtype=torch.float64)
+        command = torch.addcmul(low, high - low, u[:, :3])
         command[:, :2] *= (command[:, :2].norm(dim=1, keepdim=True) > 0.2)
-        standing = torch.rand(n, generator=self._generator, device=self._generator.device) < self.standing_fraction
-        command.masked_fill_(standing[:, None], 0.0)  # a mask, not command[standing]: no host sync
+        command.masked_fill_(u[:, 3:] < self.standing_fraction, 0.0)  # a mask, not command[standing]: no host sync
         return command.to(self._command.dtype)
 
     def _sample_commands_where(self, mask: torch.Tensor) -> None:
         """New commands for the worlds where ``mask``. Every world draws and the masked ones take it:
         picking them (``mask.nonzero()``) would be a host sync every step on a GPU, and the draws are cheap
         next to a physics step."""
-        self._command.copy_(torch.where(mask.unsqueeze(1), self._draw_commands(len(mask)), self._command))
+        put_rows_(mask, self._draw_commands(len(mask)), self._command)
         self._command_timer.masked_fill_(mask, self.resample_steps)
 
     @property
@@ -342,14 +344,20 @@ class Go1Velocity(Task):
     # ---- observations -------------------------------------------------------------
 
     def _gravity(self, sim: MujocoBackend) -> torch.Tensor:
-        return projected_gravity(sim.sensordata[:, self._sensor["orientation"]])
+        """World gravity's direction (0, 0, -1) in the trunk's (IMU's) frame: the projected gravity."""
+        return -sim.sensordata[:, self._sensor["world_up"]]
 
+    # (on flat ground the terrain's height is not subtracted: two kernels fewer per call, several calls a step)
     def _height(self, sim: MujocoBackend) -> torch.Tensor:
+        if self._heights is None:
+            return sim.qpos[:, 2]
         return sim.qpos[:, 2] - self.terrain_height(sim.qpos[:, :2])
 
     def _feet_clearance(self, sim: MujocoBackend) -> torch.Tensor:
         """Height of each foot's sole above the terrain ``(num_worlds, 4)``."""
         feet = sim.sensordata[:, self._feet].view(-1, len(FEET), 3)
+        if self._heights is None:
+            return feet[..., 2] - FOOT_RADIUS
         return feet[..., 2] - FOOT_RADIUS - self.terrain_height(feet[..., :2])
 
     def observations(self, sim: MujocoBackend) -> Obs:
@@ -364,13 +372,16 @@ class Go1Velocity(Task):
             "action": self._last_action,
         }
         clean = torch.cat(list(parts.values()), dim=1)
-        if self.noise_scale > 0:
-            parts = {name: value + self.noise_scale * NOISE_HALF_WIDTH[name] * (2 * torch.rand(
-                value.shape, generator=self._generator, device=value.device, dtype=value.dtype) - 1)
-                if name in NOISE_HALF_WIDTH else value for name, value in parts.items()}
+        policy = clean
+        if self.noise_scale > 0:  # one draw for all columns: a few kernels, not a few per part
+            width = self.on_device("noise_width", lambda: torch.cat([
+                torch.full((value.shape[1],), self.noise_scale * NOISE_HALF_WIDTH.get(name, 0.0))
+                for name, value in parts.items()]), sim.device, sim.dtype)
+            policy = clean + width * (2 * torch.rand(
+                clean.shape, generator=self._generator, device=clean.device, dtype=clean.dtype) - 1)
         privileged = [linvel, self._height(sim)[:, None],
                       (self._feet_clearance(sim) < 0.01).to(sim.dtype)]
-        return {"policy": torch.cat(list(parts.values()), dim=1), "critic": torch.cat([clean, *privileged], dim=1)}
+        return {"policy": policy, "critic": torch.cat([clean, *privileged], dim=1)}
 
     # ---- rewards, termination, metrics ------------------------------------------
 
@@ -386,14 +397,14 @@ class Go1Velocity(Task):
             lin_vel=sim.sensordata[:, self._sensor["local_linvel"]],
             ang_vel=sim.sensordata[:, self._sensor["gyro"]],
             gravity=self._gravity(sim),
-            height=self._height(sim),
+            height=lambda: self._height(sim),
             command=self._command,
             joint_acc=(sim.qvel[:, 6:] - self._qvel_before) / dt,
             torque=sim.field("actuator_force"),
             action_change=self._last_action - self._prev_action,
             first_contact=first_contact.to(sim.dtype),
             air_time=air_time,
-            terminated=self.terminated(sim),
+            terminated=lambda: self.terminated(sim),
             joint_pos=sim.qpos[:, 7:],  # (the terms that read these compute from them: none by default)
             home_joints=self._default_joints,
             soft_limits=self.on_device("soft_limits", self._soft_limits, sim.device, sim.dtype),
@@ -404,7 +415,7 @@ class Go1Velocity(Task):
         terms = {name: weight * dt * REWARD_TERMS[name](s) for name, weight in self._weights.items()}
         if self.only_positive_rewards:  # lift a negative sum to 0, as its own logged term; then termination
             others = [value for name, value in terms.items() if name != "termination"]
-            terms["positive_clip"] = torch.relu(-torch.stack(others).sum(0)) if others else torch.zeros_like(s.height)
+            terms["positive_clip"] = torch.relu(-torch.stack(others).sum(0)) if others else torch.zeros_like(s.lin_vel[:, 0])
         return terms
 
     def terminated(self, sim: MujocoBackend) -> torch.Tensor:

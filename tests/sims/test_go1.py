@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sims import make_env
-from sims.tasks.go1 import DEFAULT_REWARD_WEIGHTS, Go1Rough, Go1Velocity, projected_gravity
+from sims.tasks.go1 import DEFAULT_REWARD_WEIGHTS, Go1Rough, Go1Velocity
 
 STILL = {"reset_velocity": 0.0, "reset_joint_noise": 0.0}  # start exactly at the home pose, at rest
 
@@ -36,16 +36,22 @@ def test_model_has_go1_kinematics_masses_and_servos():
 
 
 def test_projected_gravity_is_world_down_in_the_trunk_frame():
+    """The task reads gravity from a sensor (no quaternion math in torch per call): it must be R^T (0, 0, -1)
+    of the trunk's orientation, worked out by MuJoCo's quaternion functions, at random orientations."""
+    env = make_env("go1_flat", num_envs=20, seed=0)
     rng = np.random.default_rng(0)
     quats = rng.normal(size=(20, 4))
     quats /= np.linalg.norm(quats, axis=1, keepdims=True)
+    qpos = env.sim.qpos.clone().double()
+    qpos[:, 3:7] = torch.as_tensor(quats)
+    env.sim.set_state(torch.arange(20), qpos, torch.zeros_like(env.sim.qvel).double())
     expected = []
     for q in quats:  # R^T (0, 0, -1) through MuJoCo
         inverse, out = np.zeros(4), np.zeros(3)
         mujoco.mju_negQuat(inverse, q)
         mujoco.mju_rotVecQuat(out, np.array([0.0, 0.0, -1.0]), inverse)
         expected.append(out)
-    np.testing.assert_allclose(projected_gravity(torch.as_tensor(quats)).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(env.task._gravity(env.sim).numpy(), expected, atol=1e-6)
 
 
 def test_home_pose_with_zero_actions_stands_for_two_seconds():
