@@ -51,7 +51,7 @@ class DelayLine:
         """Make ``value``'s rows the whole past of the envs where ``mask`` ``(num_envs,)``: ``fill`` without
         an index list, whose making (``mask.nonzero()``) would be a host sync every step on a GPU."""
         where = mask.view(1, -1, *([1] * (value.dim() - 1)))
-        self.buffer.copy_(torch.where(where, value.unsqueeze(0), self.buffer))
+        torch.where(where, value.unsqueeze(0), self.buffer, out=self.buffer)  # in place: one kernel
 
 
 @dataclass

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from sims.backend import FrameRenderer, state_slice
-from sims.worlds import where_rows
+from sims.worlds import put_rows_
 
 try:
     import mujoco_warp as mjw
@@ -239,7 +239,7 @@ class WarpBackend:
         self._reset_data()
         for name, value in (("qpos", qpos), ("qvel", qvel)):
             state = wp.to_torch(getattr(self._d, name))
-            state.copy_(where_rows(self._reset_mask, value.to(self.device, torch.float32), state))
+            put_rows_(self._reset_mask, value.to(self.device, torch.float32), state)
         self._forward_reset(light=self._light_reset)
 
     def _mask(self, ids: torch.Tensor) -> None:
@@ -259,8 +259,9 @@ class WarpBackend:
             return
         kept = [(view, view.clone()) for view in map(self._array, self._per_world_fields)]
         self._forward(light)
+        others = ~self._reset_mask
         for view, before in kept:
-            view.copy_(where_rows(self._reset_mask, view, before))
+            put_rows_(others, before, view)
 
     def _forward(self, light: bool = False) -> None:
         """Derived fields and sensors of every world at its current state; with ``light``, only kinematics,
@@ -409,17 +410,21 @@ class WarpBackend:
         per_world = self._batch(name)
         ids = slice(None) if world_ids is None else torch.as_tensor(world_ids, device=self.device).long()
         per_world[ids] = torch.as_tensor(values, dtype=per_world.dtype, device=self.device)
-        if name in _SETCONST_INPUTS and recompute:
-            for output in _SETCONST_OUTPUTS:
-                self._batch(output)
-            self._const_stale = True  # recomputed once before the next step, however many fields changed
+        self._changed(name, recompute)
 
     def set_model_field_where(self, name: str, mask: torch.Tensor, values: torch.Tensor, recompute: bool = True) -> None:
         """:meth:`set_model_field` of the worlds where ``mask`` ``(num_worlds,)``, given every world's
         ``values``: no list of worlds to make, so no host sync; the others keep theirs exactly."""
         per_world = self._batch(name)
-        values = torch.as_tensor(values, dtype=per_world.dtype, device=self.device)
-        self.set_model_field(name, where_rows(mask.to(self.device), values, per_world), recompute=recompute)
+        put_rows_(mask.to(self.device), torch.as_tensor(values, dtype=per_world.dtype, device=self.device), per_world)
+        self._changed(name, recompute)
+
+    def _changed(self, name: str, recompute: bool) -> None:
+        """Model field ``name`` was written: its derived constants are due before the next step."""
+        if name in _SETCONST_INPUTS and recompute:
+            for output in _SETCONST_OUTPUTS:
+                self._batch(output)
+            self._const_stale = True  # recomputed once before the next step, however many fields changed
 
     def refresh_constants(self) -> bool:
         """Recompute the constants derived from changed model fields (:meth:`step` does, right before it
