@@ -54,24 +54,27 @@ class FiniteWatch:
 
     def __init__(self, device: str | torch.device, deferred: bool | None = None) -> None:
         self.deferred = not host_reads_are_free(device) if deferred is None else deferred
-        self._bad: dict[tuple[str, str], torch.Tensor] = {}  # (what, label) -> "some value was not finite", on the device
+        # (what, label) -> the sum of every value since the last verify, on the device: NaN or inf in any value
+        # makes it NaN or inf (two kernels a step per tensor; isfinite-all-or would be four). Summed in float64,
+        # which float32 values cannot overflow.
+        self._sums: dict[tuple[str, str], torch.Tensor] = {}
 
     def __call__(self, what: str, value: torch.Tensor | Obs) -> None:
         if not self.deferred:
             check_finite(what, value)
             return
         for label, tensor in _labelled(what, value):
-            bad = ~torch.isfinite(tensor).all()
+            total = tensor.sum(dtype=torch.float64)
             key = (what, label)
-            self._bad[key] = self._bad[key] | bad if key in self._bad else bad
+            self._sums[key] = self._sums[key] + total if key in self._sums else total
 
     def verify(self) -> None:
         """Raise :class:`NonFiniteError` naming every value that was not finite since the last call (which
         went bad first is not kept: a NaN action makes NaN observations and rewards in the same step)."""
-        if not self._bad:
+        if not self._sums:
             return
-        keys, bad = list(self._bad), torch.stack(list(self._bad.values()))
-        self._bad = {}
+        keys, bad = list(self._sums), ~torch.isfinite(torch.stack(list(self._sums.values())))
+        self._sums = {}
         if bool(bad.any()):  # the one host sync
             flagged = [key for key, flag in zip(keys, bad.tolist()) if flag]
             raise NonFiniteError(f"{', '.join(label for _, label in flagged)} contained NaN or inf during this iteration",
@@ -79,7 +82,7 @@ class FiniteWatch:
 
     def forget(self) -> None:
         """Drop the verdicts not yet verified (of steps a Ctrl+C discards)."""
-        self._bad = {}
+        self._sums = {}
 
 
 def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str, tuple[Any, Any]]:
