@@ -64,7 +64,7 @@ class FiniteWatch:
             check_finite(what, value)
             return
         for label, tensor in _labelled(what, value):
-            total = tensor.sum(dtype=torch.float64)
+            total = tensor.detach().sum(dtype=torch.float64)
             key = (what, label)
             self._sums[key] = self._sums[key] + total if key in self._sums else total
 

@@ -48,7 +48,8 @@ class Step(NamedTuple):
     already holds the first observation of the next episode) it is the last
     observation of the finished episode; for the others it equals ``obs``.
     Bootstrapping a time-limit truncation therefore uses V(s_T) exactly.
-    ``info["log"]`` maps names to scalars (floats or 0-dim tensors) to log.
+    ``info["log"]`` maps names to scalars (floats or 0-dim tensors) to log; the runner
+    reads them at the iteration's end, so a logged tensor must not change in place later.
     ``info["success"]``, when the task defines success, is a bool tensor that
     is meaningful on the rows whose episode ended. ``info["reset_ids"]``, where an
     env gives it (our simulators, unless they reset by mask), holds the indices of

@@ -101,6 +101,13 @@ class RunResult:
     exported: dict[str, Path] = field(default_factory=dict)
 
 
+def _summed(values: list[Any]) -> Any:
+    """Logged values (numbers, or one-number tensors) summed: tensors on one device in one stack."""
+    if all(isinstance(value, torch.Tensor) for value in values) and len({value.device for value in values}) == 1:
+        return torch.stack([value.reshape(()) for value in values]).sum(0)
+    return sum(values)
+
+
 class EpisodeStats:
     """Returns and lengths of the episodes that end, for the logs. Summed on the env's device and read
     once per iteration (:meth:`flush`): reading them every step would be a host sync per step on a GPU."""
@@ -120,7 +127,7 @@ class EpisodeStats:
         self.returns += reward.double()
         self.lengths += 1
         if "log" in info:
-            self._logs.append(info["log"])
+            self._logs.append(dict(info["log"]))  # (a copy of the dict: an env may reuse its own)
         self.env_log_steps += 1
         success = info["success"].float() if "success" in info else None
         self._steps.append((done.clone(), self.returns.clone(), self.lengths.clone(), success))
@@ -149,8 +156,7 @@ class EpisodeStats:
         for log in self._logs:
             for key, value in log.items():
                 steps.setdefault(key, []).append(value)
-        return {key: torch.stack(values).sum(0) if all(isinstance(value, torch.Tensor) for value in values)
-                else sum(values) for key, values in steps.items()}
+        return {key: _summed(values) for key, values in steps.items()}
 
     @property
     def recent(self) -> collections.deque[float]:

@@ -23,7 +23,7 @@ def where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Te
 def put_rows_(mask: torch.Tensor, rows: torch.Tensor, target: torch.Tensor) -> None:
     """``target``'s rows where ``mask`` ``(num_worlds,)`` replaced by those of ``rows``, in place: one kernel
     (:func:`where_rows` then a copy is two, and these run for every world on every step of a GPU env)."""
-    torch.where(mask.view(-1, *([1] * (target.dim() - 1))), rows, target, out=target)
+    torch.where(mask.view(-1, *([1] * (target.dim() - 1))), rows.to(target.dtype), target, out=target)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Worlds:
     def put_(self, target: torch.Tensor, rows: torch.Tensor) -> None:
         """:meth:`merged`, in place."""
         if self.ids is None:
-            put_rows_(self.mask, rows.to(target.dtype), target)
+            put_rows_(self.mask, rows, target)
         else:
             target[self.ids] = rows.to(target.dtype)
 

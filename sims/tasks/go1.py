@@ -374,8 +374,9 @@ class Go1Velocity(Task):
         clean = torch.cat(list(parts.values()), dim=1)
         policy = clean
         if self.noise_scale > 0:  # one draw for all columns: a few kernels, not a few per part
-            width = self.on_device("noise_width", lambda: torch.cat([
-                torch.full((value.shape[1],), self.noise_scale * NOISE_HALF_WIDTH.get(name, 0.0))
+            key = f"noise_width {self.noise_scale} {tuple(parts)}"  # by value: a changed scale is copied anew
+            width = self.on_device(key, lambda: torch.cat([
+                torch.full((value.shape[1],), self.noise_scale * NOISE_HALF_WIDTH.get(name, 0.0), dtype=torch.float64)
                 for name, value in parts.items()]), sim.device, sim.dtype)
             policy = clean + width * (2 * torch.rand(
                 clean.shape, generator=self._generator, device=clean.device, dtype=clean.dtype) - 1)

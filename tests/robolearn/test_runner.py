@@ -852,6 +852,31 @@ def test_episode_stats_keep_the_return_length_and_success_of_each_episode_that_e
     assert all(isinstance(length, int) for length in stats.recent_lengths)
 
 
+def test_episode_stats_average_the_env_log_over_the_iteration_whatever_form_each_value_takes():
+    """Logged values are kept each step and summed once per iteration: a dict the env reuses, a key present on
+    some steps only (averaged over all steps, as a missing value counted 0), floats beside tensors, and one number
+    as shape () on one step and (1,) on another all log what adding them every step did."""
+    stats = runner_module.EpisodeStats(2, recent=[])
+    log = {"reward/a": torch.tensor(1.0), "metrics/b": 2.0}
+    stats.add(torch.zeros(2), torch.tensor([False, False]), {"log": log})
+    log["reward/a"] = torch.tensor([3.0])  # the env's own dict, refilled
+    log["extra"] = torch.tensor(4.0)
+    stats.add(torch.zeros(2), torch.tensor([False, False]), {"log": log})
+    assert stats.metrics() == {"reward/a": 2.0, "metrics/b": 2.0, "extra": 2.0}
+    assert stats.metrics() == {}  # cleared
+
+
+def test_a_deferred_check_keeps_no_autograd_graph_and_catches_what_the_sum_would_hide():
+    watch = FiniteWatch("cpu", deferred=True)
+    x = torch.ones(3, requires_grad=True)
+    watch("action", x * 2)
+    assert not any(total.requires_grad for total in watch._sums.values())
+    watch("reward", torch.tensor([float("inf"), float("-inf")]))  # inf - inf: NaN, still not finite
+    watch("observation", torch.tensor([3.0e38, 3.0e38]))  # finite float32 values whose float32 sum would not be
+    with pytest.raises(NonFiniteError, match=r"^reward contained NaN or inf"):
+        watch.verify()
+
+
 def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(tmp_path):
     from types import SimpleNamespace
 
