@@ -104,7 +104,7 @@ class Ant(Task):
 
     def _healthy(self, sim: MujocoBackend) -> torch.Tensor:
         z = sim.qpos[:, 2]
-        finite = torch.isfinite(sim.qpos).all(1) & torch.isfinite(sim.qvel).all(1)
+        finite = torch.isfinite(torch.cat([sim.qpos, sim.qvel], dim=1)).all(1)  # one check: 6 kernels, not 11
         return finite & (self.healthy_z_range[0] <= z) & (z <= self.healthy_z_range[1])
 
     def _contact_forces(self, sim: MujocoBackend) -> torch.Tensor:
