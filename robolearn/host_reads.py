@@ -29,6 +29,12 @@ OURS = tuple(ROOT / folder for folder in ("robolearn", "sims", "policies"))
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "__repr__", "numpy",
          "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "bincount", "equal", "allclose"}
 INDEXING = {"__getitem__", "__setitem__", "index_put_"}
+# Where torch.optim reads its step counter with .item() (non-fused Adam, every step): it keeps the counter on
+# the host (device="cpu") unless capturable or fused, so the read is free on a GPU.
+OPTIMIZER_STEP_READ = ("torch/optim/optimizer.py", "_get_value")
+# Calls that make a new tensor from Python values alone, on the default device when not told one.
+FACTORIES = {"tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace",
+             "eye", "rand", "randn", "randint", "randperm"}
 
 
 def read_scalars(values: Mapping[str, Any]) -> dict[str, float]:
@@ -54,8 +60,9 @@ class HostReads(TorchFunctionMode):
     run is on a CPU device standing in for a GPU (MuJoCo Warp's), so every ``.cpu()`` counts as the transfer
     it would be there and returns a copy, as there; a ``.to("cpu")`` is counted only from a GPU tensor, as it
     cannot be told from ``.to(env.device)`` on a CPU.
-    Nor can a stand-in tell a tensor kept on the host on purpose (made without naming a device, as the
-    chunked controller's decision index) from the device's: reads of those are counted there, not on a GPU.
+    A tensor made without naming a device (``torch.zeros(3)``, ``torch.tensor(0.0)``, no default device set)
+    is on the host on a GPU run too, so a stand-in marks it as a host copy: the chunked controller's decision
+    index. Nor are torch.optim's reads of its step counters counted (``OPTIMIZER_STEP_READ``).
     """
 
     def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS, stand_in: bool = True) -> None:
@@ -77,7 +84,8 @@ class HostReads(TorchFunctionMode):
         result = func(*args, **kwargs)
         if to_host and name == "cpu" and result is args[0]:
             result = result.clone()  # on a stand-in, the device's own tensor: copied, as on a GPU
-        return self._on_host(result) if to_host or on_host else result
+        made_on_host = self.stand_in and not inputs and _made_on_the_host(name, kwargs)
+        return self._on_host(result) if to_host or on_host or made_on_host else result
 
     def _is_on_host(self, value: torch.Tensor) -> bool:
         """A copy made on the host, or, on a GPU run, any CPU tensor (on a stand-in, CPU tensors are the device's)."""
@@ -107,7 +115,11 @@ class HostReads(TorchFunctionMode):
         return result
 
     def _count(self, name: str) -> None:
-        for frame in reversed(traceback.extract_stack()[:-2]):
+        stack = traceback.extract_stack()[:-2]
+        if stack and (Path(stack[-1].filename).as_posix().endswith(OPTIMIZER_STEP_READ[0])
+                      and stack[-1].name == OPTIMIZER_STEP_READ[1]):
+            return
+        for frame in reversed(stack):
             if frame.filename.startswith(self._code) and frame.filename != __file__:  # the line that asked
                 path = Path(frame.filename)
                 where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
@@ -145,6 +157,12 @@ def _indexes_by_mask(name: str, args: tuple, stand_in: bool) -> bool:
                     or isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type == "cpu"
                     and not stand_in)
     return by_mask
+
+
+def _made_on_the_host(name: str, kwargs: dict) -> bool:
+    """A new tensor made without naming a device, where that means the host (no default device set)."""
+    return (name in FACTORIES and kwargs.get("device") is None
+            and torch.get_default_device().type == "cpu")
 
 
 def _names_the_cpu(targets: tuple) -> bool:

@@ -43,6 +43,22 @@ def test_on_a_gpu_run_reads_of_cpu_tensors_are_free():
     assert not reads.sites
 
 
+def test_tensors_made_without_a_device_and_the_optimizers_step_counters_are_host_values():
+    """On a GPU, ``torch.zeros(3)`` is a host tensor, and torch's non-fused Adam keeps its step counters on the
+    host (``device="cpu"``) and reads them each step: free there, so a stand-in does not count them."""
+    with HostReads(code=(Path(__file__).parent,)) as reads:
+        torch.zeros(3).sum().item()
+        index = torch.arange(4)
+        index[index > 1].tolist()
+        weight = torch.nn.Parameter(torch.ones(2, device="cpu"))
+        optimizer = torch.optim.Adam([weight], foreach=True)
+        for _ in range(2):
+            weight.sum().backward()
+            optimizer.step()
+        torch.ones(2, device="cpu").sum().item()  # the device's own (a stand-in's device is the CPU): counted
+    assert [name for name, _, _ in reads.sites] == ["item"] and sum(reads.sites.values()) == 1
+
+
 def test_calls_whose_result_size_depends_on_values_count_and_masked_fills_do_not():
     x, mask = torch.arange(6.0), torch.arange(6) > 2
     with HostReads(code=(Path(__file__).parent,)) as reads:
