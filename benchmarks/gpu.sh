@@ -46,7 +46,7 @@ for stage in "${stages[@]}"; do
   echo "=== $stage ($(date -u +%T))"
   case $stage in
     tests)  # the Warp backend on the GPU against the CPU backend (the CPU-device cases run in CI)
-      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py tests/robolearn/test_host_reads.py -k cuda
+      python -m pytest -q -p no:cacheprovider tests/sims/test_warp_backend.py tests/robolearn/test_host_reads.py tests/policies/test_ppo.py -k cuda
       # and five PPO iterations on rough ground (terrain lookup, pushes, per-episode masses on CUDA)
       python -m robolearn train configs/ppo_go1_rough.yaml env.backend=warp env.device=cuda env.num_envs=4096 \
         runner.total_steps=491520 runner.video_seconds=0 logging.wandb=disabled logging.progress=false \

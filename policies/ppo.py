@@ -117,13 +117,14 @@ def gae(
     return advantages, advantages + value
 
 
-def adaptive_lr(lr: float, kl: float, cfg: PPOConfig) -> float:
-    """RSL-RL's schedule: shrink the step when the policy moved too far, grow it when too little."""
-    if kl > 2.0 * cfg.desired_kl:
-        return max(cfg.min_lr, lr / 1.5)
-    if 0.0 < kl < cfg.desired_kl / 2.0:
-        return min(cfg.max_lr, lr * 1.5)
-    return lr
+def adaptive_lr(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOConfig) -> torch.Tensor:
+    """RSL-RL's schedule: shrink the step when the policy moved too far, grow it when too little.
+
+    On tensors, so that the learning rate never leaves the device: RSL-RL reads each minibatch's KL to
+    the host, a wait for the GPU's queue to drain twenty times an update."""
+    shrink = (lr / 1.5).clamp(min=cfg.min_lr)
+    grow = (lr * 1.5).clamp(max=cfg.max_lr)
+    return torch.where(kl > 2.0 * cfg.desired_kl, shrink, torch.where((kl > 0.0) & (kl < cfg.desired_kl / 2.0), grow, lr))
 
 
 class GRUActor(nn.Module):
@@ -230,13 +231,23 @@ class PPO(Agent):
         self.scaler = ActionScaler(scaled).to(self.device)
         self.clip = BoxClip(clipped.low, clipped.high).to(self.device)
         self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
-        self.learning_rate = cfg.learning_rate
-        # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on CPU)
-        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate, fused=self.device.type in ("cpu", "cuda"))
+        # The learning rate lives on the device and the optimizer holds this very tensor, so the adaptive schedule
+        # updates it in place without a host read. float64 as the Python float it replaced (a CPU run is bit for
+        # bit what it was), except on CUDA, whose fused Adam reads a tensor lr as float32.
+        lr_dtype = torch.float32 if self.device.type == "cuda" else torch.float64
+        self.lr = torch.tensor(cfg.learning_rate, dtype=lr_dtype, device=self.device)
+        # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on
+        # CPU); it is also what takes a tensor lr (torch's other Adams want capturable=True for one)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.lr, fused=True)
         self.hidden: torch.Tensor | None = None  # GRU state of the envs being rolled out
         # reward normalization: running variance of the discounted return, and each env's return so far
         self.return_normalizer = EmpiricalNormalizer(1).to(self.device) if cfg.normalize_rewards else None
         self.running_return: torch.Tensor | None = None
+
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate, read to the host (a wait on a GPU: not for the training loop)."""
+        return float(self.lr)
 
     @property
     def std(self) -> torch.Tensor:
@@ -315,8 +326,8 @@ class PPO(Agent):
         if not cfg.recurrent:
             data = {k: v.flatten(0, 1) for k, v in data.items()}
 
-        # metrics stay tensors until the end: one device sync per update for them, not five per minibatch (the
-        # adaptive schedule still reads each minibatch's KL, one sync per minibatch, as RSL-RL does)
+        # metrics stay tensors until the end: one device sync per update for them, not five per minibatch, and
+        # none for the adaptive schedule, which RSL-RL reads to the host every minibatch
         stats: list[torch.Tensor] = []
         for _ in range(cfg.num_epochs):
             for mb in self._minibatches(data):
@@ -326,9 +337,7 @@ class PPO(Agent):
 
                 kl = gaussian_kl(mb["old_mean"], old_std, mean.detach(), std.detach()).mean()
                 if cfg.schedule == "adaptive":  # the KL of all ranks, so the lr stays the same on every rank
-                    self.learning_rate = adaptive_lr(self.learning_rate, distributed.mean(kl).item(), cfg)
-                    for group in self.optimizer.param_groups:
-                        group["lr"] = self.learning_rate
+                    self.lr.copy_(adaptive_lr(self.lr, distributed.mean(kl), cfg))
 
                 # Clipped surrogate: L = -E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)], rho = pi / pi_old
                 ratio = torch.exp(log_prob - mb["old_log_prob"])
@@ -358,9 +367,10 @@ class PPO(Agent):
         if cfg.normalize_obs:  # after the update, so the rollout's actions were sampled under the parameters used above
             self.actor_normalizer.update(actor_obs)
             self.critic_normalizer.update(critic_obs)
-        *means, std = torch.cat([torch.stack(stats).mean(0), self.std.detach().mean().reshape(1)]).tolist()  # one read
+        *means, std, lr = torch.cat([torch.stack(stats).mean(0), self.std.detach().mean().reshape(1),
+                                     self.lr.reshape(1)]).tolist()  # one read
         names = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction")
-        return dict(zip(names, means)) | {"learning_rate": self.learning_rate, "std": std}
+        return dict(zip(names, means)) | {"learning_rate": lr, "std": std}
 
     @torch.no_grad()
     def _scale_rewards(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -393,7 +403,7 @@ class PPO(Agent):
             "actor_normalizer": self.actor_normalizer.state_dict(),
             "critic_normalizer": self.critic_normalizer.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "learning_rate": self.learning_rate,
+            "learning_rate": self.lr.detach().clone(),  # a tensor: the runner snapshots this every iteration
         }
         if self.return_normalizer is not None:  # the per-env running returns restart with the envs' episodes
             state["return_normalizer"] = self.return_normalizer.state_dict()
@@ -407,6 +417,9 @@ class PPO(Agent):
         self.actor_normalizer.load_state_dict(state["actor_normalizer"])
         self.critic_normalizer.load_state_dict(state["critic_normalizer"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.learning_rate = float(state["learning_rate"])
+        with torch.no_grad():  # older checkpoints hold a float
+            self.lr.copy_(torch.as_tensor(state["learning_rate"], dtype=torch.float64))
+        for group in self.optimizer.param_groups:  # loading put the saved lr in; the schedule updates ours in place
+            group["lr"] = self.lr
         if self.return_normalizer is not None:
             self.return_normalizer.load_state_dict(state["return_normalizer"])

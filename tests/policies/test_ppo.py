@@ -44,13 +44,18 @@ def test_gae_bootstraps_truncation_and_cuts_at_termination() -> None:
 
 
 def test_adaptive_lr_rule() -> None:
+    """RSL-RL's rule, on the device's tensors; in float64 (a CPU run's) exactly the Python floats it was."""
     cfg = PPOConfig(desired_kl=0.01, min_lr=1e-5, max_lr=1e-2)
-    assert adaptive_lr(1e-3, 0.05, cfg) == pytest.approx(1e-3 / 1.5)  # KL > 2x target: smaller steps
-    assert adaptive_lr(1e-3, 0.001, cfg) == pytest.approx(1.5e-3)  # KL < target / 2: larger steps
-    assert adaptive_lr(1e-3, 0.01, cfg) == 1e-3
-    assert adaptive_lr(1e-3, 0.0, cfg) == 1e-3  # no information (first minibatch)
-    assert adaptive_lr(1.2e-5, 1.0, cfg) == 1e-5
-    assert adaptive_lr(9e-3, 1e-6, cfg) == 1e-2
+
+    def lr(current: float, kl: float) -> float:
+        return adaptive_lr(torch.tensor(current, dtype=torch.float64), torch.tensor(kl), cfg).item()
+
+    assert lr(1e-3, 0.05) == 1e-3 / 1.5  # KL > 2x target: smaller steps
+    assert lr(1e-3, 0.001) == 1e-3 * 1.5  # KL < target / 2: larger steps
+    assert lr(1e-3, 0.01) == 1e-3
+    assert lr(1e-3, 0.0) == 1e-3  # no information (first minibatch)
+    assert lr(1.2e-5, 1.0) == 1e-5
+    assert lr(9e-3, 1e-6) == 1e-2
 
 
 @pytest.mark.parametrize("desired_kl, moves", [(1e-9, "down"), (1e3, "up")])
@@ -60,7 +65,51 @@ def test_update_adapts_learning_rate(make_rollout, obs_spec, action_spec, desire
     metrics = agent.update(make_rollout(agent, 8, 6))
     assert metrics["kl"] > 0
     changed = metrics["learning_rate"] < 1e-3 if moves == "down" else metrics["learning_rate"] > 1e-3
-    assert changed and all(g["lr"] == agent.learning_rate for g in agent.optimizer.param_groups)
+    assert changed and metrics["learning_rate"] == pytest.approx(agent.learning_rate)
+    assert all(g["lr"] is agent.lr for g in agent.optimizer.param_groups)  # the optimizer steps with the schedule's
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_update_reads_the_host_once_for_its_metrics(make_rollout, obs_spec, action_spec, device: str) -> None:
+    """The adaptive schedule stays on the device: on a GPU, a host read per minibatch (RSL-RL's KL
+    ``.item()``) would stall the queue twenty times an update. On CUDA this also runs fused Adam with the
+    schedule's tensor learning rate."""
+    from torch.utils._pytree import tree_map
+
+    from robolearn.host_reads import HostReads
+
+    torch.manual_seed(0)
+    batch = make_rollout(PPO(obs_spec, action_spec, small(), CPU), 8, 6)
+    batch = tree_map(lambda leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf, batch)
+    agent = PPO(obs_spec, action_spec, small(desired_kl=1e-9), torch.device(device))
+    with HostReads(stand_in=device == "cpu") as reads:
+        metrics = agent.update(batch)
+    assert metrics["learning_rate"] < 1e-3  # the schedule ran
+    assert [(name, path) for name, path, _ in reads.sites] == [("tolist", "policies/ppo.py")], dict(reads.sites)
+    assert sum(reads.sites.values()) == 1
+
+
+@pytest.mark.parametrize("saved_lr", ["tensor", "float"])
+def test_loaded_learning_rate_is_the_one_the_optimizer_steps_with(make_rollout, obs_spec, action_spec,
+                                                                  saved_lr: str) -> None:
+    """Loading puts the checkpoint's lr (a float in older checkpoints) into the tensor the schedule
+    updates in place, and the optimizer keeps stepping with that tensor."""
+    torch.manual_seed(0)
+    agent = PPO(obs_spec, action_spec, small(desired_kl=1e-9), CPU)
+    agent.update(make_rollout(agent, 8, 6))
+    state = agent.state_dict()
+    if saved_lr == "float":
+        state["learning_rate"] = float(state["learning_rate"])
+    other = PPO(obs_spec, action_spec, small(desired_kl=1e-9), CPU)
+    other.load_state_dict(state)
+    assert other.learning_rate == agent.learning_rate < 1e-3
+    assert all(g["lr"] is other.lr for g in other.optimizer.param_groups)
+    other.lr.fill_(0.0)  # a zero step leaves the weights where they are: the optimizer reads other.lr
+    before = [p.detach().clone() for p in other.params]
+    other.optimizer.zero_grad()
+    sum(p.sum() for p in other.params).backward()
+    other.optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, other.params))
 
 
 def test_std_is_clamped_to_min_std_and_stays_finite(make_rollout, random_obs, obs_spec, action_spec) -> None:
