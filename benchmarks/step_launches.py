@@ -13,8 +13,8 @@ on the GPU's code path (resets by mask, no host read in the step), with 16 world
   on the CPU MuJoCo backend by mask, where the host's dispatch is a large share as on a GPU.
 - **PPO iteration** (collection + update), torch ops per env step: our Runner + PPO and rsl-rl-lib's
   OnPolicyRunner on the very same Go1 env (``benchmarks/ppo_vs_rsl_rl.py``'s learners), and mjlab's own
-  training of its task. Counted as the difference between a 3- and a 1-iteration call, so that each
-  call's setup and saving cancel.
+  training of its task; and the host reads per iteration of each (``robolearn.host_reads.HostReads``).
+  Counted as the difference between a 3- and a 1-iteration call, so that each call's setup and saving cancel.
 
 The two stacks simulate different physics per control step (mjlab 4 substeps of Newton 10 iterations,
 ours 5 of 1; the Warp count shows it); the torch counts do not depend on it.
@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
@@ -37,6 +38,7 @@ from common import benchmark_parser, code_commit, machine, write_result
 from ppo_vs_rsl_rl import Mjlab, Ours, RslRl, train_config
 from robolearn import interfaces
 from robolearn.config import load_config
+from robolearn.host_reads import OURS, HostReads
 from robolearn.registry import make_env
 from robolearn.torch_ops import TorchOps
 
@@ -120,16 +122,23 @@ def median_ms(step: Callable, actions: list[torch.Tensor], block: int = 10) -> f
     return statistics.median(times)
 
 
-def iteration_ops(learner: Ours | RslRl, worlds: int) -> float:
-    """Torch ops per control step (of all worlds) of a PPO iteration: a 3-iteration call less a 1-iteration
-    one, over 2 iterations."""
+def iteration_counts(learner: Ours | RslRl, worlds: int) -> tuple[float, float]:
+    """Torch ops per control step (of all worlds) of a PPO iteration, and host reads per iteration (each a
+    wait for the queue to drain on a GPU; ours, rsl-rl-lib's and mjlab's code alike): a 3-iteration call
+    less a 1-iteration one, over 2 iterations."""
+    import mjlab
+    import rsl_rl
+
     learner.train(1)  # warm-up
-    counts = []
+    ops_counts, read_counts = [], []
     for iterations in (1, 3):
-        with TorchOps() as ops:
+        peers = tuple(Path(package.__file__).parent for package in (rsl_rl, mjlab))
+        with TorchOps() as ops, HostReads(code=(*OURS, *peers)) as reads:
             learner.train(iterations)
-        counts.append(ops.total)
-    return (counts[1] - counts[0]) / (2 * learner.steps_per_iteration / worlds)
+        ops_counts.append(ops.total)
+        read_counts.append(sum(reads.sites.values()))
+    return ((ops_counts[1] - ops_counts[0]) / (2 * learner.steps_per_iteration / worlds),
+            (read_counts[1] - read_counts[0]) / 2)
 
 
 def main() -> None:
@@ -163,12 +172,14 @@ def main() -> None:
         ours = Ours(cfg)
         learners = {"robolearn Runner + PPO": ours, "rsl-rl-lib 5 OnPolicyRunner, same env": RslRl(ours, cfg),
                     f"mjlab's own training of `{MJLAB_TASK}`": quietly(Mjlab, MJLAB_TASK, args.worlds, "cpu", cfg.seed)}
-        per_step = {name: iteration_ops(learner, args.worlds) for name, learner in learners.items()}
+        counts = {name: iteration_counts(learner, args.worlds) for name, learner in learners.items()}
         for learner in learners.values():
             learner.close()
-    print(", ".join(f"{name}: {n:.0f}" for name, n in per_step.items()), "torch ops per control step of PPO")
+    print(", ".join(f"{name}: {n:.0f} ({reads:g} host reads per iteration)" for name, (n, reads) in counts.items()),
+          "torch ops per control step of PPO")
     env_ops = [rows[0][1]["torch"], rows[0][1]["torch"], peer["torch"]]  # the env each learner steps
-    ppo_table = [f"| {name} | {n:.0f} | {n - env:.0f} |" for (name, n), env in zip(per_step.items(), env_ops)]
+    ppo_table = [f"| {name} | {n:.0f} | {n - env:.0f} | {reads:g} |"
+                 for (name, (n, reads)), env in zip(counts.items(), env_ops)]
 
     write_result("step_launches.md", "\n".join([
         "# Kernels per Go1 env step and PPO iteration: robolearn against mjlab and rsl-rl-lib", "",
@@ -183,8 +194,11 @@ def main() -> None:
         "most frequent torch ops |", "|---|---:|---:|---:|---:|---:|---|", *env_table, "",
         "PPO iteration (collection + update; our and rsl-rl-lib's with `configs/ppo_go1_flat.yaml`'s "
         "hyperparameters on its env, the first row above; mjlab's with its own, on its env, the last row), torch ops "
-        "per control step of all worlds, and less the env step's own:", "",
-        "| learner | torch ops per control step | less the env step's |", "|---|---:|---:|", *ppo_table]))
+        "per control step of all worlds, and less the env step's own; and host reads per iteration (`.item()`, "
+        "`.cpu()`, a mask index...: each a wait for the GPU's queue to drain, counted by "
+        "`robolearn.host_reads.HostReads` in our, rsl-rl-lib's and mjlab's code):", "",
+        "| learner | torch ops per control step | less the env step's | host reads per iteration |",
+        "|---|---:|---:|---:|", *ppo_table]))
 
 
 if __name__ == "__main__":
