@@ -46,6 +46,7 @@ from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of, finish_run, interrupted,
                               iteration_rest, out_of_time, stopped_by_nan, update_metrics, write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
+from robolearn.state_copy import StateCopy
 from robolearn.storage import ReplayBuffer
 
 UPDATES_PER_ITERATION = 1000
@@ -212,6 +213,7 @@ class OfflineRunner:
         self.cfg, self.fresh_replay = cfg, fresh_replay
         self.ctrl_c = CtrlC()
         self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)
+        self._agent_copy = StateCopy()  # the buffers _rewind_to's agent state lives in, reused every iteration
         self.run_logger: RunLogger | None = None  # while training (its seconds go into each checkpoint)
         self.deadline = float("inf")  # runner.max_minutes, from train()'s start (time.monotonic())
         self._lap = 0.0  # the last iteration's seconds, with its evaluation and checkpoint: the next one's expected length
@@ -336,7 +338,7 @@ class OfflineRunner:
             if self.out_of_time():
                 return True
             start = time.perf_counter()
-            self._rewind_to = Snapshot(self.progress, self.agent)
+            self._rewind_to = Snapshot(self.progress, self.agent, self._agent_copy)
             left = iteration_rest(self.progress.updates, UPDATES_PER_ITERATION)
             metrics = self._iteration(min(left, total - self.progress.updates), logger)
             self._rewind_to = None

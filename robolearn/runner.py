@@ -60,6 +60,7 @@ from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_r
                             record_failure, refuse_finished, trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
+from robolearn.state_copy import StateCopy
 from robolearn.run_lock import RunLock
 from robolearn.registry import (at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend,
                                 stagger_episodes)
@@ -229,6 +230,7 @@ class Runner:
             self.run_dir = Path(resume)
         self.ctrl_c = CtrlC(deferred=self.world_size > 1)
         self._rewind_to: Snapshot | None = None  # an iteration's start, where a Ctrl+C in it goes back to
+        self._agent_copy = StateCopy()  # the buffers _rewind_to's agent state lives in, reused every iteration
         self._keep_at_safe_point = False  # ... unless it stopped between updates (pretraining keeps those)
         self.run_logger: RunLogger | None = None  # rank 0's, while training
         cfg.runner.apply_torch_settings()
@@ -445,7 +447,7 @@ class Runner:
                        and not out_of_time(deadline, lap)):
                     start = time.perf_counter()
                     if self.agent.on_policy:
-                        self._rewind_to = Snapshot(self.progress, self.agent)  # a Ctrl+C in it discards it
+                        self._rewind_to = Snapshot(self.progress, self.agent, self._agent_copy)  # a Ctrl+C in it discards it
                     obs, metrics = iterate(obs, stats)
                     self._rewind_to = None
                     self.progress.iteration += 1
@@ -502,7 +504,7 @@ class Runner:
             count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
                         total - self.progress.pretrain_updates)
             sums: dict[str, Any] = {}
-            self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent), True
+            self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent, self._agent_copy), True
             for _ in range(count):
                 self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
                 for key, value in update_metrics(self.agent.pretrain_update()).items():
@@ -629,10 +631,10 @@ class Runner:
 
 class Snapshot:
     """Progress, random streams and agent at an iteration's start, for a Ctrl+C to go back to
-    (one copy of the agent's state per iteration)."""
+    (one copy of the agent's state per iteration, into ``copier``'s buffers: valid until its next copy)."""
 
-    def __init__(self, progress: Any, agent: Agent) -> None:
-        self.progress, self.rng, self.agent = copy.deepcopy(progress), rng_state(), copy.deepcopy(agent.state_dict())
+    def __init__(self, progress: Any, agent: Agent, copier: StateCopy) -> None:
+        self.progress, self.rng, self.agent = copy.deepcopy(progress), rng_state(), copier.take(agent.state_dict())
 
     def restore(self, agent: Agent) -> Any:
         """Put ``agent`` and the random streams back; return the progress to continue from."""

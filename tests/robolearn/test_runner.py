@@ -422,6 +422,37 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
     assert lines[2]["time"] > saved["seconds"]  # from the checkpoint's seconds
 
 
+def test_ctrl_c_mid_update_saves_the_agent_as_its_iteration_began(tmp_path, monkeypatch):
+    """A Ctrl+C after the update has moved the weights, the optimizer's moments and the learning rate: the
+    checkpoint is the agent at the iteration's start (its copy taken into buffers reused every iteration)."""
+    from torch.utils._pytree import tree_leaves
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
+    runner = Runner(cfg)
+    update, states = runner.agent.update, []
+
+    def update_then_ctrl_c(batch):
+        out = update(batch)
+        states.append([leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
+                       for leaf in tree_leaves(runner.agent.state_dict())])
+        if len(states) == 4:  # the fourth update: the copy taken before it is the second to reuse buffers
+            raise KeyboardInterrupt
+        return out
+
+    monkeypatch.setattr(runner.agent, "update", update_then_ctrl_c)
+    assert runner.train().interrupted
+    runner.close()
+    saved = load_checkpoint(runner.checkpoint_path)
+    assert saved["progress"]["iteration"] == 3
+    leaves, before, interrupted = tree_leaves(saved["agent"]), states[2], states[3]
+    assert len(leaves) == len(before) and float(leaves[-1]) != cfg.agent.learning_rate  # the lr had moved
+    assert sum(not torch.equal(a, b) for a, b in zip(interrupted, before) if isinstance(a, torch.Tensor)) > 10
+    for got, expected in zip(leaves, before):  # the interrupted update moved the agent; the checkpoint is before it
+        assert torch.equal(got, expected) if isinstance(got, torch.Tensor) else got == expected
+    assert all(torch.equal(a, b) for a, b in zip(tree_leaves(runner.agent.state_dict()), before)
+               if isinstance(a, torch.Tensor))  # the live agent was put back too
+
+
 def test_a_second_ctrl_c_during_the_save_says_which_checkpoint_is_kept(tmp_path, monkeypatch, capsys):
     """It had printed only "interrupted", the save silently abandoned."""
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=1")
