@@ -125,15 +125,15 @@ class EpisodeStats:
         self._steps: list[tuple[torch.Tensor, ...]] = []  # per step, until flushed: done, returns, lengths, success
 
     def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
-        self.returns += reward.double()
-        self.lengths += 1
+        # New tensors each step, kept for flush() as they are and never written again: no copies to keep
+        # (5 ops a step, not 9; each a kernel on a GPU)
+        returns, lengths = self.returns + reward, self.lengths + 1
         if "log" in info:
             self._logs.append(dict(info["log"]))  # (a copy of the dict: an env may reuse its own)
         self.env_log_steps += 1
         success = info["success"].float() if "success" in info else None
-        self._steps.append((done.clone(), self.returns.clone(), self.lengths.clone(), success))
-        self.returns.masked_fill_(done, 0.0)
-        self.lengths.masked_fill_(done, 0)
+        self._steps.append((done.clone(), returns, lengths, success))  # (done: the caller's, which it may reuse)
+        self.returns, self.lengths = returns.masked_fill(done, 0.0), lengths.masked_fill(done, 0)
 
     def flush(self) -> None:
         """Move the episodes that ended since the last flush into the recent windows, in the order they ended."""

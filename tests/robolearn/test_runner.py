@@ -881,6 +881,14 @@ def test_episode_stats_keep_the_return_length_and_success_of_each_episode_that_e
                                "success_rate": pytest.approx(2 / 3)}
     assert list(stats.recent) == [1.0, 3.0, 3.0] and list(stats.recent_lengths) == [1, 2, 2]
     assert all(isinstance(length, int) for length in stats.recent_lengths)
+    from robolearn.torch_ops import TorchOps
+
+    reward, done = torch.ones(3), torch.tensor([False, True, False])
+    with TorchOps() as ops:  # a step's bookkeeping is 5 kernels on a GPU, each step of every iteration
+        stats.add(reward, done, {})
+    assert ops.total == 5, ops.counts
+    stats.add(reward, torch.tensor([True, True, True]), {})  # what add() kept of the first step is not written again
+    assert stats.metrics()["return"] == pytest.approx(15 / 7) and list(stats.recent)[-4:] == [1.0, 4.0, 1.0, 2.0]
 
 
 def test_episode_stats_average_the_env_log_over_the_iteration_whatever_form_each_value_takes():
