@@ -44,3 +44,35 @@ def test_the_go1_env_step_stays_within_its_kernel_budget(monkeypatch, config):
             env.step(action)
     per_step = ops.total / 10
     assert per_step <= BUDGETS[config], ops.counts.most_common(10)
+
+
+def test_a_ppo_iteration_outside_the_env_step_stays_within_its_kernel_budget(tmp_path, monkeypatch):
+    """The learner's and the runner's ops per control step (acting, storing, bookkeeping, the update, the
+    per-iteration copy of the agent), the env's own left out: 168 on this config in session 54, 177 before
+    (a deepcopy of the agent's state each iteration, a clone of the episode counters each step)."""
+    from robolearn.config import load_config
+    from robolearn.runner import Runner
+
+    monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())  # the finiteness checks deferred, as on a GPU
+    cfg = load_config("ppo_cartpole", [f"run_dir={tmp_path}", "env.num_envs=8", "runner.eval_episodes=0",
+                                       "runner.video_seconds=0", "logging.progress=false", "logging.wandb=disabled",
+                                       "runner.total_steps=100000000", "runner.checkpoint_every=1000"])
+    runner = Runner(cfg)
+    every, in_env_step, iterations = TorchOps(counting=False), TorchOps(counting=False), []
+    env_step = runner.env.step
+
+    def counted_env_step(action):
+        with in_env_step:
+            return env_step(action)
+
+    def stop(metrics: dict) -> bool:  # after each iteration: count iterations 2 to 4
+        iterations.append(metrics)
+        every.counting = in_env_step.counting = len(iterations) <= 3
+        return len(iterations) > 3
+
+    monkeypatch.setattr(runner.env, "step", counted_env_step)
+    with every:
+        runner.train(stop=stop)
+    runner.close()
+    per_step = (every.total - in_env_step.total) / (3 * cfg.agent.num_steps)
+    assert in_env_step.total > 0 and per_step <= 172, (per_step, every.counts.most_common(10))
