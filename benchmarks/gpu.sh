@@ -30,6 +30,8 @@ GO1_MINUTES=${GO1_MINUTES:-3}
 PPO_ITERATIONS=${PPO_ITERATIONS:-20}
 PPO_ENVS=${PPO_ENVS:-4096}  # 16384: end to end where simulation alone passes 1M/s (mjlab then needs ~4x its 4096-world time)
 PPO_SET=${PPO_SET:-}  # config overrides for the ppo and mjlab stages, e.g. "env.randomization.dynamics_pool=0"
+# PPO_SET="runner.matmul_precision=high" PPO_SUFFIX=tf32: TF32 matmuls for all three learners (a process-wide
+# switch; mjlab's train script turns it on, the plain stages run every learner in IEEE float32)
 suffix=$([ "$PPO_ENVS" = 4096 ] || echo "_$PPO_ENVS")  # other world counts do not overwrite the 4096-world tables
 ppo_set=()
 if [ -n "$PPO_SET" ]; then  # its own tables (PPO_SUFFIX), so the plain ones BENCHMARKS.md quotes stay

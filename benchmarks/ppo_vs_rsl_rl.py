@@ -160,7 +160,9 @@ class RslRl:
 
 
 class Mjlab(RslRl):
-    """mjlab's own training of ``task_id``: its env, RSL-RL config and runner, as its train script builds them."""
+    """mjlab's own training of ``task_id``: its env, RSL-RL config and runner, as its train script builds them
+    (which also turns on TF32 matmuls for the whole process: ``--set runner.matmul_precision=high`` does, for
+    all the learners of a run alike)."""
 
     def __init__(self, task_id: str, num_envs: int, device: str, seed: int) -> None:
         from dataclasses import asdict
