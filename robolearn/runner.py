@@ -139,15 +139,18 @@ class EpisodeStats:
         """Move the episodes that ended since the last flush into the recent windows, in the order they ended."""
         if not self._steps:
             return
-        columns = [torch.stack(column).double() for column in list(zip(*self._steps))[:3]]
-        done, returns, lengths = torch.stack(columns).cpu()  # one transfer (a wait on a GPU), not three
-        done = done.bool()
+        columns = [torch.stack(column).double().flatten() for column in list(zip(*self._steps))[:3]]
+        with_success = [(d, s) for d, _, _, s in self._steps if s is not None]
+        if with_success:  # the steps whose env said which episodes succeeded: their done and success columns
+            columns += [torch.stack(column).double().flatten() for column in zip(*with_success)]
+        # one transfer (a wait on a GPU) for all the columns, not one each
+        done, returns, lengths, *success = torch.cat(columns).cpu().split([len(column) for column in columns])
+        done = done.bool()  # (steps x envs, flattened in step order: episodes in the order they ended)
         self._recent.extend(returns[done].tolist())
         self.recent_lengths.extend(lengths[done].long().tolist())
-        with_success = [(d, s) for d, _, _, s in self._steps if s is not None]
-        if with_success:
-            done_s, success = torch.stack([torch.stack(column).float() for column in zip(*with_success)]).cpu()
-            self.success.extend(success[done_s.bool()].tolist())
+        if success:
+            done_s, succeeded = success
+            self.success.extend(succeeded[done_s.bool()].tolist())
         self._steps.clear()
 
     def _log_sums(self) -> dict[str, Any]:

@@ -113,3 +113,29 @@ def test_the_warp_env_step_reads_the_host_only_where_it_lists_its_resets(monkeyp
     else:
         assert [(name, path) for name, path, _ in reads.sites] == [("nonzero", "sims/task.py")], dict(reads.sites)
         assert sum(reads.sites.values()) == steps
+
+
+def test_a_ppo_iteration_reads_the_host_four_times(tmp_path, monkeypatch):
+    """The whole loop on the GPU's code path (MuJoCo Warp's CPU device, resets by mask, checks deferred): the
+    update's logged means, the NaN verdict, the episode columns (success included) and the env's log sums,
+    once an iteration each; nothing per env step or per minibatch (rsl-rl-lib: ~197 an iteration on Go1)."""
+    pytest.importorskip("mujoco_warp")
+    from robolearn.config import load_config
+    from robolearn.runner import train
+
+    monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())
+    cfg = load_config("ppo_cartpole", ["env.backend=warp", "env.device=cpu", "env.num_envs=4", f"run_dir={tmp_path}",
+                                       "runner.eval_episodes=0", "runner.video_seconds=0", "logging.progress=false",
+                                       "logging.wandb=disabled", "runner.total_steps=100000000"])
+    reads, iterations = HostReads(counting=False), []
+
+    def stop(metrics: dict) -> bool:  # after each iteration: count iterations 2 to 4
+        iterations.append(metrics)
+        reads.counting = len(iterations) <= 3
+        return len(iterations) > 3
+
+    with reads:
+        train(cfg, stop=stop)
+    assert "success_rate" in iterations[-1]  # the success column was read too
+    assert sorted(name for name, _, _ in reads.sites) == ["__bool__", "cpu", "tolist", "tolist"], dict(reads.sites)
+    assert set(reads.sites.values()) == {3}, dict(reads.sites)
