@@ -249,6 +249,8 @@ def check_compatible(expected: dict[str, Any], found: dict[str, Any], where: str
                 raise CheckpointError(f"checkpoint entry '{name}' has the wrong type")
             check_compatible(value, other, name)
         elif isinstance(value, torch.Tensor):
+            if value.dim() == 0 and isinstance(other, (int, float)) and not isinstance(other, bool):
+                continue  # a number saved before it lived on the device (PPO's learning rate until session 54)
             if not isinstance(other, torch.Tensor) or other.shape != value.shape:
                 shape = tuple(other.shape) if isinstance(other, torch.Tensor) else type(other).__name__
                 raise ShapeMismatch(

@@ -73,6 +73,27 @@ def test_resume_restores_iteration_optimizer_lr_normalizer_and_rng(tmp_path):
         assert line["collect_time"] + line["update_time"] <= line["iteration_time"]
 
 
+def test_a_checkpoint_whose_learning_rate_is_a_number_resumes(tmp_path):
+    """PPO's learning rate was a Python float in checkpoints before it lived on the device (session 54):
+    those still resume, evaluate and export, the rate taken from the file."""
+    from robolearn.checkpoint import save_checkpoint
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=512")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    saved = load_checkpoint(first.checkpoint_path)
+    saved["agent"]["learning_rate"] = float(saved["agent"]["learning_rate"]) * 0.5  # as older runs wrote it
+    save_checkpoint(first.checkpoint_path, config=saved["config"], agent=saved["agent"], progress=saved["progress"])
+    cfg.runner.total_steps = 768
+    resumed = Runner(cfg, resume=first.run_dir)
+    assert resumed.agent.learning_rate == saved["agent"]["learning_rate"]
+    assert all(group["lr"] is resumed.agent.lr for group in resumed.agent.optimizer.param_groups)
+    resumed.train()
+    resumed.close()
+    assert load_checkpoint(first.checkpoint_path)["progress"]["iteration"] == 3
+
+
 def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path, monkeypatch, capsys):
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100")
     runner = Runner(cfg)
