@@ -60,7 +60,7 @@ from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_r
                             record_failure, refuse_finished, trained_counts, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
-from robolearn.state_copy import StateCopy
+from robolearn.state_copy import StateCopy, fresh
 from robolearn.run_lock import RunLock
 from robolearn.registry import (at_trained_width, evaluation_dynamics, make_agent, make_env, resolve_backend,
                                 stagger_episodes)
@@ -642,7 +642,7 @@ class Snapshot:
     def restore(self, agent: Agent) -> Any:
         """Put ``agent`` and the random streams back; return the progress to continue from."""
         set_rng_state(self.rng)
-        agent.load_state_dict(self.agent)
+        agent.load_state_dict(fresh(self.agent))
         return self.progress
 
 
