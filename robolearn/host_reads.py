@@ -78,6 +78,8 @@ class HostReads(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         inputs = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
         on_host = bool(inputs) and all(self._is_on_host(value) for value in inputs)
+        if on_host and self.stand_in and self._to_device(name, args, kwargs):
+            on_host = False  # a host value sent to the device (Task.on_device): the device's from here on
         to_host = self._to_host(name, args, kwargs)
         if self.counting and not on_host and (to_host or _reads(name, args, kwargs, self.stand_in)):
             self._count("mask index" if name in INDEXING else name)
@@ -90,6 +92,15 @@ class HostReads(TorchFunctionMode):
     def _is_on_host(self, value: torch.Tensor) -> bool:
         """A copy made on the host, or, on a GPU run, any CPU tensor (on a stand-in, CPU tensors are the device's)."""
         return value in self._host_copies or not self.stand_in and value.device.type == "cpu"
+
+    def _to_device(self, name: str, args: tuple, kwargs: dict) -> bool:
+        """``.cuda()``, or ``.to(...)`` naming a device (``.to(env.device)``, which is the CPU on a stand-in)
+        or a tensor of the device's: on a GPU run, a copy from the host to the GPU."""
+        if name == "cuda":
+            return True
+        targets = (*args[1:], kwargs.get("device"))
+        return name == "to" and any(isinstance(target, (str, torch.device)) or isinstance(target, torch.Tensor)
+                                    and not self._is_on_host(target) for target in targets)
 
     def _to_host(self, name: str, args: tuple, kwargs: dict) -> bool:
         """A copy from the device to the host: ``.cpu()``, ``.to("cpu")``, ``host.copy_(device_tensor)``."""

@@ -56,7 +56,9 @@ def test_tensors_made_without_a_device_and_the_optimizers_step_counters_are_host
             weight.sum().backward()
             optimizer.step()
         torch.ones(2, device="cpu").sum().item()  # the device's own (a stand-in's device is the CPU): counted
-    assert [name for name, _, _ in reads.sites] == ["item"] and sum(reads.sites.values()) == 1
+        sent = torch.as_tensor([1.0, 2.0]).to("cpu", copy=True)  # a host value sent to the device (Task.on_device)
+        sent.sum().item(), sent.to(torch.float64).tolist()  # counted: the device's now
+    assert sorted(name for name, _, _ in reads.sites) == ["item", "item", "tolist"], dict(reads.sites)
 
 
 def test_calls_whose_result_size_depends_on_values_count_and_masked_fills_do_not():
