@@ -121,7 +121,9 @@ def adaptive_lr(lr: torch.Tensor, kl: torch.Tensor, cfg: PPOConfig) -> torch.Ten
     """RSL-RL's schedule: shrink the step when the policy moved too far, grow it when too little.
 
     On tensors, so that the learning rate never leaves the device: RSL-RL reads each minibatch's KL to
-    the host, a wait for the GPU's queue to drain twenty times an update."""
+    the host, a wait for the GPU's queue to drain twenty times an update. The KL is compared in the rate's
+    dtype (float64 on CPU: what the Python floats compared)."""
+    kl = kl.to(lr.dtype)
     shrink = (lr / 1.5).clamp(min=cfg.min_lr)
     grow = (lr * 1.5).clamp(max=cfg.max_lr)
     return torch.where(kl > 2.0 * cfg.desired_kl, shrink, torch.where((kl > 0.0) & (kl < cfg.desired_kl / 2.0), grow, lr))
@@ -232,12 +234,13 @@ class PPO(Agent):
         self.clip = BoxClip(clipped.low, clipped.high).to(self.device)
         self.params = [*self.actor.parameters(), self.log_std, *self.critic.parameters()]
         # The learning rate lives on the device and the optimizer holds this very tensor, so the adaptive schedule
-        # updates it in place without a host read. float64 as the Python float it replaced (a CPU run is bit for
-        # bit what it was), except on CUDA, whose fused Adam reads a tensor lr as float32.
-        lr_dtype = torch.float32 if self.device.type == "cuda" else torch.float64
+        # updates it in place without a host read. On CPU float64, as the Python float it replaced (a CPU run is
+        # bit for bit what it was); float32 on a GPU, whose fused Adam reads a tensor lr as float32.
+        lr_dtype = torch.float64 if self.device.type == "cpu" else torch.float32
         self.lr = torch.tensor(cfg.learning_rate, dtype=lr_dtype, device=self.device)
         # fused: one kernel for all parameters instead of a dozen small ops each (~10% of a small-network update on
-        # CPU); it is also what takes a tensor lr (torch's other Adams want capturable=True for one)
+        # CPU); it is also what takes a tensor lr (torch's other Adams want capturable=True for one). torch fuses
+        # Adam on CPU, CUDA and MPS, and says so at construction on a device it cannot.
         self.optimizer = torch.optim.Adam(self.params, lr=self.lr, fused=True)
         self.hidden: torch.Tensor | None = None  # GRU state of the envs being rolled out
         # reward normalization: running variance of the discounted return, and each env's return so far
