@@ -125,8 +125,11 @@ class EpisodeStats:
         self._steps: list[tuple[torch.Tensor, ...]] = []  # per step, until flushed: done, returns, lengths, success
 
     def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
+        if reward.shape != self.returns.shape:  # (an add would broadcast a (num_envs, 1) reward to a square)
+            raise ContractError(f"the env's reward has shape {tuple(reward.shape)}; a VecEnv returns one number per "
+                                f"env, shape ({len(self.returns)},)")
         # New tensors each step, kept for flush() as they are and never written again: no copies to keep
-        # (5 ops a step, not 9; each a kernel on a GPU)
+        # (5 ops a step, not 8; each a kernel on a GPU)
         returns, lengths = self.returns + reward, self.lengths + 1
         if "log" in info:
             self._logs.append(dict(info["log"]))  # (a copy of the dict: an env may reuse its own)

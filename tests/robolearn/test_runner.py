@@ -19,7 +19,7 @@ from robolearn import load_config, train
 from robolearn.checkpoint import CheckpointError, load_checkpoint, load_replay
 from robolearn.cli import main as cli
 from robolearn.evaluate import FiniteWatch, NonFiniteError
-from robolearn.interfaces import Step
+from robolearn.interfaces import ContractError, Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
@@ -888,6 +888,8 @@ def test_episode_stats_keep_the_return_length_and_success_of_each_episode_that_e
     assert ops.total == 5, ops.counts
     stats.add(reward, torch.tensor([True, True, True]), {})  # what add() kept of the first step is not written again
     assert stats.metrics()["return"] == pytest.approx(15 / 7) and list(stats.recent)[-4:] == [1.0, 4.0, 1.0, 2.0]
+    with pytest.raises(ContractError, match=r"reward has shape \(3, 1\); a VecEnv returns one number per env, shape \(3,\)"):
+        stats.add(reward.unsqueeze(1), done, {})
 
 
 def test_episode_stats_average_the_env_log_over_the_iteration_whatever_form_each_value_takes():
