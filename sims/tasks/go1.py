@@ -360,6 +360,16 @@ class Go1Velocity(Task):
         feet = sim.sensordata[:, self._feet].view(-1, len(FEET), 3)
         return self._above_terrain(feet[..., 2] - FOOT_RADIUS, feet[..., :2])
 
+    def _trunk_and_feet_above_terrain(self, sim: MujocoBackend) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_height` and :meth:`_feet_clearance` from one terrain lookup of the five points (on rough
+        ground ~14 kernels fewer than two lookups; the same values)."""
+        if self._heights is None:
+            return self._height(sim), self._feet_clearance(sim)
+        feet = sim.sensordata[:, self._feet].view(-1, len(FEET), 3)
+        z = torch.cat([sim.qpos[:, 2:3], feet[..., 2] - FOOT_RADIUS], dim=1)
+        above = z - self.terrain_height(torch.cat([sim.qpos[:, None, :2], feet[..., :2]], dim=1))
+        return above[:, 0], above[:, 1:]
+
     def observations(self, sim: MujocoBackend) -> Obs:
         linvel = sim.sensordata[:, self._sensor["local_linvel"]]
         parts = {
@@ -380,8 +390,8 @@ class Go1Velocity(Task):
                 for name, value in parts.items()]), sim.device, sim.dtype)
             policy = clean + width * (2 * torch.rand(
                 clean.shape, generator=self._generator, device=clean.device, dtype=clean.dtype) - 1)
-        privileged = [linvel, self._height(sim)[:, None],
-                      (self._feet_clearance(sim) < 0.01).to(sim.dtype)]
+        height, clearance = self._trunk_and_feet_above_terrain(sim)
+        privileged = [linvel, height[:, None], (clearance < 0.01).to(sim.dtype)]
         return {"policy": policy, "critic": torch.cat([clean, *privileged], dim=1)}
 
     # ---- rewards, termination, metrics ------------------------------------------
