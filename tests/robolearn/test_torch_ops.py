@@ -20,8 +20,9 @@ def test_it_counts_ops_that_launch_kernels_and_not_views():
 
 
 # Torch ops per step of the Go1 configs' env by mask (the GPU's code path), as this test steps it: 245 and 363
-# in session 53, 420 and 702 before it (benchmarks/step_launches.py: mjlab's Go1 step dispatches 643).
-BUDGETS = {"ppo_go1_flat": 270, "ppo_go1_rough": 400}
+# in session 53, 420 and 702 before it; rough 335 in session 54, its observations' two terrain lookups made one
+# (benchmarks/step_launches.py: mjlab's Go1 step dispatches 643).
+BUDGETS = {"ppo_go1_flat": 270, "ppo_go1_rough": 355}
 
 
 @pytest.mark.parametrize("config", BUDGETS)
