@@ -129,10 +129,10 @@ def iteration_counts(learner: Ours | RslRl, worlds: int) -> tuple[float, float]:
     import mjlab
     import rsl_rl
 
+    peers = tuple(Path(package.__file__).parent for package in (rsl_rl, mjlab))
     learner.train(1)  # warm-up
     ops_counts, read_counts = [], []
     for iterations in (1, 3):
-        peers = tuple(Path(package.__file__).parent for package in (rsl_rl, mjlab))
         with TorchOps() as ops, HostReads(code=(*OURS, *peers)) as reads:
             learner.train(iterations)
         ops_counts.append(ops.total)
