@@ -35,7 +35,7 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
 from robolearn.recording import EpisodeRecorder, unique_directory
-from robolearn.runtime import LoopStats, run, stops_as_ctrl_c
+from robolearn.runtime import LoopStats, run, stops_as_ctrl_c, stops_held
 from robolearn.run_lock import holder
 from robolearn.runs import export_behind
 from robolearn.shell import shell
@@ -88,7 +88,9 @@ def check_controller_fits_robot(controller: ExportedController, robot: Dynamixel
 def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | None = None, calls: int = 20) -> None:
     """Run the controller a few times before connecting: TorchScript and ONNX Runtime optimize on their
     first calls (tens to hundreds of ms), which must not land in the loop. An action of another shape than
-    the robot's is refused here, before the robot moves (the safety layer would hold every step of it)."""
+    the robot's is refused here, before the robot moves (the safety layer would hold every step of it), and so
+    is one that is not finite (NaN or inf from an observation of zeros: broken weights, which had connected and
+    ramped the arm to its start only to stop at the first step)."""
     zeros = {name: torch.zeros(1, *space.shape) for name, space in robot.observation_spec.items()}
     for _ in range(max(1, calls)):
         action = controller.act(zeros)
@@ -97,6 +99,10 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | 
         raise ValueError(f"{source or 'the controller'}: its action has shape {tuple(action.shape)}, the robot takes "
                          f"{expected} (one goal per joint: {', '.join(robot.joint_names)}); export a controller "
                          "trained for this robot")
+    if not torch.isfinite(action).all():
+        raise ValueError(f"{source or 'the controller'}: its action for an observation of zeros is not finite "
+                         f"({action.flatten().tolist()}): its weights are broken; export it again from a good "
+                         "checkpoint")
 
 
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
@@ -250,9 +256,10 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
     if recorder is not None:
-        def write() -> None:
+        def write() -> None:  # a stop while it is written waits (a second Ctrl+C had lost it); the plot can be stopped
             text = json.dumps(summary, indent=2, default=str).encode()
-            atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
+            with stops_held():
+                atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
 
         write()  # before the drawing, which takes a second or two: a stop during it keeps the summary
         summary["plot"] = _plot(recorder)

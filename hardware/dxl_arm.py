@@ -8,7 +8,14 @@ target the robot samples itself (or one you fix), so a controller trained on
 control step. Bus errors map onto the Robot's contract: a timeout or garbled
 reply after the bus's retries is a transient failure (the watchdog decides when
 that has lasted too long), a lost port is :class:`~hardware.safety.ConnectionLost`,
-and a hardware alert stops the run with the servo's own error.
+and a hardware alert stops the run with the servo's own error, after the servos
+still working have parked (the alerted one has cut its own torque).
+
+A few times a second (``SERVO_CHECK_S``), and after any gap on the bus, the arm
+asks the servos whether they still follow goals: one that rebooted (a power dip)
+has torque off, one whose bus watchdog fired ignores goals. Either stops the run
+(:class:`~hardware.safety.ServosStopped`): the servos are re-armed where they
+stand and the arm parks, rather than going on against a limp or frozen joint.
 
 The task's settings (episode length, goal-step limit, success distance, reward
 weights) come from the ``task`` it is given, which deploy builds from what the
@@ -38,14 +45,16 @@ import torch
 
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import RobotConfig
-from hardware.dynamixel.errors import CommTimeoutError, DynamixelError, NotConnectedError, PacketError
+from hardware.dynamixel.errors import (CommTimeoutError, DynamixelError, HardwareAlertError, NotConnectedError,
+                                       PacketError)
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, SafetyConfig, ServosStopped
+from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
 from sims.tasks.arm_reach import (ArmReach, check_target, fingertip_position, reach_observation, reach_rewards,
                                    sample_targets)
 
 REPO = Path(__file__).resolve().parent.parent
+SERVO_CHECK_S = 0.1  # how often the servos are asked whether they still follow goals (two 1-byte sync reads)
 
 class DynamixelArm(Robot):
     """``config``'s servos on ``port`` (default: the config's), reaching targets. ``config``: a ``RobotConfig``, or as
@@ -108,36 +117,44 @@ class DynamixelArm(Robot):
                 err.args = (f"{err} (the robot config's port; --port names another, and `robolearn emulate "
                             "dynamixel` serves an emulated arm on one)",)
             raise
-        self._heard_at = time.monotonic()
+        self._heard_at = self._checked_at = time.monotonic()
 
-    def _rearm_if_tripped(self, quiet_s: float, q: np.ndarray) -> bool:
-        """After ``quiet_s`` without a state read (half the servos' bus watchdog window or more), ask whether
-        their watchdog fired: then they stopped and ignore goals, and the run would go on against a frozen
-        arm. Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that pose as the
-        last command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks).
-        Returns whether the question was answered (False: ask again on the next read)."""
-        if self.stopped is not None or not self.connected:  # torque is off, or about to be: leave it so
+    def _check_servos(self, quiet_s: float, q: np.ndarray) -> bool:
+        """Ask whether every servo still follows goals. One whose bus watchdog fired (``quiet_s``, the time since
+        the last state read, was long enough: the bus or this process stalled) ignores goals; one with torque off
+        rebooted (a power dip) or shut down; either way the run would go on against a frozen or limp joint.
+        Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that pose as the last
+        command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks). During
+        a park that a stop began the same holds: a tripped servo would ignore every waypoint. Returns whether
+        the question was answered (False: ask again on the next read)."""
+        if isinstance(self.stopped, EmergencyStop) or not self.connected:  # torque off where it stands: leave it so
             return True
         try:
-            tripped = self.bus.watchdog_tripped()
-            if tripped:
+            limp, tripped = self.bus.check_servos()
+            if limp or tripped:
                 self.bus.enable_torque(True)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         except (CommTimeoutError, PacketError):
             return False  # not answering yet
         except DynamixelError as err:  # answered with an error: the servos cannot be trusted to follow goals
-            self.fault = self.fault or ServosStopped(f"after a {quiet_s:.2f} s gap on the bus the servos' state "
-                                                     f"could not be checked or re-armed ({err}); stopped")
+            self.fault = self.fault or ServosStopped(f"the servos' state could not be checked or re-armed ({err}); "
+                                                     "stopped")
             return True
-        if tripped:
+        if limp or tripped:
             self.safety.start(q)
             self.rearms += 1
-            self.safety.events["servo_watchdog"] += 1
-            self.fault = self.fault or ServosStopped(
-                f"the servos' bus watchdog fired (ids {tripped}): nothing reached them for about {quiet_s:.2f} s (the "
-                f"bus or this process stalled; their window is safety.stop_after_s, {self.bus.watchdog_ms} ms), so "
-                "they stopped and ignored goals; re-armed where they stood and parked")
+            self.safety.events["servo_watchdog" if tripped else "servo_torque_off"] += 1
+            why = []
+            if tripped:
+                why.append(f"their bus watchdog fired (ids {tripped}): nothing reached them for about {quiet_s:.2f} s "
+                           f"(the bus or this process stalled; their window is safety.stop_after_s, "
+                           f"{self.bus.watchdog_ms} ms), so they ignored goals")
+            if limp:
+                why.append(f"servos {limp} had turned their torque off (rebooted after a power dip, or another "
+                           "program turned it off), so they went limp")
+            self.fault = self.fault or ServosStopped(f"the servos stopped following goals: {'; '.join(why)}; "
+                                                     "re-armed where they stood and parked")
         return True
 
     def _disconnect(self) -> None:
@@ -145,16 +162,23 @@ class DynamixelArm(Robot):
 
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         try:
-            state = self.bus.read_state()
+            state = self.bus.read_state(allow_alerts=True)
         except (CommTimeoutError, PacketError):
             return None  # transient: the bus already retried; the watchdog judges how long this lasts
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
+        if self.bus.alerted and self.fault is None:  # it cut its own torque; the others park (the run stops)
+            servo, status = next(iter(self.bus.alerted.items()))
+            self.fault = HardwareAlertError(servo, status)
+            self.fault.args = (f"{self.fault}; the other servos were parked and their torque turned off",)
         now = time.monotonic()
         quiet_s = now - self._heard_at
-        # long enough that the servos' watchdog may have fired: asked, and again on the next read if unanswered
-        if quiet_s < self.bus.watchdog_ms / 2000 or self._rearm_if_tripped(quiet_s, state[0]):
+        # a gap long enough that the servos' watchdog may have fired, or the regular check: asked, and asked
+        # again on the next read if unanswered
+        due = quiet_s >= self.bus.watchdog_ms / 2000 or now - self._checked_at >= SERVO_CHECK_S
+        if not due or self._check_servos(quiet_s, state[0]):
             self._heard_at = now
+            self._checked_at = now if due else self._checked_at
         return state
 
     def _write(self, goal: np.ndarray) -> None:
@@ -168,6 +192,11 @@ class DynamixelArm(Robot):
             self.bus.enable_torque(on)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
+        except HardwareAlertError:
+            if on:
+                raise
+            # off: every servo was written (the bus goes on past an error), and a servo in an alert still
+            # takes writes: its status only flags the alert, which the run reports already
 
     # ---- task ------------------------------------------------------------------
 

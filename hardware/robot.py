@@ -87,7 +87,7 @@ class Robot(VecEnv):
         # The robot stopped itself (a servo's bus watchdog) and the link re-armed it where it stood: the next
         # ``step`` raises it, and ``close`` parks as after any error. ``rearms`` counts those re-arms, so that
         # a ramp under way starts again from where the robot is (its next waypoints would jump)
-        self.fault: SafetyStop | None = None
+        self.fault: Exception | None = None
         self.rearms = 0
         self.stop_requested = False  # a stop was asked for before close (see _park_signals)
         self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
@@ -288,12 +288,17 @@ class Robot(VecEnv):
                 "log": {f"safety/{k}": float(v) for k, v in self.safety.events.items()}}
         if success is not None:
             info["success"] = torch.tensor([success])
+        false = torch.zeros(1, dtype=torch.bool)
+        step = Step(obs, torch.tensor([reward], dtype=torch.float32), false, torch.tensor([truncated]), info)
         if truncated:  # auto-reset (the VecEnv contract); its ramp is timed apart from the step
             began = time.perf_counter()
-            obs = self.reset()
+            try:
+                obs = self.reset()
+            except BaseException as err:  # the episode had ended: the error carries it, for a loop to keep
+                err.ended_step = step  # (robolearn.runtime.run records it before the error goes on)
+                raise
             info["reset_s"] = time.perf_counter() - began
-        false = torch.zeros(1, dtype=torch.bool)
-        return Step(obs, torch.tensor([reward], dtype=torch.float32), false, torch.tensor([truncated]), info)
+        return step._replace(obs=obs)
 
     def _actuate(self, action: np.ndarray, previous: np.ndarray) -> np.ndarray:
         """The goal ``action`` commands after the goal ``previous``, by the task's own rule (its simulated
@@ -309,6 +314,8 @@ class Robot(VecEnv):
 
     def _require_running(self) -> None:
         if self.stopped is not None:
+            with self._lock:  # a stop the watchdog thread is making (its park) ends first: its error says how it went
+                pass
             raise self.stopped
         if self.fault is not None:
             raise self.fault
@@ -346,27 +353,48 @@ class Robot(VecEnv):
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
 
     def _stop(self, ramp: bool) -> None:
-        """Park at the safe pose (if ``ramp``) and turn torque off; report what failed."""
+        """Park at the safe pose (if ``ramp``) and turn torque off; raise what went otherwise: a park cut short
+        (a second stop, an emergency stop, a lost link) or a torque-off the servos did not confirm."""
+        failure: BaseException | None = None
+        emergency_before = isinstance(self.stopped, EmergencyStop)
         try:
             if ramp:
                 safe = np.asarray(self.safety_cfg.safe_pose) if self.safety_cfg.safe_pose is not None else self.home
                 self._move_to(safe, parking=True)
         except ConnectionLost:
-            raise ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off could "
-                                 "not be done; servos with a bus watchdog stop by themselves, others keep their last "
-                                 "goal") from None
+            failure = ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off "
+                                     "could not be done; servos with a bus watchdog stop by themselves, others keep "
+                                     "their last goal")
         except KeyboardInterrupt:  # a second stop while parking: torque off (below), and say so
-            raise ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) during the ramp to the safe pose: "
-                              "parking was skipped and torque turned off where the robot stood (an unsupported "
-                              "joint may drop)") from None
-        finally:
-            self._torque_off_quietly()
+            failure = ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) during the ramp to the safe pose: "
+                                  "parking was skipped and torque turned off where the robot stood (an unsupported "
+                                  "joint may drop)")
+        except BaseException as err:  # noqa: BLE001 (whatever cut the park short, torque goes off first)
+            failure = err
+        if ramp and failure is None and not emergency_before and isinstance(self.stopped, EmergencyStop):
+            failure = EmergencyStop("emergency stop (Ctrl+\\) during the ramp to the safe pose: parking was skipped "
+                                    "and torque turned off where the robot stood (an unsupported joint may drop)")
+        unconfirmed = self._torque_off_quietly()
+        if unconfirmed and not isinstance(failure, ConnectionLost):  # (whose message says so already)
+            said = (f"the torque-off was not confirmed ({unconfirmed}): the servos may still hold torque; cut their "
+                    "power before touching the arm")
+            if failure is None:
+                failure = RobotError(said)
+            elif len(failure.args) == 1 and isinstance(failure.args[0], str):  # said where errors are printed
+                failure.args = (f"{failure.args[0]}; {said}",)
+            else:
+                failure.add_note(said)
+        if failure is not None:
+            raise failure
 
-    def _torque_off_quietly(self) -> None:
+    def _torque_off_quietly(self) -> str | None:
+        """Torque off; what went wrong as words (None: done). Never raises but for a KeyboardInterrupt: the last
+        step of every stop must not be cut short by the error of a bus that answers badly."""
         try:
             self._set_torque(False)
-        except (ConnectionLost, OSError, RobotError):
-            pass  # nothing more can be done from here; the caller reports the lost link
+        except Exception as err:  # noqa: BLE001 (the caller says it, with what the stop was for)
+            return f"{type(err).__name__}: {err}"
+        return None
 
     def _watch(self) -> None:
         """Hold on stale observations or a silent controller; stop when it lasts."""
@@ -388,13 +416,14 @@ class Robot(VecEnv):
                     self.safety.events["watchdog_hold"] += 1
                     holding = True
                 if silent >= self.safety_cfg.stop_after_s:
-                    self.stopped = WatchdogStop(
-                        f"no fresh observation or controller call for {silent:.2f} s "
-                        f"(safety.stop_after_s = {self.safety_cfg.stop_after_s}): stopped safely")
-                    try:
+                    said = (f"no fresh observation or controller call for {silent:.2f} s "
+                            f"(safety.stop_after_s = {self.safety_cfg.stop_after_s})")
+                    self.stopped = stop = WatchdogStop(said)
+                    try:  # this thread's stop: what became of it goes into the error the next step raises
                         self._stop(ramp=True)
-                    except ConnectionLost:
-                        pass
+                        stop.args = (f"{said}: parked at the safe pose and turned torque off",)
+                    except Exception as err:  # noqa: BLE001
+                        stop.args = (f"{said}; the safe stop failed: {err}",)
                     return
                 try:  # hold: re-send the last safe command, and try to read again
                     self._write(self.safety.last_sent)

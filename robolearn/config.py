@@ -425,10 +425,10 @@ def _check_range(name: str, value: Any, key: str) -> None:
     if isinstance(value, bool) or value is None:
         return
     numbers_given = value if isinstance(value, (list, tuple)) else [value]  # a range's two ends, too
-    if any(isinstance(number, float) and not math.isfinite(number) for number in numbers_given):
-        finite = "finite numbers" if isinstance(value, (list, tuple)) else "a finite number"
-        raise ConfigError(f"{key}: got {value}; give {finite} (0 turns off what can be turned off)")
     rule = _range_of(name)
+    if any(isinstance(number, float) and not math.isfinite(number) for number in numbers_given):
+        finite = "finite numbers" if isinstance(value, (list, tuple)) else "a finite number"  # and its range if known
+        raise ConfigError(f"{key}: got {value}; give {finite}" + (f": {rule[4]}" if rule else ""))
     if rule is None:
         return
     low, high, low_open, high_open, meaning = rule

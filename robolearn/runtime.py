@@ -42,7 +42,7 @@ import torch
 from tqdm import tqdm
 
 from robolearn.evaluate import NonFiniteError, check_finite, warn_if_trained_elsewhere
-from robolearn.interfaces import Obs, VecEnv
+from robolearn.interfaces import Obs, Step, VecEnv
 
 
 def as_ctrl_c(signum: int, frame: Any) -> None:
@@ -88,6 +88,31 @@ def stops_as_ctrl_c(also: dict[int, Any] | None = None) -> Iterator[None]:
         for signum, handler in handlers.items():
             previous[signum] = signal.signal(signum, handler)
         yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[list[int]]:
+    """Within the block, stop signals (Ctrl+C, a kill, a closed terminal) are noted in the list it gives, not
+    raised: for a short write that must finish once begun (a deployment's summary after the robot is parked).
+    Signals set to be ignored stay ignored; outside the main thread nothing is installed."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        hung_up(signum)
+        held.append(signum)
+
+    previous = {}
+    try:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, hold)
+        yield held
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -263,25 +288,13 @@ def run(
         if ticker:
             ticker.restart()
         episode_return, episode_start = 0.0, 0  # (the step the episode began at: where a recording's file begins)
-        while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
-            t0 = time.perf_counter()
-            check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
-            commanded = controller.act(obs).to(env.device)
-            try:  # a broken controller stops here, before the robot or sim, saying when
-                check_finite("action", commanded)
-            except NonFiniteError as err:
-                raise NonFiniteError(f"{err} at step {stats.steps - episode_start} of episode {stats.episodes} (both "
-                                     "counted from 0, as a recording's episode files and their steps): the controller "
-                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
-            t1 = time.perf_counter()
-            step = env.step(commanded)
-            t2 = time.perf_counter()
-            sent = step.info.get("sent_action", commanded)
+
+        def count(obs: Obs, commanded: torch.Tensor, step: Step) -> None:
+            """Record ``step`` and count it (and the episode it ended)."""
+            nonlocal episode_return, episode_start
             if sink is not None:
-                sink.add(obs, commanded, sent, step)
-            obs = step.obs
-            done = step.terminated | step.truncated
-            controller.reset(done)
+                sink.add(obs, commanded, step.info.get("sent_action", commanded), step)
+            controller.reset(done := step.terminated | step.truncated)
             stats.steps += 1
             episode_return += float(step.reward[0])
             if bool(done[0]):
@@ -295,6 +308,27 @@ def run(
                     bar.update(1)
             if bar is not None and episodes is None:
                 bar.update(1)
+
+        while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
+            t0 = time.perf_counter()
+            check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
+            commanded = controller.act(obs).to(env.device)
+            try:  # a broken controller stops here, before the robot or sim, saying when
+                check_finite("action", commanded)
+            except NonFiniteError as err:
+                raise NonFiniteError(f"{err} at step {stats.steps - episode_start} of episode {stats.episodes} (both "
+                                     "counted from 0, as a recording's episode files and their steps): the controller "
+                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
+            t1 = time.perf_counter()
+            try:
+                step = env.step(commanded)
+            except BaseException as err:  # a robot's episode that had ended when its ramp to the next start was
+                if (ended := getattr(err, "ended_step", None)) is not None:  # cut short (a Ctrl+C, a fault): kept
+                    count(obs, commanded, ended)
+                raise
+            t2 = time.perf_counter()
+            count(obs, commanded, step)
+            obs = step.obs
             reset_s = float(step.info.get("reset_s", 0.0))
             stats.compute_s.append(t1 - t0)
             stats.step_s.append(t2 - t1 - reset_s)

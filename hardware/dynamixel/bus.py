@@ -4,7 +4,9 @@
 the SDK's integer result codes: every call is retried a bounded number of times
 on transient failures (no reply, garbled reply), then raises a typed error. One
 control step is one sync read (Present_Velocity + Present_Position, 8 bytes from
-address 128) and one sync write (Goal_Position).
+address 128) and one sync write (Goal_Position). ``check_servos`` (two 1-byte sync
+reads) asks whether any servo stopped following goals: torque off (a reboot, a
+shutdown) or its bus watchdog fired; a robot asks it a few times a second.
 
 On connect the servos' Homing_Offset is set to 0 (calibration is applied in
 software) and Return_Delay_Time to 0 (each reply comes 0.5 ms sooner than the
@@ -116,6 +118,8 @@ class DynamixelBus:
         self._port: SelectPortHandler | None = None
         self._packet = sdk.PacketHandler(2.0)
         self._sync_read: sdk.GroupSyncRead | None = None
+        self._item_reads: dict[str, sdk.GroupSyncRead] = {}  # one sync read per control-table item read from all
+        self.alerted: dict[int, int] = {}  # id -> Hardware_Error_Status, of the last read_state(allow_alerts=True)
         self._sync_write: sdk.GroupSyncWrite | None = None
 
     # -------------------------------------------------------------- lifecycle
@@ -149,10 +153,10 @@ class DynamixelBus:
             raise NotConnectedError(f"{self.port} is in use by another process (another deploy or replay?); "
                                     "one process drives a bus at a time") from None
         self._port = port
-        self._sync_read = sdk.GroupSyncRead(port, self._packet, STATE_ADDRESS, STATE_LENGTH)
+        self._sync_read = self._group_read(STATE_ADDRESS, STATE_LENGTH)
+        self._item_reads = {name: self._group_read(TABLE[name].address, TABLE[name].size)
+                            for name in ("Torque_Enable", "Bus_Watchdog")}
         self._sync_write = sdk.GroupSyncWrite(port, self._packet, GOAL.address, GOAL.size)
-        for servo_id in self._ids:
-            self._sync_read.addParam(servo_id)
         try:
             for motor in self.calibration.motors:
                 found = self.ping(motor.id)
@@ -200,11 +204,19 @@ class DynamixelBus:
 
     # ----------------------------------------------------------- control step
 
-    def read_state(self) -> tuple[np.ndarray, np.ndarray]:
-        """Joint positions (rad) and velocities (rad/s), from one sync read."""
-        data = self._retry("read the joint state", self._sync_read_once)
+    def read_state(self, allow_alerts: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Joint positions (rad) and velocities (rad/s), from one sync read.
+
+        A servo in a hardware alert raises :class:`HardwareAlertError`; with ``allow_alerts`` its state is
+        still taken (the alert bit flags the servo, the data is its own) and ``alerted`` names such servos
+        with their Hardware_Error_Status: a robot parks the others rather than dropping the whole arm."""
+        alerted: list[int] = []
+        data = self._retry("read the joint state", lambda: self._sync_read_once(
+            self._sync_read, STATE_LENGTH, alerted if allow_alerts else None))
         raw = np.frombuffer(b"".join(data[i] for i in self._ids), dtype="<i4").reshape(-1, 2)
         self.stats.sync_reads += 1
+        if allow_alerts:
+            self.alerted = {i: self.alerted.get(i) or self._hardware_error(i) for i in sorted(set(alerted))}
         return self.calibration.to_radians(raw[:, 1]), self.calibration.velocity_to_rad_s(raw[:, 0])
 
     def write_goal(self, positions: np.ndarray) -> np.ndarray:
@@ -233,8 +245,8 @@ class DynamixelBus:
                     raise
                 except DynamixelError as exc:
                     errors.append(exc)
-            if errors:
-                raise errors[0]
+            if errors:  # one that may have left torque on before an alert, which only flags a servo that took the write
+                raise next((e for e in errors if not isinstance(e, HardwareAlertError)), errors[0])
             return
         for servo_id in self._ids:
             self.write(servo_id, "Bus_Watchdog", 0)  # clears a tripped watchdog, which blocks goals
@@ -249,9 +261,23 @@ class DynamixelBus:
                 self.write(servo_id, "Bus_Watchdog", units)
 
     def watchdog_tripped(self) -> list[int]:
-        """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals):
-        one read per servo, for after a stall, not every control step. ``enable_torque(True)`` re-arms them."""
-        return [servo_id for servo_id in self._ids if self.read(servo_id, "Bus_Watchdog") in (WATCHDOG_TRIPPED, -1)]
+        """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals), from one
+        sync read. ``enable_torque(True)`` re-arms them."""
+        return [i for i, value in self.read_all("Bus_Watchdog").items() if value in (WATCHDOG_TRIPPED, -1)]
+
+    def check_servos(self) -> tuple[list[int], list[int]]:
+        """(ids with torque off, ids whose bus watchdog fired): servos that no longer follow goals, found in two
+        1-byte sync reads. A reboot (a power dip) or a shutdown turns torque off; a stall trips the watchdog."""
+        limp = [i for i, value in self.read_all("Torque_Enable").items() if value == 0]
+        return limp, self.watchdog_tripped()
+
+    def read_all(self, name: str) -> dict[int, int]:
+        """One control-table item (Torque_Enable or Bus_Watchdog) of every servo, in one sync read."""
+        item = TABLE[name]
+        self._need_port()
+        group = self._item_reads[name]
+        data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size))
+        return {i: item.from_bytes(data[i]) for i in self._ids}
 
     def reboot(self, servo_id: int, boot_timeout_s: float = 2.0) -> None:
         """Reboot one servo (clears a hardware alert) and wait until it answers again.
@@ -311,16 +337,25 @@ class DynamixelBus:
             raise NotConnectedError(f"bus on {self.port} is not connected: call connect() first")
         return self._port
 
-    def _sync_read_once(self) -> _Attempt:
-        """One sync read keeping every servo's error byte (GroupSyncRead.rxPacket drops them)."""
+    def _group_read(self, address: int, length: int) -> sdk.GroupSyncRead:
+        group = sdk.GroupSyncRead(self._need_port(), self._packet, address, length)
+        for servo_id in self._ids:
+            group.addParam(servo_id)
+        return group
+
+    def _sync_read_once(self, group: sdk.GroupSyncRead, length: int, alerted: list[int] | None = None) -> _Attempt:
+        """One sync read keeping every servo's error byte (GroupSyncRead.rxPacket drops them). A reply whose only
+        error is the alert bit is kept when ``alerted`` is given, and its id added there."""
         port = self._need_port()
-        result = self._sync_read.txPacket()
+        result = group.txPacket()
         if result != sdk.COMM_SUCCESS:
             return result, 0, None, None
         data = {}
         for servo_id in self._ids:
-            payload, result, error = self._packet.readRx(port, servo_id, STATE_LENGTH)
-            if result != sdk.COMM_SUCCESS or error:
+            payload, result, error = self._packet.readRx(port, servo_id, length)
+            if result == sdk.COMM_SUCCESS and error == protocol.ERR_ALERT and alerted is not None:
+                alerted.append(servo_id)
+            elif result != sdk.COMM_SUCCESS or error:
                 return result, error, None, servo_id
             data[servo_id] = bytes(payload)
         return result, 0, data, None

@@ -111,11 +111,11 @@ class PhysicsOverrides:
     def __post_init__(self) -> None:
         # Named as both Python and `robolearn emulate` take them (a Python caller had been told of --latency)
         for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):  # as sim randomization refuses
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} (--{name.replace('_', '-')}) scales the MJCF's values and must be > 0, "
-                                 f"got {getattr(self, name)}")
-        if not self.actuation_latency >= 0:
-            raise ValueError(f"actuation_latency (--latency) must be >= 0 s, got {self.actuation_latency}")
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) scales the MJCF's values and must be a finite "
+                                 f"number > 0, got {getattr(self, name)}")
+        if not 0 <= self.actuation_latency < math.inf:
+            raise ValueError(f"actuation_latency (--latency) must be a finite number >= 0 s, got {self.actuation_latency}")
 
 
 @dataclass
@@ -369,6 +369,12 @@ class DynamixelEmulator:
         and holds where it stands, ignoring goals until its watchdog is cleared (a stalled bus, in a test)."""
         with self._lock:
             self._check_watchdogs(float("inf"))
+
+    def reboot(self, servo_id: int) -> None:
+        """As if the servo's power dipped: it reboots, RAM back to defaults (torque off, watchdog off), and goes
+        limp where it stands while the others go on (a brown-out, in a test)."""
+        with self._lock:
+            self._reboot(self._servos[servo_id])
 
     def state(self) -> dict[int, ServoState]:
         """A snapshot of every servo, by id."""

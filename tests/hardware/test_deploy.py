@@ -98,6 +98,20 @@ def test_a_controller_of_another_action_size_is_refused_before_connecting(tmp_pa
         deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
 
 
+def test_a_controller_whose_action_is_not_finite_is_refused_before_connecting(tmp_path):
+    """Broken weights (inf even for an observation of zeros) had connected and ramped the arm to its start, only
+    to stop at the first step."""
+
+    class Broken(TowardTarget):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.full((obs.shape[0], 4), float("inf")) + 0.0 * obs[:, :1]
+
+    export_controller(Broken(), tmp_path / "export", ("torchscript",), extra={"task": "arm_reach", "control_dt": 0.02})
+    write_run_config(tmp_path)
+    with pytest.raises(ValueError, match=r"controller.pt: its action for an observation of zeros is not finite"):
+        deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
+
+
 def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator):
     emulator = make_emulator(realtime=True)
     threading.Timer(1.5, emulator.disconnect).start()
@@ -365,10 +379,10 @@ def test_a_bus_stall_that_tripped_the_servos_watchdog_stops_the_run_and_parks(ma
             assert max(abs(s.position) for s in emulator.state().values()) > 0.4  # (so "parked" below means it)
             read, until = arm.bus.read_state, time.monotonic() + 1.2  # no answer for 1.2 s...
 
-            def stalled():
+            def stalled(**kwargs):
                 if time.monotonic() < until:
                     raise CommTimeoutError(None, emulator.port, 57600, "read the joint state")
-                return read()
+                return read(**kwargs)
 
             arm.bus.read_state = stalled
             emulator.trip_watchdogs()  # ... in which the servos' watchdog fired
@@ -377,6 +391,76 @@ def test_a_bus_stall_that_tripped_the_servos_watchdog_stops_the_run_and_parks(ma
     state = emulator.state()
     assert not any(s.torque_enabled or s.watchdog_tripped for s in state.values())
     assert max(abs(s.position) for s in state.values()) < 0.1  # parked at home (not frozen where it stood)
+    assert arm.safety.events["servo_watchdog"] == 1
+
+
+def _arm_out_at_a_pose(emulator, steps: int = 25) -> DynamixelArm:
+    """An arm stepped for ``steps`` control steps toward a pose 0.6 rad from home (so "parked" means it)."""
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=PATIENT).connect()
+    arm.reset(seed=0)
+    for _ in range(steps):
+        arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+    assert max(abs(s.position) for s in emulator.state().values()) > 0.4
+    return arm
+
+
+def _parked(emulator, but: tuple[int, ...] = ()) -> bool:
+    """Every servo (but ``but``) at home, and none holding torque."""
+    state = emulator.state()
+    return (not any(s.torque_enabled for s in state.values())
+            and max(abs(s.position) for i, s in state.items() if i not in but) < 0.1)
+
+
+def test_a_servo_that_rebooted_mid_run_stops_the_run_and_the_arm_parks(make_emulator):
+    """A servo that lost power for a moment comes back limp (torque off) and ignores goals; the run had gone on
+    against it to the end, reporting ordinary misses, while the joint hung at its stop."""
+    from hardware.safety import ServosStopped
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.reboot(2)
+    assert not emulator.state()[2].torque_enabled
+    with pytest.raises(ServosStopped, match=r"servos \[2\] had turned their torque off .* re-armed where they stood"):
+        try:
+            for _ in range(50):  # the check comes a few times a second
+                arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        finally:
+            arm.close()
+    assert _parked(emulator)  # the rebooted joint too: re-armed, then parked
+    assert arm.safety.events["servo_torque_off"] == 1
+
+
+def test_a_hardware_alert_parks_the_other_servos_before_torque_goes_off(make_emulator):
+    """An overload alert (the servo cuts its own torque) had turned torque off on every joint where it stood:
+    the whole arm dropped, and the message did not say that the park was skipped."""
+    from hardware.dynamixel.errors import HardwareAlertError
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.faults.hardware_alert[4] = 0x20  # overload: a shutdown fault (the wrist; the others hold the arm)
+    with pytest.raises(HardwareAlertError, match=r"servo 4 .*overload.*the other servos were parked"):
+        try:
+            arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        finally:
+            arm.close()
+    assert _parked(emulator, but=(4,))
+
+
+def test_a_park_that_a_watchdog_stop_began_re_arms_servos_whose_own_watchdog_fired(make_emulator):
+    """A stalled process (Ctrl+Z, then fg): the servos' bus watchdog fired, and when the software watchdog got to
+    the stop first, its park skipped the re-arm (the robot counted as stopped), so the tripped servos ignored
+    every waypoint and torque went off mid-pose, under a message that said "stopped safely"."""
+    from hardware.safety import WatchdogStop
+
+    emulator = make_emulator(realtime=True)
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.trip_watchdogs()
+    time.sleep(0.15)  # past the regular servo check: the park's first read asks
+    with arm._bus():  # as the watchdog thread does, once the silence lasted safety.stop_after_s
+        arm.stopped = WatchdogStop("no fresh observation")
+        arm._stop(ramp=True)
+    arm.close()
+    assert _parked(emulator)
     assert arm.safety.events["servo_watchdog"] == 1
 
 

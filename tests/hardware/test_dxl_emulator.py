@@ -317,9 +317,14 @@ def test_a_reality_gap_that_is_no_robot_is_refused(capsys):
     from robolearn.cli import main
 
     assert main(["emulate", "dynamixel", "--mass-scale", "-1"]) == 2  # the simulator refuses it too
-    assert "mass_scale (--mass-scale) scales the MJCF's values and must be > 0, got -1" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"actuation_latency \(--latency\) must be >= 0 s, got -0.01"):
+    assert "mass_scale (--mass-scale) scales the MJCF's values and must be a finite number > 0, got -1" in \
+        capsys.readouterr().err
+    assert main(["emulate", "dynamixel", "--mass-scale", "inf"]) == 2  # (it had overflowed with a numpy warning)
+    assert "must be a finite number > 0, got inf" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"actuation_latency \(--latency\) must be a finite number >= 0 s, got -0.01"):
         PhysicsOverrides(actuation_latency=-0.01)  # from Python, named as Python takes it (it had said --latency)
+    with pytest.raises(ValueError, match=r"must be a finite number >= 0 s, got inf"):
+        PhysicsOverrides(actuation_latency=math.inf)
 
 
 # ---- lockstep timing -------------------------------------------------------------------------------

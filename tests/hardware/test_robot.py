@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, EmergencyStop, ParkSkipped, SafetyConfig, WatchdogStop
+from hardware.safety import ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, WatchdogStop
 from robolearn.recording import EpisodeRecorder, load_episode
-from robolearn.runtime import run
+from robolearn.runtime import LoopStats, run
 
 HOME = np.array([0.0, 0.5])
 SAFE = np.array([0.2, 0.2])
@@ -157,8 +157,8 @@ def test_the_tasks_own_action_rule_is_not_counted_as_a_safety_intervention():
 
 def test_time_limit_resets_with_the_final_observation():
     with LagArm() as arm:
-        obs = arm.reset()
-        for i in range(arm.max_episode_steps):
+        arm.reset()
+        for _ in range(arm.max_episode_steps):
             step = arm.step(torch.tensor([[0.0, 0.0]]))
         assert bool(step.truncated[0]) and "success" in step.info
         assert step.info["final_obs"]["policy"][0, :2].abs().max() < 0.1  # reached zero
@@ -311,8 +311,63 @@ def test_emergency_stop_cuts_torque_where_the_robot_stands():
     assert arm.torque_log[-1] is False and len(arm.writes) == writes  # no ramp after an e-stop
 
 
+def test_an_emergency_stop_during_the_park_is_said_not_reported_as_parked():
+    """Ctrl+\\ mid-park turns torque off where the robot stands; the close had then returned as if it had parked,
+    and deploy reported "parked" with no error."""
+    class EstopWhileParking(LagArm):
+        parking = False
+
+        def _write(self, goal):
+            super()._write(goal)
+            if self.parking and len(self.writes) == self.parked_from + 3:
+                self.emergency_stop()  # as the signal handler does, on this thread mid-transaction
+
+    arm = EstopWhileParking()
+    with pytest.raises(EmergencyStop, match="during the ramp to the safe pose: parking was skipped"):
+        with arm:
+            arm.reset()
+            arm.step(torch.tensor([[0.5, 0.5]]))
+            arm.parking, arm.parked_from = True, len(arm.writes)
+    assert arm.torque_log[-1] is False and len(arm.writes) == arm.parked_from + 3  # no waypoint after it
+
+
+class TorqueOffUnanswered(LagArm):
+    """The servos take goals, but their reply to the torque-off never comes (a bus that answers badly)."""
+
+    def _set_torque(self, on):
+        if not on:
+            raise TimeoutError("no reply from servo 1 to write Torque_Enable=0")
+        super()._set_torque(on)
+
+
+def test_a_torque_off_the_servos_did_not_confirm_is_said_after_a_park():
+    with pytest.raises(RobotError, match=r"the torque-off was not confirmed \(TimeoutError: no reply .*\): the servos "
+                                         r"may still hold torque; cut their power"):
+        with TorqueOffUnanswered():
+            pass
+
+
+def test_a_watchdog_stop_says_what_became_of_its_park():
+    """Its message had said "stopped safely" before the stop was made, and stayed so when the torque-off failed
+    (the watchdog thread died with a traceback of its own)."""
+    arm = TorqueOffUnanswered()
+    with arm:
+        arm.reset()
+        time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
+        with pytest.raises(WatchdogStop, match=r"no fresh observation .*; the safe stop failed: the torque-off was "
+                                               r"not confirmed"):
+            arm.step(torch.tensor([[0.0, 0.0]]))
+    np.testing.assert_allclose(arm.writes[-1], SAFE)  # parked all the same
+    arm = LagArm()
+    with arm:
+        arm.reset()
+        time.sleep(0.4)
+        with pytest.raises(WatchdogStop, match="parked at the safe pose and turned torque off"):
+            arm.step(torch.tensor([[0.0, 0.0]]))
+
+
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
-    arm = LagArm(lose_link_after=60)  # the reset ramp and settle take ~25 reads
+    arm = LagArm(lose_link_after=45)  # the reset ramp and settle take ~32 reads: lost mid-episode
     recorder = EpisodeRecorder(tmp_path)
     with pytest.raises(ConnectionLost, match="connection lost before or during the safe stop"):
         with arm:
@@ -321,6 +376,20 @@ def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_pa
     assert sum(len(e["actions"]) for e in episodes) >= 10
     assert episodes[-1]["interrupted"]
     assert not arm.link
+
+
+def test_an_episode_that_ended_is_kept_whole_when_the_ramp_to_the_next_start_is_cut_short(tmp_path):
+    """A robot resets by itself inside the step that ends an episode (a ramp of seconds): a stop or a fault
+    during that ramp had lost the step, so a finished episode was recorded as cut short, without its outcome."""
+    arm = LagArm(lose_link_after=60)  # the first episode ends at read ~52; the ramp to the next start is cut
+    recorder, stats = EpisodeRecorder(tmp_path), LoopStats()
+    with pytest.raises(ConnectionLost):
+        with arm:
+            run(Constant([0.0, 0.0]), arm, steps=100, sink=recorder, stats=stats)
+    episodes = [load_episode(p) for p in sorted(tmp_path.glob("episode_*.npz"))]
+    assert len(episodes) == 1 and len(episodes[0]["actions"]) == arm.max_episode_steps
+    assert not episodes[0]["interrupted"] and "success" in episodes[0]
+    assert stats.episodes == 1 and stats.steps == arm.max_episode_steps
 
 
 def test_watchdog_must_cover_two_control_periods():

@@ -314,6 +314,23 @@ def test_kill_and_hangup_stop_as_ctrl_c_unless_ignored_and_are_given_back():
         signal.signal(signal.SIGHUP, previous)
 
 
+def test_stops_held_notes_stop_signals_until_the_block_ends():
+    """A deploy's summary is written after the robot parked; a Ctrl+C pressed again then (a user mashing it) had
+    cut the write short and lost deploy.json."""
+    import os
+    import signal
+
+    from robolearn.runtime import stops_held
+
+    before = signal.getsignal(signal.SIGINT)
+    with stops_held() as held:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        written = True  # the block went on to its end
+    assert written and held == [signal.SIGINT, signal.SIGTERM]
+    assert signal.getsignal(signal.SIGINT) is before and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_a_hang_up_points_terminal_output_at_dev_null_and_leaves_files_alone(tmp_path):
     """Writes to a closed terminal raise EIO, which had cut short the save or the safe stop they reported."""
     import os
