@@ -57,6 +57,7 @@ import numpy as np
 
 from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
+from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags
 
 REF_SCORES: dict[str, tuple[float, float]] = {
@@ -99,7 +100,8 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
             names = _row_names(f)
             rows = _check_rows(f, names, path)
             arrays = {name: _read(f, name, path) for name in names}
-            meta = json.loads(f.attrs["robolearn_metadata"]) if "robolearn_metadata" in f.attrs else {}
+            meta = (read_embedded(f.attrs["robolearn_metadata"], f"{path}: attribute 'robolearn_metadata'")
+                    if "robolearn_metadata" in f.attrs else {})
             d4rl_meta = _d4rl_metadata(f)
     except OSError as err:
         raise DatasetError(f"{path}: not a readable HDF5 file (truncated or corrupt: {str(err).splitlines()[0]})") from None
@@ -282,7 +284,7 @@ def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np
             obs[group] = observations(arrays[name], arrays.get(f"{NEXT_GROUPS}/{group}"))
     infos = {}
     for name, value in arrays.items():
-        if name.startswith("infos/") and not name.startswith("infos/next_"):
+        if name.startswith("infos/") and not _companion(name, arrays):
             key = name[len("infos/"):]
             following = arrays.get(f"infos/next_{key}")
             infos[key] = value[start:stop] if following is None else np.concatenate([value[start:stop], following[stop - 1][None]])
@@ -291,6 +293,12 @@ def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np
         truncations[-1] = True  # the file ended mid-episode
     return Episode(observations=obs, actions=arrays["actions"][start:stop], rewards=arrays["rewards"][start:stop],
                    terminations=terminals[start:stop].copy(), truncations=truncations, infos=infos)
+
+
+def _companion(name: str, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether ``infos/next_<key>`` holds the rows after ``infos/<key>``'s (which must be there): an info of
+    its own name ``next_...`` is kept as one (it had been dropped unread)."""
+    return name.startswith("infos/next_") and f"infos/{name[len('infos/next_'):]}" in arrays
 
 
 def exclusive_timeouts(terminations: Flags, truncations: Flags) -> Flags:
@@ -322,6 +330,10 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         having = sum(partial[0] in e.infos for e in episodes)
         warnings.warn(f"{out}: infos {', '.join(partial)} left out: {having} of {len(episodes)} episodes of "
                       f"'{dataset.id}' have {partial[0]}, and a D4RL file's columns run over every row", stacklevel=2)
+    with_final_row = {key for key in info_keys if all(len(e.infos[key]) == len(e) + 1 for e in episodes)}
+    if clash := sorted(f"next_{key}" for key in with_final_row if f"next_{key}" in info_keys):
+        raise DatasetError(f"{out}: infos {', '.join(clash)} would share their columns with the final rows of infos "
+                           f"{', '.join(c[len('next_'):] for c in clash)} (written as infos/next_<name>): rename them")
     for episode in episodes:
         steps = len(episode)
         for group, value in episode.observations.items():
@@ -336,7 +348,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         for key in sorted(info_keys):
             value = episode.infos[key]
             add(f"infos/{key}", value[:steps])
-            if all(len(e.infos[key]) == len(e) + 1 for e in episodes):
+            if key in with_final_row:
                 add(f"infos/next_{key}", value[1:])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -325,8 +325,27 @@ class Dataset:
         except (OSError, KeyError, ValueError, AssertionError, TypeError) as err:
             if isinstance(err, DatasetError):
                 raise
+            if problem := metadata_problem(self.path / "data"):  # (Minari's own asserts say nothing)
+                raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: {problem}") from None
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise DatasetError(f"{self.path / 'data'}: unreadable dataset (truncated or corrupt: {reason})") from None
+
+
+def metadata_problem(data: Path) -> str | None:
+    """What is wrong with a Minari dataset's ``metadata.json`` that Minari only asserts (a key missing, or of
+    another kind), in words; None when nothing is found there."""
+    try:
+        meta = json.loads((data / "metadata.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"not readable JSON ({type(err).__name__})"
+    if not isinstance(meta, dict):
+        return f"a JSON {type(meta).__name__}, not an object"
+    for key in ("observation_space", "action_space"):
+        if key in meta and not isinstance(meta[key], str):
+            return f"'{key}' is {type(meta[key]).__name__}, not a serialized space (text)"
+        if key not in meta and not isinstance(meta.get("env_spec"), str):
+            return f"no '{key}' (nor an 'env_spec' to build it from): the dataset's spaces are unknown"
+    return None
 
 
 def minari_episode(data: dict[str, Any]) -> Episode:

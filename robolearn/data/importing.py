@@ -44,7 +44,6 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     task's specs and bounds, which replay and evaluation need; our own LeRobot export says its task itself.
     ``done``: how a LeRobot dataset's ``next.done`` reads ("terminal" or "truncation"). ``ref_min`` and
     ``ref_max``: random and expert returns for normalized scores (a D4RL task's own by default)."""
-    import sims
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
     from robolearn.data.minari_store import specs_of
@@ -62,7 +61,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     if not episodes:
         raise DatasetError(f"{path}: no episodes to import")
     specs = specs_of(episodes[0])
-    task_from_file = not task and format != "recording" and meta.get("task") in sims.TASKS
+    task_from_file = not task and format != "recording" and _buildable_from_a_file(meta.get("task"))
     if task_from_file:  # our own export's: its task's bounds and settings, as --task would give them
         task = meta["task"]
     # A recording's task settings are what the robot ran, a file's of our own export what it was recorded with
@@ -72,20 +71,34 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         settings = dict(meta.get("task_kwargs") or {})
     if task:  # the task's groups and bounds; groups the task lacks (a robot's joint_state) kept as recorded
         where = (path / "metadata.json") if format == "recording" else path
-        task_obs, action_spec, control_dt = task_specs(task, meta.get("control_dt"), settings,
-                                                       f"{where}: the recorded task settings")
-        specs = ({**specs[0], **task_obs}, action_spec)
-        if meta.get("control_dt") is None:  # a D4RL file says none: its task's (a LeRobot export's fps)
-            meta["control_dt"] = control_dt
+        try:
+            task_obs, action_spec, control_dt = task_specs(task, meta.get("control_dt"), settings,
+                                                           f"{where}: the recorded task settings")
+        except Exception as err:  # noqa: BLE001 (a Gymnasium id not registered here...): the file's, not asked for
+            if not task_from_file:
+                raise
+            warnings.warn(f"{path}: its task {task} cannot be built here ({type(err).__name__}: {err}); imported "
+                          "without the task's bounds and settings: give --task to set them", stacklevel=2)
+            task, task_from_file, settings = None, False, {}
+        else:
+            specs = ({**specs[0], **task_obs}, action_spec)
+            if meta.get("control_dt") is None:  # a D4RL file says none: its task's (a LeRobot export's fps)
+                meta["control_dt"] = control_dt
     meta |= {"source": f"{format}:{path.resolve()}"}
     if task:
         meta["task"], meta["task_kwargs"] = task, settings
-    refs = ref_scores(task or path.stem) if format == "d4rl" else None
+    # D4RL's reference scores for its own files; our export carries the dataset's own (or none: a recording
+    # had none, and a round trip must not add D4RL's)
+    refs = ref_scores(task or path.stem) if format == "d4rl" and "exported_from" not in meta else None
     for key, given, default in (("ref_min_score", ref_min, refs and refs[0]), ("ref_max_score", ref_max, refs and refs[1])):
         value = given if given is not None else meta.get(key, default)
         if value is not None:
             meta[key] = value
     check_refs(meta.get("ref_min_score"), meta.get("ref_max_score"))
+    if task and specs[1].shape == (1,):  # a one-dimensional action stored flat, (N,) as D4RL files often do
+        for episode in episodes:
+            if episode.actions.ndim == 1:
+                episode.actions = episode.actions[:, None]
     name = name or slug(path.stem if path.is_file() else path.resolve().name)
     from tqdm import tqdm
 
@@ -95,6 +108,17 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     _warn_out_of_bounds(episodes, specs[1])
     return Imported(dataset, [e.episode_return for e in episodes], [e.success for e in episodes if e.success is not None],
                     task_from_file, settings, others)
+
+
+def _buildable_from_a_file(task: Any) -> bool:
+    """Whether a task a file names may be built on import: ours, or a Gymnasium id (``gym:Hopper-v5``, whose
+    bounds had come back as +-inf). Not ``module:Class``, nor a Gymnasium ``module:id``: a file does not get
+    to import code."""
+    import sims
+
+    if not isinstance(task, str):
+        return False
+    return task in sims.TASKS or (task.startswith(sims.GYM_PREFIX) and ":" not in task[len(sims.GYM_PREFIX):])
 
 
 def task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,

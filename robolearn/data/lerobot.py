@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, is_positive_number
 
 IMAGE_DTYPES = ("image", "video", "string")
@@ -166,12 +167,12 @@ def _own_metadata(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
+        text = path.read_bytes()
+    except OSError as err:
         warnings.warn(f"{path}: unreadable ({type(err).__name__}), left out: the task and its settings are not "
                       "known from it", stacklevel=3)
         return {}
-    return meta if isinstance(meta, dict) else {}
+    return read_embedded(text, str(path))
 
 
 def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.ndarray:

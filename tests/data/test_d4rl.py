@@ -384,3 +384,77 @@ def test_import_from_python_gives_the_dataset_its_task_as_the_cli_does(tmp_path,
     assert (ds.ref_min_score, ds.ref_max_score) == REF_SCORES["hopper"]  # D4RL's hopper references
     with pytest.raises(ValueError, match="format='minari': choose one of d4rl, lerobot, recording"):
         import_dataset(tmp_path / "hopper-medium-v2.hdf5", "minari")
+
+
+@pytest.mark.parametrize("stored, says", [
+    ("[1, 2]", "a JSON list, not an object, left out"),
+    ("{not json", "not readable JSON (JSONDecodeError), left out"),
+    ('{"task": "pendulum", "task_kwargs": "oops"}', "'task_kwargs' is 'oops', not a mapping of task settings; left out"),
+    ('{"ref_min_score": "a", "ref_max_score": 1.0}', "'ref_min_score' is 'a', not a finite number; left out"),
+])
+def test_embedded_metadata_of_the_wrong_kind_is_warned_and_left_out(recorded, tmp_path, root, stored, says):
+    """Our export's own metadata, edited or from elsewhere, had ended the import in a traceback ('list' object has
+    no attribute 'get', must be real number) or an error naming neither file nor key."""
+    from robolearn.data import import_dataset
+
+    path = write_d4rl(recorded("pendulum", 1, num_envs=1, max_episode_steps=10), tmp_path / "edited.hdf5")
+    with h5py.File(path, "a") as f:
+        f.attrs["robolearn_metadata"] = stored
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        imported = import_dataset(path, "d4rl", name="edited")
+    assert any(f"edited.hdf5: attribute 'robolearn_metadata': {says}" in str(w.message) for w in said), said
+    assert imported.dataset.num_steps == 10
+
+
+def test_an_info_named_next_something_survives_a_d4rl_round_trip(recorded, tmp_path):
+    """`infos/next_<name>` is the final row of `infos/<name>`; an info of that name of its own had been dropped
+    unread on import."""
+    ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    episodes = list(ds)
+    for e in episodes:
+        e.infos = {"next_waypoint": np.arange(2 * len(e), dtype=np.float32).reshape(len(e), 2)}
+    mine = Dataset.create("waypoints", episodes, ds.observation_spec, ds.action_spec)
+    back, _ = read_d4rl(write_d4rl(mine, tmp_path / "waypoints.hdf5"))
+    for x, y in zip(episodes, back):
+        np.testing.assert_array_equal(x.infos["next_waypoint"], y.infos["next_waypoint"])
+    for e in episodes:  # beside an info whose final row would be written under that name: refused, not mixed
+        e.infos["waypoint"] = np.zeros((len(e) + 1, 2), np.float32)
+    both = Dataset.create("both", episodes, ds.observation_spec, ds.action_spec)
+    with pytest.raises(DatasetError, match="infos next_waypoint would share their columns with the final rows of "
+                                           "infos waypoint"):
+        write_d4rl(both, tmp_path / "both.hdf5")
+
+
+def test_an_episode_flagged_ended_before_its_last_step_is_refused(recorded):
+    """Stored as one episode, it had come back from a D4RL round trip as two."""
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=6)
+    episode = ds[0]
+    episode.terminations = episode.terminations.copy()
+    episode.terminations[2] = True
+    with pytest.raises(DatasetError, match="step 2 of its 6 is flagged terminated or truncated, but the episode goes "
+                                           "on after it"):
+        Dataset.create("ends-early", [episode], ds.observation_spec, ds.action_spec)
+
+
+def test_a_round_trip_keeps_a_gym_tasks_bounds_and_adds_no_reference_scores(recorded, tmp_path, root):
+    """A `gym:` task's action bounds had come back as +-inf (only our own tasks were taken from the file), and a
+    recording without reference scores had come back with D4RL's."""
+    from robolearn.data import import_dataset
+
+    gym = recorded("gym:Pendulum-v1", 1, num_envs=1, name="gym-pendulum")
+    imported = import_dataset(write_d4rl(gym, tmp_path / "gym.hdf5"), "d4rl", name="gym-back")
+    assert imported.task_from_file and imported.dataset.action_spec.high.tolist() == [2.0]
+    hopper = recorded("hopper", 1, num_envs=1, max_episode_steps=5)
+    back = import_dataset(write_d4rl(hopper, tmp_path / "hopper.hdf5"), "d4rl", name="hopper-back").dataset
+    assert back.ref_min_score is None and back.ref_max_score is None
+
+
+def test_flat_actions_of_a_one_dimensional_task_import(tmp_path, root):
+    """D4RL files often store a 1-D action as (N,): refused as "rows have shape (), the task's are (1,)"."""
+    from robolearn.data import import_dataset
+
+    arrays = _d4rl_arrays(obs=3, act=1)
+    arrays["actions"] = arrays["actions"][:, 0]
+    ds = import_dataset(_write(tmp_path / "flat.hdf5", **arrays), "d4rl", task="pendulum").dataset
+    assert ds[0].actions.shape == (4, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 
 import numpy as np
@@ -287,6 +288,19 @@ def test_a_corrupt_dataset_file_is_a_one_line_error(recorded, capsys):
     listed = capsys.readouterr().out
     assert re.search(r"pendulum-v0 +UNREADABLE: .*unreadable dataset", listed)
     assert re.search(r"cartpole-v0 +cartpole +1 episodes", listed)
+
+
+def test_metadata_minari_only_asserts_is_said_by_key(recorded):
+    """A metadata.json without its action space had been "unreadable dataset (truncated or corrupt:
+    AssertionError)", naming no key."""
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=5)
+    path = ds.path / "data" / "metadata.json"
+    meta = json.loads(path.read_text())
+    del meta["action_space"]
+    path.write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match=re.escape("metadata.json: no 'action_space' (nor an 'env_spec' to build "
+                                                     "it from): the dataset's spaces are unknown")):
+        list(Dataset.load("pendulum"))
 
 
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
