@@ -184,8 +184,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         if recorder is not None:
             try:
                 _write_summary(run_dir, robot, seed, stats, recorder, err)
-            except OSError:
-                pass  # the error that ended the run matters more than its summary
+            except (OSError, KeyboardInterrupt):
+                pass  # the error that ended the run matters more than its summary (or than a stop once it is written)
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None)
@@ -256,10 +256,12 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
     if recorder is not None:
-        def write() -> None:  # a stop while it is written waits (a second Ctrl+C had lost it); the plot can be stopped
+        def write() -> None:  # a stop while it is written waits for it (a second Ctrl+C had lost it), then stops
             text = json.dumps(summary, indent=2, default=str).encode()
-            with stops_held():
+            with stops_held() as held:
                 atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
+            if held:
+                raise KeyboardInterrupt(signal.Signals(held[0]).name)
 
         write()  # before the drawing, which takes a second or two: a stop during it keeps the summary
         summary["plot"] = _plot(recorder)

@@ -9,11 +9,13 @@ control step. Bus errors map onto the Robot's contract: a timeout or garbled
 reply after the bus's retries is a transient failure (the watchdog decides when
 that has lasted too long), a lost port is :class:`~hardware.safety.ConnectionLost`,
 and a hardware alert stops the run with the servo's own error, after the servos
-still working have parked (the alerted one has cut its own torque).
+still working have parked (an alert of the servo's Shutdown kinds, such as overload
+or overheating, has cut its torque).
 
-A few times a second (``SERVO_CHECK_S``), and after any gap on the bus, the arm
-asks the servos whether they still follow goals: one that rebooted (a power dip)
-has torque off, one whose bus watchdog fired ignores goals. Either stops the run
+Four times a second (``SERVO_CHECK_S``) the arm asks the servos whether their
+torque is still on (one 1-byte sync read): one that rebooted (a power dip) went
+limp. After a gap on the bus long enough for the servos' own watchdog to fire, it
+also asks whether it did (such a servo ignores goals). Either stops the run
 (:class:`~hardware.safety.ServosStopped`): the servos are re-armed where they
 stand and the arm parks, rather than going on against a limp or frozen joint.
 
@@ -48,13 +50,13 @@ from hardware.dynamixel.calibration import RobotConfig
 from hardware.dynamixel.errors import (CommTimeoutError, DynamixelError, HardwareAlertError, NotConnectedError,
                                        PacketError)
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
+from hardware.safety import ConnectionLost, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
 from sims.tasks.arm_reach import (ArmReach, check_target, fingertip_position, reach_observation, reach_rewards,
                                    sample_targets)
 
 REPO = Path(__file__).resolve().parent.parent
-SERVO_CHECK_S = 0.1  # how often the servos are asked whether they still follow goals (two 1-byte sync reads)
+SERVO_CHECK_S = 0.25  # how often the servos are asked whether their torque is still on (one 1-byte sync read)
 
 class DynamixelArm(Robot):
     """``config``'s servos on ``port`` (default: the config's), reaching targets. ``config``: a ``RobotConfig``, or as
@@ -119,18 +121,20 @@ class DynamixelArm(Robot):
             raise
         self._heard_at = self._checked_at = time.monotonic()
 
-    def _check_servos(self, quiet_s: float, q: np.ndarray) -> bool:
-        """Ask whether every servo still follows goals. One whose bus watchdog fired (``quiet_s``, the time since
-        the last state read, was long enough: the bus or this process stalled) ignores goals; one with torque off
-        rebooted (a power dip) or shut down; either way the run would go on against a frozen or limp joint.
-        Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that pose as the last
-        command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and parks). During
-        a park that a stop began the same holds: a tripped servo would ignore every waypoint. Returns whether
-        the question was answered (False: ask again on the next read)."""
-        if isinstance(self.stopped, EmergencyStop) or not self.connected:  # torque off where it stands: leave it so
+    def _check_servos(self, quiet_s: float, q: np.ndarray, gap: bool) -> bool:
+        """Ask whether every servo still follows goals: one with torque off rebooted (a power dip) or shut down,
+        and after a ``gap`` (``quiet_s``, the time since the last state read, was long enough: the bus or this
+        process stalled) one whose bus watchdog fired ignores goals; either way the run would go on against a
+        limp or frozen joint. Re-arm them where they stand (``enable_torque(True)``: goals taken again), take that
+        pose as the last command, and fault the robot (:class:`~hardware.safety.ServosStopped`: the run stops and
+        parks). Within the park of a stop (``parking``) the same holds (a tripped servo would ignore every
+        waypoint); once stopped otherwise, torque is off on purpose and stays so. Returns whether the question was
+        answered (False: ask again on the next read)."""
+        if (self.stopped is not None and not self.parking) or not self.connected:
             return True
         try:
-            limp, tripped = self.bus.check_servos()
+            limp = self.bus.torque_off()
+            tripped = self.bus.watchdog_tripped() if gap else []
             if limp or tripped:
                 self.bus.enable_torque(True)
         except NotConnectedError as err:
@@ -154,7 +158,7 @@ class DynamixelArm(Robot):
                 why.append(f"servos {limp} had turned their torque off (rebooted after a power dip, or another "
                            "program turned it off), so they went limp")
             self.fault = self.fault or ServosStopped(f"the servos stopped following goals: {'; '.join(why)}; "
-                                                     "re-armed where they stood and parked")
+                                                     "re-armed where they stood, to park")
         return True
 
     def _disconnect(self) -> None:
@@ -167,16 +171,18 @@ class DynamixelArm(Robot):
             return None  # transient: the bus already retried; the watchdog judges how long this lasts
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
-        if self.bus.alerted and self.fault is None:  # it cut its own torque; the others park (the run stops)
+        if self.bus.alerted and self.fault is None:  # the run stops; the others park before torque goes off
             servo, status = next(iter(self.bus.alerted.items()))
             self.fault = HardwareAlertError(servo, status)
-            self.fault.args = (f"{self.fault}; the other servos were parked and their torque turned off",)
+            others = [f"servo {i} (0x{bits:02x})" for i, bits in self.bus.alerted.items() if i != servo]
+            self.fault.args = (f"{self.fault}" + (f"; also {', '.join(others)}" if others else ""),)
         now = time.monotonic()
         quiet_s = now - self._heard_at
         # a gap long enough that the servos' watchdog may have fired, or the regular check: asked, and asked
         # again on the next read if unanswered
-        due = quiet_s >= self.bus.watchdog_ms / 2000 or now - self._checked_at >= SERVO_CHECK_S
-        if not due or self._check_servos(quiet_s, state[0]):
+        gap = quiet_s >= self.bus.watchdog_ms / 2000
+        due = gap or now - self._checked_at >= SERVO_CHECK_S
+        if not due or self._check_servos(quiet_s, state[0], gap):
             self._heard_at = now
             self._checked_at = now if due else self._checked_at
         return state
@@ -195,8 +201,8 @@ class DynamixelArm(Robot):
         except HardwareAlertError:
             if on:
                 raise
-            # off: every servo was written (the bus goes on past an error), and a servo in an alert still
-            # takes writes: its status only flags the alert, which the run reports already
+            # off: every servo was written (the bus goes on past an error), and an alert-only status is a write
+            # done: the bit only flags the alert, which the run reports already
 
     # ---- task ------------------------------------------------------------------
 

@@ -52,9 +52,25 @@ import torch
 from gymnasium import spaces
 
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, WatchdogStop, check_safe_pose)
+                             SafetyStop, ServosStopped, WatchdogStop, check_safe_pose)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
+
+
+MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at most this often
+
+
+def _unconfirmed(err: Exception) -> str:
+    return (f"the torque-off was not confirmed ({type(err).__name__}: {err}): the servos may still hold torque; cut "
+            "their power before touching the arm")
+
+
+def _add_to_message(err: BaseException, said: str) -> None:
+    """Add ``said`` to ``err``'s one-line message (where the CLI prints errors), or as a note."""
+    if len(err.args) == 1 and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}; {said}",)
+    else:
+        err.add_note(said)
 
 
 class Robot(VecEnv):
@@ -84,11 +100,13 @@ class Robot(VecEnv):
         self.ticker = Ticker(control_dt)
         self.connected = False
         self.stopped: SafetyStop | None = None
-        # The robot stopped itself (a servo's bus watchdog) and the link re-armed it where it stood: the next
+        # The robot cannot go on (a servo stopped following goals and the link re-armed it where it stood, or a
+        # servo's hardware alert): the next
         # ``step`` raises it, and ``close`` parks as after any error. ``rearms`` counts those re-arms, so that
         # a ramp under way starts again from where the robot is (its next waypoints would jump)
         self.fault: Exception | None = None
         self.rearms = 0
+        self.parking = False  # within the park of a stop: servos that stopped following goals are re-armed for it
         self.stop_requested = False  # a stop was asked for before close (see _park_signals)
         self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
         self._bus_thread: int | None = None  # the thread inside a bus section, if any
@@ -178,8 +196,13 @@ class Robot(VecEnv):
             with self._park_signals(), self._bus():
                 if self.stopped is None:
                     self._stop(ramp=True)
+                    if self.fault is not None:  # the error the run stopped with says how its park went
+                        _add_to_message(self.fault, "what still followed goals parked at the safe pose, then "
+                                                    "torque went off")
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
-                    self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
+                    failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
+                    if failed is not None:
+                        _add_to_message(self.stopped, _unconfirmed(failed))
         finally:
             self.connected = False
             self._disconnect()
@@ -257,6 +280,7 @@ class Robot(VecEnv):
         self._require_running()
         with self._bus():
             self._move_to(np.asarray(pose, dtype=np.float64))
+        self._require_running()  # a fault found during the ramp (which it cut short)
         self._episode_step = 0
         self.ticker.restart()
         return self._observe(self._q, self._qd)
@@ -295,7 +319,7 @@ class Robot(VecEnv):
             try:
                 obs = self.reset()
             except BaseException as err:  # the episode had ended: the error carries it, for a loop to keep
-                err.ended_step = step  # (robolearn.runtime.run records it before the error goes on)
+                err.ended_step = step  # (robolearn.runtime.run takes it off and records it before the error goes on)
                 raise
             info["reset_s"] = time.perf_counter() - began
         return step._replace(obs=obs)
@@ -329,11 +353,15 @@ class Robot(VecEnv):
             self._q, self._qd = state
             self._fresh_at = time.monotonic()
 
-    def _move_to(self, pose: np.ndarray, parking: bool = False) -> None:
+    def _move_to(self, pose: np.ndarray, parking: bool = False, restarts: int = 0) -> None:
         """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick, then hold it for
         ``settle_s`` so an episode starts at rest, as in simulation. If the servos stopped themselves and were
         re-armed where they stood (``rearms``), the waypoints ahead would jump: a park (``parking``) ramps again
-        from there, any other ramp ends (the fault it raised then stops the run)."""
+        from there (``MAX_PARK_RESTARTS`` times: servos that keep stopping are not re-energized for ever), any
+        other ramp ends, as it does on any fault (the fault then stops the run)."""
+        if restarts > MAX_PARK_RESTARTS:
+            raise ServosStopped(f"the servos stopped following goals {restarts} times during the park (a supply that "
+                                "keeps dipping?): parking was given up and torque turned off where the arm stood")
         rearms = self.rearms
         self._refresh()
         ticker = Ticker(self.control_dt)
@@ -343,23 +371,25 @@ class Robot(VecEnv):
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
             if self.rearms != rearms:
-                return self._move_to(pose, parking) if parking else None
+                return self._move_to(pose, parking, restarts + 1) if parking else None
+            if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
+                return
             self._write(waypoint)
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
             self._refresh()
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
-            return self._move_to(pose, parking) if parking else None
+            return self._move_to(pose, parking, restarts + 1) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
 
     def _stop(self, ramp: bool) -> None:
         """Park at the safe pose (if ``ramp``) and turn torque off; raise what went otherwise: a park cut short
         (a second stop, an emergency stop, a lost link) or a torque-off the servos did not confirm."""
         failure: BaseException | None = None
-        emergency_before = isinstance(self.stopped, EmergencyStop)
         try:
             if ramp:
                 safe = np.asarray(self.safety_cfg.safe_pose) if self.safety_cfg.safe_pose is not None else self.home
+                self.parking = True
                 self._move_to(safe, parking=True)
         except ConnectionLost:
             failure = ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off "
@@ -371,29 +401,28 @@ class Robot(VecEnv):
                                   "joint may drop)")
         except BaseException as err:  # noqa: BLE001 (whatever cut the park short, torque goes off first)
             failure = err
-        if ramp and failure is None and not emergency_before and isinstance(self.stopped, EmergencyStop):
+        finally:
+            self.parking = False
+        # A park begins only while not stopped (close) or stopped by its watchdog: an emergency stop came during it
+        if ramp and failure is None and isinstance(self.stopped, EmergencyStop):
             failure = EmergencyStop("emergency stop (Ctrl+\\) during the ramp to the safe pose: parking was skipped "
                                     "and torque turned off where the robot stood (an unsupported joint may drop)")
-        unconfirmed = self._torque_off_quietly()
-        if unconfirmed and not isinstance(failure, ConnectionLost):  # (whose message says so already)
-            said = (f"the torque-off was not confirmed ({unconfirmed}): the servos may still hold torque; cut their "
-                    "power before touching the arm")
+        failed = self._torque_off_quietly()
+        if failed is not None and not isinstance(failure, ConnectionLost):  # (whose message says so already)
             if failure is None:
-                failure = RobotError(said)
-            elif len(failure.args) == 1 and isinstance(failure.args[0], str):  # said where errors are printed
-                failure.args = (f"{failure.args[0]}; {said}",)
+                failure = (ConnectionLost if isinstance(failed, ConnectionLost) else RobotError)(_unconfirmed(failed))
             else:
-                failure.add_note(said)
+                _add_to_message(failure, _unconfirmed(failed))
         if failure is not None:
             raise failure
 
-    def _torque_off_quietly(self) -> str | None:
-        """Torque off; what went wrong as words (None: done). Never raises but for a KeyboardInterrupt: the last
+    def _torque_off_quietly(self) -> Exception | None:
+        """Torque off; the error if it failed (None: done). Never raises but for a KeyboardInterrupt: the last
         step of every stop must not be cut short by the error of a bus that answers badly."""
         try:
             self._set_torque(False)
         except Exception as err:  # noqa: BLE001 (the caller says it, with what the stop was for)
-            return f"{type(err).__name__}: {err}"
+            return err
         return None
 
     def _watch(self) -> None:

@@ -323,8 +323,8 @@ def run(
             try:
                 step = env.step(commanded)
             except BaseException as err:  # a robot's episode that had ended when its ramp to the next start was
-                if (ended := getattr(err, "ended_step", None)) is not None:  # cut short (a Ctrl+C, a fault): kept
-                    count(obs, commanded, ended)
+                if (ended := vars(err).pop("ended_step", None)) is not None:  # cut short (a Ctrl+C, a fault): kept
+                    count(obs, commanded, ended)  # (taken off: a robot raises its fault again on every later call)
                 raise
             t2 = time.perf_counter()
             count(obs, commanded, step)

@@ -4,9 +4,9 @@
 the SDK's integer result codes: every call is retried a bounded number of times
 on transient failures (no reply, garbled reply), then raises a typed error. One
 control step is one sync read (Present_Velocity + Present_Position, 8 bytes from
-address 128) and one sync write (Goal_Position). ``check_servos`` (two 1-byte sync
-reads) asks whether any servo stopped following goals: torque off (a reboot, a
-shutdown) or its bus watchdog fired; a robot asks it a few times a second.
+address 128) and one sync write (Goal_Position). ``torque_off`` and
+``watchdog_tripped`` (a 1-byte sync read each) ask whether a servo stopped
+following goals: torque off (a reboot, a shutdown), or its bus watchdog fired.
 
 On connect the servos' Homing_Offset is set to 0 (calibration is applied in
 software) and Return_Delay_Time to 0 (each reply comes 0.5 ms sooner than the
@@ -265,11 +265,9 @@ class DynamixelBus:
         sync read. ``enable_torque(True)`` re-arms them."""
         return [i for i, value in self.read_all("Bus_Watchdog").items() if value in (WATCHDOG_TRIPPED, -1)]
 
-    def check_servos(self) -> tuple[list[int], list[int]]:
-        """(ids with torque off, ids whose bus watchdog fired): servos that no longer follow goals, found in two
-        1-byte sync reads. A reboot (a power dip) or a shutdown turns torque off; a stall trips the watchdog."""
-        limp = [i for i, value in self.read_all("Torque_Enable").items() if value == 0]
-        return limp, self.watchdog_tripped()
+    def torque_off(self) -> list[int]:
+        """The ids with torque off (a reboot after a power dip, or a shutdown alert), from one sync read."""
+        return [i for i, value in self.read_all("Torque_Enable").items() if value == 0]
 
     def read_all(self, name: str) -> dict[int, int]:
         """One control-table item (Torque_Enable or Bus_Watchdog) of every servo, in one sync read."""
@@ -277,6 +275,7 @@ class DynamixelBus:
         self._need_port()
         group = self._item_reads[name]
         data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size))
+        self.stats.sync_reads += 1
         return {i: item.from_bytes(data[i]) for i in self._ids}
 
     def reboot(self, servo_id: int, boot_timeout_s: float = 2.0) -> None:
@@ -393,7 +392,8 @@ class DynamixelBus:
 
         No reply and garbled replies are retried; a status error other than the
         servo's own CRC error is not (repeating a refused write changes nothing).
-        A hardware alert is raised at once with the servo's Hardware_Error_Status.
+        A hardware alert (a status whose only error is the alert bit: the instruction
+        was carried out) is raised at once with the servo's Hardware_Error_Status.
         """
         for tries in range(self.retries + 1):
             try:
@@ -410,9 +410,10 @@ class DynamixelBus:
             if result == sdk.COMM_SUCCESS:
                 if not error:
                     return value
-                if error & protocol.ERR_ALERT:
+                rest = error & ~protocol.ERR_ALERT  # the alert bit only flags the servo: judge the rest first
+                if not rest:
                     raise HardwareAlertError(servo_id, self._hardware_error(servo_id))
-                if error != protocol.ERR_CRC:
+                if rest != protocol.ERR_CRC:
                     raise PacketError(servo_id, f"refused to {what}", error)
             elif result == sdk.COMM_RX_TIMEOUT:
                 self.stats.timeouts += 1

@@ -331,9 +331,16 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         warnings.warn(f"{out}: infos {', '.join(partial)} left out: {having} of {len(episodes)} episodes of "
                       f"'{dataset.id}' have {partial[0]}, and a D4RL file's columns run over every row", stacklevel=2)
     with_final_row = {key for key in info_keys if all(len(e.infos[key]) == len(e) + 1 for e in episodes)}
-    if clash := sorted(f"next_{key}" for key in with_final_row if f"next_{key}" in info_keys):
-        raise DatasetError(f"{out}: infos {', '.join(clash)} would share their columns with the final rows of infos "
-                           f"{', '.join(c[len('next_'):] for c in clash)} (written as infos/next_<name>): rename them")
+    # read back, a file's infos/next_<x> beside infos/<x> is taken for <x>'s final rows
+    if clash := sorted(key for key in info_keys if f"next_{key}" in info_keys):
+        raise DatasetError(f"{out}: infos {', '.join(clash)} and {', '.join('next_' + c for c in clash)}: a D4RL "
+                           "file keeps an info's final rows as infos/next_<name>, so the two would be read back as "
+                           "one: rename one of them")
+    ends = [e.terminations[:-1].astype(bool) | e.truncations[:-1].astype(bool) for e in episodes]
+    if early := [i for i, flagged in enumerate(ends) if flagged.any()]:
+        warnings.warn(f"{out}: episodes {early[:5]}{' ...' if len(early) > 5 else ''} of '{dataset.id}' are flagged "
+                      "ended before their last step (as a LeRobot source's next.done can be): a D4RL file ends "
+                      "episodes at its flags, so they read back split there", stacklevel=2)
     for episode in episodes:
         steps = len(episode)
         for group, value in episode.observations.items():

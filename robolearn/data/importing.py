@@ -44,6 +44,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     task's specs and bounds, which replay and evaluation need; our own LeRobot export says its task itself.
     ``done``: how a LeRobot dataset's ``next.done`` reads ("terminal" or "truncation"). ``ref_min`` and
     ``ref_max``: random and expert returns for normalized scores (a D4RL task's own by default)."""
+    import sims
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
     from robolearn.data.minari_store import specs_of
@@ -74,11 +75,13 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         try:
             task_obs, action_spec, control_dt = task_specs(task, meta.get("control_dt"), settings,
                                                            f"{where}: the recorded task settings")
-        except Exception as err:  # noqa: BLE001 (a Gymnasium id not registered here...): the file's, not asked for
-            if not task_from_file:
+        except Exception as err:  # noqa: BLE001 (Gymnasium's own: an id not registered here, a missing extra)
+            if not (task_from_file and task.startswith(sims.GYM_PREFIX)):  # the file's, not asked for
                 raise
-            warnings.warn(f"{path}: its task {task} cannot be built here ({type(err).__name__}: {err}); imported "
+            warnings.warn(f"{path}: its task {task} cannot be made here ({type(err).__name__}: {err}); imported "
                           "without the task's bounds and settings: give --task to set them", stacklevel=2)
+            meta["recorded_task"] = meta.pop("task")  # kept, but not as the dataset's task: its bounds are not in it
+            meta.pop("task_kwargs", None)
             task, task_from_file, settings = None, False, {}
         else:
             specs = ({**specs[0], **task_obs}, action_spec)

@@ -389,10 +389,6 @@ class DatasetWriter:
         if not (episode.terminations[-1] or episode.truncations[-1]):  # learners would bootstrap across episodes
             raise DatasetError(f"{where}: its last step is neither terminated nor truncated; an episode ends in one "
                                "(set truncations[-1] = True for one cut short, terminations[-1] where the task ended)")
-        ended = np.flatnonzero((np.asarray(episode.terminations[:-1]) != 0) | (np.asarray(episode.truncations[:-1]) != 0))
-        if ended.size:  # read back, it would be two episodes (a D4RL export split it there)
-            raise DatasetError(f"{where}: step {ended[0]} of its {len(episode)} is flagged terminated or truncated, but "
-                               "the episode goes on after it; an episode ends at its last step only: split it there")
         extra = sorted(set(episode.observations) - set(self.observation_spec))
         if extra:  # Minari would store them beside a space without them: a dataset nothing can read back
             raise DatasetError(f"{where}: observation group(s) {extra} are not in the dataset's observation spec "

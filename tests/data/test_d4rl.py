@@ -418,23 +418,27 @@ def test_an_info_named_next_something_survives_a_d4rl_round_trip(recorded, tmp_p
     back, _ = read_d4rl(write_d4rl(mine, tmp_path / "waypoints.hdf5"))
     for x, y in zip(episodes, back):
         np.testing.assert_array_equal(x.infos["next_waypoint"], y.infos["next_waypoint"])
-    for e in episodes:  # beside an info whose final row would be written under that name: refused, not mixed
-        e.infos["waypoint"] = np.zeros((len(e) + 1, 2), np.float32)
-    both = Dataset.create("both", episodes, ds.observation_spec, ds.action_spec)
-    with pytest.raises(DatasetError, match="infos next_waypoint would share their columns with the final rows of "
-                                           "infos waypoint"):
-        write_d4rl(both, tmp_path / "both.hdf5")
+    for rows in (1, 0):  # beside an info of the name without the prefix (with or without a final row): refused
+        for e in episodes:
+            e.infos["waypoint"] = np.zeros((len(e) + rows, 2), np.float32)
+        both = Dataset.create(f"both{rows}", episodes, ds.observation_spec, ds.action_spec)
+        with pytest.raises(DatasetError, match="infos waypoint and next_waypoint: a D4RL file keeps an info's final "
+                                               "rows as infos/next_<name>"):
+            write_d4rl(both, tmp_path / "both.hdf5")
 
 
-def test_an_episode_flagged_ended_before_its_last_step_is_refused(recorded):
-    """Stored as one episode, it had come back from a D4RL round trip as two."""
+def test_an_episode_flagged_ended_before_its_last_step_is_said_to_read_back_split(recorded, tmp_path):
+    """Stored as one episode (a LeRobot source's next.done may be), it came back from a D4RL file as two,
+    without a word."""
     ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=6)
     episode = ds[0]
     episode.terminations = episode.terminations.copy()
     episode.terminations[2] = True
-    with pytest.raises(DatasetError, match="step 2 of its 6 is flagged terminated or truncated, but the episode goes "
-                                           "on after it"):
-        Dataset.create("ends-early", [episode], ds.observation_spec, ds.action_spec)
+    early = Dataset.create("ends-early", [episode], ds.observation_spec, ds.action_spec)
+    with pytest.warns(UserWarning, match=r"episodes \[0\] of 'ends-early-v0' are flagged ended before their last "
+                                         "step .* they read back split there"):
+        back, _ = read_d4rl(write_d4rl(early, tmp_path / "early.hdf5"))
+    assert [len(e) for e in back] == [3, 3]
 
 
 def test_a_round_trip_keeps_a_gym_tasks_bounds_and_adds_no_reference_scores(recorded, tmp_path, root):

@@ -438,7 +438,8 @@ def test_a_hardware_alert_parks_the_other_servos_before_torque_goes_off(make_emu
     emulator = make_emulator()
     arm = _arm_out_at_a_pose(emulator)
     emulator.faults.hardware_alert[4] = 0x20  # overload: a shutdown fault (the wrist; the others hold the arm)
-    with pytest.raises(HardwareAlertError, match=r"servo 4 .*overload.*the other servos were parked"):
+    with pytest.raises(HardwareAlertError, match=r"servo 4 .*overload.*; what still followed goals parked at the "
+                                                 r"safe pose, then torque went off"):
         try:
             arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
         finally:
@@ -455,13 +456,30 @@ def test_a_park_that_a_watchdog_stop_began_re_arms_servos_whose_own_watchdog_fir
     emulator = make_emulator(realtime=True)
     arm = _arm_out_at_a_pose(emulator)
     emulator.trip_watchdogs()
-    time.sleep(0.15)  # past the regular servo check: the park's first read asks
+    arm._heard_at -= 3.0  # the stall: no read for longer than the servos' window, so the park's first read asks
     with arm._bus():  # as the watchdog thread does, once the silence lasted safety.stop_after_s
         arm.stopped = WatchdogStop("no fresh observation")
         arm._stop(ramp=True)
     arm.close()
     assert _parked(emulator)
     assert arm.safety.events["servo_watchdog"] == 1
+
+
+def test_a_check_after_a_watchdog_stop_parked_leaves_torque_off(make_emulator):
+    """The main thread's read after the watchdog thread's park had found every servo limp (torque off, as the
+    stop left it) and re-armed them all, under a message saying torque was off."""
+    from hardware.safety import WatchdogStop
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    with arm._bus():
+        arm.stopped = WatchdogStop("no fresh observation")
+        arm._stop(ramp=True)
+    assert _parked(emulator)
+    arm._checked_at -= 1.0  # a check is due
+    arm._refresh()  # as the step the main thread was in reads once the park lets go of the bus
+    assert _parked(emulator) and arm.safety.events["servo_torque_off"] == 0
+    arm.close()
 
 
 def test_replay_refuses_a_bad_recording(tmp_path, capsys):

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, WatchdogStop
+from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, ServosStopped,
+                             WatchdogStop)
 from robolearn.recording import EpisodeRecorder, load_episode
 from robolearn.runtime import LoopStats, run
 
@@ -364,6 +365,31 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
         time.sleep(0.4)
         with pytest.raises(WatchdogStop, match="parked at the safe pose and turned torque off"):
             arm.step(torch.tensor([[0.0, 0.0]]))
+
+
+def test_an_emergency_stop_whose_torque_off_is_not_confirmed_says_so():
+    """Its message had said "torque is off" although no servo confirmed it."""
+    arm = TorqueOffUnanswered()
+    with pytest.raises(EmergencyStop, match="emergency stop: torque is off.*; the torque-off was not confirmed"):
+        with arm:
+            arm.reset()
+            arm.emergency_stop()
+            arm.step(torch.tensor([[0.0, 0.0]]))
+
+
+def test_a_park_whose_servos_keep_stopping_is_given_up_not_restarted_for_ever():
+    """Each re-arm restarted the park from where the servos stood, without limit: a servo that kept browning
+    out was re-energized every check until a RecursionError."""
+    class KeepsStopping(LagArm):
+        def _read(self):
+            if self._closing.is_set():
+                self.rearms += 1  # as a driver counts servos it re-armed where they stood
+            return super()._read()
+
+    with pytest.raises(ServosStopped, match="stopped following goals 4 times during the park .* parking was given up"):
+        with KeepsStopping() as arm:
+            arm.reset()
+    assert arm.torque_log[-1] is False
 
 
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
