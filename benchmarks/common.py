@@ -74,9 +74,10 @@ def recorded_machine(run: dict) -> str:
 
 
 def code_commit() -> str:
-    """The last commit that changed the agents or the runner (benchmark-only commits do not change a run),
-    with "+dirty" when those files have uncommitted changes: recorded with each run to tell code versions apart."""
-    git = lambda *args: subprocess.run(["git", *args, "--", "policies", "robolearn"], cwd=REPO,  # noqa: E731
+    """The last commit that changed the agents, the runner or the simulators (benchmark-only commits do not
+    change a run; a task's step does), with "+dirty" when those files have uncommitted changes: recorded with each
+    run to tell code versions apart."""
+    git = lambda *args: subprocess.run(["git", *args, "--", "policies", "robolearn", "sims"], cwd=REPO,  # noqa: E731
                                        capture_output=True, text=True).stdout.strip()
     return (git("log", "-1", "--format=%h") or "unknown") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 

@@ -26,7 +26,7 @@ from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml, run_config_path,
                               to_dict)
-from robolearn.data.cli import add_dataset_parser, dataset_command
+from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError
 from robolearn.runtime import stops_as_ctrl_c
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--episodes", type=int, help="default: as many as the run's own evaluation (runner.eval_episodes; "
                                                 "10 where it had none)")
-    p.add_argument("--seed", type=int, help="default: the run's own evaluation seed (its seed + 10000), which "
+    p.add_argument("--seed", type=seed_argument, help="default: the run's own evaluation seed (its seed + 10000), which "
                                             "with the default --episodes gives eval.json's numbers again; --fas: 12345")
     p.add_argument("--exported", choices=["torchscript", "onnx"], help="evaluate the exported file instead of the checkpoint")
     p.add_argument("--json", action="store_true", help="end with one JSON line for scripts")
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--video", type=Path, required=True, help="output .mp4 (or .gif, .mkv, .mov, .avi)")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the film, in seconds (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="the episodes' random stream (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="the episodes' random stream (default 0)")
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")
 
     p = commands.add_parser("plot", help="draw runs' learning curves into a PNG (a run in training, or several to compare)")
@@ -132,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("export", help="export a run's controller")
     p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
-    p.add_argument("--format", choices=["onnx", "torchscript"], action="append", help="repeatable; default both")
+    p.add_argument("--format", choices=["onnx", "torchscript"], action="append",
+                   help="repeatable; default both. A file of a format not asked for is removed from the folder (it "
+                        "would be of an older controller than the new controller.json): deploy takes torchscript "
+                        "unless told --format onnx")
     p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
     p.add_argument("--overwrite", action="store_true", help="replace another run's export in --out")
 
@@ -145,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which exported file drives the robot (default torchscript)")
     p.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="fixed target (m); default: sampled")
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_argument, default=0,
                    help="the targets' random stream (the same seed, the same targets; default 0)")
     p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
                    help="a safety setting for this run (repeatable), e.g. max_velocity=5.5 or safe_pose=[0,1.2,-2.2,0]; "
@@ -601,12 +604,18 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from robolearn.export import FORMATS
+    from robolearn.export import FILENAMES, FORMATS
     from robolearn.runs import export_run
 
-    paths = export_run(args.run, tuple(args.format or FORMATS), args.out, overwrite=args.overwrite)
+    formats = tuple(args.format or FORMATS)
+    out = args.out or args.run / "export"
+    older = {fmt: out / FILENAMES[fmt] for fmt in FORMATS if fmt not in formats and (out / FILENAMES[fmt]).is_file()}
+    paths = export_run(args.run, formats, args.out, overwrite=args.overwrite)
     for name, path in paths.items():
         print(f"{name + ':':<13}{path}")
+    for fmt, path in older.items():  # (removed: the controller.json beside it is no longer its controller's)
+        if not path.exists():
+            print(f"{'removed:':<13}{path} (of the controller exported before; --format {fmt} exports it again)")
     return 0
 
 

@@ -4,6 +4,7 @@ package that is not installed says how to install it."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 OURS = ("robolearn", "sims", "policies", "hardware")
@@ -22,4 +23,13 @@ def main() -> int:
               "robolearn's folder (it installs torch, MuJoCo and the rest), or `pip install -e .` there",
               file=sys.stderr)
         return 1
-    return command_line()
+    code = command_line()
+    if int(os.environ.get("RANK", "0")) > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A rank other than 0 (torchrun's) has written nothing of its own and its run is over: it leaves without
+        # the interpreter's teardown, in which a C++ thread destroyed while still joinable had aborted it (SIGABRT,
+        # "terminate called without an active exception", ~1 in 10 `--nproc 2` runs here), and torchrun then
+        # killed rank 0 in the middle of its export. The cause lies in a library's exit path, not found here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

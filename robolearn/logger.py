@@ -20,6 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from robolearn.checkpoint import atomic_write_bytes
+from robolearn.config import ConfigError
 
 
 class RunLogger:
@@ -51,9 +52,16 @@ class RunLogger:
             # reinit="create_new": a run of its own even while another is open in this process (one stopped by an
             # error in a script that goes on); W&B's default there returns that run, and the next run's lines went
             # into it, under its id, and were dropped as steps logged before its last
-            self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
-                                     resume="allow", id=_wandb_id(run_dir), group=group or None, tags=list(tags) or None,
-                                     reinit="create_new")
+            try:
+                self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
+                                         resume="allow", id=_wandb_id(run_dir), group=group or None,
+                                         tags=list(tags) or None, reinit="create_new")
+            except wandb.errors.UsageError as err:  # no API key for online mode: said in a line, not 38 of traceback
+                self._file.close()
+                self._bar.close()
+                raise ConfigError(f"logging.wandb={wandb_mode}: W&B refused to start ({err}): run `wandb login` (or "
+                                  "set WANDB_API_KEY), or log offline (logging.wandb=offline, the default: `wandb sync` "
+                                  "uploads it later) or not at all (--no-wandb); then resume this run") from None
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
     def seconds(self, elapsed: float | None = None) -> float:

@@ -20,7 +20,7 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
     """Build the VecEnv described by ``cfg`` (``num_envs`` overrides the config's)."""
     import sims
 
-    return sims.make_env(cfg.task, num_envs=num_envs or cfg.num_envs, device=cfg.device,
+    return sims.make_env(cfg.task, num_envs=cfg.num_envs if num_envs is None else num_envs, device=cfg.device,
                          num_threads=cfg.num_threads or None, seed=seed,
                          randomization=cfg.randomization, delay=cfg.delay, backend=cfg.backend, **cfg.kwargs)
 

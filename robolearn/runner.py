@@ -921,7 +921,10 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
           fresh_replay: bool = False) -> RunResult:
     """Python entry point: ``robolearn.train(load_config("ppo_cartpole"))``; offline algorithms
     (and runs given a ``dataset``) go to :class:`robolearn.offline_runner.OfflineRunner`, and
-    offline-to-online ones (``wsrl``, ``calql_finetune``, ``jsrl``) to :class:`robolearn.finetune_runner.FinetuneRunner`."""
+    offline-to-online ones (``wsrl``, ``calql_finetune``, ``jsrl``) to :class:`robolearn.finetune_runner.FinetuneRunner`.
+    With ``resume`` (a run directory), ``cfg`` is the config the run continues with, whole: pass the run's own,
+    ``load_run_config(resume)`` (what ``robolearn train --resume`` does, overrides applied), not a config file's
+    defaults, which would replace its settings (the run's config before is kept as config.superseded-N.yaml)."""
     from robolearn.finetune_runner import FinetuneRunner, is_finetune
     from robolearn.offline_runner import OfflineRunner, is_offline
 

@@ -21,6 +21,18 @@ from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, sett
 from robolearn.shell import shell
 
 
+def seed_argument(text: str) -> int:
+    """A command line's ``--seed``, as train's ``seed=`` takes it: a whole number in [0, 2**32 - 1] (-5 had been
+    taken, and 99999999999999999999 had said only "Overflow when unpacking long long")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: a whole number") from None
+    if not 0 <= value <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"seed {value} must be in [0, 2**32 - 1] (numpy's and torch's seeds)")
+    return value
+
+
 def add_dataset_parser(commands: Any) -> None:
     """Add the ``dataset`` command and its subcommands to ``commands`` (argparse subparsers)."""
     parser = commands.add_parser("dataset", help="offline datasets: record, import, export, split, merge, replay")
@@ -48,7 +60,7 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--noise", type=float, default=0.0,
                    help="Gaussian action noise's standard deviation, in half action ranges (default 0: none)")
     p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
-    p.add_argument("--seed", type=int, default=0, help="the episodes' and the noise's random stream (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="the episodes' and the noise's random stream (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("recover", parents=[root], help="make a dataset of the episodes a killed recording left")
@@ -78,7 +90,7 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--fractions", type=float, nargs="+", required=True,
                    help="each part's share of the shuffled episodes, summing to at most 1 (0.5 0.3: 20%% left out)")
     p.add_argument("--names", nargs="+", help="names of the parts (default: <name>-split<i>)")
-    p.add_argument("--seed", type=int, default=0, help="the shuffle's random stream (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="the shuffle's random stream (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace datasets of the parts' names")
 
     p = sub.add_parser("merge", parents=[root], help="merge datasets of one task into a new one")

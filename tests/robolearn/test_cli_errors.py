@@ -57,6 +57,18 @@ def test_eval_episodes_must_be_positive(value, tmp_path, capsys):
     assert "--episodes must be positive" in error(capsys)
 
 
+@pytest.mark.parametrize("seed, says", [("-5", "seed -5 must be in [0, 2**32 - 1]"),
+                                         ("99999999999999999999", "seed 99999999999999999999 must be in"),
+                                         ("x", "invalid seed 'x': a whole number")])
+@pytest.mark.parametrize("command", ["eval RUN", "play RUN --video v.mp4", "dataset record --controller random "
+                                     "--task pendulum"])
+def test_a_seed_outside_what_train_takes_is_refused_by_every_command(seed, says, command, tmp_path, capsys):
+    """Commands other than train had taken -5, and said only "Overflow when unpacking long long" for a huge one."""
+    with pytest.raises(SystemExit) as done:
+        main([*command.replace("RUN", str(tmp_path)).split(), "--seed", seed])
+    assert done.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_play_seconds_must_be_positive(tmp_path, capsys):
     assert main(["play", str(tmp_path), "--video", str(tmp_path / "v.mp4"), "--seconds", "-1"]) == 2
     assert "--seconds must be positive" in error(capsys)

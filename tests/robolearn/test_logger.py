@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from robolearn.logger import RunLogger
 
 
@@ -150,3 +152,14 @@ def test_the_runs_clock_starts_once_wandb_has_started(tmp_path, monkeypatch):
     logger.log(1, {"loss": 1.0})
     logger.close()
     assert read_metrics(tmp_path)[0]["time"] < 0.5
+
+
+def test_online_logging_without_a_wandb_key_is_one_line_saying_what_to_do(tmp_path, monkeypatch):
+    """W&B's UsageError had come out as a 38-line traceback."""
+    from robolearn.config import ConfigError
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no key saved by `wandb login` either
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(ConfigError, match=r"logging.wandb=online: W&B refused to start .*: run `wandb login`"):
+        RunLogger(tmp_path, total_steps=10, config={}, wandb_mode="online", progress=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnxruntime
@@ -89,6 +90,11 @@ def test_cli_export_and_play(trained_run, tmp_path, capsys):
     assert cli(["export", run, "--format", "onnx", "--out", str(tmp_path / "onnx_only")]) == 0
     assert (tmp_path / "onnx_only" / "controller.onnx").is_file()
     assert not (tmp_path / "onnx_only" / "controller.pt").exists()
+    # both formats, then one: the other's removal is said (deploy's default file had gone without a word)
+    assert cli(["export", run, "--out", str(tmp_path / "onnx_only")]) == 0
+    assert cli(["export", run, "--format", "onnx", "--out", str(tmp_path / "onnx_only")]) == 0
+    assert re.search(r"removed: +\S+controller.pt \(of the controller exported before; --format torchscript "
+                     r"exports it again\)", capsys.readouterr().out)
     assert cli(["play", run, "--video", str(tmp_path / "play.mp4"), "--seconds", "0.5"]) == 0
     assert (tmp_path / "play.mp4").stat().st_size > 1000
     assert cli(["list", "--runs", str(trained_run.run_dir.parents[1])]) == 0
