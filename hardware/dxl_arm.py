@@ -50,7 +50,7 @@ from hardware.dynamixel.calibration import RobotConfig
 from hardware.dynamixel.errors import (CommTimeoutError, DynamixelError, HardwareAlertError, NotConnectedError,
                                        PacketError)
 from hardware.robot import Robot
-from hardware.safety import ConnectionLost, SafetyConfig, ServosStopped
+from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
 from sims.tasks.arm_reach import (ArmReach, check_target, fingertip_position, reach_observation, reach_rewards,
                                    sample_targets)
@@ -130,13 +130,15 @@ class DynamixelArm(Robot):
         parks). Within the park of a stop (``parking``) the same holds (a tripped servo would ignore every
         waypoint); once stopped otherwise, torque is off on purpose and stays so. Returns whether the question was
         answered (False: ask again on the next read)."""
-        if (self.stopped is not None and not self.parking) or not self.connected:
+        if isinstance(self.stopped, EmergencyStop) or (self.stopped is not None and not self.parking) \
+                or not self.connected:
             return True
         try:
-            limp = self.bus.torque_off()
-            tripped = self.bus.watchdog_tripped() if gap else []
-            if limp or tripped:
-                self.bus.enable_torque(True)
+            alerted = set(self.bus.alerted)  # cut their own torque: not re-armed (they are the run's fault already)
+            limp = [i for i in self.bus.torque_off() if i not in alerted]
+            tripped = [i for i in self.bus.watchdog_tripped() if i not in alerted] if gap else []
+            if (limp or tripped) and not isinstance(self.stopped, EmergencyStop):  # (a Ctrl+\ during the reads)
+                self.bus.enable_torque(True, skip=alerted)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         except (CommTimeoutError, PacketError):

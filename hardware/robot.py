@@ -195,10 +195,13 @@ class Robot(VecEnv):
         try:
             with self._park_signals(), self._bus():
                 if self.stopped is None:
+                    fault_before = self.fault
                     self._stop(ramp=True)
                     if self.fault is not None:  # the error the run stopped with says how its park went
                         _add_to_message(self.fault, "what still followed goals parked at the safe pose, then "
                                                     "torque went off")
+                    if self.fault is not None and self.fault is not fault_before:  # found during this park: the
+                        raise self.fault  # run had ended well, but a servo stopped following goals (said, not lost)
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
                     failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
                     if failed is not None:
@@ -362,8 +365,8 @@ class Robot(VecEnv):
         if restarts > MAX_PARK_RESTARTS:
             raise ServosStopped(f"the servos stopped following goals {restarts} times during the park (a supply that "
                                 "keeps dipping?): parking was given up and torque turned off where the arm stood")
-        rearms = self.rearms
         self._refresh()
+        rearms = self.rearms  # (after the first read: a re-arm there leaves the waypoints below starting right)
         ticker = Ticker(self.control_dt)
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)

@@ -10,6 +10,14 @@ import sys
 OURS = ("robolearn", "sims", "policies", "hardware")
 
 
+def _a_later_torchrun_rank_of_train() -> bool:
+    """Whether this process is a ``train`` rank other than 0 that torchrun started (not a command run where a
+    cluster's environment happens to say RANK)."""
+    rank = os.environ.get("RANK", "0")
+    return (len(sys.argv) > 1 and sys.argv[1] == "train" and "TORCHELASTIC_RUN_ID" in os.environ
+            and rank.isdigit() and int(rank) > 0)
+
+
 def main() -> int:
     try:
         from robolearn.cli import main as command_line
@@ -24,7 +32,7 @@ def main() -> int:
               file=sys.stderr)
         return 1
     code = command_line()
-    if int(os.environ.get("RANK", "0")) > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if _a_later_torchrun_rank_of_train():
         # A rank other than 0 (torchrun's) has written nothing of its own and its run is over: it leaves without
         # the interpreter's teardown, in which a C++ thread destroyed while still joinable had aborted it (SIGABRT,
         # "terminate called without an active exception", ~1 in 10 `--nproc 2` runs here), and torchrun then

@@ -43,7 +43,6 @@ class RunLogger:
         self._redraw = sys.stderr.isatty()
         self._bar_settings = {"unit_scale": True, "dynamic_ncols": True, "disable": not progress, "smoothing": 0.1,
                               "mininterval": 0.1 if self._redraw else 30.0}
-        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, **self._bar_settings)
         self._wandb = None
         if wandb_mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -56,12 +55,18 @@ class RunLogger:
                 self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
                                          resume="allow", id=_wandb_id(run_dir), group=group or None,
                                          tags=list(tags) or None, reinit="create_new")
-            except wandb.errors.UsageError as err:  # no API key for online mode: said in a line, not 38 of traceback
+            except BaseException as err:
                 self._file.close()
-                self._bar.close()
+                # no API key, or a bad one: said in a line, not as W&B's 38 lines of traceback
+                refused = tuple(getattr(wandb.errors, n) for n in ("UsageError", "AuthenticationError")
+                                if hasattr(wandb.errors, n))
+                if not isinstance(err, refused):
+                    raise
                 raise ConfigError(f"logging.wandb={wandb_mode}: W&B refused to start ({err}): run `wandb login` (or "
                                   "set WANDB_API_KEY), or log offline (logging.wandb=offline, the default: `wandb sync` "
-                                  "uploads it later) or not at all (--no-wandb); then resume this run") from None
+                                  "uploads it later) or not at all (--no-wandb); then train again (`--resume` the run "
+                                  "if it has saved a checkpoint)") from None
+        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, **self._bar_settings)
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
 
     def seconds(self, elapsed: float | None = None) -> float:

@@ -234,8 +234,9 @@ class DynamixelBus:
 
     # ------------------------------------------------------------- servo ops
 
-    def enable_torque(self, on: bool) -> None:
-        """Torque on (holding the present pose, watchdog re-armed) or off, on every servo."""
+    def enable_torque(self, on: bool, skip: set[int] | frozenset[int] = frozenset()) -> None:
+        """Torque on (holding the present pose, watchdog re-armed) or off, on every servo; torque on leaves out
+        ``skip`` (servos in a hardware alert: a robot parks the others)."""
         if not on:  # every servo, even if one fails: a limp arm is the safe state
             errors = []
             for servo_id in self._ids:
@@ -248,16 +249,17 @@ class DynamixelBus:
             if errors:  # one that may have left torque on before an alert, which only flags a servo that took the write
                 raise next((e for e in errors if not isinstance(e, HardwareAlertError)), errors[0])
             return
-        for servo_id in self._ids:
+        armed = [servo_id for servo_id in self._ids if servo_id not in skip]
+        for servo_id in armed:
             self.write(servo_id, "Bus_Watchdog", 0)  # clears a tripped watchdog, which blocks goals
-        positions, _ = self.read_state()
+        positions, _ = self.read_state(allow_alerts=bool(skip))
         self.write_goal(positions)
-        for servo_id in self._ids:
+        for servo_id in armed:
             self.write(servo_id, "Torque_Enable", 1)
         # whole 20 ms units, rounded up (1..10 ms had rounded to 0, which turns the watchdog off)
         units = math.ceil(self.watchdog_ms / 1000 / WATCHDOG_UNIT_S - 1e-9) if self.watchdog_ms else 0
         if units:
-            for servo_id in self._ids:
+            for servo_id in armed:
                 self.write(servo_id, "Bus_Watchdog", units)
 
     def watchdog_tripped(self) -> list[int]:
@@ -274,7 +276,8 @@ class DynamixelBus:
         item = TABLE[name]
         self._need_port()
         group = self._item_reads[name]
-        data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size))
+        alerted: list[int] = []  # (their replies are theirs: the alert bit only flags the servo)
+        data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size, alerted))
         self.stats.sync_reads += 1
         return {i: item.from_bytes(data[i]) for i in self._ids}
 

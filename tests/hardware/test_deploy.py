@@ -482,6 +482,36 @@ def test_a_check_after_a_watchdog_stop_parked_leaves_torque_off(make_emulator):
     arm.close()
 
 
+def test_an_emergency_stop_during_a_park_leaves_a_limp_servo_limp(make_emulator):
+    """Ctrl+\\ only marks the stop mid-transaction; the park's next read had still re-armed a rebooted servo."""
+    from hardware.safety import EmergencyStop
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.reboot(2)
+    arm.parking, arm.stopped = True, EmergencyStop("emergency stop")  # as during close()'s park
+    arm._checked_at -= 1.0
+    arm._refresh()
+    assert not emulator.state()[2].torque_enabled and arm.safety.events["servo_torque_off"] == 0
+    arm.parking = False
+    arm.close()
+
+
+def test_a_servo_that_reboots_during_an_alerts_park_is_re_armed_and_parked_too(make_emulator):
+    """With one servo in an alert, every check had raised its alert and seen nothing else."""
+    from hardware.dynamixel.errors import HardwareAlertError
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.faults.hardware_alert[4] = 0x20
+    with pytest.raises(HardwareAlertError):
+        arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+    emulator.reboot(2)
+    arm._checked_at -= 1.0  # the park's first read checks
+    arm.close()
+    assert _parked(emulator, but=(4,)) and arm.safety.events["servo_torque_off"] == 1
+
+
 def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     bad = tmp_path / "episode_00000.npz"
     np.savez(bad, actions=np.zeros((5, 3)), **{"obs/joint_state": np.zeros((6, 8))})

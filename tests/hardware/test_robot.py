@@ -392,6 +392,24 @@ def test_a_park_whose_servos_keep_stopping_is_given_up_not_restarted_for_ever():
     assert arm.torque_log[-1] is False
 
 
+def test_a_fault_found_during_the_last_park_is_raised_not_lost():
+    """A servo that stopped following goals during the park after a run that ended well had been re-armed and
+    parked, then forgotten: deploy said nothing and wrote no error."""
+    class FaultWhileParking(LagArm):
+        def _read(self):
+            if self.parking and self.fault is None:
+                self.fault = ServosStopped("servos [2] had turned their torque off")
+                self.rearms += 1
+            return super()._read()
+
+    with pytest.raises(ServosStopped, match=r"servos \[2\] had turned their torque off; what still followed goals "
+                                            r"parked at the safe pose"):
+        with FaultWhileParking() as arm:
+            arm.reset()
+    assert arm.torque_log[-1] is False
+    np.testing.assert_allclose(arm.writes[-1], SAFE)
+
+
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
     arm = LagArm(lose_link_after=45)  # the reset ramp and settle take ~32 reads: lost mid-episode
     recorder = EpisodeRecorder(tmp_path)
