@@ -108,6 +108,7 @@ class Robot(VecEnv):
         self.rearms = 0
         self.parking = False  # within the park of a stop: servos that stopped following goals are re-armed for it
         self.stop_requested = False  # a stop was asked for before close (see _park_signals)
+        self._closed = False  # a session was closed: its stop is over once the robot reconnects
         self._lock = threading.RLock()  # one bus user at a time: the loop or the watchdog (see _bus)
         self._bus_thread: int | None = None  # the thread inside a bus section, if any
         self._q = self.home.copy()
@@ -163,6 +164,12 @@ class Robot(VecEnv):
     # ---- life cycle ------------------------------------------------------------
 
     def connect(self) -> Robot:
+        """Open the link, hold the measured pose, torque on. A session after one that a stop ended (emergency,
+        watchdog, a fault) and :meth:`close` closed starts clear of it, as its message says ("reconnect to
+        continue"; it had raised again at every call); an emergency stop asked for before a first connect holds."""
+        if self._closed:
+            self.stopped = self.fault = None
+            self._closed = self.stop_requested = False
         with self._bus():  # an emergency stop while connecting: torque stays off
             self._connect()
             self.connected = True
@@ -208,6 +215,7 @@ class Robot(VecEnv):
                         _add_to_message(self.stopped, _unconfirmed(failed))
         finally:
             self.connected = False
+            self._closed = True
             self._disconnect()
 
     @contextlib.contextmanager

@@ -410,6 +410,21 @@ def test_a_fault_found_during_the_last_park_is_raised_not_lost():
     np.testing.assert_allclose(arm.writes[-1], SAFE)
 
 
+def test_a_robot_reconnected_after_an_emergency_stop_runs_again():
+    """The stop's message says "reconnect to continue", but a reconnected robot had raised it again at every call."""
+    arm = LagArm()
+    with pytest.raises(EmergencyStop):
+        with arm:
+            arm.reset()
+            arm.emergency_stop()
+            arm.step(torch.tensor([[0.0, 0.0]]))
+    with arm:
+        assert arm.torque
+        arm.reset()
+        arm.step(torch.tensor([[0.1, 0.1]]))
+    assert arm.torque_log[-1] is False and not arm.link
+
+
 def test_lost_connection_is_typed_and_the_recording_keeps_completed_steps(tmp_path):
     arm = LagArm(lose_link_after=45)  # the reset ramp and settle take ~32 reads: lost mid-episode
     recorder = EpisodeRecorder(tmp_path)
