@@ -152,7 +152,11 @@ def _recover(args: argparse.Namespace) -> int:
     if args.name and len(folders) > 1:
         raise ValueError(f"--name {args.name}: {len(folders)} recordings to recover; give one folder with it")
     for folder in folders:
-        done = recover(folder, args.name, args.root, args.overwrite)
+        # each write sweeps the root and had warned, again for every folder, that those still to come were left
+        # uncommitted: this loop commits them
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".* left uncommitted when it was killed or crashed")
+            done = recover(folder, args.name, args.root, args.overwrite)
         cut = f" ({done.left_out} it was writing when killed left out)" if done.left_out else ""
         print(f"recovered:   {done.dataset.num_episodes} episodes, {done.dataset.num_steps} steps{cut} -> "
               f"{done.dataset.path}")

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import warnings
 import subprocess
 import sys
 import time
@@ -205,6 +206,17 @@ def test_an_episode_being_written_is_left_out_and_a_name_taken_since_gets_the_ne
     assert done.dataset.id == "ns/rec-v1" and len(done.dataset) == 2 and done.left_out == 1
     assert done.dataset.info["noise"] == 0.1 and not folder.exists()
     assert sorted(list_datasets(root)) == ["ns/rec-v0", "ns/rec-v1"]
+
+
+def test_recovering_several_recordings_warns_about_none_of_them(root, capsys):
+    """Each recovered folder's write had warned again that the folders still to come were left uncommitted."""
+    for name in ("a", "b", "c"):
+        _dead_recording(name, root, episodes=1)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert cli(["dataset", "recover", "--root", str(root)]) == 0
+    assert not [w for w in said if "left uncommitted" in str(w.message)], [str(w.message) for w in said]
+    assert capsys.readouterr().out.count("recovered:") == 3
 
 
 def test_recover_refuses_a_running_recording_and_an_imports_folder(root):
