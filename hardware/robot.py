@@ -211,7 +211,7 @@ class Robot(VecEnv):
                         raise self.fault  # run had ended well, but a servo stopped following goals (said, not lost)
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
                     failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
-                    if isinstance(self.stopped, EmergencyStop) and failed is not None:  # said instead of "torque is off"
+                    if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
                         self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
                     elif failed is not None:
                         _add_to_message(self.stopped, _unconfirmed(failed))
