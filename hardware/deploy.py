@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
-from hardware.safety import SafetyConfig
+from hardware.safety import SafetyConfig, add_to_message
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
@@ -349,10 +349,5 @@ def _explain(err: BaseException, loop_error: str | None, recording: Path | None)
         extra.append(f"it began with {loop_error}")
     if recording is not None:
         extra.append(f"recording (every episode, the one in progress too, and deploy.json): {recording}")
-    if not extra:
-        return
-    if len(err.args) == 1 and isinstance(err.args[0], str):
-        err.args = ("; ".join([err.args[0], *extra]),)
-    else:
-        for line in extra:
-            err.add_note(line)
+    for line in extra:
+        add_to_message(err, line)

@@ -186,7 +186,8 @@ class DynamixelArm(Robot):
         due = gap or now - self._checked_at >= SERVO_CHECK_S
         if not due or self._check_servos(quiet_s, state[0], gap):
             self._heard_at = now
-            self._checked_at = now if due else self._checked_at
+            if due:
+                self._checked_at = now
         return state
 
     def _write(self, goal: np.ndarray) -> None:

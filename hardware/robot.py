@@ -52,7 +52,7 @@ import torch
 from gymnasium import spaces
 
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, ServosStopped, WatchdogStop, check_safe_pose)
+                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
@@ -63,14 +63,6 @@ MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at
 def _unconfirmed(err: Exception) -> str:
     return (f"the torque-off was not confirmed ({type(err).__name__}: {err}): the servos may still hold torque; cut "
             "their power before touching the arm")
-
-
-def _add_to_message(err: BaseException, said: str) -> None:
-    """Add ``said`` to ``err``'s one-line message (where the CLI prints errors), or as a note."""
-    if len(err.args) == 1 and isinstance(err.args[0], str):
-        err.args = (f"{err.args[0]}; {said}",)
-    else:
-        err.add_note(said)
 
 
 class Robot(VecEnv):
@@ -205,16 +197,16 @@ class Robot(VecEnv):
                     fault_before = self.fault
                     self._stop(ramp=True)
                     if self.fault is not None:  # the error the run stopped with says how its park went
-                        _add_to_message(self.fault, "what still followed goals parked at the safe pose, then "
-                                                    "torque went off")
-                    if self.fault is not None and self.fault is not fault_before:  # found during this park: the
-                        raise self.fault  # run had ended well, but a servo stopped following goals (said, not lost)
+                        add_to_message(self.fault, "what still followed goals parked at the safe pose, then torque "
+                                                   "went off")
+                        if self.fault is not fault_before:  # found during this park, after a run that ended well:
+                            raise self.fault  # said, not lost
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
                     failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
                     if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
                         self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
                     elif failed is not None:
-                        _add_to_message(self.stopped, _unconfirmed(failed))
+                        add_to_message(self.stopped, _unconfirmed(failed))
         finally:
             self.connected = False
             self._closed = True
@@ -425,7 +417,7 @@ class Robot(VecEnv):
             if failure is None:
                 failure = (ConnectionLost if isinstance(failed, ConnectionLost) else RobotError)(_unconfirmed(failed))
             else:
-                _add_to_message(failure, _unconfirmed(failed))
+                add_to_message(failure, _unconfirmed(failed))
         if failure is not None:
             raise failure
 

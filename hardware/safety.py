@@ -29,6 +29,14 @@ from typing import Any
 import numpy as np
 
 
+def add_to_message(err: BaseException, said: str) -> None:
+    """Add ``said`` to ``err``'s one-line message (where the CLI prints errors), or as a note."""
+    if len(err.args) == 1 and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}; {said}",)
+    else:
+        err.add_note(said)
+
+
 class RobotError(RuntimeError):
     """Base of the errors a robot raises; the message says what to check."""
 

@@ -14,18 +14,18 @@ import numbers
 import warnings
 from typing import Any
 
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 # The keys an import reads, and what each must be.
 KINDS: dict[str, tuple[str, Any]] = {
     "task": ("a task name (text)", lambda v: isinstance(v, str) and v.strip() != ""),
     "task_kwargs": ("a mapping of task settings", lambda v: isinstance(v, dict)),
-    "ref_min_score": ("a finite number", lambda v: _number(v)),
-    "ref_max_score": ("a finite number", lambda v: _number(v)),
+    "ref_min_score": ("a finite number", _number),
+    "ref_max_score": ("a finite number", _number),
     "control_dt": ("a number of seconds above 0", lambda v: _number(v) and v > 0),
 }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def read_embedded(text: str | bytes, where: str) -> dict[str, Any]:
