@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -213,6 +214,33 @@ class LoopStats:
         }
 
 
+class SlowLoopWarning(RuntimeWarning):
+    """The loop ran below its rate for a while: said during the run, where a person watching a robot can stop
+    it, and not only in the report after it."""
+
+
+class _SlowLoopWatch:
+    """Warns once when more than a tenth of the periods of a window of ``window`` steps overran. A single slow
+    step (a garbage collection, a retried read) does not: a lossy bus or an overloaded machine does, whose
+    controller then acts on old observations and sends fewer goals than it was trained to."""
+
+    def __init__(self, window: int = 250) -> None:
+        self.window, self.steps, self.overruns_before, self.warned = window, 0, 0, False
+
+    def tick(self, overruns: int, period_s: float) -> None:
+        self.steps += 1
+        if self.warned or self.steps < self.window:
+            return
+        late = overruns - self.overruns_before
+        if late > 0.1 * self.steps:
+            self.warned = True
+            warnings.warn(f"the loop is running below its rate: {late} of the last {self.steps} periods of "
+                          f"{period_s * 1e3:.0f} ms overran, so actions act on older observations and come fewer "
+                          "than trained (a slow bus, read retries, a loaded machine); the run goes on, and its "
+                          "report counts the overruns", SlowLoopWarning, stacklevel=3)
+        self.steps, self.overruns_before = 0, overruns
+
+
 def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqdm | None:
     """Counts episodes when the run is told a number of them, else steps. On a terminal it redraws at
     most 10 times a second (a few microseconds per tick otherwise) and is cleared at the end; into a log
@@ -282,6 +310,8 @@ def run(
     stats.period_s = 1.0 / rate if rate > 0 else 0.0
     ticker = Ticker(stats.period_s) if rate > 0 and not paced_by_env else None
     bar = _loop_bar(progress, steps, episodes)
+    pacing = ticker or (getattr(env, "ticker", None) if paced_by_env else None)  # whose overruns count
+    slow = _SlowLoopWatch()
     try:
         obs = env.reset(seed=seed)
         controller.reset()
@@ -336,6 +366,8 @@ def run(
                 if reset_s:  # a slow auto-reset is a pause between episodes, not missed ticks
                     ticker.restart()
                 ticker.wait()
+            if pacing is not None:
+                slow.tick(pacing.overruns, stats.period_s)
     except KeyboardInterrupt:
         stats.interrupted = True
         if hasattr(env, "stop_requested"):  # a robot: a stop signal during its park is then the second one

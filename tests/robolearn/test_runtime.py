@@ -11,7 +11,7 @@ import torch
 import sims
 from robolearn.evaluate import NonFiniteError
 from robolearn.recording import EpisodeRecorder, load_episode, unique_directory
-from robolearn.runtime import LoopStats, Ticker, run
+from robolearn.runtime import LoopStats, SlowLoopWarning, Ticker, run
 
 
 class Zero(torch.nn.Module):
@@ -48,6 +48,35 @@ def test_run_paces_a_sim_at_the_requested_rate():
     assert stats.steps == 30 and 0.29 < elapsed < 0.6
     summary = stats.summary()
     assert summary["rate_hz"] == 100 and summary["jitter_ms_p50"] < 5
+
+
+class Slow(Zero):
+    """Takes ``pause`` seconds to decide on the steps listed in ``slow_steps`` (all when None)."""
+
+    def __init__(self, width, pause, slow_steps=None):
+        super().__init__(width)
+        self.pause, self.slow_steps, self.calls = pause, slow_steps, 0
+
+    def act(self, obs):
+        if self.slow_steps is None or self.calls in self.slow_steps:
+            time.sleep(self.pause)
+        self.calls += 1
+        return super().act(obs)
+
+
+def test_a_loop_below_its_rate_is_warned_during_the_run_once():
+    env = sims.make_env("arm_reach", 1, seed=0)
+    with pytest.warns(SlowLoopWarning, match=r"running below its rate: \d+ of the last 250 periods of 2 ms") as caught:
+        stats = run(Slow(4, 0.003), env, rate_hz=500, steps=520)  # every step overruns its 2 ms period
+    assert len([w for w in caught if w.category is SlowLoopWarning]) == 1 and stats.overruns > 250
+
+
+def test_a_single_slow_step_is_not_warned():
+    env = sims.make_env("arm_reach", 1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowLoopWarning)
+        stats = run(Slow(4, 0.1, slow_steps={10}), env, rate_hz=100, steps=260)  # 100 ms once: ~10 periods late
+    assert stats.overruns >= 5
 
 
 def test_run_counts_episodes_and_resets_the_controller():
