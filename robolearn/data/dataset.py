@@ -299,6 +299,11 @@ class Dataset:
         }
         if stats:
             lengths = [s["length"] for s in stats]
+            if sum(lengths) != self.num_steps:  # a file written elsewhere: its episodes are what a run reads
+                warnings.warn(f"{self.path / 'data' / 'metadata.json'}: 'total_steps' says {self.num_steps}, the "
+                              f"episodes hold {sum(lengths)} (shown): training refuses the dataset until the "
+                              "metadata says so")
+                summary["steps"] = sum(lengths)
             summary |= {"length_mean": float(np.mean(lengths)), "length_min": min(lengths), "length_max": max(lengths),
                         "terminated_episodes": sum(s["terminated"] for s in stats)}
         if returns:

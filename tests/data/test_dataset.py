@@ -141,6 +141,8 @@ def test_transitions_refuse_steps_that_disagree_with_the_metadata(recorded):
         ds.raw_metadata["total_steps"] = claimed
         with pytest.raises(DatasetError, match=f"{says}.*'total_steps'"):
             ds.transitions()
+        with pytest.warns(UserWarning, match=f"'total_steps' says {claimed}, the episodes hold 20 \\(shown\\)"):
+            assert ds.summary()["steps"] == 20  # `dataset info` shows what the episodes hold
 
 
 def test_normalized_score_without_references_says_how_to_set_them(recorded):
