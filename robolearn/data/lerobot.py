@@ -172,7 +172,13 @@ def _own_metadata(root: Path) -> dict[str, Any]:
         warnings.warn(f"{path}: unreadable ({type(err).__name__}), left out: the task and its settings are not "
                       "known from it", stacklevel=3)
         return {}
-    return read_embedded(text, str(path))
+    return _without_state(read_embedded(text, str(path)))  # (an export before the state was left out there)
+
+
+def _without_state(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` less ``state`` (the simulator state rows' format): LeRobot holds no state rows, and metadata
+    that names them had a replay of the read-back dataset and ``dataset info`` promise what it lacks."""
+    return {key: value for key, value in meta.items() if key != "state"}
 
 
 def _column(column: Any, shape: tuple[int, ...], file: Path, key: str) -> np.ndarray:
@@ -264,7 +270,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
             "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
             "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH, "video_path": None, "features": features}
     texts = {"meta/info.json": info, "meta/stats.json": {key: _statistics(columns[key]) for key in features},
-             "meta/robolearn.json": dataset.writer_metadata(exported_from=dataset.id)}
+             "meta/robolearn.json": _without_state(dataset.writer_metadata(exported_from=dataset.id))}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))

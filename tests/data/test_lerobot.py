@@ -228,6 +228,11 @@ def test_export_reads_back_with_the_same_arrays_flags_success_and_task(recorded,
     episodes, meta = read_lerobot(out)
     assert len(episodes) == source.num_episodes and meta["task"] == task and meta["control_dt"] == pytest.approx(
         source.info["control_dt"]) and meta["exported_from"] == source.id and meta["task_kwargs"] == settings
+    assert "state" in source.info and "state" not in meta  # LeRobot holds no simulator states: none promised
+    own = out / "meta" / "robolearn.json"
+    assert "state" not in json.loads(own.read_text())
+    own.write_text(json.dumps({**json.loads(own.read_text()), "state": source.info["state"]}))  # an older export's
+    assert "state" not in read_lerobot(out)[1]
     ended = {"terminated": 0, "truncated": 0}
     for mine, back in zip(source, episodes):
         np.testing.assert_array_equal(back.actions, mine.actions)
