@@ -123,8 +123,9 @@ class ActionQueue:
         self.chunks[:, 0], self.valid[:, 0] = fresh, True
         ages = torch.arange(k, device=fresh.device)
         mine = self.chunks[:, ages, ages]  # (B, age, A)
-        weight = torch.exp(self.decay * ages.float()) * self.valid.to(fresh.device)  # exp(-m i), i from the oldest, normalized
-        weight = weight / weight.sum(1, keepdim=True)
+        # exp(-m i), i from the oldest, normalized: as a softmax, which does not overflow where m (K - 1) > 88
+        logits = (self.decay * ages.to(fresh.dtype)).expand(batch, k)
+        weight = torch.softmax(logits.masked_fill(~self.valid.to(fresh.device), float("-inf")), dim=1)
         return (weight.view(batch, k, *([1] * (mine.dim() - 2))) * mine).sum(1)
 
 

@@ -121,6 +121,14 @@ def test_ensemble_weights_older_predictions_by_exp_m_age():
     assert queue.next(1, lambda rows, n: torch.tensor([[[5.0], [6.0], [7.0]]])).item() == 5.0  # the past is forgotten
 
 
+def test_ensemble_weights_stay_finite_where_exp_m_age_overflows_float32():
+    """exp(4 * 29) overflows float32: a decay of 4 over 30-step chunks had blended into NaN actions."""
+    queue = ActionQueue(30, mode="ensemble", decay=4.0)
+    for _ in range(31):
+        action = queue.next(2, lambda rows, n: torch.full((len(rows), n, 2), 3.0))
+    torch.testing.assert_close(action, torch.full((2, 2), 3.0))
+
+
 def test_ensemble_of_a_flat_controller_is_the_controller():
     env = Clock(num_envs=2, horizon=6)
     chunked = ChunkedController(Echo(), mode="ensemble")
