@@ -57,7 +57,8 @@ from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
-                            record_failure, refuse_finished, trained_counts, write_config)
+                            record_failure, refuse_finished, saved_progress, trained_counts,
+                            warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -263,7 +264,11 @@ class Runner:
                     raise ConfigError(f"agent.skills_from: {resume} was trained with "
                                       f"{theirs or 'its own pretraining'}; a resume goes on with those skills: resume "
                                       "without that override")
-            self.dataset = self._pretraining_dataset()
+            past_pretraining = (bool(resume) and getattr(self.agent, "pretrains", False)  # its checkpoint holds the
+                                and saved_progress(Path(resume)).get("pretrained") is True)  # skills: no dataset read
+            if past_pretraining and self.main:
+                warn_of_pretraining_changes(Path(resume), cfg)
+            self.dataset = None if past_pretraining else self._pretraining_dataset()
             if resume:
                 self._restore()
                 refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,

@@ -308,6 +308,23 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
           f"is kept as {kept}")
 
 
+def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resume past its pretraining phase reads no dataset and pretrains no more: a changed ``dataset`` or
+    ``agent.pretrain_*`` setting is said to change nothing (it had been listed among the changed settings as if
+    it took effect)."""
+    try:
+        before = flat_keys(read_yaml(run_dir / "config.yaml"))
+    except (OSError, ValueError):
+        return
+    now = flat_keys(to_dict(cfg))
+    moot = [key for key in sorted(set(before) | set(now)) if (key == "dataset" or key.startswith("agent.pretrain_"))
+            and before.get(key) != now.get(key)]
+    if moot:
+        warnings.warn(f"{', '.join(moot)}: {run_dir} is past its pretraining, whose skills its checkpoint holds; the "
+                      "resume reads no dataset and pretrains no more, so these change nothing (pretrain again in a "
+                      "new run)", stacklevel=3)
+
+
 FAILURE_FILE = "failed.txt"  # why a run stopped on an error: `robolearn list` shows its first line
 
 

@@ -481,6 +481,11 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
     assert resumed.trained["pretrain_updates"] == 2000 and resumed.trained["env_steps"] == 1000
     assert run_status(result.run_dir) == "done" and (result.run_dir / "eval.superseded.json").is_file()
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "none"))  # past pretraining, its dataset is not read
+    with pytest.warns(UserWarning, match=r"agent.pretrain_updates: .* is past its pretraining.* change nothing"):
+        again = train(load_config(result.run_dir / "config.yaml", ["runner.total_steps=1600",
+                                                                   "agent.pretrain_updates=3000"]), resume=result.run_dir)
+    assert again.trained == {"env_steps": 2000, "pretrain_updates": 2000}
 
 
 def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_datasets, tmp_path, monkeypatch):
