@@ -542,7 +542,7 @@ def _eval_fas(args: argparse.Namespace, cfg) -> int:
         controller = load_controller(args.run, env, args.exported, cfg)
     result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
                      episodes=args.episodes, seed=args.seed, r_max=r_max, shift=args.fas_shift)
-    result = {"run": str(args.run), **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
+    result = {"run": str(args.run), "controller": args.exported or "checkpoint", **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
     atomic_write_bytes(args.run / "fas.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
     if not args.json:
         print(f"{cfg.env.task}: R(L) over {args.episodes} episodes, decision period {result['decision_period']}")

@@ -115,12 +115,17 @@ def fas(controller: nn.Module, make_env: Callable[[int], VecEnv], task: str, epi
         r_max: float | None = None, beyond: Beyond = "hold", shift: float | None = None) -> dict[str, Any]:
     """R(L) and the FAS of ``controller`` on ``task``: a JSON-ready dict."""
     ref = reference(task, r_max, shift)
+    blends = getattr(getattr(controller, "queue", None), "mode", None) == "ensemble"
+    if blends:
+        warnings.warn("the controller blends its chunks every step (execution=ensemble), which no decision interval "
+                      "is: FAS plays its chunks open loop, so R(1) decides every step from each chunk's first action, "
+                      "not the blend `robolearn eval` scores", stacklevel=2)
     returns = curve(controller, make_env, episodes, seed, LENGTHS, beyond)
     lengths = list(returns)
     return {"task": task, "fas": score(lengths, list(returns.values()), ref), "r_max": ref.r_max, "shift": ref.shift,
             "lengths": lengths, "returns": list(returns.values()), "episodes": episodes,
             "decision_period": int(getattr(controller, "decision_period", getattr(controller, "chunk_length", 1))),
-            "beyond": beyond}
+            "beyond": beyond, "played": "open-loop chunks of a blending controller" if blends else "open-loop chunks"}
 
 
 def plot(results: dict[str, dict[str, Any]], path: Path, title: str = "") -> Path:

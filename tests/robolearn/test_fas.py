@@ -70,6 +70,17 @@ def test_a_flat_controller_holds_and_a_sequence_plays_its_own():
     assert extended[8] == 45.0
 
 
+def test_a_blending_controller_is_said_to_be_scored_open_loop():
+    """An execution=ensemble controller blends every step, which no decision interval is: its R(1) had passed
+    for the controller eval scores."""
+    from robolearn.chunking import ChunkedController
+
+    with pytest.warns(UserWarning, match=r"blends its chunks every step \(execution=ensemble\).*not the blend"):
+        result = fas.fas(ChunkedController(Ahead(), mode="ensemble"), Clock, "my_task", episodes=1, r_max=45.0)
+    assert result["played"] == "open-loop chunks of a blending controller" and result["returns"][0] == 45.0
+    assert fas.fas(Ahead(), Clock, "my_task", episodes=1, r_max=45.0)["played"] == "open-loop chunks"
+
+
 def test_unknown_task_needs_r_max():
     with pytest.raises(ValueError, match="R_MAX"):
         fas.reference("my_task")
@@ -108,6 +119,7 @@ def test_eval_fas_prints_r_of_l_writes_a_plot_and_a_json_line(srl_run, capsys, e
     checkpoints = fas_eval() if exported else None  # (fas.json is rewritten by each evaluation)
     result = fas_eval("--exported", exported) if exported else fas_eval()
     assert result["lengths"] == list(fas.LENGTHS) and len(result["returns"]) == 16
+    assert result["controller"] == (exported or "checkpoint")  # which one fas.json scored
     assert result["r_max"] == 1350.0 and result["shift"] == 1550.0 and result["decision_period"] == 2
     assert result["fas"] == pytest.approx(fas.score(result["lengths"], result["returns"], fas.Reference(1350.0, 1550.0)))
     assert (srl_run / "fas.png").stat().st_size > 0 and json.loads((srl_run / "fas.json").read_text())["fas"] == result["fas"]
