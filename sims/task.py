@@ -113,7 +113,8 @@ class Task(ABC):
         return action
 
     def pre_step(self, sim: MujocoBackend) -> None:
-        """Called before the physics step: keep what rewards difference against."""
+        """Called before the physics step: keep what rewards difference against, as a copy (``.clone()``): on
+        MuJoCo Warp ``sim.qpos`` and the rest are live views, which the step changes in place."""
 
     @abstractmethod
     def observations(self, sim: MujocoBackend) -> Obs:
@@ -282,8 +283,18 @@ class TaskEnv(VecEnv):
         obs = self.task.observations(self.sim)
         if not isinstance(obs, dict):
             return obs  # _check_observations says what it should be
-        return {name: value.to(self.sim.dtype) if isinstance(value, torch.Tensor) and value.is_floating_point()
-                else value for name, value in obs.items()}
+        return {name: self._snapshot(value) for name, value in obs.items()}
+
+    def _snapshot(self, value: Any) -> Any:
+        """``value`` in the backend's dtype, and copied where it is a live view of MuJoCo Warp's state (a task
+        returning ``sim.qpos`` as it is): the next step would change that observation in place, a kept
+        transition or time-limit ``final_obs`` with it. The CPU backend hands out copies already."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.is_floating_point() and value.dtype != self.sim.dtype:
+            return value.to(self.sim.dtype)  # a copy
+        shares = getattr(self.sim, "shares_memory", None)
+        return value.clone() if shares is not None and shares(value) else value
 
     def _check_observations(self, obs: Any) -> None:
         """A task of one's own that returns something else than ``{group: (num_envs, ...) tensor}`` is

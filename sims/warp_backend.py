@@ -175,6 +175,12 @@ class WarpBackend:
             tensor = self._views[name] = wp.to_torch(getattr(self._d, name))
         return tensor
 
+    def shares_memory(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is (a view of) one of the live state arrays: a task's observation that is one would
+        change under the caller when the worlds step (read on the host: no device sync)."""
+        pointer = tensor.untyped_storage().data_ptr()
+        return any(view.untyped_storage().data_ptr() == pointer for view in self._views.values())
+
     def _view(self, name: str) -> torch.Tensor:
         tensor = self._array(name)
         return tensor if tensor.dtype == self.dtype or not tensor.is_floating_point() else tensor.to(self.dtype)

@@ -343,3 +343,28 @@ def test_warp_on_the_cpu_is_said_once_per_process_not_for_every_env(monkeypatch)
         for _ in range(3):
             sims.resolve_backend("warp", "cpu")
     assert [str(w.message)[:40] for w in caught] == ["backend=warp device=cpu: MuJoCo Warp on "]
+
+
+def test_an_observation_that_is_the_live_state_is_kept_as_it_was():
+    """A task of one's own may return ``sim.qpos`` as it is: on MuJoCo Warp that is a live view, and the next
+    step had changed every kept observation (and the time-limit ``final_obs``) in place to the newest state."""
+    from sims.tasks.pendulum import Pendulum
+
+    class Raw(Pendulum):
+        def observations(self, sim):
+            return {"policy": sim.qpos, "vel": sim.qvel[:, :1]}
+
+    def play(backend: str) -> list[dict[str, torch.Tensor]]:
+        task = Raw(max_episode_steps=3)
+        with sims.TaskEnv(task, sims.make_backend(backend, task, NUM, "cpu", 1), seed=0) as env:
+            kept = [env.reset(seed=0)]
+            for _ in range(3):
+                step = env.step(torch.ones(NUM, 1))
+                kept.append(step.info["final_obs"] if bool(step.truncated.all()) else step.obs)
+        return kept
+
+    warp, cpu = play("warp"), play("mujoco")
+    assert not torch.equal(warp[1]["policy"], warp[3]["policy"])  # the pendulum moved
+    for a, b in zip(warp, cpu):
+        for group in b:
+            torch.testing.assert_close(a[group], b[group], atol=1e-4, rtol=1e-4)
