@@ -116,6 +116,7 @@ def make_env(
             raise ValueError("env.randomization needs one of our tasks; mjlab tasks randomize through their own events "
                              "(a config that randomizes, such as ppo_go1_flat, on an mjlab: task: add the override "
                              "env.randomization={})")
+        _check_mjlab_settings(task_kwargs)
         device = resolve_backend("mujoco", device)[1]
         return MjlabVecEnv(task[len(MJLAB_PREFIX):], num_envs, device=device, seed=seed, **task_kwargs)
     buffers = {key: task_kwargs.pop(key) for key in WARP_BUFFERS if key in task_kwargs}
@@ -164,8 +165,18 @@ def check_task(task: str, kwargs: dict[str, Any] | None = None) -> None:
     """Refuse an unknown task, or a setting it does not have, as :func:`make_env` would, without building a
     simulator: a launcher checks before it starts ranks that would each say it. ``gym:`` and ``mjlab:`` ids are
     their libraries' to check."""
-    if not task.startswith((GYM_PREFIX, MJLAB_PREFIX)):
+    if task.startswith(MJLAB_PREFIX):
+        _check_mjlab_settings(kwargs or {})
+    elif not task.startswith(GYM_PREFIX):
         _build_task(task, {key: value for key, value in (kwargs or {}).items() if key not in WARP_BUFFERS})
+
+
+def _check_mjlab_settings(kwargs: dict[str, Any]) -> None:
+    """An mjlab task takes ``action_limit`` here; its other settings are its own config's. A config of our Go1
+    (``policy_linvel``...) run on an mjlab task had ended in a TypeError traceback from the adapter."""
+    if unknown := sorted(set(kwargs) - {"action_limit"}):
+        raise ValueError(f"env.kwargs.{unknown[0]}: an mjlab task takes only action_limit here (its other settings "
+                         "are its own config's); replace the config's env.kwargs, e.g. 'env.kwargs={action_limit: 4.0}'")
 
 
 def _build_task(task: str, kwargs: dict[str, Any]) -> Task:

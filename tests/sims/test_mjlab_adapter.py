@@ -60,3 +60,13 @@ def test_go1_velocity_task_through_make_env() -> None:
 def test_randomization_is_refused() -> None:
     with pytest.raises(ValueError, match="mjlab tasks randomize"):
         make_env("mjlab:Mjlab-Cartpole-Balance", num_envs=1, randomization={"friction": [0.5, 1.0]})
+
+
+def test_a_setting_mjlab_does_not_take_is_refused_by_name_before_any_env() -> None:
+    """Our Go1 config's env.kwargs on an mjlab task had ended in the adapter's TypeError traceback."""
+    from sims import check_task
+
+    for refuse in (lambda: make_env("mjlab:Mjlab-Cartpole-Balance", num_envs=1, policy_linvel=False),
+                   lambda: check_task("mjlab:Mjlab-Cartpole-Balance", {"policy_linvel": False, "action_limit": 1.0})):
+        with pytest.raises(ValueError, match=r"env.kwargs.policy_linvel: an mjlab task takes only action_limit"):
+            refuse()
