@@ -98,7 +98,7 @@ def make_env(
         from sims.delay import Delay, DelayedEnv
 
         inner = make_env(task, num_envs, device, num_threads, seed, randomization, backend=backend, **task_kwargs)
-        return DelayedEnv(inner, build_dataclass(Delay, delay, "env.delay."))
+        return DelayedEnv(inner, build_dataclass(Delay, delay, "env.delay."), seed=seed)
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 

@@ -78,7 +78,7 @@ def check_shorter_than_episode(key: str, steps: int, max_episode_steps: int | No
 class DelayedEnv(VecEnv):
     """``env`` seen ``obs_delay_steps`` late and actuated ``action_latency_steps`` late."""
 
-    def __init__(self, env: VecEnv, cfg: Delay) -> None:
+    def __init__(self, env: VecEnv, cfg: Delay, seed: int | None = None) -> None:
         self.env, self.cfg = env, cfg
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
@@ -89,6 +89,7 @@ class DelayedEnv(VecEnv):
         self._history: dict[str, DelayLine] = {}
         self._actions: DelayLine | None = None
         self._fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.reset(seed)  # ready to step, as the envs it wraps are when built (a step had found no history)
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)

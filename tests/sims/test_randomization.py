@@ -274,3 +274,14 @@ def test_a_runs_env_is_built_nominal_from_python_as_eval_nominal_does(tmp_path):
             assert isinstance(randomized, DelayedEnv) and isinstance(randomized.env, RandomizedEnv)
             assert isinstance(nominal, DelayedEnv) and not isinstance(nominal.env, RandomizedEnv)  # its delays kept
     assert cfg.env.randomization  # the config given is left as it was
+
+
+def test_a_delayed_env_steps_when_built_as_the_env_it_wraps_does():
+    """env.delay's wrapper had no observation history until reset(): a first step raised KeyError: 'policy'."""
+    delay = {"obs_delay_steps": 1, "action_latency_steps": 1}
+    built = sims.make_env("pendulum", 2, seed=0, delay=delay)
+    reset = sims.make_env("pendulum", 2, seed=0, delay=delay)
+    reset.reset(seed=0)
+    for _ in range(3):
+        action = torch.ones(2, 1)
+        torch.testing.assert_close(built.step(action).obs["policy"], reset.step(action).obs["policy"])
