@@ -166,6 +166,22 @@ def tracking_camera(body: int, distance: float, elevation: float = -20.0, azimut
     return camera
 
 
+def checked_action(action: Any, num_envs: int, action_spec: spaces.Box, device: torch.device) -> torch.Tensor:
+    """``action`` as a float32 tensor on ``device`` (numpy and lists accepted), refused with a message when its
+    shape is not ``(num_envs, *action_spec.shape)`` or, on CPU, when it holds NaN or inf: MuJoCo would quietly
+    reset such a world mid-episode. (On a GPU that check would cost a host sync per step; there the runner's
+    finiteness check, read once per iteration, stops the run: NaN actions may step the physics until then,
+    and tasks must not index with them.)"""
+    action = torch.as_tensor(action, dtype=torch.float32, device=device)
+    expected = (num_envs, *action_spec.shape)
+    if tuple(action.shape) != expected:
+        raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
+    if host_reads_are_free(device) and not bool(torch.isfinite(action).all()):
+        worlds = (~torch.isfinite(action)).flatten(1).any(1).nonzero().squeeze(1).tolist()
+        raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
+    return action
+
+
 class TaskEnv(VecEnv):
     """A :class:`Task` on a backend, as a :class:`~robolearn.interfaces.VecEnv`.
 
@@ -328,19 +344,7 @@ class TaskEnv(VecEnv):
                                 f"tensor, one flag per world; got {got}")
 
     def _checked(self, action: Any) -> torch.Tensor:
-        """``action`` as a float32 tensor on the env's device (numpy and lists accepted), refused with a
-        message when its shape is not ``(num_envs, *action_spec.shape)`` or, on CPU, when it holds NaN or
-        inf: MuJoCo would quietly reset such a world mid-episode. (On a GPU that check would cost a host
-        sync per step; there the runner's finiteness check, read once per iteration, stops the run: NaN
-        actions may step the physics until then, and tasks must not index with them.)"""
-        action = torch.as_tensor(action, dtype=torch.float32, device=self.device)
-        expected = (self.num_envs, *self.action_spec.shape)
-        if tuple(action.shape) != expected:
-            raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
-        if host_reads_are_free(self.device) and not bool(torch.isfinite(action).all()):
-            worlds = (~torch.isfinite(action)).flatten(1).any(1).nonzero().squeeze(1).tolist()
-            raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
-        return action
+        return checked_action(action, self.num_envs, self.action_spec, self.device)
 
     def get_state(self) -> dict[str, torch.Tensor]:
         """Every world's exact state: ``state`` (the backend's full state rows,

@@ -23,6 +23,7 @@ from gymnasium.vector.utils import batch_space
 
 from robolearn.interfaces import Obs, Step
 from robolearn.interfaces import VecEnv as OurVecEnv
+from sims.task import checked_action
 
 
 class GymVecEnv(OurVecEnv):
@@ -83,7 +84,8 @@ class GymVecEnv(OurVecEnv):
         return {"policy": self._tensor(obs)}
 
     def step(self, action: torch.Tensor) -> Step:
-        action = np.clip(action.detach().cpu().numpy(), self.action_spec.low, self.action_spec.high)
+        action = checked_action(action, self.num_envs, self.action_spec, self.device)  # numpy too, as our envs
+        action = np.clip(action.cpu().numpy(), self.action_spec.low, self.action_spec.high)
         obs, reward, terminated, truncated, gym_info = self.vec.step(action.astype(self.vec.single_action_space.dtype))
         final = obs.copy()
         if "final_obs" in gym_info:

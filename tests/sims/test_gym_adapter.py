@@ -23,6 +23,18 @@ def test_gym_env_as_vec_env() -> None:
         assert not torch.allclose(final, fresh) and torch.isfinite(final).all()
 
 
+def test_a_gym_env_takes_actions_as_our_envs_do() -> None:
+    """numpy actions had raised AttributeError ('detach'), and a wrong batch "zip() argument 2 is shorter"."""
+    with make_env("gym:Pendulum-v1", num_envs=2, seed=0) as env, make_env("gym:Pendulum-v1", num_envs=2, seed=0) as same:
+        env.reset(seed=0), same.reset(seed=0)
+        torch.testing.assert_close(env.step(np.ones((2, 1), np.float32)).obs["policy"],
+                                   same.step(torch.ones(2, 1)).obs["policy"])
+        with pytest.raises(ValueError, match=r"action: expected shape \(2, 1\) \(num_envs, \*action_spec.shape\), got \(3, 1\)"):
+            env.step(torch.zeros(3, 1))
+        with pytest.raises(ValueError, match=r"action: NaN or inf in world\(s\) \[1\]"):
+            env.step(torch.tensor([[0.0], [float("nan")]]))
+
+
 def test_next_step_vector_envs_are_refused() -> None:
     import gymnasium
 
