@@ -240,7 +240,8 @@ class TaskEnv(VecEnv):
         return self._observe()
 
     def step(self, action: torch.Tensor) -> Step:
-        action = torch.clamp(self._checked(action), self._low, self._high)
+        action = torch.clamp(checked_action(action, self.num_envs, self.action_spec, self.device), self._low,
+                             self._high)
         self.task.pre_step(self.sim)
         ctrl = self.task.actuate(self.sim, action)
         delay = self.actuation_delay
@@ -342,9 +343,6 @@ class TaskEnv(VecEnv):
             got = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
             raise ContractError(f"{type(self.task).__name__}.{method} must return a (num_envs={self.num_envs},) bool "
                                 f"tensor, one flag per world; got {got}")
-
-    def _checked(self, action: Any) -> torch.Tensor:
-        return checked_action(action, self.num_envs, self.action_spec, self.device)
 
     def get_state(self) -> dict[str, torch.Tensor]:
         """Every world's exact state: ``state`` (the backend's full state rows,
