@@ -31,6 +31,8 @@ envs it equals ``obs``, as the interface says.
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,17 +64,23 @@ class RslRlEnvAsVecEnv(VecEnv):
         limit = action_limit if action_limit is not None else _clip_actions(env)
         self._limit = np.inf if limit is None else float(limit)
         self.action_spec = spaces.Box(-self._limit, self._limit, (int(env.num_actions),), np.float32)
+        self._said_unseeded = False
         self._obs = self._observations()
         self.observation_spec = {name: spaces.Box(-np.inf, np.inf, tuple(x.shape[1:]), np.float32)
                                  for name, x in self._obs.items()}
 
     def reset(self, seed: int | None = None) -> Obs:
         """Seeds the env's generators (``env.seed``) and resets through ``env.reset``
-        when it has them (RSL-RL's contract has neither; its envs start reset)."""
+        when it has them (RSL-RL's contract has neither; its envs start reset). legged_gym's envs have no
+        ``seed`` (their config's seed is set at creation): a seed is then said to be ignored, once, and the
+        env resets, so that ``evaluate`` (seed 0 by default) runs on them."""
         if seed is not None:
-            if not hasattr(self.env, "seed"):
-                raise ValueError(f"{type(self.env).__name__} cannot be seeded")
-            self.env.seed(seed)
+            if hasattr(self.env, "seed"):
+                self.env.seed(seed)
+            elif not self._said_unseeded:
+                self._said_unseeded = True
+                warnings.warn(f"{type(self.env).__name__} has no seed(): reset(seed={seed}) resets it unseeded (its "
+                              "generators were seeded when it was created, by its config's seed)", stacklevel=2)
         if hasattr(self.env, "reset"):
             self.env.reset()
         self._obs = self._observations()

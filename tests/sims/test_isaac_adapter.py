@@ -161,3 +161,30 @@ def test_an_isaac_task_name_says_there_is_no_prefix_and_what_to_use(task) -> Non
     with pytest.raises(ValueError, match=rf"env.task={task}: Isaac Lab and Isaac Gym envs have no task prefix here "
                                          r".*sims.adapters.isaac.RslRlEnvAsVecEnv"):
         make_env(task, num_envs=1)
+
+
+def test_an_env_without_seed_is_reset_unseeded_with_a_word_so_evaluate_runs() -> None:
+    """legged_gym's envs have no seed(): evaluate (seed 0 by default) had failed, "cannot be seeded"."""
+    import warnings
+
+    from robolearn.evaluate import evaluate
+
+    class Resettable(LeggedGymRobot):
+        def reset(self) -> None:
+            self.x.zero_()
+            self.episode_length_buf.zero_()
+
+    class Still(torch.nn.Module):
+        def act(self, obs: dict) -> torch.Tensor:
+            return torch.zeros(obs["policy"].shape[0], 1)
+
+        def reset(self, mask=None) -> None:
+            pass
+
+    env = RslRlEnvAsVecEnv(Resettable(num_envs=2))
+    with pytest.warns(UserWarning, match=r"Resettable has no seed\(\): reset\(seed=0\) resets it unseeded"):
+        result = evaluate(Still(), env, 2)
+    assert result["episodes"] == 2 and result["return_mean"] == 0.0  # standing at x = 0 for 4 steps
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        env.reset(seed=1)
