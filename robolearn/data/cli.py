@@ -199,6 +199,10 @@ def _record(args: argparse.Namespace) -> int:
         task, algorithm = task or cfg.env.task, cfg.algo
         if task == cfg.env.task:  # the run's task as it trained (episode length, limits); another's would not fit
             kwargs = dict(cfg.env.kwargs)
+        if left_out := [f"env.{key}" for key in ("randomization", "delay") if getattr(cfg.env, key)]:
+            warnings.warn(f"{' and '.join(left_out)} of the run left out: the episodes are recorded on the nominal "
+                          "task, whose states replay exactly (robolearn eval RUN scores the run as it trained)",
+                          stacklevel=2)
         controller_name = f"run:{Path(args.run).resolve()}"
     elif args.controller != "random":
         if not Path(args.controller).is_file():

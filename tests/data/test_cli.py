@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
+import yaml
 
 from robolearn import load_config
 from robolearn.cli import main
@@ -84,6 +86,10 @@ def test_record_from_a_run_directory(tmp_path, root, capsys):
     assert main(["dataset", "record", "--run", str(run), "--task", "pendulum", "--episodes", "1", "--no-progress"]) == 2
     assert f"--task pendulum: run {run} trained on 'cartpole', whose observations or actions differ; leave --task " \
            "out" in capsys.readouterr().err
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "env": {**config["env"], "delay": {"obs_delay_steps": 1}}}))
+    with pytest.warns(UserWarning, match=r"env.delay of the run left out: the episodes are recorded on the nominal"):
+        assert main(["dataset", "record", "--run", str(run), "--episodes", "1", "--name", "nominal", "--no-progress"]) == 0
     for noise in "-1", "nan":  # a negative standard deviation had been recorded as noise -1, adding none
         assert main(["dataset", "record", "--run", str(run), "--episodes", "1", "--noise", noise, "--name", "n"]) == 2
         assert f"--noise is a standard deviation (in half action ranges), at least 0; got {noise}" in \
