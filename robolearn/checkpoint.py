@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from robolearn.learning_rates import apply_changed, configured
+
 FORMAT = "robolearn-checkpoint"
 VERSION = 1
 
@@ -298,7 +300,9 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
         raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller for {saved[fixed[0]]!r} steps per "
                               "decision, and a resume goes on with what it learnt; resume without that override, or "
                               "train a new run with it") from None
+    fresh_rates = configured(agent)
     agent.load_state_dict(payload["agent"])
+    apply_changed(agent, fresh_rates)  # an optimizer's load put back the rates it saved: a changed one applies
     progress = dict(payload["progress"])
     if not isinstance(rng := progress.pop("rng", None), dict):
         raise CheckpointError("a damaged robolearn checkpoint: its progress has no random number generator state "

@@ -86,13 +86,16 @@ def resolve_backend(cfg: EnvConfig) -> None:
 def make_agent(cfg: TrainConfig, env: VecEnv) -> Agent:
     """Build the agent named by ``cfg.algo`` for ``env``'s observation and action specs."""
     from policies import agent_entry
+    from robolearn.learning_rates import tag_configured
 
     _, agent_cls = agent_entry(cfg.algo)
     if inspect.isabstract(agent_cls):  # not Python's "Can't instantiate abstract class"
         raise ContractError(f"algo={cfg.algo}: {agent_cls.__name__} does not implement "
                             f"{', '.join(sorted(agent_cls.__abstractmethods__))}, which a robolearn Agent must "
                             "(robolearn/interfaces.py says what each does)")
-    return agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
+    agent = agent_cls(env.observation_spec, env.action_spec, cfg.agent, torch.device(env.device))
+    tag_configured(agent)  # so that a resume with other learning rates applies them
+    return agent
 
 
 def stagger_episodes(env: VecEnv, env_cfg: EnvConfig, seed: int, resumed: bool = False) -> None:

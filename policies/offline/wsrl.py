@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.offline.cql import CQL, CQLConfig
+from robolearn.learning_rates import set_configured
 
 
 @dataclass
@@ -86,4 +87,5 @@ class Finetune(CQL):
         if cfg.online_target_entropy is not None:
             self.target_entropy = float(cfg.online_target_entropy)
         actor, critic, _ = self.optimizer.param_groups
-        actor["lr"], critic["lr"] = cfg.online_actor_lr, cfg.online_critic_lr
+        set_configured(actor, cfg.online_actor_lr)  # (and the tag a resume compares: robolearn/learning_rates.py)
+        set_configured(critic, cfg.online_critic_lr)
