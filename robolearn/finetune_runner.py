@@ -37,7 +37,7 @@ import torch
 from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam, refill_instead, restore_agent,
                                   rng_state, save_checkpoint, saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
-from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite
+from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Obs
@@ -179,8 +179,15 @@ class FinetuneRunner(OfflineRunner):
                 self.curriculum.load_state_dict(self.progress.jsrl)
 
     def _load_guide(self, guide: str) -> ExportedController:
-        """The guide controller, checked against the task: it must read this env's observations."""
+        """The guide controller, checked against the task: it must read this env's observations; another task,
+        control rate or task settings than it was trained with are said (as evaluate says them)."""
         controller = ExportedController(self._guide_path(guide))
+        trained_on = controller.meta.get("task")
+        if trained_on and trained_on != self.cfg.env.task:
+            warnings.warn(f"agent.guide: {self._guide_path(guide)} was trained on task '{trained_on}', this run is on "
+                          f"'{self.cfg.env.task}'", stacklevel=3)
+        else:
+            warn_if_trained_elsewhere(controller, self.train_env, stacklevel=4)
         zeros = {name: torch.zeros(1, *space.shape) for name, space in self.train_env.observation_spec.items()}
         try:
             controller.act(zeros)
@@ -311,7 +318,10 @@ class FinetuneRunner(OfflineRunner):
                 break
             self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
             next_obs, transition = step_envs(env, self.agent, obs, self._act(obs)["action"], stats, self._finite)
-            self._track_episodes(transition["reward"], transition["terminated"] | transition["truncated"])
+            done = transition["terminated"] | transition["truncated"]
+            self._track_episodes(transition["reward"], done)
+            if self.guide is not None:  # a recurrent, chunked or skill guide starts each episode afresh
+                self.guide.reset(done)
             if self._mc_return:  # Cal-QL's bound is unknown online: -inf leaves those rows plain CQL
                 transition["mc_return"] = torch.full_like(transition["reward"], float("-inf"))
             self.online.add(transition)

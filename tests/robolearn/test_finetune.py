@@ -291,6 +291,38 @@ def test_a_bad_guide_is_refused_before_pretraining(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+class PendulumZeros(Controller):
+    """Pendulum's 3 observations, 1 action."""
+
+    obs_size = 3
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs[:, :1] * 0.0
+
+
+def test_a_guide_of_another_task_or_rate_is_said(tmp_path):
+    """A guide was checked only against the observation width: another task's of the same width, or one
+    trained at another control rate, guided silently."""
+    other = tmp_path / "other_task"
+    export_controller(PendulumZeros(), other, ("torchscript",), extra={"task": "gym:Pendulum-v1"})
+    with pytest.warns(UserWarning, match=r"agent.guide: .* was trained on task 'gym:Pendulum-v1', this run is on 'pendulum'"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={other}")).close()
+    slower = tmp_path / "slower"
+    export_controller(PendulumZeros(), slower, ("torchscript",), extra={"task": "pendulum", "control_dt": 0.1})
+    with pytest.warns(UserWarning, match=r"trained at 10 Hz, the env steps at 50 Hz"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={slower}")).close()
+
+
+def test_the_guide_starts_every_episode_afresh(tmp_path, monkeypatch):
+    """A recurrent, chunked or skill guide had carried its memory from one episode into the next."""
+    ended = []
+    reset = ExportedController.reset
+    monkeypatch.setattr(ExportedController, "reset",
+                        lambda self, mask=None: (ended.append(mask is not None and bool(mask.any())), reset(self, mask))[1])
+    run(tiny(tmp_path, "jsrl_hopper", "runner.total_steps=1500"))
+    assert sum(ended) == 3  # one env's three 500-step online episodes
+
+
 def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resume_is_refused(tmp_path, root):
     with pytest.warns(UserWarning, match="agent.warmup_steps=5000 covers all runner.total_steps=300"):
         FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=5000", "runner.total_steps=300")).close()
