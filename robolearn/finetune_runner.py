@@ -42,7 +42,7 @@ from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
-from robolearn.offline_runner import OfflineRunner
+from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
@@ -74,6 +74,7 @@ class FinetuneProgress:
     jsrl: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     refill_until: int = 0  # --fresh-replay: no online updates before this env step, while the empty replay refills
+    dataset: dict[str, Any] = field(default_factory=dict)  # what its offline phase trains on: dataset_fingerprint
 
 
 class PhaseLogger(RunLogger):
@@ -104,7 +105,7 @@ class FinetuneRunner(OfflineRunner):
         super()._build(resume)  # eval env, agent, offline buffer; _restore below
         cfg = self.cfg
         if not resume:
-            self.progress = FinetuneProgress()
+            self.progress = FinetuneProgress(dataset=dataset_fingerprint(self.dataset))
         agent_cfg = cfg.agent
         if 0 < cfg.runner.total_steps <= agent_cfg.warmup_steps:  # legitimate (the frozen policy collecting), rarely meant
             warnings.warn(f"agent.warmup_steps={agent_cfg.warmup_steps} covers all runner.total_steps="

@@ -158,6 +158,26 @@ class OfflineProgress:
     updates: int = 0
     evaluation: dict[str, float] = field(default_factory=dict)  # the latest periodic one
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
+    dataset: dict[str, Any] = field(default_factory=dict)  # what it trains on: dataset_fingerprint
+
+
+def dataset_fingerprint(dataset: Dataset) -> dict[str, Any]:
+    """What tells a dataset from another written under its name: its size and when it was written."""
+    return {"episodes": dataset.num_episodes, "steps": dataset.num_steps, "created": dataset.info.get("created")}
+
+
+def check_same_dataset(progress: Any, dataset: Dataset, run_dir: Path) -> None:
+    """Refuse a resume whose dataset was replaced (re-recorded, overwritten) since the run trained on it: its
+    restored normalizers and scales were fitted to the other data. A checkpoint from before the fingerprint
+    was kept takes the dataset's now."""
+    now = dataset_fingerprint(dataset)
+    if progress.dataset and progress.dataset != now:
+        then = progress.dataset
+        raise ConfigError(f"dataset '{dataset.id}' is not the data {run_dir} trained on: it held {then['episodes']:,} "
+                          f"episodes and {then['steps']:,} steps (written {then['created']}), it now holds "
+                          f"{now['episodes']:,} and {now['steps']:,} (written {now['created']}); a resume goes on with "
+                          "the same data: put that dataset back, or train a new run on this one")
+    progress.dataset = now
 
 
 class UpdateLogger(RunLogger):
@@ -246,9 +266,10 @@ class OfflineRunner:
         data = self.agent.prepare(self.dataset.transitions(self.env.device))
         self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
         self.replay.add(data)
-        self.progress = OfflineProgress()
+        self.progress = OfflineProgress(dataset=dataset_fingerprint(self.dataset))
         if resume:
             self._restore()
+            check_same_dataset(self.progress, self.dataset, self.run_dir)
             self._refuse_finished()
 
     def _refuse_finished(self) -> None:

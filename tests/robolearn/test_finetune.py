@@ -337,6 +337,26 @@ def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resu
         FinetuneRunner(cfg, resume=first.run_dir)
 
 
+def test_a_dataset_replaced_under_its_name_is_refused_on_resume(tmp_path, root):
+    """Only the name was compared: a dataset re-recorded under it resumed on other data, with the normalizers
+    and scales fitted to the first."""
+    def write(episodes: int) -> None:
+        with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1, max_episode_steps=50) as env:
+            with DatasetWriter("pendulum-again", env.observation_spec, env.action_spec, metadata={"task": "pendulum"},
+                               root=root, overwrite=True) as writer:
+                record(RandomController(env, 0), env, writer, episodes, seed=0, progress=False)
+
+    write(5)
+    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=pendulum-again", "runner.total_steps=0")
+    first = run(cfg)
+    cfg.runner.total_steps = 1000
+    FinetuneRunner(cfg, resume=first.run_dir).close()  # the same data: resumes
+    write(6)
+    with pytest.raises(ConfigError, match=r"dataset 'pendulum-again-v0' is not the data .* it held 5 episodes and 250 "
+                                          r"steps .*, it now holds 6 and 300 .*put that dataset back"):
+        FinetuneRunner(cfg, resume=first.run_dir)
+
+
 def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path, moving_the_run_once):
     """As the online runner: its checkpoint and replay had made a new folder of the old name."""
     moved, runs = tmp_path / "moved", []
