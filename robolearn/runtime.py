@@ -220,25 +220,28 @@ class SlowLoopWarning(RuntimeWarning):
 
 
 class _SlowLoopWatch:
-    """Warns once when more than a tenth of the periods of a window of ``window`` steps overran. A single slow
-    step (a garbage collection, a retried read) does not: a lossy bus or an overloaded machine does, whose
-    controller then acts on old observations and sends fewer goals than it was trained to."""
+    """Warns once when more than a tenth of the steps of a window of ``window`` steps came late for their
+    tick. A single slow step (a garbage collection, a retried read, a stall of seconds) does not: a lossy bus
+    or an overloaded machine does, whose controller then acts on old observations and sends fewer goals than
+    it was trained to."""
 
     def __init__(self, window: int = 250) -> None:
-        self.window, self.steps, self.overruns_before, self.warned = window, 0, 0, False
+        self.window, self.steps, self.late, self.overruns, self.warned = window, 0, 0, 0, False
 
     def tick(self, overruns: int, period_s: float) -> None:
+        """After a step; ``overruns``: the ticker's count so far (ticks, a late step's skipped ones too)."""
         self.steps += 1
+        self.late += overruns > self.overruns
+        self.overruns = overruns
         if self.warned or self.steps < self.window:
             return
-        late = overruns - self.overruns_before
-        if late > 0.1 * self.steps:
+        if self.late > 0.1 * self.steps:
             self.warned = True
-            warnings.warn(f"the loop is running below its rate: {late} of the last {self.steps} periods of "
-                          f"{period_s * 1e3:.0f} ms overran, so actions act on older observations and come fewer "
-                          "than trained (a slow bus, read retries, a loaded machine); the run goes on, and its "
-                          "report counts the overruns", SlowLoopWarning, stacklevel=3)
-        self.steps, self.overruns_before = 0, overruns
+            warnings.warn(f"the loop is running below its rate: {self.late} of the last {self.steps} steps came late "
+                          f"for their {period_s * 1e3:.0f} ms period, so actions act on older observations and come "
+                          "fewer than trained (a slow bus, read retries, a loaded machine); the run goes on, and its "
+                          "report counts the overruns", SlowLoopWarning, stacklevel=4)  # (run's no_grad wrapper)
+        self.steps = self.late = 0
 
 
 def _loop_bar(label: str | None, steps: int | None, episodes: int | None) -> tqdm | None:

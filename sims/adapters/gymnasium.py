@@ -85,7 +85,7 @@ class GymVecEnv(OurVecEnv):
 
     def step(self, action: torch.Tensor) -> Step:
         action = checked_action(action, self.num_envs, self.action_spec, self.device)  # numpy too, as our envs
-        action = np.clip(action.cpu().numpy(), self.action_spec.low, self.action_spec.high)
+        action = np.clip(action.detach().cpu().numpy(), self.action_spec.low, self.action_spec.high)
         obs, reward, terminated, truncated, gym_info = self.vec.step(action.astype(self.vec.single_action_space.dtype))
         final = obs.copy()
         if "final_obs" in gym_info:

@@ -29,6 +29,7 @@ def test_a_gym_env_takes_actions_as_our_envs_do() -> None:
         env.reset(seed=0), same.reset(seed=0)
         torch.testing.assert_close(env.step(np.ones((2, 1), np.float32)).obs["policy"],
                                    same.step(torch.ones(2, 1)).obs["policy"])
+        env.step(torch.nn.Linear(3, 1)(env.step(torch.zeros(2, 1)).obs["policy"]))  # an action with a graph
         with pytest.raises(ValueError, match=r"action: expected shape \(2, 1\) \(num_envs, \*action_spec.shape\), got \(3, 1\)"):
             env.step(torch.zeros(3, 1))
         with pytest.raises(ValueError, match=r"action: NaN or inf in world\(s\) \[1\]"):
