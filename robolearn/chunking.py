@@ -124,7 +124,7 @@ class ActionQueue:
         ages = torch.arange(k, device=fresh.device)
         mine = self.chunks[:, ages, ages]  # (B, age, A)
         # exp(-m i), i from the oldest, normalized: as a softmax, which does not overflow where m (K - 1) > 88
-        logits = (self.decay * ages.to(fresh.dtype)).expand(batch, k)
+        logits = (self.decay * ages.float()).expand(batch, k)  # (float32 weights, whatever the chunks hold)
         weight = torch.softmax(logits.masked_fill(~self.valid.to(fresh.device), float("-inf")), dim=1)
         return (weight.view(batch, k, *([1] * (mine.dim() - 2))) * mine).sum(1)
 

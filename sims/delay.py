@@ -89,7 +89,7 @@ class DelayedEnv(VecEnv):
         self._history: dict[str, DelayLine] = {}
         self._actions: DelayLine | None = None
         self._fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self.reset(seed)  # ready to step, as the envs it wraps are when built (a step had found no history)
+        self._seed = seed  # a step before any reset starts from the state built with it (below)
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
@@ -98,6 +98,8 @@ class DelayedEnv(VecEnv):
         return obs
 
     def step(self, action: torch.Tensor) -> Step:
+        if not self._history:  # stepped as built, as the env it wraps can be: the built state, reset again with
+            self.reset(self._seed)  # its seed (a Gymnasium env's first reset spends it, so not done when built)
         action = action.to(self.device, torch.float32)
         if self._actions is None:
             self._actions = DelayLine(self.cfg.action_latency_steps + 1, action)

@@ -77,6 +77,9 @@ class RslRlEnvAsVecEnv(VecEnv):
         if seed is not None:
             if hasattr(self.env, "seed"):
                 self.env.seed(seed)
+            elif not hasattr(self.env, "reset"):  # RSL-RL's bare contract: episodes would go on where they are
+                raise ValueError(f"{type(self.env).__name__} has neither seed() nor reset(): reset(seed={seed}) can "
+                                 "do neither (reset(None) leaves it as it is)")
             elif not self._said_unseeded:
                 self._said_unseeded = True
                 warnings.warn(f"{type(self.env).__name__} has no seed(): reset(seed={seed}) resets it unseeded (its "

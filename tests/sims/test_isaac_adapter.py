@@ -188,3 +188,5 @@ def test_an_env_without_seed_is_reset_unseeded_with_a_word_so_evaluate_runs() ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         env.reset(seed=1)
+    with pytest.raises(ValueError, match=r"LeggedGymRobot has neither seed\(\) nor reset\(\)"):
+        RslRlEnvAsVecEnv(LeggedGymRobot(num_envs=2)).reset(seed=0)
