@@ -468,7 +468,7 @@ def _range_of(name: str) -> tuple[float, float, bool, bool, str] | None:
         return 1, inf, False, False, "must be at least 1"
     if name == "offline_ratio":  # above 1, the online share of a batch had been a negative-size tensor after pretraining
         return 0, 1, False, False, "the share of each online batch drawn from the dataset, in [0, 1] (0 drops the dataset)"
-    if name in ("warmup_steps", "pretrain_updates", "jsrl_horizon", "jsrl_tolerance"):
+    if name in ("warmup_steps", "pretrain_updates", "jsrl_horizon", "jsrl_tolerance", "target_critics"):
         return 0, inf, False, False, "must be >= 0"
     if name in ("torch_threads", "num_threads"):
         return 0, inf, False, False, "threads, must be >= 0 (0: all the cores)"
@@ -481,7 +481,8 @@ def _check_order(values: dict[str, Any], prefix: str) -> None:
     """Settings of one section (``values``: all of them, defaults included) that bound one another: a lower
     bound above its upper, a batch larger than the buffer it is drawn from."""
     for low, high in (("min_lr", "max_lr"), ("min_std", "init_std"), ("init_std", "max_std"),
-                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size")):
+                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size"),
+                      ("target_critics", "num_critics")):  # (REDQ's sample of the ensemble; 0: all of it)
         a, b = values.get(low), values.get(high)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
             raise ConfigError(f"{prefix}{low} ({a!r}) must not exceed {prefix}{high} ({b!r})")
