@@ -481,8 +481,7 @@ def _check_order(values: dict[str, Any], prefix: str) -> None:
     """Settings of one section (``values``: all of them, defaults included) that bound one another: a lower
     bound above its upper, a batch larger than the buffer it is drawn from."""
     for low, high in (("min_lr", "max_lr"), ("min_std", "init_std"), ("init_std", "max_std"),
-                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size"),
-                      ("target_critics", "num_critics")):  # (REDQ's sample of the ensemble; 0: all of it)
+                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size")):
         a, b = values.get(low), values.get(high)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
             raise ConfigError(f"{prefix}{low} ({a!r}) must not exceed {prefix}{high} ({b!r})")

@@ -66,7 +66,7 @@ class CQLConfig:
     calql: bool = False  # lower-bound the policy actions' Q by the dataset's Monte-Carlo return
     # the critic ensemble (WSRL: 10 critics with LayerNorm, targets from the min of 2 sampled, actor on the mean)
     num_critics: int = 2
-    target_critics: int = 0  # critics sampled for each target's min (REDQ); 0: all of them
+    target_critics: int = 0  # critics sampled for each target's min (REDQ); 0 (or num_critics and more): all
     layer_norm: bool = False
     actor_q: Literal["min", "mean"] = "min"  # how the actor's loss reduces the ensemble's Q
     reward_scale: float = 1.0
