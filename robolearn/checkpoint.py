@@ -302,7 +302,13 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               "train a new run with it") from None
     fresh_rates = configured(agent)
     agent.load_state_dict(payload["agent"])
-    apply_changed(agent, fresh_rates)  # an optimizer's load put back the rates it saved: a changed one applies
+    _, untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply
+    rates = [key for key in sorted(set(saved) | set(now)) if key.endswith(("lr", "learning_rate"))
+             and saved.get(key) != now.get(key)]
+    if untagged and rates:
+        warnings.warn(f"{', '.join(f'agent.{key}' for key in rates)}: the checkpoint predates the record of each "
+                      "optimizer's configured rate, so it resumes at the rates it saved; resume it once more with "
+                      "the new rates to apply them", stacklevel=3)
     progress = dict(payload["progress"])
     if not isinstance(rng := progress.pop("rng", None), dict):
         raise CheckpointError("a damaged robolearn checkpoint: its progress has no random number generator state "

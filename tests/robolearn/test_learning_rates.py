@@ -53,12 +53,41 @@ def test_a_schedule_goes_on_from_where_it_was_scaled_to_the_new_base():
     assert _rates(doubled)[0] == pytest.approx(6e-4 * 0.5 * (1 + torch.cos(torch.tensor(torch.pi * 51 / 100)).item()))
 
 
-def test_ppos_adaptive_rate_is_kept_unless_its_configured_rate_changed():
+def test_ppos_adaptive_rate_is_kept_unless_its_configured_rate_changed_then_restarts_there():
     saved = _agent("ppo_pendulum")
     saved.lr.fill_(2e-3)  # where the adaptive schedule had taken it
+    for group in saved.optimizer.param_groups:  # tagged on a GPU, from a float32 rate
+        group["configured_lr"] = float(torch.tensor(1e-3, dtype=torch.float32))
     same = _resumed(saved, "ppo_pendulum")
     assert float(same.lr) == 2e-3 and all(group["lr"] is same.lr for group in same.optimizer.param_groups)
-    assert float(_resumed(saved, "ppo_pendulum", "agent.learning_rate=5e-4").lr) == pytest.approx(2e-3 / 2)
+    changed = _resumed(saved, "ppo_pendulum", "agent.learning_rate=5e-4")
+    assert float(changed.lr) == pytest.approx(5e-4) and all(g["lr"] is changed.lr for g in changed.optimizer.param_groups)
+
+
+def test_a_frozen_rate_of_zero_can_be_given_a_rate_on_resume():
+    """Scaling by new / old cannot move a rate of 0 ("0 freezes what it trains")."""
+    saved = _agent("sac_pendulum", "agent.critic_lr=0")
+    assert _rates(_resumed(saved, "sac_pendulum", "agent.critic_lr=1e-4")) == [3e-4, 1e-4, 3e-4]
+
+
+def untagged(agent):
+    for group in agent.optimizer.param_groups:  # as a checkpoint written before the tags
+        del group["configured_lr"]
+    return agent
+
+
+def test_an_untagged_checkpoints_plain_rates_are_their_configured_ones():
+    first = _resumed(untagged(_agent("sac_pendulum")), "sac_pendulum", "agent.critic_lr=1e-5")
+    assert _rates(first) == [3e-4, 1e-5, 3e-4] and first.optimizer.param_groups[1]["configured_lr"] == 1e-5
+    assert _rates(_resumed(first, "sac_pendulum", "agent.critic_lr=1e-6")) == [3e-4, 1e-6, 3e-4]
+
+
+def test_an_untagged_ppo_keeps_its_adapted_rate_once_and_is_tagged_from_then_on():
+    saved = _agent("ppo_pendulum")
+    saved.lr.fill_(2e-3)
+    first = _resumed(untagged(saved), "ppo_pendulum", "agent.learning_rate=5e-4")
+    assert float(first.lr) == 2e-3  # adapted: what its configured rate was is unknown
+    assert float(_resumed(first, "ppo_pendulum", "agent.learning_rate=1e-4").lr) == pytest.approx(1e-4)
 
 
 def test_a_resumed_run_trains_with_the_rate_it_was_given(tmp_path):
