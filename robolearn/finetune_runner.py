@@ -136,6 +136,10 @@ class FinetuneRunner(OfflineRunner):
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)
 
+    def _reads_dataset_on(self) -> bool:
+        """Offline, and online where batches draw dataset rows (``agent.offline_ratio``)."""
+        return self.progress.phase == "offline" or self.cfg.agent.offline_ratio > 0
+
     def _refuse_finished(self) -> None:
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart). A run
         that ended early in its offline phase (a stop, runner.max_minutes) trains on: that end is set aside."""

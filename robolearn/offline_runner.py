@@ -166,17 +166,22 @@ def dataset_fingerprint(dataset: Dataset) -> dict[str, Any]:
     return {"episodes": dataset.num_episodes, "steps": dataset.num_steps, "created": dataset.info.get("created")}
 
 
-def check_same_dataset(progress: Any, dataset: Dataset, run_dir: Path) -> None:
+def check_same_dataset(progress: Any, dataset: Dataset, run_dir: Path, reads_it: bool = True) -> None:
     """Refuse a resume whose dataset was replaced (re-recorded, overwritten) since the run trained on it: its
-    restored normalizers and scales were fitted to the other data. A checkpoint from before the fingerprint
+    restored normalizers and scales were fitted to the other data. A run that reads it no more (a fine-tune
+    online without dataset rows) is told that it changes nothing. A checkpoint from before the fingerprint
     was kept takes the dataset's now."""
-    now = dataset_fingerprint(dataset)
-    if progress.dataset and progress.dataset != now:
-        then = progress.dataset
-        raise ConfigError(f"dataset '{dataset.id}' is not the data {run_dir} trained on: it held {then['episodes']:,} "
-                          f"episodes and {then['steps']:,} steps (written {then['created']}), it now holds "
-                          f"{now['episodes']:,} and {now['steps']:,} (written {now['created']}); a resume goes on with "
-                          "the same data: put that dataset back, or train a new run on this one")
+    now, then = dataset_fingerprint(dataset), progress.dataset
+    if then and then != now:
+        said = (f"dataset '{dataset.id}' is not the data {run_dir} trained on: it held {then['episodes']:,} episodes "
+                f"and {then['steps']:,} steps (written {then['created']}), it now holds {now['episodes']:,} and "
+                f"{now['steps']:,} (written {now['created']})")
+        if reads_it:
+            raise ConfigError(f"{said}; a resume goes on with the same data: put that dataset back, or train a new "
+                              "run on this one")
+        warnings.warn(f"{said}; the run reads it no more (online, agent.offline_ratio=0), so it changes nothing",
+                      stacklevel=3)
+        return
     progress.dataset = now
 
 
@@ -269,8 +274,12 @@ class OfflineRunner:
         self.progress = OfflineProgress(dataset=dataset_fingerprint(self.dataset))
         if resume:
             self._restore()
-            check_same_dataset(self.progress, self.dataset, self.run_dir)
+            check_same_dataset(self.progress, self.dataset, self.run_dir, self._reads_dataset_on())
             self._refuse_finished()
+
+    def _reads_dataset_on(self) -> bool:
+        """Whether the rest of the run reads the dataset (an offline run does)."""
+        return True
 
     def _refuse_finished(self) -> None:
         refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,

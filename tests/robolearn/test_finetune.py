@@ -337,9 +337,9 @@ def test_a_warmup_longer_than_the_online_phase_warns_and_another_dataset_on_resu
         FinetuneRunner(cfg, resume=first.run_dir)
 
 
-def test_a_dataset_replaced_under_its_name_is_refused_on_resume(tmp_path, root):
+def test_a_dataset_replaced_under_its_name_is_refused_on_resume_where_it_is_still_read(tmp_path, root):
     """Only the name was compared: a dataset re-recorded under it resumed on other data, with the normalizers
-    and scales fitted to the first."""
+    and scales fitted to the first. Online without dataset rows (WSRL's offline_ratio=0) it is only said."""
     def write(episodes: int) -> None:
         with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1, max_episode_steps=50) as env:
             with DatasetWriter("pendulum-again", env.observation_spec, env.action_spec, metadata={"task": "pendulum"},
@@ -347,14 +347,20 @@ def test_a_dataset_replaced_under_its_name_is_refused_on_resume(tmp_path, root):
                 record(RandomController(env, 0), env, writer, episodes, seed=0, progress=False)
 
     write(5)
-    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=pendulum-again", "runner.total_steps=0")
-    first = run(cfg)
-    cfg.runner.total_steps = 1000
-    FinetuneRunner(cfg, resume=first.run_dir).close()  # the same data: resumes
+    reading = tiny(tmp_path / "a", "calql_finetune_hopper", "dataset=pendulum-again", "runner.total_steps=0",
+                   "agent.offline_ratio=0.5")
+    done = tiny(tmp_path / "b", "wsrl_hopper", "dataset=pendulum-again", "runner.total_steps=0")
+    runs = [run(reading), run(done)]
+    for cfg in reading, done:
+        cfg.runner.total_steps = 1000
+    FinetuneRunner(reading, resume=runs[0].run_dir).close()  # the same data: resumes
     write(6)
     with pytest.raises(ConfigError, match=r"dataset 'pendulum-again-v0' is not the data .* it held 5 episodes and 250 "
                                           r"steps .*, it now holds 6 and 300 .*put that dataset back"):
-        FinetuneRunner(cfg, resume=first.run_dir)
+        FinetuneRunner(reading, resume=runs[0].run_dir)
+    with pytest.warns(UserWarning, match=r"it now holds 6 and 300 .*; the run reads it no more \(online, "
+                                         r"agent.offline_ratio=0\), so it changes nothing"):
+        FinetuneRunner(done, resume=runs[1].run_dir).close()
 
 
 def test_a_run_folder_moved_while_fine_tuning_stops_the_run(tmp_path, moving_the_run_once):
