@@ -34,6 +34,15 @@ def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=doc, formatter_class=_HelpFormatter)
 
 
+def runs_file(text: str) -> Path:
+    """An argparse type for --from-runs: a runs jsonl file that exists (a missing one is a usage error, not a
+    traceback)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no runs file {text} (the committed ones: benchmarks/results/*_runs.jsonl)")
+    return path
+
+
 def check_whole_iterations(parser: argparse.ArgumentParser, steps: int, option: str = "--steps") -> None:
     """Refuse an off-policy budget between whole iterations: the runner trains to the next whole one (1,000 env
     steps), so a table would state fewer steps than ours trained, and a peer would train only the steps given."""

@@ -25,7 +25,7 @@ cores; the default here is ``--updates 6000`` with a 256x2 MLP and batch 256: on
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --overrides agent.high_beta=3 ota:agent.option_steps=3
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 20000 --jobs 2  # both cores
     python benchmarks/hiql_maze.py --layouts large --algos ota hiql --updates 50000 --eval-every 5000  # success vs updates
-    python benchmarks/hiql_maze.py --from-runs benchmarks/results/hiql_maze_runs.jsonl  # the table again
+    python benchmarks/hiql_maze.py --from-runs benchmarks/results/hiql_maze_target_fix_runs.jsonl  # the table again
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
-    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, recorded_machine, train_offline, write_result)
+    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, recorded_machine, runs_file, train_offline, write_result)
 from ota_advantage_sign import VALUES, bin_names, sign_agreement  # noqa: E402
 
 ALGOS = ("hiql", "gciql", "gcbc")  # also: "ota" (configs/ota_point_maze_<layout>.yaml)
@@ -120,7 +120,10 @@ def recorded_size(results: dict[tuple[str, str], list[dict]], layout: str) -> st
     sizes = {r["dataset_size"] for (lay, _), rows in results.items() if lay == layout for r in rows if "dataset_size" in r}
     if sizes:
         return " / ".join(sorted(sizes))
-    return f"{dataset_size(layout)} (the dataset here now: the runs did not record theirs)"
+    try:
+        return f"{dataset_size(layout)} (the dataset here now: the runs did not record theirs)"
+    except (OSError, KeyError, ValueError):  # (robolearn's DatasetError is a ValueError) no dataset here to read
+        return "not recorded by the runs"
 
 
 def table(results: dict[tuple[str, str], list[dict]], args: argparse.Namespace) -> str:
@@ -225,7 +228,7 @@ def main() -> None:
     parser.add_argument("--overrides", nargs="*", default=[],
                         help="config overrides for every agent, e.g. agent.high_beta=3; "
                              "prefix one with '<algo>:' to give it to that agent only, e.g. ota:agent.option_steps=3")
-    parser.add_argument("--from-runs", type=Path, help="rebuild the table from a runs jsonl file instead of training "
+    parser.add_argument("--from-runs", type=runs_file, help="rebuild the table from a runs jsonl file instead of training "
                         "(written to the file the runs came from unless --out is given)")
     args = parser.parse_args()
     if args.from_runs:

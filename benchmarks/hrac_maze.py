@@ -22,7 +22,7 @@ Writes ``benchmarks/results/hrac_<task><tag>.md``, its plot ``.png`` and every f
 the adjacency constraint").
 
     python benchmarks/hrac_maze.py [--task point_maze_medium] [--seeds 0 1 2] [--steps 60000] [--jobs 2]
-    python benchmarks/hrac_maze.py --from-runs results/hrac_ant_maze_medium_runs.jsonl  # the report again
+    python benchmarks/hrac_maze.py --from-runs benchmarks/results/hrac_ant_maze_medium_runs.jsonl  # the report again
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
     RESULTS, benchmark_parser, machine, paired_comparison, pool_runs, read_jsonl, recorded_machine, train_online_with_evals,
-    write_result)
+    runs_file, write_result)
 
 VARIANTS = {"HRAC": "true", "no adjacency constraint": "false"}
 
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes per evaluation")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one torch thread each")
     parser.add_argument("--tag", default="", help="appended to the result files' names (hrac_<task><tag>.md)")
-    parser.add_argument("--from-runs", type=Path, help="rebuild the report from a runs jsonl file instead of training "
+    parser.add_argument("--from-runs", type=runs_file, help="rebuild the report from a runs jsonl file instead of training "
                         "(its runs set the task, seeds and budget)")
     args = parser.parse_args()
     start = time.perf_counter()

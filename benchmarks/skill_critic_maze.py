@@ -43,7 +43,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's packages, not an installed copy
 from common import (  # noqa: E402
-    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, train_online_with_evals, write_result)
+    RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, runs_file, train_online_with_evals, write_result)
 
 ALGOS = ("skill_critic", "spirl", "sac")
 NAMES = {"skill_critic": "Skill-Critic", "spirl": "SPiRL", "sac": "SAC (flat)"}
@@ -269,7 +269,7 @@ def main() -> None:
                              "env.kwargs.offsets={light_switch: [0.04, 0, 0]}")
     parser.add_argument("--keep-runs", type=Path, help="keep each run directory here (<algo>_seed<n>/...), "
                         "e.g. to evaluate the checkpoints afterwards; default: temporary, deleted")
-    parser.add_argument("--from-runs", nargs="+", default=[], metavar="RUNS_JSONL",
+    parser.add_argument("--from-runs", nargs="+", default=[], metavar="RUNS_JSONL", type=runs_file,
                         help="train nothing: rebuild the tables and the plot from these runs files (e.g. two "
                              "invocations with different --seeds); the other options must match theirs")
     parser.add_argument("--out", default="", help="file under benchmarks/results/; default: skill_critic_maze.md "
