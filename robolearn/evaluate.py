@@ -95,15 +95,29 @@ def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str
             if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
 
 
-def warn_if_trained_elsewhere(controller: Any, env: VecEnv, stacklevel: int = 3) -> None:
+def _outside_us() -> int:
+    """The ``stacklevel`` of the first caller outside robolearn's packages and torch (its ``no_grad`` wrappers):
+    a warning about how the caller built its env is said at the caller's line, however deep in ours it is."""
+    import sys
+
+    ours = tuple(str(Path(module.__file__).parent) for module in (sys.modules["robolearn"], torch)) + tuple(
+        str(Path(__file__).parents[1] / name) for name in ("sims", "hardware", "policies"))
+    frame, level = sys._getframe(2), 2  # (2: the caller of the function that warns)
+    while frame is not None and frame.f_code.co_filename.startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
     """An exported controller says how it was trained (``meta``: ``control_dt``; ``task_settings``, every plain
     setting, or from older exports ``task_kwargs``): warn when ``env`` steps at another rate or runs other task
     settings, say an env built with ``sims.make_env(task)`` (the task's defaults) for a run trained with
     ``env.kwargs``, or one built with other settings for a run left at the defaults (``robolearn.make_env(run)``
-    builds its own)."""
+    builds its own). Said at the first caller's line outside robolearn."""
     import math
     import warnings
 
+    stacklevel = _outside_us()
     meta = getattr(controller, "meta", None) or {}
     trained_dt = meta.get("control_dt")
     if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):
@@ -126,7 +140,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
         raise ValueError(f"evaluate at least 1 episode (got {episodes})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
-    warn_if_trained_elsewhere(controller, env, stacklevel=4)  # (torch.no_grad's wrapper is a frame too)
+    warn_if_trained_elsewhere(controller, env)
     obs = env.reset(seed=seed)
     controller.reset()
     returns = torch.zeros(env.num_envs, dtype=torch.float64)

@@ -192,7 +192,7 @@ class FinetuneRunner(OfflineRunner):
             warnings.warn(f"agent.guide: {self._guide_path(guide)} was trained on task '{trained_on}', this run is on "
                           f"'{self.cfg.env.task}'", stacklevel=3)
         else:
-            warn_if_trained_elsewhere(controller, self.train_env, stacklevel=4)
+            warn_if_trained_elsewhere(controller, self.train_env)
         zeros = {name: torch.zeros(1, *space.shape) for name, space in self.train_env.observation_spec.items()}
         try:
             controller.act(zeros)

@@ -180,7 +180,8 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
                     cfg: TrainConfig | None = None) -> Controller | Any:
     """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
     an env, one world of the run's task is built for the specs and closed), or with ``exported``
-    (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it."""
+    (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it (with ``env``: said where env
+    steps at another rate or with other task settings than the file was trained with)."""
     from robolearn.export import FILENAMES, ExportedController
 
     run_dir = Path(run_dir)
@@ -190,6 +191,10 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
         controller = ExportedController(run_dir / "export" / FILENAMES[exported])
         if behind := export_behind(run_dir, controller.meta):
             warnings.warn(behind, stacklevel=2)
+        if env is not None:  # the file holds no weights to fit to env: its rate and task settings are said
+            from robolearn.evaluate import warn_if_trained_elsewhere
+
+            warn_if_trained_elsewhere(controller, env)
         return controller
     cfg = cfg or load_run_config(run_dir)
     if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU

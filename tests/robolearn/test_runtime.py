@@ -294,6 +294,9 @@ def test_an_export_records_every_setting_so_an_env_off_the_defaults_is_warned_ab
             as caught:
         evaluate(controller, sims.make_env("arm_reach", 2, seed=0, max_goal_step=0.1), 2)
     assert caught[0].filename == __file__  # the caller's line, not torch's no_grad wrapper
+    with pytest.warns(UserWarning, match=r"max_goal_step=0.1") as caught:
+        run(controller, sims.make_env("arm_reach", 1, seed=0, max_goal_step=0.1), rate_hz=0, steps=1)
+    assert caught[0].filename == __file__  # run's too
 
 
 def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_state(tmp_path):

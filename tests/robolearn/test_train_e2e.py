@@ -10,6 +10,8 @@ import onnxruntime
 import pytest
 import torch
 
+import sims
+
 from robolearn import load_config
 from robolearn.cli import main as cli
 from robolearn.export import ExportedController
@@ -131,6 +133,9 @@ def test_load_controller_from_python(trained_run):
     for fmt in ("torchscript", "onnx"):
         torch.testing.assert_close(load_controller(str(trained_run.run_dir), exported=fmt).act(obs), from_checkpoint,
                                    rtol=1e-5, atol=1e-5)
+    with pytest.warns(UserWarning, match=r"trained at 50 Hz, the env steps at 25 Hz") as caught:  # env: said
+        load_controller(trained_run.run_dir, sims.make_env("cartpole", 1, seed=0, frame_skip=4), exported="onnx")
+    assert caught[0].filename == __file__
     export = trained_run.run_dir / "export"
     for wrong in (export, export / "controller.json"):
         with pytest.raises(ValueError, match="give the exported file itself.*controller.pt"):
