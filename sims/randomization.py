@@ -73,11 +73,11 @@ class Randomization:
             value = getattr(self, f.name)
             if isinstance(value, (tuple, list)):
                 low, high = value
-                if low > high or low < 0:
-                    raise ValueError(f"env.randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
-                if f.name.endswith("_scale") and low <= 0:  # a zero mass or gain is no robot: it trains on nothing
+                if f.name.endswith("_scale") and not 0 < low <= high:  # a zero mass or gain is no robot
                     raise ValueError(f"env.randomization.{f.name}: scales multiply the model's values, so need "
                                      f"0 < low <= high, got {list(value)}")
+                if low > high or low < 0:
+                    raise ValueError(f"env.randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
         for name in ("obs_noise_std", "push_every_s", "push_velocity"):
             if getattr(self, name) < 0:  # a negative std or velocity silently means its magnitude, or nothing
                 raise ValueError(f"env.randomization.{name} must be >= 0, got {getattr(self, name)}")

@@ -125,6 +125,8 @@ def test_bad_randomization_config_names_the_key():
 
 @pytest.mark.parametrize("settings, says", [
     ({"mass_scale": (0.0, 0.0)}, r"env.randomization.mass_scale: scales multiply .* need 0 < low"),  # trained "fine"
+    ({"mass_scale": (-1.0, 1.0)}, r"env.randomization.mass_scale: scales multiply .* need 0 < low"),  # (had said 0 <=)
+    ({"action_latency_s": (-0.01, 0.0)}, r"env.randomization.action_latency_s: need 0 <= low <= high"),
     ({"obs_noise_std": -1.0}, r"env.randomization.obs_noise_std must be >= 0, got -1"),
     ({"push_velocity": -2.0}, r"env.randomization.push_velocity must be >= 0"),
     ({"auto": True, "auto_step": -0.1}, r"auto_step must be > 0 and auto_window >= 1"),
