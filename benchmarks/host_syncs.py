@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu: MuJoCo Warp's CPU device; cuda: a GPU")
     parser.add_argument("--worlds", type=int, default=16, help="env.num_envs")
     parser.add_argument("--iterations", type=int, default=3, help="iterations counted, after one that is not")
+    parser.add_argument("--out", help="file under benchmarks/results/ (a trial: another name); default host_syncs.md, "
+                        "host_syncs_<config>.md for another --config, _cuda on a GPU")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. runner.random_steps=1000 for SAC's "
                         "updates to start after the first iteration")
     args = parser.parse_args()
@@ -55,7 +57,7 @@ def main() -> None:
         train(cfg, stop=stop)
     steps = round((env_steps[-1] - env_steps[0]) / args.worlds / args.iterations)  # of every world, per iteration
     suffix = ("" if args.config == "ppo_go1_flat" else f"_{args.config}") + ("" if args.device == "cpu" else "_cuda")
-    write_result(f"host_syncs{suffix}.md", report(reads.sites, args, steps))
+    write_result(args.out or f"host_syncs{suffix}.md", report(reads.sites, args, steps))
 
 
 PARTS = {"sims": "the env step", "policies": "the learner", "robolearn": "the runner"}

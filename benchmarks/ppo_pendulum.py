@@ -121,7 +121,7 @@ def run_ours(seed: int, budget: int) -> tuple[float, int, float]:
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each agent")
-    parser.add_argument("--budget", type=int, default=200_000, help="env steps at most per run (a run ends when solved)")
+    parser.add_argument("--budget", type=int, default=200_000, help="env steps per run, to the end of the iteration that reaches them (a run ends when solved)")
     parser.add_argument("--out", default="ppo_pendulum.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)

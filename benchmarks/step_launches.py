@@ -145,6 +145,7 @@ def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--worlds", type=int, default=16, help="worlds per env (few: the host's dispatch dominates)")
     parser.add_argument("--steps", type=int, default=50, help="env steps counted and timed")
+    parser.add_argument("--out", default="step_launches.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     interfaces.HOST_READS_FREE_ON.clear()  # the GPU's code path on CPU devices: resets by mask
@@ -181,7 +182,7 @@ def main() -> None:
     ppo_table = [f"| {name} | {n:.0f} | {n - env:.0f} | {reads:g} |"
                  for (name, (n, reads)), env in zip(counts.items(), env_ops)]
 
-    write_result("step_launches.md", "\n".join([
+    write_result(args.out, "\n".join([
         "# Kernels per Go1 env step and PPO iteration: robolearn against mjlab and rsl-rl-lib", "",
         f"Machine: {machine()}. Code: {code_commit()}.", "",
         f"MuJoCo Warp's CPU device, {args.worlds} worlds, on the GPU's code path (resets by mask; "

@@ -153,7 +153,7 @@ def task_builder(task: str) -> Callable[..., Task]:
     if task.partition(":")[0] in ("isaaclab", "isaacgym", "legged_gym"):  # read as a module, it would say "install"
         raise ValueError(f"env.task={task}: Isaac Lab and Isaac Gym envs have no task prefix here (installing them "
                          "would not change that): build one with its own launcher and wrap it in "
-                         "sims.adapters.isaac.RslRlEnvAsVecEnv, from Python (README: 'Isaac Lab')")
+                         "sims.adapters.isaac.RslRlEnvAsVecEnv, from Python (README, 'Tasks and algorithms': Isaac Lab)")
     builder = import_named(task, "env.task")
     if not callable(builder) or (isinstance(builder, type) and not issubclass(builder, Task)):
         raise ValueError(f"env.task={task}: '{task.partition(':')[2]}' is not a sims.Task subclass "
