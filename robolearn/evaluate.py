@@ -100,8 +100,11 @@ def _outside_us() -> int:
     a warning about how the caller built its env is said at the caller's line, however deep in ours it is."""
     import sys
 
-    ours = tuple(str(Path(module.__file__).parent) for module in (sys.modules["robolearn"], torch)) + tuple(
-        str(Path(__file__).parents[1] / name) for name in ("sims", "hardware", "policies"))
+    import os
+
+    folders = [Path(module.__file__).parent for module in (sys.modules["robolearn"], torch)]
+    folders += [Path(__file__).parents[1] / name for name in ("sims", "hardware", "policies")]
+    ours = tuple(str(folder) + os.sep for folder in folders)  # (a separator: robolearn_scripts/ is not ours)
     frame, level = sys._getframe(2), 2  # (2: the caller of the function that warns)
     while frame is not None and frame.f_code.co_filename.startswith(ours):
         frame, level = frame.f_back, level + 1
