@@ -70,10 +70,10 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     (``overrides={"runner.total_steps": 2_000_000}``); a ``cfg`` given instead is used as it is, and
     each setting in which it differs from the run's is said.
 
-    ``stop`` gets each iteration's metrics as its ``metrics.jsonl`` line holds them, less the clock's (``time``,
-    ``fps``, ``updates_per_s``): ``env_steps`` (offline runs: ``updates``), ``iteration``, losses, and
-    ``return`` / ``success_rate`` only once episodes have ended, so read those with ``.get``:
-    ``stop=lambda m: m.get("return", -1e9) > 150``.
+    ``stop`` gets each iteration's metrics as its ``metrics.jsonl`` line holds them, less the clock's (``time``
+    and the rate: ``fps``, ``updates_per_s``, ``env_steps_per_s``): ``env_steps`` (offline runs: ``updates``),
+    ``iteration``, losses, and ``return`` / ``success_rate`` only once episodes have ended (offline runs:
+    ``eval/return`` at an evaluation), so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``.
 
     ``fresh_replay`` (with ``resume``, as ``--fresh-replay``): an off-policy run whose ``checkpoints/replay.pt`` is
     lost or damaged goes on with an empty replay buffer, which the agent's own actions refill (``runner.random_steps``

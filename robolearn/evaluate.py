@@ -106,8 +106,8 @@ def _outside_us() -> int:
     folders += [Path(__file__).parents[1] / name for name in ("sims", "hardware", "policies")]
     ours = tuple(str(folder) + os.sep for folder in folders)  # (a separator: robolearn_scripts/ is not ours)
     frame, level = sys._getframe(2), 2  # (2: the caller of the function that warns)
-    while frame is not None and frame.f_code.co_filename.startswith(ours):
-        frame, level = frame.f_back, level + 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(ours):  # (the outermost frame at most:
+        frame, level = frame.f_back, level + 1  # a level past it would be said as 'sys:1')
     return level
 
 

@@ -298,7 +298,8 @@ class FinetuneRunner(OfflineRunner):
                 self.save()
             if self.progress.iteration % cfg.runner.log_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
                 logger.log(self.progress.env_steps, metrics)  # and the last: `list` reads how far a run got from it
-            if stop is not None and ask_stop(self, stop, {"phase": "online", "env_steps": self.progress.env_steps, **metrics}):
+            if stop is not None and ask_stop(self, stop, {"phase": "online", "env_steps": self.progress.env_steps,
+                                                         "iteration": self.progress.iteration, **metrics}):
                 return
             self._lap = time.perf_counter() - start
         self.ctrl_c.check()  # one pressed during the last iteration

@@ -381,7 +381,8 @@ class OfflineRunner:
                 self.save()
             if self.progress.iteration % cfg.runner.log_every == 0 or done:
                 logger.log(self.progress.updates, metrics)
-            if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates, **metrics}):
+            if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates,
+                                                                 "iteration": self.progress.iteration, **metrics}):
                 return True
             self._lap = time.perf_counter() - start
         self.ctrl_c.check()  # one pressed during the last iteration

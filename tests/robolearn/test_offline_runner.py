@@ -285,8 +285,9 @@ def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
 
 def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(root, tmp_path):
     seen = []
-    train(tiny(tmp_path, "runner.total_steps=3000"), stop=lambda m: seen.append(m["updates"]) or m["updates"] >= 2000)
-    assert seen == [1000, 2000]
+    train(tiny(tmp_path, "runner.total_steps=3000"),
+          stop=lambda m: seen.append((m["updates"], m["iteration"])) or m["updates"] >= 2000)
+    assert seen == [(1000, 1), (2000, 2)]  # iteration as an online run's stop has it
 
     def fails(metrics):
         raise KeyError("env_steps")  # an online run's counter, asked of an offline one
