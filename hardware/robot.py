@@ -122,16 +122,17 @@ class Robot(VecEnv):
 
     @abstractmethod
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Joint positions and velocities; None for a transient failure (after
-        the driver's own retries); raise ConnectionLost if the link is gone."""
+        """Joint positions and velocities, one value per joint; None for a transient failure (after the
+        driver's own retries; a reading with NaN or inf counts as one); raise ConnectionLost if the link is
+        gone. Return within about a control period (time out): the watchdog and the safe stop wait for it."""
 
     @abstractmethod
     def _write(self, goal: np.ndarray) -> None:
-        """Send joint position goals."""
+        """Send joint position goals; raise ConnectionLost if the link is gone. Return within a control period."""
 
     @abstractmethod
     def _set_torque(self, on: bool) -> None:
-        """Turn the actuators on or off."""
+        """Turn the actuators on or off; raise ConnectionLost if the link is gone."""
 
     # ---- what a task implements -------------------------------------------------
 
@@ -163,18 +164,24 @@ class Robot(VecEnv):
             self.stopped = self.fault = None
             self._closed = self.stop_requested = False
         with self._bus():  # an emergency stop while connecting: torque stays off
-            self._connect()
-            self.connected = True
-            state = self._read()
-            if state is None:
-                self._disconnect()
+            try:
+                self._connect()
+                self.connected = True
+                state = self._checked(self._read())
+                if state is None:
+                    raise RobotError("connected, but the first state read failed (or read NaN or inf): check wiring, "
+                                     "power and the encoders")
+                self._q, self._qd = state
+                self.safety.start(self._q)
+                self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
+                if self.stopped is None:
+                    self._set_torque(True)
+            except BaseException as err:  # a connect that fails leaves torque off and the link closed
+                if self.connected and (failed := self._torque_off_quietly()) is not None:
+                    add_to_message(err, _unconfirmed(failed))
                 self.connected = False
-                raise RobotError("connected, but the first state read failed: check wiring and power")
-            self._q, self._qd = state
-            self.safety.start(self._q)
-            self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
-            if self.stopped is None:
-                self._set_torque(True)
+                self._disconnect()
+                raise
         self._fresh_at = self._called_at = time.monotonic()
         self._closing.clear()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
@@ -353,10 +360,22 @@ class Robot(VecEnv):
 
     def _refresh(self) -> None:
         """Read the state; a failed read keeps the last one (the watchdog judges staleness)."""
-        state = self._read()
+        state = self._checked(self._read())
         if state is not None:
             self._q, self._qd = state
             self._fresh_at = time.monotonic()
+
+    def _checked(self, state: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """``_read``'s state as float arrays of one value per joint; a reading with NaN or inf (an encoder or
+        estimator that lost track) counts as a failed read, never as a pose to hold or ramp from. Another
+        shape is the driver's mistake, said."""
+        if state is None:
+            return None
+        q, qd = (np.asarray(part, dtype=np.float64).reshape(-1) for part in state)
+        if q.shape != self.home.shape or qd.shape != self.home.shape:
+            raise RobotError(f"{type(self).__name__}._read returned {q.size} positions and {qd.size} velocities for "
+                             f"{self.home.size} joints")
+        return (q, qd) if np.isfinite(q).all() and np.isfinite(qd).all() else None
 
     def _move_to(self, pose: np.ndarray, parking: bool = False, restarts: int = 0) -> None:
         """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick, then hold it for
@@ -406,6 +425,9 @@ class Robot(VecEnv):
                                   "joint may drop)")
         except BaseException as err:  # noqa: BLE001 (whatever cut the park short, torque goes off first)
             failure = err
+            if ramp:
+                add_to_message(err, "it cut the park to the safe pose short: torque was turned off where the robot "
+                                    "stood")
         finally:
             self.parking = False
         # A park begins only while not stopped (close) or stopped by its watchdog: an emergency stop came during it
@@ -462,5 +484,5 @@ class Robot(VecEnv):
                 try:  # hold: re-send the last safe command, and try to read again
                     self._write(self.safety.last_sent)
                     self._refresh()
-                except (ConnectionLost, RobotError, OSError):
+                except Exception:  # noqa: BLE001 (any driver's error: the hold goes on, and the stop after it)
                     pass

@@ -22,7 +22,8 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
   (``""`` where none did; ``info["safety"]``)
 - ``metrics/<name>`` (T,): the task's numbers of each step (``info["metrics"]``: a reach's
   ``distance_m`` to its target)
-- ``successes`` (T,): the task's success test after each step (``info["success"]``)
+- ``successes`` (T,): the task's success test after each step (``info["success"]``; False on a step
+  where it was undefined)
 - ``success`` (): whether the episode ended in success (``successes``' last; not
   for an interrupted one, which did not end)
 
@@ -92,14 +93,26 @@ class EpisodeRecorder:
             columns.setdefault("goals", []).append(_row0(info["goal_action"]))
         if "safety" in info:
             columns.setdefault("safety_events", []).append(",".join(info["safety"]))
-        for name, value in info.get("metrics", {}).items():
-            columns.setdefault(f"metrics/{name}", []).append(float(value))
+        some = {f"metrics/{name}": float(value) for name, value in info.get("metrics", {}).items()}
         if "success" in info:
-            columns.setdefault("successes", []).append(bool(info["success"][0]))
+            some["successes"] = bool(info["success"][0])
+        self._add_some(some)
         if bool(step.terminated[0] | step.truncated[0]):
             self._write(info.get("final_obs", step.obs), interrupted=False)
         else:
             self._last_obs = step.obs
+
+    def _add_some(self, values: dict[str, Any]) -> None:
+        """Columns a step may lack (a robot's success test, undefined on some steps; a metric): kept one row per
+        step, False (successes) or NaN (metrics) where a step had none, so they line up with the others."""
+        steps = len(self._columns["rewards"])
+        for name, value in values.items():
+            self._columns.setdefault(name, [])
+        for name, rows in self._columns.items():
+            if name == "successes" or name.startswith("metrics/"):
+                missing = False if name == "successes" else float("nan")
+                rows.extend([missing] * (steps - 1 - len(rows)))
+                rows.append(values.get(name, missing))
 
     def _write(self, final_obs: Obs, interrupted: bool) -> None:
         arrays: dict[str, np.ndarray] = {}

@@ -315,6 +315,11 @@ def run(
     bar = _loop_bar(progress, steps, episodes)
     pacing = ticker or (getattr(env, "ticker", None) if paced_by_env else None)  # whose overruns count
     slow = _SlowLoopWatch()
+    width = (env.num_envs, *env.action_spec.shape) if hasattr(env, "action_spec") else None
+    signals = contextlib.ExitStack()
+    if callable(getattr(env, "emergency_stop", None)):  # a robot: a kill or a closed terminal stops it safely as
+        estop = {signal.SIGQUIT: lambda *_: env.emergency_stop()} if hasattr(signal, "SIGQUIT") else {}  # Ctrl+C,
+        signals.enter_context(stops_as_ctrl_c(also=estop))  # Ctrl+\ is its emergency stop (deploy's, for any robot)
     try:
         obs = env.reset(seed=seed)
         controller.reset()
@@ -346,6 +351,9 @@ def run(
             t0 = time.perf_counter()
             check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
             commanded = controller.act(obs).to(env.device)
+            if width is not None and tuple(commanded.shape) != width:  # before a robot holds it step after step
+                raise ValueError(f"the controller's action has shape {tuple(commanded.shape)}, the env takes {width} "
+                                 "(num_envs, *action_spec.shape): a controller of another task or robot?")
             try:  # a broken controller stops here, before the robot or sim, saying when
                 check_finite("action", commanded)
             except NonFiniteError as err:
@@ -389,6 +397,7 @@ def run(
             if sink is not None:
                 sink.close()
         finally:
-            if close_env:
-                env.close()
+            with signals:  # given back after the robot's park, which they stop as they did the run
+                if close_env:
+                    env.close()
     return stats

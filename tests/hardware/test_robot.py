@@ -466,3 +466,108 @@ def test_a_safe_pose_the_robot_cannot_park_in_is_refused(pose, error):
     (or, of the wrong length, fail only when stopping)."""
     with pytest.raises(ValueError, match=error):
         LagArm(safe_pose=pose)
+
+
+def test_a_connect_that_fails_leaves_torque_off_and_the_link_closed():
+    """Only a failed first read had been cleaned up: a torque-on or goal write that raised left the link open,
+    and `with robot:` (whose __exit__ never runs then) never closed it."""
+    class TorqueFails(LagArm):
+        def _set_torque(self, on):
+            super()._set_torque(on)
+            if on:
+                raise OSError("motor driver fault")
+
+    arm = TorqueFails()
+    with pytest.raises(OSError, match="motor driver fault"):
+        with arm:
+            pass
+    assert not arm.connected and not arm.link and arm.torque_log == [True, False]
+
+
+def test_a_reading_with_nan_is_a_failed_read_never_a_pose():
+    """An encoder or estimator that lost track: at connect its NaN had been written as the goal before torque on;
+    mid-run it crashed the park ("cannot convert float NaN to integer") with torque off away from the safe pose."""
+    class NanAt(LagArm):
+        def __init__(self, nan_from, **kwargs):
+            super().__init__(**kwargs)
+            self.nan_from = nan_from
+
+        def _read(self):
+            q, qd = super()._read()
+            return (np.full(2, np.nan), qd) if self.reads >= self.nan_from else (q, qd)
+
+    arm = NanAt(nan_from=1)
+    with pytest.raises(RobotError, match=r"first state read failed \(or read NaN or inf\)"):
+        arm.connect()
+    assert not arm.writes and True not in arm.torque_log and not arm.link  # never a NaN goal, never torque on
+    arm = NanAt(nan_from=10**9)
+    with arm:
+        arm.reset()
+        arm.nan_from = arm.reads + 1
+        with pytest.raises(WatchdogStop, match="no fresh observation .*: parked at the safe pose"):
+            for _ in range(100):
+                arm.step(torch.tensor([[0.1, 0.1]]))
+                time.sleep(0.01)
+    assert np.isfinite(arm.writes).all() and arm.torque_log[-1] is False
+
+
+def test_the_watchdog_outlives_a_driver_error_of_any_kind():
+    """A RuntimeError from _read while holding had killed the watchdog thread: no stop, torque on."""
+    class Flaky(LagArm):
+        def _read(self):
+            if getattr(self, "broken", False):
+                raise RuntimeError("sensor bus error")
+            return super()._read()
+
+    arm = Flaky()
+    with arm:
+        arm.reset()
+        arm.broken = True
+        time.sleep(0.5)  # silent: no step, and reads that raise
+        assert isinstance(arm.stopped, WatchdogStop) and arm.torque_log[-1] is False
+        arm.broken = False
+
+
+def test_a_kill_under_runtime_run_parks_a_robot_of_ones_own():
+    """Only deploy had taken SIGTERM, SIGHUP and Ctrl+\\ as stops: under runtime.run a kill left torque on."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    class Killed(Constant):
+        calls = 0
+
+        def act(self, obs):
+            self.calls += 1
+            if self.calls == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)
+            return self.value
+
+    try:
+        arm = LagArm()
+        with arm:
+            stats = run(Killed([0.1, 0.1]), arm, steps=100)
+        assert stats.interrupted and stats.steps == 4 and arm.torque_log[-1] is False
+        np.testing.assert_allclose(arm.writes[-1], SAFE)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_action_of_another_size_is_refused_before_the_robot_holds_it():
+    with LagArm() as arm:
+        with pytest.raises(ValueError, match=r"action has shape \(1, 3\), the env takes \(1, 2\)"):
+            run(Constant([0.0, 0.0, 0.0]), arm, steps=5)
+    assert arm.torque_log[-1] is False
+
+
+def test_a_success_test_undefined_on_some_steps_keeps_the_columns_aligned(tmp_path):
+    """_score may return None (undefined): the successes column had held fewer rows than the episode's steps."""
+    class Sometimes(LagArm):
+        def _score(self, q, qd, action, previous):
+            return 0.0, (True if self._episode_step % 2 == 0 else None)
+
+    with Sometimes() as arm:
+        run(Constant([0.1, 0.1]), arm, episodes=1, sink=EpisodeRecorder(tmp_path))
+    episode = load_episode(tmp_path / "episode_00000.npz")
+    assert len(episode["successes"]) == len(episode["rewards"]) == 20
+    assert episode["successes"].tolist() == [False, True] * 10 and bool(episode["success"])
