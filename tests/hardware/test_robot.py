@@ -105,21 +105,25 @@ def test_exception_in_the_loop_still_stops_safely():
     np.testing.assert_allclose(arm.writes[-1], SAFE)
 
 
+class SignalAtCall5(Constant):
+    """Sends this process ``signum`` during its 5th decision."""
+
+    def __init__(self, value, signum):
+        super().__init__(value)
+        self.signum, self.calls = signum, 0
+
+    def act(self, obs):
+        self.calls += 1
+        if self.calls == 5:
+            os.kill(os.getpid(), self.signum)
+            time.sleep(0.1)
+        return self.value
+
+
 def test_ctrl_c_ends_the_run_as_interrupted_and_stops_safely():
     arm = LagArm()
-
-    class Interrupt(Constant):
-        calls = 0
-
-        def act(self, obs):
-            self.calls += 1
-            if self.calls == 5:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.1)
-            return self.value
-
     with arm:
-        stats = run(Interrupt([0.1, 0.1]), arm, steps=100)
+        stats = run(SignalAtCall5([0.1, 0.1], signal.SIGINT), arm, steps=100)
     assert stats.interrupted and stats.steps == 4
     assert arm.torque_log[-1] is False
 
@@ -531,21 +535,10 @@ def test_the_watchdog_outlives_a_driver_error_of_any_kind():
 def test_a_kill_under_runtime_run_parks_a_robot_of_ones_own():
     """Only deploy had taken SIGTERM, SIGHUP and Ctrl+\\ as stops: under runtime.run a kill left torque on."""
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    class Killed(Constant):
-        calls = 0
-
-        def act(self, obs):
-            self.calls += 1
-            if self.calls == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.1)
-            return self.value
-
     try:
         arm = LagArm()
         with arm:
-            stats = run(Killed([0.1, 0.1]), arm, steps=100)
+            stats = run(SignalAtCall5([0.1, 0.1], signal.SIGTERM), arm, steps=100)
         assert stats.interrupted and stats.steps == 4 and arm.torque_log[-1] is False
         np.testing.assert_allclose(arm.writes[-1], SAFE)
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
