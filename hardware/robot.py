@@ -118,7 +118,7 @@ class Robot(VecEnv):
 
     @abstractmethod
     def _disconnect(self) -> None:
-        """Close the link; must not raise if it is already gone."""
+        """Close the link; must not raise if it is already gone (or was never opened: a failed ``_connect``)."""
 
     @abstractmethod
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -177,10 +177,15 @@ class Robot(VecEnv):
                 if self.stopped is None:
                     self._set_torque(True)
             except BaseException as err:  # a connect that fails leaves torque off and the link closed
-                if self.connected and (failed := self._torque_off_quietly()) is not None:
-                    add_to_message(err, _unconfirmed(failed))
-                self.connected = False
-                self._disconnect()
+                try:
+                    if self.connected and (failed := self._torque_off_quietly()) is not None:
+                        add_to_message(err, _unconfirmed(failed))
+                finally:  # (even when a second stop cuts the torque-off short)
+                    self.connected = False
+                    try:
+                        self._disconnect()
+                    except Exception as closing:  # noqa: BLE001 (the error that ended the connect is the one said)
+                        add_to_message(err, f"closing the link then failed too ({type(closing).__name__}: {closing})")
                 raise
         self._fresh_at = self._called_at = time.monotonic()
         self._closing.clear()
@@ -371,6 +376,9 @@ class Robot(VecEnv):
         shape is the driver's mistake, said."""
         if state is None:
             return None
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise RobotError(f"{type(self).__name__}._read must return (positions, velocities) or None, got "
+                             f"{type(state).__name__}" + (f" of {len(state)}" if isinstance(state, (tuple, list)) else ""))
         q, qd = (np.asarray(part, dtype=np.float64).reshape(-1) for part in state)
         if q.shape != self.home.shape or qd.shape != self.home.shape:
             raise RobotError(f"{type(self).__name__}._read returned {q.size} positions and {qd.size} velocities for "
@@ -425,9 +433,6 @@ class Robot(VecEnv):
                                   "joint may drop)")
         except BaseException as err:  # noqa: BLE001 (whatever cut the park short, torque goes off first)
             failure = err
-            if ramp:
-                add_to_message(err, "it cut the park to the safe pose short: torque was turned off where the robot "
-                                    "stood")
         finally:
             self.parking = False
         # A park begins only while not stopped (close) or stopped by its watchdog: an emergency stop came during it
@@ -435,6 +440,9 @@ class Robot(VecEnv):
             failure = EmergencyStop("emergency stop (Ctrl+\\) during the ramp to the safe pose: parking was skipped "
                                     "and torque turned off where the robot stood (an unsupported joint may drop)")
         failed = self._torque_off_quietly()
+        if ramp and failure is not None and not isinstance(failure, (SafetyStop, ConnectionLost)):
+            add_to_message(failure, "it cut the park to the safe pose short"  # a driver's own error, said as such
+                           + (": torque was turned off where the robot stood" if failed is None else ""))
         if failed is not None and not isinstance(failure, ConnectionLost):  # (whose message says so already)
             if failure is None:
                 failure = (ConnectionLost if isinstance(failed, ConnectionLost) else RobotError)(_unconfirmed(failed))

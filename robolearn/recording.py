@@ -25,7 +25,7 @@ and, where the env reports them (a :class:`~hardware.robot.Robot` does):
 - ``successes`` (T,): the task's success test after each step (``info["success"]``; False on a step
   where it was undefined)
 - ``success`` (): whether the episode ended in success (``successes``' last; not
-  for an interrupted one, which did not end)
+  for an interrupted one, which did not end, nor where the test was undefined at the end)
 
 :attr:`EpisodeRecorder.summaries` holds one line per written episode
 (:func:`episode_summary`: steps, return, success, safety interventions by rule,
@@ -73,6 +73,7 @@ class EpisodeRecorder:
                            lambda f: f.write(json.dumps(self.metadata, indent=2, default=str).encode()))
 
     def _clear(self) -> None:
+        self._judged_last = False
         self._obs: dict[str, list[np.ndarray]] = {}
         self._columns: dict[str, list[Any]] = {k: [] for k in
                                                ("actions", "commanded_actions", "rewards", "terminations",
@@ -96,6 +97,7 @@ class EpisodeRecorder:
         some = {f"metrics/{name}": float(value) for name, value in info.get("metrics", {}).items()}
         if "success" in info:
             some["successes"] = bool(info["success"][0])
+        self._judged_last = "success" in info  # (an episode whose end was not judged has no outcome)
         self._add_some(some)
         if bool(step.terminated[0] | step.truncated[0]):
             self._write(info.get("final_obs", step.obs), interrupted=False)
@@ -123,8 +125,8 @@ class EpisodeRecorder:
         if interrupted:
             arrays["truncations"][-1] = True
         arrays["interrupted"] = np.asarray(interrupted)
-        if "successes" in arrays and not interrupted:  # a cut-short episode did not end: no outcome
-            arrays["success"] = arrays["successes"][-1]
+        if "successes" in arrays and not interrupted and self._judged_last:  # a cut-short episode did not end,
+            arrays["success"] = arrays["successes"][-1]  # and one whose last step was not judged: no outcome
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         path = self.directory / f"episode_{self.episodes_written:05d}.npz"

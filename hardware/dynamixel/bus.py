@@ -172,8 +172,13 @@ class DynamixelBus:
                 self.write(motor.id, "Max_Position_Limit", high)
                 self.write(motor.id, "Velocity_Limit", Calibration.velocity_limit_raw(motor))
             self.enable_torque(True)
-        except BaseException:
-            self._close_port()
+        except BaseException:  # (a stop signal too) torque off where it may be on already, then the port back
+            try:
+                self.enable_torque(False)
+            except Exception:  # noqa: BLE001 (a bus that answers badly: the error that ended the connect is said)
+                pass
+            finally:
+                self._close_port()
             raise
 
     def close(self) -> None:

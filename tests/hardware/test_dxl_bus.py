@@ -48,6 +48,25 @@ def test_connect_checks_models_and_configures_the_servos(emulator, make_bus) -> 
     assert bus.ping(3) == 1020
 
 
+@pytest.mark.parametrize("failure", [PacketError(1, "failed to write Bus_Watchdog after 3 retries"),
+                                     KeyboardInterrupt("SIGTERM")], ids=["packet", "kill"])
+def test_a_connect_cut_short_after_torque_on_turns_torque_off(emulator, calibration, monkeypatch, failure) -> None:
+    """The connect turns torque on, then arms each servo's bus watchdog: a failure between had closed the port
+    with every servo holding torque and no bus watchdog to stop them."""
+    real = DynamixelBus.write
+
+    def write(self, servo, name, value):
+        if name == "Bus_Watchdog" and value > 0 and servo == 1:
+            raise failure
+        return real(self, servo, name, value)
+
+    monkeypatch.setattr(DynamixelBus, "write", write)
+    bus = DynamixelBus(emulator.port, calibration=calibration, timeout_ms=60.0)
+    with pytest.raises(type(failure)):
+        bus.connect()
+    assert not bus.is_connected and not any(s.torque_enabled for s in emulator.state().values())
+
+
 def test_a_ctrl_c_inside_an_exchange_leaves_the_bus_usable(emulator, make_bus, monkeypatch) -> None:
     """The SDK marks its port busy for an exchange: a Ctrl+C (or a kill taken as one) raised inside it had
     left every later packet, the safe stop's torque-off too, answered "Port is in use!"."""

@@ -564,3 +564,33 @@ def test_a_success_test_undefined_on_some_steps_keeps_the_columns_aligned(tmp_pa
     episode = load_episode(tmp_path / "episode_00000.npz")
     assert len(episode["successes"]) == len(episode["rewards"]) == 20
     assert episode["successes"].tolist() == [False, True] * 10 and bool(episode["success"])
+
+    class NotAtTheEnd(LagArm):
+        def _score(self, q, qd, action, previous):
+            return 0.0, (True if self._episode_step % 2 == 1 else None)
+
+    with NotAtTheEnd() as arm:
+        run(Constant([0.1, 0.1]), arm, episodes=1, sink=EpisodeRecorder(tmp_path / "b"))
+    assert "success" not in load_episode(tmp_path / "b" / "episode_00000.npz")  # not judged at its end: no outcome
+
+
+def test_a_connect_cut_short_twice_still_closes_the_link_and_says_a_close_that_fails():
+    class Twice(LagArm):
+        def _set_torque(self, on):
+            raise KeyboardInterrupt("SIGTERM")
+
+    arm = Twice()
+    with pytest.raises(KeyboardInterrupt):
+        arm.connect()
+    assert not arm.connected and not arm.link
+
+    class NeverOpened(LagArm):
+        def _connect(self):
+            raise OSError("could not open port /dev/ttyUSB7")
+
+        def _disconnect(self):
+            self.serial.close()  # a driver whose close assumes an open link
+
+    with pytest.raises(OSError, match=r"could not open port /dev/ttyUSB7; closing the link then failed too "
+                                      r"\(AttributeError"):
+        NeverOpened().connect()
