@@ -62,7 +62,11 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
         infos = {name: arrays[key] for key, name in INFOS.items() if key in arrays}
         if bool(arrays.get("interrupted", False)):  # cut short by the run's end: no outcome, as the recorder says
             infos.pop("success", None)
-        infos |= {key: arrays[key] for key in arrays if key.startswith("metrics/")}
+        metrics = {key: arrays[key] for key in arrays if key.startswith("metrics/")}
+        if gaps := sorted(key for key, value in metrics.items() if not np.isfinite(value).all()):
+            warnings.warn(f"{file}: {', '.join(gaps)} left out: steps without a value (NaN; a dataset's infos hold a "
+                          "number on every step)", stacklevel=3)
+        infos |= {key: value for key, value in metrics.items() if key not in gaps}
         if "safety_events" in arrays:
             infos |= {f"safety/{rule}": np.array([rule in step for step in steps]) for rule in rules}
         joint_state = groups.get("joint_state")  # a robot's [q, qd]: where a replay in simulation starts from

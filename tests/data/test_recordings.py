@@ -44,13 +44,16 @@ def test_a_robots_safety_events_metrics_and_successes_import_as_per_step_infos(t
         arrays = dict(np.load(file))
         assert arrays["successes"].shape == (6,) and bool(arrays["success"]) == bool(arrays["successes"][-1])
         arrays["metrics/distance_m"] = np.linspace(0.3, 0.1 * i, 6)
+        arrays["metrics/gappy"] = np.array([np.nan, 1, 2, 3, 4, 5])  # a step without a value (the recorder's NaN)
         arrays["safety_events"] = np.asarray(events if i == 0 else [""] * 6, dtype=str)
         if i == 1:  # as a run's end cuts an episode short: no outcome
             arrays["interrupted"] = np.asarray(True)
             del arrays["success"]
         np.savez(file, **arrays)
-    assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "flags"]) == 0
+    with pytest.warns(UserWarning, match=r"metrics/gappy left out: steps without a value"):
+        assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "flags"]) == 0
     for i, episode in enumerate(Dataset.load("flags")):
+        assert "metrics/gappy" not in episode.infos
         source = load_episode(out / f"episode_{i:05d}.npz")
         if i == 0:
             np.testing.assert_array_equal(episode.infos["success"], source["successes"])
