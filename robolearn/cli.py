@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as err:
         if distributed.is_main() and not getattr(err, "said", False):  # once over the ranks, and not after a
-            print("interrupted", file=sys.stderr)  # message that said what the interrupt left (a run's end's)
+            said = f": {err}" if "; " in str(err) else ""  # message that said what the interrupt left (a run's end's);
+            print(f"interrupted{said}", file=sys.stderr)  # what a stop added to it (a torque-off not confirmed) is said
         _json_error(args, "interrupted")
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do

@@ -32,6 +32,8 @@ from typing import Any
 import dynamixel_sdk as sdk
 import numpy as np
 
+from hardware.safety import add_to_message
+
 from . import protocol
 from .calibration import Calibration
 from .control_table import BAUD_CODES, OPERATING_MODE_POSITION, TABLE, WATCHDOG_TRIPPED, WATCHDOG_UNIT_S
@@ -172,11 +174,12 @@ class DynamixelBus:
                 self.write(motor.id, "Max_Position_Limit", high)
                 self.write(motor.id, "Velocity_Limit", Calibration.velocity_limit_raw(motor))
             self.enable_torque(True)
-        except BaseException:  # (a stop signal too) torque off where it may be on already, then the port back
+        except BaseException as err:  # (a stop signal too) torque off where it may be on already, then the port back
             try:
                 self.enable_torque(False)
-            except Exception:  # noqa: BLE001 (a bus that answers badly: the error that ended the connect is said)
-                pass
+            except Exception as failed:  # noqa: BLE001 (the error that ended the connect is the one raised)
+                add_to_message(err, f"turning torque off after it then failed too ({type(failed).__name__}: "
+                                    f"{failed}): the servos may hold torque; cut their power before touching the arm")
             finally:
                 self._close_port()
             raise
@@ -444,7 +447,11 @@ class DynamixelBus:
         """Hardware_Error_Status of a servo that raised its alert bit (0 if it cannot be read)."""
         item = TABLE["Hardware_Error_Status"]
         for _ in range(self.retries + 1):
-            value, result, _ = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
+            try:
+                value, result, _ = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
+            except BaseException:  # a Ctrl+C inside the exchange: the port is left usable, as _retry leaves it
+                self._abandon_exchange()
+                raise
             if result == sdk.COMM_SUCCESS:
                 return value
         return 0

@@ -6,7 +6,7 @@ the robot was sent), ``rewards``, ``terminations`` and ``truncations``;
 ``commanded_actions``, ``goals`` (a robot's goal before its safety layer),
 ``timestamps``, ``metrics/<name>`` (a reach's ``distance_m``) and ``successes``
 (as ``success``, the task's test after each step, as Minari's goal datasets
-keep it; not for an episode the run cut short, which has no outcome) become
+keep it; not for an episode the run cut short, nor one not judged at its last step, which have no outcome) become
 ``infos``; ``safety_events`` becomes one ``safety/<rule>`` flag
 per step for each rule that overruled a step anywhere in the recording; a
 robot's ``joint_state`` group (``[q, qd]``) also gives ``infos/qpos`` and
@@ -60,8 +60,8 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
             absent = missing[0] if missing else "obs/policy"
             raise DatasetError(f"{file}: missing key '{absent}' (found {', '.join(sorted(arrays))})")
         infos = {name: arrays[key] for key, name in INFOS.items() if key in arrays}
-        if bool(arrays.get("interrupted", False)):  # cut short by the run's end: no outcome, as the recorder says
-            infos.pop("success", None)
+        if bool(arrays.get("interrupted", False)) or "success" not in arrays:  # cut short by the run's end, or not
+            infos.pop("success", None)  # judged at its last step: no outcome, as the recorder says
         metrics = {key: arrays[key] for key in arrays if key.startswith("metrics/")}
         if gaps := sorted(key for key, value in metrics.items() if not np.isfinite(value).all()):
             warnings.warn(f"{file}: {', '.join(gaps)} left out: steps without a value (NaN; a dataset's infos hold a "

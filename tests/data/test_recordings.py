@@ -200,3 +200,17 @@ def test_a_recordings_flags_rate_and_metadata_that_cannot_be_read_as_said_are_re
         (out / "metadata.json").write_text(json.dumps(wrong))
         with pytest.raises(DatasetError, match=said):
             read_recordings(out)
+
+
+def test_an_episode_not_judged_at_its_end_imports_without_an_outcome(tmp_path, root):
+    """The recorder leaves `success` out where the last step had no success test: the import had read the
+    filler False of that step as a miss."""
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=5) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=1, close_env=False, sink=EpisodeRecorder(out))
+    file = out / "episode_00000.npz"
+    arrays = dict(np.load(file))
+    del arrays["success"]
+    np.savez(file, **arrays)
+    assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "unjudged"]) == 0
+    assert Dataset.load("unjudged")[0].success is None

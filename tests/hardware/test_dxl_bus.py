@@ -65,6 +65,17 @@ def test_a_connect_cut_short_after_torque_on_turns_torque_off(emulator, calibrat
     with pytest.raises(type(failure)):
         bus.connect()
     assert not bus.is_connected and not any(s.torque_enabled for s in emulator.state().values())
+    real_torque = DynamixelBus.enable_torque
+
+    def torque(self, on, *args, **kwargs):
+        if not on and getattr(self, "was_on", False):  # the torque-off after torque on
+            raise PacketError(3, "no reply")
+        self.was_on = on
+        return real_torque(self, on, *args, **kwargs)
+
+    monkeypatch.setattr(DynamixelBus, "enable_torque", torque)  # and the torque-off after it fails: said
+    with pytest.raises(type(failure), match="turning torque off after it then failed too .*cut their power"):
+        DynamixelBus(emulator.port, calibration=calibration, timeout_ms=60.0).connect()
 
 
 def test_a_ctrl_c_inside_an_exchange_leaves_the_bus_usable(emulator, make_bus, monkeypatch) -> None:

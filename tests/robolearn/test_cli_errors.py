@@ -454,3 +454,17 @@ def test_a_gpu_run_is_looked_at_and_resumed_on_a_machine_without_one(tmp_path, m
                                          r"records \(on a GPU, resume it with env.backend=warp env.device=cuda\)"):
         assert main(["train", "--resume", str(run), "runner.total_steps=512"]) == 0
     assert "multi-node" not in capsys.readouterr().err
+
+
+def test_an_interrupt_that_carries_what_it_left_is_printed_with_it(monkeypatch, capsys):
+    """A stop whose cleanup added to it (a robot's torque-off not confirmed) had printed only "interrupted"."""
+    from robolearn import cli
+
+    def stopped(args):
+        raise KeyboardInterrupt("SIGTERM; the torque-off was not confirmed: cut their power")
+
+    monkeypatch.setitem(cli.COMMANDS, "list", stopped)
+    assert main(["list"]) == 130
+    assert "interrupted: SIGTERM; the torque-off was not confirmed: cut their power" in capsys.readouterr().err
+    monkeypatch.setitem(cli.COMMANDS, "list", lambda args: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
+    assert main(["list"]) == 130 and capsys.readouterr().err.strip() == "interrupted"
