@@ -13,7 +13,11 @@ control tick inside ``step``; ``env.paced = True``) are not paced twice: the
 loop measures their timing instead. On an exception or Ctrl+C the env is
 closed (a Robot ramps to its safe pose and turns torque off), what was recorded
 is kept, and the exception propagates (Ctrl+C ends the run as ``interrupted``);
-pass ``stats`` to keep the timing of a run that raised.
+pass ``stats`` to keep the timing of a run that raised. On a Robot a kill
+(SIGTERM) and a closed terminal (SIGHUP) stop it as Ctrl+C does, and Ctrl+\\ is
+its emergency stop, as in deploy. An action of another shape than the env's is
+refused before it is stepped, and a loop that runs below its rate is warned
+about during the run (:class:`SlowLoopWarning`).
 
 An env whose automatic reset takes real time (a Robot ramping to the next start
 pose) reports it as ``info["reset_s"]``; it is left out of the step timing, so
