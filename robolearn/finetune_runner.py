@@ -38,7 +38,7 @@ from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam
                                   rng_state, save_checkpoint, saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
-from robolearn.export import ExportedController, export_controller, task_meta
+from robolearn.export import ExportedController, export_controller
 from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
@@ -46,7 +46,7 @@ from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import check_same_folder, refuse_finished, set_aside_evaluation
+from robolearn.runs import check_same_folder, export_meta, refuse_finished, set_aside_evaluation
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -162,8 +162,8 @@ class FinetuneRunner(OfflineRunner):
         """Switch the agent online; drop the dataset unless batches draw from it; load the guide."""
         agent_cfg = self.cfg.agent
         if not resumed:
-            export_controller(self.agent.controller(), self.run_dir / "pretrained",
-                              extra=task_meta(self.cfg.env, self.env.control_dt))
+            export_controller(self.agent.controller(), self.run_dir / "pretrained",  # (the run, how far it had
+                              extra=export_meta(self.run_dir, self.cfg.env, self.env.control_dt, self.progress))
             self.agent.go_online()
             self.progress.phase, self.progress.iteration = "online", 0
         elif self.fresh_replay:

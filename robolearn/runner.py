@@ -50,7 +50,7 @@ from robolearn import distributed
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
-from robolearn.export import export_controller, task_meta
+from robolearn.export import export_controller
 from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
@@ -539,8 +539,8 @@ class Runner:
         self.agent.end_pretraining()
         self.progress.pretrained = True
         if self.main:
-            export_controller(self.agent.controller(), self.run_dir / "pretrained",
-                              extra=task_meta(cfg.env, self.env.control_dt))
+            export_controller(self.agent.controller(), self.run_dir / "pretrained",  # (the run, how far it had
+                              extra=export_meta(self.run_dir, cfg.env, self.env.control_dt, self.progress))  # trained)
         self.save()  # the boundary: a resume from here trains online
 
     def _on_policy_iteration(self, obs: Obs, stats: EpisodeStats) -> tuple[Obs, dict[str, float]]:

@@ -349,6 +349,8 @@ def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets
     assert [line["pretrain_updates"] for line in pretrain] == [300] and pretrain[0]["env_steps"] == 0
     assert [line["env_steps"] for line in online] == [1000]  # one iteration: 500 steps of 2 envs
     assert "critic_loss" in online[0] and (result.run_dir / "pretrained" / "controller.pt").is_file()
+    meta = json.loads((result.run_dir / "pretrained" / "controller.json").read_text())
+    assert meta["trained"] == {"pretrain_updates": 300} and meta["run"] == str(result.run_dir.resolve())
     if algo == "skill_critic":  # stage 3 at the iteration's end, not the mean over its updates (1, 2, then 3)
         assert online[0]["stage"] == 3.0
     assert result.evaluation["episodes"] == 2 and "success_rate" in result.evaluation

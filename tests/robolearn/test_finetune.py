@@ -83,6 +83,8 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file() and (runner.run_dir / "export" / "controller.onnx").is_file()
     trained = json.loads((runner.run_dir / "export" / "controller.json").read_text())["trained"]
     assert trained == {"env_steps": 1000, "updates": 20, "online_updates": 50}  # each phase's count, as list says
+    pretrained = json.loads((runner.run_dir / "pretrained" / "controller.json").read_text())["trained"]
+    assert pretrained == {"updates": 20}  # the offline phase's, as its export records it
     evaluation = json.loads((runner.run_dir / "eval.json").read_text())
     assert evaluation["pretrain_updates"] == 20 and evaluation["online_steps"] == 1000
 
