@@ -302,7 +302,7 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               "train a new run with it") from None
     fresh_rates = configured(agent)
     agent.load_state_dict(payload["agent"])
-    _, untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply
+    untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply
     rates = [key for key in sorted(set(saved) | set(now)) if key.endswith(("lr", "learning_rate"))
              and saved.get(key) != now.get(key)]
     if untagged and rates:

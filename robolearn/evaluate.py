@@ -98,12 +98,11 @@ def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str
 def _outside_us() -> int:
     """The ``stacklevel`` of the first caller outside robolearn's packages and torch (its ``no_grad`` wrappers):
     a warning about how the caller built its env is said at the caller's line, however deep in ours it is."""
+    import os
     import sys
 
-    import os
-
-    folders = [Path(module.__file__).parent for module in (sys.modules["robolearn"], torch)]
-    folders += [Path(__file__).parents[1] / name for name in ("sims", "hardware", "policies")]
+    here = Path(__file__).parents[1]
+    folders = [here / name for name in ("robolearn", "sims", "hardware", "policies")] + [Path(torch.__file__).parent]
     ours = tuple(str(folder) + os.sep for folder in folders)  # (a separator: robolearn_scripts/ is not ours)
     frame, level = sys._getframe(2), 2  # (2: the caller of the function that warns)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(ours):  # (the outermost frame at most:

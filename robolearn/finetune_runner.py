@@ -186,10 +186,11 @@ class FinetuneRunner(OfflineRunner):
     def _load_guide(self, guide: str) -> ExportedController:
         """The guide controller, checked against the task: it must read this env's observations; another task,
         control rate or task settings than it was trained with are said (as evaluate says them)."""
-        controller = ExportedController(self._guide_path(guide))
+        path = self._guide_path(guide)
+        controller = ExportedController(path)
         trained_on = controller.meta.get("task")
         if trained_on and trained_on != self.cfg.env.task:
-            warnings.warn(f"agent.guide: {self._guide_path(guide)} was trained on task '{trained_on}', this run is on "
+            warnings.warn(f"agent.guide: {path} was trained on task '{trained_on}', this run is on "
                           f"'{self.cfg.env.task}'", stacklevel=3)
         else:
             warn_if_trained_elsewhere(controller, self.train_env)

@@ -76,14 +76,16 @@ def configured(agent: Any) -> list[list[float | None]]:
     return [[group.get(TAG) for group in optimizer.param_groups] for optimizer in optimizers(agent)]
 
 
-def apply_changed(agent: Any, before_load: list[list[float | None]]) -> tuple[int, int]:
+def apply_changed(agent: Any, before_load: list[list[float | None]]) -> int:
     """After ``agent.load_state_dict``: give every group whose loaded tag differs from the fresh agent's
     (``before_load``, from :func:`configured` before the load) its new rate (see the module docstring), and
-    tag untagged groups (an older checkpoint's) with theirs; return (groups changed, groups untagged)."""
-    schedules = [obj for obj in _reachable(agent) if isinstance(obj, torch.optim.lr_scheduler.LRScheduler)]
-    changed = untagged = 0
+    tag untagged groups (an older checkpoint's) with theirs; return how many groups kept a saved rate for
+    want of a tag (PPO's adapted one)."""
+    parts = list(_reachable(agent))
+    schedules = [obj for obj in parts if isinstance(obj, torch.optim.lr_scheduler.LRScheduler)]
+    untagged = 0
     restarted: set[int] = set()
-    for optimizer, fresh in zip(optimizers(agent), before_load):
+    for optimizer, fresh in zip((obj for obj in parts if isinstance(obj, torch.optim.Optimizer)), before_load):
         schedule = next((s for s in schedules if s.optimizer is optimizer), None)
         for index, (group, new) in enumerate(zip(optimizer.param_groups, fresh)):
             lr, old = group["lr"], group.get(TAG)
@@ -110,8 +112,7 @@ def apply_changed(agent: Any, before_load: list[list[float | None]]) -> tuple[in
                 group["initial_lr"] = new
             if schedule is not None:
                 schedule.base_lrs[index] = new
-            changed += 1
-    return changed, untagged
+    return untagged
 
 
 def _schedule_factor(schedule: Any, index: int) -> float:
