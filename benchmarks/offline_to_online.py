@@ -305,7 +305,7 @@ Machine: {'; '.join(machines)} (2 cores shared with other jobs, one torch thread
 `python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps}
 --target-entropy {args.target_entropy} --warmup {args.warmup}` with {made_by} (one process per seed), then `--report-only`.
 
-**Budget.** Pretraining: Cal-QL, {args.pretrain:,} updates (batch 256, cql_alpha 5, {args.n_actions} sampled actions per
+**Budget.** Pretraining: Cal-QL, {args.pretrain:,} updates (batch 256, cql_alpha 5 on the paper's 1/2-weighted Bellman error, 10 in CORL's units, {args.n_actions} sampled actions per
 proposal), 10 critics with LayerNorm, 2 sampled for targets, networks {args.hidden}
 ({seconds['pretrain'] / len(seeds) / 60:.1f} min per seed); pretrained policy return {pre:.0f} (per seed:
 {', '.join(f'{r:.0f}' for r in pretrained_returns)}). Online, both

@@ -27,8 +27,11 @@ backward pass and one Adam step update all.
 The critics form an ensemble (``num_critics``, optionally LayerNorm'd, targets from
 the min of ``target_critics`` sampled members): WSRL pretrains with 10 and LayerNorm.
 ``self.cql_alpha = 0`` skips the regularizer, leaving SAC for online fine-tuning.
-Defaults: the authors' MuJoCo settings (alpha = 5, Lagrange off, 10 actions,
-policy lr 1e-4, critic lr 3e-4, 3x256 networks); CORL uses alpha 10 and policy lr 3e-5.
+Defaults: alpha = 5, Lagrange off, 10 actions, policy lr 1e-4, critic lr 3e-4, 3x256
+networks. Alpha's scale is eq. (4)'s, with the 1/2 on the Bellman error. The authors' code
+and CORL weigh the full mean squared error, so the same update takes twice our alpha
+there: our 5 is their 10 (CORL's setting); the authors' MuJoCo 5 is our 2.5. CORL's
+policy lr is 3e-5.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class CQLConfig:
     activation: Literal["elu", "relu", "tanh", "silu"] = "relu"
     init_alpha: float = 1.0  # SAC temperature
     target_entropy: float | None = None  # None: -|A|
-    cql_alpha: float = 5.0  # weight of the CQL(H) regularizer (fixed: Lagrange off)
+    cql_alpha: float = 5.0  # weight of the CQL(H) regularizer on eq. (4)'s 1/2-weighted Bellman error (= 10 in the authors' code and CORL's); Lagrange off
     n_actions: int = 10  # samples per proposal (uniform, pi(s), pi(s')) for the log-sum-exp
     temperature: float = 1.0  # of the log-sum-exp
     calql: bool = False  # lower-bound the policy actions' Q by the dataset's Monte-Carlo return
