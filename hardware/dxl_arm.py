@@ -198,14 +198,9 @@ class DynamixelArm(Robot):
 
     def _set_torque(self, on: bool) -> None:
         try:
-            self.bus.enable_torque(on)
+            self.bus.enable_torque(on)  # (off: an alert-only status is a write done, not raised)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
-        except HardwareAlertError:
-            if on:
-                raise
-            # off: every servo was written (the bus goes on past an error), and an alert-only status is a write
-            # done: the bit only flags the alert, which the run reports already
 
     # ---- task ------------------------------------------------------------------
 

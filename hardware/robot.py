@@ -51,8 +51,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose)
+from hardware.safety import (LIMIT_SLACK_RAD, ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig,
+                             SafetyLayer, SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
@@ -60,8 +60,11 @@ from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at most this often
 
 
+UNCONFIRMED = "the torque-off was not confirmed"
+
+
 def _unconfirmed(err: Exception) -> str:
-    return (f"the torque-off was not confirmed ({type(err).__name__}: {err}): the servos may still hold torque; cut "
+    return (f"{UNCONFIRMED} ({type(err).__name__}: {err}): the servos may still hold torque; cut "
             "their power before touching the arm")
 
 
@@ -172,6 +175,7 @@ class Robot(VecEnv):
                     raise RobotError("connected, but the first state read failed (or read NaN or inf): check wiring, "
                                      "power and the encoders")
                 self._q, self._qd = state
+                self._refuse_outside_limits(self._q)
                 self.safety.start(self._q)
                 self._write(self.safety.last_sent)  # goal = where it stands, before torque on: no jump
                 if self.stopped is None:
@@ -196,6 +200,15 @@ class Robot(VecEnv):
     def __enter__(self) -> Robot:
         return self.connect()
 
+    def _refuse_outside_limits(self, q: np.ndarray) -> None:
+        """Torque stays off for a joint measured outside its limits: the first goal, inside them, would be
+        reached at the motor's full speed, not at a ramp's."""
+        for name, value, low, high in zip(self.joint_names, q, self.joint_low, self.joint_high):
+            if not low - LIMIT_SLACK_RAD <= value <= high + LIMIT_SLACK_RAD:
+                raise RobotError(f"{name} reads {value:.3f} rad, outside its limits [{low:.3f}, {high:.3f}]: torque "
+                                 "on would move it in at full speed, so torque stays off; move the joint within its "
+                                 "limits by hand (or widen them in the robot config), then connect again")
+
     def close(self) -> None:
         """Stop safely (ramp to the safe pose, torque off) and disconnect; idempotent."""
         self._closing.set()
@@ -217,8 +230,8 @@ class Robot(VecEnv):
                     failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
                     if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
                         self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
-                    elif failed is not None:
-                        add_to_message(self.stopped, _unconfirmed(failed))
+                    elif failed is not None and UNCONFIRMED not in str(self.stopped):  # (the stop's own park may
+                        add_to_message(self.stopped, _unconfirmed(failed))  # have said so: once is enough)
         finally:
             self.connected = False
             self._closed = True

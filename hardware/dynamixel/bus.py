@@ -10,8 +10,17 @@ following goals: torque off (a reboot, a shutdown), or its bus watchdog fired.
 
 On connect the servos' Homing_Offset is set to 0 (calibration is applied in
 software) and Return_Delay_Time to 0 (each reply comes 0.5 ms sooner than the
-factory 500 us). The Bus_Watchdog stops the servos when this host goes quiet
-for longer than ``watchdog_ms``; ``enable_torque(True)`` re-arms it after a trip.
+factory 500 us); torque goes off for these EEPROM writes only where one differs,
+so an arm that a killed run left holding does not sag. Profile_Velocity is set to
+the calibration's ``velocity_limit``: in position mode Velocity_Limit alone caps
+no joint speed. Torque comes on at the measured pose, and is refused for a joint
+measured outside its limits (torque on would snap it to the limit at full speed).
+The Bus_Watchdog stops the servos when this host goes quiet for longer than
+``watchdog_ms``; ``enable_torque(True)`` re-arms it after a trip.
+
+A reply that comes after its timeout would be read as the answer to the next
+request (the SDK matches replies by servo id only): after a timeout the line is
+drained until it is quiet, and a reply of the wrong length counts as garbled.
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
 so a payload containing FF FF FD goes out unstuffed. Nothing this driver writes
@@ -32,7 +41,7 @@ from typing import Any
 import dynamixel_sdk as sdk
 import numpy as np
 
-from hardware.safety import add_to_message
+from hardware.safety import LIMIT_SLACK_RAD, add_to_message
 
 from . import protocol
 from .calibration import Calibration
@@ -43,6 +52,7 @@ from .errors import (
     HardwareAlertError,
     ModelMismatchError,
     NotConnectedError,
+    OutsideLimitsError,
     PacketError,
 )
 
@@ -164,15 +174,17 @@ class DynamixelBus:
                 found = self.ping(motor.id)
                 if found != motor.model_number:
                     raise ModelMismatchError(motor.id, motor.model_number, found)
-            self.enable_torque(False)
-            for motor in self.calibration.motors:
-                low, high = Calibration.position_limit_ticks(motor)
-                self.write(motor.id, "Operating_Mode", OPERATING_MODE_POSITION)
-                self.write(motor.id, "Return_Delay_Time", 0)
-                self.write(motor.id, "Homing_Offset", 0)
-                self.write(motor.id, "Min_Position_Limit", low)
-                self.write(motor.id, "Max_Position_Limit", high)
-                self.write(motor.id, "Velocity_Limit", Calibration.velocity_limit_raw(motor))
+                self._check_status_replies(motor.id)
+            differing = {motor.id: changes for motor in self.calibration.motors
+                         if (changes := {name: value for name, value in self._eeprom_settings(motor).items()
+                                         if self.read(motor.id, name) != value})}
+            if differing:  # EEPROM takes writes with torque off only
+                self.enable_torque(False)
+                for servo_id, changes in differing.items():
+                    for name, value in changes.items():
+                        self.write(servo_id, name, value)
+            for motor in self.calibration.motors:  # (RAM: back to 0 after a reboot)
+                self.write(motor.id, "Profile_Velocity", Calibration.velocity_limit_raw(motor))
             self.enable_torque(True)
         except BaseException as err:  # (a stop signal too) torque off where it may be on already, then the port back
             try:
@@ -183,6 +195,26 @@ class DynamixelBus:
             finally:
                 self._close_port()
             raise
+
+    @staticmethod
+    def _eeprom_settings(motor: Any) -> dict[str, int]:
+        """The EEPROM items connect() sets on one servo: position mode, limits, no delay, no homing offset."""
+        low, high = Calibration.position_limit_ticks(motor)
+        return {"Operating_Mode": OPERATING_MODE_POSITION, "Return_Delay_Time": 0, "Homing_Offset": 0,
+                "Min_Position_Limit": low, "Max_Position_Limit": high,
+                "Velocity_Limit": Calibration.velocity_limit_raw(motor)}
+
+    def _check_status_replies(self, servo_id: int) -> None:
+        """Refuse a servo that does not answer every instruction (Status_Return_Level 2, its power-on value):
+        without replies a write cannot be confirmed, and would be taken for a servo gone silent."""
+        try:
+            level = self.read(servo_id, "Status_Return_Level")
+        except CommTimeoutError:  # it answered a ping: level 0 answers nothing else
+            level = 0
+        if level != 2:
+            answers = "pings only" if level == 0 else "pings and reads, not writes"
+            raise DynamixelError(f"servo {servo_id} answers {answers} (Status_Return_Level {level}): set it to 2 "
+                                 "(Dynamixel Wizard, or power-cycle the servo: 2 is its power-on value)")
 
     def close(self) -> None:
         """Torque off if the servos still answer, then close the port. Safe to call twice."""
@@ -254,13 +286,16 @@ class DynamixelBus:
                     raise
                 except DynamixelError as exc:
                     errors.append(exc)
-            if errors:  # one that may have left torque on before an alert, which only flags a servo that took the write
-                raise next((e for e in errors if not isinstance(e, HardwareAlertError)), errors[0])
+            # an alert-only status is a write done (the bit flags the servo, which the run reports): not raised
+            failed = [e for e in errors if not isinstance(e, HardwareAlertError)]
+            if failed:
+                raise failed[0]
             return
         armed = [servo_id for servo_id in self._ids if servo_id not in skip]
         for servo_id in armed:
             self.write(servo_id, "Bus_Watchdog", 0)  # clears a tripped watchdog, which blocks goals
         positions, _ = self.read_state(allow_alerts=bool(skip))
+        self._check_within_limits(positions, armed)
         self.write_goal(positions)
         for servo_id in armed:
             self.write(servo_id, "Torque_Enable", 1)
@@ -269,6 +304,14 @@ class DynamixelBus:
         if units:
             for servo_id in armed:
                 self.write(servo_id, "Bus_Watchdog", units)
+
+    def _check_within_limits(self, positions: np.ndarray, armed: list[int]) -> None:
+        """Refuse torque on where a joint reads outside its limits: its goal would be the limit, reached at
+        the motor's full speed rather than at a ramp's."""
+        low, high = self.calibration.min_positions, self.calibration.max_positions
+        for i, motor in enumerate(self.calibration.motors):
+            if motor.id in armed and not low[i] - LIMIT_SLACK_RAD <= positions[i] <= high[i] + LIMIT_SLACK_RAD:
+                raise OutsideLimitsError(motor.id, motor.joint, float(positions[i]), low[i], high[i])
 
     def watchdog_tripped(self) -> list[int]:
         """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals), from one
@@ -324,6 +367,8 @@ class DynamixelBus:
 
         def attempt() -> _Attempt:
             data, result, error = self._packet.readTxRx(self._need_port(), servo_id, item.address, item.size)
+            if result == sdk.COMM_SUCCESS and len(data) != item.size:  # another request's reply, come late
+                return sdk.COMM_RX_CORRUPT, 0, None, servo_id
             value = item.from_bytes(bytes(data)) if result == sdk.COMM_SUCCESS else 0
             return result, error, value, servo_id
 
@@ -363,6 +408,8 @@ class DynamixelBus:
         data = {}
         for servo_id in self._ids:
             payload, result, error = self._packet.readRx(port, servo_id, length)
+            if result == sdk.COMM_SUCCESS and len(payload) != length:  # another request's reply, come late
+                return sdk.COMM_RX_CORRUPT, 0, None, servo_id
             if result == sdk.COMM_SUCCESS and error == protocol.ERR_ALERT and alerted is not None:
                 alerted.append(servo_id)
             elif result != sdk.COMM_SUCCESS or error:
@@ -385,10 +432,16 @@ class DynamixelBus:
         every later one, the safe stop's too, "Port is in use!". The replies still on their way are
         drained until the line has been quiet for a reply timeout: read later, they would be taken for the
         replies to the next packets."""
+        if self._port is not None:
+            self._port.is_using = False
+            self._drain()
+
+    def _drain(self) -> None:
+        """Drop what the line holds until it has been quiet for a reply timeout: replies come late after a
+        timeout too, and the SDK would take one for the answer to the next request of the same servo."""
         port = self._port
         if port is None:
             return
-        port.is_using = False
         try:
             for _ in range(20):  # a servo answers within a timeout; a line that never falls quiet is not ours to fix
                 port.clearPort()
@@ -397,6 +450,15 @@ class DynamixelBus:
                     break
         except LINE_LOST:
             self._close_port()  # the next exchange says the bus is not connected
+
+    def _drop_pending(self) -> None:
+        """Drop what has arrived, without waiting (after a garbled reply: the rest of a sync read's replies
+        would be read as the next one's)."""
+        try:
+            if self._port is not None:
+                self._port.clearPort()
+        except LINE_LOST:
+            self._close_port()
 
     def _retry(self, what: str, attempt: Callable[[], _Attempt]) -> Any:
         """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise.
@@ -428,8 +490,10 @@ class DynamixelBus:
                     raise PacketError(servo_id, f"refused to {what}", error)
             elif result == sdk.COMM_RX_TIMEOUT:
                 self.stats.timeouts += 1
+                self._drain()
             elif result == sdk.COMM_RX_CORRUPT:
                 self.stats.crc_errors += 1
+                self._drop_pending()
             if tries < self.retries:
                 self.stats.retries += 1
                 time.sleep(self.backoff_s * (tries + 1))

@@ -54,7 +54,7 @@ class MotorCalibration:
     direction: int = 1  # +1: joint and servo turn the same way; -1: mirrored
     min_position: float = -3.14  # rad, joint limit written to the servo
     max_position: float = 3.14
-    velocity_limit: float = 4.8  # rad/s, written to Velocity_Limit
+    velocity_limit: float = 4.8  # rad/s, the joint's top speed: written to Velocity_Limit and Profile_Velocity
 
     @property
     def model_number(self) -> int:

@@ -68,6 +68,7 @@ from .control_table import (
     BAUD_CODES,
     BAUD_RATES,
     ITEMS,
+    OPERATING_MODES,
     RAD_S_PER_VELOCITY_UNIT,
     RETURN_DELAY_UNIT_S,
     TABLE,
@@ -138,7 +139,8 @@ class ServoState:
     joint: str
     position: float  # rad
     velocity: float  # rad/s
-    goal: float  # rad, the actuator's current target
+    goal: float  # rad, Goal_Position: what the host commanded last (or where a hold put it)
+    target: float  # rad, the actuator's current target: the goal, or a velocity profile's way to it
     torque_enabled: bool
     watchdog_tripped: bool
     hardware_error: int
@@ -384,7 +386,8 @@ class DynamixelEmulator:
                     joint=s.joint,
                     position=float(self.data.qpos[s.qpos]),
                     velocity=float(self.data.qvel[s.dof]),
-                    goal=float(self.data.ctrl[s.actuator]),
+                    goal=ticks_to_rad(s.get("Goal_Position") - s.get("Homing_Offset")),
+                    target=float(self.data.ctrl[s.actuator]),
                     torque_enabled=s.torque,
                     watchdog_tripped=s.watchdog_tripped,
                     hardware_error=s.get("Hardware_Error_Status"),
@@ -580,6 +583,8 @@ class DynamixelEmulator:
             value = item.from_bytes(data[offset : offset + item.size])
             if not item.minimum <= value <= item.maximum:
                 return p.ERR_DATA_RANGE, False
+            if item.name == "Operating_Mode" and value not in OPERATING_MODES:  # (2 and 6..15 are no mode)
+                return p.ERR_DATA_RANGE, False
             if item.name in GOAL_ITEMS and servo.watchdog_tripped:
                 return p.ERR_DATA_RANGE, False
             if item.name == "Goal_Position":
@@ -605,7 +610,7 @@ class DynamixelEmulator:
             self._command(servo, ticks_to_rad(value - servo.get("Homing_Offset")))
         elif name in ("Torque_Enable", "Position_P_Gain", "Position_D_Gain"):
             self._set_gains(servo)
-            if name == "Torque_Enable":
+            if name == "Torque_Enable" and value:  # (off keeps the target: the state's goal says where it parked)
                 self.data.ctrl[servo.actuator] = self.data.qpos[servo.qpos]  # a profile starts where the joint is
                 self._command(servo, ticks_to_rad(servo.get("Goal_Position") - servo.get("Homing_Offset")))
         elif name in ("Profile_Velocity", "Velocity_Limit"):

@@ -65,3 +65,16 @@ class ModelMismatchError(DynamixelError):
         self.servo_id = servo_id
         self.expected = expected
         self.found = found
+
+
+class OutsideLimitsError(DynamixelError):
+    """A joint reads outside its limits at torque on, which would snap it to the limit at full speed."""
+
+    def __init__(self, servo_id: int, joint: str, position: float, low: float, high: float) -> None:
+        super().__init__(
+            f"servo {servo_id} ({joint}) reads {position:.3f} rad, outside its limits [{low:.3f}, {high:.3f}] "
+            "(min_position, max_position in the robot config): torque on would snap it to the limit at full speed, "
+            "so torque stays off; move the joint within its limits by hand, or widen them, then connect again"
+        )
+        self.servo_id = servo_id
+        self.position = position

@@ -471,12 +471,12 @@ def test_profile_velocity_moves_the_goal_at_that_speed(emulator, connect) -> Non
     assert write(port, 1, "Torque_Enable", 1) == OK
     for n in range(1, 21):  # 0.4 s
         goal(port, {1: rad_to_ticks(1.0)})
-        assert emulator.state()[1].goal == pytest.approx(n * 0.02 * speed, abs=1e-9)
+        assert emulator.state()[1].target == pytest.approx(n * 0.02 * speed, abs=1e-9)
     assert read(port, 1, "Position_Trajectory")[0] == rad_to_ticks(0.4 * speed)
     assert emulator.state()[1].position < 0.5  # without a profile it is at 1.0 by now
     for _ in range(75):  # 1.5 s more
         goal(port, {1: rad_to_ticks(1.0)})
-    assert emulator.state()[1].goal == ticks_to_rad(rad_to_ticks(1.0))  # arrived: the goal, to the tick
+    assert emulator.state()[1].target == ticks_to_rad(rad_to_ticks(1.0))  # arrived: the goal, to the tick
     assert emulator.state()[1].position == pytest.approx(1.0, abs=0.02)
 
 
@@ -496,10 +496,10 @@ def test_velocity_limit_bounds_the_profile_not_the_joint(emulator, connect) -> N
     assert write(port, 1, "Profile_Velocity", 100) == OK
     assert write(port, 1, "Velocity_Limit", 20) == OK
     assert write(port, 1, "Torque_Enable", 1) == OK
-    start = emulator.state()[1].goal
+    start = emulator.state()[1].target
     for _ in range(10):
         goal(port, {1: rad_to_ticks(-1.0)})
-    assert start - emulator.state()[1].goal == pytest.approx(0.2 * 20 * RAD_S_PER_VELOCITY_UNIT, abs=1e-9)
+    assert start - emulator.state()[1].target == pytest.approx(0.2 * 20 * RAD_S_PER_VELOCITY_UNIT, abs=1e-9)
 
 
 def test_starting_a_started_emulator_keeps_its_one_pty_and_thread() -> None:
@@ -515,3 +515,11 @@ def test_starting_a_started_emulator_keeps_its_one_pty_and_thread() -> None:
         assert emulator.start().port == port
     assert not emulator.running
     assert (len(os.listdir("/proc/self/fd")), threading.active_count()) == (fds, threads)
+
+
+def test_an_operating_mode_that_is_no_mode_is_refused(emulator, connect) -> None:
+    """X-series modes are 0, 1, 3, 4, 5 and 16: 2 had been taken (and run as position mode)."""
+    port = connect(emulator)
+    for mode in (2, 6, 15):
+        assert write(port, 1, "Operating_Mode", mode) == (sdk.COMM_SUCCESS, p.ERR_DATA_RANGE)
+    assert write(port, 1, "Operating_Mode", 4) == OK and emulator.register(1, "Operating_Mode") == 4

@@ -360,9 +360,10 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
         arm.reset()
         time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
         with pytest.raises(WatchdogStop, match=r"no fresh observation .*; the safe stop failed: the torque-off was "
-                                               r"not confirmed"):
+                                               r"not confirmed") as stopped:
             arm.step(torch.tensor([[0.0, 0.0]]))
     np.testing.assert_allclose(arm.writes[-1], SAFE)  # parked all the same
+    assert str(stopped.value).count("torque-off was not confirmed") == 1  # (close's own torque-off had said it again)
     arm = LagArm()
     with arm:
         arm.reset()
@@ -594,3 +595,16 @@ def test_a_connect_cut_short_twice_still_closes_the_link_and_says_a_close_that_f
     with pytest.raises(OSError, match=r"could not open port /dev/ttyUSB7; closing the link then failed too "
                                       r"\(AttributeError"):
         NeverOpened().connect()
+
+
+def test_a_joint_outside_its_limits_at_connect_is_refused_with_torque_off():
+    """Its first goal, inside the limits, would have moved it in at full speed (torque on, no ramp)."""
+    arm = LagArm()
+    arm.q = np.array([0.0, 1.4])  # limits are [-1, 1]: pushed there by hand, or fell there while limp
+    with pytest.raises(RobotError, match=r"joint 1 reads 1.400 rad, outside its limits \[-1.000, 1.000\]: torque on "
+                                         r"would move it in at full speed, so torque stays off; move the joint"):
+        arm.connect()
+    assert True not in arm.torque_log and not arm.link and not arm.connected
+    arm.q = np.array([0.0, 1.03])  # a few hundredths past, as a joint held at its limit reads under load
+    with arm:
+        assert arm.torque
