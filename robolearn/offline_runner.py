@@ -78,7 +78,12 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
     # Groups the env lacks are kept, not trained on: a deploy recording's joint_state, which only the robot gives
     shapes = {g: tuple(b.shape) for g, b in dataset.observation_spec.items() if g in env_shapes}
     if shapes != env_shapes:
-        problems.append(f"observations {shapes} vs {env_shapes}")
+        if missing := sorted(set(env_shapes) - set(shapes)):  # (a Minari goal dataset's observation/desired_goal)
+            problems.append(f"observation groups {missing} missing: the dataset's groups are "
+                            f"{ {g: tuple(b.shape) for g, b in dataset.observation_spec.items()} }, the env's "
+                            f"{env_shapes}; the groups must have the env's names")
+        else:
+            problems.append(f"observations {shapes} vs {env_shapes}")
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:

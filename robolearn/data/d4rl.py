@@ -320,6 +320,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         raise DatasetError(f"{out}: a directory; give the .hdf5 file to write, e.g. {out / (dataset.id + '.hdf5')}")
     if out.is_symlink():  # the file it points to is replaced; the rename would have replaced the link itself
         out = out.resolve()
+    dataset.need_episodes("export")
     episodes = dataset.episodes
     columns: dict[str, list[np.ndarray]] = {}
     def add(name: str, value: np.ndarray) -> None:

@@ -231,6 +231,11 @@ class Dataset:
         """Every episode, read into memory."""
         return list(self)
 
+    def need_episodes(self, to: str) -> None:
+        """Refuse a dataset of no episode (Minari's own API writes one) for what needs some, by name."""
+        if self.num_episodes == 0:
+            raise DatasetError(f"dataset '{self.id}' ({self.path}) holds no episode: nothing to {to}")
+
     def iterate(self, indices: Sequence[int] | None = None) -> Iterator[Episode]:
         """Episodes ``indices`` (all by default), read one at a time."""
         storage = self._dataset().storage
@@ -259,6 +264,7 @@ class Dataset:
     def _read_transitions(self) -> dict[str, Any]:
         """:meth:`transitions` as numpy arrays, filled episode by episode into arrays sized from
         the metadata (no second copy of the dataset)."""
+        self.need_episodes("train or read on")
         steps, filled = self.num_steps, 0
         arrays: dict[str, Any] = {}
         # A bar on a terminal only, gone when done: a million steps take seconds before the first update

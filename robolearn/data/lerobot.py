@@ -240,6 +240,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
         if not overwrite:
             raise FileExistsError(f"{out}: a LeRobot dataset exists there; pass --overwrite to replace it")
     fps = _frames_per_second(dataset, fps)
+    dataset.need_episodes("export")
     episodes = dataset.episodes
     columns, features = _frames(episodes, fps)
     task = str(dataset.task or dataset.id)

@@ -311,11 +311,36 @@ def abandoned(entry: Path) -> re.Match[str] | None:
     return match
 
 
+# Minari rewrites metadata.json in place (not atomically) at each episode: a recording killed then left it cut
+# short, and with it every episode it counted. The writer keeps the last whole one beside it, under this name.
+METADATA_COPY = "metadata.json.whole"
+
+
+def keep_metadata_copy(data: Path) -> None:
+    """Copy ``data``'s metadata.json, atomically, to where :func:`restore_metadata` finds it. Not fsynced (a
+    kill is what it is for; an fsync per episode would slow recordings of short episodes)."""
+    temp = data / f".{METADATA_COPY}.tmp"
+    temp.write_bytes((data / "metadata.json").read_bytes())
+    os.replace(temp, data / METADATA_COPY)
+
+
+def restore_metadata(folder: Path) -> None:
+    """Put back the metadata a recording's temp ``folder`` held before the episode whose rewrite a kill cut
+    short (an unreadable metadata.json); nothing where it reads."""
+    data = folder / "data"
+    try:
+        json.loads((data / "metadata.json").read_text())
+    except (OSError, ValueError):
+        if (data / METADATA_COPY).is_file():
+            os.replace(data / METADATA_COPY, data / "metadata.json")
+
+
 def uncommitted_episodes(folder: Path) -> int:
     """How many complete episodes a recording's temp folder holds (Minari's metadata counts them once written);
     0 for a folder that is not a recording's (an import's is done again, not kept)."""
     if not (folder / KEEPS_PARTIAL).exists():
         return 0
+    restore_metadata(folder)
     try:
         count = json.loads((folder / "data" / "metadata.json").read_text()).get("total_episodes", 0)
     except (OSError, ValueError, AttributeError):
@@ -401,6 +426,8 @@ class DatasetWriter:
                                rewards=episode.rewards, terminations=episode.terminations,
                                truncations=episode.truncations, infos=infos or None)
         with interrupts_deferred():  # the episode and its count land together, or not at all
+            if self.keep_partial:  # (a kill is not deferred: the count before this episode is kept whole)
+                keep_metadata_copy(self._tmp / "data")
             self._storage.update_episodes([buffer])
             success = {} if episode.success is None else {"success": episode.success}
             self._storage.update_episode_metadata(
@@ -457,6 +484,7 @@ class DatasetWriter:
             self._tmp.rename(self.target)
             (self.target / WRITING).unlink(missing_ok=True)  # the lock, held until the dataset is in place
             (self.target / KEEPS_PARTIAL).unlink(missing_ok=True)
+            (self.target / "data" / METADATA_COPY).unlink(missing_ok=True)
             self._release()
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

@@ -10,6 +10,9 @@ after each step). Episodes still running when the driver stops are
 not stored, and ``reset`` drops them too: a dataset never holds a cut-short
 episode that did not end in the env. Actions are stored as applied, that is
 clipped to the action bounds (every VecEnv clips what lies outside them).
+With ``max_episodes``, each env keeps its first share of them (``max_episodes /
+num_envs``, the remainder to the first envs): the episodes that finish first are
+the short ones, and a policy's long episodes are often its good ones.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class RecordingEnv(VecEnv):
         self.high = torch.as_tensor(env.action_spec.high, device=env.device)
         self._rows: list[dict[str, list[np.ndarray]]] = [{} for _ in range(self.num_envs)]
         self._obs: dict[str, np.ndarray] = {}
+        n = self.num_envs
+        self._share = None if max_episodes is None else [max_episodes // n + (i < max_episodes % n) for i in range(n)]
+        self._kept = [0] * n
 
     @property
     def full(self) -> bool:
@@ -86,7 +92,7 @@ class RecordingEnv(VecEnv):
 
     def _finish(self, i: int, final: dict[str, np.ndarray]) -> None:
         rows, self._rows[i] = self._rows[i], {}
-        if self.full:
+        if self.full or (self._share is not None and self._kept[i] >= self._share[i]):
             return
         for key, value in final.items():
             rows[key].append(value)
@@ -97,9 +103,14 @@ class RecordingEnv(VecEnv):
 
         episode = Episode(observations=take("obs/"), actions=arrays["actions"], rewards=arrays["rewards"],
                           terminations=arrays["terminations"], truncations=arrays["truncations"], infos=take("infos/"))
-        self.writer.add(episode)
-        if self.on_episode is not None:
-            self.on_episode(episode)
+        before = self.writer.episodes
+        try:
+            self.writer.add(episode)
+        finally:  # a stop signal the write deferred is raised after it: the stored episode is still counted
+            if self.writer.episodes > before:
+                self._kept[i] += 1
+                if self.on_episode is not None:
+                    self.on_episode(episode)
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         return self.env.render(index, width, height)

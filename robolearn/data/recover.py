@@ -24,7 +24,7 @@ from tqdm import tqdm
 from robolearn.data.dataset import Dataset, minari_episode
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (KEEPS_PARTIAL, abandoned, dataset_id, datasets_root, hold_lock,
-                                        uncommitted_episodes)
+                                        restore_metadata, uncommitted_episodes)
 
 
 @dataclass
@@ -73,6 +73,7 @@ def recover(folder: str | Path, name: str | None = None, root: str | Path | None
                            "names its pid and host); recover it once it has stopped, on that machine")
     lock = hold_lock(folder)  # a second recover of it is refused as above; writers' cleanups pass it by
     try:
+        restore_metadata(folder)
         source = Dataset(folder)  # the episodes Minari's metadata counts: each counted once wholly written
         if source.num_episodes == 0:
             raise DatasetError(f"{folder}: no complete episode to recover; remove the folder")

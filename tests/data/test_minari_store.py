@@ -208,6 +208,20 @@ def test_an_episode_being_written_is_left_out_and_a_name_taken_since_gets_the_ne
     assert sorted(list_datasets(root)) == ["ns/rec-v0", "ns/rec-v1"]
 
 
+def test_a_kill_inside_minaris_metadata_rewrite_loses_no_episode(root):
+    """Minari rewrites metadata.json in place at each episode: a kill there had left it empty, and the next write to
+    the root deleted the folder with every episode it held, without a word."""
+    folder = _dead_recording("rec", root, episodes=3)
+    (folder / "data" / "metadata.json").write_text("")  # killed while the third episode's count was written
+    with pytest.warns(UserWarning, match=r"2 recorded episode\(s\) of dataset 'rec-v0'"):
+        _write("other", root)
+    from robolearn.data.recover import recover
+
+    done = recover(folder)
+    assert len(done.dataset) == 2 and done.left_out == 1
+    assert not (done.dataset.path / "data" / "metadata.json.whole").exists()
+
+
 def test_recovering_several_recordings_warns_about_none_of_them(root, capsys):
     """Each recovered folder's write had warned again that the folders still to come were left uncommitted."""
     for name in ("a", "b", "c"):
@@ -457,3 +471,23 @@ def test_a_recording_that_would_fill_the_disk_stops_keeping_its_episodes(tmp_pat
     assert "KiB are free; the 1 before it are kept" in said.value.strerror
     monkeypatch.undo()
     assert len(Dataset.load("rec", root=tmp_path)) == 1
+
+
+def test_a_dataset_of_no_episode_is_refused_by_name_not_a_traceback(root, tmp_path, monkeypatch):
+    """Minari's own API writes one; training on it had ended in KeyError 'obs', its exports in a TypeError and an
+    IndexError."""
+    import minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (Minari's about the missing env spec)
+        minari.create_dataset_from_buffers("none-v0", [], observation_space=SPECS[0]["policy"],
+                                           action_space=SPECS[1])
+    dataset = Dataset.load("none", root)
+    from robolearn.data.d4rl import write_d4rl
+    from robolearn.data.lerobot import write_lerobot
+
+    for attempt in (dataset.transitions, lambda: write_d4rl(dataset, tmp_path / "none.hdf5"),
+                    lambda: write_lerobot(dataset, tmp_path / "none", fps=50)):
+        with pytest.raises(DatasetError, match=r"dataset 'none-v0' \(.*\) holds no episode: nothing to"):
+            attempt()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 import sims
 from robolearn import load_config
 from robolearn.data import Dataset, DatasetWriter
 from robolearn.data.recording_env import RecordingEnv
 from robolearn.data.replay import replay
+from robolearn.interfaces import Step, VecEnv
 from robolearn.runner import Runner
 
 
@@ -101,3 +103,57 @@ def test_a_dataset_recorded_from_python_with_env_metadata_says_its_task(root):
             record(RandomController(env), env, writer, episodes=2, progress=False)
         said = _doubts(Dataset.load("bare", root), "pendulum", env, reads_rewards=True)
         assert "metadata=robolearn.data.env_metadata(env, 'pendulum')" in said[0]
+
+
+class TwoPaces(VecEnv):
+    """Two envs: the first's episodes last 2 steps, the second's 6 (its observation is its env index)."""
+
+    num_envs, device, control_dt, max_episode_steps = 2, torch.device("cpu"), 0.02, 10
+    observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+    action_spec = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self) -> None:
+        self.t = torch.zeros(2)
+
+    def _obs(self):
+        return {"policy": torch.tensor([[0.0], [1.0]])}
+
+    def reset(self, seed=None):
+        self.t.zero_()
+        return self._obs()
+
+    def step(self, action):
+        self.t += 1
+        done = self.t == torch.tensor([2.0, 6.0])
+        self.t[done] = 0
+        return Step(self._obs(), torch.ones(2), done, torch.zeros(2, dtype=torch.bool), {"final_obs": self._obs()})
+
+
+def test_max_episodes_are_shared_among_the_envs_not_taken_as_they_finish(root):
+    """The first four to finish had all been the short env's: a policy's long episodes, often its good ones, were
+    under-represented in every recording with several envs."""
+    env = TwoPaces()
+    with _writer(env, root) as writer:
+        recorder = RecordingEnv(env, writer, max_episodes=4)
+        recorder.reset()
+        while not recorder.full:
+            recorder.step(torch.zeros(2, 1))
+    assert sorted(len(e) for e in Dataset.load("rec", root)) == [2, 2, 6, 6]
+
+
+def test_an_episode_stored_as_a_stop_signal_came_is_counted_by_the_caller_too(root):
+    """A Ctrl+C deferred over the write is raised after it: the record summary had left out the episode kept."""
+    env, seen = TwoPaces(), []
+    with pytest.raises(KeyboardInterrupt), _writer(env, root) as writer:
+        store = writer.add
+
+        def add_then_interrupted(episode):
+            store(episode)
+            raise KeyboardInterrupt
+
+        writer.add = add_then_interrupted
+        recorder = RecordingEnv(env, writer, on_episode=seen.append)
+        recorder.reset()
+        for _ in range(2):
+            recorder.step(torch.zeros(2, 1))
+    assert len(seen) == writer.episodes == 1

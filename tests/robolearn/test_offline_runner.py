@@ -306,3 +306,20 @@ def test_max_minutes_ends_an_offline_run_early_and_still_evaluates(root, tmp_pat
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert 0 < result.trained["updates"] == lines[-1]["updates"] < 5000  # whole iterations, begun within the budget
     assert result.evaluation["updates"] == result.trained["updates"] and (result.run_dir / "eval.json").is_file()
+
+
+def test_a_dataset_whose_groups_have_other_names_says_its_own():
+    """A Minari goal dataset (observation, achieved_goal, desired_goal) had been refused as 'observations {} vs ...',
+    the dataset's groups filtered away before they were said."""
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+
+    box = lambda n: spaces.Box(-1.0, 1.0, (n,))  # noqa: E731
+    dataset = SimpleNamespace(id="pointmaze/gc-v0", task=None, action_spec=box(2),
+                              observation_spec={"observation": box(4), "achieved_goal": box(2), "desired_goal": box(2)})
+    env = SimpleNamespace(observation_spec={"policy": box(4), "goal": box(2)}, action_spec=box(2))
+    with pytest.raises(DatasetError, match=r"observation groups \['goal', 'policy'\] missing: the dataset's groups are "
+                                           r"\{'observation': \(4,\), 'achieved_goal': \(2,\), 'desired_goal': \(2,\)\}, "
+                                           r"the env's \{'policy': \(4,\), 'goal': \(2,\)\}; the groups must have"):
+        check_dataset_fits(dataset, "point_maze", env)
