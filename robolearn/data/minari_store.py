@@ -48,6 +48,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -254,19 +255,23 @@ def hold_lock(folder: Path) -> int | None:
     return fd
 
 
-def _locked(folder: Path) -> bool:
-    """Whether a running writer holds ``folder``'s :data:`WRITING` lock (False where none can be taken)."""
+def _lock_state(folder: Path) -> str | None:
+    """"held" where a running writer holds ``folder``'s :data:`WRITING` lock; "free" where nobody has held it for
+    a minute, whatever process now has the pid in the folder's name (pids restart low after a reboot: a folder
+    then looked live for ever); None where there is no lock to go by (no file, no locks on this filesystem, or
+    one just made, which its writer is about to take)."""
+    path = folder / WRITING
     try:
-        fd = os.open(folder / WRITING, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return False
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
+        return "free" if time.time() - os.fstat(fd).st_mtime > 60 else None
     except BlockingIOError:  # EWOULDBLOCK: held
-        return True
+        return "held"
     except OSError:  # no locks on this filesystem
-        return False
+        return None
     finally:
         os.close(fd)
 
@@ -306,7 +311,10 @@ def abandoned(entry: Path) -> re.Match[str] | None:
     if not match or entry.is_symlink() or not entry.is_dir():
         return None
     pid, host = (match["pid"], match["host"]) if match["pid"] else (match["old_pid"], match["old_host"])
-    if (host or _HOST) != _HOST or _alive(int(pid)) or _locked(entry):
+    if (host or _HOST) != _HOST:
+        return None
+    lock = _lock_state(entry)
+    if lock == "held" or (_alive(int(pid)) and lock != "free"):
         return None
     return match
 
@@ -422,7 +430,10 @@ class DatasetWriter:
         # numpy's text (dtype <U) has no HDF5 type (h5py had crashed on a recording's text metrics): stored as UTF-8
         infos = {key: np.char.encode(value, "utf-8") if np.asarray(value).dtype.kind == "U" else value
                  for key, value in episode.infos.items()}
-        buffer = EpisodeBuffer(observations=dict(episode.observations), actions=episode.actions,
+        # as the spaces declare them (Minari's readers check data against them): a float64 D4RL file imported
+        # for a task had been stored as float64 under the task's float32 spaces
+        observations = {g: np.asarray(o, self.observation_spec[g].dtype) for g, o in episode.observations.items()}
+        buffer = EpisodeBuffer(observations=observations, actions=np.asarray(episode.actions, self.action_spec.dtype),
                                rewards=episode.rewards, terminations=episode.terminations,
                                truncations=episode.truncations, infos=infos or None)
         with interrupts_deferred():  # the episode and its count land together, or not at all

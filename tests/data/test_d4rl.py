@@ -177,13 +177,15 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
 
 
 def test_float64_files_train_as_float32(tmp_path, root):
-    """Many D4RL and Minari MuJoCo files store float64: the file keeps them, the training batch is float32
-    (a float64 batch had failed deep inside the first update with 'mat1 and mat2 must have the same dtype')."""
+    """Many D4RL and Minari MuJoCo files store float64: the training batch is float32 (a float64 batch had failed
+    deep inside the first update with 'mat1 and mat2 must have the same dtype'). Imported for a task, they are
+    stored as its spaces declare (float64 under float32 spaces, which Minari's readers check data against)."""
     arrays = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in _d4rl_arrays().items()}
     assert main(["dataset", "import", str(_write(tmp_path / "f64.hdf5", **arrays)), "--format", "d4rl",
                  "--task", "hopper"]) == 0
     ds = Dataset.load("f64")
-    assert ds[0].observations["policy"].dtype == np.float64  # as imported
+    assert ds.observation_spec["policy"].dtype == ds[0].observations["policy"].dtype == np.float32
+    assert ds.action_spec.contains(ds[0].actions[0])
     batch = ds.transitions()
     assert batch["obs"]["policy"].dtype == batch["action"].dtype == batch["reward"].dtype == torch.float32
     np.testing.assert_allclose(batch["action"].numpy(), arrays["actions"], rtol=1e-6)

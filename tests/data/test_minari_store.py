@@ -491,3 +491,17 @@ def test_a_dataset_of_no_episode_is_refused_by_name_not_a_traceback(root, tmp_pa
                     lambda: write_lerobot(dataset, tmp_path / "none", fps=50)):
         with pytest.raises(DatasetError, match=r"dataset 'none-v0' \(.*\) holds no episode: nothing to"):
             attempt()
+
+
+def test_a_killed_recording_whose_pid_was_taken_since_is_still_recovered(root):
+    """Pids restart low after a reboot: a folder named after a pid that another process now has had looked live for
+    ever (never listed, recover refused it). Its writer's lock, free for over a minute, says it is not."""
+    folder = _dead_recording("rec", root, episodes=1)
+    folder = folder.rename(folder.with_name(folder.name.replace(folder.name.split("tmp-")[1].split("@")[0], "1")))
+    from robolearn.data.recover import recover, uncommitted_recordings
+
+    assert uncommitted_recordings(root) == []  # a lock just made is its writer's to take
+    old = time.time() - 120
+    os.utime(folder / WRITING, (old, old))
+    assert uncommitted_recordings(root) == [folder]
+    assert len(recover(folder).dataset) == 1
