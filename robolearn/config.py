@@ -378,6 +378,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
+SECTIONS = ("env", "runner", "agent", "logging")  # a config's sections of settings
+
+
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     *parents, leaf = key.split(".")
     node = raw
@@ -387,6 +390,9 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
         node = node[part]
         if not isinstance(node, dict):
             raise ConfigError(f"override '{key}': '{part}' is not a section")
+    if not parents and leaf in SECTIONS and isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
+        node[leaf] = {**node[leaf], **value}  # env={num_envs: 8} sets that key, as env.num_envs=8: it had replaced
+        return  # the file's whole section (the task with it), training the defaults under the config's name
     node[leaf] = value
 
 
@@ -397,7 +403,7 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        top = ({f.name for f in dataclasses.fields(TrainConfig)} - {"env", "runner", "agent", "logging"}) if prefix else set()
+        top = ({f.name for f in dataclasses.fields(TrainConfig)} - set(SECTIONS)) if prefix else set()
         hint = f"; '{unknown[0]}' is a top-level setting: {unknown[0]}=..." if unknown[0] in top else ""
         close = difflib.get_close_matches(unknown[0], list(fields), n=1)
         meant = f" (did you mean '{prefix}{close[0]}'?)" if close and not hint else ""

@@ -35,7 +35,7 @@ import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_files
 from robolearn.chunking import ActionQueue, ChunkedController
-from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_rows
+from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_mask, reset_rows
 from robolearn.shell import shell
 
 FORMATS = ("torchscript", "onnx")
@@ -58,9 +58,12 @@ def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
 def export_controller(controller: Controller, out_dir: Path, formats: tuple[str, ...] = FORMATS, extra: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write ``controller`` in ``formats`` plus ``controller.json``; returns the paths. A file of another
     format already in ``out_dir`` is removed: it would be of an older controller than the json beside it."""
+    if isinstance(formats, str):  # "onnx" would be read letter by letter
+        formats = (formats,)
     unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}")
+    if unknown or not formats:  # none: every file of the folder's last export would be removed, its json kept
+        raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}" if unknown else
+                         f"no export format given; choose from {list(FORMATS)}")
     check_setup(controller)
     if isinstance(controller, ChunkedController) and not controller.stateless:  # not a TypeError from deep in tracing
         raise ValueError(f"a ChunkedController around {type(controller.inner).__name__}, which holds state across "
@@ -72,6 +75,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     # batch 2, not 1: torch.export specializes a batch of 1 to a constant through a GRU, leaving an ONNX
     # file that refuses any other number of envs even with the batch declared dynamic
     inputs = controller.export_inputs(batch_size=2)
+    _check_plays_as_exported(controller, inputs)
     paths: dict[str, Path] = {}
     files: dict[Path, bytes] = {}
     if "torchscript" in formats:
@@ -113,6 +117,23 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     return paths
 
 
+def _check_plays_as_exported(controller: Controller, inputs: dict[str, torch.Tensor]) -> None:
+    """Refuse what an exported file would play otherwise than the controller: state that is not float (the files'
+    drivers hold float32 state: onnxruntime refused the file at its first step), and actions held for
+    ``decision_period`` steps by ``act`` alone (the file's ``forward`` is called every step)."""
+    name = type(controller).__name__
+    for key, value in inputs.items():
+        if not value.is_floating_point():
+            raise ValueError(f"{name}: export input '{key}' is {value.dtype}; exported files take and hold float32 "
+                             "inputs: keep state (a counter, a skill index) as a float tensor")
+    if controller.decision_period > 1 and len(inputs) == 1 and "chunk" not in getattr(controller, "export_meta",
+                                                                                        dict)():
+        raise ValueError(f"{name}: decision_period {controller.decision_period} with forward(obs) alone: an exported "
+                         "file calls forward at every step, so an action act holds for several steps would not be "
+                         "held; export the hold as state (export_inputs, as skill controllers do) or make a "
+                         "ChunkedController of it")
+
+
 def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor], exported: Any, fmt: str) -> None:
     """Refuse an export whose outputs differ from the controller's own on a batch of random observations
     (and the fresh-start state): tracing turns what ``forward`` computes outside torch (numpy, Python math
@@ -142,7 +163,7 @@ def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor],
 def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:
     """ONNX through torch.export with a dynamic batch dimension, quietly."""
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
-    dynamic = {name: {0: batch} for name in inputs}
+    dynamic = tuple({0: batch} for _ in inputs)  # by position: forward's own names need not be "obs" (forward(x))
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
@@ -245,6 +266,7 @@ class ExportedController:
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Forget queued actions (sequence controllers) or held state (stateful ones); flat ones hold none."""
+        mask = reset_mask(mask, who=f"{type(self).__name__}.reset")  # (a flat one's too: a bad mask is a bug)
         if self.queue is not None:
             self.queue.reset(mask)
         if self.state is not None:

@@ -10,6 +10,7 @@ import torch
 
 from policies import AGENTS
 from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import Controller
 
 CONFIGS = {
     "ppo": {"actor_hidden": (16, 16), "critic_hidden": (16,)},
@@ -179,3 +180,57 @@ def test_the_export_check_takes_nan_on_random_observations_and_keeps_the_matmul_
         assert "highest" in precisions  # the controller's own outputs were computed at full precision
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+class Gain(Controller):
+    """A stateless controller of one's own whose forward names its input x."""
+
+    def __init__(self, decision_period: int = 1) -> None:
+        super().__init__()
+        self.obs_size, self.decision_period = 3, decision_period
+        self.gain = torch.nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gain(x)
+
+
+def test_a_forward_whose_input_has_another_name_exports_to_onnx(tmp_path) -> None:
+    """forward(self, x) had trained fully, then failed its ONNX export ("top-level keys must be the arg names")."""
+    controller, obs = Gain(), torch.randn(4, 3)
+    paths = export_controller(controller, tmp_path)
+    np.testing.assert_allclose(ExportedController(paths["onnx"])(obs).numpy(), controller(obs).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_what_a_file_would_play_otherwise_is_refused_before_it_is_written(tmp_path) -> None:
+    """Integer state exported, then onnxruntime refused it at the first step; an action act holds for several steps
+    was played anew at each by the file; export formats () removed the folder's files and kept their json."""
+    class Counting(Gain):
+        def forward(self, x: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.gain(x), count + 1
+
+        def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+            return {"obs": torch.zeros(batch_size, 3), "count": torch.zeros(batch_size, 1, dtype=torch.long)}
+
+        def export_outputs(self) -> list[str]:
+            return ["action", "count"]
+
+    with pytest.raises(ValueError, match=r"Counting: export input 'count' is torch.int64; exported files take and "
+                                         r"hold float32 inputs"):
+        export_controller(Counting(), tmp_path)
+    with pytest.raises(ValueError, match=r"Gain: decision_period 3 with forward\(obs\) alone: an exported file calls "
+                                         r"forward at every step"):
+        export_controller(Gain(decision_period=3), tmp_path)
+    assert not list(tmp_path.iterdir())
+    export_controller(Gain(), tmp_path, formats="onnx")  # one format by name, not letter by letter
+    with pytest.raises(ValueError, match=r"no export format given"):
+        export_controller(Gain(), tmp_path, formats=())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["controller.json", "controller.onnx"]
+
+
+def test_an_exported_controllers_reset_refuses_what_is_not_a_mask(tmp_path) -> None:
+    exported = ExportedController(export_controller(Gain(), tmp_path)["onnx"])
+    for bad in (3, "abc", [2, 3]):
+        with pytest.raises(ValueError, match=r"ExportedController.reset\(mask\)"):
+            exported.reset(bad)
+    exported.reset(torch.tensor([True, False]))

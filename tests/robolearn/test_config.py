@@ -277,3 +277,12 @@ def test_noise_may_be_turned_off_by_setting_it_to_zero_and_a_range_must_be_finit
         build_dataclass(Randomization, {**said, "obs_noise_std": -0.1}, "env.randomization.")
     with pytest.raises(ConfigError, match=r"env.randomization.mass_scale: got \(nan, 1.2\); give finite numbers"):
         build_dataclass(Randomization, {**said, "mass_scale": [math.nan, 1.2]}, "env.randomization.")  # was torch's
+
+
+def test_a_mapping_given_for_a_section_sets_the_keys_it_names():
+    """{"env": {"num_envs": 8}} had replaced the file's whole env section: a pendulum config trained cartpole (the
+    default task) under the folder ppo_pendulum_None, and {"agent": {"gamma": 0.9}} reset every other agent key."""
+    cfg = load_config("ppo_pendulum", {"env": {"num_envs": 8}})
+    assert (cfg.env.task, cfg.env.num_envs, cfg.name) == ("pendulum", 8, "ppo_pendulum")
+    cfg = load_config("ppo_pendulum", ["agent={gamma: 0.9}"])
+    assert cfg.agent.gamma == 0.9 and cfg.agent == load_config("ppo_pendulum", ["agent.gamma=0.9"]).agent
