@@ -186,6 +186,9 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     mapping ``{"runner.total_steps": 1e5}``), validate."""
     if isinstance(overrides, str):
         overrides = [overrides]
+    if overrides is not None and not isinstance(overrides, (Mapping, list, tuple)):
+        raise TypeError(f"overrides: 'key=value' strings (a list, or one) or a mapping {{key: value}}; got "
+                        f"{type(overrides).__name__} {overrides!r:.60}")
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file)
     if raw is None:  # an empty file (or comments only) would train the defaults without a word

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import numbers
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -138,8 +139,8 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
     Each env contributes its first complete episode, so long episodes are not
     under-sampled as they would be by counting the first N to finish.
     """
-    if episodes < 1:
-        raise ValueError(f"evaluate at least 1 episode (got {episodes})")
+    if isinstance(episodes, bool) or not isinstance(episodes, numbers.Integral) or episodes < 1:
+        raise ValueError(f"evaluate at least 1 episode, a whole number (got {episodes!r})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
     warn_if_trained_elsewhere(controller, env)

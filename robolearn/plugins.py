@@ -17,15 +17,21 @@ def import_named(name: str, setting: str) -> Any:
     module_name, colon, attr = name.partition(":")
     if not (colon and module_name and attr):
         raise ValueError(f"{setting}={name}: give a part of your own as module:Name")
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name == module_name or module_name.startswith(f"{err.name}."):  # its own, not one it imports
-            raise ValueError(f"{setting}={name}: no module '{module_name}' on the Python path or in "
-                             f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
-        raise
+    module = import_module_of(module_name, f"{setting}={name}")
     if not hasattr(module, attr):
         raise ValueError(f"{setting}={name}: module '{module_name}' ({module.__file__}) has no '{attr}'")
     return getattr(module, attr)
+
+
+def import_module_of(module_name: str, said: str) -> Any:
+    """``module_name`` imported from ``sys.path`` or the current directory (see :func:`import_named`); a module
+    not found is a ValueError beginning with ``said`` (the setting as given)."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name or module_name.startswith(f"{err.name}."):  # its own, not one it imports
+            raise ValueError(f"{said}: no module '{module_name}' on the Python path or in "
+                             f"{os.getcwd()}; run from its folder, or add that to PYTHONPATH") from None
+        raise

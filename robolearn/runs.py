@@ -24,6 +24,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import traceback
 import warnings
 from datetime import datetime
@@ -185,6 +186,9 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     from robolearn.export import FILENAMES, ExportedController
 
     run_dir = Path(run_dir)
+    if env is not None and not isinstance(env, VecEnv):  # env="cartpole" had been an AttributeError
+        raise ValueError(f"env: a VecEnv (robolearn.make_env(cfg), sims.make_env(task, n)) or None; got "
+                         f"{type(env).__name__} {env!r:.60}")
     if exported:
         if exported not in FILENAMES:
             raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
@@ -353,7 +357,8 @@ def record_failure(run_dir: Path, err: BaseException) -> None:
     """Write ``err`` (its one-line summary, then the traceback) to ``run_dir/failed.txt``, so that a run
     that crashed is told apart from one that was killed. Never raises: the error itself matters more."""
     summary = " ".join(f"{type(err).__name__}: {err}".split())
-    text = summary + "\n\n" + "".join(traceback.format_exception(err))
+    # without terminal colours (torch.export's errors carry them): the file and `robolearn list` are read as text
+    text = re.sub(r"\x1b\[[0-9;]*m", "", summary + "\n\n" + "".join(traceback.format_exception(err)))
     if not Path(run_dir).is_dir():  # moved or deleted: a new folder holding only failed.txt would mislead
         return
     try:

@@ -93,6 +93,11 @@ def make_env(
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ValueError(f"num_envs: a whole number of worlds, at least 1; got {num_envs!r}")  # not MuJoCo's own words
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"seed: a whole number, or None; got {seed!r}")  # (not torch's "manual_seed expected a long")
+    if not isinstance(task, str):
+        raise ValueError(f"task: a name ({', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>); got "
+                         f"{type(task).__name__} {task!r:.60}")
     if delay:
         from robolearn.config import build_dataclass
         from sims.delay import Delay, DelayedEnv

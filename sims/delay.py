@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.task import checked_action
 from sims.worlds import Worlds
 
 
@@ -100,7 +101,9 @@ class DelayedEnv(VecEnv):
     def step(self, action: torch.Tensor) -> Step:
         if not self._history:  # stepped as built, as the env it wraps can be: the built state, reset again with
             self.reset(self._seed)  # its seed (a Gymnasium env's first reset spends it, so not done when built)
-        action = action.to(self.device, torch.float32)
+        # checked before it enters the delay line, whose shape the first action sets: one of another shape had
+        # made every later action refused, named by the first one's shape
+        action = checked_action(action, self.num_envs, self.action_spec, self.device)
         if self._actions is None:
             self._actions = DelayLine(self.cfg.action_latency_steps + 1, action)
         self._actions.push(action)

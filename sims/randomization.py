@@ -35,7 +35,7 @@ import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
 from sims.delay import DelayLine, check_shorter_than_episode
-from sims.task import TaskEnv, uniform
+from sims.task import TaskEnv, checked_action, uniform
 from sims.worlds import Worlds
 
 
@@ -256,7 +256,7 @@ class RandomizedEnv(VecEnv):
         return self._noisy(obs)
 
     def step(self, action: torch.Tensor) -> Step:
-        action = action.to(self.device, torch.float32)
+        action = checked_action(action, self.num_envs, self.action_spec, self.device)  # (numpy too, as TaskEnv)
         # Latency: the actuators get the action sent `latency` steps ago; the
         # first action of an episode fills the queue.
         self._actions.push(action)

@@ -23,6 +23,7 @@ from gymnasium.vector.utils import batch_space
 
 from robolearn.interfaces import Obs, Step
 from robolearn.interfaces import VecEnv as OurVecEnv
+from robolearn.plugins import import_module_of
 from sims.task import checked_action
 
 
@@ -51,6 +52,8 @@ class GymVecEnv(OurVecEnv):
         if isinstance(env, VectorEnv):
             self.vec = env
         else:
+            if isinstance(env, str) and ":" in env:  # gym:module:Id: Gymnasium imports the module, from the current
+                import_module_of(env.split(":")[0], f"gym:{env}")  # directory too (as python -m does), or says so
             factory = _factory(env, max_episode_steps, make_kwargs)
             try:
                 self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -73,7 +76,9 @@ class GymVecEnv(OurVecEnv):
         if limit is None:
             raise ValueError("the env has no time limit in its spec: pass max_episode_steps")
         self.max_episode_steps = int(limit)
-        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, obs_space.shape, dtype=np.float32)}
+        # a scalar observation (shape ()) as a vector of one: a flat controller reads (num_envs, width)
+        self._obs_shape = obs_space.shape or (1,)
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, self._obs_shape, dtype=np.float32)}
         self.action_spec = spaces.Box(action_space.low, action_space.high, dtype=np.float32)
         self._seed = seed
 
@@ -116,7 +121,7 @@ class GymVecEnv(OurVecEnv):
         self.vec.close()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(array, dtype=torch.float32, device=self.device)
+        return torch.as_tensor(array, dtype=torch.float32, device=self.device).reshape(-1, *self._obs_shape)
 
 
 class VecEnvAsGymVector(VectorEnv):

@@ -394,3 +394,11 @@ def test_under_torchrun_a_refused_config_and_a_ctrl_c_are_said_by_rank_0_alone(m
     monkeypatch.setitem(cli_module.COMMANDS, "list", ctrl_c)
     monkeypatch.setenv("RANK", "1")
     assert main(["list"]) == 130 and capsys.readouterr().err == ""
+
+
+def test_failed_txt_keeps_no_terminal_colours(tmp_path):
+    """torch.export's errors carry ANSI colour codes, which failed.txt and `robolearn list` had shown as text."""
+    from robolearn.runs import record_failure
+
+    record_failure(tmp_path, RuntimeError("\x1b[96mdynamic_shapes\x1b[0m must match"))
+    assert (tmp_path / "failed.txt").read_text().startswith("RuntimeError: dynamic_shapes must match\n")

@@ -286,3 +286,8 @@ def test_a_mapping_given_for_a_section_sets_the_keys_it_names():
     assert (cfg.env.task, cfg.env.num_envs, cfg.name) == ("pendulum", 8, "ppo_pendulum")
     cfg = load_config("ppo_pendulum", ["agent={gamma: 0.9}"])
     assert cfg.agent.gamma == 0.9 and cfg.agent == load_config("ppo_pendulum", ["agent.gamma=0.9"]).agent
+
+
+def test_overrides_of_another_kind_are_refused_naming_the_kinds_taken():
+    with pytest.raises(TypeError, match=r"overrides: 'key=value' strings \(a list, or one\) or a mapping"):
+        load_config("ppo_pendulum", 5)

@@ -7,6 +7,7 @@ from gymnasium import spaces
 
 from robolearn.evaluate import evaluate
 from robolearn.interfaces import Step, VecEnv
+from sims import make_env
 
 
 class Lanes(VecEnv):
@@ -59,3 +60,16 @@ def test_success_is_each_envs_first_episode_ending_in_success():
     assert result["success_rate"] == 0.75  # env 1 failed its first episode, whatever it did after
     assert result["return_mean"] == pytest.approx(np.mean([2, 3, 4, 5])) and result["length_mean"] == 3.5
     assert evaluate(Pattern(1, -1, -1, -1), Lanes(), 2)["success_rate"] == 0.5  # the first `episodes` envs
+
+
+def test_episodes_and_env_of_another_kind_are_refused_by_name(tmp_path):
+    """evaluate(c, env, 1.5) and load_controller(run, env="cartpole") had been raw TypeError and AttributeError."""
+    from robolearn.runs import load_controller
+
+    with make_env("pendulum", 2, seed=0) as env:
+        for episodes in (1.5, "2", True):
+            with pytest.raises(ValueError, match=r"evaluate at least 1 episode, a whole number \(got"):
+                evaluate(lambda obs: torch.zeros(2, 1), env, episodes)
+    with pytest.raises(ValueError, match=r"env: a VecEnv \(robolearn.make_env\(cfg\), sims.make_env\(task, n\)\) or "
+                                         r"None; got str 'cartpole'"):
+        load_controller(tmp_path, env="cartpole")

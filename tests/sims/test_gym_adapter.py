@@ -1,5 +1,7 @@
 """Gymnasium adapters both ways, and a round trip through both."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -164,3 +166,45 @@ def test_an_env_that_takes_no_render_mode_trains_without_frames() -> None:
                 env.render()
     finally:
         del gymnasium.registry["RobolearnTestNoRender-v0"]
+
+
+SCALAR_ENV = '''
+import gymnasium as gym
+import sys
+
+import numpy as np
+
+
+class Scalar(gym.Env):
+    """Observes one number, as a Box of shape ()."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.float32(0.0), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.float32(self.t / 10), float(action[0]), self.t >= 3, False, {}
+
+
+gym.register("Scalar-v0", entry_point=Scalar, max_episode_steps=10)
+'''
+
+
+def test_a_module_named_in_a_gym_id_is_found_in_the_current_directory_and_scalars_are_vectors(tmp_path, monkeypatch):
+    """gym:my_envs:Scalar-v0 had found my_envs only under `python -m robolearn` (a traceback under the robolearn
+    script), and a scalar observation had failed deep in PPO (IndexError in flatten_obs)."""
+    (tmp_path / "scalar_envs_of_mine.py").write_text(SCALAR_ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    env = make_env("gym:scalar_envs_of_mine:Scalar-v0", 2, seed=0)
+    assert env.observation_spec["policy"].shape == (1,) and env.reset()["policy"].shape == (2, 1)
+    step = env.step(torch.ones(2, 1))
+    assert step.obs["policy"].shape == step.info["final_obs"]["policy"].shape == (2, 1)
+    with pytest.raises(ValueError, match=r"gym:no_such_module_here:X-v0: no module 'no_such_module_here' on the "
+                                         r"Python path or in "):
+        make_env("gym:no_such_module_here:X-v0", 1)

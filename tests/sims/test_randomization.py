@@ -287,3 +287,20 @@ def test_a_delayed_env_steps_when_built_as_the_env_it_wraps_does():
     for _ in range(3):
         action = torch.ones(2, 1)
         torch.testing.assert_close(built.step(action).obs["policy"], reset.step(action).obs["policy"])
+
+
+@pytest.mark.parametrize("wrapper", [{"delay": {"action_latency_steps": 1}},
+                                     {"randomization": {"action_latency_s": [0.0, 0.04]}}])
+def test_the_delaying_wrappers_check_actions_as_the_env_does(wrapper):
+    """A first action of another shape had set the delay line's (every later right action was then refused, named
+    by the wrong one's shape); numpy actions had failed on .to(); a wrong shape in randomization was torch's error."""
+    import numpy as np
+
+    with sims.make_env("cartpole", 2, seed=0, **wrapper) as env:
+        with pytest.raises(ValueError, match=r"action: expected shape \(2, 1\) \(num_envs, \*action_spec.shape\), "
+                                             r"got \(2, 2\)"):
+            env.step(torch.zeros(2, 2))
+        env.step(torch.zeros(2, 1))
+        env.step(np.zeros((2, 1), np.float64))
+        with pytest.raises(ValueError, match="NaN or inf"):
+            env.step(torch.full((2, 1), float("nan")))

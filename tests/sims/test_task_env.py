@@ -133,3 +133,12 @@ def test_what_is_no_number_of_worlds_is_refused_in_our_words(num_envs):
     """0 had been MuJoCo's 'nsim must be positive', 2.5 a pybind constructor signature."""
     with pytest.raises(ValueError, match=rf"num_envs: a whole number of worlds, at least 1; got {num_envs!r}"):
         make_env("cartpole", num_envs=num_envs)
+
+
+def test_a_seed_or_task_of_another_kind_is_refused_by_name():
+    """A seed of 'a' or 1.5 had been torch's "manual_seed expected a long"; a task object an AttributeError."""
+    for seed in ("a", 1.5, True):
+        with pytest.raises(ValueError, match=r"seed: a whole number, or None; got"):
+            make_env("cartpole", 1, seed=seed)
+    with pytest.raises(ValueError, match=r"task: a name \(ant, .*module:Class, gym:<id>, mjlab:<id>\); got Pendulum"):
+        make_env(TASKS["pendulum"](), 1)
