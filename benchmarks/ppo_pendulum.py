@@ -2,7 +2,8 @@
 
 Both train on the same Gymnasium env; "solved" is a mean deterministic evaluation
 return of at least -200 over 10 episodes, checked after every update (SB3: every
-rollout; ours: every iteration). Evaluation time is excluded from both clocks.
+rollout; ours: every iteration), each agent on the same 10 start states at every
+check. Evaluation time is excluded from both clocks.
 SB3 uses rl-baselines3-zoo's tuned Pendulum-v1 hyperparameters; ours uses
 configs/ppo_gym_pendulum.yaml. Seeds run one after another, SB3's first.
 Writes ``benchmarks/results/<--out>`` (BENCHMARKS.md, "PPO vs Stable-Baselines3 on Pendulum-v1").
@@ -53,18 +54,18 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
-    # rl-zoo's Pendulum-v1 entry has `normalize: true`: observations and rewards through VecNormalize.
-    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=seed), gamma=0.9)
-    eval_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=seed + 1000), training=False, norm_reward=False)
+    # rl-zoo's Pendulum-v1 entry (hyperparams/ppo.yml) as it is: no `normalize` (an earlier version of this
+    # benchmark wrapped both envs in VecNormalize, which the entry never had and which lost seeds here)
+    env = make_vec_env("Pendulum-v1", n_envs=4, seed=seed)
+    eval_env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed + 1000)
     model = PPO("MlpPolicy", env, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
                 learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4, seed=seed, device="cpu", verbose=0)
     clock = Clock()
     result = {"time": float("inf"), "steps": budget, "return": float("nan")}
 
     def evaluate() -> float:
-        sync_envs_normalization(env, eval_env)
+        eval_env.seed(seed + 1000)  # the same 10 start states at every check, as ours (evaluate's seed)
         return evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
 
     class Solve(BaseCallback):
@@ -126,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)  # both agents alike; the runner's default too (see RunnerConfig.torch_threads)
     rows = []
-    for name, fn in (("Stable-Baselines3 PPO (rl-zoo, with VecNormalize)", run_sb3), ("robolearn PPO", run_ours)):
+    for name, fn in (("Stable-Baselines3 PPO (rl-zoo)", run_sb3), ("robolearn PPO", run_ours)):
         times, steps, returns = [], [], []
         for seed in range(args.seeds):
             t, s, r = fn(seed, args.budget)

@@ -110,8 +110,9 @@ class ActionScaler(nn.Module):
         high = torch.as_tensor(space.high, dtype=torch.float32).flatten()
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
             raise ValueError(f"action_spec needs finite bounds to scale actions, got low={space.low} high={space.high}; "
-                             "for an mjlab task give env.kwargs.action_limit (e.g. 1.0), or with PPO "
-                             "agent.normalize_actions=false (a Gaussian in the env's own units)")
+                             "give the env bounds (an mjlab task: env.kwargs.action_limit, e.g. 1.0; a Gymnasium "
+                             "env: a Box with finite low and high), or train PPO with agent.normalize_actions=false "
+                             "(a Gaussian in the env's own units: the other algorithms squash into the bounds)")
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("offset", (high + low) / 2)
 

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 import torch
 
+from robolearn.caller import outside_us
 from robolearn.interfaces import Obs, VecEnv, host_reads_are_free
 
 
@@ -96,21 +97,6 @@ def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str
             if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
 
 
-def _outside_us() -> int:
-    """The ``stacklevel`` of the first caller outside robolearn's packages and torch (its ``no_grad`` wrappers):
-    a warning about how the caller built its env is said at the caller's line, however deep in ours it is."""
-    import os
-    import sys
-
-    here = Path(__file__).parents[1]
-    folders = [here / name for name in ("robolearn", "sims", "hardware", "policies")] + [Path(torch.__file__).parent]
-    ours = tuple(str(folder) + os.sep for folder in folders)  # (a separator: robolearn_scripts/ is not ours)
-    frame, level = sys._getframe(2), 2  # (2: the caller of the function that warns)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(ours):  # (the outermost frame at most:
-        frame, level = frame.f_back, level + 1  # a level past it would be said as 'sys:1')
-    return level
-
-
 def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
     """An exported controller says how it was trained (``meta``: ``control_dt``; ``task_settings``, every plain
     setting, or from older exports ``task_kwargs``): warn when ``env`` steps at another rate or runs other task
@@ -120,7 +106,7 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
     import math
     import warnings
 
-    stacklevel = _outside_us()
+    stacklevel = outside_us()
     meta = getattr(controller, "meta", None) or {}
     trained_dt = meta.get("control_dt")
     if trained_dt and not math.isclose(trained_dt, env.control_dt, rel_tol=1e-6):

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robolearn.caller import outside_us
 from robolearn.chunking import Beyond, ChunkedController
 from robolearn.evaluate import evaluate
 from robolearn.interfaces import VecEnv
@@ -106,7 +107,7 @@ def curve(controller: nn.Module, make_env: Callable[[int], VecEnv], episodes: in
             if not chunked.stateless and length == lengths[0]:
                 warnings.warn(f"{type(chunked.inner).__name__} holds state across steps: it is asked every step "
                               "(its clock keeps time) and only its actions are held, so its memory sees the "
-                              "observations inside each L, which a stateless controller's would not", stacklevel=2)
+                              "observations inside each L, which a stateless controller's would not", stacklevel=outside_us())
             returns[length] = evaluate(chunked, env, episodes, seed=seed)["return_mean"]
     return returns
 
@@ -119,7 +120,7 @@ def fas(controller: nn.Module, make_env: Callable[[int], VecEnv], task: str, epi
     if blends:
         warnings.warn("the controller blends its chunks every step (execution=ensemble), which no decision interval "
                       "is: FAS plays its chunks open loop, so R(1) decides every step from each chunk's first action, "
-                      "not the blend `robolearn eval` scores", stacklevel=2)
+                      "not the blend `robolearn eval` scores", stacklevel=outside_us())
     returns = curve(controller, make_env, episodes, seed, LENGTHS, beyond)
     lengths = list(returns)
     return {"task": task, "fas": score(lengths, list(returns.values()), ref), "r_max": ref.r_max, "shift": ref.shift,

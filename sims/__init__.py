@@ -22,6 +22,7 @@ pick_offscreen_gl()  # before mujoco, which reads MUJOCO_GL on import: OSMesa on
 import mujoco  # noqa: E402
 import torch
 
+from robolearn.caller import outside_us
 from robolearn.interfaces import ContractError, VecEnv
 from sims.backend import MujocoBackend
 from sims.task import Task, TaskEnv
@@ -281,7 +282,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         if backend == "warp" and "warp-on-cpu" not in _SAID:  # once per process, not for every env a run builds
             _SAID.add("warp-on-cpu")
             warnings.warn("backend=warp device=cpu: MuJoCo Warp on Warp's CPU device, for tests, runs far slower than "
-                          "backend=mujoco; add env.device=cuda for the GPU", stacklevel=3)
+                          "backend=mujoco; add env.device=cuda for the GPU", stacklevel=outside_us())
         return backend, device
     if not torch.cuda.is_available():
         if backend != "warp":
@@ -290,7 +291,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
                       "falling back to backend=mujoco device=cpu, which a run's config.yaml then records (on a GPU, "
                       "resume it with env.backend=warp env.device=cuda). GPU configs have thousands of worlds: "
                       "lower env.num_envs here; env.device=cpu runs MuJoCo Warp on its CPU device (slow, for "
-                      "tests).", stacklevel=3)
+                      "tests).", stacklevel=outside_us())
         return "mujoco", torch.device("cpu")
     if (device.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
