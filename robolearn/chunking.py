@@ -150,6 +150,9 @@ class ChunkedController(Controller):
         if isinstance(controller, ChunkedController):  # its source (a hold-mode wrapper would not extend), at its length
             length = controller.length if length is None else length
             controller = controller.inner
+        if not all(hasattr(controller, name) for name in ("obs_groups", "obs_size")):  # (an nn.Linear had been an
+            raise TypeError(f"ChunkedController wraps a Controller (obs_groups, obs_size, act), or an exported one; "
+                            f"got {type(controller).__name__}")  # AttributeError about obs_groups)
         self.inner = controller
         self.sequence = chunk_length(controller) is not None
         self.source_length = chunk_length(controller) or 1

@@ -262,3 +262,9 @@ def test_fas_of_a_stateful_controller_says_its_memory_sees_every_step():
 
     with pytest.warns(UserWarning, match="HeldSkill holds state across steps: it is asked every step"):
         curve(HeldSkill(), lambda n: Clock(n, 6), episodes=1, lengths=(1, 2))
+
+
+def test_a_module_that_is_no_controller_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"ChunkedController wraps a Controller \(obs_groups, obs_size, act\), or an "
+                                        r"exported one; got Linear"):
+        ChunkedController(torch.nn.Linear(4, 2), 2)
