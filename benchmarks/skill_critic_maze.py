@@ -82,7 +82,7 @@ def run(algo: str, seed: int, args: argparse.Namespace, run_dir: Path) -> dict:
         curve.insert(0, {"env_steps": 0, "success": zero["success_rate"], "return": zero["return_mean"],
                          "length": zero["length_mean"], "train_success": None, "time": 0.0})
     return {"algo": algo, "seed": seed, "curve": curve, "pretrain_s": pretrain_time, "total_s": total,
-            "pretrain": pretrain[-1] if pretrain else None}
+            "pretrain": pretrain[-1] if pretrain else None, "machine": machine()}
 
 
 def run_job(job: tuple[str, int, argparse.Namespace]) -> dict:
@@ -152,10 +152,14 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         "",
         f"`python benchmarks/skill_critic_maze.py {' '.join(sys.argv[1:])}`",
         "",
-        f"Machine: {machine()}; one torch thread and one physics thread per run"
-        + (f", {args.jobs} run(s) at a time. Whole benchmark: {wall / 60:.1f} min." if wall is not None else
-           ". Tables rebuilt (on this machine) from the runs of "
-           + ", ".join(f"`{Path(f).name}`" for f in args.from_runs) + "."),
+        (f"Machine: {machine()}; one torch thread and one physics thread per run, {args.jobs} run(s) at a time. "
+         f"Whole benchmark: {wall / 60:.1f} min." if wall is not None else
+         # a rebuild names the machine the runs recorded, never the one rebuilding (older runs recorded none)
+         "Machine: " + "; ".join(dict.fromkeys(
+             r.get("machine") or "not recorded with these runs (the report each training invocation wrote names "
+             "the machine it ran on)" for runs in results.values() for r in runs))
+         + "; one torch thread and one physics thread per run. Tables rebuilt from the runs of "
+         + ", ".join(f"`{Path(f).name}`" for f in args.from_runs) + "."),
         "",
         (f"Task: `kitchen` ({kitchen_text(args)}), reward 1 per sub-task the first time it is done (return = "
          "sub-tasks done, success = all of them, which ends the episode), 280 steps, 10 envs. Skills (H = 10, z dim "
