@@ -207,12 +207,16 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
         lines.append("")
     lines += ["Step 0 of SPiRL and Skill-Critic is the pretrained controller (the prior's mean skill "
               "played by the decoder), before any online step.", "",
-              "| algorithm | final success | best success (any eval) | mean success over the online evals | "
+              "| algorithm | success at step 0 (pretrained controller) | final success | best success (any online "
+              "eval) | mean success over the online evals | "
               "online steps to a 0.9 eval (median; never: -) | training success, last 100 episodes | "
-              "pretraining s | whole run s |", "|---|---|---|---|---|---|---|---|"]
+              "pretraining s | whole run s |", "|---|---|---|---|---|---|---|---|---|"]
     for algo, runs in results.items():
         final = [r["curve"][-1]["success"] for r in runs]
-        best = [max(p["success"] for p in r["curve"]) for r in runs]
+        # step 0 is its own column: a fine-tuned agent's final success can be below its own start
+        zero = [p["success"] for r in runs for p in r["curve"] if p["env_steps"] == 0]
+        start = f"{np.mean(zero):.2f} ± {np.std(zero):.2f}" if len(zero) == len(runs) else "-"
+        best = [max(p["success"] for p in r["curve"] if p["env_steps"] > 0) for r in runs]
         area = [np.mean([p["success"] for p in r["curve"] if p["env_steps"] > 0]) for r in runs]  # area under the curve
         solved = [min((p["env_steps"] for p in r["curve"] if p["success"] >= 0.9 and p["env_steps"] > 0),
                       default=np.inf) for r in runs]
@@ -221,7 +225,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, wall: float
                  f"({', '.join('-' if s == np.inf else f'{s:.0f}' for s in solved)})")
         train = [r["curve"][-1]["train_success"] or 0.0 for r in runs]
         pretrain = f"{np.mean([r['pretrain_s'] for r in runs]):.0f}" if algo != "sac" else "-"
-        lines.append(f"| {NAMES[algo]} | {np.mean(final):.2f} ± {np.std(final):.2f} | {np.mean(best):.2f} ± "
+        lines.append(f"| {NAMES[algo]} | {start} | {np.mean(final):.2f} ± {np.std(final):.2f} | {np.mean(best):.2f} ± "
                      f"{np.std(best):.2f} | {np.mean(area):.2f} ± {np.std(area):.2f} | {steps} | "
                      f"{np.mean(train):.2f} | "
                      f"{pretrain} | {np.mean([r['total_s'] for r in runs]):.0f} |")
