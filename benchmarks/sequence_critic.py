@@ -4,7 +4,8 @@ Same task, budget, settings and number of gradient updates (one per env step aft
 phase); a variant changes only K (how many actions the critic scores and the actor emits per
 decision), n (rewards summed before the bootstrap) and the execution (the K actions open loop, or
 queried every step and blended, ACT's temporal ensemble, as CQN-AS plays them). Reported per seed:
-the final return (10 deterministic episodes, played as in training), the training wall-clock, and how
+the final return (10 deterministic episodes, played as in training), the training wall-clock (export and
+final evaluation included) with the machine of each run, and how
 much the trained critic's value depends on each of the K actions it scores (``sensitivity``, below).
 
     python benchmarks/sequence_critic.py [--seeds 3] [--steps 6000] [--jobs 2] \\
@@ -100,6 +101,11 @@ def report(tag: str) -> None:
         if (row["steps"], row["random_steps"]) == budget:
             latest.setdefault(row["variant"], {})[row["seed"]] = row
     steps, random_steps = budget
+    # each run records its machine; a row's seeds may have run on different CPUs (a re-run seed replaces the
+    # first), so every row names its runs' machines and the header lists them, never just the last run's
+    machine_of = lambda run: run.get("machine", "not recorded")  # noqa: E731
+    machines = list(dict.fromkeys(machine_of(r) for by_seed in latest.values() for r in by_seed.values()))
+    letter = {m: chr(ord("A") + i) for i, m in enumerate(machines)}
     lines = []
     for variant, by_seed in latest.items():
         runs = [by_seed[s] for s in sorted(by_seed)]
@@ -107,18 +113,23 @@ def report(tag: str) -> None:
         measured = [r["sensitivity"] for r in runs if "sensitivity" in r]  # runs before session 18 lack it
         shares = " / ".join(f"{v:.2f}" for v in np.mean(measured, axis=0)) + f" (n={len(measured)})" if measured else "-"
         lines.append(f"| {label(variant)} | {', '.join(f'{r:.0f}' for r in returns)} | {returns.mean():.0f} ± "
-                     f"{returns.std():.0f} (n={len(runs)}) | {shares} | {np.mean([r['seconds'] for r in runs]):.0f} |")
+                     f"{returns.std():.0f} (n={len(runs)}) | {shares} | {np.mean([r['seconds'] for r in runs]):.0f} | "
+                     f"{', '.join(letter[machine_of(r)] for r in runs)} |")
     write_result(f"sequence_critic{tag}.md", "\n".join([
         f"### Action-sequence critic vs K = 1 on Pendulum-v1: {steps:,} env steps, {steps - random_steps:,} updates "
         f"each, seeds {sorted({s for by_seed in latest.values() for s in by_seed})}", "",
-        f"Machine: {rows[-1]['machine']}. SAC settings (lr 3e-4, 256x256, batch 256), {random_steps:,} random steps, one "
+        ("Machine: " + machines[0] if len(machines) == 1 else
+         "Machines (the last column gives each seed's): " + "; ".join(f"{letter[m]} = {m}" for m in machines)
+         + ". The wall-clock column then compares runs across these CPUs, not on one")
+        + f". SAC settings (lr 3e-4, 256x256, batch 256), {random_steps:,} random steps, one "
         f"update per env step; n = rewards summed before the bootstrap; the K actions are played open loop (one "
         f"decision per K steps) or queried every step and blended (ACT's temporal ensemble, m = 0.01), in training "
         f"and in the final evaluation ({EVAL_EPISODES} deterministic episodes). Per-run lines with their commits: "
         f"results/{runs_path.name}. Critic sensitivity: mean |dQ/da_j| of the trained critic at the "
         f"actor's chunk on {SENSITIVITY_BATCH} replay states, for the K positions j, relative to j = 1.", "",
         "| critic and execution | final return per seed | mean ± std (seeds) | critic sensitivity to actions 1..K | "
-        "wall-clock (s) |", "|---|---|---|---|---|", *lines]))
+        "wall-clock per run (s; export and final evaluation included) | machine per seed |", "|---|---|---|---|---|---|",
+        *lines]))
 
 
 def main() -> None:
