@@ -3,10 +3,12 @@
 Same datasets (our hopper / half_cheetah "medium", Minari format, read by both through
 ``robolearn.data.Dataset``), same number of gradient updates, batch 256, the papers'
 hyperparameters on both sides (IQL: expectile 0.7, beta 3, weight clip 100, cosine
-actor lr over the run, rewards scaled by 1000 / return spread, standardized
-observations; TD3+BC: alpha 2.5, policy delay 2, target noise 0.2 clip 0.5,
-standardized observations), one torch thread each. Same evaluation: the final
-policy's deterministic actions on our VecEnv of the task, ``EVAL_EPISODES`` episodes,
+actor lr over the run, rewards scaled by 1000 / return spread; TD3+BC: alpha 2.5, policy
+delay 2, target noise 0.2 clip 0.5, standardized observations) with one addition: IQL's
+observations are standardized too, as CORL's IQL (which our config follows) does and IQL's
+paper code and d3rlpy's IQL reproduction script (reproductions/offline/iql.py) do not; both
+sides do it, so the comparison stays like for like. One torch thread each. Same evaluation:
+the final policy's deterministic actions on our VecEnv of the task, ``EVAL_EPISODES`` episodes,
 scored with the dataset's normalized score (x100). Speed: gradient updates per second
 of the training loop (ours: the runner's iteration time, sampling included; d3rlpy:
 ``fit``, its setup included).
@@ -124,7 +126,8 @@ def run_d3rlpy(algo: str, dataset: str, seed: int, updates: int, precision: str,
     if seeding == "independent":
         np.random.seed(np.random.SeedSequence(seed).generate_state(1)[0])
     scaler = d3rlpy.preprocessing.StandardObservationScaler()
-    if algo == "iql":  # d3rlpy's reproduction script for IQL on D4RL MuJoCo
+    if algo == "iql":  # d3rlpy's IQL reproduction (reproductions/offline/iql.py) plus the observation scaler, which
+        # that script lacks: our IQL standardizes observations, so d3rlpy's does too (like for like)
         config = d3rlpy.algos.IQLConfig(
             batch_size=256, actor_learning_rate=3e-4, critic_learning_rate=3e-4, expectile=0.7, weight_temp=3.0,
             max_weight=100.0, observation_scaler=scaler,
@@ -215,7 +218,9 @@ def table(runs: list[dict]) -> str:
     peers = ", ".join(sorted({r["commit"] for r in runs if r["lib"] == "d3rlpy"})) or "d3rlpy"
     lines = [f"### Offline RL on D4RL-style datasets of our tasks: robolearn vs {peers}", "",
              f"Machine: {'; '.join(recorded) or 'not recorded with these runs (see BENCHMARKS.md)'}. {', '.join(f'{u:,}' for u in budgets)} gradient updates per run, batch 256, one torch "
-             f"thread, the papers' hyperparameters on both sides; score = normalized score x100 of the final policy over "
+             f"thread, the papers' hyperparameters on both sides, plus standardized observations for IQL on both sides "
+             "(TD3+BC's paper and CORL's IQL standardize them; IQL's paper code and d3rlpy's IQL reproduction script "
+             "do not); score = normalized score x100 of the final policy over "
              f"{EVAL_EPISODES} deterministic episodes on our VecEnv (0 = random policy, 100 = our PPO expert; "
              "datasets: benchmarks/results/offline_datasets*.md, one per machine that made them; each run records its "
              "dataset's fingerprint). Made by `python3 benchmarks/offline_d4rl_style.py` "
