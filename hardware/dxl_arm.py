@@ -80,10 +80,11 @@ class DynamixelArm(Robot):
             check_target(target)
         self.fixed_target = None if target is None else torch.tensor(target, dtype=torch.float64)
         safety = safety_settings(config, safety)
-        top = min(m.velocity_limit for m in config.calibration.motors)
-        if safety.ramp_speed > top:  # faster than the servos follow: a "ramp" would be a jump, and parks fall short
-            raise ValueError(f"safety.ramp_speed {safety.ramp_speed:g} rad/s is above the servos' velocity_limit "
-                             f"{top:g} rad/s: ramps to a pose would jump; give at most {top:g}")
+        top = min(m.velocity_limit if m.max_speed is None else m.max_speed for m in config.calibration.motors)
+        if safety.ramp_speed > top:  # faster than the servos follow: the ramp's waypoints would run ahead of the
+            raise ValueError(f"safety.ramp_speed {safety.ramp_speed:g} rad/s is above what the servos move at "  # arm
+                             f"(max_speed, else velocity_limit: {top:g} rad/s): ramps to a pose would run ahead of the "
+                             f"arm and parks fall short; give at most {top:g}")
         if self.task.max_goal_step < safety.max_step:  # never allow larger goal steps than training did
             safety = dataclasses.replace(safety, max_step=self.task.max_goal_step)
         elif self.task.max_goal_step > safety.max_step:
@@ -137,8 +138,9 @@ class DynamixelArm(Robot):
             alerted = set(self.bus.alerted)  # cut their own torque: not re-armed (they are the run's fault already)
             limp = [i for i in self.bus.torque_off() if i not in alerted]
             tripped = [i for i in self.bus.watchdog_tripped() if i not in alerted] if gap else []
+            left = []  # limp outside their limits: torque on would snap them in; the others are re-armed
             if (limp or tripped) and not isinstance(self.stopped, EmergencyStop):  # (a Ctrl+\ during the reads)
-                self.bus.enable_torque(True, skip=alerted)
+                left = self.bus.enable_torque(True, skip=alerted, leave_outside=True)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         except (CommTimeoutError, PacketError):
@@ -159,12 +161,18 @@ class DynamixelArm(Robot):
             if limp:
                 why.append(f"servos {limp} had turned their torque off (rebooted after a power dip, or another "
                            "program turned it off), so they went limp")
-            self.fault = self.fault or ServosStopped(f"the servos stopped following goals: {'; '.join(why)}; "
-                                                     "re-armed where they stood, to park")
+            rearmed = "re-armed where they stood, to park" + (
+                f"; servos {left} were left limp: they had fallen outside their limits, and torque on would have "
+                "snapped them in at full speed" if left else "")
+            self.fault = self.fault or ServosStopped(f"the servos stopped following goals: {'; '.join(why)}; {rearmed}")
         return True
 
     def _disconnect(self) -> None:
         self.bus.close()
+
+    def _refuse_outside_limits(self, q: np.ndarray) -> None:
+        """The bus judged this at connect, servo by servo: a limp joint outside its limits is refused, one that
+        holds torque there (sagged past it under load; an arm a killed run left holding) is no snap, and kept."""
 
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         try:

@@ -67,11 +67,11 @@ class ParkSkipped(SafetyStop):
 
 
 EVENT_TOLERANCE = 1e-6
-# How far outside its limits a joint may read at torque on (a joint held at its limit reads a few ticks past it
-# under load); further out, the first goal, inside the limits, would move it at the motor's full speed.
-LIMIT_SLACK_RAD = 0.05
 """rad: clipping by less than this is not counted as an intervention (float32 actions are
 rounded by up to ~2.4e-7 rad near 4 rad); the limits themselves are applied exactly."""
+LIMIT_SLACK_RAD = 0.05
+"""rad: how far outside its limits a limp joint may read at torque on (one that rests against its limit);
+further out, the first goal, inside the limits, would move it there at the motor's full speed."""
 
 
 @dataclass

@@ -11,16 +11,18 @@ following goals: torque off (a reboot, a shutdown), or its bus watchdog fired.
 On connect the servos' Homing_Offset is set to 0 (calibration is applied in
 software) and Return_Delay_Time to 0 (each reply comes 0.5 ms sooner than the
 factory 500 us); torque goes off for these EEPROM writes only where one differs,
-so an arm that a killed run left holding does not sag. Profile_Velocity is set to
-the calibration's ``velocity_limit``: in position mode Velocity_Limit alone caps
-no joint speed. Torque comes on at the measured pose, and is refused for a joint
-measured outside its limits (torque on would snap it to the limit at full speed).
+so an arm that a killed run left holding does not sag. Profile_Velocity is the
+calibration's ``max_speed`` (0, no profile, without one): in position mode
+Velocity_Limit caps no joint speed. Torque comes on at the measured pose; a limp
+joint measured outside its limits is refused (torque on would snap it to the
+limit at full speed), one holding torque there (sagged past it) is left holding.
 The Bus_Watchdog stops the servos when this host goes quiet for longer than
 ``watchdog_ms``; ``enable_torque(True)`` re-arms it after a trip.
 
 A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
-drained until it is quiet, and a reply of the wrong length counts as garbled.
+drained until it is quiet, and a reply holding another number of bytes than the
+request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
 so a payload containing FF FF FD goes out unstuffed. Nothing this driver writes
@@ -40,6 +42,7 @@ from typing import Any
 
 import dynamixel_sdk as sdk
 import numpy as np
+from dynamixel_sdk.protocol2_packet_handler import PKT_ERROR, PKT_ID, PKT_LENGTH_H, PKT_LENGTH_L, PKT_PARAMETER0
 
 from hardware.safety import LIMIT_SLACK_RAD, add_to_message
 
@@ -183,8 +186,8 @@ class DynamixelBus:
                 for servo_id, changes in differing.items():
                     for name, value in changes.items():
                         self.write(servo_id, name, value)
-            for motor in self.calibration.motors:  # (RAM: back to 0 after a reboot)
-                self.write(motor.id, "Profile_Velocity", Calibration.velocity_limit_raw(motor))
+            for motor in self.calibration.motors:  # (RAM: another program's may be there; enable_torque rewrites
+                self.write(motor.id, "Profile_Velocity", Calibration.profile_velocity_raw(motor))  # it after reboots)
             self.enable_torque(True)
         except BaseException as err:  # (a stop signal too) torque off where it may be on already, then the port back
             try:
@@ -209,12 +212,13 @@ class DynamixelBus:
         without replies a write cannot be confirmed, and would be taken for a servo gone silent."""
         try:
             level = self.read(servo_id, "Status_Return_Level")
-        except CommTimeoutError:  # it answered a ping: level 0 answers nothing else
-            level = 0
+        except CommTimeoutError:  # it answered a ping: level 0 answers nothing else (or the line lost the replies)
+            raise DynamixelError(f"servo {servo_id} answered a ping but no read: its Status_Return_Level is 0 "
+                                 "(pings only), or the line loses replies; set the level to 2 (Dynamixel Wizard, or "
+                                 "power-cycle the servo: 2 is its power-on value), or check the wiring") from None
         if level != 2:
-            answers = "pings only" if level == 0 else "pings and reads, not writes"
-            raise DynamixelError(f"servo {servo_id} answers {answers} (Status_Return_Level {level}): set it to 2 "
-                                 "(Dynamixel Wizard, or power-cycle the servo: 2 is its power-on value)")
+            raise DynamixelError(f"servo {servo_id} answers pings and reads, not writes (Status_Return_Level {level}): "
+                                 "set it to 2 (Dynamixel Wizard, or power-cycle the servo: 2 is its power-on value)")
 
     def close(self) -> None:
         """Torque off if the servos still answer, then close the port. Safe to call twice."""
@@ -274,9 +278,11 @@ class DynamixelBus:
 
     # ------------------------------------------------------------- servo ops
 
-    def enable_torque(self, on: bool, skip: set[int] | frozenset[int] = frozenset()) -> None:
+    def enable_torque(self, on: bool, skip: set[int] | frozenset[int] = frozenset(),
+                      leave_outside: bool = False) -> list[int]:
         """Torque on (holding the present pose, watchdog re-armed) or off, on every servo; torque on leaves out
-        ``skip`` (servos in a hardware alert: a robot parks the others)."""
+        ``skip`` (servos in a hardware alert: a robot parks the others). A limp servo that reads outside its
+        limits is refused (:class:`OutsideLimitsError`), or with ``leave_outside`` left limp; returns their ids."""
         if not on:  # every servo, even if one fails: a limp arm is the safe state
             errors = []
             for servo_id in self._ids:
@@ -290,12 +296,18 @@ class DynamixelBus:
             failed = [e for e in errors if not isinstance(e, HardwareAlertError)]
             if failed:
                 raise failed[0]
-            return
-        armed = [servo_id for servo_id in self._ids if servo_id not in skip]
+            return []
+        positions, _ = self.read_state(allow_alerts=bool(skip))
+        limp = set(self.torque_off())
+        outside = self._outside_limits(positions, limp - set(skip))  # (one holding torque there snaps nowhere)
+        if outside and not leave_outside:
+            raise next(iter(outside.values()))
+        armed = [servo_id for servo_id in self._ids if servo_id not in skip and servo_id not in outside]
         for servo_id in armed:
             self.write(servo_id, "Bus_Watchdog", 0)  # clears a tripped watchdog, which blocks goals
-        positions, _ = self.read_state(allow_alerts=bool(skip))
-        self._check_within_limits(positions, armed)
+        for motor in self.calibration.motors:  # a reboot put Profile_Velocity back to 0
+            if motor.id in limp and motor.id in armed:
+                self.write(motor.id, "Profile_Velocity", Calibration.profile_velocity_raw(motor))
         self.write_goal(positions)
         for servo_id in armed:
             self.write(servo_id, "Torque_Enable", 1)
@@ -304,14 +316,15 @@ class DynamixelBus:
         if units:
             for servo_id in armed:
                 self.write(servo_id, "Bus_Watchdog", units)
+        return sorted(outside)
 
-    def _check_within_limits(self, positions: np.ndarray, armed: list[int]) -> None:
-        """Refuse torque on where a joint reads outside its limits: its goal would be the limit, reached at
-        the motor's full speed rather than at a ramp's."""
+    def _outside_limits(self, positions: np.ndarray, limp: set[int]) -> dict[int, OutsideLimitsError]:
+        """The limp servos whose joint reads outside its limits, by id: torque on would send the goal to the
+        limit, reached at the motor's full speed rather than at a ramp's."""
         low, high = self.calibration.min_positions, self.calibration.max_positions
-        for i, motor in enumerate(self.calibration.motors):
-            if motor.id in armed and not low[i] - LIMIT_SLACK_RAD <= positions[i] <= high[i] + LIMIT_SLACK_RAD:
-                raise OutsideLimitsError(motor.id, motor.joint, float(positions[i]), low[i], high[i])
+        return {motor.id: OutsideLimitsError(motor.id, motor.joint, float(positions[i]), low[i], high[i])
+                for i, motor in enumerate(self.calibration.motors)
+                if motor.id in limp and not low[i] - LIMIT_SLACK_RAD <= positions[i] <= high[i] + LIMIT_SLACK_RAD}
 
     def watchdog_tripped(self) -> list[int]:
         """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals), from one
@@ -366,10 +379,12 @@ class DynamixelBus:
         item = TABLE[name]
 
         def attempt() -> _Attempt:
-            data, result, error = self._packet.readTxRx(self._need_port(), servo_id, item.address, item.size)
-            if result == sdk.COMM_SUCCESS and len(data) != item.size:  # another request's reply, come late
-                return sdk.COMM_RX_CORRUPT, 0, None, servo_id
-            value = item.from_bytes(bytes(data)) if result == sdk.COMM_SUCCESS else 0
+            port = self._need_port()
+            result = self._packet.readTx(port, servo_id, item.address, item.size)
+            if result != sdk.COMM_SUCCESS:
+                return result, 0, None, servo_id
+            data, result, error = self._reply(port, servo_id, item.size)
+            value = item.from_bytes(data) if result == sdk.COMM_SUCCESS else 0
             return result, error, value, servo_id
 
         return self._retry(f"read {name}", attempt)
@@ -407,15 +422,27 @@ class DynamixelBus:
             return result, 0, None, None
         data = {}
         for servo_id in self._ids:
-            payload, result, error = self._packet.readRx(port, servo_id, length)
-            if result == sdk.COMM_SUCCESS and len(payload) != length:  # another request's reply, come late
-                return sdk.COMM_RX_CORRUPT, 0, None, servo_id
+            payload, result, error = self._reply(port, servo_id, length)
             if result == sdk.COMM_SUCCESS and error == protocol.ERR_ALERT and alerted is not None:
                 alerted.append(servo_id)
             elif result != sdk.COMM_SUCCESS or error:
                 return result, error, None, servo_id
             data[servo_id] = bytes(payload)
         return result, 0, data, None
+
+    def _reply(self, port: SelectPortHandler, servo_id: int, length: int) -> tuple[bytes, int, int]:
+        """``servo_id``'s status to a read of ``length`` bytes: (data, SDK result, error byte). As the SDK's readRx
+        (others' replies are passed over), but a status holding another number of bytes, another request's come
+        late, is garbled (readRx cuts it to size, and a late longer reply had been read as the answer)."""
+        while True:
+            packet, result = self._packet.rxPacket(port, False)
+            if result != sdk.COMM_SUCCESS or packet[PKT_ID] == servo_id:
+                break
+        if result != sdk.COMM_SUCCESS:
+            return b"", result, 0
+        if (packet[PKT_LENGTH_L] | packet[PKT_LENGTH_H] << 8) - 4 != length:  # (LENGTH: instruction, error, data, CRC)
+            return b"", sdk.COMM_RX_CORRUPT, 0
+        return bytes(packet[PKT_PARAMETER0 + 1:PKT_PARAMETER0 + 1 + length]), result, packet[PKT_ERROR]
 
     def _send_goal_ticks(self, ticks: np.ndarray) -> None:
         self._need_port()

@@ -54,7 +54,11 @@ class MotorCalibration:
     direction: int = 1  # +1: joint and servo turn the same way; -1: mirrored
     min_position: float = -3.14  # rad, joint limit written to the servo
     max_position: float = 3.14
-    velocity_limit: float = 4.8  # rad/s, the joint's top speed: written to Velocity_Limit and Profile_Velocity
+    velocity_limit: float = 4.8  # rad/s, written to Velocity_Limit: it bounds max_speed, not the joint's speed
+    # rad/s, written to Profile_Velocity: the servo moves toward each goal at most this fast. None: no profile, the
+    # motor's own top speed, as the training simulation has it (which models no such cap: set it above the speeds
+    # the policy uses, or train with it)
+    max_speed: float | None = None
 
     @property
     def model_number(self) -> int:
@@ -121,6 +125,11 @@ class Calibration:
         """Velocity_Limit in 0.229 rpm units for one motor."""
         return round(motor.velocity_limit / RAD_S_PER_VELOCITY_UNIT)
 
+    @staticmethod
+    def profile_velocity_raw(motor: MotorCalibration) -> int:
+        """Profile_Velocity in 0.229 rpm units for one motor (0: no profile)."""
+        return 0 if motor.max_speed is None else round(motor.max_speed / RAD_S_PER_VELOCITY_UNIT)
+
     @classmethod
     def from_list(cls, entries: Any, where: str = "motors") -> Calibration:
         if not isinstance(entries, list) or not entries:
@@ -128,7 +137,7 @@ class Calibration:
         return cls(tuple(_motor_from_dict(entry, f"{where}[{i}]") for i, entry in enumerate(entries)))
 
     def to_list(self) -> list[dict[str, Any]]:
-        return [asdict(m) for m in self.motors]
+        return [{k: v for k, v in asdict(m).items() if v is not None} for m in self.motors]  # (max_speed: unset)
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
@@ -213,9 +222,11 @@ def _motor_from_dict(entry: Any, where: str) -> MotorCalibration:
         if key not in entry:
             raise CalibrationError(f"{where}: missing key '{key}'")
     kinds = {"id": int, "joint": str, "model": str, "homing_offset": int, "direction": int,
-             "min_position": float, "max_position": float, "velocity_limit": float}
+             "min_position": float, "max_position": float, "velocity_limit": float, "max_speed": float}
     for key, value in entry.items():
         kind = kinds[key]
+        if key == "max_speed" and value is None:  # (null: no profile, as when left out)
+            continue
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
         if not ok or isinstance(value, bool):
             raise CalibrationError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
@@ -249,10 +260,15 @@ def _validate_motor(m: MotorCalibration, where: str) -> None:
             f"ticks {lo}..{hi}, outside the servo's 0..4095 single-turn range"
         )
     raw = Calibration.velocity_limit_raw(m)
-    if not 0 < m.velocity_limit or raw > TABLE["Velocity_Limit"].maximum:
+    if not 1 <= raw <= TABLE["Velocity_Limit"].maximum:  # (a rate that rounds to 0 units is no limit)
         raise CalibrationError(
-            f"{where}.velocity_limit: must be in (0, {TABLE['Velocity_Limit'].maximum * RAD_S_PER_VELOCITY_UNIT:.2f}] "
-            f"rad/s, got {m.velocity_limit}"
+            f"{where}.velocity_limit: must be in [{RAD_S_PER_VELOCITY_UNIT:.3f}, "
+            f"{TABLE['Velocity_Limit'].maximum * RAD_S_PER_VELOCITY_UNIT:.2f}] rad/s, got {m.velocity_limit}"
+        )
+    if m.max_speed is not None and not (math.isfinite(m.max_speed) and 1 <= Calibration.profile_velocity_raw(m) <= raw):
+        raise CalibrationError(  # (0 units would be no profile at all; above Velocity_Limit the servo refuses it)
+            f"{where}.max_speed: must be in [{RAD_S_PER_VELOCITY_UNIT:.3f}, velocity_limit {m.velocity_limit}] rad/s "
+            f"(or left out: no cap), got {m.max_speed}"
         )
 
 

@@ -741,7 +741,7 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
 
 @pytest.mark.parametrize("kwargs, says", [
     ({"seed": -1}, r"seed \(--seed\) must be a whole number of at least 0, got -1"),
-    ({"safety_overrides": {"ramp_speed": 1e9}}, r"ramp_speed 1e\+09 rad/s is above the servos' velocity_limit 4.8"),
+    ({"safety_overrides": {"ramp_speed": 1e9}}, r"ramp_speed 1e\+09 rad/s is above what the servos move at \(max_speed, else velocity_limit: 4.8 rad/s\)"),
     ({"port": ""}, "--port is empty"),
 ], ids=["seed", "ramp", "port"])
 def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_dir, kwargs, says):

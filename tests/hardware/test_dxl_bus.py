@@ -86,16 +86,16 @@ def test_a_ctrl_c_inside_an_exchange_leaves_the_bus_usable(emulator, make_bus, m
     left every later packet, the safe stop's torque-off too, answered "Port is in use!"."""
     bus = make_bus(emulator)
     packet = bus._packet
-    real = packet.readRx
+    real = packet.rxPacket
 
     def cut_short(port, *args):  # the request went out; the interrupt lands before the reply is read
         assert port.is_using
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(packet, "readRx", cut_short)
+    monkeypatch.setattr(packet, "rxPacket", cut_short)
     with pytest.raises(KeyboardInterrupt):
         bus.read_state()
-    monkeypatch.setattr(packet, "readRx", real)
+    monkeypatch.setattr(packet, "rxPacket", real)
     positions, _ = bus.read_state()  # the unread replies are dropped, not taken for this exchange's
     assert positions.shape == (len(emulator.state()),)
     bus.write(1, "Torque_Enable", 0)
@@ -337,11 +337,12 @@ def test_a_joint_outside_its_limits_is_not_snapped_to_them_at_torque_on(emulator
     assert emulator.state()[3].position == pytest.approx(1.6, abs=1e-3)
 
 
-def test_velocity_limit_caps_the_joints_speed(emulator, calibration, make_bus) -> None:
-    """Velocity_Limit alone bounds only Goal/Profile_Velocity in position mode: a joint limited to 1 rad/s had
-    moved at the motor's 4.3 rad/s. connect() writes it to Profile_Velocity too."""
-    bus = make_bus(emulator, calibration=limited(calibration, 1, velocity_limit=1.0))
-    assert emulator.register(1, "Profile_Velocity") == emulator.register(1, "Velocity_Limit") == 42
+def test_max_speed_caps_the_joints_speed_and_velocity_limit_does_not(emulator, calibration, make_bus) -> None:
+    """Velocity_Limit bounds only Goal/Profile_Velocity in position mode: a joint "limited" to 1 rad/s had moved at
+    the motor's 4.3 rad/s, the calibration saying it capped the speed. max_speed is written to Profile_Velocity;
+    left out (the default: what the training simulation has), no profile runs."""
+    bus = make_bus(emulator, calibration=limited(calibration, 1, max_speed=1.0))
+    assert emulator.register(1, "Profile_Velocity") == 42 and emulator.register(2, "Profile_Velocity") == 0
     speeds = []
     for _ in range(25):  # 0.5 s toward a goal 1 rad away
         bus.write_goal(np.array([1.0, 0.0, 0.0, 0.0]))
@@ -374,3 +375,41 @@ def test_a_servo_that_does_not_answer_writes_is_refused_by_name(emulator, calibr
     with pytest.raises(DynamixelError, match=r"servo 2 answers pings and reads, not writes \(Status_Return_Level 1\): "
                                              r"set it to 2"):
         DynamixelBus(emulator.port, calibration, timeout_ms=60.0).connect()
+
+
+def test_a_joint_holding_torque_past_its_limit_is_kept_holding_at_connect(emulator, calibration, make_bus) -> None:
+    """A joint held at its limit sags past it under load: connecting again (to an arm a killed run left holding)
+    had refused it as outside its limits, and turned every servo's torque off: the arm fell."""
+    tight = limited(calibration, 3, min_position=-1.0, max_position=1.0)
+    first = make_bus(emulator, calibration=tight)
+    emulator.set_joint_positions({3: 1.1})  # (holding there: the sag, drawn large)
+    first._close_port()  # what a kill leaves: torque on
+    make_bus(emulator, calibration=tight)
+    assert all(s.torque_enabled for s in emulator.state().values())
+
+
+def test_a_rearm_leaves_a_limp_servo_outside_its_limits_limp_and_arms_the_others(emulator, calibration,
+                                                                                 make_bus) -> None:
+    """Mid-run, a servo that rebooted and fell past its limits had failed the whole re-arm: the others were left
+    with their bus watchdog off, and the message said to move a joint that was holding torque."""
+    bus = make_bus(emulator, calibration=limited(calibration, 3, min_position=-1.0, max_position=1.0))
+    emulator.reboot(3)
+    emulator.set_joint_positions({3: 1.3})
+    with pytest.raises(OutsideLimitsError, match=r"servo 3 \(j3\) reads 1.(299|300) rad"):
+        bus.enable_torque(True)
+    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [5, 5, 5]  # (refused before touching them)
+    assert bus.enable_torque(True, leave_outside=True) == [3]
+    state = emulator.state()
+    assert [state[i].torque_enabled for i in (1, 2, 3, 4)] == [True, True, False, True]
+    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [5, 5, 5]
+
+
+def test_a_late_reply_longer_than_the_one_asked_for_is_not_cut_to_size(emulator, make_bus) -> None:
+    """The SDK cuts a reply to the length asked for: a Present_Position reply come after the drain had been read as
+    Torque_Enable (0, where torque was on)."""
+    bus = make_bus(emulator, retries=0, timeout_ms=50.0)
+    emulator.faults.reply_latency = 0.13  # past the timeout and the drain after it
+    with pytest.raises(CommTimeoutError):
+        bus.read(1, "Present_Position")
+    emulator.faults.reply_latency, bus.retries = 0.0, 1
+    assert bus.read(1, "Torque_Enable") == 1

@@ -49,6 +49,10 @@ def test_save_then_load_round_trips_and_keeps_other_keys(tmp_path: Path) -> None
     path.write_text(ARM_YAML.read_text())
     two_motors().save(path)
     assert Calibration.load(path) == two_motors()
+    assert "max_speed" not in path.read_text()  # (unset: no cap, and no `null` written)
+    capped = Calibration(tuple(MotorCalibration(**{**vars(m), "max_speed": 1.5}) for m in two_motors().motors))
+    capped.save(path)
+    assert Calibration.load(path) == capped
     assert RobotConfig.load(path).port == "/dev/ttyUSB0"
     assert [p.name for p in tmp_path.iterdir()] == ["arm.yaml"]  # no temporary file left behind
 
@@ -60,6 +64,10 @@ def test_save_then_load_round_trips_and_keeps_other_keys(tmp_path: Path) -> None
         ({"model": "XM999"}, "motors[1].model"),
         ({"min_position": 2.0}, "motors[1].min_position"),
         ({"velocity_limit": "fast"}, "motors[1].velocity_limit"),
+        ({"velocity_limit": 0.01}, "motors[1].velocity_limit: must be in [0.024"),  # 0 units: no limit at all
+        ({"max_speed": 0.01}, "motors[1].max_speed: must be in [0.024, velocity_limit"),  # 0 units: no profile
+        ({"max_speed": 6.0}, "motors[1].max_speed"),  # above velocity_limit: the servo refuses the profile
+        ({"max_speed": "fast"}, "motors[1].max_speed"),
         ({"homing_offset": 3000}, "motors[1].min_position/max_position"),
         ({"gear": 3}, "unknown key 'gear'"),
         ({"id": 1}, "motors.id: duplicate"),
