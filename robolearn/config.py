@@ -394,9 +394,19 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"override '{key}': '{part}' is not a section")
     if not parents and leaf in SECTIONS and isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
-        node[leaf] = {**node[leaf], **value}  # env={num_envs: 8} sets that key, as env.num_envs=8: it had replaced
-        return  # the file's whole section (the task with it), training the defaults under the config's name
+        node[leaf] = _merged(node[leaf], value)  # env={num_envs: 8} sets that key, as env.num_envs=8: it had
+        return  # replaced the file's whole section (the task with it), training the defaults under the config's name
     node[leaf] = value
+
+
+def _merged(section: dict[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
+    """``section`` with ``value``'s keys set, as their dotted overrides would: a nested mapping sets its own keys
+    (env={randomization: {obs_noise_std: 0.01}} keeps the other ranges), an empty one replaces (turns it off)."""
+    merged = dict(section)
+    for key, item in value.items():
+        nested = isinstance(item, Mapping) and item and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], item) if nested else item
+    return merged
 
 
 def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:

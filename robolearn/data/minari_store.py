@@ -247,12 +247,16 @@ def hold_lock(folder: Path) -> int | None:
     machine, its kernel lock can. None where the filesystem has no locks (Lustre ``noflock``, NFS without
     lockd): the pid and host decide alone there."""
     fd = os.open(folder / WRITING, os.O_CREAT | os.O_RDONLY, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    for _ in range(200):  # another process's probe (_lock_state) holds it for an instant: taken after it, not
+        try:  # given up (a writer that ran unlocked was judged dead a minute later, and its folder removed)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.005)
+        except OSError:  # no locks on this filesystem
+            break
+    os.close(fd)
+    return None
 
 
 def _lock_state(folder: Path) -> str | None:

@@ -54,7 +54,9 @@ class RecordingEnv(VecEnv):
 
     @property
     def full(self) -> bool:
-        return self.max_episodes is not None and self.writer.episodes >= self.max_episodes
+        """Whether this recorder stored its ``max_episodes`` (a writer may hold others before it: a second
+        recording into it had stored none)."""
+        return self.max_episodes is not None and sum(self._kept) >= self.max_episodes
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)

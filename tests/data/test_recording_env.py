@@ -157,3 +157,15 @@ def test_an_episode_stored_as_a_stop_signal_came_is_counted_by_the_caller_too(ro
         for _ in range(2):
             recorder.step(torch.zeros(2, 1))
     assert len(seen) == writer.episodes == 1
+
+
+def test_a_second_recording_into_one_writer_adds_its_own_episodes(root):
+    """The recorder had judged itself full by the writer's count: a second record() into it stored none."""
+    from robolearn.data import record
+    from robolearn.data.record import RandomController
+
+    env = TwoPaces()
+    with _writer(env, root) as writer:
+        for _ in range(2):
+            record(RandomController(env), env, writer, episodes=2, progress=False)
+        assert writer.episodes == 4

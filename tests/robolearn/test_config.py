@@ -291,3 +291,11 @@ def test_a_mapping_given_for_a_section_sets_the_keys_it_names():
 def test_overrides_of_another_kind_are_refused_naming_the_kinds_taken():
     with pytest.raises(TypeError, match=r"overrides: 'key=value' strings \(a list, or one\) or a mapping"):
         load_config("ppo_pendulum", 5)
+
+
+def test_a_section_mapping_sets_nested_keys_too_and_an_empty_one_turns_them_off():
+    """{"env": {"randomization": {"obs_noise_std": 0.01}}} had dropped every other randomization range."""
+    ranges = load_config("ppo_arm_reach_dr").env.randomization
+    merged = load_config("ppo_arm_reach_dr", {"env": {"randomization": {"obs_noise_std": 0.01}}}).env.randomization
+    assert merged == {**ranges, "obs_noise_std": 0.01} and len(ranges) > 1
+    assert not load_config("ppo_arm_reach_dr", {"env": {"randomization": {}}}).env.randomization
