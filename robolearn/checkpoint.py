@@ -187,16 +187,20 @@ PROGRESS_COUNTS = ("env_steps", "updates", "pretrain_updates", "online_updates",
 """What a checkpoint's progress counts (the runners' Progress classes): whole numbers, read by resume and list."""
 
 
-def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool = True) -> None:
-    """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing or unreadable is an error
-    that says what to do; a stamp of another step (a run saved before the two were written as one, or a
-    kill between their renames) is said (where ``warn``: once per run, not by every rank), then used."""
+def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool = True,
+                env: Any = None) -> None:
+    """Restore ``replay`` from ``path`` for a resume at ``env_steps``: missing, unreadable or (given ``env``)
+    holding transitions of other shapes (another task's file) is an error that says what to do; a stamp of
+    another step (a run saved before the two were written as one, or a kill between their renames) is said
+    (where ``warn``: once per run, not by every rank), then used."""
     remedy = ("restore it from a copy to resume, or resume with --fresh-replay (from Python: train(resume=..., "
               "fresh_replay=True)) to go on with an empty buffer the agent refills first (latest.pt still evaluates "
               "and exports without it)")
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; a run that learns from a replay buffer resumes with it; {remedy}")
     state = load_tensors(path, "replay buffer", remedy, map_location=device)
+    if env is not None and (other := _other_shapes(state.get("data"), env)):  # (a run's own file cannot)
+        raise CheckpointError(f"{path}: holds transitions of another env ({other}), not this run's; {remedy}")
     try:
         replay.load_state_dict(state)
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as err:
@@ -206,6 +210,18 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
         warnings.warn(f"{path} holds the replay buffer of env step {int(saved_at)} but the checkpoint is of step "
                       f"{env_steps} (the run stopped, or its disk filled, between writing the two): resuming with it, "
                       "so this resume is not exactly the run it would have been", stacklevel=2)
+
+
+def _other_shapes(data: Any, env: Any) -> str | None:
+    """Where a saved replay's observation groups are not shaped as ``env``'s (a file copied from another task's
+    run had loaded, then failed the first write into it with torch's shape mismatch); None if they are."""
+    for key in ("obs", "next_obs"):
+        groups = data.get(key) if isinstance(data, dict) else None
+        for group, box in (env.observation_spec.items() if isinstance(groups, dict) else ()):
+            saved = groups.get(group)
+            if saved is not None and tuple(saved.shape[1:]) != tuple(box.shape):
+                return f"{key} '{group}' of shape {tuple(saved.shape[1:])}, this env's {tuple(box.shape)}"
+    return None
 
 
 def refill_instead(progress: Any, steps: int, path: Path, warn: bool = True) -> None:
@@ -281,6 +297,10 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
     ``config``: the resuming run's (plain data), so that a shape mismatch names the setting that changed."""
     saved_cfg, now_cfg = payload.get("config") or {}, config or {}
     saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
+    if saved_cfg.get("algo") and now_cfg.get("algo") and saved_cfg["algo"] != now_cfg["algo"]:  # (said first: its
+        raise CheckpointError(f"the checkpoint was saved by algo '{saved_cfg['algo']}', this run is "  # keys all differ)
+                              f"'{now_cfg['algo']}' (a checkpoint copied from another run?): resume the run it came "
+                              "from, or put this run's own checkpoint back")
     try:
         check_compatible(agent.state_dict(), payload["agent"])
     except CheckpointError as err:

@@ -45,7 +45,10 @@ _STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWH
                                 f"job scheduler's, or the file system's largest file): raise it (or write elsewhere: "
                                 f"{_ELSEWHERE})",
                    errno.EACCES: "permission denied: use another path or fix its permissions",
-                   errno.EPERM: "permission denied: use another path or fix its permissions"}
+                   errno.EPERM: "permission denied: use another path or fix its permissions",
+                   errno.ENOTDIR: "a file stands where a folder goes (runs, run_dir=, name=): move it, or write "
+                                  f"elsewhere ({_ELSEWHERE})",
+                   errno.EISDIR: "a folder stands where a file goes: move it, or write elsewhere"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -577,6 +580,7 @@ def _play(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from robolearn.curves import find_runs, plot_runs
+    from robolearn.logger import read_metrics
     from robolearn.recording_plot import is_recording, plot_recording
 
     missing = [str(path) for path in args.runs if not path.exists()]
@@ -599,6 +603,11 @@ def _plot(args: argparse.Namespace) -> int:
         also = f" (the newest; also {', '.join(map(str, others[-5:]))}{more})" if others else ""
         raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
                          f"{newest}{also}")
+    named = {path.resolve() for path in args.runs}
+    empty = [run for run in runs if run.resolve() not in named and not read_metrics(run)]
+    if empty and len(empty) < len(runs):  # found in a folder, nothing logged yet (starting, or stopped before its
+        print(f"left out (no metrics.jsonl lines yet): {', '.join(map(str, empty))}")  # first line): not the others
+        runs = [run for run in runs if run not in empty]
     out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0

@@ -171,7 +171,8 @@ class FinetuneRunner(OfflineRunner):
             refill_instead(self.progress, max(agent_cfg.warmup_steps, agent_cfg.online_batch_size),
                            self.checkpoint_path.with_name("replay.pt"))
         else:
-            load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device)
+            load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device,
+                        env=self.env)
             mark_resume_seam(self.online, self.agent, self._saved_num_envs, self.cfg.env.num_envs)
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
@@ -293,12 +294,15 @@ class FinetuneRunner(OfflineRunner):
                        "iteration_time": time.perf_counter() - start}
             if self.curriculum is not None:
                 metrics["jsrl/h"] = self.curriculum.h
-            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
+            last = self.progress.env_steps >= cfg.runner.total_steps
+            saving = self.progress.iteration % cfg.runner.checkpoint_every == 0 or last
+            if saving:
                 self.progress.evaluation = self.evaluate()
                 metrics |= self.progress.evaluation
+            if self.progress.iteration % cfg.runner.log_every == 0 or last:  # logged, then saved (see the offline
+                logger.log(self.progress.env_steps, metrics)  # phase); the last too: `list` reads how far a run got
+            if saving:
                 self.save()
-            if self.progress.iteration % cfg.runner.log_every == 0 or self.progress.env_steps >= cfg.runner.total_steps:
-                logger.log(self.progress.env_steps, metrics)  # and the last: `list` reads how far a run got from it
             if stop is not None and ask_stop(self, stop, {"phase": "online", "env_steps": self.progress.env_steps,
                                                          "iteration": self.progress.iteration, **metrics}):
                 return

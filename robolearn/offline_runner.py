@@ -380,12 +380,16 @@ class OfflineRunner:
             self.progress.iteration += 1
             metrics["iteration_time"] = time.perf_counter() - start
             done = self.progress.updates >= total
-            if self.progress.iteration % cfg.runner.checkpoint_every == 0 or done:
+            saving = self.progress.iteration % cfg.runner.checkpoint_every == 0 or done
+            if saving:
                 self.progress.evaluation = self.evaluate()
                 metrics |= self.progress.evaluation
-                self.save()
+            # logged, then saved (as the online runner): a kill between the two had lost the row and its
+            # evaluation for good; a row past the checkpoint is set aside on resume and done again
             if self.progress.iteration % cfg.runner.log_every == 0 or done:
                 logger.log(self.progress.updates, metrics)
+            if saving:
+                self.save()
             if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates,
                                                                  "iteration": self.progress.iteration, **metrics}):
                 return True

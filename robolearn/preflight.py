@@ -80,6 +80,8 @@ def check_replay_windows(cfg: TrainConfig, agent: Agent, num_envs: int, world_si
         raise ConfigError(f"agent.buffer_size ({cfg.agent.buffer_size}) must be a multiple of env.num_envs "
                           f"({num_envs}): {cfg.algo} cuts windows of each env's consecutive steps from the replay buffer")
     window = int(getattr(agent, "replay_window", 1))
+    if cfg.runner.utd_ratio == 0:  # no update ever samples a window (said by the runner)
+        return
     # Vector steps before the first update: the warm-up (at least one), then, with utd_ratio x num_envs < 1,
     # those that build up the first whole update
     lag = math.ceil(1.0 / (cfg.runner.utd_ratio * num_envs) - 1e-9) - 1 if cfg.runner.utd_ratio * num_envs < 1 else 0

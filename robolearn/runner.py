@@ -56,9 +56,9 @@ from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows)
-from robolearn.runs import (FAILURE_FILE, check_same_folder, export_meta, keep_replaced_config, new_run_dir,
-                            record_failure, refuse_finished, saved_progress, trained_counts,
-                            warn_of_pretraining_changes, write_config)
+from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
+                            new_run_dir, record_failure, refuse_finished, refuse_task_change, saved_progress,
+                            trained_counts, warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -281,6 +281,9 @@ class Runner:
                               f"({self.planned_steps():,} env steps): every action is random and the agent updates "
                               "at most on the last step, so the controller it exports is untrained; lower "
                               "runner.random_steps or raise runner.total_steps", stacklevel=2)
+            if self.replay is not None and self.main and cfg.runner.utd_ratio == 0:  # (it had been said nowhere)
+                warnings.warn("runner.utd_ratio=0: the agent makes no update (it only collects), so the controller "
+                              "it exports is untrained; give it updates per env step (1.0 is SAC's)", stacklevel=2)
         except BaseException:
             self.close()
             raise
@@ -402,7 +405,7 @@ class Runner:
                            self.checkpoint_path.with_name("replay.pt"), warn=self.main)
         elif self.replay is not None:
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.replay, self.progress.env_steps,
-                        self.env.device, warn=self.main)
+                        self.env.device, warn=self.main, env=self.env)
             mark_resume_seam(self.replay, self.agent, saved_num_envs(payload, self.env.num_envs), self.env.num_envs)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -940,8 +943,10 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:
         if resume is not None and Path(resume).is_dir() and not (Path(resume) / "checkpoints" / "latest.pt").is_file():
-            raise CheckpointError(f"{resume}: no checkpoint to resume from: the run stopped before its first one was "
-                                  "saved; train it anew (robolearn train <config>) and remove this folder")
+            raise CheckpointError(checkpoint_missing(Path(resume)).replace(": no checkpoint:", ": no checkpoint to "
+                                                                           "resume from:", 1))
+        if resume is not None and Path(resume).is_dir():
+            refuse_task_change(Path(resume), cfg)
         if is_finetune(cfg):
             runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)
         else:

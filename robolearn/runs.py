@@ -66,7 +66,7 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
         set_aside_evaluation(run_dir)
         return
     if run_ended(run_dir, eval_episodes):
-        more = max(2 * total, _round_up(done + total))
+        more = max(2 * total, _round_up(done + max(total, 1)))  # (a budget of 0 had suggested 0 again)
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
                           f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
                           f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
@@ -121,6 +121,16 @@ def no_checkpoint(run_dir: Path, cfg: TrainConfig) -> str | None:
     if trainer := holder(run_dir):
         return (f"{run_dir}: no checkpoint yet: the run is still training ({trainer}) and saves its first after "
                 f"runner.checkpoint_every={cfg.runner.checkpoint_every} iteration(s)")
+    return checkpoint_missing(run_dir)
+
+
+def checkpoint_missing(run_dir: Path) -> str:
+    """Why a run that nobody trains now has no ``checkpoints/latest.pt``, and what to do."""
+    if read_metrics(run_dir) or (run_dir / "export" / "controller.json").is_file():  # it trained: the file is gone
+        exported = " (its exported files still evaluate: robolearn eval RUN --exported onnx)" \
+            if (run_dir / "export" / "controller.json").is_file() else ""
+        return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run logged training: "
+                f"restore it from a copy{exported}")
     return (f"{run_dir}: no checkpoint: the run stopped before its first one was saved; train it anew "
             f"(robolearn train <config>) and remove this folder")
 
@@ -317,6 +327,18 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
           f"is kept as {kept}")
 
 
+def refuse_task_change(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resume goes on with its run's task: another of the same shapes had trained on, its curves, recent returns
+    and checkpoint mixing two tasks (only a change of shapes had been refused). Refused before anything is built."""
+    try:
+        trained = (read_yaml(run_dir / "config.yaml").get("env") or {}).get("task")
+    except (OSError, ValueError, AttributeError):
+        return  # the resume says what is wrong with its config
+    if trained is not None and trained != cfg.env.task:
+        raise ConfigError(f"env.task: {run_dir} trained on '{trained}'; a resume goes on with its task, not "
+                          f"'{cfg.env.task}': train a new run for that task")
+
+
 def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:
     """A resume past its pretraining phase reads no dataset and pretrains no more: a changed ``dataset`` or
     ``agent.pretrain_*`` setting is said to change nothing (it had been listed among the changed settings as if
@@ -388,12 +410,14 @@ def run_status(run: Path) -> str:
     if not isinstance(raw, dict):
         return "config.yaml unreadable (its top level is not a mapping of settings)"
     resume = shell("robolearn", "train", "--resume", run)
+    agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
+    ended = run_ended(run, runner.get("eval_episodes") or 0)
+    if not last and ended:  # its end left its files (runner.total_steps=0, or metrics.jsonl lost): as resume says
+        return "done (no metrics lines)"
     if not last:  # (a second Ctrl+C saves mid-iteration: say how far its checkpoint holds)
         saved = ", ".join(f"{value:,} {key}" for key, value in trained_counts(saved_progress(run)).items())
         return f"{failed or 'incomplete'}: {f'saved at {saved}, ' if saved else ''}stopped before its first " \
                f"logged iteration; {resume}"
-    agent, runner = raw.get("agent") or {}, raw.get("runner") or {}
-    ended = run_ended(run, runner.get("eval_episodes") or 0)
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
     # left its files: loading every run's checkpoint would make list slow.
     saved = {} if ended else saved_progress(run)

@@ -402,3 +402,24 @@ def test_failed_txt_keeps_no_terminal_colours(tmp_path):
 
     record_failure(tmp_path, RuntimeError("\x1b[96mdynamic_shapes\x1b[0m must match"))
     assert (tmp_path / "failed.txt").read_text().startswith("RuntimeError: dynamic_shapes must match\n")
+
+
+def test_a_run_folder_that_is_a_file_is_said_in_one_line(tmp_path, capsys, monkeypatch):
+    """A file named runs had been a NotADirectoryError traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("hi")
+    assert main(["train", "ppo_pendulum", "runner.total_steps=64", "--no-wandb"]) != 0
+    err = capsys.readouterr().err
+    assert "a file stands where a folder goes (runs, run_dir=, name=)" in err and "Traceback" not in err
+
+
+def test_plot_of_a_folder_leaves_out_a_run_that_logged_nothing_yet(tmp_path, capsys):
+    """One run starting beside finished ones had failed the whole folder's plot ("no metrics.jsonl lines")."""
+    config = {"algo": "ppo", "env": {"task": "pendulum"}, "runner": {"total_steps": 2000}}
+    _fake_run(tmp_path / "runs", "a", config, [{"env_steps": 1000, "time": 1.0, "return": -500.0},
+                                               {"env_steps": 2000, "time": 2.0, "return": -300.0}])
+    starting = _fake_run(tmp_path / "runs", "b", config, [])
+    assert main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert f"left out (no metrics.jsonl lines yet): {starting}" in out and (tmp_path / "c.png").is_file()
+    assert main(["plot", str(starting)]) == 2  # named, it is still an error

@@ -323,3 +323,39 @@ def test_a_dataset_whose_groups_have_other_names_says_its_own():
                                            r"\{'observation': \(4,\), 'achieved_goal': \(2,\), 'desired_goal': \(2,\)\}, "
                                            r"the env's \{'policy': \(4,\), 'goal': \(2,\)\}; the groups must have"):
         check_dataset_fits(dataset, "point_maze", env)
+
+
+def test_an_iteration_is_logged_before_its_checkpoint(root, tmp_path, monkeypatch):
+    """Saved first, a kill between the two had lost the iteration's metrics row and its evaluation for good (a resume
+    goes on after the checkpoint); logged first, a row past the checkpoint is set aside and done again."""
+    from robolearn.logger import read_metrics
+
+    seen = []
+    real_save = OfflineRunner.save
+
+    def save(runner):
+        if runner.progress.updates:
+            seen.append(read_metrics(runner.run_dir)[-1]["updates"] == runner.progress.updates)
+        real_save(runner)
+
+    monkeypatch.setattr(OfflineRunner, "save", save)
+    train(tiny(tmp_path, "runner.total_steps=2000", "runner.checkpoint_every=1"))
+    assert seen and all(seen)
+
+
+def test_a_replay_of_another_env_is_refused_naming_the_remedy(tmp_path):
+    """A replay.pt copied from another task's run had loaded, then failed the first write with torch's shape error."""
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+
+    from robolearn.checkpoint import load_replay
+    from robolearn.storage import ReplayBuffer
+
+    path = tmp_path / "replay.pt"
+    torch.save({"data": {"obs": {"policy": torch.zeros(8, 5)}, "action": torch.zeros(8, 1)}, "position": 8,
+                "size": 8, "env_steps": 8}, path)
+    env = SimpleNamespace(observation_spec={"policy": spaces.Box(-1, 1, (3,))}, action_spec=spaces.Box(-1, 1, (1,)))
+    with pytest.raises(CheckpointError, match=r"holds transitions of another env \(obs 'policy' of shape \(5,\), "
+                                              r"this env's \(3,\)\), not this run's; restore it from a copy"):
+        load_replay(path, ReplayBuffer(16, "cpu"), 8, "cpu", env=env)

@@ -1185,3 +1185,40 @@ def test_random_episode_start_is_refused_for_an_env_that_keeps_its_own_time_limi
     with pytest.raises(ValueError, match="env.random_episode_start: GymVecEnv keeps its own episode time limit"):
         Runner(tiny(tmp_path, "ppo", "env.task=gym:Pendulum-v1", "env.random_episode_start=true"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_what_a_resume_cannot_go_on_with_is_refused_or_said(tmp_path, capsys):
+    """From a runs audit: another task of the same shapes had been resumed (its curves mixing two tasks); another
+    algorithm's checkpoint was said as ~35 changed settings; a lost checkpoints folder advised removing a trained
+    run; a finished run without metrics lines was 'incomplete' to list and 'finished' to resume."""
+    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100")).run_dir
+    with pytest.raises(ConfigError, match=r"env.task: .* trained on 'pendulum'; a resume goes on with its task, not "
+                                          r"'gym:Pendulum-v1'"):
+        train(resume=run, overrides=["env.task=gym:Pendulum-v1", "runner.total_steps=3000"])
+    other = train(tiny(tmp_path, "ppo", "runner.total_steps=64", "name=other")).run_dir
+    own = (run / "checkpoints" / "latest.pt").read_bytes()
+    (run / "checkpoints" / "latest.pt").write_bytes((other / "checkpoints" / "latest.pt").read_bytes())
+    with pytest.raises(CheckpointError, match=r"the checkpoint was saved by algo 'ppo', this run is 'sac'"):
+        train(resume=run, overrides=["runner.total_steps=3000"])
+    (run / "checkpoints" / "latest.pt").write_bytes(own)
+    (run / "metrics.jsonl").unlink()
+    assert cli(["list", "--runs", str(run)]) == 0 and "done (no metrics lines)" in capsys.readouterr().out
+    for path in (run / "checkpoints").iterdir():
+        path.unlink()
+    (run / "checkpoints").rmdir()
+    (other / "checkpoints" / "latest.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"checkpoints/latest.pt is missing, though the run logged training: "
+                                              r"restore it from a copy \(its exported files still evaluate"):
+        train(resume=other, overrides=["runner.total_steps=400"])
+
+
+def test_no_updates_are_said_and_a_window_agent_does_not_divide_by_zero(tmp_path):
+    """runner.utd_ratio=0 ("0 turns it off") had trained nothing without a word, and failed sac_as's preflight
+    with ZeroDivisionError."""
+    with pytest.warns(UserWarning, match=r"runner.utd_ratio=0: the agent makes no update"):
+        train(tiny(tmp_path, "sac", "runner.total_steps=100", "runner.random_steps=50", "runner.utd_ratio=0"))
+    cfg = load_config("sac_as_gym_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled",
+                                             "logging.progress=false", "runner.utd_ratio=0", "runner.total_steps=50",
+                                             "runner.eval_episodes=1", "runner.video_seconds=0"])
+    with pytest.warns(UserWarning, match="runner.utd_ratio=0"):
+        train(cfg)
