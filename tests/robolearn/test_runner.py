@@ -980,7 +980,7 @@ def test_stop_sees_env_steps_and_a_stop_that_raises_leaves_a_checkpoint_to_resum
 def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_changes(tmp_path):
     """train(resume=run, overrides=...) is `robolearn train --resume RUN key=value`; a freshly loaded config
     given with resume= is used, but each setting that differs from the run's is said; robolearn.make_env(run)
-    builds the env with the run's task settings, and another task's checkpoint is named as such."""
+    builds the env with the run's task settings, and another task is refused by name."""
     import robolearn
     import sims
 
@@ -995,9 +995,9 @@ def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_
     with robolearn.make_env(first.run_dir, num_envs=2) as env, sims.make_env("cartpole", 2) as default:
         assert env.max_episode_steps == 50 and default.max_episode_steps == 500  # the task's default: not the run's
     other = load_config("ppo_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled"])
-    with pytest.raises(CheckpointError, match="trained on task 'cartpole', this run is on 'pendulum'"), \
+    with pytest.raises(ConfigError, match="trained on 'cartpole'; a resume goes on with its task, not 'pendulum'"), \
             pytest.warns(UserWarning, match="env.task 'cartpole' -> 'pendulum'"):
-        robolearn.train(other, resume=first.run_dir)
+        robolearn.train(other, resume=first.run_dir)  # (refused before anything is built)
 
 
 def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_replaces(tmp_path, capsys):
