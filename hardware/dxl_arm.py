@@ -99,6 +99,7 @@ class DynamixelArm(Robot):
         stop_after_s = safety.stop_after_s
         self.bus = DynamixelBus(self.port, calibration, baudrate=config.baudrate, retries=retries,
                                 watchdog_ms=min(2540, round(1000 * stop_after_s)))
+        self._left_limp: set[int] = set()
         control_dt = self.task.frame_skip * 0.002  # the MJCF's timestep: train and deploy at one rate
         if config.control_dt is not None and abs(config.control_dt - control_dt) > 1e-9:
             raise ValueError(f"the robot config's control_dt is {config.control_dt} s, but the task runs at "
@@ -121,6 +122,7 @@ class DynamixelArm(Robot):
                             "dynamixel` serves an emulated arm on one)",)
             raise
         self._heard_at = self._checked_at = time.monotonic()
+        self._left_limp = set()  # servos a re-arm left limp outside their limits: not asked about again
 
     def _check_servos(self, quiet_s: float, q: np.ndarray, gap: bool) -> bool:
         """Ask whether every servo still follows goals: one with torque off rebooted (a power dip) or shut down,
@@ -135,12 +137,15 @@ class DynamixelArm(Robot):
                 or not self.connected:
             return True
         try:
-            alerted = set(self.bus.alerted)  # cut their own torque: not re-armed (they are the run's fault already)
-            limp = [i for i in self.bus.torque_off() if i not in alerted]
-            tripped = [i for i in self.bus.watchdog_tripped() if i not in alerted] if gap else []
+            # not re-armed: those that cut their own torque (the run's fault already), and those a re-arm left limp
+            # outside their limits (asked again, each check would re-arm the others anew and restart the park)
+            kept_off = set(self.bus.alerted) | self._left_limp
+            limp = [i for i in self.bus.torque_off() if i not in kept_off]
+            tripped = [i for i in self.bus.watchdog_tripped() if i not in kept_off] if gap else []
             left = []  # limp outside their limits: torque on would snap them in; the others are re-armed
             if (limp or tripped) and not isinstance(self.stopped, EmergencyStop):  # (a Ctrl+\ during the reads)
-                left = self.bus.enable_torque(True, skip=alerted, leave_outside=True)
+                left = self.bus.enable_torque(True, skip=kept_off, leave_outside=True)
+                self._left_limp.update(left)
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         except (CommTimeoutError, PacketError):

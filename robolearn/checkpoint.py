@@ -213,8 +213,12 @@ def load_replay(path: Path, replay: Any, env_steps: int, device: Any, warn: bool
 
 
 def _other_shapes(data: Any, env: Any) -> str | None:
-    """Where a saved replay's observation groups are not shaped as ``env``'s (a file copied from another task's
-    run had loaded, then failed the first write into it with torch's shape mismatch); None if they are."""
+    """Where a saved replay's observation groups or actions (the runners store the env's) are not shaped as
+    ``env``'s (a file copied from another task's run had loaded, then failed the first write into it with torch's
+    shape mismatch, or broadcast into it); None if they are."""
+    action = data.get("action") if isinstance(data, dict) else None
+    if isinstance(action, torch.Tensor) and tuple(action.shape[1:]) != tuple(env.action_spec.shape):
+        return f"actions of shape {tuple(action.shape[1:])}, this env's {tuple(env.action_spec.shape)}"
     for key in ("obs", "next_obs"):
         groups = data.get(key) if isinstance(data, dict) else None
         for group, box in (env.observation_spec.items() if isinstance(groups, dict) else ()):

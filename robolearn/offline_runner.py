@@ -254,6 +254,8 @@ class OfflineRunner:
         self.run_dir = Path(resume) if resume else None
         try:
             self._build(resume)
+            if resume:  # after every refusal the build can make (a fine-tune's replay and guide too): it sets
+                self._refuse_finished()  # eval.json aside when the run trains on
         except BaseException:
             self.close()
             raise
@@ -280,7 +282,6 @@ class OfflineRunner:
         if resume:
             self._restore()
             check_same_dataset(self.progress, self.dataset, self.run_dir, self._reads_dataset_on())
-            self._refuse_finished()
 
     def _reads_dataset_on(self) -> bool:
         """Whether the rest of the run reads the dataset (an offline run does)."""

@@ -126,10 +126,11 @@ def no_checkpoint(run_dir: Path, cfg: TrainConfig) -> str | None:
 
 def checkpoint_missing(run_dir: Path) -> str:
     """Why a run that nobody trains now has no ``checkpoints/latest.pt``, and what to do."""
-    if read_metrics(run_dir) or (run_dir / "export" / "controller.json").is_file():  # it trained: the file is gone
+    # a run's end leaves these (metrics lines alone do not: logged every iteration, saved every checkpoint_every)
+    if (run_dir / "export" / "controller.json").is_file() or (run_dir / "eval.json").is_file():
         exported = " (its exported files still evaluate: robolearn eval RUN --exported onnx)" \
             if (run_dir / "export" / "controller.json").is_file() else ""
-        return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run logged training: "
+        return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run trained and ended: "
                 f"restore it from a copy{exported}")
     return (f"{run_dir}: no checkpoint: the run stopped before its first one was saved; train it anew "
             f"(robolearn train <config>) and remove this folder")

@@ -440,6 +440,8 @@ class DynamixelBus:
                 break
         if result != sdk.COMM_SUCCESS:
             return b"", result, 0
+        if packet[PKT_ERROR] & ~protocol.ERR_ALERT:  # a refusal carries no data: said as the servo's error
+            return b"", result, packet[PKT_ERROR]
         if (packet[PKT_LENGTH_L] | packet[PKT_LENGTH_H] << 8) - 4 != length:  # (LENGTH: instruction, error, data, CRC)
             return b"", sdk.COMM_RX_CORRUPT, 0
         return bytes(packet[PKT_PARAMETER0 + 1:PKT_PARAMETER0 + 1 + length]), result, packet[PKT_ERROR]

@@ -21,7 +21,7 @@ import sims
 from hardware.deploy import deploy, run_task
 from hardware.dxl_arm import DynamixelArm, actuated_joints, check_target, load_robot_config, robot_config_path
 from hardware.dynamixel.errors import NotConnectedError
-from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig
+from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
 from policies.modules import ActionScaler
 from robolearn.cli import main
 from robolearn.config import load_config, to_dict
@@ -831,3 +831,26 @@ def test_an_error_with_json_is_a_json_line_too(run_dir, tmp_path, capsys):
     closed.stdout.close()
     err = closed.stderr.read()
     assert closed.wait(timeout=120) == 2 and "Traceback" not in err and "no such run directory" in err, err
+
+
+def test_a_servo_left_limp_outside_its_limits_mid_run_does_not_stop_the_others_parking(emulator):
+    """A servo that rebooted and rests past its limits is left limp at the re-arm; every later check had found it
+    limp again, re-armed the others anew and restarted the park, until the park was given up and the arm dropped."""
+    arm = _arm_out_at_a_pose(emulator)
+    emulator.reboot(3)
+    emulator.set_joint_positions({3: 2.6})  # j3's limits: [-2.4, 2.4]; it rests there (on a stop, say)
+    servo, step = emulator._servos[3], emulator._step
+
+    def resting_there(steps):
+        step(steps)
+        if not servo.torque:
+            emulator.data.qpos[servo.qpos], emulator.data.qvel[servo.dof] = 2.6, 0.0
+
+    emulator._step = resting_there
+    with pytest.raises(ServosStopped, match=r"servos \[3\] were left limp: they had fallen outside their limits"):
+        try:
+            for _ in range(50):
+                arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        finally:
+            arm.close()
+    assert arm.rearms == 1 and _parked(emulator, but=(3,))

@@ -404,3 +404,20 @@ def test_a_fine_tune_resumed_after_an_early_end_in_its_offline_phase_sets_that_e
     assert not (first.run_dir / "eval.json").exists()
     assert (first.run_dir / "eval.superseded.json").read_text() == evaluation
     assert run_status(first.run_dir).startswith("incomplete: offline 1,000 of 2,000 updates;")
+
+
+def test_a_resume_refused_for_its_replay_leaves_the_runs_evaluation_where_it_was(tmp_path):
+    """The evaluation of a run that ended early is set aside when a resume trains on: a fine-tune had set it aside
+    before loading its replay, whose refusal then left the run without one (list called it incomplete)."""
+    from robolearn.checkpoint import CheckpointError
+
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=100", "runner.eval_episodes=1", "runner.total_steps=3000")
+    done = run(cfg, stop=lambda metrics: metrics.get("phase") == "online").run_dir
+    replay = done / "checkpoints" / "replay.pt"
+    state = torch.load(replay, weights_only=True)
+    for key in ("obs", "next_obs"):
+        state["data"][key]["policy"] = torch.zeros(state["data"][key]["policy"].shape[0], 5)  # another env's
+    torch.save(state, replay)
+    with pytest.raises(CheckpointError, match="holds transitions of another env"):
+        run(cfg, resume=done)
+    assert (done / "eval.json").is_file()

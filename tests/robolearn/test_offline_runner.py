@@ -359,3 +359,19 @@ def test_a_replay_of_another_env_is_refused_naming_the_remedy(tmp_path):
     with pytest.raises(CheckpointError, match=r"holds transitions of another env \(obs 'policy' of shape \(5,\), "
                                               r"this env's \(3,\)\), not this run's; restore it from a copy"):
         load_replay(path, ReplayBuffer(16, "cpu"), 8, "cpu", env=env)
+
+
+def test_a_replay_with_actions_of_another_size_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+
+    from robolearn.checkpoint import load_replay
+    from robolearn.storage import ReplayBuffer
+
+    path = tmp_path / "replay.pt"
+    torch.save({"data": {"obs": {"policy": torch.zeros(8, 3)}, "action": torch.zeros(8, 2)}, "position": 8,
+                "size": 8, "env_steps": 8}, path)
+    env = SimpleNamespace(observation_spec={"policy": spaces.Box(-1, 1, (3,))}, action_spec=spaces.Box(-1, 1, (1,)))
+    with pytest.raises(CheckpointError, match=r"another env \(actions of shape \(2,\), this env's \(1,\)\)"):
+        load_replay(path, ReplayBuffer(16, "cpu"), 8, "cpu", env=env)

@@ -1207,7 +1207,7 @@ def test_what_a_resume_cannot_go_on_with_is_refused_or_said(tmp_path, capsys):
         path.unlink()
     (run / "checkpoints").rmdir()
     (other / "checkpoints" / "latest.pt").unlink()
-    with pytest.raises(CheckpointError, match=r"checkpoints/latest.pt is missing, though the run logged training: "
+    with pytest.raises(CheckpointError, match=r"checkpoints/latest.pt is missing, though the run trained and ended: "
                                               r"restore it from a copy \(its exported files still evaluate"):
         train(resume=other, overrides=["runner.total_steps=400"])
 
