@@ -40,7 +40,8 @@ _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_w
 _ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and plots"
 _STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWHERE})",
                    errno.EDQUOT: f"your disk quota is used up: free some space (or write elsewhere: {_ELSEWHERE})",
-                   errno.EROFS: f"the file system is read-only: write elsewhere ({_ELSEWHERE})",
+                   errno.EROFS: f"the file system is read-only: write elsewhere ({_ELSEWHERE}; a resume writes into "
+                                f"its run: copy the run somewhere writable and resume the copy)",
                    errno.EFBIG: "the file is larger than this process may write (a file size limit: `ulimit -f`, a "
                                 f"job scheduler's, or the file system's largest file): raise it (or write elsewhere: "
                                 f"{_ELSEWHERE})",

@@ -111,6 +111,9 @@ class FinetuneRunner(OfflineRunner):
             warnings.warn(f"agent.warmup_steps={agent_cfg.warmup_steps} covers all runner.total_steps="
                           f"{cfg.runner.total_steps}: the online phase will update nothing; lower it or raise total_steps",
                           stacklevel=2)
+        if cfg.runner.total_steps > 0 and cfg.runner.utd_ratio == 0:  # (as the online runner says it)
+            warnings.warn("runner.utd_ratio=0: the online phase makes no update (it only collects), so the controller "
+                          "it exports is the pretrained one; give it updates per env step (1.0 is SAC's)", stacklevel=2)
         self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
         self.train_env = make_env(cfg.env, seed=cfg.seed)
         stagger_episodes(self.train_env, cfg.env, cfg.seed)  # said now if it cannot be; _finetune draws again

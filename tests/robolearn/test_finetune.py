@@ -421,3 +421,9 @@ def test_a_resume_refused_for_its_replay_leaves_the_runs_evaluation_where_it_was
     with pytest.raises(CheckpointError, match="holds transitions of another env"):
         run(cfg, resume=done)
     assert (done / "eval.json").is_file()
+
+
+def test_an_online_phase_without_updates_is_said(tmp_path):
+    """runner.utd_ratio=0 had fine-tuned nothing without a word (the online runner says it)."""
+    with pytest.warns(UserWarning, match=r"runner.utd_ratio=0: the online phase makes no update"):
+        FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "runner.utd_ratio=0", "runner.total_steps=200")).close()
