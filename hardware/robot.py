@@ -51,8 +51,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from hardware.safety import (LIMIT_SLACK_RAD, ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig,
-                             SafetyLayer, SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose)
+from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
+                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose, outside_limits)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
@@ -203,11 +203,12 @@ class Robot(VecEnv):
     def _refuse_outside_limits(self, q: np.ndarray) -> None:
         """Torque stays off for a joint measured outside its limits: the first goal, inside them, would be
         reached at the motor's full speed, not at a ramp's."""
-        for name, value, low, high in zip(self.joint_names, q, self.joint_low, self.joint_high):
-            if not low - LIMIT_SLACK_RAD <= value <= high + LIMIT_SLACK_RAD:
-                raise RobotError(f"{name} reads {value:.3f} rad, outside its limits [{low:.3f}, {high:.3f}]: torque "
-                                 "on would move it in at full speed, so torque stays off; move the joint within its "
-                                 "limits by hand (or widen them in the robot config), then connect again")
+        if outside := outside_limits(q, self.joint_low, self.joint_high):
+            i = outside[0]
+            raise RobotError(f"{self.joint_names[i]} reads {q[i]:.3f} rad, outside its limits [{self.joint_low[i]:.3f}, "
+                             f"{self.joint_high[i]:.3f}]: torque on would move it in at full speed, so torque stays "
+                             "off; move the joint within its limits by hand (or widen them in the robot config), then "
+                             "connect again")
 
     def close(self) -> None:
         """Stop safely (ramp to the safe pose, torque off) and disconnect; idempotent."""

@@ -74,6 +74,12 @@ LIMIT_SLACK_RAD = 0.05
 further out, the first goal, inside the limits, would move it there at the motor's full speed."""
 
 
+def outside_limits(q: np.ndarray, low: np.ndarray, high: np.ndarray) -> list[int]:
+    """The joints (indices) that read further than :data:`LIMIT_SLACK_RAD` outside their limits."""
+    q = np.asarray(q, dtype=np.float64)
+    return np.flatnonzero((q < np.asarray(low) - LIMIT_SLACK_RAD) | (q > np.asarray(high) + LIMIT_SLACK_RAD)).tolist()
+
+
 @dataclass
 class SafetyConfig:
     """Limits and timings; units are the robot's joint units (rad, rad/s, s)."""

@@ -942,10 +942,10 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
     try:
-        if resume is not None and Path(resume).is_dir() and not (Path(resume) / "checkpoints" / "latest.pt").is_file():
-            raise CheckpointError(checkpoint_missing(Path(resume)).replace(": no checkpoint:", ": no checkpoint to "
-                                                                           "resume from:", 1))
         if resume is not None and Path(resume).is_dir():
+            if not (Path(resume) / "checkpoints" / "latest.pt").is_file():
+                raise CheckpointError(checkpoint_missing(Path(resume)).replace(": no checkpoint:", ": no checkpoint "
+                                                                               "to resume from:", 1))
             refuse_task_change(Path(resume), cfg)
         if is_finetune(cfg):
             runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)

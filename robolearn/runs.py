@@ -127,11 +127,11 @@ def no_checkpoint(run_dir: Path, cfg: TrainConfig) -> str | None:
 def checkpoint_missing(run_dir: Path) -> str:
     """Why a run that nobody trains now has no ``checkpoints/latest.pt``, and what to do."""
     # a run's end leaves these (metrics lines alone do not: logged every iteration, saved every checkpoint_every)
-    if (run_dir / "export" / "controller.json").is_file() or (run_dir / "eval.json").is_file():
-        exported = " (its exported files still evaluate: robolearn eval RUN --exported onnx)" \
-            if (run_dir / "export" / "controller.json").is_file() else ""
+    exported = (run_dir / "export" / "controller.json").is_file()
+    if exported or (run_dir / "eval.json").is_file():
+        still = " (its exported files still evaluate: robolearn eval RUN --exported onnx)" if exported else ""
         return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run trained and ended: "
-                f"restore it from a copy{exported}")
+                f"restore it from a copy{still}")
     return (f"{run_dir}: no checkpoint: the run stopped before its first one was saved; train it anew "
             f"(robolearn train <config>) and remove this folder")
 

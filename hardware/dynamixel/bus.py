@@ -44,7 +44,7 @@ import dynamixel_sdk as sdk
 import numpy as np
 from dynamixel_sdk.protocol2_packet_handler import PKT_ERROR, PKT_ID, PKT_LENGTH_H, PKT_LENGTH_L, PKT_PARAMETER0
 
-from hardware.safety import LIMIT_SLACK_RAD, add_to_message
+from hardware.safety import add_to_message, outside_limits
 
 from . import protocol
 from .calibration import Calibration
@@ -321,10 +321,9 @@ class DynamixelBus:
     def _outside_limits(self, positions: np.ndarray, limp: set[int]) -> dict[int, OutsideLimitsError]:
         """The limp servos whose joint reads outside its limits, by id: torque on would send the goal to the
         limit, reached at the motor's full speed rather than at a ramp's."""
-        low, high = self.calibration.min_positions, self.calibration.max_positions
-        return {motor.id: OutsideLimitsError(motor.id, motor.joint, float(positions[i]), low[i], high[i])
-                for i, motor in enumerate(self.calibration.motors)
-                if motor.id in limp and not low[i] - LIMIT_SLACK_RAD <= positions[i] <= high[i] + LIMIT_SLACK_RAD}
+        low, high, motors = self.calibration.min_positions, self.calibration.max_positions, self.calibration.motors
+        return {motors[i].id: OutsideLimitsError(motors[i].id, motors[i].joint, float(positions[i]), low[i], high[i])
+                for i in outside_limits(positions, low, high) if motors[i].id in limp}
 
     def watchdog_tripped(self) -> list[int]:
         """The ids whose Bus_Watchdog fired (it reads -1 until cleared; such a servo ignores goals), from one

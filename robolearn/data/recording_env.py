@@ -94,7 +94,7 @@ class RecordingEnv(VecEnv):
 
     def _finish(self, i: int, final: dict[str, np.ndarray]) -> None:
         rows, self._rows[i] = self._rows[i], {}
-        if self.full or (self._share is not None and self._kept[i] >= self._share[i]):
+        if self._share is not None and self._kept[i] >= self._share[i]:  # (all shares kept: full)
             return
         for key, value in final.items():
             rows[key].append(value)
