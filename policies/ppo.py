@@ -107,13 +107,16 @@ def gae(
     Returns ``(advantages, returns = advantages + V)``.
     """
     not_terminated = 1.0 - terminated.float()
-    not_done = 1.0 - (terminated | truncated).float()
+    carry = (gamma * lam) * (1.0 - (terminated | truncated).float())
     delta = reward + gamma * not_terminated * next_value - value
-    advantages = torch.zeros_like(delta)
+    # two ops a step, no indexing or copies: a rollout is hundreds of steps, and on a CPU each op costs
+    # microseconds of dispatch (addcmul would be one, but fused it rounds otherwise than before)
     running = torch.zeros_like(delta[0])
-    for t in reversed(range(delta.shape[0])):
-        running = delta[t] + gamma * lam * not_done[t] * running
-        advantages[t] = running
+    backwards = []
+    for delta_t, carry_t in zip(reversed(delta.unbind(0)), reversed(carry.unbind(0))):
+        running = delta_t + carry_t * running
+        backwards.append(running)
+    advantages = torch.stack(backwards[::-1])
     return advantages, advantages + value
 
 
@@ -381,12 +384,12 @@ class PPO(Agent):
         reward, done = batch["reward"], batch["terminated"] | batch["truncated"]
         if self.running_return is None or self.running_return.shape != reward.shape[1:]:
             self.running_return = torch.zeros_like(reward[0])
-        returns = torch.empty_like(reward)
-        for t in range(reward.shape[0]):
-            self.running_return = self.running_return * self.cfg.gamma + reward[t]
-            returns[t] = self.running_return
-            self.running_return = self.running_return * (~done[t])
-        self.return_normalizer.update(returns.reshape(-1, 1))
+        keep = (~done).float()
+        returns = []
+        for reward_t, keep_t in zip(reward.unbind(0), keep.unbind(0)):
+            returns.append(self.running_return * self.cfg.gamma + reward_t)
+            self.running_return = returns[-1] * keep_t
+        self.return_normalizer.update(torch.stack(returns).reshape(-1, 1))
         return reward / (self.return_normalizer.var.sqrt() + 1e-8)
 
     # ------------------------------------------------------------- deployment

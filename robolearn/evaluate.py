@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from robolearn.caller import outside_us
-from robolearn.interfaces import Obs, VecEnv, host_reads_are_free
+from robolearn.interfaces import Obs, VecEnv, all_finite, host_reads_are_free
 
 
 class Actor(Protocol):
@@ -45,7 +45,7 @@ def _labelled(what: str, value: torch.Tensor | Obs) -> Iterator[tuple[str, torch
 def check_finite(what: str, value: torch.Tensor | Obs) -> None:
     """Raise naming ``what`` (and the group) if ``value`` has NaN or inf."""
     for label, tensor in _labelled(what, value):
-        if not bool(torch.isfinite(tensor).all()):
+        if not all_finite(tensor):
             raise NonFiniteError(f"{label} contains NaN or inf", (what,))
 
 

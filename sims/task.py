@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robolearn.interfaces import ContractError, Obs, Step, VecEnv, host_reads_are_free
+from robolearn.interfaces import ContractError, Obs, Step, VecEnv, all_finite, host_reads_are_free
 from sims.backend import MujocoBackend
 from sims.worlds import where_rows
 
@@ -176,7 +176,7 @@ def checked_action(action: Any, num_envs: int, action_spec: spaces.Box, device: 
     expected = (num_envs, *action_spec.shape)
     if tuple(action.shape) != expected:
         raise ValueError(f"action: expected shape {expected} (num_envs, *action_spec.shape), got {tuple(action.shape)}")
-    if host_reads_are_free(device) and not bool(torch.isfinite(action).all()):
+    if host_reads_are_free(device) and not all_finite(action):
         worlds = (~torch.isfinite(action)).flatten(1).any(1).nonzero().squeeze(1).tolist()
         raise ValueError(f"action: NaN or inf in world(s) {worlds[:8]}; check the controller's inputs and weights")
     return action

@@ -6,7 +6,7 @@ import torch
 from gymnasium import spaces
 
 from robolearn.evaluate import evaluate
-from robolearn.interfaces import Step, VecEnv
+from robolearn.interfaces import Step, VecEnv, all_finite
 from sims import make_env
 
 
@@ -73,3 +73,15 @@ def test_episodes_and_env_of_another_kind_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match=r"env: a VecEnv \(robolearn.make_env\(cfg\), sims.make_env\(task, n\)\) or "
                                          r"None; got str 'cartpole'"):
         load_controller(tmp_path, env="cartpole")
+
+
+@pytest.mark.parametrize("values, finite", [
+    ([1.0, float("nan")], False),
+    ([float("inf"), -float("inf")], False),  # the sum is NaN
+    ([1.0, float("inf")], False),
+    ([3e38, 3e38], True),  # the float32 sum overflows: looked at value by value
+    ([0.0, -1.0], True),
+])
+def test_all_finite_reads_the_sum_and_falls_back_on_an_overflow(values, finite):
+    assert all_finite(torch.tensor(values, dtype=torch.float32)) is finite
+    assert all_finite(torch.tensor(values, dtype=torch.float64)) is finite
