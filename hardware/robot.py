@@ -25,7 +25,9 @@ the same on every robot:
   ``info["safety"]`` the names of the rules that overruled it this step, ``info["metrics"]``
   the task's numbers of the step (``_metrics``: a reach's distance to its target).
 - A watchdog thread: if no fresh observation (failed reads) or no ``step``
-  call arrives for ``safety.watchdog_s`` the robot holds its last safe command;
+  call arrives for ``safety.watchdog_s`` the robot holds its last safe command
+  (``step`` too: while no observation is fresh it sends that command, not the
+  action decided on the frozen one, and reports ``watchdog_hold``);
   after ``safety.stop_after_s`` it stops and the next ``step`` raises
   :class:`~hardware.safety.WatchdogStop`.
 - :meth:`emergency_stop` (any thread; the CLI binds it to Ctrl+\\): torque off
@@ -326,7 +328,13 @@ class Robot(VecEnv):
             # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
             command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
                        if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
-            sent, events = self.safety.filter(command, self._q, self._qd)
+            if self._called_at - self._fresh_at >= self.safety_cfg.watchdog_s:
+                # No fresh observation for watchdog_s: the action was decided on a frozen state. Hold the last
+                # goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule step
+                # after step, the arm moving blind until stop_after_s)
+                sent, events = previous, ["watchdog_hold"]
+            else:
+                sent, events = self.safety.filter(command, self._q, self._qd)
             self._write(sent)
         self.ticker.wait()
         with self._bus():

@@ -181,6 +181,30 @@ def test_stale_observations_hold_then_stop():
     assert arm.torque_log[-1] is False
 
 
+def test_stale_observations_hold_the_last_goal_while_the_loop_goes_on():
+    """Reads fail but the loop keeps calling step: its actions, decided on a frozen observation, are not sent
+    once no observation has been fresh for watchdog_s (the watchdog thread's own hold re-sent the loop's newest
+    goal, so the arm had gone on moving blind until stop_after_s)."""
+    arm = LagArm(max_step=0.02, stop_after_s=1.0)
+    arm.max_episode_steps = 1000  # no time limit (and its ramp home) within the test
+    with arm:
+        arm.reset()
+        for _ in range(3):
+            arm.step(torch.tensor([[0.0, 0.5]]))
+        arm.fail_reads_after = arm.reads  # from now on no read is fresh
+        blind_from = arm.safety.last_sent.copy()
+        held, moved = [], 0.0
+        with pytest.raises(WatchdogStop):
+            for _ in range(300):
+                step = arm.step(torch.tensor([[0.9, -0.9]]))  # a policy acting on its frozen observation
+                held.append("watchdog_hold" in step.info["safety"])
+                moved = max(moved, float(np.abs(step.info["sent_action"][0].numpy() - blind_from).max()))
+    # watchdog_s (0.05 s) of 0.01 s steps at 0.02 rad each may pass before the hold: about 0.1 rad, never the
+    # 0.9 rad the blind loop would reach in stop_after_s
+    assert moved < 0.2, moved
+    assert any(held) and held[-1]
+
+
 def test_a_stall_counts_as_one_watchdog_hold():
     with LagArm(stop_after_s=1.0) as arm:
         arm.reset()
