@@ -149,6 +149,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
         warnings.warn(behind, stacklevel=2)
     task = run_task(run_dir, controller.meta)
+    _warn_if_trained_with_delay(run_dir)
     if target is None:
         _warn_if_training_targets(run_dir, seed)
     config = load_robot_config(robot_config)
@@ -206,6 +207,24 @@ def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
     if recording.get("seed") == seed and recording.get("target") is None:  # a fixed --target drew nothing
         warnings.warn(f"seed {seed} draws the targets of the recording this controller trained on (dataset "
                       f"'{dataset}'): reaching them tests little; --seed N draws others", stacklevel=3)
+
+
+def _warn_if_trained_with_delay(run_dir: Path) -> None:
+    """A controller trained under a fixed delay (the run config's ``env.delay``: observations seen, or actions
+    applied, whole control steps late) learned to make up for it, and evaluation keeps it as part of the task;
+    the robot adds none, so the controller would act on fresher observations, or see its actions land sooner,
+    than it learned to: say so before the arm moves."""
+    try:
+        delay = load_run_config(run_dir).env.delay or {}
+    except (OSError, ValueError):  # no config.yaml (an export alone): nothing recorded to compare
+        return
+    steps = {key: value for key, value in dict(delay).items() if value}
+    if steps:
+        said = ", ".join(f"{key}={value}" for key, value in steps.items())
+        warnings.warn(f"the controller was trained under env.delay {said} (control steps), which the robot does not "
+                      "add: it will see observations and actions land sooner than it learned to compensate for; "
+                      "train without env.delay (env.randomization's action_latency_s and obs_delay_steps draw delays "
+                      "it must be robust to) before deploying", stacklevel=3)
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:

@@ -854,3 +854,15 @@ def test_a_servo_left_limp_outside_its_limits_mid_run_does_not_stop_the_others_p
         finally:
             arm.close()
     assert arm.rearms == 1 and _parked(emulator, but=(3,))
+
+
+def test_a_controller_trained_under_a_fixed_delay_the_robot_does_not_add_is_said_before_connecting(tmp_path):
+    """env.delay (a fixed observation delay or action latency in control steps) is part of what the controller
+    learned to compensate; the robot adds none, so it acts on observations fresher than it was trained on.
+    Evaluation keeps the run's delays; deploy had dropped them without a word."""
+    export_controller(TowardTarget(), tmp_path / "export", ("torchscript",),
+                      extra={"task": "arm_reach", "control_dt": 0.02})
+    write_run_config(tmp_path, "env.delay.obs_delay_steps=2")
+    with pytest.warns(UserWarning, match=r"env\.delay.*obs_delay_steps=2"), \
+            pytest.raises(NotConnectedError, match="does-not-exist"):
+        deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")  # said before the port is opened
