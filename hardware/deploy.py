@@ -221,10 +221,11 @@ def _warn_if_trained_with_delay(run_dir: Path) -> None:
     steps = {key: value for key, value in dict(delay).items() if value}
     if steps:
         said = ", ".join(f"{key}={value}" for key, value in steps.items())
-        warnings.warn(f"the controller was trained under env.delay {said} (control steps), which the robot does not "
-                      "add: it will see observations and actions land sooner than it learned to compensate for; "
-                      "train without env.delay (env.randomization's action_latency_s and obs_delay_steps draw delays "
-                      "it must be robust to) before deploying", stacklevel=3)
+        warnings.warn(f"the controller was trained under env.delay {said} (control steps), which deploy does not "
+                      "add: the robot has only its own bus and loop latency. Unless that delay was this robot's measured "
+                      "latency, the controller will see observations and actions land sooner than it learned to "
+                      "compensate for; env.randomization's action_latency_s and obs_delay_steps ranges train one "
+                      "robust to a range of delays instead", stacklevel=3)
 
 
 def _task_settings(robot: DynamixelArm) -> dict[str, Any]:
