@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, reset_rows
+from robolearn.interfaces import Controller, Obs, reset_mask, reset_rows
 from policies.modules import ActionScaler
 
 
@@ -62,8 +62,11 @@ class SkillController(Controller):
         return action
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """A new skill is chosen at the next ``act`` for the envs in ``mask`` (all when None)."""
+        """A new skill is chosen at the next ``act`` for the envs in ``mask`` (all when None). Before the first
+        ``act`` there is nothing to clear, but the mask is checked all the same (as every Controller does), so
+        that a wrong one fails at the first reset, not only once the controller has acted."""
         if self.step is None:
+            reset_mask(mask, who=f"{type(self).__name__}.reset")
             return
         rows = reset_rows(mask, self.step)
         self.skill[rows] = 0.0

@@ -244,6 +244,19 @@ def test_a_reset_mask_of_numbers_or_numpy_is_read_as_flags_and_anything_else_is_
         controller.reset(torch.tensor([True, False, False]))
 
 
+def test_a_wrong_reset_mask_is_refused_before_the_first_act_too():
+    """Every Controller checks its reset mask at once (a stateless one too); the skill controller had accepted
+    values of 2, strings and 2-D masks silently until it had acted once, then refused the same mask."""
+    agent = SPiRL(OBS, ACTIONS, small(), torch.device("cpu"))
+    agent.end_pretraining()
+    controller = agent.controller()
+    controller.reset(torch.tensor([False, True]))  # a right one is fine: nothing to clear yet
+    for bad in (torch.tensor([0, 2, 0, 0]), "abc", torch.tensor([[True]])):
+        with pytest.raises(ValueError, match=r"SkillController\.reset\(mask\)"):
+            controller.reset(bad)
+    assert controller.step is None
+
+
 @pytest.mark.parametrize("cls", [SPiRL, SkillCritic])
 def test_controller_holds_the_skill_for_h_steps_and_resets_per_env(cls):
     torch.manual_seed(0)
