@@ -321,9 +321,9 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
     fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
         said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)
-        raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller for {saved[fixed[0]]!r} steps per "
-                              "decision, and a resume goes on with what it learnt; resume without that override, or "
-                              "train a new run with it") from None
+        raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller with the saved value, and a "
+                              "resume goes on with what it learnt; resume without that override, or train a new run "
+                              "with it") from None
     fresh_rates = configured(agent)
     agent.load_state_dict(payload["agent"])
     untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply

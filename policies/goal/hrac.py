@@ -122,7 +122,8 @@ class LowReach(nn.Module):
 
 class HRAC(Agent):
     on_policy = False
-    resume_fixed = ("subgoal_period",)  # subgoals learnt to be held c steps: a resume may not change c
+    # subgoals learnt to be held c steps, as offsets scaled by subgoal_range (in the replay too): a resume keeps both
+    resume_fixed = ("subgoal_period", "subgoal_range")
 
     def __init__(self, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, cfg: HRACConfig,
                  device: torch.device) -> None:

@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 from robolearn import load_config
-from robolearn.checkpoint import load_checkpoint
+from robolearn.checkpoint import CheckpointError, load_checkpoint
 from robolearn.export import ExportedController, export_controller
 from robolearn.runner import train
 from policies.goal.adjacency import AdjacencyGraph, AdjacencyNetwork, sample_pairs
@@ -204,3 +204,7 @@ def test_one_run_on_the_point_maze_trains_checkpoints_and_resumes(tmp_path):
     again = load_checkpoint(resumed.run_dir / "checkpoints" / "latest.pt")["agent"]
     assert again["low"]["updates"] > state["low"]["updates"]
     assert len(again["graph"]["keys"]) >= len(state["graph"]["keys"])
+    # the high level learnt offsets in units of subgoal_range (its replay holds them so): a resume may not rescale them
+    with pytest.raises(CheckpointError, match=r"agent.subgoal_range \[2.0, 2.0\] -> \[4.0, 4.0\]: HRAC learnt"):
+        train(load_config("hrac_point_maze_medium", [*overrides, "runner.total_steps=2400", "agent.subgoal_range=[4,4]"]),
+              resume=result.run_dir)

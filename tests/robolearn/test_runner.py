@@ -722,8 +722,8 @@ def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused
     first.train()
     first.close()
     cfg.runner.total_steps, cfg.agent.sequence_length = 400, 8
-    with pytest.raises(CheckpointError, match=r"agent.sequence_length 4 -> 8: SRL learnt its controller for 4 steps per "
-                                              r"decision.*resume without that override"):
+    with pytest.raises(CheckpointError, match=r"agent.sequence_length 4 -> 8: SRL learnt its controller with the saved "
+                                              r"value.*resume without that override"):
         Runner(cfg, resume=first.run_dir)
 
 
