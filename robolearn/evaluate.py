@@ -7,6 +7,7 @@ controllers evaluate unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import numbers
@@ -174,23 +175,31 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     path, tmp = video_target(path)
     every = frame_step(env.control_dt, fps, gif=path.suffix.lower() == ".gif")
     captioned = max(1, round(CAPTION_SECONDS / env.control_dt))  # control steps
+    writer = None
     try:
         obs = env.reset(seed=seed)
         controller.reset()
-        frames, episode, started, fresh = [], 1, 0, True
+        episode, started, fresh = 1, 0, True
+        # each frame goes to the file as it is filmed: a list of them had held ~11 MB a filmed second (320x240),
+        # and `play --seconds 3600` ran out of memory after filming for the whole hour
+        writer = frame_writer(tmp, every * env.control_dt)
         for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
             if step % every == 0:
                 frame = env.render(0, width=width, height=height)
                 if step - started < captioned:
                     frame, fresh = caption(frame, f"episode {episode}", first=fresh), False
-                frames.append(frame)
+                writer.append_data(frame)
             obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
             done = terminated | truncated
             controller.reset(done)
             if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
                 episode, started, fresh = episode + 1, step + 1, True
-        write_frames(tmp, frames, every * env.control_dt)
+        writer, closing = None, writer
+        closing.close()
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
+        if writer is not None:
+            with contextlib.suppress(Exception):  # (ffmpeg may be gone already: the error said is err)
+                writer.close()
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):
             # ffmpeg stopped (imageio says so as a broken pipe): not the CLI's quiet "output pipe closed"
@@ -216,11 +225,19 @@ def write_frames(path: Path, frames: list[np.ndarray], seconds_per_frame: float)
     """``frames`` as the video ``path`` (its suffix picks the format), each shown ``seconds_per_frame``: the
     exact rate (31.25 fps for an 8 ms step filmed every 4th; a rounded one had played films off time). A GIF
     (Pillow) takes each frame's duration, and plays on and on, as a video on a page."""
+    with frame_writer(path, seconds_per_frame) as writer:
+        for frame in frames:
+            writer.append_data(frame)
+
+
+def frame_writer(path: Path, seconds_per_frame: float) -> Any:
+    """An imageio writer of the video ``path`` (its suffix picks the format), each frame shown
+    ``seconds_per_frame``; ``append_data`` one frame at a time (ffmpeg encodes them as they come), ``close``."""
     import imageio.v2 as imageio
 
     timing = ({"duration": 1000 * seconds_per_frame, "loop": 0} if path.suffix.lower() == ".gif"
               else {"fps": 1.0 / seconds_per_frame, "macro_block_size": 8})
-    imageio.mimwrite(path, np.stack(frames), **timing)
+    return imageio.get_writer(path, **timing)
 
 
 CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start

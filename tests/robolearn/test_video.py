@@ -80,3 +80,25 @@ def test_films_play_in_real_time_gifs_in_whole_hundredths(tmp_path):
     assert iio.immeta(record_video(Still(), room, tmp_path / "film.mp4", seconds=0.5))["fps"] == 31.25
     with Image.open(record_video(Still(), room, tmp_path / "film.gif", seconds=0.5)) as gif:
         assert gif.info["duration"] == 40 and gif.n_frames == 13  # 62 steps, every 5th
+
+
+class FreshFrames(GrayRoom):
+    """A new frame array each call, as a renderer gives: a film held in memory grows with its length."""
+
+    def render(self, index=0, width=320, height=240):
+        return np.full((height, width, 3), 100 + int(self.t[0]) % 50, np.uint8)
+
+
+def test_a_long_film_is_written_as_it_is_filmed_not_held_in_memory(tmp_path):
+    # `robolearn play --seconds 3600` had kept every frame until the end (about 11 MB a filmed second at 320x240):
+    # an hour's film ran the machine out of memory after filming for its whole length, and left nothing
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        record_video(Still(), FreshFrames(horizon=50), tmp_path / "long.mp4", seconds=60)  # 600 frames, 138 MB held
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40e6, f"{peak / 1e6:.0f} MB held while filming"
+    assert len(iio.imread(tmp_path / "long.mp4")) == 600

@@ -1,0 +1,2 @@
+import sys
+sys.modules["warp"] = None; sys.modules["mujoco_warp"] = None
