@@ -13,6 +13,7 @@ import difflib
 import errno
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -316,7 +317,9 @@ def _format_warning(message: Warning | str, category: type[Warning], filename: s
 
 
 def _positive(flag: str, value: float) -> None:
-    """Refuse a count or duration that is zero or negative, naming the flag."""
+    """Refuse a count or duration that is zero, negative or not finite, naming the flag."""
+    if not math.isfinite(value):  # (`play --seconds inf` had ended in an OverflowError's traceback)
+        raise ValueError(f"{flag} must be a positive, finite number, got {value:g}")
     if not value > 0:
         raise ValueError(f"{flag} must be positive, got {value:g}")
 

@@ -74,6 +74,13 @@ def test_play_seconds_must_be_positive(tmp_path, capsys):
     assert "--seconds must be positive" in error(capsys)
 
 
+@pytest.mark.parametrize("seconds", ["inf", "nan"])
+def test_play_seconds_must_be_finite(seconds, tmp_path, capsys):
+    # inf had filmed nothing and ended in "OverflowError: cannot convert float infinity to integer"
+    assert main(["play", str(tmp_path), "--video", str(tmp_path / "v.mp4"), "--seconds", seconds]) == 2
+    assert "--seconds must be a positive, finite number" in error(capsys)
+
+
 def test_evaluate_refuses_zero_episodes():
     from robolearn.evaluate import evaluate
 
