@@ -22,6 +22,7 @@ shape is the controller's, not the initial states'.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,9 @@ def reference(task: str, r_max: float | None = None, shift: float | None = None)
                     (known.shift if r_max is None else 0.0) if shift is None else float(shift))
     if not ref.r_max > 0:
         raise ValueError(f"R_max must be positive, got {ref.r_max:g}")
+    if not (math.isfinite(ref.r_max) and math.isfinite(ref.shift)):  # (inf had scored every run 0, or "FAS inf")
+        raise ValueError(f"R_max and the shift must be finite numbers (--fas R_MAX, --fas-shift S), got R_max "
+                         f"{ref.r_max:g}, shift {ref.shift:g}")
     return ref
 
 

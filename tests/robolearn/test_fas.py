@@ -128,3 +128,12 @@ def test_eval_fas_prints_r_of_l_writes_a_plot_and_a_json_line(srl_run, capsys, e
     assert main(["eval", str(srl_run), "--fas", "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert "L = 30" in out and "FAS " in out
+
+
+@pytest.mark.parametrize("r_max, shift", [(float("inf"), None), (100.0, float("inf")), (100.0, float("nan")),
+                                          (100.0, float("-inf"))])
+def test_a_reference_that_is_not_a_finite_number_is_refused(r_max, shift):
+    # `eval --fas --fas-shift inf` had scored "FAS inf" and written it into fas.json as Infinity (not JSON); an
+    # R_max of inf had scored every controller 0
+    with pytest.raises(ValueError, match="finite"):
+        fas.reference("cartpole", r_max, shift)
