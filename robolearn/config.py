@@ -319,6 +319,8 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     cfg = build_dataclass(TrainConfig, raw, "")
     if cfg.env.num_envs < 1:
         raise ConfigError(f"env.num_envs: must be at least 1, got {cfg.env.num_envs}")
+    if cfg.env.num_envs > 2**31 - 1:  # MuJoCo's C int (sims.MAX_ENVS): said here, before anything is built
+        raise ConfigError(f"env.num_envs: must be at most {2**31 - 1}, got {cfg.env.num_envs:.4g}")
     if cfg.runner.total_steps < 0:  # 0 is meaningful: an offline-to-online run that only pretrains
         raise ConfigError(f"runner.total_steps: must not be negative, got {cfg.runner.total_steps}")
     for key in ("checkpoint_every", "log_every"):

@@ -65,6 +65,10 @@ WARP_BUFFERS = ("nconmax", "njmax")
 (``Task.nconmax``/``njmax``), to trade memory against overflow; ``backend=mujoco`` does not use them."""
 
 
+MAX_ENVS = 2**31 - 1
+"""The most worlds one env may have: MuJoCo's batch counts them in a C int."""
+
+
 def make_env(
     task: str,
     num_envs: int,
@@ -92,8 +96,10 @@ def make_env(
     ``device``: a CUDA GPU, or Warp's slow CPU device for tests); asking for a
     GPU that is not there falls back to ``mujoco`` on the CPU with a warning.
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
-        raise ValueError(f"num_envs: a whole number of worlds, at least 1; got {num_envs!r}")  # not MuJoCo's own words
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or not 1 <= num_envs <= MAX_ENVS:
+        # not MuJoCo's own words (above a C int: "incompatible constructor arguments" and a traceback)
+        raise ValueError(f"num_envs: a whole number of worlds, from 1 to {MAX_ENVS} (env.num_envs, eval's --episodes, "
+                         f"dataset record's --num-envs); got {num_envs!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"seed: a whole number, or None; got {seed!r}")  # (not torch's "manual_seed expected a long")
     if not isinstance(task, str):

@@ -51,6 +51,19 @@ def test_num_envs_must_be_positive(value, capsys):
     assert f"env.num_envs: must be at least 1, got {value}" in error(capsys)
 
 
+@pytest.mark.parametrize("value", ["3000000000", "1e99"])
+def test_num_envs_beyond_what_mujoco_takes_is_refused_by_name(value, capsys):
+    # had ended in MuJoCo's TypeError "incompatible constructor arguments" and a traceback, after the imports
+    assert main(["train", f"env.num_envs={value}", "--no-wandb"]) == 2
+    assert "env.num_envs: must be at most 2147483647" in error(capsys)
+
+
+def test_record_num_envs_beyond_what_mujoco_takes_is_refused(root, capsys):
+    assert main(["dataset", "record", "--controller", "random", "--task", "cartpole", "--episodes", "1",
+                 "--num-envs", "3000000000"]) == 2
+    assert "num_envs: a whole number of worlds, from 1 to 2147483647" in error(capsys)
+
+
 @pytest.mark.parametrize("value", ["-3", "0"])
 def test_eval_episodes_must_be_positive(value, tmp_path, capsys):
     assert main(["eval", str(tmp_path), "--episodes", value]) == 2

@@ -128,10 +128,10 @@ def test_a_task_of_no_physics_steps_or_no_control_steps_is_refused_by_key(key: s
         make_env("pendulum", num_envs=1, **{key: 0})
 
 
-@pytest.mark.parametrize("num_envs", [0, 2.5, True, "4"])
+@pytest.mark.parametrize("num_envs", [0, 2.5, True, "4", 2**31])
 def test_what_is_no_number_of_worlds_is_refused_in_our_words(num_envs):
-    """0 had been MuJoCo's 'nsim must be positive', 2.5 a pybind constructor signature."""
-    with pytest.raises(ValueError, match=rf"num_envs: a whole number of worlds, at least 1; got {num_envs!r}"):
+    """0 had been MuJoCo's 'nsim must be positive', 2.5 and 2**31 (above a C int) a pybind constructor signature."""
+    with pytest.raises(ValueError, match=rf"num_envs: a whole number of worlds, from 1 to 2147483647 .*; got {num_envs!r}"):
         make_env("cartpole", num_envs=num_envs)
 
 
