@@ -113,6 +113,10 @@ def dataset_command(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset, DatasetError, datasets_root, list_datasets
 
+    if args.root is not None and not args.root.is_dir():  # a mistyped --root had said "none yet", as if they were gone
+        said = "a file, not a folder" if args.root.exists() else "no such folder"
+        raise FileNotFoundError(f"--root {args.root}: {said}; give the folder of the datasets (default: "
+                                "$ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
     ids = list_datasets(args.root)
     print(f"datasets in {datasets_root(args.root)}:" + ("" if ids else " none yet (robolearn dataset record | import)"))
     width = max([32, *map(len, ids)])

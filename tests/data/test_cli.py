@@ -115,3 +115,14 @@ def test_a_relative_root_works(tmp_path, monkeypatch):
                  "--no-progress"]) == 0
     assert (tmp_path / "mine" / "pendulum-random-v0").is_dir() and (tmp_path / "rel" / "pendulum-random-v0").is_dir()
     assert len(Dataset.load("pendulum-random")) == 1
+
+
+def test_list_of_a_root_that_is_no_folder_says_so(tmp_path, root, capsys):
+    # a mistyped --root (or a file given as it) had said "none yet", as if the datasets were gone
+    (tmp_path / "a_file").write_text("x")
+    for given, says in ((tmp_path / "datsets", "no such folder"), (tmp_path / "a_file", "a file, not a folder")):
+        assert main(["dataset", "list", "--root", str(given)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: --root {given}: {says}") and len(err.splitlines()) == 1, err
+    assert main(["dataset", "list", "--root", str(tmp_path)]) == 0  # an empty folder: none yet, as before
+    assert "none yet" in capsys.readouterr().out
