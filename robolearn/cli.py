@@ -592,6 +592,8 @@ def _plot(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no such run or recording: {', '.join(missing)}")
     if args.out is not None and args.out.suffix.lower() != ".png":  # (it had written a PNG named a.txt)
         raise ValueError(f"--out {args.out}: plots are PNG images; give a .png path")
+    if args.out is not None and (blocked := next((p for p in args.out.parents if p.exists() and not p.is_dir()), None)):
+        raise ValueError(f"--out {args.out}: {blocked} is a file, not a folder")  # (not mkdir's bare "File exists")
     if len(args.runs) == 1 and is_recording(args.runs[0]):  # a deploy's (or any) recording: its joints' motion
         if args.mean or args.metrics:
             raise ValueError(f"{args.runs[0]} is a recording: its plot draws the joints; --mean and --metrics are "

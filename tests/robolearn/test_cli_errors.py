@@ -488,3 +488,14 @@ def test_an_interrupt_that_carries_what_it_left_is_printed_with_it(monkeypatch, 
     assert "interrupted: SIGTERM; the torque-off was not confirmed: cut their power" in capsys.readouterr().err
     monkeypatch.setitem(cli.COMMANDS, "list", lambda args: (_ for _ in ()).throw(KeyboardInterrupt("SIGTERM")))
     assert main(["list"]) == 130 and capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_plot_out_under_a_file_names_the_file(tmp_path, capsys):
+    # had said only "[Errno 17] File exists: '.../a_file'", after drawing the curves
+    (tmp_path / "a_file").write_text("x")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s, "return": s}) + "\n" for s in (1, 2)))
+    out = tmp_path / "a_file" / "curves.png"
+    assert main(["plot", str(run), "--out", str(out)]) == 2
+    assert error(capsys) == f"error: --out {out}: {tmp_path / 'a_file'} is a file, not a folder"
