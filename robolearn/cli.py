@@ -239,9 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.extend(extra)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     warnings.formatwarning = _format_warning
-    # `train` takes SIGTERM and SIGHUP itself (the runner's checkpoint), and `deploy` (the robot's safe stop); the
-    # dataset commands take them as Ctrl+C: `record` keeps its complete episodes, an import leaves nothing, status 130
-    stops = stops_as_ctrl_c() if args.command == "dataset" else contextlib.nullcontext()
+    # `train` takes SIGTERM and SIGHUP itself (the runner's checkpoint), and `deploy` and `replay` (the robot's safe
+    # stop); the other commands take them as Ctrl+C: `dataset record` keeps its complete episodes, an import leaves
+    # nothing, a film, an export or a plot cut short leaves no temp file (a kill had left them), status 130
+    stops = contextlib.nullcontext() if args.command in ("train", "deploy", "replay") else stops_as_ctrl_c()
     try:
         with stops:
             return COMMANDS[args.command](args)

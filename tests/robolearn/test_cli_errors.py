@@ -499,3 +499,27 @@ def test_plot_out_under_a_file_names_the_file(tmp_path, capsys):
     out = tmp_path / "a_file" / "curves.png"
     assert main(["plot", str(run), "--out", str(out)]) == 2
     assert error(capsys) == f"error: --out {out}: {tmp_path / 'a_file'} is a file, not a folder"
+
+
+@pytest.mark.parametrize("command", ["eval", "play", "export", "plot", "list"])
+def test_a_kill_of_a_command_that_writes_stops_as_ctrl_c_does(command, tmp_path, monkeypatch, capsys):
+    """A SIGTERM had ended play, export, eval --fas and plot on the spot, past the clean-up a Ctrl+C runs: a
+    film's hidden temp file (.video.tmp.mp4) and the export's and fas.json's temp files were left behind."""
+    import signal
+    import time
+
+    import robolearn.cli as cli
+
+    def killed(args):
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # the kill would end pytest itself, without a report
+            raise AssertionError(f"{command} does not take SIGTERM as Ctrl+C")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        raise AssertionError("the kill was not taken")
+
+    monkeypatch.setitem(cli.COMMANDS, command, killed)
+    argv = {"eval": ["eval", "RUN"], "play": ["play", "RUN", "--video", "v.mp4"], "export": ["export", "RUN"],
+            "plot": ["plot", "RUN"], "list": ["list"]}[command]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
