@@ -135,6 +135,8 @@ def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") 
             raise CheckpointError(f"{path}: damaged on disk or in a copy (its record {damaged} fails its CRC-32 "
                                   f"check); {remedy}")
         return torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError:  # a whole file this user may not read: its permissions are the fix, not a copy
+        raise
     except UNREADABLE as err:
         raise CheckpointError(f"{path}: not a readable {what} ({_why_unreadable(err)}); {remedy}") from None
 

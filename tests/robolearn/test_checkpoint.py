@@ -251,3 +251,23 @@ def test_a_replay_buffer_is_saved_with_its_checkpoint_as_one(tmp_path, monkeypat
     assert torch.load(path.with_name("replay.pt"), weights_only=True)["env_steps"] == 4  # ...but not put in place
     assert load_checkpoint(path)["progress"]["env_steps"] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt", "replay.pt"]
+
+
+def test_a_checkpoint_that_may_not_be_read_is_said_so_not_called_corrupt(tmp_path, monkeypatch):
+    # a checkpoint of mode 000 (another user's run, a copy made by root) had been "truncated or corrupt: [Errno 13]
+    # Permission denied ...; restore it from a copy or train again": the file is whole, its permissions are the fix
+    import errno
+
+    import robolearn.checkpoint as checkpoint
+
+    path = tmp_path / "latest.pt"
+    path.write_bytes(b"whatever")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(checkpoint.zipfile, "ZipFile", denied)
+    monkeypatch.setattr(checkpoint.torch, "load", denied)
+    with pytest.raises(PermissionError) as caught:  # the command line says it in one line: fix its permissions
+        checkpoint.load_checkpoint(path)
+    assert caught.value.filename == str(path)
