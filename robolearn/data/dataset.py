@@ -383,7 +383,7 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
           root: str | Path | None = None, overwrite: bool = False) -> list[Dataset]:
     """Shuffle ``dataset``'s episodes (with ``seed``) and write consecutive parts of them, sized by
     ``fractions`` (summing to at most 1), as new datasets ``names`` (default ``<id>-split<i>``)."""
-    if not fractions or any(f <= 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
+    if not fractions or any(not f > 0 for f in fractions) or not sum(fractions) <= 1 + 1e-9:  # (nan: both False)
         raise DatasetError(f"split fractions {list(fractions)} must be positive and sum to at most 1")
     base = dataset.id.rsplit("-v", 1)[0]
     names = list(names) if names else [f"{base}-split{i}" for i in range(len(fractions))]

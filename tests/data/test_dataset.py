@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -368,3 +369,14 @@ def test_text_infos_are_stored_as_utf8(tmp_path):
     with DatasetWriter("texts", spec, actions, root=tmp_path) as writer:
         writer.add(episode)
     assert Dataset.load("texts", root=tmp_path).episodes[0].infos["label"].tolist() == ["é".encode(), b"b", b"c"]
+
+
+@pytest.mark.parametrize("fractions", [[float("nan")], [0.5, float("nan")], [float("inf")]])
+def test_a_split_fraction_that_is_not_a_number_is_refused_as_one(fractions, recorded):
+    # nan had passed the check (nan <= 0 is False), printed numpy's "invalid value encountered in cast" and then
+    # said a part would be empty: "use larger fractions"
+    ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DatasetError, match=r"must be positive and sum to at most 1"):
+            split(ds, fractions)
