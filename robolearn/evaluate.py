@@ -11,6 +11,7 @@ import contextlib
 import errno
 import functools
 import numbers
+import os
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -280,6 +281,6 @@ def video_target(path: str | Path) -> tuple[Path, Path]:
     if blocked := next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None):
         raise ValueError(f"video {path}: {blocked} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # two films of one name: two temps
     tmp.open("wb").close()  # a read-only or full folder fails here, not after the filming
     return path, tmp

@@ -18,6 +18,7 @@ actions; env 0 is measured.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,7 +212,7 @@ def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None
 def _write_video(path: Path, frames: list[np.ndarray], seconds_per_frame: float) -> Path:
     """Frames to a video, written aside and renamed: never half a video."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # two films of one name: two temps
     write_frames(tmp, frames, seconds_per_frame)
     tmp.replace(path)
     return path
