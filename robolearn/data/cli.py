@@ -210,8 +210,9 @@ def _record(args: argparse.Namespace) -> int:
         controller_name = f"run:{Path(args.run).resolve()}"
     elif args.controller != "random":
         if not Path(args.controller).is_file():
-            raise FileNotFoundError(f"--controller {args.controller}: no such file; give an exported controller.pt or "
-                                    ".onnx (`robolearn export RUN` writes RUN/export/), or 'random'")
+            what = "a folder, not a file" if Path(args.controller).is_dir() else "no such file"
+            raise FileNotFoundError(f"--controller {args.controller}: {what}; give an exported controller.pt or "
+                                    ".onnx (`robolearn export RUN` writes RUN/export/), a run with --run, or 'random'")
         meta_path = Path(args.controller).parent / "controller.json"
         meta = read_controller_meta(meta_path, Path(args.controller)) if meta_path.is_file() else {}
         task = task or meta.get("task")

@@ -126,3 +126,11 @@ def test_list_of_a_root_that_is_no_folder_says_so(tmp_path, root, capsys):
         assert err.startswith(f"error: --root {given}: {says}") and len(err.splitlines()) == 1, err
     assert main(["dataset", "list", "--root", str(tmp_path)]) == 0  # an empty folder: none yet, as before
     assert "none yet" in capsys.readouterr().out
+
+
+def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys):
+    """A folder (the export folder, say) had been said to be no such file."""
+    assert main(["dataset", "record", "--controller", str(tmp_path), "--episodes", "1", "--name", "x"]) == 2
+    assert f"--controller {tmp_path}: a folder, not a file; give an exported controller.pt" in capsys.readouterr().err
+    assert main(["dataset", "record", "--controller", str(tmp_path / "nope.pt"), "--episodes", "1", "--name", "x"]) == 2
+    assert "nope.pt: no such file" in capsys.readouterr().err
