@@ -27,6 +27,7 @@ import os
 import re
 import traceback
 import warnings
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -136,15 +137,17 @@ def checkpoint_missing(run_dir: Path) -> str:
             f"(robolearn train <config>) and remove this folder")
 
 
-def saved_progress(run: Path) -> dict[str, Any]:
-    """The progress in ``run``'s checkpoint, or {} where there is none or it cannot be read (a resume then
-    says why)."""
+def saved_progress(run: Path, strict: bool = False) -> dict[str, Any]:
+    """The progress in ``run``'s checkpoint, or {} where there is none or (unless ``strict``: then the
+    CheckpointError) it cannot be read (a resume then says why)."""
     path = run / "checkpoints" / "latest.pt"
     if not path.is_file():
         return {}
     try:
         progress = load_checkpoint(path).get("progress")
-    except CheckpointError:
+    except (CheckpointError, PermissionError):
+        if strict:
+            raise
         return {}
     return progress if isinstance(progress, dict) else {}
 
@@ -415,13 +418,20 @@ def run_status(run: Path) -> str:
     ended = run_ended(run, runner.get("eval_episodes") or 0)
     if not last and ended:  # its end left its files (runner.total_steps=0, or metrics.jsonl lost): as resume says
         return "done (no metrics lines)"
-    if not last:  # (a second Ctrl+C saves mid-iteration: say how far its checkpoint holds)
-        saved = ", ".join(f"{value:,} {key}" for key, value in trained_counts(saved_progress(run)).items())
-        return f"{failed or 'incomplete'}: {f'saved at {saved}, ' if saved else ''}stopped before its first " \
-               f"logged iteration; {resume}"
     # Where a resume goes on from (the metrics may run past it: a kill). Not read for a run whose end
     # left its files: loading every run's checkpoint would make list slow.
-    saved = {} if ended else saved_progress(run)
+    checkpoint, trains_on = run / "checkpoints" / "latest.pt", f"{resume} trains on"
+    try:
+        saved = {} if ended else saved_progress(run, strict=True)
+        if not zipfile.is_zipfile(checkpoint):  # (cheap: its end record only) cut short, or not torch.save's
+            raise CheckpointError("cut short or not a checkpoint")
+    except (CheckpointError, PermissionError) as err:  # a resume would be refused: not offered
+        saved, said = {}, str(err).replace(f"{checkpoint}: ", "")
+        resume = trains_on = f"its checkpoints/latest.pt does not load, so it cannot resume ({said[:160]})"
+    if not last:  # (a second Ctrl+C saves mid-iteration: say how far its checkpoint holds)
+        counts = ", ".join(f"{value:,} {key}" for key, value in trained_counts(saved).items())
+        return f"{failed or 'incomplete'}: {f'saved at {counts}, ' if counts else ''}stopped before its first " \
+               f"logged iteration; {resume}"
     phase = last.get("phase")
     if saved.get("phase") == "online":  # a fine-tune past its offline phase
         phase = "online"
@@ -445,7 +455,7 @@ def run_status(run: Path) -> str:
     where = f"{phase + ' ' if phase else ''}{done:,} of {total:,} {counter}" if isinstance(total, int) and total else \
         f"{done:,} {counter}"
     if ended and (run / "eval.json").is_file() and not failed:  # its end ran (export, evaluation) before the budget
-        return f"ended early at {where} (a stop callback or runner.max_minutes); {resume} trains on"
+        return f"ended early at {where} (a stop callback or runner.max_minutes); {trains_on}"
     if logged > done:
         where += f" saved ({logged:,} logged past the checkpoint: a resume does them again)"
     return f"{failed or 'incomplete'}: {where}; {resume}"

@@ -85,8 +85,8 @@ def _fake_run(root, name, config, lines, exported=True, checkpoint=True):
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    if checkpoint:
-        (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    if checkpoint:  # one that loads, of no progress: where a resume goes on from is the metrics' last line
+        save_checkpoint(run / "checkpoints" / "latest.pt", config={}, agent={}, progress={})
     if exported:
         (run / "export").mkdir()
         (run / "export" / "controller.json").write_text("{}")
@@ -111,11 +111,20 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{exported}  incomplete: 512 of 1,000 env_steps; robolearn train --resume {exported}" in out
     assert f"{pretraining}  incomplete: pretrain 1,000 of 3,000 pretrain_updates; robolearn train --resume" in out
     assert f"{offline}  incomplete: stopped before its first logged iteration; robolearn train --resume" in out
+    (offline / "checkpoints" / "latest.pt").write_bytes(b"PK\x05\x06" + bytes(18))  # a zip of nothing: loads not
+    assert main(["list", "--runs", str(offline)]) == 0
+    assert (f"{offline}  incomplete: stopped before its first logged iteration; its checkpoints/latest.pt does not "
+            "load, so it cannot resume (not a readable robolearn checkpoint") in capfd.readouterr().out
     save_checkpoint(offline / "checkpoints" / "latest.pt", config={}, agent={}, progress={"env_steps": 1282})
     assert main(["list", "--runs", str(offline)]) == 0  # a second Ctrl+C's checkpoint, before any metrics line
     assert f"{offline}  incomplete: saved at 1,282 env_steps, stopped before its first logged iteration; " \
            "robolearn train --resume" in capfd.readouterr().out
     assert f"{ending}  trained (1,024 env_steps), not yet exported; robolearn train --resume" in out  # (no evaluation asked)
+    (exported / "checkpoints" / "latest.pt").write_bytes(b"")  # cut short: a resume would be refused, so none is offered
+    assert main(["list", "--runs", str(exported)]) == 0
+    assert (f"{exported}  incomplete: 512 of 1,000 env_steps; its checkpoints/latest.pt does not load, so it cannot "
+            "resume (cut short or not a checkpoint)") in capfd.readouterr().out
+    save_checkpoint(exported / "checkpoints" / "latest.pt", config={}, agent={}, progress={})
     (done / "eval.json").write_text("{")  # damaged: said on its run's line, the others still listed
     (exported / "eval.json").write_text("{}")
     assert main(["list", "--runs", str(tmp_path)]) == 0
