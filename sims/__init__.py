@@ -285,6 +285,8 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         raise ValueError(f"device {str(device)!r} (env.device): robolearn's envs run on cpu or cuda (cuda:N), not "
                          f"{device.type}")
     if device.type == "cpu":
+        if backend == "warp":
+            _warp_backend()  # missing packages said here, in one line, not as an ImportError traceback at the build
         if backend == "warp" and "warp-on-cpu" not in _SAID:  # once per process, not for every env a run builds
             _SAID.add("warp-on-cpu")
             warnings.warn("backend=warp device=cpu: MuJoCo Warp on Warp's CPU device, for tests, runs far slower than "
@@ -303,11 +305,19 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         raise ValueError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     if backend == "warp":
-        from sims.warp_backend import cuda_problem
-
-        if problem := cuda_problem():  # here, not as an "Invalid device identifier" deep inside Warp
+        if problem := _warp_backend().cuda_problem():  # here, not as an "Invalid device identifier" deep inside Warp
             raise ValueError(f"backend=warp device={device}: {problem}")
     return backend, device
+
+
+def _warp_backend() -> Any:
+    """``sims.warp_backend``; where mujoco-warp or warp-lang is missing, a ValueError saying what to install (the
+    command line's one error line; an ImportError had ended ``robolearn train env.backend=warp`` in a traceback)."""
+    try:
+        import sims.warp_backend as module
+    except ImportError as err:
+        raise ValueError(str(err)) from err
+    return module
 
 
 def make_backend(
@@ -316,9 +326,7 @@ def make_backend(
     """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
     backend, device = resolve_backend(backend, device)
     if backend == "warp":
-        from sims.warp_backend import WarpBackend
-
-        return WarpBackend(_compiled(spec), num_worlds, device=device, fields=spec.fields,
+        return _warp_backend().WarpBackend(_compiled(spec), num_worlds, device=device, fields=spec.fields,
                            nconmax=spec.nconmax, njmax=spec.njmax, light_reset=spec.light_reset)
     return MujocoBackend(_compiled(spec), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
 

@@ -44,7 +44,8 @@ try:
     import warp as wp
 except ImportError as error:  # the default install has them; a trimmed one may not
     raise ImportError(
-        "backend=warp needs the packages mujoco-warp and warp-lang: pip install mujoco-warp warp-lang"
+        f"backend=warp needs the packages mujoco-warp and warp-lang ({error}): pip install mujoco-warp warp-lang, "
+        "or use env.backend=mujoco"
     ) from error
 
 

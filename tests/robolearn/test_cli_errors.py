@@ -523,3 +523,20 @@ def test_a_kill_of_a_command_that_writes_stops_as_ctrl_c_does(command, tmp_path,
     assert main(argv) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_backend_warp_without_its_packages_is_one_line_saying_what_to_install(device, monkeypatch, tmp_path, capsys):
+    """A missing mujoco-warp had ended `train env.backend=warp` in an ImportError traceback (on a GPU machine too)."""
+    import sys
+
+    for name in ("warp", "mujoco_warp"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "sims.warp_backend", raising=False)
+    if device == "cuda":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["train", "ppo_pendulum", "env.backend=warp", f"env.device={device}", "--no-wandb",
+                 f"run_dir={tmp_path}"]) == 2
+    assert "backend=warp needs the packages mujoco-warp and warp-lang" in error(capsys)
+    assert not list(tmp_path.iterdir())
