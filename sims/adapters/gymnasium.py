@@ -67,6 +67,10 @@ class GymVecEnv(OurVecEnv):
         if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Box):
             raise ValueError(f"only Box (continuous) observation and action spaces are supported, got {obs_space} "
                              f"and {action_space}: our agents act in continuous spaces")
+        if not np.issubdtype(action_space.dtype, np.floating):  # our float actions would be cast: 0.9 -> 0, 2.9 -> 2
+            raise ValueError(f"the action space {action_space} is a Box of {action_space.dtype} values: a discrete "
+                             "space, and our agents act in continuous ones (their actions would be truncated to "
+                             "whole numbers); wrap the env so that it takes float actions")
 
         self.num_envs = self.vec.num_envs
         self.device = torch.device(device)

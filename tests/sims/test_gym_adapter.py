@@ -5,6 +5,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+import gymnasium
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from sims import make_env
@@ -208,3 +210,20 @@ def test_a_module_named_in_a_gym_id_is_found_in_the_current_directory_and_scalar
     with pytest.raises(ValueError, match=r"gym:no_such_module_here:X-v0: no module 'no_such_module_here' on the "
                                          r"Python path or in "):
         make_env("gym:no_such_module_here:X-v0", 1)
+
+
+def test_an_integer_action_box_is_refused_not_truncated() -> None:
+    """A Box of integers had been accepted: our float actions reached the env cast toward zero (2.9 -> 2, -0.9 -> 0)."""
+    class IntegerActions(gymnasium.Env):
+        observation_space = spaces.Box(-1, 1, (1,), np.float32)
+        action_space = spaces.Box(-3, 3, (1,), np.int64)
+        metadata = {"render_fps": 10}
+
+        def reset(self, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    with pytest.raises(ValueError, match=r"a Box of int64 values: a discrete space.*truncated"):
+        GymVecEnv(IntegerActions, 1, max_episode_steps=10)
