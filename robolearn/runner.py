@@ -47,7 +47,7 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
                                   saved_num_envs, set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, load_run_config, to_dict, validated
+from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, validated
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
@@ -231,6 +231,7 @@ class Runner:
         self.fresh_replay = fresh_replay
         resolve_backend(cfg.env)  # before the process group: a warp run without a GPU is a CPU run
         distributed.init(cfg.env.device)
+        check_ranks_agree(cfg)
         self.world_size, self.main = distributed.world_size(), distributed.is_main()
         self.seed = cfg.seed + distributed.rank()
         if resume:
@@ -750,6 +751,26 @@ class CtrlC:
         if self.pending and not self.deferred:
             self.at_safe_point = True
             raise KeyboardInterrupt
+
+
+def check_ranks_agree(cfg: TrainConfig) -> None:
+    """Refuse, on every rank, ranks whose configs differ (another agent.num_epochs, a node where warp fell back to
+    the CPU): ranks that make other numbers of updates had waited in a collective for ever, and other loss
+    weights were silently averaged with rank 0's through the gradients. ``run_dir`` and ``logging`` may differ
+    (only rank 0 writes and logs)."""
+    if not distributed.active():
+        return
+    mine = {key: value for key, value in flat_keys(to_dict(cfg)).items()
+            if key != "run_dir" and not key.startswith("logging.")}
+    every = distributed.gather_objects(mine)
+    for rank, theirs in enumerate(every[1:], 1):
+        if differ := sorted(key for key in every[0].keys() | theirs.keys() if every[0].get(key) != theirs.get(key)):
+            distributed.shutdown()
+            said = "; ".join(f"{key} is {every[0].get(key)!r} on rank 0 and {theirs.get(key)!r} on rank {rank}"
+                             for key in differ[:3])
+            raise ConfigError(f"the ranks were started with different configs: {said}{' ...' if len(differ) > 3 else ''}; "
+                              "start every rank with the same config and overrides (and the same env.backend and "
+                              "env.device that this machine can run)")
 
 
 def _rank_env_config(env: EnvConfig) -> EnvConfig:

@@ -356,3 +356,28 @@ def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_pa
     assert str(distributed.lost_peers(gloo, "runs/ppo/1")).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
     assert distributed.lost_peers(dist.DistBackendError("NCCL error"), "r") is not None
     assert distributed.lost_peers(RuntimeError("CUDA out of memory"), "r") is None  # its own error: as it is
+
+
+def _disagreeing_worker(rank: int, world: int, port: int, tmp: Path) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cfg = config(tmp / f"runs_rank{rank}", NUM_ENVS)
+    cfg.agent.num_epochs = 5 if rank == 0 else 2
+    try:
+        Runner(cfg).close()
+        said = "built"
+    except cli.ConfigError as err:
+        said = str(err)
+    (tmp / f"said{rank}.txt").write_text(said)
+
+
+def test_ranks_started_with_different_configs_are_refused_on_every_rank(tmp_path) -> None:
+    """Ranks that disagree on agent.num_epochs had been built and then waited for ever in a collective (rank 0
+    makes more gradient all-reduces); ones that disagree on a loss weight had averaged it silently."""
+    mp.spawn(_disagreeing_worker, args=(2, free_port(), tmp_path), nprocs=2, join=True)
+    for rank in range(2):
+        said = (tmp_path / f"said{rank}.txt").read_text()
+        assert said.startswith("the ranks were started with different configs: agent.num_epochs is 5 on rank 0 "
+                               "and 2 on rank 1"), said
+    assert not list(tmp_path.glob("runs_rank*/*"))  # nothing written
