@@ -27,6 +27,7 @@ unchanged on either; what differs:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -99,6 +100,15 @@ _SETCONST_OUTPUTS = ("body_subtreemass", "body_invweight0", "dof_invweight0", "t
                      "actuator_acc0", "geom_aabb", "geom_rbound")
 # MjData attribute of each mjtState component of mjSTATE_INTEGRATION (warmstart has its own name).
 _STATE_ATTRS = {"warmstart": "qacc_warmstart"}
+
+
+def _batchable(owner: object, attr: str) -> bool | None:
+    """Whether MuJoCo Warp declares field ``attr`` of ``owner`` (its Model or Option) with a world dimension (an
+    array spec starting with ``*``); None where it declares no spec (then the array's shape is all there is)."""
+    spec = next((f.type for f in dataclasses.fields(type(owner)) if f.name == attr), None) \
+        if dataclasses.is_dataclass(owner) else None
+    shape = getattr(spec, "shape", None)
+    return None if not isinstance(shape, tuple) else bool(shape) and shape[0] == "*"
 
 
 def warp_device(device: str | torch.device) -> str:
@@ -390,7 +400,8 @@ class WarpBackend:
     def _batch(self, name: str) -> torch.Tensor:
         """Field ``name`` with one row per world, batching it on first use."""
         array, owner, attr = self._model_array(name)
-        if not isinstance(array, wp.array):
+        if not isinstance(array, wp.array) or _batchable(owner, attr) is False:
+            # (a shared field whose first dimension is num_worlds or 1 had been taken for a per-world one)
             raise KeyError(f"model field {name!r} cannot vary per world on MuJoCo Warp")
         if array.shape[0] != self.num_worlds:
             if array.shape[0] != 1:
@@ -447,10 +458,12 @@ class WarpBackend:
 
     def get_model_field(self, name: str) -> torch.Tensor:
         """Model field ``name`` of every world, ``(num_worlds, *field_shape)``."""
-        array, _, _ = self._model_array(name)
-        if not isinstance(array, wp.array):
-            shared = torch.as_tensor(np.asarray(array), device=self.device)
-            return shared.expand(self.num_worlds, *shared.shape).to(self.dtype)
+        array, owner, attr = self._model_array(name)
+        if not isinstance(array, wp.array) or _batchable(owner, attr) is False:  # one value for every world
+            shared = torch.as_tensor(array.numpy() if isinstance(array, wp.array) else np.asarray(array),
+                                     device=self.device)
+            shared = shared.expand(self.num_worlds, *shared.shape)
+            return shared.to(self.dtype) if shared.is_floating_point() else shared.clone()
         values = wp.to_torch(array)
         values = values.expand(self.num_worlds, *values.shape[1:]) if values.shape[0] == 1 else values
         return values.clone().to(self.dtype if values.is_floating_point() else values.dtype)

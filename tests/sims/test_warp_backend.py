@@ -368,3 +368,17 @@ def test_an_observation_that_is_the_live_state_is_kept_as_it_was():
     for a, b in zip(warp, cpu):
         for group in b:
             torch.testing.assert_close(a[group], b[group], atol=1e-4, rtol=1e-4)
+
+
+def test_a_field_mujoco_warp_shares_across_worlds_is_not_taken_for_a_per_world_one():
+    """Hopper has nv = 6: with 6 worlds its shared dof_length (one row per dof) had been taken for per-world values, so
+    "world 0's" write changed dof 0 in every world; and a shared field was read without its world dimension."""
+    warp = sims.make_env("hopper", 6, backend="warp", device="cpu", seed=0)
+    cpu = sims.make_env("hopper", 6, seed=0)
+    before = warp.sim.get_model_field("dof_length").clone()
+    with pytest.raises(KeyError, match="'dof_length' cannot vary per world on MuJoCo Warp"):
+        warp.sim.set_model_field("dof_length", 2.0, torch.tensor([0]))
+    assert torch.equal(warp.sim.get_model_field("dof_length"), before)
+    for name in ("geom_type", "dof_length"):
+        a, b = warp.sim.get_model_field(name), cpu.sim.get_model_field(name)
+        assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.double(), b.double()), name
