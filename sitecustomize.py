@@ -1,2 +1,0 @@
-import sys
-sys.modules["warp"] = None; sys.modules["mujoco_warp"] = None
