@@ -681,7 +681,8 @@ def test_deploy_reports_each_episode_and_draws_its_joints(run_dir, make_emulator
     assert np.abs(first["actions"][0]).max() <= 0.1 + 1e-6 < np.abs(first["goals"][0]).max()
     counted = sum(e["safety_events"].get("jump_limit", 0) for e in episodes)
     assert counted == summary["safety_events"]["jump_limit"] > 0  # the per-episode counts add up to the run's
-    assert "episodes:    0: return" in out and "jump_limit)" in out
+    # (a loaded machine may add a watchdog_hold after it: the line's counts are whatever the episode's are)
+    assert re.search(r"episodes:    0: return -?\d+\.\d+ in .*\d+ jump_limit[,)]", out)
     from sims.tasks.arm_reach import fingertip_position
 
     tip = fingertip_position(torch.as_tensor(first["obs/joint_state"][-1:, :4], dtype=torch.float64))[0]
