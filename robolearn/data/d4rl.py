@@ -145,7 +145,7 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     episodes = []
     start = 0
     for end in ends:
-        episode = _episode(arrays, start, end + 1, terminals, timeouts, has_next)
+        episode = _episode(arrays, start, end + 1, terminals, timeouts)
         episodes.append(episode.check(f"{path}: episode {len(episodes)} (rows {start}-{end})"))
         start = end + 1
     if not episodes:
@@ -270,9 +270,10 @@ def _read(f: Any, name: str, path: Path) -> np.ndarray:
         raise DatasetError(f"{path}: cannot read '{name}' {f[name].shape} (truncated or corrupt: {err})") from None
 
 
-def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np.ndarray, timeouts: np.ndarray,
-             has_next: bool) -> Episode:
-    """Rows ``start:stop`` as an episode with T+1 observations."""
+def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np.ndarray,
+             timeouts: np.ndarray) -> Episode:
+    """Rows ``start:stop`` as an episode with T+1 observations (the last from ``next_observations`` where the
+    file has it, else the last row's own)."""
     def observations(current: np.ndarray, following: np.ndarray | None) -> np.ndarray:
         last = following[stop - 1] if following is not None else current[stop - 1]
         return np.concatenate([current[start:stop], last[None]])
