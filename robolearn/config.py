@@ -198,10 +198,26 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
     check_run_config(file, raw)
     file_task = _task_of(raw)
     as_written = copy.deepcopy(raw)
-    if isinstance(overrides, Mapping):  # values as they are, typed and checked below like YAML's
+    _apply_overrides(raw, overrides)
+    if "name" not in raw:
+        # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
+        # several configs share; and its task where an override changed it. A run's own config.yaml always
+        # has the key, so a resume keeps the name it had
+        task = _task_of(raw)
+        raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
+    try:
+        return config_from_dict(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{file}: {err}" if _fails_alike(as_written, err) else str(err)) from None
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> None:
+    """Set each override in ``raw``, in order: ``key=value`` strings (the value read as YAML), or a mapping's
+    values as they are (typed and checked later, as YAML's are)."""
+    if isinstance(overrides, Mapping):
         for key, value in overrides.items():
             _set_dotted(raw, str(key).strip(), _plain(value))
-        overrides = ()
+        return
     for item in overrides:
         if not isinstance(item, str):
             raise TypeError(f"overrides must be 'key=value' strings, got {item!r}")
@@ -216,16 +232,6 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
                               f"quote the value: {key}='{value.strip()}'")
         _set_dotted(raw, key.strip(), parsed)
-    if "name" not in raw:
-        # runs are named after their config file (runs/srl_hopper_j16/<time>), not only its algo and task, which
-        # several configs share; and its task where an override changed it. A run's own config.yaml always
-        # has the key, so a resume keeps the name it had
-        task = _task_of(raw)
-        raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
-    try:
-        return config_from_dict(raw)
-    except ConfigError as err:
-        raise ConfigError(f"{file}: {err}" if _fails_alike(as_written, err) else str(err)) from None
 
 
 def _fails_alike(raw: dict[str, Any], err: ConfigError) -> bool:
@@ -387,6 +393,8 @@ SECTIONS = ("env", "runner", "agent", "logging")  # a config's sections of setti
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted ``key`` (``runner.total_steps``) in ``raw`` to ``value``, making the sections on the way;
+    a whole section given as a mapping (``env={...}``) sets its keys in the file's section (:func:`_merged`)."""
     *parents, leaf = key.split(".")
     node = raw
     for part in parents:
