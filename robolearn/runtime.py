@@ -46,7 +46,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from robolearn.evaluate import NonFiniteError, check_finite, warn_if_trained_elsewhere
+# (Actor is evaluate's, one Protocol for both loops; robolearn/data/record.py imports it from here)
+from robolearn.evaluate import Actor, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.interfaces import Obs, Step, VecEnv
 
 
@@ -121,11 +122,6 @@ def stops_held() -> Iterator[list[int]]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-class Actor(Protocol):
-    def act(self, obs: Obs) -> torch.Tensor: ...
-    def reset(self, mask: torch.Tensor | None = None) -> None: ...
 
 
 class StepSink(Protocol):
@@ -283,6 +279,40 @@ def _check_arguments(controller: Any, env: Any, rate_hz: Any, steps: Any, episod
                         f"{type(sink).__name__}")
 
 
+def _robot_stop_signals(env: Any) -> contextlib.ExitStack:
+    """For a robot (an env with ``emergency_stop``), held while it runs: a kill or a closed terminal stops it
+    safely as Ctrl+C does, and Ctrl+\\ is its emergency stop (deploy's, for any robot); for a sim, nothing."""
+    signals = contextlib.ExitStack()
+    if callable(getattr(env, "emergency_stop", None)):
+        estop = {signal.SIGQUIT: lambda *_: env.emergency_stop()} if hasattr(signal, "SIGQUIT") else {}
+        signals.enter_context(stops_as_ctrl_c(also=estop))
+    return signals
+
+
+def _check_action(commanded: torch.Tensor, expected_shape: tuple[int, ...] | None, step: int, episode: int) -> None:
+    """Refuse an action of another shape than the env takes (``expected_shape``; said before a robot holds it
+    step after step) or one with NaN or inf: a broken controller stops here, before the robot or sim, saying
+    when (``step`` of ``episode``)."""
+    if expected_shape is not None and tuple(commanded.shape) != expected_shape:
+        raise ValueError(f"the controller's action has shape {tuple(commanded.shape)}, the env takes {expected_shape} "
+                         "(num_envs, *action_spec.shape): a controller of another task or robot?")
+    try:
+        check_finite("action", commanded)
+    except NonFiniteError as err:
+        raise NonFiniteError(f"{err} at step {step} of episode {episode} (both counted from 0, as a recording's "
+                             "episode files and their steps): the controller is broken (check its inputs and "
+                             "weights); the run stopped", err.sources) from None
+
+
+def _keep_timing(stats: LoopStats, ticker: Ticker | None, paced_env: Any) -> None:
+    """The tick lateness and overruns into ``stats``: of the loop's own ``ticker``, or else of the env that
+    paces itself (``paced_env``: a Robot's ticker), where either is there."""
+    if ticker:
+        stats.lateness_s, stats.overruns = ticker.lateness, ticker.overruns
+    elif paced_env is not None and getattr(paced_env, "ticker", None) is not None:
+        stats.lateness_s, stats.overruns = list(paced_env.ticker.lateness), paced_env.ticker.overruns
+
+
 @torch.no_grad()
 def run(
     controller: Actor,
@@ -319,11 +349,8 @@ def run(
     bar = _loop_bar(progress, steps, episodes)
     pacing = ticker or (getattr(env, "ticker", None) if paced_by_env else None)  # whose overruns count
     slow = _SlowLoopWatch()
-    width = (env.num_envs, *env.action_spec.shape) if hasattr(env, "action_spec") else None
-    signals = contextlib.ExitStack()
-    if callable(getattr(env, "emergency_stop", None)):  # a robot: a kill or a closed terminal stops it safely as
-        estop = {signal.SIGQUIT: lambda *_: env.emergency_stop()} if hasattr(signal, "SIGQUIT") else {}  # Ctrl+C,
-        signals.enter_context(stops_as_ctrl_c(also=estop))  # Ctrl+\ is its emergency stop (deploy's, for any robot)
+    expected_shape = (env.num_envs, *env.action_spec.shape) if hasattr(env, "action_spec") else None  # an action's
+    signals = _robot_stop_signals(env)
     try:
         obs = env.reset(seed=seed)
         controller.reset()
@@ -355,15 +382,7 @@ def run(
             t0 = time.perf_counter()
             check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
             commanded = controller.act(obs).to(env.device)
-            if width is not None and tuple(commanded.shape) != width:  # before a robot holds it step after step
-                raise ValueError(f"the controller's action has shape {tuple(commanded.shape)}, the env takes {width} "
-                                 "(num_envs, *action_spec.shape): a controller of another task or robot?")
-            try:  # a broken controller stops here, before the robot or sim, saying when
-                check_finite("action", commanded)
-            except NonFiniteError as err:
-                raise NonFiniteError(f"{err} at step {stats.steps - episode_start} of episode {stats.episodes} (both "
-                                     "counted from 0, as a recording's episode files and their steps): the controller "
-                                     "is broken (check its inputs and weights); the run stopped", err.sources) from None
+            _check_action(commanded, expected_shape, stats.steps - episode_start, stats.episodes)
             t1 = time.perf_counter()
             try:
                 step = env.step(commanded)
@@ -393,10 +412,7 @@ def run(
     finally:
         if bar is not None:
             bar.close()
-        if ticker:
-            stats.lateness_s, stats.overruns = ticker.lateness, ticker.overruns
-        elif paced_by_env and getattr(env, "ticker", None) is not None:
-            stats.lateness_s, stats.overruns = list(env.ticker.lateness), env.ticker.overruns
+        _keep_timing(stats, ticker, env if paced_by_env else None)
         try:
             if sink is not None:
                 sink.close()
