@@ -35,24 +35,11 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     empty = [str(run) for run, lines in logs.items() if not lines]
     if empty:
         raise ValueError(f"no metrics.jsonl lines in {', '.join(empty)}: not a run directory, or nothing logged yet")
-    logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
-                     if isinstance(value, (int, float)) and not isinstance(value, bool)})
-    def runs_logging(key: str) -> int:
-        return sum(any(key in line for line in lines) for lines in logs.values())
-
-    losses = sorted((m for m in logged if m.endswith("loss")), key=lambda m: (-runs_logging(m), m))  # most runs' first
-    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged] + losses[:3]
-    missing = [m for m in chosen if m not in logged]
-    if missing or not chosen:
-        raise ValueError(f"no run logs {missing[0] if missing else 'a return or a loss'}; "
-                         f"they log: {', '.join(logged)}")
+    chosen = _chosen_metrics(logs, metrics)
     import matplotlib
 
     matplotlib.use("Agg")  # files, not windows: this runs on headless training machines
     import matplotlib.pyplot as plt
-
-    import numpy as np
-    from matplotlib.ticker import EngFormatter
 
     _warn_if_tasks_differ(list(logs))
     fig, axes = plt.subplots(len(chosen), 2, figsize=(10, 2.8 * len(chosen)), squeeze=False, sharey="row")
@@ -91,14 +78,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             _draw(axes[row, 1], by_time, {**style, "alpha": 0.5} if mean else style, False)
             if drawn is not None:
                 legend.setdefault(label, drawn)
-            if not mean:  # an evaluation's spread over its episodes (eval/return_std), where logged: a band
-                for counter, lines in members:
-                    spread = [(line[counter], line[metric], line[f"{metric}_std"]) for line in lines
-                              if _finite(line.get(metric)) and _finite(line.get(f"{metric}_std"))
-                              and _finite(line.get(counter))]
-                    if len(spread) > 1:
-                        x, y, std = (np.asarray(column, dtype=float) for column in zip(*spread))
-                        axes[row, 0].fill_between(x, y - std, y + std, color=style["color"], alpha=0.15, linewidth=0)
+            if not mean:
+                _draw_spread(axes[row, 0], members, metric, style["color"])
             if metric == _return_row(chosen) and not mean:
                 for last, evaluation in finals.get(label, []):
                     marker = axes[row, 0].errorbar(last, evaluation["return_mean"], yerr=evaluation.get("return_std"),
@@ -106,6 +87,55 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
                     legend.setdefault(FINAL, marker)
 
     counters = {counter.replace("_", " ") for members in series.values() for counter, _ in members}
+    _label_axes(axes, chosen, " / ".join(sorted(counters)), f"wall-clock ({unit})")
+    drawn = [label for label in legend if label != FINAL]  # the runs' own entries
+    title = _run_title(next(iter(logs)), live=not at_end) if len(runs) == 1 else (drawn[0] if len(drawn) == 1 else "")
+    _add_header(fig, title, legend)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    out = Path(out) / "curves.png" if Path(out).is_dir() else Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
+    return out
+
+
+def _chosen_metrics(logs: dict[Path, list[dict]], metrics: Sequence[str] | None) -> list[str]:
+    """The rows to draw: ``metrics``, or those of :data:`DEFAULT_METRICS` any run logs and up to three losses
+    (those most runs log first); an error names a metric no run logs, and what they do log."""
+    logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool)})
+
+    def runs_logging(key: str) -> int:
+        return sum(any(key in line for line in lines) for lines in logs.values())
+
+    losses = sorted((m for m in logged if m.endswith("loss")), key=lambda m: (-runs_logging(m), m))  # most runs' first
+    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged] + losses[:3]
+    missing = [m for m in chosen if m not in logged]
+    if missing or not chosen:
+        raise ValueError(f"no run logs {missing[0] if missing else 'a return or a loss'}; "
+                         f"they log: {', '.join(logged)}")
+    return chosen
+
+
+def _draw_spread(ax, members: list[tuple[str, list[dict]]], metric: str, color: str) -> None:
+    """An evaluation's spread over its episodes (``<metric>_std``, as eval/return_std), where logged: a band
+    around each of the runs' curves (``members``: each run's counter and lines)."""
+    import numpy as np
+
+    for counter, lines in members:
+        spread = [(line[counter], line[metric], line[f"{metric}_std"]) for line in lines
+                  if _finite(line.get(metric)) and _finite(line.get(f"{metric}_std"))
+                  and _finite(line.get(counter))]
+        if len(spread) > 1:
+            x, y, std = (np.asarray(column, dtype=float) for column in zip(*spread))
+            ax.fill_between(x, y - std, y + std, color=color, alpha=0.15, linewidth=0)
+
+
+def _label_axes(axes, chosen: list[str], steps_label: str, time_label: str) -> None:
+    """Each row's metric, grid and scale; the x-axes' labels under the last row (counters left, clock right)."""
+    from matplotlib.ticker import EngFormatter
+
     for row, metric in enumerate(chosen):
         axes[row, 0].set_ylabel(metric)
         if "success" in metric:  # a rate: its whole range, so that 0 to 4% is no full-height jump
@@ -113,11 +143,13 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         axes[row, 0].xaxis.set_major_formatter(EngFormatter(sep=""))  # 100k, 2M: long step counts do not collide
         for ax in axes[row]:
             ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel(" / ".join(sorted(counters)))
-    axes[-1, 1].set_xlabel(f"wall-clock ({unit})")
-    # Above the plots, in a band the figure grows by (inches): the title, then the legend's rows
-    drawn = [label for label in legend if label != FINAL]  # the runs' own entries
-    title = _run_title(next(iter(logs)), live=not at_end) if len(runs) == 1 else (drawn[0] if len(drawn) == 1 else "")
+    axes[-1, 0].set_xlabel(steps_label)
+    axes[-1, 1].set_xlabel(time_label)
+
+
+def _add_header(fig, title: str, legend: dict) -> None:
+    """Above the plots, in a band the figure grows by (inches): ``title``, then the rows of one ``legend``
+    (label -> a line drawn with it) for all rows; then the plots' fixed margins."""
     columns = min(3, len(legend))
     legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
     header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows
@@ -131,13 +163,6 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02,
                         top=1 - header / fig.get_figheight(), wspace=0.06, hspace=0.3)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    out = Path(out) / "curves.png" if Path(out).is_dir() else Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, lambda f: f.write(buffer.getvalue()))
-    return out
 
 
 FINAL = "final evaluation (mean ± std of its episodes)"
