@@ -79,14 +79,13 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     paths: dict[str, Path] = {}
     files: dict[Path, bytes] = {}
     if "torchscript" in formats:
-        buffer = io.BytesIO()
+        torchscript_bytes = _torchscript_bytes(controller, inputs)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
-            torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
-            traced = torch.jit.load(io.BytesIO(buffer.getvalue()))
+            warnings.simplefilter("ignore", DeprecationWarning)  # (as in _torchscript_bytes)
+            traced = torch.jit.load(io.BytesIO(torchscript_bytes))
         _check_same_outputs(controller, inputs, lambda *args: traced(*args), "TorchScript")
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
-        files[paths["torchscript"]] = buffer.getvalue()
+        files[paths["torchscript"]] = torchscript_bytes
     if "onnx" in formats:
         import onnxruntime
 
@@ -148,9 +147,7 @@ def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor],
             expected, got = controller(*probe.values()), exported(*probe.values())
     finally:
         torch.set_float32_matmul_precision(precision)
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    for name, want, have in zip(controller.export_outputs(), expected, got):
+    for name, want, have in zip(controller.export_outputs(), _as_list(expected), _as_list(got)):
         if want.shape != have.shape or not torch.allclose(want.float(), have.float(), rtol=1e-3, atol=1e-4,
                                                           equal_nan=True):  # random obs outside its domain
             diff = (want.float() - have.float()).abs().max().item() if want.shape == have.shape else None
@@ -158,6 +155,15 @@ def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor],
             raise ValueError(f"{type(controller).__name__}: its {fmt} export computes another '{name}' than it does "
                              f"({found}): forward must compute with torch operations only, as numpy or Python math on "
                              "tensor values becomes a constant when exported")
+
+
+def _torchscript_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:
+    """The controller traced to TorchScript on ``inputs``, as the bytes of a ``controller.pt``."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
+        torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
+    return buffer.getvalue()
 
 
 def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:
@@ -348,4 +354,5 @@ def _reexport(path: Path) -> str:
 
 
 def _as_list(out: torch.Tensor | tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    """A function's outputs as a list: one tensor, or a tuple of action and state."""
     return list(out) if isinstance(out, (tuple, list)) else [out]
