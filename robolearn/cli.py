@@ -63,6 +63,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return USER_ERRORS + extra
 
 
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` (``--episodes``, ``-h``...): argparse has no public list of them."""
+    return [option for action in parser._actions for option in action.option_strings]
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose "the following arguments are required" also says the misspelled option that was
     likely meant (``--epsiodes``: ``--episodes``): argparse says a missing required option before the words no
@@ -74,7 +79,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("the following arguments are required"):
-            known = [option for action in self._actions for option in action.option_strings]
+            known = _options(self)
             for flag in (word.split("=", 1)[0] for word in getattr(self, "_words", []) if word.startswith("--")):
                 if flag not in known and (close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7)):
                     message += f"; {flag}: did you mean {close[0]}?"
@@ -199,9 +204,6 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
     option (`deploy --lockstep` is `emulate`'s), or for `train`, a setting given as a flag."""
     from policies import AGENTS  # every algorithm's settings (TrainConfig's own agent section is PPO's)
 
-    def options(p: argparse.ArgumentParser) -> list[str]:
-        return [option for action in p._actions for option in action.option_strings]  # (argparse has no public list)
-
     def subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         return next((a.choices for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
 
@@ -210,8 +212,8 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
     if args.command == "dataset":  # its subcommands' options are the nearer others
         siblings |= {f"dataset {name}": p for name, p in subparsers(command).items() if name != args.dataset_command}
         command = subparsers(command)[args.dataset_command]
-    known = options(command)
-    others = {option: name for name, p in siblings.items() for option in options(p) if option not in known}
+    known = _options(command)
+    others = {option: name for name, p in siblings.items() for option in _options(p) if option not in known}
     settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
     settings |= {f.name: f"agent.{f.name}" for config_cls, _ in AGENTS.values() for f in dataclasses.fields(config_cls)
                  if f.name not in settings}
@@ -535,7 +537,7 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_fas(args: argparse.Namespace, cfg) -> int:
+def _eval_fas(args: argparse.Namespace, cfg: TrainConfig) -> int:
     """``eval --fas``: R(L) for L = 1, 2, 4, ..., 30, the FAS, a plot and a JSON line."""
     from robolearn import fas
     from robolearn.checkpoint import atomic_write_bytes

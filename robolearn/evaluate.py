@@ -3,6 +3,12 @@
 Both drive the controller exactly as a robot would: ``act`` every control step,
 ``reset(mask)`` for envs whose episode ended, so sequence and hierarchical
 controllers evaluate unchanged.
+
+Beside them, what they (and the training and deployment loops) share: the
+NaN/inf guards (:func:`check_finite`; :class:`FiniteWatch`, the training loop's,
+read once per iteration on a GPU), the warning for a controller run at another
+rate or task settings than it was trained with (:func:`warn_if_trained_elsewhere`),
+and the video writing (:func:`video_target`, :func:`frame_writer`, :func:`caption`).
 """
 
 from __future__ import annotations
