@@ -124,27 +124,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
     if fmt not in FILENAMES:  # (a bare KeyError: 'pt')
         raise ValueError(f"fmt={fmt!r} (--format): choose one of {sorted(FILENAMES)}")
-    path = Path(run_dir) / "export" / FILENAMES[fmt]
-    if not path.is_file():
-        if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the controller's own folder was given
-            if Path(run_dir).name == "export":  # a run's
-                raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
-                                        f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
-            raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "  # a copy
-                                    f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
-                                    "or give the run they came from")
-        _refuse_folder_of_runs(Path(run_dir), fmt)
-        export = f"`{shell('robolearn', 'export', run_dir)}`"
-        saved = (Path(run_dir) / "checkpoints" / "latest.pt").is_file()  # else `export` would only fail in turn
-        if trainer := holder(Path(run_dir)):
-            then = f"exports when it ends; {export} exports its checkpoint so far" if saved else \
-                "has saved no checkpoint to export yet"
-            raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) and "
-                                    f"{then}")
-        if not saved:
-            raise FileNotFoundError(f"{path}: no exported controller, nor a checkpoint to export one from (a run "
-                                    "that stopped before its first, or not a run folder)")
-        raise FileNotFoundError(f"{path}: no exported controller; run {export} first")
+    path = _exported_file(run_dir, fmt)
     controller = ExportedController(path)
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
         warnings.warn(behind, stacklevel=2)
@@ -190,6 +170,34 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None)
+
+
+def _exported_file(run_dir: Path, fmt: str) -> Path:
+    """``run_dir``'s exported controller file of format ``fmt`` (``export/controller.pt`` or ``.onnx``), or a
+    FileNotFoundError saying why there is none and what to do: export/ itself or a copy of its files was given,
+    a folder of runs, a run still training, one without a checkpoint, or one not exported yet."""
+    path = Path(run_dir) / "export" / FILENAMES[fmt]
+    if path.is_file():
+        return path
+    if (Path(run_dir) / FILENAMES[fmt]).is_file():  # the controller's own folder was given
+        if Path(run_dir).name == "export":  # a run's
+            raise FileNotFoundError(f"{run_dir}: give the folder that holds export/, not export/ itself: "
+                                    f"{shell('robolearn', 'deploy', Path(run_dir).parent)} ...")
+        raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "  # a copy
+                                f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
+                                "or give the run they came from")
+    _refuse_folder_of_runs(Path(run_dir), fmt)
+    export = f"`{shell('robolearn', 'export', run_dir)}`"
+    saved = (Path(run_dir) / "checkpoints" / "latest.pt").is_file()  # else `export` would only fail in turn
+    if trainer := holder(Path(run_dir)):
+        then = f"exports when it ends; {export} exports its checkpoint so far" if saved else \
+            "has saved no checkpoint to export yet"
+        raise FileNotFoundError(f"{path}: no exported controller yet: the run is still training ({trainer}) and "
+                                f"{then}")
+    if not saved:
+        raise FileNotFoundError(f"{path}: no exported controller, nor a checkpoint to export one from (a run "
+                                "that stopped before its first, or not a run folder)")
+    raise FileNotFoundError(f"{path}: no exported controller; run {export} first")
 
 
 def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
