@@ -43,8 +43,8 @@ from robolearn.host_reads import read_scalars
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of, finish_run, interrupted,
-                              iteration_rest, out_of_time, stopped_by_nan, update_metrics, write_config_or_undo)
+from robolearn.runner import (CtrlC, RunResult, Snapshot, add_update_metrics, ask_stop, check_metrics, deadline_of,
+                              finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan, write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.state_copy import StateCopy
 from robolearn.storage import ReplayBuffer
@@ -406,9 +406,8 @@ class OfflineRunner:
         sample = getattr(self.agent, "sample", self.replay.sample)
         for _ in range(count):
             self.ctrl_c.check()
-            for key, value in update_metrics(self.agent.update(sample(self.cfg.agent.batch_size))).items():
-                sums[key] = sums.get(key, 0.0) + value
-                counts[key] += 1
+            returned = add_update_metrics(sums, self.agent.update(sample(self.cfg.agent.batch_size)))
+            counts.update(returned.keys())  # each metric is averaged over the updates that returned it
             self.progress.updates += 1
             if logger is not None:
                 logger.advance(self.progress.updates)

@@ -522,8 +522,7 @@ class Runner:
             self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent, self._agent_copy), True
             for _ in range(count):
                 self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
-                for key, value in update_metrics(self.agent.pretrain_update()).items():
-                    sums[key] = sums.get(key, 0.0) + value
+                add_update_metrics(sums, self.agent.pretrain_update())
                 self.progress.pretrain_updates += 1
                 if bar is not None:
                     bar.update()
@@ -683,8 +682,7 @@ def pay_update_debt(progress: Any, owed: float, update: Callable[[], Any], sums:
     count = 0
     while progress.update_debt >= 1.0:
         ctrl_c.check()
-        for key, value in update_metrics(update()).items():
-            sums[key] = sums.get(key, 0.0) + value
+        add_update_metrics(sums, update())
         count += 1
         progress.update_debt -= 1.0
     return count
@@ -936,6 +934,15 @@ def update_metrics(metrics: Any) -> dict[str, Any]:
         size = value.numel() if isinstance(value, torch.Tensor) else np.size(value)
         if size != 1:
             raise ContractError(f"update metric '{key}': one number per metric, got {size} values")
+    return metrics
+
+
+def add_update_metrics(sums: dict[str, Any], metrics: Any) -> dict[str, Any]:
+    """An update's metrics (checked: :func:`update_metrics`) added into ``sums`` as they come: tensors stay on
+    their device (a ``float`` per update would be a host sync on a GPU). Returns the metrics."""
+    metrics = update_metrics(metrics)
+    for key, value in metrics.items():
+        sums[key] = sums.get(key, 0.0) + value
     return metrics
 
 
