@@ -259,12 +259,8 @@ class Runner:
                 self.replay = ReplayBuffer(cfg.agent.buffer_size, self.env.device)
                 if hasattr(self.agent, "sample"):  # windows of one env's consecutive steps: said now, not after
                     check_replay_windows(cfg, self.agent, self.env.num_envs, self.world_size)  # warm-up
-            if resume and getattr(cfg.agent, "skills_from", None) is not None:  # its skills are in its checkpoint
-                theirs = getattr(load_run_config(resume).agent, "skills_from", "")
-                if theirs != cfg.agent.skills_from:
-                    raise ConfigError(f"agent.skills_from: {resume} was trained with "
-                                      f"{theirs or 'its own pretraining'}; a resume goes on with those skills: resume "
-                                      "without that override")
+            if resume:
+                self._refuse_other_skills(resume)
             past_pretraining = (bool(resume) and getattr(self.agent, "pretrains", False)  # its checkpoint holds the
                                 and saved_progress(Path(resume)).get("pretrained") is True)  # skills: no dataset read
             if past_pretraining and self.main:
@@ -276,15 +272,8 @@ class Runner:
                                 cfg.runner.eval_episodes)
             elif getattr(cfg.agent, "skills_from", "") and getattr(self.agent, "pretrains", False):
                 self._take_skills(Path(cfg.agent.skills_from))
-            if (self.replay is not None and not getattr(self.agent, "pretrains", False) and self.main  # (skills:
-                    and cfg.runner.random_steps >= self.planned_steps()):  # random_act plays their prior)
-                warnings.warn(f"runner.random_steps={cfg.runner.random_steps:,} covers the whole run "
-                              f"({self.planned_steps():,} env steps): every action is random and the agent updates "
-                              "at most on the last step, so the controller it exports is untrained; lower "
-                              "runner.random_steps or raise runner.total_steps", stacklevel=2)
-            if self.replay is not None and self.main and cfg.runner.utd_ratio == 0:  # (it had been said nowhere)
-                warnings.warn("runner.utd_ratio=0: the agent makes no update (it only collects), so the controller "
-                              "it exports is untrained; give it updates per env step (1.0 is SAC's)", stacklevel=2)
+            if self.replay is not None and self.main:
+                self._warn_if_untrained()
         except BaseException:
             self.close()
             raise
@@ -294,6 +283,31 @@ class Runner:
             self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
         if self.main:
             write_config_or_undo(self, resume)
+
+    def _refuse_other_skills(self, resume: Path) -> None:
+        """A resume goes on with the skills its checkpoint holds: an ``agent.skills_from`` override naming other
+        skills than the run was trained with is refused."""
+        if getattr(self.cfg.agent, "skills_from", None) is None:
+            return
+        theirs = getattr(load_run_config(resume).agent, "skills_from", "")
+        if theirs != self.cfg.agent.skills_from:
+            raise ConfigError(f"agent.skills_from: {resume} was trained with "
+                              f"{theirs or 'its own pretraining'}; a resume goes on with those skills: resume "
+                              "without that override")
+
+    def _warn_if_untrained(self) -> None:
+        """Off policy: say the settings that leave the exported controller untrained (all random steps, or no
+        updates), which a run would otherwise train through without a word."""
+        runner = self.cfg.runner
+        skills = getattr(self.agent, "pretrains", False)  # (their random_act plays their prior: not untrained)
+        if not skills and runner.random_steps >= self.planned_steps():
+            warnings.warn(f"runner.random_steps={runner.random_steps:,} covers the whole run "
+                          f"({self.planned_steps():,} env steps): every action is random and the agent updates "
+                          "at most on the last step, so the controller it exports is untrained; lower "
+                          "runner.random_steps or raise runner.total_steps", stacklevel=3)
+        if runner.utd_ratio == 0:  # (it had been said nowhere)
+            warnings.warn("runner.utd_ratio=0: the agent makes no update (it only collects), so the controller "
+                          "it exports is untrained; give it updates per env step (1.0 is SAC's)", stacklevel=3)
 
     def _take_skills(self, source: Path) -> None:
         """``agent.skills_from``: the skill model of ``source``, a run past its pretraining phase, instead of
@@ -425,18 +439,7 @@ class Runner:
         checkpoint kept (it is only written after finite updates).
         """
         cfg = self.cfg
-        logger = None
-        if self.main:
-            if (planned := self.planned_steps()) != cfg.runner.total_steps:  # iterations are never cut short
-                print(f"runner.total_steps {cfg.runner.total_steps:,} runs to {planned:,} env steps: whole iterations "
-                      f"of {self._steps_per_iteration():,}")
-            if self.dataset is not None and not self.progress.pretrained:  # a resume inside pretraining redoes
-                set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates",  # what it logged past the checkpoint
-                                self.progress.pretrain_updates, "pretrain")
-            logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
-                               initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
-                               **cfg.logging.logger_args(cfg.run_name))
-        self.run_logger = logger
+        self.run_logger = logger = self._start_logger() if self.main else None
         stats = EpisodeStats(self.env.num_envs, self.progress.recent_returns, self.env.device,
                              self.progress.recent_success)
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
@@ -497,6 +500,21 @@ class Runner:
             self._finish(result, logger)
             logger.close()
         return result
+
+    def _start_logger(self) -> RunLogger:
+        """Rank 0's logger of this run's metrics and progress bar; first says where the run will end, when
+        whole iterations take it past ``runner.total_steps``, and sets aside the pretraining lines logged past
+        the checkpoint a resume inside pretraining goes back to (it logs them again)."""
+        cfg = self.cfg
+        if (planned := self.planned_steps()) != cfg.runner.total_steps:  # iterations are never cut short
+            print(f"runner.total_steps {cfg.runner.total_steps:,} runs to {planned:,} env steps: whole iterations "
+                  f"of {self._steps_per_iteration():,}")
+        if self.dataset is not None and not self.progress.pretrained:
+            set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates", self.progress.pretrain_updates,
+                            "pretrain")
+        return RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
+                         initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
+                         **cfg.logging.logger_args(cfg.run_name))
 
     def _pretrain(self, logger: RunLogger | None, deadline: float = float("inf")) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
