@@ -880,18 +880,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     run = result.run_dir
     counts = progress if isinstance(progress, dict) else vars(progress)
     result.trained = trained_counts(counts)
-    done, total = result.trained.get("env_steps", result.trained.get("updates", 0)), cfg.runner.total_steps
-    counted, budget = ("env steps" if "env_steps" in result.trained else "updates"), "runner.total_steps"
-    if counts.get("phase") == "offline":  # a fine-tune ended before its online phase: its updates' own budget
-        done, total = result.trained.get("updates", 0), cfg.agent.pretrain_updates
-        counted, budget = "offline updates", "agent.pretrain_updates"
-    elif counts.get("pretrained") is False and counts.get("pretrain_updates", 0) > 0:  # skills, cut in pretraining
-        done, total = counts["pretrain_updates"], cfg.agent.pretrain_updates
-        counted, budget = "pretraining updates", "agent.pretrain_updates"
-    if 0 < done < total:  # said here, as `list` says it later: the budget was not what ended it
-        why = "runner.max_minutes" if cfg.runner.max_minutes > 0 else "train()'s stop"
-        print(f"ended early: {done:,} of {budget}={total:,} {counted} ({why}); "
-              f"{shell('robolearn', 'train', '--resume', run)} trains on", flush=True)
+    _say_if_ended_early(run, cfg, counts, result.trained)
     env_cfg = at_trained_width(cfg.env, adaptation)
     resume = shell("robolearn", "train", "--resume", run)
     with _hint_on_ctrl_c(f"its checkpoint is saved; {resume} exports, evaluates and films it"):
@@ -930,6 +919,25 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
                                                 seconds=cfg.runner.video_seconds, progress=cfg.logging.progress)
         except Exception as err:  # a missing GL stack must not cost the trained run
             print(f"video skipped: {type(err).__name__}: {err}")
+
+
+def _say_if_ended_early(run: Path, cfg: TrainConfig, counts: dict[str, Any], trained: dict[str, int]) -> None:
+    """Say a run that ends short of its budget (``trained``: its counts; ``counts``: its whole progress), as
+    `list` says it later: runner.max_minutes or train()'s stop ended it, not the budget, and a resume trains on.
+    The budget is the phase's it ended in: a fine-tune's offline updates, a skill agent's pretraining updates,
+    else runner.total_steps of env steps (updates, offline)."""
+    done, total = trained.get("env_steps", trained.get("updates", 0)), cfg.runner.total_steps
+    counted, budget = ("env steps" if "env_steps" in trained else "updates"), "runner.total_steps"
+    if counts.get("phase") == "offline":  # a fine-tune ended before its online phase: its updates' own budget
+        done, total = trained.get("updates", 0), cfg.agent.pretrain_updates
+        counted, budget = "offline updates", "agent.pretrain_updates"
+    elif counts.get("pretrained") is False and counts.get("pretrain_updates", 0) > 0:  # skills, cut in pretraining
+        done, total = counts["pretrain_updates"], cfg.agent.pretrain_updates
+        counted, budget = "pretraining updates", "agent.pretrain_updates"
+    if 0 < done < total:
+        why = "runner.max_minutes" if cfg.runner.max_minutes > 0 else "train()'s stop"
+        print(f"ended early: {done:,} of {budget}={total:,} {counted} ({why}); "
+              f"{shell('robolearn', 'train', '--resume', run)} trains on", flush=True)
 
 
 @contextlib.contextmanager
