@@ -33,6 +33,10 @@ def test_replay_wraps_and_samples_stored_rows():
     assert batch["obs"]["policy"].shape == (64, 2)
     assert set(batch["reward"].tolist()) <= {1.0, 2.0}
     assert torch.equal(batch["obs"]["policy"][:, 0], batch["reward"])
+    distinct = ReplayBuffer(capacity=8, device=torch.device("cpu"))
+    distinct.add(_rows([1.0, 2.0, 3.0, 4.0, 5.0]))  # 5 of 8 slots: the newest row is in slot 4
+    drawn = distinct.sample(256, generator=torch.Generator().manual_seed(0))["reward"]
+    assert set(drawn.tolist()) == {1.0, 2.0, 3.0, 4.0, 5.0}  # every filled row, newest too; no empty slot
 
     restored = ReplayBuffer(capacity=5, device=torch.device("cpu"))
     restored.load_state_dict(buffer.state_dict())
