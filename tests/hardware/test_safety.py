@@ -72,11 +72,22 @@ def test_ramp_respects_speed_and_limits():
     assert steps.max() <= 0.05 + 1e-12
 
 
-@pytest.mark.parametrize("bad", [dict(max_step=0), dict(watchdog_s=1.0, stop_after_s=0.5), dict(max_velocity=np.nan),
-                                 dict(position_margin=-0.05), dict(safe_pose=(0.0, np.inf))])
-def test_bad_settings_are_refused(bad):
-    with pytest.raises(ValueError, match="safety."):
+@pytest.mark.parametrize("bad, says", [
+    (dict(max_step=0), r"^safety\.max_step must be positive, got 0$"),
+    (dict(watchdog_s=1.0, stop_after_s=0.5), r"^safety\.stop_after_s \(0\.5\) must be at least watchdog_s \(1\.0\)$"),
+    (dict(max_velocity=np.nan), r"^safety\.max_velocity must be a finite number, got nan$"),
+    (dict(position_margin=-0.05), r"^safety\.position_margin must be 0 or more, got -0\.05$"),
+    (dict(safe_pose=(0.0, np.inf)), r"^safety\.safe_pose must be finite joint positions, got \[0\.0, inf\]$"),
+])
+def test_bad_settings_are_refused(bad, says):
+    """Each refusal names its own key (a match on "safety." alone had passed a message naming none)."""
+    with pytest.raises(ValueError, match=says):
         SafetyConfig(**bad)
+
+
+def test_edge_settings_are_accepted():
+    """No margin, and a stop as soon as the hold: the lowest values the rules allow are allowed."""
+    assert SafetyConfig(position_margin=0.0, watchdog_s=0.3, stop_after_s=0.3).position_margin == 0.0
 
 
 def test_command_line_overrides_change_only_what_they_name():
