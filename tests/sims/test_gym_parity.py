@@ -58,6 +58,9 @@ def test_matches_gymnasium_v5(name: str, gym_id: str, kwargs: dict) -> None:
         # Our action arithmetic is float32, so the control cost differs by ~1e-7.
         assert ours.reward[0].item() == pytest.approx(reward, abs=1e-6)
         assert bool(ours.terminated[0]) == terminated
+        # every reward term Gymnasium reports is logged (the loop below had passed an empty log)
+        assert {GYM_TERMS[t.removeprefix("reward/")] for t in ours.info["log"]} == \
+            {key for key in info if key.startswith("reward_")}
         for term, value in ours.info["log"].items():
             gym_key = GYM_TERMS[term.removeprefix("reward/")]
             assert value.item() == pytest.approx(info[gym_key], abs=1e-6), term
