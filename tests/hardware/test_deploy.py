@@ -241,8 +241,11 @@ def test_unreachable_target_is_refused_naming_the_range(run_dir):
         deploy(run_dir, "dxl_arm", port="/dev/does-not-exist", target=(5.0, 5.0, 5.0))
     for target in sample_targets(2000, torch.Generator().manual_seed(0)).tolist():  # every trained target is fine
         check_target(target)
-    for bad in ((0.05, 0.0, 0.1), (0.05, -0.15, 0.1), (0.2, 0.0, 0.3), (float("nan"), 0.1, 0.1)):
-        with pytest.raises(ValueError, match="target"):
+    for bad in ((0.05, 0.0, 0.1), (0.05, -0.15, 0.1), (0.2, 0.0, 0.3)):
+        with pytest.raises(ValueError, match=r"is outside the arm-reach target range"):
+            check_target(bad)
+    for bad in ((float("nan"), 0.1, 0.1), (0.2, float("inf"), 0.1), (0.2, 0.0)):  # not a place: said so, not "outside"
+        with pytest.raises(ValueError, match=r"^target must be three finite numbers \(x, y, z in m\), got "):
             check_target(bad)
 
 
