@@ -11,7 +11,7 @@ trip: our task -> RSL-RL adapter -> this adapter behaves like our task.
 import pytest
 import torch
 
-pytest.importorskip("tensordict")  # the Isaac Lab double returns TensorDicts, as the real wrapper does
+import tensordict  # noqa: E402, F401  (rsl-rl-lib's dependency) the Isaac Lab double returns TensorDicts, as the real wrapper does
 from tensordict import TensorDict  # noqa: E402
 
 from sims import make_env  # noqa: E402
@@ -125,7 +125,7 @@ def test_actions_are_clipped_to_the_env_clip() -> None:
 def test_round_trip_through_rsl_rl_behaves_like_our_task() -> None:
     """ours -> VecEnvAsRslRl -> RslRlEnvAsVecEnv steps like ours; only final_obs of
     finished episodes is the documented approximation."""
-    pytest.importorskip("rsl_rl")
+    import rsl_rl  # noqa: F401  (a declared dependency: missing, a failure)
     from sims.adapters.rsl_rl import VecEnvAsRslRl
 
     direct = make_env("hopper", num_envs=4, seed=0, max_episode_steps=20)

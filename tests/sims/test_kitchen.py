@@ -203,8 +203,8 @@ def test_recording_a_dataset(tmp_path):
 
 
 def test_compiles_on_mujoco_warp():
-    wp = pytest.importorskip("warp")
-    mjw = pytest.importorskip("mujoco_warp")
+    import warp as wp
+    import mujoco_warp as mjw
     with wp.ScopedDevice("cpu"):
         model = mjw.put_model(Kitchen().model())
     assert model.nu == 3 and model.nmocap == len(FIXTURES)

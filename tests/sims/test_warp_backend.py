@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("mujoco_warp")  # a declared dependency; this only guards partial installs
+import mujoco_warp  # noqa: E402, F401  (a declared dependency: missing, it fails here, not skips)
 
 import sims  # noqa: E402
 from sims.backend import MujocoBackend  # noqa: E402
