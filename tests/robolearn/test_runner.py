@@ -717,7 +717,9 @@ def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused
     and a model that learnt J-step sequences (the same for a skill's horizon and HRAC's subgoal period)."""
     cfg = load_config("srl_gym_pendulum_j4", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=2", "logging.wandb=disabled",
                                               "logging.progress=false", "runner.eval_episodes=0", "runner.video_seconds=0",
-                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16"])
+                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16",
+                                              # small networks: the refusal reads the saved J, not the weights
+                                              "agent.hidden=[16,16]", "agent.gru_hidden=16", "agent.model_hidden=[16,16]"])
     first = Runner(cfg)
     first.train()
     first.close()
