@@ -85,9 +85,12 @@ FOOTPRINT = torch.tensor([[0.25, 0.2], [0.25, -0.2], [-0.25, 0.2], [-0.25, -0.2]
 # Playground's Go1 observation noise per channel: uniform within +-these (it draws (2 U(0, 1) - 1) x scale),
 # not Gaussian standard deviations, which would spread sqrt(3) times wider.
 NOISE_HALF_WIDTH = {"linvel": 0.1, "gravity": 0.05, "gyro": 0.2, "joint_pos": 0.03, "joint_vel": 1.5}
-# mjlab's Go1 posture std per joint (abduction, hip, knee) x 4 legs, and the share of each joint's range
-# within which its joint-limit penalty is 0 (mjlab's soft_joint_pos_limit_factor).
-POSE_STD = torch.tensor([0.3, 0.3, 0.6] * 4)
+# mjlab's Go1 posture std per joint (abduction, hip, knee) x 4 legs: row 0 while standing (the command's
+# |(vx, vy)| + |yaw rate| below POSE_WALKING_THRESHOLD), row 1 otherwise (mjlab's walking and running stds,
+# the same for the Go1); and the share of each joint's range within which its joint-limit penalty is 0
+# (mjlab's soft_joint_pos_limit_factor).
+POSE_STD = torch.tensor([[0.05, 0.05, 0.1] * 4, [0.3, 0.3, 0.6] * 4])
+POSE_WALKING_THRESHOLD = 0.05
 SOFT_LIMIT_FACTOR = 0.9
 
 
@@ -109,13 +112,20 @@ class Snapshot(NamedTuple):
     joint_pos: torch.Tensor  # the 12 leg joints' positions
     home_joints: torch.Tensor  # their home pose
     soft_limits: torch.Tensor  # (12, 2): 90 % of each joint's range around its middle
-    pose_std: torch.Tensor  # POSE_STD on the device
+    pose_std: torch.Tensor  # POSE_STD on the device (2, 12): standing, moving
     tracking_sigma: float
     base_height_target: float
 
 
 def _moving(s: Snapshot) -> torch.Tensor:
     return (s.command[:, :2].norm(dim=1) > 0.1).to(s.lin_vel.dtype)
+
+
+def _pose_std(s: Snapshot) -> torch.Tensor:
+    """mjlab's ``variable_posture`` std per world and joint ``(num_worlds, 12)``: tight while the command
+    stands (``|(vx, vy)| + |yaw rate| < 0.05``), loose otherwise."""
+    speed = s.command[:, :2].norm(dim=1) + s.command[:, 2].abs()
+    return torch.where((speed < POSE_WALKING_THRESHOLD).unsqueeze(1), s.pose_std[0], s.pose_std[1])
 
 
 REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
@@ -131,9 +141,9 @@ REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
     "feet_air_time": lambda s: ((s.air_time - 0.5) * s.first_contact).sum(1) * _moving(s),
     "base_height": lambda s: (s.height() - s.base_height_target).square(),
     "termination": lambda s: s.terminated().to(s.lin_vel.dtype),
-    # mjlab's Go1 terms: a posture reward near the home pose, per joint std (hip and thigh 0.3, calf 0.6 rad),
-    # and a penalty on joints past 90 % of their range (its soft limits).
-    "pose": lambda s: torch.exp(-((s.joint_pos - s.home_joints) / s.pose_std).square().mean(1)),
+    # mjlab's Go1 terms: a posture reward near the home pose, per joint std (hip and thigh 0.3, calf 0.6 rad;
+    # on a standing command 0.05 and 0.1), and a penalty on joints past 90 % of their range (its soft limits).
+    "pose": lambda s: torch.exp(-((s.joint_pos - s.home_joints) / _pose_std(s)).square().mean(1)),
     "joint_limits": lambda s: ((s.soft_limits[:, 0] - s.joint_pos).clamp(min=0)
                                + (s.joint_pos - s.soft_limits[:, 1]).clamp(min=0)).sum(1),
 }

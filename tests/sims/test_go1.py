@@ -253,6 +253,7 @@ def test_pose_and_joint_limit_terms_read_the_joints_against_home_and_the_soft_li
     qpos[2, 7 + 2] = knee_high - 0.02  # inside the hard limit, past the soft one (5 % of the range from it)
     env.sim.set_state(torch.arange(3), qpos, torch.zeros(3, 18, dtype=torch.float64))
     task, dt = env.task, 0.02
+    task.command[:] = torch.tensor([0.5, 0.0, 0.0])  # a walking command: mjlab's walking std (calf 0.6 rad)
     snapshot_terms = task.rewards(env.sim, torch.zeros(3, 12))
     pose, limits = snapshot_terms["pose"] / dt, -snapshot_terms["joint_limits"] / dt
     assert pose[0] == pytest.approx(1.0)
@@ -260,6 +261,21 @@ def test_pose_and_joint_limit_terms_read_the_joints_against_home_and_the_soft_li
     assert limits[0] == 0 and limits[1] == 0
     soft_high = (knee_low + knee_high) / 2 + (knee_high - knee_low) / 2 * 0.9
     assert limits[2] == pytest.approx(knee_high - 0.02 - soft_high, rel=1e-4)
+
+
+def test_pose_std_is_tight_on_a_standing_command_as_mjlabs_variable_posture():
+    """mjlab's Go1 posture reward uses std 0.05 (hip, thigh) / 0.1 (calf) when |(vx, vy)| + |yaw rate| < 0.05 and
+    0.3 / 0.6 otherwise; the term had used the walking std on every command, so on a standing command a 0.3 rad
+    knee error cost 0.02 of the term's 1 instead of mjlab's 0.53 (exp(-1/48) against exp(-0.75))."""
+    env = make_env("go1_flat", num_envs=3, seed=0, reward_weights=only(pose=1.0), only_positive_rewards=False, **STILL)
+    qpos = env.sim.qpos.double().clone()
+    qpos[:, 7 + 2] += 0.3  # one knee 0.3 rad off home in every world
+    env.sim.set_state(torch.arange(3), qpos, torch.zeros(3, 18, dtype=torch.float64))
+    # standing; just under the threshold (0.03 + 0.01); yawing at 0.1 rad/s (walking std: speed 0.1)
+    env.task.command[:] = torch.tensor([[0.0, 0.0, 0.0], [0.03, 0.0, 0.01], [0.0, 0.0, 0.1]])
+    pose = env.task.rewards(env.sim, torch.zeros(3, 12))["pose"] / 0.02
+    standing, walking = math.exp(-(0.3 / 0.1) ** 2 / 12), math.exp(-(0.3 / 0.6) ** 2 / 12)
+    assert pose.tolist() == pytest.approx([standing, standing, walking], rel=1e-5)
 
 
 @pytest.mark.parametrize("config", ["ppo_go1_flat", "ppo_go1_rough"])
