@@ -51,6 +51,24 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - ``metrics/lin_vel_error`` and ``metrics/ang_vel_error`` (absolute tracking
   errors, m/s and rad/s) are logged through :meth:`Task.metrics`.
 
+Where this departs from legged_gym's LeggedRobotCfg (with its A1 config, a robot of the Go1's size) and mjlab's
+Go1 velocity task, besides the choices said above:
+
+- No ``collision`` term (legged_gym: -1 per thigh or calf touching): in ``go1.xml`` only feet and trunk touch the
+  floor, so there is nothing for it to count.
+- The A1 config's ``dof_pos_limits`` weight (-10, soft limits at 90 % of the range) is not among the defaults,
+  though its torque weight is: ``joint_limits`` is that term, at weight 0 unless given. The Go1 numbers in
+  BENCHMARKS.md were measured without it.
+- Commands are yaw rates drawn directly, U(-1, 1) rad/s by default (legged_gym's ``ang_vel_yaw`` range with
+  ``heading_command = False``); legged_gym's default draws a heading and commands
+  clip(0.5 heading error, -1, 1), and mjlab does so for 30 % of its worlds, with yaw rates within +-0.5.
+- Foot contact is the sole's height below 1 cm on this step, without legged_gym's filter (contact on this or
+  the last step), which it needs for PhysX's missed contacts.
+- Projected gravity, gyro and trunk linear velocity are MuJoCo sensors, which ``mj_step`` computes at the start
+  of its last physics substep: 4 ms behind ``qpos``/``qvel`` (:mod:`sims.backend`), in observations, rewards
+  and termination alike. mjlab's rewards and terminations see the same lag; its observations do not (it runs a
+  forward pass before observing).
+
 ``terrain="rough"`` (task ``go1_rough``) adds a 20 x 20 m heightfield of random
 0.5 m blocks, 10-100% of ``step_height`` (5 cm) high, ramped over one 0.1 m cell
 (MuJoCo triangulates heightfields), on the flat floor around the origin. Heights
@@ -150,7 +168,8 @@ REWARD_TERMS: dict[str, Callable[[Snapshot], torch.Tensor]] = {
 """Raw (unweighted) reward terms; weights give them sign and scale."""
 
 # legged_gym's LeggedRobotCfg weights, except orientation (0 there; its ANYmal flat config: -5)
-# and torques (its A1 config, a robot of the Go1's size: -2e-4 instead of -1e-5).
+# and torques (its A1 config, a robot of the Go1's size: -2e-4 instead of -1e-5); without its collision
+# term (-1) and the A1 config's dof_pos_limits (-10, our joint_limits): see the module docstring.
 DEFAULT_REWARD_WEIGHTS: dict[str, float] = {
     "tracking_lin_vel": 1.0,
     "tracking_ang_vel": 0.5,
