@@ -77,3 +77,28 @@ def test_ant_contact_forces_nearly_match_gymnasium() -> None:
         assert ours.reward[0].item() == pytest.approx(reward, abs=0.02)
         assert bool(ours.terminated[0]) == terminated
     assert agree / total > 0.9
+
+
+@pytest.mark.parametrize(
+    ("name", "gym_id", "qvel_normal"),
+    [("hopper", "Hopper-v5", False), ("walker2d", "Walker2d-v5", False), ("half_cheetah", "HalfCheetah-v5", True),
+     ("ant", "Ant-v5", True)],
+)
+def test_time_limit_control_dt_and_reset_noise_match_gymnasium(name: str, gym_id: str, qvel_normal: bool) -> None:
+    """The rollouts above start from Gymnasium's own reset state, so they check neither our reset distribution
+    nor the episode length and control period: U(-s, s) on qpos around qpos0, and U(-s, s) (hopper, walker) or
+    N(0, s^2) (cheetah, ant) on qvel, s = the env's reset_noise_scale."""
+    task = TASKS[name]()
+    env = TaskEnv(task, MujocoBackend(task.model(), 2000, fields=task.fields, dtype=torch.float64), seed=0)
+    gym_env = gymnasium.make(gym_id)
+    assert env.max_episode_steps == gym_env.spec.max_episode_steps
+    assert env.control_dt == pytest.approx(gym_env.unwrapped.dt)
+    s = gym_env.unwrapped._reset_noise_scale
+    assert task.reset_noise_scale == s
+    dq = (env.sim.qpos - torch.as_tensor(gym_env.unwrapped.init_qpos)).numpy()
+    assert np.abs(dq).max() <= s and np.abs(dq).max() > 0.95 * s
+    np.testing.assert_allclose(dq.std(0), s / np.sqrt(3), rtol=0.1)
+    qvel = env.sim.qvel.numpy()
+    np.testing.assert_allclose(qvel.std(0), s if qvel_normal else s / np.sqrt(3), rtol=0.1)
+    if not qvel_normal:
+        assert np.abs(qvel).max() <= s
