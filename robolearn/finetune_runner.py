@@ -264,6 +264,7 @@ class FinetuneRunner(OfflineRunner):
         self.run_logger = PhaseLogger(self.run_dir, phase, counter, offset, total_steps=total, config=to_dict(cfg),
                                       initial_steps=initial, initial_seconds=self.progress.seconds,
                                       **cfg.logging.logger_args(cfg.run_name))
+        self.run_logger.set_deadline(self.deadline)  # runner.max_minutes spans both phases: each bar's ETA stops there
         return self.run_logger
 
     def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:

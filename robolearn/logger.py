@@ -23,6 +23,24 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError
 
 
+class _Bar(tqdm):
+    """A tqdm bar whose ETA is the time left to ``deadline`` (``time.monotonic()``; ``runner.max_minutes``) where
+    that comes first: the run ends there, and an ETA to ``total`` (a config's millions of steps) misled."""
+
+    deadline = float("inf")
+    _AT_DEADLINE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{left} max_minutes, {rate_fmt}{postfix}]"
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        values = super().format_dict
+        left = self.deadline - time.monotonic()
+        if math.isfinite(left) and values.get("total") and not values.get("bar_format"):
+            rate = values.get("rate")
+            if not rate or (values["total"] - values["n"]) / rate > left:
+                values = {**values, "bar_format": self._AT_DEADLINE, "left": self.format_interval(max(left, 0.0))}
+        return values
+
+
 class RunLogger:
     """Writes one JSON line per ``log`` call and mirrors it to W&B and the progress bar."""
 
@@ -66,8 +84,14 @@ class RunLogger:
                                   "set WANDB_API_KEY), or log offline (logging.wandb=offline, the default: `wandb sync` "
                                   "uploads it later) or not at all (--no-wandb); then train again (`--resume` the run "
                                   "if it has saved a checkpoint)") from None
-        self._bar = tqdm(total=total_steps, initial=initial_steps, unit=unit, **self._bar_settings)
+        self._deadline = float("inf")  # runner.max_minutes's (set_deadline): the bars' ETA stops there
+        self._bar = _Bar(total=total_steps, initial=initial_steps, unit=unit, **self._bar_settings)
         self._start = time.perf_counter()  # once W&B has started (2 s of its own): its start-up is no training time
+
+    def set_deadline(self, deadline: float) -> None:
+        """``runner.max_minutes``'s end on ``time.monotonic()``'s clock (inf: none): the bars' ETA is the time left
+        to it where the run would reach its total steps later."""
+        self._deadline = self._bar.deadline = deadline
 
     def seconds(self, elapsed: float | None = None) -> float:
         """The run's ``time`` so far (continuing a resumed run's): what a checkpoint keeps for the resume;
@@ -116,7 +140,9 @@ class RunLogger:
     def phase_bar(self, total: int, initial: int, desc: str, unit: str) -> tqdm:
         """A bar of its own, below the run's, for a phase counted in other units (pretraining updates
         before any env step): the run's bar would sit at 0 with no rate or ETA through it."""
-        return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False, **self._bar_settings)
+        bar = _Bar(total=total, initial=initial, desc=desc, unit=unit, leave=False, **self._bar_settings)
+        bar.deadline = self._deadline
+        return bar
 
     def summary(self, values: dict[str, Any]) -> None:
         if self._wandb is not None:

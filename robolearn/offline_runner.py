@@ -358,6 +358,8 @@ class OfflineRunner:
     def start_deadline(self) -> None:
         """Start ``runner.max_minutes``'s clock (none when 0)."""
         self.deadline, self._lap = deadline_of(self.cfg.runner.max_minutes), 0.0
+        if self.run_logger is not None:
+            self.run_logger.set_deadline(self.deadline)  # the bar's ETA: the time left, where that comes first
 
     def out_of_time(self) -> bool:
         """Whether the next iteration, as long as the last, would end past ``runner.max_minutes``."""

@@ -445,6 +445,8 @@ class Runner:
         iterate = self._on_policy_iteration if self.agent.on_policy else self._off_policy_iteration
         result = RunResult(self.run_dir)
         deadline = deadline_of(cfg.runner.max_minutes)  # it spans a pretraining phase too
+        if logger is not None:
+            logger.set_deadline(deadline)  # the bars' ETA: the time left, where the deadline comes first
         with self.ctrl_c:
             try:
                 if self.dataset is not None and not self.progress.pretrained:

@@ -167,3 +167,28 @@ def test_online_logging_without_a_wandb_key_is_one_line_saying_what_to_do(tmp_pa
     with pytest.raises(ConfigError, match=r"logging.wandb=online: W&B refused to start \(No API key configured.*\): "
                                           r"run `wandb login`"):
         RunLogger(tmp_path, total_steps=10, config={}, wandb_mode="online", progress=False)
+
+
+def test_the_bars_eta_is_the_time_left_under_runner_max_minutes(tmp_path, capsys):
+    """runner.max_minutes ends a run at its deadline, but the bar's ETA counted to runner.total_steps: a 3-minute
+    run of a 2M-step config showed '3%| 60.4k/2.00M [00:17<09:35' one second before it ended."""
+    logger = RunLogger(tmp_path, total_steps=1_000_000, config={}, wandb_mode="disabled", progress=True)
+    clock = [logger._bar._time()]
+    logger._bar._time = lambda: clock[0]
+    logger.set_deadline(time.monotonic() + 120)  # two minutes left
+    for i in range(1, 4):
+        clock[0] += 60.0  # 1000 steps a minute: 16 hours to 1M steps
+        logger.log(1000 * i, {})
+    bar = str(logger._bar)
+    logger.close()
+    eta = bar.split("<", 1)[1].split(",", 1)[0]
+    assert eta.startswith(("01:", "02:00")) and "max_minutes" in eta, bar
+    (tmp_path / "plain").mkdir()
+    plain = RunLogger(tmp_path / "plain", total_steps=1_000_000, config={}, wandb_mode="disabled", progress=True)
+    clock = [plain._bar._time()]
+    plain._bar._time = lambda: clock[0]
+    for i in range(1, 4):
+        clock[0] += 60.0
+        plain.log(1000 * i, {})
+    assert "16:" in str(plain._bar).split("<", 1)[1], str(plain._bar)  # no deadline: to total_steps, as before
+    plain.close()
