@@ -175,12 +175,15 @@ def _plain(value: Any) -> Any:
 def _wandb_id(run_dir: Path) -> str:
     """A stable id per run directory, so a resumed run appends to the same W&B run: the id its first session
     logged under (``wandb/offline-run-<start>-<id>/run-<id>.wandb``), so that a run renamed or moved keeps it;
-    for a new run, ``<name>-<time>`` (letters, digits and dashes)."""
+    for a new run, ``<name>-<time>-<8 random hex digits>`` (letters, digits and dashes): the folder's names alone
+    were shared by runs of one config started in the same second under other run_dir= (a sweep's machines), which
+    `wandb sync` then merged into one W&B run."""
     run = Path(run_dir).resolve()
     sessions = sorted(run.glob("wandb/*run-*/run-*.wandb"), key=lambda path: path.parent.name.removeprefix("offline-"))
     if sessions:
         return sessions[0].stem.removeprefix("run-")
-    return "".join(c if c.isalnum() else "-" for c in f"{run.parent.name}/{run.name}")[-64:]
+    name = "".join(c if c.isalnum() else "-" for c in f"{run.parent.name}/{run.name}")[-55:]
+    return f"{name}-{os.urandom(4).hex()}"
 
 
 def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> None:

@@ -101,7 +101,7 @@ def test_a_run_left_open_does_not_take_the_next_runs_wandb_lines(tmp_path):
     left_open = RunLogger(first, total_steps=10, config={}, wandb_mode="offline", progress=False)
     logger = RunLogger(second, total_steps=10, config={}, wandb_mode="offline", progress=False)
     try:
-        assert logger._wandb is not left_open._wandb and logger._wandb.id == "runs-second"
+        assert logger._wandb is not left_open._wandb and logger._wandb.id.startswith("runs-second-")
         assert Path(logger._wandb.dir).is_relative_to(second)
     finally:
         logger.close()
@@ -113,16 +113,19 @@ def test_a_renamed_run_resumes_its_wandb_run(tmp_path):
     resumed started a second W&B run of the same name, holding only the steps after the move."""
     run = tmp_path / "runs" / "ppo_cartpole" / "20260101-000000"
     run.mkdir(parents=True)
-    RunLogger(run, total_steps=10, config={}, wandb_mode="offline", progress=False).close()
+    first = RunLogger(run, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    first_id = first._wandb.id
+    first.close()
+    assert first_id.startswith("ppo-cartpole-20260101-000000-")
     (tmp_path / "kept").mkdir()
     moved = run.rename(tmp_path / "kept" / "best")
     logger = RunLogger(moved, total_steps=10, config={}, wandb_mode="offline", progress=False)
     try:
-        assert logger._wandb.id == "ppo-cartpole-20260101-000000"
+        assert logger._wandb.id == first_id
     finally:
         logger.close()
     sessions = list((moved / "wandb").glob("offline-run-*/*.wandb"))
-    assert len(sessions) == 2 and {path.name for path in sessions} == {"run-ppo-cartpole-20260101-000000.wandb"}
+    assert len(sessions) == 2 and {path.name for path in sessions} == {f"run-{first_id}.wandb"}
 
 
 def test_the_fps_after_a_phase_without_env_steps_counts_from_its_end(tmp_path, monkeypatch):
@@ -192,3 +195,18 @@ def test_the_bars_eta_is_the_time_left_under_runner_max_minutes(tmp_path, capsys
         plain.log(1000 * i, {})
     assert "16:" in str(plain._bar).split("<", 1)[1], str(plain._bar)  # no deadline: to total_steps, as before
     plain.close()
+
+
+def test_runs_of_one_name_and_second_in_other_folders_get_their_own_wandb_runs(tmp_path):
+    """A new run's W&B id was its folder's '<name>-<time>': two runs of one config started in the same second
+    under two run_dir= (two machines of a sweep, two jobs' scratch folders) shared it, and `wandb sync` merged
+    them into one W&B run (the second's steps dropped as logged before the first's last)."""
+    ids = []
+    for machine in ("a", "b"):
+        run = tmp_path / machine / "ppo_cartpole" / "20260101-000000"
+        run.mkdir(parents=True)
+        logger = RunLogger(run, total_steps=10, config={}, wandb_mode="offline", progress=False)
+        ids.append(logger._wandb.id)
+        logger.close()
+    assert ids[0] != ids[1], ids
+    assert all(i.startswith("ppo-cartpole-20260101-000000-") for i in ids), ids  # still says which run it is
