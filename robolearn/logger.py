@@ -111,7 +111,13 @@ class RunLogger:
         self._time_offset += now - self._start
         self._start, self._start_steps = now, count
 
-    def log(self, env_steps: int, metrics: dict[str, float]) -> None:
+    wandb_offset = 0
+    """Added to ``env_steps`` for W&B's step: a run that pretrains first (its lines all at env step 0, which W&B
+    would merge into one row) steps W&B through its pretraining updates, then its env steps after them."""
+
+    def log(self, env_steps: int, metrics: dict[str, float], wandb_step: int | None = None) -> None:
+        """One line; ``wandb_step``: W&B's step where it is not ``env_steps`` (+ ``wandb_offset``): a pretraining
+        line's update count."""
         now, fps = self.clock(env_steps)
         record = {"env_steps": env_steps, "time": now, "fps": round(fps, 1),
                   **{k: _plain(v) for k, v in metrics.items()}}
@@ -119,7 +125,7 @@ class RunLogger:
         if "return" in metrics and not math.isnan(metrics["return"]):
             value = metrics["return"]  # Go1's early 0.006 is no 0.0, a half-cheetah's 11234.5 no 1.123e+04
             postfix["return"] = f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-        self._emit(record, env_steps, env_steps, postfix)
+        self._emit(record, env_steps + self.wandb_offset if wandb_step is None else wandb_step, env_steps, postfix)
 
     def _emit(self, record: dict[str, Any], wandb_step: int, count: int, postfix: dict[str, str]) -> None:
         """One line to metrics.jsonl and W&B; the bar to ``count``, with ``postfix``."""

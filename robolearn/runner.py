@@ -514,9 +514,14 @@ class Runner:
         if self.dataset is not None and not self.progress.pretrained:
             set_aside_after(self.run_dir / "metrics.jsonl", "pretrain_updates", self.progress.pretrain_updates,
                             "pretrain")
-        return RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
-                         initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
-                         **cfg.logging.logger_args(cfg.run_name))
+        logger = RunLogger(self.run_dir, total_steps=self.planned_steps(), config=to_dict(cfg),
+                           initial_steps=self.progress.env_steps, initial_seconds=self.progress.seconds,
+                           **cfg.logging.logger_args(cfg.run_name))
+        if getattr(self.agent, "pretrains", False) and not getattr(cfg.agent, "skills_from", ""):
+            # W&B's steps: the pretraining updates, then the env steps after them (a resume past the pretraining,
+            # which reads no dataset, too: its online lines must stay after the pretraining's steps)
+            logger.wandb_offset = cfg.agent.pretrain_updates
+        return logger
 
     def _pretrain(self, logger: RunLogger | None, deadline: float = float("inf")) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
@@ -551,7 +556,7 @@ class Runner:
             self._rewind_to, self._keep_at_safe_point = None, False
             if logger is not None:
                 logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
-                               "iteration_time": time.perf_counter() - start})
+                               "iteration_time": time.perf_counter() - start}, wandb_step=self.progress.pretrain_updates)
             if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
                 self.save()
             lap = time.perf_counter() - start

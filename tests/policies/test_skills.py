@@ -344,6 +344,35 @@ def maze_datasets(tmp_path_factory):
     return root
 
 
+def test_each_pretraining_line_is_a_wandb_step_of_its_own(maze_datasets, tmp_path, monkeypatch):
+    """Pretraining lines were sent to W&B at step 0 (their env step), where W&B merges a step's rows into one: of a
+    pretraining's hundreds of lines W&B kept the last, and its curve was a point. W&B steps now count the
+    pretraining updates, then the online env steps after them (as a fine-tuning run's phases do)."""
+    import wandb
+
+    logged: list[tuple[int, dict]] = []
+
+    class Recorder:
+        def log(self, data, step):
+            logged.append((step, dict(data)))
+
+        def finish(self, exit_code=0): ...
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Recorder())
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=offline", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.05", "runner.eval_episodes=0",
+                 "runner.checkpoint_every=5", "agent.pretrain_updates=2100", "agent.pretrain_batch_size=4",
+                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8,8]", "agent.prior_hidden=[8,8]",
+                 "agent.decoder_hidden=[8,8]", "agent.encoder_hidden=8", "runner.video_seconds=0"]
+    train(load_config("spirl_point_maze_medium", overrides))
+    steps = [step for step, _ in logged]
+    assert [data.get("pretrain_updates") for _, data in logged[:3]] == [1000, 2000, 2100]
+    assert steps == sorted(set(steps)), steps  # a step each, in order
+    assert steps[:3] == [1000, 2000, 2100] and steps[3] == 2100 + logged[3][1]["env_steps"]
+
+
 @pytest.mark.parametrize("algo", ["spirl", "skill_critic"])
 def test_one_run_pretrains_on_the_dataset_then_trains_online(algo, maze_datasets, tmp_path, monkeypatch):
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
