@@ -57,10 +57,11 @@ class RunLogger:
         self._time_offset = initial_seconds or _last_time(self.metrics_path)
         self._file = self.metrics_path.open("a", buffering=1)
         self._start_steps = initial_steps
-        # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update)
+        # On a terminal the bar redraws at every log; into a log file, every 30 s (it would write every \r update;
+        # tqdm's monitor thread redraws a bar idle for maxinterval, 10 s by default, so that is 30 s too)
         self._redraw = sys.stderr.isatty()
         self._bar_settings = {"unit_scale": True, "dynamic_ncols": True, "disable": not progress, "smoothing": 0.1,
-                              "mininterval": 0.1 if self._redraw else 30.0}
+                              "mininterval": 0.1 if self._redraw else 30.0, "maxinterval": 10.0 if self._redraw else 30.0}
         self._wandb = None
         if wandb_mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")

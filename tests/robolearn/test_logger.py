@@ -24,6 +24,17 @@ def test_the_bar_writes_a_log_file_sparingly(tmp_path, capsys):
     assert len(lines) == 200 and lines[-1]["env_steps"] == 100_000
 
 
+def test_into_a_log_file_tqdms_monitor_does_not_redraw_the_bar_before_30_s(tmp_path):
+    """tqdm's monitor thread redraws a bar not drawn for ``maxinterval`` (10 s by default) whatever its
+    ``mininterval``: a training log got a bar every 10-20 s (seen: 15 s apart), not the 30 s meant."""
+    logger = RunLogger(tmp_path, total_steps=100, config={}, wandb_mode="disabled", progress=True)
+    try:
+        bars = [logger._bar, logger.phase_bar(10, 0, "pretrain", "upd")]
+        assert all(bar.mininterval == 30.0 and bar.maxinterval >= bar.mininterval for bar in bars)
+    finally:
+        logger.close()
+
+
 def test_a_phase_counted_in_updates_gets_a_bar_of_its_own(tmp_path, capsys):
     logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=True)
     bar = logger.phase_bar(200, 50, "pretrain", "upd")
