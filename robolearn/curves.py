@@ -101,7 +101,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
 
 
 def _chosen_metrics(logs: dict[Path, list[dict]], metrics: Sequence[str] | None) -> list[str]:
-    """The rows to draw: ``metrics``, or those of :data:`DEFAULT_METRICS` any run logs and up to three losses
+    """The rows to draw: ``metrics``, or those of :data:`DEFAULT_METRICS` any run logs (finite somewhere) and up to three losses
     (those most runs log first); an error names a metric no run logs, and what they do log."""
     logged = sorted({key for lines in logs.values() for line in lines for key, value in line.items()
                      if isinstance(value, (int, float)) and not isinstance(value, bool)})
@@ -109,12 +109,19 @@ def _chosen_metrics(logs: dict[Path, list[dict]], metrics: Sequence[str] | None)
     def runs_logging(key: str) -> int:
         return sum(any(key in line for line in lines) for lines in logs.values())
 
-    losses = sorted((m for m in logged if m.endswith("loss")), key=lambda m: (-runs_logging(m), m))  # most runs' first
-    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in logged] + losses[:3]
+    # a metric NaN or inf in every line has nothing to draw: by default no row (it had been an empty one)
+    finite = {key for lines in logs.values() for line in lines for key, value in line.items() if _finite(value)}
+    losses = sorted((m for m in logged if m.endswith("loss") and m in finite),
+                    key=lambda m: (-runs_logging(m), m))  # most runs' first
+    chosen = list(metrics) if metrics else [m for m in DEFAULT_METRICS if m in finite] + losses[:3]
+    if not chosen:  # (what a default would have drawn, NaN throughout: said as such below)
+        chosen = [m for m in DEFAULT_METRICS if m in logged][:1]
     missing = [m for m in chosen if m not in logged]
     if missing or not chosen:
         raise ValueError(f"no run logs {missing[0] if missing else 'a return or a loss'}; "
                          f"they log: {', '.join(logged)}")
+    if never := [m for m in chosen if m not in finite]:
+        raise ValueError(f"{never[0]} is NaN or inf in every line of {', '.join(map(str, logs))}: nothing to draw")
     return chosen
 
 

@@ -202,3 +202,16 @@ def test_runs_of_several_algorithms_show_the_losses_most_of_them_log(tmp_path, m
     plot_runs(runs, tmp_path / "curves.png")
     rows = [ax.get_ylabel() for ax in figures[0].axes[::2]]
     assert rows == ["return", "policy_loss", "value_loss", "actor_loss"]
+
+
+def test_a_metric_never_finite_is_no_empty_row_and_asked_for_is_said(tmp_path, monkeypatch):
+    """A metric NaN in every line had been drawn as an empty row (its x axis ticked 0, 200m, 400m... of a step),
+    and `--metrics` naming it gave that blank figure without a word."""
+    lines = [{"env_steps": s, "time": s / 1e3, "return": float("nan"), "critic_loss": 1.0 / s} for s in (1000, 2000)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs([tmp_path], tmp_path / "curves.png")
+    assert [ax.get_ylabel() for ax in figures[0].axes[::2]] == ["critic_loss"]
+    with pytest.raises(ValueError, match=r"return is NaN or inf in every line"):
+        plot_runs([tmp_path], tmp_path / "curves.png", metrics=["return"])
