@@ -71,7 +71,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     each setting in which it differs from the run's is said.
 
     ``stop`` gets each iteration's metrics as its ``metrics.jsonl`` line holds them, less the clock's (``time``
-    and the rate: ``fps``, ``updates_per_s``, ``env_steps_per_s``): ``env_steps`` (offline runs: ``updates``),
+    and the rate: ``fps``, ``updates_per_s``): ``env_steps`` (offline runs: ``updates``),
     ``iteration``, losses, and ``return`` / ``success_rate`` only once episodes have ended (offline runs:
     ``eval/return`` at an evaluation), so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``.
 

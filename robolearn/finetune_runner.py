@@ -89,7 +89,9 @@ class PhaseLogger(RunLogger):
 
     def log(self, count: int, metrics: dict[str, float]) -> None:
         now, rate = self.clock(count)
-        record = {"phase": self.phase, self.counter: count, "time": now, f"{self.counter}_per_s": round(rate, 1),
+        # the rate as other runs name it: env steps a second are PPO's and SAC's `fps`, updates an offline run's
+        rate_name = "updates_per_s" if self.counter == "updates" else "fps"
+        record = {"phase": self.phase, self.counter: count, "time": now, rate_name: round(rate, 1),
                   **{k: float(v) for k, v in metrics.items()}}
         postfix = {"upd/s" if self.counter == "updates" else "fps": f"{rate:,.0f}"}
         for key in ("eval/return", "return", "jsrl/h"):

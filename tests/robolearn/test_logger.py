@@ -221,3 +221,25 @@ def test_runs_of_one_name_and_second_in_other_folders_get_their_own_wandb_runs(t
         logger.close()
     assert ids[0] != ids[1], ids
     assert all(i.startswith("ppo-cartpole-20260101-000000-") for i in ids), ids  # still says which run it is
+
+
+def test_a_fine_tunes_rates_have_the_names_other_runs_give_them(tmp_path):
+    """Env steps a second are `fps` in PPO and SAC runs; a fine-tune's online phase called them `env_steps_per_s`,
+    so `plot --metrics fps` (and a W&B chart of fps) of a SAC run beside a WSRL run left the WSRL run out."""
+    from robolearn.finetune_runner import PhaseLogger
+    from robolearn.offline_runner import UpdateLogger
+
+    for phase, counter in (("offline", "updates"), ("online", "env_steps")):
+        logger = PhaseLogger(tmp_path, phase, counter, total_steps=10, config={}, wandb_mode="disabled", progress=False)
+        logger.log(5, {})
+        logger.close()
+    (tmp_path / "offline_run").mkdir()
+    offline = UpdateLogger(tmp_path / "offline_run", total_steps=10, config={}, wandb_mode="disabled", progress=False)
+    offline.log(5, {})
+    offline.close()
+    plain = RunLogger(tmp_path / "offline_run", total_steps=10, config={}, wandb_mode="disabled", progress=False)
+    plain.log(5, {})
+    plain.close()
+    rates = [{k for k in json.loads(line) if k in ("fps", "updates_per_s", "env_steps_per_s")}
+             for path in (tmp_path, tmp_path / "offline_run") for line in (path / "metrics.jsonl").read_text().splitlines()]
+    assert rates == [{"updates_per_s"}, {"fps"}, {"updates_per_s"}, {"fps"}]
