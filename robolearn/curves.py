@@ -51,13 +51,17 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     series: dict[str, list[tuple[str, list[dict]]]] = {}  # legend label -> each run's (counter, lines)
     finals: dict[str, list[tuple[float, dict]]] = {}  # legend label -> each ended run's (last count, eval.json)
+    run_phases = {run: _phases(lines) for run, lines in logs.items()}
+    # runs counting other things (updates, env steps) share the x axis: each legend entry says what it counts
+    mixed = len({counter for phases in run_phases.values() for counter, _ in phases.values()}) > 1
     for (run, lines), name in zip(logs.items(), names):
-        phases = _phases(lines)
+        phases = run_phases[run]
         count = folders.count(run.parent)
         base = (f"{folder_names[run.parent]} ({'mean ± std of ' if mean else ''}{count} runs)" if by_folder and count > 1
                 else name)
         for phase, (counter, phase_lines) in phases.items():
-            label = base if len(phases) == 1 else f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})"
+            label = (f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})" if len(phases) > 1
+                     else f"{base} ({counter.replace('_', ' ')})" if mixed else base)
             series.setdefault(label, []).append((counter, phase_lines))
         if (evaluation := _final_evaluation(run)) and _finite(last := phase_lines[-1].get(counter)):
             finals.setdefault(label, []).append((last, evaluation))  # drawn where the last phase ended

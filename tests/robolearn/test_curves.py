@@ -215,3 +215,22 @@ def test_a_metric_never_finite_is_no_empty_row_and_asked_for_is_said(tmp_path, m
     assert [ax.get_ylabel() for ax in figures[0].axes[::2]] == ["critic_loss"]
     with pytest.raises(ValueError, match=r"return is NaN or inf in every line"):
         plot_runs([tmp_path], tmp_path / "curves.png", metrics=["return"])
+
+
+def test_runs_counted_in_updates_beside_runs_in_env_steps_say_which_in_the_legend(tmp_path, monkeypatch):
+    """A BC run (x: updates) beside a PPO run (x: env steps) share one x axis labelled 'env steps / updates', but
+    their legend entries were the bare names: which curve counted what was not said anywhere."""
+    runs = []
+    for name, counter in (("bc_pendulum", "updates"), ("ppo_pendulum", "env_steps")):
+        run = tmp_path / name / "20260101-000000"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({counter: s, "time": s / 1e3, "eval/return": 1.0})
+                                                   + "\n" for s in (1000, 2000)))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "curves.png")
+    labels = [text.get_text() for text in figures[0].legends[0].get_texts()]
+    assert labels == ["bc_pendulum (updates)", "ppo_pendulum (env steps)"], labels
+    plot_runs(runs[1:], tmp_path / "one.png")  # one counter: the names alone, as before
+    assert [line.get_label() for line in figures[1].axes[0].lines] == ["ppo_pendulum"]
