@@ -90,6 +90,10 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
                                                    color=style["color"], marker="D", markersize=5, capsize=3)
                     legend.setdefault(FINAL, marker)
 
+    if FINAL in legend and len(series) > 1:  # each run's diamond is in its colour: the legend's in none of theirs
+        from matplotlib.lines import Line2D
+
+        legend[FINAL] = Line2D([], [], color="0.35", marker="D", markersize=5, linestyle="none")
     counters = {counter.replace("_", " ") for members in series.values() for counter, _ in members}
     _label_axes(axes, chosen, " / ".join(sorted(counters)), f"wall-clock ({unit})")
     drawn = [label for label in legend if label != FINAL]  # the runs' own entries

@@ -234,3 +234,26 @@ def test_runs_counted_in_updates_beside_runs_in_env_steps_say_which_in_the_legen
     assert labels == ["bc_pendulum (updates)", "ppo_pendulum (env steps)"], labels
     plot_runs(runs[1:], tmp_path / "one.png")  # one counter: the names alone, as before
     assert [line.get_label() for line in figures[1].axes[0].lines] == ["ppo_pendulum"]
+
+
+def test_the_final_evaluations_legend_entry_is_no_one_runs_colour(tmp_path, monkeypatch):
+    """With several runs, the legend's 'final evaluation' marker took the first run's colour: it read as that run's
+    alone, while every run's diamond is drawn in its own colour."""
+    runs = []
+    for name in ("a", "b"):
+        run = tmp_path / name / "20260101-000000"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 1e3, "return": 1.0}) + "\n"
+                                                   for s in (1000, 2000)))
+        (run / "eval.json").write_text(json.dumps({"return_mean": 2.0, "return_std": 0.5}))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "curves.png")
+    legend = figures[0].legends[0]
+    labels = [text.get_text() for text in legend.get_texts()]
+    handle = legend.legend_handles[labels.index("final evaluation (mean ± std of its episodes)")]
+    from matplotlib.colors import to_hex
+
+    colours = {to_hex(line.get_color()) for line in figures[0].axes[0].lines if line.get_marker() != "D"}
+    assert to_hex(handle.get_color()) not in colours, (to_hex(handle.get_color()), colours)
