@@ -204,7 +204,7 @@ class UpdateLogger(RunLogger):
         if "eval/normalized_score" in metrics:
             postfix["score"] = f"{100 * metrics['eval/normalized_score']:.1f}"
         elif "eval/return" in metrics:
-            postfix["return"] = f"{metrics['eval/return']:.1f}"
+            postfix["eval/return"] = f"{metrics['eval/return']:.1f}"
         self._emit(record, updates, updates, postfix)
 
 

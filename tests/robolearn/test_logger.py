@@ -243,3 +243,15 @@ def test_a_fine_tunes_rates_have_the_names_other_runs_give_them(tmp_path):
     rates = [{k for k in json.loads(line) if k in ("fps", "updates_per_s", "env_steps_per_s")}
              for path in (tmp_path, tmp_path / "offline_run") for line in (path / "metrics.jsonl").read_text().splitlines()]
     assert rates == [{"updates_per_s"}, {"fps"}, {"updates_per_s"}, {"fps"}]
+
+
+def test_an_offline_runs_bar_calls_its_evaluation_return_what_it_is(tmp_path):
+    """An offline run has no training return; its bar showed the periodic evaluation's as 'return=', the name of
+    the online runs' training return (a fine-tune's bar already said 'eval/return=')."""
+    from robolearn.offline_runner import UpdateLogger
+
+    logger = UpdateLogger(tmp_path, total_steps=10, config={}, wandb_mode="disabled", progress=True)
+    logger.log(5, {"eval/return": 118.8})
+    bar = str(logger._bar)
+    logger.close()
+    assert "eval/return=118.8" in bar, bar
