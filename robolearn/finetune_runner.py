@@ -117,6 +117,9 @@ class FinetuneRunner(OfflineRunner):
             warnings.warn("runner.utd_ratio=0: the online phase makes no update (it only collects), so the controller "
                           "it exports is the pretrained one; give it updates per env step (1.0 is SAC's)", stacklevel=2)
         self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
+        # Cal-QL fine-tuning keeps its regularizer online, and with it the bound: an online episode's rows get their
+        # Monte-Carlo returns once it ends, as the paper's code does for each collected trajectory
+        self._online_bound = self._mc_return and agent_cfg.online_cql_alpha > 0
         self.train_env = make_env(cfg.env, seed=cfg.seed)
         stagger_episodes(self.train_env, cfg.env, cfg.seed)  # said now if it cannot be; _finetune draws again
         self._finite = FiniteWatch(self.train_env.device)  # on a GPU, read once per iteration
@@ -287,6 +290,10 @@ class FinetuneRunner(OfflineRunner):
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
         if self.curriculum is not None:  # the guide's horizon each env's episode began with
             self._episode_h = torch.full((env.num_envs,), self.curriculum.h, dtype=torch.long, device=env.device)
+        # Cal-QL online: the steps of each env's unfinished episode (rows counted from here) and the steps not read yet
+        self._open_episodes: list[list[tuple[int, float]]] = [[] for _ in range(env.num_envs)]
+        self._unsettled: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._rows_settled, self._first_position = 0, self.online.position
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
         stagger_episodes(env, cfg.env, cfg.seed + 1_000_000 + self.progress.iteration)
         check_finite("observation", obs)
@@ -339,9 +346,11 @@ class FinetuneRunner(OfflineRunner):
             self._track_episodes(transition["reward"], done)
             if self.guide is not None:  # a recurrent, chunked or skill guide starts each episode afresh
                 self.guide.reset(done)
-            if self._mc_return:  # Cal-QL's bound is unknown online: -inf leaves those rows plain CQL
+            if self._mc_return:  # unknown until the episode ends (-inf: plain CQL for that row until then)
                 transition["mc_return"] = torch.full_like(transition["reward"], float("-inf"))
             self.online.add(transition)
+            if self._online_bound:
+                self._unsettled.append((transition["reward"], done))
             obs = next_obs
             self.progress.env_steps += env.num_envs
             logger.advance(self.progress.env_steps)
@@ -350,9 +359,38 @@ class FinetuneRunner(OfflineRunner):
             updates += pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
                                        self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
+        self._settle_mc_returns()
         metrics = {k: v / updates for k, v in read_scalars(sums).items()}
         check_metrics(metrics)
         return obs, metrics
+
+    def _settle_mc_returns(self) -> None:
+        """Cal-QL online: write the discounted Monte-Carlo return (the dataset's rule: ``reward_scale``, ``gamma``,
+        no bootstrap at the episode's end) into the replay rows of every episode that ended since the last call,
+        read from the device once. Rows the ring has overwritten since are skipped."""
+        if not self._unsettled:
+            return
+        rewards = torch.stack([r for r, _ in self._unsettled]).double().cpu().tolist()
+        dones = torch.stack([d for _, d in self._unsettled]).cpu().tolist()
+        self._unsettled = []
+        envs, cfg, capacity = len(rewards[0]), self.cfg.agent, self.online.capacity
+        base = self._rows_settled
+        self._rows_settled += len(rewards) * envs
+        rows, values = [], []
+        for e in range(envs):
+            for t in range(len(rewards)):
+                self._open_episodes[e].append((base + t * envs + e, rewards[t][e]))
+                if dones[t][e]:
+                    episode, self._open_episodes[e], running = self._open_episodes[e], [], 0.0
+                    for row, reward in reversed(episode):
+                        running = reward * cfg.reward_scale + cfg.gamma * running
+                        if row >= self._rows_settled - capacity:  # still in the ring
+                            rows.append(row)
+                            values.append(running)
+        if rows:
+            index = (torch.tensor(rows) + self._first_position) % capacity
+            column = self.online.data["mc_return"]
+            column[index.to(column.device)] = torch.tensor(values, dtype=column.dtype, device=column.device)
 
     def _update(self) -> dict[str, Any]:
         """One online update, counted as it is made (a Ctrl+C may stop the next)."""

@@ -108,9 +108,31 @@ def test_online_target_entropy_switches_when_set(tmp_path):
 
 def test_calql_finetuning_draws_its_offline_share_from_the_dataset(tmp_path):
     shares: list[int] = []
+    # the batch's last rows are the dataset's (FinetuneRunner._batch), each with its Monte-Carlo return
     run(tiny(tmp_path, "calql_finetune_hopper", "agent.offline_ratio=0.25", "agent.online_cql_alpha=1.0"),
-        spy=lambda r, batch: r.progress.phase == "online" and shares.append(int(torch.isfinite(batch["mc_return"]).sum())))
-    assert len(shares) == 125 and set(shares) == {8}  # 25% of 32 rows have the dataset's Monte-Carlo return
+        spy=lambda r, batch: r.progress.phase == "online" and shares.append(int(torch.isfinite(batch["mc_return"][-8:]).sum())))
+    assert len(shares) == 125 and set(shares) == {8}  # 25% of 32 rows
+
+
+def test_calql_finetuning_bounds_online_rows_by_their_episodes_monte_carlo_return(tmp_path):
+    """Cal-QL's code gives every finished online trajectory its return-to-go before it is trained on; the rows
+    had stayed -inf (plain CQL) for the whole online phase."""
+    from policies.offline.common import discounted_returns
+
+    runner = run(tiny(tmp_path, "calql_finetune_hopper", "agent.online_cql_alpha=1.0", "agent.gamma=0.9",
+                      "runner.total_steps=1200"))
+    data = runner.online.data
+    assert runner.online.size == 1200
+    ends = data["terminated"][:1200] | data["truncated"][:1200]
+    assert ends[:1000].sum() == 2 and not ends[1000:].any()  # two whole 500-step episodes, the third unfinished
+    expected = discounted_returns(data["reward"][:1000], ends[:1000], 0.9)
+    torch.testing.assert_close(data["mc_return"][:1000], expected, rtol=1e-5, atol=1e-4)
+    assert torch.isinf(data["mc_return"][1000:]).all()  # not ended: no bound yet
+
+
+def test_wsrl_online_rows_are_left_without_a_bound(tmp_path):
+    runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=100"))  # SAC online: the column is never read
+    assert torch.isinf(runner.online.data["mc_return"][: runner.online.size]).all()
 
 
 def test_jsrl_guide_acts_for_the_first_h_steps_and_h_shrinks(tmp_path):
