@@ -12,6 +12,7 @@ import difflib
 import functools
 import inspect
 import numbers
+import sys
 import typing
 import warnings
 from typing import Any, Callable
@@ -170,7 +171,27 @@ def task_builder(task: str) -> Callable[..., Task]:
     if not callable(builder) or (isinstance(builder, type) and not issubclass(builder, Task)):
         raise ValueError(f"env.task={task}: '{task.partition(':')[2]}' is not a sims.Task subclass "
                          "(nor a function returning one)")
+    if not _task_like(builder, task.partition(":")[0]):
+        # A run's config.yaml, a dataset's metadata and a controller.json name their task, and make_env calls what
+        # it names with the file's env.kwargs: `os:system` with {command: ...} had run a shell command from a
+        # downloaded run's config at `robolearn eval`, before "built a int, not a sims.Task" was said
+        raise ValueError(f"env.task={task}: '{task.partition(':')[2]}' is not a sims.Task subclass, nor a function "
+                         f"defined in {task.partition(':')[0]} itself (not the standard library's, nor one it imports "
+                         "from elsewhere); only those are called to build a task")
     return builder
+
+
+def _task_like(builder: Any, module_name: str) -> bool:
+    """Whether ``builder``, named ``module_name:Name``, may be called with a config's settings: a Task subclass (or
+    a partial of one), or a plain function of that module's own outside the standard library (a factory returning
+    a Task). Builtins (``os:system``), functions a module re-exports (``torch:load``) and the standard library's
+    (``subprocess:getoutput``, ``shutil:rmtree``) are not called."""
+    if isinstance(builder, functools.partial):
+        return _task_like(builder.func, module_name) and isinstance(builder.func, type)
+    if isinstance(builder, type):
+        return issubclass(builder, Task)
+    return (inspect.isfunction(builder) and getattr(builder, "__module__", None) == module_name
+            and module_name.partition(".")[0] not in sys.stdlib_module_names)
 
 
 def check_task(task: str, kwargs: dict[str, Any] | None = None) -> None:

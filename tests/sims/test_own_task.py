@@ -238,3 +238,24 @@ def test_a_module_that_imports_a_missing_one_is_not_said_missing_itself(tmp_path
     (tmp_path / "gym_reach_xyz.py").write_text("import gym_xyz_not_installed\n")
     with pytest.raises(ModuleNotFoundError, match="gym_xyz_not_installed"):
         sims.make_env("gym_reach_xyz:Task", num_envs=1)
+
+
+@pytest.mark.parametrize("task, settings", [
+    ("os:system", {"command": "echo ran > {marker}"}),
+    ("subprocess:getoutput", {"cmd": "echo ran > {marker}"}),
+    ("reexports_xyz:getoutput", {"cmd": "echo ran > {marker}"}),  # a module's import of another's function
+])
+def test_a_task_name_from_a_file_calls_nothing_but_a_task_or_a_modules_own_factory(task, settings, tmp_path,
+                                                                                    monkeypatch):
+    """A run's config.yaml (and a dataset's metadata, a controller.json) names its task, which make_env calls with
+    the file's env.kwargs: a downloaded run's ``env.task: os:system`` had run its shell command at `robolearn eval`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reexports_xyz.py").write_text("from subprocess import getoutput\n")
+    marker = tmp_path / "ran"
+    try:
+        with pytest.raises(ValueError, match=rf"env.task={task}: '\w+' is not a sims.Task subclass, nor a function "
+                                             "defined in"):
+            sims.make_env(task, num_envs=1, **{k: v.format(marker=marker) for k, v in settings.items()})
+    finally:
+        sys.modules.pop("reexports_xyz", None)
+    assert not marker.exists()
