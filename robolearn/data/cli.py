@@ -215,7 +215,7 @@ def _record(args: argparse.Namespace) -> int:
                                     ".onnx (`robolearn export RUN` writes RUN/export/), a run with --run, or 'random'")
         meta_path = Path(args.controller).parent / "controller.json"
         meta = read_controller_meta(meta_path, Path(args.controller)) if meta_path.is_file() else {}
-        task = task or meta.get("task")
+        task = task or _task_a_file_names(meta.get("task"), str(meta_path))
         if task == meta.get("task"):  # the task as the controller was trained on it (episode length, limits)
             kwargs = dict(meta.get("task_kwargs") or {})
     if not task:
@@ -344,13 +344,26 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _task_a_file_names(task: Any, where: str) -> Any:
+    """``task`` as a file (a dataset's metadata, a controller.json) names it, refused where building it would import
+    code (``module:Class``, a Gymnasium ``module:id``): a file does not get to import code, as on import
+    (:func:`robolearn.data.importing._buildable_from_a_file`); the user's --task may name it. A downloaded dataset
+    whose metadata said ``os:system`` had run its ``task_kwargs`` command at `dataset replay`."""
+    from robolearn.data.importing import _buildable_from_a_file
+
+    if task and not _buildable_from_a_file(task):
+        raise ValueError(f"{where} says its task is {task!r}, which names code to import; a file does not get to "
+                         f"run code: if you trust it, pass --task {shell(str(task))}")
+    return task
+
+
 def _replay(args: argparse.Namespace) -> int:
     import sims
     from robolearn.data import Dataset
     from robolearn.data.replay import replay
 
     ds = Dataset.load(args.name, args.root)
-    task = args.task or ds.task
+    task = args.task or _task_a_file_names(ds.task, f"dataset '{ds.id}'")
     if not task:
         raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")
     if not -len(ds) <= args.episode < len(ds):

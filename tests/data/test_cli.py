@@ -134,3 +134,34 @@ def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys)
     assert f"--controller {tmp_path}: a folder, not a file; give an exported controller.pt" in capsys.readouterr().err
     assert main(["dataset", "record", "--controller", str(tmp_path / "nope.pt"), "--episodes", "1", "--name", "x"]) == 2
     assert "nope.pt: no such file" in capsys.readouterr().err
+
+
+def test_a_task_that_names_code_is_not_built_from_a_dataset_or_a_controller_json(tmp_path, root, recorded, capsys,
+                                                                                   monkeypatch):
+    """A dataset's metadata and a controller.json come from anywhere: `dataset replay` and `dataset record
+    --controller` had built the task they name, importing (and calling) what it names with the file's task_kwargs,
+    where `dataset import` refuses to. The user's --task still may."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    (tmp_path / "evil_task_xyz.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ds = recorded("pendulum", 1, name="fetched")
+    meta_path = ds.path / "data" / "metadata.json"
+    for task, kwargs in (("os:system", {"command": f"touch {marker}"}), ("evil_task_xyz:Task", {}),
+                         ("gym:evil_task_xyz:Thing-v0", {})):
+        meta = json.loads(meta_path.read_text())
+        meta["robolearn"] |= {"task": task, "task_kwargs": kwargs}
+        meta_path.write_text(json.dumps(meta))
+        assert main(["dataset", "replay", "fetched"]) == 2
+        assert f"says its task is '{task}', which names code to import" in capsys.readouterr().err
+        assert not marker.exists()
+    exported = tmp_path / "export"
+    exported.mkdir()
+    (exported / "controller.onnx").write_bytes(b"not read")
+    (exported / "controller.json").write_text(json.dumps({
+        "obs_groups": ["policy"], "obs_size": 3, "decision_period": 1, "inputs": {"obs": [3]},
+        "task": "os:system", "task_kwargs": {"command": f"touch {marker}"}}))
+    assert main(["dataset", "record", "--controller", str(exported / "controller.onnx"), "--episodes", "1",
+                 "--no-progress"]) == 2
+    assert "says its task is 'os:system', which names code to import" in capsys.readouterr().err
+    assert not marker.exists()
