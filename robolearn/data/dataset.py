@@ -153,11 +153,20 @@ class Dataset:
 
     @property
     def num_episodes(self) -> int:
-        return int(self.raw_metadata["total_episodes"])
+        return self._count("total_episodes")
 
     @property
     def num_steps(self) -> int:
-        return int(self.raw_metadata["total_steps"])
+        return self._count("total_steps")
+
+    def _count(self, key: str) -> int:
+        """Metadata ``key``, a whole number of 0 or more: a dataset's metadata.json may come from anywhere, and
+        "abc" had been int()'s "invalid literal" naming neither file nor key, a missing one a bare KeyError."""
+        value = self.raw_metadata.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            said = "missing" if key not in self.raw_metadata else f"{value!r}, not a count (a whole number, 0 or more)"
+            raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: '{key}' {said}")
+        return value
 
     @property
     def observation_spec(self) -> dict[str, spaces.Box]:
@@ -280,8 +289,14 @@ class Dataset:
                     "terminated": episode.terminations.astype(bool), "truncated": episode.truncations.astype(bool)}
             if not arrays:  # numbers as float32, what the networks take (Minari's MuJoCo datasets store float64;
                 # an imported file's integer or bool observations too); the episode-end flags as bools
-                arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), np.float32))
-                arrays["terminated"], arrays["truncated"] = np.empty(steps, bool), np.empty(steps, bool)
+                try:
+                    arrays = map_batch(rows, lambda a: np.empty((steps, *a.shape[1:]), np.float32))
+                    arrays["terminated"], arrays["truncated"] = np.empty(steps, bool), np.empty(steps, bool)
+                except MemoryError:  # sized from the metadata, which may claim anything: numpy's error named no file
+                    raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: 'total_steps' says {steps:,} steps, "
+                                       "more than this machine's memory holds (its first episode has "
+                                       f"{len(episode):,}); if the dataset is not that large, its metadata is "
+                                       "wrong") from None
             write_batch(arrays, rows, slice(filled, end))
             filled = end
             bar.update(len(episode))

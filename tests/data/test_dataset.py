@@ -380,3 +380,23 @@ def test_a_split_fraction_that_is_not_a_number_is_refused_as_one(fractions, reco
         warnings.simplefilter("error")
         with pytest.raises(DatasetError, match=r"must be positive and sum to at most 1"):
             split(ds, fractions)
+
+
+def test_metadata_counts_that_are_no_counts_or_beyond_memory_are_said_by_file_and_key(recorded):
+    """A dataset's metadata.json may come from anywhere: total_steps sizes the arrays transitions() fills, and
+    10**13 had been numpy's MemoryError (a traceback), 'abc' int()'s "invalid literal", neither naming the file."""
+    ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    where = str(ds.path / "data" / "metadata.json")
+    for key, claimed, says in (("total_steps", "abc", "'abc', not a count"), ("total_steps", -5, "-5, not a count"),
+                               ("total_episodes", 2.5, "2.5, not a count"), ("total_episodes", None, "missing")):
+        original = ds.raw_metadata[key]
+        if claimed is None:
+            del ds.raw_metadata[key]
+        else:
+            ds.raw_metadata[key] = claimed
+        with pytest.raises(DatasetError, match=re.escape(f"{where}: '{key}' {says}")):
+            ds.transitions()
+        ds.raw_metadata[key] = original
+    ds.raw_metadata["total_steps"] = 10**15
+    with pytest.raises(DatasetError, match=re.escape(f"{where}: 'total_steps' says {10**15:,} steps, more than")):
+        ds.transitions()
