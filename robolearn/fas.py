@@ -22,6 +22,7 @@ shape is the controller's, not the initial states'.
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from robolearn.caller import outside_us
+from robolearn.checkpoint import atomic_write_bytes
 from robolearn.chunking import Beyond, ChunkedController
 from robolearn.evaluate import evaluate
 from robolearn.interfaces import VecEnv
@@ -154,7 +156,9 @@ def plot(results: dict[str, dict[str, Any]], path: Path, title: str = "") -> Pat
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()  # drawn whole, then written aside and renamed (as curves.png): a kill or a full disk
+    fig.savefig(buffer, format=path.suffix.lstrip(".").lower() or "png", dpi=120)  # mid-write had left a cut fas.png
     plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
     return path

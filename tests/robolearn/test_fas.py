@@ -1,6 +1,7 @@
 """FAS: the score, R(L) for flat and sequence controllers, and `robolearn eval RUN --fas`."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,3 +138,25 @@ def test_a_reference_that_is_not_a_finite_number_is_refused(r_max, shift):
     # R_max of inf had scored every controller 0
     with pytest.raises(ValueError, match="finite"):
         fas.reference("cartpole", r_max, shift)
+
+
+def test_a_plot_cut_short_leaves_the_one_before_whole(tmp_path, monkeypatch):
+    """fas.png is written aside and renamed, as curves.png: matplotlib writing it in place had left half a PNG
+    where a kill or a full disk stopped it, the earlier plot gone."""
+    from matplotlib.figure import Figure
+
+    from robolearn.fas import plot
+
+    result = {"lengths": [1, 2], "returns": [1.0, 0.5], "fas": 0.7}
+    out = plot({"run": result}, tmp_path / "fas.png")
+    before = out.read_bytes()
+    assert before.startswith(b"\x89PNG")
+
+    def cut_short(self, target, **kwargs):
+        (open(target, "wb") if isinstance(target, (str, Path)) else target).write(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", cut_short)
+    with pytest.raises(OSError):
+        plot({"run": result}, out)
+    assert out.read_bytes() == before
