@@ -239,7 +239,8 @@ class OfflineRunner:
             trained_on = before.dataset
             if dataset_id(trained_on) != dataset_id(cfg.dataset):
                 raise ConfigError(f"dataset={cfg.dataset}: {resume} was trained on '{trained_on}'; a resume goes on with "
-                                  "the same data (train a new run, or fine-tune from its export, for another)")
+                                  "the same data (for another, train a new run; or one whose online phase starts from this run's export: "
+                                  "jsrl with agent.guide=RUN)")
         self.cfg, self.fresh_replay = cfg, fresh_replay
         self.ctrl_c = CtrlC()
         self._rewind_to: Snapshot | None = None  # an iteration's start, for a second Ctrl+C (_rewind)

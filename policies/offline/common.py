@@ -57,8 +57,10 @@ def episode_ends(data: dict[str, Any]) -> torch.Tensor:
 def discounted_returns(reward: torch.Tensor, ends: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma G_{t+1}`` within each episode, ``G_T = r_T`` at its last row.
 
-    A time-limit truncation is not bootstrapped, so ``G_t`` underestimates the
-    return of the behavior policy there: still a valid lower bound (Cal-QL's use).
+    A time-limit truncation is not bootstrapped, so ``G_t`` leaves out the rewards
+    after the cut: a lower bound of the behavior policy's return (Cal-QL's use) where
+    those rewards are non-negative, an overestimate where they are negative (Cal-QL's
+    code special-cases all-negative sparse episodes with ``r / (1 - gamma)``; not done here).
     """
     rewards, last = reward.double().cpu().tolist(), ends.cpu().tolist()
     out, running = [0.0] * len(rewards), 0.0
