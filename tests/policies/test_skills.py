@@ -366,11 +366,17 @@ def test_each_pretraining_line_is_a_wandb_step_of_its_own(maze_datasets, tmp_pat
                  "runner.checkpoint_every=5", "agent.pretrain_updates=2100", "agent.pretrain_batch_size=4",
                  "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8,8]", "agent.prior_hidden=[8,8]",
                  "agent.decoder_hidden=[8,8]", "agent.encoder_hidden=8", "runner.video_seconds=0"]
-    train(load_config("spirl_point_maze_medium", overrides))
+    result = train(load_config("spirl_point_maze_medium", overrides))
     steps = [step for step, _ in logged]
     assert [data.get("pretrain_updates") for _, data in logged[:3]] == [1000, 2000, 2100]
     assert steps == sorted(set(steps)), steps  # a step each, in order
     assert steps[:3] == [1000, 2000, 2100] and steps[3] == 2100 + logged[3][1]["env_steps"]
+    # a resume past the pretraining reads no dataset; its online lines still come after the pretraining's steps
+    # (W&B drops a step below one it has), at the same offset
+    logged.clear()
+    train(load_config("spirl_point_maze_medium", [*overrides, "runner.total_steps=1200"]), resume=result.run_dir)
+    assert logged and all(step == 2100 + data["env_steps"] for step, data in logged)
+    assert min(step for step, _ in logged) > steps[-1]
 
 
 @pytest.mark.parametrize("algo", ["spirl", "skill_critic"])
