@@ -232,9 +232,17 @@ def write_frames(path: Path, frames: list[np.ndarray], seconds_per_frame: float)
     """``frames`` as the video ``path`` (its suffix picks the format), each shown ``seconds_per_frame``: the
     exact rate (31.25 fps for an 8 ms step filmed every 4th; a rounded one had played films off time). A GIF
     (Pillow) takes each frame's duration, and plays on and on, as a video on a page."""
-    with frame_writer(path, seconds_per_frame) as writer:
+    writer = frame_writer(path, seconds_per_frame)
+    try:
         for frame in frames:
             writer.append_data(frame)
+    except BaseException:
+        # imageio's `with` closes a writer only when nothing was raised: left open, its ffmpeg wrote the file
+        # after the caller had removed it (at exit, or when the writer was collected)
+        with contextlib.suppress(Exception):
+            writer.close()
+        raise
+    writer.close()
 
 
 def frame_writer(path: Path, seconds_per_frame: float) -> Any:

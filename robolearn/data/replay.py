@@ -213,6 +213,10 @@ def _write_video(path: Path, frames: list[np.ndarray], seconds_per_frame: float)
     """Frames to a video, written aside and renamed: never half a video."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # two films of one name: two temps
-    write_frames(tmp, frames, seconds_per_frame)
+    try:
+        write_frames(tmp, frames, seconds_per_frame)
+    except BaseException:  # ffmpeg refused a frame, a Ctrl+C or kill: no half film left (per pid, none is reused)
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path

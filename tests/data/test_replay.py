@@ -117,3 +117,14 @@ def test_replay_given_a_dataset_and_an_index_says_what_it_takes():
     with pytest.raises(TypeError, match=r"replay\(episode, env\): give one episode \(dataset\[i\]\) and a VecEnv of its "
                                         r"task, got list and int"):
         replay([], 0)
+
+
+def test_a_replay_film_that_fails_leaves_no_temp_file(tmp_path):
+    """The film is written aside (``.NAME.<pid>.tmp.mp4``) and renamed: a write that failed (ffmpeg refusing a
+    frame; a Ctrl+C or kill, which `dataset` commands take as one) had left that half film, a new one per process."""
+    from robolearn.data.replay import _write_video
+
+    frames = [np.zeros((64, 64, 3), np.uint8), np.zeros((32, 32, 3), np.uint8)]  # a frame of another size
+    with pytest.raises(ValueError):
+        _write_video(tmp_path / "a.mp4", frames, 0.1)
+    assert list(tmp_path.iterdir()) == []
