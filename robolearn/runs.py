@@ -423,6 +423,8 @@ def run_status(run: Path) -> str:
     checkpoint, trains_on = run / "checkpoints" / "latest.pt", f"{resume} trains on"
     try:
         saved = {} if ended else saved_progress(run, strict=True)
+        if not os.access(checkpoint, os.R_OK):  # (is_zipfile would read a denied file as no zip)
+            raise PermissionError("permission denied: fix its permissions")
         if not zipfile.is_zipfile(checkpoint):  # (cheap: its end record only) cut short, or not torch.save's
             raise CheckpointError("cut short or not a checkpoint")
     except (CheckpointError, PermissionError) as err:  # a resume would be refused: not offered

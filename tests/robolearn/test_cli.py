@@ -432,3 +432,16 @@ def test_plot_of_a_folder_leaves_out_a_run_that_logged_nothing_yet(tmp_path, cap
     out = capsys.readouterr().out
     assert f"left out (no metrics.jsonl lines yet): {starting}" in out and (tmp_path / "c.png").is_file()
     assert main(["plot", str(starting)]) == 2  # named, it is still an error
+
+
+def test_list_says_a_checkpoint_it_may_not_read_is_denied_not_cut_short(tmp_path, capfd, monkeypatch):
+    """zipfile.is_zipfile reads a file it may not open as no zip: list had called such a checkpoint cut short.
+    (As root every file is readable: the denial is made by os.access here.)"""
+    import os
+
+    run = _fake_run(tmp_path, "denied", {"runner": {"total_steps": 1000}}, [{"env_steps": 512}])
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path).endswith("latest.pt") else real_access(path, mode))
+    assert main(["list", "--runs", str(tmp_path)]) == 0
+    assert (f"{run}  incomplete: 512 of 1,000 env_steps; its checkpoints/latest.pt does not load, so it cannot resume "
+            "(permission denied: fix its permissions)") in capfd.readouterr().out
