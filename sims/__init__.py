@@ -176,8 +176,8 @@ def task_builder(task: str) -> Callable[..., Task]:
         # it names with the file's env.kwargs: `os:system` with {command: ...} had run a shell command from a
         # downloaded run's config at `robolearn eval`, before "built a int, not a sims.Task" was said
         raise ValueError(f"env.task={task}: '{task.partition(':')[2]}' is not a sims.Task subclass, nor a function "
-                         f"defined in {task.partition(':')[0]} itself (not the standard library's, nor one it imports "
-                         "from elsewhere); only those are called to build a task")
+                         f"defined in {task.partition(':')[0]} itself (not the standard library's, an installed library's, "
+                         "nor one it imports from elsewhere); only those are called to build a task")
     return builder
 
 
@@ -191,7 +191,31 @@ def _task_like(builder: Any, module_name: str) -> bool:
     if isinstance(builder, type):
         return issubclass(builder, Task)
     return (inspect.isfunction(builder) and getattr(builder, "__module__", None) == module_name
-            and module_name.partition(".")[0] not in sys.stdlib_module_names)
+            and module_name.partition(".")[0] not in sys.stdlib_module_names | set(OWN_PACKAGES)
+            and not _in_installed_library(builder))
+
+
+OWN_PACKAGES = ("robolearn", "sims", "policies", "hardware")
+"""This stack's packages: their tasks are in TASKS or Task subclasses; none of their functions builds a task."""
+
+
+def _in_installed_library(function: Callable[..., Any]) -> bool:
+    """Whether ``function``'s code lies in the standard library or an installed package's folder (site-packages,
+    a virtualenv's too): a library's own function (``yaml:unsafe_load``, which runs the Python its YAML names) is
+    no task factory of the user's, however it is named. A function without a file counts as one."""
+    import site
+    import sysconfig
+    from pathlib import Path
+
+    try:
+        path = Path(inspect.getfile(function)).resolve()
+    except (TypeError, OSError):
+        return True
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")} | set(site.getsitepackages())
+    if site.ENABLE_USER_SITE and site.getusersitepackages():
+        roots.add(site.getusersitepackages())
+    return any(path.is_relative_to(Path(root).resolve()) for root in roots if root)
 
 
 def check_task(task: str, kwargs: dict[str, Any] | None = None) -> None:

@@ -244,6 +244,8 @@ def test_a_module_that_imports_a_missing_one_is_not_said_missing_itself(tmp_path
     ("os:system", {"command": "echo ran > {marker}"}),
     ("subprocess:getoutput", {"cmd": "echo ran > {marker}"}),
     ("reexports_xyz:getoutput", {"cmd": "echo ran > {marker}"}),  # a module's import of another's function
+    # an installed library's own function (PyYAML's, defined in yaml/__init__.py): it runs the YAML's python tags
+    ("yaml:unsafe_load", {"stream": "!!python/object/apply:os.system [\"echo ran > {marker}\"]"}),
 ])
 def test_a_task_name_from_a_file_calls_nothing_but_a_task_or_a_modules_own_factory(task, settings, tmp_path,
                                                                                     monkeypatch):
