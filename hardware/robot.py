@@ -111,6 +111,9 @@ class Robot(VecEnv):
         self._q = self.home.copy()
         self._qd = np.zeros_like(self.home)
         self._fresh_at = self._called_at = time.monotonic()
+        # Whether the state last handed to the loop (by step, start_at) came from a fresh read: an action
+        # decided on a stale one is held once nothing has been fresh for watchdog_s (see step)
+        self._handed_fresh = self._read_fresh = True  # (_read_fresh: whether the last _refresh read a state)
         self._episode_step = 0
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
@@ -194,6 +197,7 @@ class Robot(VecEnv):
                         add_to_message(err, f"closing the link then failed too ({type(closing).__name__}: {closing})")
                 raise
         self._fresh_at = self._called_at = time.monotonic()
+        self._handed_fresh = True
         self._closing.clear()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
         self._watchdog.start()
@@ -313,6 +317,7 @@ class Robot(VecEnv):
         self._require_running()
         with self._bus():
             self._move_to(np.asarray(pose, dtype=np.float64))
+            self._handed_fresh = self._read_fresh  # the ramp's last read: what the first decision sees
         self._require_running()  # a fault found during the ramp (which it cut short)
         self._episode_step = 0
         self.ticker.restart()
@@ -328,10 +333,11 @@ class Robot(VecEnv):
             # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
             command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
                        if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
-            if self._called_at - self._fresh_at >= self.safety_cfg.watchdog_s:
-                # No fresh observation for watchdog_s: the action was decided on a frozen state. Hold the last
+            if not self._handed_fresh and self._called_at - self._fresh_at >= self.safety_cfg.watchdog_s:
+                # No fresh observation for watchdog_s, and the action was decided on a frozen state. Hold the last
                 # goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule step
-                # after step, the arm moving blind until stop_after_s)
+                # after step, the arm moving blind until stop_after_s). An action decided on a fresh state is
+                # sent however long the decision took: the watchdog held meanwhile, and its stop_after_s stands
                 sent, events = previous, ["watchdog_hold"]
             else:
                 sent, events = self.safety.filter(command, self._q, self._qd)
@@ -339,6 +345,7 @@ class Robot(VecEnv):
         self.ticker.wait()
         with self._bus():
             self._refresh()
+            self._handed_fresh = self._read_fresh
         self._require_running()
         self._episode_step += 1
         obs = self._observe(self._q, self._qd)
@@ -388,6 +395,7 @@ class Robot(VecEnv):
     def _refresh(self) -> None:
         """Read the state; a failed read keeps the last one (the watchdog judges staleness)."""
         state = self._checked(self._read())
+        self._read_fresh = state is not None
         if state is not None:
             self._q, self._qd = state
             self._fresh_at = time.monotonic()

@@ -205,6 +205,29 @@ def test_stale_observations_hold_the_last_goal_while_the_loop_goes_on():
     assert any(held) and held[-1]
 
 
+def test_a_decision_slow_once_on_a_fresh_observation_is_sent_not_held():
+    """Every read succeeds; the first decision after the reset's ramp takes longer than watchdog_s (a TorchScript
+    controller's first call): the action was decided on a fresh observation, so the step sends it. Whether it was
+    held had hung on the watchdog thread's poll (its hold's read refreshes the state): with the thread idle here,
+    the step had held it every time and reported watchdog_hold on a healthy robot."""
+
+    class Unwatched(LagArm):
+        def _watch(self):  # the thread's race taken out: the step's own rule is what is tested
+            pass
+
+    arm = Unwatched(stop_after_s=1.0)
+    arm.max_episode_steps = 1000
+    with arm:
+        arm.reset()
+        time.sleep(arm.safety_cfg.watchdog_s * 1.5)
+        step = arm.step(torch.tensor([[0.0, 0.55]]))
+        assert "watchdog_hold" not in step.info["safety"], step.info["safety"]
+        np.testing.assert_allclose(step.info["sent_action"][0].numpy(), [0.0, 0.55], atol=1e-6)
+        arm.step(torch.tensor([[0.0, 0.5]]))
+        time.sleep(arm.safety_cfg.watchdog_s * 1.5)  # slow once after an ordinary step too
+        assert "watchdog_hold" not in arm.step(torch.tensor([[0.0, 0.5]])).info["safety"]
+
+
 def test_a_stall_counts_as_one_watchdog_hold():
     with LagArm(stop_after_s=1.0) as arm:
         arm.reset()
