@@ -251,7 +251,13 @@ class OfflineRunner:
         cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
-        self.dataset = Dataset.load(cfg.dataset)  # an unknown name lists the known ones
+        self.rows_unread = self._rows_unread(resume)
+        try:
+            self.dataset: Dataset | None = Dataset.load(cfg.dataset)  # an unknown name lists the known ones
+        except DatasetError:
+            if not self.rows_unread:
+                raise
+            self.dataset = None  # gone (deleted, or the run copied without it): its checkpoint kept what is read of it
         self.run_dir = Path(resume) if resume else None
         try:
             self._build(resume)
@@ -272,17 +278,27 @@ class OfflineRunner:
         cfg = self.cfg
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
         reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
-        check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
-        if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size):
-            warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
+        if self.dataset is not None:
+            check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
+            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size):
+                warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
-        data = self.agent.prepare(self.dataset.transitions(self.env.device))
-        self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
-        self.replay.add(data)
-        self.progress = OfflineProgress(dataset=dataset_fingerprint(self.dataset))
+        self.replay: ReplayBuffer | None = None
+        if not self.rows_unread:  # (else what prepare fits, the normalizer, comes from the checkpoint alone)
+            data = self.agent.prepare(self.dataset.transitions(self.env.device))
+            self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
+            self.replay.add(data)
         if resume:
             self._restore()
-            check_same_dataset(self.progress, self.dataset, self.run_dir, self._reads_dataset_on())
+            if self.dataset is not None:
+                check_same_dataset(self.progress, self.dataset, self.run_dir, self._reads_dataset_on())
+        else:
+            self.progress = OfflineProgress(dataset=dataset_fingerprint(self.dataset))
+
+    def _rows_unread(self, resume: Path | None) -> bool:
+        """Whether the run, resumed from ``resume``, reads none of the dataset's transitions (so they are not
+        loaded, and the dataset may be gone); an offline run reads them."""
+        return False
 
     def _reads_dataset_on(self) -> bool:
         """Whether the rest of the run reads the dataset (an offline run does)."""
