@@ -12,7 +12,9 @@ Phase ``online``: ``runner.total_steps`` env steps counted from 0 on ``env.num_e
 envs, into a fresh replay buffer. The first ``agent.warmup_steps`` are acted by the
 frozen pretrained policy with no update (WSRL); then ``runner.utd_ratio`` updates per
 env step on batches of ``agent.online_batch_size``, ``agent.offline_ratio`` of each
-drawn from the dataset (0 drops the dataset when the phase starts). With ``agent.guide``
+drawn from the dataset (0 drops the dataset when the phase starts, and a resume in the
+online phase then neither loads it nor needs it: its checkpoint keeps what the phase reads
+of it, the reference scores of the normalized score). With ``agent.guide``
 a guide controller acts for the first h steps of each episode (JSRL,
 :mod:`robolearn.jsrl_curriculum`). Evaluation and checkpoint (with ``replay.pt``) every
 ``runner.checkpoint_every`` x 1000 env steps.
@@ -46,7 +48,7 @@ from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
                               finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import check_same_folder, export_meta, refuse_finished, set_aside_evaluation
+from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -75,6 +77,9 @@ class FinetuneProgress:
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     refill_until: int = 0  # --fresh-replay: no online updates before this env step, while the empty replay refills
     dataset: dict[str, Any] = field(default_factory=dict)  # what its offline phase trains on: dataset_fingerprint
+    # what the online phase reads of the dataset (its id, reference_scores, whether its rows carry mc_return), for a
+    # resume that reads none of its rows ({}: a checkpoint of before, whose resume loads the dataset)
+    offline_data: dict[str, Any] = field(default_factory=dict)
 
 
 class PhaseLogger(RunLogger):
@@ -108,6 +113,11 @@ class FinetuneRunner(OfflineRunner):
         cfg = self.cfg
         if not resume:
             self.progress = FinetuneProgress(dataset=dataset_fingerprint(self.dataset))
+        # Cal-QL: online rows need the column too
+        self._mc_return = self.progress.offline_data["mc_return"] if self.rows_unread else "mc_return" in self.replay.data
+        if self.dataset is not None:  # kept as the dataset is now, which scores the run (a resume's too)
+            self.progress.offline_data = {"id": self.dataset.id, "reference_scores": self.dataset.reference_scores(),
+                                          "mc_return": self._mc_return}
         agent_cfg = cfg.agent
         if 0 < cfg.runner.total_steps <= agent_cfg.warmup_steps:  # legitimate (the frozen policy collecting), rarely meant
             warnings.warn(f"agent.warmup_steps={agent_cfg.warmup_steps} covers all runner.total_steps="
@@ -116,7 +126,6 @@ class FinetuneRunner(OfflineRunner):
         if cfg.runner.total_steps > 0 and cfg.runner.utd_ratio == 0:  # (as the online runner says it)
             warnings.warn("runner.utd_ratio=0: the online phase makes no update (it only collects), so the controller "
                           "it exports is the pretrained one; give it updates per env step (1.0 is SAC's)", stacklevel=2)
-        self._mc_return = "mc_return" in self.replay.data  # Cal-QL: online rows need the column too
         # Cal-QL fine-tuning keeps its regularizer online, and with it the bound: an online episode's rows get their
         # Monte-Carlo returns once it ends, as the paper's code does for each collected trajectory
         self._online_bound = self._mc_return and agent_cfg.online_cql_alpha > 0
@@ -144,6 +153,14 @@ class FinetuneRunner(OfflineRunner):
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)
 
+    def _rows_unread(self, resume: Path | None) -> bool:
+        """A resume online whose batches draw no dataset rows (``agent.offline_ratio=0``), from a checkpoint that
+        kept what the phase reads of the dataset (``offline_data``)."""
+        if not resume or self.cfg.agent.offline_ratio > 0:
+            return False
+        saved = saved_progress(Path(resume))  # (unreadable: {}, and the restore says why)
+        return saved.get("phase") == "online" and bool(saved.get("offline_data"))
+
     def _reads_dataset_on(self) -> bool:
         """Offline, and online where batches draw dataset rows (``agent.offline_ratio``)."""
         return self.progress.phase == "offline" or self.cfg.agent.offline_ratio > 0
@@ -163,6 +180,15 @@ class FinetuneRunner(OfflineRunner):
             self.agent.go_online()  # the online hyperparameters are attributes, not state
         self.progress = FinetuneProgress(**restore_agent(self.agent, payload, to_dict(self.cfg)))
         self._saved_num_envs = saved_num_envs(payload, self.cfg.env.num_envs)  # (self.env evaluates)
+
+    def _score(self, evaluation: dict[str, Any]) -> dict[str, Any]:
+        """On the dataset's reference scores; where it is gone (``rows_unread``), on those the checkpoint kept."""
+        if self.dataset is not None:
+            return super()._score(evaluation)
+        if not (kept := self.progress.offline_data["reference_scores"]):
+            return {}
+        low, high = kept["ref_min_score"], kept["ref_max_score"]
+        return {"normalized_score": float((evaluation["return_mean"] - low) / (high - low))}  # (Dataset.score's)
 
     # -- the phase boundary --------------------------------------------------------------------
 
@@ -258,9 +284,9 @@ class FinetuneRunner(OfflineRunner):
         self.save()
         logger.end_progress()
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
-                   annotate=lambda e: {"dataset": self.dataset.id, "pretrain_updates": self.progress.updates,
-                                       "online_steps": self.progress.env_steps, **self._score(e),
-                                       **self.dataset.reference_scores()})
+                   annotate=lambda e: {"dataset": self.progress.offline_data["id"],
+                                       "pretrain_updates": self.progress.updates, "online_steps": self.progress.env_steps,
+                                       **self._score(e), **self.progress.offline_data["reference_scores"]})
         logger.close()
         return result
 

@@ -12,7 +12,7 @@ import torch
 import sims
 from robolearn import load_config
 from robolearn.checkpoint import load_checkpoint
-from robolearn.data import DatasetWriter, record
+from robolearn.data import DatasetError, DatasetWriter, record
 from robolearn.data.record import RandomController
 from robolearn.config import ConfigError
 from robolearn.export import ExportedController, export_controller
@@ -449,3 +449,50 @@ def test_an_online_phase_without_updates_is_said(tmp_path):
     """runner.utd_ratio=0 had fine-tuned nothing without a word (the online runner says it)."""
     with pytest.warns(UserWarning, match=r"runner.utd_ratio=0: the online phase makes no update"):
         FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "runner.utd_ratio=0", "runner.total_steps=200")).close()
+
+
+def write_gone(root) -> None:
+    """A dataset with reference scores, for a test to take away."""
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1, max_episode_steps=50) as env:
+        with DatasetWriter("pendulum-gone", env.observation_spec, env.action_spec, metadata={
+                "task": "pendulum", "ref_min_score": 0.0, "ref_max_score": 400.0}, root=root) as writer:
+            record(RandomController(env, 0), env, writer, 5, seed=0, progress=False)
+
+
+def test_an_online_resume_without_dataset_rows_needs_no_dataset(tmp_path, root):
+    """WSRL keeps no offline data online (agent.offline_ratio=0), yet a resume in its online phase loaded the dataset
+    and rebuilt its transitions: one whose dataset was deleted, or whose run was copied without it, failed 'no
+    dataset'. It goes on, scored on the reference scores its checkpoint kept."""
+    write_gone(root)
+    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=pendulum-gone", "agent.warmup_steps=600", "runner.eval_episodes=1",
+               "runner.total_steps=2000")
+    first = run(cfg, stop=lambda m: m["phase"] == "online")  # stops after 1000 online steps
+    (root / "pendulum-gone-v0").rename(tmp_path / "elsewhere")
+    resumed = run(cfg, resume=first.run_dir)
+    assert resumed.dataset is None and resumed.replay is None and resumed.progress.env_steps == 2000
+    scored = [r for r in lines(resumed) if "eval/return" in r]
+    assert [(r["phase"], r.get("env_steps")) for r in scored] == [("offline", None), ("online", 1000), ("online", 2000)]
+    assert all(r["eval/normalized_score"] == pytest.approx(r["eval/return"] / 400) for r in scored)
+    evaluation = json.loads((resumed.run_dir / "eval.json").read_text())
+    assert evaluation["dataset"] == "pendulum-gone-v0" and evaluation["online_steps"] == 2000
+    assert (evaluation["ref_min_score"], evaluation["ref_max_score"]) == (0.0, 400.0)
+    assert evaluation["normalized_score"] == pytest.approx(evaluation["return_mean"] / 400)
+
+
+def test_an_online_resume_from_a_checkpoint_of_before_loads_the_dataset(tmp_path, root):
+    """A checkpoint that kept nothing of its dataset resumes with it, as it did, and keeps it from then on."""
+    write_gone(root)
+    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=pendulum-gone", "runner.total_steps=0")
+    first = run(cfg)  # pretraining only: the checkpoint sits at the boundary
+    payload = load_checkpoint(first.checkpoint_path)
+    del payload["progress"]["offline_data"]
+    torch.save(payload, first.checkpoint_path)
+    cfg.runner.total_steps = 1000
+    (root / "pendulum-gone-v0").rename(tmp_path / "elsewhere")
+    with pytest.raises(DatasetError, match="no dataset 'pendulum-gone'"):
+        FinetuneRunner(cfg, resume=first.run_dir)
+    (tmp_path / "elsewhere").rename(root / "pendulum-gone-v0")
+    resumed = FinetuneRunner(cfg, resume=first.run_dir)
+    resumed.close()
+    assert resumed.progress.offline_data == {
+        "id": "pendulum-gone-v0", "reference_scores": {"ref_min_score": 0.0, "ref_max_score": 400.0}, "mc_return": True}
