@@ -64,6 +64,8 @@ def atomic_write_files(writes: dict[Path, Any]) -> None:
             os.chmod(temps[path], usual_mode())  # mkstemp makes 0600; give the file the usual permissions
         for path, tmp in temps.items():
             os.replace(tmp, path)
+        for folder in {path.parent for path in writes}:
+            _fsync_folder(folder)
     except BaseException as err:
         for tmp in temps.values():
             Path(tmp).unlink(missing_ok=True)
@@ -71,6 +73,22 @@ def atomic_write_files(writes: dict[Path, Any]) -> None:
         if isinstance(storage, OSError) and storage.errno is not None:
             raise OSError(storage.errno, storage.strerror or os.strerror(storage.errno), str(path)) from err
         raise
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the renames into ``folder`` durable: a rename is an entry of the folder, which a power cut may lose
+    (the old file back) until the folder itself is synced. Where a folder cannot be opened or synced (Windows,
+    some network filesystems) the write stays atomic, only not yet durable."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_partial_writes(folder: Path, names: tuple[str, ...] = ("latest.pt", "replay.pt")) -> list[Path]:

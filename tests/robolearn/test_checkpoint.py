@@ -271,3 +271,21 @@ def test_a_checkpoint_that_may_not_be_read_is_said_so_not_called_corrupt(tmp_pat
     with pytest.raises(PermissionError) as caught:  # the command line says it in one line: fix its permissions
         checkpoint.load_checkpoint(path)
     assert caught.value.filename == str(path)
+
+
+def test_an_atomic_write_syncs_the_folder_its_rename_is_an_entry_of(tmp_path, monkeypatch):
+    """The file was fsynced, not the folder: after a power cut the rename itself could be lost (the old file back)."""
+    import stat
+
+    from robolearn.checkpoint import atomic_write_bytes
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_bytes(tmp_path / "a" / "eval.json", lambda f: f.write(b"{}"))
+    assert synced == ["file", "folder"] and (tmp_path / "a" / "eval.json").read_bytes() == b"{}"
