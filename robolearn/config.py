@@ -397,12 +397,13 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     a whole section given as a mapping (``env={...}``) sets its keys in the file's section (:func:`_merged`)."""
     *parents, leaf = key.split(".")
     node = raw
-    for part in parents:
+    for depth, part in enumerate(parents):
         if node.get(part) is None:  # absent, or a section left empty in the file (`runner:`)
             node[part] = {}
         node = node[part]
-        if not isinstance(node, dict):
-            raise ConfigError(f"override '{key}': '{part}' is not a section")
+        if not isinstance(node, dict):  # its value said: `env=5 env.num_envs=2` had blamed 'env' alone
+            raise ConfigError(f"override '{key}': '{'.'.join(parents[:depth + 1])}' is {node!r} here, not a section "
+                              "of keys (set so by the file or an override before this one)")
     if not parents and leaf in SECTIONS and isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
         node[leaf] = _merged(node[leaf], value)  # env={num_envs: 8} sets that key, as env.num_envs=8: it had
         return  # replaced the file's whole section (the task with it), training the defaults under the config's name

@@ -74,6 +74,9 @@ def test_bad_override_syntax_and_missing_config(tmp_path):
         load_config("ppo_cartpol", [])
     with pytest.raises(ConfigError, match=r"unknown key 'agent.gama' \(did you mean 'agent.gamma'\?\); allowed keys"):
         load_config("ppo_cartpole", ["agent.gama=0.9"])
+    with pytest.raises(ConfigError, match=r"override 'env.num_envs': 'env' is 5 here, not a section of keys \(set so "
+                                          r"by the file or an override before this one\)"):  # (it had blamed 'env')
+        load_config("ppo_cartpole", ["env=5", "env.num_envs=2"])
     binary = tmp_path / "bin.yaml"
     binary.write_bytes(b"\xff\xfe\x00algo")
     with pytest.raises(ConfigError, match=r"bin.yaml: not a UTF-8 text file \(byte 0\)"):
