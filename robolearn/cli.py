@@ -293,15 +293,15 @@ def _normalized_score(run: Path, dataset: str, episode_return: float) -> float |
     """``episode_return`` scored for ``run``, trained on ``dataset``: on the reference returns its end kept
     (``eval.json``, or the one a resume set aside), else on the dataset's own (:meth:`Dataset.score`); None
     without a dataset, or where it is gone. A dataset since replaced under its name had rescored the run."""
+    from robolearn.data.dataset import normalized_score
+
     if not dataset:
         return None
     for kept in ("eval.json", "eval.superseded.json"):
         try:
-            scale = json.loads((run / kept).read_text())
-            low, high = float(scale["ref_min_score"]), float(scale["ref_max_score"])
+            return normalized_score(episode_return, json.loads((run / kept).read_text()))
         except (OSError, ValueError, KeyError, TypeError):  # none kept (a run of before, or not ended yet)
             continue
-        return (episode_return - low) / (high - low)
     from robolearn.data import Dataset, DatasetError
 
     try:

@@ -39,6 +39,7 @@ import torch
 from robolearn.checkpoint import (load_checkpoint, load_replay, mark_resume_seam, refill_instead, restore_agent,
                                   rng_state, save_checkpoint, saved_num_envs)
 from robolearn.config import ConfigError, TrainConfig, to_dict
+from robolearn.data.dataset import normalized_score
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.export import ExportedController, export_controller
 from robolearn.host_reads import read_scalars
@@ -187,8 +188,7 @@ class FinetuneRunner(OfflineRunner):
             return super()._score(evaluation)
         if not (kept := self.progress.offline_data["reference_scores"]):
             return {}
-        low, high = kept["ref_min_score"], kept["ref_max_score"]
-        return {"normalized_score": float((evaluation["return_mean"] - low) / (high - low))}  # (Dataset.score's)
+        return {"normalized_score": float(normalized_score(evaluation["return_mean"], kept))}
 
     # -- the phase boundary --------------------------------------------------------------------
 

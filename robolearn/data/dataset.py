@@ -83,6 +83,13 @@ def _makeable(groups: dict[str, str], config_dir: Path) -> bool:
     return True
 
 
+def normalized_score(returns: float | np.ndarray, reference_scores: dict[str, Any]) -> float | np.ndarray:
+    """``(R - ref_min_score) / (ref_max_score - ref_min_score)`` on ``reference_scores`` (a dataset's, or those
+    a run's ``eval.json`` or checkpoint kept of it, which score the run when the dataset is gone or replaced)."""
+    low, high = float(reference_scores["ref_min_score"]), float(reference_scores["ref_max_score"])
+    return (returns - low) / (high - low)
+
+
 class Dataset:
     """The dataset stored in directory ``path`` (``<root>/<id>``); open one with :meth:`load`."""
 
@@ -216,11 +223,10 @@ class Dataset:
     def normalized_score(self, returns: float | np.ndarray) -> float | np.ndarray:
         """``(R - ref_min_score) / (ref_max_score - ref_min_score)``: 0 random, 1 expert
         (D4RL's tables print it times 100)."""
-        low, high = self.ref_min_score, self.ref_max_score
-        if low is None or high is None:
+        if self.ref_min_score is None or self.ref_max_score is None:
             raise DatasetError(f"dataset '{self.id}' has no ref_min_score/ref_max_score to normalize with; "
                                "record or import it with --ref-min and --ref-max")
-        return (returns - low) / (high - low)
+        return normalized_score(returns, self.reference_scores())
 
     # ---- episodes -------------------------------------------------------------------------
 
