@@ -1005,8 +1005,7 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     try:
         if resume is not None and Path(resume).is_dir():
             if not (Path(resume) / "checkpoints" / "latest.pt").is_file():
-                raise CheckpointError(checkpoint_missing(Path(resume)).replace(": no checkpoint:", ": no checkpoint "
-                                                                               "to resume from:", 1))
+                raise CheckpointError(checkpoint_missing(Path(resume), "no checkpoint to resume from"))
             refuse_task_change(Path(resume), cfg)
         if is_finetune(cfg):
             runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)

@@ -125,15 +125,16 @@ def no_checkpoint(run_dir: Path, cfg: TrainConfig) -> str | None:
     return checkpoint_missing(run_dir)
 
 
-def checkpoint_missing(run_dir: Path) -> str:
-    """Why a run that nobody trains now has no ``checkpoints/latest.pt``, and what to do."""
+def checkpoint_missing(run_dir: Path, none: str = "no checkpoint") -> str:
+    """Why a run that nobody trains now has no ``checkpoints/latest.pt``, and what to do (``none``: how a run
+    that never saved one is said, a resume's "no checkpoint to resume from")."""
     # a run's end leaves these (metrics lines alone do not: logged every iteration, saved every checkpoint_every)
     exported = (run_dir / "export" / "controller.json").is_file()
     if exported or (run_dir / "eval.json").is_file():
         still = " (its exported files still evaluate: robolearn eval RUN --exported onnx)" if exported else ""
         return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run trained and ended: "
                 f"restore it from a copy{still}")
-    return (f"{run_dir}: no checkpoint: the run stopped before its first one was saved; train it anew "
+    return (f"{run_dir}: {none}: the run stopped before its first one was saved; train it anew "
             f"(robolearn train <config>) and remove this folder")
 
 
