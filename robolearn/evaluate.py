@@ -182,31 +182,25 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     path, tmp = video_target(path)
     every = frame_step(env.control_dt, fps, gif=path.suffix.lower() == ".gif")
     captioned = max(1, round(CAPTION_SECONDS / env.control_dt))  # control steps
-    writer = None
     try:
         obs = env.reset(seed=seed)
         controller.reset()
         episode, started, fresh = 1, 0, True
         # each frame goes to the file as it is filmed: a list of them had held ~11 MB a filmed second (320x240),
         # and `play --seconds 3600` ran out of memory after filming for the whole hour
-        writer = frame_writer(tmp, every * env.control_dt)
-        for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
-            if step % every == 0:
-                frame = env.render(0, width=width, height=height)
-                if step - started < captioned:
-                    frame, fresh = caption(frame, f"episode {episode}", first=fresh), False
-                writer.append_data(frame)
-            obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
-            done = terminated | truncated
-            controller.reset(done)
-            if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
-                episode, started, fresh = episode + 1, step + 1, True
-        writer, closing = None, writer
-        closing.close()
+        with frame_writer(tmp, every * env.control_dt) as writer:
+            for step in tqdm(range(steps), desc="filming", unit="step", disable=None if progress else True, leave=False):
+                if step % every == 0:
+                    frame = env.render(0, width=width, height=height)
+                    if step - started < captioned:
+                        frame, fresh = caption(frame, f"episode {episode}", first=fresh), False
+                    writer.append_data(frame)
+                obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
+                done = terminated | truncated
+                controller.reset(done)
+                if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it
+                    episode, started, fresh = episode + 1, step + 1, True
     except BaseException as err:  # a Ctrl+C, an env that cannot render: no temp file left
-        if writer is not None:
-            with contextlib.suppress(Exception):  # (ffmpeg may be gone already: the error said is err)
-                writer.close()
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and (err.errno == errno.EPIPE or "Broken pipe" in str(err)):
             # ffmpeg stopped (imageio says so as a broken pipe): not the CLI's quiet "output pipe closed"
@@ -232,27 +226,29 @@ def write_frames(path: Path, frames: list[np.ndarray], seconds_per_frame: float)
     """``frames`` as the video ``path`` (its suffix picks the format), each shown ``seconds_per_frame``: the
     exact rate (31.25 fps for an 8 ms step filmed every 4th; a rounded one had played films off time). A GIF
     (Pillow) takes each frame's duration, and plays on and on, as a video on a page."""
-    writer = frame_writer(path, seconds_per_frame)
-    try:
+    with frame_writer(path, seconds_per_frame) as writer:
         for frame in frames:
             writer.append_data(frame)
-    except BaseException:
-        # imageio's `with` closes a writer only when nothing was raised: left open, its ffmpeg wrote the file
-        # after the caller had removed it (at exit, or when the writer was collected)
-        with contextlib.suppress(Exception):
-            writer.close()
-        raise
-    writer.close()
 
 
-def frame_writer(path: Path, seconds_per_frame: float) -> Any:
+@contextlib.contextmanager
+def frame_writer(path: Path, seconds_per_frame: float) -> Iterator[Any]:
     """An imageio writer of the video ``path`` (its suffix picks the format), each frame shown
-    ``seconds_per_frame``; ``append_data`` one frame at a time (ffmpeg encodes them as they come), ``close``."""
+    ``seconds_per_frame``; ``append_data`` one frame at a time (ffmpeg encodes them as they come). Closed on
+    leaving, on an error too: imageio's own ``with`` closes only when nothing was raised, and a writer left open
+    had its ffmpeg write the file after the caller removed it (at exit, or when the writer was collected)."""
     import imageio.v2 as imageio
 
     timing = ({"duration": 1000 * seconds_per_frame, "loop": 0} if path.suffix.lower() == ".gif"
               else {"fps": 1.0 / seconds_per_frame, "macro_block_size": 8})
-    return imageio.get_writer(path, **timing)
+    writer = imageio.get_writer(path, **timing)
+    try:
+        yield writer
+    except BaseException:
+        with contextlib.suppress(Exception):  # (ffmpeg may be gone already: the error said is the one raised)
+            writer.close()
+        raise
+    writer.close()
 
 
 CAPTION_SECONDS = 0.6  # how long an episode's number shows at its start

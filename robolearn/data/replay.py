@@ -18,7 +18,6 @@ actions; env 0 is measured.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.recording_env import has_exact_state
-from robolearn.evaluate import frame_step, write_frames
+from robolearn.evaluate import frame_step, video_target, write_frames
 from robolearn.interfaces import VecEnv
 
 
@@ -210,9 +209,8 @@ def _qpos_divergence(state: dict[str, torch.Tensor], recorded: np.ndarray | None
 
 
 def _write_video(path: Path, frames: list[np.ndarray], seconds_per_frame: float) -> Path:
-    """Frames to a video, written aside and renamed: never half a video."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # two films of one name: two temps
+    """Frames to a video, written aside (:func:`video_target`'s temp file) and renamed: never half a video."""
+    path, tmp = video_target(path)
     try:
         write_frames(tmp, frames, seconds_per_frame)
     except BaseException:  # ffmpeg refused a frame, a Ctrl+C or kill: no half film left (per pid, none is reused)
