@@ -1,6 +1,8 @@
-"""Benchmarks that need no peer, run end to end at tiny settings (their tables go to a temp folder): a script
+"""Benchmarks whose peers, if any, are test dependencies, run end to end at tiny settings (their tables go to a temp folder): a script
 that no longer runs against today's code is found here, not by the next person reproducing BENCHMARKS.md."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,3 +23,20 @@ def test_fas_latency_times_both_exported_formats(tmp_path):
                 "| SRL (J=16) | onnx |"):
         assert row in table
     assert quoted.read_bytes() == before
+
+
+def test_ppo_against_sb3_on_mujoco_writes_both_agents_curves(tmp_path):
+    """Its peer, Stable-Baselines3, is a test dependency: both agents train a few thousand steps of hopper, and the
+    table, the runs file and the plot all land beside --out, never over the quoted results."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ppo_mujoco_sb3.py"), "--tasks", "hopper",
+                           "--seeds", "1", "--steps", "3072", "--eval-every", "3072", "--processes", "1",
+                           "--out", str(tmp_path / "ppo.md")],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "ppo.md").read_text()
+    assert "| hopper | Stable-Baselines3 PPO (rl-zoo) | 0 | 3,072 |" in table
+    assert "| hopper | robolearn PPO | 0 | 3,072 |" in table
+    runs = [json.loads(line) for line in (tmp_path / "ppo_runs.jsonl").read_text().splitlines()]
+    assert sorted(run["agent"] for run in runs) == ["ours", "sb3"]
+    assert all(run["curve"][-1]["env_steps"] == 3072 for run in runs)
+    assert (tmp_path / "ppo.png").stat().st_size > 0
