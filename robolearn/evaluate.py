@@ -35,6 +35,25 @@ class Actor(Protocol):
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
 
 
+def check_actor(controller: Any, who: str) -> None:
+    """Refuse, in words, a ``controller`` without the Controller calling convention (``act`` and ``reset``): a plain
+    function or a class of one's own without ``reset`` had failed as "'function' object has no attribute 'reset'"."""
+    missing = [name for name in ("act", "reset") if not callable(getattr(controller, name, None))]
+    if missing:
+        raise TypeError(f"{who}: the controller must have act(obs) and reset(mask=None) (a robolearn.Controller, "
+                        f"robolearn.load_controller(run)); {type(controller).__name__} has no {' or '.join(missing)}")
+
+
+def action_of(controller: Actor, obs: Obs) -> torch.Tensor:
+    """``controller.act(obs)``, refused in words unless a torch tensor: a numpy array had failed as "'numpy.ndarray'
+    object has no attribute 'to'" inside the loop."""
+    action = controller.act(obs)
+    if not isinstance(action, torch.Tensor):
+        raise TypeError(f"{type(controller).__name__}.act returned a {type(action).__name__}; it must return a torch "
+                        "tensor of shape (num_envs, *action_spec.shape) (torch.as_tensor(...) converts an array)")
+    return action
+
+
 class NonFiniteError(RuntimeError):
     """NaN or inf reached the env or came out of it; ``sources`` says which kinds of value went bad
     (``"action"``, ``"observation"``, ``"reward"``...), for the hint of who made it."""
@@ -137,6 +156,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
         raise ValueError(f"evaluate at least 1 episode, a whole number (got {episodes!r})")
     if env.num_envs < episodes:
         raise ValueError(f"evaluate {episodes} episodes on at least as many envs (got {env.num_envs})")
+    check_actor(controller, "evaluate")
     warn_if_trained_elsewhere(controller, env)
     obs = env.reset(seed=seed)
     controller.reset()
@@ -147,7 +167,7 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
     has_success = False
     while not bool(finished[:episodes].all()):
         check_finite("observation", obs)
-        action = controller.act(obs)
+        action = action_of(controller, obs)
         check_finite("action", action)
         obs, reward, terminated, truncated, info = env.step(action.to(env.device))
         running = ~finished
@@ -176,6 +196,7 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
     teleporting (and episodes shorter than the caption still show where each starts)."""
     from tqdm import tqdm
 
+    check_actor(controller, "record_video")
     steps = int(seconds / env.control_dt)
     if steps < 1:
         raise ValueError(f"film at least one control step ({env.control_dt:g} s), got {seconds:g} s")
@@ -195,7 +216,7 @@ def record_video(controller: Actor, env: VecEnv, path: Path, seconds: float = 8.
                     if step - started < captioned:
                         frame, fresh = caption(frame, f"episode {episode}", first=fresh), False
                     writer.append_data(frame)
-                obs, _, terminated, truncated, _ = env.step(controller.act(obs).to(env.device))
+                obs, _, terminated, truncated, _ = env.step(action_of(controller, obs).to(env.device))
                 done = terminated | truncated
                 controller.reset(done)
                 if bool(done[0]):  # a host sync per step: filming is bound by rendering, not by it

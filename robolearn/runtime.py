@@ -47,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 # (Actor is evaluate's, one Protocol for both loops; robolearn/data/record.py imports it from here)
-from robolearn.evaluate import Actor, NonFiniteError, check_finite, warn_if_trained_elsewhere
+from robolearn.evaluate import Actor, NonFiniteError, action_of, check_actor, check_finite, warn_if_trained_elsewhere
 from robolearn.interfaces import Obs, Step, VecEnv
 
 
@@ -271,9 +271,7 @@ def _check_arguments(controller: Any, env: Any, rate_hz: Any, steps: Any, episod
     if not all(hasattr(env, name) for name in ("reset", "step", "control_dt", "close")):
         raise TypeError(f"run(controller, env): env must be a VecEnv (robolearn.make_env(run), a connected Robot), "
                         f"got {type(env).__name__}")
-    if not (hasattr(controller, "act") and hasattr(controller, "reset")):
-        raise TypeError(f"run(controller, env): controller must have act and reset (robolearn.load_controller(run)), "
-                        f"got {type(controller).__name__}")
+    check_actor(controller, "run(controller, env)")
     if sink is not None and not (hasattr(sink, "add") and hasattr(sink, "close")):
         raise TypeError(f"run: sink must have add and close (robolearn.recording.EpisodeRecorder(folder)), got "
                         f"{type(sink).__name__}")
@@ -381,7 +379,7 @@ def run(
         while (steps is None or stats.steps < steps) and (episodes is None or stats.episodes < episodes):
             t0 = time.perf_counter()
             check_finite("observation", obs)  # said as the env's fault, not as the action it would spoil
-            commanded = controller.act(obs).to(env.device)
+            commanded = action_of(controller, obs).to(env.device)
             _check_action(commanded, expected_shape, stats.steps - episode_start, stats.episodes)
             t1 = time.perf_counter()
             try:

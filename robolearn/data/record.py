@@ -30,7 +30,7 @@ from robolearn.data.episode import Episode
 from robolearn.data.minari_store import DatasetWriter
 from robolearn.data.recording_env import RecordingEnv, has_exact_state
 from robolearn.interfaces import Obs, VecEnv
-from robolearn.runtime import Actor
+from robolearn.evaluate import Actor, action_of, check_actor
 
 
 def env_metadata(env: VecEnv, task: str, task_kwargs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -79,6 +79,7 @@ class RecordStats:
 def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int, *, noise: float = 0.0,
            seed: int = 0, progress: bool = True) -> RecordStats:
     """Add ``episodes`` episodes of ``controller`` on ``env`` to ``writer``; see the module docstring."""
+    check_actor(controller, "record")
     low = torch.as_tensor(env.action_spec.low, device=env.device)
     high = torch.as_tensor(env.action_spec.high, device=env.device)
     half_range = torch.where(torch.isfinite(high - low), (high - low) / 2, torch.ones_like(low))
@@ -99,7 +100,7 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
         obs = recorder.reset(seed=seed)
         controller.reset()
         while not recorder.full:
-            commanded = controller.act(obs).to(env.device)
+            commanded = action_of(controller, obs).to(env.device)
             action, infos = commanded, None
             if noise > 0:
                 eps = torch.randn(commanded.shape, generator=generator, device=env.device, dtype=commanded.dtype)

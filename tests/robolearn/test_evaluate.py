@@ -75,6 +75,40 @@ def test_episodes_and_env_of_another_kind_are_refused_by_name(tmp_path):
         load_controller(tmp_path, env="cartpole")
 
 
+class NoReset:
+    def act(self, obs):
+        return torch.zeros(2, 1)
+
+
+class NumpyActions:
+    def act(self, obs):
+        return np.zeros((2, 1), np.float32)
+
+    def reset(self, mask=None):
+        pass
+
+
+def test_a_controller_of_ones_own_without_the_calling_convention_is_told_what_it_lacks(tmp_path):
+    """A function, a class without reset, and an act returning numpy had failed deep in the loop as "'function' object
+    has no attribute 'reset'" and "'numpy.ndarray' object has no attribute 'to'", in evaluate, record and run alike."""
+    from robolearn.data import DatasetWriter, record
+    from robolearn.runtime import run
+
+    with make_env("pendulum", 2, seed=0) as env:
+        writer = lambda: DatasetWriter("x", env.observation_spec, env.action_spec, root=tmp_path, overwrite=True)
+        callers = {"evaluate": lambda c: evaluate(c, env, 2), "record": lambda c: record(c, env, writer(), 1, progress=False),
+                   "run": lambda c: run(c, env, steps=2, rate_hz=0, close_env=False)}
+        for who, call in callers.items():
+            with pytest.raises(TypeError, match=who + r".*: the controller must have act\(obs\) and reset\(mask=None\) "
+                                                  r"\(a robolearn.Controller.*; function has no act or reset"):
+                call(lambda obs: torch.zeros(2, 1))
+            with pytest.raises(TypeError, match="; NoReset has no reset"):
+                call(NoReset())
+            with pytest.raises(TypeError, match=r"NumpyActions.act returned a ndarray; it must return a torch tensor of "
+                                                r"shape \(num_envs, \*action_spec.shape\)"):
+                call(NumpyActions())
+
+
 @pytest.mark.parametrize("values, finite", [
     ([1.0, float("nan")], False),
     ([float("inf"), -float("inf")], False),  # the sum is NaN

@@ -447,7 +447,8 @@ def test_a_recordings_safety_marks_go_on_the_joints_the_rule_overruled(tmp_path,
     ({"rate_hz": -5}, ValueError, r"rate_hz is ticks per second, >= 0 \(0: as fast as it can"),  # had run unpaced
     ({"seed": "1"}, ValueError, "seed must be a whole number .*, got '1'"),  # torch's 'manual_seed expected a long'
     ({"env": "runs/x"}, TypeError, r"env must be a VecEnv \(robolearn.make_env\(run\), a connected Robot\), got str"),
-    ({"controller": "runs/x"}, TypeError, "controller must have act and reset .*, got str"),
+    ({"controller": "runs/x"}, TypeError, r"the controller must have act\(obs\) and reset\(mask=None\) .*; str has no act "
+                                          "or reset"),
     ({"sink": "recording/"}, TypeError, r"sink must have add and close \(robolearn.recording.EpisodeRecorder"),
 ], ids=["negative", "fraction", "text", "rate", "seed", "env", "controller", "sink"])
 def test_run_says_what_it_cannot_mean(kwargs, error, says):
