@@ -7,6 +7,7 @@ section is validated against the chosen algorithm's own config dataclass.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -16,7 +17,7 @@ import numbers
 import shlex
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,6 +89,21 @@ class RunnerConfig:
             torch.set_num_threads(self.torch_threads)
         torch.set_float32_matmul_precision(self.matmul_precision)
         torch.set_flush_denormal(self.flush_denormal)  # False where the CPU cannot (no SSE3): nothing changes
+
+
+@contextlib.contextmanager
+def torch_settings_kept() -> Iterator[None]:
+    """Put torch's threads, matmul precision and denormal flushing back as they were on leaving: a run sets them for
+    itself (:meth:`RunnerConfig.apply_torch_settings`), and a script that went on after ``train()`` had computed on
+    one thread (``runner.torch_threads``' default) at the run's precision."""
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    flushing = bool((torch.tensor([1e-38]) * 0.5).item() == 0.0)  # torch has no getter: a denormal result, flushed?
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+        torch.set_flush_denormal(flushing)
 
 
 @dataclass

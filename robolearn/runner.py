@@ -47,7 +47,8 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
                                   saved_num_envs, set_rng_state)
 from robolearn import distributed
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, validated
+from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, torch_settings_kept,
+                              validated)
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
@@ -994,6 +995,12 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     With ``resume`` (a run directory), ``cfg`` is the config the run continues with, whole: pass the run's own,
     ``load_run_config(resume)`` (what ``robolearn train --resume`` does, overrides applied), not a config file's
     defaults, which would replace its settings (the run's config before is kept as config.superseded-N.yaml)."""
+    with torch_settings_kept():  # threads and precision are the run's while it trains, the caller's after
+        return _train(cfg, resume, stop, fresh_replay)
+
+
+def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, float]], bool] | None,
+           fresh_replay: bool) -> RunResult:
     from robolearn.finetune_runner import FinetuneRunner, is_finetune
     from robolearn.offline_runner import OfflineRunner, is_offline
 
