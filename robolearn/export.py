@@ -170,18 +170,23 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
     """ONNX through torch.export with a dynamic batch dimension, quietly."""
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     dynamic = tuple({0: batch} for _ in inputs)  # by position: forward's own names need not be "obs" (forward(x))
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
-        program = torch.onnx.export(
-            controller,
-            tuple(inputs.values()),
-            input_names=list(inputs),
-            output_names=controller.export_outputs(),
-            dynamic_shapes=dynamic,
-            dynamo=True,
-            verbose=False,
-        )
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level  # put back after: the caller's torch.onnx messages had stayed silenced for good
+    onnx_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
+            program = torch.onnx.export(
+                controller,
+                tuple(inputs.values()),
+                input_names=list(inputs),
+                output_names=controller.export_outputs(),
+                dynamic_shapes=dynamic,
+                dynamo=True,
+                verbose=False,
+            )
+    finally:
+        onnx_log.setLevel(level)
     buffer = io.BytesIO()
     program.save(buffer)
     return buffer.getvalue()

@@ -75,6 +75,28 @@ def test_controller_exports_to_onnx(trained_agent, tmp_path) -> None:
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
+def test_an_onnx_export_leaves_the_callers_torch_onnx_logging_as_it_was(tmp_path) -> None:
+    """The export quiets torch.onnx while it runs; it had left that logger at ERROR for the rest of the process."""
+    import logging
+
+    class Gain(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 3
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return obs[:, :1] * 0.5
+
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    onnx_log.setLevel(logging.INFO)
+    try:
+        export_controller(Gain(), tmp_path, ("onnx",))
+        assert onnx_log.level == logging.INFO
+    finally:
+        onnx_log.setLevel(level)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_obs, tmp_path) -> None:
     """The controller and its exported files check observations alike: a wrong width, a missing
