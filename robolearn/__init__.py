@@ -21,13 +21,19 @@ def pick_offscreen_gl() -> None:
     """MuJoCo picks its OpenGL backend when first imported. Without a display, use OSMesa (software, Debian's
     libosmesa6) unless the user chose one (e.g. egl on a GPU). Called on import, here and by ``sims`` before it
     imports mujoco."""
+    global GL_PICKED_TOO_LATE
     if sys.platform.startswith("linux") and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        GL_PICKED_TOO_LATE = "mujoco" in sys.modules  # a script's `import mujoco` came first: it took GLFW
         os.environ["MUJOCO_GL"] = "osmesa"
         os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
         # Gymnasium's classic-control renderer (pygame) films offscreen; without a display SDL would print
         # "XDG_RUNTIME_DIR is invalid or not set", which reads like one of ours
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
+
+GL_PICKED_TOO_LATE = False
+"""Whether mujoco was imported (and chose GLFW, which needs a display) before :func:`pick_offscreen_gl` chose OSMesa
+for it: its renderer then fails, which :class:`sims.backend.FrameRenderer` explains."""
 
 pick_offscreen_gl()
 

@@ -279,7 +279,16 @@ class FrameRenderer:
             self.close()
             model.vis.global_.offwidth = max(width, model.vis.global_.offwidth)
             model.vis.global_.offheight = max(height, model.vis.global_.offheight)
-            self._renderer = mujoco.Renderer(model, height, width)
+            try:
+                self._renderer = mujoco.Renderer(model, height, width)
+            except Exception as err:
+                import robolearn
+
+                if robolearn.GL_PICKED_TOO_LATE:  # MuJoCo's own words name an OpenGL context, not what to change
+                    raise RuntimeError("mujoco was imported before robolearn (or sims) on a machine without a display, "
+                                       "so it chose GLFW, which needs one: import robolearn or sims before mujoco, or "
+                                       f"set MUJOCO_GL=osmesa (egl on a GPU) before Python starts ({err})") from err
+                raise
         mujoco.mj_forward(model, data)
         self._renderer.update_scene(data, camera=-1 if camera is None else camera)
         return self._renderer.render()

@@ -58,6 +58,25 @@ def test_sims_imported_first_renders_on_a_headless_machine(gl: None) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "(240, 320, 3)", done.stderr[-2000:]
 
 
+def test_mujoco_imported_first_on_a_headless_machine_is_told_what_to_change(gl: None) -> None:
+    """A script's `import mujoco` before robolearn (the own-task example's first line) leaves MuJoCo on GLFW, which
+    needs a display: the run's video was "skipped" with MuJoCo's words about an OpenGL context not made current."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    script = ("import mujoco\nimport sims\nwith sims.make_env('pendulum', num_envs=1) as env:\n"
+              "    try:\n        env.render(0)\n    except RuntimeError as err:\n        print(err)")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("mujoco was imported before robolearn (or sims) on a machine without a display, so "
+                                  "it chose GLFW, which needs one: import robolearn or sims before mujoco, or set "
+                                  "MUJOCO_GL=osmesa"), done.stdout + done.stderr[-2000:]
+
+
 def test_an_env_left_open_at_exit_closes_its_renderer_quietly(gl: None) -> None:
     """MuJoCo's Renderer freed itself during interpreter teardown: 'Exception ignored in ... __del__' and a
     ctypes traceback after every script that rendered without closing its env."""
