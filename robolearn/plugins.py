@@ -19,7 +19,12 @@ def import_named(name: str, setting: str) -> Any:
         raise ValueError(f"{setting}={name}: give a part of your own as module:Name")
     module = import_module_of(module_name, f"{setting}={name}")
     if not hasattr(module, attr):
-        raise ValueError(f"{setting}={name}: module '{module_name}' ({module.__file__}) has no '{attr}'")
+        if module_name == "__main__":  # a run trained from a script or notebook that defined it, read elsewhere
+            raise ValueError(f"{setting}={name}: '__main__' is the script (or notebook) running now, which has no "
+                             f"'{attr}'; one defined in the script that trained is found again only in that process: "
+                             f"move it into a module (e.g. my_module.py beside the script) and name it my_module:{attr}")
+        where = f" ({module.__file__})" if getattr(module, "__file__", None) else ""  # (-c, a notebook: none)
+        raise ValueError(f"{setting}={name}: module '{module_name}'{where} has no '{attr}'")
     return getattr(module, attr)
 
 

@@ -261,3 +261,15 @@ def test_a_task_name_from_a_file_calls_nothing_but_a_task_or_a_modules_own_facto
     finally:
         sys.modules.pop("reexports_xyz", None)
     assert not marker.exists()
+
+
+def test_a_task_defined_in_the_running_script_is_said_to_belong_in_a_module():
+    """A run trained from a script that defined its task names it `__main__:Name`; eval in another process (a
+    notebook, `python -c`) had failed as "module '__main__' has no attribute '__file__'", or named the wrong script."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import sims; sims.make_env('__main__:Spin', num_envs=1)"],
+                          capture_output=True, text=True, timeout=120)
+    assert ("env.task=__main__:Spin: '__main__' is the script (or notebook) running now, which has no 'Spin'; one "
+            "defined in the script that trained is found again only in that process: move it into a module (e.g. "
+            "my_module.py beside the script) and name it my_module:Spin") in done.stderr, done.stderr[-2000:]
