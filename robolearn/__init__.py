@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
     from robolearn.config import TrainConfig, load_config
+    from robolearn.export import ExportedController
     from robolearn.interfaces import Agent, Controller, Obs, Step, VecEnv
     from robolearn.runner import RunResult
     from robolearn.runs import export_run
@@ -134,8 +135,11 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
     return build(trained_env_config(run, load_run_config(run)))
 
 
-def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None) -> Any:
-    """A run's controller, ready to ``act``; see :func:`robolearn.runs.load_controller`."""
+def load_controller(run_dir: str | Path, env: VecEnv | None = None,
+                    exported: str | None = None) -> Controller | ExportedController:
+    """A run's controller, ready to ``act`` (``reset(mask)`` where episodes end): the trained ``torch.nn.Module``
+    from the latest checkpoint, or with ``exported`` (``"torchscript"``, ``"onnx"``) the exported file as a robot
+    runs it; see :func:`robolearn.runs.load_controller`."""
     from robolearn.runs import load_controller as _load_controller
 
     return _load_controller(run_dir, env, exported)

@@ -37,7 +37,7 @@ import yaml
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
-from robolearn.export import FORMATS, export_controller, task_meta
+from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
@@ -193,12 +193,12 @@ def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
 
 
 def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: str | None = None,
-                    cfg: TrainConfig | None = None) -> Controller | Any:
+                    cfg: TrainConfig | None = None) -> Controller | ExportedController:
     """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
     an env, one world of the run's task is built for the specs and closed), or with ``exported``
     (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it (with ``env``: said where env
     steps at another rate or with other task settings than the file was trained with)."""
-    from robolearn.export import FILENAMES, ExportedController
+    from robolearn.export import FILENAMES
 
     run_dir = Path(run_dir)
     if env is not None and not isinstance(env, VecEnv):  # env="cartpole" had been an AttributeError
