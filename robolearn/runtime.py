@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-# (Actor is evaluate's, one Protocol for both loops; robolearn/data/record.py imports it from here)
+# (Actor, check_actor and action_of are evaluate.py's: one Protocol and one check for every loop that runs a controller)
 from robolearn.evaluate import Actor, NonFiniteError, action_of, check_actor, check_finite, warn_if_trained_elsewhere
 from robolearn.interfaces import Obs, Step, VecEnv
 
