@@ -573,6 +573,8 @@ class DynamixelEmulator:
         if not data or end > TABLE_SIZE:
             return p.ERR_ACCESS, False
         items = [i for i in ITEMS if i.address < end and address < i.address + i.size]
+        if sum(min(end, i.address + i.size) - max(address, i.address) for i in items) < len(data):
+            return p.ERR_ACCESS, False  # a byte at an address no item has (e-Manual: "not been defined")
         values = {}
         for item in items:
             if item.address < address or item.address + item.size > end:

@@ -523,3 +523,14 @@ def test_an_operating_mode_that_is_no_mode_is_refused(emulator, connect) -> None
     for mode in (2, 6, 15):
         assert write(port, 1, "Operating_Mode", mode) == (sdk.COMM_SUCCESS, p.ERR_DATA_RANGE)
     assert write(port, 1, "Operating_Mode", 4) == OK and emulator.register(1, "Operating_Mode") == 4
+
+
+def test_a_write_to_an_address_no_item_has_is_an_access_error(emulator, connect) -> None:
+    """Addresses 14..19 and 66..67 hold no item: a write there had been answered with success (nothing was
+    written), as had one spanning such a gap; the e-Manual's access error is for an address "not defined"."""
+    port = connect(emulator)
+    assert PH.writeTxRx(port, 1, 14, 2, [0, 0]) == (sdk.COMM_SUCCESS, p.ERR_ACCESS)
+    assert PH.writeTxRx(port, 1, 65, 4, [1, 0, 0, 2]) == (sdk.COMM_SUCCESS, p.ERR_ACCESS)  # LED, gap, SRL
+    assert read(port, 1, "LED") == (0, *OK)  # nothing of a refused write is applied
+    assert PH.writeTxRx(port, 1, 63, 3, [52, 0, 1]) == OK  # Shutdown, Torque_Enable, LED: no gap
+    assert read(port, 1, "LED") == (1, *OK)
