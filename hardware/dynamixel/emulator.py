@@ -529,6 +529,15 @@ class DynamixelEmulator:
                 k += 5 + length
             self._lockstep(goals)
             return []
+        if broadcast and inst in (p.WRITE, p.REBOOT):  # every servo carries it out, none answers
+            goals = False
+            for servo in list(servos.values()):
+                if inst == p.REBOOT:
+                    self._reboot(servo)
+                elif len(params) >= 3:
+                    goals |= self._write(servo, _u16(params, 0), params[2:])[1]
+            self._lockstep(goals)
+            return []
         if broadcast or packet.id not in servos:
             return []
         servo = servos[packet.id]

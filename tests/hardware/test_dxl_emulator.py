@@ -534,3 +534,19 @@ def test_a_write_to_an_address_no_item_has_is_an_access_error(emulator, connect)
     assert read(port, 1, "LED") == (0, *OK)  # nothing of a refused write is applied
     assert PH.writeTxRx(port, 1, 63, 3, [52, 0, 1]) == OK  # Shutdown, Torque_Enable, LED: no gap
     assert read(port, 1, "LED") == (1, *OK)
+
+
+def test_a_broadcast_write_or_reboot_reaches_every_servo_and_none_answers(emulator, connect) -> None:
+    """A WRITE or REBOOT to the broadcast id is carried out by every servo, with no status (the e-Manual's
+    broadcast): the emulator had ignored both, so a host's broadcast torque off did nothing."""
+    port = connect(emulator)
+    for i in (1, 2, 3, 4):
+        assert write(port, i, "Torque_Enable", 1) == OK
+    assert PH.write1ByteTxRx(port, p.BROADCAST_ID, TABLE["Torque_Enable"].address, 0) == (sdk.COMM_SUCCESS, 0)
+    assert PH.ping(port, 1)[1] == sdk.COMM_SUCCESS  # handled; and no status came before the ping's
+    assert not any(s.torque_enabled for s in emulator.state().values())
+    assert write(port, 2, "LED", 1) == OK
+    replies = emulator.replies
+    assert PH.reboot(port, p.BROADCAST_ID) == (sdk.COMM_SUCCESS, 0)
+    assert read(port, 2, "LED") == (0, *OK)  # rebooted: RAM back to defaults
+    assert emulator.replies == replies + 1  # the read's status only
