@@ -598,6 +598,8 @@ class DynamixelEmulator:
                 return p.ERR_DATA_RANGE, False
             if item.name in GOAL_ITEMS and servo.watchdog_tripped:
                 return p.ERR_DATA_RANGE, False
+            if item.name == "Torque_Enable" and value and servo.get("Hardware_Error_Status") & servo.get("Shutdown"):
+                continue  # after a shutdown torque stays off until a reboot (the status's alert bit says why)
             if item.name == "Goal_Position":
                 ticks = value - servo.get("Homing_Offset")
                 if not servo.get("Min_Position_Limit") <= ticks <= servo.get("Max_Position_Limit"):

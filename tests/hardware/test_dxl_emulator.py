@@ -550,3 +550,19 @@ def test_a_broadcast_write_or_reboot_reaches_every_servo_and_none_answers(emulat
     assert PH.reboot(port, p.BROADCAST_ID) == (sdk.COMM_SUCCESS, 0)
     assert read(port, 2, "LED") == (0, *OK)  # rebooted: RAM back to defaults
     assert emulator.replies == replies + 1  # the read's status only
+
+
+def test_torque_stays_off_after_a_shutdown_until_a_reboot(make_emulator, connect) -> None:
+    """The e-Manual's Shutdown: once a shutdown error is latched, Torque Enable cannot be set to 1 until a
+    reboot. The emulator had turned torque on, and held it until the next packet cut it again: in real time
+    the joint ran to its goal in between."""
+    emulator = make_emulator(faults=Faults(hardware_alert={3: HW_OVERLOAD}))
+    port = connect(emulator)
+    assert PH.ping(port, 3)[2] == p.ERR_ALERT  # the overload is latched
+    assert write(port, 3, "Torque_Enable", 1) == (sdk.COMM_SUCCESS, p.ERR_ALERT)
+    state = emulator.state()[3]
+    assert not state.torque_enabled and state.kp == 0.0
+    emulator.faults.hardware_alert.clear()
+    assert PH.reboot(port, 3)[0] == sdk.COMM_SUCCESS
+    assert write(port, 3, "Torque_Enable", 1) == OK
+    assert emulator.state()[3].torque_enabled
