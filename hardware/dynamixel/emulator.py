@@ -508,25 +508,34 @@ class DynamixelEmulator:
             address, length = _u16(params, 0), _u16(params, 2)
             return [self._read(servos[i], address, length) for i in params[4:] if i in servos]
         if inst == p.BULK_READ and broadcast:
-            entries = [params[k : k + 5] for k in range(0, len(params) - len(params) % 5, 5)]
+            if len(params) % 5:  # not whole (id, address, length) entries: framing lost, no entry is trusted
+                return []
+            entries = [params[k : k + 5] for k in range(0, len(params), 5)]
             return [self._read(servos[e[0]], _u16(e, 1), _u16(e, 3)) for e in entries if e[0] in servos]
         if inst == p.SYNC_WRITE and broadcast:
             if len(params) < 4:
                 return []
             address, length = _u16(params, 0), _u16(params, 2)
             stride, goals = length + 1, False
-            for k in range(4, len(params) - stride + 1, stride):
+            if (len(params) - 4) % stride:  # not whole (id, data) entries: framing lost, nothing is written
+                return []
+            for k in range(4, len(params), stride):
                 if params[k] in servos:
                     goals |= self._write(servos[params[k]], address, params[k + 1 : k + stride])[1]
             self._lockstep(goals)
             return []
         if inst == p.BULK_WRITE and broadcast:
-            k, goals = 0, False
-            while k + 5 <= len(params):
-                servo_id, address, length = params[k], _u16(params, k + 1), _u16(params, k + 3)
-                if servo_id in servos:
-                    goals |= self._write(servos[servo_id], address, params[k + 5 : k + 5 + length])[1]
+            entries, k = [], 0
+            while k + 5 <= len(params) and k + 5 + _u16(params, k + 3) <= len(params):
+                length = _u16(params, k + 3)
+                entries.append((params[k], _u16(params, k + 1), params[k + 5 : k + 5 + length]))
                 k += 5 + length
+            if k != len(params):  # an entry cut short: framing lost, nothing is written
+                return []
+            goals = False
+            for servo_id, address, data in entries:
+                if servo_id in servos:
+                    goals |= self._write(servos[servo_id], address, data)[1]
             self._lockstep(goals)
             return []
         if broadcast and inst in (p.WRITE, p.REBOOT):  # every servo carries it out, none answers

@@ -566,3 +566,23 @@ def test_torque_stays_off_after_a_shutdown_until_a_reboot(make_emulator, connect
     assert PH.reboot(port, 3)[0] == sdk.COMM_SUCCESS
     assert write(port, 3, "Torque_Enable", 1) == OK
     assert emulator.state()[3].torque_enabled
+
+
+def test_sync_and_bulk_packets_whose_entries_do_not_fit_their_lengths_are_dropped_whole(emulator, connect) -> None:
+    """A sync or bulk packet whose parameters are not whole entries of the lengths it declares has lost its
+    framing (cut short, or a byte gained or lost). The emulator had written the entries that fit, or a cut
+    entry's first bytes (a bulk write of Torque_Enable + LED cut after one byte turned torque on), and
+    answered a bulk read's whole entries."""
+    port = connect(emulator)
+
+    def send(instruction: int, params: list[int]) -> None:
+        port.writePort(p.encode_instruction(p.BROADCAST_ID, instruction, bytes(params)))
+        assert PH.ping(port, 1) == (1020, sdk.COMM_SUCCESS, 0)  # handled; a status before it would be taken here
+
+    send(p.BULK_WRITE, [3, 64, 0, 2, 0, 1])  # Torque_Enable + LED on servo 3, the LED byte missing
+    assert not emulator.state()[3].torque_enabled
+    send(p.SYNC_WRITE, [65, 0, 1, 0, 1, 1, 2, 1, 3])  # LED=1 on 1 and 2, then an id without its byte
+    assert [read(port, i, "LED")[0] for i in (1, 2)] == [0, 0]
+    send(p.BULK_READ, [1, 65, 0, 1, 0, 2, 65, 0])  # a second entry cut short: no status at all
+    send(p.SYNC_WRITE, [65, 0, 1, 0, 1, 1, 2, 1])  # whole entries: written
+    assert [read(port, i, "LED")[0] for i in (1, 2)] == [1, 1]
