@@ -39,6 +39,21 @@ else 0.02 s. A step that is not a whole number of MuJoCo timesteps is refused,
 not rounded: rounded, the physics would run at a rate the controller does not.
 A servo answers after Return_Delay_Time plus the packet's wire time at the baud
 rate.
+
+Protocol. Served: PING, READ, WRITE, REBOOT, SYNC_READ/WRITE and BULK_READ/WRITE;
+WRITE and REBOOT to the broadcast id are carried out by every servo, silently.
+Where it departs from an X-series servo, on purpose:
+- REG_WRITE/ACTION, FACTORY_RESET, CLEAR, the fast sync/bulk reads and the
+  backup instructions are not modelled: sent to one servo they get an
+  instruction error, broadcast they are ignored;
+- a packet with a bad CRC or an impossible length is dropped without a
+  status (a servo may answer a CRC error): the host sees a timeout;
+- a sync or bulk packet whose parameters are not whole entries is dropped;
+- the control table ends at Present_Temperature (146): the indirect items
+  and the rest read and write as an access error; a write to an address no
+  item has is one too, a read of one gives 0;
+- goals move the MuJoCo position actuators in every Operating_Mode, and the
+  position limits bound Goal_Position in every mode.
 """
 
 from __future__ import annotations
