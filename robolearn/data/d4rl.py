@@ -103,8 +103,9 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
             meta = (read_embedded(f.attrs["robolearn_metadata"], f"{path}: attribute 'robolearn_metadata'")
                     if "robolearn_metadata" in f.attrs else {})
             d4rl_meta = _d4rl_metadata(f)
-    except OSError as err:
-        raise DatasetError(f"{path}: not a readable HDF5 file (truncated or corrupt: {str(err).splitlines()[0]})") from None
+    except (OSError, KeyError, RuntimeError) as err:  # a corrupt object header: h5py's KeyError or RuntimeError
+        reason = str(err).strip("'\"").splitlines()[0]
+        raise DatasetError(f"{path}: not a readable HDF5 file (truncated or corrupt: {reason})") from None
 
     for name in FLAT:
         if name in arrays:

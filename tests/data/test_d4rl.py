@@ -176,6 +176,30 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     assert sorted(p.name for p in root.rglob("*")) == before and len(Dataset.load("keep")) == 3
 
 
+def _with_broken_header(path: Path, name: str) -> Path:
+    """``path`` with the object header of its dataset ``name`` damaged (its version byte), as a bad sector or a
+    copy cut off mid-block leaves a file whose superblock is still whole."""
+    with h5py.File(path) as f:
+        address = h5py.h5o.get_info(f[name].id).addr
+    data = bytearray(path.read_bytes())
+    data[address + 4] = 0xFF  # after the "OHDR" signature (libver latest)
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("name", ["rewards", "infos/qpos"])
+def test_a_damaged_object_header_is_a_one_line_error(tmp_path, root, capsys, name):
+    """h5py raises KeyError opening a damaged dataset and RuntimeError visiting a group holding one: both had
+    been tracebacks instead of saying the file is corrupt."""
+    path = tmp_path / "damaged.hdf5"
+    with h5py.File(path, "w", libver="latest") as f:
+        for key, value in _d4rl_arrays().items():
+            f[key] = value
+    _with_broken_header(path, name)
+    err = _error(capsys, "import", str(path), "--format", "d4rl")
+    assert "damaged.hdf5: not a readable HDF5 file (truncated or corrupt: " in err and "bad object header" in err
+
+
 def test_float64_files_train_as_float32(tmp_path, root):
     """Many D4RL and Minari MuJoCo files store float64: the training batch is float32 (a float64 batch had failed
     deep inside the first update with 'mat1 and mat2 must have the same dtype'). Imported for a task, they are
