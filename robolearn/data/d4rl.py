@@ -201,7 +201,10 @@ def _row_names(f: Any) -> list[str]:
 
 def _check_rows(f: Any, names: list[str], path: Path) -> int:
     """The number of rows; refuse datasets with another, numbers stored as text, next observations
-    shaped unlike the observations, and columns (rewards, terminals, timeouts) wider than one."""
+    shaped unlike the observations, columns (rewards, terminals, timeouts) wider than one, and rows
+    never written (read as zeros: a writer that stopped early, or a claimed size the file lacks)."""
+    import h5py
+
     obs = f["observations"]
     if not obs.shape:
         raise DatasetError(f"{path}: 'observations' has shape (), expected a row per transition")
@@ -219,6 +222,11 @@ def _check_rows(f: Any, names: list[str], path: Path) -> int:
         if name in FLAT and shape not in ((rows,), (rows, 1)):
             raise DatasetError(f"{path}: '{name}' has shape {shape}, expected ({rows},) or ({rows}, 1): "
                                "one value per transition")
+        if f[name].size and not f[name].is_virtual and \
+                f[name].id.get_space_status() != h5py.h5d.SPACE_STATUS_ALLOCATED:  # HDF5 reads those rows as zeros
+            raise DatasetError(f"{path}: '{name}' {shape} has rows that were never written (its writer stopped "
+                               "before writing them, or the file claims more rows than it holds); write the file "
+                               "again")
     return rows
 
 
@@ -269,6 +277,10 @@ def _read(f: Any, name: str, path: Path) -> np.ndarray:
         return np.asarray(f[name][()])
     except (OSError, KeyError) as err:
         raise DatasetError(f"{path}: cannot read '{name}' {f[name].shape} (truncated or corrupt: {err})") from None
+    except MemoryError:  # numpy's error had named neither file nor key
+        size = f[name].size * f[name].dtype.itemsize
+        raise DatasetError(f"{path}: '{name}' {f[name].shape} takes {size / 2**30:,.1f} GiB, more than this "
+                           "machine's memory holds") from None
 
 
 def _episode(arrays: dict[str, np.ndarray], start: int, stop: int, terminals: np.ndarray,

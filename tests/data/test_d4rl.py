@@ -200,6 +200,37 @@ def test_a_damaged_object_header_is_a_one_line_error(tmp_path, root, capsys, nam
     assert "damaged.hdf5: not a readable HDF5 file (truncated or corrupt: " in err and "bad object header" in err
 
 
+def test_rows_never_written_and_sizes_beyond_memory_are_one_line_errors(tmp_path, root, capsys, monkeypatch):
+    """A dataset whose writer stopped before writing all its rows reads as zeros where they are missing: it had
+    imported as data; a size the file claims but never wrote (10^11 rows) had been numpy's MemoryError."""
+    arrays = _d4rl_arrays()
+    path = tmp_path / "stopped.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            if key == "observations":  # its first 4 of 10 rows written, then the writer stopped
+                f.create_dataset(key, shape=value.shape, dtype=value.dtype, chunks=(2, value.shape[1]))
+                f[key][:4] = value[:4]
+            else:
+                f[key] = value
+    err = _error(capsys, "import", str(path), "--format", "d4rl")
+    assert err.endswith("stopped.hdf5: 'observations' (10, 11) has rows that were never written (its writer stopped "
+                        "before writing them, or the file claims more rows than it holds); write the file again")
+
+    path = tmp_path / "claims.hdf5"
+    rows = 10**11
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            f.create_dataset(key, shape=(rows, *value.shape[1:]), dtype=value.dtype, chunks=True)
+    assert "claims.hdf5: 'observations' (100000000000, 11) has rows that were never written" in \
+        _error(capsys, "import", str(path), "--format", "d4rl")
+
+    def no_memory(self, key):
+        raise MemoryError
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", no_memory)  # a file as large as it says, beyond this machine
+    err = _error(capsys, "import", str(_write(tmp_path / "large.hdf5", **arrays)), "--format", "d4rl")
+    assert "large.hdf5: 'observations' (10, 11) takes 0.0 GiB, more than this machine's memory holds" in err
+
+
 def test_float64_files_train_as_float32(tmp_path, root):
     """Many D4RL and Minari MuJoCo files store float64: the training batch is float32 (a float64 batch had failed
     deep inside the first update with 'mat1 and mat2 must have the same dtype'). Imported for a task, they are
