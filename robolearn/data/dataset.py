@@ -354,7 +354,11 @@ class Dataset:
     def _read(self, read: Any) -> Any:
         try:
             return read()
-        except (OSError, KeyError, ValueError, AssertionError, TypeError) as err:
+        except MemoryError:  # an array the file claims is larger than memory: numpy's error named no file
+            raise DatasetError(f"{self.path / 'data'}: an array in the dataset is larger than this machine's memory "
+                               "holds (a file that claims more than it holds is corrupt)") from None
+        except (OSError, KeyError, ValueError, AssertionError, TypeError, RuntimeError) as err:  # RuntimeError: h5py's
+            # on a damaged group ("Link iteration failed")
             if isinstance(err, DatasetError):
                 raise
             if problem := metadata_problem(self.path / "data"):  # (Minari's own asserts say nothing)

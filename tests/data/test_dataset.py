@@ -293,6 +293,31 @@ def test_a_corrupt_dataset_file_is_a_one_line_error(recorded, capsys):
     assert re.search(r"cartpole-v0 +cartpole +1 episodes", listed)
 
 
+def test_a_damaged_group_or_a_size_beyond_memory_is_a_one_line_error(recorded):
+    """h5py raises RuntimeError ("Link iteration failed") reading an episode whose group's heap is damaged, and
+    numpy MemoryError for an array a file claims is 10^11 rows long: both had been tracebacks from training."""
+    import h5py
+
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=5)
+    data = ds.path / "data" / "main_data.hdf5"
+    original = data.read_bytes()
+    damaged = bytearray(original)
+    heaps = [at for at in range(len(damaged) - 4) if damaged[at:at + 4] == b"HEAP"]  # groups' local heaps
+    for at in heaps[1:]:  # all but the root group's: the file opens, its episodes do not
+        damaged[at + 16:at + 24] = (10**6).to_bytes(8, "little")  # the free list's offset, past the heap
+    data.write_bytes(bytes(damaged))
+    with pytest.raises(DatasetError, match="unreadable dataset .truncated or corrupt: .*bad heap free list"):
+        Dataset.load("pendulum").transitions()
+
+    data.write_bytes(original)
+    with h5py.File(data, "r+") as f:
+        group = f["episode_0/observations"]
+        del group["policy"]
+        group.create_dataset("policy", shape=(10**11, 3), dtype=np.float32, chunks=True)
+    with pytest.raises(DatasetError, match="an array in the dataset is larger than this machine's memory holds"):
+        Dataset.load("pendulum").transitions()
+
+
 def test_metadata_minari_only_asserts_is_said_by_key(recorded):
     """A metadata.json without its action space had been "unreadable dataset (truncated or corrupt:
     AssertionError)", naming no key."""
