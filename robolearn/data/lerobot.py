@@ -108,11 +108,12 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     for file in files:
         try:
             table = pq.read_table(file)
-        except (pa.ArrowException, OSError) as err:
+            names = table.column_names  # (decoded here: a column name's damaged bytes are a UnicodeDecodeError)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
             raise DatasetError(f"{file}: not a readable parquet file (truncated or corrupt: {str(err).splitlines()[0]})") from None
         for key in wanted:
-            if key not in table.column_names:
-                raise DatasetError(f"{file}: missing column '{key}' (info.json lists it; columns: {', '.join(table.column_names)})")
+            if key not in names:
+                raise DatasetError(f"{file}: missing column '{key}' (info.json lists it; columns: {', '.join(names)})")
             shape = tuple(features[key].get("shape") or ()) if key in features else ()
             columns[key].append(_column(table.column(key), shape, file, key))
     data = {key: np.concatenate(parts) for key, parts in columns.items()}

@@ -95,6 +95,14 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
     data.write_bytes(data.read_bytes()[:100])
     with pytest.raises(DatasetError, match="file-001.parquet: not a readable parquet file"):
         read_lerobot(source)
+    for at in (3, 6):  # a column name in the footer no longer UTF-8: pyarrow's UnicodeDecodeError (reading the
+        data = lerobot_source(tmp_path / f"name{at}") / "data" / "chunk-000" / "file-000.parquet"  # file, or its
+        damaged = bytearray(data.read_bytes())  # names, by where the byte is) had been a traceback
+        damaged[damaged.find(b"environment") + at] = 0xB8
+        data.write_bytes(bytes(damaged))
+        with pytest.raises(DatasetError, match="file-000.parquet: not a readable parquet file .truncated or corrupt: "
+                                               "'utf-8' codec can't decode"):
+            read_lerobot(tmp_path / f"name{at}")
 
     frames = _frames()
     del frames["action"]
