@@ -377,9 +377,16 @@ class DatasetWriter:
     def __init__(self, name: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box, *,
                  metadata: dict[str, Any] | None = None, root: str | Path | None = None,
                  overwrite: bool = False, keep_partial: bool = False) -> None:
+        from minari.dataset.minari_dataset import parse_dataset_id
         from minari.dataset.minari_storage import MinariStorage
 
         self.id = dataset_id(name)
+        try:  # its ids are narrower than ours: 'a/x-v0' had been written, and minari.load_dataset refused it
+            parse_dataset_id(self.id)
+        except ValueError:
+            raise DatasetError(f"dataset name '{self.id}' is not one Minari reads (its namespaces, the part before the "
+                               "last '/', are two characters or more, starting and ending in a letter, digit, '-' or "
+                               "'_'); choose another name") from None
         base = datasets_root(root)
         self.target = base / self.id
         for folder in list(self.target.parents)[:self.id.count("/")]:  # the namespaces: none may be a dataset

@@ -389,6 +389,20 @@ def test_a_namespaced_dataset_is_written_where_minari_reads_it(root, monkeypatch
     assert list_datasets(root) == ["robot/arm/reach-v0"] and [p.name for p in target.parent.iterdir()] == ["reach-v0"]
 
 
+def test_a_name_minari_cannot_read_is_refused_before_anything_is_written(root, monkeypatch):
+    """Minari's namespaces are two characters or more: 'a/reach-v0' had been written, and minari.load_dataset then
+    said 'Malformed dataset ID'."""
+    import minari
+
+    for name in ("a/reach", "_/reach", "a/-v0"):
+        with pytest.raises(DatasetError, match=f"dataset name '{name}(-v0)?' is not one Minari reads"):
+            _write(name, root)
+    assert list_datasets(root) == [] and not any(root.rglob("*-v0"))
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    _write("ab/reach", root)
+    assert len(minari.load_dataset("ab/reach-v0")) == 1
+
+
 def test_a_namespace_and_a_dataset_are_not_mistaken_for_one_another(root):
     _write("flat", root)
     _write("robot/arm-v0/reach", root)
