@@ -363,6 +363,10 @@ class Dataset:
                 raise
             if problem := metadata_problem(self.path / "data"):  # (Minari's own asserts say nothing)
                 raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: {problem}") from None
+            if isinstance(err, AssertionError):  # Minari asserts each group is what the spaces say it is
+                raise DatasetError(f"{self.path / 'data' / 'main_data.hdf5'}: its episodes are not laid out as "
+                                   "metadata.json's observation_space and action_space say (a Dict space's "
+                                   "groups, a Box's one array), or the file is damaged") from None
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise DatasetError(f"{self.path / 'data'}: unreadable dataset (truncated or corrupt: {reason})") from None
 
@@ -381,6 +385,14 @@ def metadata_problem(data: Path) -> str | None:
             return f"'{key}' is {type(meta[key]).__name__}, not a serialized space (text)"
         if key not in meta and not isinstance(meta.get("env_spec"), str):
             return f"no '{key}' (nor an 'env_spec' to build it from): the dataset's spaces are unknown"
+    from minari.serialization import deserialize_space
+
+    for key in (key for key in ("observation_space", "action_space") if key in meta):
+        try:  # (text that is no space had said "missing 1 required positional argument" or "Expecting value")
+            deserialize_space(meta[key])
+        except Exception as err:  # whatever Minari's parser raises, it is this key's text
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            return f"'{key}' is not a space Minari can read ({reason})"
     return None
 
 

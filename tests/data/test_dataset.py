@@ -331,6 +331,23 @@ def test_metadata_minari_only_asserts_is_said_by_key(recorded):
         list(Dataset.load("pendulum"))
 
 
+@pytest.mark.parametrize("key, text, said", [
+    ("action_space", '{"type": "Bogus"}', "metadata.json: 'action_space' is not a space Minari can read"),
+    ("observation_space", "not json", "metadata.json: 'observation_space' is not a space Minari can read"),
+    ("observation_space", json.dumps({"type": "Box", "dtype": "float32", "shape": [3], "low": [0, 0, 0],
+                                      "high": [1, 1, 1]}),  # the file stores a Dict's groups
+     "main_data.hdf5: its episodes are not laid out as metadata.json's observation_space and action_space say"),
+])
+def test_spaces_that_are_no_space_or_not_the_files_are_said(recorded, key, text, said):
+    """Such metadata had been "unreadable dataset (truncated or corrupt: ...)" saying "AssertionError", "missing 1
+    required positional argument: 'space_dict'" or "Expecting value": naming neither the key nor the file."""
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=5)
+    path = ds.path / "data" / "metadata.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: text}))
+    with pytest.raises(DatasetError, match=re.escape(said)):
+        list(Dataset.load("pendulum"))
+
+
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
     import os
     import signal
