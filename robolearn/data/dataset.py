@@ -177,8 +177,17 @@ class Dataset:
 
     @property
     def observation_spec(self) -> dict[str, spaces.Box]:
+        """Group -> Box: a Box observation space is group ``policy``, a Dict's keys are the groups. Any other
+        space (a nested Dict, Discrete) is refused by name: a nested Dict had been a TypeError in `dataset info`
+        and "'observations/x' has shape ()" in training."""
         space = self._space("observation_space")
-        return dict(space.spaces) if isinstance(space, spaces.Dict) else {"policy": space}
+        groups = dict(space.spaces) if isinstance(space, spaces.Dict) else {"policy": space}
+        for group, box in groups.items():
+            if not isinstance(box, spaces.Box):
+                where = "" if group == "policy" and not isinstance(space, spaces.Dict) else f" group '{group}'"
+                raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: observation_space{where} is {box}; "
+                                   "robolearn reads a Box, or a Dict of Boxes (one per observation group)")
+        return groups
 
     @property
     def action_spec(self) -> spaces.Box:
@@ -281,12 +290,13 @@ class Dataset:
         the metadata (no second copy of the dataset)."""
         self.need_episodes("train or read on")
         steps, filled = self.num_steps, 0
+        specs = self.observation_spec, self.action_spec  # (a space that is no Box refused before any episode)
         arrays: dict[str, Any] = {}
         # A bar on a terminal only, gone when done: a million steps take seconds before the first update
         bar = tqdm(total=steps, desc=f"reading {self.id}", unit="step", unit_scale=True, disable=None, leave=False)
         for index, episode in enumerate(self):
             where = f"{self.path}: episode {index}"  # datasets written elsewhere were never checked
-            episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
+            episode.check(where).check_spec(where, *specs)
             end = filled + len(episode)
             if end > steps:
                 raise DatasetError(f"{self.path}: the episodes hold more steps than metadata 'total_steps' ({steps})")

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 import sims
 from robolearn.cli import main as cli
@@ -346,6 +347,29 @@ def test_spaces_that_are_no_space_or_not_the_files_are_said(recorded, key, text,
     path.write_text(json.dumps({**json.loads(path.read_text()), key: text}))
     with pytest.raises(DatasetError, match=re.escape(said)):
         list(Dataset.load("pendulum"))
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
+@pytest.mark.parametrize("space, observations, said", [
+    (spaces.Dict({"policy": spaces.Box(-1, 1, (3,)), "x": spaces.Dict({"y": spaces.Box(-1, 1, (2,))})}),
+     {"policy": np.zeros((5, 3), np.float32), "x": {"y": np.zeros((5, 2), np.float32)}}, "observation_space group 'x' is Dict"),
+    (spaces.Discrete(4), np.zeros(5, np.int64), "observation_space is Discrete(4)"),
+])
+def test_a_minari_observation_space_that_is_no_box_is_said(root, monkeypatch, capsys, space, observations, said):
+    """Minari's own datasets may hold nested Dicts or Discrete observations: a nested Dict had been a TypeError in
+    `dataset info` and "'observations/x' has shape ()" in training, a Discrete one read as scalars."""
+    import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    buffer = EpisodeBuffer(observations=observations, actions=np.zeros((4, 1), np.float32), rewards=np.ones(4),
+                           terminations=np.r_[np.zeros(3, bool), True], truncations=np.zeros(4, bool))
+    minari.create_dataset_from_buffers("other-v0", [buffer], observation_space=space,
+                                       action_space=spaces.Box(-1, 1, (1,), np.float32))
+    with pytest.raises(DatasetError, match=re.escape(said) + ".*robolearn reads a Box, or a Dict of Boxes"):
+        Dataset.load("other").transitions()
+    assert cli(["dataset", "info", "other"]) == 2
+    assert said in capsys.readouterr().err
 
 
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
