@@ -48,7 +48,7 @@ import torch
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import RobotConfig
 from hardware.dynamixel.errors import (CommTimeoutError, DynamixelError, HardwareAlertError, NotConnectedError,
-                                       PacketError)
+                                       PacketError, hardware_status_text)
 from hardware.robot import Robot
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
 from robolearn.interfaces import Obs
@@ -189,7 +189,7 @@ class DynamixelArm(Robot):
         if self.bus.alerted and self.fault is None:  # the run stops; the others park before torque goes off
             servo, status = next(iter(self.bus.alerted.items()))
             self.fault = HardwareAlertError(servo, status)
-            others = [f"servo {i} (0x{bits:02x})" for i, bits in self.bus.alerted.items() if i != servo]
+            others = [f"servo {i} ({hardware_status_text(bits)})" for i, bits in self.bus.alerted.items() if i != servo]
             self.fault.args = (f"{self.fault}" + (f"; also {', '.join(others)}" if others else ""),)
         now = time.monotonic()
         quiet_s = now - self._heard_at

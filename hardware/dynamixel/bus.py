@@ -134,7 +134,8 @@ class DynamixelBus:
         self._packet = sdk.PacketHandler(2.0)
         self._sync_read: sdk.GroupSyncRead | None = None
         self._item_reads: dict[str, sdk.GroupSyncRead] = {}  # one sync read per control-table item read from all
-        self.alerted: dict[int, int] = {}  # id -> Hardware_Error_Status, of the last read_state(allow_alerts=True)
+        self.alerted: dict[int, int | None] = {}  # id -> Hardware_Error_Status (None: unread), of the last
+        # read_state(allow_alerts=True)
         self._sync_write: sdk.GroupSyncWrite | None = None
 
     # -------------------------------------------------------------- lifecycle
@@ -535,8 +536,8 @@ class DynamixelBus:
             raise PacketError(servo_id, f"failed to {what} after {self.retries} retries", error)
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")
 
-    def _hardware_error(self, servo_id: int) -> int:
-        """Hardware_Error_Status of a servo that raised its alert bit (0 if it cannot be read)."""
+    def _hardware_error(self, servo_id: int) -> int | None:
+        """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read)."""
         item = TABLE["Hardware_Error_Status"]
         for _ in range(self.retries + 1):
             try:
@@ -546,4 +547,4 @@ class DynamixelBus:
                 raise
             if result == sdk.COMM_SUCCESS:
                 return value
-        return 0
+        return None

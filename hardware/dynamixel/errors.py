@@ -38,14 +38,21 @@ class PacketError(DynamixelError):
         self.error = error
 
 
-class HardwareAlertError(DynamixelError):
-    """A servo set the alert bit; ``hardware_error`` is its Hardware_Error_Status."""
+def hardware_status_text(status: int | None) -> str:
+    """A Hardware_Error_Status as a message says it; None: the servo did not answer its read (which had read as
+    "0x00 (none)", as if the servo had reported no cause)."""
+    if status is None:
+        return "Hardware_Error_Status unread (the servo did not answer its read)"
+    return f"Hardware_Error_Status=0x{status:02x} ({describe_hardware_error(status)})"
 
-    def __init__(self, servo_id: int, hardware_error: int) -> None:
+
+class HardwareAlertError(DynamixelError):
+    """A servo set the alert bit; ``hardware_error`` is its Hardware_Error_Status (None when it could not be read)."""
+
+    def __init__(self, servo_id: int, hardware_error: int | None) -> None:
         super().__init__(
-            f"servo {servo_id} reports a hardware alert: Hardware_Error_Status=0x{hardware_error:02x} "
-            f"({describe_hardware_error(hardware_error)}); remove the cause (load, heat, supply), "
-            "then reboot the servo to clear it"
+            f"servo {servo_id} reports a hardware alert: {hardware_status_text(hardware_error)}; remove the cause "
+            "(load, heat, supply), then reboot the servo to clear it"
         )
         self.servo_id = servo_id
         self.hardware_error = hardware_error

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+import dynamixel_sdk as sdk
 
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import Calibration, MotorCalibration
@@ -220,6 +221,17 @@ def test_hardware_alert_names_the_servo_and_the_bits(emulator, make_bus) -> None
     assert bus.read_state()[0].shape == (4,)
     bus.enable_torque(True)
     assert emulator.state()[3].torque_enabled
+
+
+def test_a_hardware_alert_whose_status_cannot_be_read_says_unread(emulator, make_bus, monkeypatch) -> None:
+    """The Hardware_Error_Status read going unanswered had read as "0x00 (none)", as if the servo named no cause."""
+    bus = make_bus(emulator, retries=1)
+    emulator.faults.hardware_alert[3] = HW_OVERLOAD
+    monkeypatch.setattr(bus._packet, "read1ByteTxRx", lambda port, servo, address: (0, sdk.COMM_RX_TIMEOUT, 0))
+    with pytest.raises(HardwareAlertError, match=r"servo 3 .*Hardware_Error_Status unread \(the servo did not answer "
+                                                 r"its read\); remove the cause") as info:
+        bus.read_state()
+    assert info.value.hardware_error is None and "0x00" not in str(info.value)
 
 
 def test_reply_latency_within_the_timeout_still_works(emulator, make_bus) -> None:
