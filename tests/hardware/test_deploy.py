@@ -27,7 +27,7 @@ from robolearn.cli import main
 from robolearn.config import load_config, to_dict
 from robolearn.export import ExportedController, export_controller, task_meta
 from robolearn.interfaces import Controller
-from robolearn.recording import load_episode, overruled_rules
+from robolearn.recording import EpisodeRecorder, load_episode, overruled_rules
 from sims.tasks.arm_reach import ArmReach, sample_targets
 
 
@@ -112,9 +112,19 @@ def test_a_controller_whose_action_is_not_finite_is_refused_before_connecting(tm
         deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
 
 
-def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator):
+def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator, monkeypatch):
+    """The line drops after the 30th recorded step (a 1.5 s timer had fired before the first step on a loaded
+    machine: connecting and the ramp to the start took longer, and nothing was recorded yet)."""
     emulator = make_emulator(realtime=True)
-    threading.Timer(1.5, emulator.disconnect).start()
+    add, added = EpisodeRecorder.add, []
+
+    def add_then_cut(self, *args, **kwargs):
+        add(self, *args, **kwargs)
+        added.append(1)
+        if len(added) == 30:
+            threading.Thread(target=emulator.disconnect).start()  # from outside the loop, as a pulled cable
+
+    monkeypatch.setattr(EpisodeRecorder, "add", add_then_cut)
     with pytest.raises(ConnectionLost, match="connection lost") as raised:
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0)
     recording = next((run_dir / "deploy").iterdir())
