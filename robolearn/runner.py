@@ -691,6 +691,8 @@ def step_envs(env: VecEnv, agent: Agent, obs: Obs, action: torch.Tensor, stats: 
     finite("action", action)
     next_obs, reward, terminated, truncated, info = env.step(action)
     finite("observation", next_obs)
+    if info["final_obs"] is not next_obs:  # ended episodes' last observations: stored and bootstrapped from, as
+        finite("final observation", info["final_obs"])  # next_obs holds their new episodes' first instead
     finite("reward", reward)
     done = terminated | truncated
     agent.reset(done)
@@ -865,7 +867,7 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
         logger.close(exit_code=1)
     env_check = f"check task '{runner.cfg.env.task}' (its observations and rewards, or physics that diverged)"
     learner_check = "check the config's learning rate, batch size and the data"
-    if not {"observation", "reward"} & set(err.sources):
+    if not {"observation", "final observation", "reward"} & set(err.sources):
         cause = learner_check
     elif "action" not in err.sources:  # the env made it, whatever the learner does
         cause = f"the env produced it: {env_check}"

@@ -162,6 +162,41 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
 
 
+class NaNFinalObs(NaNAfter):
+    """Wraps a VecEnv so that, after ``steps`` steps, the last observation of each episode that ends is NaN
+    (a task that terminates a world whose physics diverged): next_obs, the new episodes' first, stays finite."""
+
+    def step(self, action):
+        self.steps -= 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        done = terminated | truncated
+        if self.steps < 0 and done.any():
+            final = {name: value.clone() for name, value in info["final_obs"].items()}
+            for value in final.values():
+                value[done] = float("nan")
+            info = {**info, "final_obs": final}
+        return Step(obs, reward, terminated, truncated, info)
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["checked-each-step", "checked-per-iteration-as-on-gpu"])
+def test_a_nan_final_observation_stops_the_run_as_the_envs(tmp_path, monkeypatch, deferred):
+    """An ended episode's last observation (info['final_obs']) is stored and bootstrapped from: a NaN there had
+    passed the check (next_obs holds the new episode's first), reached the update, and the run was stopped by
+    its NaN loss with the learner blamed ('check the config's learning rate')."""
+    make_env = runner_module.make_env
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: NaNFinalObs(make_env(*a, **k), steps=32 * 2 + 5))
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=100000"))
+    runner._finite = FiniteWatch("cpu", deferred=deferred)
+    update = runner.agent.update
+    monkeypatch.setattr(runner.agent, "update", lambda batch: update(batch) if all(
+        torch.isfinite(value).all() for value in batch["next_obs"].values()) else pytest.fail("an update saw the NaN"))
+    with pytest.raises(NonFiniteError, match=r"final observation\['policy'\] contain.*; training stopped, last good "
+                       "checkpoint kept at .*latest.pt; the env produced it: check task 'cartpole'"):
+        runner.train()
+    runner.close()
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
+
+
 def test_a_deferred_check_names_the_bad_values_and_forgets_them_once_verified():
     watch = FiniteWatch("cpu", deferred=True)
     watch("action", torch.ones(3))
