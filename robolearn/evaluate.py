@@ -73,7 +73,16 @@ def check_finite(what: str, value: torch.Tensor | Obs) -> None:
     """Raise naming ``what`` (and the group) if ``value`` has NaN or inf."""
     for label, tensor in _labelled(what, value):
         if not all_finite(tensor):
-            raise NonFiniteError(f"{label} contains NaN or inf", (what,))
+            raise NonFiniteError(f"{label} contains NaN or inf{_bad_rows(tensor)}", (what,))
+
+
+def _bad_rows(tensor: torch.Tensor) -> str:
+    """`` (envs 0, 3 of 128)``: the rows (one per env) holding NaN or inf, where there are several rows."""
+    if tensor.dim() == 0 or tensor.shape[0] <= 1:
+        return ""
+    rows = (~torch.isfinite(tensor)).reshape(tensor.shape[0], -1).any(1).nonzero().flatten().tolist()
+    shown = ", ".join(map(str, rows[:5])) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
+    return f" (env{'s' if len(rows) > 1 else ''} {shown} of {tensor.shape[0]})"
 
 
 class FiniteWatch:

@@ -693,12 +693,22 @@ def step_envs(env: VecEnv, agent: Agent, obs: Obs, action: torch.Tensor, stats: 
     finite("observation", next_obs)
     if info["final_obs"] is not next_obs:  # ended episodes' last observations: stored and bootstrapped from, as
         finite("final observation", info["final_obs"])  # next_obs holds their new episodes' first instead
-    finite("reward", reward)
+    try:
+        finite("reward", reward)
+    except NonFiniteError as err:  # (checked at once: on the CPU) which of the task's reward terms went bad
+        raise NonFiniteError(f"{err}{_bad_terms(info)}", err.sources) from None
     done = terminated | truncated
     agent.reset(done)
     stats.add(reward, done, info)
     return next_obs, {"obs": obs, "next_obs": info["final_obs"], "reward": reward, "terminated": terminated,
                       "truncated": truncated, "action": action}
+
+
+def _bad_terms(info: dict[str, Any]) -> str:
+    """`` in reward/upright``: the reward terms whose logged means (``info["log"]``) are NaN or inf, if any."""
+    bad = [name for name, mean in info.get("log", {}).items()
+           if name.startswith("reward/") and not np.isfinite(float(mean))]
+    return f" in {', '.join(bad)}" if bad else ""
 
 
 def pay_update_debt(progress: Any, owed: float, update: Callable[[], Any], sums: dict[str, Any], ctrl_c: CtrlC) -> int:
@@ -873,9 +883,21 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
         cause = f"the env produced it: {env_check}"
     else:  # on a GPU, read once per iteration: which went bad first is not known
         cause = f"the env or the learner produced it: {env_check}, and {learner_check}"
+    at = _counts(vars(runner.progress))
     if not runner.checkpoint_path.is_file():
-        return NonFiniteError(f"{err}; training stopped before its first checkpoint (nothing to resume): {cause}")
-    return NonFiniteError(f"{err}; training stopped, last good checkpoint kept at {runner.checkpoint_path}; {cause}")
+        return NonFiniteError(f"{err}; training stopped at {at} before its first checkpoint (nothing to resume): "
+                              f"{cause}")
+    try:
+        kept = f" ({_counts(load_checkpoint(runner.checkpoint_path)['progress'])})"
+    except (CheckpointError, OSError):  # its counts are a detail: the message goes on without them
+        kept = ""
+    return NonFiniteError(f"{err}; training stopped at {at}, last good checkpoint{kept} kept at "
+                          f"{runner.checkpoint_path}; {cause}")
+
+
+def _counts(progress: dict[str, Any]) -> str:
+    """``env_steps=24,576``: how far a run (its progress, or a checkpoint's) had trained, for the NaN stop."""
+    return ", ".join(f"{key}={value:,}" for key, value in trained_counts(progress).items()) or "the start"
 
 
 @stops_as_ctrl_c()  # (a context manager of contextlib's: one per call)

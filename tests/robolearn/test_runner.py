@@ -154,12 +154,37 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypa
     update = runner.agent.update
     monkeypatch.setattr(runner.agent, "update", lambda batch: update(batch) if torch.isfinite(batch["reward"]).all()
                         else pytest.fail("an update saw the NaN reward"))
-    said = r"reward contains NaN or inf" if not deferred else r"reward contained NaN or inf during this iteration"
-    with pytest.raises(NonFiniteError, match=said + "; training stopped, last good checkpoint kept at .*latest.pt; "
+    said = (r"reward contains NaN or inf \(envs 0, 1, 2, 3, 4 and 3 more of 8\); training stopped at "
+            r"env_steps=552," if not deferred else r"reward contained NaN or inf during this iteration; training "
+            r"stopped at env_steps=768,")  # each step checked: the step after 69 (8 envs); else its iteration's end
+    with pytest.raises(NonFiniteError, match=said + r" last good checkpoint \(env_steps=512\) kept at .*latest.pt; "
                        "the env produced it: check task 'cartpole'"):
         runner.train()
     runner.close()
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
+
+
+def test_a_nan_reward_term_is_named_with_its_env_and_the_step(tmp_path):
+    """A task's reward term that goes inf in one world: the error names the term, the world and how far the
+    run got (it had said only 'reward contains NaN or inf', leaving the task's author to bisect)."""
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=100000"))
+    env = runner.env
+    while not hasattr(env, "task"):  # under the wrappers make_env adds
+        env = env.env
+    rewards, calls = env.task.rewards, {"n": 0}
+
+    def inf_in_world_3(sim, action):
+        calls["n"] += 1
+        terms = rewards(sim, action)
+        if calls["n"] > 32 * 2 + 5:
+            terms["swingup"] = terms["swingup"].clone().index_fill_(0, torch.tensor([3]), float("inf"))
+        return terms
+
+    env.task.rewards = inf_in_world_3
+    with pytest.raises(NonFiniteError, match=r"^reward contains NaN or inf \(env 3 of 8\) in reward/swingup; training "
+                       r"stopped at env_steps=552, last good checkpoint \(env_steps=512\) kept at"):
+        runner.train()
+    runner.close()
 
 
 class NaNFinalObs(NaNAfter):
@@ -190,8 +215,8 @@ def test_a_nan_final_observation_stops_the_run_as_the_envs(tmp_path, monkeypatch
     update = runner.agent.update
     monkeypatch.setattr(runner.agent, "update", lambda batch: update(batch) if all(
         torch.isfinite(value).all() for value in batch["next_obs"].values()) else pytest.fail("an update saw the NaN"))
-    with pytest.raises(NonFiniteError, match=r"final observation\['policy'\] contain.*; training stopped, last good "
-                       "checkpoint kept at .*latest.pt; the env produced it: check task 'cartpole'"):
+    with pytest.raises(NonFiniteError, match=r"final observation\['policy'\] contain.*; training stopped at .*, last good "
+                       r"checkpoint \(.*\) kept at .*latest.pt; the env produced it: check task 'cartpole'"):
         runner.train()
     runner.close()
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2
@@ -958,7 +983,7 @@ def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(
     from types import SimpleNamespace
 
     runner = SimpleNamespace(cfg=SimpleNamespace(env=SimpleNamespace(task="go1_flat")),
-                             checkpoint_path=tmp_path / "latest.pt")
+                             checkpoint_path=tmp_path / "latest.pt", progress=SimpleNamespace(env_steps=0))
     sources = {"reward": ("reward",), "action": ("action",), "loss/critic": ("update metric",),
                "action, observation['policy']": ("action", "observation")}
     said = {flagged: str(runner_module.stopped_by_nan(runner, None, NonFiniteError(f"{flagged} contained NaN or inf",
