@@ -174,11 +174,19 @@ def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> di
     finished = torch.zeros(env.num_envs, dtype=torch.bool)
     success = torch.zeros(env.num_envs, dtype=torch.bool)
     has_success = False
+    step = 0
     while not bool(finished[:episodes].all()):
-        check_finite("observation", obs)
-        action = action_of(controller, obs)
-        check_finite("action", action)
-        obs, reward, terminated, truncated, info = env.step(action.to(env.device))
+        try:  # a NaN reward had made the evaluation 'return nan', and eval.json a NaN that strict JSON cannot read
+            check_finite("observation", obs)
+            action = action_of(controller, obs)
+            check_finite("action", action)
+            obs, reward, terminated, truncated, info = env.step(action.to(env.device))
+            check_finite("reward", reward)
+        except NonFiniteError as err:
+            who = ("the controller is broken (check its inputs and weights)" if err.sources == ("action",) else
+                   "the env produced it (check the task's observations and rewards, or physics that diverged)")
+            raise NonFiniteError(f"{err} at step {step} of the evaluation (counted from 0): {who}", err.sources) from None
+        step += 1
         running = ~finished
         returns += torch.where(running, reward.double().cpu(), 0.0)
         lengths += running.long()

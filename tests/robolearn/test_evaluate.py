@@ -5,7 +5,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from robolearn.evaluate import evaluate
+from robolearn.evaluate import NonFiniteError, evaluate
 from robolearn.interfaces import Step, VecEnv, all_finite
 from sims import make_env
 
@@ -107,6 +107,25 @@ def test_a_controller_of_ones_own_without_the_calling_convention_is_told_what_it
             with pytest.raises(TypeError, match=r"NumpyActions.act returned a ndarray; it must return a torch tensor of "
                                                 r"shape \(num_envs, \*action_spec.shape\)"):
                 call(NumpyActions())
+
+
+class NaNRewardLanes(Lanes):
+    """Lanes whose env 3 is paid NaN at step 3, in its first episode (a task's reward term that divides by zero)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 4:
+            reward = reward.clone().index_fill_(0, torch.tensor([3]), float("nan"))
+        return Step(obs, reward, terminated, truncated, info)
+
+
+def test_a_nan_reward_stops_the_evaluation_naming_the_env_and_step():
+    """It had been summed into the return: 'return nan ± nan', and eval.json's return_mean a NaN that strict
+    JSON readers refuse."""
+    with pytest.raises(NonFiniteError, match=r"^reward contains NaN or inf \(env 3 of 4\) at step 3 of the evaluation "
+                                             r"\(counted from 0\): the env produced it"):
+        evaluate(Pattern(1, 1, 1, 1), NaNRewardLanes(), 4)
 
 
 @pytest.mark.parametrize("values, finite", [
