@@ -29,13 +29,13 @@ from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, l
                               to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
-from robolearn.interfaces import ContractError
+from robolearn.interfaces import ContractError, SimulationFailed
 from robolearn.runtime import stops_as_ctrl_c
 from robolearn.shell import shell
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
-               ContractError, distributed.PeersLost)
+               ContractError, distributed.PeersLost, SimulationFailed)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 # Storage a command could not write to, said in one line with what to do, not as a traceback
 _ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and plots"

@@ -43,7 +43,7 @@ from robolearn.data.dataset import normalized_score
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.export import ExportedController, export_controller
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import Obs
+from robolearn.interfaces import Obs, SimulationFailed
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
@@ -279,7 +279,7 @@ class FinetuneRunner(OfflineRunner):
                     return interrupted(self, result, logger)
                 except NonFiniteError as err:  # steps kept since the last verification (a GPU run) were not finite
                     raise stopped_by_nan(self, logger, err) from None
-            except NonFiniteError as err:
+            except (NonFiniteError, SimulationFailed) as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()

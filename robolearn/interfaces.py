@@ -37,6 +37,11 @@ class ContractError(TypeError):
     names the method and what it must return (the command line prints it as one line)."""
 
 
+class SimulationFailed(RuntimeError):
+    """The physics could not step some worlds (MuJoCo's stack or arena memory full, say): the message names
+    them and what to change in the model; a training run stops on it as on a NaN, its last checkpoint kept."""
+
+
 Obs = dict[str, torch.Tensor]
 """Named observation groups, each ``(num_envs, *shape)``."""
 

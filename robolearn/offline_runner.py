@@ -40,7 +40,7 @@ from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import VecEnv
+from robolearn.interfaces import SimulationFailed, VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (CtrlC, RunResult, Snapshot, add_update_metrics, ask_stop, check_metrics, deadline_of,
@@ -362,7 +362,7 @@ class OfflineRunner:
             except KeyboardInterrupt:
                 self._rewind()
                 return interrupted(self, result, logger)
-            except NonFiniteError as err:
+            except (NonFiniteError, SimulationFailed) as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()

@@ -53,7 +53,7 @@ from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import Agent, ContractError, Controller, Obs, VecEnv
+from robolearn.interfaces import Agent, ContractError, Controller, Obs, SimulationFailed, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows)
@@ -454,7 +454,7 @@ class Runner:
                     self._pretrain(logger, deadline)
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
-            except NonFiniteError as err:
+            except (NonFiniteError, SimulationFailed) as err:
                 raise stopped_by_nan(self, logger, err) from None
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
@@ -493,7 +493,7 @@ class Runner:
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
-            except NonFiniteError as err:
+            except (NonFiniteError, SimulationFailed) as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         if ended_in_pretraining:  # the checkpoint resumes the pretraining; the run's end is of the skills so far
@@ -870,14 +870,17 @@ def end_progress_bars() -> None:
         bar.close()
 
 
-def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -> NonFiniteError:
-    """NaN during training: close the logs (W&B: failed); the error names the last good checkpoint (kept, not
-    overwritten)."""
+def stopped_by_nan(runner: Any, logger: RunLogger | None,
+                   err: NonFiniteError | SimulationFailed) -> NonFiniteError | SimulationFailed:
+    """NaN during training, or physics that could not step: close the logs (W&B: failed); the error (of the
+    same type) names the last good checkpoint (kept, not overwritten)."""
     if logger is not None:
         logger.close(exit_code=1)
     env_check = f"check task '{runner.cfg.env.task}' (its observations and rewards, or physics that diverged)"
     learner_check = "check the config's learning rate, batch size and the data"
-    if not {"observation", "final observation", "reward"} & set(err.sources):
+    if isinstance(err, SimulationFailed):
+        cause = f"change the model of task '{runner.cfg.env.task}' (or env.kwargs) as MuJoCo says"
+    elif not {"observation", "final observation", "reward"} & set(err.sources):
         cause = learner_check
     elif "action" not in err.sources:  # the env made it, whatever the learner does
         cause = f"the env produced it: {env_check}"
@@ -885,14 +888,19 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None, err: NonFiniteError) -
         cause = f"the env or the learner produced it: {env_check}, and {learner_check}"
     at = _counts(vars(runner.progress))
     if not runner.checkpoint_path.is_file():
-        return NonFiniteError(f"{err}; training stopped at {at} before its first checkpoint (nothing to resume): "
-                              f"{cause}")
+        return _said_again(err, f"{err}; training stopped at {at} before its first checkpoint (nothing to resume): "
+                                f"{cause}")
     try:
         kept = f" ({_counts(load_checkpoint(runner.checkpoint_path)['progress'])})"
     except (CheckpointError, OSError):  # its counts are a detail: the message goes on without them
         kept = ""
-    return NonFiniteError(f"{err}; training stopped at {at}, last good checkpoint{kept} kept at "
-                          f"{runner.checkpoint_path}; {cause}")
+    return _said_again(err, f"{err}; training stopped at {at}, last good checkpoint{kept} kept at "
+                            f"{runner.checkpoint_path}; {cause}")
+
+
+def _said_again(err: NonFiniteError | SimulationFailed, message: str) -> NonFiniteError | SimulationFailed:
+    """``err``'s type (a NaN's keeps its sources) with ``message``."""
+    return NonFiniteError(message, err.sources) if isinstance(err, NonFiniteError) else SimulationFailed(message)
 
 
 def _counts(progress: dict[str, Any]) -> str:

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from mujoco import batch as mj_batch
 
+from robolearn.interfaces import SimulationFailed
+
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
 
@@ -131,8 +133,12 @@ class MujocoBackend:
     def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
         """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
         self._ctrl[:] = _numpy(ctrl)
-        self._batch.step(nstep=nstep)
-        self._cache.clear()
+        try:
+            self._batch.step(nstep=nstep)
+        except mj_batch.SimulationError as err:  # a robolearn error: said in a line, a run stopping as on a NaN
+            raise SimulationFailed(f"the physics could not step: {err}") from None
+        finally:
+            self._cache.clear()
 
     def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set.

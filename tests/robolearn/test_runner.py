@@ -19,7 +19,7 @@ from robolearn import load_config, train
 from robolearn.checkpoint import CheckpointError, load_checkpoint, load_replay
 from robolearn.cli import main as cli
 from robolearn.evaluate import FiniteWatch, NonFiniteError
-from robolearn.interfaces import ContractError, Step
+from robolearn.interfaces import ContractError, SimulationFailed, Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
@@ -185,6 +185,31 @@ def test_a_nan_reward_term_is_named_with_its_env_and_the_step(tmp_path):
                        r"stopped at env_steps=552, last good checkpoint \(env_steps=512\) kept at"):
         runner.train()
     runner.close()
+
+
+class FailsAfter(NaNAfter):
+    """Wraps a VecEnv whose physics fails after ``steps`` steps (MuJoCo's stack memory full, say)."""
+
+    def step(self, action):
+        self.steps -= 1
+        if self.steps < 0:
+            raise SimulationFailed("the physics could not step: MuJoCo raised in 1 of 8 simulations (3)")
+        return self.env.step(action)
+
+
+def test_physics_that_cannot_step_stops_the_run_as_a_nan_does(tmp_path, monkeypatch, capsys):
+    """It had gone up as MuJoCo's traceback, saying nothing of the checkpoint kept; now one line says it."""
+    make_env = runner_module.make_env
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: FailsAfter(make_env(*a, **k), steps=32 * 2 + 5))
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=100000")
+    with pytest.raises(SimulationFailed, match=r"^the physics could not step: .*; training stopped at env_steps=552, "
+                       r"last good checkpoint \(env_steps=512\) kept at .*latest.pt; change the model of task 'cartpole'"):
+        train(cfg)
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: FailsAfter(make_env(*a, **k), steps=5))
+    assert cli(["train", "ppo_cartpole", *[f"{key}={value}" for key, value in (
+        ("run_dir", tmp_path / "cli"), ("env.num_envs", 8), ("logging.wandb", "disabled"),
+        ("logging.progress", "false"))]]) == 2
+    assert re.match(r"error: the physics could not step: .*before its first checkpoint", capsys.readouterr().err)
 
 
 class NaNFinalObs(NaNAfter):

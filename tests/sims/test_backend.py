@@ -1,5 +1,7 @@
 """MujocoBackend against plain mujoco.mj_step: stepping, resets, per-world model fields."""
 
+from pathlib import Path
+
 import mujoco
 import numpy as np
 import pytest
@@ -111,3 +113,21 @@ def test_fields_must_be_requested() -> None:
     assert sim.field("xpos").shape == (2, model.nbody, 3)
     with pytest.raises(KeyError, match="cfrc_ext"):
         sim.field("cfrc_ext")
+
+
+def test_a_world_that_cannot_step_is_a_simulation_failed_naming_it() -> None:
+    """MuJoCo's SimulationError (here its stack memory, which contacts fill) had gone up as a traceback through
+    the runner; a SimulationFailed is said in a line, and a training run stops on it as on a NaN."""
+    from mujoco import batch as mj_batch
+
+    from robolearn.interfaces import SimulationFailed
+
+    text = Path(gym_asset("hopper.xml")).read_text().replace('<mujoco model="hopper">',
+                                                             '<mujoco model="hopper"><size memory="6K"/>', 1)
+    sim = MujocoBackend(mujoco.MjModel.from_xml_string(text), 4)
+    generator = torch.Generator().manual_seed(0)
+    with pytest.raises(SimulationFailed, match=r"(?s)^the physics could not step: MuJoCo raised in \d of 4 simulations "
+                                               r".*mj_stackAlloc: out of memory.*increase <size memory") as caught:
+        for _ in range(1000):  # it fails within ~50 steps, as the hopper falls and its contacts fill the stack
+            sim.step(torch.rand((4, sim.model.nu), generator=generator) * 2 - 1)
+    assert not isinstance(caught.value, mj_batch.SimulationError)
