@@ -3,7 +3,9 @@
 SB3 trains on Gymnasium's v5 env with rl-baselines3-zoo's hyperparameters for it (rl_zoo3 2.9.2,
 hyperparams/ppo.yml: the tuned HalfCheetah-v4 and Hopper-v4 entries; its Ant-v4 entry is SB3's defaults
 with ``normalize``), in VecNormalize as rl-zoo wraps it (the entry's gamma). Ours trains
-configs/ppo_<task>.yaml, unchanged but for the budget. Every ``--eval-every`` env steps both are evaluated
+configs/ppo_<task>.yaml, unchanged but for the budget (128 envs, tuned for wall-clock); ``--agents ours_zoo``
+also trains ours with rl-zoo's hyperparameters (configs/ppo_<task>_zoo.yaml, one env, 20 epochs), which tells
+our implementation apart from our operating point. Every ``--eval-every`` env steps both are evaluated
 on 10 deterministic episodes from the same seed (seed + 10000): SB3 on the v5 env with its observation
 statistics frozen, ours on our task, which reproduces the v5 env's observations, rewards and
 terminations (tests/sims/test_gym_parity.py). Seconds are whole runs, evaluations included; the two
@@ -13,6 +15,7 @@ Each run is appended to results/ppo_mujoco_sb3_runs.jsonl (named after ``--out``
 ``--append`` adds seeds or tasks); the report (results/ppo_mujoco_sb3.md, .png) is made from that file.
 
     python benchmarks/ppo_mujoco_sb3.py [--tasks half_cheetah hopper ant] [--seeds 3] [--steps 1000000]
+    python benchmarks/ppo_mujoco_sb3.py --agents ours_zoo --tasks half_cheetah --append
     python benchmarks/ppo_mujoco_sb3.py --report-only
 """
 
@@ -28,6 +31,9 @@ from common import RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, tr
 
 EVAL_EPISODES = 10
 GYM_IDS = {"half_cheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "ant": "Ant-v5"}
+CONFIGS = {"ours": "ppo_{task}", "ours_zoo": "ppo_{task}_zoo"}  # our agents: their configs
+NAMES = {"sb3": "Stable-Baselines3 PPO (rl-zoo)", "ours": "robolearn PPO (its config)",
+         "ours_zoo": "robolearn PPO, rl-zoo's hyperparameters"}
 # rl_zoo3 2.9.2 hyperparams/ppo.yml, as data (rl_zoo3 itself is not a dependency: it pins its own stack).
 # Every entry has `normalize: true` and `n_envs: 1`; the policy_kwargs strings are written out as dicts.
 _ZOO_NET = {"log_std_init": -2, "ortho_init": False, "net_arch": {"pi": [256, 256], "vf": [256, 256]}}
@@ -83,14 +89,16 @@ def run_sb3(task: str, seed: int, steps: int, eval_every: int) -> dict:
     return {"agent": "sb3", "task": task, "seed": seed, "curve": curve, "seconds": time.perf_counter() - start}
 
 
-def run_ours(task: str, seed: int, steps: int, eval_every: int) -> dict:
-    """configs/ppo_<task>.yaml for ``steps`` env steps, evaluated as SB3 is."""
+def run_ours(agent: str, task: str, seed: int, steps: int, eval_every: int) -> dict:
+    """Our config for the agent (``ours``: configs/ppo_<task>.yaml; ``ours_zoo``: ppo_<task>_zoo.yaml, rl-zoo's
+    hyperparameters) for ``steps`` env steps, evaluated as SB3 is."""
+    config = CONFIGS[agent].format(task=task)
     _, curve, seconds = train_online_with_evals(
-        f"ppo_{task}", [], f"/tmp/robolearn-bench/ppo_mujoco_sb3/{task}-{seed}", seed, steps, eval_every, EVAL_EPISODES,
-        on_eval=lambda point: print(f"ours {task} seed {seed}: {point['env_steps']:,} steps, eval {point['return']:.0f}",
-                                    flush=True))
+        config, [], f"/tmp/robolearn-bench/ppo_mujoco_sb3/{config}-{seed}", seed, steps, eval_every, EVAL_EPISODES,
+        on_eval=lambda point: print(f"{agent} {task} seed {seed}: {point['env_steps']:,} steps, eval "
+                                    f"{point['return']:.0f}", flush=True))
     points = [{key: point[key] for key in ("env_steps", "return", "length", "time")} for point in curve]
-    return {"agent": "ours", "task": task, "seed": seed, "curve": points, "seconds": seconds}
+    return {"agent": agent, "task": task, "seed": seed, "curve": points, "seconds": seconds}
 
 
 def run_job(job: tuple[str, str, int, int, int]) -> dict:
@@ -98,7 +106,7 @@ def run_job(job: tuple[str, str, int, int, int]) -> dict:
 
     torch.set_num_threads(1)  # one core per run; two runs share the machine's two
     agent, task, seed, steps, eval_every = job
-    run = (run_sb3 if agent == "sb3" else run_ours)(task, seed, steps, eval_every)
+    run = run_sb3(task, seed, steps, eval_every) if agent == "sb3" else run_ours(agent, task, seed, steps, eval_every)
     return {**run, "steps": steps, "machine": machine()}
 
 
@@ -114,7 +122,6 @@ def report(runs: list[dict], png: Path) -> str:
     import matplotlib.pyplot as plt
 
     tasks = [task for task in GYM_IDS if any(run["task"] == task for run in runs)]
-    names = {"sb3": "Stable-Baselines3 PPO (rl-zoo)", "ours": "robolearn PPO"}
     lines = ["### PPO against Stable-Baselines3 PPO at 1M env steps (rl-zoo's budget)", "",
              f"Machine: {runs[0]['machine']}. Final = the deterministic evaluation ({EVAL_EPISODES} episodes) at the "
              "end of the budget; best = the best of a run's evaluations. "
@@ -124,19 +131,19 @@ def report(runs: list[dict], png: Path) -> str:
              "|---|---|---|---|---|---|---|---|"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for agent, color in (("sb3", "tab:orange"), ("ours", "tab:blue")):
+        for agent, color in (("sb3", "tab:orange"), ("ours", "tab:blue"), ("ours_zoo", "tab:green")):
             mine = sorted((run for run in runs if run["task"] == task and run["agent"] == agent), key=lambda r: r["seed"])
             if not mine:
                 continue
             finals = [run["curve"][-1]["return"] for run in mine]
             bests = [max(point["return"] for point in run["curve"]) for run in mine]
-            lines.append(f"| {task} | {names[agent]} | {', '.join(str(run['seed']) for run in mine)} | "
+            lines.append(f"| {task} | {NAMES[agent]} | {', '.join(str(run['seed']) for run in mine)} | "
                          f"{statistics.median(run['curve'][-1]['env_steps'] for run in mine):,.0f} | "
                          f"{', '.join(f'{value:.0f}' for value in finals)} | {mean_std(finals)} | {mean_std(bests)} | "
                          f"{statistics.median(run['seconds'] for run in mine):.0f} |")
             for i, run in enumerate(mine):
                 ax.plot([p["env_steps"] for p in run["curve"]], [p["return"] for p in run["curve"]], color=color,
-                        alpha=0.8, linewidth=1, label=names[agent] if i == 0 else None)
+                        alpha=0.8, linewidth=1, label=NAMES[agent] if i == 0 else None)
         ax.set_title(f"{task} ({GYM_IDS[task]})")
         ax.set_xlabel("env steps")
         ax.set_ylabel(f"eval return ({EVAL_EPISODES} episodes)")
@@ -154,6 +161,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each agent")
     parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (rl-zoo's n_timesteps)")
     parser.add_argument("--eval-every", type=int, default=100_000, help="env steps between evaluations")
+    parser.add_argument("--agents", nargs="+", default=["ours", "sb3"], choices=list(NAMES),
+                        help="ours: configs/ppo_<task>.yaml; ours_zoo: ppo_<task>_zoo.yaml (rl-zoo's hyperparameters, "
+                             "half_cheetah only); sb3: SB3 with rl-zoo's entry")
     parser.add_argument("--processes", type=int, default=2, help="runs at a time, one core each")
     parser.add_argument("--append", action="store_true", help="add these runs to the runs file instead of starting it anew")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file, training nothing")
@@ -164,7 +174,7 @@ def main() -> None:
     if not args.report_only:
         # ours first: its runs take minutes, SB3's about 14 min each for half_cheetah on one core
         jobs = [(agent, task, seed, args.steps, args.eval_every)
-                for agent in ("ours", "sb3") for task in args.tasks for seed in range(args.seeds)]
+                for agent in args.agents for task in args.tasks for seed in range(args.seeds)]
         for run in pool_runs(run_job, jobs, args.processes, runs, append=args.append):
             print(f"done: {run['agent']} {run['task']} seed {run['seed']}: final {run['curve'][-1]['return']:.0f} "
                   f"in {run['seconds']:.0f} s", flush=True)

@@ -35,7 +35,7 @@ def test_ppo_against_sb3_on_mujoco_writes_both_agents_curves(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "ppo.md").read_text()
     assert "| hopper | Stable-Baselines3 PPO (rl-zoo) | 0 | 3,072 |" in table
-    assert "| hopper | robolearn PPO | 0 | 3,072 |" in table
+    assert "| hopper | robolearn PPO (its config) | 0 | 3,072 |" in table
     runs = [json.loads(line) for line in (tmp_path / "ppo_runs.jsonl").read_text().splitlines()]
     assert sorted(run["agent"] for run in runs) == ["ours", "sb3"]
     assert all(run["curve"][-1]["env_steps"] == 3072 for run in runs)
