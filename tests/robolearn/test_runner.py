@@ -765,7 +765,9 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
 def test_the_run_ends_where_it_says(tmp_path, algo, total, planned, capsys):
     """Iterations are never cut short: the progress bar's total is the step count the run really ends at,
     and the rounding is said."""
-    runner = Runner(tiny(tmp_path, algo, f"runner.total_steps={total}", "runner.random_steps=100"))
+    small = ["agent.batch_size=32", "agent.hidden=[32,32]"] if algo == "sac" else ["agent.actor_hidden=[32]",
+                                                                                  "agent.critic_hidden=[32]"]
+    runner = Runner(tiny(tmp_path, algo, f"runner.total_steps={total}", "runner.random_steps=100", *small))
     try:
         assert runner.planned_steps() == planned
         runner.train()
