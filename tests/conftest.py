@@ -4,6 +4,13 @@
   must do so before any test module imports mujoco.
 - Tests that press Ctrl+C (SIGINT) need Python's KeyboardInterrupt handler even
   when the suite was started in the background, where SIGINT arrives ignored.
+- Every run ends in an ONNX export, and torch.onnx.export rebuilds its table of
+  ATen -> ONNX functions (ONNXRegistry.from_torchlib, ~0.3-0.6 s) on every call:
+  the suite's hundreds of runs spent a tenth of their time there. The table
+  depends only on the installed torch and onnxscript, so it is built once per
+  opset and each export gets its own copy of it (the exporter may add to the one
+  it is given); what is exported is unchanged. Should a torch release move it,
+  exports are just slower.
 """
 
 import signal
@@ -11,3 +18,27 @@ import signal
 import robolearn  # noqa: F401
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _build_the_onnx_registry_once() -> None:
+    try:
+        from torch.onnx._internal.exporter._registration import ONNXRegistry
+        build = ONNXRegistry.from_torchlib.__func__
+    except (ImportError, AttributeError):
+        return
+    built: dict = {}
+
+    def from_torchlib(cls, *args, **kwargs):
+        key = (cls, args, tuple(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = build(cls, *args, **kwargs)
+        table = built[key]
+        copy = cls.__new__(cls)
+        copy.__dict__.update(table.__dict__)
+        copy.functions = {target: list(decompositions) for target, decompositions in table.functions.items()}
+        return copy
+
+    ONNXRegistry.from_torchlib = classmethod(from_torchlib)
+
+
+_build_the_onnx_registry_once()
