@@ -93,12 +93,14 @@ def test_eval_scores_a_run_on_the_reference_returns_it_trained_under(root, tmp_p
 
 
 def test_resume_continues_exactly(root, tmp_path):
-    cfg = tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
+    cfg = tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=0", "agent.hidden=[32,32]",
+               "agent.batch_size=32")
     straight = OfflineRunner(cfg)
     straight.train()
     straight.close()
 
-    cfg = tiny(tmp_path, "runner.total_steps=1000", "runner.eval_episodes=0", "agent.hidden=[32,32]")
+    cfg = tiny(tmp_path, "runner.total_steps=1000", "runner.eval_episodes=0", "agent.hidden=[32,32]",
+               "agent.batch_size=32")
     first = OfflineRunner(cfg)
     first.train()
     first.close()
@@ -284,8 +286,9 @@ def test_raising_total_steps_on_resume_stretches_iqls_schedule(root, tmp_path):
 
 
 def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(root, tmp_path):
+    small = ["runner.eval_episodes=0", "agent.hidden=[16,16]", "agent.batch_size=32"]  # (what stop sees is counts)
     seen = []
-    train(tiny(tmp_path, "runner.total_steps=3000"),
+    train(tiny(tmp_path, "runner.total_steps=3000", *small),
           stop=lambda m: seen.append((m["updates"], m["iteration"])) or m["updates"] >= 2000)
     assert seen == [(1000, 1), (2000, 2)]  # iteration as an online run's stop has it
 
@@ -293,7 +296,7 @@ def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(r
         raise KeyError("env_steps")  # an online run's counter, asked of an offline one
 
     with pytest.raises(KeyError) as raised:
-        train(tiny(tmp_path / "again", "runner.total_steps=3000"), stop=fails)
+        train(tiny(tmp_path / "again", "runner.total_steps=3000", *small), stop=fails)
     note = "\n".join(raised.value.__notes__)
     assert "raised by train()'s stop callback (metrics: " in note and "updates" in note
     run = Path(re.search(r"train\(resume='([^']+)'\)", note)[1])
@@ -339,8 +342,9 @@ def test_an_iteration_is_logged_before_its_checkpoint(root, tmp_path, monkeypatc
         real_save(runner)
 
     monkeypatch.setattr(OfflineRunner, "save", save)
-    train(tiny(tmp_path, "runner.total_steps=2000", "runner.checkpoint_every=1"))
-    assert seen and all(seen)
+    train(tiny(tmp_path, "runner.total_steps=2000", "runner.checkpoint_every=1", "agent.hidden=[16,16]",
+               "agent.batch_size=32"))
+    assert len(seen) >= 2 and all(seen)  # both iterations' rows, with their evaluations, before the checkpoints
 
 
 def test_a_replay_of_another_env_is_refused_naming_the_remedy(tmp_path):
