@@ -202,7 +202,8 @@ def _row_names(f: Any) -> list[str]:
 def _check_rows(f: Any, names: list[str], path: Path) -> int:
     """The number of rows; refuse datasets with another, numbers stored as text, next observations
     shaped unlike the observations, columns (rewards, terminals, timeouts) wider than one, and rows
-    never written (read as zeros: a writer that stopped early, or a claimed size the file lacks)."""
+    never written (read as zeros: a writer that stopped early, or a claimed size the file lacks). A column
+    is exempt: a writer may set only its nonzero rows (the ends, a sparse reward), zeros being its fill."""
     import h5py
 
     obs = f["observations"]
@@ -222,8 +223,8 @@ def _check_rows(f: Any, names: list[str], path: Path) -> int:
         if name in FLAT and shape not in ((rows,), (rows, 1)):
             raise DatasetError(f"{path}: '{name}' has shape {shape}, expected ({rows},) or ({rows}, 1): "
                                "one value per transition")
-        if f[name].size and not f[name].is_virtual and \
-                f[name].id.get_space_status() != h5py.h5d.SPACE_STATUS_ALLOCATED:  # HDF5 reads those rows as zeros
+        if (name not in FLAT and f[name].size and not f[name].is_virtual  # (a column's zeros are False and 0)
+                and f[name].id.get_space_status() != h5py.h5d.SPACE_STATUS_ALLOCATED):  # HDF5 reads them as zeros
             raise DatasetError(f"{path}: '{name}' {shape} has rows that were never written (its writer stopped "
                                "before writing them, or the file claims more rows than it holds); write the file "
                                "again")

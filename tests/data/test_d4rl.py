@@ -231,6 +231,25 @@ def test_rows_never_written_and_sizes_beyond_memory_are_one_line_errors(tmp_path
     assert "large.hdf5: 'observations' (10, 11) takes 0.0 GiB, more than this machine's memory holds" in err
 
 
+def test_flags_and_rewards_written_only_where_nonzero_import(tmp_path):
+    """A writer may create the columns and set only their nonzero rows (the episode ends, a sparse reward), HDF5
+    reading the rest as the zeros they are: such a file is whole, not one whose writer stopped."""
+    arrays = _d4rl_arrays(rows=4000)
+    arrays["rewards"] = np.zeros(4000, np.float32)
+    arrays["rewards"][[3, 2500]] = 1.0
+    path = tmp_path / "sparse.hdf5"
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            if key in ("terminals", "timeouts", "rewards"):  # chunked: the untouched chunks are never allocated
+                f.create_dataset(key, shape=value.shape, dtype=value.dtype, chunks=(500,))
+                f[key][np.flatnonzero(value)] = value[np.flatnonzero(value)]
+            else:
+                f[key] = value
+    episodes, _ = read_d4rl(path)
+    assert [len(e) for e in episodes] == [4, 4, 3992]
+    np.testing.assert_array_equal(np.concatenate([e.rewards for e in episodes]), arrays["rewards"])
+
+
 def test_float64_files_train_as_float32(tmp_path, root):
     """Many D4RL and Minari MuJoCo files store float64: the training batch is float32 (a float64 batch had failed
     deep inside the first update with 'mat1 and mat2 must have the same dtype'). Imported for a task, they are
