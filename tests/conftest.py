@@ -10,7 +10,8 @@
   depends only on the installed torch and onnxscript, so it is built once per
   opset and each export gets its own copy of it (the exporter may add to the one
   it is given); what is exported is unchanged. Should a torch release move it,
-  exports are just slower.
+  or give it state beyond its opset and function table (which a copy of those
+  two would share between exports), it is built every time, as without this.
 """
 
 import signal
@@ -31,7 +32,10 @@ def _build_the_onnx_registry_once() -> None:
     def from_torchlib(cls, *args, **kwargs):
         key = (cls, args, tuple(sorted(kwargs.items())))
         if key not in built:
-            built[key] = build(cls, *args, **kwargs)
+            table = build(cls, *args, **kwargs)
+            if set(getattr(table, "__dict__", ())) != {"_opset_version", "functions"}:  # not what is copied below
+                return table
+            built[key] = table
         table = built[key]
         copy = cls.__new__(cls)
         copy.__dict__.update(table.__dict__)
