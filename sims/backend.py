@@ -136,7 +136,8 @@ class MujocoBackend:
         try:
             self._batch.step(nstep=nstep)
         except mj_batch.SimulationError as err:  # a robolearn error: said in a line, a run stopping as on a NaN
-            raise SimulationFailed(f"the physics could not step: {err}") from None
+            said = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())  # MuJoCo's are 3 lines
+            raise SimulationFailed(f"the physics could not step: {said}") from None
         finally:
             self._cache.clear()
 

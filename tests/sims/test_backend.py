@@ -131,3 +131,4 @@ def test_a_world_that_cannot_step_is_a_simulation_failed_naming_it() -> None:
         for _ in range(1000):  # it fails within ~50 steps, as the hopper falls and its contacts fill the stack
             sim.step(torch.rand((4, sim.model.nu), generator=generator) * 2 - 1)
     assert not isinstance(caught.value, mj_batch.SimulationError)
+    assert "\n" not in str(caught.value)  # one line: a run's stop appends where its checkpoint is
