@@ -169,6 +169,11 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs file, training nothing")
     parser.add_argument("--out", default="ppo_mujoco_sb3.md", help="file under benchmarks/results/ (a trial: another name)")
     args = parser.parse_args()
+    configs = RESULTS.parents[1] / "configs"
+    wanted = [CONFIGS[agent].format(task=task) for agent in args.agents if agent in CONFIGS for task in args.tasks]
+    if missing := [f"{name}.yaml" for name in wanted if not (configs / f"{name}.yaml").is_file()]:
+        # (said before the runs file is set aside: found in a job, it had stopped the pool, killing runs in flight)
+        parser.error(f"no configs/{', '.join(missing)}: give --tasks that each agent has a config for")
     out = RESULTS / args.out if Path(args.out).name == args.out else Path(args.out)  # as write_result reads it
     runs = out.with_name(f"{out.stem}_runs.jsonl")
     if not args.report_only:

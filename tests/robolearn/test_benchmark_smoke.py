@@ -40,3 +40,14 @@ def test_ppo_against_sb3_on_mujoco_writes_both_agents_curves(tmp_path):
     assert sorted(run["agent"] for run in runs) == ["ours", "sb3"]
     assert all(run["curve"][-1]["env_steps"] == 3072 for run in runs)
     assert (tmp_path / "ppo.png").stat().st_size > 0
+
+
+def test_ppo_against_sb3_refuses_a_task_an_agent_has_no_config_for_before_training(tmp_path):
+    """ours_zoo has half_cheetah's config only: asked for hopper too (the default tasks), its job had failed in the
+    pool after the runs file was set aside, stopping the runs in flight. (--report-only: were it not refused, nothing
+    would train here.)"""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ppo_mujoco_sb3.py"), "--agents", "ours_zoo",
+                           "--report-only", "--out", str(tmp_path / "ppo.md")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "no configs/ppo_hopper_zoo.yaml, ppo_ant_zoo.yaml: give --tasks" in done.stderr
+    assert not list(tmp_path.iterdir())
