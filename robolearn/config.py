@@ -91,13 +91,19 @@ class RunnerConfig:
         torch.set_flush_denormal(self.flush_denormal)  # False where the CPU cannot (no SSE3): nothing changes
 
 
+def denormals_flushed() -> bool:
+    """Whether ``torch.set_flush_denormal`` is on (torch has no getter): a float32 denormal halved on the CPU comes
+    out 0. Float32 and CPU named: under a float64 default dtype 1e-38 is no denormal, and flushing is the CPU's."""
+    return bool((torch.tensor([1e-38], dtype=torch.float32, device="cpu") * 0.5).item() == 0.0)
+
+
 @contextlib.contextmanager
 def torch_settings_kept() -> Iterator[None]:
     """Put torch's threads, matmul precision and denormal flushing back as they were on leaving: a run sets them for
     itself (:meth:`RunnerConfig.apply_torch_settings`), and a script that went on after ``train()`` had computed on
     one thread (``runner.torch_threads``' default) at the run's precision."""
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
-    flushing = bool((torch.tensor([1e-38]) * 0.5).item() == 0.0)  # torch has no getter: a denormal result, flushed?
+    flushing = denormals_flushed()
     try:
         yield
     finally:

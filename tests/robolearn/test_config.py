@@ -302,3 +302,23 @@ def test_a_section_mapping_sets_nested_keys_too_and_an_empty_one_turns_them_off(
     merged = load_config("ppo_arm_reach_dr", {"env": {"randomization": {"obs_noise_std": 0.01}}}).env.randomization
     assert merged == {**ranges, "obs_noise_std": 0.01} and len(ranges) > 1
     assert not load_config("ppo_arm_reach_dr", {"env": {"randomization": {}}}).env.randomization
+
+
+def test_torch_settings_kept_keeps_denormal_flushing_under_a_float64_default_dtype():
+    """Flushing is read from a float32 denormal: under a float64 default dtype the probe's 1e-38 is a normal number,
+    so flushing read as off, and a run (train()) turned the caller's flushing off on leaving."""
+    import torch
+
+    from robolearn.config import torch_settings_kept
+
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        if not torch.set_flush_denormal(True):
+            pytest.skip("this CPU cannot flush denormals")
+        with torch_settings_kept():
+            torch.set_flush_denormal(False)
+        assert (torch.tensor([1e-38], dtype=torch.float32) * 0.5).item() == 0.0
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_flush_denormal(False)

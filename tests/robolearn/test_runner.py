@@ -1316,7 +1316,8 @@ def test_no_updates_are_said_and_a_window_agent_does_not_divide_by_zero(tmp_path
 def test_train_gives_torch_settings_back_to_the_caller(tmp_path):
     """A run computes on runner.torch_threads threads at runner.matmul_precision with denormals flushed; a script that
     went on after train() had kept all three (one thread, bf16 matmuls) for the rest of its work."""
-    flushing = lambda: (torch.tensor([1e-38]) * 0.5).item() == 0.0  # noqa: E731
+    from robolearn.config import denormals_flushed
+
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     torch.set_num_threads(2)
     torch.set_float32_matmul_precision("high")
@@ -1324,7 +1325,7 @@ def test_train_gives_torch_settings_back_to_the_caller(tmp_path):
     try:
         train(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.torch_threads=1", "runner.matmul_precision=medium",
                    "runner.flush_denormal=true"))
-        assert (torch.get_num_threads(), torch.get_float32_matmul_precision(), flushing()) == (2, "high", False)
+        assert (torch.get_num_threads(), torch.get_float32_matmul_precision(), denormals_flushed()) == (2, "high", False)
     finally:
         torch.set_num_threads(threads)
         torch.set_float32_matmul_precision(precision)
