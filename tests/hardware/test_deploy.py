@@ -112,19 +112,25 @@ def test_a_controller_whose_action_is_not_finite_is_refused_before_connecting(tm
         deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
 
 
+def after_recorded_steps(monkeypatch, steps: int, action) -> None:
+    """Run ``action`` on a thread of its own once the deploy has recorded ``steps`` steps: a timer started before
+    the deploy had fired, on a loaded machine, while it was still connecting and ramping to the start."""
+    add, added = EpisodeRecorder.add, []
+
+    def add_then_act(self, *args, **kwargs):
+        add(self, *args, **kwargs)
+        added.append(1)
+        if len(added) == steps:
+            threading.Thread(target=action, daemon=True).start()
+
+    monkeypatch.setattr(EpisodeRecorder, "add", add_then_act)
+
+
 def test_lost_connection_mid_run_keeps_the_completed_steps(run_dir, make_emulator, monkeypatch):
     """The line drops after the 30th recorded step (a 1.5 s timer had fired before the first step on a loaded
     machine: connecting and the ramp to the start took longer, and nothing was recorded yet)."""
     emulator = make_emulator(realtime=True)
-    add, added = EpisodeRecorder.add, []
-
-    def add_then_cut(self, *args, **kwargs):
-        add(self, *args, **kwargs)
-        added.append(1)
-        if len(added) == 30:
-            threading.Thread(target=emulator.disconnect).start()  # from outside the loop, as a pulled cable
-
-    monkeypatch.setattr(EpisodeRecorder, "add", add_then_cut)
+    after_recorded_steps(monkeypatch, 30, emulator.disconnect)  # from outside the loop, as a pulled cable
     with pytest.raises(ConnectionLost, match="connection lost") as raised:
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0)
     recording = next((run_dir / "deploy").iterdir())
@@ -565,17 +571,10 @@ def test_cli_emulate_prints_the_port_it_serves():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["kill", "terminal-closed"])
-def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_emulator, signum):
+def test_a_kill_or_a_closed_terminal_stops_safely_as_ctrl_c_does(run_dir, make_emulator, signum, monkeypatch):
     """Both had ended the process on the spot: torque left on, no deploy.json, the episode lost."""
     emulator = make_emulator(realtime=True)
-
-    def send() -> None:  # only once deploy has bound it and is recording (a loaded machine connects slowly)
-        while signal.getsignal(signum) in (signal.SIG_DFL, None) or not any((run_dir / "deploy").glob("*")):
-            time.sleep(0.01)
-        time.sleep(0.5)
-        os.kill(os.getpid(), signum)
-
-    threading.Thread(target=send, daemon=True).start()
+    after_recorded_steps(monkeypatch, 10, lambda: os.kill(os.getpid(), signum))  # (deploy's handler bound by then)
     summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=3, seed=0, safety=PATIENT)
     assert summary["loop"]["interrupted"] and 0 < summary["loop"]["steps"]
     recording = next((run_dir / "deploy").iterdir())
