@@ -3,8 +3,8 @@
 Trains each config (default: ppo_half_cheetah, ppo_ant) through the normal
 runner, then plots its metrics.jsonl into benchmarks/results/ppo_<task>.png, and
 writes the table (steps, seconds, final evaluation return) to benchmarks/results/<--out>
-(BENCHMARKS.md, "PPO learning curves"). No peer library runs; BENCHMARKS.md quotes
-rl-baselines3-zoo's published returns for scale. In its run on 2 CPU cores, half_cheetah took
+(BENCHMARKS.md, "PPO learning curves"). No peer library runs here: benchmarks/ppo_mujoco_sb3.py sets
+our PPO against SB3's at rl-zoo's 1M-step budget. In its run on 2 CPU cores, half_cheetah took
 259 s for its 3M steps and ant 429 s for its 2M.
 
     python benchmarks/learning_curves.py [--configs ppo_half_cheetah ppo_ant] [--steps N]
