@@ -43,12 +43,12 @@ from robolearn.data.dataset import normalized_score
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.export import ExportedController, export_controller
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import Obs, SimulationFailed
+from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
-from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, EpisodeStats, RunResult, check_metrics, ask_stop,
-                              finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, check_metrics,
+                              ask_stop, finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
@@ -279,7 +279,7 @@ class FinetuneRunner(OfflineRunner):
                     return interrupted(self, result, logger)
                 except NonFiniteError as err:  # steps kept since the last verification (a GPU run) were not finite
                     raise stopped_by_nan(self, logger, err) from None
-            except (NonFiniteError, SimulationFailed) as err:
+            except TRAINING_FAILURES as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()

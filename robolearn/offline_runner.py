@@ -38,13 +38,14 @@ from robolearn.config import ConfigError, TrainConfig, load_run_config, to_dict,
 from robolearn.data import Dataset, DatasetError
 from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
-from robolearn.evaluate import NonFiniteError, differing_settings, evaluate
+from robolearn.evaluate import differing_settings, evaluate
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import SimulationFailed, VecEnv
+from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (CtrlC, RunResult, Snapshot, add_update_metrics, ask_stop, check_metrics, deadline_of,
-                              finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan, write_config_or_undo)
+from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, add_update_metrics, ask_stop, check_metrics,
+                              deadline_of, finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan,
+                              write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.state_copy import StateCopy
 from robolearn.storage import ReplayBuffer
@@ -362,7 +363,7 @@ class OfflineRunner:
             except KeyboardInterrupt:
                 self._rewind()
                 return interrupted(self, result, logger)
-            except (NonFiniteError, SimulationFailed) as err:
+            except TRAINING_FAILURES as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         logger.end_progress()

@@ -454,7 +454,7 @@ class Runner:
                     self._pretrain(logger, deadline)
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
-            except (NonFiniteError, SimulationFailed) as err:
+            except TRAINING_FAILURES as err:
                 raise stopped_by_nan(self, logger, err) from None
             ended_in_pretraining = self.dataset is not None and not self.progress.pretrained  # (runner.max_minutes)
             if not ended_in_pretraining:
@@ -493,7 +493,7 @@ class Runner:
                 self.ctrl_c.check()  # one pressed during the last iteration
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
-            except (NonFiniteError, SimulationFailed) as err:
+            except TRAINING_FAILURES as err:
                 raise stopped_by_nan(self, logger, err) from None
         self.save()
         if ended_in_pretraining:  # the checkpoint resumes the pretraining; the run's end is of the skills so far
@@ -868,6 +868,10 @@ def end_progress_bars() -> None:
 
     for bar in list(tqdm._instances):  # tqdm's own registry of open bars (no public accessor)
         bar.close()
+
+
+TRAINING_FAILURES = (NonFiniteError, SimulationFailed)
+"""What stops a run (online, offline, fine-tune) as :func:`stopped_by_nan` says it, its last checkpoint kept."""
 
 
 def stopped_by_nan(runner: Any, logger: RunLogger | None,
