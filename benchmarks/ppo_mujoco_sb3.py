@@ -125,8 +125,8 @@ def report(runs: list[dict], png: Path) -> str:
     lines = ["### PPO against Stable-Baselines3 PPO at 1M env steps (rl-zoo's budget)", "",
              f"Machine: {runs[0]['machine']}. Final = the deterministic evaluation ({EVAL_EPISODES} episodes) at the "
              "end of the budget; best = the best of a run's evaluations. "
-             "Seconds: whole runs, evaluations included, two runs at a time on the machine's cores; not a speed "
-             "comparison (one env against 128).", "",
+             "Seconds: whole runs, evaluations included, with other runs sharing the machine's cores (--processes); "
+             "not a speed comparison (one env against 128).", "",
              "| task | agent | seeds | env steps | final eval per seed | final mean ± std | best mean ± std | s per run (median) |",
              "|---|---|---|---|---|---|---|---|"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
