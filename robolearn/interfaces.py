@@ -42,6 +42,10 @@ class SimulationFailed(RuntimeError):
     them and what to change in the model; a training run stops on it as on a NaN, its last checkpoint kept."""
 
 
+UNSTABLE_LOG = "sim/unstable_worlds"
+"""The ``info["log"]`` key of a simulator's count of worlds whose physics blew up in a step: their episodes
+ended there (terminated, reward 0); the runner says so the first time in a run."""
+
 Obs = dict[str, torch.Tensor]
 """Named observation groups, each ``(num_envs, *shape)``."""
 

@@ -53,7 +53,7 @@ from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
 from robolearn.host_reads import read_scalars
-from robolearn.interfaces import Agent, ContractError, Controller, Obs, SimulationFailed, VecEnv
+from robolearn.interfaces import UNSTABLE_LOG, Agent, ContractError, Controller, Obs, SimulationFailed, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows)
@@ -111,6 +111,14 @@ def _summed(values: list[Any]) -> Any:
     return sum(values)
 
 
+def unstable_note(worlds: float, steps: int) -> str:
+    """Said once a run, the first time the physics of some worlds blew up (:meth:`sims.task.TaskEnv.step`)."""
+    return (f"the physics blew up in {worlds:.0f} world(s) over the last {steps} steps (logged as {UNSTABLE_LOG}): "
+            "their episodes ended there (terminated, reward 0) and they were reset. Now and then it is harmless; "
+            "often, it points to a timestep too long for the model's stiffness, actuator gains or actions too "
+            "strong, or randomization ranges too wide. Said once a run")
+
+
 class EpisodeStats:
     """Returns and lengths of the episodes that end, for the logs. Summed on the env's device and read
     once per iteration (:meth:`flush`): reading them every step would be a host sync per step on a GPU."""
@@ -125,6 +133,7 @@ class EpisodeStats:
         self._logs: list[dict[str, Any]] = []  # each step's info["log"], summed and read once per iteration
         self.env_log_steps = 0
         self._steps: list[tuple[torch.Tensor, ...]] = []  # per step, until flushed: done, returns, lengths, success
+        self.said_unstable = False
 
     def add(self, reward: torch.Tensor, done: torch.Tensor, info: dict[str, Any]) -> None:
         if reward.shape != self.returns.shape:  # (an add would broadcast a (num_envs, 1) reward to a square)
@@ -180,7 +189,11 @@ class EpisodeStats:
     def metrics(self) -> dict[str, float]:
         """This iteration's env scalars (then cleared) and the recent episodes' statistics."""
         self.flush()
-        out = {key: total / max(self.env_log_steps, 1) for key, total in read_scalars(self._log_sums()).items()}
+        totals = read_scalars(self._log_sums())
+        out = {key: total / max(self.env_log_steps, 1) for key, total in totals.items()}
+        if totals.get(UNSTABLE_LOG, 0) > 0 and not self.said_unstable:
+            self.said_unstable = True
+            warnings.warn(unstable_note(totals[UNSTABLE_LOG], self.env_log_steps), stacklevel=2)
         self._logs.clear()
         self.env_log_steps = 0
         if self.recent:

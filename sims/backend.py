@@ -22,6 +22,12 @@ fields they declared, as torch tensors ``(num_worlds, ...)`` on ``device``.
 Derived fields are what ``mj_step`` leaves in ``MjData``: computed during the
 last substep, not at the new ``qpos``. Sensors read the state at the start of
 the last substep.
+
+A world whose physics blows up (NaN, inf or a huge value in ``qpos``, ``qvel``
+or ``qacc``) is reset by MuJoCo itself in mid-step (its autoreset: a warning is
+printed and the world goes on from ``qpos0`` at time 0); :meth:`unstable`
+names such worlds, from their clocks, so that the env ends their episodes
+rather than hand the learner a teleport.
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class MujocoBackend:
         self._reset_rows = self._batch.state.copy()
         # Derived fields of reset worlds need a forward pass only if someone reads them.
         self._forward_on_reset = model.nsensordata > 0 or bool(fields)
+        self._unstable = np.zeros(num_worlds, dtype=bool)  # worlds MuJoCo reset since unstable() was last asked
+        self._timesteps: float | np.ndarray = self.timestep  # per world once opt.timestep is given per world
 
     # ---- state, as (num_worlds, ...) tensors --------------------------------
 
@@ -133,6 +141,7 @@ class MujocoBackend:
     def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
         """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
         self._ctrl[:] = _numpy(ctrl)
+        before = self._time.copy()
         try:
             self._batch.step(nstep=nstep)
         except mj_batch.SimulationError as err:  # a robolearn error: said in a line, a run stopping as on a NaN
@@ -140,6 +149,17 @@ class MujocoBackend:
             raise SimulationFailed(f"the physics could not step: {said}") from None
         finally:
             self._cache.clear()
+        # MuJoCo's autoreset sends a world's clock back to 0 within the step (its own warning is all it says):
+        # a world that did not advance by nstep substeps was reset. (One reset in its first substep from time 0
+        # looks like a normal step, and goes unseen; it started from qpos0 anyway.)
+        self._unstable |= self._time < before + (nstep - 0.5) * self._timesteps
+
+    def unstable(self) -> torch.Tensor:
+        """``(num_worlds,)`` bool: the worlds whose physics blew up in a step since the last call (MuJoCo reset
+        them mid-step, so their state no longer follows from the last one); the flags are cleared."""
+        flags = torch.from_numpy(self._unstable.copy()).to(self.device)
+        self._unstable[:] = False
+        return flags
 
     def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set.
@@ -232,6 +252,8 @@ class MujocoBackend:
         per_world[ids] = _numpy(values)
         if name in _SETCONST_INPUTS or name.startswith("opt."):
             self._batch.set_const(None if world_ids is None else np.unique(ids))
+        if name == "opt.timestep":
+            self._timesteps = np.array(self._batch.expanded(name)).reshape(self.num_worlds)
 
     def set_model_field_where(self, name: str, mask: torch.Tensor, values: torch.Tensor | np.ndarray) -> None:
         """:meth:`set_model_field` of the worlds where ``mask`` ``(num_worlds,)``, given every world's

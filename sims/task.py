@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from robolearn.interfaces import ContractError, Obs, Step, VecEnv, all_finite, host_reads_are_free
+from robolearn.interfaces import UNSTABLE_LOG, ContractError, Obs, Step, VecEnv, all_finite, host_reads_are_free
 from sims.backend import MujocoBackend
 from sims.worlds import where_rows
 
@@ -189,6 +189,11 @@ class TaskEnv(VecEnv):
     ``info["log"]`` holds the batch mean of each reward term as
     ``reward/<term>`` and of each of the task's :meth:`Task.metrics` as ``metrics/<name>``; ``info["success"]`` is present when the task defines it.
 
+    A world whose physics blows up (the backend's ``unstable()``: MuJoCo's autoreset on the CPU, NaN on
+    MuJoCo Warp) ends its episode in that step, terminated with reward 0 and no success, and is reset like
+    any other; ``info["log"]["sim/unstable_worlds"]`` counts them, and ``final_obs`` holds its next episode's
+    first observation (its own is NaN or past MuJoCo's reset; a terminated step bootstraps from none).
+
     For datasets, :meth:`get_state` and :meth:`set_state` read and restore every
     world's exact simulator state, and with ``keep_final_state = True`` each
     step also reports ``info["final_state"]``, the state matching
@@ -259,11 +264,14 @@ class TaskEnv(VecEnv):
         self._episode_step += 1
 
         obs = self._observe()
+        # worlds whose physics blew up: their episodes end here (terminated, reward 0, no success), not as a
+        # teleport on the CPU (MuJoCo's autoreset) or NaN on a GPU (MuJoCo Warp has none) handed to the learner
+        unstable = self.sim.unstable()
         terms = self.task.rewards(self.sim, action)
         if not self._rewards_checked:  # once: their shapes do not change from step to step
             self._check_rewards(terms)
             self._rewards_checked = True
-        stacked = torch.stack(list(terms.values()))
+        stacked = torch.stack(list(terms.values())).masked_fill_(unstable, 0.0)
         reward = stacked.sum(0)
         terminated = self.task.terminated(self.sim)
         success = self.task.success(self.sim)
@@ -272,11 +280,14 @@ class TaskEnv(VecEnv):
             if success is not None:
                 self._check_flags("success", success)
             self._outcomes_checked = True
+        terminated = terminated | unstable
         truncated = self._episode_step >= self.max_episode_steps
         info: dict = {"log": {f"reward/{name}": mean for name, mean in zip(terms, stacked.mean(1).unbind())}}
-        info["log"].update({f"metrics/{name}": value.mean() for name, value in self.task.metrics(self.sim).items()})
+        info["log"].update({f"metrics/{name}": zero_rows(unstable, value).mean()
+                            for name, value in self.task.metrics(self.sim).items()})
+        info["log"][UNSTABLE_LOG] = unstable.sum(dtype=torch.float32)
         if success is not None:
-            info["success"] = success
+            info["success"] = success & ~unstable
 
         info["final_obs"] = obs
         if self.keep_final_state:
@@ -291,6 +302,9 @@ class TaskEnv(VecEnv):
                 return Step(obs, reward, terminated, truncated, info)
             self._reset_worlds(ids)
         fresh = self._observe()
+        # (an unstable world's last observation is NaN or after MuJoCo's reset: its next episode's first stands in,
+        # finite and never bootstrapped from, the episode having terminated)
+        info["final_obs"] = {name: where_rows(unstable, fresh[name], value) for name, value in obs.items()}
         obs = {name: where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
 
@@ -389,6 +403,11 @@ class TaskEnv(VecEnv):
 
     def close(self) -> None:
         self.sim.close()
+
+
+def zero_rows(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``value`` ``(num_worlds, ...)`` with its rows where ``mask`` set to zero."""
+    return value.masked_fill(mask.view(-1, *([1] * (value.dim() - 1))), 0)
 
 
 def resets_by_mask(task: Task) -> bool:

@@ -19,6 +19,9 @@ unchanged on either; what differs:
   after resetting some worlds it recomputes every world's derived fields and
   sensors, then puts back those a task reads (``fields``, ``sensordata``) for
   the others, which keep what their last step left, as on the CPU backend.
+- **No autoreset.** A world whose physics blows up goes on as NaN (CPU
+  MuJoCo resets it mid-step); :meth:`unstable` names it either way, and the
+  env ends its episode and resets it whole.
 - **Per-world model fields** are MuJoCo Warp's batched fields: the first
   :meth:`set_model_field` of a field gives it (and the constants derived from
   it) a leading ``num_worlds`` dimension, after which updates are in-place
@@ -237,6 +240,13 @@ class WarpBackend:
         self.refresh_constants()
         wp.to_torch(self._d.ctrl).copy_(ctrl)
         self._run(f"step{nstep}", lambda: [mjw.step(self._m, self._d) for _ in range(nstep)])
+
+    def unstable(self) -> torch.Tensor:
+        """``(num_worlds,)`` bool: the worlds whose physics blew up, NaN or inf in ``qpos`` or ``qvel``, a NaN
+        ``qacc`` reaching ``qvel`` in the same substep (MuJoCo Warp has no autoreset: they stay so until reset).
+        No host read, and four kernels a step (``isfinite`` alone is four): a sum is NaN or inf where a term is,
+        and times 0 it is NaN where the sum was either."""
+        return torch.cat((self._array("qpos"), self._array("qvel")), 1).sum(1).mul(0).isnan()
 
     def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set."""

@@ -20,7 +20,7 @@ def test_step_follows_the_rsl_rl_contract() -> None:
         assert reward.shape == (3,) and dones.dtype == torch.long
         assert torch.equal(env.episode_length_buf, torch.full((3,), (t + 1) % 4))
     assert dones.all() and extras["time_outs"].all()
-    assert set(extras["log"]) and all(key.startswith("reward/") for key in extras["log"])
+    assert set(extras["log"]) and all(key.startswith(("reward/", "sim/")) for key in extras["log"])
     torch.testing.assert_close(env.get_observations()["policy"], obs["policy"])
     env.close()
 

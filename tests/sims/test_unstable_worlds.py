@@ -1,0 +1,72 @@
+"""A world whose physics blows up ends its episode (terminated, reward 0), on both backends and both reset paths:
+not a teleport (CPU MuJoCo's autoreset) or NaN (MuJoCo Warp) handed to the learner."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import sims
+from robolearn import interfaces
+from robolearn.interfaces import UNSTABLE_LOG
+from robolearn.runner import EpisodeStats
+
+PUSH = math.inf  # a push no physics survives: MuJoCo resets the world, MuJoCo Warp turns it NaN
+
+
+@pytest.mark.parametrize("backend, by_mask", [("mujoco", False), ("warp", False), ("warp", True)])
+def test_a_world_whose_physics_blows_up_ends_its_episode_and_no_other(monkeypatch, backend, by_mask):
+    if by_mask:  # the GPU's code path: resets by mask, no host reads
+        monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())
+    env = sims.make_env("half_cheetah", 4, backend=backend, device="cpu", seed=0)  # half_cheetah never terminates
+    action = torch.full((4, 6), 0.3)
+    for _ in range(5):
+        env.step(action)
+    assert not env.sim.unstable().any()
+    nv = env.sim.model.nv
+    env.sim.add_qvel(torch.tensor([1]), torch.full((1, nv), PUSH))
+    step = env.step(action)
+    assert step.terminated.tolist() == [False, True, False, False] and not step.truncated.any()
+    assert step.reward[1] == 0 and (step.reward[[0, 2, 3]] != 0).all()
+    assert float(step.info["log"][UNSTABLE_LOG]) == 1
+    assert all(math.isfinite(float(v)) for v in step.info["log"].values())
+    for name in step.obs:
+        assert torch.isfinite(step.obs[name]).all() and torch.isfinite(step.info["final_obs"][name]).all()
+        assert torch.equal(step.info["final_obs"][name][1], step.obs[name][1])  # its next episode's first
+    assert env.episode_step[1] == 0 and (env.episode_step[[0, 2, 3]] == 6).all()
+    assert env.sim.time[1] == 0 and torch.isfinite(env.sim.qvel).all()  # reset whole, from the task's start
+    after = env.step(action)  # and on it goes, a world like the others
+    assert not after.terminated.any() and float(after.info["log"][UNSTABLE_LOG]) == 0
+
+
+def test_the_cpu_backend_names_the_worlds_mujoco_reset_once():
+    env = sims.make_env("hopper", 3, seed=0)
+    for _ in range(3):
+        env.sim.step(torch.zeros(3, 3), 4)
+    env.sim.add_qvel(torch.tensor([2]), torch.full((1, env.sim.model.nv), 1e30))  # huge, not inf: MuJoCo's limit
+    env.sim.step(torch.zeros(3, 3), 4)
+    assert env.sim.unstable().tolist() == [False, False, True]
+    assert not env.sim.unstable().any()  # said once
+
+
+def test_a_timestep_given_per_world_is_not_taken_for_a_reset():
+    env = sims.make_env("hopper", 2, seed=0)
+    env.sim.set_model_field("opt.timestep", torch.tensor([0.002, 0.0005]))
+    for _ in range(3):
+        env.sim.step(torch.zeros(2, 3), 4)
+    assert not env.sim.unstable().any()
+
+
+def test_the_runner_says_it_once_a_run_with_the_count():
+    stats = EpisodeStats(4, [])
+    for unstable in (0.0, 2.0, 1.0):
+        stats.add(torch.zeros(4), torch.zeros(4, dtype=torch.bool), {"log": {UNSTABLE_LOG: torch.tensor(unstable)}})
+    with pytest.warns(UserWarning, match=r"blew up in 3 world\(s\) over the last 3 steps"):
+        assert stats.metrics()[UNSTABLE_LOG] == 1.0
+    stats.add(torch.zeros(4), torch.zeros(4, dtype=torch.bool), {"log": {UNSTABLE_LOG: torch.tensor(1.0)}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats.metrics()  # once a run
