@@ -537,6 +537,24 @@ def _check_order(values: dict[str, Any], prefix: str) -> None:
         a, b = values.get(low), values.get(high)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
             raise ConfigError(f"{prefix}{low} ({a!r}) must not exceed {prefix}{high} ({b!r})")
+    _check_adaptive_lr(values, prefix)
+
+
+def _check_adaptive_lr(values: dict[str, Any], prefix: str) -> None:
+    """An adaptive schedule's (PPO's) start inside the range it keeps the rate in. Outside it the schedule only
+    clamps its own steps: learning_rate=1.0 (max_lr 1e-2) took a dozen Adam steps above max_lr, the KL at
+    thousands, before it shrank in; 1e-7 (min_lr 1e-5) moved the policy so little that the KL read 0, which the
+    schedule takes for no information, and the rate stayed 1e-7 all run. A fixed schedule reads neither bound."""
+    lr, low, high = (values.get(key) for key in ("learning_rate", "min_lr", "max_lr"))
+    if values.get("schedule") != "adaptive" or not all(isinstance(x, (int, float)) for x in (lr, low, high)):
+        return
+    if not low <= lr <= high:
+        side, near = ("above", high) if lr > high else ("below", low)
+        raise ConfigError(
+            f"{prefix}learning_rate ({lr!r}) is {side} [{prefix}min_lr, {prefix}max_lr] = [{low!r}, {high!r}], the "
+            f"range {prefix}schedule=adaptive moves the rate within (it clamps its steps, not the start): set "
+            f"{prefix}learning_rate inside it ({near!r}, say), widen {prefix}min_lr/{prefix}max_lr to include "
+            f"{lr!r}, or use {prefix}schedule=fixed (which ignores min_lr and max_lr)")
 
 
 def checkable(hint: Any) -> bool:

@@ -178,6 +178,21 @@ def test_counts_and_learning_rates_that_cannot_train_are_refused_naming_the_key(
         load_config(config, [override])
 
 
+@pytest.mark.parametrize("override, side", [("agent.learning_rate=1.0", "above"), ("agent.learning_rate=1e-7", "below")])
+def test_an_adaptive_learning_rate_outside_min_lr_max_lr_is_refused(override, side) -> None:
+    """Had trained: 1.0 a dozen Adam steps above max_lr (the KL at thousands), 1e-7 at 1e-7 all run (the KL read
+    0, no information to the schedule); see config._check_adaptive_lr. A fixed schedule ignores the bounds."""
+    with pytest.raises(ConfigError) as err:
+        load_config("ppo_cartpole", [override])
+    said = str(err.value)
+    value = override.partition("=")[2]
+    assert f"agent.learning_rate ({float(value)!r}) is {side} [agent.min_lr, agent.max_lr] = [1e-05, 0.01]" in said
+    for fix in ("set agent.learning_rate inside it", "widen agent.min_lr/agent.max_lr", "agent.schedule=fixed"):
+        assert fix in said
+    assert load_config("ppo_cartpole", [override, "agent.schedule=fixed"]).agent.schedule == "fixed"
+    assert load_config("ppo_cartpole", [override, "agent.min_lr=1e-7", "agent.max_lr=1.0"]).agent.max_lr == 1.0
+
+
 def test_a_pair_given_three_values_is_refused_naming_the_key():
     """It had been Python's 'too many values to unpack (expected 2)'."""
     from robolearn.config import build_dataclass
