@@ -915,6 +915,18 @@ def stopped_by_nan(runner: Any, logger: RunLogger | None,
                             f"{runner.checkpoint_path}; {cause}")
 
 
+def evaluation_failed(run: Path, logger: RunLogger, progress: dict[str, Any],
+                      err: NonFiniteError | SimulationFailed) -> NonFiniteError | SimulationFailed:
+    """NaN (or physics that could not step) in the evaluation that ends a run whose training finished: close the
+    logs (W&B: failed) as :func:`stopped_by_nan` does; the error (of the same type) says that the training and its
+    checkpoint are kept, and how to evaluate again. It had been evaluate's bare error, the logs left open."""
+    logger.close(exit_code=1)
+    return _said_again(err, f"{err}; training finished (at {_counts(progress)}), its checkpoint kept at "
+                            f"{run / 'checkpoints' / 'latest.pt'}, but the final evaluation stopped: evaluate it again "
+                            f"with {shell('robolearn', 'eval', run)} ({shell('robolearn', 'train', '--resume', run)} "
+                            "also writes eval.json, curves and video)")
+
+
 def _said_again(err: NonFiniteError | SimulationFailed, message: str) -> NonFiniteError | SimulationFailed:
     """``err``'s type (a NaN's keeps its sources) with ``message``."""
     return NonFiniteError(message, err.sources) if isinstance(err, NonFiniteError) else SimulationFailed(message)
@@ -933,7 +945,8 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     ``progress``'s counts), evaluate it (``eval.json``, with ``annotate(evaluation)``'s keys added; automatic
     randomization at the width ``adaptation`` reached), draw its learning curves (``curves.png``), film it.
     A Ctrl+C in any of these says how to finish: a resume exports and evaluates a run without ``eval.json``;
-    ``robolearn play`` films one; so does a kill or a closed terminal (``stops_as_ctrl_c``)."""
+    ``robolearn play`` films one; so does a kill or a closed terminal (``stops_as_ctrl_c``). A NaN in the
+    evaluation fails the run, its training kept (:func:`evaluation_failed`)."""
     run = result.run_dir
     counts = progress if isinstance(progress, dict) else vars(progress)
     result.trained = trained_counts(counts)
@@ -948,9 +961,13 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
     episodes = cfg.runner.eval_episodes
     if episodes > 0:
         print(f"evaluating: {episodes} episode(s), {evaluation_dynamics(env_cfg)}", flush=True)  # minutes, on big tasks
-        with _hint_on_ctrl_c(f"its checkpoint and export are saved; {resume} evaluates and films it"):
-            with make_env(env_cfg, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
-                result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes, seed=cfg.seed + 10_000)
+        try:
+            with _hint_on_ctrl_c(f"its checkpoint and export are saved; {resume} evaluates and films it"):
+                with make_env(env_cfg, num_envs=episodes, seed=cfg.seed + 10_000) as eval_env:
+                    result.evaluation = evaluate(controller.to(eval_env.device), eval_env, episodes,
+                                                 seed=cfg.seed + 10_000)
+        except TRAINING_FAILURES as err:
+            raise evaluation_failed(run, logger, counts, err) from None
         if annotate is not None:
             result.evaluation |= annotate(result.evaluation)
         backend = "gymnasium" if cfg.env.task.startswith("gym:") else cfg.env.backend  # a Gymnasium env brings its own

@@ -385,6 +385,43 @@ def test_a_run_stopped_by_an_error_is_a_failed_wandb_run(tmp_path, monkeypatch, 
     assert wandb_exit_codes == [1]
 
 
+class NaNFromTheStart(NaNAfter):
+    """An evaluation env (entered as a context manager) whose every reward is NaN."""
+
+    def __init__(self, env) -> None:
+        super().__init__(env, steps=0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.env.close()
+
+
+def test_a_nan_in_the_final_evaluation_closes_the_logs_and_keeps_the_finished_training(tmp_path, monkeypatch,
+                                                                                      wandb_exit_codes):
+    """A NaN reward met by the evaluation that ends the run (evaluate's own check): Runner.train() had raised
+    evaluate's bare error, with metrics.jsonl still open and the W&B run never finished, and nothing said that
+    the training had finished and its checkpoint was fine."""
+    make_env = runner_module.make_env  # the training env as it is; the evaluation's (num_envs given) NaN
+    monkeypatch.setattr(runner_module, "make_env", lambda *a, **k: NaNFromTheStart(make_env(*a, **k))
+                        if "num_envs" in k else make_env(*a, **k))
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=512", "logging.wandb=offline"))
+    run = runner.run_dir
+    with pytest.raises(NonFiniteError, match=re.escape(
+            "reward contains NaN or inf (envs 0, 1 of 2) at step 0 of the evaluation (counted from 0): the env "
+            "produced it (check the task's observations and rewards, or physics that diverged); training finished "
+            f"(at env_steps=512), its checkpoint kept at {run / 'checkpoints' / 'latest.pt'}, but the final evaluation "
+            f"stopped: evaluate it again with robolearn eval {run} (robolearn train --resume {run} also writes "
+            "eval.json, curves and video)")) as err:
+        runner.train()
+    runner.close()
+    assert err.value.sources == ("reward",)
+    assert runner.run_logger._file.closed and wandb_exit_codes == [1]  # failed, as a NaN in training is
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["env_steps"] == 512
+    assert (run / "export" / "controller.json").is_file() and not (run / "eval.json").exists()
+
+
 class FilledUp:
     """metrics.jsonl on a disk that fills after ``lines`` lines: the line that failed stays buffered and fails
     again at close, as a real file's does."""
