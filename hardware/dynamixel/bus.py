@@ -23,6 +23,7 @@ A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
 drained until it is quiet, and a reply holding another number of bytes than the
 request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
+So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
 so a payload containing FF FF FD goes out unstuffed. Nothing this driver writes
@@ -42,7 +43,9 @@ from typing import Any
 
 import dynamixel_sdk as sdk
 import numpy as np
-from dynamixel_sdk.protocol2_packet_handler import PKT_ERROR, PKT_ID, PKT_LENGTH_H, PKT_LENGTH_L, PKT_PARAMETER0
+from dynamixel_sdk.protocol2_packet_handler import (PKT_ERROR, PKT_ID, PKT_INSTRUCTION, PKT_LENGTH_H, PKT_LENGTH_L,
+                                                  PKT_PARAMETER0, Protocol2PacketHandler)
+from dynamixel_sdk.robotis_def import INST_PING, INST_READ, INST_REBOOT, INST_WRITE
 
 from hardware.safety import add_to_message, outside_limits
 
@@ -91,6 +94,60 @@ class SelectPortHandler(sdk.PortHandler):
         return self.ser.read(length)
 
 
+def _data_length(packet: list[int]) -> int:
+    """How many data bytes a status packet says it holds (LENGTH less instruction, error and CRC); < 0: none, and
+    no error byte either."""
+    return (packet[PKT_LENGTH_L] | packet[PKT_LENGTH_H] << 8) - 4
+
+
+class CheckedPacketHandler(Protocol2PacketHandler):
+    """The SDK's Protocol 2.0 packet handler, but a status too short to hold its error byte (LENGTH < 4), or holding
+    other than the data its instruction returns (PING 3 bytes, READ the length asked, WRITE and REBOOT none; a
+    refusal holds none), is garbled: COMM_RX_CORRUPT, as a bad CRC is, which the bus retries, then reports.
+
+    Why not rely on the SDK here (dynamixel-sdk 4.1.0): its rxPacket takes a status of any LENGTH whose CRC checks,
+    3 and less too (once a byte follows it on the line: it reads 11 bytes before it looks at LENGTH), and the error
+    byte, a ping's model number and a read's data are then taken from fixed places: out of the CRC and the byte after
+    it. A ping or read answered with fewer data bytes has them read out of the CRC too, and a longer read reply is
+    cut to size. A noisy line or a misbehaving servo then reads as a refusal, an alert or data that no servo sent.
+    Good packets go through the SDK's own code, unchanged: only its verdict on these is overruled."""
+
+    _DATA_RETURNED = {INST_PING: 3, INST_WRITE: 0, INST_REBOOT: 0}  # (READ: the length it asks for)
+
+    def rxPacket(self, port: Any, fast_option: bool) -> tuple[list[int], int]:  # noqa: N802 (SDK name)
+        packet, result = super().rxPacket(port, fast_option)
+        if result == sdk.COMM_SUCCESS and _data_length(packet) < 0:
+            result = sdk.COMM_RX_CORRUPT
+        return packet, result
+
+    def txRxPacket(self, port: Any, txpacket: list[int]) -> tuple[list[int] | None, int, int]:  # noqa: N802
+        rxpacket, result, error = super().txRxPacket(port, txpacket)
+        instruction = txpacket[PKT_INSTRUCTION]
+        if instruction == INST_READ:
+            expected = txpacket[PKT_PARAMETER0 + 2] | txpacket[PKT_PARAMETER0 + 3] << 8
+        else:
+            expected = self._DATA_RETURNED.get(instruction)
+        if (result == sdk.COMM_SUCCESS and rxpacket is not None and expected is not None
+                and not error & ~protocol.ERR_ALERT and _data_length(rxpacket) != expected):
+            return rxpacket, sdk.COMM_RX_CORRUPT, 0
+        return rxpacket, result, error
+
+    def readRx(self, port: Any, dxl_id: int, length: int) -> tuple[list[int], int, int]:  # noqa: N802 (SDK name)
+        """The SDK's readRx (another servo's status is passed over), but a status holding other than ``length``
+        bytes is garbled unless it is a refusal (which holds none)."""
+        while True:
+            packet, result = self.rxPacket(port, False)
+            if result != sdk.COMM_SUCCESS or packet[PKT_ID] == dxl_id:
+                break
+        if result != sdk.COMM_SUCCESS:
+            return [], result, 0
+        if packet[PKT_ERROR] & ~protocol.ERR_ALERT:  # a refusal carries no data: said as the servo's error
+            return [], result, packet[PKT_ERROR]
+        if _data_length(packet) != length:
+            return [], sdk.COMM_RX_CORRUPT, 0
+        return packet[PKT_PARAMETER0 + 1:PKT_PARAMETER0 + 1 + length], result, packet[PKT_ERROR]
+
+
 @dataclass
 class BusStats:
     """Telemetry: how often the bus had to retry and why."""
@@ -131,7 +188,7 @@ class DynamixelBus:
         self.stats = BusStats()
         self._ids = calibration.ids
         self._port: SelectPortHandler | None = None
-        self._packet = sdk.PacketHandler(2.0)
+        self._packet = CheckedPacketHandler()
         self._sync_read: sdk.GroupSyncRead | None = None
         self._item_reads: dict[str, sdk.GroupSyncRead] = {}  # one sync read per control-table item read from all
         self.alerted: dict[int, int | None] = {}  # id -> Hardware_Error_Status (None: unread), of the last
@@ -431,20 +488,11 @@ class DynamixelBus:
         return result, 0, data, None
 
     def _reply(self, port: SelectPortHandler, servo_id: int, length: int) -> tuple[bytes, int, int]:
-        """``servo_id``'s status to a read of ``length`` bytes: (data, SDK result, error byte). As the SDK's readRx
-        (others' replies are passed over), but a status holding another number of bytes, another request's come
-        late, is garbled (readRx cuts it to size, and a late longer reply had been read as the answer)."""
-        while True:
-            packet, result = self._packet.rxPacket(port, False)
-            if result != sdk.COMM_SUCCESS or packet[PKT_ID] == servo_id:
-                break
-        if result != sdk.COMM_SUCCESS:
-            return b"", result, 0
-        if packet[PKT_ERROR] & ~protocol.ERR_ALERT:  # a refusal carries no data: said as the servo's error
-            return b"", result, packet[PKT_ERROR]
-        if (packet[PKT_LENGTH_L] | packet[PKT_LENGTH_H] << 8) - 4 != length:  # (LENGTH: instruction, error, data, CRC)
-            return b"", sdk.COMM_RX_CORRUPT, 0
-        return bytes(packet[PKT_PARAMETER0 + 1:PKT_PARAMETER0 + 1 + length]), result, packet[PKT_ERROR]
+        """``servo_id``'s status to a read of ``length`` bytes: (data, SDK result, error byte), others' replies passed
+        over. A status holding another number of bytes, another request's come late, is garbled (the SDK's readRx
+        cuts it to size, and a late longer reply had been read as the answer): ``CheckedPacketHandler.readRx``."""
+        data, result, error = self._packet.readRx(port, servo_id, length)
+        return bytes(data), result, error
 
     def _send_goal_ticks(self, ticks: np.ndarray) -> None:
         self._need_port()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import dynamixel_sdk as sdk
 
+from hardware.dynamixel import protocol as p
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import Calibration, MotorCalibration
 from hardware.dynamixel.control_table import HW_OVERLOAD, TICKS_PER_RAD, WATCHDOG_TRIPPED
@@ -425,3 +426,65 @@ def test_a_late_reply_longer_than_the_one_asked_for_is_not_cut_to_size(emulator,
         bus.read(1, "Present_Position")
     emulator.faults.reply_latency, bus.retries = 0.0, 1
     assert bus.read(1, "Torque_Enable") == 1
+
+
+def short_status(servo_id: int) -> bytes:
+    """A status packet whose LENGTH is 3, one short of the least a status holds (instruction, error, CRC): no
+    error byte, yet a valid CRC."""
+    body = p.HEADER + bytes([servo_id, 3, 0, p.STATUS])
+    crc = p.crc16(body)
+    return body + bytes([crc & 0xFF, crc >> 8])
+
+
+def replace_reply(emulator: DynamixelEmulator, monkeypatch, servo_id: int, wire: bytes, nth: int = 1) -> None:
+    """The servo's ``nth`` status packet from now goes on the line as ``wire`` instead (the others as they are)."""
+    real, count = emulator._send, [0]
+
+    def swap(packet: bytes) -> bytes:
+        if packet[4] != servo_id:
+            return packet
+        count[0] += 1
+        return wire if count[0] == nth else packet
+
+    monkeypatch.setattr(emulator, "_send", lambda replies: real([(delay, swap(packet)) for delay, packet in replies]))
+
+
+@pytest.mark.parametrize("exchange", ["ping", "read", "write", "read_state"])
+def test_a_status_shorter_than_the_least_a_status_holds_is_garbled(emulator, make_bus, monkeypatch, exchange) -> None:
+    """The SDK (4.1.0) took a LENGTH 3 status with a valid CRC, followed on the line by any byte, for a good one and
+    read its "error byte" out of the CRC (0xe2 for servo 2: "alert + unknown error 98"), a ping's model number out
+    of the CRC and the byte after it: the driver raised a refusal the servo never sent (or would have read data that
+    is not there). It is a garbled reply, retried as a bad CRC is."""
+    bus = make_bus(emulator)
+    actions = {"ping": lambda: bus.ping(2), "read": lambda: bus.read(2, "Present_Temperature"),
+               "write": lambda: bus.write(2, "LED", 1), "read_state": bus.read_state}
+    # the stray byte after it: the next servo's reply in a sync read, noise after a lone reply
+    replace_reply(emulator, monkeypatch, 2, short_status(2) + (b"" if exchange == "read_state" else b"\x00"))
+    result = actions[exchange]()
+    assert bus.stats.crc_errors == 1 and bus.stats.retries == 1
+    if exchange == "ping":
+        assert result == 1020
+    elif exchange == "read":
+        assert result == 35
+    elif exchange == "write":
+        assert emulator.register(2, "LED") == 1
+    else:
+        np.testing.assert_allclose(result[0], [s.position for s in emulator.state().values()], atol=2e-3)
+
+
+@pytest.mark.parametrize("exchange", ["ping", "alert status"])
+def test_a_reply_holding_other_than_what_was_asked_for_is_garbled(emulator, make_bus, monkeypatch, exchange) -> None:
+    """The SDK reads a status's data at fixed places whatever its LENGTH: a ping answered without its 3 bytes had its
+    model number read out of the CRC (3113), and a Hardware_Error_Status read (the SDK's read1ByteTxRx) answered
+    without data had named causes read out of the CRC (0x51: input voltage, electrical shock, where the servo was
+    overloaded). Either is a garbled reply, retried."""
+    bus = make_bus(emulator)
+    if exchange == "ping":
+        replace_reply(emulator, monkeypatch, 2, p.encode_status(2, 0, b""))
+        assert bus.ping(2) == 1020
+    else:
+        emulator.faults.hardware_alert[3] = HW_OVERLOAD  # the sync read's reply flags it, then its status is read
+        replace_reply(emulator, monkeypatch, 3, p.encode_status(3, p.ERR_ALERT, b""), nth=2)
+        with pytest.raises(HardwareAlertError, match=r"servo 3 .*Hardware_Error_Status=0x20 \(overload\)"):
+            bus.read_state()
+    assert bus.stats.crc_errors == (1 if exchange == "ping" else 0)  # (_hardware_error retries on its own)
