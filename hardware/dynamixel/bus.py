@@ -93,6 +93,11 @@ class SelectPortHandler(sdk.PortHandler):
                 select.select([self.ser.fileno()], [], [], remaining_ms / 1000)
         return self.ser.read(length)
 
+    def getCFlagBaud(self, baudrate: int) -> int:  # noqa: N802 (SDK name)
+        """The SDK's rates stop at 4 Mbps (it refuses the rest: "TODO: setCustomBaudrate"); X-series servos run at
+        4.5 Mbps too, which pyserial sets as a custom rate."""
+        return baudrate if baudrate in BAUD_CODES else super().getCFlagBaud(baudrate)
+
 
 def _data_length(packet: list[int]) -> int:
     """How many data bytes a status packet says it holds (LENGTH less instruction, error and CRC); < 0: none, and

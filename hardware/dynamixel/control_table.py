@@ -18,7 +18,9 @@ MODEL_NAMES = {number: name for name, number in MODEL_NUMBERS.items()}
 
 OPERATING_MODE_POSITION = 3
 OPERATING_MODES = (0, 1, 3, 4, 5, 16)  # current, velocity, position, extended position, current-based position, PWM
-BAUD_RATES = {0: 9_600, 1: 57_600, 2: 115_200, 3: 1_000_000, 4: 2_000_000, 5: 3_000_000, 6: 4_000_000}
+# Baud_Rate codes (e-Manual, XM430-W350 and XL430-W250: 7 is 4.5 Mbps; the XL330/XC330 and XM335 stop at 6).
+BAUD_RATES = {0: 9_600, 1: 57_600, 2: 115_200, 3: 1_000_000, 4: 2_000_000, 5: 3_000_000, 6: 4_000_000,
+              7: 4_500_000}
 BAUD_CODES = {baud: code for code, baud in BAUD_RATES.items()}
 
 # Units.

@@ -40,6 +40,12 @@ not rounded: rounded, the physics would run at a rate the controller does not.
 A servo answers after Return_Delay_Time plus the packet's wire time at the baud
 rate.
 
+Baud rate. A servo hears only a host whose port is set to its Baud_Rate (the
+e-Manual's codes 0-7: 9600 bps to 4.5 Mbps), read off the pty at each packet; a
+written code takes effect after the status to that write. 4.5 Mbps has no termios
+constant: a host (pyserial) sets it as a custom rate, which the emulator reads,
+and sets, through Linux's termios2.
+
 Protocol. Served: PING, READ, WRITE, REBOOT, SYNC_READ/WRITE and BULK_READ/WRITE;
 WRITE and REBOOT to the broadcast id are carried out by every servo, silently.
 Where it departs from an X-series servo, on purpose:
@@ -59,7 +65,9 @@ Where it departs from an X-series servo, on purpose:
 from __future__ import annotations
 
 import argparse
+import array
 import collections
+import fcntl
 import math
 import os
 import random
@@ -112,6 +120,39 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # termios speed constant -> baud, to hear only hosts set to a servo's baud rate.
 _TERMIOS_BAUD = {getattr(termios, f"B{b}"): b for b in BAUD_RATES.values() if hasattr(termios, f"B{b}")}
+# A rate with no constant (4.5 Mbps: Baud_Rate 7) is a custom one: on Linux the speed bits say BOTHER and struct
+# termios2 holds the rate (as pyserial sets it). The ioctls are the generic ones pyserial uses too.
+_BOTHER = 0o010000
+_TCGETS2, _TCSETS2 = 0x802C542A, 0x402C542B
+_TERMIOS2_CFLAG, _TERMIOS2_ISPEED, _TERMIOS2_OSPEED = 2, 9, 10  # int slots of struct termios2
+
+
+def _line_baud(fd: int) -> int:
+    """The baud rate the pty is set to (by the host, on the other end); 0: one this cannot tell."""
+    speed = termios.tcgetattr(fd)[4]
+    if speed == _BOTHER and sys.platform.startswith("linux"):
+        buf = array.array("i", [0] * 64)
+        try:
+            fcntl.ioctl(fd, _TCGETS2, buf)
+        except OSError:
+            return 0
+        return buf[_TERMIOS2_ISPEED] or buf[_TERMIOS2_OSPEED]  # (input 0: the output rate)
+    return _TERMIOS_BAUD.get(speed, 0)
+
+
+def _set_line_baud(fd: int, baud: int) -> None:
+    """Set the pty to ``baud``: its termios constant, or as a custom rate (Linux) where it has none."""
+    attrs = termios.tcgetattr(fd)
+    speed = getattr(termios, f"B{baud}", None)
+    if speed is not None:
+        attrs[4] = attrs[5] = speed
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        return
+    buf = array.array("i", [0] * 64)
+    fcntl.ioctl(fd, _TCGETS2, buf)
+    buf[_TERMIOS2_CFLAG] = (buf[_TERMIOS2_CFLAG] & ~termios.CBAUD) | _BOTHER
+    buf[_TERMIOS2_ISPEED] = buf[_TERMIOS2_OSPEED] = baud
+    fcntl.ioctl(fd, _TCSETS2, buf)
 
 
 @dataclass
@@ -210,6 +251,8 @@ class DynamixelEmulator:
         motors' torque-speed line (``math.inf``: no speed limit, the bare MJCF actuator)."""
         if baudrate not in BAUD_CODES:
             raise ValueError(f"baudrate {baudrate} is not an X-series rate ({sorted(BAUD_CODES)})")
+        if not hasattr(termios, f"B{baudrate}") and not sys.platform.startswith("linux"):
+            raise ValueError(f"baudrate {baudrate} has no termios constant here; a custom rate is set on Linux only")
         if not no_load_speed > 0:
             raise ValueError(f"no_load_speed must be > 0 rad/s, got {no_load_speed}")
         self.physics = physics or PhysicsOverrides()
@@ -325,10 +368,7 @@ class DynamixelEmulator:
             return self
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
-        attrs = termios.tcgetattr(self._slave)
-        speed = getattr(termios, f"B{self.baudrate}")
-        attrs[4] = attrs[5] = speed
-        termios.tcsetattr(self._slave, termios.TCSANOW, attrs)
+        _set_line_baud(self._slave, self.baudrate)
         self._wake_r, self._wake_w = os.pipe()
         self._t0 = time.monotonic() - self.data.time
         now = time.monotonic()
@@ -450,7 +490,7 @@ class DynamixelEmulator:
                 packets = self._parser.feed(data)
             elif self._parser.buffer and time.monotonic() - last_rx >= QUIET_RESYNC_S:
                 packets = self._parser.timeout()
-            baud = _TERMIOS_BAUD.get(termios.tcgetattr(self._master)[4], 0)
+            baud = _line_baud(self._master)
             with self._lock:
                 self._advance_realtime()
                 self._check_watchdogs(time.monotonic())

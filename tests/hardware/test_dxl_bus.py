@@ -316,8 +316,15 @@ def test_a_missing_pseudo_terminal_points_at_the_emulator(calibration) -> None:
 
 def test_an_unsupported_baudrate_lists_the_supported_ones(calibration) -> None:
     with pytest.raises(ValueError, match="baudrate 500000 is not one X-series servos support: 9600, 57600, 115200, "
-                                         "1000000, 2000000, 3000000, 4000000"):
+                                         "1000000, 2000000, 3000000, 4000000, 4500000"):
         DynamixelBus("/dev/null", calibration, baudrate=500_000)
+
+
+def test_the_bus_runs_at_4_5_mbps(make_emulator, make_bus) -> None:
+    """Baud_Rate 7 (XM430, XL430): the SDK's port handler had refused 4.5 Mbps ("cannot open ... unsupported baud
+    rate?"), which pyserial sets as a custom rate."""
+    bus = make_bus(make_emulator(baudrate=4_500_000), baudrate=4_500_000)
+    assert bus.ping(1) == 1020 and bus.read_state()[0].shape == (4,)
 
 
 def limited(calibration: Calibration, servo_id: int, **changes: float) -> Calibration:

@@ -150,7 +150,7 @@ def test_invalid_safety_section_names_the_file_and_key(tmp_path: Path, safety: o
 
 
 def test_unsupported_baudrate_lists_the_supported_ones(tmp_path: Path) -> None:
-    rates = "9600, 57600, 115200, 1000000, 2000000, 3000000, 4000000"
+    rates = "9600, 57600, 115200, 1000000, 2000000, 3000000, 4000000, 4500000"
     with pytest.raises(CalibrationError,
                        match=rf"'baudrate' must be one the X-series servos support \({rates}\), got 500000"):
         RobotConfig.load(write_arm(tmp_path, baudrate=500_000))

@@ -95,6 +95,31 @@ def test_wrong_baud_rate_gets_no_reply(emulator, connect) -> None:
     assert PH.ping(port, 1)[1] == sdk.COMM_RX_TIMEOUT
 
 
+@pytest.mark.parametrize("code, baudrate", [(0, 9_600), (4, 2_000_000), (6, 4_000_000), (7, 4_500_000)])
+def test_a_baud_rate_write_moves_the_servo_to_that_rate(emulator, connect, code, baudrate) -> None:
+    """The e-Manual's Baud Rate(8) for the XM430/XL430: 0-7 are 9600 bps .. 4 Mbps, and 7 is 4.5 Mbps. Code 7 was
+    taken (no range error) but left the servo hearing no host at any rate: no termios constant names 4.5 Mbps, so
+    the emulator neither listed it nor read a host's custom rate off the pty."""
+    port = connect(emulator)
+    assert write(port, 2, "Baud_Rate", code) == OK  # (the status still comes at the old rate)
+    assert PH.ping(port, 2)[1] == sdk.COMM_RX_TIMEOUT and PH.ping(port, 1)[1] == sdk.COMM_SUCCESS
+    port.closePort()
+    moved = connect(emulator, baudrate=baudrate)
+    assert PH.ping(moved, 2) == (1020, sdk.COMM_SUCCESS, 0) and PH.ping(moved, 1)[1] == sdk.COMM_RX_TIMEOUT
+    assert read(moved, 2, "Baud_Rate") == (code, *OK)
+    assert write(moved, 2, "Baud_Rate", 3) == OK  # and back
+    moved.closePort()
+    assert PH.ping(connect(emulator), 2)[1] == sdk.COMM_SUCCESS
+
+
+def test_an_emulator_serves_at_4_5_mbps(make_emulator, connect) -> None:
+    """4.5 Mbps has no termios constant: the pty is set to it as a custom rate, as pyserial sets a host's."""
+    emulator = make_emulator(baudrate=4_500_000)
+    assert emulator.register(1, "Baud_Rate") == 7
+    assert PH.ping(connect(emulator, baudrate=4_500_000), 1) == (1020, sdk.COMM_SUCCESS, 0)
+    assert PH.ping(connect(emulator), 1)[1] == sdk.COMM_RX_TIMEOUT
+
+
 def test_control_table_defaults_and_limits_from_the_mjcf(emulator, connect) -> None:
     port = connect(emulator)
     assert read(port, 2, "ID") == (2, *OK)
