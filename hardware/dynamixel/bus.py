@@ -590,14 +590,17 @@ class DynamixelBus:
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")
 
     def _hardware_error(self, servo_id: int) -> int | None:
-        """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read)."""
+        """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read).
+
+        A reply whose error byte holds more than the alert bit is a refusal: it carries no data, and the SDK's
+        read1ByteTxRx reads its value out of the CRC (causes no servo had), so it is retried like no reply."""
         item = TABLE["Hardware_Error_Status"]
         for _ in range(self.retries + 1):
             try:
-                value, result, _ = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
+                value, result, error = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
             except BaseException:  # a Ctrl+C inside the exchange: the port is left usable, as _retry leaves it
                 self._abandon_exchange()
                 raise
-            if result == sdk.COMM_SUCCESS:
+            if result == sdk.COMM_SUCCESS and not error & ~protocol.ERR_ALERT:
                 return value
         return None

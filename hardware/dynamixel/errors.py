@@ -39,10 +39,10 @@ class PacketError(DynamixelError):
 
 
 def hardware_status_text(status: int | None) -> str:
-    """A Hardware_Error_Status as a message says it; None: the servo did not answer its read (which had read as
-    "0x00 (none)", as if the servo had reported no cause)."""
+    """A Hardware_Error_Status as a message says it; None: the servo did not answer its read, or refused it (which
+    had read as "0x00 (none)", as if the servo had reported no cause, or as causes read out of the CRC)."""
     if status is None:
-        return "Hardware_Error_Status unread (the servo did not answer its read)"
+        return "Hardware_Error_Status unread (the servo did not answer its read, or refused it)"
     return f"Hardware_Error_Status=0x{status:02x} ({describe_hardware_error(status)})"
 
 

@@ -230,7 +230,7 @@ def test_a_hardware_alert_whose_status_cannot_be_read_says_unread(emulator, make
     emulator.faults.hardware_alert[3] = HW_OVERLOAD
     monkeypatch.setattr(bus._packet, "read1ByteTxRx", lambda port, servo, address: (0, sdk.COMM_RX_TIMEOUT, 0))
     with pytest.raises(HardwareAlertError, match=r"servo 3 .*Hardware_Error_Status unread \(the servo did not answer "
-                                                 r"its read\); remove the cause") as info:
+                                                 r"its read, or refused it\); remove the cause") as info:
         bus.read_state()
     assert info.value.hardware_error is None and "0x00" not in str(info.value)
 
@@ -495,3 +495,29 @@ def test_a_reply_holding_other_than_what_was_asked_for_is_garbled(emulator, make
         with pytest.raises(HardwareAlertError, match=r"servo 3 .*Hardware_Error_Status=0x20 \(overload\)"):
             bus.read_state()
     assert bus.stats.crc_errors == (1 if exchange == "ping" else 0)  # (_hardware_error retries on its own)
+
+
+@pytest.mark.parametrize("error", [p.ERR_CRC, p.ERR_INSTRUCTION])
+@pytest.mark.parametrize("refusals", [1, 2])
+def test_a_refused_hardware_error_status_read_is_not_read_as_causes(emulator, make_bus, monkeypatch, error,
+                                                                     refusals) -> None:
+    """A refusal carries no data, but the SDK's read1ByteTxRx reads its 'value' out of the CRC, and the bus took it
+    whatever the status's error byte said: an overloaded servo whose status read was refused (a CRC error, as on a
+    noisy bus) was reported with causes it never had (0x5b for servo 3: input voltage, motor encoder, electrical
+    shock; 0x5e for an instruction error). A refusal is retried, and a status read refused every time is unread, as
+    one never answered is."""
+    bus = make_bus(emulator, retries=1)
+    emulator.faults.hardware_alert[3] = HW_OVERLOAD  # the sync read's reply flags it, then its status is read
+
+    def refuse_status_reads() -> None:  # servo 3's replies from now: 1 the sync read's, 2 and 3 its status reads
+        for nth in range(2, 2 + refusals):
+            replace_reply(emulator, monkeypatch, 3, p.encode_status(3, p.ERR_ALERT | error, b""), nth=nth)
+
+    expected = HW_OVERLOAD if refusals == 1 else None
+    refuse_status_reads()
+    with pytest.raises(HardwareAlertError) as info:
+        bus.read_state()
+    assert info.value.hardware_error == expected
+    refuse_status_reads()
+    bus.read_state(allow_alerts=True)
+    assert bus.alerted == {3: expected}
