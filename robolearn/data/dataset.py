@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (DatasetWriter, dataset_dir, dataset_id, datasets_root, list_datasets, own_id,
-                                        read_metadata)
+                                        read_metadata, refuse_discrete_actions)
 from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
@@ -191,7 +191,14 @@ class Dataset:
 
     @property
     def action_spec(self) -> spaces.Box:
-        return self._space("action_space")
+        """The action Box. A space of other than floating-point actions (Discrete, MultiDiscrete, an integer Box,
+        a Dict) is refused by name, as imports refuse such actions: a Minari dataset's Discrete actions had
+        trained as one continuous action, its indices."""
+        space = self._space("action_space")
+        arrays = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)  # (all but a Box: integers)
+        refuse_discrete_actions(space.dtype if isinstance(space, arrays) else None,
+                                f"{self.path / 'data' / 'metadata.json'}: action_space is {space}: ")
+        return space
 
     def _space(self, key: str) -> Any:
         from minari.serialization import deserialize_space

@@ -181,12 +181,20 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise DatasetError(f"{file}: corrupt metadata ({err})") from None
 
 
+def refuse_discrete_actions(dtype: Any, where: str = "") -> None:
+    """Refuse actions that are not floating point: integer or bool ones are discrete (they had imported with the
+    int64 range as bounds), and a space of no dtype (Dict, Tuple) holds no one action array. ``where`` begins the
+    message: what holds them. Imports check an episode's actions, a dataset read in place its action_space."""
+    if dtype is None or not np.issubdtype(dtype, np.floating):
+        of = f" of dtype {np.dtype(dtype)}" if dtype is not None else " of no one array"
+        raise DatasetError(f"{where}actions{of}: robolearn's agents act in continuous (floating-point) action "
+                           "spaces; discrete actions are not supported")
+
+
 def specs_of(episode: Episode) -> tuple[dict[str, spaces.Box], spaces.Box]:
     """Unbounded observation and action specs with ``episode``'s shapes and dtypes (for imports); integer and
     bool observations span their dtype's range; integer or bool actions (discrete ones) are refused."""
-    if not np.issubdtype(episode.actions.dtype, np.floating):
-        raise DatasetError(f"actions of dtype {episode.actions.dtype}: robolearn's agents act in continuous "
-                           "(floating-point) action spaces; discrete actions are not supported")
+    refuse_discrete_actions(episode.actions.dtype)
 
     def unbounded(array: np.ndarray) -> spaces.Box:
         if array.dtype == np.bool_:  # (gymnasium's Box takes no infinite bounds for these: their own range)

@@ -372,6 +372,30 @@ def test_a_minari_observation_space_that_is_no_box_is_said(root, monkeypatch, ca
     assert said in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
+@pytest.mark.parametrize("space, actions", [(spaces.Discrete(3), np.array([0, 1, 2, 1])),
+                                            (spaces.MultiDiscrete([3, 2]), np.array([[0, 1], [2, 0], [1, 1], [0, 0]]))])
+def test_a_minari_action_space_that_is_not_continuous_is_refused_as_on_import(root, monkeypatch, capsys, space,
+                                                                                actions):
+    """Imports refuse discrete actions, but a Minari dataset read in place had a Discrete action space taken: its
+    action indices trained as one continuous action (float32, shape (4,)) and `dataset info` said "actions: []".
+    It is refused with the import's words, naming the file and the key."""
+    import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    buffer = EpisodeBuffer(observations=np.zeros((5, 3), np.float32), actions=actions, rewards=np.ones(4),
+                           terminations=np.r_[np.zeros(3, bool), True], truncations=np.zeros(4, bool))
+    minari.create_dataset_from_buffers("other-v0", [buffer], observation_space=spaces.Box(-1, 1, (3,), np.float32),
+                                       action_space=space)
+    said = (f"metadata.json: action_space is {space}: actions of dtype int64: robolearn's agents act in continuous "
+            "(floating-point) action spaces; discrete actions are not supported")
+    with pytest.raises(DatasetError, match=re.escape(said)):
+        Dataset.load("other").transitions()
+    assert cli(["dataset", "info", "other"]) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
     import os
     import signal
