@@ -35,7 +35,7 @@ from typing import Callable, Literal
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, reset_mask, reset_rows
+from robolearn.interfaces import Controller, Obs, moved_by, reset_mask, reset_rows
 
 Mode = Literal["open_loop", "ensemble"]
 Beyond = Literal["hold", "extend"]
@@ -77,6 +77,11 @@ class ActionQueue:
             self.index[reset_rows(mask, self.index)] = self.length
         if self.valid is not None:
             self.valid[reset_rows(mask, self.valid)] = False
+
+    def clear(self) -> None:
+        """Forget every env's queue and the number of envs: the next step decides anew for all of them, on the
+        device and in the dtype the source then gives."""
+        self.chunks = self.index = self.valid = None
 
     def fit(self, chunk: torch.Tensor, length: int, have: int | None = None) -> torch.Tensor:
         """``chunk`` cut or continued to ``length`` steps (continued by holding its last action).
@@ -193,6 +198,17 @@ class ChunkedController(Controller):
             return self.queue.next(action.shape[0], lambda rows, _: action[rows.to(action.device)].unsqueeze(1))
         x = self.read(obs)
         return self.queue.next(x.shape[0], lambda rows, length: self._chunk(x[rows.to(x.device)], length))
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> ChunkedController:
+        """nn.Module's move of parameters and buffers (``.to()``, ``.cuda()``, ``.double()``...), which also lets the
+        queued chunks go if it would move them: every env decides anew at the next ``act``, where the source then
+        computes (a new episode; a move that changes nothing keeps the queue). Kept where they were made, they had
+        been played on after the move, then handed the source's new chunks at the next decision: on a GPU, CPU
+        chunks indexed with CUDA rows raise; moved to float64, float32 chunks refuse float64 ones. The queue's step
+        counts stay on the host by design; a source's own state goes with its own move (a child module)."""
+        if moved_by(fn, self.queue.chunks):
+            self.queue.clear()
+        return super()._apply(fn, recurse)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         mask = reset_mask(mask)

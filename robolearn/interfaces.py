@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -206,6 +206,13 @@ def reset_rows(mask: Any, held: torch.Tensor) -> slice | torch.Tensor:
     return slice(None) if mask is None else mask.to(held.device)
 
 
+def moved_by(fn: Callable[[torch.Tensor], torch.Tensor], *held: torch.Tensor | None) -> bool:
+    """Whether ``fn``, what ``nn.Module._apply`` does to a module's tensors (``.to()``, ``.cpu()``, ``.cuda()``,
+    ``.double()``...), would put any of ``held`` (acting state; None where not made yet) elsewhere: a tensor it
+    leaves as it is comes back itself. Controllers let such state go when moved (a new episode at the next act)."""
+    return any(t is not None and fn(t) is not t for t in held)
+
+
 def check_setup(controller: nn.Module) -> None:
     """A controller of one's own that skipped a step of its ``__init__`` is told which (acting and
     exporting call this), not nn.Module's error about an internal attribute."""
@@ -226,7 +233,9 @@ class Controller(nn.Module, ABC):
     decisions: 1 for a flat policy, k for a sequence policy that emits k actions
     at once, the skill length for a hierarchical one. Queues, recurrent state and
     the current skill live inside; callers only call ``reset(mask)`` for envs
-    whose episode ended.
+    whose episode ended. Ours let that state go when a move (``.to(device)``,
+    ``.double()``...) would take it elsewhere: every env starts anew at the next
+    ``act``; one's own does so in its ``_apply`` with :func:`moved_by`.
 
     ``forward`` is the pure function that is exported (TorchScript, ONNX):
     stateless controllers map ``x -> action``; stateful ones take and return

@@ -268,3 +268,40 @@ def test_a_module_that_is_no_controller_is_refused_by_name():
     with pytest.raises(TypeError, match=r"ChunkedController wraps a Controller \(obs_groups, obs_size, act\), or an "
                                         r"exported one; got Linear"):
         ChunkedController(torch.nn.Linear(4, 2), 2)
+
+
+class Gain(Controller):
+    """Flat: action = 2 * the observation, through a weight, so that a moved controller computes on its new device
+    and dtype."""
+
+    obs_size = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.full((1,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :1] * self.gain
+
+
+@pytest.mark.parametrize("mode", ["open_loop", "ensemble"])
+@pytest.mark.parametrize("move", [torch.float64, "meta"])
+def test_a_chunked_controller_moved_after_acting_acts_where_it_was_moved(mode, move):
+    """A move (``.to()``, ``.cuda()``, ``.double()``...) that would take its queued chunks elsewhere lets them go:
+    the next act decides anew for every env (a new episode) where the controller now is. A dtype move is the CPU's
+    stand-in for a move to a GPU, and so is the meta device. The chunks had stayed where they were made: moved to
+    float64, an open-loop controller played its float32 chunk on, then raised 'Index put requires the source and
+    destination dtypes match' at its next decision, and an ensemble one blended its old predictions into float32
+    actions; moved to meta, one returned CPU actions, the other raised 'Cannot copy out of meta tensor'. (On a GPU, CPU chunks indexed with the CUDA rows raise.) A move that changes nothing keeps them."""
+    chunked = ChunkedController(Gain(), length=3, mode=mode)
+    chunked.act({"policy": torch.tensor([[1.0], [2.0]])})
+    later = {"policy": torch.tensor([[5.0], [6.0]])}
+    if mode == "open_loop":  # nothing moved: the chunk decided a step ago plays on
+        assert chunked.cpu().float().act(later)[:, 0].tolist() == [2.0, 4.0]
+    chunked.to(move)
+    for _ in range(2):
+        action = chunked.act(later)
+        if move == "meta":
+            assert action.device.type == "meta" and action.shape == (2, 1)
+        else:
+            assert action.dtype == torch.float64 and action[:, 0].tolist() == pytest.approx([10.0, 12.0])  # decided now
