@@ -22,10 +22,12 @@ eval --exported``, ``robolearn deploy``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from robolearn.interfaces import Controller, Obs, reset_mask, reset_rows
+from robolearn.interfaces import Controller, Obs, moved_by, reset_mask, reset_rows
 from policies.modules import ActionScaler
 
 
@@ -60,6 +62,15 @@ class SkillController(Controller):
             self.skill, self.step = x.new_zeros(x.shape[0], self.latent_dim), x.new_zeros(x.shape[0])
         action, self.skill, self.step = self(x, self.skill, self.step)
         return action
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> SkillController:
+        """nn.Module's move of parameters and buffers (``.to()``, ``.cuda()``, ``.double()``...), which also lets the
+        held skills and steps go if it would move them: every env picks a new skill at the next ``act``, where the
+        controller now is (a new episode; a move that changes nothing keeps them). Kept where they were made, they
+        had met the moved networks' outputs in ``forward`` (on a GPU, CPU skills raise there), ``reset`` or not."""
+        if moved_by(fn, self.skill, self.step):
+            self.skill = self.step = None
+        return super()._apply(fn, recurse)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """A new skill is chosen at the next ``act`` for the envs in ``mask`` (all when None). Before the first

@@ -284,6 +284,32 @@ def test_controller_holds_the_skill_for_h_steps_and_resets_per_env(cls):
     assert [s[0] for s in steps] == [0, 1, 0, 1, 2, 3] and [s[1] for s in steps] == [0, 1, 2, 3, 0, 1]
 
 
+@pytest.mark.parametrize("move", [torch.float64, "meta"])
+def test_a_skill_controller_moved_after_acting_picks_new_skills_where_it_was_moved(move):
+    """A move (``.to()``, ``.cuda()``, ``.double()``...) that would take its held skills and steps elsewhere lets
+    them go: every env picks a new skill at the next act, where the controller now is. The meta device is the CPU's
+    stand-in for a move to a GPU: the skills had stayed on the CPU, and the next act raised 'Tensor on device meta is
+    not on the expected device cpu' (on a GPU, torch.where of CUDA and CPU tensors raises alike), reset() or not.
+    (Moved to float64 it had acted on, the held skill promoted.) A move that changes nothing keeps them."""
+    torch.manual_seed(0)
+    agent = SPiRL(OBS, ACTIONS, small(), torch.device("cpu"))
+    agent.end_pretraining()
+    controller = agent.controller()
+    obs = {"policy": torch.randn(2, 3)}
+    controller.act(obs)
+    held = controller.skill.clone()
+    controller.cpu().float().act(obs)  # nothing moved: the skill is held on
+    assert torch.equal(controller.skill, held) and controller.step.tolist() == [2.0, 2.0]
+    controller.to(move)
+    controller.reset()  # as evaluate() starts
+    action = controller.act(obs)
+    expected = torch.device(move) if move == "meta" else torch.device("cpu")
+    assert action.shape == (2, 2) and action.device == expected
+    assert controller.skill.device == controller.step.device == expected
+    if move != "meta":
+        assert action.dtype == torch.float64 and controller.step.tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("cls", [SPiRL, SkillCritic])
 def test_exported_controller_matches_the_module(cls, tmp_path):
     import onnxruntime
