@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +35,7 @@ from gymnasium import spaces
 from torch import nn
 
 from robolearn import distributed
-from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, obs_dim, reset_mask
+from robolearn.interfaces import Agent, Controller, Obs, flatten_obs, moved_by, obs_dim, reset_mask
 from policies.modules import (
     ActionScaler,
     BoxClip,
@@ -184,6 +184,15 @@ class RecurrentController(Controller):
             self.hidden = x.new_zeros(x.shape[0], self.hidden_size)
         action, self.hidden = self(x, self.hidden)
         return action
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RecurrentController:
+        """nn.Module's move of parameters and buffers (``.to()``, ``.cuda()``...), which also lets the hidden state
+        go if it would move it: every env's memory starts from zeros at the next ``act``, where the controller now
+        is (a new episode; a move that changes nothing keeps it). Kept where it was made, it had been fed to the
+        moved GRU (on a GPU, a CPU hidden state raises there), ``reset`` or not."""
+        if moved_by(fn, self.hidden):
+            self.hidden = None
+        return super()._apply(fn, recurse)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         if self.hidden is not None:

@@ -191,6 +191,26 @@ def test_recurrent_unroll_reproduces_acting_with_resets(random_obs, obs_spec, ac
         controller.reset(done)
 
 
+def test_a_recurrent_controller_moved_after_acting_starts_its_memory_where_it_was_moved(random_obs, obs_spec,
+                                                                                        action_spec) -> None:
+    """A move (``.to()``, ``.cuda()``...) that would take its hidden state elsewhere lets it go: every env's memory
+    starts from zeros at the next act, where the controller now is. The meta device is the CPU's stand-in for a move
+    to a GPU (a dtype move is none: act feeds float32, which a float64 GRU refuses): the hidden state had stayed on
+    the CPU, and the next act raised 'Tensor on device meta is not on the expected device cpu', reset() or not (on a
+    GPU, the GRU given a CPU hidden state raises alike). A move that changes nothing keeps it."""
+    torch.manual_seed(0)
+    controller = PPO(obs_spec, action_spec, small(recurrent=True), CPU).controller()
+    obs = random_obs(3)
+    controller.act(obs)
+    held = controller.hidden
+    controller.cpu().float().act(obs)
+    assert controller.hidden.shape == (3, 8) and not torch.equal(controller.hidden, held)  # went on from it
+    controller.to("meta")
+    controller.reset()  # as evaluate() starts
+    action = controller.act(obs)
+    assert action.device.type == controller.hidden.device.type == "meta" and action.shape == (3, 2)
+
+
 def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, action_spec) -> None:
     torch.manual_seed(0)
     agent = PPO(obs_spec, action_spec, small(recurrent=True, critic_obs_groups=("policy", "critic")), CPU)
