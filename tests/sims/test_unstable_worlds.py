@@ -70,3 +70,26 @@ def test_the_runner_says_it_once_a_run_with_the_count():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         stats.metrics()  # once a run
+
+
+def test_a_go1_world_gone_nan_on_the_gpus_code_path_ends_alone_and_the_run_goes_on(monkeypatch):
+    """The GPU's task and path (MuJoCo Warp, resets by mask, randomization, pushes, terrain): a NaN world is
+    reset whole (its contacts, warmstart and task state too), and nothing NaN reaches the learner or the logs."""
+    from robolearn.config import load_config
+    from robolearn.registry import make_env
+
+    monkeypatch.setattr(interfaces, "HOST_READS_FREE_ON", set())
+    env = make_env(load_config("ppo_go1_rough", ["env.backend=warp", "env.device=cpu", "env.num_envs=4"]).env, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.rand((4, 12), generator=generator) * 2 - 1 for _ in range(7)]
+    for action in actions[:3]:
+        env.step(action)
+    sim = env.sim
+    sim.add_qvel(torch.tensor([2]), torch.full((1, sim.model.nv), math.nan))
+    for t, action in enumerate(actions[3:]):
+        step = env.step(action)
+        assert step.terminated.tolist() == [False, False, t == 0, False]
+        assert float(step.info["log"][UNSTABLE_LOG]) == (t == 0)
+        assert torch.isfinite(step.reward).all() and all(math.isfinite(float(v)) for v in step.info["log"].values())
+        for group in (step.obs, step.info["final_obs"]):
+            assert all(torch.isfinite(value).all() for value in group.values())
