@@ -126,8 +126,10 @@ class Dataset:
         return cls(writer.target)
 
     def check_readable(self) -> None:
-        """Read the last episode now (the file is opened and its end reached): a truncated or corrupt
-        file is a :class:`DatasetError` here (``dataset list``), not when a run first reads it."""
+        """Read the spaces and the last episode now (the file is opened and its end reached): a truncated or
+        corrupt file, or observations or actions no agent of ours reads, is a :class:`DatasetError` here
+        (``dataset list``), not when a run first reads it."""
+        self.observation_spec, self.action_spec
         if self.num_episodes:
             self[-1]
 

@@ -370,6 +370,9 @@ def test_a_minari_observation_space_that_is_no_box_is_said(root, monkeypatch, ca
         Dataset.load("other").transitions()
     assert cli(["dataset", "info", "other"]) == 2
     assert said in capsys.readouterr().err
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(root))  # (`list` reads robolearn's root, here Minari's own)
+    assert cli(["dataset", "list"]) == 0
+    assert "other-v0" in (listed := capsys.readouterr().out) and f"other-v0{' ' * 24} UNREADABLE: " in listed
 
 
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
@@ -394,6 +397,8 @@ def test_a_minari_action_space_that_is_not_continuous_is_refused_as_on_import(ro
         Dataset.load("other").transitions()
     assert cli(["dataset", "info", "other"]) == 2
     assert said in capsys.readouterr().err
+    assert cli(["dataset", "list"]) == 0
+    assert "other-v0" in (listed := capsys.readouterr().out) and f"UNREADABLE: {root}" in listed and said in listed
 
 
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
