@@ -305,6 +305,9 @@ class TaskEnv(VecEnv):
         # (an unstable world's last observation is NaN or after MuJoCo's reset: its next episode's first stands in,
         # finite and never bootstrapped from, the episode having terminated)
         info["final_obs"] = {name: where_rows(unstable, fresh[name], value) for name, value in obs.items()}
+        if self.keep_final_state:  # the state final_obs was observed in: for an unstable world, that first one's too
+            info["final_state"] = {name: where_rows(unstable, value, info["final_state"][name])
+                                   for name, value in self.get_state().items()}
         obs = {name: where_rows(done, fresh[name], value) for name, value in obs.items()}
         return Step(obs, reward, terminated, truncated, info)
 

@@ -42,6 +42,25 @@ def test_a_world_whose_physics_blows_up_ends_its_episode_and_no_other(monkeypatc
     assert not after.terminated.any() and float(after.info["log"][UNSTABLE_LOG]) == 0
 
 
+@pytest.mark.parametrize("backend", ["mujoco", "warp"])
+def test_the_final_state_of_a_world_that_blew_up_matches_its_final_obs(backend):
+    """With ``keep_final_state`` (recordings, replays), ``final_state`` is the state ``final_obs`` was observed in:
+    for a world whose physics blew up, its next episode's first, as its ``final_obs`` is. It had been the state the
+    blow-up left: NaN on MuJoCo Warp (a recording then refused the episode: 'infos/state ... holds NaN or inf'), and
+    MuJoCo's own reset on the CPU, which matches no observation the env returned."""
+    env = sims.make_env("half_cheetah", 4, backend=backend, device="cpu", seed=0)
+    env.keep_final_state = True
+    action = torch.full((4, 6), 0.3)
+    for _ in range(5):
+        env.step(action)
+    env.sim.add_qvel(torch.tensor([1]), torch.full((1, env.sim.model.nv), PUSH))
+    step = env.step(action)
+    assert step.terminated.tolist() == [False, True, False, False]
+    now = env.get_state()  # world 1 at its next episode's first state, the others where the step left them
+    for name, value in step.info["final_state"].items():
+        assert torch.isfinite(value).all() and torch.equal(value, now[name]), name
+
+
 def test_the_cpu_backend_names_the_worlds_mujoco_reset_once():
     env = sims.make_env("hopper", 3, seed=0)
     for _ in range(3):
