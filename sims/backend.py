@@ -25,9 +25,9 @@ the last substep.
 
 A world whose physics blows up (NaN, inf or a huge value in ``qpos``, ``qvel``
 or ``qacc``) is reset by MuJoCo itself in mid-step (its autoreset: a warning is
-printed and the world goes on from ``qpos0`` at time 0); :meth:`unstable`
-names such worlds, from their clocks, so that the env ends their episodes
-rather than hand the learner a teleport.
+printed and the world goes on from ``qpos0`` at time 0, its controls 0);
+:meth:`unstable` names such worlds, from their clocks and controls, so that
+the env ends their episodes rather than hand the learner a teleport.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ class MujocoBackend:
 
     def step(self, ctrl: torch.Tensor, nstep: int = 1) -> None:
         """Hold ``ctrl`` ``(num_worlds, nu)`` for ``nstep`` physics steps in every world."""
-        self._ctrl[:] = _numpy(ctrl)
+        given = _numpy(ctrl)
+        self._ctrl[:] = given
         before = self._time.copy()
         try:
             self._batch.step(nstep=nstep)
@@ -149,10 +150,11 @@ class MujocoBackend:
             raise SimulationFailed(f"the physics could not step: {said}") from None
         finally:
             self._cache.clear()
-        # MuJoCo's autoreset sends a world's clock back to 0 within the step (its own warning is all it says):
-        # a world that did not advance by nstep substeps was reset. (One reset in its first substep from time 0
-        # looks like a normal step, and goes unseen; it started from qpos0 anyway.)
-        self._unstable |= self._time < before + (nstep - 0.5) * self._timesteps
+        # MuJoCo's autoreset sends a world's clock back to 0 and zeroes its controls within the step (its own warning
+        # is all it says): a world that did not advance by nstep substeps, or no longer holds the controls given, was
+        # reset. (The clock alone misses a reset in the first substep from time 0, an episode's first: it ends at dt
+        # as a good substep does. Only such a world given every control 0 goes unseen.)
+        self._unstable |= (self._time < before + (nstep - 0.5) * self._timesteps) | (self._ctrl != given).any(1)
 
     def unstable(self) -> torch.Tensor:
         """``(num_worlds,)`` bool: the worlds whose physics blew up in a step since the last call (MuJoCo reset

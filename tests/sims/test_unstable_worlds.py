@@ -71,6 +71,21 @@ def test_the_cpu_backend_names_the_worlds_mujoco_reset_once():
     assert not env.sim.unstable().any()  # said once
 
 
+@pytest.mark.parametrize("delay", [None, 2])  # None: one call of frame_skip substeps; 2: one call per substep
+def test_a_world_that_blows_up_in_the_first_substep_of_its_episode_ends_it_too(delay):
+    """A world just reset (time 0) that MuJoCo resets in its first substep ends that substep at time dt, as a good
+    one does: its clock alone cannot tell, and it had gone on unseen from MuJoCo's default state (in a maze, ball
+    and goal both at the origin: a success, reward 0 where the step costs -1). MuJoCo's reset zeroes its controls,
+    which the step had set: that says it."""
+    env = sims.make_env("half_cheetah", 3, seed=0)  # every world at time 0, as after the env's own resets
+    if delay is not None:
+        env.actuation_delay = torch.full((3,), delay)
+    env.sim.add_qvel(torch.tensor([1]), torch.full((1, env.sim.model.nv), PUSH))
+    step = env.step(torch.full((3, 6), 0.3))
+    assert step.terminated.tolist() == [False, True, False] and float(step.info["log"][UNSTABLE_LOG]) == 1
+    assert step.reward[1] == 0
+
+
 def test_a_timestep_given_per_world_is_not_taken_for_a_reset():
     env = sims.make_env("hopper", 2, seed=0)
     env.sim.set_model_field("opt.timestep", torch.tensor([0.002, 0.0005]))
