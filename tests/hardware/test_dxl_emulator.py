@@ -97,7 +97,7 @@ def test_wrong_baud_rate_gets_no_reply(emulator, connect) -> None:
 
 @pytest.mark.parametrize("code, baudrate", [(0, 9_600), (4, 2_000_000), (6, 4_000_000), (7, 4_500_000)])
 def test_a_baud_rate_write_moves_the_servo_to_that_rate(emulator, connect, code, baudrate) -> None:
-    """The e-Manual's Baud Rate(8) for the XM430/XL430: 0-7 are 9600 bps .. 4 Mbps, and 7 is 4.5 Mbps. Code 7 was
+    """The e-Manual's Baud Rate(8) for the XM430/XL430: 0-6 are 9600 bps .. 4 Mbps, and 7 is 4.5 Mbps. Code 7 was
     taken (no range error) but left the servo hearing no host at any rate: no termios constant names 4.5 Mbps, so
     the emulator neither listed it nor read a host's custom rate off the pty."""
     port = connect(emulator)
