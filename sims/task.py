@@ -23,7 +23,7 @@ from gymnasium import spaces
 
 from robolearn.interfaces import UNSTABLE_LOG, ContractError, Obs, Step, VecEnv, all_finite, host_reads_are_free
 from sims.backend import MujocoBackend
-from sims.worlds import where_rows
+from sims.worlds import where_rows, zero_rows
 
 
 class Task(ABC):
@@ -406,11 +406,6 @@ class TaskEnv(VecEnv):
 
     def close(self) -> None:
         self.sim.close()
-
-
-def zero_rows(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``value`` ``(num_worlds, ...)`` with its rows where ``mask`` set to zero."""
-    return value.masked_fill(mask.view(-1, *([1] * (value.dim() - 1))), 0)
 
 
 def resets_by_mask(task: Task) -> bool:

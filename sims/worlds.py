@@ -20,6 +20,11 @@ def where_rows(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Te
     return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
 
 
+def zero_rows(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``value`` ``(num_worlds, ...)`` with its rows where ``mask`` set to zero."""
+    return value.masked_fill(mask.view(-1, *([1] * (value.dim() - 1))), 0)
+
+
 def put_rows_(mask: torch.Tensor, rows: torch.Tensor, target: torch.Tensor) -> None:
     """``target``'s rows where ``mask`` ``(num_worlds,)`` replaced by those of ``rows``, in place: one kernel
     (:func:`where_rows` then a copy is two, and these run for every world on every step of a GPU env)."""
