@@ -98,12 +98,19 @@ class TD3Learner:
     saved = ("actor", "actor_target", "critic", "critic_target", "actor_optimizer", "critic_optimizer")
 
     def state_dict(self) -> dict[str, Any]:
-        return {**{name: getattr(self, name).state_dict() for name in self.saved}, "updates": torch.tensor(self.updates)}
+        state = {**{name: getattr(self, name).state_dict() for name in self.saved}, "updates": torch.tensor(self.updates)}
+        # The last actor step's metrics, which every update until the next one reports (the iteration's logged
+        # means hold them): a resume between two actor steps reports them too. Absent before the first actor step,
+        # so that checkpoints written before they were kept still load (and report none until the next one).
+        if self._actor_metrics:
+            state["actor_metrics"] = dict(self._actor_metrics)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in self.saved:
             getattr(self, name).load_state_dict(state[name])
         self.updates = int(state["updates"])
+        self._actor_metrics = dict(state.get("actor_metrics", {}))
 
     def modules(self) -> list[nn.Module]:
         return [self.actor, self.actor_target, self.critic, self.critic_target]

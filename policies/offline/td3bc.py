@@ -109,12 +109,19 @@ class TD3BC(OfflineAgent):
                                        copy.deepcopy(self.scaler), self.obs_groups, self.obs_dim)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "actor_target": self.actor_target.state_dict(),
-                "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
-                "normalizer": self.normalizer.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
-                "critic_optimizer": self.critic_optimizer.state_dict(), "updates": torch.tensor(self.updates)}
+        state = {"actor": self.actor.state_dict(), "actor_target": self.actor_target.state_dict(),
+                 "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
+                 "normalizer": self.normalizer.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
+                 "critic_optimizer": self.critic_optimizer.state_dict(), "updates": torch.tensor(self.updates)}
+        # The last actor step's metrics, which every update until the next one reports (the iteration's logged
+        # means hold them): a resume between two actor steps reports them too. Absent before the first actor step,
+        # so that checkpoints written before they were kept still load (and report none until the next one).
+        if self._actor_metrics:
+            state["actor_metrics"] = dict(self._actor_metrics)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in ("actor", "actor_target", "critic", "critic_target", "normalizer", "actor_optimizer", "critic_optimizer"):
             getattr(self, name).load_state_dict(state[name])
         self.updates = int(state["updates"])
+        self._actor_metrics = dict(state.get("actor_metrics", {}))

@@ -4,6 +4,7 @@ penalty pulling subgoals into reach, export, checkpoints, and one run on the poi
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -17,6 +18,7 @@ from robolearn.export import ExportedController, export_controller
 from robolearn.runner import train
 from policies.goal.adjacency import AdjacencyGraph, AdjacencyNetwork, sample_pairs
 from policies.goal.hrac import HRAC, HRACConfig
+from policies.td3_learner import TD3Learner, TD3Settings
 
 OBS = {"policy": spaces.Box(-np.inf, np.inf, (4,), np.float32), "goal": spaces.Box(-np.inf, np.inf, (2,), np.float32)}
 ACTIONS = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -155,6 +157,33 @@ def test_adjacency_pairs_follow_the_runs_seed():
         return torch.cat([p.flatten() for p in agent.adjacency.parameters()])
 
     assert torch.equal(trained(1), trained(1)) and not torch.equal(trained(1), trained(2))
+
+
+def test_a_levels_round_trip_between_its_delayed_actor_steps_reports_what_the_run_would_have():
+    """An update between two delayed actor steps reports the last one's losses (the iteration's logged mean holds
+    them): a resume there had reported none, so the first logged line after it differed from the run's."""
+    def learner() -> TD3Learner:
+        return TD3Learner(4, 2, TD3Settings(hidden=(16, 16)), torch.device("cpu"))
+
+    def batch(seed: int) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(8, 4, generator=g), torch.rand(8, 2, generator=g) * 2 - 1, torch.randn(8, generator=g),
+                torch.full((8,), 0.9), torch.randn(8, 4, generator=g))
+
+    torch.manual_seed(0)
+    trained = learner()
+    for seed in range(2):  # the second is an actor step (policy_delay 2)
+        trained.update(*batch(seed))
+    buffer = io.BytesIO()
+    torch.save(trained.state_dict(), buffer)
+    buffer.seek(0)
+    resumed = learner()
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    reported = []
+    for level in (trained, resumed):
+        torch.manual_seed(1)
+        reported.append({key: float(value) for key, value in level.update(*batch(2)).items()})
+    assert "actor_loss" in reported[0] and reported[1] == reported[0]
 
 
 def test_controller_exports_and_matches_the_agent(tmp_path):
