@@ -208,6 +208,8 @@ class FinetuneRunner(OfflineRunner):
             load_replay(self.checkpoint_path.with_name("replay.pt"), self.online, self.progress.env_steps, self.env.device,
                         env=self.env)
             mark_resume_seam(self.online, self.agent, self._saved_num_envs, self.cfg.env.num_envs)
+            if self._online_bound:
+                self._settle_saved_rows(self._saved_num_envs)
         if agent_cfg.offline_ratio <= 0:
             self.replay = None  # WSRL: no offline data retained
         if agent_cfg.guide:
@@ -417,6 +419,38 @@ class FinetuneRunner(OfflineRunner):
             index = (torch.tensor(rows) + self._first_position) % capacity
             column = self.online.data["mc_return"]
             column[index.to(column.device)] = torch.tensor(values, dtype=column.dtype, device=column.device)
+
+    def _settle_saved_rows(self, num_envs: int) -> None:
+        """Cal-QL online, at a resume: the saved rows still at -inf get their Monte-Carlo returns (the rule of
+        :meth:`_settle_mc_returns`): those of the episodes that ended in an iteration a Ctrl+C cut short (settled
+        at an iteration's end), and those of each env's episode that the resume's seam ends. They are each env's
+        newest rows, back to its last settled one (``num_envs`` rows a step, the newest step's last env's last)."""
+        replay, cfg = self.online, self.cfg.agent
+        if replay.data is None or replay.size == 0:
+            return
+        column, device = replay.data["mc_return"], replay.data["reward"].device
+        newest_first = (replay.position - 1 - torch.arange(replay.size, device=device)) % replay.capacity
+        unset = torch.isinf(column[newest_first])
+        # steps x envs, newest step first: each env's unset rows lead its column; read the steps that hold them all
+        steps = -(-replay.size // num_envs)
+        grid = torch.cat([unset, unset.new_zeros(steps * num_envs - replay.size)]).view(steps, num_envs)
+        depth = int(grid.long().cumprod(0).sum(0).max()) * num_envs
+        if depth == 0:
+            return
+        index = newest_first[:depth]
+        rewards = replay.data["reward"][index].double().tolist()  # one read each
+        ends = (replay.data["terminated"] | replay.data["truncated"])[index].tolist()
+        unset_rows = unset[:depth].tolist()
+        rows, values = [], []
+        for env in range(num_envs):
+            running = 0.0
+            for j in range(env, depth, num_envs):  # this env's rows, newest first
+                if not unset_rows[j]:
+                    break
+                running = rewards[j] * cfg.reward_scale + cfg.gamma * (0.0 if ends[j] else running)
+                rows.append(j)
+                values.append(running)
+        column[index[torch.tensor(rows, device=device)]] = torch.tensor(values, dtype=column.dtype, device=column.device)
 
     def _update(self) -> dict[str, Any]:
         """One online update, counted as it is made (a Ctrl+C may stop the next)."""

@@ -130,6 +130,29 @@ def test_calql_finetuning_bounds_online_rows_by_their_episodes_monte_carlo_retur
     assert torch.isinf(data["mc_return"][1000:]).all()  # not ended: no bound yet
 
 
+def test_a_resume_bounds_the_rows_of_episodes_a_ctrl_c_left_unsettled_and_of_the_one_it_cut(tmp_path):
+    """Online rows get their episode's return-to-go at each iteration's end: a Ctrl+C mid-iteration saved the rows
+    of the episodes that had ended in it still at -inf, and those of the episode the resume cut (its env restarts:
+    the seam ends it) too, and both stayed plain CQL rows for the rest of the run."""
+    from policies.offline.common import discounted_returns
+
+    cfg = tiny(tmp_path, "calql_finetune_hopper", "agent.online_cql_alpha=1.0", "agent.gamma=0.9",
+               "env.kwargs.max_episode_steps=300", "runner.total_steps=2000")
+
+    def spy(runner, batch):
+        if runner.progress.phase == "online" and runner.progress.env_steps == 1704:  # an update every 8 steps
+            runner.ctrl_c.pending = True
+
+    interrupted = run(cfg, spy=spy)
+    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["env_steps"] == 1704
+    data = run(cfg, resume=interrupted.run_dir).online.data
+    ends = data["terminated"][:1704] | data["truncated"][:1704]
+    # episodes ended at steps 300-1500 (1200 and 1500 in the iteration the Ctrl+C cut), the seam at 1704
+    assert ends.nonzero().flatten().tolist() == [299, 599, 899, 1199, 1499, 1703]
+    torch.testing.assert_close(data["mc_return"][:1704], discounted_returns(data["reward"][:1704], ends, 0.9),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_wsrl_online_rows_are_left_without_a_bound(tmp_path):
     runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=100"))  # SAC online: the column is never read
     assert torch.isinf(runner.online.data["mc_return"][: runner.online.size]).all()
