@@ -35,6 +35,7 @@ import torch
 
 from robolearn.checkpoint import CheckpointError, atomic_write_files
 from robolearn.chunking import ActionQueue, ChunkedController
+from robolearn.config import denormals_flushed
 from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_mask, reset_rows
 from robolearn.shell import shell
 
@@ -87,11 +88,9 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         paths["torchscript"] = out_dir / FILENAMES["torchscript"]
         files[paths["torchscript"]] = torchscript_bytes
     if "onnx" in formats:
-        import onnxruntime
-
         paths["onnx"] = out_dir / FILENAMES["onnx"]
         onnx_bytes = _onnx_bytes(controller, inputs)
-        session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+        session = _onnx_session(onnx_bytes)
         _check_same_outputs(controller, inputs, lambda *args: [torch.from_numpy(out) for out in session.run(
             None, {name: a.numpy() for name, a in zip(inputs, args)})], "ONNX")
         files[paths["onnx"]] = onnx_bytes
@@ -114,6 +113,19 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     for fmt in set(FORMATS) - set(formats):
         (out_dir / FILENAMES[fmt]).unlink(missing_ok=True)
     return paths
+
+
+def _onnx_session(model: bytes | str) -> Any:
+    """An ONNX Runtime CPU session of ``model`` (the file's bytes or path), the CPU's flushing of denormal floats left
+    as it was: a process's first session turned it off, and a run that exports while it trains (a fine-tune's
+    ``pretrained/``, a skill agent's) trained on after it on denormals (``runner.flush_denormal``), unlike its resume."""
+    import onnxruntime
+
+    flushing = denormals_flushed()
+    try:
+        return onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    finally:
+        torch.set_flush_denormal(flushing)
 
 
 def _check_plays_as_exported(controller: Controller, inputs: dict[str, torch.Tensor]) -> None:
@@ -224,9 +236,7 @@ class ExportedController:
         self.state_shapes = {name: tuple(self.meta["inputs"][name]) for name in names[1:]}
         self.state: list[torch.Tensor] | None = None
         if path.suffix == ".onnx":
-            import onnxruntime
-
-            session = _load(path, lambda: onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+            session = _load(path, lambda: _onnx_session(str(path)))
             self._call = lambda *args: [torch.from_numpy(out) for out in session.run(
                 None, {name: a.cpu().numpy().astype(np.float32) for name, a in zip(names, args)})]
         else:

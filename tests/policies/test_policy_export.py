@@ -97,6 +97,48 @@ def test_an_onnx_export_leaves_the_callers_torch_onnx_logging_as_it_was(tmp_path
         onnx_log.setLevel(level)
 
 
+FIRST_SESSION = """
+import sys, torch
+from robolearn.config import denormals_flushed
+from robolearn.export import ExportedController, export_controller
+from robolearn.interfaces import Controller
+
+class Gain(Controller):
+    def __init__(self):
+        super().__init__()
+        self.obs_size = 3
+        self.gain = torch.nn.Linear(3, 1)
+
+    def forward(self, obs):
+        return self.gain(obs)
+
+torch.set_flush_denormal(True)
+if sys.argv[1] == "export":
+    export_controller(Gain(), sys.argv[2], ("onnx",))
+else:
+    ExportedController(sys.argv[2])
+print(denormals_flushed())
+"""
+
+
+@pytest.mark.parametrize("session", ["export", "load"])
+def test_onnx_runtime_leaves_the_cpus_flushing_of_denormals_as_it_was(session, tmp_path) -> None:
+    """A process's first ONNX Runtime session (hence a process of its own) turned the CPU's flushing of denormal
+    floats off: a fine-tune's online phase, and a skill agent's, trained after the export of its pretrained
+    controller on denormals (runner.flush_denormal: Adam steps several times slower), and unlike a resume in that
+    phase, which exports nothing before it trains: the weights of a run and of its resume differed."""
+    import subprocess
+    import sys
+
+    target = tmp_path
+    if session == "load":
+        target = export_controller(Gain(), tmp_path, ("onnx",))["onnx"]
+    done = subprocess.run([sys.executable, "-c", FIRST_SESSION, session, str(target)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True"
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 def test_act_refuses_what_it_cannot_read_and_takes_numpy(trained_agent, random_obs, tmp_path) -> None:
     """The controller and its exported files check observations alike: a wrong width, a missing
