@@ -323,7 +323,8 @@ class FinetuneRunner(OfflineRunner):
         self._unsettled: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._rows_settled, self._first_position = 0, self.online.position
         obs = env.reset(seed=cfg.seed + 1_000_000 + self.progress.iteration)
-        stagger_episodes(env, cfg.env, cfg.seed + 1_000_000 + self.progress.iteration)
+        stagger_episodes(env, cfg.env, cfg.seed + 1_000_000 + self.progress.iteration,
+                         resumed=self.progress.env_steps > 0)  # (a resume into the online phase)
         check_finite("observation", obs)
         self._lap = 0.0  # an online iteration is not as long as a pretraining one
         while self.progress.env_steps < cfg.runner.total_steps and not self.out_of_time():

@@ -519,3 +519,14 @@ def test_an_online_resume_from_a_checkpoint_of_before_loads_the_dataset(tmp_path
     resumed.close()
     assert resumed.progress.offline_data == {
         "id": "pendulum-gone-v0", "reference_scores": {"ref_min_score": 0.0, "ref_max_score": 400.0}, "mc_return": True}
+
+
+def test_a_resume_into_the_online_phase_staggers_the_episode_clocks_as_a_training_resume_does(tmp_path):
+    """README: a --resume staggers episode clocks whatever env.random_episode_start says (every episode of the run
+    it continues had its own age). The fine-tune's online phase had started every env's episode on one step."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=0", "runner.total_steps=1000", "env.num_envs=4")
+    first = run(cfg)
+    cfg.runner.total_steps = 2000
+    clocks: list[list[int]] = []
+    run(cfg, resume=first.run_dir, spy=lambda r, batch: clocks.append(r.train_env.episode_step.tolist()))
+    assert len(set(clocks[0])) > 1, clocks[0]
