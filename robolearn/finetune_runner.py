@@ -42,13 +42,13 @@ from robolearn.config import ConfigError, TrainConfig, to_dict
 from robolearn.data.dataset import normalized_score
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, warn_if_trained_elsewhere
 from robolearn.export import ExportedController, export_controller
-from robolearn.host_reads import read_scalars
 from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
-from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, check_metrics,
-                              ask_stop, finish_run, interrupted, iteration_rest, pay_update_debt, step_envs, stopped_by_nan)
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, UpdateSums,
+                              ask_stop, check_metrics, finish_run, interrupted, iteration_rest, pay_update_debt,
+                              step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
@@ -363,8 +363,7 @@ class FinetuneRunner(OfflineRunner):
     def _online_iteration(self, obs: Obs, stats: EpisodeStats, logger: RunLogger) -> tuple[Obs, dict[str, float]]:
         """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""
         cfg, env = self.cfg, self.train_env
-        sums: dict[str, Any] = {}  # tensors stay on the device until the end
-        updates = 0
+        sums = UpdateSums()  # tensors stay on the device until the end
         left = iteration_rest(self.progress.env_steps, max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * env.num_envs)
         for _ in range(-(-left // env.num_envs)):
             if self.progress.env_steps >= cfg.runner.total_steps:
@@ -385,11 +384,11 @@ class FinetuneRunner(OfflineRunner):
             logger.advance(self.progress.env_steps)
             if self.progress.env_steps <= cfg.agent.warmup_steps or self.progress.env_steps < self.progress.refill_until:
                 continue  # WSRL warmup (the frozen pretrained policy acts) or a refill: nothing is updated
-            updates += pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
-                                       self.ctrl_c)
+            pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
+                            self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         self._settle_mc_returns()
-        metrics = {k: v / updates for k, v in read_scalars(sums).items()}
+        metrics = sums.means()
         check_metrics(metrics)
         return obs, metrics
 

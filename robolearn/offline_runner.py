@@ -22,7 +22,6 @@ export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 import warnings
@@ -39,11 +38,10 @@ from robolearn.data import Dataset, DatasetError
 from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import differing_settings, evaluate
-from robolearn.host_reads import read_scalars
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, add_update_metrics, ask_stop, check_metrics,
+from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, UpdateSums, ask_stop, check_metrics,
                               deadline_of, finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan,
                               write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
@@ -421,17 +419,15 @@ class OfflineRunner:
     def _iteration(self, count: int, logger: RunLogger | None = None) -> dict[str, float]:
         """``count`` updates on sampled minibatches, each counted in ``progress`` as it lands (a Ctrl+C
         is taken between two); their metrics averaged (one device sync at the end)."""
-        sums: dict[str, Any] = {}
-        counts: collections.Counter[str] = collections.Counter()
+        sums = UpdateSums()
         sample = getattr(self.agent, "sample", self.replay.sample)
         for _ in range(count):
             self.ctrl_c.check()
-            returned = add_update_metrics(sums, self.agent.update(sample(self.cfg.agent.batch_size)))
-            counts.update(returned.keys())  # each metric is averaged over the updates that returned it
+            sums.add(self.agent.update(sample(self.cfg.agent.batch_size)))
             self.progress.updates += 1
             if logger is not None:
                 logger.advance(self.progress.updates)
-        metrics = {key: value / counts[key] for key, value in read_scalars(sums).items()}
+        metrics = sums.means()  # each metric averaged over the updates that returned it
         check_metrics(metrics)
         return metrics
 

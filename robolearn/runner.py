@@ -557,15 +557,15 @@ class Runner:
             # the rest of an iteration a Ctrl+C cut short (which kept its updates), so that logs stay on the grid
             count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
                         total - self.progress.pretrain_updates)
-            sums: dict[str, Any] = {}
+            sums = UpdateSums()
             self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent, self._agent_copy), True
             for _ in range(count):
                 self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
-                add_update_metrics(sums, self.agent.pretrain_update())
+                sums.add(self.agent.pretrain_update())
                 self.progress.pretrain_updates += 1
                 if bar is not None:
                     bar.update()
-            metrics = {f"pretrain/{key}": float(value) / count for key, value in sums.items()}
+            metrics = {f"pretrain/{key}": value for key, value in sums.means().items()}
             check_metrics(metrics)
             self._rewind_to, self._keep_at_safe_point = None, False
             if logger is not None:
@@ -606,8 +606,7 @@ class Runner:
         runner, env = self.cfg.runner, self.env
         low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
-        sums: dict[str, Any] = {}  # tensors stay on the device until the end
-        updates = 0
+        sums = UpdateSums()  # tensors stay on the device until the end
         per_step = env.num_envs * self.world_size
         left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
         for _ in range(-(-left // per_step)):
@@ -624,10 +623,10 @@ class Runner:
             self.replay.add(transition)
             if self.progress.env_steps < max(runner.random_steps, self.progress.refill_until):
                 continue
-            updates += pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
-                                       lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
+            pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
+                            lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
-        metrics = {k: v / updates for k, v in read_scalars(sums).items()}
+        metrics = sums.means()
         check_metrics(metrics)
         return obs, metrics
 
@@ -724,16 +723,15 @@ def _bad_terms(info: dict[str, Any]) -> str:
     return f" in {', '.join(bad)}" if bad else ""
 
 
-def pay_update_debt(progress: Any, owed: float, update: Callable[[], Any], sums: dict[str, Any], ctrl_c: CtrlC) -> int:
+def pay_update_debt(progress: Any, owed: float, update: Callable[[], Any], sums: UpdateSums, ctrl_c: CtrlC) -> int:
     """Owe ``owed`` more updates (the UTD ratio times the env steps just taken) and run the whole ones
     owed, a Ctrl+C taken between them; a fraction left over carries to the next step (``progress.update_debt``,
-    checkpointed). Metrics are summed into ``sums`` as they come (tensors: a ``float`` per update would be
-    a host sync on a GPU). Returns how many updates ran."""
+    checkpointed). Metrics are summed into ``sums`` as they come. Returns how many updates ran."""
     progress.update_debt += owed
     count = 0
     while progress.update_debt >= 1.0:
         ctrl_c.check()
-        add_update_metrics(sums, update())
+        sums.add(update())
         count += 1
         progress.update_debt -= 1.0
     return count
@@ -1037,13 +1035,27 @@ def update_metrics(metrics: Any) -> dict[str, Any]:
     return metrics
 
 
-def add_update_metrics(sums: dict[str, Any], metrics: Any) -> dict[str, Any]:
-    """An update's metrics (checked: :func:`update_metrics`) added into ``sums`` as they come: tensors stay on
-    their device (a ``float`` per update would be a host sync on a GPU). Returns the metrics."""
-    metrics = update_metrics(metrics)
-    for key, value in metrics.items():
-        sums[key] = sums.get(key, 0.0) + value
-    return metrics
+class UpdateSums:
+    """Updates' metrics (checked: :func:`update_metrics`) summed as they come, tensors on their device (a
+    ``float`` per update would be a host sync on a GPU); :meth:`means` averages each over the updates that
+    returned it: a metric an agent reports every few updates (TD3's delayed actor, HRAC's high level) had been
+    divided by all of them, and logged that many times too small."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Any] = {}
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def add(self, metrics: Any) -> dict[str, Any]:
+        """One update's metrics, returned checked."""
+        metrics = update_metrics(metrics)
+        for key, value in metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        self.counts.update(metrics.keys())
+        return metrics
+
+    def means(self) -> dict[str, float]:
+        """Each metric's mean over the updates that returned it (one read of the device for all)."""
+        return {key: total / self.counts[key] for key, total in read_scalars(self.sums).items()}
 
 
 def check_metrics(metrics: dict[str, float]) -> None:

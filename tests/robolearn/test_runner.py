@@ -1201,7 +1201,7 @@ def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_car
     """Several updates per env step (a UTD ratio above 1): a Ctrl+C during one is taken before the next,
     and the updates still owed stay in the checkpointed debt, so a resume makes them."""
     from types import SimpleNamespace
-    from robolearn.runner import pay_update_debt
+    from robolearn.runner import UpdateSums, pay_update_debt
 
     progress, ctrl_c, made = SimpleNamespace(update_debt=0.5), CtrlC(), []
 
@@ -1210,13 +1210,13 @@ def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_car
         ctrl_c.pending = True  # pressed during this update
         return {"loss": torch.tensor(1.0)}
 
-    sums: dict = {}
+    sums = UpdateSums()
     with pytest.raises(KeyboardInterrupt):
         pay_update_debt(progress, 3.0, update, sums, ctrl_c)
-    assert len(made) == 1 and progress.update_debt == 2.5 and float(sums["loss"]) == 1.0
+    assert len(made) == 1 and progress.update_debt == 2.5 and float(sums.sums["loss"]) == 1.0
     ctrl_c.pending = False
     assert pay_update_debt(progress, 0.25, lambda: {"loss": 2.0}, sums, ctrl_c) == 2
-    assert progress.update_debt == 0.75 and float(sums["loss"]) == 5.0
+    assert progress.update_debt == 0.75 and sums.means() == {"loss": 5.0 / 3}
 
 
 def test_more_minibatches_than_a_rollout_holds_are_refused_by_key(tmp_path):
@@ -1367,3 +1367,21 @@ def test_train_gives_torch_settings_back_to_the_caller(tmp_path):
         torch.set_num_threads(threads)
         torch.set_float32_matmul_precision(precision)
         torch.set_flush_denormal(False)
+
+
+def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_updates(tmp_path):
+    """TD3's delayed actor and HRAC's high level report some losses every few updates; the online runner had
+    divided their sums by all of the iteration's updates, logging them that many times too small."""
+    runner = Runner(tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "env.num_envs=1",
+                         "runner.eval_episodes=0"))
+    update, calls = runner.agent.update, []
+
+    def every_third(batch):
+        calls.append(1)
+        return {**update(batch), **({"rare": torch.tensor(3.0)} if len(calls) % 3 == 0 else {})}
+
+    runner.agent.update = every_third
+    runner.train()
+    runner.close()
+    logged = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["rare"] for line in logged if "rare" in line] == [3.0]
