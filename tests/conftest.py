@@ -16,6 +16,8 @@
 
 import signal
 
+import pytest
+
 import robolearn  # noqa: F401
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -46,3 +48,20 @@ def _build_the_onnx_registry_once() -> None:
 
 
 _build_the_onnx_registry_once()
+
+
+@pytest.fixture(scope="session")
+def maze_datasets(tmp_path_factory):
+    """A datasets root holding 'maze-tiny': undirected navigation in the medium maze, 4 episodes of 100 steps
+    (as benchmarks/make_maze_datasets.py records them), for the skill and resume tests."""
+    import sims
+    from robolearn.data import DatasetWriter, record
+    from sims.tasks.maze_navigator import MazeNavigator
+
+    root = tmp_path_factory.mktemp("maze-datasets")
+    kwargs = {"goals": "train", "terminate_at_goal": False, "max_episode_steps": 100}
+    with sims.make_env("point_maze_medium", num_envs=4, seed=0, num_threads=1, **kwargs) as env:
+        meta = {"task": "point_maze_medium", "task_kwargs": kwargs}
+        with DatasetWriter("maze-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
+            record(MazeNavigator(env.task.grid, 4), env, writer, 4, noise=0.2, seed=0, progress=False)
+    return root

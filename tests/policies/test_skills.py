@@ -19,7 +19,6 @@ import sims
 from robolearn import load_config
 from robolearn.checkpoint import load_checkpoint
 from robolearn.config import ConfigError
-from robolearn.data import DatasetWriter, record
 from robolearn.export import ExportedController, export_controller
 from robolearn.interfaces import flatten_obs
 from robolearn.runner import train
@@ -28,7 +27,6 @@ from policies.modules import gaussian_kl
 from policies.skills import SkillCritic, SkillCriticConfig, SPiRL, SPiRLConfig
 from policies.skills.skill_critic import one_hot_step
 from policies.skills.windows import sample_skill_transitions
-from sims.tasks.maze_navigator import MazeNavigator
 
 OBS = {"policy": spaces.Box(-np.inf, np.inf, (3,), np.float32)}
 ACTIONS = spaces.Box(-2.0, 2.0, (2,), np.float32)
@@ -356,18 +354,6 @@ def test_config_errors_name_the_key():
                     torch.device("cpu"))
     with pytest.raises(ConfigError, match="unknown key 'agent.horizn'"):
         load_config("spirl_point_maze_medium", ["agent.horizn=5"])
-
-
-@pytest.fixture(scope="module")
-def maze_datasets(tmp_path_factory):
-    """Undirected navigation in the medium maze: 4 episodes of 100 steps (as benchmarks/make_maze_datasets.py)."""
-    root = tmp_path_factory.mktemp("datasets")
-    kwargs = {"goals": "train", "terminate_at_goal": False, "max_episode_steps": 100}
-    with sims.make_env("point_maze_medium", num_envs=4, seed=0, num_threads=1, **kwargs) as env:
-        meta = {"task": "point_maze_medium", "task_kwargs": kwargs}
-        with DatasetWriter("maze-tiny", env.observation_spec, env.action_spec, metadata=meta, root=root) as writer:
-            record(MazeNavigator(env.task.grid, 4), env, writer, 4, noise=0.2, seed=0, progress=False)
-    return root
 
 
 def test_each_pretraining_line_is_a_wandb_step_of_its_own(maze_datasets, tmp_path, monkeypatch):
