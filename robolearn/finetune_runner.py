@@ -416,9 +416,12 @@ class FinetuneRunner(OfflineRunner):
                             rows.append(row)
                             values.append(running)
         if rows:
-            index = (torch.tensor(rows) + self._first_position) % capacity
-            column = self.online.data["mc_return"]
-            column[index.to(column.device)] = torch.tensor(values, dtype=column.dtype, device=column.device)
+            self._write_mc_returns((torch.tensor(rows) + self._first_position) % capacity, values)
+
+    def _write_mc_returns(self, index: torch.Tensor, values: list[float]) -> None:
+        """Replay rows ``index`` of the online buffer get their Monte-Carlo returns ``values``."""
+        column = self.online.data["mc_return"]
+        column[index.to(column.device)] = torch.tensor(values, dtype=column.dtype, device=column.device)
 
     def _settle_saved_rows(self, num_envs: int) -> None:
         """Cal-QL online, at a resume: the saved rows still at -inf get their Monte-Carlo returns (the rule of
@@ -450,7 +453,7 @@ class FinetuneRunner(OfflineRunner):
                 running = rewards[j] * cfg.reward_scale + cfg.gamma * (0.0 if ends[j] else running)
                 rows.append(j)
                 values.append(running)
-        column[index[torch.tensor(rows, device=device)]] = torch.tensor(values, dtype=column.dtype, device=column.device)
+        self._write_mc_returns(index[torch.tensor(rows, device=device)], values)
 
     def _update(self) -> dict[str, Any]:
         """One online update, counted as it is made (a Ctrl+C may stop the next)."""

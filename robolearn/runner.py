@@ -1045,13 +1045,12 @@ class UpdateSums:
         self.sums: dict[str, Any] = {}
         self.counts: collections.Counter[str] = collections.Counter()
 
-    def add(self, metrics: Any) -> dict[str, Any]:
-        """One update's metrics, returned checked."""
+    def add(self, metrics: Any) -> None:
+        """One update's metrics."""
         metrics = update_metrics(metrics)
         for key, value in metrics.items():
             self.sums[key] = self.sums.get(key, 0.0) + value
         self.counts.update(metrics.keys())
-        return metrics
 
     def means(self) -> dict[str, float]:
         """Each metric's mean over the updates that returned it (one read of the device for all)."""
