@@ -189,8 +189,8 @@ class TaskEnv(VecEnv):
     ``info["log"]`` holds the batch mean of each reward term as
     ``reward/<term>`` and of each of the task's :meth:`Task.metrics` as ``metrics/<name>``; ``info["success"]`` is present when the task defines it.
 
-    A world whose physics blows up (the backend's ``unstable()``: MuJoCo's autoreset on the CPU, NaN on
-    MuJoCo Warp) ends its episode in that step, terminated with reward 0 and no success, and is reset like
+    A world whose physics blows up (the backend's ``unstable()``: MuJoCo's autoreset on the CPU, NaN or
+    beyond 1e10 on MuJoCo Warp) ends its episode in that step, terminated with reward 0 and no success, and is reset like
     any other; ``info["log"]["sim/unstable_worlds"]`` counts them, and ``final_obs`` holds its next episode's
     first observation (its own is NaN or past MuJoCo's reset; a terminated step bootstraps from none).
 

@@ -242,11 +242,12 @@ class WarpBackend:
         self._run(f"step{nstep}", lambda: [mjw.step(self._m, self._d) for _ in range(nstep)])
 
     def unstable(self) -> torch.Tensor:
-        """``(num_worlds,)`` bool: the worlds whose physics blew up, NaN or inf in ``qpos`` or ``qvel``, a NaN
-        ``qacc`` reaching ``qvel`` in the same substep (MuJoCo Warp has no autoreset: they stay so until reset).
-        No host read, and four kernels a step (``isfinite`` alone is four): a sum is NaN or inf where a term is,
-        and times 0 it is NaN where the sum was either."""
-        return torch.cat((self._array("qpos"), self._array("qvel")), 1).sum(1).mul(0).isnan()
+        """``(num_worlds,)`` bool: the worlds whose physics blew up, NaN or beyond ``mjMAXVAL`` (1e10) in ``qpos``
+        or ``qvel``, the bounds at which CPU MuJoCo resets a world (a NaN ``qacc`` reaches ``qvel`` in the same
+        substep). MuJoCo Warp has no autoreset: they stay so until reset. No host read, and five kernels a step:
+        "not within the bound" is true for NaN too, where "beyond it" is not."""
+        state = torch.cat((self._array("qpos"), self._array("qvel")), 1)
+        return state.abs().amax(1).le(mujoco.mjMAXVAL).logical_not()
 
     def set_state(self, world_ids: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
         """Reset worlds ``world_ids`` to ``qpos``/``qvel``, as ``mj_resetData`` then set."""

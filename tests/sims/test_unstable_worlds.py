@@ -71,6 +71,15 @@ def test_the_cpu_backend_names_the_worlds_mujoco_reset_once():
     assert not env.sim.unstable().any()  # said once
 
 
+def test_the_warp_backend_names_worlds_beyond_mujocos_bound_as_the_cpu_backend_does():
+    """Huge but finite (beyond ``mjMAXVAL``, 1e10) is blown up on MuJoCo Warp too: CPU MuJoCo resets such a world,
+    and Warp had gone on stepping it (and everything it touches in a contact) until it turned NaN, if ever."""
+    env = sims.make_env("hopper", 3, backend="warp", device="cpu", seed=0)
+    env.sim.add_qvel(torch.tensor([1]), torch.full((1, env.sim.model.nv), 1e9))  # large, within the bound
+    env.sim.add_qvel(torch.tensor([2]), torch.full((1, env.sim.model.nv), 1e11))
+    assert env.sim.unstable().tolist() == [False, False, True]
+
+
 @pytest.mark.parametrize("delay", [None, 2])  # None: one call of frame_skip substeps; 2: one call per substep
 def test_a_world_that_blows_up_in_the_first_substep_of_its_episode_ends_it_too(delay):
     """A world just reset (time 0) that MuJoCo resets in its first substep ends that substep at time dt, as a good
