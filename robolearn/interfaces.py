@@ -153,8 +153,8 @@ def flatten_obs(obs: Obs, groups: tuple[str, ...], batch_dims: int = 1) -> torch
 
 
 def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "controller",
-                     device: torch.device | str | None = None) -> torch.Tensor:
-    """What a controller's ``act`` feeds its network: ``groups`` of ``obs`` flattened into float32
+                     device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """What a controller's ``act`` feeds its network: ``groups`` of ``obs`` flattened into ``dtype``
     ``(num_envs, size)`` on ``device`` (numpy arrays and other devices are taken), checked first, so a
     wrong input is an error that says what to give instead of a shape mismatch deep inside."""
     if not isinstance(obs, Mapping):
@@ -168,7 +168,7 @@ def controller_input(obs: Obs, groups: tuple[str, ...], size: int, who: str = "c
         shapes = {g: tuple(v.shape) for g, v in zip(groups, values)}
         raise ValueError(f"{who}.act: observations are batched, (num_envs, ...); got shapes {shapes} "
                          "(one env: add a leading dimension of 1)")
-    parts = [v.to(device=device, dtype=torch.float32).flatten(1) for v in values]
+    parts = [v.to(device=device, dtype=dtype).flatten(1) for v in values]
     x = torch.cat(parts, dim=-1)
     if x.shape[-1] != size:
         widths = ", ".join(f"{g} {p.shape[-1]}" for g, p in zip(groups, parts))
@@ -252,11 +252,15 @@ class Controller(nn.Module, ABC):
         return self(self.read(obs))
 
     def read(self, obs: Obs) -> torch.Tensor:
-        """``obs`` as this controller's network input (:func:`controller_input`), on its device."""
+        """``obs`` as this controller's network input (:func:`controller_input`), on its device and in its
+        floating dtype (float32 unless ``.double()`` or ``.half()`` moved it)."""
         check_setup(self)
-        weights = next(itertools.chain(self.parameters(), self.buffers()), None)
-        device = weights.device if weights is not None else None
-        return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, device)
+        weights = next((w for w in itertools.chain(self.parameters(), self.buffers()) if w.is_floating_point()),
+                       None)
+        if weights is None:
+            return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__)
+        return controller_input(obs, self.obs_groups, self.obs_size, type(self).__name__, weights.device,
+                                weights.dtype)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Clear internal state for the envs in ``mask``, one bool per env (all when None); read it with
