@@ -15,13 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium
+import mujoco
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from robolearn.interfaces import Obs, Step
+from robolearn.interfaces import UNSTABLE_LOG, Obs, Step
 from robolearn.interfaces import VecEnv as OurVecEnv
 from robolearn.plugins import import_module_of
 from sims.task import checked_action
@@ -37,6 +38,12 @@ class GymVecEnv(OurVecEnv):
     in the env's own units and are clipped to its Box. ``max_episode_steps``
     is the time limit the envs of an id or a factory are made with (Gymnasium's
     ``TimeLimit``); a ready ``VectorEnv`` keeps its own: give the one it has.
+
+    A MuJoCo env of a ``SyncVectorEnv`` (an id's or a factory's) whose physics
+    blows up ends its episode in that step, as our own tasks' do: MuJoCo
+    resets it mid-step and Gymnasium goes on from there, a teleport the
+    learner would credit to the action. It is terminated with reward 0, reset,
+    and counted in ``info["log"]["sim/unstable_worlds"]``.
     """
 
     def __init__(
@@ -85,11 +92,14 @@ class GymVecEnv(OurVecEnv):
         self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, self._obs_shape, dtype=np.float32)}
         self.action_spec = spaces.Box(action_space.low, action_space.high, dtype=np.float32)
         self._seed = seed
+        self._physics = _mujoco_data(self.vec)
+        self._bad_states = _bad_states(self._physics)
 
     def reset(self, seed: int | None = None) -> Obs:
         seed = self._seed if seed is None else seed
         self._seed = None  # only the first reset uses the constructor's seed
         obs, _ = self.vec.reset(seed=seed)
+        self._bad_states = _bad_states(self._physics)
         return {"policy": self._tensor(obs)}
 
     def step(self, action: torch.Tensor) -> Step:
@@ -100,7 +110,11 @@ class GymVecEnv(OurVecEnv):
         if "final_obs" in gym_info:
             for i in np.flatnonzero(gym_info["_final_obs"]):
                 final[i] = gym_info["final_obs"][i]
-        info = {"final_obs": {"policy": self._tensor(final)}, "log": {}}
+        log: dict[str, torch.Tensor] = {}
+        if self._physics:
+            unstable = self._end_unstable_episodes(obs, final, reward, terminated, truncated)
+            log[UNSTABLE_LOG] = torch.tensor(float(unstable.sum()), device=self.device)
+        info = {"final_obs": {"policy": self._tensor(final)}, "log": log}
         return Step(
             {"policy": self._tensor(obs)},
             torch.as_tensor(reward, dtype=torch.float32, device=self.device),
@@ -108,6 +122,21 @@ class GymVecEnv(OurVecEnv):
             torch.as_tensor(truncated, device=self.device),
             info,
         )
+
+    def _end_unstable_episodes(self, obs: np.ndarray, final: np.ndarray, reward: np.ndarray,
+                               terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """End, in place, the episodes of the envs whose physics MuJoCo found bad (NaN, inf or beyond 1e10) in
+        this step: terminated, reward 0, reset, their next episode's first observation as ``final_obs`` too (a
+        terminated step bootstraps from none). An env Gymnasium reset in the step (its count back to 0) is
+        not flagged: a blow-up in an episode's last step goes unseen."""
+        counts = _bad_states(self._physics)
+        unstable = counts > self._bad_states
+        for i in np.flatnonzero(unstable):
+            obs[i] = final[i] = self.vec.envs[i].reset()[0]
+            counts[i] = 0  # mj_resetData clears MuJoCo's warning counts
+        reward[unstable], terminated[unstable], truncated[unstable] = 0.0, True, False
+        self._bad_states = counts
+        return unstable
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         try:
@@ -215,6 +244,22 @@ def _control_dt(vec: VectorEnv) -> float:
                       "(it paces `robolearn play` and real-time runs)", stacklevel=3)
         return 1.0
     return float(dt)
+
+
+def _mujoco_data(vec: VectorEnv) -> list:
+    """Each env's ``MjData`` where ``vec`` steps MuJoCo envs in this process (a ``SyncVectorEnv``), else []:
+    an ``AsyncVectorEnv``'s live in its workers."""
+    if not isinstance(vec, SyncVectorEnv):
+        return []
+    data = [getattr(env.unwrapped, "data", None) for env in vec.envs]
+    return data if all(isinstance(d, mujoco.MjData) for d in data) else []
+
+
+def _bad_states(physics: list) -> np.ndarray:
+    """Per env, how many times MuJoCo found its state bad (NaN, inf or beyond ``mjMAXVAL`` in qpos, qvel or
+    qacc) and reset it since its last reset: MuJoCo's own warning counts, which ``mj_resetData`` clears."""
+    bad = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+    return np.array([sum(data.warning[w].number for w in bad) for data in physics], dtype=np.int64)
 
 
 def _attr(vec: VectorEnv, name: str, default: Any) -> Any:

@@ -136,3 +136,23 @@ def test_a_go1_world_gone_nan_on_the_gpus_code_path_ends_alone_and_the_run_goes_
         assert torch.isfinite(step.reward).all() and all(math.isfinite(float(v)) for v in step.info["log"].values())
         for group in (step.obs, step.info["final_obs"]):
             assert all(torch.isfinite(value).all() for value in group.values())
+
+
+def test_a_gymnasium_mujoco_env_whose_physics_blows_up_ends_its_episode_too():
+    """``gym:`` MuJoCo envs: MuJoCo resets a blown-up env mid-step and Gymnasium goes on from there (measured on
+    HalfCheetah-v5: reward -0.55, a teleport back to the start); the adapter ends its episode as ours do."""
+    from sims.adapters.gymnasium import GymVecEnv
+
+    env = GymVecEnv("HalfCheetah-v5", 3, seed=0)
+    env.reset()
+    action = torch.full((3, 6), 0.3)
+    for _ in range(3):
+        assert float(env.step(action).info["log"][UNSTABLE_LOG]) == 0
+    env.vec.envs[1].unwrapped.data.qvel[:] = PUSH
+    step = env.step(action)
+    assert step.terminated.tolist() == [False, True, False] and not step.truncated.any()
+    assert step.reward[1] == 0 and float(step.info["log"][UNSTABLE_LOG]) == 1
+    assert torch.equal(step.info["final_obs"]["policy"][1], step.obs["policy"][1]) and torch.isfinite(step.obs["policy"]).all()
+    assert env.vec.envs[1].unwrapped.data.time == 0  # reset, its next episode begun
+    after = env.step(action)
+    assert not after.terminated.any() and float(after.info["log"][UNSTABLE_LOG]) == 0
