@@ -91,6 +91,13 @@ def code_commit() -> str:
     return (git("log", "-1", "--format=%h") or "unknown") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def quiet_sb3_logger() -> object:
+    """An SB3 logger that writes nothing: SB3's default makes an empty ``/tmp/SB3-<date>`` folder every ``learn()``."""
+    from stable_baselines3.common.logger import Logger
+
+    return Logger(folder=None, output_formats=[])
+
+
 def task_env(env: object) -> object:
     """The TaskEnv under an env's wrappers (randomization, delay): its ``task`` and ``sim`` give per-world figures."""
     while not hasattr(env, "task"):

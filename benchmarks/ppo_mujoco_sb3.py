@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, benchmark_parser, machine, pool_runs, read_jsonl, train_online_with_evals, write_result
+from common import (RESULTS, benchmark_parser, machine, pool_runs, quiet_sb3_logger, read_jsonl, train_online_with_evals,
+                    write_result)
 
 EVAL_EPISODES = 10
 GYM_IDS = {"half_cheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "ant": "Ant-v5"}
@@ -83,6 +84,7 @@ def run_sb3(task: str, seed: int, steps: int, eval_every: int) -> dict:
                 evaluate(self.num_timesteps)
             return True
 
+    model.set_logger(quiet_sb3_logger())
     model.learn(total_timesteps=steps, callback=EvalEvery())
     if not curve or curve[-1]["env_steps"] != model.num_timesteps:
         evaluate(model.num_timesteps)

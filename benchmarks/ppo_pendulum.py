@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 
-from common import benchmark_parser, machine, write_result
+from common import benchmark_parser, machine, quiet_sb3_logger, write_result
 
 SOLVED = -200.0
 EVAL_EPISODES = 10
@@ -83,6 +83,7 @@ def run_sb3(seed: int, budget: int) -> tuple[float, int, float]:
         def _on_step(self) -> bool:
             return result["time"] == float("inf")
 
+    model.set_logger(quiet_sb3_logger())
     model.learn(total_timesteps=budget, callback=Solve())
     if result["time"] == float("inf"):  # unsolved: the steps it ran, and its last update evaluated too (the
         result["steps"], result["return"] = model.num_timesteps, evaluate()  # callback evaluates next rollouts only)

@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from common import benchmark_parser, check_whole_iterations, machine, write_result
+from common import benchmark_parser, check_whole_iterations, machine, quiet_sb3_logger, write_result
 
 EVAL_EPISODES = 10
 RANDOM_STEPS = 10_000
@@ -41,6 +41,7 @@ def run_sb3(seed: int, steps: int, precision: str = "highest") -> tuple[float, f
     env = gym.make("HalfCheetah-v5")
     model = SAC("MlpPolicy", env, learning_starts=RANDOM_STEPS, seed=seed, device="cpu", verbose=0)
     start = time.perf_counter()
+    model.set_logger(quiet_sb3_logger())
     model.learn(total_timesteps=steps)
     elapsed = time.perf_counter() - start
     mean, _ = evaluate_policy(model, gym.make("HalfCheetah-v5"), n_eval_episodes=EVAL_EPISODES, deterministic=True)

@@ -27,12 +27,16 @@ def test_fas_latency_times_both_exported_formats(tmp_path):
 
 def test_ppo_against_sb3_on_mujoco_writes_both_agents_curves(tmp_path):
     """Its peer, Stable-Baselines3, is a test dependency: both agents train a few thousand steps of hopper, and the
-    table, the runs file and the plot all land beside --out, never over the quoted results."""
+    table, the runs file and the plot all land beside --out, never over the quoted results, and SB3 leaves no
+    empty ``SB3-<date>`` folder in the temporary directory (its default logger's)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ppo_mujoco_sb3.py"), "--tasks", "hopper",
                            "--seeds", "1", "--steps", "3072", "--eval-every", "3072", "--processes", "1",
-                           "--out", str(tmp_path / "ppo.md")],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           "--out", str(tmp_path / "ppo.md")], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(scratch.glob("SB3-*"))
     table = (tmp_path / "ppo.md").read_text()
     assert "| hopper | Stable-Baselines3 PPO (rl-zoo) | 0 | 3,072 |" in table
     assert "| hopper | robolearn PPO (its config) | 0 | 3,072 |" in table
