@@ -10,6 +10,14 @@ import pytest
 from robolearn.curves import plot_runs
 
 
+@pytest.fixture(autouse=True)
+def close_kept_figures():
+    """The tests keep each figure open to read it (``plt.close`` patched): closed after each, not left for the
+    rest of the suite's process (matplotlib had warned of more than 20 open)."""
+    yield
+    plt.close("all")
+
+
 def test_a_fine_tuning_run_draws_its_offline_phase_too(tmp_path, monkeypatch):
     """Offline lines count updates, online lines env steps: each phase is its own curve, none dropped."""
     lines = [{"phase": "offline", "updates": u, "time": u / 1000, "eval/return": r} for u, r in ((1000, 1.0), (2000, 2.0))]
