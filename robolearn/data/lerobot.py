@@ -123,6 +123,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
 
     if not len(data["episode_index"]):
         raise DatasetError(f"{root}: no frames in {', '.join(str(file) for file in files)}")
+    _check_frame_count(root, info, len(data["episode_index"]), files)
     for key in ("episode_index", "frame_index"):  # 'ep0', 0.5 or a null would be cast or misread below
         if data[key].dtype.kind not in "iu":
             raise DatasetError(f"{root}: column '{key}' holds {data[key].dtype} values, expected whole numbers")
@@ -159,6 +160,18 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         meta["next_done_read_as"] = done_means
         meta["next_done_on_last_frames_only"] = ends_only  # LeRobot's usual layout: why they ended is not said
     return episodes, meta
+
+
+def _check_frame_count(root: Path, info: dict[str, Any], frames: int, files: list[Path]) -> None:
+    """Refuse data files that hold other than info.json's ``total_frames``: a data file missing or cut short
+    had imported as fewer episodes, or an episode ending early, without a word."""
+    total = info.get("total_frames")
+    if not isinstance(total, int) or isinstance(total, bool) or total == frames:
+        return
+    read = ", ".join(file.relative_to(root).as_posix() for file in files)
+    raise DatasetError(f"{root}: meta/info.json's total_frames is {total}, its data files hold {frames} ({read}): "
+                       f"a data file is {'missing or cut short' if frames < total else 'there that info.json does not count'}; "
+                       "copy or download the dataset again")
 
 
 def _own_metadata(root: Path) -> dict[str, Any]:

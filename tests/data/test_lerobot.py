@@ -135,6 +135,20 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
         read_lerobot(v21)
 
 
+def test_a_missing_or_cut_data_file_is_refused_not_imported_as_fewer_frames(tmp_path):
+    """A missing file-001.parquet had imported as episodes 0 and 1 only, a cut one as episode 2 ended early."""
+    source = lerobot_source(tmp_path / "missing")
+    (source / "data" / "chunk-000" / "file-001.parquet").unlink()
+    with pytest.raises(DatasetError, match=r"missing: meta/info.json's total_frames is 12, its data files hold 8 "
+                                           r"\(data/chunk-000/file-000.parquet\): a data file is missing or cut short"):
+        read_lerobot(source)
+    frames = _frames()
+    source = lerobot_source(tmp_path / "cut", frames)
+    pq.write_table(_table(frames, slice(LENGTHS[0] + LENGTHS[1], -2)), source / "data" / "chunk-000" / "file-001.parquet")
+    with pytest.raises(DatasetError, match="total_frames is 12, its data files hold 10"):
+        read_lerobot(source)
+
+
 @pytest.mark.parametrize("column, values, said", [
     ("next.done", np.array(["False"] * sum(LENGTHS)), r"'next.done' holds 'False' at row 0: its flags are 0 or 1"),
     ("next.done", np.where(np.arange(sum(LENGTHS)) == 2, 2.0, 0.0), r"'next.done' holds 2.0 at row 2"),
