@@ -113,9 +113,9 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     for name in ("terminals", "timeouts"):  # a label column of other values would read as all True
         if name in arrays:
             arrays[name] = as_flags(arrays[name], str(path), name)
-    observed = [n for n in arrays if n in ("observations", "next_observations") or n.startswith((GROUPS, NEXT_GROUPS))]
-    for name in observed:  # before the resets are read from them (NaN equals nothing)
-        if arrays[name].dtype.kind == "f" and not (finite := np.isfinite(arrays[name])).all():
+    for name in arrays:  # before the resets are read from them (NaN equals nothing), and said at the file's row
+        if arrays[name].dtype.kind in "fc" and not (finite := np.isfinite(arrays[name])).all():  # (an episode's had
+            # been said as "episode 1 (rows 4-7): ... (first at row 1)", its row 1 the file's row 5)
             row = int(np.argwhere(~finite)[0][0])
             raise DatasetError(f"{path}: '{name}' holds NaN or inf (first at row {row})")
     terminals = arrays["terminals"].astype(bool)

@@ -160,7 +160,7 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     arrays = _d4rl_arrays()
     arrays["rewards"][5] = np.nan
     err = _error(capsys, "import", str(_write(tmp_path / "nan.hdf5", **arrays)), "--format", "d4rl")
-    assert "nan.hdf5: episode 1 (rows 4-7): 'rewards' (4,) holds NaN or inf (first at row 1)" in err
+    assert err.endswith("nan.hdf5: 'rewards' holds NaN or inf (first at row 5)")  # the file's row, not episode 1's
 
     arrays = _d4rl_arrays()
     arrays["terminals"] = np.full(10, 2.0)  # a label column, not flags: it had read as ten 1-step episodes
