@@ -223,6 +223,9 @@ class Robot(VecEnv):
             self._watchdog.join(timeout=1.0)
         if not self.connected:
             return
+        # A Ctrl+C (or a kill) ends the loop before a step raised what the robot had met by then (its watchdog's
+        # stop, an emergency stop, a fault): said here, or the run had been reported as parked with torque off
+        unseen = self.stop_requested or isinstance(sys.exc_info()[1], KeyboardInterrupt)
         try:
             with self._park_signals(), self._bus():
                 if self.stopped is None:
@@ -231,14 +234,16 @@ class Robot(VecEnv):
                     if self.fault is not None:  # the error the run stopped with says how its park went
                         add_to_message(self.fault, "what still followed goals parked at the safe pose, then torque "
                                                    "went off")
-                        if self.fault is not fault_before:  # found during this park, after a run that ended well:
-                            raise self.fault  # said, not lost
+                        if self.fault is not fault_before or unseen:  # found during this park, after a run that
+                            raise self.fault  # ended well, or before a Ctrl+C: said, not lost
                 else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
                     failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
                     if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
                         self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
                     elif failed is not None and UNCONFIRMED not in str(self.stopped):  # (the stop's own park may
                         add_to_message(self.stopped, _unconfirmed(failed))  # have said so: once is enough)
+                    if unseen:
+                        raise self.stopped
         finally:
             self.connected = False
             self._closed = True

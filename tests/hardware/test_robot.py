@@ -419,6 +419,29 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
             arm.step(torch.tensor([[0.0, 0.0]]))
 
 
+class SilentThenCtrlC(Constant):
+    """A decision that takes longer than stop_after_s, then a Ctrl+C before any step."""
+
+    def act(self, obs):
+        time.sleep(0.4)  # the watchdog stops meanwhile (parks, and on TorqueOffUnanswered fails to turn torque off)
+        raise KeyboardInterrupt
+
+
+def test_a_stop_the_robot_made_before_a_ctrl_c_is_said_not_reported_as_a_park():
+    """A watchdog stop whose torque-off went unconfirmed, then a Ctrl+C before a step raised it: run() returned as
+    interrupted with no error, and deploy reported "the robot was parked and its torque turned off"."""
+    arm = TorqueOffUnanswered()
+    with pytest.raises(WatchdogStop, match=r"the safe stop failed: the torque-off was not confirmed"):
+        with arm:
+            run(SilentThenCtrlC([0.0, 0.0]), arm, steps=10)
+    arm = LagArm()
+    with pytest.raises(EmergencyStop):  # Ctrl+\, then Ctrl+C: torque off where it stood, not parked
+        with arm:
+            arm.reset()
+            arm.emergency_stop()
+            raise KeyboardInterrupt
+
+
 def test_an_emergency_stop_whose_torque_off_is_not_confirmed_says_so():
     """Its message had said "torque is off" although no servo confirmed it."""
     arm = TorqueOffUnanswered()
