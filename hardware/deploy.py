@@ -90,10 +90,17 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | 
     first calls (tens to hundreds of ms), which must not land in the loop. An action of another shape than
     the robot's is refused here, before the robot moves (the safety layer would hold every step of it), and so
     is one that is not finite (NaN or inf from an observation of zeros: broken weights, which had connected and
-    ramped the arm to its start only to stop at the first step)."""
+    ramped the arm to its start only to stop at the first step), and so is a file that fails on the observation
+    its controller.json describes (another export's file: a traceback from inside onnxruntime or TorchScript had
+    said it)."""
     zeros = {name: torch.zeros(1, *space.shape) for name, space in robot.observation_spec.items()}
-    for _ in range(max(1, calls)):
-        action = controller.act(zeros)
+    try:
+        for _ in range(max(1, calls)):
+            action = controller.act(zeros)
+    except Exception as err:  # noqa: BLE001 (onnxruntime's and TorchScript's own types: a traceback had said it)
+        raise ValueError(f"{source or 'the controller'}: fails ({type(err).__name__}) on an observation of the size "
+                         f"its controller.json gives ({controller.obs_size}): is the file another export's? (an older "
+                         "controller.json has no digest to tell); export the run again") from err
     expected = (1, *robot.action_spec.shape)
     if tuple(action.shape) != expected:
         raise ValueError(f"{source or 'the controller'}: its action has shape {tuple(action.shape)}, the robot takes "

@@ -112,6 +112,25 @@ def test_a_controller_whose_action_is_not_finite_is_refused_before_connecting(tm
         deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
 
 
+def test_an_exported_file_that_fails_on_its_described_observation_is_refused_before_connecting(tmp_path):
+    """Another task's controller.pt in an export whose controller.json has no digest (exports made before them)
+    had ended the deploy in a traceback from inside TorchScript (ONNX Runtime's InvalidArgument for a .onnx)."""
+    export_controller(TowardTarget(), tmp_path / "export", ("torchscript",), extra={"task": "arm_reach",
+                                                                                     "control_dt": 0.02})
+    meta_path = tmp_path / "export" / "controller.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["sha256"]
+    meta_path.write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        five = torch.jit.trace(torch.nn.Linear(5, 4), torch.zeros(1, 5))  # a controller of 5-value observations
+    five.save(str(tmp_path / "export" / "controller.pt"))
+    write_run_config(tmp_path)
+    with pytest.raises(ValueError, match=r"controller.pt: fails \(RuntimeError\) on an observation of the size its "
+                                         r"controller.json gives \(14\)"):
+        deploy(tmp_path, "dxl_arm", port="/dev/null")  # refused before the port is opened
+
+
 def after_recorded_steps(monkeypatch, steps: int, action) -> None:
     """Run ``action`` on a thread of its own once the deploy has recorded ``steps`` steps: a timer started before
     the deploy had fired, on a loaded machine, while it was still connecting and ramping to the start."""
