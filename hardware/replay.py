@@ -75,6 +75,8 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
         raise ReplayError(f"{path}: 'actions' has shape {actions.shape}, this robot takes (T, {joints})")
     if state.shape != (len(actions) + 1, 2 * joints):
         raise ReplayError(f"{path}: 'obs/joint_state' has shape {state.shape}, expected ({len(actions) + 1}, {2 * joints})")
+    if not len(actions):  # (a replay had ramped the arm to its start, then failed on max() of no divergences)
+        raise ReplayError(f"{path}: holds no steps, nothing to replay")
     if not (np.isfinite(actions).all() and np.isfinite(state).all()):
         raise ReplayError(f"{path}: NaN or inf in 'actions' or 'obs/joint_state'")
     return state[:, :joints].astype(np.float64), actions.astype(np.float64)

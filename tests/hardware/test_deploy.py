@@ -568,6 +568,15 @@ def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     assert "a recording without episodes (it stopped before its first step was kept)" in capsys.readouterr().err
 
 
+def test_replay_refuses_an_episode_without_steps_before_moving_the_arm(tmp_path, capsys):
+    """An episode file cut to no steps had ramped the arm to its start pose, then failed with Python's
+    "max() arg is an empty sequence"."""
+    empty = tmp_path / "episode_00000.npz"
+    np.savez(empty, actions=np.zeros((0, 4)), **{"obs/joint_state": np.zeros((1, 8))})
+    assert main(["replay", str(empty), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    assert "episode_00000.npz: holds no steps, nothing to replay" in capsys.readouterr().err
+
+
 def test_cli_emulate_prints_the_port_it_serves():
     import signal
     import subprocess
