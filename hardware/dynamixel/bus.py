@@ -235,9 +235,11 @@ class DynamixelBus:
         self._item_reads = {name: self._group_read(TABLE[name].address, TABLE[name].size)
                             for name in ("Torque_Enable", "Bus_Watchdog")}
         self._sync_write = sdk.GroupSyncWrite(port, self._packet, GOAL.address, GOAL.size)
+        answered: set[int] = set()  # servos that answered this connect: the others had nothing turned on by it
         try:
             for motor in self.calibration.motors:
                 found = self.ping(motor.id)
+                answered.add(motor.id)
                 if found != motor.model_number:
                     raise ModelMismatchError(motor.id, motor.model_number, found)
                 self._check_status_replies(motor.id)
@@ -256,8 +258,12 @@ class DynamixelBus:
             try:
                 self.enable_torque(False)
             except Exception as failed:  # noqa: BLE001 (the error that ended the connect is the one raised)
-                add_to_message(err, f"turning torque off after it then failed too ({type(failed).__name__}: "
-                                    f"{failed}): the servos may hold torque; cut their power before touching the arm")
+                # (one silent or garbled from the start, a missing id or a wrong baud rate, is no news: the error
+                # says so)
+                if not (isinstance(failed, (CommTimeoutError, PacketError)) and failed.servo_id not in answered):
+                    add_to_message(err, f"turning torque off after it then failed too ({type(failed).__name__}: "
+                                        f"{failed}): the servos may hold torque; cut their power before touching "
+                                        "the arm")
             finally:
                 self._close_port()
             raise

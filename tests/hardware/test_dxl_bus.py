@@ -132,6 +132,23 @@ def test_missing_servo_is_a_timeout_naming_it(make_emulator, make_bus, calibrati
         make_bus(emulator, calibration=extra, retries=0)
 
 
+def test_a_servo_that_never_answered_is_not_said_to_hold_torque(make_emulator, make_bus, calibration) -> None:
+    """A wrong id or baud rate: the connect's torque-off, failing on the servo that never answered, had added
+    "the servos may hold torque; cut their power before touching the arm" to the error, though this connect had
+    turned nothing on (the servos that answer were turned off)."""
+    emulator = make_emulator()
+    motors = list(calibration.motors)
+    motors[1] = dataclasses.replace(motors[1], id=7)  # j2 at an id no servo has
+    with pytest.raises(CommTimeoutError, match=r"no reply from servo 7 to answer a ping") as refused:
+        make_bus(emulator, calibration=Calibration(tuple(motors)), retries=0)
+    assert "may hold torque" not in str(refused.value)
+    assert not any(s.torque_enabled for s in emulator.state().values())
+    emulator.faults.corrupt_crc = 1.0  # a wrong baud rate on a real line: garbled replies, not silence
+    with pytest.raises(PacketError, match=r"servo 1: garbled reply .* to answer a ping") as refused:
+        make_bus(emulator, retries=0)
+    assert "may hold torque" not in str(refused.value)
+
+
 def test_sync_round_trip_moves_the_joints(emulator, make_bus) -> None:
     bus = make_bus(emulator)
     target = np.array([0.5, -0.3, 0.6, -0.4])
