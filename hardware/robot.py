@@ -54,7 +54,8 @@ import torch
 from gymnasium import spaces
 
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_safe_pose, outside_limits)
+                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_home_pose, check_safe_pose,
+                             outside_limits)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
@@ -93,6 +94,7 @@ class Robot(VecEnv):
         self.joint_names = (list(joint_names) if joint_names is not None
                             else [f"joint {i}" for i in range(len(self.home))])
         check_safe_pose(self.safety_cfg, self.joint_low, self.joint_high, self.joint_names)
+        check_home_pose(self.safety_cfg, self.home, self.joint_low, self.joint_high, self.joint_names)
         self.action_spec = spaces.Box(self.joint_low.astype(np.float32), self.joint_high.astype(np.float32))
         self.ticker = Ticker(control_dt)
         self.connected = False

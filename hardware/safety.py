@@ -177,6 +177,22 @@ def check_safe_pose(cfg: SafetyConfig, low: np.ndarray, high: np.ndarray, joints
                              f"({cfg.position_margin:g}): [{a:g}, {b:g}]; the arm would park elsewhere")
 
 
+def check_home_pose(cfg: SafetyConfig, home: np.ndarray, low: np.ndarray, high: np.ndarray,
+                    joints: Sequence[str]) -> None:
+    """Without a ``safe_pose``, refuse a home pose outside the joint limits less ``position_margin``: home is then
+    the safe pose, and the ramp clamps its goal into the limits, so the robot would park (and start its episodes)
+    somewhere else than home, each step counted as ``position_limit``."""
+    if cfg.safe_pose is not None:
+        return
+    lo, hi = np.asarray(low, float) + cfg.position_margin, np.asarray(high, float) - cfg.position_margin
+    for name, q, a, b in zip(joints, np.asarray(home, float), lo, hi):
+        if not a <= q <= b:
+            raise ValueError(f"{name}: home ({q:g} rad) is outside its limits less position_margin "
+                             f"({cfg.position_margin:g}): [{a:g}, {b:g}]; with no safety.safe_pose the robot parks "
+                             "at home, and the ramp would clamp it elsewhere: give limits that hold home, or a "
+                             "safety.safe_pose")
+
+
 class SafetyLayer:
     """Filters joint-position commands of one robot; see the module docstring."""
 

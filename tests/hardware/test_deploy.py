@@ -680,6 +680,17 @@ def test_motors_must_drive_the_models_joints_in_actuator_order(run_dir, tmp_path
         deploy(run_dir, path, port="/dev/does-not-exist", episodes=1)
 
 
+def test_limits_that_leave_out_home_are_refused_when_home_is_the_safe_pose(run_dir, tmp_path):
+    """j2 limited to [0.3, 1.0] (home, 0, outside): the arm had deployed, each episode started and the park ended
+    at the clamped pose instead of home, every step counted as position_limit, and "parked" said."""
+    motors = yaml.safe_load(robot_yaml(tmp_path).read_text())["motors"]
+    motors[1].update(min_position=0.3, max_position=1.0)
+    with pytest.raises(ValueError, match=re.escape("j2: home (0 rad) is outside its limits less position_margin "
+                                                   "(0.05): [0.35, 0.95]")):
+        deploy(run_dir, robot_yaml(tmp_path, motors=motors), port="/dev/does-not-exist", episodes=1)
+    DynamixelArm(robot_yaml(tmp_path, motors=motors, safety={"safe_pose": [0.0, 0.5, 0.0, 0.0]}))  # parks there
+
+
 def test_a_folder_of_runs_is_named_as_one_with_its_exported_runs(tmp_path):
     """`robolearn deploy runs/dr_long` had said to export the folder, which is no run."""
     folder = tmp_path / "dr_long"
