@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from hardware.dynamixel.bus import DynamixelBus
-from hardware.dynamixel.calibration import RobotConfig
+from hardware.dynamixel.calibration import Calibration, RobotConfig
 from hardware.dynamixel.errors import (CommTimeoutError, DynamixelError, HardwareAlertError, NotConnectedError,
                                        PacketError, hardware_status_text)
 from hardware.robot import Robot
@@ -74,6 +74,7 @@ class DynamixelArm(Robot):
         self.task = task or ArmReach()
         calibration = config.calibration
         check_joint_order(calibration.joints, config.model_xml)
+        check_joint_limits(calibration, config.model_xml)
         if len(calibration.ids) != 4:
             raise ValueError(f"the arm-reach task needs 4 joints, the robot config has {len(calibration.ids)}")
         if target is not None:
@@ -290,6 +291,32 @@ def check_joint_order(joints: list[str], model_xml: str | Path) -> None:
     if list(joints) != expected:
         raise ValueError(f"the robot config's motors drive joints {list(joints)}, but {model_xml} actuates "
                          f"{expected}: list one motor per actuated joint, in that order")
+
+
+def actuator_ranges(model_xml: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """The MJCF's joint actuators' control ranges, in actuator order: the action box simulation clips a
+    controller's goals to (unbounded where an actuator sets none)."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_path(str(model_path(model_xml)))
+    joint = [a for a in range(model.nu) if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT]
+    limited = model.actuator_ctrllimited[joint].astype(bool)
+    low = np.where(limited, model.actuator_ctrlrange[joint, 0], -np.inf)
+    high = np.where(limited, model.actuator_ctrlrange[joint, 1], np.inf)
+    return low, high
+
+
+def check_joint_limits(calibration: Calibration, model_xml: str | Path) -> None:
+    """Refuse a motor whose limits are wider than its actuator's range in the model: the controller trained with
+    its goals clipped to that range, and the robot, which clips to the config's limits, would send the arm where
+    training never went."""
+    low, high = actuator_ranges(model_xml)
+    for motor, lo, hi in zip(calibration.motors, low, high):
+        if motor.min_position < lo - 1e-9 or motor.max_position > hi + 1e-9:
+            raise ValueError(f"motor {motor.id} ({motor.joint}): its limits [{motor.min_position:g}, "
+                             f"{motor.max_position:g}] are wider than {model_xml}'s range for {motor.joint}, "
+                             f"[{lo:g}, {hi:g}], which simulation clipped the controller's goals to: the arm would "
+                             "go where training never went; set min_position and max_position within it")
 
 
 def robot_config_path(name: str | Path) -> Path:

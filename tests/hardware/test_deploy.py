@@ -680,6 +680,18 @@ def test_motors_must_drive_the_models_joints_in_actuator_order(run_dir, tmp_path
         deploy(run_dir, path, port="/dev/does-not-exist", episodes=1)
 
 
+def test_limits_wider_than_the_models_ranges_are_refused(run_dir, tmp_path):
+    """j2 allowed [-2.9, 2.9] where the MJCF's actuator range, which simulation clipped every goal to, is [-1.7, 1.7]:
+    the arm had deployed and taken goals past 1.7 rad that training never sent."""
+    motors = yaml.safe_load(robot_yaml(tmp_path).read_text())["motors"]
+    motors[1].update(min_position=-2.9, max_position=2.9)
+    with pytest.raises(ValueError, match=re.escape("motor 2 (j2): its limits [-2.9, 2.9] are wider than "
+                                                   "sims/assets/dxl_arm.xml's range for j2, [-1.7, 1.7]")):
+        deploy(run_dir, robot_yaml(tmp_path, motors=motors), port="/dev/does-not-exist", episodes=1)
+    motors[1].update(min_position=-1.5, max_position=1.5)  # narrower: the arm's own limits, kept
+    DynamixelArm(robot_yaml(tmp_path, motors=motors))
+
+
 def test_limits_that_leave_out_home_are_refused_when_home_is_the_safe_pose(run_dir, tmp_path):
     """j2 limited to [0.3, 1.0] (home, 0, outside): the arm had deployed, each episode started and the park ended
     at the clamped pose instead of home, every step counted as position_limit, and "parked" said."""
