@@ -195,6 +195,10 @@ def _exported_file(run_dir: Path, fmt: str) -> Path:
                                 "or give the run they came from")
     _refuse_folder_of_runs(Path(run_dir), fmt)
     export = f"`{shell('robolearn', 'export', run_dir)}`"
+    for other, name in FILENAMES.items():  # (`robolearn export --format onnx` removes controller.pt)
+        if other != fmt and (Path(run_dir) / "export" / name).is_file():
+            raise FileNotFoundError(f"{path}: not exported in this format, but export/ holds {name}: deploy that with "
+                                    f"--format {other} (Python: fmt={other!r}), or run {export} to write both")
     saved = (Path(run_dir) / "checkpoints" / "latest.pt").is_file()  # else `export` would only fail in turn
     if trainer := holder(Path(run_dir)):
         then = f"exports when it ends; {export} exports its checkpoint so far" if saved else \

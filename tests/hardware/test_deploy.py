@@ -318,6 +318,15 @@ def test_missing_export_says_what_to_run(tmp_path, run_dir):
         deploy(copy, "dxl_arm", episodes=1)
 
 
+def test_an_export_in_the_other_format_only_says_which_format_to_deploy(run_dir):
+    """`robolearn export RUN --format onnx` removes controller.pt; deploy without --format had said "no exported
+    controller; run `robolearn export RUN` first", as if there were none."""
+    (run_dir / "export" / "controller.pt").rename(run_dir / "export" / "controller.onnx")  # (only its name is read)
+    with pytest.raises(FileNotFoundError, match=re.escape("controller.pt: not exported in this format, but export/ "
+                                                          "holds controller.onnx: deploy that with --format onnx")):
+        deploy(run_dir, "dxl_arm", episodes=1)
+
+
 def test_a_run_still_training_is_said_so_not_called_stopped_or_unexported(run_dir, tmp_path):
     """A deploy during training had said 'run robolearn export first', then, once exported, that the run had
     'trained on and stopped before its end': it was training still."""
