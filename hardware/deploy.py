@@ -330,7 +330,10 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
              f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
     if loop["steps"] and loop["overruns"] > 0.1 * loop["steps"]:  # the robot ran slower than it was trained to
-        lines.append(f"             {100 * loop['overruns'] / loop['steps']:.0f}% of the periods overran: each step's "
+        share = loop["overruns"] / loop["steps"]  # (overruns count the periods a late step skipped too)
+        said = (f"{100 * share:.0f}% of the periods overran" if share <= 1 else
+                f"{loop['overruns']} periods overran (late or skipped) in {loop['steps']} steps")
+        lines.append(f"             {said}: each step's "
                      f"read, decision and write took longer than {1000 / loop['rate_hz']:.0f} ms, so goals came late "
                      "and fewer than trained; train at a slower rate (env.kwargs.frame_skip) or give the loop a "
                      "faster machine or bus (baud rate)")
