@@ -436,6 +436,7 @@ class Robot(VecEnv):
         ticker = Ticker(self.control_dt)
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
+        written = None
         for waypoint in np.vstack([waypoints, hold]):
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
@@ -443,7 +444,15 @@ class Robot(VecEnv):
                 return self._move_to(pose, parking, restarts + 1) if parking else None
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
                 return
+            if not parking and time.monotonic() - self._fresh_at >= self.safety_cfg.stop_after_s:
+                # blind for stop_after_s (a silent bus): the watchdog, locked out while a ramp holds the bus, stops
+                # the run (a frozen emulator's reset ramp had gone on blind for 18 s, each read timing out); its
+                # holds keep the last waypoint, not the goal before the ramp
+                if written is not None:
+                    self.safety.start(written)
+                return
             self._write(waypoint)
+            written = waypoint
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
             self._refresh()

@@ -442,6 +442,21 @@ def test_a_stop_the_robot_made_before_a_ctrl_c_is_said_not_reported_as_a_park():
             raise KeyboardInterrupt
 
 
+def test_a_ramp_to_the_start_that_reads_nothing_ends_and_the_watchdog_stops_the_run():
+    """Reads failing during the ramp to an episode's start (a bus gone silent): the ramp, which holds the bus, had
+    gone on blind to its end, the watchdog locked out past stop_after_s (18 s on a frozen emulator)."""
+    arm = LagArm(ramp_speed=0.5)  # home is 0.5 rad away: a ramp of a second
+    with pytest.raises(WatchdogStop, match="no fresh observation"):
+        with arm:
+            arm.fail_reads_after, started = arm.reads, len(arm.writes)  # silent from here
+            arm.reset()
+            blind = len(arm.writes) - started
+            assert arm.safety.last_sent[1] > 0.05  # what a hold sends: where the ramp got to, not where it began
+            for _ in range(100):
+                arm.step(torch.tensor([[0.0, 0.5]]))
+    assert blind <= 0.2 / 0.01 + 5  # stop_after_s of waypoints, not the whole ramp's 100
+
+
 def test_an_emergency_stop_whose_torque_off_is_not_confirmed_says_so():
     """Its message had said "torque is off" although no servo confirmed it."""
     arm = TorqueOffUnanswered()
