@@ -271,13 +271,27 @@ def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
     runs = sorted(find_run_dirs(folder), key=lambda run: run.stat().st_mtime)
     exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}
     if exports:
-        exported, newest = sorted(exports), max(exports, key=exports.get)
+        exported = sorted(exports)
         shown = ", ".join(map(str, exported[:5])) + (f" and {len(exported) - 5} more" if len(exported) > 5 else "")
+        arm = {run: at for run, at in exports.items() if _exported_task(run) in (None, "arm_reach")}
+        if not arm:  # (the newest of them had been named to deploy, which deploy then refused)
+            raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs ({shown}) were trained "
+                                    "on other tasks than arm_reach, the task this robot does")
+        newest = max(arm, key=arm.get)
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs: {shown}; deploy one "
-                                f"(the newest export: {shell('robolearn', 'deploy', newest)} ...)")
+                                f"(the newest arm_reach export: {shell('robolearn', 'deploy', newest)} ...)")
     if runs:
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run, and none of its {len(runs)} runs is exported; "
                                 f"the newest is {runs[-1]}: run `{shell('robolearn', 'export', runs[-1])}`, then deploy it")
+
+
+def _exported_task(run: Path) -> str | None:
+    """The task ``run``'s ``export/controller.json`` says its controller was trained on (None: unsaid or unreadable)."""
+    try:
+        task = json.loads((run / "export" / "controller.json").read_text()).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return task if isinstance(task, str) else None
 
 
 def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopStats,

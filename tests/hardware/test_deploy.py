@@ -724,8 +724,18 @@ def test_a_folder_of_runs_is_named_as_one_with_its_exported_runs(tmp_path):
     export_controller(TowardTarget(), folder / "seed_1" / "export", ("torchscript",),
                       extra={"task": "arm_reach", "control_dt": 0.02})
     with pytest.raises(FileNotFoundError, match=re.escape(f"{folder}: a folder of runs, not a run; its exported runs: "
-                                                          f"{folder}/seed_1; deploy one (the newest export: "
+                                                          f"{folder}/seed_1; deploy one (the newest arm_reach export: "
                                                           f"robolearn deploy {folder}/seed_1 ...)")):
+        deploy(folder, "dxl_arm", episodes=1)
+    (folder / "cartpole").mkdir()  # a newer export of another task: listed, not named as the one to deploy
+    write_run_config(folder / "cartpole", config="ppo_cartpole")
+    export_controller(TowardTarget(), folder / "cartpole" / "export", ("torchscript",), extra={"task": "cartpole"})
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{folder}/seed_1; deploy one (the newest arm_reach export: "
+                                                          f"robolearn deploy {folder}/seed_1 ...)")):
+        deploy(folder, "dxl_arm", episodes=1)
+    shutil.rmtree(folder / "seed_1" / "export")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"its exported runs ({folder}/cartpole) were trained on "
+                                                          "other tasks than arm_reach")):
         deploy(folder, "dxl_arm", episodes=1)
 
 
