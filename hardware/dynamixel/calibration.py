@@ -55,7 +55,9 @@ class MotorCalibration:
     min_position: float = -3.14  # rad, joint limit written to the servo
     max_position: float = 3.14
     velocity_limit: float = 4.8  # rad/s, written to Velocity_Limit: it bounds max_speed, not the joint's speed
-    # rad/s, written to Profile_Velocity: the servo moves toward each goal at most this fast. None: no profile, the
+    # rad/s, written to Profile_Velocity: the servo's own target moves toward each goal at most this fast, and the
+    # joint follows it through its position loop, which may overshoot that speed briefly (2.4 rad/s seen at 2.0 on
+    # the emulated arm; the safety layer's max_velocity watches the measured speed). None: no profile, the
     # motor's own top speed, as the training simulation has it (which models no such cap: set it above the speeds
     # the policy uses, or train with it)
     max_speed: float | None = None
