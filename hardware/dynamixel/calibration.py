@@ -30,12 +30,14 @@ from robolearn.checkpoint import atomic_write_bytes
 
 from .control_table import (
     BAUD_CODES,
+    BAUD_RATES,
     CENTER_TICKS,
     MODEL_NUMBERS,
     RAD_S_PER_VELOCITY_UNIT,
     TABLE,
     TICKS_PER_RAD,
     TICKS_PER_REV,
+    top_baud_code,
 )
 
 
@@ -186,6 +188,10 @@ class RobotConfig:
         if not isinstance(baudrate, int) or isinstance(baudrate, bool) or baudrate not in BAUD_CODES:
             raise CalibrationError(f"{path}: 'baudrate' must be one the X-series servos support "
                                    f"({', '.join(map(str, BAUD_CODES))}), got {baudrate!r}")
+        for motor in calibration.motors:  # an XL330 stops at 4 Mbps: set higher it would hear nothing
+            if BAUD_CODES[baudrate] > top_baud_code(motor.model_number):
+                raise CalibrationError(f"{path}: 'baudrate' {baudrate} is above what motor {motor.id} "
+                                       f"({motor.model}) supports, {BAUD_RATES[top_baud_code(motor.model_number)]}")
         if not isinstance(model_xml, str):
             raise CalibrationError(f"{path}: 'model_xml' must be a string, got {model_xml!r}")
         control_dt = data.get("control_dt")

@@ -22,6 +22,12 @@ OPERATING_MODES = (0, 1, 3, 4, 5, 16)  # current, velocity, position, extended p
 BAUD_RATES = {0: 9_600, 1: 57_600, 2: 115_200, 3: 1_000_000, 4: 2_000_000, 5: 3_000_000, 6: 4_000_000,
               7: 4_500_000}
 BAUD_CODES = {baud: code for code, baud in BAUD_RATES.items()}
+TOP_BAUD_CODE = {"XL330-M288": 6, "XL430-W250": 7, "XM430-W350": 7}  # each model's fastest Baud_Rate code
+
+
+def top_baud_code(model_number: int) -> int:
+    """The fastest Baud_Rate code a servo of ``model_number`` takes (7, 4.5 Mbps, for a model not listed)."""
+    return TOP_BAUD_CODE.get(MODEL_NAMES.get(model_number, ""), 7)
 
 # Units.
 TICKS_PER_REV = 4096

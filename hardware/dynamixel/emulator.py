@@ -101,6 +101,7 @@ from .control_table import (
     CURRENT_UNIT_A,
     rad_to_ticks,
     ticks_to_rad,
+    top_baud_code,
 )
 
 if TYPE_CHECKING:
@@ -273,6 +274,9 @@ class DynamixelEmulator:
         self._servos: dict[int, _Servo] = {}
         for servo_id, joint in servos.items():  # one model for all, or each servo's (an arm with another gripper)
             number = model_number[servo_id] if isinstance(model_number, Mapping) else model_number
+            if BAUD_CODES[baudrate] > top_baud_code(number):
+                raise ValueError(f"servo {servo_id} (model number {number}) tops out at "
+                                 f"{BAUD_RATES[top_baud_code(number)]} bps, below baudrate {baudrate}")
             self._servos[servo_id] = self._make_servo(servo_id, joint, number)
         self._actuators = np.array([s.actuator for s in self._servos.values()], dtype=int)
         self._dofs = np.array([s.dof for s in self._servos.values()], dtype=int)
@@ -659,6 +663,8 @@ class DynamixelEmulator:
             if not item.minimum <= value <= item.maximum:
                 return p.ERR_DATA_RANGE, False
             if item.name == "Operating_Mode" and value not in OPERATING_MODES:  # (2 and 6..15 are no mode)
+                return p.ERR_DATA_RANGE, False
+            if item.name == "Baud_Rate" and value > top_baud_code(servo.get("Model_Number")):  # XL330s stop at 6
                 return p.ERR_DATA_RANGE, False
             if item.name in GOAL_ITEMS and servo.watchdog_tripped:
                 return p.ERR_DATA_RANGE, False

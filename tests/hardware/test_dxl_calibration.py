@@ -156,6 +156,17 @@ def test_unsupported_baudrate_lists_the_supported_ones(tmp_path: Path) -> None:
         RobotConfig.load(write_arm(tmp_path, baudrate=500_000))
 
 
+def test_a_baudrate_above_a_motors_model_is_refused(tmp_path: Path) -> None:
+    """XL330s stop at 4 Mbps: a bus at 4.5 Mbps would hear none of them, told as a missing servo."""
+    data = yaml.safe_load(ARM_YAML.read_text())
+    motors = [{**motor, "model": "XL330-M288"} for motor in data["motors"]]
+    assert RobotConfig.load(write_arm(tmp_path, motors=motors, baudrate=4_000_000)).baudrate == 4_000_000
+    first = motors[0]["id"]
+    with pytest.raises(CalibrationError, match=rf"'baudrate' 4500000 is above what motor {first} \(XL330-M288\) "
+                                               "supports, 4000000"):
+        RobotConfig.load(write_arm(tmp_path, motors=motors, baudrate=4_500_000))
+
+
 def test_control_dt_loads_saves_and_is_checked(tmp_path: Path) -> None:
     """The arm's control period: what the emulator's lockstep advances per goal write."""
     assert RobotConfig.load(ARM_YAML).control_dt is None  # not given: the task's

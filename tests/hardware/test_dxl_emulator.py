@@ -112,6 +112,18 @@ def test_a_baud_rate_write_moves_the_servo_to_that_rate(emulator, connect, code,
     assert PH.ping(connect(emulator), 2)[1] == sdk.COMM_SUCCESS
 
 
+def test_an_xl330_takes_no_baud_rate_above_4_mbps(make_emulator, connect) -> None:
+    """The XL330-M288's Baud Rate(8) stops at 6 (4 Mbps): 7 is out of its range, as the e-Manual lists it. It had
+    been taken, and the servo moved to a rate it does not run at."""
+    emulator = make_emulator(model_number=1200)
+    port = connect(emulator)
+    assert write(port, 2, "Baud_Rate", 7) == (sdk.COMM_SUCCESS, p.ERR_DATA_RANGE)
+    assert write(port, 2, "Baud_Rate", 6) == OK
+    with pytest.raises(ValueError, match=r"servo 1 \(model number 1200\) tops out at 4000000 bps, below baudrate "
+                                         "4500000"):
+        make_emulator(model_number=1200, baudrate=4_500_000)
+
+
 def test_an_emulator_serves_at_4_5_mbps(make_emulator, connect) -> None:
     """4.5 Mbps has no termios constant: the pty is set to it as a custom rate, as pyserial sets a host's."""
     emulator = make_emulator(baudrate=4_500_000)
