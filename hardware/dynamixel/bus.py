@@ -596,17 +596,19 @@ class DynamixelBus:
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")
 
     def _hardware_error(self, servo_id: int) -> int | None:
-        """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read).
+        """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read), read as
+        :meth:`_retry` reads: no reply or a garbled one drained and retried after a backoff (they had been
+        resent at once, into the echo of the last), the line's loss said as such.
 
-        A reply whose error byte holds more than the alert bit is a refusal: it carries no data, and the SDK's
-        read1ByteTxRx reads its value out of the CRC (causes no servo had), so it is retried like no reply."""
+        The alert bit is on every status of such a servo, so it is no refusal here. A reply whose error byte holds
+        more is one: it carries no data (the SDK's read1ByteTxRx would read its value out of the CRC)."""
         item = TABLE["Hardware_Error_Status"]
-        for _ in range(self.retries + 1):
-            try:
-                value, result, error = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
-            except BaseException:  # a Ctrl+C inside the exchange: the port is left usable, as _retry leaves it
-                self._abandon_exchange()
-                raise
-            if result == sdk.COMM_SUCCESS and not error & ~protocol.ERR_ALERT:
-                return value
-        return None
+
+        def attempt() -> _Attempt:
+            value, result, error = self._packet.read1ByteTxRx(self._need_port(), servo_id, item.address)
+            return result, error & ~protocol.ERR_ALERT, value, servo_id
+
+        try:
+            return self._retry("read Hardware_Error_Status", attempt)
+        except (CommTimeoutError, PacketError):
+            return None
