@@ -392,6 +392,10 @@ def _train(args: argparse.Namespace) -> int:
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
         args.overrides.insert(0, config)
         config = None
+        if named := next((word for word in args.overrides if "=" not in word), None):  # `train key=value NAME`
+            settings = " ".join(word for word in args.overrides if word != named)
+            raise ConfigError(f"'{named}' follows key=value settings: a config goes first, as in "
+                              f"robolearn train {named} {settings}")
     if args.resume and config:
         raise ConfigError(f"give a config or --resume, not both: --resume {args.resume} continues with the run's own "
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")

@@ -208,6 +208,11 @@ def test_malformed_override_value(capsys):
     assert "override 'agent.actor_hidden=[3,'" in error(capsys)
 
 
+def test_a_config_named_after_the_settings_says_it_goes_first(capsys):
+    assert main(["train", "runner.total_steps=1000", "ppo_pendulum", "--no-wandb"]) == 2
+    assert "a config goes first, as in robolearn train ppo_pendulum runner.total_steps=1000" in error(capsys)
+
+
 # -- 3: dataset commands ---------------------------------------------------------------------
 
 def test_replay_episode_out_of_range(root, capsys):
