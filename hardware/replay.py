@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,11 @@ def replay_on_robot(path: str | Path, robot: Robot, sink: StepSink | None = None
     joints = len(robot.home)
     recorded, actions = read_replayable(path, joints)
     dt = recorded_control_dt(path)
-    if dt is not None and abs(dt - robot.control_dt) > 1e-9:  # else each goal is held for another time than recorded
+    if dt is None:  # an episode copied without its folder's metadata.json: its rate is not known
+        warnings.warn(f"{path}: no metadata.json beside it gives the control rate it was recorded at: replayed at the "
+                      f"robot's {1 / robot.control_dt:g} Hz, each goal held {robot.control_dt:g} s (copy the "
+                      "recording's metadata.json beside it to replay at its own rate)", stacklevel=2)
+    elif abs(dt - robot.control_dt) > 1e-9:  # else each goal is held for another time than recorded
         raise ReplayError(f"{path}: recorded at control_dt {dt:g} s, the robot runs at {robot.control_dt:g} s: build "
                           "it with the recording's task settings (hardware.replay.recorded_task_settings), or replay "
                           "with hardware.replay.replay, which does")

@@ -72,3 +72,19 @@ def test_a_replay_is_recorded_for_its_plot(tmp_path, make_emulator):
     assert episode["actions"].shape == (10, 4) and episode["obs/joint_state"].shape == (11, 8)
     assert bool(episode["interrupted"])  # 10 steps of an episode of 200: kept as cut short
     assert plot_recording(tmp_path / "replayed").is_file()
+
+
+def test_an_episode_without_its_metadata_is_replayed_at_the_robots_rate_and_said(tmp_path, make_emulator):
+    """An episode copied without its folder's metadata.json had been replayed at the robot's 50 Hz without a word,
+    whatever rate it was recorded at."""
+    import numpy as np
+
+    from hardware.replay import replay
+
+    episode = tmp_path / "episode_00000.npz"
+    np.savez(episode, actions=np.zeros((5, 4)), **{"obs/joint_state": np.zeros((6, 8))})
+    with pytest.warns(UserWarning, match=r"no metadata.json beside it gives the control rate it was recorded at: "
+                                         r"replayed at the robot's 50 Hz, each goal held 0.02 s"):
+        result = replay(episode, "dxl_arm", port=make_emulator().port,
+                        safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
+    assert result["steps"] == 5
