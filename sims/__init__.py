@@ -371,8 +371,14 @@ def make_backend(
     """The physics of ``num_worlds`` worlds of ``spec``'s model: ``mujoco`` (CPU) or ``warp``."""
     backend, device = resolve_backend(backend, device)
     if backend == "warp":
-        return _warp_backend().WarpBackend(_compiled(spec), num_worlds, device=device, fields=spec.fields,
-                           nconmax=spec.nconmax, njmax=spec.njmax, light_reset=spec.light_reset)
+        model = _compiled(spec)
+        try:
+            return _warp_backend().WarpBackend(model, num_worlds, device=device, fields=spec.fields,
+                                               nconmax=spec.nconmax, njmax=spec.njmax, light_reset=spec.light_reset)
+        except NotImplementedError as err:  # mujoco_warp.put_model's refusal, had been a traceback deep in Warp
+            raise ValueError(f"backend=warp: MuJoCo Warp cannot run {type(spec).__name__}'s model "
+                             f"({str(err).rstrip('.')}); use env.backend=mujoco, which runs every MuJoCo model, "
+                             "or change the model") from err
     return MujocoBackend(_compiled(spec), num_worlds, device=device, num_threads=num_threads, fields=spec.fields)
 
 

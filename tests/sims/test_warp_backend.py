@@ -225,6 +225,20 @@ def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
         sims.make_env("pendulum", 2, device="cuda")
 
 
+def test_a_model_mujoco_warp_cannot_run_is_a_clear_error():
+    """A model with a feature MuJoCo Warp lacks (here the PGS solver) had ended in put_model's
+    NotImplementedError traceback; it is a ValueError naming the task and the CPU backend."""
+    import mujoco
+
+    spec = sims.TASKS["pendulum"]()
+    model = spec.model()
+    model.opt.solver = mujoco.mjtSolver.mjSOL_PGS
+    spec.model = lambda: model
+    with pytest.raises(ValueError, match=r"MuJoCo Warp cannot run Pendulum's model \(mjSOL_PGS is unsupported.*"
+                                         r"env.backend=mujoco"):
+        sims.make_backend("warp", spec, 2, "cpu")
+
+
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown backend 'physx'"):
         sims.make_env("pendulum", 2, backend="physx")
