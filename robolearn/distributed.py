@@ -42,6 +42,10 @@ def init(device: str) -> bool:
     if cuda and torch.device(device).index is not None:  # every rank would share that GPU: NCCL refuses
         raise ValueError(f"env.device={device} under torchrun: each rank runs on its own GPU (LOCAL_RANK); "
                          "set env.device=cuda")
+    if missing := [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]:
+        raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} is set but {', '.join(missing)} not: ranks are started "
+                         "by torchrun, which sets them all; unset WORLD_SIZE (left in this shell?), or start the ranks "
+                         "with robolearn train --nproc N or torchrun (README, Multi-GPU and multi-node)")
     if cuda:
         torch.cuda.set_device(local_rank())
     stop_with_the_launcher()

@@ -312,6 +312,18 @@ def test_a_numbered_gpu_under_torchrun_is_refused_before_any_rank_shares_it(monk
         distributed.init("cuda:0")
 
 
+def test_a_world_size_left_in_the_shell_says_what_to_unset(monkeypatch, tmp_path, capsys) -> None:
+    """WORLD_SIZE without torchrun's other variables had ended in torch's "environment variable RANK expected,
+    but not set", which names neither the stale variable nor how ranks are started; no run folder is left."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["train", "ppo_pendulum", f"run_dir={tmp_path}", "--no-wandb"]) == 2
+    said = capsys.readouterr().err
+    assert "WORLD_SIZE=2 is set but RANK, MASTER_ADDR, MASTER_PORT not" in said and "unset WORLD_SIZE" in said
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     """torchrun starts ranks in sessions of their own: a launcher killed with SIGKILL had left them training."""
     import subprocess
