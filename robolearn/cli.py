@@ -460,7 +460,7 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
             raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "
                               f"{torch.cuda.device_count()}; give --nproc {torch.cuda.device_count()} or fewer, or "
                               "use torchrun across machines (README, Multi-GPU and multi-node)")
-    elif nproc > (cores := os.cpu_count() or 1):
+    elif nproc > (cores := len(os.sched_getaffinity(0))):
         print(f"warning: --nproc {nproc} on {cores} CPU cores: the ranks share cores, so each steps slower "
               f"and the run is likely slower than with --nproc {cores}", file=sys.stderr)
     return fallback

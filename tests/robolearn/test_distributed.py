@@ -218,7 +218,7 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     for name in [name for name in logging.root.manager.loggerDict if name.startswith("torch.distributed")]:
         monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
     monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
     assert "warning" not in capsys.readouterr().err
     # ranks stop at the end of their iteration: torchrun waits for it, not its own 30 s before a SIGKILL
@@ -241,6 +241,18 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
         assert capsys.readouterr().err.count(said) == 1 and len(calls) == 3
 
 
+def test_more_ranks_than_the_cores_this_process_may_use_is_said(monkeypatch, capsys) -> None:
+    """A container's or job's share of a larger machine (taskset, cgroup cpusets, SLURM): os.cpu_count() counts
+    the machine's cores, and 2 ranks on 1 allowed core had started without the warning."""
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
+    assert "--nproc 2 on 1 CPU cores: the ranks share cores" in capsys.readouterr().err and calls
+
+
 def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) -> None:
     """backend=warp on a CUDA device this machine lacks falls back to MuJoCo on the CPU: the parent says so,
     and its ranks are given that backend, so rank 0 does not say it again."""
@@ -248,7 +260,7 @@ def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     with pytest.warns(UserWarning, match="no CUDA GPU here") as said:
         assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.backend=warp", "env.device=cuda",
                          "--no-wandb"]) == 0
@@ -295,7 +307,7 @@ def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, 
     assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
     assert calls and calls[0][:2] == ["--standalone", "--nproc_per_node=2"]
     assert "resuming on 2 ranks" in capsys.readouterr().out
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # fewer cores than ranks: they share them, as --nproc 2 did
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # fewer cores than ranks: they share them, as --nproc 2 did
     assert cli.main(["train", "--resume", str(run_dir), "runner.total_steps=1e6", "--no-wandb"]) == 0
     assert calls[-1][:2] == ["--standalone", "--nproc_per_node=2"]
     assert "--nproc 2 on 1 CPU cores: the ranks share cores" in capsys.readouterr().err
