@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from robolearn import distributed
+from robolearn.caller import outside_us
 from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
@@ -281,7 +282,7 @@ def on_this_machine(run_dir: str | Path, env: EnvConfig) -> EnvConfig:
     ours = not env.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX))
     moved = dataclasses.replace(env, device="cpu", backend="mujoco" if ours else env.backend)
     warnings.warn(f"{run_dir} trained on backend={env.backend} device={env.device}; no CUDA GPU here: its env "
-                  f"runs on backend={moved.backend} device=cpu", stacklevel=3)
+                  f"runs on backend={moved.backend} device=cpu", stacklevel=outside_us())
     return moved
 
 

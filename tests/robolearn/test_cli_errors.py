@@ -481,6 +481,23 @@ def test_a_gpu_run_is_looked_at_and_resumed_on_a_machine_without_one(tmp_path, m
     assert "multi-node" not in capsys.readouterr().err
 
 
+def test_a_gpu_run_built_from_python_is_said_at_the_callers_line(tmp_path, monkeypatch):
+    """robolearn.make_env(run) of a GPU run on a machine without one: the warning had pointed at
+    robolearn/__init__.py (a fixed stacklevel), not at the line of the script that built the env."""
+    import robolearn
+    import yaml
+
+    assert tiny_run(tmp_path, "ppo_cartpole") == 0
+    run = next((tmp_path / "runs").glob("*/*"))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["env"]["device"] = "cuda"
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="no CUDA GPU here: its env runs on backend=mujoco device=cpu") as said:
+        robolearn.make_env(run).close()
+    assert [w.filename for w in said if "no CUDA GPU here" in str(w.message)] == [__file__]
+
+
 def test_an_interrupt_that_carries_what_it_left_is_printed_with_it(monkeypatch, capsys):
     """A stop whose cleanup added to it (a robot's torque-off not confirmed) had printed only "interrupted"."""
     from robolearn import cli
