@@ -407,6 +407,10 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(config, args.overrides)
     if args.no_wandb:
         cfg.logging.wandb = "disabled"
+    if args.nproc is not None and "WORLD_SIZE" in os.environ:  # (it had been ignored for WORLD_SIZE's ranks)
+        raise ConfigError(f"--nproc {args.nproc} with WORLD_SIZE={os.environ['WORLD_SIZE']} set: under torchrun its "
+                          "--nproc_per_node sets the ranks (drop --nproc); elsewhere WORLD_SIZE is left from another "
+                          "launch: unset it")
     if args.nproc is None:
         args.nproc = _trained_ranks(args.resume, cfg) if args.resume and "WORLD_SIZE" not in os.environ else 1
         if args.nproc > 1:

@@ -336,6 +336,16 @@ def test_a_world_size_left_in_the_shell_says_what_to_unset(monkeypatch, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+def test_nproc_with_a_world_size_set_is_refused_not_ignored(monkeypatch, tmp_path, capsys) -> None:
+    """A WORLD_SIZE=1 left in the shell had made `--nproc 2` train in one process without a word."""
+    calls = []
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", f"run_dir={tmp_path}", "--no-wandb"]) == 2
+    assert "--nproc 2 with WORLD_SIZE=1 set" in capsys.readouterr().err
+    assert not calls and not list(tmp_path.iterdir())
+
+
 def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     """torchrun starts ranks in sessions of their own: a launcher killed with SIGKILL had left them training."""
     import subprocess
