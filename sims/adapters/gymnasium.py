@@ -133,7 +133,8 @@ class GymVecEnv(OurVecEnv):
         unstable = counts > self._bad_states
         for i in np.flatnonzero(unstable):
             obs[i] = final[i] = self.vec.envs[i].reset()[0]
-            counts[i] = 0  # mj_resetData clears MuJoCo's warning counts
+            counts[i] = _bad_states([self._physics[i]])[0]  # 0 after mj_resetData; an env that resets its state
+            # by hand (gymnasium_robotics' do) keeps its counts, and had been flagged again at every step
         reward[unstable], terminated[unstable], truncated[unstable] = 0.0, True, False
         self._bad_states = counts
         return unstable

@@ -156,3 +156,52 @@ def test_a_gymnasium_mujoco_env_whose_physics_blows_up_ends_its_episode_too():
     assert env.vec.envs[1].unwrapped.data.time == 0  # reset, its next episode begun
     after = env.step(action)
     assert not after.terminated.any() and float(after.info["log"][UNSTABLE_LOG]) == 0
+
+
+def test_a_gymnasium_mujoco_env_that_resets_its_state_by_hand_is_not_flagged_again_after_its_blow_up():
+    """An env of one's own (or gymnasium_robotics') may reset ``qpos``/``qvel`` without ``mj_resetData``, which
+    leaves MuJoCo's warning counts as they were: the adapter had taken them as 0 after its reset, and so ended
+    that env's every episode after its one blow-up, at its first step, with reward 0."""
+    import mujoco
+    import numpy as np
+    import gymnasium
+    from gymnasium import spaces
+
+    from sims.adapters.gymnasium import GymVecEnv
+
+    xml = ("<mujoco><worldbody><body><joint name='j' type='slide' axis='1 0 0'/><geom size='.1' mass='1'/></body>"
+           "</worldbody><actuator><motor joint='j' ctrlrange='-1 1'/></actuator></mujoco>")
+
+    class Slider(gymnasium.Env):
+        metadata = {"render_fps": 500}
+        observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        action_space = spaces.Box(-1, 1, (1,), np.float32)
+
+        def __init__(self):
+            self.model = mujoco.MjModel.from_xml_string(xml)
+            self.data = mujoco.MjData(self.model)
+
+        def _obs(self):
+            return np.concatenate([self.data.qpos, self.data.qvel])
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.data.qpos[:], self.data.qvel[:], self.data.time = 0.0, 0.0, 0.0
+            mujoco.mj_forward(self.model, self.data)
+            return self._obs(), {}
+
+        def step(self, action):
+            self.data.ctrl[:] = action
+            mujoco.mj_step(self.model, self.data)
+            return self._obs(), 1.0, False, False, {}
+
+    env = GymVecEnv(Slider, 2, max_episode_steps=100, seed=0)
+    env.reset()
+    action = torch.zeros(2, 1)
+    env.vec.envs[1].unwrapped.data.qvel[:] = PUSH
+    step = env.step(action)
+    assert step.terminated.tolist() == [False, True] and float(step.info["log"][UNSTABLE_LOG]) == 1
+    for _ in range(3):
+        step = env.step(action)
+        assert not step.terminated.any() and step.reward.tolist() == [1.0, 1.0]
+        assert float(step.info["log"][UNSTABLE_LOG]) == 0
