@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 
 from robolearn import distributed
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml, run_config_path,
-                              to_dict)
+from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
+                              resolve_config_path, run_config_path, to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
@@ -380,6 +380,15 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     return 0
 
 
+def _names_config(word: str) -> bool:
+    """Whether ``word`` is a config's YAML path or name in configs/."""
+    try:
+        resolve_config_path(word)
+    except ConfigError:
+        return False
+    return True
+
+
 def _train(args: argparse.Namespace) -> int:
     from robolearn.preflight import check_data_parallel, check_fresh_replay
     from robolearn.runner import train
@@ -392,7 +401,8 @@ def _train(args: argparse.Namespace) -> int:
     if config and "=" in config:  # `train key=value ...`: the default config with overrides
         args.overrides.insert(0, config)
         config = None
-        if named := next((word for word in args.overrides if "=" not in word), None):  # `train key=value NAME`
+        if named := next((word for word in args.overrides if "=" not in word and _names_config(word)), None):
+            # `train key=value NAME` (another word, '64]' of an unquoted `a=[64, 64]`, is said as an override)
             settings = " ".join(word for word in args.overrides if word != named)
             raise ConfigError(f"'{named}' follows key=value settings: a config goes first, as in "
                               f"robolearn train {named} {settings}")

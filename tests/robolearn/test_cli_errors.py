@@ -213,6 +213,14 @@ def test_a_config_named_after_the_settings_says_it_goes_first(capsys):
     assert "a config goes first, as in robolearn train ppo_pendulum runner.total_steps=1000" in error(capsys)
 
 
+def test_a_word_after_the_settings_that_names_no_config_is_said_as_a_bad_override(capsys):
+    """'64]' of an unquoted agent.actor_hidden=[64, 64] (or a setting missing its '=') had been called a config to
+    put first: "as in robolearn train 64] agent.actor_hidden=[64,"."""
+    assert main(["train", "runner.total_steps=1000", "runner.seed", "3", "--no-wandb"]) == 2
+    said = error(capsys)
+    assert "override 'runner.seed' must look like key=value" in said and "a config goes first" not in said
+
+
 # -- 3: dataset commands ---------------------------------------------------------------------
 
 def test_replay_episode_out_of_range(root, capsys):
