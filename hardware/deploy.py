@@ -98,9 +98,10 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | 
         for _ in range(max(1, calls)):
             action = controller.act(zeros)
     except Exception as err:  # noqa: BLE001 (onnxruntime's and TorchScript's own types: a traceback had said it)
+        said = (str(err).strip().splitlines() or [type(err).__name__])[-1]  # (TorchScript's cause is its last line)
         raise ValueError(f"{source or 'the controller'}: fails ({type(err).__name__}) on an observation of the size "
-                         f"its controller.json gives ({controller.obs_size}): is the file another export's? (an older "
-                         "controller.json has no digest to tell); export the run again") from err
+                         f"its controller.json gives ({controller.obs_size}): {said}; is the file another export's? "
+                         "(an older controller.json has no digest to tell); export the run again") from err
     expected = (1, *robot.action_spec.shape)
     if tuple(action.shape) != expected:
         raise ValueError(f"{source or 'the controller'}: its action has shape {tuple(action.shape)}, the robot takes "
