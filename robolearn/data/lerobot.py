@@ -123,10 +123,10 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
 
     if not len(data["episode_index"]):
         raise DatasetError(f"{root}: no frames in {', '.join(str(file) for file in files)}")
-    _check_frame_count(root, info, len(data["episode_index"]), files)
     for key in ("episode_index", "frame_index"):  # 'ep0', 0.5 or a null would be cast or misread below
         if data[key].dtype.kind not in "iu":
             raise DatasetError(f"{root}: column '{key}' holds {data[key].dtype} values, expected whole numbers")
+    _check_frame_count(root, info, data["episode_index"], files)
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
     episodes, ends_only = [], True  # ends_only: every episode done on its last frame and nowhere else
@@ -162,16 +162,43 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     return episodes, meta
 
 
-def _check_frame_count(root: Path, info: dict[str, Any], frames: int, files: list[Path]) -> None:
+def _check_frame_count(root: Path, info: dict[str, Any], episode_index: np.ndarray, files: list[Path]) -> None:
     """Refuse data files that hold other than info.json's ``total_frames``: a data file missing or cut short
-    had imported as fewer episodes, or an episode ending early, without a word."""
-    total = info.get("total_frames")
+    had imported as fewer episodes, or an episode ending early, without a word. Files missing whole, each
+    episode read as long as meta/episodes lists it, are a partial download (LeRobot's ``LeRobotDataset(repo,
+    episodes=[...])`` fetches only their files): imported, said with the episodes left out."""
+    total, frames = info.get("total_frames"), len(episode_index)
     if not isinstance(total, int) or isinstance(total, bool) or total == frames:
         return
     read = ", ".join(file.relative_to(root).as_posix() for file in files)
+    lengths = _episode_lengths(root) if frames < total else None
+    indices, counts = np.unique(episode_index, return_counts=True)
+    if lengths and all(lengths.get(int(i)) == int(n) for i, n in zip(indices, counts)):
+        absent = sorted(set(lengths) - set(indices.tolist()))
+        shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+        warnings.warn(f"{root}: its data files ({read}) hold {len(indices)} of the {len(lengths)} episodes "
+                      f"meta/episodes lists, {frames} of info.json's {total} frames (a partial download?): episodes "
+                      f"{shown} are not imported", stacklevel=3)
+        return
     raise DatasetError(f"{root}: meta/info.json's total_frames is {total}, its data files hold {frames} ({read}): "
                        f"a data file is {'missing or cut short' if frames < total else 'there that info.json does not count'}; "
                        "copy or download the dataset again")
+
+
+def _episode_lengths(root: Path) -> dict[int, int] | None:
+    """Each episode's frame count as meta/episodes/chunk-*/file-*.parquet lists it; None where it is absent or
+    unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lengths: dict[int, int] = {}
+    for file in sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet")):
+        try:
+            table = pq.read_table(file, columns=["episode_index", "length"]).to_pydict()
+        except (pa.ArrowException, OSError, UnicodeDecodeError, KeyError):
+            return None
+        lengths.update(zip(table["episode_index"], table["length"]))
+    return lengths or None
 
 
 def _own_metadata(root: Path) -> dict[str, Any]:

@@ -136,9 +136,11 @@ def test_bad_lerobot_datasets_are_one_line_errors(tmp_path):
 
 
 def test_a_missing_or_cut_data_file_is_refused_not_imported_as_fewer_frames(tmp_path):
-    """A missing file-001.parquet had imported as episodes 0 and 1 only, a cut one as episode 2 ended early."""
+    """A missing file-001.parquet had imported as episodes 0 and 1 only, a cut one as episode 2 ended early. (One
+    missing whole, as meta/episodes tells, is a partial download: imported and said, in the test below.)"""
     source = lerobot_source(tmp_path / "missing")
     (source / "data" / "chunk-000" / "file-001.parquet").unlink()
+    (source / "meta" / "episodes" / "chunk-000" / "file-000.parquet").unlink()  # nothing tells whole from cut
     with pytest.raises(DatasetError, match=r"missing: meta/info.json's total_frames is 12, its data files hold 8 "
                                            r"\(data/chunk-000/file-000.parquet\): a data file is missing or cut short"):
         read_lerobot(source)
@@ -147,6 +149,17 @@ def test_a_missing_or_cut_data_file_is_refused_not_imported_as_fewer_frames(tmp_
     pq.write_table(_table(frames, slice(LENGTHS[0] + LENGTHS[1], -2)), source / "data" / "chunk-000" / "file-001.parquet")
     with pytest.raises(DatasetError, match="total_frames is 12, its data files hold 10"):
         read_lerobot(source)
+
+
+def test_a_partial_download_imports_the_episodes_it_holds_and_says_which_are_left_out(tmp_path):
+    """LeRobotDataset(repo, episodes=[...]) downloads only those episodes' data files, beside the whole dataset's
+    meta/: its episodes had been refused for info.json's total_frames (the dataset's), though each is whole."""
+    source = lerobot_source(tmp_path / "partial")
+    (source / "data" / "chunk-000" / "file-001.parquet").unlink()  # episode 2's file, not downloaded
+    with pytest.warns(UserWarning, match=r"hold 2 of the 3 episodes meta/episodes lists, 8 of info.json's 12 frames "
+                                         r"\(a partial download\?\): episodes 2 are not imported"):
+        episodes, meta = read_lerobot(source)
+    assert [len(e) for e in episodes] == list(LENGTHS[:2]) and meta["lerobot_episode_index"] == [0, 1]
 
 
 @pytest.mark.parametrize("column, values, said", [
