@@ -403,9 +403,9 @@ def _train(args: argparse.Namespace) -> int:
         config = None
         if named := next((word for word in args.overrides if "=" not in word and _names_config(word)), None):
             # `train key=value NAME` (another word, '64]' of an unquoted `a=[64, 64]`, is said as an override)
-            settings = " ".join(word for word in args.overrides if word != named)
+            settings = [word for word in args.overrides if word != named]
             raise ConfigError(f"'{named}' follows key=value settings: a config goes first, as in "
-                              f"robolearn train {named} {settings}")
+                              f"{shell('robolearn', 'train', named, *settings)}")
     if args.resume and config:
         raise ConfigError(f"give a config or --resume, not both: --resume {args.resume} continues with the run's own "
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")

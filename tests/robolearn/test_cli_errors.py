@@ -211,6 +211,8 @@ def test_malformed_override_value(capsys):
 def test_a_config_named_after_the_settings_says_it_goes_first(capsys):
     assert main(["train", "runner.total_steps=1000", "ppo_pendulum", "--no-wandb"]) == 2
     assert "a config goes first, as in robolearn train ppo_pendulum runner.total_steps=1000" in error(capsys)
+    assert main(["train", "agent.actor_hidden=[64, 64]", "ppo_pendulum", "--no-wandb"]) == 2  # pasted, it runs
+    assert "as in robolearn train ppo_pendulum 'agent.actor_hidden=[64, 64]'" in error(capsys)
 
 
 def test_a_word_after_the_settings_that_names_no_config_is_said_as_a_bad_override(capsys):
