@@ -377,7 +377,10 @@ class DatasetWriter:
     ``description``, which are Minari's own keys. Used as a context manager,
     the dataset is committed on a clean exit and, when ``keep_partial``
     (recordings), also on an exception or Ctrl+C if it holds an episode;
-    otherwise it is discarded and nothing on disk changes.
+    otherwise it is discarded and nothing on disk changes. A recording cut
+    short (an exception, or ``cut_short`` set, as :func:`record` sets it on
+    Ctrl+C) never replaces the dataset ``overwrite`` was to replace: it is
+    saved as that name's next free version, and the old one is kept whole.
     """
 
     MINARI_KEYS = ("ref_min_score", "ref_max_score", "algorithm_name", "description")
@@ -410,6 +413,7 @@ class DatasetWriter:
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.metadata = dict(metadata or {})
         self.overwrite, self.keep_partial = overwrite, keep_partial
+        self.cut_short = False  # set by a recording that stopped before its end (Ctrl+C): replaces nothing
         self.episodes = 0
         self.steps = 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
@@ -490,14 +494,18 @@ class DatasetWriter:
         if self.episodes == 0:
             self.discard()
             raise DatasetError(f"dataset '{self.id}': no complete episode to write; nothing was saved")
-        if self.target.exists() and not self.overwrite:  # another process wrote this name while this one wrote:
-            taken, base, _, version = self.id, *self.id.rpartition("-v")  # saved as its next free version, not lost
-            while self.target.exists():  # (nor over the other's: the check in __init__ was before that one ended)
+        if self.target.exists() and (not self.overwrite or self.cut_short):  # another process wrote this name
+            # while this one wrote (the check in __init__ was before that one ended), or this one stopped before its
+            # end: saved as its next free version, neither lost nor over the other
+            taken, base, _, version = self.id, *self.id.rpartition("-v")
+            while self.target.exists():
                 version = str(int(version) + 1)
                 self.id = f"{base}-v{version}"
                 self.target = self.target.with_name(self.id.rsplit("/", 1)[-1])
-            warnings.warn(f"dataset '{taken}' was written by another process while this one was: this one is "
-                          f"saved as '{self.id}'", stacklevel=2)
+            why = (f"this recording stopped before its end, so its {self.episodes} episode(s) do not replace it "
+                   "(--overwrite replaces a dataset with a complete recording)" if self.overwrite and self.cut_short
+                   else "it was written by another process while this one was")
+            warnings.warn(f"dataset '{taken}' is kept: {why}; this one is saved as '{self.id}'", stacklevel=2)
         self.metadata.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
         from minari import __version__ as minari_version
 
@@ -539,6 +547,7 @@ class DatasetWriter:
         if self._closed:
             return
         if kind is None or (self.keep_partial and self.episodes > 0):
+            self.cut_short |= kind is not None
             self.commit()
         else:
             self.discard()

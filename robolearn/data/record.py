@@ -112,7 +112,7 @@ def record(controller: Actor, env: VecEnv, writer: DatasetWriter, episodes: int,
             controller.reset(step.terminated | step.truncated)
             bar.set_postfix(steps_per_s=f"{stats.steps / (time.perf_counter() - start):.0f}", refresh=False)
     except KeyboardInterrupt:
-        stats.interrupted = True
+        stats.interrupted = writer.cut_short = True  # (the writer then replaces no dataset: --overwrite's is kept)
     finally:
         bar.close()
         stats.episodes = writer.episodes

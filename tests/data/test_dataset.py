@@ -250,6 +250,23 @@ def test_an_interrupted_recording_keeps_every_completed_episode(root, error):
     assert [p.name for p in root.iterdir()] == ["cut-v0"]
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("controller broke")])
+def test_an_interrupted_recording_replaces_no_dataset(root, error):
+    """--overwrite replaces a dataset with a complete recording: one stopped by Ctrl+C at 2 of 10 episodes had
+    replaced a whole dataset of 4 with its 2. It is saved beside it, as the name's next version."""
+    with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=10) as env:
+        with DatasetWriter("keep", env.observation_spec, env.action_spec, root=root, keep_partial=True) as writer:
+            record(RandomController(env), env, writer, episodes=4, progress=False)
+        failing = _Failing(env, calls=25, error=error)
+        with pytest.raises(RuntimeError) if isinstance(error, RuntimeError) else contextlib.nullcontext():
+            with pytest.warns(UserWarning, match=r"dataset 'keep-v0' is kept: this recording stopped before its end, "
+                                                 r"so its 2 episode\(s\) do not replace it .*saved as 'keep-v1'"):
+                with DatasetWriter("keep", env.observation_spec, env.action_spec, root=root, overwrite=True,
+                                   keep_partial=True) as writer:
+                    record(failing, env, writer, episodes=10, progress=False)
+    assert (len(Dataset.load("keep-v0", root)), len(Dataset.load("keep-v1", root))) == (4, 2)
+
+
 def test_a_recording_interrupted_before_any_episode_leaves_nothing(root):
     with sims.make_env("pendulum", num_envs=1, num_threads=1, max_episode_steps=10) as env:
         with pytest.raises(RuntimeError), DatasetWriter("none", env.observation_spec, env.action_spec, root=root,

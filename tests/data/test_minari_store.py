@@ -105,8 +105,8 @@ def test_two_writers_of_one_name_keep_both_datasets(root):
     first.add(_episode(3))
     second.add(_episode(7))
     first.commit()
-    with pytest.warns(UserWarning, match="dataset 'same-v0' was written by another process while this one was: "
-                                         "this one is saved as 'same-v1'"):
+    with pytest.warns(UserWarning, match="dataset 'same-v0' is kept: it was written by another process while this "
+                                         "one was; this one is saved as 'same-v1'"):
         second.commit()
     assert (Dataset.load("same", root).num_steps, Dataset.load("same-v1", root).num_steps) == (3, 7)
 
