@@ -58,7 +58,7 @@ import numpy as np
 from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.embedded_metadata import read_embedded
-from robolearn.data.episode import DatasetError, Episode, as_flags
+from robolearn.data.episode import DatasetError, Episode, as_flags, beyond_float32
 
 REF_SCORES: dict[str, tuple[float, float]] = {
     "halfcheetah": (-280.18, 12135.0),
@@ -118,6 +118,9 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
             # been said as "episode 1 (rows 4-7): ... (first at row 1)", its row 1 the file's row 5)
             row = int(np.argwhere(~finite)[0][0])
             raise DatasetError(f"{path}: '{name}' holds NaN or inf (first at row {row})")
+        if not name.startswith("infos/") and (beyond := beyond_float32(arrays[name])):  # at the file's row too
+            raise DatasetError(f"{path}: '{name}' holds {beyond[1]:g} at row {beyond[0]}, beyond float32's range "
+                               "(what training reads)")
     terminals = arrays["terminals"].astype(bool)
     timeouts = arrays["timeouts"].astype(bool) if "timeouts" in arrays else np.zeros(rows, bool)
     has_next = "next_observations" in arrays

@@ -49,6 +49,18 @@ def as_flags(values: Any, where: str, key: str) -> np.ndarray:
     return array.astype(bool)
 
 
+def beyond_float32(value: np.ndarray) -> tuple[int, float] | None:
+    """The first row of float64 ``value`` holding a number beyond float32's range, and that number (training
+    reads float32: it would be inf there); None where every number fits."""
+    if value.dtype.kind != "f" or value.dtype.itemsize <= 4:
+        return None
+    beyond = np.abs(value) > np.finfo(np.float32).max
+    if not beyond.any():
+        return None
+    row = int(np.argwhere(beyond)[0][0])
+    return row, float(np.asarray(value[row]).flat[np.argmax(np.asarray(beyond[row]))])
+
+
 @dataclass
 class Episode:
     """One episode's arrays (numpy, on the CPU); see the module docstring."""
@@ -114,11 +126,9 @@ class Episode:
             if value.dtype.kind in "fc" and not np.isfinite(value).all():
                 row = int(np.argwhere(~np.isfinite(value))[0][0])
                 raise DatasetError(f"{where}: '{key}' {tuple(value.shape)} holds NaN or inf (first at row {row})")
-            if value.dtype.kind == "f" and value.dtype.itemsize > 4 and not key.startswith("infos/") and \
-                    (beyond := np.abs(value) > np.finfo(np.float32).max).any():  # training reads float32: inf there
-                row = int(np.argwhere(beyond)[0][0])
-                raise DatasetError(f"{where}: '{key}' holds {value[row].flat[np.argmax(beyond[row])]:g} at row {row}, "
-                                   f"beyond float32's range (what training reads)")
+            if not key.startswith("infos/") and (beyond := beyond_float32(value)):
+                raise DatasetError(f"{where}: '{key}' holds {beyond[1]:g} at row {beyond[0]}, beyond float32's range "
+                                   "(what training reads)")
         return self
 
     def check_spec(self, where: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box) -> Episode:

@@ -161,6 +161,11 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     arrays["rewards"][5] = np.nan
     err = _error(capsys, "import", str(_write(tmp_path / "nan.hdf5", **arrays)), "--format", "d4rl")
     assert err.endswith("nan.hdf5: 'rewards' holds NaN or inf (first at row 5)")  # the file's row, not episode 1's
+    arrays = _d4rl_arrays()
+    arrays["rewards"] = arrays["rewards"].astype(np.float64)
+    arrays["rewards"][5] = 1e39
+    err = _error(capsys, "import", str(_write(tmp_path / "huge.hdf5", **arrays)), "--format", "d4rl")
+    assert err.endswith("huge.hdf5: 'rewards' holds 1e+39 at row 5, beyond float32's range (what training reads)")
 
     arrays = _d4rl_arrays()
     arrays["terminals"] = np.full(10, 2.0)  # a label column, not flags: it had read as ten 1-step episodes
