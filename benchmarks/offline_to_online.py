@@ -6,7 +6,7 @@ that run directory, so they start from the same pretrained networks:
 
 - ``wsrl``: ``--warmup`` steps with the frozen pretrained policy into a fresh buffer, then SAC
   from the pretrained networks (offline data dropped);
-- ``naive``: the same without warmup (updates from the first online step, offline data dropped);
+- ``naive``: the same without warmup (updates once the buffer holds a batch, offline data dropped);
 - ``sac``: SAC from scratch (our ``sac`` agent, its defaults: twin critics, UTD 1) for
   ``--sac-steps`` online steps, by default 3x the fine-tuning budget, so "reaches SAC's final
   return in at most a third of the steps" can be read off one table.

@@ -10,7 +10,8 @@ exported to ``pretrained/`` and the agent switches to its online hyperparameters
 
 Phase ``online``: ``runner.total_steps`` env steps counted from 0 on ``env.num_envs``
 envs, into a fresh replay buffer. The first ``agent.warmup_steps`` are acted by the
-frozen pretrained policy with no update (WSRL); then ``runner.utd_ratio`` updates per
+frozen pretrained policy with no update (WSRL); then, once the buffer holds a batch's online
+rows (as the authors' code waits), ``runner.utd_ratio`` updates per
 env step on batches of ``agent.online_batch_size``, ``agent.offline_ratio`` of each
 drawn from the dataset (0 drops the dataset when the phase starts, and a resume in the
 online phase then neither loads it nor needs it: its checkpoint keeps what the phase reads
@@ -384,6 +385,8 @@ class FinetuneRunner(OfflineRunner):
             logger.advance(self.progress.env_steps)
             if self.progress.env_steps <= cfg.agent.warmup_steps or self.progress.env_steps < self.progress.refill_until:
                 continue  # WSRL warmup (the frozen pretrained policy acts) or a refill: nothing is updated
+            if self.online.size < min(self._online_rows(), self.online.capacity):
+                continue  # as WSRL's and Cal-QL's code: no update before the buffer holds a batch's online rows
             pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
                             self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
@@ -481,11 +484,17 @@ class FinetuneRunner(OfflineRunner):
         self._episode_return.masked_fill_(done, 0.0)
         self._episode_step.masked_fill_(done, 0)
 
+    def _online_rows(self) -> int:
+        """The rows of an online batch drawn from the online buffer (the rest, ``offline_ratio``, from the dataset)."""
+        size = self.cfg.agent.online_batch_size
+        return size - (int(round(self.cfg.agent.offline_ratio * size)) if self.replay is not None else 0)
+
     def _batch(self) -> dict[str, Any]:
         """An online batch; ``offline_ratio`` of its rows from the dataset while it is kept."""
         size = self.cfg.agent.online_batch_size
-        n_offline = int(round(self.cfg.agent.offline_ratio * size)) if self.replay is not None else 0
-        online = self.online.sample(size - n_offline)
+        n_online = self._online_rows()
+        n_offline = size - n_online
+        online = self.online.sample(n_online)
         if n_offline == 0:
             return online
         offline = self.replay.sample(n_offline)

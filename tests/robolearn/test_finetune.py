@@ -111,7 +111,8 @@ def test_calql_finetuning_draws_its_offline_share_from_the_dataset(tmp_path):
     # the batch's last rows are the dataset's (FinetuneRunner._batch), each with its Monte-Carlo return
     run(tiny(tmp_path, "calql_finetune_hopper", "agent.offline_ratio=0.25", "agent.online_cql_alpha=1.0"),
         spy=lambda r, batch: r.progress.phase == "online" and shares.append(int(torch.isfinite(batch["mc_return"][-8:]).sum())))
-    assert len(shares) == 125 and set(shares) == {8}  # 25% of 32 rows
+    # 25% of 32 rows; UTD 1/8 from step 24 on, when the buffer holds the batch's 24 online rows
+    assert len(shares) == 122 and set(shares) == {8}
 
 
 def test_calql_finetuning_bounds_online_rows_by_their_episodes_monte_carlo_return(tmp_path):
@@ -140,16 +141,16 @@ def test_a_resume_bounds_the_rows_of_episodes_a_ctrl_c_left_unsettled_and_of_the
                "env.kwargs.max_episode_steps=300", "runner.total_steps=2000")
 
     def spy(runner, batch):
-        if runner.progress.phase == "online" and runner.progress.env_steps == 1704:  # an update every 8 steps
+        if runner.progress.phase == "online" and runner.progress.env_steps == 1703:  # an update every 8 steps from step 16 (half a batch)
             runner.ctrl_c.pending = True
 
     interrupted = run(cfg, spy=spy)
-    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["env_steps"] == 1704
+    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["env_steps"] == 1703
     data = run(cfg, resume=interrupted.run_dir).online.data
-    ends = data["terminated"][:1704] | data["truncated"][:1704]
-    # episodes ended at steps 300-1500 (1200 and 1500 in the iteration the Ctrl+C cut), the seam at 1704
-    assert ends.nonzero().flatten().tolist() == [299, 599, 899, 1199, 1499, 1703]
-    torch.testing.assert_close(data["mc_return"][:1704], discounted_returns(data["reward"][:1704], ends, 0.9),
+    ends = data["terminated"][:1703] | data["truncated"][:1703]
+    # episodes ended at steps 300-1500 (1200 and 1500 in the iteration the Ctrl+C cut), the seam at 1703
+    assert ends.nonzero().flatten().tolist() == [299, 599, 899, 1199, 1499, 1702]
+    torch.testing.assert_close(data["mc_return"][:1703], discounted_returns(data["reward"][:1703], ends, 0.9),
                                rtol=1e-5, atol=1e-4)
 
 
@@ -530,3 +531,18 @@ def test_a_resume_into_the_online_phase_staggers_the_episode_clocks_as_a_trainin
     clocks: list[list[int]] = []
     run(cfg, resume=first.run_dir, spy=lambda r, batch: clocks.append(r.train_env.episode_step.tolist()))
     assert len(set(clocks[0])) > 1, clocks[0]
+
+
+def test_no_online_update_before_the_buffer_holds_a_batch(tmp_path):
+    """Without a warmup (naive fine-tuning, JSRL, Cal-QL fine-tuning) the first online updates had drawn whole
+    batches from the one or few rows collected so far (512 copies of the first transition); WSRL's and Cal-QL's
+    code wait for a batch's worth of online rows (its online share where the dataset is mixed in)."""
+    seen: list[int] = []
+    spy = lambda r, batch: r.progress.phase == "online" and seen.append(r.online.size)  # noqa: E731
+    run(tiny(tmp_path / "wsrl", "wsrl_hopper", "agent.warmup_steps=0", "agent.online_batch_size=512",
+             "runner.utd_ratio=1"), spy=spy)
+    assert min(seen) == 512 and len(seen) == 1000 - 511
+    seen.clear()
+    run(tiny(tmp_path / "calql", "calql_finetune_hopper", "agent.online_batch_size=64", "agent.offline_ratio=0.25",
+             "runner.utd_ratio=1"), spy=spy)
+    assert min(seen) == 48  # 64 rows, 16 of them the dataset's
