@@ -6,7 +6,8 @@ One agent class, three presets (``robolearn.finetune_runner`` runs both phases):
   Not Retain Offline Data"): Cal-QL pretraining with a 10-critic LayerNorm ensemble
   (targets from the min of 2 sampled critics); online, ``warmup_steps`` with the frozen
   pretrained policy fill a fresh buffer (the offline data is dropped), then SAC
-  (CQL off) at UTD 4, batch 1024, actor lr 1e-4, critic lr 3e-4, target entropy 0.
+  (CQL off) at UTD 4, batch 1024, actor lr 1e-4, critic lr 3e-4, target entropy -|A| (its config says 0,
+  which its SAC reads as -|A|: ``target_entropy >= 0`` is replaced by ``-action_dim``).
   With ``warmup_steps: 0`` it is the naive fine-tuning baseline.
 - ``calql_finetune`` (Nakamoto et al. 2023): Cal-QL keeps its regularizer online and
   draws ``offline_ratio`` of each batch from the offline data.
@@ -46,7 +47,8 @@ class FinetuneConfig(CQLConfig):
     online_cql_alpha: float = 0.0  # 0: SAC online (WSRL); Cal-QL fine-tuning keeps its alpha
     online_actor_lr: float = 1e-4
     online_critic_lr: float = 3e-4
-    online_target_entropy: float | None = 0.0  # None: keep the pretraining's (-|A|)
+    # None: keep the pretraining's (-|A|): WSRL's effective target (its config's 0 is read as -|A| by its SAC)
+    online_target_entropy: float | None = None
     # JSRL: a guide acts for the first h steps of each episode ("" off)
     guide: str = ""  # "pretrained" (the offline phase's policy) or an exported controller / run directory
     jsrl_horizon: int = 0  # initial h; 0: the env's episode length

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -137,3 +138,17 @@ def test_episode_boundaries_and_monte_carlo_returns():
     assert ends.tolist() == [False, True, False, True]
     torch.testing.assert_close(discounted_returns(data["reward"], ends, 0.5), torch.tensor([2.0, 2.0, 5.0, 4.0]))
     torch.testing.assert_close(episode_returns(data["reward"], ends), torch.tensor([3.0, 7.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("config", ["wsrl_hopper", "wsrl_half_cheetah", "jsrl_hopper", "calql_finetune_hopper"])
+def test_fine_tuning_keeps_wsrl_s_effective_target_entropy_online(config, obs_spec, action_spec):
+    """WSRL's config says target entropy 0, which its SAC reads as -|A| (``target_entropy >= 0`` -> ``-action_dim``);
+    the default (and wsrl_half_cheetah, jsrl_hopper) had switched to a literal 0 at the phase boundary."""
+    from policies.offline.wsrl import Finetune
+    from robolearn import load_config
+
+    agent_cfg = load_config(config, []).agent
+    agent = Finetune(obs_spec, action_spec, dataclasses.replace(agent_cfg, hidden=(8, 8), num_critics=2),
+                     torch.device("cpu"))
+    agent.go_online()
+    assert agent.target_entropy == -float(action_spec.shape[0])

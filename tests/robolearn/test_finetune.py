@@ -78,7 +78,7 @@ def test_wsrl_pretrains_then_warms_up_frozen_and_fine_tunes_without_the_dataset(
         ("offline", 20, None), ("online", 50, 1000)]
     assert all("eval/return" in r for r in records)
     assert runner.replay is None and runner.online.size == 1000  # only online transitions, the dataset dropped
-    # SAC online; the config keeps the pretraining's target entropy (-|A|, pendulum has one action), not the paper's 0
+    # SAC online; the config keeps the pretraining's target entropy (-|A|, pendulum has one action): WSRL's effective one
     assert runner.agent.cql_alpha == 0 and runner.agent.target_entropy == -1.0
     assert (runner.run_dir / "pretrained" / "controller.pt").is_file() and (runner.run_dir / "export" / "controller.onnx").is_file()
     trained = json.loads((runner.run_dir / "export" / "controller.json").read_text())["trained"]
@@ -101,7 +101,7 @@ def test_warmup_actions_come_from_the_frozen_pretrained_policy(tmp_path):
 
 
 def test_online_target_entropy_switches_when_set(tmp_path):
-    """The paper's setting (one SAC target of 0 for both phases) is one override away."""
+    """A literal online target of 0 (which WSRL's code, reading 0 as -|A|, never runs) is one override away."""
     runner = run(tiny(tmp_path, "wsrl_hopper", "agent.warmup_steps=600", "agent.online_target_entropy=0.0"))
     assert runner.agent.target_entropy == 0.0
 
