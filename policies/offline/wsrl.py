@@ -36,7 +36,7 @@ class FinetuneConfig(CQLConfig):
     num_critics: int = 10
     target_critics: int = 2
     layer_norm: bool = True
-    actor_q: Literal["min", "mean"] = "mean"
+    actor_q: Literal["min", "mean"] = "min"  # WSRL's SAC: the min over all the critics (REDQ's mean is not its choice)
     # offline phase
     pretrain_updates: int = 1_000_000
     # online phase

@@ -152,3 +152,12 @@ def test_fine_tuning_keeps_wsrl_s_effective_target_entropy_online(config, obs_sp
                      torch.device("cpu"))
     agent.go_online()
     assert agent.target_entropy == -float(action_spec.shape[0])
+
+
+@pytest.mark.parametrize("config", ["wsrl_hopper", "wsrl_half_cheetah", "jsrl_hopper"])
+def test_wsrl_s_actor_maximizes_the_min_over_all_its_critics(config):
+    """WSRL's SAC policy loss takes ``predicted_qs.min(axis=0)`` over the whole 10-critic ensemble (the subsample
+    of 2 is for targets only); the preset had taken the ensemble's mean (REDQ's policy objective)."""
+    from robolearn import load_config
+
+    assert load_config(config, []).agent.actor_q == "min"
