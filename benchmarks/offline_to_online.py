@@ -167,8 +167,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1000, help="WSRL warmup steps (the paper: 5000 of 250k-1M)")
     parser.add_argument("--utd", type=float, default=2.0, help="updates per online env step of both fine-tuning arms")
     parser.add_argument("--batch", type=int, default=256, help="online batch size of both fine-tuning arms")
-    parser.add_argument("--target-entropy", default="0",
-                        help="online target entropy of both fine-tuning arms (WSRL: 0), or 'keep' the pretraining's (-|A|)")
+    parser.add_argument("--target-entropy", default="keep",
+                        help="online target entropy of both fine-tuning arms, or 'keep' the pretraining's (-|A|: what "
+                             "WSRL's code runs, its SAC reading its config's 0 as -|A|)")
     parser.add_argument("--hidden", default="[128,128]", help="hidden sizes of the Cal-QL/WSRL networks (agent.hidden)")
     parser.add_argument("--n-actions", type=int, default=4, help="Cal-QL's sampled actions per proposal (agent.n_actions)")
     parser.add_argument("--eval-episodes", type=int, default=5, help="deterministic episodes per evaluation")
