@@ -103,6 +103,8 @@ def make_env(
                          f"dataset record's --num-envs); got {num_envs!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"seed: a whole number, or None; got {seed!r}")  # (not torch's "manual_seed expected a long")
+    if seed is not None:
+        seed = int(seed)  # numpy's integers too (np.arange's, rng.integers'): torch's generators take Python ints only
     if not isinstance(task, str):
         raise ValueError(f"task: a name ({', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>); got "
                          f"{type(task).__name__} {task!r:.60}")

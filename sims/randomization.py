@@ -28,6 +28,7 @@ control steps), so a run's metrics show that, and how wide, its dynamics were dr
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -245,6 +246,7 @@ class RandomizedEnv(VecEnv):
     # ---- VecEnv ----------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> Obs:
+        seed = None if seed is None else operator.index(seed)  # a numpy integer too: torch's generators refuse one
         obs = self.env.reset(seed)
         if seed is not None:  # the same seed, the same draws, as the env's initial states (another stream than
             self._generator.manual_seed(seed + 104_729)  # the construction's, which drew a dynamics pool)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -239,7 +240,7 @@ class TaskEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
-            self._generator.manual_seed(seed)
+            self._generator.manual_seed(operator.index(seed))  # a numpy integer too (torch's takes Python ints only)
         self.task.start(self.sim)
         self._reset_worlds(self._worlds)
         return self._observe()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -96,7 +97,7 @@ class GymVecEnv(OurVecEnv):
         self._bad_states = _bad_states(self._physics)
 
     def reset(self, seed: int | None = None) -> Obs:
-        seed = self._seed if seed is None else seed
+        seed = self._seed if seed is None else operator.index(seed)  # a numpy integer: Gymnasium reads it as a list
         self._seed = None  # only the first reset uses the constructor's seed
         obs, _ = self.vec.reset(seed=seed)
         self._bad_states = _bad_states(self._physics)

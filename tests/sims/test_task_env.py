@@ -142,3 +142,14 @@ def test_a_seed_or_task_of_another_kind_is_refused_by_name():
             make_env("cartpole", 1, seed=seed)
     with pytest.raises(ValueError, match=r"task: a name \(ant, .*module:Class, gym:<id>, mjlab:<id>\); got Pendulum"):
         make_env(TASKS["pendulum"](), 1)
+
+
+def test_a_numpy_integer_seed_seeds_like_the_same_int():
+    """make_env took a numpy integer seed (np.arange's, rng.integers') as a whole number and then failed in torch's
+    generator with "an integer is required"; env.reset(seed=np.int64(...)) too, and a gym: env read it as a list."""
+    import numpy as np
+
+    for task, settings in (("pendulum", {}), ("pendulum", {"randomization": {"mass_scale": [0.8, 1.2]}}),
+                           ("gym:Pendulum-v1", {})):
+        with make_env(task, 2, seed=np.int64(3), **settings) as a, make_env(task, 2, seed=3, **settings) as b:
+            assert torch.equal(a.reset(seed=np.int64(5))["policy"], b.reset(seed=5)["policy"])
