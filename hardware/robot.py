@@ -332,7 +332,8 @@ class Robot(VecEnv):
 
     def step(self, action: torch.Tensor) -> Step:
         self._require_running()
-        action = action.detach().reshape(-1).cpu().double().numpy()
+        # a numpy array or a list as our simulators take it (checked_action), not an AttributeError on .detach
+        action = torch.as_tensor(action).detach().reshape(-1).cpu().double().numpy()
         with self._bus():
             self._called_at = time.monotonic()
             previous = self.safety.last_sent.copy()

@@ -138,6 +138,17 @@ def test_actions_are_filtered_and_the_sent_action_reported():
         np.testing.assert_allclose(step.info["sent_action"][0], [0.1, 0.5], atol=1e-6)
 
 
+def test_a_numpy_or_list_action_is_taken_as_the_simulators_take_it():
+    """A script stepping our simulators with numpy actions had met "'numpy.ndarray' object has no attribute
+    'detach'" on the robot."""
+    with LagArm() as arm:
+        arm.reset()
+        for action in (np.array([[0.0, 0.45]]), [[0.0, 0.45]]):
+            step = arm.step(action)
+            assert step.info["safety"] == []
+            np.testing.assert_allclose(step.info["sent_action"][0], [0.0, 0.45], atol=1e-6)
+
+
 def test_the_tasks_own_action_rule_is_not_counted_as_a_safety_intervention():
     """A task that limits goal steps itself (arm_reach's max_goal_step, in simulation too) does so on the
     robot before the safety layer: the layer counts only what it overrules beyond what training did."""
