@@ -197,6 +197,8 @@ class RecurrentController(Controller):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         if self.hidden is not None:
             mask = reset_mask(mask, self.hidden.shape[0])
+            if mask is not None:  # on the hidden state's device: an env's (a robot's) done flags may be on the CPU
+                mask = mask.to(self.hidden.device)
             self.hidden = torch.zeros_like(self.hidden) if mask is None else self.hidden * (~mask).unsqueeze(-1)
 
     def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:

@@ -211,6 +211,17 @@ def test_a_recurrent_controller_moved_after_acting_starts_its_memory_where_it_wa
     assert action.device.type == controller.hidden.device.type == "meta" and action.shape == (3, 2)
 
 
+def test_a_recurrent_controller_on_another_device_resets_by_a_cpu_mask(random_obs, obs_spec, action_spec) -> None:
+    """A controller moved to a GPU acting on a CPU env (a robot's is always one) gets its done flags on the CPU:
+    reset(mask) had raised 'Tensor on device cpu is not on the expected device' at the first step runtime.run
+    made. The meta device stands in for the GPU, as above."""
+    torch.manual_seed(0)
+    controller = PPO(obs_spec, action_spec, small(recurrent=True), CPU).controller().to("meta")
+    controller.act(random_obs(3))
+    controller.reset(torch.tensor([True, False, False]))
+    assert controller.hidden.device.type == "meta" and controller.hidden.shape == (3, 8)
+
+
 def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, action_spec) -> None:
     torch.manual_seed(0)
     agent = PPO(obs_spec, action_spec, small(recurrent=True, critic_obs_groups=("policy", "critic")), CPU)
