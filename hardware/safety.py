@@ -170,11 +170,9 @@ def check_safe_pose(cfg: SafetyConfig, low: np.ndarray, high: np.ndarray, joints
     names = list(joints) if joints is not None else [f"joint {i}" for i in range(len(low))]
     if pose.shape != (len(low),):
         raise ValueError(f"safety.safe_pose has {pose.size} positions, the robot has {len(low)} joints {names}")
-    lo, hi = np.asarray(low, float) + cfg.position_margin, np.asarray(high, float) - cfg.position_margin
-    for name, q, a, b in zip(names, pose, lo, hi):
-        if not a <= q <= b:
-            raise ValueError(f"safety.safe_pose: {name} at {q:g} rad is outside its limits less position_margin "
-                             f"({cfg.position_margin:g}): [{a:g}, {b:g}]; the arm would park elsewhere")
+    if outside := _outside_margin(cfg, pose, low, high, names):
+        name, q, said = outside
+        raise ValueError(f"safety.safe_pose: {name} at {q:g} rad is outside {said}; the arm would park elsewhere")
 
 
 def check_home_pose(cfg: SafetyConfig, home: np.ndarray, low: np.ndarray, high: np.ndarray,
@@ -182,15 +180,22 @@ def check_home_pose(cfg: SafetyConfig, home: np.ndarray, low: np.ndarray, high: 
     """Without a ``safe_pose``, refuse a home pose outside the joint limits less ``position_margin``: home is then
     the safe pose, and the ramp clamps its goal into the limits, so the robot would park (and start its episodes)
     somewhere else than home, each step counted as ``position_limit``."""
-    if cfg.safe_pose is not None:
-        return
+    if cfg.safe_pose is None and (outside := _outside_margin(cfg, np.asarray(home, float), low, high, joints)):
+        name, q, said = outside
+        raise ValueError(f"{name}: home ({q:g} rad) is outside {said}; with no safety.safe_pose the robot parks at "
+                         "home, and the ramp would clamp it elsewhere: give limits that hold home, or a "
+                         "safety.safe_pose")
+
+
+def _outside_margin(cfg: SafetyConfig, pose: np.ndarray, low: np.ndarray, high: np.ndarray,
+                    joints: Sequence[str]) -> tuple[str, float, str] | None:
+    """The first joint of ``pose`` outside its limits less ``position_margin``: its name, position and the range
+    said in words; None where every joint is inside."""
     lo, hi = np.asarray(low, float) + cfg.position_margin, np.asarray(high, float) - cfg.position_margin
-    for name, q, a, b in zip(joints, np.asarray(home, float), lo, hi):
+    for name, q, a, b in zip(joints, pose, lo, hi):
         if not a <= q <= b:
-            raise ValueError(f"{name}: home ({q:g} rad) is outside its limits less position_margin "
-                             f"({cfg.position_margin:g}): [{a:g}, {b:g}]; with no safety.safe_pose the robot parks "
-                             "at home, and the ramp would clamp it elsewhere: give limits that hold home, or a "
-                             "safety.safe_pose")
+            return name, float(q), f"its limits less position_margin ({cfg.position_margin:g}): [{a:g}, {b:g}]"
+    return None
 
 
 class SafetyLayer:
