@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (RESULTS, benchmark_parser, machine, pool_runs, quiet_sb3_logger, read_jsonl, train_online_with_evals,
-                    write_result)
+from common import (RESULTS, benchmark_parser, machine, pool_runs, quiet_sb3_logger, read_jsonl,
+                    train_online_with_evals, write_result)
 
 EVAL_EPISODES = 10
 GYM_IDS = {"half_cheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "ant": "Ant-v5"}

@@ -67,7 +67,8 @@ class CQLConfig:
     n_actions: int = 10  # samples per proposal (uniform, pi(s), pi(s')) for the log-sum-exp
     temperature: float = 1.0  # of the log-sum-exp
     calql: bool = False  # lower-bound the policy actions' Q by the dataset's Monte-Carlo return
-    # the critic ensemble (WSRL: 10 critics with LayerNorm, targets from the min of 2 sampled, actor on the min of all 10)
+    # the critic ensemble (WSRL: 10 critics with LayerNorm, targets from the min of 2 sampled, actor on the min of
+    # all 10)
     num_critics: int = 2
     target_critics: int = 0  # critics sampled for each target's min (REDQ); 0 (or num_critics and more): all
     layer_norm: bool = False

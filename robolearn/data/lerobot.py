@@ -180,9 +180,9 @@ def _check_frame_count(root: Path, info: dict[str, Any], episode_index: np.ndarr
                       f"meta/episodes lists, {frames} of info.json's {total} frames (a partial download?): episodes "
                       f"{shown} are not imported", stacklevel=3)
         return
+    which = "missing or cut short" if frames < total else "there that info.json does not count"
     raise DatasetError(f"{root}: meta/info.json's total_frames is {total}, its data files hold {frames} ({read}): "
-                       f"a data file is {'missing or cut short' if frames < total else 'there that info.json does not count'}; "
-                       "copy or download the dataset again")
+                       f"a data file is {which}; copy or download the dataset again")
 
 
 def _episode_lengths(root: Path) -> dict[int, int] | None:
