@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -237,14 +238,19 @@ class ExportedController:
         self.state: list[torch.Tensor] | None = None
         if path.suffix == ".onnx":
             session = _load(path, lambda: _onnx_session(str(path)))
+            check_digest(path, self.meta)  # after the load, which says a cut file is one; before any action
             self._call = lambda *args: [torch.from_numpy(out) for out in session.run(
                 None, {name: a.cpu().numpy().astype(np.float32) for name, a in zip(names, args)})]
         else:
+            try:  # before the load: TorchScript runs the file's own code (__setstate__) as it loads
+                check_digest(path, self.meta)
+            except CheckpointError:
+                _load(path, lambda: zipfile.ZipFile(path).close())  # a cut file is said to be one, unloaded
+                raise
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 module = _load(path, lambda: torch.jit.load(str(path), map_location="cpu"))
             self._call = lambda *args: _as_list(module(*(a.cpu().float() for a in args)))
-        check_digest(path, self.meta)  # after the load, which says a cut file is one; before any action
         self._run = lambda x: self._call(x)[0]
         chunk = self.meta.get("chunk")
         self.queue = ActionQueue(chunk["length"], chunk["mode"], decay=float(chunk["decay"])) if chunk else None

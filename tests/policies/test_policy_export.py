@@ -298,3 +298,50 @@ def test_an_exported_controllers_reset_refuses_what_is_not_a_mask(tmp_path) -> N
         with pytest.raises(ValueError, match=r"ExportedController.reset\(mask\)"):
             exported.reset(bad)
     exported.reset(torch.tensor([True, False]))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_a_replaced_torchscript_file_is_refused_before_it_is_loaded(tmp_path) -> None:
+    """TorchScript runs a module's own __setstate__ as torch.jit.load reads the file: a controller.pt not the
+    one its export recorded had run its code before the digest refused it."""
+    from robolearn.checkpoint import CheckpointError
+
+    class Gain(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 3
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return obs[:, :1] * 0.5
+
+    class Loud(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.zeros(1)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return obs[:, :1]
+
+        @torch.jit.export
+        def __getstate__(self) -> tuple[torch.Tensor, bool]:
+            return (self.w, self.training)
+
+        @torch.jit.export
+        def __setstate__(self, state: tuple[torch.Tensor, bool]) -> None:
+            print("ran at load")  # (TorchScript's print: the process's stdout, not sys.stdout)
+            self.w = state[0]
+            self.training = state[1]
+
+    path = export_controller(Gain(), tmp_path, ("torchscript",))["torchscript"]
+    torch.jit.save(torch.jit.script(Loud()), str(path))
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", "import sys; from robolearn.export import ExportedController\n"
+                          "try: ExportedController(sys.argv[1])\nexcept Exception as e: print(e)", str(path)],
+                         capture_output=True, text=True)
+    assert "its contents are not what its export wrote" in run.stdout, run.stdout + run.stderr
+    assert "ran at load" not in run.stdout, run.stdout
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])  # cut short: said to be, still unloaded
+    with pytest.raises(CheckpointError, match="not a loadable exported controller"):
+        ExportedController(path)
