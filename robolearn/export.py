@@ -325,11 +325,13 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")
     checks = {"obs_groups": lambda v: isinstance(v, list) and v and all(isinstance(g, str) for g in v),
-              "obs_size": lambda v: isinstance(v, int) and v > 0,
-              "decision_period": lambda v: isinstance(v, int) and v > 0,
-              "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"]}
+              "obs_size": _is_count,
+              "decision_period": _is_count,
+              "inputs": lambda v: isinstance(v, dict) and list(v)[:1] == ["obs"] and all(  # the state's zeros' shapes
+                  isinstance(shape, list) and all(_is_count(n) for n in shape) for shape in v.values())}
     optional = {"control_dt": lambda v: _is_number(v) and 0 < v < math.inf,
                 "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict),
+                "task_settings": lambda v: isinstance(v, dict),
                 "chunk": lambda v: _is_chunk(v, meta.get("decision_period")),
                 "sha256": lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values())}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:
@@ -353,6 +355,10 @@ def check_digest(path: Path, meta: dict[str, Any]) -> None:
         raise CheckpointError(f"{path}: its contents are not what its export wrote (SHA-256 {digest.hexdigest()[:12]}..., "
                               f"controller.json records {recorded[:12]}...): damaged on disk or in a copy, or replaced "
                               f"by another file; {_reexport(path)}, or copy the folder again")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _is_number(value: Any) -> bool:

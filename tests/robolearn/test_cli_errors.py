@@ -252,7 +252,12 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
     (lambda meta: json.dumps({**meta, "obs_size": "5"}), "'obs_size' '5' is not what an export writes"),
     (lambda meta: json.dumps({**meta, "inputs": {"skill": [2], "obs": [5]}}), "'inputs' {'skill'"),
     (lambda meta: json.dumps({**meta, "control_dt": "0.02"}), "'control_dt' '0.02' is not what an export writes"),
-], ids=["json", "key", "type", "order", "rate"])
+    # a state's shape, and the settings eval compares, had been torch's and an AttributeError's tracebacks
+    (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": "abc"}}), "'inputs' {'obs': [5], 'h': 'abc'}"),
+    (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": [-1]}}), "'inputs' {'obs': [5], 'h': [-1]}"),
+    (lambda meta: json.dumps({**meta, "task_settings": [1]}), "'task_settings' [1] is not what an export writes"),
+    (lambda meta: json.dumps({**meta, "obs_size": True}), "'obs_size' True is not what an export writes"),
+], ids=["json", "key", "type", "order", "rate", "state-text", "state-negative", "settings", "size-bool"])
 @pytest.mark.parametrize("command", ["record", "eval"])
 def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
     """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
