@@ -138,13 +138,20 @@ class Dataset:
     @property
     def info(self) -> dict[str, Any]:
         """robolearn's metadata: ``task``, ``task_kwargs``, ``controller``, ``source``, ``state``..."""
-        return dict(self.raw_metadata.get("robolearn", {}))
+        info = self.raw_metadata.get("robolearn", {})
+        if not isinstance(info, dict):  # (dict() of a list had been a TypeError traceback in `dataset list`)
+            raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: 'robolearn' is a {type(info).__name__}, "
+                               "not a mapping of robolearn's metadata (a damaged or hand-edited file)")
+        return dict(info)
 
     @property
     def task(self) -> str | None:
         """Our task name or ``gym:<id>`` the data comes from, when known: robolearn's metadata, else the
         Gymnasium env a Minari dataset made elsewhere was collected in (its ``env_spec``)."""
         if self.info.get("task"):
+            if not isinstance(self.info["task"], str):  # (a mapping had been a TypeError in `dataset list`)
+                raise DatasetError(f"{self.path / 'data' / 'metadata.json'}: 'robolearn.task' is "
+                                   f"{self.info['task']!r}, not a task name")
             return self.info["task"]
         try:
             env_id = json.loads(self.raw_metadata.get("env_spec") or "{}").get("id")
@@ -205,7 +212,7 @@ class Dataset:
     def _space(self, key: str) -> Any:
         from minari.serialization import deserialize_space
 
-        return deserialize_space(self.raw_metadata[key])
+        return self._read(lambda: deserialize_space(self.raw_metadata[key]))  # its errors name the file and key
 
     def writer_metadata(self, **changes: Any) -> dict[str, Any]:
         """This dataset's metadata as :class:`DatasetWriter` takes it, with ``changes``: for derived datasets."""

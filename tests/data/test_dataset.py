@@ -418,6 +418,29 @@ def test_a_minari_action_space_that_is_not_continuous_is_refused_as_on_import(ro
     assert "other-v0" in (listed := capsys.readouterr().out) and f"UNREADABLE: {root}" in listed and said in listed
 
 
+@pytest.mark.parametrize("damage, said", [
+    (lambda meta: meta.update(robolearn=[1, 2]), "'robolearn' is a list, not a mapping"),
+    (lambda meta: meta["robolearn"].update(task={"a": 1}), "'robolearn.task' is {'a': 1}, not a task name"),
+    (lambda meta: meta.update(observation_space="{bad"), "'observation_space' is not a space Minari can read"),
+], ids=["robolearn-list", "task-mapping", "space-text"])
+def test_a_damaged_metadata_json_is_one_unreadable_line_of_dataset_list(recorded, root, capsys, damage, said):
+    """A metadata.json from elsewhere: its 'robolearn' a list, its task a mapping or a space that is not JSON
+    had stopped `dataset list` (and `info`) in a TypeError or JSONDecodeError traceback, hiding the others."""
+    import json
+
+    recorded("pendulum", 1, name="other")
+    recorded("pendulum", 1, name="fine")
+    file = root / "other-v0" / "data" / "metadata.json"
+    meta = json.loads(file.read_text())
+    damage(meta)
+    file.write_text(json.dumps(meta))
+    assert cli(["dataset", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"other-v0{' ' * 24} UNREADABLE: {file}: {said}" in listed and re.search(r"fine-v0 +pendulum", listed)
+    assert cli(["dataset", "info", "other"]) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
     import os
     import signal
