@@ -370,7 +370,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {len(ds)} episodes "
                          f"(0 to {len(ds) - 1}; `{shell('robolearn', 'dataset', 'info', args.name)}`)")
     args.episode %= len(ds)  # -1: the last; reported by its own number
-    episode = ds[args.episode]
+    episode = ds[args.episode].check(f"{ds.path}: episode {args.episode}")  # (a dataset written elsewhere)
     kwargs = dict(ds.info.get("task_kwargs") or {}) if task == ds.task else {}  # another task's would not fit
     if kwargs:
         print(f"task:        {task} with the dataset's settings: {settings_said(kwargs)}")

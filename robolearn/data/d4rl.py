@@ -339,7 +339,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
     if out.is_symlink():  # the file it points to is replaced; the rename would have replaced the link itself
         out = out.resolve()
     dataset.need_episodes("export")
-    episodes = dataset.episodes
+    episodes = [e.check(f"{dataset.path}: episode {i}") for i, e in enumerate(dataset.episodes)]  # (written elsewhere)
     columns: dict[str, list[np.ndarray]] = {}
     def add(name: str, value: np.ndarray) -> None:
         columns.setdefault(name, []).append(value)

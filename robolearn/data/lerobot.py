@@ -282,7 +282,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
             raise FileExistsError(f"{out}: a LeRobot dataset exists there; pass --overwrite to replace it")
     fps = _frames_per_second(dataset, fps)
     dataset.need_episodes("export")
-    episodes = dataset.episodes
+    episodes = [e.check(f"{dataset.path}: episode {i}") for i, e in enumerate(dataset.episodes)]  # (written elsewhere)
     columns, features = _frames(episodes, fps)
     task = str(dataset.task or dataset.id)
     starts = np.cumsum([0] + [len(e) for e in episodes])

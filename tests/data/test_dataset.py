@@ -441,6 +441,26 @@ def test_a_damaged_metadata_json_is_one_unreadable_line_of_dataset_list(recorded
     assert said in capsys.readouterr().err
 
 
+def test_export_and_replay_refuse_episodes_a_dataset_written_elsewhere_holds_as_objects(recorded, root, tmp_path,
+                                                                                       capsys):
+    """Training checks every episode it reads, but `dataset export` had written a Minari file's variable-length
+    (object) rewards into the D4RL file as they were, and `dataset replay` had failed in numpy's words."""
+    import h5py
+
+    recorded("pendulum", 1, name="other")
+    with h5py.File(root / "other-v0" / "data" / "main_data.hdf5", "a") as f:
+        rows = len(f["episode_0/rewards"])
+        del f["episode_0/rewards"]
+        f.create_dataset("episode_0/rewards", (rows,), dtype=h5py.vlen_dtype(np.float32))
+    said = f"{root / 'other-v0'}: episode 0: 'rewards' has dtype object, expected numbers"
+    for argv in (["export", "other", "--format", "d4rl", "--out", str(tmp_path / "out.hdf5")],
+                 ["export", "other", "--format", "lerobot", "--out", str(tmp_path / "out_lerobot"), "--fps", "50"],
+                 ["replay", "other", "--episode", "0"]):
+        assert cli(["dataset", *argv]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out_lerobot").exists()
+
+
 def test_ctrl_c_during_a_write_waits_for_the_write_to_finish():
     import os
     import signal
