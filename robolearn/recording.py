@@ -162,9 +162,14 @@ def load_episode(path: str | Path) -> dict[str, np.ndarray]:
     A missing, truncated or corrupt file is a ValueError naming it."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+            arrays = {key: data[key] for key in data.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
         raise ValueError(f"{path}: not a readable episode file (missing, truncated or corrupt: {err})") from None
+    # numbers, but safety_events' text: a file from elsewhere with text had been numpy's tracebacks in plot and import
+    if text := next((key for key, value in arrays.items() if value.dtype.kind not in "biuf"
+                     and key != "safety_events"), None):
+        raise ValueError(f"{path}: '{text}' has dtype {arrays[text].dtype}, expected numbers")
+    return arrays
 
 
 def overruled_rules(arrays: dict[str, np.ndarray]) -> list[set[str]]:

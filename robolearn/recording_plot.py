@@ -51,6 +51,10 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
         raise ValueError(f"{folder}: no episode_*.npz files; a recording is the folder `robolearn deploy` "
                          "writes (<run>/deploy/<time>)")
     episodes = [load_episode(file) for file in files]
+    for file, arrays in zip(files, episodes):  # what every episode EpisodeRecorder writes holds (a KeyError had said)
+        if missing := [key for key in ("actions", "commanded_actions", "rewards") if key not in arrays]:
+            raise ValueError(f"{file}: missing '{missing[0]}' (found {', '.join(sorted(arrays))}); not an episode "
+                             "a recording writes")
     summaries = [episode_summary(file.name, arrays) for file, arrays in zip(files, episodes)]
     try:
         metadata = json.loads((folder / "metadata.json").read_text())

@@ -76,6 +76,27 @@ def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
         read_recordings(tmp_path)
 
 
+def test_a_recording_from_elsewhere_with_text_or_without_its_commands_is_a_one_line_error(tmp_path, root, capsys):
+    """A recording someone sent: text where numbers belong had been numpy's TypeError traceback from `dataset
+    import` and `plot`, and an episode without commanded_actions plot's KeyError."""
+    steps = 4
+    arrays = {"obs/policy": np.zeros((steps + 1, 3), np.float32), "actions": np.zeros((steps, 1), np.float32),
+              "commanded_actions": np.zeros((steps, 1), np.float32), "rewards": np.zeros(steps),
+              "terminations": np.zeros(steps, bool), "truncations": np.r_[np.zeros(steps - 1, bool), True],
+              "safety_events": np.array(["", "jump_limit", "", ""]), "metrics/distance_m": np.array(["a"] * steps)}
+    np.savez(tmp_path / "episode_00000.npz", **arrays)
+    said = f"{tmp_path / 'episode_00000.npz'}: 'metrics/distance_m' has dtype <U1, expected numbers"
+    for argv in (["dataset", "import", str(tmp_path), "--format", "recording", "--task", "pendulum"],
+                 ["plot", str(tmp_path), "--out", str(tmp_path / "r.png")]):
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err
+    del arrays["metrics/distance_m"], arrays["commanded_actions"]
+    np.savez(tmp_path / "episode_00000.npz", **arrays)
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "r.png")]) == 2
+    assert f"{tmp_path / 'episode_00000.npz'}: missing 'commanded_actions'" in capsys.readouterr().err
+    assert load_episode(tmp_path / "episode_00000.npz")["safety_events"][1] == "jump_limit"  # its text is kept
+
+
 def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them(tmp_path, root):
     """A real robot's recording also holds joint_state; with --task it had written a dataset nothing could read."""
     out = tmp_path / "deploy"
