@@ -320,7 +320,7 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
     redo = _reexport(exported or meta_path.with_name(FILENAMES["torchscript"]))
     try:
         meta = json.loads(meta_path.read_text(errors="replace"))
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # (RecursionError: brackets nested deeper than json decodes)
         raise CheckpointError(f"{meta_path}: not readable JSON ({err}); {redo}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_path}: not a robolearn controller.json (no mapping of keys); {redo}")

@@ -205,7 +205,7 @@ def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> 
         try:
             record = json.loads(line)
             later = record.get(counter, -1) > count and record.get("phase", phase) == phase
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):  # (a line of 100,000 nested brackets)
             later = True
         (superseded if later else kept).append(line)
     if superseded:
@@ -229,7 +229,7 @@ def _last_time(path: Path) -> float:
     for line in reversed(path.read_text(errors="replace").splitlines()):
         try:
             return float(json.loads(line)["time"])
-        except (ValueError, KeyError, TypeError):  # a torn last line (killed mid-write) or a line without it
+        except (ValueError, KeyError, TypeError, RecursionError):  # a torn last line (killed mid-write) or a line without it
             continue
     return 0.0
 
@@ -242,7 +242,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: brackets nested deeper than json decodes)
             continue
         if isinstance(record, dict):
             records.append(record)

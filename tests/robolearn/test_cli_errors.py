@@ -248,6 +248,7 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
 
 @pytest.mark.parametrize("damage, says", [
     (lambda meta: "{", "not readable JSON"),
+    (lambda meta: "[" * 100_000 + "]" * 100_000, "not readable JSON"),  # had been a RecursionError traceback
     (lambda meta: json.dumps({k: v for k, v in meta.items() if k != "obs_groups"}), "'obs_groups' missing"),
     (lambda meta: json.dumps({**meta, "obs_size": "5"}), "'obs_size' '5' is not what an export writes"),
     (lambda meta: json.dumps({**meta, "inputs": {"skill": [2], "obs": [5]}}), "'inputs' {'skill'"),
@@ -257,7 +258,7 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
     (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": [-1]}}), "'inputs' {'obs': [5], 'h': [-1]}"),
     (lambda meta: json.dumps({**meta, "task_settings": [1]}), "'task_settings' [1] is not what an export writes"),
     (lambda meta: json.dumps({**meta, "obs_size": True}), "'obs_size' True is not what an export writes"),
-], ids=["json", "key", "type", "order", "rate", "state-text", "state-negative", "settings", "size-bool"])
+], ids=["json", "nested", "key", "type", "order", "rate", "state-text", "state-negative", "settings", "size-bool"])
 @pytest.mark.parametrize("command", ["record", "eval"])
 def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
     """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
