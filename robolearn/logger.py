@@ -229,7 +229,8 @@ def _last_time(path: Path) -> float:
     for line in reversed(path.read_text(errors="replace").splitlines()):
         try:
             return float(json.loads(line)["time"])
-        except (ValueError, KeyError, TypeError, RecursionError):  # a torn last line (killed mid-write) or a line without it
+        except (ValueError, KeyError, TypeError, RecursionError):  # a torn last line (killed mid-write), one without
+            # it, or one nested deeper than json decodes
             continue
     return 0.0
 
