@@ -212,7 +212,7 @@ def test_a_recordings_flags_rate_and_metadata_that_cannot_be_read_as_said_are_re
     episode = out / "episode_00000.npz"
     arrays = dict(np.load(episode))
     np.savez(episode, **(arrays | {"terminations": np.array(["False"] * 5)}))
-    with pytest.raises(DatasetError, match=r"episode_00000.npz: 'terminations' holds 'False' at row 0: its flags are 0"):
+    with pytest.raises(DatasetError, match=r"episode_00000.npz: 'terminations' has dtype <U5, expected numbers"):
         read_recordings(out)
     np.savez(episode, **arrays)
     metadata = json.loads((out / "metadata.json").read_text())
