@@ -334,6 +334,26 @@ def test_an_export_records_every_setting_so_an_env_off_the_defaults_is_warned_ab
     assert caught[0].filename == __file__  # run's too
 
 
+def test_an_export_records_settings_not_the_state_a_task_fills_in_when_built():
+    """Reacher's body ids (init=False fields, 0 until the model is bound) were recorded as settings, so
+    `eval --exported` of every reacher run warned it was trained with _fingertip=0, _target=0."""
+    from robolearn.config import EnvConfig
+    from robolearn.evaluate import evaluate
+    from robolearn.export import task_meta
+
+    meta = task_meta(EnvConfig(task="reacher"), 0.02)
+    assert "_fingertip" not in meta["task_settings"] and meta["task_settings"]["max_episode_steps"] == 50
+
+    class FromFile(Zero):
+        pass
+
+    controller = FromFile(2)
+    controller.meta = meta
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the settings it was trained with: nothing to say
+        evaluate(controller, sims.make_env("reacher", 1, seed=0), 1)
+
+
 def test_a_simulated_recording_summarizes_its_episodes_and_draws_without_joint_state(tmp_path):
     """An env that reports no safety layer or goals records none; its summaries still give each episode's
     return and success, and the plot draws the actions alone."""
