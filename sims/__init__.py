@@ -298,8 +298,8 @@ def trained_settings(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         spec = _build_task(task, dict(kwargs))
     except Exception:  # noqa: BLE001 (a task of one's own that cannot be rebuilt here: its kwargs still say it)
         return {}
-    names = ([f.name for f in dataclasses.fields(spec) if f.init] if dataclasses.is_dataclass(spec)  # not state set when built
-             else task_settings(task))
+    names = ([f.name for f in dataclasses.fields(spec) if f.init]  # not the state a task fills in when built
+             if dataclasses.is_dataclass(spec) else task_settings(task))
     plain = (bool, int, float, str)
     return {name: getattr(spec, name) for name in [*names, "frame_skip", "max_episode_steps"]
             if isinstance(getattr(spec, name, None), plain)}
