@@ -306,14 +306,6 @@ def test_a_replaced_torchscript_file_is_refused_before_it_is_loaded(tmp_path) ->
     one its export recorded had run its code before the digest refused it."""
     from robolearn.checkpoint import CheckpointError
 
-    class Gain(Controller):
-        def __init__(self) -> None:
-            super().__init__()
-            self.obs_size = 3
-
-        def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            return obs[:, :1] * 0.5
-
     class Loud(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
