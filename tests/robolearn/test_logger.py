@@ -65,33 +65,23 @@ def test_a_torn_last_line_is_read_past_and_set_aside_on_resume(tmp_path):
     assert (tmp_path / "metrics.superseded.jsonl").read_text() == '{"env_steps": 2\n'
 
 
-def test_damaged_bytes_in_the_metrics_are_a_line_set_aside_not_a_refused_resume(tmp_path):
-    """Bytes that are no UTF-8 (a disk's damage) had stopped the resume with a decode error naming no file."""
+@pytest.mark.parametrize("bad, superseded", [
+    (b'{"env_steps": \xff\xfe}', b'{"env_steps": '),  # bytes that are no UTF-8 (a disk's damage)
+    (b"[" * 100_000 + b"]" * 100_000, b"[[["),  # nested deeper than json decodes (RecursionError, no ValueError)
+])
+def test_a_damaged_line_of_the_metrics_is_set_aside_not_a_refused_resume(tmp_path, bad, superseded):
+    """Damaged bytes had stopped the resume with a decode error naming no file; 100,000 nested brackets had
+    stopped `list`, `plot` and a resume in json's RecursionError traceback."""
     from robolearn.logger import read_metrics
 
     path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b'{"env_steps": 100, "time": 1.0}\n{"env_steps": \xff\xfe}\n')
+    path.write_bytes(b'{"env_steps": 100, "time": 1.0}\n' + bad + b"\n")
     assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100]
     logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
     logger.log(200, {})
     logger.close()
     assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100, 200]
-    assert (tmp_path / "metrics.superseded.jsonl").read_text().startswith('{"env_steps": ')
-
-
-def test_a_line_nested_deeper_than_json_decodes_is_set_aside_not_a_traceback(tmp_path):
-    """json.loads raises RecursionError (no ValueError) on 100,000 nested brackets: `list`, `plot` and a
-    resume had stopped in its traceback on a metrics.jsonl so crafted."""
-    from robolearn.logger import read_metrics
-
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"env_steps": 100, "time": 1.0}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
-    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100]
-    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
-    logger.log(200, {})
-    logger.close()
-    assert [line["env_steps"] for line in read_metrics(tmp_path)] == [100, 200]
-    assert (tmp_path / "metrics.superseded.jsonl").read_text().startswith("[[[")
+    assert (tmp_path / "metrics.superseded.jsonl").read_bytes().startswith(superseded)
 
 
 def test_a_last_line_whole_but_for_its_newline_gets_one_before_the_next(tmp_path):
