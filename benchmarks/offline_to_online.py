@@ -17,7 +17,7 @@ No peer library: the arms are ours, and BENCHMARKS.md reads them against the WSR
 Each finished (seed, arm) is appended to ``benchmarks/results/offline_to_online_runs.jsonl``; the
 table and plot of the seeds with all three arms at this budget go to
 ``benchmarks/results/offline_to_online<suffix>.md`` and ``.png`` (the suffix names a non-default
-``--target-entropy`` or ``--warmup``), quoted in BENCHMARKS.md, "Offline-to-online on hopper-medium".
+``--target-entropy`` or ``--warmup``, or an older ``--revision``), quoted in BENCHMARKS.md, "Offline-to-online on hopper-medium".
 Run directories are scratch, under /tmp/robolearn_offline_to_online (a pretraining found there is
 resumed). With ``--pretrain 10000`` on 2 shared CPU cores (BENCHMARKS.md) pretraining took 21-26 min
 per seed, each fine-tuning arm 3-12 min and SAC from scratch 7-10 min.
@@ -68,7 +68,7 @@ def pretrain(args: argparse.Namespace, seed: int) -> tuple[Path, float, float]:
     from robolearn import load_config
     from robolearn.runner import train
 
-    overrides = [*common_overrides(args, seed), f"name=pretrain_s{seed}", "runner.total_steps=0",
+    overrides = [*common_overrides(args, seed), f"name={pretrain_name(seed)}", "runner.total_steps=0",
                  f"agent.pretrain_updates={args.pretrain}", f"agent.hidden={args.hidden}",
                  f"agent.n_actions={args.n_actions}", f"runner.checkpoint_every={max(1, args.pretrain // 10000)}"]
     earlier, done = earlier_pretraining(seed, args.pretrain)
@@ -79,12 +79,17 @@ def pretrain(args: argparse.Namespace, seed: int) -> tuple[Path, float, float]:
     return result.run_dir, float(result.evaluation["return_mean"]), before + time.perf_counter() - start
 
 
+def pretrain_name(seed: int) -> str:
+    """The pretraining's run name; this revision's own, so that no older code's pretraining is resumed."""
+    return f"pretrain_r{REVISION}_s{seed}"
+
+
 def earlier_pretraining(seed: int, updates: int) -> tuple[Path | None, int]:
     """The newest pretraining run of ``seed`` that stopped in its offline phase at or before ``updates``
     or finished at exactly ``updates``, and the updates of its checkpoint."""
     import torch
 
-    for run in sorted((WORK / "runs" / f"pretrain_s{seed}").glob("*"), reverse=True):
+    for run in sorted((WORK / "runs" / pretrain_name(seed)).glob("*"), reverse=True):
         checkpoint = run / "checkpoints" / "latest.pt"
         if checkpoint.exists():
             progress = torch.load(checkpoint, weights_only=True, map_location="cpu")["progress"]
@@ -177,7 +182,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, help="run this seed only (one process per seed; the report joins them)")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: rewrite the table and plot from results/offline_to_online_runs.jsonl")
+    parser.add_argument("--revision", type=int, default=REVISION,
+                        help=f"with --report-only: report the fine-tuning records of this revision of the code "
+                             f"(1: before session 61's WSRL fixes; {REVISION}: this code's)")
     args = parser.parse_args()
+    if args.revision != REVISION and not args.report_only:
+        parser.error(f"this code trains revision {REVISION}; --revision {args.revision} only goes with --report-only")
     if not args.report_only:
         import torch
 
@@ -190,7 +200,12 @@ def main() -> None:
 # One line per finished (seed, arm), kept with the results (not in WORK, which is scratch: /tmp may be wiped
 # between sessions): an interrupted benchmark keeps every finished arm, and the report can be rebuilt anywhere.
 RECORDS = RESULTS / "offline_to_online_runs.jsonl"
-PRETRAIN_BUDGET = ("pretrain", "hidden", "n_actions", "eval_episodes")
+# What the fine-tuning arms compute at the same budget. Bump it when a fix changes that, so that the new code's
+# runs are not skipped as finished and the two revisions' records are never joined. 2: session 61's WSRL fixes
+# (the actor maximizes the min over all critics, as WSRL's code, not their mean; no online update before the
+# buffer holds a batch's online rows). Records written before the key existed are revision 1.
+REVISION = 2
+PRETRAIN_BUDGET = ("pretrain", "hidden", "n_actions", "eval_episodes", "revision")
 BUDGETS = {"wsrl": (*PRETRAIN_BUDGET, "steps", "warmup", "utd", "batch", "target_entropy"),
            "sac": ("sac_steps", "random_steps", "eval_episodes")}
 BUDGETS["naive"] = tuple(k for k in BUDGETS["wsrl"] if k != "warmup")
@@ -201,9 +216,14 @@ def budget(args: argparse.Namespace, arm: str) -> dict:
 
 
 def finished(args: argparse.Namespace) -> dict[tuple[int, str], dict]:
-    """The saved (seed, arm) records of this budget (the latest of each)."""
+    """The saved (seed, arm) records of this budget and revision (the latest of each)."""
     lines = [json.loads(line) for line in RECORDS.read_text().splitlines()] if RECORDS.exists() else []
-    return {(r["seed"], r["arm"]): r for r in lines if r["budget"] == budget(args, r["arm"])}
+    return {(r["seed"], r["arm"]): r for r in lines if record_budget(r) == budget(args, r["arm"])}
+
+
+def record_budget(record: dict) -> dict:
+    """A record's budget; a fine-tuning record from before the revision key is revision 1."""
+    return record["budget"] if record["arm"] == "sac" else {"revision": 1, **record["budget"]}
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> None:
@@ -254,7 +274,8 @@ def suffix(args: argparse.Namespace) -> str:
     """Result files of the paper's online target entropy and our 1,000 warmup steps keep the plain name;
     other settings say theirs."""
     return ("" if args.target_entropy == "0" else f"_target_entropy_{args.target_entropy}") + \
-        ("" if args.warmup == 1000 else f"_warmup_{args.warmup}")
+        ("" if args.warmup == 1000 else f"_warmup_{args.warmup}") + \
+        ("" if args.revision == REVISION else f"_revision_{args.revision}")
 
 
 def report(args, curves, pretrained_returns, seconds, seeds, machines) -> None:
@@ -300,11 +321,13 @@ def report(args, curves, pretrained_returns, seconds, seeds, machines) -> None:
         per_step.append(f"{labels[arm]} " + " ".join(f"{s // 1000}k:{v:.0f}" for s, v in zip(steps, mean)))
     table = "\n".join(rows)
     made_by = " and ".join(f"`--seed {s}`" for s in seeds)
+    naive_start = "from step 1" if args.revision == 1 else f"once its buffer holds a batch ({args.batch} steps)"
+    revision = "" if args.revision == REVISION else f" --revision {args.revision}"  # an older code's records
     write_result(f"offline_to_online{suffix(args)}.md", f"""### Offline-to-online on hopper-medium: WSRL vs naive fine-tuning vs SAC from scratch
 
 Machine: {'; '.join(machines)} (2 cores shared with other jobs, one torch thread). Made by
 `python3 benchmarks/offline_to_online.py --pretrain {args.pretrain} --steps {args.steps} --sac-steps {args.sac_steps}
---target-entropy {args.target_entropy} --warmup {args.warmup}` with {made_by} (one process per seed), then `--report-only`.
+--target-entropy {args.target_entropy} --warmup {args.warmup}` with {made_by} (one process per seed), then `--report-only{revision}`.
 
 **Budget.** Pretraining: Cal-QL, {args.pretrain:,} updates (batch 256, cql_alpha 5 on the paper's 1/2-weighted Bellman error, 10 in CORL's units, {args.n_actions} sampled actions per
 proposal), 10 critics with LayerNorm, 2 sampled for targets, networks {args.hidden}
@@ -312,7 +335,7 @@ proposal), 10 critics with LayerNorm, 2 sampled for targets, networks {args.hidd
 {', '.join(f'{r:.0f}' for r in pretrained_returns)}). Online, both
 fine-tuning arms start from the same pretrained run: {args.steps:,} env steps, UTD {args.utd:g}, batch {args.batch},
 actor lr 1e-4, critic lr 3e-4, target entropy {'-|A| (kept from the pretraining)' if args.target_entropy == 'keep' else args.target_entropy}, tau 5e-3; WSRL warms up for {args.warmup:,} steps with the frozen
-pretrained policy and no updates; naive fine-tuning updates from step 1; neither keeps the offline data. SAC from
+pretrained policy and no updates; naive fine-tuning updates {naive_start}; neither keeps the offline data. SAC from
 scratch: our `sac` (twin critics 256x256, UTD 1, batch 256, {args.random_steps:,} random steps) for {args.sac_steps:,} steps.
 Evaluation: {args.eval_episodes} deterministic episodes every 1,000 online steps.
 
