@@ -156,7 +156,9 @@ class GymVecEnv(OurVecEnv):
         self.vec.close()
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(array, dtype=torch.float32, device=self.device).reshape(-1, *self._obs_shape)
+        """``array`` as a tensor of its own: a VectorEnv made with ``copy=False`` hands out one buffer that its
+        next step overwrites, which had turned each stored transition's ``obs`` into its next observation."""
+        return torch.tensor(array, dtype=torch.float32, device=self.device).reshape(-1, *self._obs_shape)
 
 
 class VecEnvAsGymVector(VectorEnv):

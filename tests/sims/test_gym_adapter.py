@@ -227,3 +227,29 @@ def test_an_integer_action_box_is_refused_not_truncated() -> None:
 
     with pytest.raises(ValueError, match=r"a Box of int64 values: a discrete space.*truncated"):
         GymVecEnv(IntegerActions, 1, max_episode_steps=10)
+
+
+def test_observations_are_not_the_buffer_a_no_copy_vector_env_reuses() -> None:
+    """A ready VectorEnv made with copy=False returns one buffer each step: the observations handed out had been
+    views of it, so the next step rewrote the last one and every stored transition's obs was its next_obs."""
+    class Clock(gymnasium.Env):
+        observation_space = spaces.Box(0, 100, (1,), np.float32)
+        action_space = spaces.Box(-1, 1, (1,), np.float32)
+        metadata = {"render_fps": 10}
+
+        def reset(self, seed=None, options=None):
+            self.t = 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.full(1, self.t, np.float32), 0.0, False, self.t >= 3, {}
+
+    vec = SyncVectorEnv([Clock, Clock], autoreset_mode=AutoresetMode.SAME_STEP, copy=False)
+    env = GymVecEnv(vec, max_episode_steps=3)
+    seen = [env.reset(seed=0)["policy"]]
+    for _ in range(3):
+        step = env.step(torch.zeros(2, 1))
+        seen.append(step.obs["policy"])
+    assert [float(obs[0, 0]) for obs in seen] == [0.0, 1.0, 2.0, 0.0]  # (each had read 0.0: the last step's reset)
+    assert step.truncated.all() and step.info["final_obs"]["policy"][:, 0].tolist() == [3.0, 3.0]
