@@ -301,6 +301,8 @@ class Agent(ABC):
       iteration's end, not averaged over its updates as ``update``'s are: Skill-Critic's stage);
     - off-policy online: ``random_act(obs)`` (the first ``runner.random_steps`` actions);
       ``sample(replay, batch_size, num_envs)`` (its own minibatch: windows of consecutive steps);
+      ``observe(transition)`` (every step's transition as it is stored, an ended episode's last one included:
+      HRAC's adjacency graph);
     - pretraining online (skills): ``pretrains = True`` with ``prepare(transitions)``, ``pretrain_update()``
       and ``end_pretraining()``; ``reads_rewards`` (default False: skills learn from actions alone);
     - offline (``offline = True``): ``prepare(transitions)`` returns the rows to train on; ``sample(batch_size)``

@@ -607,6 +607,7 @@ class Runner:
         low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
         sums = UpdateSums()  # tensors stay on the device until the end
+        observe = getattr(self.agent, "observe", None)
         per_step = env.num_envs * self.world_size
         left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
         for _ in range(-(-left // per_step)):
@@ -621,6 +622,8 @@ class Runner:
                     out = self.agent.act(obs, explore=True)
             obs, transition = self._step(obs, out, stats)
             self.replay.add(transition)
+            if observe is not None:
+                observe(transition)
             if self.progress.env_steps < max(runner.random_steps, self.progress.refill_until):
                 continue
             pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,

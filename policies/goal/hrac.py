@@ -159,11 +159,10 @@ class HRAC(Agent):
         self.adjacency_optimizer = torch.optim.Adam(self.adjacency.parameters(), lr=cfg.adjacency_lr)
         self.adjacency_trained = False
         self.updates = 0
-        # acting state, per env: the target T, the offset d it came from, the step in the subgoal, the last position
+        # acting state, per env: the target T, the offset d it came from, the step in the subgoal
         self.target: torch.Tensor | None = None
         self.offset: torch.Tensor | None = None
         self.step: torch.Tensor | None = None
-        self.last_position: torch.Tensor | None = None
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -185,11 +184,6 @@ class HRAC(Agent):
         if self.step is None or self.step.shape[0] != n:
             self.target, self.offset = state.new_zeros(n, self.goal_dim), state.new_zeros(n, self.goal_dim)
             self.step = torch.zeros(n, dtype=torch.long, device=state.device)
-            self.last_position = state.new_full((n, self.goal_dim), float("nan"))
-        seen = ~self.last_position.isnan().any(1)  # not the first step of an episode
-        if seen.any():
-            self.graph.add(self.last_position[seen], position[seen])
-        self.last_position = position.clone()
         new = (self.step == 0).nonzero().squeeze(1)
         if len(new):
             if random:
@@ -211,11 +205,18 @@ class HRAC(Agent):
         return torch.cat([state, target - state[:, : self.goal_dim]], dim=-1)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Envs in ``mask`` start a new subgoal, and a new path in the adjacency graph, at their next step."""
+        """Envs in ``mask`` start a new subgoal at their next step."""
         if self.step is not None:
-            rows = reset_rows(mask, self.step)
-            self.step[rows] = 0
-            self.last_position[rows] = float("nan")
+            self.step[reset_rows(mask, self.step)] = 0
+
+    @torch.no_grad()
+    def observe(self, transition: dict[str, Any]) -> None:
+        """Each step taken goes into the adjacency graph, from the transition the runner stores: an ended
+        episode's step into its last observation too (acting sees the next episode's first instead), so the
+        goal's cell, reached as an episode terminates, is in the graph."""
+        goal = slice(0, self.goal_dim)
+        self.graph.add(flatten_obs(transition["obs"], self.state_groups)[:, goal],
+                       flatten_obs(transition["next_obs"], self.state_groups)[:, goal])
 
     # -- learning -----------------------------------------------------------------------------
 

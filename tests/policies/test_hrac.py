@@ -96,7 +96,7 @@ def test_subgoal_is_an_absolute_target_held_for_c_steps():
             assert torch.allclose(out["target"][e], expected, atol=1e-6)
             assert torch.equal(out["target"][e], outs[start]["target"][e])
     assert (outs[0]["action"].abs() <= 1.0).all()
-    assert len(agent.graph) > 1  # the steps went into the adjacency graph (not across the reset)
+    assert len(agent.graph) == 0  # acting adds nothing: the runner's stored steps build it (observe, below)
 
 
 def test_low_level_reward_is_minus_the_distance_to_the_target():
@@ -217,14 +217,28 @@ def test_config_errors_name_the_key():
         HRAC(OBS, ACTIONS, small(goal_dim=3, subgoal_range=(1.0, 1.0, 1.0)), torch.device("cpu"))
 
 
-def test_one_run_on_the_point_maze_trains_checkpoints_and_resumes(tmp_path):
+def test_one_run_on_the_point_maze_trains_checkpoints_and_resumes(tmp_path, monkeypatch):
+    stored: list[dict] = []  # what the runner stores, as HRAC.observe sees it
+    observe = HRAC.observe
+    monkeypatch.setattr(HRAC, "observe", lambda self, transition: (stored.append(transition), observe(self, transition)))
     overrides = [f"run_dir={tmp_path}", "logging.wandb=disabled", "logging.progress=false", "env.num_envs=2",
                  "env.kwargs.max_episode_steps=50", "runner.total_steps=400", "runner.random_steps=100",
                  "runner.eval_episodes=2", "runner.checkpoint_every=1", "agent.batch_size=16", "agent.buffer_size=400",
                  "agent.hidden=[16,16]", "agent.adjacency_every=50", "agent.adjacency_updates=5"]
     result = train(load_config("hrac_point_maze_medium", overrides))
-    state = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["agent"]
+    checkpoint = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")
+    state = checkpoint["agent"]
     assert state["adjacency_trained"] and len(state["graph"]["keys"]) > 1
+    # the graph holds every step taken: the step into an ended episode's last observation too (acting sees the next
+    # episode's first there), where a goal reached as the episode terminates is
+    expected = AdjacencyGraph(cell := load_config("hrac_point_maze_medium").agent.adjacency_cell, 1)
+    for transition in stored:
+        expected.add(transition["obs"]["policy"][:, :2], transition["next_obs"]["policy"][:, :2])
+    assert state["graph"] == expected.state_dict()
+    done = [t["terminated"] | t["truncated"] for t in stored]
+    ends = [t["next_obs"]["policy"][w, :2] for t, d in zip(stored, done) for w in d.nonzero()[:, 0]]
+    assert len(stored) == checkpoint["progress"]["env_steps"] // 2 and len(ends) >= 2  # steps of both worlds
+    assert all(tuple(torch.floor(end / cell).long().tolist()) in map(tuple, state["graph"]["keys"]) for end in ends)
     assert state["low"]["updates"] > 100 and state["high"]["updates"] > 10
     evaluation = json.loads((result.run_dir / "eval.json").read_text())
     assert "success_rate" in evaluation and np.isfinite(evaluation["return_mean"])
@@ -237,3 +251,4 @@ def test_one_run_on_the_point_maze_trains_checkpoints_and_resumes(tmp_path):
     with pytest.raises(CheckpointError, match=r"agent.subgoal_range \[2.0, 2.0\] -> \[4.0, 4.0\]: HRAC learnt"):
         train(load_config("hrac_point_maze_medium", [*overrides, "runner.total_steps=2400", "agent.subgoal_range=[4,4]"]),
               resume=result.run_dir)
+
