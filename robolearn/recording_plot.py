@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def is_recording(folder: Path) -> bool:
 def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     """Draw the recording in ``folder`` into ``out`` (default ``<folder>/recording.png``), written atomically;
     returns the path. A folder without episode files, an episode file itself or an ``out`` that is not a .png is an
-    error that says what it expects."""
+    error that says what it expects; an episode file that cannot be read is a warning, and the others are drawn."""
     folder = Path(folder)
     if folder.is_file():  # (had said "no episode_*.npz files" of an episode_*.npz)
         raise ValueError(f"{folder}: a file; a recording is the folder of its episodes: give {folder.parent}")
@@ -50,11 +51,7 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     if not files:
         raise ValueError(f"{folder}: no episode_*.npz files; a recording is the folder `robolearn deploy` "
                          "writes (<run>/deploy/<time>)")
-    episodes = [load_episode(file) for file in files]
-    for file, arrays in zip(files, episodes):  # what every episode EpisodeRecorder writes holds (a KeyError had said)
-        if missing := [key for key in ("actions", "commanded_actions", "rewards") if key not in arrays]:
-            raise ValueError(f"{file}: missing '{missing[0]}' (found {', '.join(sorted(arrays))}); not an episode "
-                             "a recording writes")
+    files, episodes, unreadable = _readable_episodes(folder, files)
     summaries = [episode_summary(file.name, arrays) for file, arrays in zip(files, episodes)]
     try:
         metadata = json.loads((folder / "metadata.json").read_text())
@@ -140,8 +137,8 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     # the legend goes under the time axis, in a band of its own
     fig.legend(handles, names, loc="lower center", fontsize="x-small", ncol=max(1, len(names)), frameon=False,
                bbox_to_anchor=(0.5, 0.02 / fig.get_figheight()))
-    fig.suptitle(_title(folder, summaries, recorded_safety=any("safety_events" in a for a in episodes)),
-                 fontsize="small")
+    fig.suptitle(_title(folder, summaries, recorded_safety=any("safety_events" in a for a in episodes),
+                        unreadable=unreadable), fontsize="small")
     fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / fig.get_figheight(), bottom=0.8 / fig.get_figheight(),
                         hspace=0.15)
     buffer = io.BytesIO()
@@ -155,6 +152,33 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
 RULE_MARKERS = {"jump_limit": ("x", "tab:red"), "position_limit": ("s", "tab:purple"), "overspeed": ("^", "tab:brown"),
                 "nonfinite": ("X", "black")}
 """How each safety rule (hardware/safety.py) marks the steps it overruled; another rule: an olive diamond."""
+
+
+def _readable_episodes(folder: Path, files: list[Path]) -> tuple[list[Path], list[dict[str, np.ndarray]], int]:
+    """The episode files that can be drawn, their arrays, and how many could not. A plot is a look at a
+    recording: one corrupt file (a copy cut short, a disk error) had refused the whole of it, so each unreadable
+    one is a warning naming it and why, and the rest are drawn. None readable is an error saying why of each.
+    (An import stays strict: a dataset missing an episode would look whole.)"""
+    kept, episodes, reasons = [], [], []
+    for file in files:
+        try:
+            arrays = load_episode(file)
+        except ValueError as err:
+            reasons.append(str(err))
+            continue
+        # what every episode EpisodeRecorder writes holds (a KeyError had said)
+        if missing := [key for key in ("actions", "commanded_actions", "rewards") if key not in arrays]:
+            reasons.append(f"{file}: missing '{missing[0]}' (found {', '.join(sorted(arrays))}); not an episode "
+                           "a recording writes")
+            continue
+        kept.append(file)
+        episodes.append(arrays)
+    if not kept:
+        more = f" (and {len(reasons) - 5} more)" if len(reasons) > 5 else ""
+        raise ValueError(f"{folder}: no readable episode file, nothing to draw: {'; '.join(reasons[:5])}{more}")
+    for reason in reasons:
+        warnings.warn(f"{reason}; left out of the plot", stacklevel=3)
+    return kept, episodes, len(reasons)
 
 
 def _limits(episodes: list[dict[str, np.ndarray]], dim: int, dims: int) -> tuple[float, float]:
@@ -192,11 +216,13 @@ def _measured(arrays: dict[str, np.ndarray], dims: int) -> np.ndarray | None:
     return state[1:, :dims]
 
 
-def _title(folder: Path, summaries: list[dict], recorded_safety: bool) -> str:
-    """The folder, then the episodes' return mean ± std, successes and safety interventions in one line."""
+def _title(folder: Path, summaries: list[dict], recorded_safety: bool, unreadable: int) -> str:
+    """The folder, then the episodes' return mean ± std, successes and safety interventions in one line, and
+    how many episode files could not be read (so that the image alone does not pass for the whole recording)."""
     complete = [s for s in summaries if not s["interrupted"]]  # a cut-short episode's return is a part of one
     cut = len(summaries) - len(complete)
-    parts = [f"{len(summaries)} episode{'s' * (len(summaries) != 1)}" + (f" ({cut} cut short)" if cut else "")]
+    notes = ([f"{cut} cut short"] if cut else []) + ([f"{unreadable} unreadable, left out"] if unreadable else [])
+    parts = [f"{len(summaries)} episode{'s' * (len(summaries) != 1)}" + (f" ({', '.join(notes)})" if notes else "")]
     if complete:
         returns = np.array([s["return"] for s in complete])
         parts.append(f"return {returns.mean():.2f} ± {returns.std():.2f}")

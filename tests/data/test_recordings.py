@@ -97,6 +97,35 @@ def test_a_recording_from_elsewhere_with_text_or_without_its_commands_is_a_one_l
     assert load_episode(tmp_path / "episode_00000.npz")["safety_events"][1] == "jump_limit"  # its text is kept
 
 
+def test_plot_draws_the_readable_episodes_and_names_each_unreadable_one_while_import_refuses(tmp_path, root, capsys):
+    """One corrupt episode file (a copy cut short) had refused the plot of the whole recording; an import
+    stays strict, and a recording with no readable episode is still an error saying why of each."""
+    steps = 4
+    arrays = {"obs/policy": np.zeros((steps + 1, 3), np.float32), "actions": np.zeros((steps, 1), np.float32),
+              "commanded_actions": np.zeros((steps, 1), np.float32), "rewards": np.ones(steps),
+              "terminations": np.zeros(steps, bool), "truncations": np.r_[np.zeros(steps - 1, bool), True]}
+    for i in range(3):
+        np.savez(tmp_path / f"episode_{i:05d}.npz", **arrays)
+    corrupt, keyless = tmp_path / "episode_00001.npz", tmp_path / "episode_00002.npz"
+    corrupt.write_bytes(corrupt.read_bytes()[:100])
+    np.savez(keyless, actions=np.zeros((steps, 1)))
+    out = tmp_path / "r.png"
+    with pytest.warns(UserWarning) as said:
+        assert main(["plot", str(tmp_path), "--out", str(out)]) == 0
+    assert [str(w.message) for w in said if w.category is UserWarning] == [
+        f"{corrupt}: not a readable episode file (missing, truncated or corrupt: File is not a zip file); left out "
+        "of the plot",
+        f"{keyless}: missing 'commanded_actions' (found actions); not an episode a recording writes; left out of the plot"]
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert main(["dataset", "import", str(tmp_path), "--format", "recording", "--task", "pendulum"]) == 2
+    assert f"{corrupt}: not a readable episode file" in capsys.readouterr().err
+    (tmp_path / "episode_00000.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    assert main(["plot", str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path}: no readable episode file, nothing to draw: {tmp_path / 'episode_00000.npz'}: not a " \
+           "readable episode file" in err and str(corrupt) in err and f"{keyless}: missing 'commanded_actions'" in err
+
+
 def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them(tmp_path, root):
     """A real robot's recording also holds joint_state; with --task it had written a dataset nothing could read."""
     out = tmp_path / "deploy"
