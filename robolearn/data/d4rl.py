@@ -25,7 +25,9 @@ behaviour policy's weights: its single strings and numbers (``algorithm``,
 ``terminals`` and ``timeouts`` may be ``(N,)`` or ``(N, 1)`` (read as
 ``(N,)``); per-row arrays other than ``infos/*`` must hold numbers. A Minari
 ``main_data.hdf5`` (``episode_<i>`` groups) is refused, saying where to point
-the datasets root to read it in place.
+the datasets root to read it in place. So is a file that reads other files (an
+external link, a virtual dataset of another file's, data stored in external
+raw files): a downloaded file could otherwise import files of this machine's.
 
 Without ``next_observations`` the observation after an episode's last action
 is not in the file: :func:`read_d4rl` keeps every transition and repeats the
@@ -96,6 +98,7 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         raise DatasetError(f"{path}: " + ("a directory; D4RL data is one .hdf5 file" if path.is_dir() else "no such file"))
     try:
         with h5py.File(path, "r") as f:
+            _refuse_other_files(f, path)
             _check_keys(f, path)
             names = _row_names(f)
             rows = _check_rows(f, names, path)
@@ -159,6 +162,36 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     if d4rl_meta:
         meta["d4rl_metadata"] = d4rl_meta
     return episodes, meta
+
+
+def _refuse_other_files(f: Any, path: Path) -> None:
+    """Refuse a file that reads other files: an external link (whose target HDF5 opens, relative to the file or
+    at any absolute path), a virtual dataset mapped from another file, or a dataset stored in external raw files.
+    A downloaded file could otherwise import what it names from this machine's disk (as ``infos/`` it would land
+    in the dataset). A soft link is a path inside the file: with no external link anywhere, it stays inside.
+    Links are looked at, never followed; each group is visited once (hard links may form cycles)."""
+    import h5py
+
+    def check(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            if obj.external:
+                raise DatasetError(f"{path}: '{name}' is stored in other files ({_few([e[0] for e in obj.external])}), "
+                                   "which an import does not read; store its data in the file itself")
+            if obj.is_virtual and (other := next((v for v in obj.virtual_sources() if v.file_name != "."), None)):
+                raise DatasetError(f"{path}: '{name}' is a virtual dataset of '{other.dset_name}' in another file, "
+                                   f"{other.file_name}, which an import does not read; store its data in the file itself")
+        if not isinstance(obj, h5py.Group):  # a dataset, or a named datatype: no links of its own
+            return
+        for key in obj:
+            link = obj.get(key, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                where = f"{name}/{key}" if name else key
+                raise DatasetError(f"{path}: '{where}' is an external link to '{link.path}' in {link.filename}, "
+                                   "another file, which an import does not follow; copy what it points to into the "
+                                   "file itself")
+
+    check("", f)
+    f.visititems(check)
 
 
 def _check_keys(f: Any, path: Path) -> None:
