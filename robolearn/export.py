@@ -42,6 +42,10 @@ from robolearn.shell import shell
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
+MAX_STATE_SIZE = 2**24
+"""Most numbers one env's state input may hold (64 MiB of float32): a GRU's hidden state or a skill holds
+hundreds; a controller.json saying more is damaged or hand-edited, and its zeros had failed at the first
+step as torch's allocation traceback."""
 
 
 def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
@@ -315,7 +319,8 @@ def _load(path: Path, load: Any) -> Any:
 
 def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[str, Any]:
     """``controller.json``, checked to hold what :class:`ExportedController` reads (observation groups and
-    size, decision period, inputs starting with ``obs``): a damaged or hand-edited file is a
+    size, decision period, inputs starting with ``obs``, state shapes of positive sizes, at most
+    :data:`MAX_STATE_SIZE` numbers each): a damaged or hand-edited file is a
     :class:`CheckpointError` naming it and the key, not a KeyError where it is first read."""
     redo = _reexport(exported or meta_path.with_name(FILENAMES["torchscript"]))
     try:
@@ -338,6 +343,11 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
             raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")
+    for name, shape in list(meta["inputs"].items())[1:]:  # the state, held from zeros of these shapes
+        if (size := math.prod(shape)) > MAX_STATE_SIZE:
+            raise CheckpointError(f"{meta_path}: 'inputs' state '{name}' has shape {shape}, {size:,} numbers per env, "
+                                  f"more than the {MAX_STATE_SIZE:,} a controller's state may hold (a damaged or "
+                                  f"hand-edited file); {redo}")
     return meta
 
 

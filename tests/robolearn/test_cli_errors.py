@@ -256,9 +256,13 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
     # a state's shape, and the settings eval compares, had been torch's and an AttributeError's tracebacks
     (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": "abc"}}), "'inputs' {'obs': [5], 'h': 'abc'}"),
     (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": [-1]}}), "'inputs' {'obs': [5], 'h': [-1]}"),
+    # a state of a trillion numbers per env had been torch's allocation traceback at the first step
+    (lambda meta: json.dumps({**meta, "inputs": {"obs": [5], "h": [10**6, 10**6]}}),
+     "'inputs' state 'h' has shape [1000000, 1000000], 1,000,000,000,000 numbers per env, more than the 16,777,216"),
     (lambda meta: json.dumps({**meta, "task_settings": [1]}), "'task_settings' [1] is not what an export writes"),
     (lambda meta: json.dumps({**meta, "obs_size": True}), "'obs_size' True is not what an export writes"),
-], ids=["json", "nested", "key", "type", "order", "rate", "state-text", "state-negative", "settings", "size-bool"])
+], ids=["json", "nested", "key", "type", "order", "rate", "state-text", "state-negative", "state-huge", "settings",
+        "size-bool"])
 @pytest.mark.parametrize("command", ["record", "eval"])
 def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
     """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
