@@ -80,6 +80,25 @@ def train_ppo(task: str, steps: int, stop_return: float | None = None, seed: int
     return runner.run_dir, time.perf_counter() - start, runner.progress.env_steps
 
 
+def too_few_expert_steps(task: str, steps: int, metrics: list[dict]) -> str | None:
+    """What to raise ``--expert-steps`` to when the expert's run (its ``metrics`` lines) ended no episode, else
+    None. Medium is the same run stopped at a training return and medium-replay its whole episodes, so neither
+    would have one (half_cheetah ends none before its 1000-step time limit): they had failed after both runs with
+    the dataset writer's traceback. The minimum said is where every env of ``configs/ppo_<task>.yaml`` has
+    reached the time limit, in whole iterations (episodes that end earlier, as falls do, need fewer)."""
+    import sims
+    from robolearn import load_config
+
+    if any("return" in line for line in metrics):
+        return None
+    cfg = load_config(f"ppo_{task}")
+    limit = sims.trained_settings(cfg.env.task, cfg.env.kwargs)["max_episode_steps"]
+    needed = math.ceil(limit / cfg.agent.num_steps) * cfg.agent.num_steps * cfg.env.num_envs
+    return (f"--expert-steps {steps:,}: no {task} episode ended in the expert's PPO run, so medium has no training "
+            f"return to stop at and medium-replay no episode; raise --expert-steps to at least {needed:,} (where "
+            f"each of configs/ppo_{task}.yaml's {cfg.env.num_envs} envs has reached the {limit}-step time limit)")
+
+
 def policy(task: str, run: Path | None, env):
     """The run's deterministic controller, or uniform random actions when ``run`` is None."""
     from robolearn.data import RandomController
@@ -145,6 +164,8 @@ def main() -> None:
     parser.add_argument("--out", help="table under benchmarks/results/: offline_datasets.md, or with some --tasks "
                         "offline_datasets_<tasks>.md, so that a partial run leaves the full table whole")
     args = parser.parse_args()
+    from robolearn.logger import read_metrics
+
     if args.out is None:
         args.out = "offline_datasets" + ("" if tuple(args.tasks) == TASKS else "_" + "_".join(args.tasks)) + ".md"
     torch.set_num_threads(1)
@@ -152,6 +173,8 @@ def main() -> None:
     for task in args.tasks:
         random = pilot(task, None)
         expert_run, expert_s, expert_steps = train_ppo(task, args.expert_steps)
+        if problem := too_few_expert_steps(task, args.expert_steps, read_metrics(expert_run)):
+            raise SystemExit(problem)
         expert = pilot(task, expert_run)
         refs = (random["return_mean"], expert["return_mean"])
         print(f"{task} expert: {expert_steps} steps in {expert_s:.0f} s, return {expert['return_mean']:.1f}", flush=True)

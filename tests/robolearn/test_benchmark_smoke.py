@@ -1,6 +1,7 @@
 """Benchmarks whose peers, if any, are test dependencies, run end to end at tiny settings (their tables go to a temp folder): a script
 that no longer runs against today's code is found here, not by the next person reproducing BENCHMARKS.md."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -55,3 +56,18 @@ def test_ppo_against_sb3_refuses_a_task_an_agent_has_no_config_for_before_traini
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2 and "no configs/ppo_hopper_zoo.yaml, ppo_ant_zoo.yaml: give --tasks" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_make_datasets_says_what_expert_steps_a_run_that_ended_no_episode_needs(monkeypatch):
+    """half_cheetah ends no episode before its 1000-step time limit: at a small --expert-steps its expert's run has
+    no training return, and the script had gone on to fail after the medium run with the dataset writer's
+    traceback. (Its own run to that point takes longer than a test should: the helper that decides is tested.)"""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `from common import ...`
+    spec = importlib.util.spec_from_file_location("make_datasets", ROOT / "benchmarks" / "make_datasets.py")
+    make_datasets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_datasets)
+    assert make_datasets.too_few_expert_steps("half_cheetah", 3072, [{"env_steps": 3072}]) == (
+        "--expert-steps 3,072: no half_cheetah episode ended in the expert's PPO run, so medium has no training return "
+        "to stop at and medium-replay no episode; raise --expert-steps to at least 129,024 (where each of "
+        "configs/ppo_half_cheetah.yaml's 128 envs has reached the 1000-step time limit)")  # 42 iterations of 24 steps
+    assert make_datasets.too_few_expert_steps("half_cheetah", 129_024, [{"env_steps": 129_024, "return": -2.0}]) is None
