@@ -14,7 +14,9 @@ the same on every robot:
   doing already: the first one is said and the park goes on (then raises
   KeyboardInterrupt); a second one (counting the Ctrl+C that began the close)
   turns torque off where the robot stands and raises
-  :class:`~hardware.safety.ParkSkipped`, which says the park was skipped.
+  :class:`~hardware.safety.ParkSkipped`, which says the park was skipped. A park
+  that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
+  says how it goes on stderr, at its start and every ``PARK_NOTICE_S``.
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells
@@ -41,6 +43,7 @@ the same on every robot:
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -52,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+from tqdm import tqdm
 
 from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
                              SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_home_pose, check_safe_pose,
@@ -61,6 +65,7 @@ from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
 
 MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at most this often
+PARK_NOTICE_S = 3.0  # s: how often a park that reads nothing (a silent bus) says how it goes
 
 
 UNCONFIRMED = "the torque-off was not confirmed"
@@ -69,6 +74,39 @@ UNCONFIRMED = "the torque-off was not confirmed"
 def _unconfirmed(err: Exception) -> str:
     return (f"{UNCONFIRMED} ({type(err).__name__}: {err}): the servos may still hold torque; cut "
             "their power before touching the arm")
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr, above a progress bar that may be showing (deploy's): what a stop is doing, while it
+    does it. Without tqdm's lock, which a Ctrl+C may have left held mid-acquire: a stop must never wait on a bar.
+    A line that cannot be said (a terminal gone: EIO) is dropped, never the stop's failure."""
+    try:
+        tqdm.write(line, file=sys.stderr, nolock=True)
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 (the park that says it goes on)
+        pass
+
+
+class _BlindPark:
+    """Says a park that goes on without a reading, after its first blind waypoint and every ``PARK_NOTICE_S``: on
+    a silent bus every read waits out its timeout and retries, so a park of seconds took 10-30 s with nothing
+    said, which looked like a frozen terminal. Time left is the waypoints left at the blind waypoints' mean pace."""
+
+    def __init__(self, waypoints: int) -> None:
+        self.left, self.began, self.said_at = waypoints, time.monotonic(), -math.inf
+        self.last, self.blind_s, self.blind = self.began, 0.0, 0  # (the seconds and count of blind waypoints)
+
+    def waypoint(self, fresh_at: float | None) -> None:
+        """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one."""
+        now = time.monotonic()
+        self.left, took, self.last = self.left - 1, now - self.last, now
+        if fresh_at is None:
+            return
+        self.blind_s, self.blind = self.blind_s + took, self.blind + 1
+        if now - self.said_at >= PARK_NOTICE_S:
+            self.said_at, remaining = now, self.left * self.blind_s / self.blind
+            _say(f"bus silent (no reading for {now - fresh_at:.0f} s): parking the arm blind, about {remaining:.0f} "
+                 f"s left of about {now - self.began + remaining:.0f} s; a second Ctrl+C cuts the park short")
 
 
 class Robot(VecEnv):
@@ -270,11 +308,8 @@ class Robot(VecEnv):
             if len(asked) == 2:
                 raise KeyboardInterrupt(asked[-1])
             if len(asked) == 1:
-                try:
-                    print(f"{asked[0]}: parking at the safe pose first, then stopping (once more: torque off where "
-                          "the robot stands)", file=sys.stderr, flush=True)
-                except OSError:
-                    pass
+                _say(f"{asked[0]}: parking at the safe pose first, then stopping (once more: torque off where the "
+                     "robot stands)")
 
         previous = {signum: signal.signal(signum, press) for signum in STOP_SIGNALS
                     if signal.getsignal(signum) not in (signal.SIG_IGN, None)}
@@ -437,8 +472,10 @@ class Robot(VecEnv):
         ticker = Ticker(self.control_dt)
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
+        path = np.vstack([waypoints, hold])
+        blind = _BlindPark(len(path))
         written = None
-        for waypoint in np.vstack([waypoints, hold]):
+        for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
             if self.rearms != rearms:
@@ -457,6 +494,8 @@ class Robot(VecEnv):
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
             self._refresh()
+            if parking:  # a park goes on blind (other ramps end after stop_after_s of it, above): said as it goes
+                blind.waypoint(None if self._read_fresh else self._fresh_at)
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
             return self._move_to(pose, parking, restarts + 1) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])

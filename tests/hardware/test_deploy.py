@@ -531,6 +531,31 @@ def test_a_check_after_a_watchdog_stop_parked_leaves_torque_off(make_emulator):
     arm.close()
 
 
+def test_a_park_on_a_silent_bus_says_how_it_goes(make_emulator, monkeypatch, capsys):
+    """A bus gone silent mid-run: the watchdog's park goes on blind, every read waiting out its timeout, and a
+    park of seconds took 10-30 s with nothing said (a frozen terminal). It is said at its start and as it goes."""
+    from hardware.safety import WatchdogStop
+
+    monkeypatch.setattr("hardware.robot.PARK_NOTICE_S", 0.5)  # (3 s in a park of 10-30 s; this one takes a few)
+    emulator = make_emulator(realtime=True)
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=PATIENT, retries=0).connect()
+    try:
+        arm.reset(seed=0)
+        for _ in range(10):  # out toward a pose, so the park has a way to go
+            arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
+        with pytest.raises(WatchdogStop, match="no fresh observation"):
+            for _ in range(1000):
+                arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+    finally:
+        emulator.faults.drop_reply = 0.0
+        arm.close()
+    said = re.findall(r"^bus silent \(no reading for \d+ s\): parking the arm blind, about (\d+) s left of about "
+                      r"(\d+) s; a second Ctrl\+C cuts the park short$", capsys.readouterr().err, re.MULTILINE)
+    left = [int(seconds) for seconds, _ in said]
+    assert len(left) >= 2 and left[0] >= 2 and left[-1] < left[0], said  # at its start (of about 5 s), and as it goes
+
+
 def test_an_emergency_stop_during_a_park_leaves_a_limp_servo_limp(make_emulator):
     """Ctrl+\\ only marks the stop mid-transaction; the park's next read had still re-armed a rebooted servo."""
     from hardware.safety import EmergencyStop
