@@ -14,7 +14,8 @@ the same on every robot:
   doing already: the first one is said and the park goes on (then raises
   KeyboardInterrupt); a second one (counting the Ctrl+C that began the close)
   turns torque off where the robot stands and raises
-  :class:`~hardware.safety.ParkSkipped`, which says the park was skipped. A park
+  :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
+  the watchdog was making, which the close waits for, too: its stop says so). A park
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
   says how it goes on stderr, at its start and every ``PARK_NOTICE_S``.
 - ``step`` paces itself: it sends the command, waits for the next control tick
@@ -157,6 +158,7 @@ class Robot(VecEnv):
         self._episode_step = 0
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
+        self._park_cut = threading.Event()  # a second stop came during close: a park under way ends (_park_signals)
 
     # ---- what a driver implements ---------------------------------------------
 
@@ -239,6 +241,7 @@ class Robot(VecEnv):
         self._fresh_at = self._called_at = time.monotonic()
         self._handed_fresh = True
         self._closing.clear()
+        self._park_cut.clear()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
         self._watchdog.start()
         return self
@@ -259,31 +262,32 @@ class Robot(VecEnv):
     def close(self) -> None:
         """Stop safely (ramp to the safe pose, torque off) and disconnect; idempotent."""
         self._closing.set()
-        if self._watchdog is not None and self._watchdog is not threading.current_thread():
-            self._watchdog.join(timeout=1.0)
         if not self.connected:
             return
         # A Ctrl+C (or a kill) ends the loop before a step raised what the robot had met by then (its watchdog's
         # stop, an emergency stop, a fault): said here, or the run had been reported as parked with torque off
         unseen = self.stop_requested or isinstance(sys.exc_info()[1], KeyboardInterrupt)
         try:
-            with self._park_signals(), self._bus():
-                if self.stopped is None:
-                    fault_before = self.fault
-                    self._stop(ramp=True)
-                    if self.fault is not None:  # the error the run stopped with says how its park went
-                        add_to_message(self.fault, "what still followed goals parked at the safe pose, then torque "
-                                                   "went off")
-                        if self.fault is not fault_before or unseen:  # found during this park, after a run that
-                            raise self.fault  # ended well, or before a Ctrl+C: said, not lost
-                else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
-                    failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
-                    if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
-                        self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
-                    elif failed is not None and UNCONFIRMED not in str(self.stopped):  # (the stop's own park may
-                        add_to_message(self.stopped, _unconfirmed(failed))  # have said so: once is enough)
-                    if unseen:
-                        raise self.stopped
+            with self._park_signals():  # (a park the watchdog is making goes on: the stop signals count for it too)
+                if self._watchdog is not None and self._watchdog is not threading.current_thread():
+                    self._watchdog.join(timeout=1.0)
+                with self._bus():
+                    if self.stopped is None:
+                        fault_before = self.fault
+                        self._stop(ramp=True)
+                        if self.fault is not None:  # the error the run stopped with says how its park went
+                            add_to_message(self.fault, "what still followed goals parked at the safe pose, then torque "
+                                                       "went off")
+                            if self.fault is not fault_before or unseen:  # found during this park, after a run that
+                                raise self.fault  # ended well, or before a Ctrl+C: said, not lost
+                    else:  # stopped already (emergency, watchdog): torque off again, in case a write raced the stop
+                        failed = self._torque_off_quietly()  # (an emergency stop during connect() had left torque on)
+                        if isinstance(self.stopped, EmergencyStop) and failed is not None:  # instead of "torque is off"
+                            self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
+                        elif failed is not None and UNCONFIRMED not in str(self.stopped):  # (the stop's own park may
+                            add_to_message(self.stopped, _unconfirmed(failed))  # have said so: once is enough)
+                        if unseen or self._park_cut.is_set():  # (a park of the watchdog's, cut short)
+                            raise self.stopped
         finally:
             self.connected = False
             self._closed = True
@@ -292,10 +296,12 @@ class Robot(VecEnv):
     @contextlib.contextmanager
     def _park_signals(self) -> Iterator[None]:
         """While :meth:`close` parks (main thread): the first stop signal (Ctrl+C, SIGTERM, SIGHUP) is said and
-        the park goes on, then raises KeyboardInterrupt after it; a second raises at once, which the park takes
-        as ParkSkipped; later ones are ignored (the torque-off that follows must not be cut short). A stop asked
-        before the close (``stop_requested``, which :func:`~robolearn.runtime.run` sets on a Ctrl+C, or a close
-        that unwinds a KeyboardInterrupt) counts as the first. Signals set to be ignored stay ignored."""
+        the park goes on, then raises KeyboardInterrupt after it; a second cuts the park short, said as ParkSkipped:
+        at once (it raises) where this thread parks, else at the park's next waypoint (``_park_cut``: the watchdog
+        thread's park that the close waits for, or the close's own once it begins); later ones are ignored (the
+        torque-off that follows must not be cut short). A stop asked before the close (``stop_requested``, which
+        :func:`~robolearn.runtime.run` sets on a Ctrl+C, or a close that unwinds a KeyboardInterrupt) counts as the
+        first. Signals set to be ignored stay ignored."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -306,7 +312,9 @@ class Robot(VecEnv):
             hung_up(signum)  # a closed terminal: no EIO from the prints of the stop
             asked.append(signal.Signals(signum).name)
             if len(asked) == 2:
-                raise KeyboardInterrupt(asked[-1])
+                self._park_cut.set()  # (raised while the close waited for the watchdog's park, it had ended the
+                if self._bus_thread == threading.get_ident():  # close, that park left to die with the process, unsaid)
+                    raise KeyboardInterrupt(asked[-1])
             if len(asked) == 1:
                 _say(f"{asked[0]}: parking at the safe pose first, then stopping (once more: torque off where the "
                      "robot stands)")
@@ -478,6 +486,8 @@ class Robot(VecEnv):
         for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
                 return
+            if parking and self._park_cut.is_set():  # a second stop during close, on another thread than this park's
+                raise KeyboardInterrupt("a second stop")  # (_stop says it as ParkSkipped)
             if self.rearms != rearms:
                 return self._move_to(pose, parking, restarts + 1) if parking else None
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use

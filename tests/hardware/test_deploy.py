@@ -556,6 +556,45 @@ def test_a_park_on_a_silent_bus_says_how_it_goes(make_emulator, monkeypatch, cap
     assert len(left) >= 2 and left[0] >= 2 and left[-1] < left[0], said  # at its start (of about 5 s), and as it goes
 
 
+def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_short_and_says_so(
+        run_dir, make_emulator, monkeypatch, capsys):
+    """The bus goes silent mid-deploy and the watchdog parks blind; a Ctrl+C ends the loop (the close waits for that
+    park), and a second had ended the process at once as "interrupted", status 130: the park died with it, nothing
+    said of the torque it may have left on. It cuts the park short, turns torque off where the arm stands and ends
+    as an unsafe stop does: an error (status 2) that says the park was skipped and to cut the servos' power."""
+    emulator, arms = make_emulator(realtime=True), []
+
+    class Kept(DynamixelArm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            arms.append(self)
+
+    def press_twice() -> None:
+        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
+        until = time.monotonic() + 60
+        while not arms[0].parking and time.monotonic() < until:  # the watchdog's park, stop_after_s later
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # ends the loop; the close waits for the park
+        while signal.getsignal(signal.SIGINT) is signal.default_int_handler and time.monotonic() < until:
+            time.sleep(0.01)  # (until the close takes stop signals its own way)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
+    after_recorded_steps(monkeypatch, 10, press_twice)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
+                     "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert re.search(r"error: no fresh observation .*; the safe stop failed: a second stop .*parking was skipped .*"
+                     r"the servos may still hold torque; cut their power", err), err
+    state = emulator.state()
+    assert not any(s.torque_enabled for s in state.values())  # torque-off sent (the silent bus confirmed none)
+    assert max(abs(s.goal) for s in state.values()) > 0.1  # where the park was cut short, not at home
+
+
 def test_an_emergency_stop_during_a_park_leaves_a_limp_servo_limp(make_emulator):
     """Ctrl+\\ only marks the stop mid-transaction; the park's next read had still re-armed a rebooted servo."""
     from hardware.safety import EmergencyStop
