@@ -12,6 +12,7 @@
   it is given); what is exported is unchanged. Should a torch release move it,
   or give it state beyond its opset and function table (which a copy of those
   two would share between exports), it is built every time, as without this.
+- Every test gets an empty datasets root of its own (``$ROBOLEARN_DATASETS``).
 """
 
 import signal
@@ -48,6 +49,14 @@ def _build_the_onnx_registry_once() -> None:
 
 
 _build_the_onnx_registry_once()
+
+
+@pytest.fixture(autouse=True)
+def _own_datasets_root(tmp_path_factory, monkeypatch):
+    """Tests never read or write this machine's datasets (``~/.robolearn/datasets``, or ``$ROBOLEARN_DATASETS``
+    where it is set): one that names no root of its own gets an empty one, so what a benchmark has made there
+    neither satisfies nor changes a test."""
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path_factory.mktemp("datasets")))
 
 
 @pytest.fixture(scope="session")
