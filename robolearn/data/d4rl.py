@@ -61,6 +61,7 @@ from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, beyond_float32
+from robolearn.data.minari_store import few, refuse_other_files
 
 REF_SCORES: dict[str, tuple[float, float]] = {
     "halfcheetah": (-280.18, 12135.0),
@@ -98,7 +99,7 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         raise DatasetError(f"{path}: " + ("a directory; D4RL data is one .hdf5 file" if path.is_dir() else "no such file"))
     try:
         with h5py.File(path, "r") as f:
-            _refuse_other_files(f, path)
+            refuse_other_files(f, path)
             _check_keys(f, path)
             names = _row_names(f)
             rows = _check_rows(f, names, path)
@@ -164,36 +165,6 @@ def read_d4rl(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     return episodes, meta
 
 
-def _refuse_other_files(f: Any, path: Path) -> None:
-    """Refuse a file that reads other files: an external link (whose target HDF5 opens, relative to the file or
-    at any absolute path), a virtual dataset mapped from another file, or a dataset stored in external raw files.
-    A downloaded file could otherwise import what it names from this machine's disk (as ``infos/`` it would land
-    in the dataset). A soft link is a path inside the file: with no external link anywhere, it stays inside.
-    Links are looked at, never followed; each group is visited once (hard links may form cycles)."""
-    import h5py
-
-    def check(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
-            if obj.external:
-                raise DatasetError(f"{path}: '{name}' is stored in other files ({_few([e[0] for e in obj.external])}), "
-                                   "which an import does not read; store its data in the file itself")
-            if obj.is_virtual and (other := next((v for v in obj.virtual_sources() if v.file_name != "."), None)):
-                raise DatasetError(f"{path}: '{name}' is a virtual dataset of '{other.dset_name}' in another file, "
-                                   f"{other.file_name}, which an import does not read; store its data in the file itself")
-        if not isinstance(obj, h5py.Group):  # a dataset, or a named datatype: no links of its own
-            return
-        for key in obj:
-            link = obj.get(key, getlink=True)
-            if isinstance(link, h5py.ExternalLink):
-                where = f"{name}/{key}" if name else key
-                raise DatasetError(f"{path}: '{where}' is an external link to '{link.path}' in {link.filename}, "
-                                   "another file, which an import does not follow; copy what it points to into the "
-                                   "file itself")
-
-    check("", f)
-    f.visititems(check)
-
-
 def _check_keys(f: Any, path: Path) -> None:
     """Refuse a file without D4RL's keys, naming a Minari dataset as one (its episodes are groups)."""
     keys = sorted(f.keys())
@@ -210,17 +181,11 @@ def _check_keys(f: Any, path: Path) -> None:
                            f"{where}")
     if missing:
         raise DatasetError(f"{path}: missing key '{missing[0]}' (D4RL files need {', '.join(REQUIRED)}; "
-                           f"found {_few(keys)})")
+                           f"found {few(keys)})")
     groups = [key for key in REQUIRED if not hasattr(f[key], "shape")]
     if groups:
-        raise DatasetError(f"{path}: '{groups[0]}' is a group (of {_few(sorted(f[groups[0]].keys()))}), expected "
+        raise DatasetError(f"{path}: '{groups[0]}' is a group (of {few(sorted(f[groups[0]].keys()))}), expected "
                            "one array with a row per transition")
-
-
-def _few(names: list[str], shown: int = 5) -> str:
-    """``names`` for a message: the first few, then how many more."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more if names else "nothing"
 
 
 def _row_names(f: Any) -> list[str]:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (DatasetWriter, dataset_dir, dataset_id, datasets_root, list_datasets, own_id,
-                                        read_metadata, refuse_discrete_actions)
+                                        read_metadata, read_storage, refuse_discrete_actions)
 from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
@@ -374,7 +374,7 @@ class Dataset:
         if self._minari is None:
             from minari import MinariDataset
 
-            self._minari = self._read(lambda: MinariDataset(self.path / "data"))
+            self._minari = self._read(lambda: MinariDataset(read_storage(self.path / "data")))
         return self._minari
 
     def _read(self, read: Any) -> Any:

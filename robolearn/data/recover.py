@@ -24,7 +24,7 @@ from tqdm import tqdm
 from robolearn.data.dataset import Dataset, minari_episode
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (KEEPS_PARTIAL, abandoned, dataset_id, datasets_root, hold_lock,
-                                        restore_metadata, uncommitted_episodes)
+                                        read_storage, restore_metadata, uncommitted_episodes)
 
 
 @dataclass
@@ -113,13 +113,13 @@ def _where_it_was_going(folder: Path, name: str, root: str | Path | None) -> tup
 def _complete_episodes(source: Dataset, bar: tqdm) -> Iterator[Episode]:
     """The episodes Minari's metadata counts, read from the storage itself: Minari's dataset class wants the
     dataset id a commit writes."""
-    from minari.dataset.minari_storage import MinariStorage
-
     try:
-        for data in MinariStorage.read(source.path / "data").get_episodes(range(source.num_episodes)):
+        for data in read_storage(source.path / "data").get_episodes(range(source.num_episodes)):
             yield minari_episode(data)
             bar.update(1)
-    except (OSError, KeyError, ValueError) as err:
+    except DatasetError:  # (one of ValueError's) the file reads other files: said as such
+        raise
+    except (OSError, KeyError, ValueError, RuntimeError) as err:  # RuntimeError: h5py's on a damaged group
         raise DatasetError(f"{source.path}: its HDF5 file was damaged when the recording stopped "
                            f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); nothing recovered, "
                            "the folder is left as it was") from None

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import h5py
+import numpy as np
 import pytest
 
 import sims
@@ -40,3 +42,29 @@ def recorded(root: Path) -> Callable[..., Dataset]:
         return Dataset.load(name or task, root)
 
     return make
+
+
+@pytest.fixture
+def link_out(tmp_path: Path) -> Callable[[h5py.Group, str], Path]:
+    """``link_out(group, how)``: make HDF5 ``group``'s ``infos`` reach into ``secret.hdf5`` (returned: a file of
+    this machine's, its dataset ``data`` ten float32s), ``how`` a downloaded file could: "external link", "soft
+    link" (to an external link beside it), "virtual dataset" or "external storage" (raw bytes, at any path)."""
+    secret = tmp_path / "secret.hdf5"
+    with h5py.File(secret, "w") as f:
+        f["data"] = np.arange(10, dtype=np.float32)
+
+    def link(group: h5py.Group, how: str) -> Path:
+        if how == "external link":
+            group["infos"] = h5py.ExternalLink(str(secret), "/")
+        elif how == "soft link":  # a path inside the file, to a group that is elsewhere
+            group["elsewhere"] = h5py.ExternalLink(secret.name, "/")
+            group["infos"] = h5py.SoftLink(f"{group.name.rstrip('/')}/elsewhere")
+        elif how == "virtual dataset":
+            layout = h5py.VirtualLayout(shape=(10,), dtype=np.float32)
+            layout[:] = h5py.VirtualSource(str(secret), "data", shape=(10,))
+            group.create_virtual_dataset("infos/data", layout)
+        else:  # raw storage in an external file, read at any path as bytes
+            group.create_dataset("infos/data", shape=(10,), dtype=np.uint8, external=[(str(secret), 0, 10)])
+        return secret
+
+    return link

@@ -205,41 +205,24 @@ def test_a_damaged_object_header_is_a_one_line_error(tmp_path, root, capsys, nam
     assert "damaged.hdf5: not a readable HDF5 file (truncated or corrupt: " in err and "bad object header" in err
 
 
-def _link_out(f: h5py.File, secret: Path, how: str) -> None:
-    """Make ``f``'s ``infos/`` reach into ``secret`` (a file of this machine's), ``how`` a downloaded file could."""
-    if how == "external link":
-        f["infos"] = h5py.ExternalLink(str(secret), "/")
-    elif how == "soft link":  # a path inside the file, to a group that is elsewhere
-        f["elsewhere"] = h5py.ExternalLink(secret.name, "/")
-        f["infos"] = h5py.SoftLink("/elsewhere")
-    elif how == "virtual dataset":
-        layout = h5py.VirtualLayout(shape=(10,), dtype=np.float32)
-        layout[:] = h5py.VirtualSource(str(secret), "data", shape=(10,))
-        f.create_virtual_dataset("infos/data", layout)
-    else:  # raw storage in an external file, read at any path as bytes
-        f.create_dataset("infos/data", shape=(10,), dtype=np.uint8, external=[(str(secret), 0, 10)])
-
-
 @pytest.mark.parametrize("how, says", [
-    ("external link", "'infos' is an external link to '/' in {secret}, another file, which an import does not "
+    ("external link", "'infos' is an external link to '/' in {secret}, another file, which robolearn does not "
                       "follow; copy what it points to into the file itself"),
     ("soft link", "'elsewhere' is an external link to '/' in secret.hdf5, another file"),
-    ("virtual dataset", "'infos/data' is a virtual dataset of 'data' in another file, {secret}, which an import "
+    ("virtual dataset", "'infos/data' is a virtual dataset of 'data' in another file, {secret}, which robolearn "
                         "does not read; store its data in the file itself"),
-    ("external storage", "'infos/data' is stored in other files ({secret}), which an import does not read"),
+    ("external storage", "'infos/data' is stored in other files ({secret}), which robolearn does not read"),
 ], ids=["external", "soft", "virtual", "raw"])
-def test_a_file_that_reads_other_files_is_refused_naming_the_link_and_its_target(tmp_path, root, capsys, how, says):
+def test_a_file_that_reads_other_files_is_refused_naming_the_link_and_its_target(tmp_path, root, capsys, link_out,
+                                                                                 how, says):
     """An import had followed external links (and soft links through them) and read virtual and externally
     stored datasets: a downloaded file could read a file of this machine's into its dataset's infos."""
-    secret = tmp_path / "secret.hdf5"
-    with h5py.File(secret, "w") as f:
-        f["data"] = np.arange(10, dtype=np.float32)
     path = tmp_path / "linked.hdf5"
     with h5py.File(path, "w") as f:
         for key, value in _d4rl_arrays().items():
             if not key.startswith("infos/"):
                 f[key] = value
-        _link_out(f, secret, how)
+        secret = link_out(f, how)
     err = _error(capsys, "import", str(path), "--format", "d4rl", "--name", "linked")
     assert err.startswith(f"error: {path}: {says.format(secret=secret)}")
     assert not root.exists() or not any(root.iterdir())

@@ -350,18 +350,25 @@ def test_namespaced_ids():
             dataset_id(bad)
 
 
-@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
-def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys):
-    """`minari download mujoco/hopper/expert-v0` stores <root>/mujoco/hopper/expert-v0: it had been 'bad dataset
-    name' for `dataset info`, and skipped by `dataset list`."""
+def _made_by_minari(dataset_id: str, root: Path, monkeypatch: pytest.MonkeyPatch, *episodes: Episode) -> Path:
+    """A dataset of ``episodes`` written by Minari's own API under ``root`` (as `minari download` leaves one); its
+    folder."""
     import minari
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
     buffers = [EpisodeBuffer(observations=e.observations["policy"], actions=e.actions, rewards=e.rewards,
-                             terminations=e.terminations, truncations=e.truncations) for e in (_episode(), _episode(7))]
-    minari.create_dataset_from_buffers("mujoco/hopper/expert-v0", buffers, observation_space=SPECS[0]["policy"],
+                             terminations=e.terminations, truncations=e.truncations) for e in episodes]
+    minari.create_dataset_from_buffers(dataset_id, buffers, observation_space=SPECS[0]["policy"],
                                        action_space=SPECS[1], algorithm_name="sac")
+    return root / dataset_id
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
+def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys):
+    """`minari download mujoco/hopper/expert-v0` stores <root>/mujoco/hopper/expert-v0: it had been 'bad dataset
+    name' for `dataset info`, and skipped by `dataset list`."""
+    _made_by_minari("mujoco/hopper/expert-v0", root, monkeypatch, _episode(), _episode(7))
     _write("flat", root)
     assert list_datasets(root) == ["flat-v0", "mujoco/hopper/expert-v0"]
     ds = Dataset.load("mujoco/hopper/expert")
@@ -375,6 +382,58 @@ def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys
     assert cli(["dataset", "info", "mujoco/hopper/expert-v0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["episodes"] == 2
     assert cli(["dataset", "list"]) == 0 and "mujoco/hopper/expert-v0" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+@pytest.mark.parametrize("how, where, says", [
+    ("external link", "episode_0/infos", "is an external link to '/' in {secret}, another file, which robolearn does "
+                                         "not follow; copy what it points to into the file itself"),
+    ("soft link", "episode_0/elsewhere", "is an external link to '/' in secret.hdf5, another file"),
+    ("virtual dataset", "episode_0/infos/data", "is a virtual dataset of 'data' in another file, {secret}"),
+    ("external storage", "episode_0/infos/data", "is stored in other files ({secret}), which robolearn does not read"),
+], ids=["external", "soft", "virtual", "raw"])
+def test_a_minari_dataset_that_reads_other_files_is_refused_naming_the_link(root, monkeypatch, capsys, link_out,
+                                                                            how, where, says):
+    """Minari reads whatever a dataset's HDF5 file links to: a downloaded dataset read a file of this machine's
+    into an episode's infos (the D4RL import refuses such files). `dataset list` says it unreadable, and why."""
+    folder = _made_by_minari("mujoco/hopper/linked-v0", root, monkeypatch, _episode(10), _episode(7))
+    file = folder / "data" / "main_data.hdf5"
+    with h5py.File(file, "a") as f:
+        secret = link_out(f["episode_0"], how)
+    said = f"{file}: '{where}' {says.format(secret=secret)}"
+    with pytest.raises(DatasetError) as refused:
+        Dataset.load("mujoco/hopper/linked")[0]
+    assert str(refused.value).startswith(said)
+    assert cli(["dataset", "list"]) == 0 and f"UNREADABLE: {said}" in capsys.readouterr().out
+
+
+def test_recover_refuses_a_folder_whose_file_reads_other_files(root, link_out):
+    """A recording's temp folder is read through Minari's storage too: it is refused as a dataset is, and kept."""
+    from robolearn.data.recover import recover
+
+    folder = _dead_recording("rec", root, episodes=2)
+    with h5py.File(folder / "data" / "main_data.hdf5", "a") as f:
+        secret = link_out(f["episode_1"], "external link")
+    with pytest.raises(DatasetError, match=f"'episode_1/infos' is an external link to '/' in {secret}, another file"):
+        recover(folder)
+    assert folder.is_dir() and list_datasets(root) == []
+
+
+def test_recover_of_a_file_with_a_damaged_object_header_is_one_line(root):
+    """Checking every object before the episodes are read meets a damaged header first, where h5py raises
+    RuntimeError ("Link visitation failed"), not the KeyError of reading it: still the one-line error."""
+    from robolearn.data.recover import recover
+
+    folder = _dead_recording("rec", root, episodes=2)
+    path = folder / "data" / "main_data.hdf5"
+    with h5py.File(path) as f:
+        address = h5py.h5o.get_info(f["episode_1/actions"].id).addr
+    data = bytearray(path.read_bytes())
+    data[address] = 0xFF  # its version byte (a version 1 header, as Minari writes)
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match="its HDF5 file was damaged when the recording stopped .*bad object header"):
+        recover(folder)
+    assert folder.is_dir()
 
 
 def test_a_namespaced_dataset_is_written_where_minari_reads_it(root, monkeypatch):
