@@ -65,10 +65,6 @@ def plot_recording(folder: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")  # files, not windows: this runs beside a robot, often over ssh
     import matplotlib.pyplot as plt
 
-    for arrays in episodes:  # discrete or scalar actions (a gym env's) as one column
-        for key in ("actions", "commanded_actions", "goals"):
-            if key in arrays:
-                arrays[key] = arrays[key].reshape(len(arrays["rewards"]), -1)
     dims = episodes[0]["actions"].shape[1]
     metrics = sorted({key for arrays in episodes for key in arrays if key.startswith("metrics/")})  # a row each
     rows = dims + 1 + len(metrics)
@@ -155,9 +151,10 @@ RULE_MARKERS = {"jump_limit": ("x", "tab:red"), "position_limit": ("s", "tab:pur
 
 
 def _readable_episodes(folder: Path, files: list[Path]) -> tuple[list[Path], list[dict[str, np.ndarray]], int]:
-    """The episode files that can be drawn, their arrays, and how many could not. A plot is a look at a
-    recording: one corrupt file (a copy cut short, a disk error) had refused the whole of it, so each unreadable
-    one is a warning naming it and why, and the rest are drawn. None readable is an error saying why of each.
+    """The episode files that can be drawn, their arrays (actions as (T, A) columns), and how many could not. A
+    plot is a look at a recording: one corrupt file (a copy cut short, a disk error), or one whose actions do not
+    fit (:func:`_unfit_actions`), had refused the whole of it, so each unreadable one is a warning naming it and
+    why, and the rest are drawn. None readable is an error saying why of each.
     (An import stays strict: a dataset missing an episode would look whole.)"""
     kept, episodes, reasons = [], [], []
     for file in files:
@@ -171,6 +168,12 @@ def _readable_episodes(folder: Path, files: list[Path]) -> tuple[list[Path], lis
             reasons.append(f"{file}: missing '{missing[0]}' (found {', '.join(sorted(arrays))}); not an episode "
                            "a recording writes")
             continue
+        if problem := _unfit_actions(arrays, episodes[0]["actions"].shape[1] if episodes else None):
+            reasons.append(f"{file}: {problem}")
+            continue
+        for key in ACTION_KEYS:  # discrete or scalar actions (a gym env's) as one column
+            if key in arrays:
+                arrays[key] = arrays[key].reshape(len(arrays["rewards"]), -1)
         kept.append(file)
         episodes.append(arrays)
     if not kept:
@@ -179,6 +182,29 @@ def _readable_episodes(folder: Path, files: list[Path]) -> tuple[list[Path], lis
     for reason in reasons:
         warnings.warn(f"{reason}; left out of the plot", stacklevel=3)
     return kept, episodes, len(reasons)
+
+
+ACTION_KEYS = ("actions", "commanded_actions", "goals")
+"""An episode's arrays of one row per step and one column per action dimension (a row of the plot each)."""
+
+
+def _unfit_actions(arrays: dict[str, np.ndarray], width: int | None) -> str | None:
+    """Why an episode's :data:`ACTION_KEYS` cannot be drawn, or None: each needs a row per reward (a step) and
+    ``width`` columns, the first drawn episode's (its own actions' for the first). numpy's reshape or index error
+    had refused the whole plot."""
+    rewards = arrays["rewards"]
+    if rewards.ndim == 0 or not len(rewards):
+        return f"'rewards' has shape {rewards.shape}: no step to draw"
+    against = "the first episode drawn" if width is not None else "its 'actions'"
+    for key in (key for key in ACTION_KEYS if key in arrays):
+        shape = arrays[key].shape
+        if not shape or shape[0] != len(rewards):
+            return f"'{key}' has shape {shape}, not a row per step ('rewards' has {len(rewards)})"
+        columns = int(np.prod(shape[1:]))
+        width = columns if width is None else width  # (the first episode's own actions set it)
+        if columns != width:
+            return f"'{key}' has {columns} columns, {against} {width} (a row of the plot each)"
+    return None
 
 
 def _limits(episodes: list[dict[str, np.ndarray]], dim: int, dims: int) -> tuple[float, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,6 +125,32 @@ def test_plot_draws_the_readable_episodes_and_names_each_unreadable_one_while_im
     err = capsys.readouterr().err
     assert f"error: {tmp_path}: no readable episode file, nothing to draw: {tmp_path / 'episode_00000.npz'}: not a " \
            "readable episode file" in err and str(corrupt) in err and f"{keyless}: missing 'commanded_actions'" in err
+
+
+def test_plot_leaves_out_an_episode_whose_actions_do_not_fit_naming_it(tmp_path):
+    """Actions of another row count than the rewards, or another width than the first episode's, had been numpy's
+    reshape or index error for the whole plot: such an episode is unreadable like a corrupt one."""
+    def episode(index: int, actions: tuple[int, ...] = (4, 2), commanded: tuple[int, ...] | None = None) -> Path:
+        path = tmp_path / f"episode_{index:05d}.npz"
+        np.savez(path, actions=np.zeros(actions, np.float32), commanded_actions=np.zeros(commanded or actions, np.float32),
+                 rewards=np.ones(4))
+        return path
+
+    episode(0)
+    rows, wide, flat = episode(1, (5, 2)), episode(2, (4, 3)), episode(3, (8,))  # (8,) had been drawn as (4, 2)
+    out = tmp_path / "r.png"
+    with pytest.warns(UserWarning) as said:
+        assert main(["plot", str(tmp_path), "--out", str(out)]) == 0
+    assert [str(w.message) for w in said if w.category is UserWarning] == [
+        f"{rows}: 'actions' has shape (5, 2), not a row per step ('rewards' has 4); left out of the plot",
+        f"{wide}: 'actions' has 3 columns, the first episode drawn 2 (a row of the plot each); left out of the plot",
+        f"{flat}: 'actions' has shape (8,), not a row per step ('rewards' has 4); left out of the plot"]
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    first = episode(0, commanded=(4, 3))
+    with pytest.warns(UserWarning) as said:  # the 3-wide episode is the first drawn now
+        assert main(["plot", str(tmp_path), "--out", str(out)]) == 0
+    assert str(said[0].message) == (f"{first}: 'commanded_actions' has 3 columns, its 'actions' 2 (a row of the plot "
+                                    "each); left out of the plot")
 
 
 def test_a_robot_recording_with_groups_the_task_lacks_imports_readable_with_them(tmp_path, root):
