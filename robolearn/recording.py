@@ -159,12 +159,19 @@ def unique_directory(path: str | Path) -> Path:
 
 def load_episode(path: str | Path) -> dict[str, np.ndarray]:
     """One recorded episode's arrays (``obs/<group>``, ``actions``, ...); no pickles.
-    A missing, truncated or corrupt file is a ValueError naming it."""
+    A missing, truncated or corrupt file is a ValueError naming it. The file is opened here, in a ``with``: given
+    the path, numpy left it open (closed by the garbage collector, a ResourceWarning) where it began as a zip
+    file and was none."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
+        with open(path, "rb") as file:
+            data = np.load(file, allow_pickle=False)
+            if isinstance(data, np.lib.npyio.NpzFile):
+                with data:
+                    arrays = {key: data[key] for key in data.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
         raise ValueError(f"{path}: not a readable episode file (missing, truncated or corrupt: {err})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):  # (a `with` of it had been a TypeError traceback)
+        raise ValueError(f"{path}: one array of shape {data.shape} (a .npy file), not an episode file's named arrays")
     # numbers, but safety_events' text: a file from elsewhere with text had been numpy's tracebacks in plot and import
     if text := next((key for key, value in arrays.items() if value.dtype.kind not in "biuf"
                      and key != "safety_events"), None):

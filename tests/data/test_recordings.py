@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +77,24 @@ def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
     np.savez(tmp_path / "episode_00000.npz", actions=np.zeros((3, 1)))
     with pytest.raises(DatasetError, match="episode_00000.npz: missing key 'rewards'"):
         read_recordings(tmp_path)
+
+
+def test_a_corrupt_episode_file_is_closed_and_an_npy_one_is_said(tmp_path):
+    """Given the path, numpy's np.load left a file that begins as a zip file and is none open, for the garbage
+    collector to close with a ResourceWarning; a .npy array under an episode's name had been a TypeError."""
+    path = tmp_path / "episode_00000.npz"
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="episode_00000.npz: not a readable episode file"):
+            load_episode(path)
+        gc.collect()
+    assert not [str(w.message) for w in said if issubclass(w.category, ResourceWarning)]
+    np.save(tmp_path / "array.npy", np.zeros(3))
+    (tmp_path / "array.npy").rename(path)
+    with pytest.raises(ValueError, match=r"episode_00000.npz: one array of shape \(3,\) \(a .npy file\), not an "
+                                         "episode file's named arrays"):
+        load_episode(path)
 
 
 def test_a_recording_from_elsewhere_with_text_or_without_its_commands_is_a_one_line_error(tmp_path, root, capsys):
