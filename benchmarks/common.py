@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -51,6 +52,24 @@ def check_whole_iterations(parser: argparse.ArgumentParser, steps: int, option: 
     if steps % per_iteration:
         parser.error(f"{option} {steps:,}: off-policy runs train in whole iterations of {per_iteration:,} env steps; "
                      f"give a multiple of {per_iteration:,}")
+
+
+def raise_to_end_an_episode(option: str, config: str) -> str:
+    """What to raise ``option`` (a budget of env steps) to, for a one-line error, where a run of PPO config
+    ``config`` ended no episode: its training return, a curve's points or a dataset's episodes are then missing
+    (half_cheetah ends none before its 1000-step time limit). At least where each of the config's envs has
+    reached its task's time limit, in whole iterations (episodes that end earlier, as falls do, need fewer); no
+    figure where the limit is unknown here (a ``gym:`` env's)."""
+    import sims
+    from robolearn import load_config
+
+    cfg = load_config(config)
+    limit = sims.trained_settings(cfg.env.task, cfg.env.kwargs).get("max_episode_steps")
+    if not isinstance(limit, int):
+        return f"raise {option}"
+    needed = math.ceil(limit / cfg.agent.num_steps) * cfg.agent.num_steps * cfg.env.num_envs
+    return (f"raise {option} to at least {needed:,} (where each of configs/{config}.yaml's {cfg.env.num_envs} envs "
+            f"has reached the {limit}-step time limit)")
 
 
 def cpu_model() -> str:

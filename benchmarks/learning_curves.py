@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from common import RESULTS, benchmark_parser, machine, write_result  # noqa: E402
+from common import RESULTS, benchmark_parser, machine, raise_to_end_an_episode, write_result  # noqa: E402
 
 
 def main() -> None:
@@ -43,8 +43,8 @@ def main() -> None:
         result = train(cfg)
         metrics = [m for m in read_metrics(result.run_dir) if "return" in m]
         if not metrics:
-            raise SystemExit(f"{name}: no training episode ended within {cfg.runner.total_steps:,} env steps, "
-                             "so there is no curve; give more --steps")
+            raise SystemExit(f"{name}: no training episode ended within {cfg.runner.total_steps:,} env steps, so "
+                             f"there is no curve; {raise_to_end_an_episode('--steps', name)}")
         steps = [m["env_steps"] for m in metrics]
         returns = [m["return"] for m in metrics]
         seconds = [m["time"] for m in metrics]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # this checkout's packages, not an installed copy
-from common import benchmark_parser, machine, write_result  # noqa: E402
+from common import benchmark_parser, machine, raise_to_end_an_episode, write_result  # noqa: E402
 
 if TYPE_CHECKING:
     from robolearn.data import DatasetWriter
@@ -84,19 +84,12 @@ def too_few_expert_steps(task: str, steps: int, metrics: list[dict]) -> str | No
     """What to raise ``--expert-steps`` to when the expert's run (its ``metrics`` lines) ended no episode, else
     None. Medium is the same run stopped at a training return and medium-replay its whole episodes, so neither
     would have one (half_cheetah ends none before its 1000-step time limit): they had failed after both runs with
-    the dataset writer's traceback. The minimum said is where every env of ``configs/ppo_<task>.yaml`` has
-    reached the time limit, in whole iterations (episodes that end earlier, as falls do, need fewer)."""
-    import sims
-    from robolearn import load_config
-
+    the dataset writer's traceback."""
     if any("return" in line for line in metrics):
         return None
-    cfg = load_config(f"ppo_{task}")
-    limit = sims.trained_settings(cfg.env.task, cfg.env.kwargs)["max_episode_steps"]
-    needed = math.ceil(limit / cfg.agent.num_steps) * cfg.agent.num_steps * cfg.env.num_envs
+    what = raise_to_end_an_episode("--expert-steps", f"ppo_{task}")
     return (f"--expert-steps {steps:,}: no {task} episode ended in the expert's PPO run, so medium has no training "
-            f"return to stop at and medium-replay no episode; raise --expert-steps to at least {needed:,} (where "
-            f"each of configs/ppo_{task}.yaml's {cfg.env.num_envs} envs has reached the {limit}-step time limit)")
+            f"return to stop at and medium-replay no episode; {what}")
 
 
 def policy(task: str, run: Path | None, env):

@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,16 +61,41 @@ def test_ppo_against_sb3_refuses_a_task_an_agent_has_no_config_for_before_traini
     assert not list(tmp_path.iterdir())
 
 
+def _benchmark(name: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """benchmarks/<name>.py as a module, to call its helpers or its main() here."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `from common import ...`
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_make_datasets_says_what_expert_steps_a_run_that_ended_no_episode_needs(monkeypatch):
     """half_cheetah ends no episode before its 1000-step time limit: at a small --expert-steps its expert's run has
     no training return, and the script had gone on to fail after the medium run with the dataset writer's
     traceback. (Its own run to that point takes longer than a test should: the helper that decides is tested.)"""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its `from common import ...`
-    spec = importlib.util.spec_from_file_location("make_datasets", ROOT / "benchmarks" / "make_datasets.py")
-    make_datasets = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_datasets)
+    make_datasets = _benchmark("make_datasets", monkeypatch)
     assert make_datasets.too_few_expert_steps("half_cheetah", 3072, [{"env_steps": 3072}]) == (
         "--expert-steps 3,072: no half_cheetah episode ended in the expert's PPO run, so medium has no training return "
         "to stop at and medium-replay no episode; raise --expert-steps to at least 129,024 (where each of "
         "configs/ppo_half_cheetah.yaml's 128 envs has reached the 1000-step time limit)")  # 42 iterations of 24 steps
     assert make_datasets.too_few_expert_steps("half_cheetah", 129_024, [{"env_steps": 129_024, "return": -2.0}]) is None
+
+
+def test_learning_curves_says_what_steps_a_run_that_ended_no_episode_needs(tmp_path, monkeypatch):
+    """A run that ended no episode has no curve: the script had said only "give more --steps", not how many (the
+    figure make_datasets gives its expert). train() is stood in for by a finished run of one iteration."""
+    import robolearn
+
+    learning_curves = _benchmark("learning_curves", monkeypatch)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"env_steps": 3072, "time": 4.0}) + "\n")
+    monkeypatch.setattr(robolearn, "train", lambda cfg: types.SimpleNamespace(run_dir=tmp_path, evaluation=None))
+    monkeypatch.setattr(sys, "argv", ["learning_curves.py", "--configs", "ppo_half_cheetah", "--steps", "3072",
+                                      "--out", str(tmp_path / "curves.md")])
+    with pytest.raises(SystemExit) as stopped:
+        learning_curves.main()
+    assert str(stopped.value) == (
+        "ppo_half_cheetah: no training episode ended within 3,072 env steps, so there is no curve; raise --steps to "
+        "at least 129,024 (where each of configs/ppo_half_cheetah.yaml's 128 envs has reached the 1000-step time "
+        "limit)")
+    assert not (tmp_path / "curves.md").exists()
