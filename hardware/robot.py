@@ -91,10 +91,13 @@ def _say(line: str) -> None:
 class _BlindPark:
     """Says a park that goes on without a reading, after its first blind waypoint and every ``PARK_NOTICE_S``: on
     a silent bus every read waits out its timeout and retries, so a park of seconds took 10-30 s with nothing
-    said, which looked like a frozen terminal. Time left is the waypoints left at the blind waypoints' mean pace."""
+    said, which looked like a frozen terminal. Time left is the waypoints left at the blind waypoints' mean pace.
+    Only once nothing has been read for ``silent_s`` (the robot's ``stop_after_s``, which the watchdog's park
+    has waited out already): one failed read of a healthy bus had been said as a silent one, 14 s to go of a
+    park that took 1.5."""
 
-    def __init__(self, waypoints: int) -> None:
-        self.left, self.began, self.said_at = waypoints, time.monotonic(), -math.inf
+    def __init__(self, waypoints: int, silent_s: float) -> None:
+        self.left, self.began, self.said_at, self.silent_s = waypoints, time.monotonic(), -math.inf, silent_s
         self.last, self.blind_s, self.blind = self.began, 0.0, 0  # (the seconds and count of blind waypoints)
 
     def waypoint(self, fresh_at: float | None) -> None:
@@ -104,7 +107,7 @@ class _BlindPark:
         if fresh_at is None:
             return
         self.blind_s, self.blind = self.blind_s + took, self.blind + 1
-        if now - self.said_at >= PARK_NOTICE_S:
+        if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
             self.said_at, remaining = now, self.left * self.blind_s / self.blind
             _say(f"bus silent (no reading for {now - fresh_at:.0f} s): parking the arm blind, about {remaining:.0f} "
                  f"s left of about {now - self.began + remaining:.0f} s; a second Ctrl+C cuts the park short")
@@ -481,7 +484,7 @@ class Robot(VecEnv):
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
         path = np.vstack([waypoints, hold])
-        blind = _BlindPark(len(path))
+        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s)
         written = None
         for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here

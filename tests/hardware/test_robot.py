@@ -340,6 +340,27 @@ def test_a_stop_signal_while_parking_after_a_ctrl_c_skips_the_park():
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.mark.parametrize("lost, said", [(range(3, 4), False), (range(3, 40), True)], ids=["one-read", "silent"])
+def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
+    """One read that failed mid-park (after the driver's retries) had been said as "bus silent ... parking the arm
+    blind, about 14 s left" of a park that took 1.5 s; reads lost for longer than stop_after_s still are."""
+    class LosesParkReads(LagArm):
+        park_reads = 0
+
+        def _read(self):
+            if self.parking:
+                self.park_reads += 1
+                if self.park_reads in lost:
+                    return None
+            return super()._read()
+
+    with LosesParkReads(ramp_speed=1.0) as arm:  # a park of about 50 waypoints, 0.01 s each; stop_after_s 0.2
+        arm.reset()
+        arm.step(torch.tensor([[0.6, -0.6]]))
+    assert np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False  # parked all the same
+    assert ("bus silent" in capsys.readouterr().err) is said
+
+
 def test_auto_reset_ramp_is_not_timed_as_a_step(tmp_path):
     recorder = EpisodeRecorder(tmp_path)
     with LagArm() as arm:
