@@ -316,7 +316,9 @@ class Robot(VecEnv):
             asked.append(signal.Signals(signum).name)
             if len(asked) == 2:
                 self._park_cut.set()  # (raised while the close waited for the watchdog's park, it had ended the
-                if self._bus_thread == threading.get_ident():  # close, that park left to die with the process, unsaid)
+                # close, that park left to die with the process, unsaid; raised in this thread's torque-off after
+                # its park, it had cut the torque-off short)
+                if self.parking and self._bus_thread == threading.get_ident():
                     raise KeyboardInterrupt(asked[-1])
             if len(asked) == 1:
                 _say(f"{asked[0]}: parking at the safe pose first, then stopping (once more: torque off where the "

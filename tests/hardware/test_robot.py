@@ -361,6 +361,31 @@ def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
     assert ("bus silent" in capsys.readouterr().err) is said
 
 
+def test_a_second_stop_during_the_torque_off_after_a_park_does_not_cut_it_short():
+    """The park after a Ctrl+C had ended and torque was going off when a second stop came: it raised there (the
+    close held the bus, though it no longer parked), so the torque-off was never sent and deploy ended as
+    "interrupted", torque on and nothing said. Only a park is cut short; the torque-off after it goes through."""
+    class SecondStopInTorqueOff(LagArm):
+        def _set_torque(self, on):
+            if not on and self.parked:
+                os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, on this (the main) thread
+            super()._set_torque(on)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    arm = SecondStopInTorqueOff()
+    arm.parked = False
+    try:
+        with pytest.raises(KeyboardInterrupt, match="the loop's"):
+            with arm:
+                arm.reset()
+                arm.step(torch.tensor([[0.6, -0.6]]))
+                arm.parked = True  # (its park is short: a torque-off follows it)
+                raise KeyboardInterrupt("the loop's")  # the first Ctrl+C, which the close's park counts
+        assert np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False and not arm.link
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_auto_reset_ramp_is_not_timed_as_a_step(tmp_path):
     recorder = EpisodeRecorder(tmp_path)
     with LagArm() as arm:
