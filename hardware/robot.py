@@ -109,7 +109,7 @@ class _BlindPark:
         self.blind_s, self.blind = self.blind_s + took, self.blind + 1
         if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
             self.said_at, remaining = now, self.left * self.blind_s / self.blind
-            _say(f"bus silent (no reading for {now - fresh_at:.0f} s): parking the arm blind, about {remaining:.0f} "
+            _say(f"bus silent (no reading for {now - fresh_at:.1f} s): parking the arm blind, about {remaining:.0f} "
                  f"s left of about {now - self.began + remaining:.0f} s; a second Ctrl+C cuts the park short")
 
 
