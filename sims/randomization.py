@@ -134,7 +134,10 @@ class RandomizedEnv(VecEnv):
             self._generator.seed()
         else:
             self._generator.manual_seed(seed + 7919)
-        self._nominal = {name: self.sim.get_model_field(name).double()[0] for name in SCALED_FIELDS}
+        # The compiled model's values in float64, which CPU MuJoCo steps in: the backend's tensors are float32,
+        # and a draw scaling their rounding would make no scale (width 0 neither) the model's own values
+        self._nominal = {name: torch.as_tensor(getattr(self.sim.model, name), dtype=torch.float64, device=self.device)
+                         for name in SCALED_FIELDS}
         self._outcomes: list[bool] = []
         n = self.num_envs
         self._latency = torch.zeros(n, dtype=torch.long, device=self.device)
@@ -165,14 +168,14 @@ class RandomizedEnv(VecEnv):
         nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
-    def _draw_dynamics(self, worlds: Worlds) -> tuple[list[str], dict[str, torch.Tensor]]:
-        """Fresh scales for ``worlds``, written to the model fields; returns the fields written and the
-        scales drawn."""
+    def _draw_dynamics(self, worlds: Worlds) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Fresh scales for ``worlds``, written to the model fields; returns the values written (by field,
+        float64) and the scales drawn."""
         # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
         scales = {key: uniform((len(worlds),), *self._range(key), self._generator)
                   for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
                   if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
-        written = []
+        written = {}
         for name, (key, columns) in SCALED_FIELDS.items():
             if key not in scales:
                 continue
@@ -180,7 +183,7 @@ class RandomizedEnv(VecEnv):
             part = values if columns is None else values[..., columns]
             part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
             worlds.set_model_field(self.sim, name, values)
-            written.append(name)
+            written[name] = values
         return written, scales
 
     def _dynamics_pool(self, size: int) -> dict[str, torch.Tensor]:
@@ -192,11 +195,11 @@ class RandomizedEnv(VecEnv):
         parts: dict[str, list[torch.Tensor]] = {}
         for start in range(0, size, self.num_envs):
             worlds = Worlds(ids=self._worlds[: min(self.num_envs, size - start)])
-            written, scales = self._draw_dynamics(worlds)
+            written, scales = self._draw_dynamics(worlds)  # kept as drawn: the backend's tensors are float32
             if self._derives and self.sim.refresh_constants():
-                written += list(self.sim.constant_fields)
-            for name in written:
-                parts.setdefault(name, []).append(self.sim.get_model_field(name)[: len(worlds)])
+                written |= {name: self.sim.get_model_field(name)[: len(worlds)] for name in self.sim.constant_fields}
+            for name, rows in written.items():
+                parts.setdefault(name, []).append(rows)
             for key, drawn in scales.items():
                 self._pool_scales.setdefault(key, []).append(drawn)
         self._pool_scales = {key: torch.cat(rows) for key, rows in self._pool_scales.items()}

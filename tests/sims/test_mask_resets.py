@@ -126,8 +126,8 @@ def test_randomized_env_follows_mask_resets(pool: int) -> None:
                                                        randomization=randomization))
     assert mixed >= 3
     if pool:
-        variants = by_mask._pool["body_mass"]
         masses = by_mask.sim.get_model_field("body_mass")
+        variants = by_mask._pool["body_mass"].to(masses.dtype)  # (as drawn, float64; the backend reports float32)
         assert all(bool((variants == row).all(1).any()) for row in masses)  # every world holds a pool variant
     for key in ("_latency", "_delay", "_substeps"):
         assert getattr(by_mask, key).max() > 0  # drawn, not left at nominal

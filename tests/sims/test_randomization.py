@@ -225,7 +225,8 @@ def test_a_dynamics_pool_draws_each_episode_from_variants_drawn_at_the_start():
     for _ in range(3):
         env._resample(Worlds(ids=torch.arange(4)))
         masses = env.sim.get_model_field("body_mass")
-        assert all((pool["body_mass"] == row).all(1).any() for row in masses)  # every world holds a variant
+        variants = pool["body_mass"].to(masses.dtype)  # (as drawn, float64; the backend reports float32)
+        assert all((variants == row).all(1).any() for row in masses)  # every world holds a variant
     with pytest.raises(ValueError, match="dynamics_pool: 0 .* or a number of variants"):
         Randomization(mass_scale=(0.8, 1.2), dynamics_pool=8, dynamics_every_episode=False)
     with pytest.raises(ValueError, match="set dynamics_pool: 0"):
@@ -304,3 +305,20 @@ def test_the_delaying_wrappers_check_actions_as_the_env_does(wrapper):
         env.step(np.zeros((2, 1), np.float64))
         with pytest.raises(ValueError, match="NaN or inf"):
             env.step(torch.full((2, 1), float("nan")))
+
+
+def test_draws_scale_the_models_own_values_so_width_0_is_the_nominal_model():
+    """The nominal values had been read back through the backend's float32 tensors, so every draw (a pool's
+    variants too) scaled a rounded value: a scale of 1 was not the model's (half_cheetah's 6.25 kg torso 1.3e-7 kg off), and
+    at width 0 (auto's start, said "nominal") half_cheetah's episodes came out otherwise than nominal ones
+    (returns -502 against -397)."""
+    randomized = sims.make_env("half_cheetah", 2, seed=0, randomization={"mass_scale": [0.5, 1.5],
+                                                                           "friction_scale": [0.5, 1.5], "width": 0.0})
+    nominal = sims.make_env("half_cheetah", 2, seed=0)
+    for _ in range(30):
+        action = torch.full((2, 6), 0.5)
+        torch.testing.assert_close(randomized.step(action).obs["policy"], nominal.step(action).obs["policy"],
+                                   rtol=0, atol=0)
+    pooled = sims.make_env("half_cheetah", 2, seed=0, randomization={"mass_scale": [0.5, 1.5], "dynamics_pool": 3})
+    model = torch.as_tensor(pooled.sim.model.body_mass)
+    assert torch.equal(pooled._pool["body_mass"], model * pooled._pool_scales["mass_scale"].unsqueeze(1))
