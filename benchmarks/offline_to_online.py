@@ -19,7 +19,7 @@ table and plot of the seeds with all three arms at this budget go to
 ``benchmarks/results/offline_to_online<suffix>.md`` and ``.png`` (the suffix names a non-default
 ``--target-entropy`` or ``--warmup``, or an older ``--revision``), quoted in BENCHMARKS.md, "Offline-to-online on hopper-medium".
 Run directories are scratch, under /tmp/robolearn_offline_to_online (a pretraining found there is
-resumed). With ``--pretrain 10000`` on 2 shared CPU cores (BENCHMARKS.md) pretraining took 21-26 min
+resumed). With ``--pretrain 10000`` on 2 shared CPU cores (BENCHMARKS.md) pretraining took 13-26 min
 per seed, each fine-tuning arm 3-12 min and SAC from scratch 7-10 min.
 
     python3 benchmarks/offline_to_online.py [--pretrain 5000] [--steps 10000] [--sac-steps 30000] [--seeds 1]
