@@ -14,6 +14,8 @@ delays, so FAS tables and training runs can be made under latency::
 - ``obs_delay_steps = d``: the controller sees the observation of ``d`` steps
   ago; a new episode has no past, so its first observation stands in for it.
   ``info["final_obs"]`` is delayed alike: transitions are what the controller saw.
+  The ``critic`` group (privileged sim-only state, never a deployed controller's
+  input) is not delayed: the critic values the state as it is.
 """
 
 from __future__ import annotations
@@ -55,6 +57,23 @@ class DelayLine:
         torch.where(where, value.unsqueeze(0), self.buffer, out=self.buffer)  # in place: one kernel
 
 
+UNDELAYED = ("critic",)  # privileged sim-only state: no sensor of the robot's, so no sensing delay
+
+
+def delay_lines(obs: Obs, depth: int) -> dict[str, DelayLine]:
+    """A delay line of ``depth`` per observation group a controller sees, each filled with ``obs``'s (the
+    ``UNDELAYED`` groups have none: a critic that saw its privileged state late had valued a stale state)."""
+    return {k: DelayLine(depth, v) for k, v in obs.items() if k not in UNDELAYED}
+
+
+def seen_late(lines: dict[str, DelayLine], final_obs: Obs, delay: torch.Tensor) -> Obs:
+    """Push a step's ``final_obs`` into ``lines``; the observation as seen: each delayed group ``delay[env]``
+    steps back, the others as they are."""
+    for k, line in lines.items():
+        line.push(final_obs[k])
+    return {**final_obs, **{k: line.read(delay) for k, line in lines.items()}}
+
+
 @dataclass
 class Delay:
     """Fixed delays in control steps; the defaults change nothing."""
@@ -94,7 +113,7 @@ class DelayedEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
-        self._history = {k: DelayLine(self.cfg.obs_delay_steps + 1, v) for k, v in obs.items()}
+        self._history = delay_lines(obs, self.cfg.obs_delay_steps + 1)
         self._fresh[:] = True
         return obs
 
@@ -109,9 +128,7 @@ class DelayedEnv(VecEnv):
         self._actions.push(action)
         self._actions.fill_where(self._fresh, action)
         obs, reward, terminated, truncated, info = self.env.step(self._actions.read(self._latency))
-        for k, v in info["final_obs"].items():
-            self._history[k].push(v)
-        seen = {k: line.read(self._obs_delay) for k, line in self._history.items()}
+        seen = seen_late(self._history, info["final_obs"], self._obs_delay)
         next_obs = seen
         done = terminated | truncated
         self._fresh.copy_(done)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
-from sims.delay import DelayLine, check_shorter_than_episode
+from sims.delay import DelayLine, check_shorter_than_episode, delay_lines, seen_late
 from sims.task import TaskEnv, checked_action, uniform
 from sims.worlds import Worlds
 
@@ -257,7 +257,7 @@ class RandomizedEnv(VecEnv):
         # resume, which resets with another seed, keeps them
         self._resample(Worlds(ids=self._worlds), dynamics=self.cfg.dynamics_every_episode or not self._robots_drawn)
         self._robots_drawn = True
-        self._history = {k: DelayLine(self.cfg.obs_delay_steps[1] + 1, v) for k, v in obs.items()}
+        self._history = delay_lines(obs, self.cfg.obs_delay_steps[1] + 1)
         return self._noisy(obs)
 
     def step(self, action: torch.Tensor) -> Step:
@@ -271,10 +271,8 @@ class RandomizedEnv(VecEnv):
         self._push()
         obs, reward, terminated, truncated, info = self.env.step(applied)
         done = terminated | truncated
-        # Delay: the policy sees the observation from `delay` steps ago.
-        for k, v in info["final_obs"].items():
-            self._history[k].push(v)
-        info = {**info, "final_obs": self._noisy({k: h.read(self._delay) for k, h in self._history.items()})}
+        # Delay: the policy sees the observation from `delay` steps ago (the critic's privileged state as it is)
+        info = {**info, "final_obs": self._noisy(seen_late(self._history, info["final_obs"], self._delay))}
         next_obs = info["final_obs"]
         # As TaskEnv reset them: its list, or (no host sync on a GPU) the mask. done.nonzero() here would be a sync
         worlds = Worlds.of_step(info, done)

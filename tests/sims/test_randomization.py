@@ -322,3 +322,26 @@ def test_draws_scale_the_models_own_values_so_width_0_is_the_nominal_model():
     pooled = sims.make_env("half_cheetah", 2, seed=0, randomization={"mass_scale": [0.5, 1.5], "dynamics_pool": 3})
     model = torch.as_tensor(pooled.sim.model.body_mass)
     assert torch.equal(pooled._pool["body_mass"], model * pooled._pool_scales["mass_scale"].unsqueeze(1))
+
+
+@pytest.mark.parametrize("wrapper", [{"delay": {"obs_delay_steps": 2}}, {"randomization": {"obs_delay_steps": [2, 2]}}])
+def test_an_observation_delay_leaves_the_critics_privileged_state_as_it_is(wrapper):
+    """The policy's observation lags; the critic's group (privileged sim-only state, never a deployed controller's
+    input) had lagged with it, so the critic valued the state of two steps before."""
+    with sims.make_env("go1_flat", 2, seed=0, **wrapper) as env:
+        inner, step_inner = [], env.env.step
+
+        def spy(action):
+            out = step_inner(action)
+            inner.append(out.info["final_obs"])
+            return out
+
+        env.env.step = spy
+        first = env.reset(seed=0)
+        seen = [env.step(torch.zeros(2, 12)) for _ in range(3)]
+    for t, step in enumerate(seen):
+        torch.testing.assert_close(step.obs["critic"], inner[t]["critic"])
+        torch.testing.assert_close(step.info["final_obs"]["critic"], inner[t]["critic"])
+        assert not torch.equal(step.obs["critic"], first["critic"])
+    torch.testing.assert_close(seen[1].obs["policy"], first["policy"])  # the policy's first frame until 2 steps pass
+    torch.testing.assert_close(seen[2].obs["policy"], inner[0]["policy"])
