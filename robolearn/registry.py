@@ -47,9 +47,10 @@ def evaluation_dynamics(cfg: EnvConfig) -> str:
         value, default = getattr(settings, f.name), getattr(defaults, f.name)
         if isinstance(default, tuple) and tuple(value) != default:
             drawn.append(f"{f.name} {list(value)}")
-    for name in ("obs_noise_std", "push_velocity"):  # noise, and pushes
-        if getattr(settings, name) != getattr(defaults, name):
-            drawn.append(f"{name} {getattr(settings, name)}")
+    if settings.obs_noise_std:
+        drawn.append(f"obs_noise_std {settings.obs_noise_std}")
+    if settings.push_velocity:  # (with push_every_s: one without the other is refused)
+        drawn.append(f"push_velocity {settings.push_velocity:g} every {settings.push_every_s:g} s")
     if not drawn:
         return "nominal"
     return f"randomized{'' if settings.width is None else f' at width {settings.width:.2f} of'}: " + ", ".join(drawn)

@@ -82,6 +82,10 @@ class Randomization:
         for name in ("obs_noise_std", "push_every_s", "push_velocity"):
             if getattr(self, name) < 0:  # a negative std or velocity silently means its magnitude, or nothing
                 raise ValueError(f"env.randomization.{name} must be >= 0, got {getattr(self, name)}")
+        if (self.push_every_s > 0) != (self.push_velocity > 0):  # one of the two alone pushed nothing, silently
+            raise ValueError(f"env.randomization: a push needs push_every_s (mean seconds between pushes) and "
+                             f"push_velocity (their size) both > 0, got {self.push_every_s} and {self.push_velocity}: "
+                             "set both, or neither")
         if not self.auto_step > 0 or self.auto_window < 1:
             raise ValueError(f"env.randomization.auto_step must be > 0 and auto_window >= 1, got "
                              f"{self.auto_step} and {self.auto_window}")
@@ -97,10 +101,6 @@ class Randomization:
             raise ValueError(f"env.randomization.width is the fraction of each range in use: in [0, 1], got {self.width}")
         if not 0.0 <= self.auto_success <= 1.0:
             raise ValueError(f"env.randomization.auto_success must be in [0, 1], got {self.auto_success}")
-
-    @property
-    def active(self) -> bool:
-        return self != Randomization()
 
 
 SCALED_FIELDS = {  # model field -> (randomization range, which columns are scaled)

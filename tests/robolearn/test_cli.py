@@ -349,6 +349,7 @@ def test_the_dynamics_an_evaluation_reports():
     assert said(auto=True).startswith("nominal (automatic randomization starts a new env at width 0)")
     assert said(mass_scale=[0.5, 1.5], width=0.5) == "randomized at width 0.50 of: mass_scale [0.5, 1.5]"
     assert said(mass_scale=[0.5, 1.5], width=0.0) == "nominal (randomization at width 0)"
+    assert said(push_every_s=10, push_velocity=0.5) == "randomized: push_velocity 0.5 every 10 s"
     assert evaluation_dynamics(EnvConfig(task="mjlab:Mjlab-Velocity-Flat-Unitree-Go1")) == "the mjlab task's own events"
 
 

@@ -129,6 +129,8 @@ def test_bad_randomization_config_names_the_key():
     ({"action_latency_s": (-0.01, 0.0)}, r"env.randomization.action_latency_s: need 0 <= low <= high"),
     ({"obs_noise_std": -1.0}, r"env.randomization.obs_noise_std must be >= 0, got -1"),
     ({"push_velocity": -2.0}, r"env.randomization.push_velocity must be >= 0"),
+    ({"push_velocity": 0.5}, r"a push needs push_every_s .* and push_velocity .* both > 0, got 0.0 and 0.5"),
+    ({"push_every_s": 10.0}, r"a push needs push_every_s .* and push_velocity .* both > 0, got 10.0 and 0.0"),
     ({"auto": True, "auto_step": -0.1}, r"auto_step must be > 0 and auto_window >= 1"),
     ({"auto_window": 0}, r"auto_step must be > 0 and auto_window >= 1"),
 ])
