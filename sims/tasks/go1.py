@@ -12,7 +12,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - Observation ``policy`` (45): projected gravity (3), trunk angular velocity (3,
   gyro), command (3), joint positions minus the home pose (12), joint velocities
   (12), last action (12); with ``noise_scale`` > 0 each channel gets uniform noise
-  within Playground's Go1 half-widths times ``noise_scale``. With ``policy_linvel``
+  within Playground's Go1 half-widths times ``noise_scale`` (a task setting: it stays on
+  in evaluation, ``--nominal`` too, which drops ``env.randomization`` only; legged_gym's
+  play script turns it off: ``env.kwargs.noise_scale=0``). With ``policy_linvel``
   (48) the trunk's linear velocity in its own frame comes first, noised within
   +-0.1 m/s (Playground; mjlab and legged_gym give the policy this too; off by
   default here, on in the Go1 configs). ``critic`` (53, or 56): the noise-free policy
