@@ -13,8 +13,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
   gyro), command (3), joint positions minus the home pose (12), joint velocities
   (12), last action (12); with ``noise_scale`` > 0 each channel gets uniform noise
   within Playground's Go1 half-widths times ``noise_scale`` (a task setting: it stays on
-  in evaluation, ``--nominal`` too, which drops ``env.randomization`` only; legged_gym's
-  play script turns it off: ``env.kwargs.noise_scale=0``). With ``policy_linvel``
+  in evaluation, ``--nominal`` too, which drops ``env.randomization`` only; ``noise_scale=0``
+  in ``sims.make_env`` or a config's ``env.kwargs`` turns it off, as legged_gym's play
+  script does). With ``policy_linvel``
   (48) the trunk's linear velocity in its own frame comes first, noised within
   +-0.1 m/s (Playground; mjlab and legged_gym give the policy this too; off by
   default here, on in the Go1 configs). ``critic`` (53, or 56): the noise-free policy
