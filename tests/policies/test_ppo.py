@@ -3,6 +3,7 @@ std floor, recurrent state handling and asymmetric observation groups."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -220,6 +221,52 @@ def test_a_recurrent_controller_on_another_device_resets_by_a_cpu_mask(random_ob
     controller.act(random_obs(3))
     controller.reset(torch.tensor([True, False, False]))
     assert controller.hidden.device.type == "meta" and controller.hidden.shape == (3, 8)
+
+
+def test_a_recurrent_update_recomputes_the_means_the_rollout_acted_with(random_obs, obs_spec, action_spec) -> None:
+    """The old policy is the GRU unrolled over the rollout with its state zeroed at the step *after* each episode's
+    end, as ``act`` then ``reset`` did, so the recomputation is exact (the module docstring). Acted on its means
+    (explore=False), every sample is then its own old mean: a zero policy gradient, and one minibatch leaves the
+    actor's weights as they were. Zeroing the state at the ending step itself had recomputed other means and moved
+    every weight by the learning rate."""
+    from robolearn.storage import RolloutStorage
+
+    torch.manual_seed(0)
+    agent = PPO(obs_spec, action_spec, small(recurrent=True, num_epochs=1, num_minibatches=1), CPU)
+    storage = RolloutStorage(6, CPU)
+    ends = [torch.tensor([False, True, False, False]), torch.tensor([True, False, False, True])] * 3
+    for done in ends:
+        obs = random_obs(4)
+        out = agent.act(obs, explore=False)
+        storage.add({"obs": obs, "next_obs": random_obs(4), "reward": torch.randn(4),
+                     "terminated": torch.zeros(4, dtype=torch.bool), "truncated": done, **out})
+        agent.reset(done)
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    agent.update(storage.data)
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.actor.parameters()))
+
+
+def test_value_loss_is_clipped_around_the_old_values(obs_spec, action_spec) -> None:
+    """PPO2's value loss ``max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)``: with returns far above
+    the values and a large step, the second epoch's critic has moved past ``V_old + eps`` towards them, so its loss
+    is that of ``V_old + eps``, the larger of the two (gamma = 0: the returns are the rewards)."""
+    cfg = small(num_epochs=2, num_minibatches=1, gamma=0.0, normalize_obs=False, schedule="fixed", learning_rate=0.5)
+    storage_obs = {"policy": torch.randn(6, 8, 4), "critic": torch.randn(6, 8, 3)}
+    batch = {"obs": storage_obs, "next_obs": storage_obs, "reward": torch.full((6, 8), 1000.0),
+             "terminated": torch.zeros(6, 8, dtype=torch.bool), "truncated": torch.zeros(6, 8, dtype=torch.bool),
+             "sample": torch.zeros(6, 8, 2)}
+
+    def agent(epochs: int) -> PPO:
+        torch.manual_seed(0)
+        return PPO(obs_spec, action_spec, dataclasses.replace(cfg, num_epochs=epochs), CPU)
+
+    value = lambda ppo: ppo.critic(storage_obs["policy"]).squeeze(-1).detach()  # noqa: E731
+    old, one_step = value(agent(2)), agent(1)
+    one_step.update(batch)
+    assert (value(one_step) > old + cfg.clip_ratio).all()  # the first step moved every value past the clip
+    metrics = agent(2).update(batch)
+    first, second = (old - 1000.0).square().mean(), (old + cfg.clip_ratio - 1000.0).square().mean()
+    assert metrics["value_loss"] == pytest.approx(float(first + second) / 2, rel=1e-5)
 
 
 def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, action_spec) -> None:
