@@ -29,6 +29,21 @@ def test_termination_cuts_bootstrap_and_truncation_does_not(make_replay_batch, o
     assert not torch.allclose(agent.update(truncated)["critic_loss"], loss)
 
 
+def test_bootstrap_takes_the_smaller_target_critic(make_replay_batch, obs_spec, action_spec) -> None:
+    """Clipped double Q: ``y = r + gamma (min_i Q'_i(s', a') - alpha log pi)``. Target critics fixed at 1 and 3,
+    and a temperature too small to count, make ``y = r + gamma * 1``."""
+    torch.manual_seed(0)
+    agent = SAC(obs_spec, action_spec, small(init_alpha=1e-9, gamma=0.9), CPU)
+    with torch.no_grad():
+        agent.critic_target.layers[-1].weight.zero_()
+        agent.critic_target.layers[-1].bias.copy_(torch.tensor([1.0, 3.0]).view(2, 1, 1))
+    batch = make_replay_batch(32) | {"terminated": torch.zeros(32, dtype=torch.bool)}
+    with torch.no_grad():
+        q = agent.critic(batch["obs"]["policy"], agent.scaler.normalize(batch["action"]))
+    target = batch["reward"] + 0.9 * 1.0
+    torch.testing.assert_close(agent.update(batch)["critic_loss"], 0.5 * (q - target).square().mean(-1).sum())
+
+
 def test_target_networks_follow_with_tau(make_replay_batch, obs_spec, action_spec) -> None:
     torch.manual_seed(0)
     agent = SAC(obs_spec, action_spec, small(tau=0.1), CPU)
