@@ -129,6 +129,33 @@ def test_state_dict_round_trip_resumes_exactly(variant, obs_spec, action_spec, a
     assert_same(clone.state_dict(), agent.state_dict())  # the step the losses led to: moments and schedules count
 
 
+def constant(layer, values) -> None:
+    """Make a network's last layer output ``values`` (one per ensemble member, or one) whatever its input."""
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.copy_(torch.as_tensor(values, dtype=torch.float32).view(layer.bias.shape))
+
+
+@pytest.mark.parametrize("v, value_loss", [(0.0, 0.7), (2.0, 0.3)])
+def test_iql_regresses_v_to_an_upper_expectile_and_q_to_r_plus_gamma_v(obs_spec, action_spec, v, value_loss):
+    """Eq. (5): ``|tau - 1(u < 0)| u^2`` with ``u = Q'(s, a) - V(s)``, tau = 0.7: an error above V weighs 0.7, one
+    below 0.3 (V tends to an upper expectile of Q). Eq. (6): Q's target is ``r + gamma (1 - d) V(s')``. Eq. (7): the
+    advantage weight is ``exp(beta u)``. Target critics at 1, V at ``v``, Q at 0, r = 0.5, gamma = 0.9."""
+    torch.manual_seed(0)
+    config_cls, agent_cls = AGENTS["iql"]
+    agent = agent_cls(obs_spec, action_spec, config_cls(**SMALL, gamma=0.9), torch.device("cpu"))
+    constant(agent.critic_target.layers[-1], [1.0, 1.0])
+    constant(agent.value[-1], [v])
+    constant(agent.critic.layers[-1], [0.0, 0.0])
+    batch = synthetic_dataset(action_spec, episodes=1, length=8)
+    batch |= {"reward": torch.full((8,), 0.5), "terminated": torch.arange(8) >= 6}  # two rows end: y = r
+    metrics = agent.update(batch)
+    assert float(metrics["value_loss"]) == pytest.approx(value_loss)
+    target = torch.where(batch["terminated"], 0.5, 0.5 + 0.9 * v)
+    assert float(metrics["critic_loss"]) == pytest.approx(float(target.square().mean()))
+    assert float(metrics["adv_weight"]) == pytest.approx(np.exp(3.0 * (1.0 - v)), rel=1e-5)
+
+
 def test_episode_boundaries_and_monte_carlo_returns():
     data = {"obs": {"policy": torch.tensor([[0.0], [1.0], [5.0], [6.0]])},
             "next_obs": {"policy": torch.tensor([[1.0], [2.0], [6.0], [7.0]])},  # row 1 -> 2 jumps: an unflagged cut
