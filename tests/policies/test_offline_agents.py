@@ -156,6 +156,19 @@ def test_iql_regresses_v_to_an_upper_expectile_and_q_to_r_plus_gamma_v(obs_spec,
     assert float(metrics["adv_weight"]) == pytest.approx(np.exp(3.0 * (1.0 - v)), rel=1e-5)
 
 
+def test_cql_gap_is_the_log_sum_exp_over_importance_weighted_proposals_less_q_at_the_data(obs_spec, action_spec):
+    """CQL(H), eq. (4) with importance sampling: ``log( sum_j exp(Q(s, a_j) - log mu(a_j)) ) - Q(s, a_data)`` over N
+    uniform actions (``mu = 2^-A``) and N of pi at s and at s'. With every Q at 0.5 and pi's samples at log-density
+    -1 (A = 2, N = 4): ``log(4 * 4 + 8 e)``, whatever Q."""
+    torch.manual_seed(0)
+    agent = make("cql", obs_spec, action_spec)
+    constant(agent.critic.layers[-1], [0.5, 0.5])
+    n = agent.cfg.n_actions
+    agent._sample = lambda obs: (torch.zeros(obs.shape[0] * n, 2), torch.full((obs.shape[0] * n,), -1.0))
+    metrics = agent.update(synthetic_dataset(action_spec, episodes=1, length=8))
+    assert float(metrics["cql_gap"]) == pytest.approx(np.log(n * 2.0 ** 2 + 2 * n * np.e), rel=1e-5)
+
+
 def test_episode_boundaries_and_monte_carlo_returns():
     data = {"obs": {"policy": torch.tensor([[0.0], [1.0], [5.0], [6.0]])},
             "next_obs": {"policy": torch.tensor([[1.0], [2.0], [6.0], [7.0]])},  # row 1 -> 2 jumps: an unflagged cut
