@@ -228,6 +228,34 @@ class NaNFinalObs(NaNAfter):
         return Step(obs, reward, terminated, truncated, info)
 
 
+def test_a_step_stores_the_ended_episodes_last_observation_and_resets_the_agent_where_any_ended():
+    """The transition's next_obs is ``info["final_obs"]``: where a time limit cut an episode, its V(s_T) is
+    bootstrapped from there, not from the next episode's first observation that the env returns. The agent's
+    acting state (a GRU's memory, a chunk queue) is reset wherever an episode ended, by time limit too."""
+
+    class Env:
+        def step(self, action):  # env 1 hit its time limit, env 2 terminated; both were reset to 0
+            final = {"policy": torch.tensor([[1.0], [7.0], [9.0]])}
+            return Step({"policy": torch.tensor([[1.0], [0.0], [0.0]])}, torch.ones(3),
+                        torch.tensor([False, False, True]), torch.tensor([False, True, False]), {"final_obs": final})
+
+    class Agent:
+        def __init__(self):
+            self.resets = []
+
+        def reset(self, mask=None):
+            self.resets.append(mask.clone())
+
+    agent = Agent()
+    obs = {"policy": torch.zeros(3, 1)}
+    stats = runner_module.EpisodeStats(3, [])
+    next_obs, transition = runner_module.step_envs(Env(), agent, obs, torch.zeros(3, 1), stats, FiniteWatch("cpu"))
+    assert next_obs["policy"][:, 0].tolist() == [1.0, 0.0, 0.0]  # acting goes on from the new episodes
+    assert transition["next_obs"]["policy"][:, 0].tolist() == [1.0, 7.0, 9.0]
+    assert transition["obs"] is obs and transition["truncated"].tolist() == [False, True, False]
+    assert [mask.tolist() for mask in agent.resets] == [[False, True, True]]
+
+
 @pytest.mark.parametrize("deferred", [False, True], ids=["checked-each-step", "checked-per-iteration-as-on-gpu"])
 def test_a_nan_final_observation_stops_the_run_as_the_envs(tmp_path, monkeypatch, deferred):
     """An ended episode's last observation (info['final_obs']) is stored and bootstrapped from: a NaN there had
