@@ -121,6 +121,17 @@ def test_ensemble_weights_older_predictions_by_exp_m_age():
     assert queue.next(1, lambda rows, n: torch.tensor([[[5.0], [6.0], [7.0]]])).item() == 5.0  # the past is forgotten
 
 
+def test_ensemble_reset_forgets_only_the_envs_whose_episode_ended():
+    """An episode's end drops that env's past predictions; the other envs keep blending theirs."""
+    queue = ActionQueue(3, mode="ensemble", decay=0.5)
+    first, second = torch.tensor([[0.0], [1.0], [2.0]]), torch.tensor([[10.0], [11.0], [12.0]])
+    assert queue.next(2, lambda rows, n: first.expand(len(rows), 3, 1)).tolist() == [[0.0], [0.0]]
+    queue.reset(torch.tensor([True, False]))
+    action = queue.next(2, lambda rows, n: second.expand(len(rows), 3, 1))[:, 0].tolist()
+    w_old = math.exp(0.5)
+    assert action == [10.0, pytest.approx((w_old * 1.0 + 10.0) / (w_old + 1.0))]
+
+
 def test_ensemble_weights_stay_finite_where_exp_m_age_overflows_float32():
     """exp(4 * 29) overflows float32: a decay of 4 over 30-step chunks had blended into NaN actions."""
     queue = ActionQueue(30, mode="ensemble", decay=4.0)
