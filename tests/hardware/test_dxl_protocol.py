@@ -122,6 +122,16 @@ def test_parser_resyncs_and_counts_rejects() -> None:
     assert parser.crc_errors == 1 and parser.length_errors == 1
 
 
+def test_parser_resyncs_one_byte_past_a_garbage_header_whose_length_spans_real_packets() -> None:
+    """A header-like run of noise claiming LEN 12 swallows the next packet and part of another; its CRC fails, and
+    the parser searches again from the byte after its start, so both real packets still come out."""
+    ping, read = p.encode_instruction(1, p.PING), p.encode_instruction(2, p.READ, bytes([132, 0, 4, 0]))
+    parser = p.PacketParser()
+    packets = parser.feed(p.HEADER + bytes([1, 12, 0]) + ping + read)  # the claimed 19 bytes end inside `read`
+    assert [k.raw for k in packets] == [ping, read]
+    assert parser.crc_errors == 1 and parser.skipped_bytes == 7
+
+
 def test_parser_timeout_skips_a_garbage_header_that_swallowed_a_packet() -> None:
     good = p.encode_instruction(1, p.PING)
     parser = p.PacketParser()
