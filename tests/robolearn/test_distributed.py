@@ -93,6 +93,12 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
         sac.update(batch)
     out["sac"] = flat(sac.state_dict())
     out["metrics"] = distributed.mean_metrics({"x": float(rank), **({"return": 5.0} if rank == 0 else {})})
+    # the collectives themselves: rank r contributes r + 1 (the rank without a gradient, a zero)
+    weight, bias = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(1))
+    weight.grad = torch.full((3,), rank + 1.0)
+    bias.grad = torch.ones(1) if rank == 0 else None
+    distributed.average_gradients([weight, bias])
+    out["collectives"] = {"weight": weight.grad, "bias": bias.grad, "mean": distributed.mean(torch.tensor(rank + 1.0))}
 
     # resume one more iteration: every rank loads the same checkpoint
     cfg = config(tmp / f"runs_rank{rank}", NUM_ENVS)
@@ -285,6 +291,17 @@ def test_metrics_are_averaged_over_the_ranks_that_have_them(two_ranks) -> None:
     metrics = {"return": 1.5, "kl": 0.01}
     assert distributed.mean_metrics(metrics) is metrics  # one process: untouched, no process group
     assert distributed.world_size() == 1 and distributed.is_main() and not distributed.active()
+
+
+def test_gradients_and_steering_scalars_are_averaged_not_summed(two_ranks) -> None:
+    """One step sees the mean gradient of every rank's batch (what one process would on all the data; a sum would
+    double the step where the gradient is clipped, as PPO's is), and PPO's KL is the ranks' mean (a sum would shrink
+    the adaptive learning rate by the number of ranks). A parameter a rank has no gradient for counts as zero."""
+    _, ranks = two_ranks
+    for r in ranks:
+        assert r["collectives"]["weight"].tolist() == [1.5, 1.5, 1.5]
+        assert r["collectives"]["bias"].tolist() == [0.5]
+        assert float(r["collectives"]["mean"]) == 1.5
 
 
 def test_refuses_agents_that_do_not_average_gradients(tmp_path, monkeypatch) -> None:
