@@ -212,7 +212,8 @@ class SafetyLayer:
         self.peak_speed = 0.0  # rad/s: the fastest measured joint speed the overspeed rule compared
 
     def start(self, measured: np.ndarray) -> None:
-        """Begin from the measured pose: the first command may move ``max_step`` from it."""
+        """Begin from the measured pose, held inside the limits less ``position_margin``: the first command may move
+        ``max_step`` from it (and, from a pose outside that margin, back inside it first, as any command would be)."""
         self.last_sent = np.clip(np.asarray(measured, dtype=np.float64), self.low, self.high)
 
     def filter(self, command: np.ndarray, measured_q: np.ndarray, measured_qd: np.ndarray) -> tuple[np.ndarray, list[str]]:
