@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import json
 import numbers
 import os
 from pathlib import Path
@@ -123,14 +124,43 @@ class FiniteWatch:
         self._sums = {}
 
 
+def plain_setting(value: Any) -> Any:
+    """``value`` as a controller.json gives it back: a bool, number or string as it is; a tuple or list of
+    them (nested) as a list and a mapping of strings to them as a dict, so a task's tuple and the list JSON
+    reads back compare equal. None for anything else: JSON would not give it back as it was (an array or a
+    tensor is no JSON; a mapping keyed by numbers comes back keyed by strings; None itself was never a
+    plain setting), so it is neither recorded nor compared, rather than warned about at every comparison."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [plain_setting(item) for item in value]
+        return None if any(item is None for item in items) else items
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        entries = {key: plain_setting(item) for key, item in value.items()}
+        return None if any(item is None for item in entries.values()) else entries
+    return None
+
+
+def setting_text(value: Any) -> str:
+    """A plain setting as a message says it: a number or string as it is, a list or mapping as JSON
+    (``[[-1.0, 1.0], [0.0, 0.0]]``, ``{"feet_air_time": 0.0}``), which an ``env.kwargs`` override reads."""
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
 def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str, tuple[Any, Any]]:
-    """The plain task settings (numbers, strings) in ``recorded`` that ``env``'s task (under any wrappers)
-    has otherwise, as ``{key: (recorded, env's)}``; settings the task does not have as attributes are skipped."""
+    """The plain task settings (:func:`plain_setting`: numbers, strings, and lists and mappings of them) in
+    ``recorded`` that ``env``'s task (under any wrappers) has otherwise, as ``{key: (recorded, env's)}``, both
+    as :func:`plain_setting` gives them; settings the task does not have as attributes are skipped, and so are
+    keys only one side has (a controller.json from before a setting was recorded says nothing of it)."""
     while not hasattr(env, "task") and hasattr(env, "env"):  # under randomization and delay wrappers
         env = env.env
-    task, plain = getattr(env, "task", None), (bool, int, float, str)
-    return {key: (value, getattr(task, key)) for key, value in (recorded or {}).items()
-            if isinstance(value, plain) and isinstance(getattr(task, key, None), plain) and getattr(task, key) != value}
+    task = getattr(env, "task", None)
+    differ = {}
+    for key, value in (recorded or {}).items():
+        ours, theirs = plain_setting(value), plain_setting(getattr(task, key, None))
+        if ours is not None and theirs is not None and ours != theirs:
+            differ[key] = (ours, theirs)
+    return differ
 
 
 def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
@@ -149,8 +179,9 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
         warnings.warn(f"the controller was trained at {1 / trained_dt:g} Hz, the env steps at {1 / env.control_dt:g} Hz: "
                       "its actions will act for another time than they learned to", stacklevel=stacklevel)
     if differ := differing_settings(meta.get("task_settings") or meta.get("task_kwargs"), env):
-        warnings.warn(f"the controller was trained with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
-                      f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}: build the env as the run "
+        warnings.warn(f"the controller was trained with task settings "
+                      f"{', '.join(f'{k}={setting_text(v)}' for k, (v, _) in differ.items())}, the env has "
+                      f"{', '.join(f'{k}={setting_text(v)}' for k, (_, v) in differ.items())}: build the env as the run "
                       "did (robolearn.make_env(run), or sims.make_env(task, **settings))", stacklevel=stacklevel)
 
 

@@ -308,6 +308,25 @@ def test_a_controller_trained_with_other_task_settings_is_warned_about():
         run(FromFile(4), sims.make_env("arm_reach", 1, seed=0, max_episode_steps=50), rate_hz=0, steps=2)
 
 
+def test_a_controller_trained_with_other_command_ranges_is_warned_about():
+    """Go1's command_ranges (tuples in the task, lists as controller.json and YAML give them back) were no
+    plain setting and were skipped: a run trained to stand still evaluated on an env commanding it to walk
+    passed unwarned. The same ranges as lists and as tuples are no difference."""
+    still = [[-1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+
+    class FromFile(Zero):
+        meta = {"control_dt": 0.02, "task_kwargs": {"command_ranges": still}}  # as a run's env.kwargs recorded them
+
+    with pytest.warns(UserWarning, match=re.escape("trained with task settings command_ranges=[[-1.0, 1.0], [0.0, 0.0], "
+                                                   "[0.0, 0.0]], the env has command_ranges=[[-1.0, 1.0], [-1.0, 1.0], "
+                                                   "[-1.0, 1.0]]: build the env as the run did")):
+        run(FromFile(12), sims.make_env("go1_flat", 1, seed=0, num_threads=1), rate_hz=0, steps=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the ranges it was trained with, as the task's tuples: nothing to say
+        run(FromFile(12), sims.make_env("go1_flat", 1, seed=0, num_threads=1,
+                                        command_ranges=tuple(map(tuple, still))), rate_hz=0, steps=1)
+
+
 def test_an_export_records_every_setting_so_an_env_off_the_defaults_is_warned_about(tmp_path):
     """A run left at its task's defaults records no env.kwargs: an env built with other settings had passed
     unwarned. The export records every plain setting (task_settings), and the warning names the caller's line."""
