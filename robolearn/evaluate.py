@@ -129,7 +129,10 @@ def plain_setting(value: Any) -> Any:
     them (nested) as a list and a mapping of strings to them as a dict, so a task's tuple and the list JSON
     reads back compare equal. None for anything else: JSON would not give it back as it was (an array or a
     tensor is no JSON; a mapping keyed by numbers comes back keyed by strings; None itself was never a
-    plain setting), so it is neither recorded nor compared, rather than warned about at every comparison."""
+    plain setting), so it is neither recorded nor compared, rather than warned about at every comparison;
+    so is a NaN, which equals nothing, itself included."""
+    if isinstance(value, float) and value != value:
+        return None
     if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):

@@ -138,3 +138,16 @@ def test_a_nan_reward_stops_the_evaluation_naming_the_env_and_step():
 def test_all_finite_reads_the_sum_and_falls_back_on_an_overflow(values, finite):
     assert all_finite(torch.tensor(values, dtype=torch.float32)) is finite
     assert all_finite(torch.tensor(values, dtype=torch.float64)) is finite
+
+
+def test_a_setting_is_compared_as_json_gives_it_back_and_skipped_where_json_would_not():
+    """Tuples read back from controller.json as lists, so both are one value; an array, a tensor, a mapping
+    keyed by numbers (read back keyed by strings) or a NaN (equal to nothing) would differ at every
+    comparison: not recorded or compared (None)."""
+    from robolearn.evaluate import plain_setting
+
+    assert plain_setting(((-1.0, 1), (0.0, 0.0))) == [[-1.0, 1], [0.0, 0.0]] == plain_setting([[-1.0, 1.0], [0, 0]])
+    assert plain_setting({"feet_air_time": 0.0, "ranges": ("a", [True])}) == {"feet_air_time": 0.0, "ranges": ["a", [True]]}
+    assert plain_setting(()) == [] and plain_setting({}) == {} and plain_setting(0.5) == 0.5
+    for skipped in (np.zeros(2), torch.zeros(2), {1: 0.5}, [0.5, None], None, float("nan"), [float("nan")], len):
+        assert plain_setting(skipped) is None, skipped
