@@ -288,10 +288,14 @@ def task_settings(task: str) -> list[str]:
 
 
 def trained_settings(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Every plain setting (bool, number, string) of our task or one's own built with ``kwargs``, defaults
-    included: what an export records, so a controller is warned of an env whose settings differ even where
-    the run left them at their defaults. Empty for ``gym:`` and ``mjlab:`` ids, or where the task fails to
-    build (an export must not fail on it)."""
+    """Every plain setting of our task or one's own built with ``kwargs``, defaults included: bools, numbers
+    and strings, and lists, tuples and str-keyed mappings of them (Go1's ``command_ranges`` and
+    ``reward_weights``), as JSON gives them back (:func:`robolearn.evaluate.plain_setting`: tuples as lists).
+    What an export records, so a controller is warned of an env whose settings differ even where the run
+    left them at their defaults. Empty for ``gym:`` and ``mjlab:`` ids, or where the task fails to build (an
+    export must not fail on it)."""
+    from robolearn.evaluate import plain_setting
+
     if task.startswith((GYM_PREFIX, MJLAB_PREFIX)):
         return {}
     try:
@@ -300,9 +304,10 @@ def trained_settings(task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {}
     names = ([f.name for f in dataclasses.fields(spec) if f.init]  # not the state a task fills in when built
              if dataclasses.is_dataclass(spec) else task_settings(task))
-    plain = (bool, int, float, str)
-    return {name: getattr(spec, name) for name in [*names, "frame_skip", "max_episode_steps"]
-            if isinstance(getattr(spec, name, None), plain)}
+    # a setting JSON would not give back as it was (an array, a tensor, a callable, a mapping keyed by numbers)
+    # is left out: recorded, it would fail the export's json.dumps or differ from the env's own every time
+    settings = {name: plain_setting(getattr(spec, name, None)) for name in [*names, "frame_skip", "max_episode_steps"]}
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def _parameters(builder: Callable[..., Task]) -> tuple[Callable[..., Task], dict[str, Any], list[str], bool]:

@@ -353,6 +353,52 @@ def test_an_export_records_every_setting_so_an_env_off_the_defaults_is_warned_ab
     assert caught[0].filename == __file__  # run's too
 
 
+def test_an_export_records_go1s_command_ranges_and_reward_weights_so_other_ones_are_warned_about(tmp_path):
+    """Go1's command_ranges (tuples) and reward_weights (a dict) were no plain settings, so task_settings left
+    them out: a run left at the default ranges, its export evaluated on an env of other ranges, passed unwarned.
+    Recorded as JSON gives them back (lists), the export's own task is no difference; an older controller.json
+    without them says nothing of them."""
+    import json
+
+    from robolearn.config import EnvConfig
+    from robolearn.export import ExportedController, export_controller, task_meta
+    from robolearn.interfaces import Controller
+
+    class Still(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 45  # go1_flat's policy observation
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return 0.0 * obs[:, :12]
+
+    export_controller(Still(), tmp_path, ("torchscript",), extra=task_meta(EnvConfig(task="go1_flat"), 0.02))
+    controller = ExportedController(tmp_path / "controller.pt")
+    settings = controller.meta["task_settings"]
+    assert settings["command_ranges"] == [[-1.0, 1.0]] * 3 and settings["reward_weights"]["feet_air_time"] == 1.0
+
+    def go1(**settings):
+        return sims.make_env("go1_flat", 1, seed=0, num_threads=1, **settings)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the task it was exported from: its tuples are the lists read back
+        run(controller, go1(), rate_hz=0, steps=1)
+    with pytest.warns(UserWarning, match=re.escape("trained with task settings command_ranges=[[-1.0, 1.0], [-1.0, 1.0], "
+                                                   "[-1.0, 1.0]], the env has command_ranges=[[-1.0, 1.0], [0.0, 0.0], "
+                                                   "[0.0, 0.0]]")):
+        run(controller, go1(command_ranges=((-1.0, 1.0), (0.0, 0.0), (0.0, 0.0))), rate_hz=0, steps=1)
+    with pytest.warns(UserWarning, match=r'trained with task settings reward_weights=\{"tracking_lin_vel": 1.0, .*'
+                                         r'"feet_air_time": 1.0\}, the env has reward_weights=\{"feet_air_time": 0.0\}'):
+        run(controller, go1(reward_weights={"feet_air_time": 0.0}), rate_hz=0, steps=1)
+    meta = json.loads((tmp_path / "controller.json").read_text())  # as an export from before they were recorded
+    for key in ("command_ranges", "reward_weights"):
+        del meta["task_settings"][key]
+    (tmp_path / "controller.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(ExportedController(tmp_path / "controller.pt"), go1(command_ranges=((0.0, 0.0),) * 3), rate_hz=0, steps=1)
+
+
 def test_an_export_records_settings_not_the_state_a_task_fills_in_when_built():
     """Reacher's body ids (init=False fields, 0 until the model is bound) were recorded as settings, so
     `eval --exported` of every reacher run warned it was trained with _fingertip=0, _target=0."""
