@@ -37,7 +37,7 @@ from robolearn.config import ConfigError, TrainConfig, load_run_config, to_dict,
 from robolearn.data import Dataset, DatasetError
 from robolearn.data.dataset import no_dataset_hint
 from robolearn.data.minari_store import dataset_id
-from robolearn.evaluate import differing_settings, evaluate
+from robolearn.evaluate import differing_settings, evaluate, setting_text
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
@@ -45,6 +45,7 @@ from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, Upd
                               deadline_of, finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan,
                               write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
+from robolearn.shell import shell
 from robolearn.state_copy import StateCopy
 from robolearn.storage import ReplayBuffer
 
@@ -136,9 +137,11 @@ def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> li
                    else {}), **(dataset.info.get("task_kwargs") or {})}
     differ = differing_settings(recorded, env) if dataset.task == task and reads_rewards else {}
     if differ:  # a robot recording's episode length or success distance: evaluation would run another task
-        doubts.append(f"it was recorded with task settings {', '.join(f'{k}={v}' for k, (v, _) in differ.items())}, "
-                      f"the env has {', '.join(f'{k}={v}' for k, (_, v) in differ.items())}; to run the task as it was "
-                      f"recorded, add {' '.join(f'env.kwargs.{k}={v}' for k, (v, _) in differ.items())}")
+        # a list or mapping as JSON, which the override reads as YAML, quoted for the shell ([[-1.0, 1.0], ...])
+        doubts.append(f"it was recorded with task settings "
+                      f"{', '.join(f'{k}={setting_text(v)}' for k, (v, _) in differ.items())}, the env has "
+                      f"{', '.join(f'{k}={setting_text(v)}' for k, (_, v) in differ.items())}; to run the task as it "
+                      f"was recorded, add {shell(*(f'env.kwargs.{k}={setting_text(v)}' for k, (v, _) in differ.items()))}")
     if reads_rewards and dataset.info.get("rewards") == "absent":
         doubts.append("its source had no rewards (they are all 0), which this algorithm learns from: imitation "
                       "(bc, or the goal-conditioned algorithms, which relabel their own) learns from it")

@@ -171,6 +171,31 @@ def test_an_episode_length_other_than_the_recordings_is_said_even_from_default_s
             check_dataset_fits(dataset, "pendulum", env)
 
 
+def test_other_command_ranges_than_the_recordings_are_said_with_an_override_that_pastes(tmp_path):
+    """Lists in a recording's task_kwargs (Go1's command_ranges) were not compared; compared, the override said
+    for them must survive a shell and read back as the recorded ranges."""
+    import shlex
+
+    from robolearn.data import env_metadata
+
+    still = ((-1.0, 1.0), (0.0, 0.0), (0.0, 0.0))
+    with sims.make_env("go1_flat", num_envs=1, seed=0, num_threads=1, max_episode_steps=3, command_ranges=still) as env:
+        metadata = env_metadata(env, "go1_flat", {"max_episode_steps": 3, "command_ranges": still})
+        with DatasetWriter("still", env.observation_spec, env.action_spec, root=tmp_path, metadata=metadata) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+    dataset = Dataset.load("still", tmp_path)
+    with sims.make_env("go1_flat", num_envs=1, seed=0, num_threads=1, max_episode_steps=3) as env:
+        with pytest.warns(UserWarning, match=re.escape("recorded with task settings command_ranges=[[-1.0, 1.0], [0.0, "
+                                                       "0.0], [0.0, 0.0]], the env has command_ranges=[[-1.0, 1.0], "
+                                                       "[-1.0, 1.0], [-1.0, 1.0]]")) as said:
+            check_dataset_fits(dataset, "go1_flat", env)
+    override = str(said[0].message).rpartition("add ")[2]
+    assert override == "'env.kwargs.command_ranges=[[-1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]'"
+    cfg = load_config("ppo_go1_flat", shlex.split(override))
+    with sims.make_env("go1_flat", 1, seed=0, num_threads=1, **cfg.env.kwargs) as env:
+        assert env.task.command_ranges == still
+
+
 def test_data_that_fits_only_by_shape_is_doubted_aloud(tmp_path):
     """No task recorded, another control period, no rewards: each said when the run starts, then trained on."""
     with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
