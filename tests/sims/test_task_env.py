@@ -153,3 +153,55 @@ def test_a_numpy_integer_seed_seeds_like_the_same_int():
                            ("gym:Pendulum-v1", {})):
         with make_env(task, 2, seed=np.int64(3), **settings) as a, make_env(task, 2, seed=3, **settings) as b:
             assert torch.equal(a.reset(seed=np.int64(5))["policy"], b.reset(seed=5)["policy"])
+
+
+def test_a_pendulum_upright_but_turning_fast_is_no_success() -> None:
+    """Success needs the rod slower than 1 rad/s as well as within 18 degrees of upright: spinning through the
+    top is not balancing."""
+    qpos = torch.tensor([[0.05], [0.05]], dtype=torch.float64)
+    qvel = torch.tensor([[0.5], [3.0]], dtype=torch.float64)
+    with make_env("pendulum", num_envs=2, seed=0) as env:
+        env.reset(seed=0)
+        env.sim.set_state(torch.arange(2), qpos, qvel)
+        step = env.step(torch.zeros(2, 1))
+        assert step.info["success"].tolist() == [True, False]
+
+
+@pytest.mark.parametrize("name", ["pendulum", "cartpole"])
+def test_swing_up_tasks_start_hanging_down_with_small_noise(name: str) -> None:
+    """The pole or rod starts at angle pi (hanging), every state entry within U(-0.1, 0.1) of the rest state:
+    an upright start would hand the controller the goal."""
+    with make_env(name, num_envs=64, seed=0) as env:
+        env.reset(seed=0)
+        qpos, qvel = env.sim.qpos.double(), env.sim.qvel.double()
+    angle = qpos[:, -1]  # pendulum: its one joint; cartpole: the pole hinge after the cart's slider
+    assert ((angle - math.pi).abs() <= 0.1 + 1e-6).all()
+    rest = qpos.clone()
+    rest[:, -1] -= math.pi
+    assert (rest.abs() <= 0.1 + 1e-6).all() and (qvel.abs() <= 0.1 + 1e-6).all()
+    assert rest.std(0).min() > 0.03 and qvel.std(0).min() > 0.03  # noise drawn for every entry, per world
+
+
+def test_cartpole_reward_is_upright_times_centered_times_small_control_times_small_velocity() -> None:
+    """The swing-up term of the task docstring, with g(z) = 0.1^(z^2): upright = (1 + cos angle) / 2, centered =
+    (1 + g(x / 2)) / 2, small_control = (4 + max(0, 1 - a^2)) / 5, small_velocity = (1 + g(angular velocity / 5)) / 2."""
+    qpos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, math.pi / 2]], dtype=torch.float64)
+    qvel = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 5.0]], dtype=torch.float64)
+    with make_env("cartpole", num_envs=3, seed=0) as env:
+        env.sim.set_state(torch.arange(3), qpos, qvel)
+        terms = env.task.rewards(env.sim, torch.tensor([[0.0], [0.0], [0.5]]))
+    assert list(terms) == ["swingup"]
+    expected = [1.0, (1 + 0.1 ** 0.25) / 2, 0.5 * 1.0 * (4 + 0.75) / 5 * (1 + 0.1) / 2]
+    assert terms["swingup"].tolist() == pytest.approx(expected, rel=1e-5)
+
+
+def test_pendulum_reward_wraps_the_angle_and_charges_normalized_effort() -> None:
+    """``upright`` reads the angle wrapped to [-pi, pi]: a rod upright after a full turn (2 pi) is paid as upright,
+    not (1 - 2^2) = -3; 3 pi / 2 is a quarter turn from upright, as -pi / 2 is. ``effort`` = -0.01 (torque / 2 N m)^2."""
+    qpos = torch.tensor([[2 * math.pi], [-math.pi / 2], [3 * math.pi / 2]], dtype=torch.float64)
+    qvel = torch.tensor([[0.0], [0.0], [5.0]], dtype=torch.float64)
+    with make_env("pendulum", num_envs=3, seed=0) as env:
+        env.sim.set_state(torch.arange(3), qpos, qvel)
+        terms = env.task.rewards(env.sim, torch.tensor([[2.0], [1.0], [0.0]]))
+    assert terms["upright"].tolist() == pytest.approx([1.0, 0.75, 0.75 * (1 + 0.1) / 2], rel=1e-5)
+    assert terms["effort"].tolist() == pytest.approx([-0.01, -0.0025, 0.0], abs=1e-8)
