@@ -293,3 +293,47 @@ def test_the_go1_configs_give_the_policy_its_velocity_and_sample_in_the_wide_box
         assert env.action_spec.low.min() == -4.0 and env.action_spec.high.max() == 4.0
         action = make_agent(cfg, env).act(env.reset(seed=0))["action"]
     assert action.abs().max() > 1.5 and action.abs().max() <= 4.0
+
+
+def test_planar_commands_slower_than_0_2_m_s_are_zeroed_and_the_yaw_rate_kept():
+    """legged_gym's rule: a (vx, vy) draw slower than 0.2 m/s becomes a zero planar command (walking that slowly
+    is hardly tracked); the yaw rate drawn with it stays. Every draw in these ranges is slower than 0.19 m/s."""
+    env = make_env("go1_flat", num_envs=16, seed=0, standing_fraction=0.0,
+                   command_ranges=((-0.15, 0.15), (-0.1, 0.1), (0.5, 1.0)), **STILL)
+    command = env.task.command
+    assert (command[:, :2] == 0).all()
+    assert ((command[:, 2] >= 0.5) & (command[:, 2] <= 1.0)).all()
+
+
+def test_a_trunk_lower_than_min_height_terminates():
+    """Terminated when the trunk centre is less than min_height (0.1 m) above the ground, upright or not."""
+    env = make_env("go1_flat", num_envs=3, seed=0, **STILL)
+    qpos = env.sim.qpos.double()
+    qpos[:, 2] = torch.tensor([0.05, 0.09, 0.12], dtype=torch.float64)  # upright (the home orientation)
+    env.sim.set_state(torch.arange(3), qpos, torch.zeros(3, 18, dtype=torch.float64))
+    assert env.task.terminated(env.sim).tolist() == [True, True, False]
+
+
+def test_feet_air_time_pays_each_swing_once_at_touchdown_from_its_own_liftoff():
+    """legged_gym's term: at touchdown a foot is paid (seconds in the air - 0.5), times weight x dt, only on a
+    moving command; its air time restarts at every contact, so a second swing of 0.82 s is paid as the first was,
+    not for the time since the episode began."""
+    env = make_env("go1_flat", num_envs=1, seed=0, reward_weights=only(feet_air_time=1.0),
+                   only_positive_rewards=False, **STILL)
+    env.task.command[:] = torch.tensor([1.0, 0.0, 0.0])
+    standing = env.sim.qpos.double()
+    lifted = standing.clone()
+    lifted[:, 2] += 0.3  # every sole 30 cm above the floor
+
+    def air_time_term(qpos: torch.Tensor) -> float:
+        env.sim.set_state(torch.arange(1), qpos, torch.zeros(1, 18, dtype=torch.float64))
+        return float(env.task.rewards(env.sim, torch.zeros(1, 12))["feet_air_time"][0])
+
+    for _ in range(2):  # two swings, standing 0.6 s between them
+        assert [air_time_term(lifted) for _ in range(40)] == [0.0] * 40  # nothing paid in the air
+        assert air_time_term(standing) == pytest.approx(0.02 * 4 * (41 * 0.02 - 0.5), rel=1e-4)  # four feet land
+        assert [air_time_term(standing) for _ in range(30)] == [0.0] * 30
+    env.task.command.zero_()  # a standing command: no step is paid
+    for _ in range(40):
+        air_time_term(lifted)
+    assert air_time_term(standing) == 0.0
