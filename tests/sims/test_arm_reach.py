@@ -1,11 +1,15 @@
 """The Dynamixel arm reach task: kinematics, targets, observation layout."""
 
+import math
+
 import mujoco
 import numpy as np
+import pytest
 import torch
 
 import sims
-from sims.tasks.arm_reach import ARM_XML, SHOULDER_HEIGHT, fingertip_position, reach_observation, sample_targets
+from sims.tasks.arm_reach import (ARM_XML, SHOULDER_HEIGHT, ArmReach, fingertip_position, reach_observation, reach_rewards,
+                                   sample_targets)
 
 
 def test_forward_kinematics_matches_mujoco():
@@ -51,3 +55,28 @@ def test_reset_places_a_new_target():
     assert bool(step.truncated.all())
     assert not torch.allclose(env.sim.mocap_pos[:, 0], first)
     torch.testing.assert_close(step.info["final_obs"]["policy"][:, 8:11], first.float())
+
+
+def test_reward_terms_have_the_documented_values():
+    """dist = -|d|, reach = 1 - tanh(|d| / 5 cm), velocity = -0.01 |qvel|^2, smooth = -0.5 |goal change|^2, from
+    the one function the simulation and the real arm share. With every joint at 0 the fingertip is at
+    (0.20, 0, 0.21) m; the target here is 5 cm beyond it along x."""
+    q = torch.zeros(1, 4, dtype=torch.float64)
+    torch.testing.assert_close(fingertip_position(q), torch.tensor([[0.20, 0.0, 0.21]], dtype=torch.float64))
+    target = torch.tensor([[0.25, 0.0, 0.21]], dtype=torch.float64)
+    qvel = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    change = torch.tensor([[0.1, 0.0, 0.0, 0.0]])
+    terms = {k: float(v) for k, v in reach_rewards(q, qvel, target, change, ArmReach()).items()}
+    assert terms == pytest.approx({"dist": -0.05, "reach": 1 - math.tanh(1.0), "velocity": -0.01, "smooth": -0.005},
+                                  rel=1e-5)
+
+
+def test_goals_move_at_most_max_goal_step_and_smooth_charges_the_applied_change():
+    """A goal 1 rad from the last moves 0.2 rad this step (as the robot's safety layer would let it), and the
+    smooth term charges that applied 0.2 rad, -0.5 x 0.2^2 each step, not the 1 rad asked for."""
+    env = sims.make_env("arm_reach", 1, seed=0)
+    action = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    for goal in (0.2, 0.4):
+        step = env.step(action)
+        torch.testing.assert_close(env.sim.ctrl[0], torch.tensor([goal, 0.0, 0.0, 0.0], dtype=env.sim.ctrl.dtype))
+        assert float(step.info["log"]["reward/smooth"]) == pytest.approx(-0.5 * 0.2**2, rel=1e-5)
