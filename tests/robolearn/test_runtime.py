@@ -7,9 +7,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 import sims
 from robolearn.evaluate import NonFiniteError
+from robolearn.interfaces import Step, VecEnv
 from robolearn.recording import EpisodeRecorder, load_episode, unique_directory
 from robolearn.runtime import LoopStats, SlowLoopWarning, Ticker, run
 
@@ -546,3 +548,36 @@ def test_run_says_what_it_cannot_mean(kwargs, error, says):
         given = {"controller": Zero(4), "env": env, "rate_hz": 0, "steps": 3, **kwargs}
         with pytest.raises(error, match=says):
             run(given.pop("controller"), given.pop("env"), **given)
+
+
+class Scripted(VecEnv):
+    """One env whose episodes last 3 steps, paid 1, 2 and 3 (a return of 6 each); episodes 0, 2, 4... succeed."""
+
+    def __init__(self) -> None:
+        self.num_envs, self.device, self.control_dt, self.max_episode_steps = 1, torch.device("cpu"), 0.01, 3
+        self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, (1,), np.float32)}
+        self.action_spec = spaces.Box(-1, 1, (1,), np.float32)
+        self.t = self.episode = 0
+
+    def reset(self, seed=None):
+        self.t = self.episode = 0
+        return {"policy": torch.zeros(1, 1)}
+
+    def step(self, action):
+        self.t += 1
+        reward, done = torch.tensor([float(self.t)]), torch.tensor([self.t == 3])
+        success = torch.tensor([self.episode % 2 == 0])
+        if self.t == 3:
+            self.t, self.episode = 0, self.episode + 1
+        obs = {"policy": torch.zeros(1, 1)}
+        return Step(obs, reward, torch.zeros(1, dtype=torch.bool), done, {"final_obs": obs, "success": success})
+
+
+def test_run_reports_each_episodes_own_return_and_success():
+    """What a deploy's report says (return_mean, success_rate) is per episode: each return starts again at 0, and
+    success is read where the episode ends."""
+    stats = run(Zero(1), Scripted(), rate_hz=0, episodes=3)
+    assert stats.returns == [6.0, 6.0, 6.0] and stats.successes == [True, False, True]
+    summary = stats.summary()
+    assert (summary["steps"], summary["episodes"]) == (9, 3)
+    assert summary["return_mean"] == 6.0 and summary["success_rate"] == pytest.approx(2 / 3)
