@@ -316,3 +316,14 @@ def test_a_chunked_controller_moved_after_acting_acts_where_it_was_moved(mode, m
             assert action.device.type == "meta" and action.shape == (2, 1)
         else:
             assert action.dtype == torch.float64 and action[:, 0].tolist() == pytest.approx([10.0, 12.0])  # decided now
+
+
+def test_an_exported_chunk_is_cut_where_the_episode_ends(tmp_path):
+    """ExportedController.reset(mask) drops the rest of a chunk, as ChunkedController does: an episode of 5 steps
+    plays chunk [0, 1, 2], then [3, 4] of the next one, and the new episode starts on a fresh decision [0, 1, 2],
+    not on the old chunk's leftover 5."""
+    chunked = ChunkedController(Ramp())  # chunks of Ramp's 3
+    exported = ExportedController(export_controller(chunked, tmp_path, formats=("torchscript",))["torchscript"])
+    expected = [[0.0], [1.0], [2.0], [3.0], [4.0], [0.0], [1.0], [2.0]]
+    assert _play(chunked, Clock(num_envs=1, horizon=5), 8) == expected
+    assert _play(exported, Clock(num_envs=1, horizon=5), 8) == expected
