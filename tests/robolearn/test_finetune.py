@@ -192,6 +192,10 @@ def test_horizon_curriculum_shrinks_when_returns_hold_up():
     fixed = HorizonCurriculum(horizon=100, step=100, window=1, threshold=50.0)
     assert not fixed.episode_done(49.0) and fixed.episode_done(51.0) and fixed.h == 0
     assert not fixed.episode_done(1e9) and fixed.h == 0  # never below zero
+    uneven = HorizonCurriculum(horizon=150, step=100, window=1, threshold=0.0)
+    assert uneven.episode_done(1.0) and uneven.h == 50
+    assert uneven.episode_done(1.0) and uneven.h == 0  # the last step is cut to what is left: h is never negative
+    assert uneven.state_dict()["h"] == 0 and not uneven.guided(torch.tensor([0])).any()
     restored = HorizonCurriculum(1, 1, 1)
     restored.load_state_dict(curriculum.state_dict())
     assert restored.state_dict() == curriculum.state_dict()
