@@ -34,7 +34,7 @@ def main() -> None:
     from robolearn import load_config, train
     from robolearn.logger import read_metrics
 
-    rows = []
+    rows, curveless = [], []
     for name in args.configs:
         overrides = [f"seed={args.seed}", "logging.wandb=disabled", "runner.video_seconds=0", "run_dir=/tmp/robolearn-bench"]
         if args.steps:
@@ -42,9 +42,10 @@ def main() -> None:
         cfg = load_config(name, overrides)
         result = train(cfg)
         metrics = [m for m in read_metrics(result.run_dir) if "return" in m]
-        if not metrics:
-            raise SystemExit(f"{name}: no training episode ended within {cfg.runner.total_steps:,} env steps, so "
+        if not metrics:  # said at the end: the other configs' curves and table are still written
+            curveless.append(f"{name}: no training episode ended within {cfg.runner.total_steps:,} env steps, so "
                              f"there is no curve; {raise_to_end_an_episode('--steps', name)}")
+            continue
         steps = [m["env_steps"] for m in metrics]
         returns = [m["return"] for m in metrics]
         seconds = [m["time"] for m in metrics]
@@ -74,8 +75,12 @@ def main() -> None:
         "| task | envs | env steps | seconds | env steps/s | final eval return | curve |",
         "|---|---|---|---|---|---|---|",
         *rows,
+        *(["", *(f"No curve: {said}" for said in curveless)] if curveless else []),
     ]
-    write_result(args.out, "\n".join(lines))
+    if rows:
+        write_result(args.out, "\n".join(lines))
+    if curveless:
+        raise SystemExit("\n".join(curveless))
 
 
 if __name__ == "__main__":

@@ -99,3 +99,29 @@ def test_learning_curves_says_what_steps_a_run_that_ended_no_episode_needs(tmp_p
         "at least 129,024 (where each of configs/ppo_half_cheetah.yaml's 128 envs has reached the 1000-step time "
         "limit)")
     assert not (tmp_path / "curves.md").exists()
+
+
+def test_learning_curves_writes_the_table_of_the_configs_that_have_a_curve(tmp_path, monkeypatch):
+    """With several configs, one that ended no episode had stopped the script there: the earlier configs' PNGs were
+    written but no table. The table now holds the runs with a curve, names the one without, and the script still
+    ends in error saying what --steps it needs."""
+    import robolearn
+
+    learning_curves = _benchmark("learning_curves", monkeypatch)
+    runs = {"ppo_ant": tmp_path / "ant", "ppo_half_cheetah": tmp_path / "cheetah"}
+    for run_dir in runs.values():
+        run_dir.mkdir()
+    (runs["ppo_ant"] / "metrics.jsonl").write_text(json.dumps({"env_steps": 3072, "time": 4.0, "return": -12.5}) + "\n")
+    (runs["ppo_half_cheetah"] / "metrics.jsonl").write_text(json.dumps({"env_steps": 3072, "time": 4.0}) + "\n")
+    monkeypatch.setattr(robolearn, "train", lambda cfg: types.SimpleNamespace(
+        run_dir=runs[f"ppo_{cfg.env.task}"], evaluation={"return_mean": -11.0, "return_std": 2.0}))
+    monkeypatch.setattr(sys, "argv", ["learning_curves.py", "--configs", "ppo_ant", "ppo_half_cheetah", "--steps", "3072",
+                                      "--out", str(tmp_path / "curves.md")])
+    with pytest.raises(SystemExit) as stopped:
+        learning_curves.main()
+    assert str(stopped.value).startswith("ppo_half_cheetah: no training episode ended within 3,072 env steps")
+    table = (tmp_path / "curves.md").read_text()
+    assert "| ant | " in table and "| 3,072 | 4 | 768 | -11 ± 2 | ![](curves_ppo_ant.png) |" in table
+    assert "| half_cheetah |" not in table
+    assert "No curve: ppo_half_cheetah: no training episode ended" in table
+    assert (tmp_path / "curves_ppo_ant.png").stat().st_size > 0
