@@ -81,3 +81,43 @@ def test_metrics_are_detached_tensors(make_replay_batch, obs_spec, action_spec) 
     agent = SAC(obs_spec, action_spec, small(critic_obs_groups=("policy", "critic")), CPU)
     metrics = agent.update(make_replay_batch(16))
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in metrics.values())
+
+
+def test_bootstrap_subtracts_the_temperature_times_the_next_log_prob(make_replay_batch, obs_spec, action_spec) -> None:
+    """The soft target's entropy bonus: ``y = r + gamma (min_i Q'_i - alpha log pi(a'|s'))`` with target critics at 0
+    and alpha = 2 is ``r - 0.9 * 2 log pi``; the next action is drawn again here from the same seed."""
+    torch.manual_seed(0)
+    agent = SAC(obs_spec, action_spec, small(init_alpha=2.0, gamma=0.9), CPU)
+    with torch.no_grad():
+        agent.critic_target.layers[-1].weight.zero_()
+        agent.critic_target.layers[-1].bias.zero_()
+    batch = make_replay_batch(32) | {"terminated": torch.zeros(32, dtype=torch.bool)}
+    with torch.no_grad():
+        q = agent.critic(batch["obs"]["policy"], agent.scaler.normalize(batch["action"]))
+        torch.manual_seed(7)
+        _, next_log_prob = agent.actor(agent._groups(batch["next_obs"])[0])
+    target = batch["reward"] - 0.9 * 2.0 * next_log_prob
+    assert next_log_prob.abs().mean() > 0.1  # the bonus is not negligible
+    torch.manual_seed(7)
+    torch.testing.assert_close(agent.update(batch)["critic_loss"], 0.5 * (q - target).square().mean(-1).sum())
+
+
+def test_actor_step_raises_entropy_where_the_critic_is_flat(make_replay_batch, obs_spec, action_spec) -> None:
+    """``J_pi = E[alpha log pi - Q]``: with every Q at 0 the actor's step only lowers ``log pi`` of its samples, so
+    the policy's entropy (measured from one seed before and after) rises."""
+    torch.manual_seed(0)
+    agent = SAC(obs_spec, action_spec, small(actor_lr=1e-2, alpha_lr=0.0), CPU)
+    with torch.no_grad():
+        agent.critic.layers[-1].weight.zero_()
+        agent.critic.layers[-1].bias.zero_()
+    batch = make_replay_batch(256)
+    actor_obs = agent._groups(batch["obs"])[0]
+
+    def entropy() -> float:
+        torch.manual_seed(3)
+        with torch.no_grad():
+            return float(-agent.actor(actor_obs)[1].mean())
+
+    before = entropy()
+    agent.update(batch)
+    assert entropy() > before + 0.01
