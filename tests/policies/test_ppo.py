@@ -299,3 +299,39 @@ def test_reward_normalization_divides_by_running_std_of_discounted_return(obs_sp
     torch.testing.assert_close(other.return_normalizer.var, agent.return_normalizer.var)
     assert "return_normalizer" not in PPO(obs_spec, action_spec, small(), CPU).state_dict()
 
+
+
+def test_surrogate_takes_the_smaller_of_the_raw_and_clipped_objectives(obs_spec, action_spec) -> None:
+    """``L = -E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)]``: the first step is at rho = 1; after a large one the
+    second epoch's ratios have left ``[1 - eps, 1 + eps]`` on both sides, and the loss it reports is the mean of
+    the two, worked out here from the moved policy (gamma = 0 and no normalization: A = r - V_old)."""
+    from policies.modules import gaussian_log_prob
+
+    cfg = small(num_epochs=2, num_minibatches=1, gamma=0.0, normalize_obs=False, normalize_advantages=False,
+                schedule="fixed", learning_rate=0.05, entropy_coef=0.0, clip_value_loss=False)
+    torch.manual_seed(1)
+    storage_obs = {"policy": torch.randn(6, 8, 4), "critic": torch.randn(6, 8, 3)}
+    batch = {"obs": storage_obs, "next_obs": storage_obs, "reward": torch.randn(6, 8),
+             "terminated": torch.zeros(6, 8, dtype=torch.bool), "truncated": torch.zeros(6, 8, dtype=torch.bool),
+             "sample": torch.randn(6, 8, 2)}
+
+    def agent(epochs: int) -> PPO:
+        torch.manual_seed(0)
+        return PPO(obs_spec, action_spec, dataclasses.replace(cfg, num_epochs=epochs), CPU)
+
+    def log_prob(ppo: PPO) -> torch.Tensor:
+        with torch.no_grad():
+            return gaussian_log_prob(batch["sample"], ppo.actor(storage_obs["policy"]), ppo.std)
+
+    old = agent(2)
+    with torch.no_grad():
+        advantages = batch["reward"] - old.critic(storage_obs["policy"]).squeeze(-1)
+    one_step = agent(1)
+    one_step.update(batch)
+    ratio = torch.exp(log_prob(one_step) - log_prob(old))
+    eps = cfg.clip_ratio
+    assert (ratio > 1 + eps).any() and (ratio < 1 - eps).any()  # both clips are met
+    second = -torch.min(ratio * advantages, ratio.clamp(1 - eps, 1 + eps) * advantages).mean()
+    assert not torch.isclose(second, -(ratio * advantages).mean(), rtol=1e-3)  # the clip changes the loss
+    metrics = old.update(batch)
+    assert metrics["policy_loss"] == pytest.approx(float(-advantages.mean() + second) / 2, rel=1e-4)
