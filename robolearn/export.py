@@ -46,6 +46,12 @@ MAX_STATE_SIZE = 2**24
 """Most numbers one env's state input may hold (64 MiB of float32): a GRU's hidden state or a skill holds
 hundreds; a controller.json saying more is damaged or hand-edited, and its zeros had failed at the first
 step as torch's allocation traceback."""
+MAX_OBS_SIZE = 2**24
+"""Most numbers one env's observation (controller.json's ``obs_size``) may hold (64 MiB of float32; a camera
+image of 640x480x3 is under a million): the driver makes zero observations of that size before any step."""
+MAX_CHUNK_LENGTH = 2**12
+"""Most actions one chunk (controller.json's ``chunk`` ``length``) may hold: ensemble mode keeps ``length``
+chunks of ``length`` actions per env (2**24 at this bound, as :data:`MAX_STATE_SIZE`); ACT's chunks are 100."""
 
 
 def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
@@ -320,7 +326,8 @@ def _load(path: Path, load: Any) -> Any:
 def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[str, Any]:
     """``controller.json``, checked to hold what :class:`ExportedController` reads (observation groups and
     size, decision period, inputs starting with ``obs``, state shapes of positive sizes, at most
-    :data:`MAX_STATE_SIZE` numbers each): a damaged or hand-edited file is a
+    :data:`MAX_STATE_SIZE` numbers each, an observation of at most :data:`MAX_OBS_SIZE` and a chunk of at most
+    :data:`MAX_CHUNK_LENGTH` actions): a damaged or hand-edited file is a
     :class:`CheckpointError` naming it and the key, not a KeyError where it is first read."""
     redo = _reexport(exported or meta_path.with_name(FILENAMES["torchscript"]))
     try:
@@ -343,6 +350,13 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"
             raise CheckpointError(f"{meta_path}: '{key}' {said} (a damaged or hand-edited file); {redo}")
+    bounded = {"obs_size": (meta["obs_size"], MAX_OBS_SIZE, "numbers an observation"),
+               "chunk": ((meta.get("chunk") or {}).get("length", 1), MAX_CHUNK_LENGTH, "actions a chunk")}
+    for key, (value, most, what) in bounded.items():  # a crafted file had asked for any allocation
+        if value > most:
+            said = "'chunk' length" if key == "chunk" else f"'{key}'"
+            raise CheckpointError(f"{meta_path}: {said} {value:,} is more than the {most:,} {what} may hold (a "
+                                  f"damaged or hand-edited file); {redo}")
     for name, shape in list(meta["inputs"].items())[1:]:  # the state, held from zeros of these shapes
         if (size := math.prod(shape)) > MAX_STATE_SIZE:
             raise CheckpointError(f"{meta_path}: 'inputs' state '{name}' has shape {shape}, {size:,} numbers per env, "

@@ -261,8 +261,14 @@ def test_record_refuses_a_controller_of_another_task(cartpole_export, root, caps
      "'inputs' state 'h' has shape [1000000, 1000000], 1,000,000,000,000 numbers per env, more than the 16,777,216"),
     (lambda meta: json.dumps({**meta, "task_settings": [1]}), "'task_settings' [1] is not what an export writes"),
     (lambda meta: json.dumps({**meta, "obs_size": True}), "'obs_size' True is not what an export writes"),
+    # an observation or a chunk of a trillion numbers had been read as it was: the driver's zeros allocate them
+    (lambda meta: json.dumps({**meta, "obs_size": 10**12, "inputs": {"obs": [10**12]}}),
+     "'obs_size' 1,000,000,000,000 is more than the 16,777,216 numbers an observation may hold"),
+    (lambda meta: json.dumps({**meta, "decision_period": 10**12,
+                              "chunk": {"length": 10**12, "mode": "open_loop", "decay": 0.0}}),
+     "'chunk' length 1,000,000,000,000 is more than the 4,096 actions a chunk may hold"),
 ], ids=["json", "nested", "key", "type", "order", "rate", "state-text", "state-negative", "state-huge", "settings",
-        "size-bool"])
+        "size-bool", "obs-huge", "chunk-huge"])
 @pytest.mark.parametrize("command", ["record", "eval"])
 def test_a_damaged_controller_json_names_the_file_and_key(cartpole_export, root, capsys, damage, says, command):
     """A controller.json without a key had been a KeyError traceback; bad JSON in `record` named no file."""
