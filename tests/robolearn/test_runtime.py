@@ -401,6 +401,43 @@ def test_an_export_records_go1s_command_ranges_and_reward_weights_so_other_ones_
         run(ExportedController(tmp_path / "controller.pt"), go1(command_ranges=((0.0, 0.0),) * 3), rate_hz=0, steps=1)
 
 
+def test_an_export_writes_infinite_settings_as_strict_json_and_reads_them_back_as_before(tmp_path):
+    """Hopper's healthy_z_range ends at infinity, which json.dumps had written as Infinity: not JSON to jq or
+    JavaScript. The export writes "inf" and reads it back as the float, and a file of an older export, with
+    Infinity, reads back the same: the export's own task is no difference either way."""
+    import json
+
+    from robolearn.config import EnvConfig
+    from robolearn.export import ExportedController, export_controller, task_meta
+    from robolearn.interfaces import Controller
+
+    class Still(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 11  # hopper's policy observation
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return 0.0 * obs[:, :3]
+
+    export_controller(Still(), tmp_path, ("torchscript",), extra=task_meta(EnvConfig(task="hopper"), 0.008))
+    text = (tmp_path / "controller.json").read_text()
+
+    def refuse(name):
+        raise ValueError(f"{name} is not strict JSON")
+
+    strict = json.loads(text, parse_constant=refuse)  # as jq or JavaScript read it
+    assert strict["task_settings"]["healthy_z_range"] == [0.7, "inf"]
+    old = json.dumps({**strict, "task_settings": {**strict["task_settings"], "healthy_z_range": [0.7, float("inf")]}})
+    assert "Infinity" in old
+    for written in (text, old):  # this export's, and an older one's
+        (tmp_path / "controller.json").write_text(written)
+        controller = ExportedController(tmp_path / "controller.pt")
+        assert controller.meta["task_settings"]["healthy_z_range"] == [0.7, float("inf")]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the task it was exported from: nothing to say
+            run(controller, sims.make_env("hopper", 1, seed=0), rate_hz=0, steps=1)
+
+
 def test_an_export_records_settings_not_the_state_a_task_fills_in_when_built():
     """Reacher's body ids (init=False fields, 0 until the model is bound) were recorded as settings, so
     `eval --exported` of every reacher run warned it was trained with _fingertip=0, _target=0."""
