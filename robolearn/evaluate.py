@@ -14,6 +14,7 @@ and the video writing (:func:`video_target`, :func:`frame_writer`, :func:`captio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -150,6 +151,47 @@ def setting_text(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
+def off_defaults(cls: type, given: Any) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` (sims' ``Randomization`` or ``Delay``) that ``given`` (a config's
+    mapping, as ``env.randomization`` or controller.json holds it, or a ``cls``) sets off their defaults, as
+    :func:`plain_setting` gives them: what an export records of ``env.randomization`` and ``env.delay``, and how
+    they are compared (``{}``: none; ``{"obs_delay_steps": 0}`` is none too). A mapping ``cls`` refuses (a
+    hand-edited file) is kept as its plain settings."""
+    from robolearn.config import ConfigError, build_dataclass
+
+    if not isinstance(given, cls):
+        try:
+            given = build_dataclass(cls, dict(given or {}), "")
+        except (ConfigError, TypeError, ValueError):
+            plain = {key: plain_setting(value) for key, value in dict(given or {}).items()}
+            return {key: value for key, value in plain.items() if value is not None}
+    default = cls()
+    changed = {f.name: plain_setting(getattr(given, f.name)) for f in dataclasses.fields(cls)
+               if plain_setting(getattr(given, f.name)) != plain_setting(getattr(default, f.name))}
+    return {key: value for key, value in changed.items() if value is not None}
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """``obs_delay_steps=2, action_latency_steps=1`` (:func:`setting_text` each); ``none`` for none."""
+    return ", ".join(f"{key}={setting_text(value)}" for key, value in settings.items()) or "none"
+
+
+def env_delay(env: VecEnv) -> dict[str, Any] | None:
+    """``env``'s fixed delays (a ``sims.delay.DelayedEnv`` under or over any wrappers) as :func:`off_defaults`
+    gives them, ``{}`` for an env of sims' without one; None for any other env (a robot, which has its own
+    latency, unknown here; an env of one's own): nothing to compare."""
+    from sims.delay import Delay, DelayedEnv
+
+    ours = False
+    for _ in range(32):  # (wrappers of wrappers; a cycle of .env would not end)
+        if isinstance(env, DelayedEnv):
+            return off_defaults(Delay, env.cfg)
+        ours = ours or type(env).__module__.split(".")[0] == "sims"
+        if (env := getattr(env, "env", None)) is None:
+            break
+    return {} if ours else None
+
+
 def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str, tuple[Any, Any]]:
     """The plain task settings (:func:`plain_setting`: numbers, strings, and lists and mappings of them) in
     ``recorded`` that ``env``'s task (under any wrappers) has otherwise, as ``{key: (recorded, env's)}``, both
@@ -168,10 +210,13 @@ def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str
 
 def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
     """An exported controller says how it was trained (``meta``: ``control_dt``; ``task_settings``, every plain
-    setting, or from older exports ``task_kwargs``): warn when ``env`` steps at another rate or runs other task
-    settings, say an env built with ``sims.make_env(task)`` (the task's defaults) for a run trained with
-    ``env.kwargs``, or one built with other settings for a run left at the defaults (``robolearn.make_env(run)``
-    builds its own). Said at the first caller's line outside robolearn."""
+    setting, or from older exports ``task_kwargs``; ``delay``, the run's ``env.delay``): warn when ``env`` steps
+    at another rate, runs other task settings or other fixed delays (an env of sims'), say an env built with
+    ``sims.make_env(task)`` (the task's defaults) for a run trained with ``env.kwargs`` or ``env.delay``, or one
+    built with other settings for a run left at the defaults (``robolearn.make_env(run)`` builds its own). Other
+    domain randomization (``meta``'s ``randomization``) is no warning: evaluating nominal (``--nominal``) or
+    randomized is the caller's choice, which ``robolearn eval`` says. Exports from before a key was recorded
+    say nothing of it. Said at the first caller's line outside robolearn."""
     import math
     import warnings
 
@@ -186,6 +231,14 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
                       f"{', '.join(f'{k}={setting_text(v)}' for k, (v, _) in differ.items())}, the env has "
                       f"{', '.join(f'{k}={setting_text(v)}' for k, (_, v) in differ.items())}: build the env as the run "
                       "did (robolearn.make_env(run), or sims.make_env(task, **settings))", stacklevel=stacklevel)
+    if "delay" in meta and (delay := env_delay(env)) is not None:
+        from sims.delay import Delay
+
+        if (trained := off_defaults(Delay, meta["delay"])) != delay:  # steps the actions and observations come late
+            warnings.warn(f"the controller was trained under env.delay {settings_text(trained)}, the env has "
+                          f"{settings_text(delay)}: its observations and actions arrive other than it learned to make "
+                          f"up for; build the env as the run did (robolearn.make_env(run), or sims.make_env(task, "
+                          f"delay={json.dumps(trained)}))", stacklevel=stacklevel)
 
 
 @torch.no_grad()

@@ -91,12 +91,19 @@ def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
     """What an export records of the task it was trained on (``env``: a run's ``EnvConfig``): its name,
     its settings (``env.kwargs``: episode length, limits...) and control period, so an exported folder
     alone says how to run it (``robolearn deploy`` builds the robot's task from it); ``task_settings``: all its
-    plain settings, defaults included, which an env of other settings is warned against."""
+    plain settings, defaults included, which an env of other settings is warned against; ``randomization`` and
+    ``delay``: the run's ``env.randomization`` and ``env.delay``, the settings off their defaults (``{}``: none),
+    so a deploy or evaluation of the folder alone knows the dynamics and delays the controller learned under."""
     import sims
+    from robolearn.evaluate import off_defaults
+    from sims.delay import Delay
+    from sims.randomization import Randomization
 
     meta = {"task": env.task, "task_kwargs": dict(env.kwargs), "control_dt": control_dt}
     if settings := sims.trained_settings(env.task, env.kwargs):
         meta["task_settings"] = settings
+    meta["randomization"] = off_defaults(Randomization, getattr(env, "randomization", None))
+    meta["delay"] = off_defaults(Delay, getattr(env, "delay", None))
     return meta
 
 
@@ -376,7 +383,9 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
                   isinstance(shape, list) and all(_is_count(n) for n in shape) for shape in v.values())}
     optional = {"control_dt": lambda v: _is_number(v) and 0 < v < math.inf,
                 "task": lambda v: isinstance(v, str), "task_kwargs": lambda v: isinstance(v, dict),
-                "task_settings": lambda v: isinstance(v, dict),
+                "task_settings": lambda v: isinstance(v, dict), "randomization": lambda v: isinstance(v, dict),
+                "delay": lambda v: isinstance(v, dict) and all(  # steps late (off_defaults compares them)
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values()),
                 "chunk": lambda v: _is_chunk(v, meta.get("decision_period")),
                 "sha256": lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values())}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:

@@ -165,10 +165,12 @@ def trained_counts(progress: dict[str, Any]) -> dict[str, int]:
 
 
 def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any) -> dict[str, Any]:
-    """What a run's export records beside the controller: its task (``task_meta``), the run it came from and
-    how far that had trained (``progress``: a checkpoint's, as an object or a dict)."""
-    counts = trained_counts(progress if isinstance(progress, dict) else vars(progress))
-    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), "trained": counts}
+    """What a run's export records beside the controller: its task (``task_meta``; automatic randomization at
+    the width it reached, as the run is evaluated), the run it came from and how far that had trained
+    (``progress``: a checkpoint's, as an object or a dict)."""
+    progress = progress if isinstance(progress, dict) else vars(progress)
+    env = at_trained_width(env, progress.get("env_adaptation"))
+    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), "trained": trained_counts(progress)}
 
 
 def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:

@@ -401,6 +401,55 @@ def test_an_export_records_go1s_command_ranges_and_reward_weights_so_other_ones_
         run(ExportedController(tmp_path / "controller.pt"), go1(command_ranges=((0.0, 0.0),) * 3), rate_hz=0, steps=1)
 
 
+def test_a_controller_trained_under_other_fixed_delays_is_warned_about():
+    """controller.json records the run's env.delay: an env built without it (sims.make_env(task)) had evaluated a
+    controller that learned to make up for observations and actions steps late, without a word. Randomization
+    (evaluated nominal or randomized by choice) is no warning; neither is an older export without the key, nor
+    an env not of sims' (a robot: deploy says it its own way)."""
+    from robolearn.config import EnvConfig
+    from robolearn.evaluate import evaluate
+    from robolearn.export import task_meta
+
+    meta = task_meta(EnvConfig(task="arm_reach", delay={"obs_delay_steps": 2},
+                               randomization={"mass_scale": [0.8, 1.2]}), 0.02)
+    assert (meta["delay"], meta["randomization"]) == ({"obs_delay_steps": 2}, {"mass_scale": [0.8, 1.2]})
+
+    class FromFile(Zero):
+        pass
+
+    controller = FromFile(4)
+    controller.meta = meta
+    with pytest.warns(UserWarning, match=re.escape('trained under env.delay obs_delay_steps=2, the env has none: ') +
+                      r".*" + re.escape('sims.make_env(task, delay={"obs_delay_steps": 2})')) as caught:
+        evaluate(controller, sims.make_env("arm_reach", 2, seed=0), 2)
+    assert caught[0].filename == __file__
+    with pytest.warns(UserWarning, match=r"env.delay obs_delay_steps=2, the env has obs_delay_steps=1, "
+                                         r"action_latency_steps=1"):
+        run(controller, sims.make_env("arm_reach", 1, seed=0, delay={"obs_delay_steps": 1, "action_latency_steps": 1}),
+            rate_hz=0, steps=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own delays, under nominal dynamics; an older export; not a sim
+        run(controller, sims.make_env("arm_reach", 1, seed=0, delay={"obs_delay_steps": 2, "action_latency_steps": 0}),
+            rate_hz=0, steps=1)
+        controller.meta = {key: value for key, value in meta.items() if key != "delay"}
+        run(controller, sims.make_env("arm_reach", 1, seed=0, delay={"action_latency_steps": 3}), rate_hz=0, steps=1)
+        controller = FromFile(1)
+        controller.meta = {"control_dt": 0.01, "delay": {"obs_delay_steps": 2}}
+        run(controller, Scripted(), rate_hz=0, steps=1)
+
+
+def test_an_export_records_automatic_randomization_at_the_width_it_reached(tmp_path):
+    """An auto run is evaluated at the width its training reached (a new env would restart at 0, nominal); its
+    export records that width too, not the auto setting that says nothing of it."""
+    from robolearn.config import EnvConfig
+    from robolearn.runs import export_meta
+
+    env = EnvConfig(task="arm_reach", randomization={"mass_scale": [0.8, 1.2], "auto": True})
+    meta = export_meta(tmp_path, env, 0.02, {"env_adaptation": {"width": 0.55}, "env_steps": 100})
+    assert meta["randomization"] == {"mass_scale": [0.8, 1.2], "width": 0.55} and meta["delay"] == {}
+    assert export_meta(tmp_path, env, 0.02, {})["randomization"] == {"mass_scale": [0.8, 1.2], "auto": True}
+
+
 def test_an_export_writes_infinite_settings_as_strict_json_and_reads_them_back_as_before(tmp_path):
     """Hopper's healthy_z_range ends at infinity, which json.dumps had written as Infinity: not JSON to jq or
     JavaScript. The export writes "inf" and reads it back as the float, and a file of an older export, with

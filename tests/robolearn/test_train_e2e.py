@@ -151,7 +151,7 @@ def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, t
     paths = export_run(str(trained_run.run_dir), "onnx", out=tmp_path / "again")
     assert paths == {"onnx": tmp_path / "again" / "controller.onnx", "meta": tmp_path / "again" / "controller.json"}
     meta = json.loads(paths["meta"].read_text())
-    for key in ("task", "task_kwargs", "control_dt", "run", "trained", "obs_size"):
+    for key in ("task", "task_kwargs", "control_dt", "run", "trained", "obs_size", "randomization", "delay"):
         assert meta[key] == own[key], key
     obs = {"policy": torch.randn(3, 5)}
     torch.testing.assert_close(ExportedController(paths["onnx"]).act(obs), load_controller(trained_run.run_dir).act(obs),
