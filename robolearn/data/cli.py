@@ -186,6 +186,7 @@ def _record(args: argparse.Namespace) -> int:
     import sims
     from robolearn.data.minari_store import DatasetWriter
     from robolearn.data.record import RandomController, env_metadata, record
+    from robolearn.evaluate import settings_text
     from robolearn.export import read_controller_meta
 
     if args.episodes < 1 or args.num_envs < 1:
@@ -218,6 +219,10 @@ def _record(args: argparse.Namespace) -> int:
         task = task or _task_a_file_names(meta.get("task"), str(meta_path))
         if task == meta.get("task"):  # the task as the controller was trained on it (episode length, limits)
             kwargs = dict(meta.get("task_kwargs") or {})
+        if left_out := [f"env.{key} {settings_text(meta[key])}" for key in ("randomization", "delay") if meta.get(key)]:
+            warnings.warn(f"the controller was trained with {' and '.join(left_out)} ({meta_path}), which the recording "
+                          "leaves out: the episodes are recorded on the nominal task, whose states replay exactly",
+                          stacklevel=2)
     if not task:
         raise ValueError("--task is needed: the controller does not say which task it was trained on")
     with sims.make_env(task, num_envs=args.num_envs, seed=args.seed, **kwargs) as env:

@@ -71,6 +71,32 @@ def test_record_runs_the_task_as_the_controller_was_trained(tmp_path, root, caps
     assert Dataset.load("short").info["task_kwargs"] == {"max_episode_steps": 200}
 
 
+def test_record_says_the_delay_and_randomization_a_controller_trained_with_are_left_out(tmp_path, root, capsys):
+    """controller.json records the run's env.delay and env.randomization; recording an exported controller (on the
+    nominal task, as a run's is) had left them out without a word. An older controller.json without them, or one
+    trained without, says nothing."""
+    import warnings
+
+    from robolearn.config import EnvConfig
+    from robolearn.export import task_meta
+
+    trained = EnvConfig(task="pendulum", delay={"action_latency_steps": 2}, randomization={"obs_noise_std": 0.1})
+    export_controller(Swing(), tmp_path / "export", ("torchscript",), extra=task_meta(trained, 0.05))
+    meta_path = tmp_path / "export" / "controller.json"
+    argv = ["dataset", "record", "--controller", str(tmp_path / "export" / "controller.pt"), "--episodes", "1",
+            "--no-progress", "--overwrite"]
+    with pytest.warns(UserWarning, match=r"trained with env.randomization obs_noise_std=0.1 and env.delay "
+                                         r"action_latency_steps=2 \(.*controller.json\), which the recording leaves out"):
+        assert main(argv) == 0
+    meta = json.loads(meta_path.read_text())
+    for nominal in ({**meta, "randomization": {}, "delay": {}},
+                    {k: v for k, v in meta.items() if k not in ("randomization", "delay")}):  # an older export's
+        meta_path.write_text(json.dumps(nominal))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert main(argv) == 0
+
+
 def test_record_from_a_run_directory(tmp_path, root, capsys):
     cfg = load_config("ppo_cartpole", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=4", "logging.wandb=disabled",
                                        "logging.progress=false", "runner.total_steps=256", "runner.eval_episodes=0",
