@@ -137,7 +137,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
         warnings.warn(behind, stacklevel=2)
     task = run_task(run_dir, controller.meta)
-    _warn_if_trained_with_delay(run_dir)
+    _warn_if_trained_with_delay(run_dir, controller.meta)
     if target is None:
         _warn_if_training_targets(run_dir, seed)
     config = load_robot_config(robot_config)
@@ -172,12 +172,46 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     except BaseException as err:
         if recorder is not None:
             try:
-                _write_summary(run_dir, robot, seed, stats, recorder, err)
+                _write_summary(run_dir, robot, seed, stats, recorder, err, trained_dynamics(controller.meta))
             except (OSError, KeyboardInterrupt):
                 pass  # the error that ended the run matters more than its summary (or than a stop once it is written)
         _explain(err, stats.error, recorder.directory if recorder is not None else None)
         raise
-    return _write_summary(run_dir, robot, seed, stats, recorder, None)
+    return _write_summary(run_dir, robot, seed, stats, recorder, None, trained_dynamics(controller.meta))
+
+
+def trained_dynamics(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """controller.json's ``randomization`` and ``delay`` (the run's ``env.randomization`` and ``env.delay``, off
+    their defaults), what deploy.json keeps beside how the robot ran; None for an export from before they were
+    recorded."""
+    if "randomization" not in meta and "delay" not in meta:
+        return None
+    return {"randomization": dict(meta.get("randomization") or {}), "delay": dict(meta.get("delay") or {})}
+
+
+DELAYS = {"obs_delay_steps": "observation delay", "action_latency_steps": "action latency",
+          "action_latency_s": "action latency"}
+"""The settings of ``env.delay`` (steps) and ranges of ``env.randomization`` that delay what the controller sees
+or does, as the report names them."""
+
+
+def trained_latency(trained: dict[str, Any] | None) -> str | None:
+    """The delays a controller was trained under (``trained``: :func:`trained_dynamics`), as the report's line
+    says them (``observation delay 2 steps (env.delay), action latency 0-0.03 s (env.randomization)``), to hold
+    against the robot's own bus and loop latency; None when it learned under none."""
+    trained = trained or {}
+    said = [f"{DELAYS[key]} {value} step{'s' * (value != 1)} (env.delay)"
+            for key, value in (trained.get("delay") or {}).items() if key in DELAYS and value]
+    randomization = trained.get("randomization") or {}
+    width = randomization.get("width")
+    at = "" if width in (None, 1) else f" at width {width:g}"  # (each range at that fraction)
+    for key in ("obs_delay_steps", "action_latency_s"):
+        drawn = randomization.get(key)
+        if isinstance(drawn, list) and len(drawn) == 2 and all(isinstance(v, (int, float)) for v in drawn) \
+                and drawn[1] > 0 and width != 0:
+            said.append(f"{DELAYS[key]} {drawn[0]:g}-{drawn[1]:g} {'steps' if key.endswith('steps') else 's'} "
+                        f"(env.randomization{at})")
+    return ", ".join(said) or None
 
 
 def _exported_file(run_dir: Path, fmt: str) -> Path:
@@ -229,15 +263,18 @@ def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
                       f"'{dataset}'): reaching them tests little; --seed N draws others", stacklevel=3)
 
 
-def _warn_if_trained_with_delay(run_dir: Path) -> None:
-    """A controller trained under a fixed delay (the run config's ``env.delay``: observations seen, or actions
-    applied, whole control steps late) learned to make up for it, and evaluation keeps it as part of the task;
-    the robot adds none, so the controller would act on fresher observations, or see its actions land sooner,
-    than it learned to: say so before the arm moves."""
-    try:
-        delay = load_run_config(run_dir).env.delay or {}
-    except (OSError, ValueError):  # no config.yaml (an export alone): nothing recorded to compare
-        return
+def _warn_if_trained_with_delay(run_dir: Path, meta: dict[str, Any]) -> None:
+    """A controller trained under a fixed delay (``env.delay``: observations seen, or actions applied, whole
+    control steps late; ``meta``'s ``delay``, its controller.json's, else the run config's) learned to make up
+    for it, and evaluation keeps it as part of the task; the robot adds none, so the controller would act on
+    fresher observations, or see its actions land sooner, than it learned to: say so before the arm moves."""
+    if "delay" in meta:  # the export's own: an export folder alone says it
+        delay = meta["delay"]
+    else:  # an export from before controller.json recorded it
+        try:
+            delay = load_run_config(run_dir).env.delay or {}
+        except (OSError, ValueError):  # no config.yaml (an export alone): nothing recorded to compare
+            return
     steps = {key: value for key, value in dict(delay).items() if value}
     if steps:
         said = ", ".join(f"{key}={value}" for key, value in steps.items())
@@ -296,15 +333,17 @@ def _exported_task(run: Path) -> str | None:
 
 
 def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopStats,
-                   recorder: EpisodeRecorder | None, error: BaseException | None) -> dict[str, Any]:
-    """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything."""
+                   recorder: EpisodeRecorder | None, error: BaseException | None,
+                   trained: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The deployment's summary, written to ``deploy.json`` when recording; ``error`` is what ended it, if anything;
+    ``trained``: the randomization and delays the controller was trained under (:func:`trained_dynamics`)."""
     loop = stats.summary()
     summary: dict[str, Any] = {
         "run": Path(run_dir), "port": robot.port, "seed": seed, "episodes": stats.episodes,
         "return_mean": loop["return_mean"], "success_rate": loop["success_rate"],
         "safety_events": dict(robot.safety.events), "peak_joint_speed": robot.safety.peak_speed,
         "bus": vars(robot.bus.stats), "loop": loop,
-        "task": _task_settings(robot), "safety": _safety_settings(robot),
+        "task": _task_settings(robot), "safety": _safety_settings(robot), "trained_under": trained,
         "recording": recorder.directory if recorder else None, "plot": None,
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
@@ -327,6 +366,7 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
 def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
     """What ``robolearn deploy`` prints: the outcome, the task and seed, the loop's timing, the safety layer's
     interventions (overspeed with the peak speed against its limit, and the override that would allow it),
+    the delays the controller was trained under (where it was: the robot's own latency is held against them),
     each episode (up to 10) with how near it came, and where the recording and plot are."""
     loop, task, episodes = summary["loop"], summary["task"], summary["per_episode"]
     count = summary["episodes"]
@@ -344,6 +384,8 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
                                                     "(it draws the targets; --seed N draws others)"),
              f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
+    if latency := trained_latency(summary.get("trained_under")):  # what the robot's own latency is held against
+        lines.append(f"trained:     under {latency}")
     if loop["steps"] and loop["overruns"] > 0.1 * loop["steps"]:  # the robot ran slower than it was trained to
         share = loop["overruns"] / loop["steps"]  # (overruns count the periods a late step skipped too)
         said = (f"{100 * share:.0f}% of the periods overran" if share <= 1 else

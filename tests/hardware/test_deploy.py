@@ -1017,3 +1017,40 @@ def test_a_controller_trained_under_a_fixed_delay_the_robot_does_not_add_is_said
     with pytest.warns(UserWarning, match=r"env\.delay.*obs_delay_steps=2"), \
             pytest.raises(NotConnectedError, match="does-not-exist"):
         deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")  # said before the port is opened
+
+
+def test_an_export_alone_says_the_delays_its_controller_was_trained_under(tmp_path):
+    """controller.json records env.delay and env.randomization: an export folder copied to the robot's computer
+    (no config.yaml) had deployed a controller trained under a fixed delay without a word. The export's own
+    record wins over a config.yaml beside it; the report says the delays, to hold the robot's latency against."""
+    from hardware.deploy import report, trained_dynamics
+
+    cfg = load_config("ppo_arm_reach", ["env.delay.action_latency_steps=1",
+                                        "env.randomization.action_latency_s=[0.0,0.03]"])
+    export_controller(TowardTarget(), tmp_path / "export", ("torchscript",), extra=task_meta(cfg.env, 0.02))
+    with pytest.warns(UserWarning, match=r"env\.delay action_latency_steps=1 \(control steps\)"), \
+            pytest.raises(NotConnectedError, match="does-not-exist"):
+        deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")  # no config.yaml: the export alone says it
+    write_run_config(tmp_path, "env.delay.obs_delay_steps=3")  # (a config changed after the export)
+    with pytest.warns(UserWarning, match=r"env\.delay action_latency_steps=1 \(control steps\)"), \
+            pytest.raises(NotConnectedError):
+        deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")
+    meta = ExportedController(tmp_path / "export" / "controller.pt").meta
+    trained = trained_dynamics(meta)
+    assert trained == {"randomization": {"action_latency_s": [0.0, 0.03]}, "delay": {"action_latency_steps": 1}}
+    summary = {"episodes": 1, "port": "/dev/pts/9", "return_mean": 1.0, "success_rate": None, "seed": 0,
+               "task": {"max_episode_steps": 100, "safety_max_step": 0.2}, "safety": {"max_velocity": 4.0},
+               "loop": {"rate_hz": 50, "steps": 100, "overruns": 0, "jitter_ms_p50": 0.0, "jitter_ms_p99": 0.1,
+                        "interrupted": False}, "safety_events": {}, "recording": None, "per_episode": []}
+    assert "trained:     under action latency 1 step (env.delay), action latency 0-0.03 s (env.randomization)" \
+           in report({**summary, "trained_under": trained})
+    nominal = trained_dynamics({**meta, "randomization": {}, "delay": {}})
+    for said in (nominal, trained_dynamics({}), None):  # trained under none; an older export's controller.json
+        assert "trained:" not in report({**summary, "trained_under": said})
+    (tmp_path / "config.yaml").unlink()
+    with warnings.catch_warnings():  # an export trained without delays, alone: nothing to say of them
+        warnings.simplefilter("error")
+        export_controller(TowardTarget(), tmp_path / "export", ("torchscript",),
+                          extra=task_meta(load_config("ppo_arm_reach", []).env, 0.02))
+        with pytest.raises(NotConnectedError):
+            deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")
