@@ -25,6 +25,10 @@ control period, state layout, noise, source) sits under ``metadata["robolearn"]`
 The normalization references use Minari's own ``ref_min_score`` /
 ``ref_max_score`` keys, so ``minari.get_normalized_score`` works too.
 
+A dataset is read from its own folder only (:func:`read_storage`): a symlink in it that leads out of it, or an
+HDF5 file that reads other files, is refused, for a dataset from elsewhere could read this machine's files into
+its episodes.
+
 :class:`DatasetWriter` builds a dataset in a hidden temp directory beside the
 target and renames it into place when done, so a crash, Ctrl+C or bad input
 never leaves a half-written dataset, and replacing one (``overwrite``) swaps
@@ -50,7 +54,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -171,8 +175,10 @@ def list_datasets(root: str | Path | None = None) -> list[str]:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
-    """A dataset directory's metadata.json, or a :class:`DatasetError` saying what is wrong."""
+    """A dataset directory's metadata.json, or a :class:`DatasetError` saying what is wrong (a symlink out of
+    the directory among them: :func:`refuse_links_out`)."""
     file = path / "data" / "metadata.json"
+    refuse_links_out(path, [file])
     try:
         return json.loads(file.read_text())
     except FileNotFoundError:
@@ -227,13 +233,56 @@ def refuse_other_files(f: Any, path: Path) -> None:
         raise DatasetError(f"{path}: {problem}")
 
 
+def refuse_links_out(folder: Path, paths: Iterable[Path] | None = None) -> None:
+    """Refuse a symlink in dataset ``folder`` that leads out of it, naming the link and its target: one on the way
+    to ``paths`` (files in the folder), else one anywhere in the folder. Minari's HDF5 reader and pyarrow (an arrow
+    or parquet dataset's episode folders and files, and folders inside those) follow symlinks, so a dataset from
+    elsewhere (a tarball, a copy) that links to this machine's files had read them into its episodes. A link to a
+    place inside the folder stays inside; the folder itself, and the root and namespaces above it, may be links
+    (where the user keeps datasets is the user's choice). Links are looked at, not followed: a linked folder is not
+    searched, its target being inside the folder, searched itself. 30 ms for an arrow dataset of 3,000 episodes."""
+    home = folder.resolve()
+
+    def leads_out(link: Path) -> None:
+        target = os.readlink(link)
+        try:
+            resolved = link.resolve()
+        except (OSError, RuntimeError):  # a loop (RuntimeError before Python 3.13): pyarrow read one twice
+            raise DatasetError(f"{link}: a symlink to '{target}' that never ends (a loop); robolearn does not "
+                               "follow it: remove it") from None
+        if not resolved.is_relative_to(home):
+            shown = f"'{target}'" + ("" if Path(target) == resolved else f" ({resolved})")
+            raise DatasetError(f"{link}: a symlink to {shown}, outside the dataset's folder {folder}, which robolearn "
+                               "does not follow (a dataset from elsewhere could read this machine's files into its "
+                               "episodes); copy what it points to in its place, or link the dataset's folder itself")
+
+    if paths is not None:
+        for path in paths:
+            at = folder
+            for part in path.relative_to(folder).parts:
+                at = at / part
+                if at.is_symlink():
+                    leads_out(at)
+        return
+    folders = [folder]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    leads_out(Path(entry.path))
+                elif entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+
+
 def read_storage(data: Path) -> Any:
-    """Minari's storage of a dataset's ``data`` folder, its HDF5 file checked first (:func:`refuse_other_files`):
-    Minari reads whatever the file links to, and a dataset from elsewhere (``minari download``, a copy) had read
-    this machine's files into its episodes."""
+    """Minari's storage of a dataset's ``data`` folder, checked first: no symlink in the dataset's folder leads out
+    of it (:func:`refuse_links_out`: an arrow or parquet dataset's only way to read other files), and its HDF5 file
+    reads no other file (:func:`refuse_other_files`). Minari reads whatever they point to, and a dataset from
+    elsewhere (``minari download``, a copy) had read this machine's files into its episodes."""
     import h5py
     from minari.dataset.minari_storage import MinariStorage
 
+    refuse_links_out(data.parent)
     storage = MinariStorage.read(data)
     if (file := data / "main_data.hdf5").is_file():  # (an arrow dataset's episodes are parquet files)
         with h5py.File(file, "r") as f:

@@ -350,9 +350,10 @@ def test_namespaced_ids():
             dataset_id(bad)
 
 
-def _made_by_minari(dataset_id: str, root: Path, monkeypatch: pytest.MonkeyPatch, *episodes: Episode) -> Path:
-    """A dataset of ``episodes`` written by Minari's own API under ``root`` (as `minari download` leaves one); its
-    folder."""
+def _made_by_minari(dataset_id: str, root: Path, monkeypatch: pytest.MonkeyPatch, *episodes: Episode,
+                    data_format: str = "hdf5") -> Path:
+    """A dataset of ``episodes`` written by Minari's own API under ``root`` (as `minari download` leaves one), in
+    ``data_format`` (Minari's "hdf5", "arrow" or "parquet"); its folder."""
     import minari
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
@@ -360,7 +361,7 @@ def _made_by_minari(dataset_id: str, root: Path, monkeypatch: pytest.MonkeyPatch
     buffers = [EpisodeBuffer(observations=e.observations["policy"], actions=e.actions, rewards=e.rewards,
                              terminations=e.terminations, truncations=e.truncations) for e in episodes]
     minari.create_dataset_from_buffers(dataset_id, buffers, observation_space=SPECS[0]["policy"],
-                                       action_space=SPECS[1], algorithm_name="sac")
+                                       action_space=SPECS[1], algorithm_name="sac", data_format=data_format)
     return root / dataset_id
 
 
@@ -434,6 +435,91 @@ def test_recover_of_a_file_with_a_damaged_object_header_is_one_line(root):
     with pytest.raises(DatasetError, match="its HDF5 file was damaged when the recording stopped .*bad object header"):
         recover(folder)
     assert folder.is_dir()
+
+
+@pytest.mark.parametrize("linked", ["data/main_data.hdf5", "data", "data/metadata.json"])
+def test_a_symlink_out_of_a_dataset_is_refused_naming_it_and_its_target(root, tmp_path, capsys, linked):
+    """Minari follows symlinks: a dataset from elsewhere (a tarball keeps them) whose file, data folder or metadata
+    linked to a file of this machine's read it as its own. Refused, naming the link and its target, whatever the
+    target holds (here the dataset's own copy); `dataset list` says so."""
+    folder = _write("linked", root)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(folder, elsewhere)
+    link = folder / linked
+    shutil.rmtree(link) if link.is_dir() else link.unlink()
+    link.symlink_to(elsewhere / linked)
+    said = (f"{link}: a symlink to '{elsewhere / linked}', outside the dataset's folder {folder}, which robolearn "
+            "does not follow")
+    with pytest.raises(DatasetError) as refused:
+        Dataset.load("linked").transitions()
+    assert str(refused.value).startswith(said)
+    assert cli(["dataset", "list"]) == 0 and f"UNREADABLE: {said}" in capsys.readouterr().out
+
+
+def test_a_linked_dataset_folder_and_links_that_stay_inside_it_are_read(root, tmp_path):
+    """Where datasets are kept is the user's choice: a dataset's folder may be a link to another disk, and a link
+    inside the folder to a place inside it (here relative, through the linked folder) stays inside."""
+    kept = _write("kept", tmp_path / "big_disk")
+    (kept / "stash").mkdir()
+    (kept / "data" / "main_data.hdf5").rename(kept / "stash" / "main_data.hdf5")
+    (kept / "data" / "main_data.hdf5").symlink_to(Path("..") / "stash" / "main_data.hdf5")
+    root.mkdir()
+    (root / "kept-v0").symlink_to(kept)
+    assert Dataset.load("kept").transitions()["reward"].shape == (5,)
+
+
+def _valued(steps: int, value: float) -> Episode:
+    """An episode of ``steps`` steps whose observations are all ``value``: which file it came from is seen."""
+    episode = _episode(steps)
+    episode.observations["policy"][:] = value
+    return episode
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+@pytest.mark.parametrize("data_format", ["arrow", "parquet"])
+@pytest.mark.parametrize("linked, target", [("1", "1"), ("0/part-0.{ext}", "0/part-0.{ext}"), ("0/more", "1")],
+                         ids=["episode-folder", "episode-file", "folder-in-episode"])
+def test_an_arrow_dataset_that_links_out_is_refused_naming_the_link(root, tmp_path, monkeypatch, capsys, data_format,
+                                                                    linked, target):
+    """An arrow or parquet dataset's episodes are folders of files that pyarrow reads, following symlinks (files in
+    folders inside them too): one whose episode folder, episode file or a folder in an episode linked out had read
+    another dataset's episodes (any arrow or parquet file of this machine's) as its own. Refused as HDF5 links are."""
+    other = _made_by_minari("other-v0", tmp_path / "other", monkeypatch, _valued(5, 9), _valued(5, 9),
+                            data_format=data_format)
+    folder = _made_by_minari("linked-v0", root, monkeypatch, _valued(5, 1), _valued(5, 1), data_format=data_format)
+    link, target = (folder / "data" / linked.format(ext=data_format), other / "data" / target.format(ext=data_format))
+    shutil.rmtree(link) if link.is_dir() else link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    said = f"{link}: a symlink to '{target}', outside the dataset's folder {folder}, which robolearn does not follow"
+    with pytest.raises(DatasetError) as refused:
+        Dataset.load("linked").transitions()
+    assert str(refused.value).startswith(said)
+    assert cli(["dataset", "list"]) == 0 and f"UNREADABLE: {said}" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+def test_a_parquet_file_whose_footer_names_another_file_reads_itself(root, tmp_path, monkeypatch):
+    """What an arrow or parquet dataset can name outside its folder besides symlinks: Arrow's IPC files name no
+    other file, and a parquet footer may name one per column chunk (ColumnChunk.file_path), which pyarrow ignores,
+    reading the file's own bytes. Pins that: were it followed, a parquet dataset would read files past the check."""
+    import io
+    import struct
+
+    import pyarrow.parquet as pq
+
+    other = _made_by_minari("other-v0", tmp_path / "other", monkeypatch, _valued(5, 9), data_format="parquet")
+    folder = _made_by_minari("named-v0", root, monkeypatch, _valued(5, 1), data_format="parquet")
+    file, secret = folder / "data" / "0" / "part-0.parquet", other / "data" / "0" / "part-0.parquet"
+    raw = file.read_bytes()
+    footer = pq.read_metadata(file)
+    footer.set_file_path(str(secret))  # every column chunk's
+    written = io.BytesIO()
+    footer.write_metadata_file(written)  # PAR1, footer, its length, PAR1
+    new_footer = written.getvalue()[4:-8]
+    file.write_bytes(raw[:-8 - struct.unpack("<i", raw[-8:-4])[0]] + new_footer
+                     + struct.pack("<i", len(new_footer)) + b"PAR1")
+    assert pq.read_metadata(file).row_group(0).column(0).file_path == str(secret)
+    np.testing.assert_array_equal(Dataset.load("named")[0].observations["policy"], np.ones((6, 3), np.float32))
 
 
 def test_a_namespaced_dataset_is_written_where_minari_reads_it(root, monkeypatch):
