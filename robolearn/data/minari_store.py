@@ -193,43 +193,75 @@ def few(names: list[str], shown: int = 5) -> str:
     return ", ".join(names[:shown]) + more if names else "nothing"
 
 
-def refuse_other_files(f: Any, path: Path) -> None:
+def refuse_other_files(f: Any, path: Path, groups: Iterable[str] | None = None) -> None:
     """Refuse HDF5 file ``f`` (open, from ``path``) where it reads other files: an external link (whose target
     HDF5 opens, relative to the file or at any absolute path), a virtual dataset mapped from another file, or a
     dataset stored in external raw files. A file from elsewhere (a D4RL import, a downloaded Minari dataset)
     could otherwise read what it names from this machine's disk into its episodes. A soft link is a path inside
     the file: with no external link anywhere, it stays inside. Links are looked at, never followed, each object
     once (hard links may form cycles), through h5py's low-level calls: 1.0 s on a Minari file of 3,000 episodes
-    (30,000 links) whose episodes take 2.7 s to read, where h5py's objects took 1.6 s."""
+    (30,000 links) whose episodes take 2.7 s to read, where h5py's objects took 1.6 s.
+
+    ``groups``: the top-level groups (``episode_<i>``) to check alone, all that reading them reaches: the visits
+    follow hard links, in the group or out of it, and a soft link met has the whole file checked, for it may lead
+    anywhere in it. `dataset list` reads one episode of each dataset, so pays for one, not for the file."""
     import h5py
 
+    soft = False  # whether a soft link was met
+
     # Each visit stops at the first problem its callback returns (h5py's low-level visits cannot raise through)
-    def link(name: bytes, info: Any) -> str | None:
-        if info.type != h5py.h5l.TYPE_EXTERNAL:
-            return None
-        file, target = f.id.links.get_val(name)
-        return (f"'{name.decode(errors='replace')}' is an external link to '{target.decode(errors='replace')}' in "
-                f"{os.fsdecode(file)}, another file, which robolearn does not follow; copy what it points to into "
+    def external(loc: Any, name: bytes, prefix: str) -> str:
+        file, target = loc.links.get_val(name)
+        return (f"'{prefix}{name.decode(errors='replace')}' is an external link to '{target.decode(errors='replace')}' "
+                f"in {os.fsdecode(file)}, another file, which robolearn does not follow; copy what it points to into "
                 "the file itself")
 
-    def dataset(name: bytes, info: Any) -> str | None:
-        if info.type != h5py.h5o.TYPE_DATASET:
-            return None
-        dcpl = h5py.h5d.open(f.id, name).get_create_plist()
+    def elsewhere(dataset: Any, shown: str) -> str | None:
+        dcpl = dataset.get_create_plist()
         if count := dcpl.get_external_count():
             files = [os.fsdecode(dcpl.get_external(i)[0]) for i in range(count)]
-            return (f"'{name.decode(errors='replace')}' is stored in other files ({few(files)}), which robolearn "
-                    "does not read; store its data in the file itself")
+            return (f"'{shown}' is stored in other files ({few(files)}), which robolearn does not read; store its "
+                    "data in the file itself")
         if dcpl.get_layout() == h5py.h5d.VIRTUAL:
             for i in range(dcpl.get_virtual_count()):
                 if (file := dcpl.get_virtual_filename(i)) != ".":  # "." is the file itself
-                    return (f"'{name.decode(errors='replace')}' is a virtual dataset of "
-                            f"'{dcpl.get_virtual_dsetname(i)}' in another file, {file}, which robolearn does not "
-                            "read; store its data in the file itself")
+                    return (f"'{shown}' is a virtual dataset of '{dcpl.get_virtual_dsetname(i)}' in another file, "
+                            f"{file}, which robolearn does not read; store its data in the file itself")
         return None
 
-    # links first: the objects' visit must not reach another file
-    if problem := f.id.links.visit(link, info=True) or h5py.h5o.visit(f.id, dataset, info=True):
+    def check(loc: Any, prefix: str) -> str | None:
+        """What in the file or group ``loc`` reads another file, its names after ``prefix``."""
+        def link(name: bytes, info: Any) -> str | None:
+            nonlocal soft
+            soft |= info.type == h5py.h5l.TYPE_SOFT
+            return external(loc, name, prefix) if info.type == h5py.h5l.TYPE_EXTERNAL else None
+
+        def dataset(name: bytes, info: Any) -> str | None:
+            if info.type != h5py.h5o.TYPE_DATASET:
+                return None
+            return elsewhere(h5py.h5d.open(loc, name), prefix + name.decode(errors="replace"))
+
+        # links first: the objects' visit must not reach another file
+        return loc.links.visit(link, info=True) or h5py.h5o.visit(loc, dataset, info=True)
+
+    problem = None
+    for group in () if groups is None else groups:
+        key = group.encode()
+        if not f.id.links.exists(key):  # (Minari's own error, when it is read)
+            continue
+        kind = f.id.links.get_info(key).type
+        soft |= kind == h5py.h5l.TYPE_SOFT
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            problem = external(f.id, key, "")
+        elif kind == h5py.h5l.TYPE_HARD:
+            found = h5py.h5o.open(f.id, key)
+            problem = (check(found, f"{group}/") if isinstance(found, h5py.h5g.GroupID) else
+                       elsewhere(found, group) if isinstance(found, h5py.h5d.DatasetID) else None)
+        if problem or soft:
+            break
+    if groups is None or (soft and not problem):
+        problem = check(f.id, "")
+    if problem:
         raise DatasetError(f"{path}: {problem}")
 
 
@@ -274,11 +306,12 @@ def refuse_links_out(folder: Path, paths: Iterable[Path] | None = None) -> None:
                     folders.append(entry.path)
 
 
-def read_storage(data: Path) -> Any:
+def read_storage(data: Path, episodes: Iterable[int] | None = None) -> Any:
     """Minari's storage of a dataset's ``data`` folder, checked first: no symlink in the dataset's folder leads out
     of it (:func:`refuse_links_out`: an arrow or parquet dataset's only way to read other files), and its HDF5 file
-    reads no other file (:func:`refuse_other_files`). Minari reads whatever they point to, and a dataset from
-    elsewhere (``minari download``, a copy) had read this machine's files into its episodes."""
+    reads no other file (:func:`refuse_other_files`), all of it, or what reading ``episodes`` reaches where they are
+    given (then read only those). Minari reads whatever they point to, and a dataset from elsewhere (``minari
+    download``, a copy) had read this machine's files into its episodes."""
     import h5py
     from minari.dataset.minari_storage import MinariStorage
 
@@ -286,7 +319,7 @@ def read_storage(data: Path) -> Any:
     storage = MinariStorage.read(data)
     if (file := data / "main_data.hdf5").is_file():  # (an arrow dataset's episodes are parquet files)
         with h5py.File(file, "r") as f:
-            refuse_other_files(f, file)
+            refuse_other_files(f, file, None if episodes is None else (f"episode_{i}" for i in episodes))
     return storage
 
 

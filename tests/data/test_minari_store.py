@@ -387,25 +387,63 @@ def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys
 
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 @pytest.mark.parametrize("how, where, says", [
-    ("external link", "episode_0/infos", "is an external link to '/' in {secret}, another file, which robolearn does "
+    ("external link", "episode_1/infos", "is an external link to '/' in {secret}, another file, which robolearn does "
                                          "not follow; copy what it points to into the file itself"),
-    ("soft link", "episode_0/elsewhere", "is an external link to '/' in secret.hdf5, another file"),
-    ("virtual dataset", "episode_0/infos/data", "is a virtual dataset of 'data' in another file, {secret}"),
-    ("external storage", "episode_0/infos/data", "is stored in other files ({secret}), which robolearn does not read"),
+    ("soft link", "episode_1/elsewhere", "is an external link to '/' in secret.hdf5, another file"),
+    ("virtual dataset", "episode_1/infos/data", "is a virtual dataset of 'data' in another file, {secret}"),
+    ("external storage", "episode_1/infos/data", "is stored in other files ({secret}), which robolearn does not read"),
 ], ids=["external", "soft", "virtual", "raw"])
 def test_a_minari_dataset_that_reads_other_files_is_refused_naming_the_link(root, monkeypatch, capsys, link_out,
                                                                             how, where, says):
     """Minari reads whatever a dataset's HDF5 file links to: a downloaded dataset read a file of this machine's
-    into an episode's infos (the D4RL import refuses such files). `dataset list` says it unreadable, and why."""
+    into an episode's infos (the D4RL import refuses such files). `dataset list`, which reads the last episode,
+    says it unreadable, and why."""
     folder = _made_by_minari("mujoco/hopper/linked-v0", root, monkeypatch, _episode(10), _episode(7))
     file = folder / "data" / "main_data.hdf5"
     with h5py.File(file, "a") as f:
-        secret = link_out(f["episode_0"], how)
+        secret = link_out(f["episode_1"], how)
     said = f"{file}: '{where}' {says.format(secret=secret)}"
     with pytest.raises(DatasetError) as refused:
-        Dataset.load("mujoco/hopper/linked")[0]
+        Dataset.load("mujoco/hopper/linked")[-1]
     assert str(refused.value).startswith(said)
     assert cli(["dataset", "list"]) == 0 and f"UNREADABLE: {said}" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+@pytest.mark.parametrize("how, says", [
+    ("in the first episode", None),
+    ("the episode's own link", "'episode_1' is an external link to '/' in {secret}"),
+    ("a soft link out of the episode", "'stash' is an external link to '/' in {secret}"),
+])
+def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(root, tmp_path, monkeypatch, capsys,
+                                                                              how, says):
+    """`dataset list` reads each dataset's last episode, and had checked the whole file for other files it reads
+    first: 1 s per 3,000 episodes, for every dataset listed. It checks what that episode reaches (a soft link,
+    which may lead anywhere in the file, has the whole file checked), so a link in another episode is found by
+    what reads that episode: training, `dataset info`."""
+    secret = tmp_path / "secret.hdf5"
+    with h5py.File(secret, "w") as f:
+        f["data"] = np.arange(10, dtype=np.float32)
+    folder = _made_by_minari("linked-v0", root, monkeypatch, _episode(10), _episode(7))
+    file = folder / "data" / "main_data.hdf5"
+    with h5py.File(file, "a") as f:
+        if how == "in the first episode":
+            f["episode_0/infos"] = h5py.ExternalLink(str(secret), "/")
+        elif how == "the episode's own link":
+            f.move("episode_1", "moved")
+            f["episode_1"] = h5py.ExternalLink(str(secret), "/")
+        else:
+            f["stash"] = h5py.ExternalLink(str(secret), "/")
+            f["episode_1/infos"] = h5py.SoftLink("/stash")
+    assert cli(["dataset", "list"]) == 0
+    listed = capsys.readouterr().out
+    if says is None:
+        assert "UNREADABLE" not in listed and "2 episodes" in listed
+    else:
+        assert f"linked-v0{' ' * 23} UNREADABLE: {file}: {says.format(secret=secret)}" in listed
+    with pytest.raises(DatasetError, match="is an external link to '/' in .*, another file"):
+        Dataset.load("linked").transitions()
+    assert cli(["dataset", "info", "linked"]) == 2 and "another file" in capsys.readouterr().err
 
 
 def test_recover_refuses_a_folder_whose_file_reads_other_files(root, link_out):
