@@ -279,7 +279,7 @@ def refuse_links_out(folder: Path, paths: Iterable[Path] | None = None) -> None:
         target = os.readlink(link)
         try:
             resolved = link.resolve()
-        except (OSError, RuntimeError):  # a loop (RuntimeError before Python 3.13): pyarrow read one twice
+        except (OSError, RuntimeError):  # a link to itself, or a chain back to it (RuntimeError before 3.13)
             raise DatasetError(f"{link}: a symlink to '{target}' that never ends (a loop); robolearn does not "
                                "follow it: remove it") from None
         if not resolved.is_relative_to(home):
@@ -317,7 +317,7 @@ def read_storage(data: Path, episodes: Iterable[int] | None = None) -> Any:
 
     refuse_links_out(data.parent)
     storage = MinariStorage.read(data)
-    if (file := data / "main_data.hdf5").is_file():  # (an arrow dataset's episodes are parquet files)
+    if (file := data / "main_data.hdf5").is_file():  # (an arrow or parquet dataset's episodes are folders)
         with h5py.File(file, "r") as f:
             refuse_other_files(f, file, None if episodes is None else (f"episode_{i}" for i in episodes))
     return storage
