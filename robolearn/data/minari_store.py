@@ -276,13 +276,12 @@ def refuse_links_out(folder: Path, paths: Iterable[Path] | None = None) -> None:
     home = folder.resolve()
 
     def leads_out(link: Path) -> None:
-        target = os.readlink(link)
         try:
             resolved = link.resolve()
-        except (OSError, RuntimeError):  # a link to itself, or a chain back to it (RuntimeError before 3.13)
-            raise DatasetError(f"{link}: a symlink to '{target}' that never ends (a loop); robolearn does not "
-                               "follow it: remove it") from None
+        except (OSError, RuntimeError):  # a link to itself or a chain back to it (RuntimeError before Python 3.13):
+            return  # nothing is read through it (pyarrow skips it, HDF5 cannot open it)
         if not resolved.is_relative_to(home):
+            target = os.readlink(link)
             shown = f"'{target}'" + ("" if Path(target) == resolved else f" ({resolved})")
             raise DatasetError(f"{link}: a symlink to {shown}, outside the dataset's folder {folder}, which robolearn "
                                "does not follow (a dataset from elsewhere could read this machine's files into its "

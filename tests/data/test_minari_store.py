@@ -536,6 +536,15 @@ def test_an_arrow_dataset_that_links_out_is_refused_naming_the_link(root, tmp_pa
 
 
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+def test_a_symlink_that_never_ends_leaves_the_dataset_readable(root, monkeypatch):
+    """A link to itself has no target to judge, and nothing is read through it (pyarrow skips it): the dataset
+    reads as it did before links were checked, not "Symlink loop" from inside the check."""
+    folder = _made_by_minari("looped-v0", root, monkeypatch, _valued(5, 1), data_format="arrow")
+    (folder / "data" / "0" / "loop").symlink_to("loop")
+    np.testing.assert_array_equal(Dataset.load("looped").transitions()["reward"].numpy(), np.ones(5, np.float32))
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 def test_a_parquet_file_whose_footer_names_another_file_reads_itself(root, tmp_path, monkeypatch):
     """What an arrow or parquet dataset can name outside its folder besides symlinks: Arrow's IPC files name no
     other file, and a parquet footer may name one per column chunk (ColumnChunk.file_path), which pyarrow ignores,
