@@ -34,6 +34,7 @@ from hardware.safety import SafetyConfig, add_to_message
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
+from robolearn.listing import few
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c, stops_held
 from robolearn.run_lock import holder
@@ -310,7 +311,7 @@ def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
     exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}
     if exports:
         exported = sorted(exports)
-        shown = ", ".join(map(str, exported[:5])) + (f" and {len(exported) - 5} more" if len(exported) > 5 else "")
+        shown = few(exported)
         arm = {run: at for run, at in exports.items() if _exported_task(run) in (None, "arm_reach")}
         if not arm:  # (the newest of them had been named to deploy, which deploy then refused)
             raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs ({shown}) were trained "

@@ -30,6 +30,7 @@ from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, l
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
+from robolearn.listing import few
 from robolearn.runtime import stops_as_ctrl_c
 from robolearn.shell import shell
 
@@ -626,8 +627,7 @@ def _plot(args: argparse.Namespace) -> int:
                         key=lambda folder: folder.stat().st_mtime)  # newest last, as `<time>-10` sorts before `-2`
     if recordings and not any((run / "metrics.jsonl").is_file() for run in runs):  # <run>/deploy: recordings in it
         newest, others = recordings[-1], recordings[:-1]
-        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
-        also = f" (the newest; also {', '.join(map(str, others[-5:]))}{more})" if others else ""
+        also = f" (the newest; also {few(others[::-1])})" if others else ""  # newest first
         raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
                          f"{newest}{also}")
     named = {path.resolve() for path in args.runs}

@@ -28,6 +28,7 @@ import torch
 
 from robolearn.caller import outside_us
 from robolearn.interfaces import Obs, VecEnv, all_finite, host_reads_are_free
+from robolearn.listing import few
 
 
 class Actor(Protocol):
@@ -83,8 +84,7 @@ def _bad_rows(tensor: torch.Tensor) -> str:
     if tensor.dim() == 0 or tensor.shape[0] <= 1:
         return ""
     rows = (~torch.isfinite(tensor)).reshape(tensor.shape[0], -1).any(1).nonzero().flatten().tolist()
-    shown = ", ".join(map(str, rows[:5])) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
-    return f" (env{'s' if len(rows) > 1 else ''} {shown} of {tensor.shape[0]})"
+    return f" (env{'s' if len(rows) > 1 else ''} {few(rows)} of {tensor.shape[0]})"
 
 
 class FiniteWatch:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from robolearn.checkpoint import atomic_write_bytes
+from robolearn.listing import few
 from robolearn.recording import episode_summary, load_episode
 
 MAX_LABELLED_EPISODES = 20
@@ -177,8 +178,7 @@ def _readable_episodes(folder: Path, files: list[Path]) -> tuple[list[Path], lis
         kept.append(file)
         episodes.append(arrays)
     if not kept:
-        more = f" (and {len(reasons) - 5} more)" if len(reasons) > 5 else ""
-        raise ValueError(f"{folder}: no readable episode file, nothing to draw: {'; '.join(reasons[:5])}{more}")
+        raise ValueError(f"{folder}: no readable episode file, nothing to draw: {few(reasons, sep='; ')}")
     for reason in reasons:
         warnings.warn(f"{reason}; left out of the plot", stacklevel=3)
     return kept, episodes, len(reasons)

@@ -40,6 +40,7 @@ from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_comp
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
+from robolearn.listing import few
 from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
@@ -293,8 +294,7 @@ def config_changes(before: dict[str, Any], after: dict[str, Any], skip: tuple[st
     most), leaving out keys that start with one of ``skip``; "" when none differ."""
     changed = [key for key in sorted(set(before) | set(after))
                if before.get(key) != after.get(key) and not key.startswith(skip)]
-    said = ", ".join(f"{key} {before.get(key)!r} -> {after.get(key)!r}" for key in changed[:8])
-    return said + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    return few([f"{key} {before.get(key)!r} -> {after.get(key)!r}" for key in changed], 8) if changed else ""
 
 
 def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:

@@ -61,7 +61,8 @@ from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, beyond_float32
-from robolearn.data.minari_store import few, refuse_other_files
+from robolearn.data.minari_store import refuse_other_files
+from robolearn.listing import few
 
 REF_SCORES: dict[str, tuple[float, float]] = {
     "halfcheetah": (-280.18, 12135.0),

@@ -52,6 +52,7 @@ import numpy as np
 
 from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, is_positive_number
+from robolearn.listing import few
 
 IMAGE_DTYPES = ("image", "video", "string")
 
@@ -175,7 +176,7 @@ def _check_frame_count(root: Path, info: dict[str, Any], episode_index: np.ndarr
     indices, counts = np.unique(episode_index, return_counts=True)
     if lengths and all(lengths.get(int(i)) == int(n) for i, n in zip(indices, counts)):
         absent = sorted(set(lengths) - set(indices.tolist()))
-        shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+        shown = few(absent, 10)
         warnings.warn(f"{root}: its data files ({read}) hold {len(indices)} of the {len(lengths)} episodes "
                       f"meta/episodes lists, {frames} of info.json's {total} frames (a partial download?): episodes "
                       f"{shown} are not imported", stacklevel=3)

@@ -64,6 +64,7 @@ from gymnasium import spaces
 
 from robolearn.checkpoint import usual_mode
 from robolearn.data.episode import DatasetError, Episode
+from robolearn.listing import few
 from robolearn.shell import shell
 from robolearn.runtime import STOP_SIGNALS
 
@@ -185,12 +186,6 @@ def read_metadata(path: Path) -> dict[str, Any]:
         raise DatasetError(f"{path}: not a dataset (no data/metadata.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DatasetError(f"{file}: corrupt metadata ({err})") from None
-
-
-def few(names: list[str], shown: int = 5) -> str:
-    """``names`` for a message: the first few, then how many more."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more if names else "nothing"
 
 
 def refuse_other_files(f: Any, path: Path, groups: Iterable[str] | None = None) -> None:
