@@ -1,8 +1,10 @@
 """Domain randomization as configuration, with DORAEMON-style automatic widening.
 
 A :class:`RandomizedEnv` wraps a :class:`~sims.task.TaskEnv` and gives every
-episode of every world its own physics and sensing: scaled masses, friction,
-joint damping and actuator gains (per-world model fields on the backend),
+episode of every world its own physics and sensing: scaled masses (per world or
+per link), added torso mass, shifted torso centre of mass, friction, joint
+damping and armature, actuator gains and a shifted reference pose ``qpos0``
+(per-world model fields on the backend, each a :class:`Term` of :data:`TERMS`),
 action latency and observation delay in control steps, observation noise, and
 random pushes. All of it is data in ``env.randomization`` of a run config::
 
@@ -10,7 +12,7 @@ random pushes. All of it is data in ``env.randomization`` of a run config::
       randomization: {mass_scale: [0.8, 1.3], gain_scale: [0.6, 1.1],
                       action_latency_s: [0.0, 0.03], auto: true}
 
-Each range is ``[low, high]`` around the nominal value (scale 1, 0 steps).
+Each range is ``[low, high]`` around the nominal value (scale 1; 0 for offsets, steps and seconds).
 With ``auto: true`` the ranges start at the nominal point and widen by
 ``auto_step`` of their full width whenever the success rate of the last
 ``auto_window`` finished episodes is at least ``auto_success`` (and narrow when
@@ -32,6 +34,7 @@ import operator
 from dataclasses import dataclass, fields
 from typing import Any
 
+import mujoco
 import torch
 
 from robolearn.interfaces import Obs, Step, VecEnv
@@ -44,10 +47,16 @@ from sims.worlds import Worlds
 class Randomization:
     """Ranges ``[low, high]``; the defaults change nothing."""
 
-    mass_scale: tuple[float, float] = (1.0, 1.0)  # every body's mass (and inertia)
+    mass_scale: tuple[float, float] = (1.0, 1.0)  # every body's mass (and inertia), one factor per world
+    # Playground's Go1 recipe (mujoco_playground/_src/locomotion/go1/randomize.py): a factor per link, mass alone
+    link_mass_scale: tuple[float, float] = (1.0, 1.0)
+    torso_mass_kg: tuple[float, float] = (0.0, 0.0)  # kg added to the floating-base body (Playground: +-1 kg)
+    torso_com_m: tuple[float, float] = (0.0, 0.0)  # m added to its centre of mass, per axis (Playground: +-5 cm)
     friction_scale: tuple[float, float] = (1.0, 1.0)  # geom sliding friction and joint frictionloss
     damping_scale: tuple[float, float] = (1.0, 1.0)  # joint damping
+    armature_scale: tuple[float, float] = (1.0, 1.0)  # joint armature (rotor inertia), a factor per dof
     gain_scale: tuple[float, float] = (1.0, 1.0)  # actuator gains (motor strength; servo kp and kv)
+    qpos0_offset: tuple[float, float] = (0.0, 0.0)  # added to each hinge and slide joint's qpos0 (rad or m)
     action_latency_s: tuple[float, float] = (0.0, 0.0)  # seconds before an action reaches the actuators
     obs_delay_steps: tuple[int, int] = (0, 0)  # control steps the policy's observation lags
     obs_noise_std: float = 0.0  # Gaussian noise added to the ``policy`` group
@@ -77,7 +86,9 @@ class Randomization:
                 if f.name.endswith("_scale") and not 0 < low <= high:  # a zero mass or gain is no robot
                     raise ValueError(f"env.randomization.{f.name}: scales multiply the model's values, so need "
                                      f"0 < low <= high, got {list(value)}")
-                if low > high or low < 0:
+                if f.name in OFFSETS and low > high:  # offsets are added: negative ones too
+                    raise ValueError(f"env.randomization.{f.name}: need low <= high, got {list(value)}")
+                if f.name not in OFFSETS and (low > high or low < 0):
                     raise ValueError(f"env.randomization.{f.name}: need 0 <= low <= high, got {list(value)}")
         for name in ("obs_noise_std", "push_every_s", "push_velocity"):
             if getattr(self, name) < 0:  # a negative std or velocity silently means its magnitude, or nothing
@@ -103,15 +114,59 @@ class Randomization:
             raise ValueError(f"env.randomization.auto_success must be in [0, 1], got {self.auto_success}")
 
 
-SCALED_FIELDS = {  # model field -> (randomization range, which columns are scaled)
-    "body_mass": ("mass_scale", None),
-    "body_inertia": ("mass_scale", None),
-    "geom_friction": ("friction_scale", 0),
-    "dof_frictionloss": ("friction_scale", None),
-    "dof_damping": ("damping_scale", None),
-    "actuator_gainprm": ("gain_scale", 0),
-    "actuator_biasprm": ("gain_scale", slice(1, 3)),
-}
+@dataclass(frozen=True)
+class Term:
+    """How one range of :class:`Randomization` changes one model field, starting from the compiled values."""
+
+    key: str  # the range
+    field: str  # the model field
+    add: bool = False  # False: the draw multiplies the values (nominal 1); True: it is added to them (nominal 0)
+    columns: int | slice | None = None  # which columns of each row (None: all)
+    rows: str | None = None  # which rows: None all, "floating_base" (bodies), "joint_qpos" (hinge and slide joints)
+    each: bool = False  # a draw for each element changed (link, dof, axis), else one per world for all of them
+
+
+# In order: a field's terms apply one after another (Playground scales the links' masses, then adds the torso's).
+TERMS = (
+    Term("mass_scale", "body_mass"),
+    Term("mass_scale", "body_inertia"),  # a body scaled as a whole
+    # Playground scales body_mass alone, inertia as compiled (each link lighter or heavier, its inertia kept), and
+    # adds the torso's mass and offsets its centre of mass (body_ipos) alike, inertia kept: done so here.
+    Term("link_mass_scale", "body_mass", each=True),
+    Term("torso_mass_kg", "body_mass", add=True, rows="floating_base", each=True),
+    Term("torso_com_m", "body_ipos", add=True, rows="floating_base", each=True),
+    Term("friction_scale", "geom_friction", columns=0),
+    Term("friction_scale", "dof_frictionloss"),
+    Term("damping_scale", "dof_damping"),
+    Term("armature_scale", "dof_armature", each=True),  # (a free joint's armature, 0 in our models, too)
+    Term("gain_scale", "actuator_gainprm", columns=0),
+    Term("gain_scale", "actuator_biasprm", columns=slice(1, 3)),
+    # MuJoCo's reference pose: where mj_resetData starts and the constants mj_setConst computes at (Playground jitters
+    # it so). Tasks reset to poses of their own (Go1: the home keyframe, as Playground's) and leave it be.
+    Term("qpos0_offset", "qpos0", add=True, rows="joint_qpos", each=True),
+)
+OFFSETS = frozenset(term.key for term in TERMS if term.add)  # ranges around 0, negative values allowed
+
+
+def term_rows(model: Any, term: Term) -> list[int] | None:
+    """The rows of ``term.field`` that ``term`` changes in ``model`` (None: all); an error naming the range
+    where the model has none."""
+    if term.rows is None:
+        return None
+    if term.rows == "floating_base":  # a body on a free joint, hanging from the world: a legged robot's trunk
+        rows = [body for body in range(1, model.nbody) if model.body_parentid[body] == 0 and any(
+            int(model.jnt_type[joint]) == int(mujoco.mjtJoint.mjJNT_FREE)
+            for joint in range(model.body_jntadr[body], model.body_jntadr[body] + model.body_jntnum[body]))]
+        what = "floating-base body (one on a free joint)"
+    elif term.rows == "joint_qpos":  # one number per joint: a quaternion offset by a number is none
+        rows = [int(model.jnt_qposadr[joint]) for joint in range(model.njnt)
+                if int(model.jnt_type[joint]) in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))]
+        what = "hinge or slide joint"
+    else:
+        raise ValueError(f"randomization term {term}: unknown rows {term.rows!r}")
+    if not rows:
+        raise ValueError(f"env.randomization.{term.key}: the task's model has no {what} to randomize")
+    return rows
 
 
 class RandomizedEnv(VecEnv):
@@ -137,7 +192,16 @@ class RandomizedEnv(VecEnv):
         # The compiled model's values in float64, which CPU MuJoCo steps in: the backend's tensors are float32,
         # and a draw scaling their rounding would make no scale (width 0 neither) the model's own values
         self._nominal = {name: torch.as_tensor(getattr(self.sim.model, name), dtype=torch.float64, device=self.device)
-                         for name in SCALED_FIELDS}
+                         for name in dict.fromkeys(term.field for term in TERMS)}
+        # The terms of the ranges in use, each with the rows it changes (a slice where they follow one another: a
+        # view to change in place), and the shape of each range's draws: () one per world, else its elements'
+        self._terms = [(term, self._row_index(term_rows(self.sim.model, term))) for term in TERMS
+                       if self._in_use(term.key)]
+        self._draw_shapes: dict[str, tuple[int, ...]] = {}
+        for term, rows in self._terms:
+            part = self._part(self._nominal[term.field].unsqueeze(0), term, rows)[1]
+            self._draw_shapes.setdefault(term.key, tuple(part.shape[1:]) if term.each else ())
+        self._check_masses()
         self._outcomes: list[bool] = []
         n = self.num_envs
         self._latency = torch.zeros(n, dtype=torch.long, device=self.device)
@@ -151,9 +215,10 @@ class RandomizedEnv(VecEnv):
         self._worlds = torch.arange(n, device=self.device)  # every world's index, made once (pushes use it each step)
         # MuJoCo Warp derives constants (constant_fields) for all worlds at once: a pool brings them along
         self._derives = hasattr(self.sim, "constant_fields")
-        # Each world's scales now (of the ranges not at nominal), and each pool variant's: logged as extremes
-        self._drawn = {key: torch.ones(n, device=self.device) for key in sorted({k for k, _ in SCALED_FIELDS.values()})
-                       if tuple(getattr(cfg, key)) != (1.0, 1.0)}
+        # Each world's draws now (of the ranges not at nominal), and each pool variant's: logged as extremes
+        self._drawn = {key: torch.full((n, *self._draw_shapes[key]), self._nominal_of(key), device=self.device)
+                       for key in sorted(self._draw_shapes)}
+        self._log_segments: torch.Tensor | None = None  # which range each column of the logged draws is
         self._pool_scales: dict[str, Any] = {}
         self._draws_log: dict[str, torch.Tensor] = {}
         self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
@@ -162,29 +227,76 @@ class RandomizedEnv(VecEnv):
 
     # ---- sampling -------------------------------------------------------------
 
+    @staticmethod
+    def _nominal_of(name: str) -> float:
+        """The value of range ``name`` that changes nothing: 1 for scales, 0 for offsets, delays and noise."""
+        return 1.0 if name.endswith("_scale") else 0.0
+
+    def _in_use(self, name: str) -> bool:
+        """Whether range ``name`` is configured away from nominal (one at nominal draws and writes nothing: on
+        MuJoCo Warp a mass write also recomputes constants)."""
+        return tuple(getattr(self.cfg, name)) != (self._nominal_of(name),) * 2
+
     def _range(self, name: str) -> tuple[float, float]:
         """The current range of ``name``: nominal widened by ``width`` of the configured range."""
         low, high = getattr(self.cfg, name)
-        nominal = 0.0 if name.endswith(("_steps", "_s")) else 1.0
+        nominal = self._nominal_of(name)
         return nominal + self.width * (low - nominal), nominal + self.width * (high - nominal)
 
+    def _row_index(self, rows: list[int] | None) -> slice | torch.Tensor | None:
+        """``rows`` as an index of a field's rows: a slice where they follow one another, else a device tensor."""
+        if rows is None:
+            return None
+        if rows == list(range(rows[0], rows[-1] + 1)):
+            return slice(rows[0], rows[-1] + 1)
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    @staticmethod
+    def _part(values: torch.Tensor, term: Term, rows: slice | torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Of ``values`` ``(n, *field_shape)``: the rows ``term`` changes (a view unless ``rows`` is a tensor), and
+        of those the columns it changes (a view of the first)."""
+        part = values if rows is None else values[:, rows]
+        return part, part if term.columns is None else part[..., term.columns]
+
+    def _check_masses(self) -> None:
+        """Refuse ranges that would give a body a mass of 0 or less (an added negative torso mass can): at the
+        full width, where each range is widest (a linear widening from nominal, positive)."""
+        if not self._in_use("torso_mass_kg"):
+            return
+        mass = self._nominal["body_mass"].clone()
+        for key in ("mass_scale", "link_mass_scale"):
+            mass *= getattr(self.cfg, key)[0]
+        for term, rows in self._terms:
+            if term.key == "torso_mass_kg":
+                lightest = float((mass[rows] + self.cfg.torso_mass_kg[0]).min())
+                if lightest <= 0:
+                    raise ValueError(f"env.randomization.torso_mass_kg: {list(self.cfg.torso_mass_kg)} kg added to "
+                                     f"the torso would leave it {lightest:.3g} kg at the ranges' lowest; a mass "
+                                     "must stay positive")
+
     def _draw_dynamics(self, worlds: Worlds) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Fresh scales for ``worlds``, written to the model fields; returns the values written (by field,
-        float64) and the scales drawn."""
-        # Ranges left at nominal write nothing: on MuJoCo Warp a mass write also recomputes constants.
-        scales = {key: uniform((len(worlds),), *self._range(key), self._generator)
-                  for key in sorted({key for key, _ in SCALED_FIELDS.values()})  # fixed draw order: reproducible
-                  if tuple(getattr(self.cfg, key)) != (1.0, 1.0)}
-        written = {}
-        for name, (key, columns) in SCALED_FIELDS.items():
-            if key not in scales:
-                continue
-            values = self._nominal[name].expand(len(worlds), *self._nominal[name].shape).clone()
-            part = values if columns is None else values[..., columns]
-            part *= scales[key].view(-1, *([1] * (part.dim() - 1)))  # in place: part is a view of values
+        """Fresh draws for ``worlds``, applied to the compiled values and written to the model fields; returns the
+        values written (by field, float64) and the draws (by range: ``(n,)``, or ``(n, *elements)``)."""
+        n = len(worlds)
+        draws = {key: uniform((n, *self._draw_shapes[key]), *self._range(key), self._generator)
+                 for key in sorted(self._draw_shapes)}  # fixed draw order: reproducible
+        written: dict[str, torch.Tensor] = {}
+        for term, rows in self._terms:  # (a field's terms in TERMS's order)
+            if term.field not in written:
+                written[term.field] = self._nominal[term.field].expand(n, *self._nominal[term.field].shape).clone()
+            values = written[term.field]
+            part, changed = self._part(values, term, rows)
+            drawn = draws[term.key]
+            drawn = drawn.view(*drawn.shape, *[1] * (changed.dim() - drawn.dim()))  # a world's, or an element's
+            if term.add:  # in place: changed is a view of part
+                changed += drawn
+            else:
+                changed *= drawn
+            if isinstance(rows, torch.Tensor):  # part was a copy
+                values[:, rows] = part
+        for name, values in written.items():
             worlds.set_model_field(self.sim, name, values)
-            written[name] = values
-        return written, scales
+        return written, draws
 
     def _dynamics_pool(self, size: int) -> dict[str, torch.Tensor]:
         """``size`` variants of the model fields, drawn as fresh draws are, with the constants the backend
@@ -242,7 +354,17 @@ class RandomizedEnv(VecEnv):
             values["obs_delay_steps"] = self._delay
         if not values:
             return {}
-        lows, highs = torch.aminmax(torch.stack([value.float() for value in values.values()]), dim=1)  # one pass
+        # Over worlds and elements (a link's, a dof's) alike: the columns of every range side by side, their extremes
+        # over the worlds, then over each range's columns. A few kernels however many ranges, and no host read.
+        columns = torch.cat([value.reshape(self.num_envs, -1).float() for value in values.values()], dim=1)
+        if self._log_segments is None:
+            widths = [value[0].numel() for value in values.values()]
+            self._log_segments = torch.repeat_interleave(torch.arange(len(widths)), torch.tensor(widths)).to(self.device)
+        column_lows, column_highs = torch.aminmax(columns, dim=0)
+        lows = column_lows.new_zeros(len(values)).scatter_reduce_(0, self._log_segments, column_lows, "amin",
+                                                                   include_self=False)
+        highs = column_highs.new_zeros(len(values)).scatter_reduce_(0, self._log_segments, column_highs, "amax",
+                                                                     include_self=False)
         return {f"randomization/{key}_{end}": row for key, low, high in zip(values, lows, highs)
                 for end, row in (("min", low), ("max", high))}
 
