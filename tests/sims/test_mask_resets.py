@@ -101,8 +101,10 @@ def test_mask_resets_take_the_masked_worlds_draws(name: str) -> None:
 
 
 RANDOMIZED = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "action_latency_s": [0.0, 0.04],
-              "obs_delay_steps": [0, 2]}  # per-episode dynamics, latency and delay; pushes and noise draw every
-# step, off here: their draws differ by path
+              "obs_delay_steps": [0, 2],  # per-episode dynamics, latency and delay; pushes and noise draw every
+              # step, off here: their draws differ by path. Playground's Go1 terms too: drawn per link, dof, axis
+              "link_mass_scale": [0.9, 1.1], "torso_mass_kg": [-1.0, 1.0], "torso_com_m": [-0.05, 0.05],
+              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05]}
 
 
 @pytest.mark.parametrize("name, randomization", [(name, None) for name in MASKED] + [("go1_flat", RANDOMIZED)],
@@ -126,9 +128,10 @@ def test_randomized_env_follows_mask_resets(pool: int) -> None:
                                                        randomization=randomization))
     assert mixed >= 3
     if pool:
-        masses = by_mask.sim.get_model_field("body_mass")
-        variants = by_mask._pool["body_mass"].to(masses.dtype)  # (as drawn, float64; the backend reports float32)
-        assert all(bool((variants == row).all(1).any()) for row in masses)  # every world holds a pool variant
+        for name in ("body_mass", "body_ipos", "dof_armature", "qpos0"):
+            held = by_mask.sim.get_model_field(name).flatten(1)
+            variants = by_mask._pool[name].to(held.dtype).flatten(1)  # (as drawn, float64; the backend reports float32)
+            assert all(bool((variants == row).all(1).any()) for row in held), name  # every world holds a variant
     for key in ("_latency", "_delay", "_substeps"):
         assert getattr(by_mask, key).max() > 0  # drawn, not left at nominal
 

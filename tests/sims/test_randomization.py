@@ -347,3 +347,133 @@ def test_an_observation_delay_leaves_the_critics_privileged_state_as_it_is(wrapp
         assert not torch.equal(step.obs["critic"], first["critic"])
     torch.testing.assert_close(seen[1].obs["policy"], first["policy"])  # the policy's first frame until 2 steps pass
     torch.testing.assert_close(seen[2].obs["policy"], inner[0]["policy"])
+
+
+# Playground's Go1 recipe beyond one mass factor per world (mujoco_playground/_src/locomotion/go1/randomize.py)
+PLAYGROUND = {"link_mass_scale": [0.9, 1.1], "torso_mass_kg": [-1.0, 1.0], "torso_com_m": [-0.05, 0.05],
+              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05]}
+TORSO = 1  # go1.xml's trunk: the floating-base body
+EPS = 1e-6  # the backends report model fields in float32
+
+
+def _go1(backend: str, seed: int = 0, num_envs: int = 8, **randomization):
+    return sims.make_env("go1_flat", num_envs, seed=seed, backend=backend, device="cpu",
+                         randomization={**PLAYGROUND, **randomization})
+
+
+@pytest.mark.filterwarnings("ignore:backend=warp device=cpu")
+@pytest.mark.parametrize("backend", ["mujoco", "warp"])
+def test_playgrounds_go1_terms_change_every_world_within_their_ranges(backend):
+    """Per-link masses, the torso's added mass and centre of mass, armature and qpos0, each drawn per world and
+    per element, on CPU MuJoCo and on MuJoCo Warp (Warp's CPU device): only where and as far as the ranges say."""
+    env = _go1(backend)
+    model = env.sim.model
+
+    def field(name: str) -> torch.Tensor:
+        return env.sim.get_model_field(name).double().cpu()
+
+    def compiled(name: str) -> torch.Tensor:
+        return torch.as_tensor(getattr(model, name), dtype=torch.float64)
+
+    def varies(values: torch.Tensor) -> bool:  # between worlds and between the elements of one world
+        return bool(values.std(0).min() > 0) and bool(values.flatten(1).std(1).min() > 0)
+
+    links = field("body_mass")[:, 2:] / compiled("body_mass")[2:]  # hips, thighs, calves
+    assert 0.9 - EPS <= links.min() and links.max() <= 1.1 + EPS and varies(links)
+    link_scale = env._drawn["link_mass_scale"].double().cpu()  # (the torso's factor, before its added mass)
+    torso = field("body_mass")[:, TORSO] - compiled("body_mass")[TORSO] * link_scale[:, TORSO]
+    assert -1.0 - 1e-5 <= torso.min() and torso.max() <= 1.0 + 1e-5 and torso.std() > 0.1
+    torch.testing.assert_close(torso, env._drawn["torso_mass_kg"].double().cpu()[:, 0], atol=1e-5, rtol=0)
+    # Playground changes body_mass alone: every inertia as compiled
+    assert torch.equal(field("body_inertia"), compiled("body_inertia").float().double().expand(8, -1, -1))
+    com = field("body_ipos") - compiled("body_ipos").float().double()
+    assert com[:, TORSO].abs().max() <= 0.05 + EPS and varies(com[:, TORSO])  # x, y and z drawn apart
+    assert (com[:, TORSO + 1:] == 0).all() and (com[:, 0] == 0).all()  # the other bodies' as compiled
+    armature = field("dof_armature")[:, 6:] / compiled("dof_armature")[6:]  # the 12 leg joints
+    assert 1.0 - EPS <= armature.min() and armature.max() <= 1.05 + EPS and varies(armature)
+    assert (field("dof_armature")[:, :6] == 0).all()  # the free joint's (0 in go1.xml) stays 0
+    qpos0 = field("qpos0") - compiled("qpos0").float().double()
+    assert qpos0[:, 7:].abs().max() <= 0.05 + EPS and varies(qpos0[:, 7:])
+    assert (qpos0[:, :7] == 0).all()  # the free joint's position and quaternion as compiled
+    # The same seed draws the same robots, another seed others
+    again, other = _go1(backend), _go1(backend, seed=1)
+    for name in ("body_mass", "body_ipos", "dof_armature", "qpos0"):
+        assert torch.equal(again.sim.get_model_field(name), env.sim.get_model_field(name)), name
+        assert not torch.equal(other.sim.get_model_field(name), env.sim.get_model_field(name)), name
+    for _ in range(3):  # and the robots step
+        step = env.step(torch.zeros(8, 12))
+        assert torch.isfinite(step.obs["policy"]).all() and torch.isfinite(step.obs["critic"]).all()
+    # with the constants derived from each world's masses (MuJoCo Warp recomputes them before a step)
+    torch.testing.assert_close(field("body_subtreemass")[:, 0], field("body_mass").sum(1), rtol=1e-5, atol=0)
+    env.close()
+
+
+@pytest.mark.filterwarnings("ignore:backend=warp device=cpu")
+@pytest.mark.parametrize("backend", ["mujoco", "warp"])
+def test_the_go1_terms_at_width_0_leave_the_model_as_compiled(backend):
+    """Width 0 (automatic widening's start) draws scales of 1 and offsets of 0 for every world and writes them: the
+    model fields and their derived constants must be the compiled ones, and on CPU MuJoCo the episodes the nominal
+    env's, bit for bit."""
+    randomized = _go1(backend, num_envs=4, width=0.0, mass_scale=[0.5, 1.5], friction_scale=[0.5, 1.5])
+    nominal = sims.make_env("go1_flat", 4, seed=0, backend=backend, device="cpu")
+    for name in ("body_mass", "body_inertia", "body_ipos", "dof_armature", "qpos0", "geom_friction",
+                 "dof_frictionloss", "body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0"):
+        assert torch.equal(randomized.sim.get_model_field(name), nominal.sim.get_model_field(name)), name
+    assert randomized._drawn["torso_mass_kg"].abs().max() == 0 and randomized._drawn["link_mass_scale"].eq(1).all()
+    if backend == "mujoco":  # (MuJoCo Warp's float32 steps differ by ~1e-5 from the first, with mass_scale alone too)
+        for _ in range(30):
+            action = torch.full((4, 12), 0.5)
+            torch.testing.assert_close(randomized.step(action).obs["critic"], nominal.step(action).obs["critic"],
+                                       rtol=0, atol=0)
+
+
+def test_the_go1_terms_are_logged_and_reported_as_the_other_ranges():
+    """Each range's smallest and largest draw over the worlds and their elements (a link's, a dof's, an axis's) is
+    logged, and an evaluation's report names the ranges."""
+    from robolearn.config import EnvConfig
+    from robolearn.registry import evaluation_dynamics
+
+    env = _go1("mujoco", num_envs=6)
+    log = env.step(torch.zeros(6, 12)).info["log"]
+    for key, (low, high) in PLAYGROUND.items():
+        drawn = env._drawn[key]
+        assert float(log[f"randomization/{key}_min"]) == float(drawn.min()), key
+        assert float(log[f"randomization/{key}_max"]) == float(drawn.max()), key
+        assert low <= float(drawn.min()) < float(drawn.max()) <= high, key
+    said = evaluation_dynamics(EnvConfig(task="go1_flat", randomization=PLAYGROUND))
+    for key, value in PLAYGROUND.items():
+        assert f"{key} {value}" in said
+
+
+def test_offsets_may_be_negative_and_a_torso_left_without_mass_is_refused():
+    Randomization(torso_mass_kg=(-1.0, 1.0), torso_com_m=(-0.05, 0.05), qpos0_offset=(-0.05, 0.05))
+    with pytest.raises(ValueError, match=r"env.randomization.torso_com_m: need low <= high, got \[0.05, -0.05\]"):
+        Randomization(torso_com_m=(0.05, -0.05))
+    with pytest.raises(ValueError, match="armature_scale: scales multiply"):
+        Randomization(armature_scale=(0.0, 1.0))
+    with pytest.raises(ValueError, match=r"torso_mass_kg: \[-5.0, 0.0\] kg added to the torso would leave it "
+                                         r"-0.316 kg at the ranges' lowest"):  # 5.204 kg x 0.9 - 5
+        _go1("mujoco", num_envs=2, torso_mass_kg=[-5.0, 0.0])
+    with pytest.raises(ValueError, match="env.randomization.torso_com_m: the task's model has no floating-base body"):
+        sims.make_env("pendulum", 2, randomization={"torso_com_m": [-0.05, 0.05]})
+
+
+@pytest.mark.filterwarnings("ignore:backend=warp device=cpu")
+def test_a_dynamics_pool_carries_the_go1_terms_and_their_constants_on_warp():
+    """The pool's variants hold every new field, and the constants copied with them are what MuJoCo Warp's
+    set_const computes for them (the torso's centre of mass, armature and qpos0 are set_const inputs too)."""
+    env = _go1("warp", num_envs=4, dynamics_pool=6)
+    assert {"body_mass", "body_ipos", "dof_armature", "qpos0"} <= set(env._pool)
+    sim = env.sim
+    for _ in range(2):
+        env._resample(Worlds(ids=torch.arange(4)))
+        for name in ("body_ipos", "dof_armature", "qpos0"):
+            held = sim.get_model_field(name).double()
+            assert all(bool((env._pool[name] - row).abs().amax(tuple(range(1, row.dim() + 1))).min() < 1e-7)
+                       for row in held), name  # every world holds a variant (as float32)
+        copied = {name: sim.get_model_field(name) for name in sim.constant_fields}
+        sim._const_stale = True
+        sim.refresh_constants()
+        for name, value in copied.items():
+            torch.testing.assert_close(sim.get_model_field(name), value, atol=1e-6, rtol=1e-5, msg=name)
+        env.step(torch.zeros(4, 12))
