@@ -30,6 +30,7 @@ control steps), so a run's metrics show that, and how wide, its dynamics were dr
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, fields
 from typing import Any
@@ -215,11 +216,16 @@ class RandomizedEnv(VecEnv):
         self._worlds = torch.arange(n, device=self.device)  # every world's index, made once (pushes use it each step)
         # MuJoCo Warp derives constants (constant_fields) for all worlds at once: a pool brings them along
         self._derives = hasattr(self.sim, "constant_fields")
-        # Each world's draws now (of the ranges not at nominal), and each pool variant's: logged as extremes
-        self._drawn = {key: torch.full((n, *self._draw_shapes[key]), self._nominal_of(key), device=self.device)
-                       for key in sorted(self._draw_shapes)}
+        # Each world's draws now (of the ranges not at nominal), logged as extremes: one row of columns per world,
+        # every range's side by side, written in one go at a reset however many ranges (each a kernel on a GPU);
+        # _drawn views each range's columns in its own shape.
+        keys = sorted(self._draw_shapes)
+        self._drawn_columns = torch.cat([torch.full((n, math.prod(self._draw_shapes[key])), self._nominal_of(key))
+                                         for key in keys], dim=1).to(self.device) if keys else None
+        self._drawn = self._ranges_of(self._drawn_columns)
         self._log_segments: torch.Tensor | None = None  # which range each column of the logged draws is
-        self._pool_scales: dict[str, Any] = {}
+        self._pool_draws: torch.Tensor | None = None  # each pool variant's draws, as _drawn_columns
+        self._pool_scales: dict[str, torch.Tensor] = {}
         self._draws_log: dict[str, torch.Tensor] = {}
         self._pool = self._dynamics_pool(cfg.dynamics_pool) if cfg.dynamics_pool else None
         self._robots_drawn = False  # dynamics_every_episode: false: each world's drawn once, at the first reset
@@ -257,6 +263,21 @@ class RandomizedEnv(VecEnv):
         of those the columns it changes (a view of the first)."""
         part = values if rows is None else values[:, rows]
         return part, part if term.columns is None else part[..., term.columns]
+
+    def _ranges_of(self, columns: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Each range's draws in ``columns`` ``(rows, columns)`` (as :attr:`_drawn_columns`), as views
+        ``(rows, *draw shape)``."""
+        ranges, start = {}, 0
+        for key in sorted(self._draw_shapes):
+            width = math.prod(self._draw_shapes[key])
+            ranges[key] = columns[:, start:start + width].view(len(columns), *self._draw_shapes[key])
+            start += width
+        return ranges
+
+    @staticmethod
+    def _as_columns(draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``draws`` by range (from :meth:`_draw_dynamics`) side by side, as :attr:`_drawn_columns`."""
+        return torch.cat([draws[key].reshape(len(draws[key]), -1) for key in sorted(draws)], dim=1)
 
     def _check_masses(self) -> None:
         """Refuse ranges that would give a body a mass of 0 or less (an added negative torso mass can): at the
@@ -305,17 +326,21 @@ class RandomizedEnv(VecEnv):
         them per world as each variant is written: it keeps only the fields. The pool assumes nothing
         else changes those fields' inputs later (nothing here does)."""
         parts: dict[str, list[torch.Tensor]] = {}
+        draws = []
         for start in range(0, size, self.num_envs):
             worlds = Worlds(ids=self._worlds[: min(self.num_envs, size - start)])
-            written, scales = self._draw_dynamics(worlds)  # kept as drawn: the backend's tensors are float32
+            written, drawn = self._draw_dynamics(worlds)  # kept as drawn: the backend's tensors are float32
             if self._derives and self.sim.refresh_constants():
                 written |= {name: self.sim.get_model_field(name)[: len(worlds)] for name in self.sim.constant_fields}
             for name, rows in written.items():
                 parts.setdefault(name, []).append(rows)
-            for key, drawn in scales.items():
-                self._pool_scales.setdefault(key, []).append(drawn)
-        self._pool_scales = {key: torch.cat(rows) for key, rows in self._pool_scales.items()}
-        return {name: torch.cat(rows) for name, rows in parts.items()}
+            draws.append(self._as_columns(drawn))
+        self._pool_draws = torch.cat(draws)
+        self._pool_scales = self._ranges_of(self._pool_draws)
+        pool = {name: torch.cat(rows) for name, rows in parts.items()}
+        if self._derives:  # MuJoCo Warp holds them in float32: cast once here rather than at every reset (a kernel each)
+            pool = {name: rows.to(self.sim.get_model_field(name).dtype) for name, rows in pool.items()}
+        return pool
 
     def _resample(self, worlds: Worlds, dynamics: bool = True) -> None:
         """New latency and delay for ``worlds``, and new dynamics if ``dynamics``."""
@@ -325,11 +350,12 @@ class RandomizedEnv(VecEnv):
             given = {"recompute": False} if self._derives else {}  # the pool holds them
             for name, rows in self._pool.items():
                 worlds.set_model_field(self.sim, name, rows[pick], **given)
-            for key, drawn in self._pool_scales.items():
-                worlds.put_(self._drawn[key], drawn[pick])
+            if self._drawn_columns is not None:
+                worlds.put_(self._drawn_columns, self._pool_draws[pick])
         elif dynamics:
-            for key, drawn in self._draw_dynamics(worlds)[1].items():
-                worlds.put_(self._drawn[key], drawn)
+            drawn = self._draw_dynamics(worlds)[1]
+            if drawn:
+                worlds.put_(self._drawn_columns, self._as_columns(drawn))
         # Latency: whole control steps through the action queue, the rest as physics substeps.
         latency = uniform((n,), *self._range("action_latency_s"), self._generator)
         physics_steps = torch.round(latency / self._timestep).long()
@@ -347,25 +373,28 @@ class RandomizedEnv(VecEnv):
     def _extremes(self) -> dict[str, torch.Tensor]:
         """The smallest and largest value over the worlds of each range not at nominal, as logged: computed
         when draws change (resets), not every step; device tensors, read when the runner logs."""
-        values = dict(self._drawn)
+        names, columns = list(self._drawn), [] if self._drawn_columns is None else [self._drawn_columns]
         if self.cfg.action_latency_s[1] > 0:  # as applied: whole control steps and physics substeps
-            values["action_latency_s"] = (self._latency * self.env.task.frame_skip + self._substeps) * self._timestep
+            names.append("action_latency_s")
+            latency = (self._latency * self.env.task.frame_skip + self._substeps) * self._timestep
+            columns.append(latency.float().unsqueeze(1))
         if self.cfg.obs_delay_steps[1] > 0:
-            values["obs_delay_steps"] = self._delay
-        if not values:
+            names.append("obs_delay_steps")
+            columns.append(self._delay.float().unsqueeze(1))
+        if not names:
             return {}
-        # Over worlds and elements (a link's, a dof's) alike: the columns of every range side by side, their extremes
-        # over the worlds, then over each range's columns. A few kernels however many ranges, and no host read.
-        columns = torch.cat([value.reshape(self.num_envs, -1).float() for value in values.values()], dim=1)
+        # Over worlds and elements (a link's, a dof's) alike: every range's columns side by side, their extremes over
+        # the worlds, then over each range's columns. A few kernels however many ranges, and no host read.
+        columns = torch.cat(columns, dim=1) if len(columns) > 1 else columns[0]
         if self._log_segments is None:
-            widths = [value[0].numel() for value in values.values()]
-            self._log_segments = torch.repeat_interleave(torch.arange(len(widths)), torch.tensor(widths)).to(self.device)
+            widths = [math.prod(self._draw_shapes[key]) for key in self._drawn] + [1] * (len(names) - len(self._drawn))
+            self._log_segments = torch.repeat_interleave(torch.arange(len(names)), torch.tensor(widths)).to(self.device)
         column_lows, column_highs = torch.aminmax(columns, dim=0)
-        lows = column_lows.new_zeros(len(values)).scatter_reduce_(0, self._log_segments, column_lows, "amin",
-                                                                   include_self=False)
-        highs = column_highs.new_zeros(len(values)).scatter_reduce_(0, self._log_segments, column_highs, "amax",
-                                                                     include_self=False)
-        return {f"randomization/{key}_{end}": row for key, low, high in zip(values, lows, highs)
+        lows = column_lows.new_zeros(len(names)).scatter_reduce_(0, self._log_segments, column_lows, "amin",
+                                                                  include_self=False)
+        highs = column_highs.new_zeros(len(names)).scatter_reduce_(0, self._log_segments, column_highs, "amax",
+                                                                    include_self=False)
+        return {f"randomization/{key}_{end}": row for key, low, high in zip(names, lows, highs)
                 for end, row in (("min", low), ("max", high))}
 
     # ---- VecEnv ----------------------------------------------------------------
