@@ -48,7 +48,7 @@ def main() -> None:
     interfaces.HOST_READS_FREE_ON.clear()  # the GPU's code path on Warp's CPU device too: resets by mask
     cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}"])
     full = dict(cfg.env.randomization)
-    variants = {"none": {}, "mass": {"mass_scale": full["mass_scale"]},
+    variants = {"none": {}, "mass": {k: full[k] for k in ("link_mass_scale", "torso_mass_kg", "torso_com_m")},
                 "friction": {"friction_scale": full["friction_scale"]},
                 "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
     variants["full, fresh draws"] = {**full, "dynamics_pool": 0}  # the config draws from a pool

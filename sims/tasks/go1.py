@@ -50,7 +50,16 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - Reset: the home pose with joints U(-0.1, 0.1) rad off (``reset_joint_noise``), a
   random yaw, trunk velocities U(-0.5, 0.5) (``reset_velocity``, Playground; a
   sideways 0.5 m/s can trip the standing pose, which the policy must learn to
-  catch); on rough terrain anywhere within ``spawn_range`` of the origin.
+  catch); on rough terrain anywhere within ``spawn_range`` of the origin. The reset
+  pose and the servos' zero (``actuate``) are the ``home`` keyframe, never the model's
+  ``qpos0``, as in Playground's Go1: ``env.randomization.qpos0_offset`` (the Go1
+  configs draw Playground's +-0.05 rad) moves MuJoCo's reference pose alone, which on
+  this model only the unread ``actuator_length0`` depends on.
+- Domain randomization (``sims/randomization.py``; the Go1 configs) follows Playground's
+  Go1 recipe: contact friction U(0.4, 1.0), each link's mass x U(0.9, 1.1), the trunk
+  +-1 kg and its centre of mass +-5 cm per axis (inertias as compiled, as Playground
+  leaves them), armature x U(1, 1.05) per joint, qpos0 +-0.05 rad; joint frictionloss
+  goes with the friction factor (x 0.5-1.25; Playground: x U(0.9, 1.1) per joint).
 - ``metrics/lin_vel_error`` and ``metrics/ang_vel_error`` (absolute tracking
   errors, m/s and rad/s) are logged through :meth:`Task.metrics`.
 
