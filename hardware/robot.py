@@ -17,7 +17,10 @@ the same on every robot:
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
-  says how it goes on stderr, at its start and every ``PARK_NOTICE_S``.
+  says how it goes on stderr, at its start and every ``PARK_NOTICE_S``, and is given
+  up once it has read nothing for ``safety.park_blind_s``: torque off where the robot
+  stands, raised as :class:`~hardware.safety.ParkUnfinished` (its message says the park
+  did not finish and, if the servos did not confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells
@@ -58,9 +61,9 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
-from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, RobotError, SafetyConfig, SafetyLayer,
-                             SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_home_pose, check_safe_pose,
-                             outside_limits)
+from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, ParkUnfinished, RobotError, SafetyConfig,
+                             SafetyLayer, SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_home_pose,
+                             check_safe_pose, outside_limits)
 from robolearn.interfaces import Obs, Step, VecEnv
 from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
 
@@ -94,11 +97,28 @@ class _BlindPark:
     said, which looked like a frozen terminal. Time left is the waypoints left at the blind waypoints' mean pace.
     Only once nothing has been read for ``silent_s`` (the robot's ``stop_after_s``, which the watchdog's park
     has waited out already): one failed read of a healthy bus had been said as a silent one, 14 s to go of a
-    park that took 1.5."""
+    park that took 1.5.
 
-    def __init__(self, waypoints: int, silent_s: float) -> None:
+    And bounds it: a park that has read nothing for ``limit_s`` of its own time (``safety.park_blind_s``) is given
+    up (:meth:`check`). Blind, each waypoint takes a failed read (~0.28 s on a Dynamixel bus, not 0.02), so a
+    park of 5 s had gone on for 70 on a bus that may never answer. A park that reads now and then (a flaky bus)
+    goes on: its readings say where the arm is."""
+
+    def __init__(self, waypoints: int, silent_s: float, limit_s: float) -> None:
         self.left, self.began, self.said_at, self.silent_s = waypoints, time.monotonic(), -math.inf, silent_s
         self.last, self.blind_s, self.blind = self.began, 0.0, 0  # (the seconds and count of blind waypoints)
+        self.limit_s = limit_s
+
+    def unread_s(self, fresh_at: float) -> float:
+        """Seconds of this park without a reading: since it began or since ``fresh_at`` (the last reading)."""
+        return time.monotonic() - max(fresh_at, self.began)
+
+    def check(self, fresh_at: float) -> None:
+        """Raise ParkUnfinished once this park has read nothing for ``limit_s``: it stops moving there."""
+        if (unread := self.unread_s(fresh_at)) >= self.limit_s:
+            raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
+                                 f"it (a silent bus; safety.park_blind_s = {self.limit_s:g}), so it was given up "
+                                 "short of the safe pose")
 
     def waypoint(self, fresh_at: float | None) -> None:
         """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one."""
@@ -109,8 +129,10 @@ class _BlindPark:
         self.blind_s, self.blind = self.blind_s + took, self.blind + 1
         if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
             self.said_at, remaining = now, self.left * self.blind_s / self.blind
+            give_up = max(0.0, self.limit_s - self.unread_s(fresh_at))
             _say(f"bus silent (no reading for {now - fresh_at:.1f} s): parking the arm blind, about {remaining:.0f} "
-                 f"s left of about {now - self.began + remaining:.0f} s; a second Ctrl+C cuts the park short")
+                 f"s left of about {now - self.began + remaining:.0f} s, given up in {give_up:.0f} s if nothing is "
+                 "read; a second Ctrl+C cuts the park short")
 
 
 class Robot(VecEnv):
@@ -486,7 +508,7 @@ class Robot(VecEnv):
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
         path = np.vstack([waypoints, hold])
-        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s)
+        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s, self.safety_cfg.park_blind_s)
         written = None
         for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
@@ -497,6 +519,8 @@ class Robot(VecEnv):
                 return self._move_to(pose, parking, restarts + 1) if parking else None
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
                 return
+            if parking:  # blind for park_blind_s of it (a silent bus): given up here, torque off (_stop)
+                blind.check(self._fresh_at)
             if not parking and time.monotonic() - self._fresh_at >= self.safety_cfg.stop_after_s:
                 # blind for stop_after_s (a silent bus): the watchdog, locked out while a ramp holds the bus, stops
                 # the run (a frozen emulator's reset ramp had gone on blind for 18 s, each read timing out); its
@@ -541,6 +565,8 @@ class Robot(VecEnv):
             failure = EmergencyStop("emergency stop (Ctrl+\\) during the ramp to the safe pose: parking was skipped "
                                     "and torque turned off where the robot stood (an unsupported joint may drop)")
         failed = self._torque_off_quietly()
+        if isinstance(failure, ParkUnfinished) and failed is None:
+            add_to_message(failure, "torque was turned off where the robot stood (an unsupported joint may drop)")
         if ramp and failure is not None and not isinstance(failure, (SafetyStop, ConnectionLost)):
             add_to_message(failure, "it cut the park to the safe pose short"  # a driver's own error, said as such
                            + (": torque was turned off where the robot stood" if failed is None else ""))

@@ -66,6 +66,11 @@ class ParkSkipped(SafetyStop):
     """The ramp to the safe pose was interrupted (a second Ctrl+C): torque went off where the robot stood."""
 
 
+class ParkUnfinished(SafetyStop):
+    """The ramp to the safe pose was given up: nothing was read for ``safety.park_blind_s`` of it (a silent bus).
+    Torque off was sent where the robot stood; its message says whether the servos confirmed it."""
+
+
 EVENT_TOLERANCE = 1e-6
 """rad: clipping by less than this is not counted as an intervention (float32 actions are
 rounded by up to ~2.4e-7 rad near 4 rad); the limits themselves are applied exactly."""
@@ -91,13 +96,14 @@ class SafetyConfig:
     watchdog_s: float = 0.1  # stale observation or silent controller: hold after this long
     stop_after_s: float = 0.5  # ... and stop (ramp to the safe pose, torque off) after this long
     ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
+    park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus) is given up: torque off
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:
         for name in NUMBERS:  # NaN passes every comparison: refuse it (and inf) by name
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"safety.{name} must be a finite number, got {getattr(self, name)}")
-        for name in ("max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed"):
+        for name in ("max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed", "park_blind_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"safety.{name} must be positive, got {getattr(self, name)}")
         if self.position_margin < 0:  # a negative margin would let commands past the joint limits
@@ -140,7 +146,7 @@ class SafetyConfig:
         return SafetyConfig.from_mapping({**self.to_mapping(), **overrides}, where)
 
 
-NUMBERS = ("position_margin", "max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed")
+NUMBERS = ("position_margin", "max_velocity", "max_step", "watchdog_s", "stop_after_s", "ramp_speed", "park_blind_s")
 """The SafetyConfig settings that are numbers."""
 
 

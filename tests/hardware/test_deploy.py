@@ -551,9 +551,49 @@ def test_a_park_on_a_silent_bus_says_how_it_goes(make_emulator, monkeypatch, cap
         emulator.faults.drop_reply = 0.0
         arm.close()
     said = re.findall(r"^bus silent \(no reading for \d+\.\d s\): parking the arm blind, about (\d+) s left of about "
-                      r"(\d+) s; a second Ctrl\+C cuts the park short$", capsys.readouterr().err, re.MULTILINE)
+                      r"(\d+) s, given up in \d+ s if nothing is read; a second Ctrl\+C cuts the park short$",
+                      capsys.readouterr().err, re.MULTILINE)
     left = [int(seconds) for seconds, _ in said]
     assert len(left) >= 2 and left[0] >= 2 and left[-1] < left[0], said  # at its start (of about 5 s), and as it goes
+
+
+@pytest.mark.parametrize("park", ["close", "watchdog"])
+def test_a_park_on_a_silent_bus_is_given_up_after_park_blind_s_and_says_to_cut_power(make_emulator, park):
+    """A park on a bus that answers nothing had no time limit: every waypoint waited out a failed read (~0.28 s
+    with the bus's retries), so a park of about a second went on blind for about 20 s, and a longer one for
+    minutes. Once it has read nothing for safety.park_blind_s it stops moving, torque off is sent, and it ends
+    as an unsafe stop: the park did not finish, and (the silent bus confirming nothing) cut the servos' power.
+    The close's own park raises that; the watchdog's says it in the stop the next step raises."""
+    from hardware.safety import ParkUnfinished, WatchdogStop
+
+    emulator = make_emulator(realtime=True)
+    safety = SafetyConfig(watchdog_s=0.5, stop_after_s=1.0, park_blind_s=1.0)
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=safety).connect()  # (3 retries)
+    said = (r"the park to the safe pose did not finish: nothing was read for 1\.\d s of it \(a silent bus; "
+            r"safety.park_blind_s = 1\), so it was given up short of the safe pose; the torque-off was not confirmed "
+            r".*the servos may still hold torque; cut their power")
+    try:
+        arm.reset(seed=0)
+        for _ in range(25):  # 0.6 rad out: a park of about 1.2 s, about 20 s blind
+            arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        emulator.faults.drop_reply = 1.0  # silent: goals and the torque-off still reach the servos, no reply comes back
+        began = time.monotonic()
+        if park == "close":
+            with pytest.raises(ParkUnfinished, match=said):
+                arm.close()
+        else:
+            with pytest.raises(WatchdogStop, match="no fresh observation .*; the safe stop failed: " + said):
+                for _ in range(1000):
+                    arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        took = time.monotonic() - began
+    finally:
+        emulator.faults.drop_reply = 0.0
+        arm.close()
+    # park_blind_s, the failed reads around it and the torque-off's (plus the watchdog's stop_after_s), not 20 s
+    assert took < 10.0, took
+    state = emulator.state()
+    assert not any(s.torque_enabled for s in state.values())  # torque off reached the servos
+    assert max(abs(s.goal) for s in state.values()) > 0.3  # where the park was given up, not at home
 
 
 def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_short_and_says_so(
