@@ -12,8 +12,9 @@ the same on every robot:
   (servos with a bus watchdog stop on their own). A stop asked for during that
   ramp (Ctrl+C, a kill's SIGTERM, a closed terminal's SIGHUP) is what the ramp is
   doing already: the first one is said and the park goes on (then raises
-  KeyboardInterrupt); a second one (counting the Ctrl+C that began the close)
-  turns torque off where the robot stands and raises
+  KeyboardInterrupt); a second one (counting the Ctrl+C that began the close, and
+  under :func:`~robolearn.runtime.run` one that comes before the close begins: see
+  :meth:`Robot.stop_signals`) turns torque off where the robot stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
@@ -65,7 +66,7 @@ from hardware.safety import (ConnectionLost, EmergencyStop, ParkSkipped, ParkUnf
                              SafetyLayer, SafetyStop, ServosStopped, WatchdogStop, add_to_message, check_home_pose,
                              check_safe_pose, outside_limits)
 from robolearn.interfaces import Obs, Step, VecEnv
-from robolearn.runtime import STOP_SIGNALS, Ticker, hung_up
+from robolearn.runtime import STOP_SIGNALS, Ticker, as_ctrl_c, hung_up
 
 
 MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at most this often
@@ -319,6 +320,43 @@ class Robot(VecEnv):
             self._disconnect()
 
     @contextlib.contextmanager
+    def stop_signals(self) -> Iterator[None]:
+        """Stop signals (Ctrl+C, a kill's SIGTERM, a closed terminal's SIGHUP) while a loop drives the robot, until
+        and through its close (:func:`robolearn.runtime.run` holds this; main thread only). The first ends the loop
+        as Ctrl+C does (KeyboardInterrupt). A second, before the close takes stop signals its own way
+        (:meth:`_park_signals`; the loop's clean-up, which saves the recording, comes first), is kept for the close,
+        said, and not raised: raised, it had cut that save short and reached the close as the first stop, so the
+        park went on (a third was needed), and raised before the close it could skip the close, torque left on.
+        Kept, it cuts the park short (``_park_cut``: the close's, or the watchdog's under way) and torque goes off
+        where the robot stands. Later ones are left to the close. Signals set to be ignored, or to a handler of
+        one's own, stay as they are."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.stop_requested = False  # (a loop before this one that was not closed: its stops are over)
+        self._park_cut.clear()
+
+        def take(signum: int, frame: Any) -> None:
+            hung_up(signum)  # a closed terminal: no EIO from the prints of the stop
+            name = signal.Signals(signum).name
+            if not self.stop_requested:
+                self.stop_requested = True
+                raise KeyboardInterrupt(name)
+            if not self._park_cut.is_set():
+                self._park_cut.set()
+                _say(f"{name}: a second stop: no park to the safe pose (one under way is cut short); torque goes off "
+                     "where the robot stands")
+
+        stops = (signal.SIG_DFL, signal.default_int_handler, as_ctrl_c)  # (as_ctrl_c: deploy's SIGTERM and SIGHUP)
+        previous = {signum: signal.signal(signum, take) for signum in STOP_SIGNALS
+                    if signal.getsignal(signum) in stops}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    @contextlib.contextmanager
     def _park_signals(self) -> Iterator[None]:
         """While :meth:`close` parks (main thread): the first stop signal (Ctrl+C, SIGTERM, SIGHUP) is said and
         the park goes on, then raises KeyboardInterrupt after it; a second cuts the park short, said as ParkSkipped:
@@ -326,12 +364,12 @@ class Robot(VecEnv):
         thread's park that the close waits for, or the close's own once it begins); later ones are ignored (the
         torque-off that follows must not be cut short). A stop asked before the close (``stop_requested``, which
         :func:`~robolearn.runtime.run` sets on a Ctrl+C, or a close that unwinds a KeyboardInterrupt) counts as the
-        first. Signals set to be ignored stay ignored."""
+        first, and a second one kept by :meth:`stop_signals` as the second. Signals set to be ignored stay ignored."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
         earlier = self.stop_requested or isinstance(sys.exc_info()[1], KeyboardInterrupt)
-        asked: list[str] = ["earlier"] if earlier else []
+        asked: list[str] = ["earlier"] * (2 if self._park_cut.is_set() else 1 if earlier else 0)
 
         def press(signum: int, frame: Any) -> None:
             hung_up(signum)  # a closed terminal: no EIO from the prints of the stop
@@ -552,10 +590,10 @@ class Robot(VecEnv):
             failure = ConnectionLost("connection lost before or during the safe stop: the ramp and the torque-off "
                                      "could not be done; servos with a bus watchdog stop by themselves, others keep "
                                      "their last goal")
-        except KeyboardInterrupt:  # a second stop while parking: torque off (below), and say so
-            failure = ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) during the ramp to the safe pose: "
-                                  "parking was skipped and torque turned off where the robot stood (an unsupported "
-                                  "joint may drop)")
+        except KeyboardInterrupt:  # a second stop before or while parking: torque off (below), and say so
+            failure = ParkSkipped("a second stop (Ctrl+C, a kill, a closed terminal) before or during the ramp to the "
+                                  "safe pose: parking was skipped and torque turned off where the robot stood (an "
+                                  "unsupported joint may drop)")
         except BaseException as err:  # noqa: BLE001 (whatever cut the park short, torque goes off first)
             failure = err
         finally:

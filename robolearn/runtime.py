@@ -278,12 +278,16 @@ def _check_arguments(controller: Any, env: Any, rate_hz: Any, steps: Any, episod
 
 
 def _robot_stop_signals(env: Any) -> contextlib.ExitStack:
-    """For a robot (an env with ``emergency_stop``), held while it runs: a kill or a closed terminal stops it
-    safely as Ctrl+C does, and Ctrl+\\ is its emergency stop (deploy's, for any robot); for a sim, nothing."""
+    """For a robot (an env with ``emergency_stop``), held while it runs and through its close: a kill or a closed
+    terminal stops it safely as Ctrl+C does, and Ctrl+\\ is its emergency stop (deploy's, for any robot); a robot
+    that takes stop signals itself (``stop_signals``: a :class:`~hardware.robot.Robot`, which keeps a second stop
+    that comes before its close for that close) is given them. For a sim, nothing."""
     signals = contextlib.ExitStack()
     if callable(getattr(env, "emergency_stop", None)):
         estop = {signal.SIGQUIT: lambda *_: env.emergency_stop()} if hasattr(signal, "SIGQUIT") else {}
         signals.enter_context(stops_as_ctrl_c(also=estop))
+        if callable(getattr(env, "stop_signals", None)):
+            signals.enter_context(env.stop_signals())
     return signals
 
 

@@ -615,8 +615,8 @@ def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_
         while not arms[0].parking and time.monotonic() < until:  # the watchdog's park, stop_after_s later
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)  # ends the loop; the close waits for the park
-        while signal.getsignal(signal.SIGINT) is signal.default_int_handler and time.monotonic() < until:
-            time.sleep(0.01)  # (until the close takes stop signals its own way)
+        while not arms[0].stop_requested and time.monotonic() < until:
+            time.sleep(0.01)  # (until the first is taken: two pending SIGINTs are handled as one)
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
@@ -633,6 +633,38 @@ def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_
     state = emulator.state()
     assert not any(s.torque_enabled for s in state.values())  # torque-off sent (the silent bus confirmed none)
     assert max(abs(s.goal) for s in state.values()) > 0.1  # where the park was cut short, not at home
+
+
+def test_a_second_ctrl_c_before_the_close_parks_is_kept_and_skips_the_park(run_dir, make_emulator, monkeypatch,
+                                                                               capsys):
+    """A second Ctrl+C that came after the first had ended the loop, while its clean-up saved the recording and
+    before the close took stop signals its own way, had been raised there: it cut the save short (the episode in
+    progress lost) and reached the close as the first stop, so the park went on in full and deploy ended as
+    "interrupted" (status 130), the second press lost. It is kept for the close: no park, torque off where the arm
+    stands, the episode saved, and an error (status 2) that says the park was skipped."""
+    emulator = make_emulator(realtime=True)
+    close = EpisodeRecorder.close
+
+    def second_stop_then_save(self):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl+C, as the loop's clean-up saves the recording
+        close(self)
+
+    monkeypatch.setattr(EpisodeRecorder, "close", second_stop_then_save)
+    after_recorded_steps(monkeypatch, 10, lambda: os.kill(os.getpid(), signal.SIGINT))  # the first ends the loop
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
+                     "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert "SIGINT: a second stop: no park to the safe pose" in err, err
+    assert re.search(r"error: a second stop .* before or during the ramp to the safe pose: parking was skipped", err), err
+    state = emulator.state()
+    assert not any(s.torque_enabled for s in state.values())  # torque off
+    assert max(abs(s.goal) for s in state.values()) > 0.1  # where the arm stood, not parked at home
+    episode = load_episode(next((run_dir / "deploy").iterdir()) / "episode_00000.npz")  # the episode in progress
+    assert episode["interrupted"] and len(episode["actions"]) >= 10
 
 
 def test_an_emergency_stop_during_a_park_leaves_a_limp_servo_limp(make_emulator):
