@@ -12,7 +12,8 @@ the same on every robot:
   (servos with a bus watchdog stop on their own). A stop asked for during that
   ramp (Ctrl+C, a kill's SIGTERM, a closed terminal's SIGHUP) is what the ramp is
   doing already: the first one is said and the park goes on (then raises
-  KeyboardInterrupt); a second one (counting the Ctrl+C that began the close, and
+  KeyboardInterrupt; one that ends the loop while the watchdog parks is said too,
+  as the close waits for that park); a second one (counting the Ctrl+C that began the close, and
   under :func:`~robolearn.runtime.run` one that comes before the close begins: see
   :meth:`Robot.stop_signals`) turns torque off where the robot stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
@@ -341,6 +342,7 @@ class Robot(VecEnv):
             name = signal.Signals(signum).name
             if not self.stop_requested:
                 self.stop_requested = True
+                self._say_park_under_way(name)
                 raise KeyboardInterrupt(name)
             if not self._park_cut.is_set():
                 self._park_cut.set()
@@ -356,6 +358,14 @@ class Robot(VecEnv):
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
+    def _say_park_under_way(self, stop: str) -> None:
+        """Where the watchdog is parking as a first stop comes, say so: the loop's end waits for that park, which
+        had said nothing of the stop (the close's own park says one that comes during it), so a Ctrl+C seemed
+        unheard until the park ended, or, on a silent bus, was given up."""
+        if self.parking:
+            _say(f"{stop}: a park to the safe pose is under way (the watchdog's): stopping once it ends; a second "
+                 "Ctrl+C cuts it short (torque off where the robot stands)")
+
     @contextlib.contextmanager
     def _park_signals(self) -> Iterator[None]:
         """While :meth:`close` parks (main thread): the first stop signal (Ctrl+C, SIGTERM, SIGHUP) is said and
@@ -370,6 +380,8 @@ class Robot(VecEnv):
             return
         earlier = self.stop_requested or isinstance(sys.exc_info()[1], KeyboardInterrupt)
         asked: list[str] = ["earlier"] * (2 if self._park_cut.is_set() else 1 if earlier else 0)
+        if earlier and not self.stop_requested:  # a Ctrl+C in a loop of one's own (stop_signals says run's)
+            self._say_park_under_way(str(sys.exc_info()[1]) or "SIGINT")
 
         def press(signum: int, frame: Any) -> None:
             hung_up(signum)  # a closed terminal: no EIO from the prints of the stop

@@ -635,6 +635,41 @@ def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_
     assert max(abs(s.goal) for s in state.values()) > 0.1  # where the park was cut short, not at home
 
 
+def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to_cut_it(run_dir, make_emulator,
+                                                                                         monkeypatch, capsys):
+    """The bus goes silent mid-deploy and the watchdog parks blind; a Ctrl+C then ended the loop and the close
+    waited for that park, with nothing said of the stop: it seemed unheard. It says, once, on one line, that a
+    park is under way and that a second Ctrl+C cuts it short."""
+    emulator, arms = make_emulator(realtime=True), []
+
+    class Kept(DynamixelArm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            arms.append(self)
+
+    def press_once() -> None:
+        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
+        until = time.monotonic() + 60
+        while not arms[0].parking and time.monotonic() < until:  # the watchdog's park, stop_after_s later
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
+    after_recorded_steps(monkeypatch, 10, press_once)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:  # (the blind park is given up after park_blind_s: an error, its stop said)
+        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--safety",
+                     "watchdog_s=0.5", "--safety", "stop_after_s=2.0", "--safety", "park_blind_s=1.0"]) == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    said = re.findall(r"SIGINT: a park to the safe pose is under way \(the watchdog's\): stopping once it ends; a "
+                      r"second Ctrl\+C cuts it short \(torque off where the robot stands\)$", err, re.MULTILINE)
+    assert len(said) == 1, err  # (after the progress bar's carriage return: on its own line on a terminal)
+    assert re.search(r"error: no fresh observation .*; the safe stop failed: the park to the safe pose did not finish",
+                     err), err
+
+
 def test_a_second_ctrl_c_before_the_close_parks_is_kept_and_skips_the_park(run_dir, make_emulator, monkeypatch,
                                                                                capsys):
     """A second Ctrl+C that came after the first had ended the loop, while its clean-up saved the recording and

@@ -361,6 +361,24 @@ def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
     assert ("bus silent" in capsys.readouterr().err) is said
 
 
+def test_a_ctrl_c_in_a_loop_of_ones_own_while_the_watchdog_parks_says_the_park_is_under_way(capsys):
+    """``with arm:`` and a loop of one's own (no runtime.run): a Ctrl+C while the watchdog parked ended the loop,
+    and the close waited for that park with nothing said of the stop."""
+    arm = LagArm(ramp_speed=0.5)  # a park of about 0.8 s
+    with pytest.raises(WatchdogStop, match="parked at the safe pose"):  # (the stop made before the Ctrl+C, said)
+        with arm:
+            arm.reset()
+            arm.step(torch.tensor([[0.6, -0.6]]))
+            arm.fail_reads_after = arm.reads  # silent: the watchdog parks after stop_after_s (0.2 s)
+            until = time.monotonic() + 10
+            while not arm.parking and time.monotonic() < until:
+                time.sleep(0.005)
+            raise KeyboardInterrupt  # the Ctrl+C, as Python's handler raises it
+    assert arm.torque_log[-1] is False
+    assert capsys.readouterr().err.count("SIGINT: a park to the safe pose is under way (the watchdog's): stopping "
+                                         "once it ends; a second Ctrl+C cuts it short") == 1
+
+
 def test_a_second_stop_during_the_torque_off_after_a_park_does_not_cut_it_short():
     """The park after a Ctrl+C had ended and torque was going off when a second stop came: it raised there (the
     close held the bus, though it no longer parked), so the torque-off was never sent and deploy ended as
