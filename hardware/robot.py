@@ -13,9 +13,10 @@ the same on every robot:
   ramp (Ctrl+C, a kill's SIGTERM, a closed terminal's SIGHUP) is what the ramp is
   doing already: the first one is said and the park goes on (then raises
   KeyboardInterrupt; one that ends the loop while the watchdog parks is said too,
-  as the close waits for that park); a second one (counting the Ctrl+C that began the close, and
-  under :func:`~robolearn.runtime.run` one that comes before the close begins: see
-  :meth:`Robot.stop_signals`) turns torque off where the robot stands and raises
+  as the close waits for that park); a second one (counting the Ctrl+C that began
+  the close, and under :func:`~robolearn.runtime.run` one that comes before the
+  close begins: see :meth:`Robot.stop_signals`) turns torque off where the robot
+  stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
