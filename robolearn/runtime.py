@@ -412,10 +412,10 @@ def run(
         stats.error = f"{type(err).__name__}: {err}"
         raise
     finally:
-        if bar is not None:
-            bar.close()
-        _keep_timing(stats, ticker, env if paced_by_env else None)
-        try:
+        try:  # (a stop landing in any of these still leaves the robot's close, its park and torque-off, to run)
+            if bar is not None:
+                bar.close()
+            _keep_timing(stats, ticker, env if paced_by_env else None)
             if sink is not None:
                 sink.close()
         finally:

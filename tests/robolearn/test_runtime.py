@@ -667,3 +667,27 @@ def test_run_reports_each_episodes_own_return_and_success():
     summary = stats.summary()
     assert (summary["steps"], summary["episodes"]) == (9, 3)
     assert summary["return_mean"] == 6.0 and summary["success_rate"] == pytest.approx(2 / 3)
+
+
+def test_a_stop_while_the_loop_winds_down_still_closes_the_env(monkeypatch):
+    """A first Ctrl+C that lands after a failed loop, as its progress bar closes or its timing is kept, had skipped
+    the env's close: a robot's park and torque-off, for a script that runs one without ``with robot:``."""
+    import robolearn.runtime as runtime
+
+    closed = []
+
+    class Closing(Scripted):
+        def close(self) -> None:
+            closed.append(True)
+
+    def interrupted(*args, **kwargs) -> None:
+        raise KeyboardInterrupt("SIGINT")
+
+    class Failing(Zero):
+        def act(self, obs):
+            raise RuntimeError("controller crashed")
+
+    monkeypatch.setattr(runtime, "_keep_timing", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(Failing(1), Closing(), rate_hz=0, steps=10)
+    assert closed == [True]
