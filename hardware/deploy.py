@@ -31,6 +31,7 @@ import torch
 
 from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
 from hardware.safety import SafetyConfig, add_to_message
+from robolearn import strict_json
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
@@ -351,7 +352,7 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
     }
     if recorder is not None:
         def write() -> None:  # a stop while it is written waits for it (a second Ctrl+C had lost it), then stops
-            text = json.dumps(summary, indent=2, default=str).encode()
+            text = strict_json.dumps(summary, indent=2, default=str).encode()
             with stops_held() as held:
                 atomic_write_bytes(recorder.directory / "deploy.json", lambda f: f.write(text))
             if held:

@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from robolearn import distributed
+from robolearn import distributed, strict_json
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
                               resolve_config_path, run_config_path, to_dict)
@@ -280,7 +280,7 @@ def _json_error(args: argparse.Namespace, said: str) -> None:
     script that parses it sees why, not nothing."""
     if getattr(args, "json", False):
         try:
-            print(json.dumps({"error": said}), flush=True)
+            print(strict_json.dumps({"error": said}), flush=True)
         except BrokenPipeError:  # `... --json | head` closed it: quietly, as main's own BrokenPipeError
             _stdout_to_devnull()
 
@@ -552,7 +552,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"{line}; dynamics {result['dynamics']}" + ("" if result["dynamics"].startswith("nominal") else
                                                          " (--nominal without)"))
     if args.json:
-        print(json.dumps(result))
+        print(strict_json.dumps(result))
     return 0
 
 
@@ -573,14 +573,14 @@ def _eval_fas(args: argparse.Namespace, cfg: TrainConfig) -> int:
     result = fas.fas(controller, lambda n: make_env(cfg.env, num_envs=n, seed=args.seed), cfg.env.task,
                      episodes=args.episodes, seed=args.seed, r_max=r_max, shift=args.fas_shift)
     result = {"run": str(args.run), "controller": args.exported or "checkpoint", **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
-    atomic_write_bytes(args.run / "fas.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
+    atomic_write_bytes(args.run / "fas.json", lambda f: f.write(strict_json.dumps(result, indent=2).encode()))
     if not args.json:
         print(f"{cfg.env.task}: R(L) over {args.episodes} episodes, decision period {result['decision_period']}")
         for length, value in zip(result["lengths"], result["returns"]):
             print(f"  L = {length:>2}  R = {value:10.2f}")
         print(f"FAS {result['fas']:.3f}  (R_max {result['r_max']:g}, shift {result['shift']:g}); plot {result['plot']}")
     else:
-        print(json.dumps(result))
+        print(strict_json.dumps(result))
     return 0
 
 
@@ -742,7 +742,7 @@ def _deploy(args: argparse.Namespace) -> int:
                      safety_overrides=parse_overrides(args.safety), progress=True)
     print(report(summary, fixed_target=bool(args.target)))
     if args.json:
-        print(json.dumps(summary, default=str))
+        print(strict_json.dumps(summary, default=str))
     return 130 if summary["loop"]["interrupted"] else 0
 
 
@@ -759,7 +759,7 @@ def _replay(args: argparse.Namespace) -> int:
     events = result["safety_events"]
     print("safety:      " + (", ".join(f"{rule} {n}" for rule, n in sorted(events.items())) or "no interventions"))
     if args.json:
-        print(json.dumps(result, default=str))
+        print(strict_json.dumps(result, default=str))
     return 0
 
 

@@ -18,8 +18,8 @@ average, for the current step, the predictions of the last ``length`` calls
 with weights ``exp(decay * age)``. :class:`ExportedController` keeps that queue.
 
 controller.json is strict JSON: a float it has no number for (hopper's ``healthy_z_range`` ends at
-infinity) is written as the string ``"inf"``, ``"-inf"`` or ``"nan"`` (:data:`NON_FINITE`), and read back
-as that float.
+infinity) is written as the string ``"inf"``, ``"-inf"`` or ``"nan"`` (:mod:`robolearn.strict_json`), and read
+back as that float.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from robolearn.chunking import ActionQueue, ChunkedController
 from robolearn.config import denormals_flushed
 from robolearn.interfaces import Controller, Obs, check_setup, controller_input, reset_mask, reset_rows
 from robolearn.shell import shell
+from robolearn.strict_json import dumps, from_finite_json
 
 FORMATS = ("torchscript", "onnx")
 FILENAMES = {"torchscript": "controller.pt", "onnx": "controller.onnx"}
@@ -56,35 +57,6 @@ image of 640x480x3 is under a million): the driver makes zero observations of th
 MAX_CHUNK_LENGTH = 2**12
 """Most actions one chunk (controller.json's ``chunk`` ``length``) may hold: ensemble mode keeps ``length``
 chunks of ``length`` actions per env (2**24 at this bound, as :data:`MAX_STATE_SIZE`); ACT's chunks are 100."""
-
-
-NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-"""How controller.json writes the floats strict JSON has no number for (hopper's ``healthy_z_range`` is
-``[0.7, "inf"]``): as these strings, which :func:`read_controller_meta` reads back as the floats (and files of
-older exports, which wrote ``Infinity``, as well). ``jq``, JavaScript and other strict readers had refused
-``Infinity``."""
-
-
-def finite_json(value: Any) -> Any:
-    """``value`` (JSON data) with every infinite or NaN float as its :data:`NON_FINITE` string, for strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if value != value else "inf" if value > 0 else "-inf"
-    if isinstance(value, (list, tuple)):
-        return [finite_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: finite_json(item) for key, item in value.items()}
-    return value
-
-
-def from_finite_json(value: Any) -> Any:
-    """``value`` read from strict JSON with the :data:`NON_FINITE` strings as the floats they stand for."""
-    if isinstance(value, str):
-        return NON_FINITE.get(value, value)
-    if isinstance(value, list):
-        return [from_finite_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: from_finite_json(item) for key, item in value.items()}
-    return value
 
 
 def task_meta(env: Any, control_dt: float) -> dict[str, Any]:
@@ -158,7 +130,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
         "sha256": {path.name: hashlib.sha256(data).hexdigest() for path, data in files.items()},
     }
     paths["meta"] = out_dir / "controller.json"
-    files[paths["meta"]] = json.dumps(finite_json(meta), indent=2, allow_nan=False).encode()  # strict JSON
+    files[paths["meta"]] = dumps(meta, indent=2).encode()  # strict JSON
     # one set: a full disk between files had left a new controller.pt beside the older controller.onnx
     atomic_write_files({path: lambda f, data=data: f.write(data) for path, data in files.items()})
     for fmt in set(FORMATS) - set(formats):

@@ -27,7 +27,6 @@ import collections
 import contextlib
 import copy
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -46,7 +45,7 @@ import torch
 from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_checkpoint, load_replay, refill_instead,
                                   mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
                                   saved_num_envs, set_rng_state)
-from robolearn import distributed
+from robolearn import distributed, strict_json
 from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, torch_settings_kept,
                               validated)
 from robolearn.curves import plot_runs
@@ -974,7 +973,7 @@ def finish_run(result: RunResult, logger: RunLogger, cfg: TrainConfig, controlle
         backend = "gymnasium" if cfg.env.task.startswith("gym:") else cfg.env.backend  # a Gymnasium env brings its own
         result.evaluation |= {"dynamics": evaluation_dynamics(env_cfg), "backend": backend,
                               "device": cfg.env.device}
-        atomic_write_bytes(run / "eval.json", lambda f: f.write(json.dumps(result.evaluation, indent=2).encode()))
+        atomic_write_bytes(run / "eval.json", lambda f: f.write(strict_json.dumps(result.evaluation, indent=2).encode()))
         logger.summary({f"eval/{k}": v for k, v in result.evaluation.items()})
     with _hint_on_ctrl_c(f"its checkpoint, export and evaluation are saved; {shell('robolearn', 'plot', run)} "
                          "draws its curves"):

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from robolearn import strict_json
 from robolearn.checkpoint import ShapeMismatch
 from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
 from robolearn.shell import shell
@@ -172,7 +173,7 @@ def _info(args: argparse.Namespace) -> int:
 
     summary = Dataset.load(args.name, args.root).summary()
     if args.json:
-        print(json.dumps(summary, default=str))
+        print(strict_json.dumps(summary, default=str))
         return 0
     for key, value in summary.items():
         if key.startswith("normalized_score") and isinstance(value, float):  # x 100, as runs and D4RL's tables say it
@@ -420,7 +421,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         extra: dict[str, Any] = {"qpos_divergence": None if result.qpos_divergence is None else result.qpos_divergence.tolist(),
                                  "obs_divergence": result.obs_divergence.tolist()}
-        print(json.dumps({"dataset": ds.id, "episode": args.episode, **s, **extra}))
+        print(strict_json.dumps({"dataset": ds.id, "episode": args.episode, **s, **extra}))
     return 0
 
 
