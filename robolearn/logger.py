@@ -209,10 +209,20 @@ def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> 
             later = True
         (superseded if later else kept).append(line)
     if superseded:
-        with path.with_name("metrics.superseded.jsonl").open("a") as f:
-            f.write("".join(line + "\n" for line in superseded))
+        aside = path.with_name("metrics.superseded.jsonl")
+        with aside.open("a") as f:
+            # an earlier resume killed mid-append left half a line: these start on a line of their own
+            torn = aside.stat().st_size > 0 and not _ends_with_newline(aside)
+            f.write("\n" * torn + "".join(line + "\n" for line in superseded))
     if superseded or (text and not text.endswith("\n")):
         atomic_write_bytes(path, lambda f: f.write("".join(line + "\n" for line in kept).encode()))
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """Whether the non-empty file ``path``'s last byte is a newline (read alone: the file may be large)."""
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def keep_seconds(progress: Any, logger: RunLogger | None) -> None:

@@ -65,6 +65,18 @@ def test_a_torn_last_line_is_read_past_and_set_aside_on_resume(tmp_path):
     assert (tmp_path / "metrics.superseded.jsonl").read_text() == '{"env_steps": 2\n'
 
 
+def test_lines_set_aside_after_a_torn_superseded_line_stay_lines_of_their_own(tmp_path):
+    """A resume killed mid-append to metrics.superseded.jsonl (kill -9) left it torn: the next resume's lines had
+    been appended onto that half line, the first of them joined to it and no longer read as JSON."""
+    superseded = tmp_path / "metrics.superseded.jsonl"
+    superseded.write_text('{"env_steps": 300}\n{"env_steps": 4')
+    (tmp_path / "metrics.jsonl").write_text('{"env_steps": 100, "time": 1.0}\n{"env_steps": 200, "time": 2.0}\n')
+    logger = RunLogger(tmp_path, total_steps=1000, config={}, wandb_mode="disabled", progress=False, initial_steps=100)
+    logger.close()
+    assert superseded.read_text().splitlines() == ['{"env_steps": 300}', '{"env_steps": 4',
+                                                   '{"env_steps": 200, "time": 2.0}']
+
+
 @pytest.mark.parametrize("bad, superseded", [
     (b'{"env_steps": \xff\xfe}', b'{"env_steps": '),  # bytes that are no UTF-8 (a disk's damage)
     (b"[" * 100_000 + b"]" * 100_000, b"[[["),  # nested deeper than json decodes (RecursionError, no ValueError)
