@@ -89,6 +89,9 @@ def recover(folder: str | Path, name: str | None = None, root: str | Path | None
                   leave=False) as bar:
             dataset = Dataset.create(name, _complete_episodes(source, bar), source.observation_spec, source.action_spec,
                                      metadata=metadata, root=root, overwrite=overwrite, source=str(folder))
+        # no longer a recording's first, in one step: a kill inside the removal leaves a plain temp folder, which the
+        # next writer removes, not a part of the episodes offered for a second (duplicate or "damaged") recover
+        (folder / KEEPS_PARTIAL).unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
     finally:
         if lock is not None:

@@ -222,6 +222,26 @@ def test_a_kill_inside_minaris_metadata_rewrite_loses_no_episode(root):
     assert not (done.dataset.path / "data" / "metadata.json.whole").exists()
 
 
+def test_a_recover_killed_while_removing_its_folder_does_not_offer_it_again(root, monkeypatch):
+    """The folder's removal after the dataset is made: a kill -9 inside it (here: the HDF5 file gone, its metadata
+    left) had left a folder still named a recording's uncommitted episodes, which a second recover made into a
+    duplicate dataset or called damaged."""
+    import importlib
+    import types
+
+    recovering = importlib.import_module("robolearn.data.recover")  # (the package's `recover` is the function)
+    folder = _dead_recording("rec", root, episodes=2)
+    cut_short = types.SimpleNamespace(rmtree=lambda path, **_: (Path(path) / "data" / "main_data.hdf5").unlink())
+    monkeypatch.setattr(recovering, "shutil", cut_short)
+    assert len(recovering.recover(folder).dataset) == 2
+    monkeypatch.undo()
+    assert recovering.uncommitted_recordings(root) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "recorded episode(s) ... left uncommitted"
+        _write("other", root)
+    assert not folder.exists() and sorted(list_datasets(root)) == ["other-v0", "rec-v0"]
+
+
 def test_recovering_several_recordings_warns_about_none_of_them(root, capsys):
     """Each recovered folder's write had warned again that the folders still to come were left uncommitted."""
     for name in ("a", "b", "c"):
