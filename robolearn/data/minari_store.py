@@ -198,11 +198,12 @@ def refuse_other_files(f: Any, path: Path, groups: Iterable[str] | None = None) 
     (30,000 links) whose episodes take 2.7 s to read, where h5py's objects took 1.6 s.
 
     ``groups``: the top-level groups (``episode_<i>``) to check alone, all that reading them reaches: the visits
-    follow hard links, in the group or out of it, and a soft link met has the whole file checked, for it may lead
-    anywhere in it. `dataset list` reads one episode of each dataset, so pays for one, not for the file."""
+    follow hard links, in the group or out of it, and a soft link or a virtual dataset mapped from the file itself
+    met has the whole file checked, for either may lead anywhere in it (through an external link there too).
+    `dataset list` reads one episode of each dataset, so pays for one, not for the file."""
     import h5py
 
-    soft = False  # whether a soft link was met
+    soft = False  # whether a soft link, or a virtual dataset of the file's own, was met: a path anywhere in the file
 
     # Each visit stops at the first problem its callback returns (h5py's low-level visits cannot raise through)
     def external(loc: Any, name: bytes, prefix: str) -> str:
@@ -212,6 +213,7 @@ def refuse_other_files(f: Any, path: Path, groups: Iterable[str] | None = None) 
                 "the file itself")
 
     def elsewhere(dataset: Any, shown: str) -> str | None:
+        nonlocal soft
         dcpl = dataset.get_create_plist()
         if count := dcpl.get_external_count():
             files = [os.fsdecode(dcpl.get_external(i)[0]) for i in range(count)]
@@ -219,7 +221,9 @@ def refuse_other_files(f: Any, path: Path, groups: Iterable[str] | None = None) 
                     "data in the file itself")
         if dcpl.get_layout() == h5py.h5d.VIRTUAL:
             for i in range(dcpl.get_virtual_count()):
-                if (file := dcpl.get_virtual_filename(i)) != ".":  # "." is the file itself
+                if (file := dcpl.get_virtual_filename(i)) == ".":  # the file itself: a path in it, as a soft link
+                    soft = True
+                else:
                     return (f"'{shown}' is a virtual dataset of '{dcpl.get_virtual_dsetname(i)}' in another file, "
                             f"{file}, which robolearn does not read; store its data in the file itself")
         return None

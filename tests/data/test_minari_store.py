@@ -434,13 +434,15 @@ def test_a_minari_dataset_that_reads_other_files_is_refused_naming_the_link(root
     ("in the first episode", None),
     ("the episode's own link", "'episode_1' is an external link to '/' in {secret}"),
     ("a soft link out of the episode", "'stash' is an external link to '/' in {secret}"),
+    ("a virtual dataset of the file's own", "'stash' is an external link to '/' in {secret}"),
 ])
 def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(root, tmp_path, monkeypatch, capsys,
                                                                               how, says):
     """`dataset list` reads each dataset's last episode, and had checked the whole file for other files it reads
     first: 1 s per 3,000 episodes, for every dataset listed. It checks what that episode reaches (a soft link,
     which may lead anywhere in the file, has the whole file checked), so a link in another episode is found by
-    what reads that episode: training, `dataset info`."""
+    what reads that episode: training, `dataset info`. A virtual dataset mapped from the file itself names a path
+    anywhere in it, as a soft link does: it had passed the episode's check and read another file."""
     secret = tmp_path / "secret.hdf5"
     with h5py.File(secret, "w") as f:
         f["data"] = np.arange(10, dtype=np.float32)
@@ -454,7 +456,12 @@ def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(ro
             f["episode_1"] = h5py.ExternalLink(str(secret), "/")
         else:
             f["stash"] = h5py.ExternalLink(str(secret), "/")
-            f["episode_1/infos"] = h5py.SoftLink("/stash")
+            if how == "a soft link out of the episode":
+                f["episode_1/infos"] = h5py.SoftLink("/stash")
+            else:  # mapped from "." (the file itself), through the external link: it read the secret's numbers
+                layout = h5py.VirtualLayout(shape=(10,), dtype=np.float32)
+                layout[:] = h5py.VirtualSource(".", "/stash/data", shape=(10,))
+                f["episode_1"].create_virtual_dataset("infos/data", layout)
     assert cli(["dataset", "list"]) == 0
     listed = capsys.readouterr().out
     if says is None:
