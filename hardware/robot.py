@@ -351,9 +351,12 @@ class Robot(VecEnv):
                      "where the robot stands")
 
         stops = (signal.SIG_DFL, signal.default_int_handler, as_ctrl_c)  # (as_ctrl_c: deploy's SIGTERM and SIGHUP)
-        previous = {signum: signal.signal(signum, take) for signum in STOP_SIGNALS
-                    if signal.getsignal(signum) in stops}
-        try:
+        previous: dict[int, Any] = {}
+        try:  # each kept before it is replaced: a stop among the installs (take raises) still gives all back
+            for signum in STOP_SIGNALS:
+                if (handler := signal.getsignal(signum)) in stops:
+                    previous[signum] = handler
+                    signal.signal(signum, take)
             yield
         finally:
             for signum, handler in previous.items():

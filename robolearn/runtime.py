@@ -277,18 +277,17 @@ def _check_arguments(controller: Any, env: Any, rate_hz: Any, steps: Any, episod
                         f"{type(sink).__name__}")
 
 
-def _robot_stop_signals(env: Any) -> contextlib.ExitStack:
-    """For a robot (an env with ``emergency_stop``), held while it runs and through its close: a kill or a closed
-    terminal stops it safely as Ctrl+C does, and Ctrl+\\ is its emergency stop (deploy's, for any robot); a robot
-    that takes stop signals itself (``stop_signals``: a :class:`~hardware.robot.Robot`, which keeps a second stop
-    that comes before its close for that close) is given them. For a sim, nothing."""
-    signals = contextlib.ExitStack()
+def _robot_stop_signals(env: Any, signals: contextlib.ExitStack) -> None:
+    """For a robot (an env with ``emergency_stop``), entered into ``signals``, held while it runs and through its
+    close: a kill or a closed terminal stops it safely as Ctrl+C does, and Ctrl+\\ is its emergency stop (deploy's,
+    for any robot); a robot that takes stop signals itself (``stop_signals``: a :class:`~hardware.robot.Robot`, which
+    keeps a second stop that comes before its close for that close) is given them. For a sim, nothing. Each is in
+    ``signals`` once installed, so a stop that lands among them still has them given back with the close."""
     if callable(getattr(env, "emergency_stop", None)):
         estop = {signal.SIGQUIT: lambda *_: env.emergency_stop()} if hasattr(signal, "SIGQUIT") else {}
         signals.enter_context(stops_as_ctrl_c(also=estop))
         if callable(getattr(env, "stop_signals", None)):
             signals.enter_context(env.stop_signals())
-    return signals
 
 
 def _check_action(commanded: torch.Tensor, expected_shape: tuple[int, ...] | None, step: int, episode: int) -> None:
@@ -352,8 +351,10 @@ def run(
     pacing = ticker or (getattr(env, "ticker", None) if paced_by_env else None)  # whose overruns count
     slow = _SlowLoopWatch()
     expected_shape = (env.num_envs, *env.action_spec.shape) if hasattr(env, "action_spec") else None  # an action's
-    signals = _robot_stop_signals(env)
+    signals = contextlib.ExitStack()
     try:
+        # in the try: a first stop that lands as they are installed (a robot's raises it) still closes the env
+        _robot_stop_signals(env, signals)
         obs = env.reset(seed=seed)
         controller.reset()
         if ticker:

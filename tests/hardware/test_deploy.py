@@ -1161,3 +1161,46 @@ def test_an_export_alone_says_the_delays_its_controller_was_trained_under(tmp_pa
                           extra=task_meta(load_config("ppo_arm_reach", []).env, 0.02))
         with pytest.raises(NotConnectedError):
             deploy(tmp_path, "dxl_arm", port="/dev/does-not-exist")
+
+
+def test_a_ctrl_c_as_run_takes_the_robots_stop_signals_still_parks_it_and_gives_every_signal_back(make_emulator,
+                                                                                                    monkeypatch):
+    """run() took a robot's stop signals before its try, and Robot.stop_signals installed its handler in a
+    comprehension before its own: a first Ctrl+C that landed among those installs (the handler raises it) had ended
+    run() with the arm neither parked nor torqued off by it, and left the handler on SIGINT, every later Ctrl+C
+    then said as 'a second stop' and never raised (and deploy's SIGTERM and Ctrl+\\ handlers installed)."""
+    from robolearn.runtime import STOP_SIGNALS, run
+
+    class Still(torch.nn.Module):
+        decision_period = 1
+
+        def act(self, obs):
+            return torch.zeros(obs["policy"].shape[0], 4)
+
+        def reset(self, mask=None):
+            pass
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    watched = (*STOP_SIGNALS, *((signal.SIGQUIT,) if hasattr(signal, "SIGQUIT") else ()))
+    before = {signum: signal.getsignal(signum) for signum in watched}
+    install, landed = signal.signal, []
+
+    def ctrl_c_among_the_installs(signum, handler):
+        if getattr(handler, "__name__", "") == "take" and signum != signal.SIGINT:  # the robot's, after SIGINT's
+            monkeypatch.setattr(signal, "signal", install)  # (once)
+            landed.append(signum)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # a Ctrl+C lands here: the first stop, raised
+        return install(signum, handler)
+
+    monkeypatch.setattr(signal, "signal", ctrl_c_among_the_installs)
+    try:
+        stats = run(Still(), arm, steps=5)
+    except KeyboardInterrupt:  # (raised past run's try: no close)
+        stats = None
+    finally:
+        monkeypatch.setattr(signal, "signal", install)
+    assert landed
+    assert not arm.connected and _parked(emulator)  # run closed it: parked, torque off
+    assert stats is not None and stats.interrupted  # a stop, as one in the loop is
+    assert {signum: signal.getsignal(signum) for signum in watched} == before
