@@ -477,3 +477,91 @@ def test_a_dynamics_pool_carries_the_go1_terms_and_their_constants_on_warp():
         for name, value in copied.items():
             torch.testing.assert_close(sim.get_model_field(name), value, atol=1e-6, rtol=1e-5, msg=name)
         env.step(torch.zeros(4, 12))
+
+
+def test_friction_scales_the_sliding_coefficient_and_the_joints_frictionloss_alone():
+    """friction_scale is one factor per world on each geom's sliding friction (column 0 of geom_friction: the
+    torsional and rolling ones as compiled) and on each joint's frictionloss."""
+    env = _env(friction_scale=[0.5, 2.0])
+    nominal = sims.make_env("arm_reach", 1).sim
+    friction = env.sim.get_model_field("geom_friction") / nominal.get_model_field("geom_friction")
+    sliding = friction[:, :, 0]
+    assert 0.5 - 1e-6 <= sliding.min() and sliding.max() <= 2.0 + 1e-6 and sliding[:, 0].unique().numel() == 6
+    torch.testing.assert_close(sliding, sliding[:, :1].expand_as(sliding))  # one factor per world
+    torch.testing.assert_close(friction[:, :, 1:], torch.ones_like(friction[:, :, 1:]))
+    loss = env.sim.get_model_field("dof_frictionloss") / nominal.get_model_field("dof_frictionloss")
+    torch.testing.assert_close(loss, sliding[:, :1].expand_as(loss))
+
+
+def test_qpos0_offsets_shift_slide_joints_as_well_as_hinges():
+    """A slide joint's qpos0 (a cart's position, in m) is offset as a hinge's is: cartpole's cart and pole."""
+    env = sims.make_env("cartpole", 6, seed=1, randomization={"qpos0_offset": [0.1, 0.2]})
+    shift = env.sim.get_model_field("qpos0").double() - torch.as_tensor(env.sim.model.qpos0).float().double()
+    assert 0.1 - 1e-6 <= shift.min() and shift.max() <= 0.2 + 1e-6
+    assert shift[:, 0].unique().numel() == 6 and shift[:, 1].unique().numel() == 6  # slide, then hinge
+    assert bool((shift[:, 0] != shift[:, 1]).all())  # a draw per joint
+
+
+def test_a_body_welded_to_the_world_is_no_floating_base():
+    """The torso terms need a body on a free joint: arm_reach's base hangs from the world with no joint at all
+    (and its mocap target too), which is not one."""
+    with pytest.raises(ValueError, match="env.randomization.torso_mass_kg: the task's model has no floating-base body"):
+        sims.make_env("arm_reach", 2, randomization={"torso_mass_kg": [0.0, 1.0]})
+
+
+def test_a_torso_left_with_exactly_no_mass_is_refused():
+    """A mass of 0 is no body: a torso_mass_kg low of minus the torso's mass is refused as one below it is."""
+    torso = float(sims.make_env("go1_flat", 1, device="cpu").sim.model.body_mass[TORSO])
+    with pytest.raises(ValueError, match=r"torso_mass_kg: .* would leave it 0 kg at the ranges' lowest"):
+        _go1("mujoco", num_envs=2, link_mass_scale=[1.0, 1.0], torso_mass_kg=[-torso, 0.0])
+
+
+def test_a_latency_within_a_control_step_is_logged_with_its_physics_substeps():
+    """0.03 s is a control step (0.02 s) and 5 physics substeps: logged as the 0.03 s applied, not 0.02."""
+    env = _env(num_envs=3, action_latency_s=[0.03, 0.03])
+    log = env.step(torch.zeros(3, 4)).info["log"]
+    assert float(log["randomization/action_latency_s_min"]) == pytest.approx(0.03)
+    assert float(log["randomization/action_latency_s_max"]) == pytest.approx(0.03)
+
+
+def test_latency_and_delay_left_at_nominal_are_not_logged():
+    """Only the ranges drawn away from nominal are logged: no latency or observation delay of 0 throughout."""
+    log = _env(num_envs=2, mass_scale=[0.8, 1.2]).step(torch.zeros(2, 4)).info["log"]
+    assert {key for key in log if key.startswith("randomization/")} == {
+        "randomization/width", "randomization/mass_scale_min", "randomization/mass_scale_max"}
+
+
+CHAIN = """<mujoco><option timestep="0.01"/><worldbody>
+<body><joint name="a" type="hinge"/><geom type="capsule" size=".02" fromto="0 0 0 0 0 -.2" mass="1"/>
+ <body pos="0 0 -.2"><joint name="b" type="ball"/><geom type="capsule" size=".02" fromto="0 0 0 0 0 -.2" mass="1"/>
+  <body pos="0 0 -.2"><joint name="c" type="hinge"/><geom type="sphere" size=".03" mass="1"/></body></body></body>
+</worldbody><actuator><motor joint="a" ctrlrange="-1 1"/><motor joint="c" ctrlrange="-1 1"/></actuator></mujoco>"""
+
+
+def test_qpos0_offsets_of_joints_whose_positions_are_apart_reach_every_world():
+    """A ball joint between two hinges puts their qpos at 0 and 5, not side by side: the rows are changed through
+    a copy, which must be written back, the ball's quaternion left as compiled."""
+    import mujoco
+
+    from sims import make_backend
+    from sims.task import Task, TaskEnv
+
+    class Chain(Task):
+        max_episode_steps = 10
+
+        def model(self):
+            return mujoco.MjModel.from_xml_string(CHAIN)
+
+        def observations(self, sim):
+            return {"policy": torch.cat([sim.qpos, sim.qvel], 1).float()}
+
+        def rewards(self, sim, action):
+            return {"still": -sim.qvel.abs().sum(1)}
+
+    spec = Chain()
+    env = RandomizedEnv(TaskEnv(spec, make_backend("mujoco", spec, 4, "cpu", 1), seed=0),
+                        Randomization(qpos0_offset=(0.1, 0.2)), seed=0)
+    shift = env.sim.get_model_field("qpos0").double() - torch.as_tensor(env.sim.model.qpos0).float().double()
+    hinges = shift[:, [0, 5]]
+    assert 0.1 - 1e-6 <= hinges.min() and hinges.max() <= 0.2 + 1e-6 and hinges.unique().numel() == 8
+    assert bool((shift[:, 1:5] == 0).all())  # the ball's quaternion
