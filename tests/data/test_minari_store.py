@@ -435,6 +435,7 @@ def test_a_minari_dataset_that_reads_other_files_is_refused_naming_the_link(root
     ("the episode's own link", "'episode_1' is an external link to '/' in {secret}"),
     ("a soft link out of the episode", "'stash' is an external link to '/' in {secret}"),
     ("a virtual dataset of the file's own", "'stash' is an external link to '/' in {secret}"),
+    ("an episode that is a soft link", "'moved/infos' is an external link to '/' in {secret}"),
 ])
 def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(root, tmp_path, monkeypatch, capsys,
                                                                               how, says):
@@ -454,6 +455,10 @@ def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(ro
         elif how == "the episode's own link":
             f.move("episode_1", "moved")
             f["episode_1"] = h5py.ExternalLink(str(secret), "/")
+        elif how == "an episode that is a soft link":  # to a group whose own link leads out
+            f.move("episode_1", "moved")
+            f["moved/infos"] = h5py.ExternalLink(str(secret), "/")
+            f["episode_1"] = h5py.SoftLink("/moved")
         else:
             f["stash"] = h5py.ExternalLink(str(secret), "/")
             if how == "a soft link out of the episode":
@@ -471,6 +476,64 @@ def test_dataset_list_checks_the_episode_it_reads_and_training_the_whole_file(ro
     with pytest.raises(DatasetError, match="is an external link to '/' in .*, another file"):
         Dataset.load("linked").transitions()
     assert cli(["dataset", "info", "linked"]) == 2 and "another file" in capsys.readouterr().err
+
+
+def test_a_dataset_whose_data_folder_links_out_is_refused_before_its_metadata_is_read(root, tmp_path):
+    """Dataset.load reads data/metadata.json before any episode: the links on the way to it are checked there,
+    a data folder linked out of the dataset refused (not read as its own) before an episode is asked for."""
+    folder = _write("linked", root)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(folder, elsewhere)
+    shutil.rmtree(folder / "data")
+    (folder / "data").symlink_to(elsewhere / "data")
+    with pytest.raises(DatasetError, match=f"{folder / 'data'}: a symlink to '{elsewhere / 'data'}', outside"):
+        Dataset.load("linked")
+
+
+def test_a_relative_symlink_out_is_named_as_written_and_where_it_leads(root, tmp_path):
+    """A link's target as written (relative, here) says little where it leads: the message gives both."""
+    folder = _write("linked", root)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(folder, elsewhere)
+    link = folder / "data" / "main_data.hdf5"
+    link.unlink()
+    target = os.path.relpath(elsewhere / "data" / "main_data.hdf5", link.parent)
+    link.symlink_to(target)
+    with pytest.raises(DatasetError) as refused:
+        Dataset.load("linked").transitions()
+    assert str(refused.value).startswith(f"{link}: a symlink to '{target}' "
+                                         f"({(elsewhere / 'data' / 'main_data.hdf5').resolve()}), outside")
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+def test_each_episode_read_is_checked_not_only_the_first_read(root, monkeypatch, link_out):
+    """The checks follow the episodes read (one episode's read checks what it reaches): an episode read after
+    another, through the same loaded dataset, is checked in its turn, and a read of one already checked is not
+    checked again."""
+    import robolearn.data.dataset as dataset_module
+
+    folder = _made_by_minari("linked-v0", root, monkeypatch, _episode(10), _episode(7))
+    with h5py.File(folder / "data" / "main_data.hdf5", "a") as f:
+        secret = link_out(f["episode_1"], "external link")
+    checked = []
+    read_storage = dataset_module.read_storage
+
+    def spy(data, episodes=None):
+        checked.append(None if episodes is None else list(episodes))
+        return read_storage(data, episodes)
+
+    monkeypatch.setattr(dataset_module, "read_storage", spy)
+    ds = Dataset.load("linked")
+    assert len(ds[0].rewards) == 10 and len(ds[0].rewards) == 10
+    assert checked == [[0]]  # the first episode's, once
+    with pytest.raises(DatasetError, match=f"'episode_1/infos' is an external link to '/' in {secret}"):
+        ds[1]
+    assert checked == [[0], [1]]
+    _made_by_minari("clean-v0", root, monkeypatch, _episode(10), _episode(7))
+    checked.clear()
+    clean = Dataset.load("clean")
+    assert clean.transitions()["reward"].shape == (17,) and len(clean[1].rewards) == 7
+    assert checked == [None]  # the whole file, once: no episode is checked again
 
 
 def test_recover_refuses_a_folder_whose_file_reads_other_files(root, link_out):
