@@ -337,3 +337,33 @@ def test_a_replaced_torchscript_file_is_refused_before_it_is_loaded(tmp_path) ->
     path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])  # cut short: said to be, still unloaded
     with pytest.raises(CheckpointError, match="not a loadable exported controller"):
         ExportedController(path)
+
+
+def test_controller_json_is_read_up_to_its_bounds_and_its_recorded_dynamics_checked(tmp_path) -> None:
+    """An observation of MAX_OBS_SIZE numbers and a chunk of MAX_CHUNK_LENGTH actions are read, one more is
+    refused; a recorded delay of 0 steps (a hand-edited file's, which off_defaults reads as none) is read, and a
+    delay or randomization that is not a mapping, or a delay of true, is refused by key."""
+    import json
+    import re
+
+    from robolearn.checkpoint import CheckpointError
+    from robolearn.export import MAX_CHUNK_LENGTH, MAX_OBS_SIZE, read_controller_meta
+
+    path = tmp_path / "controller.json"
+
+    def read(**meta):
+        base = {"obs_groups": ["policy"], "obs_size": 3, "decision_period": 1, "inputs": {"obs": [3]}}
+        path.write_text(json.dumps({**base, **meta}))
+        return read_controller_meta(path)
+
+    most = {"obs_size": MAX_OBS_SIZE, "inputs": {"obs": [MAX_OBS_SIZE]}, "decision_period": MAX_CHUNK_LENGTH,
+            "chunk": {"length": MAX_CHUNK_LENGTH, "mode": "open_loop", "decay": 0.0}}
+    assert read(**most, delay={"obs_delay_steps": 0})["obs_size"] == 2**24
+    with pytest.raises(CheckpointError, match="'obs_size' 16,777,217 is more than the 16,777,216"):
+        read(**{**most, "obs_size": MAX_OBS_SIZE + 1})
+    with pytest.raises(CheckpointError, match="'chunk' length 4,097 is more than the 4,096"):
+        read(**{**most, "decision_period": MAX_CHUNK_LENGTH + 1,
+                "chunk": {"length": MAX_CHUNK_LENGTH + 1, "mode": "open_loop", "decay": 0.0}})
+    for key, value in (("delay", {"obs_delay_steps": True}), ("delay", [2]), ("randomization", [1])):
+        with pytest.raises(CheckpointError, match=re.escape(f"'{key}' {value!r} is not what an export writes")):
+            read(**{key: value})
