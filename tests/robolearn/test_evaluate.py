@@ -151,3 +151,39 @@ def test_a_setting_is_compared_as_json_gives_it_back_and_skipped_where_json_woul
     assert plain_setting(()) == [] and plain_setting({}) == {} and plain_setting(0.5) == 0.5
     for skipped in (np.zeros(2), torch.zeros(2), {1: 0.5}, [0.5, None], None, float("nan"), [float("nan")], len):
         assert plain_setting(skipped) is None, skipped
+
+
+def test_an_envs_fixed_delays_are_found_under_wrappers_and_a_mapping_delay_refuses_is_kept_as_written():
+    """env_delay finds a sims.delay.DelayedEnv under wrappers of one's own (what evaluation compares a
+    controller's recorded env.delay with); off_defaults keeps a mapping the dataclass refuses (a hand-edited
+    controller.json's) as its plain settings rather than dropping it."""
+    import warnings
+
+    from robolearn.evaluate import env_delay, off_defaults, warn_if_trained_elsewhere
+    from sims.delay import Delay
+    from sims.randomization import Randomization
+
+    class Wrapped(VecEnv):  # a wrapper of one's own: .env, and the wrapped env's settings
+        def __init__(self, env):
+            self.env, self.num_envs, self.control_dt = env, env.num_envs, env.control_dt
+
+        def reset(self, seed=None):
+            return self.env.reset(seed)
+
+        def step(self, action):
+            return self.env.step(action)
+
+    delayed = make_env("arm_reach", 1, seed=0, delay={"obs_delay_steps": 2})
+    assert env_delay(Wrapped(Wrapped(delayed))) == {"obs_delay_steps": 2}
+    assert env_delay(Wrapped(make_env("arm_reach", 1, seed=0))) == {} and env_delay(Lanes()) is None
+
+    class FromFile(Pattern):
+        meta = {"delay": {}}  # trained under none (an export that recorded it)
+
+    with pytest.warns(UserWarning, match="trained under env.delay none, the env has obs_delay_steps=2"):
+        warn_if_trained_elsewhere(FromFile(), delayed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_trained_elsewhere(FromFile(), make_env("arm_reach", 1, seed=0))
+    assert off_defaults(Delay, {"obs_delay_steps": -1}) == {"obs_delay_steps": -1}
+    assert off_defaults(Randomization, {"mass_scale": [2.0, 1.0], "auto": None}) == {"mass_scale": [2.0, 1.0]}
