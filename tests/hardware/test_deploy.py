@@ -1204,3 +1204,26 @@ def test_a_ctrl_c_as_run_takes_the_robots_stop_signals_still_parks_it_and_gives_
     assert not arm.connected and _parked(emulator)  # run closed it: parked, torque off
     assert stats is not None and stats.interrupted  # a stop, as one in the loop is
     assert {signum: signal.getsignal(signum) for signum in watched} == before
+
+
+def test_the_trained_delays_are_said_only_where_they_delay(tmp_path):
+    """What deploy keeps and says of a controller's trained delays: a delay key alone is a record; a delay of 0
+    steps, a latency range at width 0 and the full width are no delay, no words and no width; and a
+    controller.json's own record, no delay included, wins over a config.yaml beside it."""
+    from hardware.deploy import _warn_if_trained_with_delay, trained_dynamics, trained_latency
+
+    assert trained_dynamics({"delay": {"obs_delay_steps": 2}}) == {"randomization": {}, "delay": {"obs_delay_steps": 2}}
+    assert trained_latency({"delay": {"obs_delay_steps": 0, "action_latency_steps": 2}}) == \
+        "action latency 2 steps (env.delay)"
+    latency = {"action_latency_s": [0.0, 0.03]}
+    assert trained_latency({"randomization": {**latency, "width": 1}}) == "action latency 0-0.03 s (env.randomization)"
+    assert trained_latency({"randomization": {**latency, "width": 0.5}}) == \
+        "action latency 0-0.03 s (env.randomization at width 0.5)"
+    assert trained_latency({"randomization": {**latency, "width": 0}}) is None
+    write_run_config(tmp_path, "env.delay.obs_delay_steps=3")
+    with pytest.warns(UserWarning, match=r"env\.delay obs_delay_steps=3 \(control steps\)"):
+        _warn_if_trained_with_delay(tmp_path, {})  # an export from before controller.json recorded it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_trained_with_delay(tmp_path, {"delay": {}})  # the export's own record: none
+        _warn_if_trained_with_delay(tmp_path, {"delay": {"obs_delay_steps": 0, "action_latency_steps": 0}})
