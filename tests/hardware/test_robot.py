@@ -768,3 +768,58 @@ def test_a_joint_outside_its_limits_at_connect_is_refused_with_torque_off():
     arm.q = np.array([0.0, 1.03])  # a few hundredths past, as a joint held at its limit reads under load
     with arm:
         assert arm.torque
+
+
+def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(monkeypatch):
+    """A park that began 1 s after the last reading counts park_blind_s from its own start, not from that reading;
+    the notice says the seconds left until then (never fewer than 0), and the park is given up at park_blind_s."""
+    import hardware.robot as robot_module
+    from hardware.robot import _BlindPark
+    from hardware.safety import ParkUnfinished
+
+    now, said = [100.0], []
+    monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(robot_module, "_say", said.append)
+    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0)
+    now[0] = 104.0
+    park.waypoint(99.0)  # blind since 99, the park since 100: 4 s of it
+    assert said == ["bus silent (no reading for 5.0 s): parking the arm blind, about 36 s left of about 40 s, given up "
+                    "in 6 s if nothing is read; a second Ctrl+C cuts the park short"]
+    park.check(99.0)
+    now[0] = 109.9
+    park.check(99.0)  # 9.9 s of the park unread
+    now[0] = 111.0
+    park.waypoint(99.0)
+    assert said[-1].endswith("given up in 0 s if nothing is read; a second Ctrl+C cuts the park short")
+    with pytest.raises(ParkUnfinished, match=r"nothing was read for 11\.0 s of it \(a silent bus; "
+                                             r"safety\.park_blind_s = 10\)"):
+        park.check(99.0)
+    park.check(101.5)  # a reading during the park: 9.5 s since
+    park.waypoint(None)  # a waypoint that read: nothing said
+    assert len(said) == 2
+
+
+def test_a_stop_left_from_an_earlier_loop_does_not_count_in_the_next():
+    """A loop that stopped and was not closed leaves stop_requested and a kept second stop: the next loop's first
+    Ctrl+C is its first (it ends the loop), not a second that would cut the next close's park short."""
+    robot = LagArm()
+    robot.stop_requested = True
+    robot._park_cut.set()
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+        with robot.stop_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    assert robot.stop_requested and not robot._park_cut.is_set()
+
+
+def test_a_stop_signal_left_at_its_default_is_taken_while_a_loop_drives_the_robot():
+    """SIGTERM and SIGHUP at their default (end the process, torque left on) are taken as Ctrl+C is for the
+    loop and its close, and given back after it."""
+    robot = LagArm()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with robot.stop_signals():
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, previous)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -74,6 +74,8 @@ def test_ramp_respects_speed_and_limits():
 
 @pytest.mark.parametrize("bad, says", [
     (dict(max_step=0), r"^safety\.max_step must be positive, got 0$"),
+    (dict(park_blind_s=0), r"^safety\.park_blind_s must be positive, got 0$"),
+    (dict(park_blind_s=np.inf), r"^safety\.park_blind_s must be a finite number, got inf$"),
     (dict(watchdog_s=1.0, stop_after_s=0.5), r"^safety\.stop_after_s \(0\.5\) must be at least watchdog_s \(1\.0\)$"),
     (dict(max_velocity=np.nan), r"^safety\.max_velocity must be a finite number, got nan$"),
     (dict(position_margin=-0.05), r"^safety\.position_margin must be 0 or more, got -0\.05$"),
