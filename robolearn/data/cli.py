@@ -225,7 +225,11 @@ def _record(args: argparse.Namespace) -> int:
                           "leaves out: the episodes are recorded on the nominal task, whose states replay exactly",
                           stacklevel=2)
     if not task:
-        raise ValueError("--task is needed: the controller does not say which task it was trained on")
+        if args.controller == "random":  # not trained on anything: the task says which actions to draw
+            raise ValueError("--task is needed with --controller random: which task's episodes to record, e.g. "
+                             "--task arm_reach (`robolearn list` names the tasks)")
+        raise ValueError(f"--task is needed: no controller.json beside {args.controller} says which task it was "
+                         "trained on")
     with sims.make_env(task, num_envs=args.num_envs, seed=args.seed, **kwargs) as env:
         if args.run:
             from robolearn.runs import load_agent

@@ -124,7 +124,9 @@ def test_record_from_a_run_directory(tmp_path, root, capsys):
 
 def test_missing_task_and_dataset_are_one_line_errors(tmp_path, root, capsys):
     assert main(["dataset", "record", "--controller", "random", "--episodes", "1"]) == 2
-    assert "--task is needed" in capsys.readouterr().err
+    # said as what random needs, not as a trained controller's missing record (random trained on nothing)
+    assert "--task is needed with --controller random: which task's episodes to record, e.g. --task arm_reach" in \
+           capsys.readouterr().err
     assert main(["dataset", "replay", "nothing"]) == 2
     assert "no dataset 'nothing'" in capsys.readouterr().err
     assert main(["dataset", "import", str(Path(tmp_path)), "--format", "lerobot"]) == 2
