@@ -46,7 +46,8 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
                            "(<run>/deploy/<time> from `robolearn deploy`)")
     files = sorted(directory.glob("episode_*.npz"))
     if not files:
-        raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)")
+        raise DatasetError(f"{directory}: no episode_*.npz files (a recording directory from `robolearn deploy`)"
+                           + _recordings_inside(directory))
     _warn_if_files_missing(directory, files)
     loaded = [_load(file) for file in files]
     overruled = [overruled_rules(arrays) for arrays in loaded]
@@ -110,6 +111,20 @@ def recorded_task_settings(meta: dict[str, Any], task: str) -> tuple[dict[str, A
     takes = set(sims.task_settings(task))
     return ({key: value for key, value in settings.items() if key in takes},
             {key: value for key, value in settings.items() if key not in takes})
+
+
+def _recordings_inside(directory: Path) -> str:
+    """For the error of a folder without episodes: the recordings it or its ``deploy/`` holds (a run's
+    ``deploy/``, or the run itself, given for one of its recordings), the newest named to import; "" for none."""
+    from robolearn.listing import few
+
+    folders = {f.parent for pattern in ("*/episode_*.npz", "deploy/*/episode_*.npz") for f in directory.glob(pattern)}
+    if not folders:
+        return ""
+    # newest first, by time: by name `<time>-10` sorts before `<time>-2`
+    newest, *others = sorted(folders, key=lambda folder: folder.stat().st_mtime, reverse=True)
+    also = f"; also {few(others)}" if others else ""
+    return f"; it holds recordings: import one, e.g. the newest, {newest}{also}"
 
 
 def _warn_if_files_missing(directory: Path, files: list[Path]) -> None:

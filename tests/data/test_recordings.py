@@ -68,6 +68,27 @@ def test_a_robots_safety_events_metrics_and_successes_import_as_per_step_infos(t
             np.testing.assert_array_equal(episode.infos[f"safety/{rule}"], [rule in e.split(",") for e in overruled])
 
 
+def test_a_run_or_its_deploy_folder_names_the_recordings_in_it(tmp_path):
+    """`dataset import <run>/deploy` (or the run) had said only that it held no episode files: it names one to import."""
+    import os
+
+    from robolearn.data.recordings import read_recordings
+
+    older, newest = tmp_path / "deploy" / "20260101-000000", tmp_path / "deploy" / "20260101-000100"
+    for folder, mtime in ((older, 1_000_000), (newest, 2_000_000)):
+        folder.mkdir(parents=True)
+        (folder / "episode_00000.npz").write_bytes(b"")
+        os.utime(folder, (mtime, mtime))
+    for given in tmp_path, tmp_path / "deploy":
+        with pytest.raises(DatasetError) as err:
+            read_recordings(given)
+        assert str(err.value).endswith(f"; it holds recordings: import one, e.g. the newest, {newest}; also {older}")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError) as err:  # no recordings in it: nothing more said
+        read_recordings(tmp_path / "empty")
+    assert str(err.value).endswith("no episode_*.npz files (a recording directory from `robolearn deploy`)")
+
+
 def test_a_corrupt_episode_file_is_a_one_line_error(tmp_path):
     from robolearn.data.recordings import read_recordings
 
