@@ -109,7 +109,9 @@ class Dataset:
         if not path.is_dir():
             known = list_datasets(root)
             close = difflib.get_close_matches(dataset_id(name), known, n=1, cutoff=0.8)  # a typo, not a shared '-expert-v0'
-            hint = f"did you mean '{close[0]}'? or " if close else ""
+            # or a Minari id without its namespace (`expert` for a downloaded mujoco/hopper/expert-v0)
+            close = close or [known_id for known_id in known if known_id.endswith(f"/{dataset_id(name)}")]
+            hint = f"did you mean {' or '.join(repr(c) for c in close[:3])}? or " if close else ""
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
                                f"{hint}{how_to_make(name, root)}; see `robolearn dataset list`")
         return cls(path)

@@ -405,6 +405,20 @@ def test_datasets_minari_downloads_are_listed_and_load(root, monkeypatch, capsys
     assert cli(["dataset", "list"]) == 0 and "mujoco/hopper/expert-v0" in capsys.readouterr().out
 
 
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")  # Minari's nags for author, description...
+def test_a_minari_id_given_without_its_namespace_is_named_in_full(root, monkeypatch):
+    """`dataset=expert` (or `hopper/expert-v0`) for a downloaded mujoco/hopper/expert-v0 had been told only to
+    record or import one: difflib finds no typo in a name that short of the id."""
+    _made_by_minari("mujoco/hopper/expert-v0", root, monkeypatch, _episode())
+    for name in "expert", "expert-v0", "hopper/expert-v0":
+        with pytest.raises(DatasetError, match=f"no dataset '{name}' in .*; did you mean "
+                                               r"'mujoco/hopper/expert-v0'\? or"):
+            Dataset.load(name, root)
+    with pytest.raises(DatasetError) as err:  # another name suggests nothing
+        Dataset.load("medium", root)
+    assert "did you mean" not in str(err.value)
+
+
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 @pytest.mark.parametrize("how, where, says", [
     ("external link", "episode_1/infos", "is an external link to '/' in {secret}, another file, which robolearn does "
