@@ -64,6 +64,13 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
         episodes = sorted((path if path.is_dir() else path.parent).glob("episode_*.npz"))
         hint = f", e.g. {episodes[0]}" if episodes else " (a recording is the folder `robolearn deploy` writes)"
         raise ReplayError(f"{path}: give one episode_*.npz of a recording{hint}")
+    if not path.exists():  # (had been "not a readable episode file (missing, truncated or corrupt: [Errno 2] ...")
+        from robolearn.listing import few
+
+        episodes = sorted(file.name for file in path.parent.glob("episode_*.npz"))
+        there = (f"{path.parent} holds {few(episodes)}" if episodes else f"{path.parent} holds no episode_*.npz"
+                 if path.parent.is_dir() else f"no folder {path.parent}")
+        raise ReplayError(f"{path}: no such episode file; {there}")
     try:
         episode = load_episode(path)
     except ValueError as err:

@@ -750,8 +750,8 @@ def _replay(args: argparse.Namespace) -> int:
     from hardware.replay import recorded_control_dt, replay
     from hardware.safety import parse_overrides
 
-    if dt := recorded_control_dt(args.episode):
-        print(f"rate:        {1 / dt:g} Hz, as recorded")
+    if Path(args.episode).is_file() and (dt := recorded_control_dt(args.episode)):  # (not said before the error
+        print(f"rate:        {1 / dt:g} Hz, as recorded")  # of a missing episode)
     result = replay(args.episode, args.robot, port=args.port, safety_overrides=parse_overrides(args.safety))
     print(f"replayed:    {result['steps']} steps of {args.episode}")
     print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "

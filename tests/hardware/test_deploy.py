@@ -750,6 +750,21 @@ def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     assert "a recording without episodes (it stopped before its first step was kept)" in capsys.readouterr().err
 
 
+def test_replay_of_an_episode_that_is_not_there_names_those_that_are(tmp_path, capsys):
+    """A mistyped episode number had printed the recording's rate as if replaying, then numpy's "[Errno 2] No such
+    file" inside "not a readable episode file (missing, truncated or corrupt: ...)"."""
+    np.savez(tmp_path / "episode_00000.npz", actions=np.zeros((5, 4)), **{"obs/joint_state": np.zeros((6, 8))})
+    (tmp_path / "metadata.json").write_text(json.dumps({"control_dt": 0.02}))
+    missing = tmp_path / "episode_00009.npz"
+    assert main(["replay", str(missing), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    out, err = capsys.readouterr()
+    assert "rate:" not in out
+    assert f"error: {missing}: no such episode file; {tmp_path} holds episode_00000.npz\n" == err
+    gone = tmp_path / "gone" / "episode_00000.npz"
+    assert main(["replay", str(gone), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
+    assert f"no such episode file; no folder {tmp_path / 'gone'}" in capsys.readouterr().err
+
+
 def test_replay_refuses_an_episode_without_steps_before_moving_the_arm(tmp_path, capsys):
     """An episode file cut to no steps had ramped the arm to its start pose, then failed with Python's
     "max() arg is an empty sequence"."""
