@@ -587,7 +587,8 @@ class Robot(VecEnv):
             ticker.wait()
             self._called_at = time.monotonic()  # a ramp is the robot's own controller: not silent
             self._refresh()
-            if parking:  # a park goes on blind (other ramps end after stop_after_s of it, above): said as it goes
+            if parking and not self._park_cut.is_set():  # a park goes on blind (other ramps end after stop_after_s
+                # of it, above): said as it goes, but not once a second stop came in the read (cut at the loop's top)
                 blind.waypoint(None if self._read_fresh else self._fresh_at)
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
             return self._move_to(pose, parking, restarts + 1) if parking else None

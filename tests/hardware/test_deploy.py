@@ -557,6 +557,40 @@ def test_a_park_on_a_silent_bus_says_how_it_goes(make_emulator, monkeypatch, cap
     assert len(left) >= 2 and left[0] >= 2 and left[-1] < left[0], said  # at its start (of about 5 s), and as it goes
 
 
+def test_a_second_stop_that_lands_in_a_blind_read_is_not_asked_for_again(make_emulator, monkeypatch, capsys):
+    """A second Ctrl+C that landed while a blind park's waypoint waited out its read was followed by the notice
+    "bus silent ...; a second Ctrl+C cuts the park short", as if unheard, before the next waypoint cut the park."""
+    from hardware.safety import ParkSkipped, WatchdogStop
+
+    monkeypatch.setattr("hardware.robot.PARK_NOTICE_S", 0.0)
+    emulator = make_emulator(realtime=True)
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=PATIENT, retries=0).connect()
+    try:
+        arm.reset(seed=0)
+        for _ in range(10):  # out toward a pose, so the park has a way to go
+            arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
+        arm._fresh_at -= PATIENT.stop_after_s  # blind for stop_after_s already: the notice is due at once
+        refresh, reads = arm._refresh, []
+
+        def second_stop_during_the_first_waypoints_read() -> None:
+            refresh()
+            reads.append(1)
+            if len(reads) == 2:  # (the first is the park's own before its waypoints)
+                arm._park_cut.set()
+
+        monkeypatch.setattr(arm, "_refresh", second_stop_during_the_first_waypoints_read)
+        with arm._bus(), pytest.raises(ParkSkipped, match="a second stop"):
+            arm.stopped = WatchdogStop("no fresh observation")
+            arm._stop(ramp=True)
+    finally:
+        emulator.faults.drop_reply = 0.0
+        monkeypatch.undo()
+        with pytest.raises(WatchdogStop):  # the close says the stop again (its torque-off unconfirmed)
+            arm.close()
+    assert len(reads) == 2 and "bus silent" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("park", ["close", "watchdog"])
 def test_a_park_on_a_silent_bus_is_given_up_after_park_blind_s_and_says_to_cut_power(make_emulator, park):
     """A park on a bus that answers nothing had no time limit: every waypoint waited out a failed read (~0.28 s
