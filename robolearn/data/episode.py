@@ -131,15 +131,17 @@ class Episode:
                                    "(what training reads)")
         return self
 
-    def check_spec(self, where: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box) -> Episode:
-        """Raise :class:`DatasetError` unless the shapes fit a task's specs; returns self."""
+    def check_spec(self, where: str, observation_spec: dict[str, spaces.Box], action_spec: spaces.Box,
+                   owner: str = "the task's") -> Episode:
+        """Raise :class:`DatasetError` unless the shapes fit a task's specs (``owner``'s, as the message says
+        whose: ``the task's (hopper)``); returns self."""
         for group, space in observation_spec.items():
             if group not in self.observations:
                 raise DatasetError(f"{where}: no observation group '{group}', which the task needs "
                                    f"(groups: {sorted(self.observations)})")
             found = self.observations[group].shape[1:]
             if found != space.shape:
-                raise DatasetError(f"{where}: 'observations/{group}' rows have shape {found}, the task's are {space.shape}")
+                raise DatasetError(f"{where}: 'observations/{group}' rows have shape {found}, {owner} are {space.shape}")
         if self.actions.shape[1:] != action_spec.shape:
-            raise DatasetError(f"{where}: 'actions' rows have shape {self.actions.shape[1:]}, the task's are {action_spec.shape}")
+            raise DatasetError(f"{where}: 'actions' rows have shape {self.actions.shape[1:]}, {owner} are {action_spec.shape}")
         return self

@@ -581,7 +581,9 @@ class DatasetWriter:
         from minari.data_collector.episode_buffer import EpisodeBuffer
 
         where = where or f"episode {self.episodes}"
-        episode.check(where).check_spec(where, self.observation_spec, self.action_spec)
+        task = self.metadata.get("task")  # (an import with --task hopper: a wrong task is said as such)
+        episode.check(where).check_spec(where, self.observation_spec, self.action_spec,
+                                        f"the task's ({task})" if isinstance(task, str) else "the dataset's")
         if not (episode.terminations[-1] or episode.truncations[-1]):  # learners would bootstrap across episodes
             raise DatasetError(f"{where}: its last step is neither terminated nor truncated; an episode ends in one "
                                "(set truncations[-1] = True for one cut short, terminations[-1] where the task ended)")

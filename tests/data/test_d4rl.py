@@ -152,10 +152,10 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
 
     err = _error(capsys, "import", str(_write(tmp_path / "wide.hdf5", **_d4rl_arrays(obs=12))), "--format", "d4rl",
                  "--task", "hopper")
-    assert "wide.hdf5: episode 0: 'observations/policy' rows have shape (12,), the task's are (11,)" in err
+    assert "wide.hdf5: episode 0: 'observations/policy' rows have shape (12,), the task's (hopper) are (11,)" in err
     err = _error(capsys, "import", str(_write(tmp_path / "act.hdf5", **_d4rl_arrays(act=2))), "--format", "d4rl",
                  "--task", "hopper")
-    assert "act.hdf5: episode 0: 'actions' rows have shape (2,), the task's are (3,)" in err
+    assert "act.hdf5: episode 0: 'actions' rows have shape (2,), the task's (hopper) are (3,)" in err
 
     arrays = _d4rl_arrays()
     arrays["rewards"][5] = np.nan
@@ -177,7 +177,7 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     assert err.endswith("nan_next.hdf5: 'next_observations' holds NaN or inf (first at row 4)")
 
     err = _error(capsys, "import", str(good), "--format", "d4rl", "--name", "keep", "--overwrite", "--task", "pendulum")
-    assert "the task's are" in err  # a failed overwrite leaves the old dataset as it was
+    assert "the task's (pendulum) are" in err  # a failed overwrite leaves the old dataset as it was
     assert sorted(p.name for p in root.rglob("*")) == before and len(Dataset.load("keep")) == 3
 
 
