@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,7 +61,7 @@ from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, beyond_float32
-from robolearn.data.minari_store import refuse_other_files
+from robolearn.data.minari_store import refuse_other_files, remove_leftovers, temp_beside
 from robolearn.listing import few
 
 REF_SCORES: dict[str, tuple[float, float]] = {
@@ -375,20 +375,22 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
             add(f"infos/{key}", value[:steps])
             if key in with_final_row:
                 add(f"infos/next_{key}", value[1:])
+    remove_leftovers(out.parent)  # what exports killed outright (kill -9) left there
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    except OSError as err:  # said of the file asked for, not of the temp file beside it
+        folder, lock = temp_beside(out)  # a folder, named and locked as a dataset writer's: cleaned up after a kill
+    except OSError as err:  # said of the file asked for, not of the temp folder beside it
         raise DatasetError(f"{out}: cannot write there ({err.strerror})") from None
-    os.close(fd)
+    tmp = folder / out.name
     try:
         with h5py.File(tmp, "w") as f:
             for name, parts in columns.items():
                 f.create_dataset(name, data=np.concatenate(parts), compression="gzip", compression_opts=4)
             f.attrs["robolearn_metadata"] = json.dumps(dataset.writer_metadata(exported_from=dataset.id))
-        os.chmod(tmp, usual_mode())  # mkstemp's 0600 would keep the file from others
+        os.chmod(tmp, usual_mode())
         os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
     return out

@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -268,11 +267,13 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     import pyarrow.parquet as pq
 
     from robolearn.checkpoint import usual_mode
-    from robolearn.data.minari_store import interrupts_deferred
+    from robolearn.data.minari_store import (WRITING, interrupts_deferred, remove_leftovers, set_aside_name,
+                                             temp_beside)
 
     out = Path(out)
     if out.is_symlink():  # the folder it points to is replaced; the swap below would have replaced the link itself
         out = out.resolve()
+    remove_leftovers(out.parent)  # an export killed outright: its temp folder, and the copy its swap set aside put back
     if blocked := next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None):
         raise DatasetError(f"{out}: {blocked} is a file, not a folder; give a directory for the dataset")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty folder made for it is taken
@@ -316,7 +317,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
              "meta/robolearn.json": _without_state(dataset.writer_metadata(exported_from=dataset.id))}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        tmp, lock = temp_beside(out)
     except OSError as err:
         raise DatasetError(f"{out}: cannot write there ({err.strerror})") from None
     old = None
@@ -329,7 +330,7 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
         os.chmod(tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
         with interrupts_deferred():  # what is there now, not at the start (a build takes minutes)
             if out.exists() and overwrite and (out / "meta" / "info.json").is_file():  # swap whole directories
-                old = out.with_name(f".{out.name}.old-{os.getpid()}")
+                old = set_aside_name(out)
                 out.rename(old)
             try:
                 tmp.rename(out)  # onto anything else there, refused by the file system: nothing is replaced
@@ -341,9 +342,13 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
                     raise FileExistsError(f"{out}: appeared while the export was written ({err.strerror}); "
                                           "not replaced: give a new directory") from None
                 raise
+            (out / WRITING).unlink(missing_ok=True)  # the lock, held until the export is in place
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return out

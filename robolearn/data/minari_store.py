@@ -432,7 +432,9 @@ def remove_leftovers(folder: Path) -> None:
     """Remove what writers on this machine that are no longer running (``kill -9``, a crash, a power cut)
     left in ``folder``: their temp directories, and the replaced copy of an overwrite cut short once the
     new dataset is in place. Those of running writers, or of other machines (a shared root), are kept;
-    a replaced copy whose dataset is missing is the only one left, so it is kept and pointed out."""
+    a replaced copy whose dataset is missing (killed between the swap's two renames) is the only one left,
+    so it is put back in its place and said (pointed out where it cannot be). Exports use it too: what they
+    write is a dataset, a D4RL file or a LeRobot folder (:func:`temp_beside`)."""
     try:
         entries = list(folder.iterdir())
     except OSError:
@@ -443,9 +445,14 @@ def remove_leftovers(folder: Path) -> None:
             continue
         if match["old_pid"]:
             target = entry.with_name(match["name"])
-            if not target.exists():
-                warnings.warn(f"{entry} is the only copy of dataset '{match['name']}' (an overwrite was cut short); "
-                              f"restore it with `mv {entry} {target}`")
+            if not target.exists() and not target.is_symlink():
+                try:  # (onto nothing: refused where another writer has just put something there)
+                    os.rename(entry, target)
+                    warnings.warn(f"{target} is back in place: an overwrite of it was cut short (killed) after it had "
+                                  "been set aside, before its replacement was put in its place")
+                except OSError as err:
+                    warnings.warn(f"{entry} is the only copy of '{match['name']}' (an overwrite was cut short) and "
+                                  f"could not be put back ({err.strerror}); restore it with `mv {entry} {target}`")
                 continue
         elif episodes := uncommitted_episodes(entry):
             recover = shell("robolearn", "dataset", "recover", entry)
@@ -454,6 +461,21 @@ def remove_leftovers(folder: Path) -> None:
                           "(or remove the folder if they are not wanted)")
             continue
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def temp_beside(target: Path) -> tuple[Path, int | None]:
+    """A new temp directory beside ``target`` to build it in, named and locked as a :class:`DatasetWriter`'s
+    (``.<name>.tmp-<pid>@<host>-xxxx``, :func:`hold_lock`), and the lock's descriptor (close it when done), so
+    the next writer there removes it if this one is killed outright (:func:`remove_leftovers`, which the caller
+    runs first): an export killed so had left its temp file or folder beside the output for good."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{_HOST}-", dir=target.parent))
+    return tmp, hold_lock(tmp)
+
+
+def set_aside_name(target: Path) -> Path:
+    """Where an overwrite moves ``target`` while its replacement is renamed into place: a name
+    :func:`remove_leftovers` knows, so a swap killed half way is undone by the next writer there."""
+    return target.with_name(f".{target.name}.old-{os.getpid()}@{_HOST}")
 
 
 def abandoned(entry: Path) -> re.Match[str] | None:
@@ -658,7 +680,7 @@ class DatasetWriter:
                                                **self._metadata_as_stored()})
             old = None
             if self.target.exists():  # overwrite: swap whole directories
-                old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}@{_HOST}")
+                old = set_aside_name(self.target)
                 self.target.rename(old)
             os.chmod(self._tmp, usual_mode(0o777))  # mkdtemp's 0700 would keep the dataset from others
             self._tmp.rename(self.target)

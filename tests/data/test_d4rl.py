@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -82,6 +83,25 @@ def test_an_export_through_a_symlink_replaces_the_file_it_points_to(recorded, tm
     write_d4rl(recorded("pendulum", 2), link)
     assert link.is_symlink() and h5py.is_hdf5(target)
     assert [p.name for p in (tmp_path / "disk").iterdir()] == ["pendulum.hdf5"]
+
+
+def test_what_an_export_killed_outright_left_goes_with_the_next_export_and_a_running_ones_stays(recorded, tmp_path):
+    """kill -9 during an export had left its hidden temp file beside the output for good."""
+    import subprocess
+
+    from robolearn.data.minari_store import _HOST, WRITING
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "out" / "pendulum.hdf5"
+    killed = out.with_name(f".{out.name}.tmp-{dead.pid}@{_HOST}-k1ll3d")  # as a killed export leaves its folder
+    running = out.with_name(f".{out.name}.tmp-{os.getpid()}@{_HOST}-runn1n")  # one still writing
+    for folder in (killed, running):
+        folder.mkdir(parents=True)
+        (folder / WRITING).touch()
+        (folder / out.name).write_bytes(b"half a file")
+    write_d4rl(recorded("pendulum", 2), out)
+    assert h5py.is_hdf5(out) and sorted(p.name for p in out.parent.iterdir()) == sorted([out.name, running.name])
 
 
 def test_a_step_that_ends_both_ways_is_exported_as_terminal_only(tmp_path, root):

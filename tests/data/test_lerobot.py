@@ -347,6 +347,32 @@ def test_export_replaces_only_a_lerobot_dataset_and_an_interrupted_one_leaves_no
     assert json.loads((out / "meta" / "info.json").read_text())["fps"] == 25
 
 
+def test_an_overwrite_killed_between_its_renames_is_put_back_by_the_next_export(recorded, tmp_path):
+    """kill -9 between the swap's two renames had left no export at ``out``, the old one in a hidden folder
+    nothing named, and the new one's temp folder beside it for good."""
+    import subprocess
+
+    from robolearn.data.minari_store import _HOST, WRITING
+
+    source = _rated(recorded, "pendulum", 2)
+    out = _exported(source, tmp_path / "out")
+    before = (out / "meta" / "info.json").read_text()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    set_aside = out.with_name(f".out.old-{dead.pid}@{_HOST}")
+    out.rename(set_aside)  # the kill came here: the new export's folder not yet renamed into place
+    built = out.with_name(f".out.tmp-{dead.pid}@{_HOST}-k1ll3d")
+    built.mkdir()
+    (built / WRITING).touch()
+    with pytest.warns(UserWarning, match="out is back in place"), pytest.raises(FileExistsError, match="--overwrite"):
+        _exported(source, out)  # the old one is back: not replaced without --overwrite
+    assert (out / "meta" / "info.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets", "out"]
+    assert _exported(source, out, overwrite=True) == out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets", "out"]
+    assert sorted(p.name for p in out.iterdir()) == ["data", "meta"]  # (the lock does not stay in it)
+
+
 def test_an_export_through_a_symlink_replaces_what_it_points_to_and_keeps_the_link(recorded, tmp_path):
     """--overwrite had replaced the link with a folder, leaving the old export where it pointed (a big disk's)."""
     source = _rated(recorded, "pendulum", 2)

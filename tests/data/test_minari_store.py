@@ -347,16 +347,17 @@ def test_a_temp_directory_whose_writer_holds_its_lock_is_kept_whatever_its_pid_s
     assert not (root / "second-v0" / WRITING).exists()  # the lock does not stay in the dataset
 
 
-def test_the_replaced_copy_of_a_cut_overwrite_goes_only_when_the_new_one_is_in_place(root):
+def test_the_replaced_copy_of_a_cut_overwrite_goes_when_the_new_one_is_in_place_else_is_put_back(root):
+    """Killed between the swap's two renames, an overwrite had left the dataset missing, its only copy hidden."""
     _write("swapped", root)
     dead = _dead_pid()
     replaced = root / f".swapped-v0.old-{dead}@{_HOST}"
     legacy = root / f".gone-v0.old-{dead}"  # the name before pid@host; its dataset is missing: the only copy
     for folder in (replaced, legacy):
         (folder / "data").mkdir(parents=True)
-    with pytest.warns(UserWarning, match=r"only copy of dataset 'gone-v0'.*mv "):
+    with pytest.warns(UserWarning, match=r"gone-v0 is back in place: an overwrite of it was cut short"):
         _write("another", root)
-    assert sorted(p.name for p in root.iterdir()) == [legacy.name, "another-v0", "swapped-v0"]
+    assert sorted(p.name for p in root.iterdir()) == ["another-v0", "gone-v0", "swapped-v0"]
 
 
 # ---- Minari's namespaced ids ----------------------------------------------------------------
