@@ -350,6 +350,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    from robolearn.distributed import LAUNCHER_PID
+
     argv = list(argv)
     for i, word in enumerate(argv):
         if word.startswith("--nproc="):
@@ -370,6 +372,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
               "here)", file=sys.stderr)
     # torchrun's folder for its ranks' error files, made in /tmp and never removed (one per run): ours, removed after
     logs = tempfile.mkdtemp(prefix="robolearn-torchrun-")
+    before = os.environ.get(LAUNCHER_PID)
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: one that finds another has lost it (stop_with_the_launcher)
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", f"--log-dir={logs}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)
@@ -378,6 +382,10 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         return 130
     finally:
         shutil.rmtree(logs, ignore_errors=True)
+        if before is None:  # (a Python caller's later torchrun lines are not this launcher's)
+            os.environ.pop(LAUNCHER_PID, None)
+        else:
+            os.environ[LAUNCHER_PID] = before
     return 0
 
 

@@ -53,20 +53,29 @@ def init(device: str) -> bool:
     return True
 
 
+LAUNCHER_PID = "ROBOLEARN_LAUNCHER_PID"  # set by `robolearn train --nproc` for its ranks: its own pid
+
+
 def stop_with_the_launcher() -> None:
     """Have the kernel send this rank SIGTERM when its launcher (torchrun's agent, ``robolearn train --nproc``)
     dies, even by SIGKILL (Linux; elsewhere nothing): torchrun starts ranks in sessions of their own, so they
-    had trained on, orphaned, where no Ctrl+C reaches. SIGTERM is the runner's Ctrl+C: a checkpoint, then stop."""
+    had trained on, orphaned, where no Ctrl+C reaches. SIGTERM is the runner's Ctrl+C: a checkpoint, then stop.
+    A rank of ``robolearn train --nproc`` whose launcher died before this (while the rank started, seconds)
+    sends itself that SIGTERM here: the kernel tells only of a death after the call, and such ranks had waited
+    for minutes, orphaned, for a rendezvous that was gone."""
     import ctypes
     import signal
     import sys
 
     if not sys.platform.startswith("linux"):
         return
-    try:  # (a launcher that died before this line is not noticed: a window of milliseconds at start)
+    try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; -1 leaves it as before
     except (OSError, AttributeError):  # no libc to ask: as before
-        pass
+        return
+    launcher = os.environ.get(LAUNCHER_PID, "")
+    if launcher.isdigit() and os.getppid() != int(launcher):  # (a plain torchrun line's ranks: not set, as before)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class PeersLost(RuntimeError):

@@ -389,6 +389,36 @@ def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     assert told.exists() and told.read_text() == "SIGTERM"
 
 
+def test_a_rank_whose_launcher_died_while_it_started_stops_too(tmp_path) -> None:
+    """A launcher killed before its ranks had asked to be told (seconds of imports) had left them orphaned,
+    waiting minutes for a rendezvous that was gone: the kernel tells only of a death after the ask."""
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    told, launched = tmp_path / "told", tmp_path / "launched"
+    rank = (f"import os, signal, time, pathlib\n"
+            f"while os.getppid() == int(os.environ['{distributed.LAUNCHER_PID}']): time.sleep(0.02)\n"
+            f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text('SIGTERM'), exit(0)))\n"
+            f"from robolearn.distributed import stop_with_the_launcher\n"
+            f"stop_with_the_launcher()\n"
+            f"time.sleep(30)\n")
+    launcher = (f"import os, subprocess, sys, pathlib\n"
+                f"os.environ['{distributed.LAUNCHER_PID}'] = str(os.getpid())\n"
+                f"rank = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
+                f"pathlib.Path({str(launched)!r}).write_text(str(rank.pid))\n"
+                f"os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", launcher], timeout=60)
+    deadline = time.monotonic() + 20
+    while not told.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not told.exists():
+        os.kill(int(launched.read_text()), 9)  # (the orphan this test is about)
+    assert told.exists() and told.read_text() == "SIGTERM"
+
+
 def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_path) -> None:
     """Rank 0 of a run whose other rank died had ended in gloo's 30-line traceback, naming neither; and it
     offers a resume only where there is a checkpoint to resume."""
