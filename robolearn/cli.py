@@ -370,8 +370,13 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         print("note: this torch's torchrun stops the ranks 30 s after a Ctrl+C or kill, whatever they are doing: an "
               "iteration longer than that loses its steps since the last checkpoint (a newer torch waits 10 minutes "
               "here)", file=sys.stderr)
-    # torchrun's folder for its ranks' error files, made in /tmp and never removed (one per run): ours, removed after
-    logs = tempfile.mkdtemp(prefix="robolearn-torchrun-")
+    # torchrun's folder for its ranks' error files, made in /tmp and never removed (one per run): ours, removed after,
+    # named and locked as a dataset writer's temp folder, so what a launcher killed outright (kill -9) left goes with
+    # the next launch (another one's, running, stays)
+    from robolearn.data.minari_store import remove_leftovers, temp_beside
+
+    remove_leftovers(Path(tempfile.gettempdir()))
+    logs, lock = temp_beside(Path(tempfile.gettempdir()) / "robolearn-torchrun")
     before = os.environ.get(LAUNCHER_PID)
     os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: one that finds another has lost it (stop_with_the_launcher)
     try:
@@ -382,6 +387,8 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
         return 130
     finally:
         shutil.rmtree(logs, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
         if before is None:  # (a Python caller's later torchrun lines are not this launcher's)
             os.environ.pop(LAUNCHER_PID, None)
         else:

@@ -247,6 +247,31 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
         assert capsys.readouterr().err.count(said) == 1 and len(calls) == 3
 
 
+def test_the_log_folder_a_killed_launcher_left_goes_with_the_next_launch(monkeypatch, tmp_path) -> None:
+    """kill -9 of `train --nproc` had left its torchrun log folder in /tmp for good, one per kill."""
+    import subprocess
+    import tempfile
+
+    from robolearn.data.minari_store import _HOST, WRITING
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = tmp_path / f".robolearn-torchrun.tmp-{dead.pid}@{_HOST}-k1ll3d"  # as a launcher killed outright leaves it
+    running = tmp_path / f".robolearn-torchrun.tmp-{os.getpid()}@{_HOST}-runn1n"  # another launcher's, running
+    for folder in (killed, running):
+        (folder / "rank0").mkdir(parents=True)
+        (folder / WRITING).touch()
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=4", "--no-wandb"]) == 0
+    logs = calls[-1][2].split("=", 1)[1]
+    assert os.path.dirname(logs) == str(tmp_path) and not os.path.exists(logs)
+    assert [p.name for p in tmp_path.iterdir()] == [running.name]
+
+
 def test_more_ranks_than_the_cores_this_process_may_use_is_said(monkeypatch, capsys) -> None:
     """A container's or job's share of a larger machine (taskset, cgroup cpusets, SLURM): os.cpu_count() counts
     the machine's cores, and 2 ranks on 1 allowed core had started without the warning."""
