@@ -562,6 +562,8 @@ class DatasetWriter:
                                "'_'); choose another name") from None
         base = datasets_root(root)
         self.target = base / self.id
+        for folder in {base, self.target.parent}:  # first: a dataset a cut overwrite had set aside is back for the checks
+            remove_leftovers(folder)
         for folder in list(self.target.parents)[:self.id.count("/")]:  # the namespaces: none may be a dataset
             if (folder / "data" / "metadata.json").is_file():
                 raise DatasetError(f"'{folder.relative_to(base).as_posix()}' is a dataset, not a namespace of "
@@ -579,8 +581,6 @@ class DatasetWriter:
         self.episodes = 0
         self.steps = 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        for folder in {base, self.target.parent}:
-            remove_leftovers(folder)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
                                           dir=self.target.parent))
         self._lock = hold_lock(self._tmp)

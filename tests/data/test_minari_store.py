@@ -358,6 +358,10 @@ def test_the_replaced_copy_of_a_cut_overwrite_goes_when_the_new_one_is_in_place_
     with pytest.warns(UserWarning, match=r"gone-v0 is back in place: an overwrite of it was cut short"):
         _write("another", root)
     assert sorted(p.name for p in root.iterdir()) == ["another-v0", "gone-v0", "swapped-v0"]
+    (root / "swapped-v0").rename(root / f".swapped-v0.old-{dead}@{_HOST}")  # an import of it killed so
+    with pytest.warns(UserWarning, match="back in place"), pytest.raises(DatasetError, match="already exists"):
+        _write("swapped", root)  # the same import rerun without --overwrite: the one put back is not replaced
+    assert sorted(p.name for p in root.iterdir()) == ["another-v0", "gone-v0", "swapped-v0"]
 
 
 # ---- Minari's namespaced ids ----------------------------------------------------------------
