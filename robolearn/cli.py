@@ -378,7 +378,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     remove_leftovers(Path(tempfile.gettempdir()))
     logs, lock = temp_beside(Path(tempfile.gettempdir()) / "robolearn-torchrun")
     before = os.environ.get(LAUNCHER_PID)
-    os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: one that finds another has lost it (stop_with_the_launcher)
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: a rank with another has lost it
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", f"--log-dir={logs}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)

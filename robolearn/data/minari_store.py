@@ -464,10 +464,10 @@ def remove_leftovers(folder: Path) -> None:
 
 
 def temp_beside(target: Path) -> tuple[Path, int | None]:
-    """A new temp directory beside ``target`` to build it in, named and locked as a :class:`DatasetWriter`'s
-    (``.<name>.tmp-<pid>@<host>-xxxx``, :func:`hold_lock`), and the lock's descriptor (close it when done), so
+    """A new temp directory beside ``target`` to build it in (a :class:`DatasetWriter`'s, an export's), named and
+    locked (``.<name>.tmp-<pid>@<host>-xxxx``, :func:`hold_lock`), and the lock's descriptor (close it when done):
     the next writer there removes it if this one is killed outright (:func:`remove_leftovers`, which the caller
-    runs first): an export killed so had left its temp file or folder beside the output for good."""
+    runs first). An export killed so had left its temp file or folder beside the output for good."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}@{_HOST}-", dir=target.parent))
     return tmp, hold_lock(tmp)
 
@@ -562,7 +562,7 @@ class DatasetWriter:
                                "'_'); choose another name") from None
         base = datasets_root(root)
         self.target = base / self.id
-        for folder in {base, self.target.parent}:  # first: a dataset a cut overwrite had set aside is back for the checks
+        for folder in {base, self.target.parent}:  # first: a dataset a cut overwrite set aside is back for the checks
             remove_leftovers(folder)
         for folder in list(self.target.parents)[:self.id.count("/")]:  # the namespaces: none may be a dataset
             if (folder / "data" / "metadata.json").is_file():
@@ -581,9 +581,7 @@ class DatasetWriter:
         self.episodes = 0
         self.steps = 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{os.getpid()}@{_HOST}-",
-                                          dir=self.target.parent))
-        self._lock = hold_lock(self._tmp)
+        self._tmp, self._lock = temp_beside(self.target)
         if keep_partial:
             (self._tmp / KEEPS_PARTIAL).touch()
         self._closed = False
