@@ -25,6 +25,8 @@ KINDS: dict[str, tuple[str, Any]] = {
     "ref_min_score": ("a finite number", _number),
     "ref_max_score": ("a finite number", _number),
     "control_dt": ("a number of seconds above 0", lambda v: _number(v) and v > 0),
+    "unjudged_episodes": ("a list of episode numbers", lambda v: isinstance(v, list) and all(  # (LeRobot's)
+        isinstance(i, int) and not isinstance(i, bool) for i in v)),
 }
 
 

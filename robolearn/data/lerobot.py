@@ -58,6 +58,7 @@ IMAGE_DTYPES = ("image", "video", "string")
 
 DONE_MEANINGS = ("terminal", "truncation")
 FRAME_OUTCOMES = ("next.reward", "next.done", "next.success")  # what a frame's action led to
+UNJUDGED = "unjudged_episodes"  # meta/robolearn.json: episodes whose next.success is False for want of an outcome
 
 
 def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[Episode], dict[str, Any]]:
@@ -129,6 +130,8 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     _check_frame_count(root, info, data["episode_index"], files)
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
+    own = _own_metadata(root)
+    unjudged = set(own.pop(UNJUDGED, None) or [])  # our export's episodes with no outcome: none read back
     episodes, ends_only = [], True  # ends_only: every episode done on its last frame and nowhere else
     for index in np.unique(data["episode_index"]):
         rows = np.flatnonzero(data["episode_index"] == index)
@@ -143,11 +146,12 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         terminations = done if done_means == "terminal" else np.zeros(len(rows), bool)
         truncations = np.zeros(len(rows), bool) if done_means == "terminal" else done.copy()
         truncations[-1] |= not done[-1]
-        infos = {"success": as_flags(data["next.success"][rows], where, "next.success")} if "next.success" in data else {}
+        judged = "next.success" in data and int(index) not in unjudged
+        infos = {"success": as_flags(data["next.success"][rows], where, "next.success")} if judged else {}
         episode = Episode(observations=observations, actions=data["action"][rows], rewards=rewards,
                           terminations=terminations, truncations=truncations, infos=infos)
         episodes.append(episode.check(where))
-    meta: dict[str, Any] = _own_metadata(root) | {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
+    meta: dict[str, Any] = own | {"final_observation": "copied", "lerobot_codebase_version": info.get("codebase_version"),
                             "robot_type": info.get("robot_type"), "lerobot_episode_index": np.unique(data["episode_index"]).tolist()}
     if info.get("fps") is not None:  # a rate of 0, -10 or "abc" had become a control period of inf, -0.1 or an error
         fps = info["fps"]
@@ -313,8 +317,14 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
             "total_episodes": len(episodes), "total_frames": int(starts[-1]), "total_tasks": 1, "chunks_size": 1000,
             "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
             "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH, "video_path": None, "features": features}
+    own = _without_state(dataset.writer_metadata(exported_from=dataset.id))
+    if "next.success" in columns and (unjudged := [i for i, e in enumerate(episodes) if "success" not in e.infos]):
+        own[UNJUDGED] = unjudged
+        warnings.warn(f"episode(s) {few(unjudged)} of {dataset.id} have no outcome (cut short): LeRobot's "
+                      "next.success column reads False for them; meta/robolearn.json lists them "
+                      f"({UNJUDGED}), and robolearn reads them back without one", stacklevel=2)
     texts = {"meta/info.json": info, "meta/stats.json": {key: _statistics(columns[key]) for key in features},
-             "meta/robolearn.json": _without_state(dataset.writer_metadata(exported_from=dataset.id))}
+             "meta/robolearn.json": own}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp, lock = temp_beside(out)
@@ -389,8 +399,11 @@ def _frames(episodes: list[Episode], fps: int | float) -> tuple[dict[str, np.nda
     columns["action"] = vectors("actions", [e.actions for e in episodes])
     columns["next.reward"] = np.concatenate([e.rewards for e in episodes]).astype(np.float32)
     columns["next.done"] = np.concatenate([e.terminations for e in episodes]).astype(bool)
-    if all("success" in e.infos for e in episodes):  # after each step: the last T rows (of T or T + 1)
+    if any("success" in e.infos for e in episodes):  # after each step: the last T rows (of T or T + 1)
+        # A column for every frame: an episode without an outcome (a recording cut short) is False in it, and
+        # listed in meta/robolearn.json (unjudged_episodes); dropping the column had lost the others' outcomes
         columns["next.success"] = np.concatenate([np.asarray(e.infos["success"])[-len(e):].reshape(len(e))
+                                                  if "success" in e.infos else np.zeros(len(e), bool)
                                                   for e in episodes]).astype(bool)
     frame = np.concatenate([np.arange(len(e)) for e in episodes])
     columns["timestamp"] = (frame / fps).astype(np.float32)

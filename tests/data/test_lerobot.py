@@ -482,3 +482,28 @@ def test_a_folder_that_appears_while_the_export_is_written_is_not_replaced(recor
         _exported(source, out, overwrite=True)  # --overwrite replaces a LeRobot dataset only
     assert (out / "precious.txt").read_text() == "keep" and sorted(p.name for p in out.iterdir()) == ["precious.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets", "out"]  # no temp left
+
+
+def test_an_episode_without_an_outcome_keeps_the_others_success(recorded, tmp_path):
+    """A recording cut short has an episode with no outcome: the export had dropped next.success for every
+    episode, the judged ones' outcomes lost. It is written for all (False for the unjudged one, which
+    meta/robolearn.json lists and a warning names) and read back as it was: the others' outcomes, that one's none."""
+    from robolearn.data import Dataset, DatasetWriter
+
+    source = _rated(recorded, "arm_reach", 3)
+    episodes = list(source.episodes)
+    cut = episodes[1]
+    cut.infos.pop("success")
+    writer = DatasetWriter("cut", source.observation_spec, source.action_spec, metadata=dict(source.info))
+    with writer:
+        for episode in episodes:
+            writer.add(episode)
+    mixed = Dataset.load("cut")
+    assert [e.success is None for e in mixed.episodes] == [False, True, False]
+    with pytest.warns(UserWarning, match=r"episode\(s\) 1 of cut-v0 have no outcome"):
+        out = _exported(mixed, tmp_path / "out")
+    data = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
+    assert "next.success" in data.column_names
+    assert json.loads((out / "meta" / "robolearn.json").read_text())["unjudged_episodes"] == [1]
+    back, meta = read_lerobot(out)
+    assert [e.success for e in back] == [e.success for e in mixed.episodes] and "unjudged_episodes" not in meta
