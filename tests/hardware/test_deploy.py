@@ -630,30 +630,44 @@ def test_a_park_on_a_silent_bus_is_given_up_after_park_blind_s_and_says_to_cut_p
     assert max(abs(s.goal) for s in state.values()) > 0.3  # where the park was given up, not at home
 
 
-def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_short_and_says_so(
-        run_dir, make_emulator, monkeypatch, capsys):
-    """The bus goes silent mid-deploy and the watchdog parks blind; a Ctrl+C ends the loop (the close waits for that
-    park), and a second had ended the process at once as "interrupted", status 130: the park died with it, nothing
-    said of the torque it may have left on. It cuts the park short, turns torque off where the arm stands and ends
-    as an unsafe stop does: an error (status 2) that says the park was skipped and to cut the servos' power."""
-    emulator, arms = make_emulator(realtime=True), []
+def _arms_made_by_deploy(monkeypatch) -> list:
+    """The DynamixelArms deploy makes, kept here to watch (its park, its stops)."""
+    arms = []
 
     class Kept(DynamixelArm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             arms.append(self)
 
+    monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
+    return arms
+
+
+def _silent_until_the_watchdog_parks(emulator, arm) -> float:
+    """Silence the bus (goals still reach the servos, no reply comes back) and wait for the watchdog's park,
+    ``stop_after_s`` later; the deadline the caller's waits share."""
+    emulator.faults.drop_reply = 1.0
+    until = time.monotonic() + 60
+    while not arm.parking and time.monotonic() < until:
+        time.sleep(0.01)
+    return until
+
+
+def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_short_and_says_so(
+        run_dir, make_emulator, monkeypatch, capsys):
+    """The bus goes silent mid-deploy and the watchdog parks blind; a Ctrl+C ends the loop (the close waits for that
+    park), and a second had ended the process at once as "interrupted", status 130: the park died with it, nothing
+    said of the torque it may have left on. It cuts the park short, turns torque off where the arm stands and ends
+    as an unsafe stop does: an error (status 2) that says the park was skipped and to cut the servos' power."""
+    emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
+
     def press_twice() -> None:
-        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
-        until = time.monotonic() + 60
-        while not arms[0].parking and time.monotonic() < until:  # the watchdog's park, stop_after_s later
-            time.sleep(0.01)
+        until = _silent_until_the_watchdog_parks(emulator, arms[0])
         os.kill(os.getpid(), signal.SIGINT)  # ends the loop; the close waits for the park
         while not arms[0].stop_requested and time.monotonic() < until:
             time.sleep(0.01)  # (until the first is taken: two pending SIGINTs are handled as one)
         os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
     after_recorded_steps(monkeypatch, 10, press_twice)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -674,21 +688,12 @@ def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to
     """The bus goes silent mid-deploy and the watchdog parks blind; a Ctrl+C then ended the loop and the close
     waited for that park, with nothing said of the stop: it seemed unheard. It says, once, on one line, that a
     park is under way and that a second Ctrl+C cuts it short."""
-    emulator, arms = make_emulator(realtime=True), []
-
-    class Kept(DynamixelArm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            arms.append(self)
+    emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
 
     def press_once() -> None:
-        emulator.faults.drop_reply = 1.0  # silent: goals still reach the servos, no reply comes back
-        until = time.monotonic() + 60
-        while not arms[0].parking and time.monotonic() < until:  # the watchdog's park, stop_after_s later
-            time.sleep(0.01)
+        _silent_until_the_watchdog_parks(emulator, arms[0])
         os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr("hardware.deploy.DynamixelArm", Kept)
     after_recorded_steps(monkeypatch, 10, press_once)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:  # (the blind park is given up after park_blind_s: an error, its stop said)
