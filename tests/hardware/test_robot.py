@@ -823,3 +823,94 @@ def test_a_stop_signal_left_at_its_default_is_taken_while_a_loop_drives_the_robo
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_lands(landed, where):
+    """A Ctrl+C that lands at ``where``: the SIGINT handler installed then runs, as Python runs it there. Noted in
+    ``landed`` once it returned (ignored, or kept), not where it raised."""
+    signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+    landed.append(where)
+
+
+def _closed(arm):
+    """What ``arm.close()`` raised, a KeyboardInterrupt too (which, raised out of a test, ends pytest's session)."""
+    try:
+        arm.close()
+    except BaseException as err:  # noqa: BLE001
+        return err
+    return None
+
+
+def test_a_stop_after_a_kept_second_one_is_ignored_in_the_closes_first_park_read(monkeypatch):
+    """A second stop kept before the close (stop_signals) is the close's second: its park is cut at its first
+    waypoint, torque off where the arm stands. A third, landing in the read that park begins with, is ignored and
+    the read goes on; counted as the second (the kept one as the first), it had raised there, in the driver's
+    exchange with the servos."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    arm = LagArm(watchdog_s=0.5, stop_after_s=5.0).connect()  # (a slow machine: no watchdog stop meanwhile)
+    landed, read = [], arm._read
+
+    def third_stop_in_the_parks_read():
+        if arm.parking and "tried" not in landed:
+            landed.append("tried")
+            _stop_lands(landed, "the park's read")
+        return read()
+
+    try:
+        arm.reset()
+        arm.step(torch.tensor([[0.6, -0.6]]))
+        with arm.stop_signals():
+            with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+                _stop_lands(landed, "the loop")  # the first ends the loop
+            _stop_lands(landed, "the loop's clean-up")  # the second is kept for the close
+            monkeypatch.setattr(arm, "_read", third_stop_in_the_parks_read)
+            raised = _closed(arm)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert arm.torque_log[-1] is False and not arm.link
+    assert isinstance(raised, ParkSkipped) and "a second stop" in str(raised), repr(raised)
+    assert landed == ["the loop's clean-up", "tried", "the park's read"]
+    assert not np.allclose(arm.writes[-1], SAFE)  # cut short where it stood
+
+
+def test_stops_after_the_second_in_the_closes_park_are_ignored_and_torque_goes_off(monkeypatch):
+    """The loop's Ctrl+C, then a second stop in the close's park: raised where it lands, it cuts the park short,
+    and torque goes off. Later ones are ignored: one that lands as the skip is said (the close still parking) had
+    been raised again, out of the stop before its torque-off (torque left on, the ParkSkipped lost), and one in
+    the torque-off must not cut it short."""
+    landed = []
+
+    class SaidAsAThirdStopLands(ParkSkipped):  # (said in the close's stop, still parking)
+        def __init__(self, *args):
+            _stop_lands(landed, "the skip said")
+            super().__init__(*args)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    arm = LagArm(watchdog_s=0.5, stop_after_s=5.0, ramp_speed=1.0).connect()  # a park of about 30 waypoints
+    write, torque_off = arm._write, arm._torque_off_quietly
+
+    def second_stop_in_the_park(goal):
+        write(goal)
+        if arm.parking and "the park" not in landed:
+            landed.append("the park")
+            _stop_lands(landed, "the park, raised")  # the second: cut here (raised, not noted)
+
+    def fourth_stop_in_the_torque_off():
+        if "the park" in landed and "the torque-off" not in landed:
+            _stop_lands(landed, "the torque-off")
+        return torque_off()
+
+    try:
+        arm.reset()
+        arm.step(torch.tensor([[0.6, -0.6]]))
+        arm.stop_requested = True  # the loop's Ctrl+C, as runtime.run notes it for the close
+        monkeypatch.setattr(arm, "_write", second_stop_in_the_park)
+        monkeypatch.setattr("hardware.robot.ParkSkipped", SaidAsAThirdStopLands)
+        monkeypatch.setattr(arm, "_torque_off_quietly", fourth_stop_in_the_torque_off)
+        raised = _closed(arm)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert arm.torque_log[-1] is False and not arm.link
+    assert isinstance(raised, ParkSkipped) and "a second stop" in str(raised), repr(raised)
+    assert landed == ["the park", "the skip said", "the torque-off"]
+    assert not np.allclose(arm.writes[-1], SAFE)  # cut short where it stood
