@@ -914,3 +914,21 @@ def test_stops_after_the_second_in_the_closes_park_are_ignored_and_torque_goes_o
     assert isinstance(raised, ParkSkipped) and "a second stop" in str(raised), repr(raised)
     assert landed == ["the park", "the skip said", "the torque-off"]
     assert not np.allclose(arm.writes[-1], SAFE)  # cut short where it stood
+
+
+def test_a_third_stop_before_the_close_is_not_said_again(capsys):
+    """stop_signals keeps a second stop for the close and says so; a third before the close (the loop's clean-up
+    still saving the recording) is left to the close, not said as "a second stop" again."""
+    robot = LagArm()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    landed = []
+    try:
+        with robot.stop_signals():
+            with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+                _stop_lands(landed, "the loop")  # the first ends the loop
+            _stop_lands(landed, "the second")
+            _stop_lands(landed, "the third")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert landed == ["the second", "the third"] and robot.stop_requested and robot._park_cut.is_set()
+    assert capsys.readouterr().err.count("SIGINT: a second stop: no park to the safe pose") == 1
