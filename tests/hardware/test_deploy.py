@@ -1260,6 +1260,58 @@ def test_a_ctrl_c_as_run_takes_the_robots_stop_signals_still_parks_it_and_gives_
     assert {signum: signal.getsignal(signum) for signum in watched} == before
 
 
+def test_stops_after_a_kept_second_one_leave_the_arm_torque_off_where_it_stood(make_emulator, monkeypatch, capsys):
+    """A second Ctrl+C kept before the close (the loop's clean-up saving) skips the close's park: torque off where
+    the arm stands, said as ParkSkipped. It is the close's second: a third, landing as the skip is said (the close
+    still parking), had been taken as the second and raised again, out of the stop before its torque-off (the
+    ParkSkipped lost, deploy ended as "interrupted", torque off only as the bus closed); it is ignored, as is a
+    fourth in the torque-off."""
+    from hardware.safety import ParkSkipped
+
+    landed = []
+
+    def stop_lands(where):  # a Ctrl+C landing here: the handler installed then runs, as Python runs it there
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        landed.append(where)  # (not noted where it raised)
+
+    class SaidAsAThirdStopLands(ParkSkipped):
+        def __init__(self, *args):
+            stop_lands("the skip said")
+            super().__init__(*args)
+
+    emulator = make_emulator()
+    arm = _arm_out_at_a_pose(emulator)
+    torque_off = arm._torque_off_quietly
+
+    def fourth_stop_in_the_torque_off():
+        if "the skip said" in landed and "the torque-off" not in landed:
+            stop_lands("the torque-off")
+        return torque_off()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with arm.stop_signals():
+            with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+                stop_lands("the loop")  # the first ends the loop
+            stop_lands("the loop's clean-up")  # the second is kept for the close
+            monkeypatch.setattr("hardware.robot.ParkSkipped", SaidAsAThirdStopLands)
+            monkeypatch.setattr(arm, "_torque_off_quietly", fourth_stop_in_the_torque_off)
+            try:
+                arm.close()
+                raised = None
+            except BaseException as err:  # noqa: BLE001 (a KeyboardInterrupt out of a test ends pytest's session)
+                raised = err
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert isinstance(raised, ParkSkipped) and "parking was skipped" in str(raised), repr(raised)
+    assert landed == ["the loop's clean-up", "the skip said", "the torque-off"]
+    state = emulator.state()
+    assert not any(s.torque_enabled for s in state.values())  # torque off
+    assert max(abs(s.position) for s in state.values()) > 0.4  # where the arm stood, not parked at home
+    assert not arm.connected
+    assert capsys.readouterr().err.count("SIGINT: a second stop: no park to the safe pose") == 1
+
+
 def test_the_trained_delays_are_said_only_where_they_delay(tmp_path):
     """What deploy keeps and says of a controller's trained delays: a delay key alone is a record; a delay of 0
     steps, a latency range at width 0 and the full width are no delay, no words and no width; and a
