@@ -375,7 +375,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     # the next launch (another one's, running, stays)
     from robolearn.data.minari_store import remove_leftovers, temp_beside
 
-    remove_leftovers(Path(tempfile.gettempdir()))
+    remove_leftovers(Path(tempfile.gettempdir()), legacy=False)
     logs, lock = temp_beside(Path(tempfile.gettempdir()) / "robolearn-torchrun")
     before = os.environ.get(LAUNCHER_PID)
     os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: a rank with another has lost it

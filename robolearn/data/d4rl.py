@@ -375,7 +375,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
             add(f"infos/{key}", value[:steps])
             if key in with_final_row:
                 add(f"infos/next_{key}", value[1:])
-    remove_leftovers(out.parent)  # what exports killed outright (kill -9) left there
+    remove_leftovers(out.parent, legacy=False)  # what exports killed outright (kill -9) left there
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         folder, lock = temp_beside(out)  # a folder, named and locked as a dataset writer's: cleaned up after a kill

@@ -277,7 +277,8 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     out = Path(out)
     if out.is_symlink():  # the folder it points to is replaced; the swap below would have replaced the link itself
         out = out.resolve()
-    remove_leftovers(out.parent)  # an export killed outright: its temp folder, and the copy its swap set aside put back
+    # an export killed outright: its temp folder, and the copy its swap set aside put back
+    remove_leftovers(out.parent, legacy=False)
     if blocked := next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None):
         raise DatasetError(f"{out}: {blocked} is a file, not a folder; give a directory for the dataset")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):  # an empty folder made for it is taken

@@ -428,20 +428,22 @@ def _lock_state(folder: Path) -> str | None:
         os.close(fd)
 
 
-def remove_leftovers(folder: Path) -> None:
+def remove_leftovers(folder: Path, legacy: bool = True) -> None:
     """Remove what writers on this machine that are no longer running (``kill -9``, a crash, a power cut)
     left in ``folder``: their temp directories, and the replaced copy of an overwrite cut short once the
     new dataset is in place. Those of running writers, or of other machines (a shared root), are kept;
     a replaced copy whose dataset is missing (killed between the swap's two renames) is the only one left,
     so it is put back in its place and said (pointed out where it cannot be). Exports use it too: what they
-    write is a dataset, a D4RL file or a LeRobot folder (:func:`temp_beside`)."""
+    write is a dataset, a D4RL file or a LeRobot folder (:func:`temp_beside`). ``legacy=False`` for a folder
+    that is not a datasets root (an export's, /tmp): only names that carry this host are taken there, as the
+    host-less ``.<name>.old-<pid>`` of earlier versions may as well be a user's own backup folder."""
     try:
         entries = list(folder.iterdir())
     except OSError:
         return
     for entry in entries:
         match = abandoned(entry)
-        if match is None:
+        if match is None or (not legacy and match["old_pid"] and not match["old_host"]):
             continue
         if match["old_pid"]:
             target = entry.with_name(match["name"])

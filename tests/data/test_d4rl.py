@@ -104,6 +104,27 @@ def test_what_an_export_killed_outright_left_goes_with_the_next_export_and_a_run
     assert h5py.is_hdf5(out) and sorted(p.name for p in out.parent.iterdir()) == sorted([out.name, running.name])
 
 
+def test_an_export_leaves_a_users_own_folders_that_look_like_an_old_set_aside_copy_alone(recorded, tmp_path):
+    """An export's folder is the user's (a home, a project): a hidden folder named as robolearn's set-aside copies
+    were before they carried the host (``.<name>.old-<pid>``) is not robolearn's to judge there; an export had
+    moved one onto ``<name>`` where that was missing, and removed it where ``<name>`` was there."""
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "home" / "pendulum.hdf5"
+    backup = tmp_path / "home" / f".notes.old-{dead.pid}"  # a user's backup of notes/ beside it
+    renamed = tmp_path / "home" / f".thesis.old-{dead.pid}"  # ... and of a thesis/ that is not there
+    for folder in (backup, renamed, tmp_path / "home" / "notes"):
+        folder.mkdir(parents=True)
+        (folder / "keep.txt").write_text("mine")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (nothing to say about them either)
+        write_d4rl(recorded("pendulum", 2), out)
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([backup.name, renamed.name, "notes", out.name])
+    assert (backup / "keep.txt").read_text() == (renamed / "keep.txt").read_text() == "mine"
+
+
 def test_a_step_that_ends_both_ways_is_exported_as_terminal_only(tmp_path, root):
     """D4RL readers (d3rlpy asserts it) need terminals and timeouts never set on the same row."""
     arrays = _d4rl_arrays()
