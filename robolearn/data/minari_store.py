@@ -433,10 +433,12 @@ def remove_leftovers(folder: Path, legacy: bool = True) -> None:
     left in ``folder``: their temp directories, and the replaced copy of an overwrite cut short once the
     new dataset is in place. Those of running writers, or of other machines (a shared root), are kept;
     a replaced copy whose dataset is missing (killed between the swap's two renames) is the only one left,
-    so it is put back in its place and said (pointed out where it cannot be). Exports use it too: what they
-    write is a dataset, a D4RL file or a LeRobot folder (:func:`temp_beside`). ``legacy=False`` for a folder
-    that is not a datasets root (an export's, /tmp): only names that carry this host are taken there, as the
-    host-less ``.<name>.old-<pid>`` of earlier versions may as well be a user's own backup folder."""
+    so it is put back in its place and said (pointed out where it cannot be; left while its writer's temp
+    folder is still locked: that writer runs, between the renames, in a pid namespace of its own). Exports use
+    it too: what they write is a dataset, a D4RL file or a LeRobot folder (:func:`temp_beside`).
+    ``legacy=False`` for a folder that is not a datasets root (an export's, /tmp): only names that carry this
+    host are taken there, as the host-less ``.<name>.old-<pid>`` of earlier versions may as well be a user's
+    own backup folder."""
     try:
         entries = list(folder.iterdir())
     except OSError:
@@ -448,6 +450,9 @@ def remove_leftovers(folder: Path, legacy: bool = True) -> None:
         if match["old_pid"]:
             target = entry.with_name(match["name"])
             if not target.exists() and not target.is_symlink():
+                building = f".{match['name']}.tmp-{match['old_pid']}@{match['old_host'] or _HOST}-"
+                if any(other.name.startswith(building) and _lock_state(other) == "held" for other in entries):
+                    continue  # its writer runs, between its renames, where its pid says nothing (another container)
                 try:  # (onto nothing: refused where another writer has just put something there)
                     os.rename(entry, target)
                     warnings.warn(f"{target} is back in place: an overwrite of it was cut short (killed) after it had "

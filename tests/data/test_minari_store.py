@@ -364,6 +364,30 @@ def test_the_replaced_copy_of_a_cut_overwrite_goes_when_the_new_one_is_in_place_
     assert sorted(p.name for p in root.iterdir()) == ["another-v0", "gone-v0", "swapped-v0"]
 
 
+def test_the_set_aside_copy_of_a_writer_in_another_container_between_its_renames_stays_set_aside(root):
+    """A writer in another pid namespace on this host (its pid means nothing here) between its swap's two renames:
+    its dataset is set aside and missing, its new one still in its locked temp folder. The next writer had put the
+    set-aside copy back, and the other's rename of its new dataset into place then failed (not empty), its
+    recording left in a temp folder that the next writer removes."""
+    root.mkdir()
+    other = _dead_pid()  # (dead here, alive in its own namespace)
+    set_aside = root / f".busy-v0.old-{other}@{_HOST}"
+    building = root / f".busy-v0.tmp-{other}@{_HOST}-c0ntainer"
+    for folder in (set_aside, building):
+        (folder / "data").mkdir(parents=True)
+    lock = hold_lock(building)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (nothing to say: it is not cut short)
+            _write("another", root)
+        assert set_aside.is_dir() and building.is_dir() and not (root / "busy-v0").exists()
+        building.rename(root / "busy-v0")  # that writer's second rename: in place
+    finally:
+        os.close(lock)
+    _write("third", root)  # the set-aside copy, its dataset now in place, goes
+    assert sorted(p.name for p in root.iterdir()) == ["another-v0", "busy-v0", "third-v0"]
+
+
 # ---- Minari's namespaced ids ----------------------------------------------------------------
 
 
