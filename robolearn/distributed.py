@@ -67,13 +67,14 @@ def stop_with_the_launcher() -> None:
     import signal
     import sys
 
+    # This rank's alone: a process it starts (a nested torchrun's rank) has another parent, and had stopped itself
+    launcher = os.environ.pop(LAUNCHER_PID, "")
     if not sys.platform.startswith("linux"):
         return
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; -1 leaves it as before
     except (OSError, AttributeError):  # no libc to ask: as before
         return
-    launcher = os.environ.get(LAUNCHER_PID, "")
     if launcher.isdigit() and os.getppid() != int(launcher):  # (a plain torchrun line's ranks: not set, as before)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -446,6 +446,29 @@ def test_a_rank_whose_launcher_died_while_it_started_stops_too(tmp_path) -> None
     assert told.exists() and told.read_text() == "SIGTERM"
 
 
+def test_a_process_a_rank_starts_does_not_take_the_launchers_pid_for_its_own(tmp_path) -> None:
+    """A rank's children inherit its environment: one of them that is a rank itself (a plain torchrun line a
+    rank runs, a nested launch) found ROBOLEARN_LAUNCHER_PID naming a launcher that is not its parent, and
+    stopped itself at once as if that launcher had died."""
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    told = tmp_path / "told"
+    inner = (f"import signal, pathlib\n"
+             f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text('SIGTERM'), exit(0)))\n"
+             f"from robolearn.distributed import stop_with_the_launcher\n"
+             f"stop_with_the_launcher()\n")
+    rank = (f"import os, subprocess, sys\n"
+            f"os.environ['{distributed.LAUNCHER_PID}'] = str(os.getppid())  # as robolearn train --nproc starts it\n"
+            f"from robolearn.distributed import stop_with_the_launcher\n"
+            f"stop_with_the_launcher()\n"
+            f"subprocess.run([sys.executable, '-c', {inner!r}], check=True)\n")
+    subprocess.run([sys.executable, "-c", rank], timeout=60, check=True)
+    assert not told.exists()
+
+
 def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_path) -> None:
     """Rank 0 of a run whose other rank died had ended in gloo's 30-line traceback, naming neither; and it
     offers a resume only where there is a checkpoint to resume."""
