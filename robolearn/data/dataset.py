@@ -317,7 +317,7 @@ class Dataset:
         bar = tqdm(total=steps, desc=f"reading {self.id}", unit="step", unit_scale=True, disable=None, leave=False)
         for index, episode in enumerate(self):
             where = f"{self.path}: episode {index}"  # datasets written elsewhere were never checked
-            episode.check(where).check_spec(where, *specs)
+            episode.check(where).check_spec(where, *specs, "the dataset's")  # (its metadata's spaces, not a task's)
             end = filled + len(episode)
             if end > steps:
                 raise DatasetError(f"{self.path}: the episodes hold more steps than metadata 'total_steps' ({steps})")

@@ -137,8 +137,8 @@ class Episode:
         whose: ``the task's (hopper)``); returns self."""
         for group, space in observation_spec.items():
             if group not in self.observations:
-                raise DatasetError(f"{where}: no observation group '{group}', which the task needs "
-                                   f"(groups: {sorted(self.observations)})")
+                raise DatasetError(f"{where}: observation groups {sorted(self.observations)} lack '{group}', "
+                                   f"one of {owner}")
             found = self.observations[group].shape[1:]
             if found != space.shape:
                 raise DatasetError(f"{where}: 'observations/{group}' rows have shape {found}, {owner} are {space.shape}")

@@ -15,7 +15,7 @@ from gymnasium import spaces
 from robolearn.cli import main
 from robolearn.data import Dataset
 from robolearn.data.d4rl import REF_SCORES, read_d4rl, ref_scores, write_d4rl
-from robolearn.data.episode import DatasetError
+from robolearn.data.episode import DatasetError, Episode
 
 
 def _assert_same_episodes(a: Dataset, b: Dataset) -> None:
@@ -197,6 +197,11 @@ def test_bad_d4rl_files_are_one_line_errors_naming_file_key_and_shapes(tmp_path,
     err = _error(capsys, "import", str(_write(tmp_path / "act.hdf5", **_d4rl_arrays(act=2))), "--format", "d4rl",
                  "--task", "hopper")
     assert "act.hdf5: episode 0: 'actions' rows have shape (2,), the task's (hopper) are (3,)" in err
+    with pytest.raises(DatasetError, match=r"^x: observation groups \['policy'\] lack 'critic', one of the task's "
+                       r"\(hopper\)$"):  # (had said 'which the task needs', whoever's spec it was)
+        Episode(observations={"policy": np.zeros((3, 2), np.float32)}, actions=np.zeros((2, 1), np.float32),
+                rewards=np.zeros(2, np.float32), terminations=np.zeros(2, bool), truncations=np.ones(2, bool)
+                ).check_spec("x", {"critic": spaces.Box(-1, 1, (2,))}, spaces.Box(-1, 1, (1,)), "the task's (hopper)")
 
     arrays = _d4rl_arrays()
     arrays["rewards"][5] = np.nan
