@@ -449,6 +449,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         import sims
 
+        if args.resume:
+            _refuse_finished_before_the_ranks(args.resume, cfg)
+
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
     result = train(cfg, resume=args.resume, fresh_replay=args.fresh_replay)
@@ -494,6 +497,20 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
         print(f"warning: --nproc {nproc} on {cores} CPU cores: the ranks share cores, so each steps slower "
               f"and the run is likely slower than with --nproc {cores}", file=sys.stderr)
     return fallback
+
+
+def _refuse_finished_before_the_ranks(run: Path, cfg: TrainConfig) -> None:
+    """A resume of a finished run, refused here as the runner would refuse it on every rank: the ranks had been
+    started only to refuse, torchrun's error lines after the runner's."""
+    from robolearn.checkpoint import CheckpointError, load_checkpoint
+    from robolearn.runs import refuse_finished
+
+    try:
+        done = int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("env_steps", 0))
+    except (CheckpointError, TypeError, ValueError):  # (the runner says what is wrong with it)
+        return
+    if done >= cfg.runner.total_steps:  # (below it, refuse_finished sets the evaluation aside: the ranks' to do)
+        refuse_finished(run, "env_steps", done, cfg.runner.total_steps, cfg.runner.eval_episodes)
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:

@@ -361,6 +361,25 @@ def test_resume_starts_as_many_ranks_as_trained_the_run(two_ranks, monkeypatch, 
         Runner(cfg, resume=run_dir).close()
 
 
+def test_a_finished_runs_resume_is_refused_before_its_ranks_start(two_ranks, tmp_path, monkeypatch, capsys) -> None:
+    """Its ranks had been started only to refuse it, each, torchrun's error lines after the runner's. (A copy of
+    the two ranks' run, its evaluation as its end left it: a test above resumes the run itself further.)"""
+    import shutil
+
+    _, (r0, _) = two_ranks
+    run_dir = shutil.copytree(r0["run_dir"], tmp_path / "run")
+    if (aside := run_dir / "eval.superseded.json").is_file():
+        aside.replace(run_dir / "eval.json")
+    done = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["progress"]["env_steps"]
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    assert cli.main(["train", "--resume", str(run_dir), f"runner.total_steps={done}", "--no-wandb"]) == 2
+    assert not calls and "already finished" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(run_dir), f"runner.total_steps={2 * done}", "--no-wandb"]) == 0
+    assert calls  # one that trains on starts its ranks
+
+
 def test_a_numbered_gpu_under_torchrun_is_refused_before_any_rank_shares_it(monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
