@@ -185,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reality differs from the MJCF by this factor (default 1)")
     p.add_argument("--latency", type=float, default=0.0,
                    help="actuation latency of the emulated servos, in seconds (default 0)")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME=VALUE",
+                   help="a bus fault to rehearse against (repeatable): drop_reply=P, corrupt_crc=P (probabilities "
+                        "0-1), drop_next=N, corrupt_next=N (status packets), reply_latency=S, silent_after=S (no "
+                        "replies from S seconds after the first packet), seed=N")
 
     add_dataset_parser(commands)
 
@@ -803,6 +807,7 @@ def _emulate(args: argparse.Namespace) -> int:
     for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     argv += ["--lockstep"] if args.lockstep else []
+    argv += [f"--fault={fault}" for fault in args.fault]
     return emulate(argv + ([] if args.step_dt is None else [f"--step-dt={args.step_dt}"]))
 
 

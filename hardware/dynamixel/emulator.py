@@ -176,6 +176,22 @@ class PhysicsOverrides:
             raise ValueError(f"actuation_latency (--latency) must be a finite number >= 0 s, got {self.actuation_latency}")
 
 
+_PROBABILITY = (float, 0.0, 1.0, "a probability, from 0 to 1")
+_COUNT = (int, 0, math.inf, "a number of status packets, a whole number >= 0")
+_SECONDS = (float, 0.0, math.inf, "seconds, a finite number >= 0")
+# The Faults fields `emulate --fault NAME=VALUE` sets (hardware_alert, a mapping, only from Python): type, range, words
+FAULT_FIELDS = {"drop_reply": _PROBABILITY, "corrupt_crc": _PROBABILITY, "drop_next": _COUNT, "corrupt_next": _COUNT,
+                "reply_latency": _SECONDS, "silent_after": _SECONDS,
+                "seed": (int, -math.inf, math.inf, "a whole number")}
+
+
+def _check_fault(name: str, value: object) -> None:
+    kind, low, high, words = FAULT_FIELDS[name]
+    number = isinstance(value, int) if kind is int else isinstance(value, (int, float)) and math.isfinite(value)
+    if isinstance(value, bool) or not number or not low <= value <= high:
+        raise ValueError(f"{name} is {words}, got {value!r}")
+
+
 @dataclass
 class Faults:
     """Bus and servo faults; fields may be changed while the emulator runs."""
@@ -186,7 +202,46 @@ class Faults:
     corrupt_next: int = 0  # corrupt exactly this many coming status packets (counts down)
     hardware_alert: dict[int, int] = field(default_factory=dict)  # id -> Hardware_Error_Status bits
     reply_latency: float = 0.0  # s added before every status packet
+    silent_after: float | None = None  # s after the emulator's first instruction packet: from then on no replies
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in FAULT_FIELDS:
+            if getattr(self, name) is not None or name not in ("silent_after", "seed"):
+                _check_fault(name, getattr(self, name))
+
+    def summary(self) -> str:
+        """The faults that are on, as `--fault` sets them ("" for none), for the serving line."""
+        words = []
+        for name in [*FAULT_FIELDS, "hardware_alert"]:
+            value = getattr(self, name)
+            if value is None or not value and name not in ("seed", "silent_after"):  # seed=0, silent_after=0 are on
+                continue
+            words.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+            if name == "silent_after":
+                words[-1] += f" (no replies from {value:g} s after the first packet)"
+        return ", ".join(words)
+
+
+def parse_faults(specs: Sequence[str]) -> Faults:
+    """``Faults`` from `--fault NAME=VALUE` words (a later one of a name wins); a bad one is a ValueError naming it."""
+    values: dict[str, object] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep:
+            raise ValueError(f"--fault {spec}: give a fault as NAME=VALUE, e.g. drop_reply=0.3")
+        if name not in FAULT_FIELDS:
+            raise ValueError(f"--fault {spec}: no fault {name!r}; the faults: "
+                             + ", ".join(f"{n} ({kind[3]})" for n, kind in FAULT_FIELDS.items()))
+        try:
+            value = FAULT_FIELDS[name][0](text)
+            _check_fault(name, value)
+        except ValueError as err:
+            got = err if str(err).startswith(name) else f"{name} is {FAULT_FIELDS[name][3]}, got {text!r}"
+            raise ValueError(f"--fault {spec}: {got}") from None
+        values[name] = value
+    return Faults(**values)
 
 
 @dataclass(frozen=True)
@@ -292,6 +347,7 @@ class DynamixelEmulator:
         for servo in self._servos.values():
             self._hold(servo)
         self._rng = random.Random(self.faults.seed)
+        self._first_packet_at: float | None = None  # when the first instruction packet came (Faults.silent_after)
         self._lock = threading.Lock()
         self._parser = p.PacketParser()
         self._thread: threading.Thread | None = None
@@ -307,7 +363,7 @@ class DynamixelEmulator:
 
     @classmethod
     def from_config(cls, config: RobotConfig | str | Path, *, lockstep: bool = False, step_dt: float | None = None,
-                    physics: PhysicsOverrides | None = None) -> DynamixelEmulator:
+                    physics: PhysicsOverrides | None = None, faults: Faults | None = None) -> DynamixelEmulator:
         """The servos of a robot config (a ``RobotConfig``, or as ``deploy`` takes it: a YAML path or a name in
         ``configs/robots/``). Lockstep advances ``step_dt`` per goal write, by default the config's
         ``control_dt`` (else ``DEFAULT_STEP_DT``): the period the arm's controller writes goals at."""
@@ -321,7 +377,7 @@ class DynamixelEmulator:
         period = step_dt if step_dt is not None else config.control_dt or DEFAULT_STEP_DT
         return cls(config.model_xml, {m.id: m.joint for m in motors}, {m.id: m.model_number for m in motors},
                    config.baudrate,
-                   physics=physics, realtime=not lockstep, step_dt=period)
+                   physics=physics, faults=faults, realtime=not lockstep, step_dt=period)
 
     # ----------------------------------------------------------------- setup
 
@@ -522,6 +578,8 @@ class DynamixelEmulator:
         with self._lock:
             self.packets += 1
             now = time.monotonic()
+            if self._first_packet_at is None:
+                self._first_packet_at = now
             listeners = {
                 i: s for i, s in self._servos.items() if BAUD_RATES.get(s.get("Baud_Rate")) == baud
             }
@@ -536,6 +594,9 @@ class DynamixelEmulator:
         """Write replies in order, each after its servo's return delay and its wire time."""
         faults = self.faults
         for delay_units, packet in replies:
+            if faults.silent_after is not None and time.monotonic() - self._first_packet_at >= faults.silent_after:
+                self.dropped += 1  # the bus has gone quiet
+                continue
             if faults.drop_next > 0 or self._rng.random() < faults.drop_reply:
                 faults.drop_next = max(0, faults.drop_next - 1)
                 self.dropped += 1
@@ -874,17 +935,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("mass_scale", "damping_scale", "friction_scale", "gain_scale"):
         reality.add_argument(f"--{name.replace('_', '-')}", type=float, default=1.0)
     reality.add_argument("--latency", type=float, default=0.0, help="actuation latency (s)")
+    parser.add_argument("--fault", action="append", default=[], metavar="NAME=VALUE",
+                        help="a bus fault (repeatable), a Faults field: " + ", ".join(FAULT_FIELDS))
     args = parser.parse_args(argv)
+    faults = parse_faults(args.fault)
+    fault_words = f"; faults: {faults.summary()}" if faults.summary() else ""
     config = RobotConfig.load(args.robot)
     physics = PhysicsOverrides(args.mass_scale, args.damping_scale, args.friction_scale, args.gain_scale, args.latency)
     ids = sorted(config.calibration.ids)
     span = f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
     try:  # around the print too: a Ctrl+C as soon as the line is read may land before the wait
         with DynamixelEmulator.from_config(config, lockstep=args.lockstep, step_dt=args.step_dt,
-                                           physics=physics) as emulator:
+                                           physics=physics, faults=faults) as emulator:
             timing = f"; lockstep: {emulator.step_dt:g} s of physics per goal write" if args.lockstep else ""
-            print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud){timing}; "
-                  "Ctrl+C to stop", flush=True)
+            print(f"serving Dynamixel arm on {emulator.port} (ids {span}, {config.baudrate} baud){timing}"
+                  f"{fault_words}; Ctrl+C to stop", flush=True)
             _wait_for_ctrl_c()
     except KeyboardInterrupt:
         pass

@@ -623,3 +623,66 @@ def test_sync_and_bulk_packets_whose_entries_do_not_fit_their_lengths_are_droppe
     send(p.BULK_READ, [1, 65, 0, 1, 0, 2, 65, 0])  # a second entry cut short: no status at all
     send(p.SYNC_WRITE, [65, 0, 1, 0, 1, 1, 2, 1])  # whole entries: written
     assert [read(port, i, "LED")[0] for i in (1, 2)] == [1, 1]
+
+
+# ---- faults from the command line ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault, error", [
+    ("drop_reply=1.5", "--fault drop_reply=1.5: drop_reply is a probability, from 0 to 1, got 1.5"),
+    ("drop_reply=often", "--fault drop_reply=often: drop_reply is a probability, from 0 to 1, got 'often'"),
+    ("drop_next=-1", "--fault drop_next=-1: drop_next is a number of status packets, a whole number >= 0, got -1"),
+    ("reply_latency=inf", "reply_latency is seconds, a finite number >= 0, got inf"),
+    ("drop=0.3", "--fault drop=0.3: no fault 'drop'; the faults: drop_reply (a probability, from 0 to 1), "),
+    ("drop_reply", "--fault drop_reply: give a fault as NAME=VALUE, e.g. drop_reply=0.3"),
+])
+def test_a_bad_fault_is_a_one_line_error_naming_it(capsys, monkeypatch, fault: str, error: str) -> None:
+    from robolearn.cli import main
+
+    monkeypatch.setattr("hardware.dynamixel.emulator._wait_for_ctrl_c", lambda: None)  # served: return 0, not hang
+    assert main(["emulate", "dynamixel", "--fault", fault]) == 2
+    err = capsys.readouterr().err
+    assert error in err and err.count("\n") == 1, err
+
+
+def serve_and_probe(capsys, monkeypatch, argv: list[str], probe: Callable[[SelectPortHandler], None]) -> str:
+    """`robolearn emulate dynamixel ARGV`, in this process: ``probe`` talks to it at the pty its serving line names
+    (where Ctrl+C would be waited for); returns that line."""
+    from robolearn.cli import main
+
+    lines: list[str] = []
+
+    def talk() -> None:
+        lines.append(capsys.readouterr().out)
+        port = SelectPortHandler(lines[0].split()[4], timeout_ms=60)
+        assert port.openPort()
+        try:
+            probe(port)
+        finally:
+            port.closePort()
+
+    monkeypatch.setattr("hardware.dynamixel.emulator._wait_for_ctrl_c", talk)
+    assert main(["emulate", "dynamixel", *argv]) == 0, capsys.readouterr().err
+    return lines[0]
+
+
+def test_a_fault_given_on_the_command_line_drops_the_replies(capsys, monkeypatch) -> None:
+    results: list[int] = []
+    line = serve_and_probe(capsys, monkeypatch, ["--fault", "drop_reply=1.0", "--fault", "reply_latency=0.001"],
+                           lambda port: results.extend(PH.ping(port, 1)[1] for _ in range(3)))
+    assert results == [sdk.COMM_RX_TIMEOUT] * 3
+    assert "(ids 1-4, 1000000 baud); faults: drop_reply=1, reply_latency=0.001; Ctrl+C to stop" in line, line
+
+
+def test_silent_after_drops_every_reply_from_then_on(capsys, monkeypatch) -> None:
+    """A bus that goes quiet mid-run, as deploy's watchdog and blind park are to be rehearsed against."""
+    results: list[int] = []
+
+    def probe(port: SelectPortHandler) -> None:
+        results.append(PH.ping(port, 1)[1])  # the first packet: the silence is timed from it
+        time.sleep(0.4)
+        results.extend(PH.ping(port, i)[1] for i in (1, 2))
+
+    line = serve_and_probe(capsys, monkeypatch, ["--fault", "silent_after=0.3"], probe)
+    assert results == [sdk.COMM_SUCCESS, sdk.COMM_RX_TIMEOUT, sdk.COMM_RX_TIMEOUT]
+    assert "faults: silent_after=0.3 (no replies from 0.3 s after the first packet)" in line, line
