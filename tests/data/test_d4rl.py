@@ -144,6 +144,8 @@ def test_a_step_that_ends_both_ways_is_exported_as_terminal_only(tmp_path, root)
 
 def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     path = _write(tmp_path / "hopper-medium-v2.hdf5", **_d4rl_arrays())
+    assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "taskless"]) == 0
+    assert "task:        not named (the file says none): import with --task NAME" in capsys.readouterr().out
     assert main(["dataset", "import", str(path), "--format", "d4rl", "--task", "hopper"]) == 0
     ds = Dataset.load("hopper-medium-v2")
     assert len(ds) == 3 and ds.task == "hopper" and (ds.ref_min_score, ds.ref_max_score) == (-20.27, 3234.3)
