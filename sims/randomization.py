@@ -2,8 +2,8 @@
 
 A :class:`RandomizedEnv` wraps a :class:`~sims.task.TaskEnv` and gives every
 episode of every world its own physics and sensing: scaled masses (per world or
-per link), added torso mass, shifted torso centre of mass, friction, joint
-damping and armature, actuator gains and a shifted reference pose ``qpos0``
+per link), added torso mass, shifted torso centre of mass, friction (contacts and
+joints together, or apart), joint damping and armature, actuator gains and a shifted reference pose ``qpos0``
 (per-world model fields on the backend, each a :class:`Term` of :data:`TERMS`),
 action latency and observation delay in control steps, observation noise, and
 random pushes. All of it is data in ``env.randomization`` of a run config::
@@ -46,7 +46,15 @@ from sims.worlds import Worlds
 
 @dataclass
 class Randomization:
-    """Ranges ``[low, high]``; the defaults change nothing."""
+    """Ranges ``[low, high]``; the defaults change nothing.
+
+    ``friction_scale`` is one factor per world on both every geom's sliding friction and every joint's
+    ``dof_frictionloss`` (an arm's servo friction with its grip's). ``contact_friction_scale`` and
+    ``frictionloss_scale`` draw them apart, as Playground's Go1 recipe does: the first one factor per world on
+    the sliding friction alone, the second a factor per dof on the frictionloss alone. Set together with
+    ``friction_scale`` they multiply its factor (terms of one field apply in :data:`TERMS` order, as
+    ``mass_scale`` and ``link_mass_scale`` do on ``body_mass``): nothing is refused or overridden.
+    """
 
     mass_scale: tuple[float, float] = (1.0, 1.0)  # every body's mass (and inertia), one factor per world
     # Playground's Go1 recipe (mujoco_playground/_src/locomotion/go1/randomize.py): a factor per link, mass alone
@@ -54,6 +62,8 @@ class Randomization:
     torso_mass_kg: tuple[float, float] = (0.0, 0.0)  # kg added to the floating-base body (Playground: +-1 kg)
     torso_com_m: tuple[float, float] = (0.0, 0.0)  # m added to its centre of mass, per axis (Playground: +-5 cm)
     friction_scale: tuple[float, float] = (1.0, 1.0)  # geom sliding friction and joint frictionloss
+    contact_friction_scale: tuple[float, float] = (1.0, 1.0)  # geom sliding friction alone, one factor per world
+    frictionloss_scale: tuple[float, float] = (1.0, 1.0)  # joint frictionloss alone, a factor per dof
     damping_scale: tuple[float, float] = (1.0, 1.0)  # joint damping
     armature_scale: tuple[float, float] = (1.0, 1.0)  # joint armature (rotor inertia), a factor per dof
     gain_scale: tuple[float, float] = (1.0, 1.0)  # actuator gains (motor strength; servo kp and kv)
@@ -138,6 +148,9 @@ TERMS = (
     Term("torso_com_m", "body_ipos", add=True, rows="floating_base", each=True),
     Term("friction_scale", "geom_friction", columns=0),
     Term("friction_scale", "dof_frictionloss"),
+    # Playground's Go1: floor friction one draw per world, frictionloss x U(0.9, 1.1) per joint, independently
+    Term("contact_friction_scale", "geom_friction", columns=0),
+    Term("frictionloss_scale", "dof_frictionloss", each=True),  # (a free joint's frictionloss, 0 in our models, too)
     Term("damping_scale", "dof_damping"),
     Term("armature_scale", "dof_armature", each=True),  # (a free joint's armature, 0 in our models, too)
     Term("gain_scale", "actuator_gainprm", columns=0),

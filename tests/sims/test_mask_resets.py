@@ -104,7 +104,8 @@ RANDOMIZED = {"mass_scale": [0.8, 1.2], "friction_scale": [0.5, 1.25], "action_l
               "obs_delay_steps": [0, 2],  # per-episode dynamics, latency and delay; pushes and noise draw every
               # step, off here: their draws differ by path. Playground's Go1 terms too: drawn per link, dof, axis
               "link_mass_scale": [0.9, 1.1], "torso_mass_kg": [-1.0, 1.0], "torso_com_m": [-0.05, 0.05],
-              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05]}
+              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05],
+              "contact_friction_scale": [0.5, 1.25], "frictionloss_scale": [0.9, 1.1]}  # (times friction_scale's)
 
 
 @pytest.mark.parametrize("name, randomization", [(name, None) for name in MASKED] + [("go1_flat", RANDOMIZED)],

@@ -5,7 +5,7 @@ import torch
 
 import sims
 from robolearn.config import ConfigError
-from sims.randomization import Randomization, RandomizedEnv
+from sims.randomization import TERMS, Randomization, RandomizedEnv
 from sims.worlds import Worlds
 
 
@@ -351,7 +351,8 @@ def test_an_observation_delay_leaves_the_critics_privileged_state_as_it_is(wrapp
 
 # Playground's Go1 recipe beyond one mass factor per world (mujoco_playground/_src/locomotion/go1/randomize.py)
 PLAYGROUND = {"link_mass_scale": [0.9, 1.1], "torso_mass_kg": [-1.0, 1.0], "torso_com_m": [-0.05, 0.05],
-              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05]}
+              "armature_scale": [1.0, 1.05], "qpos0_offset": [-0.05, 0.05],
+              "contact_friction_scale": [0.5, 1.25], "frictionloss_scale": [0.9, 1.1]}
 TORSO = 1  # go1.xml's trunk: the floating-base body
 EPS = 1e-6  # the backends report model fields in float32
 
@@ -420,6 +421,7 @@ def test_the_go1_terms_at_width_0_leave_the_model_as_compiled(backend):
                  "dof_frictionloss", "body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_acc0"):
         assert torch.equal(randomized.sim.get_model_field(name), nominal.sim.get_model_field(name)), name
     assert randomized._drawn["torso_mass_kg"].abs().max() == 0 and randomized._drawn["link_mass_scale"].eq(1).all()
+    assert randomized._drawn["contact_friction_scale"].eq(1).all() and randomized._drawn["frictionloss_scale"].eq(1).all()
     if backend == "mujoco":  # (MuJoCo Warp's float32 steps differ by ~1e-5 from the first, with mass_scale alone too)
         for _ in range(30):
             action = torch.full((4, 12), 0.5)
@@ -491,6 +493,52 @@ def test_friction_scales_the_sliding_coefficient_and_the_joints_frictionloss_alo
     torch.testing.assert_close(friction[:, :, 1:], torch.ones_like(friction[:, :, 1:]))
     loss = env.sim.get_model_field("dof_frictionloss") / nominal.get_model_field("dof_frictionloss")
     torch.testing.assert_close(loss, sliding[:, :1].expand_as(loss))
+
+
+@pytest.mark.filterwarnings("ignore:backend=warp device=cpu")
+@pytest.mark.parametrize("backend", ["mujoco", "warp"])
+def test_contact_friction_and_frictionloss_each_change_their_field_alone(backend):
+    """Playground's Go1 draws the contacts' friction and the joints' frictionloss apart (friction_scale scales both by
+    one factor): contact_friction_scale is one factor per world on every geom's sliding friction, frictionloss_scale
+    a factor per world and dof on dof_frictionloss; each leaves every other randomized field as compiled."""
+    nominal = sims.make_env("go1_flat", 8, seed=0, backend=backend, device="cpu")
+    for key, field, (low, high) in (("contact_friction_scale", "geom_friction", (0.5, 1.25)),
+                                    ("frictionloss_scale", "dof_frictionloss", (0.9, 1.1))):
+        env = sims.make_env("go1_flat", 8, seed=0, backend=backend, device="cpu", randomization={key: [low, high]})
+        for other in dict.fromkeys(term.field for term in TERMS):
+            if other != field:
+                assert torch.equal(env.sim.get_model_field(other), nominal.sim.get_model_field(other)), (key, other)
+        values = env.sim.get_model_field(field).double().cpu()
+        compiled = torch.as_tensor(getattr(env.sim.model, field), dtype=torch.float64)
+        drawn = env._drawn[key].double().cpu()
+        if field == "geom_friction":  # (0.8 for every geom of go1.xml: floor, feet and trunk)
+            scale = values[..., 0] / compiled[:, 0]
+            torch.testing.assert_close(scale, scale[:, :1].expand_as(scale))  # one factor per world
+            assert scale[:, 0].unique().numel() == 8 and drawn.shape == (8,)  # and the worlds' differ
+            torch.testing.assert_close(scale[:, 0], drawn, rtol=1e-6, atol=0)
+            # the torsional and rolling coefficients as compiled
+            assert torch.equal(env.sim.get_model_field(field)[..., 1:], nominal.sim.get_model_field(field)[..., 1:])
+        else:
+            scale = values[:, 6:] / compiled[6:]  # the 12 leg joints (0.1 each)
+            assert scale.std(0).min() > 0 and scale.std(1).min() > 0  # between worlds, and between one's joints
+            torch.testing.assert_close(scale, drawn[:, 6:], rtol=1e-6, atol=0)
+            assert (values[:, :6] == 0).all()  # the free joint's (0) stays 0
+        assert low - EPS <= scale.min() and scale.max() <= high + EPS, key
+        for _ in range(2):
+            assert torch.isfinite(env.step(torch.zeros(8, 12)).obs["policy"]).all()
+        env.close()
+
+
+def test_friction_scale_and_the_split_ranges_multiply():
+    """A config that sets friction_scale and contact_friction_scale or frictionloss_scale gets their product, in
+    TERMS's order: the arm's servo frictionloss follows friction_scale's factor, times its own per dof."""
+    env = _env(friction_scale=[2.0, 2.0], contact_friction_scale=[0.5, 1.0], frictionloss_scale=[0.9, 1.1])
+    nominal = sims.make_env("arm_reach", 1).sim
+    sliding = (env.sim.get_model_field("geom_friction") / nominal.get_model_field("geom_friction"))[:, :, 0]
+    torch.testing.assert_close(sliding, 2 * env._drawn["contact_friction_scale"].unsqueeze(1).expand_as(sliding))
+    loss = env.sim.get_model_field("dof_frictionloss") / nominal.get_model_field("dof_frictionloss")
+    torch.testing.assert_close(loss, 2 * env._drawn["frictionloss_scale"])
+    assert 1.8 - 1e-6 <= loss.min() and loss.max() <= 2.2 + 1e-6 and loss.std(1).min() > 0
 
 
 def test_qpos0_offsets_shift_slide_joints_as_well_as_hinges():
