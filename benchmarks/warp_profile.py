@@ -49,7 +49,7 @@ def main() -> None:
     cfg = load_config("ppo_go1_flat", ["env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}"])
     full = dict(cfg.env.randomization)
     variants = {"none": {}, "mass": {k: full[k] for k in ("link_mass_scale", "torso_mass_kg", "torso_com_m")},
-                "friction": {"friction_scale": full["friction_scale"]},
+                "friction": {k: full[k] for k in ("contact_friction_scale", "frictionloss_scale")},
                 "push": {k: full[k] for k in ("push_every_s", "push_velocity")}, "full": full}
     variants["full, fresh draws"] = {**full, "dynamics_pool": 0}  # the config draws from a pool
     variants["full, resets listed"] = full  # on a GPU the worlds to reset are a mask: every world draws each step

@@ -58,8 +58,9 @@ Leg order everywhere: FR, FL, RR, RL; three joints per leg (abduction, hip, knee
 - Domain randomization (``sims/randomization.py``; the Go1 configs) follows Playground's
   Go1 recipe: contact friction U(0.4, 1.0), each link's mass x U(0.9, 1.1), the trunk
   +-1 kg and its centre of mass +-5 cm per axis (inertias as compiled, as Playground
-  leaves them), armature x U(1, 1.05) per joint, qpos0 +-0.05 rad; joint frictionloss
-  goes with the friction factor (x 0.5-1.25; Playground: x U(0.9, 1.1) per joint).
+  leaves them), armature x U(1, 1.05) per joint, qpos0 +-0.05 rad, and joint frictionloss
+  x U(0.9, 1.1) per joint, drawn apart from the contacts' factor (``contact_friction_scale``
+  and ``frictionloss_scale``; ``friction_scale`` would scale both by one factor).
 - ``metrics/lin_vel_error`` and ``metrics/ang_vel_error`` (absolute tracking
   errors, m/s and rad/s) are logged through :meth:`Task.metrics`.
 
