@@ -30,8 +30,9 @@ from gymnasium import spaces
 from tqdm import tqdm
 
 from robolearn.data.episode import DatasetError, Episode
-from robolearn.data.minari_store import (DatasetWriter, dataset_dir, dataset_id, datasets_root, list_datasets, own_id,
-                                        read_metadata, read_storage, refuse_discrete_actions)
+from robolearn.data.minari_store import (ARROW_FORMATS, DatasetWriter, dataset_dir, dataset_id, datasets_root,
+                                        list_datasets, own_id, read_metadata, read_storage, refuse_discrete_actions,
+                                        refuse_misread_episode)
 from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
@@ -286,10 +287,13 @@ class Dataset:
         storage = self._dataset(indices).storage
         chosen = range(self.num_episodes) if indices is None else indices
         episodes = storage.get_episodes(chosen)
+        positional = storage.FORMAT in ARROW_FORMATS  # (episodes paired with pyarrow's batches in order)
         while True:
             data = self._read(lambda: next(episodes, None))
             if data is None:
                 return
+            if positional:
+                refuse_misread_episode(self.path / "data", data)
             yield minari_episode(data)
 
     def transitions(self, device: str | torch.device = "cpu") -> dict[str, Any]:

@@ -318,7 +318,86 @@ def read_storage(data: Path, episodes: Iterable[int] | None = None) -> Any:
     if (file := data / "main_data.hdf5").is_file():  # (an arrow or parquet dataset's episodes are folders)
         with h5py.File(file, "r") as f:
             refuse_other_files(f, file, None if episodes is None else (f"episode_{i}" for i in episodes))
+    if storage.FORMAT in ARROW_FORMATS:
+        refuse_stray_files(data, storage.FORMAT, range(storage.total_episodes) if episodes is None else episodes)
     return storage
+
+
+ARROW_FORMATS = ("arrow", "parquet")  # Minari's storages that pair episodes with what pyarrow reads by position
+# What pyarrow skips in an episode folder (Minari's ignore_prefixes): any file or folder named so
+_PYARROW_SKIPS = ("_", ".", "metadata.json")
+# The most rows pyarrow was seen to read as one record batch of an episode Minari wrote (its writer cuts
+# batches there): an episode of more steps (rows: steps + 1) is read as several
+ARROW_BATCH_ROWS = 32768
+
+
+def refuse_stray_files(data: Path, data_format: str, episodes: Iterable[int]) -> None:
+    """Refuse an arrow or parquet dataset whose episode folder (``data/<i>``, of ``episodes``) holds other files
+    than the one Minari writes (``part-0.<format>``): Minari reads the episodes' folders as one pyarrow dataset
+    and pairs episode i with the i-th record batch read, so a stray file (a copy, a partial write), anywhere in
+    the folder, had episode i and every one after it read another episode's steps, silently where the lengths
+    agree. One directory listing per episode (a folder missing is left to Minari's own error)."""
+    for index in episodes:
+        folder = data / str(index)
+        found: list[Path] = []
+        folders, seen = [folder], set()
+        try:
+            while folders:
+                at = folders.pop()
+                if (real := at.resolve()) in seen:  # a link (inside the dataset: refuse_links_out) back up
+                    continue
+                seen.add(real)
+                with os.scandir(at) as entries:
+                    for entry in entries:
+                        if entry.name.startswith(_PYARROW_SKIPS):
+                            continue
+                        try:  # (a link that leads nowhere, or to itself, is neither: pyarrow skips it)
+                            kind = "dir" if entry.is_dir() else "file" if entry.is_file() else None
+                        except OSError:  # ELOOP
+                            continue
+                        if kind == "dir":
+                            folders.append(Path(entry.path))
+                        elif kind == "file":
+                            found.append(Path(entry.path))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if len(found) == 1:
+            continue
+        own = folder / f"part-0.{data_format}"
+        names = sorted(str(f.relative_to(folder)) for f in found)
+        what = ("no data file, where Minari writes one" if not found else
+                f"{len(found)} files pyarrow reads as the episode ({few(names)}), where Minari writes one")
+        fix = (f"remove all but {own.name}, what Minari wrote (the others are strays: copies, partial writes)"
+               if own in found else "rewrite the dataset with Minari")
+        raise DatasetError(f"{folder}: episode {index}'s folder holds {what}; Minari pairs the episodes with the record "
+                           "batches pyarrow reads, in order, so this episode and every one after it would read another episode's "
+                           f"steps; {fix}")
+
+
+def refuse_misread_episode(data: Path, episode: dict[str, Any]) -> None:
+    """Refuse an episode Minari read from an arrow or parquet dataset ``data`` (its dict, as ``get_episodes`` gives
+    it) whose steps are not as many as its folder's metadata.json says (``total_steps``, which Minari writes): a
+    file split into record batches (an episode of more than 32,767 steps, whose rows Minari then spreads over the
+    episodes after it) or one not written by Minari had it read another episode's steps. Nothing where the
+    metadata says no count."""
+    index = episode["id"]
+    try:
+        steps = json.loads((data / str(index) / "metadata.json").read_text()).get("total_steps")
+    except (OSError, ValueError, AttributeError):
+        return
+    read = len(episode["rewards"])
+    if not isinstance(steps, int) or isinstance(steps, bool) or read == steps:
+        return
+    folder = data / str(index)
+    if steps + 1 > ARROW_BATCH_ROWS:
+        raise DatasetError(f"{folder}: episode {index} has {steps:,} steps (its metadata.json), more than the "
+                           f"{ARROW_BATCH_ROWS - 1:,} Minari reads right from an arrow or parquet dataset (pyarrow "
+                           f"reads it in pieces, and Minari gave this episode {read:,} steps and the rest to the "
+                           "episodes after it); robolearn refuses it: write the dataset in Minari's hdf5 format "
+                           "(data_format='hdf5'), or cut the episode into shorter ones")
+    raise DatasetError(f"{folder}: episode {index} reads as {read:,} steps, its metadata.json says {steps:,}: its "
+                       "file holds more than one record batch, or another episode's steps (Minari pairs the episodes "
+                       "with what pyarrow reads in order); rewrite the dataset with Minari")
 
 
 def refuse_discrete_actions(dtype: Any, where: str = "") -> None:

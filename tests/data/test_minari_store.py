@@ -669,6 +669,52 @@ def test_an_arrow_dataset_that_links_out_is_refused_naming_the_link(root, tmp_pa
 
 
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+@pytest.mark.parametrize("data_format", ["arrow", "parquet"])
+@pytest.mark.parametrize("stray", ["part-0 (copy).{ext}", "more/part-0.{ext}"], ids=["copy", "in-a-folder"])
+def test_an_arrow_episode_folder_with_a_stray_file_is_refused_naming_it(root, monkeypatch, capsys, data_format, stray):
+    """Minari reads an arrow or parquet dataset's episode folders as one pyarrow dataset and pairs the episodes with
+    its record batches in order: a copy of a part file left in episode 0's folder (or a folder in it) had episode 1
+    read episode 0's steps and episode 2 episode 1's, silently where the lengths agree, and a run trained on them."""
+    folder = _made_by_minari("strayed-v0", root, monkeypatch, _valued(5, 1), _valued(5, 2), _valued(5, 3),
+                             data_format=data_format)
+    episode = folder / "data" / "0"
+    extra = episode / stray.format(ext=data_format)
+    extra.parent.mkdir(exist_ok=True)
+    shutil.copy(episode / f"part-0.{data_format}", extra)
+    said = (f"{episode}: episode 0's folder holds 2 files pyarrow reads as the episode "
+            f"({', '.join(sorted([f'part-0.{data_format}', str(extra.relative_to(episode))]))}), where Minari writes "
+            f"one; Minari pairs the episodes with the record batches pyarrow reads, in order, so this episode and "
+            f"every one after it would read another episode's steps; remove all but part-0.{data_format}")
+    for read in (lambda ds: ds.transitions(), lambda ds: list(ds), lambda ds: ds[0]):
+        with pytest.raises(DatasetError) as refused:
+            read(Dataset.load("strayed"))
+        assert str(refused.value).startswith(said)
+    assert Dataset.load("strayed")[-1].observations["policy"][0, 0] == 3  # its own folder: read right (`dataset list`)
+    extra.unlink()
+    np.testing.assert_array_equal(Dataset.load("strayed").transitions()["obs"]["policy"][:, 0].numpy(),
+                                  np.repeat([1, 2, 3], 5))
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+@pytest.mark.parametrize("data_format", ["arrow", "parquet"])
+def test_an_arrow_episode_pyarrow_reads_in_pieces_is_refused(root, monkeypatch, data_format):
+    """pyarrow reads an episode of Minari's of more than 32,767 steps (rows: steps + 1) in record batches of 32,768
+    rows, which Minari paired with the episodes in order: episode 0 had read 32,767 of its 32,768 steps, and the
+    episode after it its last step. The longest episode read whole reads."""
+    _made_by_minari("long-v0", root, monkeypatch, _valued(32_768, 1), _valued(5, 2), data_format=data_format)
+    episode = root / "long-v0" / "data" / "0"
+    said = (f"{episode}: episode 0 has 32,768 steps (its metadata.json), more than the 32,767 Minari reads right "
+            f"from an arrow or parquet dataset")
+    for read in (lambda ds: ds.transitions(), lambda ds: ds[0]):
+        with pytest.raises(DatasetError) as refused:
+            read(Dataset.load("long"))
+        assert str(refused.value).startswith(said) and "Minari gave this episode 32,767 steps" in str(refused.value)
+    assert len(Dataset.load("long")[-1]) == 5
+    _made_by_minari("longest-v0", root, monkeypatch, _valued(32_767, 1), _valued(5, 2), data_format=data_format)
+    assert Dataset.load("longest").transitions()["reward"].shape == (32_772,)
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 def test_a_symlink_that_never_ends_leaves_the_dataset_readable(root, monkeypatch):
     """A link to itself has no target to judge, and nothing is read through it (pyarrow skips it): the dataset
     reads as it did before links were checked, not "Symlink loop" from inside the check."""
