@@ -309,7 +309,8 @@ def read_storage(data: Path, episodes: Iterable[int] | None = None) -> Any:
     of it (:func:`refuse_links_out`: an arrow or parquet dataset's only way to read other files), and its HDF5 file
     reads no other file (:func:`refuse_other_files`), all of it, or what reading ``episodes`` reaches where they are
     given (then read only those). Minari reads whatever they point to, and a dataset from elsewhere (``minari
-    download``, a copy) had read this machine's files into its episodes."""
+    download``, a copy) had read this machine's files into its episodes. An arrow or parquet dataset's episode
+    folders (those of ``episodes``) hold one data file each (:func:`refuse_stray_files`)."""
     import h5py
     from minari.dataset.minari_storage import MinariStorage
 
