@@ -308,7 +308,9 @@ def _import(args: argparse.Namespace) -> int:
         print(f"task:        not named; the recording's settings ({settings_said(recorded)}) are kept under recording "
               "only: import with --task (the controller's) to replay and evaluate with them")
     elif not task:  # a D4RL file of elsewhere, imported without --task: said, as a recording's is
-        print("task:        not named (the file says none): import with --task NAME to replay its episodes and "
+        why = (f"the file's {meta['recorded_task']} cannot be made here" if meta.get("recorded_task")
+               else "the file says none")
+        print(f"task:        not named ({why}): import with --task NAME to replay its episodes and "
               "evaluate on it; a run on it names one with env.task")
     for warning in said:
         if issubclass(warning.category, UserWarning):

@@ -164,6 +164,17 @@ def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     assert err.startswith("error: /proc/nope.hdf5: cannot write there")  # not the temp file's name
 
 
+def test_a_file_whose_task_cannot_be_made_here_is_not_said_to_name_none(tmp_path, root, capsys):
+    path = _write(tmp_path / "elsewhere.hdf5", **_d4rl_arrays())
+    with h5py.File(path, "a") as f:
+        f.attrs["robolearn_metadata"] = '{"task": "gym:NotRegisteredHere-v0"}'
+    assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "elsewhere"]) == 0
+    out = capsys.readouterr().out
+    assert "task:        not named (the file's gym:NotRegisteredHere-v0 cannot be made here): import with --task" in out
+    assert "the file says none" not in out and "NotRegisteredHere-v0 cannot be made here (" in out
+
+
+
 def _error(capsys, *argv: str) -> str:
     assert main(["dataset", *argv]) == 2
     err = capsys.readouterr().err.strip()
