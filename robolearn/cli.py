@@ -354,7 +354,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
-    from robolearn.distributed import LAUNCHER_PID
+    from robolearn.distributed import LAUNCHER_PID, launcher_said
 
     argv = list(argv)
     for i, word in enumerate(argv):
@@ -382,7 +382,7 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     remove_leftovers(Path(tempfile.gettempdir()), legacy=False)
     logs, lock = temp_beside(Path(tempfile.gettempdir()) / "robolearn-torchrun")
     before = os.environ.get(LAUNCHER_PID)
-    os.environ[LAUNCHER_PID] = str(os.getpid())  # the ranks' parent: a rank with another has lost it
+    os.environ[LAUNCHER_PID] = launcher_said(os.getpid(), logs)  # the ranks' parent: a rank with another has lost it
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", f"--log-dir={logs}", "-m", "robolearn", *argv])
     except ChildFailedError as err:  # the failing rank printed its error; exit with its code (ranks killed after it: < 0)

@@ -53,7 +53,15 @@ def init(device: str) -> bool:
     return True
 
 
-LAUNCHER_PID = "ROBOLEARN_LAUNCHER_PID"  # set by `robolearn train --nproc` for its ranks: its own pid
+# Set by `robolearn train --nproc` for its ranks: "<its pid>:<the log folder it gives torchrun>". The folder tells its
+# own ranks (torchrun puts their TORCHELASTIC_ERROR_FILE in it) from those of another launch that inherited the
+# variable: a plain torchrun line's, started from a shell where it was left exported, had stopped themselves silently
+LAUNCHER_PID = "ROBOLEARN_LAUNCHER_PID"
+
+
+def launcher_said(pid: int, logs: Path) -> str:
+    """:data:`LAUNCHER_PID`'s value for a launcher of this ``pid`` whose torchrun writes under ``logs``."""
+    return f"{pid}:{logs}"
 
 
 def stop_with_the_launcher() -> None:
@@ -75,7 +83,9 @@ def stop_with_the_launcher() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG; -1 leaves it as before
     except (OSError, AttributeError):  # no libc to ask: as before
         return
-    if launcher.isdigit() and os.getppid() != int(launcher):  # (a plain torchrun line's ranks: not set, as before)
+    pid, _, logs = launcher.partition(":")
+    ours = pid.isdigit() and logs and os.environ.get("TORCHELASTIC_ERROR_FILE", "").startswith(logs + os.sep)
+    if ours and os.getppid() != int(pid):  # (a plain torchrun line's ranks: not ours, as before)
         os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -446,13 +446,14 @@ def test_a_rank_whose_launcher_died_while_it_started_stops_too(tmp_path) -> None
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
     told, launched = tmp_path / "told", tmp_path / "launched"
     rank = (f"import os, signal, time, pathlib\n"
-            f"while os.getppid() == int(os.environ['{distributed.LAUNCHER_PID}']): time.sleep(0.02)\n"
+            f"while os.getppid() == int(os.environ['{distributed.LAUNCHER_PID}'].split(':')[0]): time.sleep(0.02)\n"
             f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text('SIGTERM'), exit(0)))\n"
             f"from robolearn.distributed import stop_with_the_launcher\n"
             f"stop_with_the_launcher()\n"
             f"time.sleep(30)\n")
     launcher = (f"import os, subprocess, sys, pathlib\n"
-                f"os.environ['{distributed.LAUNCHER_PID}'] = str(os.getpid())\n"
+                f"os.environ['{distributed.LAUNCHER_PID}'] = f'{{os.getpid()}}:{tmp_path}'\n"
+                f"os.environ['TORCHELASTIC_ERROR_FILE'] = {str(tmp_path / 'attempt_0' / '0' / 'error.json')!r}\n"
                 f"rank = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
                 f"pathlib.Path({str(launched)!r}).write_text(str(rank.pid))\n"
                 f"os.kill(os.getpid(), 9)\n")
@@ -480,12 +481,38 @@ def test_a_process_a_rank_starts_does_not_take_the_launchers_pid_for_its_own(tmp
              f"from robolearn.distributed import stop_with_the_launcher\n"
              f"stop_with_the_launcher()\n")
     rank = (f"import os, subprocess, sys\n"
-            f"os.environ['{distributed.LAUNCHER_PID}'] = str(os.getppid())  # as robolearn train --nproc starts it\n"
+            f"os.environ['{distributed.LAUNCHER_PID}'] = f'{{os.getppid()}}:{tmp_path}'  # as robolearn train --nproc starts it\n"
+            f"os.environ['TORCHELASTIC_ERROR_FILE'] = {str(tmp_path / 'attempt_0' / '0' / 'error.json')!r}  # and torchrun\n"
             f"from robolearn.distributed import stop_with_the_launcher\n"
             f"stop_with_the_launcher()\n"
             f"subprocess.run([sys.executable, '-c', {inner!r}], check=True)\n")
     subprocess.run([sys.executable, "-c", rank], timeout=60, check=True)
     assert not told.exists()
+
+
+def test_a_plain_torchrun_rank_under_a_launch_variable_left_exported_trains_on(monkeypatch, tmp_path) -> None:
+    """ROBOLEARN_LAUNCHER_PID left exported in a shell (copied from a rank's environment) had a plain torchrun
+    line's ranks, whose parent is torchrun's agent, stop themselves at once, silently: the variable names the
+    launcher's log folder, which holds its own ranks' error files and no other launch's."""
+    import signal
+    import sys
+    import types
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    monkeypatch.setattr("ctypes.CDLL", lambda *_, **__: types.SimpleNamespace(prctl=lambda *_: 0))  # (not pytest's)
+    kills: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(os, "getppid", lambda: 4242)  # torchrun's agent
+    stale = distributed.launcher_said(999_999, tmp_path / ".robolearn-torchrun.tmp-999999@host-ab12")
+    plain = str(tmp_path / "torchelastic_x1y2" / "attempt_0" / "0" / "error.json")  # torchrun's own log folder
+    for error_file, stopped in ((plain, False), (stale.split(":", 1)[1] + "/attempt_0/0/error.json", True)):
+        monkeypatch.setenv(distributed.LAUNCHER_PID, stale)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", error_file)
+        kills.clear()
+        distributed.stop_with_the_launcher()
+        assert kills == ([(os.getpid(), signal.SIGTERM)] if stopped else []), error_file
+        assert distributed.LAUNCHER_PID not in os.environ
 
 
 def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_path) -> None:
