@@ -87,13 +87,14 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     env steps; a fine-tune's ``agent.warmup_steps``) before updates go on."""
     from pathlib import Path
 
-    from robolearn.config import TrainConfig, load_config, run_config_path
+    from robolearn.config import TrainConfig, load_config, refuse_algo_change, run_config_path
     from robolearn.runner import train as _train
     from robolearn.runs import warn_if_config_differs
 
     if cfg is None:
         if resume is None:
             raise TypeError("train() needs a config, load_config(...), or resume=<run directory>")
+        refuse_algo_change(resume, overrides)
         cfg = load_config(run_config_path(resume), overrides)
     elif not isinstance(cfg, TrainConfig):  # a name or a dict had failed five frames down on `cfg.algo`
         how = f"load_config({cfg!r})" if isinstance(cfg, (str, Path)) else \

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from robolearn import distributed, strict_json
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
-                              resolve_config_path, run_config_path, to_dict)
+                              refuse_algo_change, resolve_config_path, run_config_path, to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
@@ -431,6 +431,7 @@ def _train(args: argparse.Namespace) -> int:
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")
     if args.resume:  # `train --resume RUN [key=value ...]`: the run's own config, overrides applied
         config = run_config_path(args.resume)
+        refuse_algo_change(args.resume, args.overrides)
     asked = [word for word in args.overrides if word.startswith("logging.wandb=") and word != "logging.wandb=disabled"]
     if args.no_wandb and asked:  # (the flag had silently won)
         raise ConfigError(f"--no-wandb and {asked[-1]}: give one of them")

@@ -233,6 +233,25 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         raise ConfigError(f"{file}: {err}" if _fails_alike(as_written, err) else str(err)) from None
 
 
+def refuse_algo_change(run_dir: str | Path, overrides: str | Sequence[str] | Mapping[str, Any]) -> None:
+    """A resume goes on with its run's algorithm (its checkpoint holds that algorithm's networks and optimizer):
+    an ``algo=`` override is refused in one line naming both, as ``env.task`` is (it had failed on the run's agent
+    section as another algorithm's unknown keys, ``did you mean ...``, which a resume cannot act on)."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    probe: dict[str, Any] = {}
+    _apply_overrides(probe, overrides)  # (a malformed override is said here as load_config says it)
+    if "algo" not in probe:
+        return
+    try:
+        trained = read_yaml(run_config_path(run_dir)).get("algo")
+    except (OSError, ValueError, AttributeError):
+        return  # the resume says what is wrong with its config
+    if trained is not None and probe["algo"] != trained:
+        raise ConfigError(f"algo: {run_dir} trained with '{trained}'; a resume goes on with its algorithm, not "
+                          f"'{probe['algo']}': drop algo=, or train a new run with it")
+
+
 def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> None:
     """Set each override in ``raw``, in order: ``key=value`` strings (the value read as YAML), or a mapping's
     values as they are (typed and checked later, as YAML's are)."""

@@ -174,6 +174,21 @@ def test_resuming_a_run_that_stopped_before_its_first_checkpoint_says_to_train_a
     assert "no checkpoint to resume from: the run stopped before its first one was saved; train it anew" in error(capsys)
 
 
+def test_a_resume_with_another_algo_is_refused_naming_both(tmp_path, capsys):
+    """`train --resume RUN algo=...` had failed on the run's agent section as the other algorithm's unknown keys
+    ("unknown key 'agent.actor_hidden' (did you mean 'agent.hidden'?)"), which a resume cannot act on."""
+    import yaml
+
+    import robolearn
+    from robolearn.config import to_dict
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_cartpole")), sort_keys=False))
+    assert main(["train", "--no-wandb", "--resume", str(tmp_path), "algo=sac", "runner.total_steps=9"]) == 2
+    assert f"algo: {tmp_path} trained with 'ppo'; a resume goes on with its algorithm, not 'sac'" in error(capsys)
+    with pytest.raises(ConfigError, match="trained with 'ppo'; a resume goes on with its algorithm, not 'sac'"):
+        robolearn.train(resume=tmp_path, overrides={"algo": "sac"})
+
+
 def test_using_a_run_before_its_first_checkpoint_says_why_there_is_none(tmp_path, root, capsys):
     """eval, play, export and record of such a run had said only '.../latest.pt: no such checkpoint file' (and
     deploy had advised `robolearn export`, which then failed the same way)."""
