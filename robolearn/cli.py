@@ -754,8 +754,8 @@ def _group_summary(done: list[tuple[Path, dict]]) -> str:
 
     settings = [flat_keys(read_yaml(run / "config.yaml")) for run, _ in done]  # (readable: _list checked)
     seeds = [str(flat.pop("seed", "?")) for flat in settings]
-    for flat in settings:  # where it was written and how it was logged do not change the result
-        for key in [k for k in flat if k.split(".")[0] in ("run_dir", "logging")]:
+    for flat in settings:  # where it was written (run_dir, name: a run moved in, or resumed with name=) and how it
+        for key in [k for k in flat if k.split(".")[0] in ("run_dir", "name", "logging")]:  # was logged: no change
             del flat[key]
     differ = sorted({key for flat in settings for key in flat if any(f.get(key) != flat.get(key) for f in settings)})
     if differ:

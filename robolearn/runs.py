@@ -313,9 +313,10 @@ def warn_if_config_differs(cfg: TrainConfig, run: Path) -> None:
 
 
 NOT_TRAINING = ("runner.total_steps", "runner.max_minutes", "agent.total_updates", "runner.eval_episodes",
-                "runner.video_seconds", "runner.checkpoint_every", "runner.log_every", "logging.", "run_dir")
+                "runner.video_seconds", "runner.checkpoint_every", "runner.log_every", "logging.", "run_dir", "name")
 """Settings a resume may change without changing how the steps so far trained: the budget (raised to train on;
-IQL's schedule span follows it), the end's evaluation and film, how often it saves and logs, where and how."""
+IQL's schedule span follows it), the end's evaluation and film, how often it saves and logs, where and how (``name``:
+a new run's folder, and W&B's name; a resumed run stays in its folder)."""
 
 
 def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:

@@ -306,6 +306,24 @@ def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path
     assert f"--runs {tmp_path / 'nowhere'}: no such folder" in capfd.readouterr().err
 
 
+def test_list_sums_up_seeds_whose_name_differs_and_a_resume_with_name_is_no_training_change(tmp_path, capfd):
+    """name= is where a run is written (and W&B's name), as run_dir is: runs of one folder that differ only in it
+    (moved in from another folder, or resumed with name=) had been 'runs whose settings differ (name)', and a
+    resume with name= had said 'the steps so far trained with the earlier ones' and kept a superseded config."""
+    import json
+
+    from robolearn.runs import NOT_TRAINING, config_changes
+
+    for seed, name in ((0, "pend_a"), (1, "pend_b")):
+        run = tmp_path / "exp" / "pend" / f"2026010{seed}-000000"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(json.dumps({"seed": seed, "name": name, "agent": {"gamma": 0.9}}))
+        (run / "eval.json").write_text(json.dumps({"return_mean": 100.0 + 20 * seed}))
+    assert main(["list", "--runs", str(tmp_path / "exp")]) == 0
+    assert f"{tmp_path / 'exp' / 'pend'}  2 runs (seeds 0 1): return 110.0 ± 10.0" in capfd.readouterr().out
+    assert config_changes({"name": "pend_a", "seed": 0}, {"name": "pend_b", "seed": 0}, NOT_TRAINING) == ""
+
+
 def test_a_seed_given_as_a_flag_or_under_a_section_says_it_is_a_top_level_override(capsys):
     assert main(["train", "ppo_pendulum", "--seed", "3"]) == 2
     assert "--seed: settings are overrides here, as key=value: seed=3" in capsys.readouterr().err
