@@ -451,11 +451,10 @@ def _train(args: argparse.Namespace) -> int:
     check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
     if args.fresh_replay:
         check_fresh_replay(cfg, args.resume)
+    if args.resume and "WORLD_SIZE" not in os.environ:  # (under torchrun every rank's runner refuses it)
+        _refuse_finished_before_the_ranks(args.resume, cfg)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         import sims
-
-        if args.resume:
-            _refuse_finished_before_the_ranks(args.resume, cfg)
 
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
@@ -506,7 +505,9 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
 
 def _refuse_finished_before_the_ranks(run: Path, cfg: TrainConfig) -> None:
     """A resume of a finished run, refused here as the runner would refuse it on every rank: the ranks had been
-    started only to refuse, torchrun's error lines after the runner's."""
+    started only to refuse, torchrun's error lines after the runner's; and in one process, first: a finished run
+    whose replay.pt was lost had been told to restore it (or warned of --fresh-replay's empty buffer), and only
+    then that it was finished and needed a higher runner.total_steps."""
     from robolearn.checkpoint import CheckpointError, load_checkpoint
     from robolearn.runs import refuse_finished
 

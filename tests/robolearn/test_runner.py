@@ -321,6 +321,18 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     assert resumed.replay.size == 3000
 
 
+def test_a_finished_run_whose_replay_is_lost_is_told_first_that_it_is_finished(tmp_path, capsys):
+    """`train --resume RUN` of a finished SAC run without replay.pt had said to restore the buffer (or, with
+    --fresh-replay, warned of the empty one) and only then that the run was finished: raise runner.total_steps."""
+    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100")).run_dir
+    (run / "checkpoints" / "replay.pt").unlink()
+    capsys.readouterr()
+    for flags in ([], ["--fresh-replay"]):
+        assert cli(["train", "--resume", str(run), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "already finished" in err and "replay" not in err, err
+
+
 def test_a_run_whose_replay_is_lost_resumes_with_fresh_replay_refilling_before_it_updates(tmp_path, capsys):
     """A lost or damaged replay.pt (left behind in a copy of the run) had left an off-policy run un-resumable."""
     cfg = tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "agent.batch_size=32",
