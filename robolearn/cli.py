@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from robolearn import distributed, strict_json
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import (CONFIG_DIR, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
+from robolearn.config import (CONFIG_DIR, SECTIONS, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
                               refuse_algo_change, resolve_config_path, run_config_path, to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
@@ -426,6 +426,11 @@ def _train(args: argparse.Namespace) -> int:
             settings = [word for word in args.overrides if word != named]
             raise ConfigError(f"'{named}' follows key=value settings: a config goes first, as in "
                               f"{shell('robolearn', 'train', named, *settings)}")
+    if (config and config.split(".")[0] in SECTIONS and "." in config and not config.endswith((".yaml", ".yml"))
+            and not _names_config(config)):
+        # `train runner.total_steps` (`=value` forgotten) had been 'no config ...', or with --resume 'give a config
+        # or --resume, not both'
+        raise ConfigError(f"'{config}': a setting without a value; give it as key=value (e.g. {config}=...)")
     if args.resume and config:
         raise ConfigError(f"give a config or --resume, not both: --resume {args.resume} continues with the run's own "
                           f"config ({args.resume / 'config.yaml'}); drop '{config}' (key=value overrides still apply)")

@@ -335,6 +335,15 @@ def test_missing_dataset_with_root_passes_it_on(tmp_path, capsys):
 
 # -- 5: --resume with a config; int literals; one override string -----------------------------
 
+def test_a_setting_without_a_value_is_said_so(tmp_path, capsys):
+    """`train runner.total_steps` (its =value forgotten) had been 'no config ...' and, after --resume RUN,
+    'give a config or --resume, not both'."""
+    assert main(["train", "runner.total_steps"]) == 2
+    assert "'runner.total_steps': a setting without a value; give it as key=value" in error(capsys)
+    assert main(["train", "--resume", str(tmp_path), "agent.gamma"]) == 2
+    assert "'agent.gamma': a setting without a value; give it as key=value" in error(capsys)
+
+
 def test_config_and_resume_together_are_refused(tmp_path, capsys):
     assert main(["train", "ppo_pendulum", "--resume", str(tmp_path), "--no-wandb"]) == 2
     assert "give a config or --resume, not both" in error(capsys)
