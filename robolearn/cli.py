@@ -275,8 +275,27 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         _json_error(args, f"{err.strerror}: {err.filename or 'a file being written'}")
         return 2
+    except Exception as err:  # noqa: BLE001 (only a Ctrl+C's, said as one; anything else is raised)
+        if not _from_ctrl_c(err):
+            raise
+        print("interrupted", file=sys.stderr)
+        _json_error(args, "interrupted")
+        return 130
     finally:
         warnings.formatwarning = _DEFAULT_FORMAT
+
+
+def _from_ctrl_c(err: BaseException) -> bool:
+    """Whether ``err`` was raised because a Ctrl+C landed inside something that wraps it: Python 3.11 makes one
+    that lands while a class is defined (torch imports torch._dynamo as a run starts) a RuntimeError ('Error
+    calling __set_name__'), which had ended a Ctrl+C at start-up in a traceback."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _json_error(args: argparse.Namespace, said: str) -> None:

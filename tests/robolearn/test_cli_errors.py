@@ -439,6 +439,25 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(tmp_path, capsys
     assert main(["train", "--resume", str(run), "runner.total_steps=512", "--no-wandb"]) == 0  # raising it goes on
 
 
+def test_a_ctrl_c_that_python_wraps_in_another_error_is_said_as_interrupted(tmp_path, monkeypatch, capsys):
+    """Python 3.11 turns a Ctrl+C that lands while a class is defined (torch importing torch._dynamo as a run
+    starts) into a RuntimeError ('Error calling __set_name__'): a Ctrl+C at start-up had ended in its traceback."""
+    import robolearn.runner as runner_module
+
+    def wrapped(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise RuntimeError("Error calling __set_name__ on '_Sentinel' instance 'ExceptionStack'") from err
+
+    monkeypatch.setattr(runner_module, "make_agent", wrapped)
+    assert tiny_run(tmp_path) == 130
+    assert capsys.readouterr().err.strip().endswith("interrupted")
+    monkeypatch.setattr(runner_module, "make_agent", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("ours")))
+    with pytest.raises(RuntimeError, match="ours"):  # any other error is still raised
+        tiny_run(tmp_path / "other")
+
+
 def test_a_run_cut_short_while_evaluating_resumes_to_finish(tmp_path, monkeypatch, capsys):
     """A Ctrl+C during the end-of-run evaluation says how to finish; the resume trains no further and
     writes eval.json (it was refused as 'already finished', and nothing else wrote eval.json)."""
