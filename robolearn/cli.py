@@ -30,7 +30,7 @@ from robolearn.config import (CONFIG_DIR, SECTIONS, ConfigError, TrainConfig, fl
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
-from robolearn.listing import few
+from robolearn.listing import counted, few
 from robolearn.runtime import stops_as_ctrl_c
 from robolearn.shell import shell
 
@@ -490,7 +490,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"run:         {result.run_dir}")
     if result.evaluation:
         e = result.evaluation
-        print(f"evaluation:  {_outcome(e)} over {e['episodes']} episodes")
+        print(f"evaluation:  {_outcome(e)} over {counted(e['episodes'], 'episode')}")
     if result.video:
         print(f"video:       {result.video}")
     if result.curves:
@@ -606,7 +606,7 @@ def _eval(args: argparse.Namespace) -> int:
     if (score := _normalized_score(Path(args.run), cfg.dataset, result["return_mean"])) is not None:  # as the run's own evaluation
         result["normalized_score"] = score
     if not args.json:
-        line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {result['episodes']} episodes"
+        line = f"{cfg.env.task}: return {result['return_mean']:.2f} ± {result['return_std']:.2f} over {counted(result['episodes'], 'episode')}"
         if result.get("success_rate") is not None:
             line += f", success {100 * result['success_rate']:.0f}%"
         if score is not None:
@@ -637,7 +637,7 @@ def _eval_fas(args: argparse.Namespace, cfg: TrainConfig) -> int:
     result = {"run": str(args.run), "controller": args.exported or "checkpoint", **result, "plot": str(fas.plot({cfg.run_name: result}, args.run / "fas.png", cfg.env.task))}
     atomic_write_bytes(args.run / "fas.json", lambda f: f.write(strict_json.dumps(result, indent=2).encode()))
     if not args.json:
-        print(f"{cfg.env.task}: R(L) over {args.episodes} episodes, decision period {result['decision_period']}")
+        print(f"{cfg.env.task}: R(L) over {counted(args.episodes, 'episode')}, decision period {result['decision_period']}")
         for length, value in zip(result["lengths"], result["returns"]):
             print(f"  L = {length:>2}  R = {value:10.2f}")
         print(f"FAS {result['fas']:.3f}  (R_max {result['r_max']:g}, shift {result['shift']:g}); plot {result['plot']}")

@@ -19,6 +19,7 @@ from typing import Any
 from robolearn import strict_json
 from robolearn.checkpoint import ShapeMismatch
 from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
+from robolearn.listing import counted
 from robolearn.shell import shell
 
 
@@ -142,7 +143,7 @@ def _say_uncommitted(root: Path | None) -> None:
         recover = shell("robolearn", "dataset", "recover", *(["--root", root] if root else []))
         print(f"uncommitted: recordings killed before their end (`{recover}` makes datasets of them):")
         for folder in folders:
-            print(f"  {folder}  {uncommitted_episodes(folder)} complete episodes")
+            print(f"  {folder}  {counted(uncommitted_episodes(folder), 'complete episode')}")
 
 
 def _recover(args: argparse.Namespace) -> int:
@@ -261,12 +262,12 @@ def _record(args: argparse.Namespace) -> int:
                 print("interrupted before the first episode ended: nothing saved", file=sys.stderr)
                 return 130
     returns = stats.returns or [0.0]
-    print(f"recorded:    {stats.episodes} episodes, {writer.steps} steps in {stats.seconds:.1f} s "
+    print(f"recorded:    {counted(stats.episodes, 'episode')}, {writer.steps} steps in {stats.seconds:.1f} s "
           f"-> {writer.target}")
     print(f"return:      {sum(returns) / len(returns):.2f} mean, {min(returns):.2f} min, {max(returns):.2f} max"
           + _success_said(stats.successes))
     if stats.interrupted:
-        print(f"interrupted: kept the {stats.episodes} complete episodes")
+        print(f"interrupted: kept {counted(stats.episodes, 'complete episode')}")
         return 130
     return 0
 

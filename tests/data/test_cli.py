@@ -103,7 +103,7 @@ def test_record_from_a_run_directory(tmp_path, root, capsys):
                                        "runner.video_seconds=0"])
     run = train(cfg).run_dir
     assert main(["dataset", "record", "--run", str(run), "--episodes", "1", "--no-progress"]) == 0
-    assert "recorded:    1 episodes" in capsys.readouterr().out
+    assert "recorded:    1 episode," in capsys.readouterr().out
     ds = Dataset.load("cartpole-ppo")
     assert ds.raw_metadata["algorithm_name"] == "ppo"
     assert ds.info["controller"] == f"run:{run}"

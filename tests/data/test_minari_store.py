@@ -175,7 +175,7 @@ def test_a_record_killed_outright_is_recovered_with_its_task(tmp_path, root, cap
     status, _, temps = _killed_mid_write(tmp_path, root, argv, signal.SIGKILL)
     assert status == -signal.SIGKILL and [p.name for p in root.iterdir()] == temps
     assert cli(["dataset", "list"]) == 0
-    assert "1 complete episodes" in capsys.readouterr().out
+    assert "1 complete episode\n" in capsys.readouterr().out
     assert cli(["dataset", "recover"]) == 0
     assert "recovered:   1 episodes, 500 steps" in capsys.readouterr().out
     assert [p.name for p in root.iterdir()] == ["rec-v0"]  # the temp folder went once the dataset was in place

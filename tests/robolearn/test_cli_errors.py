@@ -407,7 +407,7 @@ def test_play_without_the_renderers_dependency_is_one_line(tmp_path, monkeypatch
 
     assert tiny_run(tmp_path) == 0
     run = next((tmp_path / "runs").glob("*/*"))
-    capsys.readouterr()
+    assert " over 1 episode\n" in capsys.readouterr().out  # (runner.eval_episodes=1: it had said "1 episodes")
 
     def no_pygame(*args, **kwargs):
         raise DependencyNotInstalled('pygame is not installed, run `pip install "gymnasium[classic-control]"`')
