@@ -724,13 +724,13 @@ def _list(args: argparse.Namespace) -> int:
     from robolearn.run_lock import holder
     from robolearn.runs import find_run_dirs, run_status
 
+    if not args.runs.is_dir() and args.runs != Path("runs"):  # before the listing: the error had come after it
+        raise FileNotFoundError(f"--runs {args.runs}: no such folder")
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
     print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")
     print("robots:     " + " ".join(sorted(p.stem for p in (CONFIG_DIR / "robots").glob("*.yaml")))
           + "  (robolearn deploy RUN --robot NAME; robolearn emulate dynamixel)")
-    if not args.runs.is_dir() and args.runs != Path("runs"):
-        raise FileNotFoundError(f"--runs {args.runs}: no such folder")
     runs = find_run_dirs(args.runs)
     print("runs:" + ("" if runs else "       none yet (robolearn train)"))
     evaluations: dict[Path, list[tuple[Path, dict]]] = {}

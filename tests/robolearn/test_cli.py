@@ -303,7 +303,9 @@ def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path
     assert f"{tmp_path / 'exp' / 'pend_base'}  2 runs (seeds 0 1): return 160.0 ± 10.0, success 50 ± 50%" in out
     assert "ppo_pendulum  2 runs whose settings differ (agent.gamma): not summed up (give each setting its own name=)" in out
     assert main(["list", "--runs", str(tmp_path / "nowhere")]) == 2
-    assert f"--runs {tmp_path / 'nowhere'}: no such folder" in capfd.readouterr().err
+    said = capfd.readouterr()
+    assert f"--runs {tmp_path / 'nowhere'}: no such folder" in said.err
+    assert said.out == ""  # the listing of configs, tasks and algorithms had come first, the error under it
 
 
 def test_list_sums_up_seeds_whose_name_differs_and_a_resume_with_name_is_no_training_change(tmp_path, capfd):
