@@ -476,7 +476,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.fresh_replay:
         check_fresh_replay(cfg, args.resume)
     if args.resume and "WORLD_SIZE" not in os.environ:  # (under torchrun every rank's runner refuses it)
-        _refuse_finished_before_the_ranks(args.resume, cfg)
+        _refuse_finished_first(args.resume, cfg)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         import sims
 
@@ -527,11 +527,10 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
     return fallback
 
 
-def _refuse_finished_before_the_ranks(run: Path, cfg: TrainConfig) -> None:
-    """A resume of a finished run, refused here as the runner would refuse it on every rank: the ranks had been
-    started only to refuse, torchrun's error lines after the runner's; and in one process, first: a finished run
-    whose replay.pt was lost had been told to restore it (or warned of --fresh-replay's empty buffer), and only
-    then that it was finished and needed a higher runner.total_steps."""
+def _refuse_finished_first(run: Path, cfg: TrainConfig) -> None:
+    """A resume of a finished run, refused before anything else is built, as the runner would refuse it: under
+    --nproc each rank had been started only to refuse it, torchrun's error lines after the runner's; in one
+    process a finished run whose replay.pt was lost had first been told to restore it."""
     from robolearn.checkpoint import CheckpointError, load_checkpoint
     from robolearn.runs import refuse_finished
 
