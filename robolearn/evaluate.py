@@ -192,14 +192,19 @@ def env_delay(env: VecEnv) -> dict[str, Any] | None:
     return {} if ours else None
 
 
+def unwrapped_task(env: VecEnv) -> Any:
+    """The task ``env`` steps, under any randomization or delay wrappers (``None`` for an env of no task of ours)."""
+    while not hasattr(env, "task") and hasattr(env, "env"):
+        env = env.env
+    return getattr(env, "task", None)
+
+
 def differing_settings(recorded: dict[str, Any] | None, env: VecEnv) -> dict[str, tuple[Any, Any]]:
     """The plain task settings (:func:`plain_setting`: numbers, strings, and lists and mappings of them) in
     ``recorded`` that ``env``'s task (under any wrappers) has otherwise, as ``{key: (recorded, env's)}``, both
     as :func:`plain_setting` gives them; settings the task does not have as attributes are skipped, and so are
     keys only one side has (a controller.json from before a setting was recorded says nothing of it)."""
-    while not hasattr(env, "task") and hasattr(env, "env"):  # under randomization and delay wrappers
-        env = env.env
-    task = getattr(env, "task", None)
+    task = unwrapped_task(env)
     differ = {}
     for key, value in (recorded or {}).items():
         ours, theirs = plain_setting(value), plain_setting(getattr(task, key, None))

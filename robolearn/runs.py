@@ -36,7 +36,8 @@ import yaml
 
 from robolearn import distributed
 from robolearn.caller import outside_us
-from robolearn.checkpoint import CheckpointError, atomic_write_bytes, check_compatible, load_checkpoint
+from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, check_compatible,
+                                  load_checkpoint)
 from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
@@ -223,7 +224,15 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     if env is None:  # one CPU world of the task, for its specs: the controller comes back on the CPU
         with make_env(dataclasses.replace(cfg.env, backend="mujoco", device="cpu"), num_envs=1) as spec_env:
             return load_agent(run_dir, spec_env, cfg).controller().eval()
-    return load_agent(run_dir, env, cfg).controller().to(env.device).eval()
+    try:
+        agent = load_agent(run_dir, env, cfg)
+    except ShapeMismatch as error:  # the env given is another task's: say which the run learned
+        from robolearn.evaluate import unwrapped_task
+
+        raise ShapeMismatch(f"{run_dir} trained on task {cfg.env.task!r}, the env given runs "
+                            f"{type(unwrapped_task(env)).__name__} ({error}); build the run's env with "
+                            "robolearn.make_env(run)") from None
+    return agent.controller().to(env.device).eval()
 
 
 def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str | Path | None = None,

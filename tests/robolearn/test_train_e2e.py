@@ -13,6 +13,7 @@ import torch
 import sims
 
 from robolearn import load_config
+from robolearn.checkpoint import ShapeMismatch
 from robolearn.cli import main as cli
 from robolearn.export import ExportedController
 from robolearn.registry import make_env
@@ -136,6 +137,9 @@ def test_load_controller_from_python(trained_run):
     with pytest.warns(UserWarning, match=r"trained at 50 Hz, the env steps at 25 Hz") as caught:  # env: said
         load_controller(trained_run.run_dir, sims.make_env("cartpole", 1, seed=0, frame_skip=4), exported="onnx")
     assert caught[0].filename == __file__
+    with pytest.raises(ShapeMismatch, match=r"trained on task 'cartpole', the env given runs Pendulum \(checkpoint "
+                                            r"tensor .* build the run's env with robolearn.make_env\(run\)"):
+        load_controller(trained_run.run_dir, sims.make_env("pendulum", 1, seed=0))  # another task's env: named
     export = trained_run.run_dir / "export"
     for wrong in (export, export / "controller.json"):
         with pytest.raises(ValueError, match="give the exported file itself.*controller.pt"):
