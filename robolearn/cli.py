@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "or one recording (<run>/deploy/<time>): its joints' commands and motion, per episode")
     p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
                    "and success_rate, where logged)")
-    p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run, curves.png here for several, "
-                   "<recording>/recording.png for a recording)")
+    p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run's own curves, curves.png here for several "
+                   "or with --metrics or --mean, <recording>/recording.png for a recording)")
     p.add_argument("--mean", action="store_true", help="draw the runs of each folder (the seeds of a setting) as "
                    "their mean and a ±1 std band, over the steps all of them reached")
 
@@ -696,7 +696,10 @@ def _plot(args: argparse.Namespace) -> int:
     if empty and len(empty) < len(runs):  # found in a folder, nothing logged yet (starting, or stopped before its
         print(f"left out (no metrics.jsonl lines yet): {', '.join(map(str, empty))}")  # first line): not the others
         runs = [run for run in runs if run not in empty]
-    out = args.out or (runs[0] / "curves.png" if len(runs) == 1 else Path("curves.png"))
+    # a run's own curves.png is its default plot, redrawn as the run draws it; another (--metrics, --mean) had
+    # replaced it, so that one goes here, as several runs' do
+    own = len(runs) == 1 and not args.metrics and not args.mean
+    out = args.out or (runs[0] / "curves.png" if own else Path("curves.png"))
     print(f"curves: {plot_runs(runs, out, args.metrics, mean=args.mean)}")
     return 0
 

@@ -255,7 +255,7 @@ def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
     assert "DeprecationWarning: old" in _format_warning(DeprecationWarning("old"), DeprecationWarning, "/x.py", 1)
 
 
-def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
+def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monkeypatch):
     lines = [{"env_steps": 100 * i, "time": 6.0 * i, "return": float(i), "loss": 1.0 / (i + 1)} for i in range(5)]
     first = _fake_run(tmp_path, "ppo_a", {}, lines)
     second = _fake_run(tmp_path, "ppo_b", {}, lines[:3])
@@ -263,6 +263,12 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd):
     assert main(["plot", str(first), str(second), "--metrics", "return", "loss", "--out", str(out)]) == 0
     assert f"curves: {out}" in capfd.readouterr().out and out.read_bytes()[:4] == b"\x89PNG"
     assert main(["plot", str(first)]) == 0 and (first / "curves.png").is_file()  # one run: into its folder
+    own = (first / "curves.png").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for other in (["--mean"], ["--metrics", "loss"]):  # another plot of it: here, the run's own left as it was
+        assert main(["plot", str(first.parent), *other]) == 0 and (tmp_path / "curves.png").is_file()
+        assert (first / "curves.png").read_bytes() == own
+        (tmp_path / "curves.png").unlink()
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "all.png")]) == 0  # a folder of runs: all of them
     assert (tmp_path / "all.png").is_file()
     capfd.readouterr()
