@@ -126,6 +126,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
     ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
+    if Path(run_dir).is_file():  # (export/controller.pt had been "no such run directory": it is there)
+        raise FileNotFoundError(f"{run_dir}: {_file_not_run(Path(run_dir))}")
     if not Path(run_dir).is_dir():  # (from Python it had been "no exported controller, nor a checkpoint")
         raise FileNotFoundError(f"{run_dir}: no such run directory (`robolearn list` shows the runs)")
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
@@ -214,6 +216,15 @@ def trained_latency(trained: dict[str, Any] | None) -> str | None:
             said.append(f"{DELAYS[key]} {drawn[0]:g}-{drawn[1]:g} {'steps' if key.endswith('steps') else 's'} "
                         f"(env.randomization{at})")
     return ", ".join(said) or None
+
+
+def _file_not_run(path: Path) -> str:
+    """What to give instead of ``path``, a file given where deploy takes a run's folder: the run that holds an
+    exported file (``<run>/export/controller.pt``), else a run's folder."""
+    if path.parent.name == "export":
+        return (f"a file of an export; deploy takes the run's folder: {shell('robolearn', 'deploy', path.parent.parent)}"
+                " ... (--format onnx picks controller.onnx)")
+    return "a file, not a run's folder (runs/<name>/<time>, holding export/)"
 
 
 def _exported_file(run_dir: Path, fmt: str) -> Path:

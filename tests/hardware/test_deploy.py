@@ -1333,3 +1333,14 @@ def test_the_trained_delays_are_said_only_where_they_delay(tmp_path):
         warnings.simplefilter("error")
         _warn_if_trained_with_delay(tmp_path, {"delay": {}})  # the export's own record: none
         _warn_if_trained_with_delay(tmp_path, {"delay": {"obs_delay_steps": 0, "action_latency_steps": 0}})
+
+
+def test_an_exported_file_given_for_the_run_names_the_run(run_dir, tmp_path):
+    """deploy <run>/export/controller.pt had said "no such run directory" of a file that is there."""
+    exported = run_dir / "export" / "controller.pt"
+    with pytest.raises(FileNotFoundError, match=rf"^{exported}: a file of an export; deploy takes the run's folder: "
+                                                rf"robolearn deploy {run_dir} \.\.\."):
+        deploy(exported, "dxl_arm", port="/dev/null")
+    (other := tmp_path / "notes.txt").touch()
+    with pytest.raises(FileNotFoundError, match=rf"^{other}: a file, not a run's folder"):
+        deploy(other, "dxl_arm", port="/dev/null")
