@@ -673,6 +673,11 @@ def _plot(args: argparse.Namespace) -> int:
     missing = [str(path) for path in args.runs if not path.exists()]
     if missing:
         raise FileNotFoundError(f"no such run or recording: {', '.join(missing)}")
+    if file := next((path for path in args.runs if path.is_file()), None):  # (had been "no metrics.jsonl lines in")
+        if is_recording(file.parent):  # an episode_*.npz: its recording draws it, with the others
+            raise ValueError(f"{file}: one episode of a recording; plot draws the recording's folder: "
+                             f"{shell('robolearn', 'plot', file.parent)}")
+        raise ValueError(f"{file}: a file; plot takes run directories, folders of them, or a recording's folder")
     if args.out is not None and args.out.suffix.lower() != ".png":  # (it had written a PNG named a.txt)
         raise ValueError(f"--out {args.out}: plots are PNG images; give a .png path")
     if args.out is not None and (blocked := next((p for p in args.out.parents if p.exists() and not p.is_dir()), None)):

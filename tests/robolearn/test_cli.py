@@ -287,6 +287,10 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monk
     (recording / "episode_00000.npz").write_bytes(b"")
     assert main(["plot", str(recording.parent)]) == 2  # the deploy folder: the recordings in it are named
     assert f"holds recordings, not runs; plot one: robolearn plot {recording}" in capfd.readouterr().err
+    # one episode of it had been called a run without metrics.jsonl lines
+    assert main(["plot", str(recording / "episode_00000.npz")]) == 2
+    assert (f"episode_00000.npz: one episode of a recording; plot draws the recording's folder: robolearn plot "
+            f"{recording}") in capfd.readouterr().err
 
 
 def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd):
