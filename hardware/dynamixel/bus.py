@@ -562,8 +562,7 @@ class DynamixelBus:
             except LINE_LOST as exc:
                 self._close_port()
                 raise NotConnectedError(
-                    f"lost the connection on {self.port} while trying to {what}: {exc}; "
-                    "check the USB cable and the servo power, then reconnect"
+                    f"lost the connection on {self.port} while trying to {what}: {exc}; {self._lost_line_hint()}"
                 ) from exc
             except BaseException:
                 self._abandon_exchange()
@@ -594,6 +593,14 @@ class DynamixelBus:
         if result == sdk.COMM_SUCCESS:
             raise PacketError(servo_id, f"failed to {what} after {self.retries} retries", error)
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")
+
+    def _lost_line_hint(self) -> str:
+        """What to check when the line went away mid-run: an emulator's pseudo-terminal closes when the emulator
+        stops (a USB cable and servo power, as for a real adapter, had been said of it)."""
+        if self.port.startswith("/dev/pts/"):
+            return ("a pseudo-terminal closes when `robolearn emulate dynamixel`, which serves it, stops: start it "
+                    "again and use the port it prints")
+        return "check the USB cable and the servo power, then reconnect"
 
     def _hardware_error(self, servo_id: int) -> int | None:
         """Hardware_Error_Status of a servo that raised its alert bit (None if it cannot be read), read as

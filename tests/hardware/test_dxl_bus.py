@@ -267,12 +267,15 @@ def test_reply_latency_within_the_timeout_still_works(emulator, make_bus) -> Non
 def test_disconnect_mid_run_is_not_connected(emulator, make_bus) -> None:
     bus = make_bus(emulator)
     bus.read_state()
+    assert bus.port.startswith("/dev/pts/")
     emulator.disconnect()
-    with pytest.raises(NotConnectedError, match="lost the connection"):
+    with pytest.raises(NotConnectedError, match="lost the connection") as lost:
         for _ in range(3):
             bus.write_goal(np.zeros(4))
             bus.read_state()
     assert not bus.is_connected
+    # an emulator's pseudo-terminal: the emulator stopped (the USB cable and servo power had been said)
+    assert "robolearn emulate dynamixel" in str(lost.value) and "USB cable" not in str(lost.value)
     bus.close()
     bus.close()  # idempotent
     with pytest.raises(NotConnectedError, match="call connect"):
