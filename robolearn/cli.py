@@ -819,8 +819,9 @@ def _replay(args: argparse.Namespace) -> int:
     from hardware.replay import recorded_control_dt, replay
     from hardware.safety import parse_overrides
 
-    if Path(args.episode).is_file() and (dt := recorded_control_dt(args.episode)):  # (not said before the error
-        print(f"rate:        {1 / dt:g} Hz, as recorded")  # of a missing episode)
+    episode = Path(args.episode)  # an episode only: not said before the error of a missing one, or of deploy.json
+    if episode.is_file() and episode.suffix == ".npz" and (dt := recorded_control_dt(episode)):
+        print(f"rate:        {1 / dt:g} Hz, as recorded")
     result = replay(args.episode, args.robot, port=args.port, safety_overrides=parse_overrides(args.safety))
     print(f"replayed:    {result['steps']} steps of {args.episode}")
     print(f"divergence:  max {result['divergence_rad_max']:.4f} rad, mean {result['divergence_rad_mean']:.4f} rad "

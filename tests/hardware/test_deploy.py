@@ -780,8 +780,10 @@ def test_replay_refuses_a_bad_recording(tmp_path, capsys):
     assert main(["replay", str(bad), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
     assert "NaN" in capsys.readouterr().err
     (tmp_path / "deploy.json").write_text("{}")  # not an episode: said, not numpy's "pickled data" complaint
+    (tmp_path / "metadata.json").write_text('{"control_dt": 0.02}')  # ("rate: 50 Hz, as recorded" had come first)
     assert main(["replay", str(tmp_path / "deploy.json"), "--robot", "dxl_arm", "--port", "/dev/null"]) == 2
-    assert "deploy.json: give one episode_*.npz of a recording, e.g. " in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "deploy.json: give one episode_*.npz of a recording, e.g. " in captured.err and "rate:" not in captured.out
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "metadata.json").write_text("{}")  # a deploy that stopped before its first step was kept
