@@ -23,6 +23,7 @@ import torch
 
 from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
 from hardware.robot import Robot
+from hardware.safety import add_to_message
 from robolearn.config import build_dataclass
 from robolearn.recording import load_episode
 from robolearn.runtime import StepSink, stops_as_ctrl_c
@@ -103,8 +104,20 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
     safety = safety_settings(config).updated(safety_overrides or {})
     robot = DynamixelArm(config, port=port, task=task, safety=safety)
     read_replayable(path, len(robot.home))
-    with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
-        return replay_on_robot(path, robot, sink)
+    try:
+        with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
+            return replay_on_robot(path, robot, sink)
+    except Exception as err:
+        _say_what_began_it(err)
+        raise
+
+
+def _say_what_began_it(err: Exception) -> None:
+    """Add to ``err`` the error that ended the replay, where ``err`` is a later one (the safe stop failing after
+    the line died): Python keeps that one as the context alone, which the CLI's one-line error leaves out."""
+    began = err.__context__
+    if isinstance(began, Exception) and not err.__suppress_context__ and str(began) and str(began) not in str(err):
+        add_to_message(err, f"it began with {type(began).__name__}: {began}")
 
 
 def replay_on_robot(path: str | Path, robot: Robot, sink: StepSink | None = None) -> dict[str, Any]:

@@ -88,3 +88,25 @@ def test_an_episode_without_its_metadata_is_replayed_at_the_robots_rate_and_said
         result = replay(episode, "dxl_arm", port=make_emulator().port,
                         safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
     assert result["steps"] == 5
+
+
+def test_a_line_lost_mid_replay_says_what_ended_it(tmp_path, make_emulator, monkeypatch):
+    """The safe stop failing after the line died had replaced the error that ended the replay: it said only
+    "connection lost before or during the safe stop", not where the line went or what to check."""
+    from hardware.replay import replay
+    from hardware.safety import ConnectionLost
+
+    emulator = make_emulator(step_dt=0.01)
+    step, steps = DynamixelArm.step, []
+
+    def step_then_pull_the_plug(self, action):
+        steps.append(1)
+        if len(steps) == 3:
+            emulator.disconnect()  # as the emulator stopped, or a cable pulled
+        return step(self, action)
+
+    monkeypatch.setattr(DynamixelArm, "step", step_then_pull_the_plug)
+    with pytest.raises(ConnectionLost, match="connection lost") as raised:
+        replay(write_recording(tmp_path), "dxl_arm", port=emulator.port,
+               safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
+    assert "it began with ConnectionLost: lost the connection on /dev/pts/" in str(raised.value)
