@@ -31,7 +31,7 @@ from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argumen
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
 from robolearn.listing import counted, few
-from robolearn.runtime import stops_as_ctrl_c
+from robolearn.runtime import SlowLoopWarning, stops_as_ctrl_c
 from robolearn.shell import shell
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
@@ -338,8 +338,8 @@ def _format_warning(message: Warning | str, category: type[Warning], filename: s
                     line: str | None = None) -> str:
     """A user warning as the command line prints it: one line, like its errors, not Python's file, line
     number and source line; other categories (deprecations...) keep Python's format."""
-    if category is UserWarning:
-        return f"warning: {message}\n"
+    if category is UserWarning or issubclass(category, SlowLoopWarning):  # (a deploy's slow loop: the user's to act
+        return f"warning: {message}\n"  # on, not Python's file, line and source line of ours)
     return _DEFAULT_FORMAT(message, category, filename, lineno, line)
 
 

@@ -225,8 +225,9 @@ class _SlowLoopWatch:
     or an overloaded machine does, whose controller then acts on old observations and sends fewer goals than
     it was trained to."""
 
-    def __init__(self, window: int = 250) -> None:
+    def __init__(self, window: int = 250, bar: tqdm | None = None) -> None:
         self.window, self.steps, self.late, self.overruns, self.warned = window, 0, 0, 0, False
+        self.bar = bar  # the loop's progress bar, cleared while the warning is said (it had been glued to its line)
 
     def tick(self, overruns: int, period_s: float) -> None:
         """After a step; ``overruns``: the ticker's count so far (ticks, a late step's skipped ones too)."""
@@ -237,10 +238,14 @@ class _SlowLoopWatch:
             return
         if self.late > 0.1 * self.steps:
             self.warned = True
+            if self.bar is not None:
+                self.bar.clear()
             warnings.warn(f"the loop is running below its rate: {self.late} of the last {self.steps} steps came late "
                           f"for their {period_s * 1e3:.0f} ms period, so actions act on older observations and come "
                           "fewer than trained (a slow bus, read retries, a loaded machine); the run goes on, and its "
                           "report counts the overruns", SlowLoopWarning, stacklevel=4)  # (run's no_grad wrapper)
+            if self.bar is not None:
+                self.bar.refresh()
         self.steps = self.late = 0
 
 
@@ -349,7 +354,7 @@ def run(
     ticker = Ticker(stats.period_s) if rate > 0 and not paced_by_env else None
     bar = _loop_bar(progress, steps, episodes)
     pacing = ticker or (getattr(env, "ticker", None) if paced_by_env else None)  # whose overruns count
-    slow = _SlowLoopWatch()
+    slow = _SlowLoopWatch(bar=bar)
     expected_shape = (env.num_envs, *env.action_spec.shape) if hasattr(env, "action_spec") else None  # an action's
     signals = contextlib.ExitStack()
     try:

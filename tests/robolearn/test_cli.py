@@ -253,6 +253,9 @@ def test_user_warnings_print_as_one_line_and_others_as_python_prints_them():
     assert _format_warning(UserWarning("resumes on 1 rank"), UserWarning, "/x/runner.py", 9, "self._restore()") \
         == "warning: resumes on 1 rank\n"
     assert "DeprecationWarning: old" in _format_warning(DeprecationWarning("old"), DeprecationWarning, "/x.py", 1)
+    from robolearn.runtime import SlowLoopWarning  # deploy's, mid-run: had come with our file, line and source line
+
+    assert _format_warning(SlowLoopWarning("slow"), SlowLoopWarning, "/x/deploy.py", 172, "run(...)") == "warning: slow\n"
 
 
 def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monkeypatch):

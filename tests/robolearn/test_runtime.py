@@ -1,6 +1,7 @@
 """The fixed-rate loop: drift-free ticks, overrun accounting, safe exits, recording."""
 
 import re
+import sys
 import time
 import warnings
 
@@ -104,6 +105,18 @@ def test_a_loop_below_its_rate_is_warned_during_the_run_once():
         stats = run(Slow(4, 0.003), env, rate_hz=500, steps=520)  # every step overruns its 2 ms period
     mine = [w for w in caught if w.category is SlowLoopWarning]
     assert len(mine) == 1 and mine[0].filename == __file__ and stats.overruns > 250  # said at the caller's line
+
+
+def test_a_loop_below_its_rate_is_warned_on_lines_of_its_own_under_the_bar(capfd):
+    """deploy's warning had been written on to the end of its episode bar's line ("...?episode/s]/path: ...")."""
+    env = sims.make_env("arm_reach", 1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SlowLoopWarning)
+        warnings.showwarning = lambda message, *_: sys.stderr.write(f"warning: {message}\n")  # as Python's, one line
+        run(Slow(4, 0.003), env, rate_hz=500, steps=260, progress="deploy")
+    said = capfd.readouterr().err
+    assert "\rwarning: the loop is running below its rate" in said  # the bar cleared first, then drawn again
+    assert "\ndeploy:" in said or "\rdeploy:" in said.partition("warning:")[2]
 
 
 def test_a_single_slow_step_is_not_warned(clock, monkeypatch):
