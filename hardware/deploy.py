@@ -35,7 +35,7 @@ from robolearn import strict_json
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
 from robolearn.export import FILENAMES, ExportedController
-from robolearn.listing import few
+from robolearn.listing import counted, few
 from robolearn.recording import EpisodeRecorder, unique_directory
 from robolearn.runtime import LoopStats, run, stops_as_ctrl_c, stops_held
 from robolearn.run_lock import holder
@@ -395,7 +395,8 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
              "(as trained)",
              f"seed:        {summary['seed']} " + ("(a fixed --target)" if fixed_target else
                                                     "(it draws the targets; --seed N draws others)"),
-             f"loop:        {loop['rate_hz']:.0f} Hz, {loop['steps']} steps, {loop['overruns']} overruns, "
+             f"loop:        {loop['rate_hz']:.0f} Hz, {counted(loop['steps'], 'step')}, "
+             f"{counted(loop['overruns'], 'overrun')}, "
              f"jitter p50 {loop['jitter_ms_p50']:.2f} ms p99 {loop['jitter_ms_p99']:.2f} ms"]
     if latency := trained_latency(summary.get("trained_under")):  # what the robot's own latency is held against
         lines.append(f"trained:     under {latency}")

@@ -1049,6 +1049,8 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     assert "overran" not in text
     late = report({**summary, "loop": {**summary["loop"], "overruns": 90}})  # 90 of 100: the arm ran slower than trained
     assert "90% of the periods overran: each step's read, decision and write took longer than 20 ms" in late
+    assert "loop:        50 Hz, 100 steps, 1 overrun, jitter" in report({**summary, "loop": {**summary["loop"],
+                                                                                "overruns": 1}})  # not "1 overruns"
     slower = report({**summary, "loop": {**summary["loop"], "overruns": 190}})  # steps that skipped periods too
     assert "190 periods overran (late or skipped) in 100 steps: each step's read" in slower  # (it had said "190%")
 
