@@ -104,9 +104,16 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
     safety = safety_settings(config).updated(safety_overrides or {})
     robot = DynamixelArm(config, port=port, task=task, safety=safety)
     read_replayable(path, len(robot.home))
+    connected = False
     try:
         with stops_as_ctrl_c(also={signal.SIGQUIT: lambda *_: robot.emergency_stop()}), robot:
+            connected = True
             return replay_on_robot(path, robot, sink)
+    except KeyboardInterrupt as err:
+        if connected:  # the close parked and turned torque off (what cuts that short raises its own error instead):
+            stop = err.args[0] if err.args and err.args[0] else "SIGINT"  # said, as deploy's report says it
+            err.args = (f"{stop}; the robot was parked and its torque turned off",)
+        raise
     except Exception as err:
         _say_what_began_it(err)
         raise

@@ -110,3 +110,24 @@ def test_a_line_lost_mid_replay_says_what_ended_it(tmp_path, make_emulator, monk
         replay(write_recording(tmp_path), "dxl_arm", port=emulator.port,
                safety_overrides={"watchdog_s": 0.5, "stop_after_s": 2.0})
     assert "it began with ConnectionLost: lost the connection on /dev/pts/" in str(raised.value)
+
+
+def test_a_replay_stopped_by_ctrl_c_says_the_robot_parked(tmp_path, make_emulator, monkeypatch, capsys):
+    """`robolearn replay` stopped by Ctrl+C had said only "interrupted", where deploy says the robot was parked and
+    its torque turned off."""
+    from robolearn.cli import main
+
+    emulator = make_emulator(step_dt=0.01)
+    step, steps = DynamixelArm.step, []
+
+    def step_then_ctrl_c(self, action):
+        steps.append(1)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        return step(self, action)
+
+    monkeypatch.setattr(DynamixelArm, "step", step_then_ctrl_c)
+    assert main(["replay", str(write_recording(tmp_path)), "--robot", "dxl_arm", "--port", emulator.port,
+                 "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 130
+    assert "interrupted: SIGINT; the robot was parked and its torque turned off" in capsys.readouterr().err
+    assert not any(s.torque_enabled for s in emulator.state().values())
