@@ -326,6 +326,9 @@ def robot_config_path(name: str | Path) -> Path:
         if candidate.is_file():
             return candidate
     known = ", ".join(sorted(p.stem for p in (REPO / "configs" / "robots").glob("*.yaml")))
+    if len(path.parts) > 1 or path.suffix in (".yaml", ".yml"):  # a path, not a name: it is the file that is missing
+        raise FileNotFoundError(f"no robot config '{name}': no such file (from {Path.cwd()}); give a YAML path that "
+                                f"exists, or a name in configs/robots/: {known}")
     raise FileNotFoundError(f"no robot config '{name}': give a YAML path or one of: {known}")
 
 

@@ -1348,3 +1348,14 @@ def test_an_exported_file_given_for_the_run_names_the_run(run_dir, tmp_path):
     (other := tmp_path / "notes.txt").touch()
     with pytest.raises(FileNotFoundError, match=rf"^{other}: a file, not a run's folder"):
         deploy(other, "dxl_arm", port="/dev/null")
+
+
+def test_a_robot_config_path_that_is_not_there_is_said_missing(tmp_path, monkeypatch):
+    """A YAML path that does not exist had been told to "give a YAML path", which it was."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=rf"no robot config 'configs/robots/dxl_arm.yaml': no such file \(from "
+                                                rf"{tmp_path}\); give a YAML path that exists, or a name in "
+                                                r"configs/robots/: dxl_arm"):
+        robot_config_path("configs/robots/dxl_arm.yaml")
+    with pytest.raises(FileNotFoundError, match=r"no robot config 'dxl_armm': give a YAML path or one of: dxl_arm"):
+        robot_config_path("dxl_armm")
