@@ -491,8 +491,8 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
 
 
 def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = None, overwrite: bool = False) -> Dataset:
-    """One dataset holding every episode of ``datasets``, in order. They must share task, task settings,
-    control period (where known) and shapes; metadata they differ in (controller, source, a LeRobot import's
+    """One dataset holding every episode of ``datasets``, in order. They must share task, task settings (our
+    tasks' defaults filled in: the fullest written form is kept), control period (where known) and shapes; metadata they differ in (controller, source, a LeRobot import's
     readings, reference scores) is kept per dataset under ``sources``, not taken from the first."""
     ids = [d.id for d in datasets]
     if twice := next((i for i in ids if ids.count(i) > 1), None):
@@ -501,8 +501,10 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     for other in datasets[1:]:
         dts = first.info.get("control_dt"), other.info.get("control_dt")
         same_dt = None in dts or math.isclose(*dts, rel_tol=1e-6)  # unknown on one side: not a difference
+        differ = _differing_task_settings(first, other) if first.task == other.task else {}
         for what, a, b in (("task", first.task, other.task),
-                           ("task settings", first.info.get("task_kwargs") or {}, other.info.get("task_kwargs") or {}),
+                           ("task settings", *(", ".join(f"{key}={pair[side]}" for key, pair in differ.items())
+                                               for side in (0, 1))),
                            ("control period", *((None, None) if same_dt else dts)),
                            ("observation shapes", _shapes(first.observation_spec), _shapes(other.observation_spec)),
                            ("action shape", first.action_spec.shape, other.action_spec.shape)):
@@ -512,7 +514,10 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
         for dataset in datasets:
             yield from dataset
 
-    metas = {d.id: d.writer_metadata() for d in datasets}
+    # settings equal once defaults are filled in: the fullest kept, which still says what ran if a default changes
+    fullest = max((d.info.get("task_kwargs") or {} for d in datasets), key=len)
+    metas = {d.id: d.writer_metadata(**({"task_kwargs": fullest} if "task_kwargs" in d.info else {}))
+             for d in datasets}
     keys = {key for meta in metas.values() for key in meta}
 
     def agreed(key: str) -> bool:  # the physics' keys hold where known: one source's unknown period is no other
@@ -534,6 +539,24 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
                       "'sources', and its runs report no normalized score", stacklevel=2)
     return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,
                           root=root, overwrite=overwrite)
+
+
+def _differing_task_settings(first: Dataset, other: Dataset) -> dict[str, tuple[Any, Any]]:
+    """The task settings two datasets of one task were recorded with that differ, ``{key: (first's, other's)}``.
+    Our own tasks' defaults are filled in first: a robot's recording imports with every setting spelled out, a
+    simulated one leaves the defaults out, and the two ran the same task. A task of one's own is compared as
+    written (filling its defaults would import the code a dataset's metadata names)."""
+    import sims
+
+    def settings(dataset: Dataset) -> dict[str, Any]:
+        written = dataset.info.get("task_kwargs") or {}
+        if dataset.task not in sims.TASKS:
+            return written
+        return {**written, **sims.trained_settings(dataset.task, written)}
+
+    ours, theirs = settings(first), settings(other)
+    return {key: (ours.get(key), theirs.get(key)) for key in sorted(ours.keys() | theirs.keys())
+            if ours.get(key) != theirs.get(key)}
 
 
 def _shapes(spec: dict[str, spaces.Box]) -> dict[str, tuple[int, ...]]:

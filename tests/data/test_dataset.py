@@ -169,7 +169,7 @@ def test_split_and_merge(recorded):
     with pytest.raises(DatasetError, match="differ in task"):
         merge([ds, other], "mixed")
     longer = recorded("pendulum", 1, name="longer", num_envs=1, max_episode_steps=12)  # had merged, run as 10 steps
-    with pytest.raises(DatasetError, match=r"differ in task settings \({'max_episode_steps': 10} vs {'max_episode_steps': 12}\)"):
+    with pytest.raises(DatasetError, match=r"differ in task settings \(max_episode_steps=10 vs max_episode_steps=12\)"):
         merge([ds, longer], "mixed")
     with pytest.raises(DatasetError, match="cannot merge 'pendulum-v0' with itself: its episodes would be stored twice"):
         merge([ds, train, ds], "twice")
@@ -183,6 +183,21 @@ def test_split_and_merge(recorded):
         Dataset.create("unended", [unended], ds.observation_spec, ds.action_spec)
     with pytest.raises(DatasetError, match="sum to at most 1"):
         split(ds, [0.8, 0.5])
+
+
+def test_a_merge_compares_task_settings_with_the_defaults_filled_in(recorded):
+    """A robot's recording imports with every setting spelled out (task_kwargs {reset_noise_scale: 0.1, ...}),
+    a simulated one with the defaults left out ({}): the same task run alike had been refused as "differ in task
+    settings", though the size warning tells a user to join robot and simulated data with `dataset merge`."""
+    spelled_out = sims.trained_settings("pendulum", {"max_episode_steps": 10})
+    plain = recorded("pendulum", 1, name="plain", num_envs=1, max_episode_steps=10)
+    spelled = recorded("pendulum", 1, name="spelled", num_envs=1, **spelled_out)
+    both = merge([plain, spelled], "both")
+    assert len(both) == 2 and both.info["task_kwargs"] == spelled_out  # the one that says every setting
+    assert "task_kwargs" not in both.info.get("sources", {}).get("plain-v0", {})
+    other = recorded("pendulum", 1, name="other", num_envs=1, **{**spelled_out, "effort_weight": 0.5})
+    with pytest.raises(DatasetError, match=r"differ in task settings \(effort_weight=0.01 vs effort_weight=0.5\)"):
+        merge([plain, other], "mixed")
 
 
 def test_a_merge_that_loses_the_reference_scores_says_so(recorded):
