@@ -107,9 +107,10 @@ def rate_doubt(recorded_dt: Any, env_dt: float | None) -> str | None:
             "from it acts at the wrong rate")
 
 
-def size_doubt(steps: int, episodes: int, batch_size: int) -> str | None:
+def size_doubt(steps: int, episodes: int, batch_size: int, from_robot: bool = False) -> str | None:
     """A dataset too small to learn a policy from that generalises (a handful of robot episodes), said;
-    None from ``MIN_EPISODES`` episodes and ``MIN_BATCHES`` minibatches' worth of transitions on."""
+    None from ``MIN_EPISODES`` episodes and ``MIN_BATCHES`` minibatches' worth of transitions on. ``robolearn
+    deploy`` is named as a source of more only for a robot's recording (``from_robot``): it runs no hopper."""
     few = [f"{episodes} episode(s), under {MIN_EPISODES}"] * (episodes < MIN_EPISODES) + \
           [f"{steps} transitions, under {MIN_BATCHES} minibatches of agent.batch_size={batch_size}"] * (
               steps < MIN_BATCHES * batch_size)
@@ -117,7 +118,8 @@ def size_doubt(steps: int, episodes: int, batch_size: int) -> str | None:
         return None
     return (f"it holds only {' and '.join(few)}: each update sees the same few episodes, "
             "and a policy learnt from them rarely does well beyond their starts and targets; record more "
-            "(robolearn deploy --episodes N, robolearn dataset record) and join them with robolearn dataset merge")
+            f"({'robolearn deploy --episodes N, ' * from_robot}robolearn dataset record) and join them with "
+            "robolearn dataset merge")
 
 
 def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> list[str]:
@@ -282,7 +284,8 @@ class OfflineRunner:
         reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
         if self.dataset is not None:
             check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
-            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size):
+            from_robot = str(self.dataset.info.get("source", "")).startswith("recording:")
+            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size, from_robot):
                 warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
         self.replay: ReplayBuffer | None = None

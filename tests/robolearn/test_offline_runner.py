@@ -228,6 +228,9 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
     assert size_doubt(4000, 8, 256) is None  # the fixture's 8 scripted episodes: enough
     # only what falls short is said (20 episodes had been called "under 5 episodes or 10 minibatches")
     assert size_doubt(2000, 20, 256).startswith("it holds only 2000 transitions, under 10 minibatches of agent.batch")
+    # robolearn deploy runs on a robot: named for a robot's recording, not for a hopper's simulated data
+    assert "robolearn deploy" not in size_doubt(2000, 20, 256) and "robolearn dataset record" in size_doubt(2000, 20, 256)
+    assert "(robolearn deploy --episodes N, robolearn dataset record)" in size_doubt(2000, 20, 256, from_robot=True)
 
 
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
