@@ -109,7 +109,23 @@ def add_dataset_parser(commands: Any) -> None:
 
 
 def dataset_command(args: argparse.Namespace) -> int:
+    if getattr(args, "task", None):
+        _check_task_flag(args.task)
     return COMMANDS[args.dataset_command](args)
+
+
+def _check_task_flag(task: str) -> None:
+    """Refuse an unknown ``--task`` (or a ``module:Class`` that does not import) before anything is read or
+    written, said as the flag given: sims' own message names the config key ``env.task``, which the dataset
+    commands do not take. ``gym:`` and ``mjlab:`` ids are their libraries' to check, when the env is built."""
+    import sims
+
+    if task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)):
+        return
+    try:
+        sims.task_builder(task)
+    except ValueError as err:
+        raise ValueError(str(err).replace("(env.task)", "(--task)").replace("env.task=", "--task ")) from None
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -133,6 +133,19 @@ def test_missing_task_and_dataset_are_one_line_errors(tmp_path, root, capsys):
     assert "not a LeRobot dataset" in capsys.readouterr().err
 
 
+def test_a_mistyped_task_is_said_as_the_task_flag_given(tmp_path, root, recorded, capsys):
+    """`dataset import|record|replay --task hoper` had been told "unknown task 'hoper' (env.task)", a config key
+    these commands do not take: the flag the user typed is named."""
+    recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
+    for argv in (["record", "--controller", "random", "--episodes", "1"], ["replay", "pendulum"],
+                 ["import", str(tmp_path / "x.hdf5"), "--format", "d4rl"]):
+        assert main(["dataset", *argv, "--task", "hoper"]) == 2
+        err = capsys.readouterr().err
+        assert "error: unknown task 'hoper' (--task); did you mean 'hopper'?" in err and "env.task" not in err
+    assert main(["dataset", "replay", "pendulum", "--task", "no_such_module_here:Task"]) == 2
+    assert "error: --task no_such_module_here:Task: no module 'no_such_module_here'" in capsys.readouterr().err
+
+
 def test_a_relative_root_works(tmp_path, monkeypatch):
     """--root and $ROBOLEARN_DATASETS relative to the working folder (Minari's storage had doubled them)."""
     monkeypatch.chdir(tmp_path)
