@@ -180,7 +180,7 @@ def _recover(args: argparse.Namespace) -> int:
             warnings.filterwarnings("ignore", message=r".* left uncommitted when it was killed or crashed")
             done = recover(folder, args.name, args.root, args.overwrite)
         cut = f" ({done.left_out} it was writing when killed left out)" if done.left_out else ""
-        print(f"recovered:   {done.dataset.num_episodes} episodes, {done.dataset.num_steps} steps{cut} -> "
+        print(f"recovered:   {counted(done.dataset.num_episodes, 'episode')}, {done.dataset.num_steps} steps{cut} -> "
               f"{done.dataset.path}")
     return 0
 
@@ -303,7 +303,7 @@ def _import(args: argparse.Namespace) -> int:
         imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite, args.done,
                                   args.ref_min, args.ref_max)
     ds, returns, meta = imported.dataset, imported.returns, imported.dataset.info
-    print(f"imported:    {ds.num_episodes} episode{'s' * (ds.num_episodes != 1)}, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
+    print(f"imported:    {counted(ds.num_episodes, 'episode')}, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"
           + _success_said(imported.successes) + f" -> {ds.path}")
     if cut := meta.get("interrupted_episodes"):  # a recording's run ended mid-episode: kept, ending in a time limit
@@ -347,7 +347,7 @@ def _export(args: argparse.Namespace) -> int:
     if args.format == "lerobot":
         dataset = Dataset.load(args.name, args.root)
         path = write_lerobot(dataset, args.out, fps=args.fps, overwrite=args.overwrite)
-        print(f"exported:    {dataset.num_episodes} episodes, {dataset.num_steps} frames -> {path} (LeRobot v3.0; "
+        print(f"exported:    {counted(dataset.num_episodes, 'episode')}, {dataset.num_steps} frames -> {path} (LeRobot v3.0; "
               "LeRobotDataset(repo_id, root=...) loads it)")
         return 0
     if args.out.exists() and not args.out.is_dir() and not args.overwrite:  # write_d4rl refuses a directory
@@ -363,7 +363,7 @@ def _split(args: argparse.Namespace) -> int:
     parts = split(Dataset.load(args.name, args.root), args.fractions, args.names, seed=args.seed, root=args.root,
                   overwrite=args.overwrite)
     for part in parts:
-        print(f"{part.id + ':':<23} {part.num_episodes} episodes, {part.num_steps} steps")
+        print(f"{part.id + ':':<23} {counted(part.num_episodes, 'episode')}, {part.num_steps} steps")
     return 0
 
 
@@ -372,7 +372,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     merged = merge([Dataset.load(name, args.root) for name in args.names], args.name, root=args.root,
                    overwrite=args.overwrite)
-    print(f"{merged.id + ':':<24}{merged.num_episodes} episodes, {merged.num_steps} steps")
+    print(f"{merged.id + ':':<24}{counted(merged.num_episodes, 'episode')}, {merged.num_steps} steps")
     return 0
 
 
@@ -399,7 +399,7 @@ def _replay(args: argparse.Namespace) -> int:
     if not task:
         raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")
     if not -len(ds) <= args.episode < len(ds):
-        raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {len(ds)} episodes "
+        raise ValueError(f"--episode {args.episode}: dataset '{ds.id}' has {counted(len(ds), 'episode')} "
                          f"(0 to {len(ds) - 1}; `{shell('robolearn', 'dataset', 'info', args.name)}`)")
     args.episode %= len(ds)  # -1: the last; reported by its own number
     episode = ds[args.episode].check(f"{ds.path}: episode {args.episode}")  # (a dataset written elsewhere)

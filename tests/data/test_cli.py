@@ -146,6 +146,20 @@ def test_a_mistyped_task_is_said_as_the_task_flag_given(tmp_path, root, recorded
     assert "error: --task no_such_module_here:Task: no module 'no_such_module_here'" in capsys.readouterr().err
 
 
+def test_split_merge_export_and_replay_lines_count_one_episode_as_one(tmp_path, root, recorded, capsys):
+    """Record's line says '1 episode' (listing.counted); split, merge, export and replay's had said '1 episodes'."""
+    recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
+    assert main(["dataset", "split", "pendulum", "--fractions", "0.5", "0.5", "--names", "a", "b"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["a-v0:                   1 episode, 10 steps",
+                                                    "b-v0:                   1 episode, 10 steps"]
+    assert main(["dataset", "merge", "a", "--name", "c"]) == 0
+    assert capsys.readouterr().out == "c-v0:                   1 episode, 10 steps\n"
+    assert main(["dataset", "export", "a", "--format", "lerobot", "--out", str(tmp_path / "a_lerobot"), "--fps", "50"]) == 0
+    assert f"exported:    1 episode, 10 frames -> {tmp_path / 'a_lerobot'}" in capsys.readouterr().out
+    assert main(["dataset", "replay", "a", "--episode", "3"]) == 2
+    assert "dataset 'a-v0' has 1 episode (0 to 0;" in capsys.readouterr().err
+
+
 def test_a_relative_root_works(tmp_path, monkeypatch):
     """--root and $ROBOLEARN_DATASETS relative to the working folder (Minari's storage had doubled them)."""
     monkeypatch.chdir(tmp_path)

@@ -177,7 +177,7 @@ def test_a_record_killed_outright_is_recovered_with_its_task(tmp_path, root, cap
     assert cli(["dataset", "list"]) == 0
     assert "1 complete episode\n" in capsys.readouterr().out
     assert cli(["dataset", "recover"]) == 0
-    assert "recovered:   1 episodes, 500 steps" in capsys.readouterr().out
+    assert "recovered:   1 episode, 500 steps" in capsys.readouterr().out
     assert [p.name for p in root.iterdir()] == ["rec-v0"]  # the temp folder went once the dataset was in place
     dataset = Dataset.load("rec", root)
     assert dataset.task == "pendulum" and dataset.info["controller"] == "random" and dataset.info["control_dt"] == 0.02
