@@ -1,6 +1,7 @@
 """Configs: unknown keys and bad values are one-line errors naming the key."""
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -337,3 +338,22 @@ def test_torch_settings_kept_keeps_denormal_flushing_under_a_float64_default_dty
     finally:
         torch.set_default_dtype(dtype)
         torch.set_flush_denormal(False)
+
+
+def test_a_folder_inside_a_run_given_for_the_run_names_the_run(tmp_path):
+    """`dataset record --run RUN/export` (or RUN/deploy/<time>) had been told only 'not a run directory'."""
+    from robolearn.config import run_config_path
+
+    run = tmp_path / "runs" / "ppo_arm_reach" / "20260101-000000"
+    (run / "deploy" / "20260101-000100").mkdir(parents=True)
+    (run / "config.yaml").write_text("algo: ppo\n")
+    (run / "metrics.jsonl").write_text("")
+    assert run_config_path(run) == run / "config.yaml"
+    for inside in (run / "deploy", run / "deploy" / "20260101-000100"):
+        with pytest.raises(FileNotFoundError, match=f"a folder inside the run {re.escape(str(run.resolve()))} "
+                                                    r"\(deploy.*\); give the run's folder itself"):
+            run_config_path(inside)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "config.yaml").write_text("a project's own\n")
+    with pytest.raises(FileNotFoundError, match="not a run directory"):  # in no run (a config.yaml alone is none)
+        run_config_path(tmp_path / "elsewhere")
