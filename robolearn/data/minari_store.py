@@ -142,7 +142,8 @@ def _path_hint(name: str) -> str | None:
     what = {"lerobot": "a LeRobot dataset", "recording": "a deploy recording", "d4rl": "a file"}[kind]
     imported = re.sub(r"[^-\w]+", "-", path.stem if kind == "d4rl" else path.resolve().name).strip("-") or "dataset"
     return (f"'{name}' is {what}, not a dataset name: import it first with `{shell('robolearn', 'dataset', 'import', name)} "
-            f"--format {kind} --task TASK`, then use the name '{imported}'")
+            f"--format {kind}` (and `--task TASK`, unless it is our own export, which names its task), "
+            f"then use the name '{imported}'")
 
 
 def list_datasets(root: str | Path | None = None) -> list[str]:
