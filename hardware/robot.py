@@ -133,9 +133,10 @@ class _BlindPark:
         if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
             self.said_at, remaining = now, self.left * self.blind_s / self.blind
             give_up = max(0.0, self.limit_s - self.unread_s(fresh_at))
+            # the give-up is said only where it comes first ("about 0 s left ..., given up in 6 s" had read oddly)
+            ends = f", given up in {give_up:.0f} s if nothing is read" if give_up < remaining else ""
             _say(f"bus silent (no reading for {now - fresh_at:.1f} s): parking the arm blind, about {remaining:.0f} "
-                 f"s left of about {now - self.began + remaining:.0f} s, given up in {give_up:.0f} s if nothing is "
-                 "read; a second Ctrl+C cuts the park short")
+                 f"s left of about {now - self.began + remaining:.0f} s{ends}; a second Ctrl+C cuts the park short")
 
 
 class Robot(VecEnv):

@@ -797,6 +797,11 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     park.check(101.5)  # a reading during the park: 9.5 s since
     park.waypoint(None)  # a waypoint that read: nothing said
     assert len(said) == 2
+    park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0)  # the park ends before its give-up: not said
+    now[0] = 112.0
+    park.waypoint(111.0)
+    assert said[-1] == ("bus silent (no reading for 1.0 s): parking the arm blind, about 1 s left of about 2 s; a "
+                        "second Ctrl+C cuts the park short")
 
 
 def test_a_stop_left_from_an_earlier_loop_does_not_count_in_the_next():
