@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,3 +126,15 @@ def test_learning_curves_writes_the_table_of_the_configs_that_have_a_curve(tmp_p
     assert "| half_cheetah |" not in table
     assert "No curve: ppo_half_cheetah: no training episode ended" in table
     assert (tmp_path / "curves_ppo_ant.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without a GPU")
+def test_warp_profile_without_a_gpu_names_a_cpu_run_of_few_worlds(monkeypatch):
+    """Run as the README gives it (``python benchmarks/warp_profile.py``: 4096 worlds on CUDA) without a GPU, it had said only "--device cpu": that
+    run, at the default 4096 worlds on Warp's CPU device, took 1.7 s a step here, the profile's
+    ~300 steps a quarter of an hour or more."""
+    profile = _benchmark("warp_profile", monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["warp_profile.py"])
+    with pytest.raises(SystemExit) as refused:
+        profile.main()
+    assert "--device cpu --worlds 64" in str(refused.value)
