@@ -1088,6 +1088,7 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
         check_fresh_replay(cfg, resume)
     # Rank 0 holds the run while it trains: a resume is claimed before anything is built from it.
     lock = RunLock(resume) if resume and Path(resume).is_dir() and distributed.is_main() else None
+    sigterm_before = None  # set where this rank lost its peers: torchrun's SIGTERM must not end it mid-teardown
     try:
         if resume is not None and Path(resume).is_dir():
             if not (Path(resume) / "checkpoints" / "latest.pt").is_file():
@@ -1109,6 +1110,8 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
         except Exception as err:
             end_progress_bars()  # the error is printed on a line of its own, not after the bar's
             failure = (distributed.lost_peers(err, runner.run_dir) if distributed.active() else None) or err
+            if isinstance(failure, distributed.PeersLost):
+                sigterm_before = distributed.deaf_to_torchruns_sigterm()
             if distributed.is_main():
                 record_failure(runner.run_dir, failure)
             if runner.run_logger is not None:  # W&B: failed, not left open for the exit to call it finished
@@ -1122,3 +1125,5 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
     finally:
         if lock is not None:
             lock.release()
+        if sigterm_before is not None:
+            signal.signal(signal.SIGTERM, sigterm_before)

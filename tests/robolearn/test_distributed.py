@@ -535,6 +535,33 @@ def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_pa
     assert distributed.lost_peers(RuntimeError("CUDA out of memory"), "r") is None  # its own error: as it is
 
 
+
+def test_a_rank_that_lost_its_peers_says_so_though_torchrun_terminates_it_meanwhile(tmp_path) -> None:
+    """torchrun sends SIGTERM to the ranks left once one has died, about when rank 0 finds its peers lost. It had
+    landed while rank 0 closed its logs and env (W&B's close takes a while), after the Ctrl+C handler was gone: rank 0
+    died there, its resume line unsaid (2 of 6 kills of rank 1 here), leaving torchrun's 'exitcode: -9' as all
+    there was."""
+    import subprocess
+    import sys
+
+    rank = (f"import os, signal, sys\n"
+            f"from robolearn import cli, distributed\n"
+            f"from robolearn.runner import Runner\n"
+            f"def lose_peers(self, stop=None):\n"
+            f"    distributed.active = lambda: True  # as under torchrun, from here on\n"
+            f"    raise RuntimeError('[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:6053')\n"
+            f"close = Runner.close\n"
+            f"def close_then_terminated(self):  # torchrun's SIGTERM, mid-teardown\n"
+            f"    close(self)\n"
+            f"    os.kill(os.getpid(), signal.SIGTERM)\n"
+            f"Runner.train, Runner.close = lose_peers, close_then_terminated\n"
+            f"sys.exit(cli.main(['train', 'ppo_cartpole', 'run_dir={tmp_path}', 'env.num_envs=2', "
+            f"'logging.wandb=disabled', 'logging.progress=false']))\n")
+    done = subprocess.run([sys.executable, "-c", rank], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "error: rank 0 lost the other ranks" in done.stderr
+
 def _disagreeing_worker(rank: int, world: int, port: int, tmp: Path) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
