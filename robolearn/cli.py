@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 (only a Ctrl+C's, said as one; anything else is raised)
         if not _from_ctrl_c(err):
             raise
-        print("interrupted", file=sys.stderr)
+        if distributed.is_main():  # once over the ranks, as a plain Ctrl+C's
+            print("interrupted", file=sys.stderr)
         _json_error(args, "interrupted")
         return 130
     finally:

@@ -22,7 +22,8 @@ def main() -> int:
     try:
         from robolearn.cli import main as command_line
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        if not _a_later_torchrun_rank_of_train():  # a Ctrl+C as `--nproc` starts reaches every rank: rank 0 says it
+            print("interrupted", file=sys.stderr)
         return 130
     except ModuleNotFoundError as err:
         if not err.name or err.name.split(".")[0] in OURS:  # a broken checkout of ours: Python's traceback

@@ -1,5 +1,6 @@
 """Command-line parsing that users trip over."""
 
+import os
 import subprocess
 import sys
 
@@ -404,6 +405,23 @@ def test_ctrl_c_while_the_command_line_imports_is_interrupted_not_a_traceback():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
 
+
+
+def test_ctrl_c_while_a_later_torchrun_rank_imports_is_said_by_rank_0_alone():
+    """A Ctrl+C in the first seconds of `robolearn train --nproc 2` reaches every rank while it imports torch: each
+    had printed 'interrupted', the line twice on two ranks."""
+    code = ("import sys\n"
+            "import robolearn.entry\n"
+            "class CtrlC:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'robolearn.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, CtrlC())\n"
+            "sys.argv = ['robolearn', 'train', 'ppo_cartpole']\n"
+            "sys.exit(robolearn.entry.main())\n")
+    rank_1 = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=rank_1)
+    assert done.returncode == 130 and done.stderr.strip() == "", done.stderr
 
 def test_a_package_not_installed_says_how_to_install_it():
     """Without setup.sh the command had ended in a ModuleNotFoundError traceback from deep in the package."""

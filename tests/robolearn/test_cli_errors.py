@@ -453,6 +453,10 @@ def test_a_ctrl_c_that_python_wraps_in_another_error_is_said_as_interrupted(tmp_
     monkeypatch.setattr(runner_module, "make_agent", wrapped)
     assert tiny_run(tmp_path) == 130
     assert capsys.readouterr().err.strip().endswith("interrupted")
+    monkeypatch.setenv("RANK", "1")  # a later torchrun rank: rank 0 says it (each had, the line once per rank)
+    assert tiny_run(tmp_path / "rank1") == 130
+    assert "interrupted" not in capsys.readouterr().err
+    monkeypatch.delenv("RANK")
     monkeypatch.setattr(runner_module, "make_agent", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("ours")))
     with pytest.raises(RuntimeError, match="ours"):  # any other error is still raised
         tiny_run(tmp_path / "other")
