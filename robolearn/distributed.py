@@ -111,10 +111,9 @@ def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
                      f"{shell('robolearn', 'train', '--resume', run_dir)} --nproc {world_size()}")
 
 
-
 def deaf_to_torchruns_sigterm() -> Any:
     """Ignore SIGTERM from here on, in a rank that lost its peers; returns the handler before (None off the main
-    thread, where none can be set). torchrun sends the ranks left SIGTERM once it sees one die: it had landed while
+    thread, where none can be set; SIG_DFL for one set outside Python). torchrun sends the ranks left SIGTERM once it sees one die: it had landed while
     this rank closed its logs and env, its Ctrl+C handler gone, and ended it silently, the resume line unsaid. A
     Ctrl+C or SIGKILL still stops it; the caller restores the handler once it has closed what it had open."""
     import signal
@@ -122,7 +121,9 @@ def deaf_to_torchruns_sigterm() -> Any:
 
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return signal.SIG_DFL if before is None else before  # (None: a handler not set from Python, not restorable)
+
 
 def shutdown() -> None:
     """Leave the process group (if any), so NCCL releases its resources cleanly."""
