@@ -12,7 +12,10 @@ GPU. Prints the table and writes ``results/host_syncs.md`` (``host_syncs_cuda.md
 
 from __future__ import annotations
 
+import contextlib
+import io
 import linecache
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +43,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA GPU here; the default, cpu, runs Warp's CPU device")
+    # the run is a means, not a result: it goes into a folder removed after, and its lines (an "ended early"
+    # with a resume line for a run that is gone) are not printed
+    scratch = tempfile.TemporaryDirectory(prefix="host_syncs-")
     cfg = load_config(args.config, [
         "env.backend=warp", f"env.device={args.device}", f"env.num_envs={args.worlds}", "env.num_threads=1",
         "runner.eval_episodes=0", "runner.video_seconds=0", "runner.checkpoint_every=1000000",
         "runner.total_steps=1000000000", "logging.progress=false", "logging.wandb=disabled",
-        f"run_dir={ROOT / 'benchmarks' / 'runs' / 'host_syncs'}", *args.overrides])
+        f"run_dir={scratch.name}", *args.overrides])
     interfaces.HOST_READS_FREE_ON.clear()  # the finiteness checks as on a GPU: deferred to once an iteration
     reads, env_steps = HostReads(counting=False, stand_in=args.device == "cpu"), []
 
@@ -53,7 +59,7 @@ def main() -> None:
         reads.counting = len(env_steps) <= args.iterations
         return not reads.counting
 
-    with reads:
+    with scratch, reads, contextlib.redirect_stdout(io.StringIO()):
         train(cfg, stop=stop)
     steps = round((env_steps[-1] - env_steps[0]) / args.worlds / args.iterations)  # of every world, per iteration
     suffix = ("" if args.config == "ppo_go1_flat" else f"_{args.config}") + ("" if args.device == "cpu" else "_cuda")
