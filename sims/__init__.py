@@ -343,7 +343,8 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         if backend == "warp" and "warp-on-cpu" not in _SAID:  # once per process, not for every env a run builds
             _SAID.add("warp-on-cpu")
             warnings.warn("backend=warp device=cpu: MuJoCo Warp on Warp's CPU device, for tests, runs far slower than "
-                          "backend=mujoco; add env.device=cuda for the GPU", stacklevel=outside_us())
+                          "backend=mujoco; on a GPU, device=cuda runs it there", stacklevel=outside_us())  # (eval and
+            # make_env(run) say it too, which take no env.device: no "add env.device=" advice)
         return backend, device
     if not torch.cuda.is_available():
         if backend != "warp":
