@@ -75,6 +75,8 @@ def stop_with_the_launcher() -> None:
     import signal
     import sys
 
+    global _LAUNCHER_PARENT
+    _LAUNCHER_PARENT = os.getppid()  # torchrun's agent: a SIGTERM after it died is said as that (launcher_gone)
     # This rank's alone: a process it starts (a nested torchrun's rank) has another parent, and had stopped itself
     launcher = os.environ.pop(LAUNCHER_PID, "")
     if not sys.platform.startswith("linux"):
@@ -87,6 +89,21 @@ def stop_with_the_launcher() -> None:
     ours = pid.isdigit() and logs and os.environ.get("TORCHELASTIC_ERROR_FILE", "").startswith(logs + os.sep)
     if ours and os.getppid() != int(pid):  # (a plain torchrun line's ranks: not ours, as before)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+_LAUNCHER_PARENT: int | None = None  # this rank's parent as it joined the group: torchrun's agent
+
+
+def launcher_gone(wait_s: float = 0.2) -> bool:
+    """Whether the process that started this rank (torchrun's agent) has died since it joined. The kernel sends
+    :func:`stop_with_the_launcher`'s SIGTERM as the launcher's first thread dies, before the rank is handed to
+    another parent, so a SIGTERM's handler looks for up to ``wait_s`` (torchrun's own SIGTERM waits that long)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while _LAUNCHER_PARENT is not None and os.getppid() == _LAUNCHER_PARENT and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return _LAUNCHER_PARENT is not None and os.getppid() != _LAUNCHER_PARENT
 
 
 class PeersLost(RuntimeError):

@@ -747,9 +747,12 @@ def iteration_rest(done: int, per_iteration: int) -> int:
 
 def _deferred_stop_line(signum: int) -> str:
     """What rank 0 says when a stop signal reaches it mid-iteration. torchrun also sends SIGTERM to every rank
-    when one has failed: that one cannot save with the others, so a SIGTERM's line says where a resume begins."""
+    when one has failed: that one cannot save with the others, so a SIGTERM's line says where a resume begins;
+    one that came because the launcher died (:func:`distributed.launcher_gone`) says that instead."""
     line = "\nstopping at the end of this iteration, where every rank can save together (Ctrl+C again to stop at once)"
-    if signum != signal.SIGINT:
+    if signum == signal.SIGTERM and distributed.launcher_gone():  # (not "if a rank failed": none did)
+        line = f"\nSIGTERM: the launcher (torchrun) is gone, killed or crashed; {line[1:]}"
+    elif signum != signal.SIGINT:
         line = (f"\n{signal.Signals(signum).name}: {line[1:]}; if torchrun sent it because a rank failed (its error "
                 "is above), the ranks cannot save together and a resume goes on from the last checkpoint")
     return line + "\n"

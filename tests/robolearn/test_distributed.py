@@ -419,8 +419,9 @@ def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
     ready, told = tmp_path / "ready", tmp_path / "told"
     rank = (f"import signal, time, pathlib\n"
-            f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text('SIGTERM'), exit(0)))\n"
-            f"from robolearn.distributed import stop_with_the_launcher\n"
+            f"from robolearn.distributed import launcher_gone, stop_with_the_launcher\n"
+            f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(told)!r}).write_text("
+            f"f'SIGTERM, launcher gone: {{launcher_gone()}}'), exit(0)))\n"
             f"stop_with_the_launcher()\n"
             f"pathlib.Path({str(ready)!r}).write_text('')\n"
             f"time.sleep(30)\n")
@@ -432,7 +433,24 @@ def test_a_rank_is_told_to_stop_when_its_launcher_dies(tmp_path) -> None:
     deadline = time.monotonic() + 20
     while not told.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert told.exists() and told.read_text() == "SIGTERM"
+    # the kernel hands the rank to another parent before the signal: the rank can say its launcher is gone
+    assert told.exists() and told.read_text() == "SIGTERM, launcher gone: True"
+
+
+def test_a_sigterm_after_the_launcher_died_is_said_as_that(monkeypatch) -> None:
+    """A launcher killed with SIGKILL: its ranks had said "if torchrun sent it because a rank failed", none had."""
+    import os
+    import signal
+
+    from robolearn.runner import _deferred_stop_line
+
+    monkeypatch.setattr(distributed, "_LAUNCHER_PARENT", os.getppid())
+    assert "because a rank failed" in _deferred_stop_line(signal.SIGTERM) and not distributed.launcher_gone()
+    monkeypatch.setattr(distributed, "_LAUNCHER_PARENT", os.getppid() + 1)  # another parent now: the launcher died
+    said = _deferred_stop_line(signal.SIGTERM)
+    assert said.startswith("\nSIGTERM: the launcher (torchrun) is gone, killed or crashed; stopping at the end of "
+                           "this iteration") and "rank failed" not in said
+    assert _deferred_stop_line(signal.SIGINT).startswith("\nstopping at the end")
 
 
 def test_a_rank_whose_launcher_died_while_it_started_stops_too(tmp_path) -> None:
