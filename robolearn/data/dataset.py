@@ -492,8 +492,9 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
 
 def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = None, overwrite: bool = False) -> Dataset:
     """One dataset holding every episode of ``datasets``, in order. They must share task, task settings (our
-    tasks' defaults filled in: the fullest written form is kept), control period (where known) and shapes; metadata they differ in (controller, source, a LeRobot import's
-    readings, reference scores) is kept per dataset under ``sources``, not taken from the first."""
+    tasks' defaults filled in: the fullest written form is kept), control period (where known) and shapes;
+    metadata they differ in (controller, source, a LeRobot import's readings, reference scores) is kept per
+    dataset under ``sources``, not taken from the first."""
     ids = [d.id for d in datasets]
     if twice := next((i for i in ids if ids.count(i) > 1), None):
         raise DatasetError(f"cannot merge '{twice}' with itself: its episodes would be stored twice")
