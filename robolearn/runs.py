@@ -227,12 +227,27 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     try:
         agent = load_agent(run_dir, env, cfg)
     except ShapeMismatch as error:  # the env given is another task's: say which the run learned
+        if not _another_task(env, cfg.env.task):  # (the run's own env: its checkpoint is what does not fit)
+            raise
         from robolearn.evaluate import unwrapped_task
 
         raise ShapeMismatch(f"{run_dir} trained on task {cfg.env.task!r}, the env given runs "
                             f"{type(unwrapped_task(env)).__name__} ({error}); build the run's env with "
                             "robolearn.make_env(run)") from None
     return agent.controller().to(env.device).eval()
+
+
+def _another_task(env: VecEnv, task: str) -> bool:
+    """Whether ``env`` steps a task of another class than ``task`` builds (False where that cannot be told)."""
+    import sims
+    from robolearn.evaluate import unwrapped_task
+
+    try:
+        builder = sims.task_builder(task)
+    except (ValueError, ImportError):
+        return False
+    stepped = unwrapped_task(env)
+    return isinstance(builder, type) and stepped is not None and not isinstance(stepped, builder)
 
 
 def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str | Path | None = None,

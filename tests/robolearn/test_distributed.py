@@ -522,6 +522,7 @@ def test_a_plain_torchrun_rank_under_a_launch_variable_left_exported_trains_on(m
     kills: list[tuple[int, int]] = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
     monkeypatch.setattr(os, "getppid", lambda: 4242)  # torchrun's agent
+    monkeypatch.setattr(distributed, "_LAUNCHER_PARENT", None)  # (set by the calls below: given back after)
     stale = distributed.launcher_said(999_999, tmp_path / ".robolearn-torchrun.tmp-999999@host-ab12")
     plain = str(tmp_path / "torchelastic_x1y2" / "attempt_0" / "0" / "error.json")  # torchrun's own log folder
     for error_file, stopped in ((plain, False), (stale.split(":", 1)[1] + "/attempt_0/0/error.json", True)):
