@@ -793,7 +793,7 @@ def test_a_file_path_given_as_a_dataset_name_says_to_import_it(tmp_path, root, m
     _d4rl_file(tmp_path / "h5" / "hop_std.hdf5")
     for name in ("h5/hop_std.hdf5", "missing/walker.h5"):
         with pytest.raises(DatasetError, match=rf"robolearn dataset import {name} --format d4rl` \(and `--task TASK`, "
-                                                  "unless it is our own export, which names its task\)") as err:
+                                                  r"unless it is our own export, which names its task\)") as err:
             Dataset.load(name)
         assert "\n" not in str(err.value)
     with pytest.raises(DatasetError, match="then use the name 'hop_std'"):
