@@ -161,14 +161,16 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         try:
             with stops_as_ctrl_c(also=estop):  # (the park in robot.close() takes stop signals its own way)
                 robot.connect()
-                if record:  # only once connected: a deploy that cannot start leaves no empty folder
-                    metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
-                                "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
-                                "target": None if target is None else [float(v) for v in target],
-                                "task": _task_settings(robot),
-                                "safety": _safety_settings(robot)}
-                    folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S"))
-                    recorder = EpisodeRecorder(folder, metadata)
+                metadata = {"controller": str(path), "robot": str(robot_config), "port": robot.port,
+                            "control_dt": robot.control_dt, "joints": robot.joint_names, "seed": seed,
+                            "target": None if target is None else [float(v) for v in target],
+                            "task": _task_settings(robot),
+                            "safety": _safety_settings(robot)}
+                # only once connected: a deploy that cannot start leaves no empty folder; without a recording
+                # the recorder keeps each episode's summary alone, for the report
+                folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S")) \
+                    if record else None
+                recorder = EpisodeRecorder(folder, metadata)
                 run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
                     progress="deploy" if progress else None)
         finally:
@@ -361,7 +363,7 @@ def _write_summary(run_dir: Path, robot: DynamixelArm, seed: int, stats: LoopSta
         "error": None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
         "interrupted": stats.interrupted, "per_episode": recorder.summaries if recorder else [],
     }
-    if recorder is not None:
+    if recorder is not None and recorder.directory is not None:
         def write() -> None:  # a stop while it is written waits for it (a second Ctrl+C had lost it), then stops
             text = strict_json.dumps(summary, indent=2, default=str).encode()
             with stops_held() as held:

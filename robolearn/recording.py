@@ -55,20 +55,23 @@ from robolearn.interfaces import Obs
 
 class EpisodeRecorder:
     """Sink that writes env 0's episodes under ``directory`` (``unique_directory`` makes a fresh one,
-    so that two recordings never share a folder)."""
+    so that two recordings never share a folder). ``directory=None`` writes nothing and keeps only
+    :attr:`summaries` (a deployment run with ``--no-record`` still reports each episode)."""
 
-    def __init__(self, directory: str | Path, metadata: dict[str, Any] | None = None) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if any(self.directory.glob("episode_*.npz")):  # its episode_00000 would replace the other's
-            raise FileExistsError(f"{self.directory}: holds a recording already; record into a new folder "
-                                  "(robolearn.recording.unique_directory makes one)")
+    def __init__(self, directory: str | Path | None, metadata: dict[str, Any] | None = None) -> None:
+        self.directory = None if directory is None else Path(directory)
         self.metadata = metadata or {}
         self.episodes_written = 0
         self.steps_written = 0
         self.summaries: list[dict[str, Any]] = []
         self._start = time.perf_counter()
         self._clear()
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if any(self.directory.glob("episode_*.npz")):  # its episode_00000 would replace the other's
+            raise FileExistsError(f"{self.directory}: holds a recording already; record into a new folder "
+                                  "(robolearn.recording.unique_directory makes one)")
         atomic_write_bytes(self.directory / "metadata.json",
                            lambda f: f.write(json.dumps(self.metadata, indent=2, default=str).encode()))
 
@@ -127,11 +130,13 @@ class EpisodeRecorder:
         arrays["interrupted"] = np.asarray(interrupted)
         if "successes" in arrays and not interrupted and self._judged_last:  # a cut-short episode did not end,
             arrays["success"] = arrays["successes"][-1]  # and one whose last step was not judged: no outcome
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        path = self.directory / f"episode_{self.episodes_written:05d}.npz"
-        atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
-        self.summaries.append(episode_summary(path.name, arrays))
+        file = None
+        if self.directory is not None:
+            buffer = io.BytesIO()
+            np.savez(buffer, **arrays)
+            file = f"episode_{self.episodes_written:05d}.npz"
+            atomic_write_bytes(self.directory / file, lambda f: f.write(buffer.getvalue()))
+        self.summaries.append(episode_summary(file, arrays))
         self.episodes_written += 1
         self.steps_written += len(self._columns["rewards"])
         self._clear()
@@ -185,8 +190,8 @@ def overruled_rules(arrays: dict[str, np.ndarray]) -> list[set[str]]:
     return [{rule for rule in str(step).split(",") if rule} for step in arrays.get("safety_events", ())]
 
 
-def episode_summary(file: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One episode's results from its arrays: file, steps, return, success (None where the env does
+def episode_summary(file: str | None, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One episode's results from its arrays: file (None where none was written), steps, return, success (None where the env does
     not say), whether it was interrupted, the safety interventions by rule, each recorded metric's final
     and smallest value (a reach's distance: how near it came, not only where it ended), and a robot's
     peak joint speed (rad/s, from its ``joint_state`` group: what the overspeed rule compares)."""

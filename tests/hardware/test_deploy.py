@@ -18,7 +18,7 @@ import torch
 import yaml
 
 import sims
-from hardware.deploy import deploy, run_task
+from hardware.deploy import deploy, report, run_task
 from hardware.dxl_arm import DynamixelArm, actuated_joints, check_target, load_robot_config, robot_config_path
 from hardware.dynamixel.errors import NotConnectedError
 from hardware.safety import ConnectionLost, EmergencyStop, SafetyConfig, ServosStopped
@@ -1027,8 +1027,6 @@ def test_a_stop_while_the_plot_is_drawn_keeps_the_summary(run_dir, make_emulator
 
 
 def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
-    from hardware.deploy import report
-
     summary = {"episodes": 1, "port": "/dev/pts/9", "return_mean": 1.0, "success_rate": 1.0, "seed": 0,
                "task": {"max_episode_steps": 100, "safety_max_step": 0.2}, "safety": {"max_velocity": 4.0},
                "loop": {"rate_hz": 50, "steps": 100, "overruns": 0, "jitter_ms_p50": 0.0, "jitter_ms_p99": 0.1,
@@ -1120,14 +1118,21 @@ def test_a_missing_run_is_said_so_from_python_too(tmp_path):
         deploy(tmp_path / "nope", "dxl_arm", port="/dev/null")
 
 
-def test_a_deploy_not_recorded_returns_the_same_keys_with_none(run_dir, make_emulator):
-    """record=False had left 'plot' out of the summary: summary['plot'] was a KeyError there alone."""
+def test_a_deploy_not_recorded_returns_the_same_keys_with_none_and_still_reports_each_episode(run_dir, make_emulator):
+    """record=False had left 'plot' out of the summary: summary['plot'] was a KeyError there alone. And its
+    report had no line per episode (per_episode came from the recording alone): --no-record said only the mean."""
     write_run_config(run_dir, "env.kwargs.max_episode_steps=5")
     emulator = make_emulator()
-    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT, record=False)
-    recorded = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=2, safety=PATIENT, record=False)
+    recorded = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=2, safety=PATIENT)
     assert set(summary) == set(recorded) and summary["recording"] is summary["plot"] is None
     assert not (run_dir / "deploy").exists() or [recorded["recording"]] == list((run_dir / "deploy").iterdir())
+    assert [e["file"] for e in summary["per_episode"]] == [None, None]
+    assert [e["steps"] for e in summary["per_episode"]] == [e["steps"] for e in recorded["per_episode"]] == [5, 5]
+    assert [e["return"] for e in summary["per_episode"]] == pytest.approx(
+        [e["return"] for e in recorded["per_episode"]], abs=0.05)  # the same targets (seed 0); an emulator's timing
+    text = report(summary)
+    assert "episodes:    0: return" in text and "\n             1: return" in text and "recording:" not in text
 
 
 def test_an_error_with_json_is_a_json_line_too(run_dir, tmp_path, capsys):
