@@ -284,15 +284,16 @@ class OfflineRunner:
         reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
         if self.dataset is not None:
             check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
-            from_robot = str(self.dataset.info.get("source", "")).startswith("recording:")
-            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size, from_robot):
-                warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
         self.replay: ReplayBuffer | None = None
         if not self.rows_unread:  # (else what prepare fits, the normalizer, comes from the checkpoint alone)
             data = self.agent.prepare(self.dataset.transitions(self.env.device))
             self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
             self.replay.add(data)
+        if self.dataset is not None:  # once its rows are read: a truncated file's error comes alone, not after this
+            from_robot = str(self.dataset.info.get("source", "")).startswith("recording:")
+            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size, from_robot):
+                warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         if resume:
             self._restore()
             if self.dataset is not None:

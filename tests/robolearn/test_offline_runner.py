@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,12 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
     with pytest.warns(UserWarning, match=r"dataset 'few-v0': it holds only 2 episode\(s\), under 5 and 1000 "
                                          r"transitions, under 10 minibatches of agent.batch_size=256.*dataset merge"):
         OfflineRunner(tiny(tmp_path, "dataset=few", "runner.total_steps=1000")).close()
+    data = root / "few-v0" / "data" / "main_data.hdf5"  # cut short: its error alone, not a warning that it is small
+    data.write_bytes(data.read_bytes()[:2000])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DatasetError, match="unreadable dataset|main_data"):
+            OfflineRunner(tiny(tmp_path, "dataset=few", "runner.total_steps=1000")).close()
     assert size_doubt(4000, 8, 256) is None  # the fixture's 8 scripted episodes: enough
     # only what falls short is said (20 episodes had been called "under 5 episodes or 10 minibatches")
     assert size_doubt(2000, 20, 256).startswith("it holds only 2000 transitions, under 10 minibatches of agent.batch")
