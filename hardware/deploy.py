@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from hardware.dxl_arm import DynamixelArm, load_robot_config, safety_settings
-from hardware.safety import SafetyConfig, add_to_message
+from hardware.safety import ParkSkipped, SafetyConfig, add_to_message
 from robolearn import strict_json
 from robolearn.checkpoint import atomic_write_bytes
 from robolearn.config import ConfigError, build_dataclass, load_run_config
@@ -181,7 +181,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                 _write_summary(run_dir, robot, seed, stats, recorder, err, trained_dynamics(controller.meta))
             except (OSError, KeyboardInterrupt):
                 pass  # the error that ended the run matters more than its summary (or than a stop once it is written)
-        _explain(err, stats.error, recorder.directory if recorder is not None else None)
+        _explain(err, stats, robot.stopped, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None, trained_dynamics(controller.meta))
 
@@ -456,12 +456,21 @@ def _plot(recorder: EpisodeRecorder) -> Path | None:
         return None
 
 
-def _explain(err: BaseException, loop_error: str | None, recording: Path | None) -> None:
+STOPS = {"SIGINT": "SIGINT: Ctrl+C", "SIGTERM": "SIGTERM: a kill", "SIGHUP": "SIGHUP: a closed terminal"}
+"""The stop signals that end a deployment's loop, as its errors name them."""
+
+
+def _explain(err: BaseException, stats: LoopStats, robot_stop: BaseException | None, recording: Path | None) -> None:
     """Complete ``err``'s own message (the CLI prints ``error: <message>``): what ended the loop, when
-    the error raised is a later one (the safe stop failing after the bus died), and where the recording is."""
+    the error raised is a later one (the safe stop failing after the bus died, or after a Ctrl+C that no stop
+    of the robot's own, ``robot_stop``, came before), and where the recording is."""
     extra = []
-    if loop_error and loop_error.partition(": ")[2] not in str(err):
-        extra.append(f"it began with {loop_error}")
+    if stats.error and stats.error.partition(": ")[2] not in str(err):
+        extra.append(f"it began with {stats.error}")
+    if stats.interrupted and robot_stop is None and not isinstance(err, (KeyboardInterrupt, ParkSkipped)):
+        # (a second stop's ParkSkipped says so itself)
+        extra.append(f"it came after the run was stopped ({STOPS.get(stats.stopped_by, stats.stopped_by)}), "
+                     "during the safe stop")
     if recording is not None:
         extra.append(f"recording (every episode, the one in progress too, and deploy.json): {recording}")
     for line in extra:

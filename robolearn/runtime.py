@@ -195,6 +195,7 @@ class LoopStats:
     returns: list[float] = field(default_factory=list)  # env 0's finished episodes
     successes: list[bool] = field(default_factory=list)  # ... where the env reports success
     interrupted: bool = False
+    stopped_by: str | None = None  # the stop signal that interrupted it (SIGINT: Ctrl+C; SIGTERM; SIGHUP)
     error: str | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -410,8 +411,8 @@ def run(
                 ticker.wait()
             if pacing is not None:
                 slow.tick(pacing.overruns, stats.period_s)
-    except KeyboardInterrupt:
-        stats.interrupted = True
+    except KeyboardInterrupt as stop:
+        stats.interrupted, stats.stopped_by = True, str(stop) or "SIGINT"  # (Ctrl+C's own has no name)
         if hasattr(env, "stop_requested"):  # a robot: a stop signal during its park is then the second one
             env.stop_requested = True
     except BaseException as err:

@@ -707,6 +707,7 @@ def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to
     assert len(said) == 1, err  # (after the progress bar's carriage return: on its own line on a terminal)
     assert re.search(r"error: no fresh observation .*; the safe stop failed: the park to the safe pose did not finish",
                      err), err
+    assert "came after the run was stopped" not in err  # the watchdog's stop came first
 
 
 def test_a_second_ctrl_c_before_the_close_parks_is_kept_and_skips_the_park(run_dir, make_emulator, monkeypatch,
@@ -1364,3 +1365,29 @@ def test_a_robot_config_path_that_is_not_there_is_said_missing(tmp_path, monkeyp
         robot_config_path("configs/robots/dxl_arm.yaml")
     with pytest.raises(FileNotFoundError, match=r"no robot config 'dxl_armm': give a YAML path or one of: dxl_arm"):
         robot_config_path("dxl_armm")
+
+
+def test_a_line_lost_while_parking_after_a_ctrl_c_says_the_ctrl_c_came_first(run_dir, make_emulator, monkeypatch,
+                                                                             capsys):
+    """A Ctrl+C ends the loop and the close parks; the line dies during that park. The error said only
+    "connection lost before or during the safe stop", as if the line had ended the run: the Ctrl+C, what
+    began the stop, was not said."""
+    emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
+
+    def press_then_pull() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        until = time.monotonic() + 60
+        while not arms[0].parking and time.monotonic() < until:
+            time.sleep(0.005)
+        emulator.disconnect()  # a pulled cable, as the arm ramps to its safe pose
+
+    after_recorded_steps(monkeypatch, 10, press_then_pull)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert re.search(r"^error: connection lost before or during the safe stop.*; it came after the run was stopped "
+                     r"\(SIGINT: Ctrl\+C\), during the safe stop; recording", err, re.MULTILINE), err
