@@ -343,6 +343,8 @@ def _not_a_run(path: Path) -> str:
     """What ``path``, given where a run's folder was expected, is instead, and what to give."""
     if path.name == "config.yaml" and path.is_file():
         return f"give the run's folder, {path.parent}, not its config.yaml"
+    if path.is_file() and (run := _run_above(path)):  # <run>/export/controller.onnx, <run>/eval.json
+        return f"a file in the run {run} ({path.resolve().relative_to(run.resolve())}); give the run's folder itself"
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
     from robolearn.runs import find_run_dirs  # (runs imports this module)

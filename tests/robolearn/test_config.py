@@ -357,3 +357,20 @@ def test_a_folder_inside_a_run_given_for_the_run_names_the_run(tmp_path):
     (tmp_path / "config.yaml").write_text("a project's own\n")
     with pytest.raises(FileNotFoundError, match="not a run directory"):  # in no run (a config.yaml alone is none)
         run_config_path(tmp_path / "elsewhere")
+
+
+def test_a_file_inside_a_run_given_for_the_run_names_the_run(tmp_path):
+    """`eval RUN/export/controller.onnx` had been told only 'a file, not a run's folder', not which run to give."""
+    from robolearn.config import run_config_path
+
+    run = tmp_path / "runs" / "ppo_cartpole" / "20260101-000000"
+    (run / "export").mkdir(parents=True)
+    (run / "config.yaml").write_text("algo: ppo\n")
+    (run / "metrics.jsonl").write_text("")
+    (run / "export" / "controller.onnx").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=f"a file in the run {re.escape(str(run))} "
+                                                r"\(export/controller.onnx\); give the run's folder itself"):
+        run_config_path(run / "export" / "controller.onnx")
+    (other := tmp_path / "notes.txt").touch()
+    with pytest.raises(FileNotFoundError, match="a file, not a run's folder"):  # in no run
+        run_config_path(other)
