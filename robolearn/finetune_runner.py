@@ -247,6 +247,11 @@ class FinetuneRunner(OfflineRunner):
         for candidate in (path, path / "controller.pt", path / "export" / "controller.pt"):
             if candidate.is_file():
                 return candidate
+        for onnx in (path / "controller.onnx", path / "export" / "controller.onnx"):  # exported with --format onnx
+            if onnx.is_file():
+                both = f", or export both with robolearn export {onnx.parent.parent}" * (onnx.parent.name == "export")
+                raise FileNotFoundError(f"agent.guide: {path} has no controller.pt, only {onnx}: give that "
+                                        f"(agent.guide={onnx}){both}")
         raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.pt, its folder or a run directory)")
 
     # -- the loop ------------------------------------------------------------------------------

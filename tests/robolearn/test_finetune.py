@@ -343,6 +343,16 @@ def test_a_bad_guide_is_refused_before_pretraining(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_guide_run_exported_as_onnx_only_names_its_onnx_file(tmp_path):
+    """A run exported with --format onnx had been told 'no exported controller at RUN (give ... a run directory)'."""
+    guide_run = tmp_path / "guide_run"
+    export_controller(PendulumZeros(), guide_run / "export", ("onnx",))
+    onnx = guide_run / "export" / "controller.onnx"
+    with pytest.raises(FileNotFoundError, match=rf"agent.guide: {guide_run} has no controller.pt, only {onnx}: give that "
+                                                rf"\(agent.guide={onnx}\), or export both with robolearn export {guide_run}$"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={guide_run}"))
+
+
 class PendulumZeros(Controller):
     """Pendulum's 3 observations, 1 action."""
 
