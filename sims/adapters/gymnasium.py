@@ -68,8 +68,8 @@ class GymVecEnv(OurVecEnv):
             except gymnasium.error.Error as err:  # an unknown id, a missing extra (box2d...): one line, what to do
                 if isinstance(err, gymnasium.error.NamespaceNotFound) and str(env).startswith("dm_control/"):
                     # Gymnasium asks for the package, which would not help yet
-                    err = (f"{err} Not yet: shimmy's dm_control (1.0.50, the newest) fails on MuJoCo 4 (README, "
-                           "'Tasks and algorithms')")
+                    err = (f"{err} (installing it would not help yet: dm_control through shimmy does not run on "
+                           "MuJoCo 4; README, 'Tasks and algorithms')")
                 raise ValueError(f"gym:{env}: {err}") from None
             except TypeError as err:  # a keyword the env does not take (env.kwargs)
                 raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
