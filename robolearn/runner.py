@@ -59,7 +59,7 @@ from robolearn.preflight import (check_agent_contract, check_data_parallel, chec
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
                             new_run_dir, record_failure, refuse_finished, refuse_task_change, saved_progress,
                             trained_counts, warn_of_pretraining_changes, write_config)
-from robolearn.runtime import STOP_SIGNALS, hung_up, stops_as_ctrl_c
+from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
 from robolearn.run_lock import RunLock
@@ -860,6 +860,7 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         raise
     result.interrupted = True
     result.trained = trained_counts(vars(runner.progress))
+    mute_dead_pipes()  # a `| tee` the same Ctrl+C ended: what follows is said to no one, not a failure
     if logger is not None:
         logger.close()
     if distributed.is_main():

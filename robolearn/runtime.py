@@ -33,7 +33,9 @@ import contextlib
 import math
 import numbers
 import os
+import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -67,11 +69,32 @@ def hung_up(signum: int) -> None:
     for fd in (1, 2):
         try:
             if os.isatty(fd):
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, fd)
-                os.close(null)
+                _to_devnull(fd)
         except OSError:
             pass
+
+
+def mute_dead_pipes() -> None:
+    """Point stdout and stderr at /dev/null where they are pipes whose reader is gone: the ``| tee log`` that
+    the same Ctrl+C ended. A write there raises BrokenPipeError, which had turned a run's clean stop, its
+    checkpoint saved, into a failure (failed.txt, a traceback) as it said so; no one could read it anyway.
+    (Linux reports a pipe without readers as POLLERR to its writer.)"""
+    for fd in (1, 2):
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if any(events & select.POLLERR for _, events in poller.poll(0)):
+                _to_devnull(fd)
+        except (OSError, AttributeError):  # (AttributeError: no select.poll, as on Windows)
+            pass
+
+
+def _to_devnull(fd: int) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -977,6 +979,28 @@ def test_sigterm_and_sighup_save_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypat
     runner.close()
     assert result.interrupted and load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 3
     assert signal.getsignal(signum) is signal.SIG_DFL  # given back
+
+
+def test_a_stop_after_the_pipe_it_printed_to_died_saves_and_is_no_failure(tmp_path):
+    """`robolearn train | tee log` and a Ctrl+C: tee dies of it too, and the run's "interrupted: checkpoint saved"
+    (and the progress bar's last draw) raised BrokenPipeError: the run, its checkpoint saved, was marked failed
+    (failed.txt, a traceback) and the command ended in that error. Its output goes nowhere instead, and it stops as
+    a stop does (130). SIGTERM here: it stops as Ctrl+C does, and is not ignored in a suite run in the background."""
+    runs = tmp_path / "runs"
+    child = subprocess.Popen([sys.executable, "-m", "robolearn", "train", "runner.total_steps=5000000", f"run_dir={runs}",
+                              "env.num_envs=16", "--no-wandb"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    try:
+        until = time.monotonic() + 120
+        while not list(runs.glob("*/*/metrics.jsonl")) and time.monotonic() < until and child.poll() is None:
+            time.sleep(0.1)
+        child.stdout.close()  # the reader dies first (tee, ended by the same Ctrl+C)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=120) == 130
+    finally:
+        child.kill()
+    run = next(runs.glob("*/*"))
+    assert (run / "checkpoints" / "latest.pt").is_file() and not (run / "failed.txt").exists()
 
 
 def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
