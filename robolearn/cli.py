@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from robolearn import distributed, strict_json
 from robolearn.checkpoint import CheckpointError
 from robolearn.config import (CONFIG_DIR, SECTIONS, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
-                              refuse_algo_change, resolve_config_path, run_config_path, to_dict)
+                              refuse_algo_change, resolve_config_path, run_above, run_config_path, to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
@@ -678,6 +678,8 @@ def _plot(args: argparse.Namespace) -> int:
         if is_recording(file.parent):  # an episode_*.npz: its recording draws it, with the others
             raise ValueError(f"{file}: one episode of a recording; plot draws the recording's folder: "
                              f"{shell('robolearn', 'plot', file.parent)}")
+        if run := run_above(file):  # <run>/metrics.jsonl, <run>/curves.png
+            raise ValueError(f"{file}: a file in the run {run}; plot draws the run: {shell('robolearn', 'plot', run)}")
         raise ValueError(f"{file}: a file; plot takes run directories, folders of them, or a recording's folder")
     if args.out is not None and args.out.suffix.lower() != ".png":  # (it had written a PNG named a.txt)
         raise ValueError(f"--out {args.out}: plots are PNG images; give a .png path")
@@ -689,6 +691,10 @@ def _plot(args: argparse.Namespace) -> int:
                              "for runs' learning curves")
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
+    for path in args.runs:  # <run>/export, <run>/checkpoints: no metrics.jsonl there, nor a recording
+        if (run := run_above(path)) and not any(path.rglob("metrics.jsonl")) and not any(path.rglob("episode_*.npz")):
+            raise ValueError(f"{path}: a folder inside the run {run}; plot draws the run: "
+                             f"{shell('robolearn', 'plot', run)}")
     runs = find_runs(args.runs)
     recordings = sorted({f.parent for path in args.runs for f in path.glob("*/episode_*.npz")},
                         key=lambda folder: folder.stat().st_mtime)  # newest last, as `<time>-10` sorts before `-2`

@@ -343,7 +343,7 @@ def _not_a_run(path: Path) -> str:
     """What ``path``, given where a run's folder was expected, is instead, and what to give."""
     if path.name == "config.yaml" and path.is_file():
         return f"give the run's folder, {path.parent}, not its config.yaml"
-    if path.is_file() and (run := _run_above(path)):  # <run>/export/controller.onnx, <run>/eval.json
+    if path.is_file() and (run := run_above(path)):  # <run>/export/controller.onnx, <run>/eval.json
         return f"a file in the run {run} ({path.resolve().relative_to(run.resolve())}); give the run's folder itself"
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
@@ -352,7 +352,7 @@ def _not_a_run(path: Path) -> str:
     if path.is_dir() and (runs := find_run_dirs(path)):
         newest = max(runs, key=lambda run: run.stat().st_mtime)
         return f"a folder of {len(runs)} run(s), not one; give one of them, e.g. the newest: {newest}"
-    if path.is_dir() and (run := _run_above(path)):  # <run>/export, <run>/deploy/<time>
+    if path.is_dir() and (run := run_above(path)):  # <run>/export, <run>/deploy/<time>
         return f"a folder inside the run {run} ({path.resolve().relative_to(run.resolve())}); give the run's folder itself"
     if not path.exists() and (CONFIG_DIR / f"{path.name}.yaml").is_file():
         return (f"no such folder; '{path.name}' is a config (robolearn train {path.name} trains it; "
@@ -360,7 +360,7 @@ def _not_a_run(path: Path) -> str:
     return "not a run directory (no config.yaml)" if path.exists() else "no such run directory"
 
 
-def _run_above(path: Path) -> Path | None:
+def run_above(path: Path) -> Path | None:
     """The run folder that ``path`` lies in: the nearest folder above it with a run's config.yaml and what a run
     writes beside it (metrics.jsonl or checkpoints/; a project's own config.yaml is no run), as given where it can."""
     for folder in (*path.parents, *path.resolve().parents):  # as given first (a relative run said relative)

@@ -295,6 +295,11 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monk
     assert main(["plot", str(recording / "episode_00000.npz")]) == 2
     assert (f"episode_00000.npz: one episode of a recording; plot draws the recording's folder: robolearn plot "
             f"{recording}") in capfd.readouterr().err
+    # a file or folder inside a run had been "a file; plot takes run directories" and "no metrics.jsonl lines in"
+    for inside in (first / "metrics.jsonl", first / "checkpoints"):
+        assert main(["plot", str(inside)]) == 2
+        assert f"{inside}: a {'file in' if inside.is_file() else 'folder inside'} the run {first}; plot draws the run: " \
+               f"robolearn plot {first}" in capfd.readouterr().err
 
 
 def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd):
