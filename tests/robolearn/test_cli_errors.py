@@ -635,3 +635,18 @@ def test_backend_warp_without_its_packages_is_one_line_saying_what_to_install(de
                  f"run_dir={tmp_path}"]) == 2
     assert "backend=warp needs the packages mujoco-warp and warp-lang" in error(capsys)
     assert not list(tmp_path.iterdir())
+
+
+def test_an_argument_error_with_json_is_a_json_line_too(tmp_path, capsys):
+    """`eval RUN --episodes abc --json` had printed argparse's usage alone: a script parsing stdout's last line saw
+    nothing, where every error after the arguments are read is an {"error": ...} line."""
+    for argv, said in ((["eval", str(tmp_path), "--episodes", "abc", "--json"], "invalid int value: 'abc'"),
+                       (["eval", str(tmp_path), "--epsiodes", "3", "--json"], "--epsiodes: did you mean --episodes?")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        out, err = capsys.readouterr()
+        assert said in json.loads(out.splitlines()[-1])["error"] and said in err
+    with pytest.raises(SystemExit):
+        main(["eval", str(tmp_path), "--episodes", "abc"])
+    assert capsys.readouterr().out == ""  # without --json: stderr alone, as before
