@@ -174,9 +174,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                 run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
                     progress="deploy" if progress else None)
         finally:
-            robot.close()
+            robot.close()  # (run's own close did the safe stop: here only where run was not reached)
     except BaseException as err:
-        if recorder is not None:
+        if recorder is not None and recorder.directory is not None:
             try:
                 _write_summary(run_dir, robot, seed, stats, recorder, err, trained_dynamics(controller.meta))
             except (OSError, KeyboardInterrupt):
@@ -462,15 +462,17 @@ STOPS = {"SIGINT": "SIGINT: Ctrl+C", "SIGTERM": "SIGTERM: a kill", "SIGHUP": "SI
 
 def _explain(err: BaseException, stats: LoopStats, robot_stop: BaseException | None, recording: Path | None) -> None:
     """Complete ``err``'s own message (the CLI prints ``error: <message>``): what ended the loop, when
-    the error raised is a later one (the safe stop failing after the bus died, or after a Ctrl+C that no stop
-    of the robot's own, ``robot_stop``, came before), and where the recording is."""
+    the error raised is a later one (the safe stop failing after the bus died); that a stop signal had ended the
+    loop, when the safe stop then failed (a lost line had read as what ended the run), unless a stop of the
+    robot's own (``robot_stop``: its watchdog's) or a second stop signal (ParkSkipped) says what happened itself;
+    and where the recording is."""
     extra = []
     if stats.error and stats.error.partition(": ")[2] not in str(err):
         extra.append(f"it began with {stats.error}")
-    if stats.interrupted and robot_stop is None and not isinstance(err, (KeyboardInterrupt, ParkSkipped)):
-        # (a second stop's ParkSkipped says so itself)
-        extra.append(f"it came after the run was stopped ({STOPS.get(stats.stopped_by, stats.stopped_by)}), "
-                     "during the safe stop")
+    if stats.interrupted and stats.close_failed and robot_stop is None \
+            and not isinstance(err, (KeyboardInterrupt, ParkSkipped)):
+        extra.append(f"the run had been stopped ({STOPS.get(stats.stopped_by, stats.stopped_by)}) when this was "
+                     "found, during the safe stop")
     if recording is not None:
         extra.append(f"recording (every episode, the one in progress too, and deploy.json): {recording}")
     for line in extra:

@@ -74,11 +74,13 @@ def hung_up(signum: int) -> None:
             pass
 
 
-def mute_dead_pipes() -> None:
+def mute_dead_pipes() -> set[int]:
     """Point stdout and stderr at /dev/null where they are pipes whose reader is gone: the ``| tee log`` that
     the same Ctrl+C ended. A write there raises BrokenPipeError, which had turned a run's clean stop, its
-    checkpoint saved, into a failure (failed.txt, a traceback) as it said so; no one could read it anyway.
-    (Linux reports a pipe without readers as POLLERR to its writer.)"""
+    checkpoint saved, into a failure (failed.txt, a traceback) as it said so. Returns the descriptors muted
+    (1, 2): what was for stdout may go to a stderr still read. (Linux reports a pipe without readers as
+    POLLERR to its writer.)"""
+    muted = set()
     for fd in (1, 2):
         try:
             if not stat.S_ISFIFO(os.fstat(fd).st_mode):
@@ -87,8 +89,10 @@ def mute_dead_pipes() -> None:
             poller.register(fd, select.POLLOUT)
             if any(events & select.POLLERR for _, events in poller.poll(0)):
                 _to_devnull(fd)
+                muted.add(fd)
         except (OSError, AttributeError):  # (AttributeError: no select.poll, as on Windows)
             pass
+    return muted
 
 
 def _to_devnull(fd: int) -> None:
@@ -219,6 +223,7 @@ class LoopStats:
     successes: list[bool] = field(default_factory=list)  # ... where the env reports success
     interrupted: bool = False
     stopped_by: str | None = None  # the stop signal that interrupted it (SIGINT: Ctrl+C; SIGTERM; SIGHUP)
+    close_failed: bool = False  # the env's close (a robot's safe stop) raised: the error the run ends with
     error: str | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -451,5 +456,9 @@ def run(
         finally:
             with signals:  # given back after the robot's park, which they stop as they did the run
                 if close_env:
-                    env.close()
+                    try:
+                        env.close()
+                    except BaseException:
+                        stats.close_failed = True
+                        raise
     return stats

@@ -707,7 +707,7 @@ def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to
     assert len(said) == 1, err  # (after the progress bar's carriage return: on its own line on a terminal)
     assert re.search(r"error: no fresh observation .*; the safe stop failed: the park to the safe pose did not finish",
                      err), err
-    assert "came after the run was stopped" not in err  # the watchdog's stop came first
+    assert "the run had been stopped" not in err  # the watchdog's stop came first
 
 
 def test_a_second_ctrl_c_before_the_close_parks_is_kept_and_skips_the_park(run_dir, make_emulator, monkeypatch,
@@ -1389,5 +1389,5 @@ def test_a_line_lost_while_parking_after_a_ctrl_c_says_the_ctrl_c_came_first(run
         signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert status == 2, err
-    assert re.search(r"^error: connection lost before or during the safe stop.*; it came after the run was stopped "
-                     r"\(SIGINT: Ctrl\+C\), during the safe stop; recording", err, re.MULTILINE), err
+    assert re.search(r"^error: connection lost before or during the safe stop.*; the run had been stopped "
+                     r"\(SIGINT: Ctrl\+C\) when this was found, during the safe stop; recording", err, re.MULTILINE), err
