@@ -860,7 +860,7 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         raise
     result.interrupted = True
     result.trained = trained_counts(vars(runner.progress))
-    mute_dead_pipes()  # a `| tee` the same Ctrl+C ended: what follows is said to no one, not a failure
+    muted = mute_dead_pipes()  # a `| tee` the same Ctrl+C ended: not a failure; the resume line goes to stderr
     if logger is not None:
         logger.close()
     if distributed.is_main():
@@ -874,7 +874,8 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
         redo = " (the interrupted iteration is redone)" if getattr(runner, "rewound", False) else ""
         print(f"\ninterrupted: checkpoint saved{at}{redo}; continue with: "
               f"{shell('robolearn', 'train', '--resume', runner.run_dir)}{nproc} "
-              f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))")
+              f"(from Python: robolearn.train(resume={str(runner.run_dir)!r}))",
+              file=sys.stderr if 1 in muted else sys.stdout)
     return result
 
 

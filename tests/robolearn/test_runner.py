@@ -986,21 +986,28 @@ def test_a_stop_after_the_pipe_it_printed_to_died_saves_and_is_no_failure(tmp_pa
     (and the progress bar's last draw) raised BrokenPipeError: the run, its checkpoint saved, was marked failed
     (failed.txt, a traceback) and the command ended in that error. Its output goes nowhere instead, and it stops as
     a stop does (130). SIGTERM here: it stops as Ctrl+C does, and is not ignored in a suite run in the background."""
-    runs = tmp_path / "runs"
-    child = subprocess.Popen([sys.executable, "-m", "robolearn", "train", "runner.total_steps=5000000", f"run_dir={runs}",
-                              "env.num_envs=16", "--no-wandb"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    runs, stderr = tmp_path / "runs", tmp_path / "stderr.txt"
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")]))
+    with stderr.open("w") as err:  # only stdout piped (`| tee`): the resume line goes to the stderr still read
+        child = subprocess.Popen([sys.executable, "-m", "robolearn", "train", "runner.total_steps=5000000",
+                                  f"run_dir={runs}", "env.num_envs=16", "--no-wandb"], stdout=subprocess.PIPE,
+                                 stderr=err, cwd=tmp_path, env={**os.environ, "PYTHONPATH": path})
     try:
-        until = time.monotonic() + 120
-        while not list(runs.glob("*/*/metrics.jsonl")) and time.monotonic() < until and child.poll() is None:
+        until = time.monotonic() + 120  # a first metrics line: the loop runs, its stop handlers installed
+        while not any(p.stat().st_size for p in runs.glob("*/*/metrics.jsonl")) and time.monotonic() < until \
+                and child.poll() is None:
             time.sleep(0.1)
         child.stdout.close()  # the reader dies first (tee, ended by the same Ctrl+C)
         child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=120) == 130
+        status = child.wait(timeout=120)
     finally:
         child.kill()
+        child.wait()
+    said = stderr.read_text()
+    assert status == 130, said
     run = next(runs.glob("*/*"))
     assert (run / "checkpoints" / "latest.pt").is_file() and not (run / "failed.txt").exists()
+    assert f"continue with: robolearn train --resume {run}" in said
 
 
 def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
