@@ -51,6 +51,7 @@ from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES,
                               ask_stop, check_metrics, finish_run, interrupted, iteration_rest, pay_update_debt,
                               step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
+from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -249,9 +250,10 @@ class FinetuneRunner(OfflineRunner):
                 return candidate
         for onnx in (path / "controller.onnx", path / "export" / "controller.onnx"):  # exported with --format onnx
             if onnx.is_file():
-                both = f", or export both with robolearn export {onnx.parent.parent}" * (onnx.parent.name == "export")
+                both = f", or export both with {shell('robolearn', 'export', onnx.parent.parent)}" \
+                    if onnx.parent.name == "export" else ""
                 raise FileNotFoundError(f"agent.guide: {path} has no controller.pt, only {onnx}: give that "
-                                        f"(agent.guide={onnx}){both}")
+                                        f"({shell(f'agent.guide={onnx}')}){both}")
         raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.pt, its folder or a run directory)")
 
     # -- the loop ------------------------------------------------------------------------------

@@ -290,7 +290,8 @@ class OfflineRunner:
             data = self.agent.prepare(self.dataset.transitions(self.env.device))
             self.replay = ReplayBuffer(int(data["reward"].shape[0]), self.env.device)
             self.replay.add(data)
-        if self.dataset is not None:  # once its rows are read: a truncated file's error comes alone, not after this
+        if self.dataset is not None and not self.rows_unread:  # once its rows are read: a truncated file's error
+            # comes alone, not after this; a resume that reads none (offline_ratio 0) is not told of them
             from_robot = str(self.dataset.info.get("source", "")).startswith("recording:")
             if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size, from_robot):
                 warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)

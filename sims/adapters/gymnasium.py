@@ -66,8 +66,8 @@ class GymVecEnv(OurVecEnv):
             try:
                 self.vec = SyncVectorEnv([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
             except gymnasium.error.Error as err:  # an unknown id, a missing extra (box2d...): one line, what to do
-                if isinstance(err, gymnasium.error.NamespaceNotFound) and str(env).startswith("dm_control/"):
-                    # Gymnasium asks for the package, which would not help yet
+                if isinstance(err, gymnasium.error.NamespaceNotFound) and str(env).startswith("dm_control/") \
+                        and int(mujoco.__version__.split(".")[0]) >= 4:  # Gymnasium asks for the package: no help yet
                     err = (f"{err} (installing it would not help yet: dm_control through shimmy does not run on "
                            "MuJoCo 4; README, 'Tasks and algorithms')")
                 raise ValueError(f"gym:{env}: {err}") from None
