@@ -191,10 +191,11 @@ def overruled_rules(arrays: dict[str, np.ndarray]) -> list[set[str]]:
 
 
 def episode_summary(file: str | None, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One episode's results from its arrays: file (None where none was written), steps, return, success (None where the env does
-    not say), whether it was interrupted, the safety interventions by rule, each recorded metric's final
-    and smallest value (a reach's distance: how near it came, not only where it ended), and a robot's
-    peak joint speed (rad/s, from its ``joint_state`` group: what the overspeed rule compares)."""
+    """One episode's results from its arrays: file (None where none was written), steps, return, success
+    (None where the env does not say), whether it was interrupted, the safety interventions by rule, each
+    recorded metric's final and smallest value (a reach's distance: how near it came, not only where it
+    ended), and a robot's peak joint speed (rad/s, from its ``joint_state`` group: what the overspeed rule
+    compares)."""
     events = Counter(rule for step in overruled_rules(arrays) for rule in step)
     summary = {"file": file, "steps": int(len(arrays["rewards"])), "return": float(np.sum(arrays["rewards"])),
                "success": bool(arrays["success"]) if "success" in arrays else None,
