@@ -31,7 +31,7 @@ from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argumen
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
 from robolearn.listing import counted, few
-from robolearn.runtime import SlowLoopWarning, stops_as_ctrl_c
+from robolearn.runtime import SlowLoopWarning, stops_as_ctrl_c, to_devnull
 from robolearn.shell import shell
 
 BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         _json_error(args, "interrupted")
         return 130
     except BrokenPipeError:  # `robolearn ... | head` closed the pipe: stop quietly, as Unix tools do
-        _stdout_to_devnull()
+        to_devnull(sys.stdout.fileno())  # the exit's flush then has nowhere to fail
         return 141
     except OSError as err:
         if err.errno not in _STORAGE_ERRORS:  # anything else is ours to fix: Python's traceback
@@ -308,12 +308,7 @@ def _json_error(args: argparse.Namespace, said: str) -> None:
         try:
             print(strict_json.dumps({"error": said}), flush=True)
         except BrokenPipeError:  # `... --json | head` closed it: quietly, as main's own BrokenPipeError
-            _stdout_to_devnull()
-
-
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null once a reader closed it: the exit's flush then has nowhere to fail."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            to_devnull(sys.stdout.fileno())
 
 
 def _normalized_score(run: Path, dataset: str, episode_return: float) -> float | None:
@@ -694,7 +689,8 @@ def _plot(args: argparse.Namespace) -> int:
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
     for path in args.runs:  # <run>/export, <run>/checkpoints: no metrics.jsonl there, nor a recording
-        if (run := run_above(path)) and not any(path.rglob("metrics.jsonl")) and not any(path.rglob("episode_*.npz")):
+        if (run := run_above(path)) and not any(p.name == "metrics.jsonl" or p.match("episode_*.npz")
+                                                for p in path.rglob("*")):
             raise ValueError(f"{path}: a folder inside the run {run}; plot draws the run: "
                              f"{shell('robolearn', 'plot', run)}")
     runs = find_runs(args.runs)

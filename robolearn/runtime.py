@@ -69,7 +69,7 @@ def hung_up(signum: int) -> None:
     for fd in (1, 2):
         try:
             if os.isatty(fd):
-                _to_devnull(fd)
+                to_devnull(fd)
         except OSError:
             pass
 
@@ -88,14 +88,15 @@ def mute_dead_pipes() -> set[int]:
             poller = select.poll()
             poller.register(fd, select.POLLOUT)
             if any(events & select.POLLERR for _, events in poller.poll(0)):
-                _to_devnull(fd)
+                to_devnull(fd)
                 muted.add(fd)
         except (OSError, AttributeError):  # (AttributeError: no select.poll, as on Windows)
             pass
     return muted
 
 
-def _to_devnull(fd: int) -> None:
+def to_devnull(fd: int) -> None:
+    """Point the file descriptor ``fd`` at /dev/null: writes to it then go nowhere, and cannot fail."""
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, fd)
     os.close(null)

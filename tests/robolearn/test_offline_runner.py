@@ -219,16 +219,17 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
     """A handful of robot episodes trains a policy that rarely does well beyond them: said when the run starts."""
     from robolearn.offline_runner import size_doubt
 
-    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
-        meta = {"task": "pendulum", "task_kwargs": {}}
-        with DatasetWriter("few", env.observation_spec, env.action_spec, root=root, metadata=meta) as writer:
-            record(RandomController(env, 0), env, writer, 2, seed=0, progress=False)
+    def two_episodes(name: str, into: Path) -> None:
+        with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+            meta = {"task": "pendulum", "task_kwargs": {}}
+            with DatasetWriter(name, env.observation_spec, env.action_spec, root=into, metadata=meta) as writer:
+                record(RandomController(env, 0), env, writer, 2, seed=0, progress=False)
+
+    two_episodes("few", root)
     with pytest.warns(UserWarning, match=r"dataset 'few-v0': it holds only 2 episode\(s\), under 5 and 1000 "
                                          r"transitions, under 10 minibatches of agent.batch_size=256.*dataset merge"):
         OfflineRunner(tiny(tmp_path, "dataset=few", "runner.total_steps=1000")).close()
-    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:  # cut short: its error alone, not
-        with DatasetWriter("few-cut", env.observation_spec, env.action_spec, root=tmp_path, metadata=meta) as writer:
-            record(RandomController(env, 0), env, writer, 2, seed=0, progress=False)  # a warning that it is small
+    two_episodes("few-cut", tmp_path)  # cut short: its error alone, not a warning that it is small
     data = tmp_path / "few-cut-v0" / "data" / "main_data.hdf5"
     data.write_bytes(data.read_bytes()[:2000])
     with warnings.catch_warnings(record=True) as said, pytest.MonkeyPatch.context() as patch:

@@ -84,7 +84,8 @@ def test_round_trip_preserves_the_env() -> None:
     ("gym:NoSuchEnv-v0", {}, r"gym:NoSuchEnv-v0: Environment `NoSuchEnv` doesn't exist"),
     ("gym:CartPole-v1", {}, r"only Box \(continuous\) observation and action spaces are supported.*Discrete\(2\)"),
     ("gym:Pendulum-v1", {"gravit": 5}, r"gym:Pendulum-v1: .*unexpected keyword argument 'gravit'.*check env.kwargs"),
-    ("gym:dm_control/cartpole-swingup-v0", {}, r"\(installing it would not help yet: dm_control through shimmy does not run on MuJoCo 4; README"),
+    ("gym:dm_control/cartpole-swingup-v0", {},
+     r"\(installing it would not help yet: dm_control through shimmy does not run on MuJoCo 4; README"),
 ])
 def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, message):
     """Each had been a traceback from Gymnasium or the adapter."""
