@@ -54,10 +54,10 @@ def no_dataset_hint(task: str) -> str:
             "(--controller random --task TASK for random ones), or import one: `robolearn dataset import --help`")
 
 
-def how_to_make(name: str, root: str | Path | None = None) -> str:
-    """The command that makes dataset ``name``: its generator script, else ``robolearn dataset record``."""
-    from robolearn.config import CONFIG_DIR
-
+def how_to_make(name: str, root: str | Path | None = None, guess: bool = True) -> str:
+    """The command that makes dataset ``name``: its generator script, else ``robolearn dataset record``; a
+    generator's name with a typo in its task or layout (``hoper-medium``) is asked about, not told to be recorded
+    (unless not ``guess``: the caller has asked about a dataset there is)."""
     base = re.sub(r"-v\d+$", "", name)
     scripts = Path(__file__).resolve().parents[2] / "benchmarks"
     where = str(scripts) if scripts.is_dir() else "benchmarks"  # benchmarks/ of the robolearn repository
@@ -66,22 +66,35 @@ def how_to_make(name: str, root: str | Path | None = None) -> str:
     root_flag = f" --root {shell(root)}" if root is not None else ""
     for pattern, command in GENERATORS:
         match = re.fullmatch(pattern, base)
-        if match and _makeable(match.groupdict(), CONFIG_DIR):
-            return f"make it with `python {where}/{command.format(**match.groupdict())}{root_flag}`"
+        if not match:
+            continue
+        groups = match.groupdict()  # (a pattern names one part at most: its task or its maze layout)
+        for key, value in groups.items():
+            if value not in (made := _made_values(key)):
+                close = difflib.get_close_matches(value, made, n=1)
+                if not close or not guess:
+                    break  # a name of one's own that looks like a generator's: recorded, as any other
+                fixed = base[:match.start(key)] + close[0] + base[match.end(key):]
+                return (f"did you mean '{fixed}'? make that one with `python {where}/"
+                        f"{command.format(**{key: close[0]})}{root_flag}`, or record '{base}' with "
+                        f"`robolearn dataset record --run RUN --episodes 100 --name {base}{root_flag}`")
+        else:
+            return f"make it with `python {where}/{command.format(**groups)}{root_flag}`"
     return (f"record it with `robolearn dataset record --run RUN --episodes 100 --name {base}{root_flag}` "
             "(from Python: robolearn.data.record into a DatasetWriter given robolearn.data.env_metadata) "
             "or import one (`robolearn dataset import PATH --format d4rl|lerobot|recording`)")
 
 
-def _makeable(groups: dict[str, str], config_dir: Path) -> bool:
-    """Whether a generator makes the task or maze layout the name asks for (a typo makes nothing)."""
-    if "task" in groups:
-        return (config_dir / f"ppo_{groups['task']}.yaml").is_file()
-    if "layout" in groups:
-        import sims
+def _made_values(group: str) -> list[str]:
+    """What a generator's ``task`` (a task with a PPO config to train its expert) or ``layout`` (a point maze)
+    can be: a name with another makes nothing."""
+    from robolearn.config import CONFIG_DIR
 
-        return f"point_maze_{groups['layout']}" in sims.TASKS
-    return True
+    if group == "task":
+        return sorted(path.stem.removeprefix("ppo_") for path in CONFIG_DIR.glob("ppo_*.yaml"))
+    import sims
+
+    return sorted(task.removeprefix("point_maze_") for task in sims.TASKS if task.startswith("point_maze_"))
 
 
 def normalized_score(returns: float | np.ndarray, reference_scores: dict[str, Any]) -> float | np.ndarray:
@@ -114,7 +127,7 @@ class Dataset:
             close = close or [known_id for known_id in known if known_id.endswith(f"/{dataset_id(name)}")]
             hint = f"did you mean {' or '.join(repr(c) for c in close[:3])}? or " if close else ""
             raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
-                               f"{hint}{how_to_make(name, root)}; see `robolearn dataset list`")
+                               f"{hint}{how_to_make(name, root, guess=not close)}; see `robolearn dataset list`")
         return cls(path)
 
     @classmethod

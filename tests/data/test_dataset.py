@@ -298,8 +298,13 @@ def test_bad_names_and_missing_datasets_are_one_line_errors(root):
         Dataset.load("nope")
     with pytest.raises(DatasetError, match="make_maze_datasets.py --layouts medium"):  # a maze a generator makes
         Dataset.load("point_maze_medium-navigate")
-    with pytest.raises(DatasetError) as err:  # a misspelt layout: no generator command that would crash
-        Dataset.load("point_maze_medum-navigate")
+    with pytest.raises(DatasetError) as err:  # a misspelt layout: the generator's command for the layout meant,
+        Dataset.load("point_maze_medum-navigate")  # not one for the typo, which would crash
+    assert "did you mean 'point_maze_medium-navigate'? make that one with" in str(err.value)
+    assert "--layouts medium`" in str(err.value) and "--layouts medum" not in str(err.value)
+    assert "--name point_maze_medum-navigate" in str(err.value)  # (or it is one's own name, to record)
+    with pytest.raises(DatasetError) as err:  # a layout nothing is near: recorded, as any name of one's own
+        Dataset.load("point_maze_zigzag-navigate")
     assert "make_maze_datasets" not in str(err.value) and "robolearn dataset record" in str(err.value)
 
 

@@ -312,6 +312,7 @@ def test_record_missing_controller_file(root, capsys):
     ("point_maze_large-navigate", "make_maze_datasets.py --layouts large"),
     ("kitchen-mixed", "make_kitchen_dataset.py"),
     ("my-data", "robolearn dataset record --run RUN --episodes 100 --name my-data"),
+    ("hoper-medium", "did you mean 'hopper-medium'? make that one with `python benchmarks/make_datasets.py --tasks hopper`"),
 ])
 def test_missing_dataset_names_its_generator(name, command, root, capsys):
     assert main(["dataset", "info", name]) == 2
@@ -331,6 +332,15 @@ def test_a_dataset_given_to_an_online_algorithm_lists_those_that_take_one(root, 
 def test_missing_dataset_with_root_passes_it_on(tmp_path, capsys):
     assert main(["dataset", "info", "hopper-medium", "--root", str(tmp_path)]) == 2
     assert f"make_datasets.py --tasks hopper --root {tmp_path}`" in error(capsys)
+
+
+def test_a_misspelt_dataset_next_to_one_there_is_asked_about_once(root, capsys):
+    """A dataset there is, close to the name, is the question; the generator's guess is not asked as well."""
+    (root / "hopper-medium-v0" / "data").mkdir(parents=True)
+    (root / "hopper-medium-v0" / "data" / "metadata.json").write_text("{}")  # (listed; not read)
+    assert main(["dataset", "info", "hoper-medium"]) == 2
+    err = error(capsys)
+    assert err.count("did you mean") == 1 and "did you mean 'hopper-medium-v0'?" in err
 
 
 # -- 5: --resume with a config; int literals; one override string -----------------------------
