@@ -84,9 +84,16 @@ class _Parser(argparse.ArgumentParser):
             for flag in (word.split("=", 1)[0] for word in getattr(self, "_words", []) if word.startswith("--")):
                 if flag not in known and (close := difflib.get_close_matches(flag, known, n=1, cutoff=0.7)):
                     message += f"; {flag}: did you mean {close[0]}?"
-        if "--json" in getattr(self, "_words", []) and "--json" in _options(self):  # (eval RUN --episodes abc --json)
+        if self._asks_json():  # (eval RUN --episodes abc --json)
             _json_error(argparse.Namespace(json=True), f"{self.prog}: {message}")  # as every later error is
         super().error(message)
+
+    def _asks_json(self) -> bool:
+        """Whether the words ask this parser for ``--json``, or a shortening argparse takes as it (``--js``)."""
+        options = _options(self)
+        return "--json" in options and any(
+            word.startswith("--") and len(word) > 2 and [o for o in options if o.startswith(word)] == ["--json"]
+            for word in getattr(self, "_words", []) if "--json".startswith(word))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -651,7 +651,9 @@ def test_an_argument_error_with_json_is_a_json_line_too(tmp_path, capsys):
     """`eval RUN --episodes abc --json` had printed argparse's usage alone: a script parsing stdout's last line saw
     nothing, where every error after the arguments are read is an {"error": ...} line."""
     for argv, said in ((["eval", str(tmp_path), "--episodes", "abc", "--json"], "invalid int value: 'abc'"),
-                       (["eval", str(tmp_path), "--epsiodes", "3", "--json"], "--epsiodes: did you mean --episodes?")):
+                       (["eval", str(tmp_path), "--epsiodes", "3", "--json"], "--epsiodes: did you mean --episodes?"),
+                       (["eval", str(tmp_path), "--episodes", "abc", "--js"], "invalid int value: 'abc'")):  # argparse
+        # takes --js for --json, and so is it taken here
         with pytest.raises(SystemExit) as exited:
             main(argv)
         assert exited.value.code == 2
