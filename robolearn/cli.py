@@ -793,7 +793,8 @@ def _config_readable(run: Path) -> bool:
 
 def _group_summary(done: list[tuple[Path, dict]]) -> str:
     """``n runs (seeds ...): return mean ± std[, success mean ± std]`` of runs' eval.json, when they are
-    seeds of one setting; runs of one folder whose settings differ (overrides without name=) are named so."""
+    seeds of one setting; runs of one folder whose settings differ (overrides without name=) are named so, and
+    a seed run more than once is said (its reruns would pass for a spread over seeds)."""
     import numpy as np
 
     settings = [flat_keys(read_yaml(run / "config.yaml")) for run, _ in done]  # (readable: _list checked)
@@ -810,6 +811,9 @@ def _group_summary(done: list[tuple[Path, dict]]) -> str:
     successes = [e["success_rate"] for _, e in done if e.get("success_rate") is not None]
     if len(successes) == len(done):
         text += f", success {100 * np.mean(successes):.0f} ± {100 * np.std(successes):.0f}%"
+    if repeated := [seed for seed in dict.fromkeys(seeds) if seed != "?" and seeds.count(seed) > 1]:
+        text += (f"; seed {', '.join(repeated)} more than once: reruns of one seed, whose spread is not "
+                 "the seeds' (a copied run, or runs of one seed= override)")
     return text
 
 

@@ -155,6 +155,25 @@ def test_list_tells_finished_runs_from_exported_unfinished_ones_in_every_phase(t
     assert f"{early.with_name('20260102-000000')}  ended early" in out
 
 
+def test_list_says_a_group_reruns_a_seed(tmp_path, capfd):
+    """Two runs of seed 0 beside a seed 1 had been summed up as three seeds: a rerun's spread is the machine's
+    nondeterminism, far under a spread over seeds."""
+    import shutil
+
+    runs = [_fake_run(tmp_path / str(seed), "sweep", {"seed": seed, "runner": {"total_steps": 1}}, [{"env_steps": 1}])
+            for seed in (0, 1)]
+    for run, value in zip(runs, (1, 3)):
+        (run / "eval.json").write_text(f'{{"return_mean": {value}}}')
+        shutil.move(run, tmp_path / "sweep" / f"2026010{value}-000000")
+    shutil.copytree(tmp_path / "sweep" / "20260101-000000", tmp_path / "sweep" / "20260102-000000")
+    assert main(["list", "--runs", str(tmp_path / "sweep")]) == 0
+    out = capfd.readouterr().out
+    assert "3 runs (seeds 0 0 1): return 1.7 ± 0.9; seed 0 more than once: reruns of one seed" in out
+    shutil.rmtree(tmp_path / "sweep" / "20260102-000000")
+    assert main(["list", "--runs", str(tmp_path / "sweep")]) == 0
+    assert "2 runs (seeds 0 1): return 2.0 ± 1.0\n" in capfd.readouterr().out
+
+
 def test_list_counts_from_the_checkpoint_when_the_metrics_ran_past_it(tmp_path, capfd):
     """A run killed between checkpoints logged iterations its checkpoint lacks: a resume goes on from the
     checkpoint, so that is where list says it stands."""
