@@ -517,6 +517,24 @@ def test_an_online_resume_without_dataset_rows_needs_no_dataset(tmp_path, root):
     assert evaluation["normalized_score"] == pytest.approx(evaluation["return_mean"] / 400)
 
 
+def test_an_online_resume_without_dataset_rows_is_not_told_the_dataset_is_small(tmp_path, root):
+    """The small-dataset doubt is about the rows a run reads: a resume online that reads none (WSRL's
+    agent.offline_ratio=0) is not told again of the dataset its checkpoint already kept what it needs of."""
+    import warnings
+
+    write_gone(root)  # 250 transitions: small
+    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=pendulum-gone", "agent.warmup_steps=600", "runner.eval_episodes=1",
+               "runner.total_steps=2000")
+    with pytest.warns(UserWarning, match="dataset 'pendulum-gone-v0': it holds only 250 transitions"):
+        first = run(cfg, stop=lambda m: m["phase"] == "online")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        resumed = FinetuneRunner(cfg, resume=first.run_dir)
+        resumed.close()
+    assert resumed.rows_unread and resumed.dataset is not None  # there, and not read
+    assert not [w for w in said if "holds only" in str(w.message)]
+
+
 def test_an_online_resume_from_a_checkpoint_of_before_loads_the_dataset(tmp_path, root):
     """A checkpoint that kept nothing of its dataset resumes with it, as it did, and keeps it from then on."""
     write_gone(root)
