@@ -1,6 +1,6 @@
 """``robolearn deploy``: an exported controller on a real (or emulated) robot, recorded.
 
-Loads ``<run>/export/controller.pt`` (or ``.onnx``) and builds the robot's task
+Loads ``<run>/export/controller.onnx`` (or ``.pt``) and builds the robot's task
 as it was trained (``controller.json``'s ``task_kwargs``, else the run's
 ``config.yaml``: the episode length, goal-step limit and success distance), checks the controller was
 trained for the robot's task, observation and control rate, connects, runs the
@@ -116,7 +116,7 @@ def warm_up(controller: ExportedController, robot: DynamixelArm, source: Path | 
 
 
 def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, episodes: int = 1,
-           fmt: str = "torchscript", target: tuple[float, float, float] | None = None, record: bool = True,
+           fmt: str | None = None, target: tuple[float, float, float] | None = None, record: bool = True,
            seed: int = 0, safety: SafetyConfig | None = None, safety_overrides: Mapping[str, Any] | None = None,
            retries: int = 3, progress: bool = False) -> dict[str, Any]:
     """Run ``episodes`` episodes of ``run_dir``'s exported controller on the robot; returns a summary, what
@@ -125,7 +125,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     ``seed`` picks the sampled targets (the same seed, the same targets; it is recorded).
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
     ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
-    ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs."""
+    ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs.
+    ``fmt``: ``"onnx"`` or ``"torchscript"``, the exported file that drives the robot; default (None) the run's
+    ``controller.onnx``, else its ``controller.pt`` (:func:`default_format`)."""
     if Path(run_dir).is_file():  # (export/controller.pt had been "no such run directory": it is there)
         raise FileNotFoundError(f"{run_dir}: {_file_not_run(Path(run_dir))}")
     if not Path(run_dir).is_dir():  # (from Python it had been "no exported controller, nor a checkpoint")
@@ -134,9 +136,9 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # said before the robot moves
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
-    if fmt not in FILENAMES:  # (a bare KeyError: 'pt')
+    if fmt is not None and fmt not in FILENAMES:  # (a bare KeyError: 'pt')
         raise ValueError(f"fmt={fmt!r} (--format): choose one of {sorted(FILENAMES)}")
-    path = _exported_file(run_dir, fmt)
+    path = _exported_file(run_dir, fmt or default_format(Path(run_dir)), asked=fmt is not None)
     controller = ExportedController(path)
     if behind := export_behind(Path(run_dir), controller.meta):  # said before the robot moves
         warnings.warn(behind, stacklevel=2)
@@ -220,19 +222,38 @@ def trained_latency(trained: dict[str, Any] | None) -> str | None:
     return ", ".join(said) or None
 
 
+def default_format(run_dir: Path) -> str:
+    """The format deploy plays where none is asked for: ONNX, unless the run's export holds only TorchScript
+    (``robolearn export --format torchscript``). ONNX Runtime loads a file without running any of its code,
+    where ``torch.jit.load`` runs a module's own ``__setstate__`` (a controller.pt from elsewhere is code), and
+    it runs our MLPs in about half TorchScript's time (BENCHMARKS.md, deploy); TorchScript is deprecated upstream."""
+    def has(fmt: str) -> bool:  # in export/, or in the folder given (said wrong by _exported_file)
+        return any((folder / FILENAMES[fmt]).is_file() for folder in (run_dir / "export", run_dir))
+
+    return "torchscript" if has("torchscript") and not has("onnx") else "onnx"
+
+
 def _file_not_run(path: Path) -> str:
     """What to give instead of ``path``, a file given where deploy takes a run's folder: the run that holds an
     exported file (``<run>/export/controller.pt``), else a run's folder."""
     if path.parent.name == "export":
         return (f"a file of an export; deploy takes the run's folder: {shell('robolearn', 'deploy', path.parent.parent)}"
-                " ... (--format onnx picks controller.onnx)")
+                f" ...{_format_flag(path.name)}")
     return "a file, not a run's folder (runs/<name>/<time>, holding export/)"
 
 
-def _exported_file(run_dir: Path, fmt: str) -> Path:
+def _format_flag(name: str) -> str:
+    """The ``--format`` that picks exported file ``name`` where deploy's default would pick the other."""
+    if name == FILENAMES["torchscript"]:
+        return " --format torchscript (to play controller.pt; the default plays controller.onnx where exported)"
+    return ""
+
+
+def _exported_file(run_dir: Path, fmt: str, asked: bool = True) -> Path:
     """``run_dir``'s exported controller file of format ``fmt`` (``export/controller.pt`` or ``.onnx``), or a
     FileNotFoundError saying why there is none and what to do: export/ itself or a copy of its files was given,
-    a folder of runs, a run still training, one without a checkpoint, or one not exported yet."""
+    a folder of runs, a run still training, one without a checkpoint, or one not exported yet. ``asked``: the
+    format was asked for (``--format``); else runs under a folder of runs count in either format."""
     path = Path(run_dir) / "export" / FILENAMES[fmt]
     if path.is_file():
         return path
@@ -243,7 +264,7 @@ def _exported_file(run_dir: Path, fmt: str) -> Path:
         raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "  # a copy
                                 f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
                                 "or give the run they came from")
-    _refuse_folder_of_runs(Path(run_dir), fmt)
+    _refuse_folder_of_runs(Path(run_dir), (fmt,) if asked else tuple(FILENAMES))
     export = f"`{shell('robolearn', 'export', run_dir)}`"
     for other, name in FILENAMES.items():  # (`robolearn export --format onnx` removes controller.pt)
         if other != fmt and (Path(run_dir) / "export" / name).is_file():
@@ -314,15 +335,16 @@ def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:
     return settings
 
 
-def _refuse_folder_of_runs(folder: Path, fmt: str) -> None:
+def _refuse_folder_of_runs(folder: Path, formats: tuple[str, ...]) -> None:
     """``folder`` holds runs (``robolearn deploy runs/dr_long``), not a run: say so and name the runs
-    under it that have an export, else the newest run, to export first."""
+    under it that have an export in one of ``formats``, else the newest run, to export first."""
     if (folder / "config.yaml").is_file() or not folder.is_dir():
         return
     from robolearn.runs import find_run_dirs
 
     runs = sorted(find_run_dirs(folder), key=lambda run: run.stat().st_mtime)
-    exports = {p.parent.parent: p.stat().st_mtime for p in folder.rglob(FILENAMES[fmt]) if p.parent.name == "export"}
+    exports = {p.parent.parent: p.stat().st_mtime for fmt in formats for p in folder.rglob(FILENAMES[fmt])
+               if p.parent.name == "export"}
     if exports:
         exported = sorted(exports)
         shown = few(exported)

@@ -154,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")
     p.add_argument("--format", choices=["onnx", "torchscript"], action="append",
                    help="repeatable; default both. A file of a format not asked for is removed from the folder (it "
-                        "would be of an older controller than the new controller.json): deploy takes torchscript "
-                        "unless told --format onnx")
+                        "would be of an older controller than the new controller.json): deploy plays onnx where "
+                        "there is one, else torchscript")
     p.add_argument("--out", type=Path, help="a directory for controller.pt/.onnx/.json; default: <run>/export")
     p.add_argument("--overwrite", action="store_true", help="replace another run's export in --out")
 
@@ -164,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--robot", required=True, help="robot config: a YAML path or a name in configs/robots/")
     p.add_argument("--port", help="serial port; default: the robot config's (`robolearn emulate` prints one)")
     p.add_argument("--episodes", type=int, default=1, help="episodes to run (default 1)")
-    p.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
-                   help="which exported file drives the robot (default torchscript)")
+    p.add_argument("--format", choices=["torchscript", "onnx"],
+                   help="which exported file drives the robot (default: controller.onnx, which loads without "
+                        "running code; controller.pt where the run exported TorchScript alone)")
     p.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="fixed target (m); default: sampled")
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
     p.add_argument("--seed", type=seed_argument, default=0,

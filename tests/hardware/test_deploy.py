@@ -321,11 +321,30 @@ def test_missing_export_says_what_to_run(tmp_path, run_dir):
 
 
 def test_an_export_in_the_other_format_only_says_which_format_to_deploy(run_dir):
-    """`robolearn export RUN --format onnx` removes controller.pt; deploy without --format had said "no exported
+    """`robolearn export RUN --format onnx` removes controller.pt; deploy --format torchscript had said "no exported
     controller; run `robolearn export RUN` first", as if there were none."""
     (run_dir / "export" / "controller.pt").rename(run_dir / "export" / "controller.onnx")  # (only its name is read)
     with pytest.raises(FileNotFoundError, match=re.escape("controller.pt: not exported in this format, but export/ "
                                                           "holds controller.onnx: deploy that with --format onnx")):
+        deploy(run_dir, "dxl_arm", episodes=1, fmt="torchscript")
+
+
+def test_deploy_plays_the_onnx_file_unless_the_run_exported_torchscript_alone(run_dir, make_emulator):
+    """The default had been controller.pt, which torch.jit.load runs code of as it loads (README: a controller.pt
+    from elsewhere is code), where ONNX Runtime runs none, in about half the time; TorchScript is deprecated upstream."""
+    from hardware.deploy import default_format
+
+    assert default_format(run_dir) == "torchscript"  # the fixture's export: TorchScript alone
+    export_controller(TowardTarget(), run_dir / "export", extra={"task": "arm_reach", "control_dt": 0.02})  # both
+    assert default_format(run_dir) == "onnx" and default_format(run_dir / "export") == "onnx"
+    emulator = make_emulator()
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, safety=PATIENT)
+    metadata = json.loads((Path(summary["recording"]) / "metadata.json").read_text())
+    assert metadata["controller"] == str(run_dir / "export" / "controller.onnx")
+    (run_dir / "export" / "controller.onnx").unlink()
+    assert default_format(run_dir) == "torchscript"
+    (run_dir / "export" / "controller.pt").unlink()  # none: said of the default's file
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{run_dir / 'export' / 'controller.onnx'}: no exported")):
         deploy(run_dir, "dxl_arm", episodes=1)
 
 
