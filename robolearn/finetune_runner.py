@@ -243,18 +243,18 @@ class FinetuneRunner(OfflineRunner):
         return controller
 
     def _guide_path(self, guide: str) -> Path:
-        """``pretrained``, an exported controller file, its folder or a run directory -> the TorchScript file."""
+        """``pretrained``, an exported controller file, its folder or a run directory -> the exported file: its
+        ONNX one where there is one, which loads without running code (a run from elsewhere's controller.pt is
+        code, as deploy's default says), else its TorchScript one."""
         path = self.run_dir / "pretrained" if guide == "pretrained" else Path(guide)
-        for candidate in (path, path / "controller.pt", path / "export" / "controller.pt"):
-            if candidate.is_file():
-                return candidate
-        for onnx in (path / "controller.onnx", path / "export" / "controller.onnx"):  # exported with --format onnx
-            if onnx.is_file():
-                both = f", or export both with {shell('robolearn', 'export', onnx.parent.parent)}" \
-                    if onnx.parent.name == "export" else ""
-                raise FileNotFoundError(f"agent.guide: {path} has no controller.pt, only {onnx}: give that "
-                                        f"({shell(f'agent.guide={onnx}')}){both}")
-        raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.pt, its folder or a run directory)")
+        if path.is_file():
+            return path
+        for name in ("controller.onnx", "controller.pt"):
+            for candidate in (path / name, path / "export" / name):
+                if candidate.is_file():
+                    return candidate
+        raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.onnx or "
+                                "controller.pt, its folder or a run directory)")
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -343,14 +343,22 @@ def test_a_bad_guide_is_refused_before_pretraining(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_guide_run_exported_as_onnx_only_names_its_onnx_file(tmp_path):
-    """A run exported with --format onnx had been told 'no exported controller at RUN (give ... a run directory)'."""
+def test_a_guide_run_guides_through_its_onnx_file(tmp_path):
+    """A run exported with --format onnx had been told 'no exported controller at RUN (give ... a run directory)',
+    then to name its controller.onnx; a run exported in both formats guided through its controller.pt, which
+    torch.jit.load runs code of as it loads. The ONNX file guides where there is one."""
     guide_run = tmp_path / "guide_run"
     export_controller(PendulumZeros(), guide_run / "export", ("onnx",))
-    onnx = guide_run / "export" / "controller.onnx"
-    with pytest.raises(FileNotFoundError, match=rf"agent.guide: {guide_run} has no controller.pt, only {onnx}: give that "
-                                                rf"\(agent.guide={onnx}\), or export both with robolearn export {guide_run}$"):
-        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={guide_run}"))
+    runner = FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "env.task=pendulum", f"agent.guide={guide_run}"))
+    runner.close()
+    assert runner._guide_path(str(guide_run)) == guide_run / "export" / "controller.onnx"
+    export_controller(PendulumZeros(), guide_run / "export")  # both
+    assert runner._guide_path(str(guide_run)) == guide_run / "export" / "controller.onnx"
+    assert runner._guide_path(str(guide_run / "export" / "controller.pt")) == guide_run / "export" / "controller.pt"
+    (guide_run / "export" / "controller.onnx").unlink()
+    assert runner._guide_path(str(guide_run)) == guide_run / "export" / "controller.pt"
+    with pytest.raises(FileNotFoundError, match=rf"agent.guide: no exported controller at {tmp_path}"):
+        runner._guide_path(str(tmp_path))
 
 
 class PendulumZeros(Controller):
