@@ -463,7 +463,7 @@ class Runner:
         with self.ctrl_c:
             try:
                 if self.dataset is not None and not self.progress.pretrained:
-                    self._pretrain(logger, deadline)
+                    self._pretrain(logger, deadline, stop)
             except KeyboardInterrupt:
                 return self._interrupted(stats, result, logger)
             except TRAINING_FAILURES as err:
@@ -536,10 +536,13 @@ class Runner:
             logger.wandb_offset = cfg.agent.pretrain_updates
         return logger
 
-    def _pretrain(self, logger: RunLogger | None, deadline: float = float("inf")) -> None:
+    def _pretrain(self, logger: RunLogger | None, deadline: float = float("inf"),
+                  stop: Callable[[dict[str, float]], bool] | None = None) -> None:
         """The pretraining phase (module docstring): iterations of ``OFF_POLICY_STEPS_PER_ITERATION`` updates,
         a checkpoint every ``runner.checkpoint_every`` of them, then the phase boundary; or, before an iteration
-        that would end past ``deadline`` (``runner.max_minutes``), an end there without the boundary."""
+        that would end past ``deadline`` (``runner.max_minutes``), or after one that ``stop`` (``train()``'s)
+        ends, an end there without the boundary. ``stop`` sees each pretraining iteration's metrics as the
+        online ones, as a fine-tune's offline phase does: it had been asked only once the online phase began."""
         cfg, total = self.cfg, self.cfg.agent.pretrain_updates
         if total == 0 and self.main:  # allowed (an ablation), but rarely meant: say what it leaves out
             warnings.warn(f"agent.pretrain_updates=0: {type(self.agent).__name__} learns nothing from dataset "
@@ -573,6 +576,14 @@ class Runner:
             if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
                 self.save()
             lap = time.perf_counter() - start
+            iteration = -(-self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION)
+            if (self.progress.pretrain_updates < total and stop is not None  # (the last one: the online phase asks)
+                    and ask_stop(self, stop, {"env_steps": self.progress.env_steps, "phase": "pretrain",
+                                              "pretrain_updates": self.progress.pretrain_updates,
+                                              "iteration": iteration, **metrics})):
+                if bar is not None:  # train() saves and ends the run, as at runner.max_minutes
+                    bar.close()
+                return
         if bar is not None:  # (cut short by a Ctrl+C, tqdm closes it as it goes out of scope)
             bar.close()
         if logger is not None:

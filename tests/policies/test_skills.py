@@ -550,6 +550,30 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     assert again.trained == {"env_steps": 2000, "pretrain_updates": 2000}
 
 
+def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, tmp_path, monkeypatch, capsys):
+    """train(stop=...) was first asked once the online phase began: a skill run's pretraining lines, in
+    metrics.jsonl as any, were never shown to it, so no stop could end an hours-long pretraining (a fine-tune's
+    offline phase asks it). It now sees each pretraining iteration and ends the run there, as max_minutes does."""
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
+                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=1",
+                 "runner.video_seconds=0", "agent.pretrain_updates=2000", "agent.pretrain_batch_size=8",
+                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
+                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    seen: list[dict] = []
+    result = train(load_config("spirl_point_maze_medium", overrides), stop=lambda m: seen.append(m) or True)
+    assert [(m["phase"], m["pretrain_updates"], m["iteration"], m["env_steps"]) for m in seen] == \
+        [("pretrain", 1000, 1, 0)] and "pretrain/loss" in seen[0]
+    progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
+    assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
+    assert "ended early: 1,000 of agent.pretrain_updates=2,000 pretraining updates (train()'s stop)" in \
+        capsys.readouterr().out
+    assert result.trained == {"pretrain_updates": 1000} and result.evaluation["episodes"] == 1
+    resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
+    assert resumed.trained == {"env_steps": 1000, "pretrain_updates": 2000}
+
+
 def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_datasets, tmp_path, monkeypatch):
     """Each seed or online sweep had pretrained the skill model again: agent.skills_from takes a finished
     pretraining's skills (a skill_critic run takes a spirl run's: one skill model); no dataset is read."""
