@@ -165,7 +165,12 @@ def _label_axes(axes, chosen: list[str], steps_label: str, time_label: str) -> N
 def _add_header(fig, title: str, legend: dict) -> None:
     """Above the plots, in a band the figure grows by (inches): ``title``, then the rows of one ``legend``
     (label -> a line drawn with it) for all rows; then the plots' fixed margins."""
-    columns = min(3, len(legend))
+    # at most 3 columns, fewer where the longest label would run the rows past the figure's edges (two skill runs'
+    # 'skill_critic_point_maze_medium: pretrain (pretrain updates)' had been cut at the left edge): a label is
+    # about 0.06 inch a character at the small font, its line and spacing 0.6 inch more (not measured: a renderer
+    # pass costs what tight_layout did)
+    widest = 0.6 + 0.06 * max((len(str(label)) for label in legend), default=0)
+    columns = max(1, min(3, len(legend), int(0.96 * fig.get_figwidth() // widest)))
     legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
     header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows
     plots = fig.get_figheight()

@@ -265,3 +265,30 @@ def test_the_final_evaluations_legend_entry_is_no_one_runs_colour(tmp_path, monk
 
     colours = {to_hex(line.get_color()) for line in figures[0].axes[0].lines if line.get_marker() != "D"}
     assert to_hex(handle.get_color()) not in colours, (to_hex(handle.get_color()), colours)
+
+
+def test_a_legend_of_long_labels_stays_inside_the_figure(tmp_path, monkeypatch):
+    """Two skill runs' folders, each in two phases, had three columns of labels such as
+    'skill_critic_point_maze_medium (mean ± std of 2 runs): pretrain (pretrain updates)', wider than the figure:
+    the legend was cut at both edges. Fewer columns, more rows: every label inside."""
+    runs = []
+    for folder in ("skill_critic_point_maze_medium", "spirl_point_maze_medium_long_name"):
+        for seed in (0, 1):
+            run = tmp_path / folder / f"2026010{seed}-000000"
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text(json.dumps({"seed": seed, "env": {"task": "point_maze_medium"}}))
+            lines = [{"phase": "pretrain", "env_steps": 0, "pretrain_updates": u, "time": u / 100,
+                      "pretrain/loss": 1 / u} for u in (100, 200)]
+            lines += [{"env_steps": s, "time": 2 + s / 100, "return": s / 10 + seed} for s in (100, 200)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+            runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "curves.png", metrics=["return", "pretrain/loss"], mean=True)
+    figure = figures[0]
+    renderer = figure.canvas.get_renderer()
+    box, legend = figure.bbox, figure.legends[0].get_window_extent(renderer)
+    assert len(figure.legends[0].get_texts()) == 4
+    assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and legend.y1 <= box.y1, (box, legend)
+    plot_area_top = max(ax.get_position().y1 for ax in figure.axes) * box.height
+    assert legend.y0 >= plot_area_top - 1  # above the plots, not over them
