@@ -8,7 +8,7 @@ the same ranges (configs/ppo_arm_reach_auto.yaml). Each is evaluated three ways:
 1. in sim, on the nominal model (the MJCF as written, without randomization);
 2. in sim, with the physics set to the emulator's "reality" (a diagnostic: the
    dynamics gap alone, without bus timing);
-3. on the emulated robot: the exported TorchScript controller through
+3. on the emulated robot: the exported ONNX controller through
    ``hardware.deploy.deploy`` -> DynamixelArm -> DynamixelBus -> the vendor SDK ->
    a pseudo-terminal -> the Dynamixel emulator, whose MuJoCo arm has other
    masses, friction, damping and servo gains and an actuation latency, in real
@@ -62,7 +62,7 @@ def in_sim(run: Path, episodes: int, reality: bool) -> dict:
         latency = REALITY["actuation_latency"]
         randomization = {**point, "action_latency_s": [latency, latency]}
     env = sims.make_env("arm_reach", episodes, seed=123, randomization=randomization)
-    return evaluate(ExportedController(run / "export" / "controller.pt"), env, episodes, seed=123)
+    return evaluate(ExportedController(run / "export" / "controller.onnx"), env, episodes, seed=123)  # (deploy's file)
 
 
 def on_emulated_robot(run: Path, episodes: int) -> dict:
@@ -74,7 +74,7 @@ def on_emulated_robot(run: Path, episodes: int) -> dict:
     servos = {m.id: m.joint for m in config.calibration.motors}
     with DynamixelEmulator(config.model_xml, servos, baudrate=config.baudrate,
                            physics=PhysicsOverrides(**REALITY)) as emulator:
-        return deploy(run, "dxl_arm", port=emulator.port, episodes=episodes, record=False, seed=123)
+        return deploy(run, "dxl_arm", port=emulator.port, episodes=episodes, fmt="onnx", record=False, seed=123)
 
 
 def main() -> None:
