@@ -146,6 +146,11 @@ class SRL(CheckpointedParts, Agent):
             raise ValueError(f"SRL expects a flat action_spec, got shape {action_spec.shape}")
         if cfg.sequence_length < 1:
             raise ValueError(f"agent.sequence_length must be >= 1, got {cfg.sequence_length}")
+        if cfg.actor_batch_size is not None and cfg.actor_batch_size > cfg.batch_size:  # (it had used the whole
+            # minibatch silently, a setting that did not do what it said)
+            raise ValueError(f"agent.actor_batch_size={cfg.actor_batch_size} is more than agent.batch_size="
+                             f"{cfg.batch_size}: the recall loss takes its rows from the minibatch; give at most "
+                             "batch_size, or null for all of it")
         self.cfg, self.device = cfg, torch.device(device)
         self.groups = tuple(cfg.obs_groups)
         self.obs_dim = obs_dim(observation_spec, self.groups)

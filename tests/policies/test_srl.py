@@ -31,6 +31,15 @@ def test_actor_unrolls_j_actions_and_its_first_is_a_plain_policy(obs_spec, actio
     assert not torch.allclose(sequence[:, 0], sequence[:, 1])  # later actions come from the GRU
 
 
+def test_an_actor_batch_larger_than_the_minibatch_is_refused(obs_spec, action_spec) -> None:
+    """agent.actor_batch_size=1000 beside batch_size=256 had used the whole minibatch without a word."""
+    import pytest
+
+    with pytest.raises(ValueError, match="agent.actor_batch_size=1000 is more than agent.batch_size=256"):
+        SRL(obs_spec, action_spec, small(actor_batch_size=1000), CPU)
+    SRL(obs_spec, action_spec, small(actor_batch_size=256), CPU)  # all of it, said as a number
+
+
 def test_later_actions_losses_reach_a0_only_when_feedback_keeps_its_gradient(obs_spec, action_spec) -> None:
     """detach_feedback (the default) feeds a_i to the GRU as a value: a_0 answers to its own Q term alone."""
     for detach in (True, False):
