@@ -64,12 +64,13 @@ def is_offline(cfg: TrainConfig) -> bool:
 
 
 def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool = True,
-                       transfer: bool = False) -> None:
+                       transfer: bool = False, reads_groups: tuple[str, ...] = ()) -> None:
     """Raise naming the dataset and the config's env when task, observation (the env's groups; the
     dataset may hold more) or action shapes differ; say
     what fits by shape only (``reads_rewards``: whether the learner reads the dataset's rewards).
     ``transfer``: another task's data of the same shapes is said, not refused (skills pretrained on one
-    maze's play data and used in another: SPiRL's premise)."""
+    maze's play data and used in another: SPiRL's premise). ``reads_groups``: the groups the learner reads
+    whatever the task (a goal-conditioned one's ``goal``): the dataset's own task is offered only where it has them."""
     problems = []
     other_task = dataset.task is not None and dataset.task != task
     if other_task and not transfer:
@@ -88,6 +89,10 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
+        if lacking := [group for group in reads_groups if group not in dataset.observation_spec]:  # (its task
+            # would be the next refusal: the learner needs them on any task)
+            hint = (f"; the learner reads observation groups {list(reads_groups)} on any task, and the dataset "
+                    f"has no {lacking}: give it a dataset of a goal-conditioned task (`robolearn dataset list`)")
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
                            + "; ".join(problems) + f" (dataset vs env){hint}")
     if other_task:  # transfer: the shapes fit
@@ -281,9 +286,11 @@ class OfflineRunner:
 
         cfg = self.cfg
         self.env = make_env(cfg.env, num_envs=max(1, cfg.runner.eval_episodes), seed=cfg.seed + 10_000)
-        reads_rewards = getattr(agent_entry(cfg.algo)[1], "reads_rewards", True)  # an agent of one's own: assume so
-        if self.dataset is not None:
-            check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards)
+        agent_cls = agent_entry(cfg.algo)[1]
+        reads_rewards = getattr(agent_cls, "reads_rewards", True)  # an agent of one's own: assume so
+        if self.dataset is not None:  # (a class's own obs_groups: those it reads on any task, a GoalAgent's)
+            check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards,
+                               reads_groups=tuple(getattr(agent_cls, "obs_groups", None) or ()))
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
         self.replay: ReplayBuffer | None = None
         if not self.rows_unread:  # (else what prepare fits, the normalizer, comes from the checkpoint alone)

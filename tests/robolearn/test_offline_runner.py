@@ -153,6 +153,14 @@ def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
                                            r"\(dataset vs env\); to train on it, add env.task=pendulum$"):
         OfflineRunner(cfg)
     assert not (tmp_path / "runs").exists()  # nothing written for a refused run
+    # a goal-conditioned learner reads a goal on any task: the dataset's own task would be refused in turn
+    cfg = load_config("hiql_point_maze_medium", [f"run_dir={tmp_path / 'runs'}", "dataset=pendulum-scripted",
+                                                 "logging.wandb=disabled"])
+    with pytest.raises(DatasetError) as err:
+        OfflineRunner(cfg)
+    assert str(err.value).endswith("(dataset vs env); the learner reads observation groups ['policy', 'goal'] on any "
+                                   "task, and the dataset has no ['goal']: give it a dataset of a goal-conditioned "
+                                   "task (`robolearn dataset list`)")
 
 
 def test_an_episode_length_other_than_the_recordings_is_said_even_from_default_settings(tmp_path):
