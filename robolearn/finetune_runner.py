@@ -51,7 +51,6 @@ from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES,
                               ask_stop, check_metrics, finish_run, interrupted, iteration_rest, pay_update_debt,
                               step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
-from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
