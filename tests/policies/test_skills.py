@@ -461,18 +461,23 @@ def test_a_skill_agent_without_a_dataset_is_refused(tmp_path):
         train(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path}", 'dataset=""', "logging.wandb=disabled"]))
 
 
+def tiny_spirl(run_dir, *settings: str) -> list[str]:
+    """Overrides of a SPiRL run on maze-tiny in seconds (8-unit networks, 600 env steps) under ``run_dir``, with
+    ``settings`` (its pretraining length, evaluation, ...) after them."""
+    return [f"run_dir={run_dir}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
+            "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600", "runner.random_steps=100",
+            "runner.utd_ratio=0.02", "agent.pretrain_batch_size=8", "agent.batch_size=8", "agent.buffer_size=600",
+            "agent.hidden=[8]", "agent.prior_hidden=[8]", "agent.decoder_hidden=[8]", "agent.encoder_hidden=8",
+            *settings]
+
+
 def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
     """Ctrl+C in the middle of pretraining keeps the updates done (it had discarded up to 999 of them);
     --resume finishes that iteration, then pretraining, once (not again), and trains online."""
     from robolearn.runner import Runner
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
-    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
-                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
-                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=0",
-                 "runner.checkpoint_every=1", "agent.pretrain_updates=1100", "agent.pretrain_batch_size=8",
-                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
-                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    overrides = tiny_spirl(tmp_path, "runner.eval_episodes=0", "runner.checkpoint_every=1", "agent.pretrain_updates=1100")
     runner = Runner(load_config("spirl_point_maze_medium", overrides))
     update, calls = runner.agent.pretrain_update, []
 
@@ -519,12 +524,8 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: lap > 0)  # after one iteration
-    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
-                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
-                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=1", "runner.max_minutes=1",
-                 "runner.video_seconds=0", "agent.pretrain_updates=2000", "agent.pretrain_batch_size=8",
-                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
-                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    overrides = tiny_spirl(tmp_path, "runner.eval_episodes=1", "runner.max_minutes=1", "runner.video_seconds=0",
+                                     "agent.pretrain_updates=2000")
     result = train(load_config("spirl_point_maze_medium", overrides))
     progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
     assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
@@ -555,12 +556,7 @@ def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, 
     metrics.jsonl as any, were never shown to it, so no stop could end an hours-long pretraining (a fine-tune's
     offline phase asks it). It now sees each pretraining iteration and ends the run there, as max_minutes does."""
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
-    overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=disabled", "logging.progress=false",
-                 "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
-                 "runner.random_steps=100", "runner.utd_ratio=0.02", "runner.eval_episodes=1",
-                 "runner.video_seconds=0", "agent.pretrain_updates=2000", "agent.pretrain_batch_size=8",
-                 "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8]", "agent.prior_hidden=[8]",
-                 "agent.decoder_hidden=[8]", "agent.encoder_hidden=8"]
+    overrides = tiny_spirl(tmp_path, "runner.eval_episodes=1", "runner.video_seconds=0", "agent.pretrain_updates=2000")
     seen: list[dict] = []
     result = train(load_config("spirl_point_maze_medium", overrides), stop=lambda m: seen.append(m) or True)
     assert [(m["phase"], m["pretrain_updates"], m["iteration"], m["env_steps"]) for m in seen] == \
