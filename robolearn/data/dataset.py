@@ -126,7 +126,8 @@ class Dataset:
             # or a Minari id without its namespace (`expert` for a downloaded mujoco/hopper/expert-v0)
             close = close or [known_id for known_id in known if known_id.endswith(f"/{dataset_id(name)}")]
             hint = f"did you mean {' or '.join(repr(c) for c in close[:3])}? or " if close else ""
-            raise DatasetError(f"no dataset '{name}' in {path.parent} (there: {', '.join(known) or 'none'}); "
+            # in the root, whose datasets `known` lists: a namespaced name's folder (mujoco/hopper) may not exist
+            raise DatasetError(f"no dataset '{name}' in {datasets_root(root)} (there: {', '.join(known) or 'none'}); "
                                f"{hint}{how_to_make(name, root, guess=not close)}; see `robolearn dataset list`")
         return cls(path)
 

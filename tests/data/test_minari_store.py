@@ -448,6 +448,15 @@ def test_a_minari_id_given_without_its_namespace_is_named_in_full(root, monkeypa
     assert "did you mean" not in str(err.value)
 
 
+def test_a_missing_namespaced_dataset_is_said_missing_from_the_root_whose_datasets_it_lists(root):
+    """`dataset=mujoco/hopper/expert-v0` with nothing downloaded had said "no dataset ... in <root>/mujoco/hopper
+    (there: <the root's datasets>)": a folder that does not exist, beside a list of another folder's datasets."""
+    _write("flat", root)
+    with pytest.raises(DatasetError) as err:
+        Dataset.load("mujoco/hopper/expert-v0")
+    assert f"no dataset 'mujoco/hopper/expert-v0' in {root.resolve()} (there: flat-v0)" in str(err.value)
+
+
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 @pytest.mark.parametrize("how, where, says", [
     ("external link", "episode_1/infos", "is an external link to '/' in {secret}, another file, which robolearn does "
