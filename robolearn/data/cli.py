@@ -395,6 +395,7 @@ def _replay(args: argparse.Namespace) -> int:
     from robolearn.data.replay import replay
 
     ds = Dataset.load(args.name, args.root)
+    ds.need_episodes("replay")  # (the range below had read "has 0 episodes (0 to -1; ...)")
     task = args.task or _task_a_file_names(ds.task, f"dataset '{ds.id}'")
     if not task:
         raise ValueError(f"dataset '{ds.id}' does not say its task; pass --task")

@@ -868,7 +868,7 @@ def test_a_recording_that_would_fill_the_disk_stops_keeping_its_episodes(tmp_pat
     assert len(Dataset.load("rec", root=tmp_path)) == 1
 
 
-def test_a_dataset_of_no_episode_is_refused_by_name_not_a_traceback(root, tmp_path, monkeypatch):
+def test_a_dataset_of_no_episode_is_refused_by_name_not_a_traceback(root, tmp_path, monkeypatch, capsys):
     """Minari's own API writes one; training on it had ended in KeyError 'obs', its exports in a TypeError and an
     IndexError."""
     import minari
@@ -886,6 +886,9 @@ def test_a_dataset_of_no_episode_is_refused_by_name_not_a_traceback(root, tmp_pa
                     lambda: write_lerobot(dataset, tmp_path / "none", fps=50)):
         with pytest.raises(DatasetError, match=r"dataset 'none-v0' \(.*\) holds no episode: nothing to"):
             attempt()
+    # `dataset replay` had said "--episode 0: dataset 'none-v0' has 0 episodes (0 to -1; ...)"
+    assert cli(["dataset", "replay", "none", "--episode", "0", "--task", "pendulum"]) == 2
+    assert "holds no episode: nothing to replay" in capsys.readouterr().err
 
 
 def test_a_killed_recording_whose_pid_was_taken_since_is_still_recovered(root):
