@@ -381,8 +381,17 @@ def _task_a_file_names(task: Any, where: str) -> Any:
     code (``module:Class``, a Gymnasium ``module:id``): a file does not get to import code, as on import
     (:func:`robolearn.data.importing._buildable_from_a_file`); the user's --task may name it. A downloaded dataset
     whose metadata said ``os:system`` had run its ``task_kwargs`` command at `dataset replay`."""
+    import difflib
+
+    import sims
     from robolearn.data.importing import _buildable_from_a_file
 
+    if task and isinstance(task, str) and ":" not in task and task not in sims.TASKS:  # no code: a typo, or a
+        # task of another install's; it had been said to name code to import, and --task to trust it
+        close = difflib.get_close_matches(task, sims.TASKS, n=1)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{where} says its task is {task!r}, which is no task here{guess}: pass --task with the "
+                         "task it was recorded on")
     if task and not _buildable_from_a_file(task):
         raise ValueError(f"{where} says its task is {task!r}, which names code to import; a file does not get to "
                          f"run code: if you trust it, pass --task {shell(str(task))}")

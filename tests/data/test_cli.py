@@ -191,6 +191,22 @@ def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys)
     assert "nope.pt: no such file" in capsys.readouterr().err
 
 
+def test_a_dataset_naming_a_task_this_install_lacks_is_not_said_to_name_code(root, recorded, capsys):
+    """A dataset whose metadata names a task that is no code and no task here (a typo, another install's task)
+    had been replayed with "which names code to import; a file does not get to run code: if you trust it, pass
+    --task hoper", a --task that fails in turn."""
+    ds = recorded("pendulum", 1, name="fetched")
+    meta_path = ds.path / "data" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["robolearn"]["task"] = "pendulm"
+    meta_path.write_text(json.dumps(meta))
+    assert main(["dataset", "replay", "fetched"]) == 2
+    err = capsys.readouterr().err
+    assert "says its task is 'pendulm', which is no task here (did you mean 'pendulum'?): pass --task" in err
+    assert "names code" not in err
+    assert main(["dataset", "replay", "fetched", "--task", "pendulum"]) == 0  # the user's --task replays it
+
+
 def test_a_task_that_names_code_is_not_built_from_a_dataset_or_a_controller_json(tmp_path, root, recorded, capsys,
                                                                                    monkeypatch):
     """A dataset's metadata and a controller.json come from anywhere: `dataset replay` and `dataset record
