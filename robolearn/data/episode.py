@@ -104,8 +104,9 @@ class Episode:
                      "terminations": (self.terminations, steps), "truncations": (self.truncations, steps)}
         for key, (value, rows) in expected.items():
             if np.ndim(value) == 0 or len(value) != rows:
-                raise DatasetError(f"{where}: '{key}' has shape {np.shape(value)}, expected {rows} rows "
-                                   f"({steps} steps{' + 1' if rows > steps else ''})")
+                raise DatasetError(f"{where}: '{key}' has shape {np.shape(value)}, expected {rows} rows "  # (steps
+                                   # are counted from the rewards: short rewards had read as long observations)
+                                   f"({steps} steps{' + 1' if rows > steps else ''}, as 'rewards' has {steps} rows)")
         for key in ("rewards", "terminations", "truncations"):  # (T, 1) would broadcast targets into (B, B)
             if np.ndim(expected[key][0]) != 1:
                 raise DatasetError(f"{where}: '{key}' has shape {np.shape(expected[key][0])}, expected ({steps},): "

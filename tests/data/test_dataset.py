@@ -112,6 +112,9 @@ def test_a_minari_dataset_made_elsewhere_names_its_task_sums_its_returns_and_is_
     (lambda e: setattr(e, "rewards", e.rewards[:, None]), r"'rewards' has shape \(10, 1\), expected \(10,\)"),
     (lambda e: setattr(e, "terminations", e.terminations[:, None]), r"'terminations' has shape \(10, 1\)"),
     (lambda e: setattr(e, "rewards", np.array(["1.0"] * 10)), r"'rewards' has dtype <U3, expected numbers"),
+    # rewards cut short had been said as observations too long, "expected 9 rows (8 steps + 1)", naming no rewards
+    (lambda e: setattr(e, "rewards", e.rewards[:8]), r"'observations/policy' has shape \(11, 3\), expected 9 rows "
+                                                     r"\(8 steps \+ 1, as 'rewards' has 8 rows\)"),
 ])
 def test_episodes_refuse_per_step_columns_and_text_where_numbers_belong(recorded, change, says):
     episode = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)[0]
