@@ -23,6 +23,7 @@ export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -88,7 +89,15 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:
+        import sims
+
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
+        if dataset.task not in (None, task) and ":" not in dataset.task and dataset.task not in sims.TASKS:
+            # a typo or another install's task: env.task= it had been suggested, which fails in turn
+            close = difflib.get_close_matches(dataset.task, sims.TASKS, n=1)
+            guess = f" (did you mean '{close[0]}'?)" if close else ""
+            hint = (f"; its task '{dataset.task}' is no task here{guess}: import it again with --task and the task it "
+                    "was recorded on")
         if lacking := [group for group in reads_groups if group not in dataset.observation_spec]:  # (its task
             # would be the next refusal: the learner needs them on any task)
             hint = (f"; the learner reads observation groups {list(reads_groups)} on any task, and the dataset "

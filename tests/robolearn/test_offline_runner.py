@@ -163,6 +163,20 @@ def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
                                    "task (`robolearn dataset list`)")
 
 
+def test_a_dataset_of_a_task_this_install_lacks_is_not_told_to_train_on_it(tmp_path):
+    """Data whose metadata names a task that is no task here (a typo, another install's) had been told "to train
+    on it, add env.task=pendulm", an override that fails in turn."""
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("typo", env.observation_spec, env.action_spec, root=tmp_path,
+                           metadata={"task": "pendulm"}) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+        with pytest.raises(DatasetError) as err:
+            check_dataset_fits(Dataset.load("typo", tmp_path), "pendulum", env)
+    assert "task 'pendulm' vs 'pendulum'" in str(err.value) and "add env.task" not in str(err.value)
+    assert str(err.value).endswith("its task 'pendulm' is no task here (did you mean 'pendulum'?): import it again "
+                                   "with --task and the task it was recorded on")
+
+
 def test_an_episode_length_other_than_the_recordings_is_said_even_from_default_settings(tmp_path):
     """A recording at the task's defaults keeps no task_kwargs: an env with another episode length had not been
     told, though its metadata says how long the recorded episodes ran."""
