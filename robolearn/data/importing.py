@@ -8,6 +8,7 @@ person should know about the result (actions outside the task's bounds, another 
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import warnings
@@ -62,6 +63,15 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     if not episodes:
         raise DatasetError(f"{path}: no episodes to import")
     specs = specs_of(episodes[0])
+    named = meta.get("task")
+    if not task and format != "recording" and isinstance(named, str) and ":" not in named and named not in sims.TASKS:
+        # a typo or another install's task: kept as the dataset's, it had been imported in silence, its shapes unchecked
+        close = difflib.get_close_matches(named, sims.TASKS, n=1)
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        warnings.warn(f"{path}: its task {named} is no task here{guess}; imported without the task's bounds and "
+                      "settings: give --task to set them", stacklevel=2)
+        meta["recorded_task"] = meta.pop("task")  # kept, but not as the dataset's task (as a Gymnasium id's, below)
+        meta.pop("task_kwargs", None)
     task_from_file = not task and format != "recording" and _buildable_from_a_file(meta.get("task"))
     if task_from_file:  # our own export's: its task's bounds and settings, as --task would give them
         task = meta["task"]

@@ -174,6 +174,20 @@ def test_a_file_whose_task_cannot_be_made_here_is_not_said_to_name_none(tmp_path
     assert "the file says none" not in out and "NotRegisteredHere-v0 cannot be made here (" in out
 
 
+def test_a_file_whose_task_is_no_task_here_is_imported_without_it_and_said(tmp_path, root, capsys):
+    """A file naming a task this install lacks (a typo, another install's) had been imported in silence with that
+    task, its shapes unchecked, and runs on it then told to add env.task=<that name>."""
+    path = _write(tmp_path / "elsewhere.hdf5", **_d4rl_arrays())
+    with h5py.File(path, "a") as f:
+        f.attrs["robolearn_metadata"] = '{"task": "hoper", "task_kwargs": {"frame_skip": 2}}'
+    assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "elsewhere"]) == 0
+    out = capsys.readouterr().out
+    assert "task:        not named (the file's hoper cannot be made here): import with --task" in out
+    assert "its task hoper is no task here (did you mean hopper?)" in out
+    ds = Dataset.load("elsewhere")
+    assert ds.task is None and ds.info["recorded_task"] == "hoper" and "task_kwargs" not in ds.info
+
+
 
 def _error(capsys, *argv: str) -> str:
     assert main(["dataset", *argv]) == 2
