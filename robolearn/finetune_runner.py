@@ -51,6 +51,7 @@ from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES,
                               ask_stop, check_metrics, finish_run, interrupted, iteration_rest, pay_update_debt,
                               step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
+from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
 
@@ -252,6 +253,10 @@ class FinetuneRunner(OfflineRunner):
             for candidate in (path / name, path / "export" / name):
                 if candidate.is_file():
                     return candidate
+        if (path / "checkpoints" / "latest.pt").is_file():  # a run stopped before its end exports nothing: it had
+            # been told to give "a run directory", which it is
+            raise FileNotFoundError(f"agent.guide: {path} is a run with no export yet (stopped before its end): export "
+                                    f"its latest checkpoint with {shell('robolearn', 'export', path)}, or finish it")
         raise FileNotFoundError(f"agent.guide: no exported controller at {path} (give a controller.onnx or "
                                 "controller.pt, its folder or a run directory)")
 

@@ -361,6 +361,18 @@ def test_a_guide_run_guides_through_its_onnx_file(tmp_path):
         runner._guide_path(str(tmp_path))
 
 
+def test_a_guide_run_not_exported_yet_is_told_to_export(tmp_path):
+    """A run stopped before its end (a checkpoint, no export/) had been told 'no exported controller at RUN (give a
+    controller.pt, its folder or a run directory)', which it is."""
+    guide_run = tmp_path / "guide_run"
+    (guide_run / "checkpoints").mkdir(parents=True)
+    (guide_run / "checkpoints" / "latest.pt").write_bytes(b"not read")
+    with pytest.raises(FileNotFoundError, match=rf"agent.guide: {guide_run} is a run with no export yet \(stopped before "
+                                                rf"its end\): export its latest checkpoint with robolearn export "
+                                                rf"{guide_run}, or finish it$"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={guide_run}"))
+
+
 class PendulumZeros(Controller):
     """Pendulum's 3 observations, 1 action."""
 
