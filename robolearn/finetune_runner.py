@@ -253,6 +253,11 @@ class FinetuneRunner(OfflineRunner):
             for candidate in (path / name, path / "export" / name):
                 if candidate.is_file():
                     return candidate
+        if guide == "pretrained":  # this run's own, gone (deleted, or the run copied without it): it had been told to
+            # give a controller.pt, its folder or a run directory, of a setting that names none
+            raise FileNotFoundError(f"agent.guide=pretrained: {path} is missing (this run's controller as pretraining "
+                                    "left it, exported at the switch to online); put it back, or guide with another "
+                                    "controller: agent.guide=PATH")
         if (path / "checkpoints" / "latest.pt").is_file():  # a run stopped before its end exports nothing: it had
             # been told to give "a run directory", which it is
             raise FileNotFoundError(f"agent.guide: {path} is a run with no export yet (stopped before its end): export "

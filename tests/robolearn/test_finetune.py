@@ -5,6 +5,7 @@ guide and horizon schedule, and resume across the phase boundary."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -371,6 +372,20 @@ def test_a_guide_run_not_exported_yet_is_told_to_export(tmp_path):
                                                 rf"its end\): export its latest checkpoint with robolearn export "
                                                 rf"{guide_run}, or finish it$"):
         FinetuneRunner(tiny(tmp_path, "jsrl_hopper", f"agent.guide={guide_run}"))
+
+
+def test_a_resume_whose_pretrained_guide_is_gone_says_so(tmp_path):
+    """agent.guide=pretrained (jsrl's default) of a run whose pretrained/ was deleted had been told to "give a
+    controller.pt, its folder or a run directory", of a setting that names none."""
+    runner = FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "agent.guide=pretrained"))
+    runner.train()
+    runner.close()
+    shutil.rmtree(runner.run_dir / "pretrained")
+    with pytest.raises(FileNotFoundError, match=rf"agent.guide=pretrained: {runner.run_dir / 'pretrained'} is missing "
+                                                r"\(this run's controller as pretraining left it, .*\); put it back, or "
+                                                "guide with another controller: agent.guide=PATH$"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "agent.guide=pretrained", "runner.total_steps=2000"),
+                       resume=runner.run_dir)
 
 
 class PendulumZeros(Controller):
