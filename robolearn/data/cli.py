@@ -135,6 +135,9 @@ def _list(args: argparse.Namespace) -> int:
         said = "a file, not a folder" if args.root.exists() else "no such folder"
         raise FileNotFoundError(f"--root {args.root}: {said}; give the folder of the datasets (default: "
                                 "$ROBOLEARN_DATASETS or ~/.robolearn/datasets)")
+    if args.root is None and datasets_root().is_file():  # (as --root: it had said "none yet")
+        raise FileNotFoundError(f"$ROBOLEARN_DATASETS {datasets_root()}: a file, not a folder; give the folder of the "
+                                "datasets")
     ids = list_datasets(args.root)
     print(f"datasets in {datasets_root(args.root)}:" + ("" if ids else " none yet (robolearn dataset record | import)"))
     width = max([32, *map(len, ids)])

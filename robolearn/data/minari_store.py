@@ -649,6 +649,8 @@ class DatasetWriter:
                                "last '/', are two characters or more, starting and ending in a letter, digit, '-' or "
                                "'_'); choose another name") from None
         base = datasets_root(root)
+        if base.exists() and not base.is_dir():  # (mkdir's "[Errno 17] File exists: ..." had named no setting)
+            raise DatasetError(f"{base}: the datasets folder is a file; give a folder (--root, or ${ROOT_ENV})")
         self.target = base / self.id
         for folder in {base, self.target.parent}:  # first: a dataset a cut overwrite set aside is back for the checks
             remove_leftovers(folder)

@@ -183,6 +183,21 @@ def test_list_of_a_root_that_is_no_folder_says_so(tmp_path, root, capsys):
     assert "none yet" in capsys.readouterr().out
 
 
+def test_a_datasets_root_that_is_a_file_is_said_so_by_record_and_list(tmp_path, monkeypatch, capsys):
+    """record and import into a root that is a file had said only "[Errno 17] File exists: '<root>'", naming no
+    setting; list, with $ROBOLEARN_DATASETS a file, had said "none yet"."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    record = ["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "1", "--no-progress"]
+    assert main([*record, "--root", str(a_file)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {a_file}: the datasets folder is a file; give a folder (--root, " \
+                                              "or $ROBOLEARN_DATASETS)"
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(a_file))
+    assert main(record) == 2 and "the datasets folder is a file" in capsys.readouterr().err
+    assert main(["dataset", "list"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: $ROBOLEARN_DATASETS {a_file}: a file, not a folder")
+
+
 def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys):
     """A folder (the export folder, say) had been said to be no such file."""
     assert main(["dataset", "record", "--controller", str(tmp_path), "--episodes", "1", "--name", "x"]) == 2
