@@ -525,10 +525,12 @@ def test_an_online_phase_without_updates_is_said(tmp_path):
 
 
 def write_gone(root) -> None:
-    """A dataset with reference scores, for a test to take away."""
+    """A dataset with reference scores, for a test to take away (written anew: the datasets root is shared by the
+    tests a worker runs, and one may leave it there)."""
     with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1, max_episode_steps=50) as env:
         with DatasetWriter("pendulum-gone", env.observation_spec, env.action_spec, metadata={
-                "task": "pendulum", "ref_min_score": 0.0, "ref_max_score": 400.0}, root=root) as writer:
+                "task": "pendulum", "ref_min_score": 0.0, "ref_max_score": 400.0}, root=root,
+                overwrite=True) as writer:
             record(RandomController(env, 0), env, writer, 5, seed=0, progress=False)
 
 
