@@ -228,7 +228,11 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
         siblings |= {f"dataset {name}": p for name, p in subparsers(command).items() if name != args.dataset_command}
         command = subparsers(command)[args.dataset_command]
     known = _options(command)
-    others = {option: name for name, p in siblings.items() for option in _options(p) if option not in known}
+    others: dict[str, list[str]] = {}  # option -> every other command that takes it (--json: five of them)
+    for name, p in siblings.items():
+        for option in _options(p):
+            if option not in known:
+                others.setdefault(option, []).append(f"`robolearn {name}`")
     settings = {key.rsplit(".", 1)[-1]: key for key in flat_keys(to_dict(TrainConfig()))}
     settings |= {f.name: f"agent.{f.name}" for config_cls, _ in AGENTS.values() for f in dataclasses.fields(config_cls)
                  if f.name not in settings}
@@ -239,7 +243,7 @@ def refuse_unknown_words(parser: argparse.ArgumentParser, args: argparse.Namespa
         elif args.command == "train" and (key := settings.get(flag[2:].replace("-", "_"))):
             hints.append(f"{flag}: settings are key=value words here, as {key}=...")
         elif flag in others:
-            hints.append(f"{flag} is an option of `robolearn {others[flag]}`, not of {command.prog.split(' ', 1)[1]}")
+            hints.append(f"{flag} is an option of {few(others[flag], 4)}, not of {command.prog.split(' ', 1)[1]}")
     command.error(f"unrecognized arguments: {' '.join(stray)}" + "".join(f"; {hint}" for hint in hints))
 
 

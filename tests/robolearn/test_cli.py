@@ -58,8 +58,11 @@ def test_stray_words_are_still_rejected(capsys):
                                                       "dataset info"),
     (["dataset", "record", "--controller", "random", "--epsiodes", "3"], "robolearn dataset record: error: the "
      "following arguments are required: --episodes; --epsiodes: did you mean --episodes?"),  # (argparse's check first)
+    (["dataset", "list", "--json"], "--json is an option of `robolearn eval`, `robolearn deploy`, `robolearn replay`, "
+                                    "`robolearn dataset info` and 1 more, not of dataset list"),  # (it had named the
+    # last command that takes it alone, dataset replay)
 ], ids=["misspelled", "another-command's", "setting", "agent-setting", "dataset", "another-dataset-command's",
-        "misspelled-required"])
+        "misspelled-required", "several-commands'"])
 def test_a_wrong_option_is_said_by_its_command_with_what_it_likely_was(capsys, argv, says):
     """It had printed the top-level usage (the list of commands) and 'unrecognized arguments' only."""
     with pytest.raises(SystemExit):
