@@ -497,8 +497,11 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
         raise DatasetError(f"dataset(s) {', '.join(map(repr, there))} already exist in {datasets_root(root)}; "
                            "choose other --names or pass --overwrite to replace them (nothing was written)")
     out = []
+    cut = dataset.info.get("interrupted_episodes")  # a recording's episodes cut short: renumbered in each part
     for name, part in zip(names, parts):
-        meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed)
+        meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed,
+                                       **({} if cut is None else
+                                          {"interrupted_episodes": [i for i, e in enumerate(part) if e in cut]}))
         out.append(Dataset.create(name, dataset.iterate(part), dataset.observation_spec, dataset.action_spec,
                                   metadata=meta, root=root, overwrite=overwrite))
     return out
@@ -533,6 +536,10 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     fullest = max((d.info.get("task_kwargs") or {} for d in datasets), key=len)
     metas = {d.id: d.writer_metadata(**({"task_kwargs": fullest} if "task_kwargs" in d.info else {}))
              for d in datasets}
+    # a recording's episodes cut short, numbered in the merge (each source's count from 0; equal lists had been
+    # kept as one, as if the later sources' were the first's)
+    cut = [offset + i for d, offset in zip(datasets, np.cumsum([0] + [len(d) for d in datasets]).tolist())
+           for i in metas[d.id].pop("interrupted_episodes", None) or []]
     keys = {key for meta in metas.values() for key in meta}
 
     def agreed(key: str) -> bool:  # the physics' keys hold where known: one source's unknown period is no other
@@ -546,6 +553,8 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     shared = {key for key in keys if agreed(key)}
     meta = {key: next(m[key] for m in metas.values() if key in m) for key in shared}
     meta |= {"source": "merge of " + ", ".join(ids)}
+    if any("interrupted_episodes" in d.info for d in datasets):
+        meta["interrupted_episodes"] = cut
     if own := sorted((keys - shared) | ({"source"} & keys)):  # each one's source, which the merge's replaces
         meta["sources"] = {i: {key: m[key] for key in own if key in m} for i, m in metas.items()}
     if refs := [key for key in ("ref_min_score", "ref_max_score") if key in own]:  # no normalized score then: said

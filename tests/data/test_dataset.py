@@ -188,6 +188,19 @@ def test_split_and_merge(recorded):
         split(ds, [0.8, 0.5])
 
 
+def test_split_and_merge_renumber_the_episodes_a_recording_cut_short(recorded):
+    """A robot recording's ``interrupted_episodes`` count from its first episode: a split had copied [1] into
+    both parts (one a single whole episode), and a merge of two recordings each cut short in episode 1 kept
+    [1], the second's cut episode (3 in the merge) unlisted."""
+    first = recorded("pendulum", 2, name="first", num_envs=1, max_episode_steps=10, metadata={"interrupted_episodes": [1]})
+    second = recorded("pendulum", 2, name="second", num_envs=1, max_episode_steps=10, metadata={"interrupted_episodes": [1]})
+    assert merge([first, second], "both").info["interrupted_episodes"] == [1, 3]
+    parts = split(first, [0.5, 0.5], seed=0)
+    assert sorted(tuple(p.info["interrupted_episodes"]) for p in parts) == [(), (0,)]
+    assert [p.info["interrupted_episodes"] for p in parts] == [[0] if p.info["episodes_of_source"] == [1] else []
+                                                               for p in parts]
+
+
 def test_a_merge_compares_task_settings_with_the_defaults_filled_in(recorded):
     """A robot's recording imports with every setting spelled out (task_kwargs {reset_noise_scale: 0.1, ...}),
     a simulated one with the defaults left out ({}): the same task run alike had been refused as "differ in task
