@@ -700,6 +700,10 @@ def _plot(args: argparse.Namespace) -> int:
                              "for runs' learning curves")
         print(f"recording: {plot_recording(args.runs[0], args.out)}")
         return 0
+    if len(args.runs) > 1 and (recording := next((path for path in args.runs if is_recording(path)), None)):
+        # (had been "no metrics.jsonl lines in ...: not a run directory", of recordings named as such)
+        raise ValueError(f"{recording} is a recording: plot draws one recording at a time, and no runs beside it: "
+                         f"{shell('robolearn', 'plot', recording)}, each into its own recording.png")
     for path in args.runs:  # <run>/export, <run>/checkpoints: no metrics.jsonl there, nor a recording
         if (run := run_above(path)) and not any(p.name == "metrics.jsonl" or p.match("episode_*.npz")
                                                 for p in path.rglob("*")):

@@ -313,6 +313,13 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monk
     (recording / "episode_00000.npz").write_bytes(b"")
     assert main(["plot", str(recording.parent)]) == 2  # the deploy folder: the recordings in it are named
     assert f"holds recordings, not runs; plot one: robolearn plot {recording}" in capfd.readouterr().err
+    other = recording.parent / "20260101-000001"  # two recordings, or one beside a run: had been "no metrics.jsonl
+    other.mkdir()  # lines in ...: not a run directory"
+    (other / "episode_00000.npz").write_bytes(b"")
+    for pair in ([recording, other], [first, recording]):
+        assert main(["plot", *map(str, pair)]) == 2
+        assert (f"{recording} is a recording: plot draws one recording at a time, and no runs beside it: robolearn "
+                f"plot {recording}") in capfd.readouterr().err
     # one episode of it had been called a run without metrics.jsonl lines
     assert main(["plot", str(recording / "episode_00000.npz")]) == 2
     assert (f"episode_00000.npz: one episode of a recording; plot draws the recording's folder: robolearn plot "
