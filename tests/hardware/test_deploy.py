@@ -1120,6 +1120,24 @@ def test_deploying_with_the_seed_of_the_recording_it_trained_on_is_said(run_dir,
         deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=3, safety=PATIENT, record=False)  # drew none
 
 
+def test_the_seed_of_a_recording_a_merge_joined_is_said_too(run_dir, make_emulator, tmp_path, monkeypatch):
+    """Two deploys of other seeds, merged (as the small-dataset warning advises), keep their recordings' metadata
+    per source under ``sources``: deploying with either seed had said nothing of its training targets."""
+    from robolearn.data import Dataset, DatasetWriter, RandomController, merge, record
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "datasets"))
+    for seed in (3, 4):
+        with sims.make_env("arm_reach", 1, seed=0, max_episode_steps=5) as env, \
+                DatasetWriter(f"arm-robot-{seed}", env.observation_spec, env.action_spec,
+                              metadata={"recording": {"seed": seed}}) as w:
+            record(RandomController(env), env, w, episodes=1, progress=False)
+    merge([Dataset.load("arm-robot-3"), Dataset.load("arm-robot-4")], "arm-robots")
+    write_run_config(run_dir, "dataset=arm-robots", "env.kwargs.max_episode_steps=5")
+    emulator = make_emulator()
+    with pytest.warns(UserWarning, match="seed 4 draws the targets of the recording this controller trained on"):
+        deploy(run_dir, "dxl_arm", port=emulator.port, episodes=1, seed=4, safety=PATIENT, record=False)
+
+
 @pytest.mark.parametrize("robot", ["dxl_arm", robot_config_path("dxl_arm")], ids=["name", "path"])
 def test_an_arm_takes_its_robot_config_as_deploy_does(robot, make_emulator):
     """DynamixelArm("dxl_arm") had failed as "'str' object has no attribute 'calibration'" where deploy takes the name."""
