@@ -101,6 +101,12 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
     settings = recorded_task_settings(path)  # at the recording's rate (a 100 Hz one ran at 50 Hz)
     task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
     config = load_robot_config(robot_config)
+    dt = recorded_control_dt(path)
+    if dt is not None and config.control_dt is not None and abs(config.control_dt - dt) > 1e-9:  # (the arm had
+        # refused it as a controller's: "deploy a controller trained at the config's rate", of a replay)
+        raise ReplayError(f"{path}: recorded at control_dt {dt:g} s, the robot config {robot_config} runs at "
+                          f"{config.control_dt:g} s (its control_dt): replay it with a robot config of the "
+                          "recording's rate, or one without control_dt, which runs at the recording's")
     safety = safety_settings(config).updated(safety_overrides or {})
     robot = DynamixelArm(config, port=port, task=task, safety=safety)
     read_replayable(path, len(robot.home))

@@ -48,6 +48,22 @@ def test_a_robot_at_another_rate_than_the_recording_is_refused(tmp_path):
         replay_on_robot(episode, robot)
 
 
+def test_a_robot_config_of_another_rate_is_refused_as_a_replays(tmp_path):
+    """A robot config with control_dt 0.04 s had refused a 0.01 s recording as a controller: "deploy a controller
+    trained at the config's rate", where a replay has none."""
+    import yaml
+
+    from hardware.replay import ReplayError, replay
+    from hardware.dxl_arm import robot_config_path
+
+    config = yaml.safe_load(robot_config_path("dxl_arm").read_text()) | {"control_dt": 0.04}
+    (tmp_path / "slow.yaml").write_text(yaml.safe_dump(config))
+    episode = write_recording(tmp_path / "rec")
+    with pytest.raises(ReplayError, match=r"recorded at control_dt 0.01 s, the robot config .*slow.yaml runs at 0.04 s "
+                                          r"\(its control_dt\): replay it with a robot config of the recording's rate"):
+        replay(episode, tmp_path / "slow.yaml", port="/dev/null")
+
+
 def test_replay_from_python_runs_at_the_recordings_rate(tmp_path, make_emulator):
     """What `robolearn replay` did had been the CLI's alone: from Python, the recording's rate had to be rebuilt by hand."""
     from hardware.replay import replay
