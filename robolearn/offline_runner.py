@@ -121,6 +121,14 @@ def rate_doubt(recorded_dt: Any, env_dt: float | None) -> str | None:
             "from it acts at the wrong rate")
 
 
+def from_robot(info: dict[str, Any]) -> bool:
+    """Whether a dataset's ``info`` says robot recordings made it: imported from one, or a split or merge of
+    such (a split keeps its ``recording``, a merge each source's under ``sources``; their ``source`` is the
+    split's or merge's)."""
+    return (str(info.get("source", "")).startswith("recording:") or isinstance(info.get("recording"), dict)
+            or any(isinstance(source, dict) and from_robot(source) for source in (info.get("sources") or {}).values()))
+
+
 def size_doubt(steps: int, episodes: int, batch_size: int, from_robot: bool = False) -> str | None:
     """A dataset too small to learn a policy from that generalises (a handful of robot episodes), said;
     None from ``MIN_EPISODES`` episodes and ``MIN_BATCHES`` minibatches' worth of transitions on. ``robolearn
@@ -308,8 +316,8 @@ class OfflineRunner:
             self.replay.add(data)
         if self.dataset is not None and not self.rows_unread:  # once its rows are read: a truncated file's error
             # comes alone, not after this; a resume that reads none (offline_ratio 0) is not told of them
-            from_robot = str(self.dataset.info.get("source", "")).startswith("recording:")
-            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size, from_robot):
+            if doubt := size_doubt(self.dataset.num_steps, self.dataset.num_episodes, cfg.agent.batch_size,
+                                   from_robot(self.dataset.info)):
                 warnings.warn(f"dataset '{self.dataset.id}': {doubt}", stacklevel=2)
         if resume:
             self._restore()

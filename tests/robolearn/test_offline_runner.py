@@ -268,6 +268,30 @@ def test_a_dataset_of_a_few_episodes_is_said_to_be_small(root, tmp_path):
     assert "(robolearn deploy --episodes N, robolearn dataset record)" in size_doubt(2000, 20, 256, from_robot=True)
 
 
+def test_a_merge_or_split_of_robot_recordings_is_still_told_to_deploy_for_more(tmp_path):
+    """The small-dataset warning names `robolearn deploy` for a robot's recording, as told by its source: a merge of
+    two (which that warning advises) is the merge's source, so it had been told to `dataset record` alone."""
+    from robolearn.data import merge, split
+    from robolearn.offline_runner import from_robot
+
+    made = []
+    for i in range(2):
+        with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+            meta = {"task": "pendulum", "task_kwargs": {}, "source": f"recording:/runs/x/deploy/{i}",
+                    "recording": {"seed": i}}
+            with DatasetWriter(f"robot{i}", env.observation_spec, env.action_spec, root=tmp_path, metadata=meta) as w:
+                record(RandomController(env, 0), env, w, 2, seed=0, progress=False)
+        made.append(Dataset.load(f"robot{i}", root=tmp_path))
+    both = merge(made, "robots", root=tmp_path)
+    assert both.info["source"].startswith("merge of") and from_robot(both.info)
+    assert all(from_robot(part.info) for part in split(both, [0.5, 0.5], root=tmp_path))
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("sim", env.observation_spec, env.action_spec, root=tmp_path,
+                           metadata={"task": "pendulum", "task_kwargs": {}}) as w:
+            record(RandomController(env, 0), env, w, 2, seed=0, progress=False)
+    assert not from_robot(Dataset.load("sim", root=tmp_path).info)
+
+
 def test_cli_errors_are_one_line(root, tmp_path, capsys):
     base = ["train", "bc_pendulum", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]
     assert main(base + ["dataset=pendulum-scripted", "runner.total_steps=0"]) == 2  # had exported an untrained one
