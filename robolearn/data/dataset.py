@@ -498,12 +498,20 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
                            "choose other --names or pass --overwrite to replace them (nothing was written)")
     out = []
     cut = dataset.info.get("interrupted_episodes")  # a recording's episodes cut short: renumbered in each part
-    for name, part in zip(names, parts):
-        meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed,
-                                       **({} if cut is None else
-                                          {"interrupted_episodes": [i for i, e in enumerate(part) if e in cut]}))
-        out.append(Dataset.create(name, dataset.iterate(part), dataset.observation_spec, dataset.action_spec,
-                                  metadata=meta, root=root, overwrite=overwrite))
+    try:
+        for name, part in zip(names, parts):
+            meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed,
+                                           **({} if cut is None else
+                                              {"interrupted_episodes": [i for i, e in enumerate(part) if e in cut]}))
+            out.append(Dataset.create(name, dataset.iterate(part), dataset.observation_spec, dataset.action_spec,
+                                      metadata=meta, root=root, overwrite=overwrite))
+    except KeyboardInterrupt as err:  # each part is written whole or not at all, but not the split: the parts
+        if out:  # written stay, said (a bare "interrupted" left the next split's "already exist" unexplained)
+            stop = err.args[0] if err.args and err.args[0] else "SIGINT"
+            err.args = (f"{stop}; the split of '{dataset.id}' wrote {', '.join(repr(d.id) for d in out)} before it "
+                        f"stopped, not {', '.join(repr(dataset_id(n)) for n in names[len(out):])}: split again with "
+                        "--overwrite for all the parts",)
+        raise
     return out
 
 

@@ -201,6 +201,23 @@ def test_split_and_merge_renumber_the_episodes_a_recording_cut_short(recorded):
                                                                for p in parts]
 
 
+def test_a_split_stopped_between_its_parts_says_which_it_wrote(recorded, monkeypatch):
+    """A Ctrl+C after the first part had said only "interrupted": the first part stayed, and the next split was
+    refused as "already exist" with no word of how it came there."""
+    ds = recorded("pendulum", 4, num_envs=1, max_episode_steps=10)
+    create = Dataset.create.__func__
+
+    def stop_at_the_second(cls, name, *args, **kwargs):
+        if name == "b":
+            raise KeyboardInterrupt("SIGINT")
+        return create(cls, name, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "create", classmethod(stop_at_the_second))
+    with pytest.raises(KeyboardInterrupt, match=r"^SIGINT; the split of 'pendulum-v0' wrote 'a-v0' before it stopped, "
+                                                r"not 'b-v0': split again with --overwrite for all the parts$"):
+        split(ds, [0.5, 0.5], ["a", "b"])
+
+
 def test_a_merge_compares_task_settings_with_the_defaults_filled_in(recorded):
     """A robot's recording imports with every setting spelled out (task_kwargs {reset_noise_scale: 0.1, ...}),
     a simulated one with the defaults left out ({}): the same task run alike had been refused as "differ in task
