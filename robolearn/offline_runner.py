@@ -140,8 +140,9 @@ def size_doubt(steps: int, episodes: int, batch_size: int, from_robot: bool = Fa
         return None
     return (f"it holds only {' and '.join(few)}: each update sees the same few episodes, "
             "and a policy learnt from them rarely does well beyond their starts and targets; record more "
-            f"({'robolearn deploy --episodes N, ' * from_robot}robolearn dataset record) and join them with "
-            "robolearn dataset merge")
+            # (a robot's recordings hold its joint_state, which the sim's recordings lack: merge refuses the two)
+            f"({'robolearn deploy --episodes N, then robolearn dataset import' if from_robot else 'robolearn dataset record'}) "
+            "and join them with robolearn dataset merge")
 
 
 def _doubts(dataset: Dataset, task: str, env: VecEnv, reads_rewards: bool) -> list[str]:
