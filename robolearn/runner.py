@@ -570,9 +570,10 @@ class Runner:
             metrics = {f"pretrain/{key}": value for key, value in sums.means().items()}
             check_metrics(metrics)
             self._rewind_to, self._keep_at_safe_point = None, False
+            metrics["iteration_time"] = time.perf_counter() - start  # (the line's, and stop's as README says)
             if logger is not None:
-                logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics,
-                               "iteration_time": time.perf_counter() - start}, wandb_step=self.progress.pretrain_updates)
+                logger.log(0, {"phase": "pretrain", "pretrain_updates": self.progress.pretrain_updates, **metrics},
+                           wandb_step=self.progress.pretrain_updates)
             if (self.progress.pretrain_updates // OFF_POLICY_STEPS_PER_ITERATION) % cfg.runner.checkpoint_every == 0:
                 self.save()
             lap = time.perf_counter() - start

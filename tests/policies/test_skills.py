@@ -560,7 +560,8 @@ def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, 
     seen: list[dict] = []
     result = train(load_config("spirl_point_maze_medium", overrides), stop=lambda m: seen.append(m) or True)
     assert [(m["phase"], m["pretrain_updates"], m["iteration"], m["env_steps"]) for m in seen] == \
-        [("pretrain", 1000, 1, 0)] and "pretrain/loss" in seen[0]
+        [("pretrain", 1000, 1, 0)] and "pretrain/loss" in seen[0] and seen[0]["iteration_time"] > 0  # (README: as
+    # the metrics.jsonl line, durations kept)
     progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
     assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
     assert "ended early: 1,000 of agent.pretrain_updates=2,000 pretraining updates (train()'s stop)" in \
