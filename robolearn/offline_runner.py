@@ -96,8 +96,12 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
             # a typo or another install's task: env.task= it had been suggested, which fails in turn
             close = difflib.get_close_matches(dataset.task, sims.TASKS, n=1)
             guess = f" (did you mean '{close[0]}'?)" if close else ""
-            hint = (f"; its task '{dataset.task}' is no task here{guess}: import it again with --task and the task it "
-                    "was recorded on")
+            source = str(dataset.info.get("source", ""))
+            imported = source.partition(":")[0] in ("d4rl", "lerobot", "recording")  # (import's formats)
+            again = "import it again" if imported else shell("robolearn", "dataset", "export", dataset.id, "--format",
+                                                            "d4rl", "--out", "FILE.hdf5") + ", then import that"
+            hint = (f"; its task '{dataset.task}' is no task here{guess}: {again} with --task and the task it was "
+                    "recorded on")
         if lacking := [group for group in reads_groups if group not in dataset.observation_spec]:  # (its task
             # would be the next refusal: the learner needs them on any task)
             hint = (f"; the learner reads observation groups {list(reads_groups)} on any task, and the dataset "

@@ -67,8 +67,8 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     if not task and format != "recording" and isinstance(named, str) and ":" not in named and named not in sims.TASKS:
         # a typo or another install's task: kept as the dataset's, it had been imported in silence, its shapes unchecked
         close = difflib.get_close_matches(named, sims.TASKS, n=1)
-        guess = f" (did you mean {close[0]}?)" if close else ""
-        warnings.warn(f"{path}: its task {named} is no task here{guess}; imported without the task's bounds and "
+        guess = f" (did you mean '{close[0]}'?)" if close else ""
+        warnings.warn(f"{path}: its task '{named}' is no task here{guess}; imported without the task's bounds and "
                       "settings: give --task to set them", stacklevel=2)
         meta["recorded_task"] = meta.pop("task")  # kept, but not as the dataset's task (as a Gymnasium id's, below)
         meta.pop("task_kwargs", None)

@@ -183,7 +183,7 @@ def test_a_file_whose_task_is_no_task_here_is_imported_without_it_and_said(tmp_p
     assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "elsewhere"]) == 0
     out = capsys.readouterr().out
     assert "task:        not named (the file's hoper cannot be made here): import with --task" in out
-    assert "its task hoper is no task here (did you mean hopper?)" in out
+    assert "its task 'hoper' is no task here (did you mean 'hopper'?)" in out
     ds = Dataset.load("elsewhere")
     assert ds.task is None and ds.info["recorded_task"] == "hoper" and "task_kwargs" not in ds.info
 

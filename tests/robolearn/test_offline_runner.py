@@ -173,8 +173,16 @@ def test_a_dataset_of_a_task_this_install_lacks_is_not_told_to_train_on_it(tmp_p
         with pytest.raises(DatasetError) as err:
             check_dataset_fits(Dataset.load("typo", tmp_path), "pendulum", env)
     assert "task 'pendulm' vs 'pendulum'" in str(err.value) and "add env.task" not in str(err.value)
-    assert str(err.value).endswith("its task 'pendulm' is no task here (did you mean 'pendulum'?): import it again "
-                                   "with --task and the task it was recorded on")
+    # written here, not imported: exported then imported (import's formats are d4rl, lerobot, recording)
+    assert str(err.value).endswith("its task 'pendulm' is no task here (did you mean 'pendulum'?): robolearn dataset "
+                                   "export typo-v0 --format d4rl --out FILE.hdf5, then import that with --task and "
+                                   "the task it was recorded on")
+    typo = Dataset.load("typo", tmp_path)
+    typo.raw_metadata["robolearn"]["source"] = "d4rl:/data/typo.hdf5"  # (as an import writes it)
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env, pytest.raises(DatasetError) as err:
+        check_dataset_fits(typo, "pendulum", env)
+    assert str(err.value).endswith("(did you mean 'pendulum'?): import it again with --task and the task it was "
+                                   "recorded on")
 
 
 def test_an_episode_length_other_than_the_recordings_is_said_even_from_default_settings(tmp_path):
