@@ -32,7 +32,7 @@ from tqdm import tqdm
 from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (ARROW_FORMATS, DatasetWriter, dataset_dir, dataset_id, datasets_root,
                                         list_datasets, own_id, read_metadata, read_storage, refuse_discrete_actions,
-                                        refuse_misread_episode)
+                                        refuse_file_root, refuse_misread_episode)
 from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
@@ -121,6 +121,7 @@ class Dataset:
         """Dataset ``name`` (``-v0`` implied) under the datasets root."""
         path = dataset_dir(name, root)
         if not path.is_dir():
+            refuse_file_root(datasets_root(root))
             known = list_datasets(root)
             close = difflib.get_close_matches(dataset_id(name), known, n=1, cutoff=0.8)  # a typo, not a shared '-expert-v0'
             # or a Minari id without its namespace (`expert` for a downloaded mujoco/hopper/expert-v0)

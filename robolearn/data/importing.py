@@ -48,7 +48,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     import sims
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
-    from robolearn.data.minari_store import specs_of
+    from robolearn.data.minari_store import datasets_root, refuse_file_root, specs_of
     from robolearn.data.recordings import read_recordings, recorded_task_settings
 
     if format not in FORMATS:
@@ -57,6 +57,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         raise ValueError(f"done={done!r}: 'terminal' or 'truncation'")
     if done != "terminal" and format != "lerobot":
         raise ValueError(f"--done (done=) is for LeRobot datasets; {format} files say terminals and timeouts apart")
+    refuse_file_root(datasets_root(root))  # before the file is read (the writer would refuse it only after)
     path = Path(path)
     readers = {"d4rl": read_d4rl, "lerobot": lambda source: read_lerobot(source, done), "recording": read_recordings}
     episodes, meta = readers[format](path)

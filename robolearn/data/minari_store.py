@@ -87,6 +87,13 @@ def datasets_root(root: str | Path | None = None) -> Path:
     return Path(os.environ.get(ROOT_ENV) or Path.home() / ".robolearn" / "datasets").expanduser().resolve()
 
 
+def refuse_file_root(base: Path) -> None:
+    """Refuse a datasets root (:func:`datasets_root`) that is a file: writing into it had been mkdir's "[Errno 17]
+    File exists", and a lookup in it "no dataset ... (there: none)" with a command to make one, which fails in turn."""
+    if base.exists() and not base.is_dir():
+        raise DatasetError(f"{base}: the datasets folder is a file; give a folder (--root, or ${ROOT_ENV})")
+
+
 def dataset_id(name: str) -> str:
     """The Minari id of ``name``: itself when it ends in ``-v<N>``, else ``name-v0``; ``/`` separates
     namespaces (``mujoco/hopper/expert`` is ``mujoco/hopper/expert-v0``)."""
@@ -649,8 +656,7 @@ class DatasetWriter:
                                "last '/', are two characters or more, starting and ending in a letter, digit, '-' or "
                                "'_'); choose another name") from None
         base = datasets_root(root)
-        if base.exists() and not base.is_dir():  # (mkdir's "[Errno 17] File exists: ..." had named no setting)
-            raise DatasetError(f"{base}: the datasets folder is a file; give a folder (--root, or ${ROOT_ENV})")
+        refuse_file_root(base)
         self.target = base / self.id
         for folder in {base, self.target.parent}:  # first: a dataset a cut overwrite set aside is back for the checks
             remove_leftovers(folder)

@@ -196,6 +196,13 @@ def test_a_datasets_root_that_is_a_file_is_said_so_by_record_and_list(tmp_path, 
     assert main(record) == 2 and "the datasets folder is a file" in capsys.readouterr().err
     assert main(["dataset", "list"]) == 2
     assert capsys.readouterr().err.startswith(f"error: $ROBOLEARN_DATASETS {a_file}: a file, not a folder")
+    # info, replay and a run's dataset= look a dataset up there: 'no dataset ... (there: none); make it with ...',
+    # whose writer then refused the file, had been said
+    for argv in (["dataset", "info", "hopper-medium"], ["dataset", "replay", "hopper-medium"],
+                 ["train", "iql_hopper", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == f"error: {a_file}: the datasets folder is a file; give a folder " \
+                                                  "(--root, or $ROBOLEARN_DATASETS)", argv
 
 
 def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys):
