@@ -165,12 +165,7 @@ def _label_axes(axes, chosen: list[str], steps_label: str, time_label: str) -> N
 def _add_header(fig, title: str, legend: dict) -> None:
     """Above the plots, in a band the figure grows by (inches): ``title``, then the rows of one ``legend``
     (label -> a line drawn with it) for all rows; then the plots' fixed margins."""
-    # at most 3 columns, fewer where the longest label would run the rows past the figure's edges (two skill runs'
-    # 'skill_critic_point_maze_medium: pretrain (pretrain updates)' had been cut at the left edge): a label is
-    # about 0.06 inch a character at the small font, its line and spacing 0.6 inch more (not measured: a renderer
-    # pass costs what tight_layout did)
-    widest = 0.6 + 0.06 * max((len(str(label)) for label in legend), default=0)
-    columns = max(1, min(3, len(legend), int(0.96 * fig.get_figwidth() // widest)))
+    columns, fontsize = _legend_layout(list(map(str, legend)), fig.get_figwidth())
     legend_rows = math.ceil(len(legend) / columns) if len(legend) > 1 else 0
     header = 0.2 + 0.3 * bool(title) + 0.2 * legend_rows
     plots = fig.get_figheight()
@@ -178,11 +173,29 @@ def _add_header(fig, title: str, legend: dict) -> None:
     if title:
         fig.suptitle(title, fontsize="medium", y=1 - 0.1 / fig.get_figheight(), va="top")
     if legend_rows:
-        fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=columns, fontsize="small",
+        fig.legend(list(legend.values()), list(legend), loc="upper center", ncol=columns, fontsize=fontsize,
                    frameon=False, bbox_to_anchor=(0.5, 1 - (0.1 + 0.3 * bool(title)) / fig.get_figheight()))
     # Fixed margins, not tight_layout: that measures every label and took 40 % of the drawing time
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.45 / fig.get_figheight() + 0.02,
                         top=1 - header / fig.get_figheight(), wspace=0.06, hspace=0.3)
+
+
+def _legend_layout(labels: list[str], width: float) -> tuple[int, float]:
+    """Columns (at most 3) and font size (points) of a legend of ``labels`` that fits a figure ``width`` inches
+    wide: fewer columns where the widest label would run the rows past its edges (two skill runs' folders, in two
+    phases each, had been cut at both), then a smaller font (to 5 points) where one column is too wide. Labels are
+    measured as text paths, one each: not a draw of the figure, which costs what tight_layout did."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    font = FontProperties(size="small")
+    size = font.get_size_in_points()
+    widest = max((TextPath((0, 0), label, prop=font).get_extents().width / 72 for label in labels), default=0.0)
+    room, line = 0.96 * width, 4.8 * size / 72  # a label's line and spacing: handle, pad and column gap (ems)
+    columns = max(1, min(3, len(labels), int(room // (widest + line))))
+    if widest + line > room:  # one column is too wide: a smaller font, as far as it reads
+        size = max(5.0, size * room / (widest + line))
+    return columns, size
 
 
 FINAL = "final evaluation (mean ± std of its episodes)"

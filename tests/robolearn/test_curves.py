@@ -292,3 +292,24 @@ def test_a_legend_of_long_labels_stays_inside_the_figure(tmp_path, monkeypatch):
     assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and legend.y1 <= box.y1, (box, legend)
     plot_area_top = max(ax.get_position().y1 for ax in figure.axes) * box.height
     assert legend.y0 >= plot_area_top - 1  # above the plots, not over them
+
+
+@pytest.mark.parametrize("labels", [
+    [f"runs/ppo_go1_rough/2026010{i}-000000 (seed {i})" for i in range(3)],  # digits: wider than letters
+    [f"PPO_GO1_ROUGH_RANDOMIZED_{i} (SEED {i})" for i in range(3)],  # capitals, wider still
+    ["skill_critic_point_maze_medium_with_a_long_setting_name (mean ± std of 5 runs): pretrain (pretrain updates) "
+     "under agent.pretrain_updates=100000 and runner.utd_ratio=0.25", "b"],  # one column too wide: a smaller font
+], ids=["digits", "capitals", "one-too-wide"])
+def test_the_header_fits_legends_of_any_label(labels):
+    """The columns were chosen from a width per character measured on lowercase labels: run paths (digits) and
+    capitals ran past both edges of the 10-inch figure, and a label wider than the figure could not fit at all."""
+    from matplotlib.lines import Line2D
+
+    from robolearn.curves import _add_header
+
+    figure = plt.figure(figsize=(10, 5))
+    _add_header(figure, "", {label: Line2D([], []) for label in labels})
+    figure.canvas.draw()
+    box = figure.bbox
+    legend = figure.legends[0].get_window_extent(figure.canvas.get_renderer())
+    assert box.x0 <= legend.x0 and legend.x1 <= box.x1, (labels, box, legend)
