@@ -264,7 +264,7 @@ def _exported_file(run_dir: Path, fmt: str, asked: bool = True) -> Path:
         raise FileNotFoundError(f"{run_dir}: holds {FILENAMES[fmt]} itself; deploy takes a folder with the "  # a copy
                                 f"exported files in export/ (a run's): move them into {Path(run_dir) / 'export'}, "
                                 "or give the run they came from")
-    _refuse_folder_of_runs(Path(run_dir), (fmt,) if asked else tuple(FILENAMES))
+    _refuse_folder_of_runs(Path(run_dir), (fmt,) if asked else tuple(FILENAMES), fmt if asked else None)
     export = f"`{shell('robolearn', 'export', run_dir)}`"
     for other, name in FILENAMES.items():  # (`robolearn export --format onnx` removes controller.pt)
         if other != fmt and (Path(run_dir) / "export" / name).is_file():
@@ -346,9 +346,10 @@ def _safety_settings(robot: DynamixelArm) -> dict[str, Any]:
     return settings
 
 
-def _refuse_folder_of_runs(folder: Path, formats: tuple[str, ...]) -> None:
+def _refuse_folder_of_runs(folder: Path, formats: tuple[str, ...], asked: str | None = None) -> None:
     """``folder`` holds runs (``robolearn deploy runs/dr_long``), not a run: say so and name the runs
-    under it that have an export in one of ``formats``, else the newest run, to export first."""
+    under it that have an export in one of ``formats``, else the newest run, to export first; the deploy named
+    keeps the format ``asked`` for (``--format``), which the default would not play where both are exported."""
     if (folder / "config.yaml").is_file() or not folder.is_dir():
         return
     from robolearn.runs import find_run_dirs
@@ -365,7 +366,8 @@ def _refuse_folder_of_runs(folder: Path, formats: tuple[str, ...]) -> None:
                                     "on other tasks than arm_reach, the task this robot does")
         newest = max(arm, key=arm.get)
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run; its exported runs: {shown}; deploy one "
-                                f"(the newest arm_reach export: {shell('robolearn', 'deploy', newest)} ...)")
+                                f"(the newest arm_reach export: {shell('robolearn', 'deploy', newest)}"
+                                f"{f' --format {asked}' if asked else ''} ...)")
     if runs:
         raise FileNotFoundError(f"{folder}: a folder of runs, not a run, and none of its {len(runs)} runs is exported; "
                                 f"the newest is {runs[-1]}: run `{shell('robolearn', 'export', runs[-1])}`, then deploy it")

@@ -91,8 +91,9 @@ class _Parser(argparse.ArgumentParser):
     def _asks_json(self) -> bool:
         """Whether the words ask this parser for ``--json``, or a shortening argparse takes as it (``--js``)."""
         options = _options(self)
-        return "--json" in options and any(
-            word.startswith("--") and len(word) > 2 and [o for o in options if o.startswith(word)] == ["--json"]
+        return "--json" in options and any(  # (the whole word first: a later --json-lines would not hide it)
+            word == "--json" or word.startswith("--") and len(word) > 2
+            and [o for o in options if o.startswith(word)] == ["--json"]
             for word in getattr(self, "_words", []) if "--json".startswith(word))
 
 

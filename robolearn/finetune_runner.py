@@ -255,7 +255,8 @@ class FinetuneRunner(OfflineRunner):
                     return candidate
         if guide == "pretrained":  # this run's own, gone (deleted, or the run copied without it): it had been told to
             # give a controller.pt, its folder or a run directory, of a setting that names none
-            raise FileNotFoundError(f"agent.guide=pretrained: {path} is missing (this run's controller as pretraining "
+            gone = "holds no controller.onnx or controller.pt" if path.is_dir() else "is missing"
+            raise FileNotFoundError(f"agent.guide=pretrained: {path} {gone} (this run's controller as pretraining "
                                     "left it, exported at the switch to online); put it back, or guide with another "
                                     "controller: agent.guide=PATH")
         if (path / "checkpoints" / "latest.pt").is_file():  # a run stopped before its end exports nothing: it had

@@ -976,6 +976,8 @@ def test_a_folder_of_runs_is_named_as_one_with_its_exported_runs(tmp_path):
                                                           f"{folder}/seed_1; deploy one (the newest arm_reach export: "
                                                           f"robolearn deploy {folder}/seed_1 ...)")):
         deploy(folder, "dxl_arm", episodes=1)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"robolearn deploy {folder}/seed_1 --format torchscript ...)")):
+        deploy(folder, "dxl_arm", episodes=1, fmt="torchscript")  # the format asked for, kept in what it names
     (folder / "cartpole").mkdir()  # a newer export of another task: listed, not named as the one to deploy
     write_run_config(folder / "cartpole", config="ppo_cartpole")
     export_controller(TowardTarget(), folder / "cartpole" / "export", ("torchscript",), extra={"task": "cartpole"})

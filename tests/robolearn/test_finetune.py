@@ -386,6 +386,11 @@ def test_a_resume_whose_pretrained_guide_is_gone_says_so(tmp_path):
                                                 "guide with another controller: agent.guide=PATH$"):
         FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "agent.guide=pretrained", "runner.total_steps=2000"),
                        resume=runner.run_dir)
+    (runner.run_dir / "pretrained").mkdir()  # there, but its files gone: not called missing
+    with pytest.raises(FileNotFoundError, match=rf"agent.guide=pretrained: {runner.run_dir / 'pretrained'} holds no "
+                                                r"controller.onnx or controller.pt \(this run's"):
+        FinetuneRunner(tiny(tmp_path, "jsrl_hopper", "agent.guide=pretrained", "runner.total_steps=2000"),
+                       resume=runner.run_dir)
 
 
 class PendulumZeros(Controller):
