@@ -846,7 +846,8 @@ def _replay(args: argparse.Namespace) -> int:
     from hardware.safety import parse_overrides
 
     episode = Path(args.episode)  # an episode only: not said before the error of a missing one, or of deploy.json
-    if episode.is_file() and episode.suffix == ".npz" and (dt := recorded_control_dt(episode)):
+    if episode.is_file() and episode.suffix == ".npz" and (dt := recorded_control_dt(episode)) \
+            and _runs_at(args.robot, dt):  # (nor before a robot config of another rate is refused)
         print(f"rate:        {1 / dt:g} Hz, as recorded")
     result = replay(args.episode, args.robot, port=args.port, safety_overrides=parse_overrides(args.safety))
     print(f"replayed:    {result['steps']} steps of {args.episode}")
@@ -857,6 +858,18 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_json.dumps(result, default=str))
     return 0
+
+
+def _runs_at(robot: str, dt: float) -> bool:
+    """Whether robot config ``robot`` replays at control period ``dt``: it has none of its own, or that one (one it
+    cannot read is left to replay's own error)."""
+    from hardware.dxl_arm import load_robot_config
+
+    try:
+        own = load_robot_config(robot).control_dt
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return own is None or abs(own - dt) <= 1e-9
 
 
 def _emulate(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ def test_a_robot_at_another_rate_than_the_recording_is_refused(tmp_path):
         replay_on_robot(episode, robot)
 
 
-def test_a_robot_config_of_another_rate_is_refused_as_a_replays(tmp_path):
+def test_a_robot_config_of_another_rate_is_refused_as_a_replays(tmp_path, capsys):
     """A robot config with control_dt 0.04 s had refused a 0.01 s recording as a controller: "deploy a controller
     trained at the config's rate", where a replay has none."""
     import yaml
@@ -62,6 +62,11 @@ def test_a_robot_config_of_another_rate_is_refused_as_a_replays(tmp_path):
     with pytest.raises(ReplayError, match=r"recorded at control_dt 0.01 s, the robot config .*slow.yaml runs at 0.04 s "
                                           r"\(its control_dt\): replay it with a robot config of the recording's rate"):
         replay(episode, tmp_path / "slow.yaml", port="/dev/null")
+    from robolearn.cli import main
+
+    assert main(["replay", str(episode), "--robot", str(tmp_path / "slow.yaml"), "--port", "/dev/null"]) == 2
+    out, err = capsys.readouterr()
+    assert "recorded at control_dt 0.01 s" in err and "rate:" not in out  # ('100 Hz, as recorded' had come first)
 
 
 def test_replay_from_python_runs_at_the_recordings_rate(tmp_path, make_emulator):
