@@ -303,8 +303,14 @@ def _import(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as said:  # printed with the summary, as its lines are
         warnings.simplefilter("always", UserWarning)
-        imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite, args.done,
-                                  args.ref_min, args.ref_max)
+        try:
+            imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite,
+                                      args.done, args.ref_min, args.ref_max)
+        except KeyboardInterrupt as err:  # (a bare "interrupted" had left the user to look for a half-written one)
+            stop = err.args[0] if err.args and err.args[0] else "SIGINT"
+            kept = "; the dataset it would have replaced is kept" if args.overwrite else ""
+            err.args = (f"{stop}; nothing was imported: a dataset is written whole or not at all{kept}",)
+            raise
     ds, returns, meta = imported.dataset, imported.returns, imported.dataset.info
     print(f"imported:    {counted(ds.num_episodes, 'episode')}, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
           f"{np.std(returns):.4g} (min {np.min(returns):.4g}, max {np.max(returns):.4g})"

@@ -258,3 +258,20 @@ def test_a_task_that_names_code_is_not_built_from_a_dataset_or_a_controller_json
                  "--no-progress"]) == 2
     assert "says its task is 'os:system', which names code to import" in capsys.readouterr().err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_import_stopped_by_ctrl_c_says_nothing_was_imported(tmp_path, monkeypatch, capsys, overwrite):
+    """A Ctrl+C during an import had printed 'interrupted' alone: nothing is written (a dataset is written whole or
+    not at all), and an --overwrite keeps the dataset it would have replaced."""
+    import robolearn.data.importing as importing
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(importing, "import_dataset", stopped)
+    argv = ["dataset", "import", str(tmp_path / "d.hdf5"), "--format", "d4rl", "--root", str(tmp_path)]
+    assert main(argv + ["--overwrite"] * overwrite) == 130
+    err = capsys.readouterr().err.strip()
+    kept = "; the dataset it would have replaced is kept" if overwrite else ""
+    assert err == f"interrupted: SIGINT; nothing was imported: a dataset is written whole or not at all{kept}"
