@@ -164,12 +164,17 @@ def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     assert err.startswith("error: /proc/nope.hdf5: cannot write there")  # not the temp file's name
 
 
-def test_a_file_whose_task_cannot_be_made_here_is_not_said_to_name_none(tmp_path, root, capsys):
+def _import_naming(tmp_path, capsys, metadata: str) -> str:
+    """What `dataset import` prints of a D4RL file whose robolearn metadata is ``metadata`` (JSON)."""
     path = _write(tmp_path / "elsewhere.hdf5", **_d4rl_arrays())
     with h5py.File(path, "a") as f:
-        f.attrs["robolearn_metadata"] = '{"task": "gym:NotRegisteredHere-v0"}'
+        f.attrs["robolearn_metadata"] = metadata
     assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "elsewhere"]) == 0
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_a_file_whose_task_cannot_be_made_here_is_not_said_to_name_none(tmp_path, root, capsys):
+    out = _import_naming(tmp_path, capsys, '{"task": "gym:NotRegisteredHere-v0"}')
     assert "task:        not named (the file's gym:NotRegisteredHere-v0 cannot be made here): import with --task" in out
     assert "the file says none" not in out and "NotRegisteredHere-v0 cannot be made here (" in out
 
@@ -177,11 +182,7 @@ def test_a_file_whose_task_cannot_be_made_here_is_not_said_to_name_none(tmp_path
 def test_a_file_whose_task_is_no_task_here_is_imported_without_it_and_said(tmp_path, root, capsys):
     """A file naming a task this install lacks (a typo, another install's) had been imported in silence with that
     task, its shapes unchecked, and runs on it then told to add env.task=<that name>."""
-    path = _write(tmp_path / "elsewhere.hdf5", **_d4rl_arrays())
-    with h5py.File(path, "a") as f:
-        f.attrs["robolearn_metadata"] = '{"task": "hoper", "task_kwargs": {"frame_skip": 2}}'
-    assert main(["dataset", "import", str(path), "--format", "d4rl", "--name", "elsewhere"]) == 0
-    out = capsys.readouterr().out
+    out = _import_naming(tmp_path, capsys, '{"task": "hoper", "task_kwargs": {"frame_skip": 2}}')
     assert "task:        not named (the file's hoper cannot be made here): import with --task" in out
     assert "its task 'hoper' is no task here (did you mean 'hopper'?)" in out
     ds = Dataset.load("elsewhere")
