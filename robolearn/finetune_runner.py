@@ -47,8 +47,8 @@ from robolearn.interfaces import Obs
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
-from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, UpdateSums,
-                              ask_stop, check_metrics, finish_run, interrupted, iteration_rest, pay_update_debt,
+from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, ask_stop,
+                              check_metrics, finish_run, interrupted, iteration_rest, iteration_sums, pay_update_debt,
                               step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
 from robolearn.shell import shell
@@ -83,6 +83,7 @@ class FinetuneProgress:
     # what the online phase reads of the dataset (its id, reference_scores, whether its rows carry mc_return), for a
     # resume that reads none of its rows ({}: a checkpoint of before, whose resume loads the dataset)
     offline_data: dict[str, Any] = field(default_factory=dict)
+    update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
 
 
 class PhaseLogger(RunLogger):
@@ -381,31 +382,31 @@ class FinetuneRunner(OfflineRunner):
     def _online_iteration(self, obs: Obs, stats: EpisodeStats, logger: RunLogger) -> tuple[Obs, dict[str, float]]:
         """``OFF_POLICY_STEPS_PER_ITERATION`` env steps, with updates owed under the UTD ratio after warmup."""
         cfg, env = self.cfg, self.train_env
-        sums = UpdateSums()  # tensors stay on the device until the end
         left = iteration_rest(self.progress.env_steps, max(1, OFF_POLICY_STEPS_PER_ITERATION // env.num_envs) * env.num_envs)
-        for _ in range(-(-left // env.num_envs)):
-            if self.progress.env_steps >= cfg.runner.total_steps:
-                break
-            self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
-            next_obs, transition = step_envs(env, self.agent, obs, self._act(obs)["action"], stats, self._finite)
-            done = transition["terminated"] | transition["truncated"]
-            self._track_episodes(transition["reward"], done)
-            if self.guide is not None:  # a recurrent, chunked or skill guide starts each episode afresh
-                self.guide.reset(done)
-            if self._mc_return:  # unknown until the episode ends (-inf: plain CQL for that row until then)
-                transition["mc_return"] = torch.full_like(transition["reward"], float("-inf"))
-            self.online.add(transition)
-            if self._online_bound:
-                self._unsettled.append((transition["reward"], done))
-            obs = next_obs
-            self.progress.env_steps += env.num_envs
-            logger.advance(self.progress.env_steps)
-            if self.progress.env_steps <= cfg.agent.warmup_steps or self.progress.env_steps < self.progress.refill_until:
-                continue  # WSRL warmup (the frozen pretrained policy acts) or a refill: nothing is updated
-            if self.online.size < min(self._online_rows(), self.online.capacity):
-                continue  # as WSRL's and Cal-QL's code: no update before the buffer holds a batch's online rows
-            pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums,
-                            self.ctrl_c)
+        with iteration_sums(self.progress) as sums:  # tensors stay on the device until the end
+            for _ in range(-(-left // env.num_envs)):
+                if self.progress.env_steps >= cfg.runner.total_steps:
+                    break
+                self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
+                next_obs, transition = step_envs(env, self.agent, obs, self._act(obs)["action"], stats, self._finite)
+                done = transition["terminated"] | transition["truncated"]
+                self._track_episodes(transition["reward"], done)
+                if self.guide is not None:  # a recurrent, chunked or skill guide starts each episode afresh
+                    self.guide.reset(done)
+                if self._mc_return:  # unknown until the episode ends (-inf: plain CQL for that row until then)
+                    transition["mc_return"] = torch.full_like(transition["reward"], float("-inf"))
+                self.online.add(transition)
+                if self._online_bound:
+                    self._unsettled.append((transition["reward"], done))
+                obs = next_obs
+                self.progress.env_steps += env.num_envs
+                logger.advance(self.progress.env_steps)
+                if (self.progress.env_steps <= cfg.agent.warmup_steps
+                        or self.progress.env_steps < self.progress.refill_until):
+                    continue  # WSRL warmup (the frozen pretrained policy acts) or a refill: nothing is updated
+                if self.online.size < min(self._online_rows(), self.online.capacity):
+                    continue  # as WSRL's and Cal-QL's code: no update before the buffer holds a batch's online rows
+                pay_update_debt(self.progress, cfg.runner.utd_ratio * env.num_envs, self._update, sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         self._settle_mc_returns()
         metrics = sums.means()

@@ -42,8 +42,8 @@ from robolearn.evaluate import differing_settings, evaluate, setting_text
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
-from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, UpdateSums, ask_stop, check_metrics,
-                              deadline_of, finish_run, interrupted, iteration_rest, out_of_time, stopped_by_nan,
+from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of,
+                              finish_run, interrupted, iteration_rest, iteration_sums, out_of_time, stopped_by_nan,
                               write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.shell import shell
@@ -195,6 +195,7 @@ class OfflineProgress:
     evaluation: dict[str, float] = field(default_factory=dict)  # the latest periodic one
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     dataset: dict[str, Any] = field(default_factory=dict)  # what it trains on: dataset_fingerprint
+    update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
 
 
 def dataset_fingerprint(dataset: Dataset) -> dict[str, Any]:
@@ -456,14 +457,14 @@ class OfflineRunner:
     def _iteration(self, count: int, logger: RunLogger | None = None) -> dict[str, float]:
         """``count`` updates on sampled minibatches, each counted in ``progress`` as it lands (a Ctrl+C
         is taken between two); their metrics averaged (one device sync at the end)."""
-        sums = UpdateSums()
         sample = getattr(self.agent, "sample", self.replay.sample)
-        for _ in range(count):
-            self.ctrl_c.check()
-            sums.add(self.agent.update(sample(self.cfg.agent.batch_size)))
-            self.progress.updates += 1
-            if logger is not None:
-                logger.advance(self.progress.updates)
+        with iteration_sums(self.progress) as sums:  # (with those of the updates before a Ctrl+C in it)
+            for _ in range(count):
+                self.ctrl_c.check()
+                sums.add(self.agent.update(sample(self.cfg.agent.batch_size)))
+                self.progress.updates += 1
+                if logger is not None:
+                    logger.advance(self.progress.updates)
         metrics = sums.means()  # each metric averaged over the updates that returned it
         check_metrics(metrics)
         return metrics

@@ -85,6 +85,7 @@ class Progress:
     env_adaptation: dict[str, Any] = field(default_factory=dict)  # automatic randomization's width (rank 0's)
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     refill_until: int = 0  # --fresh-replay: no updates before this env step, while the empty replay refills
+    update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
 
 
 @dataclass
@@ -559,14 +560,14 @@ class Runner:
             # the rest of an iteration a Ctrl+C cut short (which kept its updates), so that logs stay on the grid
             count = min(iteration_rest(self.progress.pretrain_updates, OFF_POLICY_STEPS_PER_ITERATION),
                         total - self.progress.pretrain_updates)
-            sums = UpdateSums()
             self._rewind_to, self._keep_at_safe_point = Snapshot(self.progress, self.agent, self._agent_copy), True
-            for _ in range(count):
-                self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
-                sums.add(self.agent.pretrain_update())
-                self.progress.pretrain_updates += 1
-                if bar is not None:
-                    bar.update()
+            with iteration_sums(self.progress) as sums:
+                for _ in range(count):
+                    self.ctrl_c.check()  # a first Ctrl+C: between updates, which the count says exactly
+                    sums.add(self.agent.pretrain_update())
+                    self.progress.pretrain_updates += 1
+                    if bar is not None:
+                        bar.update()
             metrics = {f"pretrain/{key}": value for key, value in sums.means().items()}
             check_metrics(metrics)
             self._rewind_to, self._keep_at_safe_point = None, False
@@ -617,28 +618,28 @@ class Runner:
         runner, env = self.cfg.runner, self.env
         low = torch.as_tensor(env.action_spec.low, dtype=torch.float32, device=env.device)
         high = torch.as_tensor(env.action_spec.high, dtype=torch.float32, device=env.device)
-        sums = UpdateSums()  # tensors stay on the device until the end
         observe = getattr(self.agent, "observe", None)
         per_step = env.num_envs * self.world_size
         left = iteration_rest(self.progress.env_steps, self._steps_per_iteration())
-        for _ in range(-(-left // per_step)):
-            self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
-            if self.progress.env_steps < runner.random_steps and hasattr(self.agent, "random_act"):
-                with torch.no_grad():  # agents that store acting state with each step supply their own warm-up
-                    out = self.agent.random_act(obs)
-            elif self.progress.env_steps < runner.random_steps:
-                out = {"action": low + (high - low) * torch.rand((env.num_envs, *low.shape), device=env.device)}
-            else:
-                with torch.no_grad():
-                    out = self.agent.act(obs, explore=True)
-            obs, transition = self._step(obs, out, stats)
-            self.replay.add(transition)
-            if observe is not None:
-                observe(transition)
-            if self.progress.env_steps < max(runner.random_steps, self.progress.refill_until):
-                continue
-            pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
-                            lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
+        with iteration_sums(self.progress) as sums:  # tensors stay on the device until the end
+            for _ in range(-(-left // per_step)):
+                self.ctrl_c.check()  # between steps: env steps, replay, updates and RNG agree
+                if self.progress.env_steps < runner.random_steps and hasattr(self.agent, "random_act"):
+                    with torch.no_grad():  # agents that store acting state with each step supply their own warm-up
+                        out = self.agent.random_act(obs)
+                elif self.progress.env_steps < runner.random_steps:
+                    out = {"action": low + (high - low) * torch.rand((env.num_envs, *low.shape), device=env.device)}
+                else:
+                    with torch.no_grad():
+                        out = self.agent.act(obs, explore=True)
+                obs, transition = self._step(obs, out, stats)
+                self.replay.add(transition)
+                if observe is not None:
+                    observe(transition)
+                if self.progress.env_steps < max(runner.random_steps, self.progress.refill_until):
+                    continue
+                pay_update_debt(self.progress, runner.utd_ratio * env.num_envs,
+                                lambda: self.agent.update(self._sample()), sums, self.ctrl_c)
         self._finite.verify()  # its updates' losses would be NaN too: the checkpoint before stays the last good one
         metrics = sums.means()
         check_metrics(metrics)
@@ -1060,9 +1061,11 @@ class UpdateSums:
     returned it: a metric an agent reports every few updates (TD3's delayed actor, HRAC's high level) had been
     divided by all of them, and logged that many times too small."""
 
-    def __init__(self) -> None:
-        self.sums: dict[str, Any] = {}
-        self.counts: collections.Counter[str] = collections.Counter()
+    def __init__(self, state: dict[str, dict[str, Any]] | None = None) -> None:
+        """Begun from ``state`` (:meth:`state`, a checkpoint's): the sums of an iteration a Ctrl+C cut short."""
+        state = state or {}
+        self.sums: dict[str, Any] = dict(state.get("sums", {}))
+        self.counts: collections.Counter[str] = collections.Counter(state.get("counts", {}))
 
     def add(self, metrics: Any) -> None:
         """One update's metrics."""
@@ -1074,6 +1077,25 @@ class UpdateSums:
     def means(self) -> dict[str, float]:
         """Each metric's mean over the updates that returned it (one read of the device for all)."""
         return {key: total / self.counts[key] for key, total in read_scalars(self.sums).items()}
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """The sums and counts as plain floats and ints (one read of the device), which a checkpoint holds."""
+        return {"sums": read_scalars(self.sums), "counts": dict(self.counts)}
+
+
+@contextlib.contextmanager
+def iteration_sums(progress: Any) -> Iterator[UpdateSums]:
+    """An iteration's :class:`UpdateSums`, begun from ``progress.update_sums``: those of the part of it before a
+    Ctrl+C, which keeps the updates done (the resume finishes the iteration); without them the resumed iteration's
+    line averaged only the updates after the resume, not the run trained in one go's. A Ctrl+C in this one leaves
+    its sums there for the checkpoint; a second one that goes back to the iteration's start (:class:`Snapshot`,
+    taken before this) puts back the progress, and the sums, of then."""
+    sums, progress.update_sums = UpdateSums(progress.update_sums), {}
+    try:
+        yield sums
+    except KeyboardInterrupt:
+        progress.update_sums = sums.state()
+        raise
 
 
 def check_metrics(metrics: dict[str, float]) -> None:

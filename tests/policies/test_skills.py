@@ -473,11 +473,17 @@ def tiny_spirl(run_dir, *settings: str) -> list[str]:
 
 def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
     """Ctrl+C in the middle of pretraining keeps the updates done (it had discarded up to 999 of them);
-    --resume finishes that iteration, then pretraining, once (not again), and trains online."""
+    --resume finishes that iteration, then pretraining, once (not again), and trains online. The iteration's
+    line averages all its updates, as a run trained in one go logs it (it had averaged those after the resume)."""
     from robolearn.runner import Runner
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     overrides = tiny_spirl(tmp_path, "runner.eval_episodes=0", "runner.checkpoint_every=1", "agent.pretrain_updates=1100")
+    straight = Runner(load_config("spirl_point_maze_medium", overrides))
+    try:
+        straight.train()
+    finally:
+        straight.close()
     runner = Runner(load_config("spirl_point_maze_medium", overrides))
     update, calls = runner.agent.pretrain_update, []
 
@@ -503,6 +509,11 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
         resumed.close()
     lines = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
+    one_go = [json.loads(line) for line in (straight.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in line.items() if k not in ("time", "iteration_time")} for line in lines
+            if line.get("phase") == "pretrain"] == \
+        [{k: v for k, v in line.items() if k not in ("time", "iteration_time")} for line in one_go
+         if line.get("phase") == "pretrain"]
     assert not any("killed" in line for line in lines)  # set aside, redone once
     assert "killed" in (runner.run_dir / "metrics.superseded.jsonl").read_text()
     assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]

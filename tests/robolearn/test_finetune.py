@@ -218,6 +218,24 @@ def test_resume_across_the_phase_boundary(tmp_path):
         ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
 
 
+def test_ctrl_c_mid_pretraining_resumes_to_the_line_of_a_run_trained_in_one_go(tmp_path):
+    """Ctrl+C in the offline phase keeps the updates done, and the resume finishes the iteration; its line had
+    averaged the losses of the updates after the resume alone (the sums before were not saved)."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "runner.total_steps=0")  # pretraining only: 20 updates, one iteration
+    straight = run(cfg)
+
+    def press_at_8(runner, batch):
+        if runner.progress.updates == 7:  # the 8th update: a Ctrl+C taken after it, between updates
+            runner.ctrl_c.pending = True
+
+    interrupted = run(cfg, spy=press_at_8)
+    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["updates"] == 8
+    run(cfg, resume=interrupted.run_dir)
+    clock = ("time", "updates_per_s", "iteration_time")
+    assert [{k: v for k, v in r.items() if k not in clock} for r in lines(interrupted)] == \
+        [{k: v for k, v in r.items() if k not in clock} for r in lines(straight)]
+
+
 def test_a_fine_tune_given_no_online_steps_is_listed_done_when_pretrained(tmp_path):
     """runner.total_steps=0 (pretraining only) had `list` call the finished run 'ended early at offline 20 of 20
     updates' and offer a resume, which refuses it as finished."""

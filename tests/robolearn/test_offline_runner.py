@@ -320,7 +320,8 @@ def test_cli_errors_are_one_line(root, tmp_path, capsys):
 
 def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
     """Ctrl+C mid-iteration saves exactly the updates the agent holds; the resume finishes that
-    iteration (logged updates stay on the 1000 grid) and ends where an uninterrupted run ends."""
+    iteration (logged updates stay on the 1000 grid) and ends where an uninterrupted run ends, its line
+    averaging all that iteration's updates as that run's does (it had averaged only those after the resume)."""
     def cfg(total):
         return tiny(tmp_path, f"runner.total_steps={total}", "runner.eval_episodes=0", "agent.hidden=[32,32]")
 
@@ -351,6 +352,12 @@ def test_ctrl_c_stops_between_updates_and_the_resume_is_exact(root, tmp_path):
     logged = [json.loads(line) for line in (first.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["updates"] for line in logged] == [1000, 2000]
     assert logged[-1]["time"] > saved["progress"]["seconds"]  # time goes on from the checkpoint's
+    clock = ("time", "updates_per_s", "iteration_time")
+    one_go = [json.loads(line) for line in (straight.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in line.items() if k not in clock} for line in logged] == \
+        [{k: v for k, v in line.items() if k not in clock} for line in one_go]
+    assert saved["progress"]["update_sums"]["counts"]["bc_loss"] == 500  # those of the 500 before the Ctrl+C
+    assert not resumed.progress.update_sums  # taken at the resume: an iteration's end holds none
     a, b = (load_checkpoint(r.checkpoint_path)["agent"]["actor"] for r in (straight, resumed))
     for key, value in a.items():
         torch.testing.assert_close(b[key], value, rtol=0, atol=0)

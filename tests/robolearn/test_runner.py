@@ -1290,6 +1290,31 @@ def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_car
     assert progress.update_debt == 0.75 and sums.means() == {"loss": 5.0 / 3}
 
 
+def test_the_sums_of_an_iteration_a_ctrl_c_cut_short_go_into_the_progress_and_the_resume_goes_on_from_them():
+    """A Ctrl+C mid-iteration keeps the updates done (offline, pretraining, off policy online), and the resume
+    finishes the iteration: their metrics' sums go into the progress a checkpoint saves, as plain numbers (a
+    weights_only load), and the resumed iteration's begin from them; its line had averaged the updates after
+    the resume alone."""
+    import io
+    from types import SimpleNamespace
+    from robolearn.runner import iteration_sums, pay_update_debt
+
+    progress, ctrl_c = SimpleNamespace(update_debt=0.0, update_sums={}), CtrlC()
+    with pytest.raises(KeyboardInterrupt), iteration_sums(progress) as sums:
+        pay_update_debt(progress, 2.0, lambda: {"loss": torch.tensor(1.0), "q": 3.0}, sums, ctrl_c)
+        ctrl_c.pending = True
+        pay_update_debt(progress, 1.0, lambda: {"loss": torch.tensor(9.0)}, sums, ctrl_c)  # not made
+    assert progress.update_sums == {"sums": {"loss": 2.0, "q": 6.0}, "counts": {"loss": 2, "q": 2}}
+    buffer = io.BytesIO()
+    torch.save(vars(progress), buffer)
+    progress = SimpleNamespace(**torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))  # the resume's
+    ctrl_c.pending = False
+    with iteration_sums(progress) as sums:
+        assert not progress.update_sums  # taken: the iteration's end holds none
+        pay_update_debt(progress, 0.0, lambda: {"loss": torch.tensor(4.0)}, sums, ctrl_c)  # the one still owed
+    assert sums.means() == {"loss": 2.0, "q": 3.0} and not progress.update_sums
+
+
 def test_more_minibatches_than_a_rollout_holds_are_refused_by_key(tmp_path):
     with pytest.raises(ConfigError, match=r"agent.num_minibatches \(1000\) is more than a rollout's 256 samples "
                                           r"\(env.num_envs 8 x agent.num_steps 32\)"):
