@@ -202,7 +202,9 @@ class FinetuneRunner(OfflineRunner):
             export_controller(self.agent.controller(), self.run_dir / "pretrained",  # (the run, how far it had
                               extra=export_meta(self.run_dir, self.cfg.env, self.env.control_dt, self.progress))
             self.agent.go_online()
-            self.progress.phase, self.progress.iteration = "online", 0
+            # (sums a Ctrl+C left of an offline iteration, which a resume with fewer updates does not finish, are
+            # no online line's)
+            self.progress.phase, self.progress.iteration, self.progress.update_sums = "online", 0, {}
         elif self.fresh_replay:
             # online batches are agent.online_batch_size rows (agent.batch_size is the offline phase's)
             refill_instead(self.progress, max(agent_cfg.warmup_steps, agent_cfg.online_batch_size),

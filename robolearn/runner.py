@@ -591,7 +591,9 @@ class Runner:
         if logger is not None:
             logger.restart_rate(self.progress.env_steps)  # the online fps, not diluted by the pretraining's time
         self.agent.end_pretraining()
-        self.progress.pretrained = True
+        # the boundary: sums a Ctrl+C left of a pretraining iteration (a resume with fewer pretrain_updates runs
+        # none) are no online iteration's, whose line had taken them in
+        self.progress.pretrained, self.progress.update_sums = True, {}
         if self.main:
             export_controller(self.agent.controller(), self.run_dir / "pretrained",  # (the run, how far it had
                               extra=export_meta(self.run_dir, cfg.env, self.env.control_dt, self.progress))  # trained)

@@ -471,6 +471,38 @@ def tiny_spirl(run_dir, *settings: str) -> list[str]:
             *settings]
 
 
+def test_sums_a_ctrl_c_left_of_pretraining_stay_out_of_the_online_lines(maze_datasets, tmp_path, monkeypatch):
+    """A resume with agent.pretrain_updates at or under the updates done runs no pretraining iteration: the sums a
+    Ctrl+C had left of one were carried into the first online line (loss, reconstruction, prior_nll unprefixed)."""
+    from robolearn.runner import Runner
+
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
+    runner = Runner(load_config("spirl_point_maze_medium", tiny_spirl(tmp_path, "runner.eval_episodes=0",
+                                                                      "agent.pretrain_updates=60")))
+    update, calls = runner.agent.pretrain_update, []
+
+    def interrupt_at_30() -> dict:
+        calls.append(1)
+        if len(calls) == 30:
+            runner.ctrl_c.pending = True
+        return update()
+
+    runner.agent.pretrain_update = interrupt_at_30
+    try:
+        assert runner.train().interrupted
+    finally:
+        runner.close()
+    assert load_checkpoint(runner.checkpoint_path)["progress"]["update_sums"]
+    resumed = Runner(load_config(runner.run_dir / "config.yaml", ["agent.pretrain_updates=30"]), resume=runner.run_dir)
+    try:
+        resumed.train()
+    finally:
+        resumed.close()
+    online = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line).get("phase") != "pretrain"]
+    assert online and not [key for line in online for key in line if key in ("loss", "reconstruction", "prior_nll")]
+
+
 def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_path, monkeypatch):
     """Ctrl+C in the middle of pretraining keeps the updates done (it had discarded up to 999 of them);
     --resume finishes that iteration, then pretraining, once (not again), and trains online. The iteration's

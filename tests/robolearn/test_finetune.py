@@ -236,6 +236,23 @@ def test_ctrl_c_mid_pretraining_resumes_to_the_line_of_a_run_trained_in_one_go(t
         [{k: v for k, v in r.items() if k not in clock} for r in lines(straight)]
 
 
+def test_sums_a_ctrl_c_left_of_the_offline_phase_stay_out_of_the_online_lines(tmp_path):
+    """A resume with fewer agent.pretrain_updates than were done runs no offline iteration: the sums a Ctrl+C had
+    left of one were carried into the first online line (critic_loss, q... where the online phase logs none yet)."""
+    def press_at_8(runner, batch):
+        if runner.progress.phase == "offline" and runner.progress.updates == 7:
+            runner.ctrl_c.pending = True
+
+    interrupted = run(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=1000"), spy=press_at_8)
+    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["update_sums"]  # (the offline iteration's)
+    run(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=1000", "agent.pretrain_updates=8"), resume=interrupted.run_dir)
+    online = [r for r in lines(interrupted) if r.get("phase") == "online"]
+    straight = [r for r in lines(run(tiny(tmp_path / "straight", "wsrl_hopper", "runner.total_steps=1000")))
+                if r.get("phase") == "online"]
+    assert online and [sorted(r) for r in online] == [sorted(r) for r in straight]
+    assert load_checkpoint(interrupted.checkpoint_path)["progress"]["update_sums"] == {}
+
+
 def test_a_fine_tune_given_no_online_steps_is_listed_done_when_pretrained(tmp_path):
     """runner.total_steps=0 (pretraining only) had `list` call the finished run 'ended early at offline 20 of 20
     updates' and offer a resume, which refuses it as finished."""
