@@ -190,7 +190,9 @@ def _legend_layout(labels: list[str], width: float) -> tuple[int, float]:
 
     font = FontProperties(size="small")
     size = font.get_size_in_points()
-    widest = max((TextPath((0, 0), label, prop=font).get_extents().width / 72 for label in labels), default=0.0)
+    # (a label of no glyphs, a folder named with spaces, is no path: matplotlib's extents of it raise)
+    widest = max((TextPath((0, 0), label, prop=font).get_extents().width / 72 for label in labels if label.strip()),
+                 default=0.0)
     room, line = 0.96 * width, 4.8 * size / 72  # a label's line and spacing: handle, pad and column gap (ems)
     columns = max(1, min(3, len(labels), int(room // (widest + line))))
     if widest + line > room:  # one column is too wide: a smaller font, as far as it reads

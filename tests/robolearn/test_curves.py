@@ -299,7 +299,8 @@ def test_a_legend_of_long_labels_stays_inside_the_figure(tmp_path, monkeypatch):
     [f"PPO_GO1_ROUGH_RANDOMIZED_{i} (SEED {i})" for i in range(3)],  # capitals, wider still
     ["skill_critic_point_maze_medium_with_a_long_setting_name (mean ± std of 5 runs): pretrain (pretrain updates) "
      "under agent.pretrain_updates=100000 and runner.utd_ratio=0.25", "b"],  # one column too wide: a smaller font
-], ids=["digits", "capitals", "one-too-wide"])
+    ["", " ", "a"],  # no glyphs (a folder named with spaces): measured as nothing, not matplotlib's AttributeError
+], ids=["digits", "capitals", "one-too-wide", "blank"])
 def test_the_header_fits_legends_of_any_label(labels):
     """The columns were chosen from a width per character measured on lowercase labels: run paths (digits) and
     capitals ran past both edges of the 10-inch figure, and a label wider than the figure could not fit at all."""
