@@ -307,6 +307,8 @@ def _import(args: argparse.Namespace) -> int:
             imported = import_dataset(args.path, args.format, args.task, args.name, args.root, args.overwrite,
                                       args.done, args.ref_min, args.ref_max)
         except KeyboardInterrupt as err:  # (a bare "interrupted" had left the user to look for a half-written one)
+            if "; " in str(err):  # said already: it came once the dataset was written
+                raise
             stop = err.args[0] if err.args and err.args[0] else "SIGINT"
             kept = "; the dataset it would have replaced is kept" if args.overwrite else ""
             err.args = (f"{stop}; nothing was imported: a dataset is written whole or not at all{kept}",)

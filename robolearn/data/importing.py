@@ -119,9 +119,14 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     writing = tqdm(episodes, desc=f"writing {name}", unit="episode", disable=None if progress is None else not progress,
                    leave=False)  # by default, on a terminal only
     dataset = Dataset.create(name, writing, *specs, metadata=meta, root=root, overwrite=overwrite, source=str(path))
-    _warn_out_of_bounds(episodes, specs[1])
-    return Imported(dataset, [e.episode_return for e in episodes], [e.success for e in episodes if e.success is not None],
-                    task_from_file, settings, others)
+    try:
+        _warn_out_of_bounds(episodes, specs[1])
+        return Imported(dataset, [e.episode_return for e in episodes],
+                        [e.success for e in episodes if e.success is not None], task_from_file, settings, others)
+    except KeyboardInterrupt as err:  # written already: said so (`dataset import` says "nothing was imported" before)
+        stop = err.args[0] if err.args and err.args[0] else "SIGINT"
+        err.args = (f"{stop}; dataset '{dataset.id}' was imported whole ({dataset.path}), its checks after cut short",)
+        raise
 
 
 def _buildable_from_a_file(task: Any) -> bool:

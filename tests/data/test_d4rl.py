@@ -640,3 +640,38 @@ def test_flat_actions_of_a_one_dimensional_task_import(tmp_path, root):
     arrays["actions"] = arrays["actions"][:, 0]
     ds = import_dataset(_write(tmp_path / "flat.hdf5", **arrays), "d4rl", task="pendulum").dataset
     assert ds[0].actions.shape == (4, 1)
+
+
+def test_an_import_stopped_by_ctrl_c_says_whether_it_wrote_the_dataset(tmp_path, root, capsys, monkeypatch):
+    """A Ctrl+C while the episodes are written leaves nothing and keeps the dataset an --overwrite would replace; one
+    after they are written (the action-bounds check) had been said as 'nothing was imported' too."""
+    import robolearn.data.importing as importing
+    from robolearn.data import DatasetWriter
+
+    first = ["dataset", "import", str(_write(tmp_path / "hopper.hdf5", **_d4rl_arrays())), "--format", "d4rl",
+             "--task", "hopper", "--name", "hop"]
+    assert main(first) == 0 and Dataset.load("hop").num_steps == 10
+    argv = [*first[:2], str(_write(tmp_path / "longer.hdf5", **_d4rl_arrays(rows=20))), *first[3:]]
+    add = DatasetWriter.add
+
+    def stopped_at_the_second(writer, episode, where=None):
+        if writer.episodes:  # (one written)
+            raise KeyboardInterrupt("SIGINT")
+        return add(writer, episode, where=where)
+
+    monkeypatch.setattr(DatasetWriter, "add", stopped_at_the_second)
+    capsys.readouterr()
+    assert main(argv + ["--overwrite"]) == 130
+    assert capsys.readouterr().err.strip() == ("interrupted: SIGINT; nothing was imported: a dataset is written whole "
+                                               "or not at all; the dataset it would have replaced is kept")
+    assert Dataset.load("hop").num_steps == 10  # kept as it was
+    monkeypatch.setattr(DatasetWriter, "add", add)
+
+    def stopped_after(*args):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(importing, "_warn_out_of_bounds", stopped_after)
+    assert main(argv + ["--overwrite"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("interrupted: SIGINT; dataset 'hop-v0' was imported whole (") and "nothing" not in err
+    assert Dataset.load("hop").num_steps == 20
