@@ -1091,7 +1091,8 @@ def iteration_sums(progress: Any) -> Iterator[UpdateSums]:
     Ctrl+C, which keeps the updates done (the resume finishes the iteration); without them the resumed iteration's
     line averaged only the updates after the resume, not the run trained in one go's. A Ctrl+C in this one leaves
     its sums there for the checkpoint; a second one that goes back to the iteration's start (:class:`Snapshot`,
-    taken before this) puts back the progress, and the sums, of then."""
+    taken before this) puts back the progress, and the sums, of then. Data-parallel ranks log rank 0's sums and
+    resume from them alike (rank 0 alone saves)."""
     sums, progress.update_sums = UpdateSums(progress.update_sums), {}
     try:
         yield sums

@@ -91,7 +91,8 @@ def refuse_file_root(base: Path) -> None:
     """Refuse a datasets root (:func:`datasets_root`) that is a file: writing into it had been mkdir's "[Errno 17]
     File exists", and a lookup in it "no dataset ... (there: none)" with a command to make one, which fails in turn."""
     if base.exists() and not base.is_dir():
-        raise DatasetError(f"{base}: the datasets folder is a file; give a folder (--root, or ${ROOT_ENV})")
+        raise DatasetError(f"{base}: the datasets folder is a file; give a folder (${ROOT_ENV}, or the dataset "
+                           "commands' --root)")  # (train has no --root: its datasets come from the variable alone)
 
 
 def dataset_id(name: str) -> str:

@@ -190,8 +190,8 @@ def test_a_datasets_root_that_is_a_file_is_said_so_by_record_and_list(tmp_path, 
     a_file.write_text("x")
     record = ["dataset", "record", "--controller", "random", "--task", "pendulum", "--episodes", "1", "--no-progress"]
     assert main([*record, "--root", str(a_file)]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {a_file}: the datasets folder is a file; give a folder (--root, " \
-                                              "or $ROBOLEARN_DATASETS)"
+    assert capsys.readouterr().err.strip() == f"error: {a_file}: the datasets folder is a file; give a folder " \
+                                              "($ROBOLEARN_DATASETS, or the dataset commands' --root)"
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(a_file))
     assert main(record) == 2 and "the datasets folder is a file" in capsys.readouterr().err
     assert main(["dataset", "list"]) == 2
@@ -202,7 +202,7 @@ def test_a_datasets_root_that_is_a_file_is_said_so_by_record_and_list(tmp_path, 
                  ["train", "iql_hopper", f"run_dir={tmp_path / 'runs'}", "--no-wandb"]):
         assert main(argv) == 2
         assert capsys.readouterr().err.strip() == f"error: {a_file}: the datasets folder is a file; give a folder " \
-                                                  "(--root, or $ROBOLEARN_DATASETS)", argv
+                                                  "($ROBOLEARN_DATASETS, or the dataset commands' --root)", argv
 
 
 def test_record_names_a_controller_path_that_is_a_folder(tmp_path, root, capsys):
