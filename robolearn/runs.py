@@ -38,7 +38,8 @@ from robolearn import distributed
 from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, check_compatible,
                                   load_checkpoint)
-from robolearn.config import ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, to_dict
+from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, run_config_path,
+                              to_dict)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.listing import few
@@ -212,6 +213,8 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     if exported:
         if exported not in FILENAMES:
             raise ValueError(f"exported={exported!r}: choose one of {sorted(FILENAMES)}")
+        if not (run_dir / "export").is_dir():  # export/ itself, a folder of runs, no folder: said what it is (else
+            run_config_path(run_dir)           # '<it>/export/export: no exported controller; robolearn export <it>')
         controller = ExportedController(run_dir / "export" / FILENAMES[exported])
         if behind := export_behind(run_dir, controller.meta):
             warnings.warn(behind, stacklevel=2)

@@ -146,6 +146,20 @@ def test_load_controller_from_python(trained_run):
             ExportedController(wrong)
 
 
+def test_load_controller_of_an_export_folder_names_the_run(trained_run, tmp_path):
+    """load_controller(<run>/export, exported=...) had said '<run>/export/export: no exported controller' and told to
+    run `robolearn export <run>/export`, which fails in turn; the checkpoint's path already named the run."""
+    from robolearn import load_controller
+
+    export = trained_run.run_dir / "export"
+    for fmt in (None, "onnx", "torchscript"):
+        with pytest.raises(FileNotFoundError, match=rf"a folder inside the run {re.escape(str(trained_run.run_dir))} "
+                                                    r"\(export\); give the run's folder itself"):
+            load_controller(export, exported=fmt)
+    with pytest.raises(FileNotFoundError, match="no such run directory"):
+        load_controller(tmp_path / "nowhere", exported="onnx")
+
+
 def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, tmp_path):
     """`robolearn export RUN` had been the CLI's alone: from Python, export_controller wrote a controller.json without
     the task, rate and training counts that deploy and eval --exported check."""
