@@ -98,6 +98,7 @@ def refuse_file_root(base: Path) -> None:
 def dataset_id(name: str) -> str:
     """The Minari id of ``name``: itself when it ends in ``-v<N>``, else ``name-v0``; ``/`` separates
     namespaces (``mujoco/hopper/expert`` is ``mujoco/hopper/expert-v0``)."""
+    name = os.fspath(name)  # a pathlib.Path to a dataset's folder is told what to do, as its str is (not re's TypeError)
     match = _ID.fullmatch(name)
     if not match:
         raise DatasetError(_path_hint(name) or f"bad dataset name {name!r}: use letters, digits, '-' and '_', with '/' "
@@ -108,6 +109,7 @@ def dataset_id(name: str) -> str:
 def dataset_dir(name: str, root: str | Path | None = None) -> Path:
     """The directory of dataset ``name`` (it may not exist); a ``name`` that is no dataset there but a path
     to data to import (``runs/lerobot_set``, also a valid name) is refused saying how to import it."""
+    name = os.fspath(name)
     path = datasets_root(root) / dataset_id(name)
     if not path.exists() and (hint := _path_hint(name)):
         raise DatasetError(hint)

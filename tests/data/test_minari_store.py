@@ -111,6 +111,16 @@ def test_two_writers_of_one_name_keep_both_datasets(root):
     assert (Dataset.load("same", root).num_steps, Dataset.load("same-v1", root).num_steps) == (3, 7)
 
 
+def test_a_pathlib_path_to_a_dataset_folder_is_told_what_to_give_as_its_str_is(root):
+    """Dataset.load(Path(folder)) had raised re's "expected string or bytes-like object, got 'PosixPath'"."""
+    folder = _write("mine", root)
+    for given in (folder, str(folder)):
+        with pytest.raises(DatasetError, match=f"is a dataset folder, not a dataset name: set ROBOLEARN_DATASETS={root} "
+                                               ".* use the name 'mine-v0'"):
+            Dataset.load(given)
+    assert dataset_id(Path("mine")) == "mine-v0"
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
