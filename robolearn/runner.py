@@ -1116,8 +1116,24 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     With ``resume`` (a run directory), ``cfg`` is the config the run continues with, whole: pass the run's own,
     ``load_run_config(resume)`` (what ``robolearn train --resume`` does, overrides applied), not a config file's
     defaults, which would replace its settings (the run's config before is kept as config.superseded-N.yaml)."""
-    with torch_settings_kept():  # threads and precision are the run's while it trains, the caller's after
+    with torch_settings_kept(), global_rng_kept():  # threads, precision and random streams: the caller's after
         return _train(cfg, resume, stop, fresh_replay)
+
+
+@contextlib.contextmanager
+def global_rng_kept() -> Iterator[None]:
+    """Put torch's and numpy's global random streams back as they were on leaving: a run seeds both with its
+    ``seed`` and draws from them, and a script's own draws after ``train()`` had come from the run's streams
+    (numpy's reseeded to ``seed``: the same numbers after every run). CUDA's where the caller had started CUDA."""
+    cpu, numpy_state = torch.get_rng_state(), np.random.get_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        np.random.set_state(numpy_state)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, float]], bool] | None,

@@ -1465,6 +1465,21 @@ def test_train_gives_torch_settings_back_to_the_caller(tmp_path):
         torch.set_flush_denormal(False)
 
 
+def test_train_gives_the_global_random_streams_back_to_the_caller(tmp_path):
+    """A run seeds torch's and numpy's global generators with its seed and draws from them; a script's own draws after
+    train() had come from the run's streams (numpy's reseeded to the run's seed), the same numbers after every run."""
+    import numpy as np
+
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    expected = torch.rand(3), np.random.rand(3)
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    train(tiny(tmp_path, "ppo", "runner.total_steps=256"))
+    torch.testing.assert_close(torch.rand(3), expected[0])
+    np.testing.assert_array_equal(np.random.rand(3), expected[1])
+
+
 def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_updates(tmp_path):
     """TD3's delayed actor and HRAC's high level report some losses every few updates; the online runner had
     divided their sums by all of the iteration's updates, logging them that many times too small."""
