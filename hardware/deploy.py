@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import signal
 import sys
 import time
@@ -132,10 +133,11 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise FileNotFoundError(f"{run_dir}: {_file_not_run(Path(run_dir))}")
     if not Path(run_dir).is_dir():  # (from Python it had been "no exported controller, nor a checkpoint")
         raise FileNotFoundError(f"{run_dir}: no such run directory (`robolearn list` shows the runs)")
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+    if isinstance(episodes, bool) or not isinstance(episodes, numbers.Integral) or episodes < 1:
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # said before the robot moves
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:  # said before the robot moves
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
+    episodes, seed = int(episodes), int(seed)  # numpy's too (np.arange's, rng.integers'): deploy.json records them
     if fmt is not None and fmt not in FILENAMES:  # (a bare KeyError: 'pt')
         raise ValueError(f"fmt={fmt!r} (--format): choose one of {sorted(FILENAMES)}")
     path = _exported_file(run_dir, fmt or default_format(Path(run_dir)), asked=fmt is not None)

@@ -264,6 +264,15 @@ def test_no_episodes_is_refused_before_connecting(run_dir, emulator, episodes):
     assert not (run_dir / "deploy").exists()
 
 
+def test_numpy_integers_for_episodes_and_seed_deploy_as_the_numbers_they_are(run_dir, emulator):
+    """deploy(episodes=np.int64(1)) had been refused as "episodes must be a whole number of at least 1, got
+    np.int64(1)", and a numpy seed alike: a loop over np.arange's counts or seeds could not deploy."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    summary = deploy(run_dir, "dxl_arm", port=emulator.port, episodes=np.int64(1), seed=np.int64(2), safety=PATIENT)
+    assert (summary["episodes"], summary["seed"]) == (1, 2) and type(summary["seed"]) is int
+    assert json.loads((summary["recording"] / "deploy.json").read_text())["seed"] == 2
+
+
 @pytest.mark.parametrize("port", ["/dev/does-not-exist", "wrong baud"])
 def test_a_deploy_that_cannot_start_leaves_no_recording_folder(run_dir, make_emulator, port):
     if port == "wrong baud":
