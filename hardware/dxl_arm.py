@@ -38,6 +38,7 @@ observation and actions the controller was trained on), or the arm is refused.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import warnings
 from pathlib import Path
@@ -62,11 +63,13 @@ class DynamixelArm(Robot):
     """``config``'s servos on ``port`` (default: the config's), reaching targets. ``config``: a ``RobotConfig``, or as
     ``deploy`` takes it, a name in ``configs/robots/`` or a YAML path."""
 
-    def __init__(self, config: RobotConfig | str | Path, *, port: str | None = None, safety: SafetyConfig | None = None,
-                 task: ArmReach | None = None, target: tuple[float, float, float] | None = None,
-                 retries: int = 3) -> None:
+    def __init__(self, config: RobotConfig | str | Path, *, port: str | Path | None = None,
+                 safety: SafetyConfig | None = None, task: ArmReach | None = None,
+                 target: tuple[float, float, float] | None = None, retries: int = 3) -> None:
         if isinstance(config, (str, Path)):  # ('dxl_arm' had failed as "'str' object has no attribute 'calibration'")
             config = load_robot_config(config)
+        if isinstance(port, os.PathLike):  # Path("/dev/ttyUSB0"): it had failed as "'PosixPath' has no 'strip'"
+            port = os.fspath(port)
         if port is not None and not port.strip():  # `--port ""`: said, not the config's port used instead
             raise ValueError("--port is empty: give the serial port (/dev/ttyUSB0, /dev/pts/N), or leave it out to use "
                              "the robot config's")

@@ -273,6 +273,14 @@ def test_numpy_integers_for_episodes_and_seed_deploy_as_the_numbers_they_are(run
     assert json.loads((summary["recording"] / "deploy.json").read_text())["seed"] == 2
 
 
+def test_a_pathlib_port_deploys_as_its_string_does(run_dir, emulator):
+    """port=Path("/dev/pts/N") had failed as "'PosixPath' object has no attribute 'strip'"."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=10")
+    summary = deploy(run_dir, "dxl_arm", port=Path(emulator.port), episodes=1, safety=PATIENT)
+    assert summary["port"] == emulator.port
+    assert json.loads((summary["recording"] / "deploy.json").read_text())["port"] == emulator.port
+
+
 @pytest.mark.parametrize("port", ["/dev/does-not-exist", "wrong baud"])
 def test_a_deploy_that_cannot_start_leaves_no_recording_folder(run_dir, make_emulator, port):
     if port == "wrong baud":
