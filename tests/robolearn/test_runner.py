@@ -1480,6 +1480,14 @@ def test_train_gives_the_global_random_streams_back_to_the_caller(tmp_path):
     np.testing.assert_array_equal(np.random.rand(3), expected[1])
 
 
+def test_a_stop_that_is_no_function_is_refused_before_the_run_starts(tmp_path):
+    """train(stop=100_000) had trained an iteration in a new run folder, then failed as "'int' object is not
+    callable", said as raised by the stop callback with a resume line."""
+    with pytest.raises(TypeError, match=r"stop: a function of an iteration's metrics .* got int 100000"):
+        train(tiny(tmp_path, "ppo", "runner.total_steps=256"), stop=100_000)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_updates(tmp_path):
     """TD3's delayed actor and HRAC's high level report some losses every few updates; the online runner had
     divided their sums by all of the iteration's updates, logging them that many times too small."""
