@@ -252,9 +252,11 @@ def refuse_algo_change(run_dir: str | Path, overrides: str | Sequence[str] | Map
                           f"'{probe['algo']}': drop algo=, or train a new run with it")
 
 
-def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> None:
+def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any] | None) -> None:
     """Set each override in ``raw``, in order: ``key=value`` strings (the value read as YAML), or a mapping's
-    values as they are (typed and checked later, as YAML's are)."""
+    values as they are (typed and checked later, as YAML's are). None: none (load_config's check lets it through)."""
+    if overrides is None:  # (it had failed as "'NoneType' object is not iterable")
+        return
     if isinstance(overrides, Mapping):
         for key, value in overrides.items():
             _set_dotted(raw, str(key).strip(), _plain(value))

@@ -312,6 +312,15 @@ def test_overrides_of_another_kind_are_refused_naming_the_kinds_taken():
         load_config("ppo_pendulum", 5)
 
 
+def test_no_overrides_as_none_is_the_config_as_written(tmp_path):
+    """load_config(name, None) passed the kind check, then failed as "'NoneType' object is not iterable", and so did
+    train(resume=run, overrides=None) (an `overrides=None` default of one's own passed on)."""
+    from robolearn.config import refuse_algo_change
+
+    assert load_config("ppo_pendulum", None) == load_config("ppo_pendulum")
+    refuse_algo_change(tmp_path, None)
+
+
 def test_a_section_mapping_sets_nested_keys_too_and_an_empty_one_turns_them_off():
     """{"env": {"randomization": {"obs_noise_std": 0.01}}} had dropped every other randomization range."""
     ranges = load_config("ppo_arm_reach_dr").env.randomization
