@@ -261,7 +261,7 @@ def test_a_split_writes_all_its_parts_or_none_and_never_replaces_its_source(reco
 
 def test_an_existing_name_is_refused_unless_overwrite(recorded, root):
     first = recorded("pendulum", 1, num_envs=1, max_episode_steps=10)
-    with pytest.raises(DatasetError, match="already exists.*--overwrite"):
+    with pytest.raises(DatasetError, match=r"already exists.*--overwrite \(overwrite=True\)"):  # (from Python too)
         recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
     assert len(Dataset.load("pendulum")) == 1
     replaced = Dataset.create("pendulum", [first[0], first[0]], first.observation_spec, first.action_spec, overwrite=True)
