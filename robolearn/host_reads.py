@@ -12,6 +12,7 @@ not in its count (on CUDA the backend replays it as captured graphs, which canno
 from __future__ import annotations
 
 import collections
+import os
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,8 +66,11 @@ class HostReads(TorchFunctionMode):
     index. Nor are torch.optim's reads of its step counters counted (``OPTIMIZER_STEP_READ``).
     """
 
-    def __init__(self, counting: bool = True, code: tuple[Path, ...] = OURS, stand_in: bool = True) -> None:
+    def __init__(self, counting: bool = True, code: tuple[Path, ...] | Path | str = OURS,
+                 stand_in: bool = True) -> None:
         super().__init__()
+        if isinstance(code, (str, os.PathLike)):  # one folder: a str had been taken letter by letter, counting nothing
+            code = (code,)
         self.counting = counting
         self.stand_in = stand_in
         self._code = tuple(f"{Path(folder).resolve()}/" for folder in code)

@@ -26,6 +26,15 @@ def test_it_counts_reads_of_device_values_by_line_and_not_reads_of_host_copies()
     assert {path for _, path, _ in reads.sites} == {"tests/robolearn/test_host_reads.py"}
 
 
+@pytest.mark.parametrize("folder", [str, Path], ids=["str", "Path"])
+def test_code_may_be_one_folder(folder):
+    """HostReads(code="my_tasks") had taken the string letter by letter as folders, counting nothing in my_tasks."""
+    x = torch.arange(6.0)
+    with HostReads(code=folder(Path(__file__).parent)) as reads:
+        x.sum().item()
+    assert [(name, path) for name, path, _ in reads.sites] == [("item", "tests/robolearn/test_host_reads.py")]
+
+
 def test_host_copies_stay_usable_and_uncounted_through_stacks_sizes_and_named_tuples():
     x = torch.arange(6.0)
     with HostReads(code=(Path(__file__).parent,)) as reads:
