@@ -64,8 +64,11 @@ class RunLogger:
                               "mininterval": 0.1 if self._redraw else 30.0, "maxinterval": 10.0 if self._redraw else 30.0}
         self._wandb = None
         if wandb_mode != "disabled":
-            os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
+
+            # quiet for this run only (a WANDB_SILENT of one's own decides): set in os.environ, it had silenced the
+            # script's own wandb.init after train(), its run's link included
+            quiet = wandb.Settings(silent=True) if "WANDB_SILENT" not in os.environ else None
 
             # reinit="create_new": a run of its own even while another is open in this process (one stopped by an
             # error in a script that goes on); W&B's default there returns that run, and the next run's lines went
@@ -73,7 +76,7 @@ class RunLogger:
             try:
                 self._wandb = wandb.init(project=project, name=name, dir=str(run_dir), mode=wandb_mode, config=config,
                                          resume="allow", id=_wandb_id(run_dir), group=group or None,
-                                         tags=list(tags) or None, reinit="create_new")
+                                         tags=list(tags) or None, reinit="create_new", settings=quiet)
             except BaseException as err:
                 self._file.close()
                 # no API key, or a bad one: said in a line, not as W&B's 38 lines of traceback

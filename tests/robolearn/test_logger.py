@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -117,6 +118,16 @@ def test_wandb_runs_carry_the_configs_group_and_tags(tmp_path):
         assert logger._wandb.group == "pend_base" and list(logger._wandb.tags) == ["seed-study", "ppo"]
     finally:
         logger.close()
+
+
+def test_wandb_is_quiet_for_the_run_alone(tmp_path, monkeypatch, capfd):
+    """The logger had set WANDB_SILENT=true in os.environ for good: a script's own wandb.init after train() was silent
+    too, the link to its run included."""
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    logger = RunLogger(tmp_path, total_steps=10, config={}, wandb_mode="offline", progress=False)
+    logger.close()
+    assert "WANDB_SILENT" not in os.environ
+    assert "wandb:" not in "".join(capfd.readouterr())
 
 
 def test_a_run_left_open_does_not_take_the_next_runs_wandb_lines(tmp_path):
