@@ -26,7 +26,7 @@ import torch
 from robolearn.caller import outside_us
 from robolearn.interfaces import ContractError, VecEnv
 from sims.backend import MujocoBackend
-from sims.task import Task, TaskEnv
+from sims.task import Task, TaskEnv, checked_seed
 from sims.tasks.ant import Ant
 from sims.tasks.ant_maze import ant_maze_large, ant_maze_medium
 from sims.tasks.arm_reach import ArmReach
@@ -101,10 +101,7 @@ def make_env(
         # not MuJoCo's own words (above a C int: "incompatible constructor arguments" and a traceback)
         raise ValueError(f"num_envs: a whole number of worlds, from 1 to {MAX_ENVS} (env.num_envs, eval's --episodes, "
                          f"dataset record's --num-envs); got {num_envs!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"seed: a whole number, or None; got {seed!r}")  # (not torch's "manual_seed expected a long")
-    if seed is not None:
-        seed = int(seed)  # numpy's integers too (np.arange's, rng.integers'): torch's generators take Python ints only
+    seed = checked_seed(seed)  # numpy integers too (np.arange's): torch's generators take Python ints only
     if not isinstance(task, str):
         raise ValueError(f"task: a name ({', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>); got "
                          f"{type(task).__name__} {task!r:.60}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -167,6 +167,20 @@ def tracking_camera(body: int, distance: float, elevation: float = -20.0, azimut
     return camera
 
 
+def checked_seed(seed: Any) -> int | None:
+    """``seed`` as a Python int (a numpy integer too), or None; one that is no whole number, or too large for torch's
+    64-bit generators (``np.random.SeedSequence().entropy``'s 128 bits), is refused in words, not as torch's
+    "manual_seed expected a long" or "Overflow when unpacking long long"."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed: a whole number, or None; got {seed!r}")
+    if not -2**63 <= seed < 2**63:  # (an unsigned 64-bit seed would overflow with the offsets the wrappers add)
+        raise ValueError(f"seed: {seed} does not fit torch's 64-bit generators; give one in [0, 2**32 - 1] (numpy's "
+                         "and torch's seeds, as a config's seed=), e.g. seed % 2**32")
+    return int(seed)
+
+
 def checked_action(action: Any, num_envs: int, action_spec: spaces.Box, device: torch.device) -> torch.Tensor:
     """``action`` as a float32 tensor on ``device`` (numpy and lists accepted), refused with a message when its
     shape is not ``(num_envs, *action_spec.shape)`` or, on CPU, when it holds NaN or inf: MuJoCo would quietly
@@ -239,8 +253,8 @@ class TaskEnv(VecEnv):
         self._episode_step.copy_(checked_episode_steps(steps, self))
 
     def reset(self, seed: int | None = None) -> Obs:
-        if seed is not None:
-            self._generator.manual_seed(operator.index(seed))  # a numpy integer too (torch's takes Python ints only)
+        if (seed := checked_seed(seed)) is not None:  # a numpy integer too (torch's takes Python ints only)
+            self._generator.manual_seed(seed)
         self.task.start(self.sim)
         self._reset_worlds(self._worlds)
         return self._observe()

@@ -144,6 +144,21 @@ def test_a_seed_or_task_of_another_kind_is_refused_by_name():
         make_env(TASKS["pendulum"](), 1)
 
 
+def test_a_seed_too_large_for_torchs_generators_is_refused_in_words():
+    """A 128-bit seed (np.random.SeedSequence().entropy) had failed as "Overflow when unpacking long long", from
+    make_env and from env.reset alike; one in 64 bits still seeds."""
+    for seed in (2**64, -2**63 - 1, 2**127 + 5):
+        with pytest.raises(ValueError, match=rf"seed: {seed} does not fit torch's 64-bit generators; give one in "
+                                             r"\[0, 2\*\*32 - 1\]"):
+            make_env("cartpole", 1, seed=seed)
+    env = make_env("cartpole", 1, seed=2**63 - 1)
+    with pytest.raises(ValueError, match="does not fit torch's 64-bit generators"):
+        env.reset(seed=2**64)
+    with pytest.raises(ValueError, match=r"seed: a whole number, or None; got '4'"):
+        env.reset(seed="4")
+    torch.testing.assert_close(env.reset(seed=-1)["policy"], env.reset(seed=-1)["policy"])
+
+
 def test_a_numpy_integer_seed_seeds_like_the_same_int():
     """make_env took a numpy integer seed (np.arange's, rng.integers') as a whole number and then failed in torch's
     generator with "an integer is required"; env.reset(seed=np.int64(...)) too, and a gym: env read it as a list."""
