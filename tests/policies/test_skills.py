@@ -471,27 +471,36 @@ def tiny_spirl(run_dir, *settings: str) -> list[str]:
             *settings]
 
 
+def interrupted_in_pretraining(cfg, at: int):
+    """A Runner of ``cfg`` trained until a Ctrl+C during its ``at``-th pretraining update (taken after it, between
+    updates), then closed."""
+    from robolearn.runner import Runner
+
+    runner = Runner(cfg)
+    update, calls = runner.agent.pretrain_update, []
+
+    def interrupting() -> dict:
+        calls.append(1)
+        if len(calls) == at:
+            runner.ctrl_c.pending = True
+        return update()
+
+    runner.agent.pretrain_update = interrupting
+    try:
+        assert runner.train().interrupted
+    finally:
+        runner.close()
+    return runner
+
+
 def test_sums_a_ctrl_c_left_of_pretraining_stay_out_of_the_online_lines(maze_datasets, tmp_path, monkeypatch):
     """A resume with agent.pretrain_updates at or under the updates done runs no pretraining iteration: the sums a
     Ctrl+C had left of one were carried into the first online line (loss, reconstruction, prior_nll unprefixed)."""
     from robolearn.runner import Runner
 
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
-    runner = Runner(load_config("spirl_point_maze_medium", tiny_spirl(tmp_path, "runner.eval_episodes=0",
-                                                                      "agent.pretrain_updates=60")))
-    update, calls = runner.agent.pretrain_update, []
-
-    def interrupt_at_30() -> dict:
-        calls.append(1)
-        if len(calls) == 30:
-            runner.ctrl_c.pending = True
-        return update()
-
-    runner.agent.pretrain_update = interrupt_at_30
-    try:
-        assert runner.train().interrupted
-    finally:
-        runner.close()
+    runner = interrupted_in_pretraining(load_config("spirl_point_maze_medium", tiny_spirl(
+        tmp_path, "runner.eval_episodes=0", "agent.pretrain_updates=60")), at=30)
     assert load_checkpoint(runner.checkpoint_path)["progress"]["update_sums"]
     resumed = Runner(load_config(runner.run_dir / "config.yaml", ["agent.pretrain_updates=30"]), resume=runner.run_dir)
     try:
@@ -516,20 +525,7 @@ def test_resume_continues_pretraining_then_the_online_phase(maze_datasets, tmp_p
         straight.train()
     finally:
         straight.close()
-    runner = Runner(load_config("spirl_point_maze_medium", overrides))
-    update, calls = runner.agent.pretrain_update, []
-
-    def interrupt_at_1050() -> dict:
-        calls.append(1)
-        if len(calls) == 1050:  # a Ctrl+C during the 1050th update: taken after it, between updates
-            runner.ctrl_c.pending = True
-        return update()
-
-    runner.agent.pretrain_update = interrupt_at_1050
-    try:
-        assert runner.train().interrupted
-    finally:
-        runner.close()
+    runner = interrupted_in_pretraining(load_config("spirl_point_maze_medium", overrides), at=1050)
     progress = load_checkpoint(runner.checkpoint_path)["progress"]
     assert progress["pretrain_updates"] == 1050 and not progress["pretrained"]
     with (runner.run_dir / "metrics.jsonl").open("a") as f:  # as if killed after logging an iteration it did not save
