@@ -321,6 +321,11 @@ class Dataset:
         h5py's objects), and on the main thread's heap that made every later tensor allocation slow
         enough to halve IQL's updates/s on a 2,764-episode dataset (BENCHMARKS.md, offline section).
         """
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():  # before the read (minutes on a big dataset),
+            # not torch's "Torch not compiled with CUDA enabled" after it
+            raise ValueError(f"transitions(device={str(device)!r}): no CUDA GPU here (torch.cuda.is_available() is "
+                             "False); read them to 'cpu'")
         with ThreadPoolExecutor(1) as reader:
             arrays = reader.submit(self._read_transitions).result()
         return map_batch(arrays, lambda a: torch.as_tensor(a, device=device))

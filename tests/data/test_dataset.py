@@ -140,6 +140,18 @@ def test_transitions_are_aligned_tensors(recorded):
     np.testing.assert_array_equal(batch["truncated"].numpy(), np.concatenate([e.truncations for e in episodes]))
 
 
+def test_transitions_to_a_gpu_that_is_not_there_are_refused_before_the_read(recorded, monkeypatch):
+    """Dataset.transitions("cuda") without a GPU read the whole dataset, then failed as torch's "Torch not compiled
+    with CUDA enabled"."""
+    ds = recorded("pendulum", 1, num_envs=1, max_episode_steps=5)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # (as on CI; a GPU machine too)
+    read = []
+    monkeypatch.setattr(type(ds), "_read_transitions", lambda self: read.append(1))
+    with pytest.raises(ValueError, match=r"transitions\(device='cuda'\): no CUDA GPU here .*read them to 'cpu'"):
+        ds.transitions("cuda")
+    assert not read
+
+
 def test_transitions_refuse_steps_that_disagree_with_the_metadata(recorded):
     ds = recorded("pendulum", 2, num_envs=1, max_episode_steps=10)
     for claimed, says in ((25, "hold 20 steps"), (15, "more steps than")):
