@@ -116,6 +116,7 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
     as ``robolearn eval`` builds it. ``sims.make_env(task)`` builds the task's defaults instead. ``num_envs``:
     default the config's. ``nominal``: without its domain randomization (its delays kept), as ``eval --nominal``."""
     import dataclasses
+    import os
     from pathlib import Path
 
     from robolearn.config import TrainConfig, load_run_config
@@ -127,6 +128,9 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
 
     if isinstance(run, TrainConfig):
         return build(run.env)
+    if not isinstance(run, (str, os.PathLike)):  # (pathlib's "expected str, bytes or os.PathLike object, not int")
+        raise TypeError(f"make_env(run): a run directory or a config from load_config; got {type(run).__name__} "
+                        f"{run!r:.60} (sims.make_env(task, num_envs) builds a task with its defaults)")
     if isinstance(run, str) and not Path(run).exists():
         from sims import TASKS
 

@@ -1266,6 +1266,8 @@ def test_the_python_entry_points_given_a_name_where_a_config_or_run_goes_say_wha
         robolearn.train(resume=tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match=r"'cartpole' is a task: sims.make_env\('cartpole'\) builds it"):
         robolearn.make_env("cartpole")
+    with pytest.raises(TypeError, match=r"make_env\(run\): a run directory or a config from load_config; got int 3"):
+        robolearn.make_env(3)  # (pathlib's "expected str, bytes or os.PathLike object, not int")
 
 
 def test_a_ctrl_c_pending_between_updates_stops_before_the_next_and_the_debt_carries_over():
