@@ -284,16 +284,6 @@ def _exported_file(run_dir: Path, fmt: str, asked: bool = True) -> Path:
     raise FileNotFoundError(f"{path}: no exported controller; run {export} first")
 
 
-def _recordings_of(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The robot recordings' metadata a dataset's ``info`` holds: its own, and those of the datasets a merge
-    joined (kept per source under ``sources`` where they differ, such as two deploys' seeds)."""
-    found = [info["recording"]] if isinstance(info.get("recording"), dict) else []
-    for source in (info.get("sources") or {}).values():
-        if isinstance(source, dict):
-            found += _recordings_of(source)
-    return found
-
-
 def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
     """A controller trained on a robot recording (an offline run on an imported deploy) and deployed with the
     recording's seed reaches for the very targets it learned from: say so, as its success there tests nothing."""
@@ -302,8 +292,9 @@ def _warn_if_training_targets(run_dir: Path, seed: int) -> None:
         if not dataset:
             return
         from robolearn.data import Dataset
+        from robolearn.data.recordings import recordings_in
 
-        recordings = _recordings_of(Dataset.load(dataset).info)
+        recordings = recordings_in(Dataset.load(dataset).info)
     except (OSError, ValueError):  # no config, the dataset on another machine: nothing to compare
         return
     # a fixed --target drew nothing

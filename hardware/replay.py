@@ -26,7 +26,7 @@ from hardware.robot import Robot
 from hardware.safety import add_to_message
 from robolearn.config import build_dataclass
 from robolearn.recording import load_episode
-from robolearn.runtime import StepSink, stops_as_ctrl_c
+from robolearn.runtime import StepSink, say_what_the_stop_left, stops_as_ctrl_c
 from sims.tasks.arm_reach import ArmReach
 
 
@@ -91,6 +91,12 @@ def read_replayable(path: str | Path, joints: int) -> tuple[np.ndarray, np.ndarr
     return state[:, :joints].astype(np.float64), actions.astype(np.float64)
 
 
+def runs_at(config: Any, dt: float | None) -> bool:
+    """Whether robot config ``config`` replays a recording of control period ``dt`` (None: unknown) at its rate: it
+    has no ``control_dt`` of its own (it then runs at the recording's), or that one."""
+    return dt is None or config.control_dt is None or abs(config.control_dt - dt) <= 1e-9
+
+
 def replay(path: str | Path, robot_config: str | Path, *, port: str | None = None,
            safety_overrides: Mapping[str, Any] | None = None, sink: StepSink | None = None) -> dict[str, Any]:
     """``robolearn replay``: episode ``path`` on the Dynamixel arm of ``robot_config`` (a name in
@@ -102,8 +108,8 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
     task = build_dataclass(ArmReach, settings, "metadata.json task.") if settings else None
     config = load_robot_config(robot_config)
     dt = recorded_control_dt(path)
-    if dt is not None and config.control_dt is not None and abs(config.control_dt - dt) > 1e-9:  # (the arm had
-        # refused it as a controller's: "deploy a controller trained at the config's rate", of a replay)
+    if not runs_at(config, dt):  # (the arm had refused it as a controller's: "deploy a controller trained at the
+        # config's rate", of a replay)
         raise ReplayError(f"{path}: recorded at control_dt {dt:g} s, the robot config {robot_config} runs at "
                           f"{config.control_dt:g} s (its control_dt): replay it with a robot config of the "
                           "recording's rate, or one without control_dt, which runs at the recording's")
@@ -117,8 +123,7 @@ def replay(path: str | Path, robot_config: str | Path, *, port: str | None = Non
             return replay_on_robot(path, robot, sink)
     except KeyboardInterrupt as err:
         if connected:  # the close parked and turned torque off (what cuts that short raises its own error instead):
-            stop = err.args[0] if err.args and err.args[0] else "SIGINT"  # said, as deploy's report says it
-            err.args = (f"{stop}; the robot was parked and its torque turned off",)
+            say_what_the_stop_left(err, "the robot was parked and its torque turned off")  # as deploy's report
         raise
     except Exception as err:
         _say_what_began_it(err)

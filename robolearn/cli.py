@@ -864,12 +864,12 @@ def _runs_at(robot: str, dt: float) -> bool:
     """Whether robot config ``robot`` replays at control period ``dt``: it has none of its own, or that one (one it
     cannot read is left to replay's own error)."""
     from hardware.dxl_arm import load_robot_config
+    from hardware.replay import runs_at
 
     try:
-        own = load_robot_config(robot).control_dt
+        return runs_at(load_robot_config(robot), dt)
     except (OSError, ValueError, TypeError, KeyError):
         return False
-    return own is None or abs(own - dt) <= 1e-9
 
 
 def _emulate(args: argparse.Namespace) -> int:

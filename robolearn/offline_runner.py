@@ -23,7 +23,6 @@ export | play <run>`` work unchanged; ``metrics.jsonl`` lines carry ``updates`` 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -89,19 +88,15 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:
-        import sims
+        from robolearn.data.importing import no_task_here
 
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
-        if dataset.task not in (None, task) and ":" not in dataset.task and dataset.task not in sims.TASKS:
-            # a typo or another install's task: env.task= it had been suggested, which fails in turn
-            close = difflib.get_close_matches(dataset.task, sims.TASKS, n=1)
-            guess = f" (did you mean '{close[0]}'?)" if close else ""
+        if other_task and (unknown := no_task_here(dataset.task)):  # (env.task= it had been offered: fails in turn)
             source = str(dataset.info.get("source", ""))
             imported = source.partition(":")[0] in ("d4rl", "lerobot", "recording")  # (import's formats)
             again = "import it again" if imported else shell("robolearn", "dataset", "export", dataset.id, "--format",
                                                             "d4rl", "--out", "FILE.hdf5") + ", then import that"
-            hint = (f"; its task '{dataset.task}' is no task here{guess}: {again} with --task and the task it was "
-                    "recorded on")
+            hint = f"; its task '{dataset.task}' {unknown}: {again} with --task and the task it was recorded on"
         if lacking := [group for group in reads_groups if group not in dataset.observation_spec]:  # (its task
             # would be the next refusal: the learner needs them on any task)
             hint = (f"; the learner reads observation groups {list(reads_groups)} on any task, and the dataset "
@@ -129,8 +124,9 @@ def from_robot(info: dict[str, Any]) -> bool:
     """Whether a dataset's ``info`` says robot recordings made it: imported from one, or a split or merge of
     such (a split keeps its ``recording``, a merge each source's under ``sources``; their ``source`` is the
     split's or merge's)."""
-    return (str(info.get("source", "")).startswith("recording:") or isinstance(info.get("recording"), dict)
-            or any(isinstance(source, dict) and from_robot(source) for source in (info.get("sources") or {}).values()))
+    from robolearn.data.recordings import recordings_in
+
+    return str(info.get("source", "")).startswith("recording:") or bool(recordings_in(info))
 
 
 def size_doubt(steps: int, episodes: int, batch_size: int, from_robot: bool = False) -> str | None:

@@ -95,6 +95,14 @@ def mute_dead_pipes() -> set[int]:
     return muted
 
 
+def say_what_the_stop_left(err: KeyboardInterrupt, left: str) -> None:
+    """Add to a stop's message what it left behind (``"SIGINT; the robot was parked ..."``): the command line's
+    "interrupted" line prints a message that says it (one with ``"; "``), where a bare "interrupted" had left the
+    user to guess what was written or parked."""
+    stop = err.args[0] if err.args and err.args[0] else "SIGINT"
+    err.args = (f"{stop}; {left}",)
+
+
 def to_devnull(fd: int) -> None:
     """Point the file descriptor ``fd`` at /dev/null: writes to it then go nowhere, and cannot fail."""
     null = os.open(os.devnull, os.O_WRONLY)

@@ -20,6 +20,7 @@ from robolearn import strict_json
 from robolearn.checkpoint import ShapeMismatch
 from robolearn.data.importing import FORMATS as IMPORT_FORMATS, check_refs, settings_said, slug
 from robolearn.listing import counted
+from robolearn.runtime import say_what_the_stop_left
 from robolearn.shell import shell
 
 
@@ -309,9 +310,8 @@ def _import(args: argparse.Namespace) -> int:
         except KeyboardInterrupt as err:  # (a bare "interrupted" had left the user to look for a half-written one)
             if "; " in str(err):  # said already: it came once the dataset was written
                 raise
-            stop = err.args[0] if err.args and err.args[0] else "SIGINT"
             kept = "; the dataset it would have replaced is kept" if args.overwrite else ""
-            err.args = (f"{stop}; nothing was imported: a dataset is written whole or not at all{kept}",)
+            say_what_the_stop_left(err, f"nothing was imported: a dataset is written whole or not at all{kept}")
             raise
     ds, returns, meta = imported.dataset, imported.returns, imported.dataset.info
     print(f"imported:    {counted(ds.num_episodes, 'episode')}, {ds.num_steps} steps, return {np.mean(returns):.4g} ± "
@@ -392,17 +392,11 @@ def _task_a_file_names(task: Any, where: str) -> Any:
     code (``module:Class``, a Gymnasium ``module:id``): a file does not get to import code, as on import
     (:func:`robolearn.data.importing._buildable_from_a_file`); the user's --task may name it. A downloaded dataset
     whose metadata said ``os:system`` had run its ``task_kwargs`` command at `dataset replay`."""
-    import difflib
+    from robolearn.data.importing import _buildable_from_a_file, no_task_here
 
-    import sims
-    from robolearn.data.importing import _buildable_from_a_file
-
-    if task and isinstance(task, str) and ":" not in task and task not in sims.TASKS:  # no code: a typo, or a
-        # task of another install's; it had been said to name code to import, and --task to trust it
-        close = difflib.get_close_matches(task, sims.TASKS, n=1)
-        guess = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{where} says its task is {task!r}, which is no task here{guess}: pass --task with the "
-                         "task it was recorded on")
+    if unknown := no_task_here(task):  # no code (it had been said to name code to import, and --task to trust it)
+        raise ValueError(f"{where} says its task is {task!r}, which {unknown}: pass --task with the task it was "
+                         "recorded on")
     if task and not _buildable_from_a_file(task):
         raise ValueError(f"{where} says its task is {task!r}, which names code to import; a file does not get to "
                          f"run code: if you trust it, pass --task {shell(str(task))}")

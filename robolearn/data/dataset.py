@@ -33,6 +33,7 @@ from robolearn.data.episode import DatasetError, Episode
 from robolearn.data.minari_store import (ARROW_FORMATS, DatasetWriter, dataset_dir, dataset_id, datasets_root,
                                         list_datasets, own_id, read_metadata, read_storage, refuse_discrete_actions,
                                         refuse_file_root, refuse_misread_episode)
+from robolearn.runtime import say_what_the_stop_left
 from robolearn.shell import shell
 from robolearn.storage import map_batch, write_batch
 
@@ -513,10 +514,10 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
                                       metadata=meta, root=root, overwrite=overwrite))
     except KeyboardInterrupt as err:  # each part is written whole or not at all, but not the split: the parts
         if out:  # written stay, said (a bare "interrupted" left the next split's "already exist" unexplained)
-            stop = err.args[0] if err.args and err.args[0] else "SIGINT"
-            err.args = (f"{stop}; the split of '{dataset.id}' wrote {', '.join(repr(d.id) for d in out)} before it "
-                        f"stopped, not {', '.join(repr(dataset_id(n)) for n in names[len(out):])}: split again with "
-                        "--overwrite for all the parts",)
+            written = ", ".join(repr(d.id) for d in out)
+            unwritten = ", ".join(repr(dataset_id(n)) for n in names[len(out):])
+            say_what_the_stop_left(err, f"the split of '{dataset.id}' wrote {written} before it stopped, not "
+                                        f"{unwritten}: split again with --overwrite for all the parts")
         raise
     return out
 

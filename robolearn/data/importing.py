@@ -20,6 +20,7 @@ import numpy as np
 
 from robolearn.data.dataset import Dataset
 from robolearn.data.episode import DatasetError, Episode
+from robolearn.runtime import say_what_the_stop_left
 
 FORMATS = ("d4rl", "lerobot", "recording")
 
@@ -65,11 +66,9 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         raise DatasetError(f"{path}: no episodes to import")
     specs = specs_of(episodes[0])
     named = meta.get("task")
-    if not task and format != "recording" and isinstance(named, str) and ":" not in named and named not in sims.TASKS:
-        # a typo or another install's task: kept as the dataset's, it had been imported in silence, its shapes unchecked
-        close = difflib.get_close_matches(named, sims.TASKS, n=1)
-        guess = f" (did you mean '{close[0]}'?)" if close else ""
-        warnings.warn(f"{path}: its task '{named}' is no task here{guess}; imported without the task's bounds and "
+    if not task and format != "recording" and (unknown := no_task_here(named)):
+        # kept as the dataset's task, it had been imported in silence, its shapes unchecked
+        warnings.warn(f"{path}: its task '{named}' {unknown}; imported without the task's bounds and "
                       "settings: give --task to set them", stacklevel=2)
         meta["recorded_task"] = meta.pop("task")  # kept, but not as the dataset's task (as a Gymnasium id's, below)
         meta.pop("task_kwargs", None)
@@ -124,8 +123,8 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         return Imported(dataset, [e.episode_return for e in episodes],
                         [e.success for e in episodes if e.success is not None], task_from_file, settings, others)
     except KeyboardInterrupt as err:  # written already: said so (`dataset import` says "nothing was imported" before)
-        stop = err.args[0] if err.args and err.args[0] else "SIGINT"
-        err.args = (f"{stop}; dataset '{dataset.id}' was imported whole ({dataset.path}), its checks after cut short",)
+        say_what_the_stop_left(err, f"dataset '{dataset.id}' was imported whole ({dataset.path}), its checks after cut "
+                                    "short")
         raise
 
 
@@ -138,6 +137,18 @@ def _buildable_from_a_file(task: Any) -> bool:
     if not isinstance(task, str):
         return False
     return task in sims.TASKS or (task.startswith(sims.GYM_PREFIX) and ":" not in task[len(sims.GYM_PREFIX):])
+
+
+def no_task_here(task: Any) -> str | None:
+    """Where a file names a plain task name that is no task here (a typo, another install's task): ``"is no task
+    here"`` with the nearest task asked about, for its message; None for ours, a prefixed one (``gym:``,
+    ``module:Class``) or none. Such a task had been offered as env.task= and taken as code to trust."""
+    import sims
+
+    if not isinstance(task, str) or not task or ":" in task or task in sims.TASKS:
+        return None
+    close = difflib.get_close_matches(task, sims.TASKS, n=1)
+    return "is no task here" + (f" (did you mean '{close[0]}'?)" if close else "")
 
 
 def task_specs(task: str, control_dt: float | None = None, kwargs: dict[str, Any] | None = None,

@@ -99,6 +99,17 @@ def read_recordings(directory: str | Path) -> tuple[list[Episode], dict[str, Any
     return episodes, meta
 
 
+def recordings_in(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The robot recordings' metadata a dataset's ``info`` holds: its own ``recording`` (an import's, kept by a
+    split), and those of the datasets a merge joined (kept per source under ``sources`` where they differ, such
+    as two deploys' seeds)."""
+    found = [info["recording"]] if isinstance(info.get("recording"), dict) else []
+    for source in (info.get("sources") or {}).values():
+        if isinstance(source, dict):
+            found += recordings_in(source)
+    return found
+
+
 def recorded_task_settings(meta: dict[str, Any], task: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The task settings of a recording's ``metadata.json`` (in ``meta`` from :func:`read_recordings`), split
     into those ``task`` takes (its ``env.kwargs``, so a replay or an evaluation runs the task as the robot
