@@ -83,12 +83,15 @@ class RunnerConfig:
     # instead of 0.08 ms per TD3+BC update on hopper-medium. Values below 1.2e-38 become 0.
     flush_denormal: bool = True
 
-    def apply_torch_settings(self) -> None:
-        """Threads and matmul precision for this process (runners call it before building agents)."""
+    def apply_torch_settings(self) -> TorchSettings:
+        """Threads and matmul precision for this process (runners call it before building agents); returns the
+        settings it replaced, for the caller to put back (:meth:`TorchSettings.restore`)."""
+        before = TorchSettings()
         if self.torch_threads > 0:
             torch.set_num_threads(self.torch_threads)
         torch.set_float32_matmul_precision(self.matmul_precision)
         torch.set_flush_denormal(self.flush_denormal)  # False where the CPU cannot (no SSE3): nothing changes
+        return before
 
 
 def denormals_flushed() -> bool:
@@ -97,19 +100,30 @@ def denormals_flushed() -> bool:
     return bool((torch.tensor([1e-38], dtype=torch.float32, device="cpu") * 0.5).item() == 0.0)
 
 
+class TorchSettings:
+    """torch's threads, matmul precision and denormal flushing as they are now (what
+    :meth:`RunnerConfig.apply_torch_settings` sets), to put back with :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self.threads, self.precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+        self.flushing = denormals_flushed()
+
+    def restore(self) -> None:
+        torch.set_num_threads(self.threads)
+        torch.set_float32_matmul_precision(self.precision)
+        torch.set_flush_denormal(self.flushing)
+
+
 @contextlib.contextmanager
 def torch_settings_kept() -> Iterator[None]:
     """Put torch's threads, matmul precision and denormal flushing back as they were on leaving: a run sets them for
     itself (:meth:`RunnerConfig.apply_torch_settings`), and a script that went on after ``train()`` had computed on
     one thread (``runner.torch_threads``' default) at the run's precision."""
-    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
-    flushing = denormals_flushed()
+    before = TorchSettings()
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
-        torch.set_float32_matmul_precision(precision)
-        torch.set_flush_denormal(flushing)
+        before.restore()
 
 
 @dataclass

@@ -48,8 +48,8 @@ from robolearn.logger import RunLogger, keep_seconds
 from robolearn.offline_runner import OfflineRunner, dataset_fingerprint
 from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, ask_stop,
-                              check_metrics, finish_run, interrupted, iteration_rest, iteration_sums, pay_update_debt,
-                              step_envs, stopped_by_nan)
+                              check_metrics, finish_run, gives_torch_settings_back, interrupted, iteration_rest,
+                              iteration_sums, pay_update_debt, step_envs, stopped_by_nan)
 from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
 from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
@@ -271,6 +271,7 @@ class FinetuneRunner(OfflineRunner):
 
     # -- the loop ------------------------------------------------------------------------------
 
+    @gives_torch_settings_back
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Pretrain (if not done), fine-tune, then export, evaluate and film the fine-tuned controller.
 

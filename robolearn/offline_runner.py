@@ -42,8 +42,8 @@ from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of,
-                              finish_run, interrupted, iteration_rest, iteration_sums, out_of_time, stopped_by_nan,
-                              write_config_or_undo)
+                              finish_run, give_torch_settings_back, gives_torch_settings_back, interrupted, iteration_rest,
+                              iteration_sums, out_of_time, stopped_by_nan, write_config_or_undo)
 from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy
@@ -276,7 +276,6 @@ class OfflineRunner:
         self.run_logger: RunLogger | None = None  # while training (its seconds go into each checkpoint)
         self.deadline = float("inf")  # runner.max_minutes, from train()'s start (time.monotonic())
         self._lap = 0.0  # the last iteration's seconds, with its evaluation and checkpoint: the next one's expected length
-        cfg.runner.apply_torch_settings()
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         self.rows_unread = self._rows_unread(resume)
@@ -287,6 +286,8 @@ class OfflineRunner:
                 raise
             self.dataset = None  # gone (deleted, or the run copied without it): its checkpoint kept what is read of it
         self.run_dir = Path(resume) if resume else None
+        # the run's torch settings until train() returns (or close(), a failed build's too): as Runner
+        self.callers_torch_settings = cfg.runner.apply_torch_settings()
         try:
             self._build(resume)
             if resume:  # after every refusal the build can make (a fine-tune's replay and guide too): it sets
@@ -374,6 +375,7 @@ class OfflineRunner:
         score = self.dataset.score(evaluation["return_mean"])
         return {} if score is None else {"normalized_score": score}
 
+    @gives_torch_settings_back
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Run ``runner.total_steps`` updates (or until ``stop(metrics)``); then export, evaluate, film.
 
@@ -476,3 +478,4 @@ class OfflineRunner:
     def close(self) -> None:
         if hasattr(self, "env"):  # not when its construction failed
             self.env.close()
+        give_torch_settings_back(self)

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import shutil
 import signal
@@ -234,8 +235,36 @@ def write_config_or_undo(runner: Any, resume: Path | None) -> None:
         raise
 
 
+def gives_torch_settings_back(train: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    """A runner's ``train``, which computes under the run's torch settings (applied when the runner was built, or
+    again for a second ``train``) and gives the caller's back however it ends (:func:`give_torch_settings_back`)."""
+    @functools.wraps(train)
+    def training(runner: Any, *args: Any, **kwargs: Any) -> RunResult:
+        if runner.callers_torch_settings is None:  # given back by a train() before
+            runner.callers_torch_settings = runner.cfg.runner.apply_torch_settings()
+        try:
+            return train(runner, *args, **kwargs)
+        finally:
+            give_torch_settings_back(runner)
+    return training
+
+
+def give_torch_settings_back(runner: Any) -> None:
+    """Put back the torch settings (threads, matmul precision, denormal flushing) that were the caller's before
+    ``runner`` applied the run's, once: a later ``close()`` leaves what the caller has set since alone."""
+    before, runner.callers_torch_settings = getattr(runner, "callers_torch_settings", None), None
+    if before is not None:
+        before.restore()
+
+
 class Runner:
-    """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory."""
+    """Trains ``cfg.algo`` on ``cfg.env`` and leaves a self-contained run directory.
+
+    It computes under the run's torch settings (``runner.torch_threads``, ``runner.matmul_precision``,
+    ``runner.flush_denormal``) from its construction on, and gives the caller's back when :meth:`train` returns
+    (or raises), or at :meth:`close` if it never trains: a script that builds one itself (README's RecordingEnv
+    recipe) goes on at its own settings, as after :func:`train` (which also gives back torch's and numpy's global
+    random streams, that a Runner seeds with the run's seed and leaves so)."""
 
     def __init__(self, cfg: TrainConfig, resume: Path | None = None, fresh_replay: bool = False) -> None:
         """Build env and agent (and restore ``resume``'s checkpoint) first, and only then write the run
@@ -255,7 +284,7 @@ class Runner:
         self._agent_copy = StateCopy()  # the buffers _rewind_to's agent state lives in, reused every iteration
         self._keep_at_safe_point = False  # ... unless it stopped between updates (pretraining keeps those)
         self.run_logger: RunLogger | None = None  # rank 0's, while training
-        cfg.runner.apply_torch_settings()
+        self.callers_torch_settings = cfg.runner.apply_torch_settings()  # given back by train() or close()
         torch.manual_seed(self.seed)
         np.random.seed(self.seed)
         try:
@@ -439,6 +468,7 @@ class Runner:
 
     # -- the loop ------------------------------------------------------------------------------
 
+    @gives_torch_settings_back
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Train until ``runner.total_steps`` (or ``stop(metrics)`` is true); then export, evaluate, film.
 
@@ -696,6 +726,7 @@ class Runner:
         if hasattr(self, "env"):  # not when its construction failed
             self.env.close()
         distributed.shutdown()
+        give_torch_settings_back(self)
 
 
 class Snapshot:

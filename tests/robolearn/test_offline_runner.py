@@ -408,6 +408,23 @@ def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(r
     assert (run / "checkpoints" / "latest.pt").is_file()
 
 
+def test_an_offline_runner_built_by_hand_gives_torch_settings_back_when_its_train_returns(root, tmp_path):
+    """As the online Runner: only robolearn.train() had put the caller's threads and matmul precision back."""
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    torch.set_num_threads(2)
+    torch.set_float32_matmul_precision("high")
+    try:
+        runner = OfflineRunner(tiny(tmp_path, "runner.total_steps=1000", "runner.eval_episodes=0", "agent.hidden=[16,16]",
+                                    "runner.torch_threads=1", "runner.matmul_precision=medium"))
+        assert (torch.get_num_threads(), torch.get_float32_matmul_precision()) == (1, "medium")
+        runner.train()
+        assert (torch.get_num_threads(), torch.get_float32_matmul_precision()) == (2, "high")
+        runner.close()
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+
+
 def test_max_minutes_ends_an_offline_run_early_and_still_evaluates(root, tmp_path):
     """runner.max_minutes was ignored offline: a run given minutes trained to its whole runner.total_steps."""
     result = train(tiny(tmp_path, "runner.total_steps=5000", "runner.max_minutes=0.005", "agent.hidden=[16,16]"))

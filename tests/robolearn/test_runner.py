@@ -1467,6 +1467,39 @@ def test_train_gives_torch_settings_back_to_the_caller(tmp_path):
         torch.set_flush_denormal(False)
 
 
+@pytest.mark.parametrize("trains", [True, False], ids=["trained", "closed-untrained"])
+def test_a_runner_built_by_hand_gives_torch_settings_back_when_its_train_returns(tmp_path, trains):
+    """README's RecordingEnv recipe builds a Runner itself and calls runner.train(): only robolearn.train() had put
+    the caller's threads, matmul precision and denormal flushing back, so such a script went on on one thread at
+    bf16 matmuls. The run computes under its own from the Runner's construction to the end of its train() (or to
+    close(), where it never trains); a close() after train() leaves what the caller set since alone."""
+    from robolearn.config import denormals_flushed
+
+    def settings():
+        return torch.get_num_threads(), torch.get_float32_matmul_precision(), denormals_flushed()
+
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    runs = (1, "medium", torch.set_flush_denormal(True))  # (flushing where the CPU can)
+    torch.set_num_threads(2)
+    torch.set_float32_matmul_precision("high")
+    torch.set_flush_denormal(False)
+    seen = []
+    try:
+        runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.torch_threads=1",
+                             "runner.matmul_precision=medium", "runner.flush_denormal=true"))
+        assert settings() == runs
+        if trains:
+            runner.train(stop=lambda metrics: seen.append(settings()) or False)
+            assert seen == [runs] and settings() == (2, "high", False)
+            torch.set_num_threads(3)  # the caller's own after the run: close() keeps it
+        runner.close()
+        assert settings() == ((3 if trains else 2), "high", False)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+        torch.set_flush_denormal(False)
+
+
 def test_train_gives_the_global_random_streams_back_to_the_caller(tmp_path):
     """A run seeds torch's and numpy's global generators with its seed and draws from them; a script's own draws after
     train() had come from the run's streams (numpy's reseeded to the run's seed), the same numbers after every run."""
