@@ -275,7 +275,8 @@ class FinetuneRunner(OfflineRunner):
     def train(self, stop: Callable[[dict[str, float]], bool] | None = None) -> RunResult:
         """Pretrain (if not done), fine-tune, then export, evaluate and film the fine-tuned controller.
 
-        ``stop(metrics)`` is asked after every logged iteration of either phase; true ends
+        ``stop(metrics)`` is asked after every logged iteration of either phase (the offline phase's last
+        excepted: the online phase follows, as a skill run's pretraining); true ends
         the run there (checkpoint saved, end of run as usual), as ``runner.max_minutes`` does
         before an iteration of either phase that would end past it. Ctrl+C saves a checkpoint
         that ``--resume`` continues from, in either phase.
@@ -324,7 +325,7 @@ class FinetuneRunner(OfflineRunner):
 
     def _pretrain(self, logger: PhaseLogger, stop: Callable[[dict[str, float]], bool] | None) -> bool:
         """The offline phase; enters the online one at its end. Returns whether ``stop`` ended the run."""
-        if self._offline_phase(self.cfg.agent.pretrain_updates, logger, stop, {"phase": "offline"}):
+        if self._offline_phase(self.cfg.agent.pretrain_updates, logger, stop, {"phase": "offline"}, ask_last=False):
             return True
         self._enter_online()
         self.save()  # the boundary: a resume from here starts the online phase

@@ -418,11 +418,12 @@ class OfflineRunner:
         return out_of_time(self.deadline, self._lap)
 
     def _offline_phase(self, total: int, logger: RunLogger, stop: Callable[[dict[str, float]], bool] | None,
-                       tags: dict[str, Any]) -> bool:
+                       tags: dict[str, Any], ask_last: bool = True) -> bool:
         """Iterations of ``UPDATES_PER_ITERATION`` updates until ``total``: evaluated and checkpointed every
         ``runner.checkpoint_every``, logged every ``runner.log_every`` and at the end. ``stop`` sees each
-        iteration's metrics (with ``tags`` and ``updates``); returns whether it, or ``runner.max_minutes`` (before
-        an iteration that would end past it), ended the phase."""
+        iteration's metrics (with ``tags`` and ``updates``), the last one's where ``ask_last`` (the run's end: as
+        an online run's stop, it sees the last iteration, its evaluation included); returns whether it, or ``runner.max_minutes`` (before
+        an iteration that would end past it), ended the phase before ``total``."""
         cfg = self.cfg
         while self.progress.updates < total:
             if self.out_of_time():
@@ -445,9 +446,10 @@ class OfflineRunner:
                 logger.log(self.progress.updates, metrics)
             if saving:
                 self.save()
-            if not done and stop is not None and ask_stop(self, stop, {**tags, "updates": self.progress.updates,
-                                                                 "iteration": self.progress.iteration, **metrics}):
-                return True
+            if stop is not None and (ask_last or not done):
+                if ask_stop(self, stop, {**tags, "updates": self.progress.updates, "iteration": self.progress.iteration,
+                                         **metrics}) and not done:
+                    return True
             self._lap = time.perf_counter() - start
         self.ctrl_c.check()  # one pressed during the last iteration
         return False

@@ -408,6 +408,16 @@ def test_an_offline_stop_reads_updates_and_one_that_raises_leaves_a_checkpoint(r
     assert (run / "checkpoints" / "latest.pt").is_file()
 
 
+def test_an_offline_stop_is_asked_at_the_last_iteration_too_as_an_online_one(root, tmp_path):
+    """An online run asks stop after every iteration, its last included; an offline one had skipped its last, whose
+    metrics hold the last evaluation, so a stop that also records what it sees had missed it."""
+    seen = []
+    train(tiny(tmp_path, "runner.total_steps=2000", "runner.eval_episodes=1", "runner.checkpoint_every=2",
+               "agent.hidden=[16,16]", "agent.batch_size=32"),
+          stop=lambda m: seen.append((m["updates"], m["iteration"], "eval/return" in m)) or False)
+    assert seen == [(1000, 1, False), (2000, 2, True)]
+
+
 def test_an_offline_runner_built_by_hand_gives_torch_settings_back_when_its_train_returns(root, tmp_path):
     """As the online Runner: only robolearn.train() had put the caller's threads and matmul precision back."""
     threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
