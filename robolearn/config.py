@@ -376,11 +376,16 @@ def _not_a_run(path: Path) -> str:
     return "not a run directory (no config.yaml)" if path.exists() else "no such run directory"
 
 
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a run's: a run's config.yaml and what a run writes beside it (metrics.jsonl or
+    checkpoints/; a project's own config.yaml is no run)."""
+    return (folder / "config.yaml").is_file() and ((folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir())
+
+
 def run_above(path: Path) -> Path | None:
-    """The run folder that ``path`` lies in: the nearest folder above it with a run's config.yaml and what a run
-    writes beside it (metrics.jsonl or checkpoints/; a project's own config.yaml is no run), as given where it can."""
+    """The run folder (:func:`is_run_folder`) that ``path`` lies in: the nearest one above it, as given where it can."""
     for folder in (*path.parents, *path.resolve().parents):  # as given first (a relative run said relative)
-        if (folder / "config.yaml").is_file() and ((folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir()):
+        if is_run_folder(folder):
             return folder
     return None
 

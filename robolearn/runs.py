@@ -38,8 +38,8 @@ from robolearn import distributed
 from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, check_compatible,
                                   load_checkpoint)
-from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, read_yaml, run_config_path,
-                              to_dict)
+from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, is_run_folder, load_run_config, read_yaml,
+                              run_config_path, to_dict)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.listing import few
@@ -259,7 +259,8 @@ def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str
     ONNX) with the ``controller.json`` that deploy and ``eval --exported`` need (the task, its settings and rate,
     how far the run trained), into ``out`` (default ``<run>/export``); returns the paths, as ``RunResult.exported``.
     A file of a format left out is removed from ``out`` (it would be older than the json beside it); another run's
-    export in ``out`` is replaced only with ``overwrite``."""
+    export in ``out`` is replaced only with ``overwrite``. A run's folder (``out=run_dir``, or another run's) is refused:
+    the files would lie among its config.yaml and checkpoints, where nothing looks for them (``<run>/export``)."""
     run_dir = Path(run_dir)
     if isinstance(formats, str):  # export_run(run, "onnx") would be read letter by letter
         formats = (formats,)
@@ -269,6 +270,11 @@ def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str
     out = Path(out) if out is not None else run_dir / "export"
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--out {out}: a file; give a directory for the exported files")
+    if (same := out.resolve() == run_dir.resolve()) or is_run_folder(out):  # (it had written them there)
+        whose = "the run's own folder" if same else "another run's folder"
+        raise ValueError(f"--out {out}: {whose}, where the exported files would lie among its config.yaml and "
+                         f"checkpoints; the run's export goes to {run_dir / 'export'} (the default, without --out), "
+                         "or give a folder of their own")
     own = out.resolve() == (run_dir / "export").resolve()
     if (out / "controller.json").is_file() and not own and not overwrite:  # another run's is not replaced unasked
         try:

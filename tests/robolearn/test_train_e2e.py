@@ -182,6 +182,28 @@ def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, t
     assert set(export_run(trained_run.run_dir, out=tmp_path / "again", overwrite=True)) == {"torchscript", "onnx", "meta"}
 
 
+def test_an_export_into_a_runs_own_folder_is_refused(trained_run, tmp_path, capsys):
+    """export_run(run, out=run) had written controller.pt, .onnx and .json among the run's config.yaml and
+    checkpoints, where load_controller, eval --exported and deploy (which read <run>/export) never look."""
+    import shutil
+
+    from robolearn import export_run
+
+    run = trained_run.run_dir
+    before = sorted(path.name for path in run.iterdir())
+    with pytest.raises(ValueError, match=rf"--out {re.escape(str(run))}: the run's own folder, where the exported "
+                                         rf"files would lie among its config.yaml and checkpoints; the run's export "
+                                         rf"goes to {re.escape(str(run / 'export'))} \(the default, without --out\)"):
+        export_run(run, out=run)
+    other = tmp_path / "other"
+    shutil.copytree(run, other, ignore=shutil.ignore_patterns("export", "*.mp4"))
+    with pytest.raises(ValueError, match="another run's folder"):
+        export_run(run, out=other)
+    capsys.readouterr()
+    assert cli(["export", str(run), "--out", f"{run}/"]) == 2 and "the run's own folder" in capsys.readouterr().err
+    assert sorted(path.name for path in run.iterdir()) == before
+
+
 def test_eval_by_default_gives_eval_jsons_numbers_again(trained_run, capsys):
     """The run's own evaluation's episodes and seed: the same numbers (and it says what it evaluated)."""
     capsys.readouterr()
