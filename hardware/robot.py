@@ -143,6 +143,7 @@ class Robot(VecEnv):
     """Base of real robots whose actions are joint position commands."""
 
     num_envs = 1
+    reopens = True  # a closed robot connects again (`with robot:`); a step before that says so (not connected)
     paced = True
     settle_s = 0.2  # seconds to hold a pose reached by a ramp before going on
 

@@ -21,6 +21,8 @@ Observations are dicts of named groups (``policy``: what the robot senses;
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 from abc import ABC, abstractmethod
@@ -87,6 +89,9 @@ class VecEnv(ABC):
     - ``action_spec``: ``Box`` of one env's action in the env's own units. Unless
       the env's docstring says otherwise the bounds are physical (torques,
       positions...); actions outside them are clipped by the env.
+
+    Once closed, an env refuses ``step`` and ``reset`` (``closed``), every subclass's own included: this class
+    wraps them where a subclass defines them, and its ``close``, which need not set the flag itself.
     """
 
     num_envs: int
@@ -95,6 +100,21 @@ class VecEnv(ABC):
     max_episode_steps: int
     observation_spec: dict[str, spaces.Box]
     action_spec: spaces.Box
+    closed: bool = False
+    """Whether :meth:`close` was called: ``step`` and ``reset`` then raise :class:`EnvClosed` (a closed env's
+    threads, renderer and files are gone, and a CPU MuJoCo env had stepped on regardless)."""
+    reopens: bool = False
+    """A VecEnv that opens again after a close (``hardware.robot.Robot``: ``with robot:``, ``connect()``) says itself
+    what a closed one needs: its class sets this, and ``closed`` is not kept for it."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.reopens:
+            return
+        for name, wrap in (("step", _refused_once_closed), ("reset", _refused_once_closed), ("close", _marks_closed)):
+            method = vars(cls).get(name)
+            if inspect.isfunction(method) and not getattr(method, "__isabstractmethod__", False):
+                setattr(cls, name, wrap(method))
 
     @abstractmethod
     def reset(self, seed: int | None = None) -> Obs:
@@ -109,13 +129,41 @@ class VecEnv(ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot render frames")
 
     def close(self) -> None:
-        """Release threads, files or connections held by the env."""
+        """Release threads, files or connections held by the env; ``step`` and ``reset`` then refuse."""
+        self.closed = True
 
     def __enter__(self) -> VecEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class EnvClosed(RuntimeError):
+    """``step`` or ``reset`` of a :class:`VecEnv` that was closed."""
+
+
+def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A VecEnv subclass's ``step`` or ``reset``, refused once the env is closed (:attr:`VecEnv.closed`)."""
+    @functools.wraps(method)
+    def checked(self: VecEnv, *args: Any, **kwargs: Any) -> Any:
+        if self.closed:
+            raise EnvClosed(f"{type(self).__name__}.{method.__name__}(): this env was closed; make a new one with "
+                            "robolearn.make_env(run) or sims.make_env(task, num_envs) (runtime.run closes the env it "
+                            "ran unless given close_env=False)")
+        return method(self, *args, **kwargs)
+    return checked
+
+
+def _marks_closed(close: Callable[[VecEnv], None]) -> Callable[[VecEnv], None]:
+    """A VecEnv subclass's ``close``, which marks the env closed (:attr:`VecEnv.closed`) whether it ends or raises."""
+    @functools.wraps(close)
+    def closing(self: VecEnv) -> None:
+        try:
+            close(self)
+        finally:
+            self.closed = True
+    return closing
 
 
 # Device types whose values a check may read on the host at once: on a GPU each read waits for the device's

@@ -220,3 +220,44 @@ def test_pendulum_reward_wraps_the_angle_and_charges_normalized_effort() -> None
         terms = env.task.rewards(env.sim, torch.tensor([[2.0], [1.0], [0.0]]))
     assert terms["upright"].tolist() == pytest.approx([1.0, 0.75, 0.75 * (1 + 0.1) / 2], rel=1e-5)
     assert terms["effort"].tolist() == pytest.approx([-0.01, -0.0025, 0.0], abs=1e-8)
+
+
+class Still(VecEnv):
+    """A VecEnv of one's own, with a close of its own that does not mark the env closed."""
+
+    num_envs, device, control_dt, max_episode_steps = 1, torch.device("cpu"), 0.1, 10
+
+    def reset(self, seed=None):
+        return {"policy": torch.zeros(1, 1)}
+
+    def step(self, action):
+        zeros = torch.zeros(1, dtype=torch.bool)
+        return self.reset(), torch.zeros(1), zeros, zeros, {"final_obs": self.reset(), "log": {}}
+
+    def close(self):
+        self.released = True
+
+
+@pytest.mark.filterwarnings("ignore:backend=warp device=cpu")
+@pytest.mark.parametrize("build", [
+    lambda: make_env("pendulum", 2),  # CPU MuJoCo
+    lambda: make_env("pendulum", 2, device="cpu", backend="warp"),  # MuJoCo Warp on Warp's CPU device
+    lambda: make_env("gym:Pendulum-v1", 2),  # the Gymnasium adapter
+    lambda: make_env("pendulum", 2, randomization={"mass_scale": [0.9, 1.1]}, delay={"action_latency_steps": 1}),
+    Still,
+], ids=["mujoco", "warp-cpu", "gym", "wrapped", "own"])
+def test_a_closed_env_refuses_step_and_reset_saying_to_make_a_new_one(build) -> None:
+    """A closed CPU MuJoCo env had stepped on as if open, and a closed Gymnasium one had said 'Cannot call
+    env.step() before calling env.reset()'; runtime.run closes the env it ran by default."""
+    from robolearn.interfaces import EnvClosed
+
+    with build() as env:
+        env.reset(seed=0)
+        env.step(torch.zeros(env.num_envs, 1))
+        assert not env.closed
+    assert env.closed and getattr(env, "released", True)  # (its own close ran)
+    for call in (lambda: env.step(torch.zeros(env.num_envs, 1)), lambda: env.reset(seed=0)):
+        with pytest.raises(EnvClosed, match=r"\.(step|reset)\(\): this env was closed; make a new one with "
+                                             r"robolearn.make_env\(run\) or sims.make_env\(task, num_envs\)"):
+            call()
+    env.close()  # closing again is no error
