@@ -144,7 +144,9 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None,
                     exported: str | None = None) -> Controller | ExportedController:
     """A run's controller, ready to ``act`` (``reset(mask)`` where episodes end): the trained ``torch.nn.Module``
     from the latest checkpoint, or with ``exported`` (``"torchscript"``, ``"onnx"``) the exported file as a robot
-    runs it; see :func:`robolearn.runs.load_controller`."""
+    runs it; see :func:`robolearn.runs.load_controller`. It computes under the script's torch settings: for
+    ``robolearn eval``'s numbers, act within :func:`robolearn.runs.run_torch_settings` (the run's threads and matmul
+    precision)."""
     from robolearn.runs import load_controller as _load_controller
 
     return _load_controller(run_dir, env, exported)

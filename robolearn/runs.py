@@ -19,6 +19,7 @@ module; ``eval``, ``play``, ``export``, ``list``, ``deploy`` and ``robolearn.loa
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -29,6 +30,7 @@ import traceback
 import warnings
 import zipfile
 from datetime import datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, check_compatible,
                                   load_checkpoint)
 from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, is_run_folder, load_run_config, read_yaml,
-                              run_config_path, to_dict)
+                              run_config_path, to_dict, torch_settings_kept)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.listing import few
@@ -203,7 +205,8 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
     """``run_dir``'s controller, ready to ``act``: from its latest checkpoint (on ``env``'s device; without
     an env, one world of the run's task is built for the specs and closed), or with ``exported``
     (``"torchscript"`` or ``"onnx"``) its exported file, as a robot would run it (with ``env``: said where env
-    steps at another rate or with other task settings than the file was trained with)."""
+    steps at another rate or with other task settings than the file was trained with). It computes under the
+    caller's torch settings: within :func:`run_torch_settings` under the run's, as ``robolearn eval`` does."""
     from robolearn.export import FILENAMES
 
     run_dir = Path(run_dir)
@@ -238,6 +241,19 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
                             f"{type(unwrapped_task(env)).__name__} ({error}); build the run's env with "
                             "robolearn.make_env(run)") from None
     return agent.controller().to(env.device).eval()
+
+
+@contextlib.contextmanager
+def run_torch_settings(run_dir: str | Path) -> Iterator[None]:
+    """Within the block this process computes under ``run_dir``'s torch settings (``runner.torch_threads``,
+    ``runner.matmul_precision``, ``runner.flush_denormal``), as ``robolearn eval``, ``play`` and ``export`` do for the
+    whole command; the caller's come back on leaving. ``evaluate(load_controller(run, env), env, ...)`` alone computes
+    under the caller's: a run trained at ``matmul_precision: medium`` (bf16 matmuls on CPUs with AMX or AVX512-BF16,
+    TF32 on NVIDIA GPUs) then gives other returns than ``robolearn eval``; within this block the same ones."""
+    cfg = load_run_config(run_dir)  # (a path that is no run: said before anything changes)
+    with torch_settings_kept():
+        cfg.runner.apply_torch_settings()
+        yield
 
 
 def _another_task(env: VecEnv, task: str) -> bool:

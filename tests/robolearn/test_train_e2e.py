@@ -204,6 +204,33 @@ def test_an_export_into_a_runs_own_folder_is_refused(trained_run, tmp_path, caps
     assert sorted(path.name for path in run.iterdir()) == before
 
 
+def test_python_evaluation_under_the_runs_torch_settings_gives_robolearn_evals_numbers(tmp_path, capsys):
+    """robolearn eval computes under the run's torch settings; evaluate(load_controller(run, env), env, ...) from
+    Python under the script's (float32 matmuls), so a run at matmul_precision: medium (sac_half_cheetah's) had given
+    other returns from Python (-2.6762934569 against eval's -2.6762936946 on an AVX512-BF16 CPU). Within
+    run_torch_settings(run) the same numbers; the caller's settings come back after."""
+    import robolearn
+    from robolearn.config import torch_settings_kept
+    from robolearn.evaluate import evaluate
+    from robolearn.runs import run_torch_settings
+
+    with pytest.warns(UserWarning, match="covers the whole run"):  # (its untrained controller does here)
+        run = robolearn.train(load_config("sac_half_cheetah", [
+            f"run_dir={tmp_path}", "runner.total_steps=100", "runner.random_steps=1000", "runner.eval_episodes=1",
+            "runner.video_seconds=0", "logging.wandb=disabled", "logging.progress=false"])).run_dir
+    with torch_settings_kept():  # (the command applies the run's settings to its whole process)
+        assert cli(["eval", str(run), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    callers = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    seed = load_run_config(run).seed + 10_000  # the run's own evaluation's, eval's default
+    with run_torch_settings(run):
+        assert (torch.get_num_threads(), torch.get_float32_matmul_precision()) == (1, "medium")
+        with robolearn.make_env(run, num_envs=1, seed=seed) as env:
+            result = evaluate(robolearn.load_controller(run, env), env, 1, seed=seed)
+    assert result["return_mean"] == said["return_mean"] and said["episodes"] == 1
+    assert (torch.get_num_threads(), torch.get_float32_matmul_precision()) == callers
+
+
 def test_eval_by_default_gives_eval_jsons_numbers_again(trained_run, capsys):
     """The run's own evaluation's episodes and seed: the same numbers (and it says what it evaluated)."""
     capsys.readouterr()
