@@ -82,6 +82,12 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     ``iteration``, losses, and ``return`` / ``success_rate`` only once episodes have ended (offline runs:
     ``eval/return`` at an evaluation), so read those with ``.get``: ``stop=lambda m: m.get("return", -1e9) > 150``.
 
+    A Ctrl+C (or a kill's SIGTERM, a closed terminal's SIGHUP) while it trains raises no ``KeyboardInterrupt``: the
+    run is checkpointed, the line to resume it printed, and ``train`` returns with ``result.interrupted`` True
+    (``result.trained`` says how far; nothing exported or evaluated), so a script that goes on after it (several
+    runs in a loop) checks that first. A second one while that checkpoint is written, or one while the run is built
+    or after its training ended (exporting, evaluating, filming), raises ``KeyboardInterrupt``.
+
     ``fresh_replay`` (with ``resume``, as ``--fresh-replay``): an off-policy run whose ``checkpoints/replay.pt`` is
     lost or damaged goes on with an empty replay buffer, which the agent's own actions refill (``runner.random_steps``
     env steps; a fine-tune's ``agent.warmup_steps``) before updates go on."""

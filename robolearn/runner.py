@@ -1146,7 +1146,9 @@ def train(cfg: TrainConfig, resume: Path | None = None, stop: Callable[[dict[str
     offline-to-online ones (``wsrl``, ``calql_finetune``, ``jsrl``) to :class:`robolearn.finetune_runner.FinetuneRunner`.
     With ``resume`` (a run directory), ``cfg`` is the config the run continues with, whole: pass the run's own,
     ``load_run_config(resume)`` (what ``robolearn train --resume`` does, overrides applied), not a config file's
-    defaults, which would replace its settings (the run's config before is kept as config.superseded-N.yaml)."""
+    defaults, which would replace its settings (the run's config before is kept as config.superseded-N.yaml).
+    A Ctrl+C (SIGTERM, SIGHUP) during training returns the result with ``interrupted`` True, the run checkpointed,
+    rather than raising ``KeyboardInterrupt`` (:func:`robolearn.train` says when it does raise)."""
     with torch_settings_kept(), global_rng_kept():  # threads, precision and random streams: the caller's after
         return _train(cfg, resume, stop, fresh_replay)
 

@@ -981,6 +981,22 @@ def test_sigterm_and_sighup_save_a_checkpoint_as_ctrl_c_does(tmp_path, monkeypat
     assert signal.getsignal(signum) is signal.SIG_DFL  # given back
 
 
+def test_a_ctrl_c_in_python_train_returns_the_result_interrupted_as_documented(tmp_path, capsys):
+    """robolearn.train()'s docstring and README: a Ctrl+C during training raises no KeyboardInterrupt; the run is
+    checkpointed and the result says interrupted (how far it trained; nothing exported or evaluated)."""
+    def ctrl_c_at_the_second(metrics):
+        if metrics["iteration"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # taken at the next safe point, in the third iteration
+        return False
+
+    result = train(tiny(tmp_path, "ppo", "runner.total_steps=2560", "runner.checkpoint_every=100"),
+                   stop=ctrl_c_at_the_second)
+    assert result.interrupted and result.trained == {"env_steps": 512}
+    assert result.evaluation is None and result.exported == {} and not (result.run_dir / "eval.json").exists()
+    assert load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]["env_steps"] == 512
+    assert f"robolearn.train(resume='{result.run_dir}')" in capsys.readouterr().out
+
+
 def test_a_stop_after_the_pipe_it_printed_to_died_saves_and_is_no_failure(tmp_path):
     """`robolearn train | tee log` and a Ctrl+C: tee dies of it too, and the run's "interrupted: checkpoint saved"
     (and the progress bar's last draw) raised BrokenPipeError: the run, its checkpoint saved, was marked failed
