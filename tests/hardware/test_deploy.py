@@ -133,15 +133,19 @@ def test_an_exported_file_that_fails_on_its_described_observation_is_refused_bef
         # file of this export that fails for another reason, an op this torch lacks, had been said as another's only)
 
 
-def after_recorded_steps(monkeypatch, steps: int, action) -> None:
+def after_recorded_steps(monkeypatch, steps: int, action, now=None) -> None:
     """Run ``action`` on a thread of its own once the deploy has recorded ``steps`` steps: a timer started before
-    the deploy had fired, on a loaded machine, while it was still connecting and ramping to the start."""
+    the deploy had fired, on a loaded machine, while it was still connecting and ramping to the start. ``now``
+    runs first on the loop's own thread, at that step: what must happen there and then (a thread's start can lag
+    by seconds on a loaded machine, the episode ended meanwhile)."""
     add, added = EpisodeRecorder.add, []
 
     def add_then_act(self, *args, **kwargs):
         add(self, *args, **kwargs)
         added.append(1)
         if len(added) == steps:
+            if now is not None:
+                now()
             threading.Thread(target=action, daemon=True).start()
 
     monkeypatch.setattr(EpisodeRecorder, "add", add_then_act)
@@ -679,10 +683,16 @@ def _arms_made_by_deploy(monkeypatch) -> list:
     return arms
 
 
-def _silent_until_the_watchdog_parks(emulator, arm) -> float:
-    """Silence the bus (goals still reach the servos, no reply comes back) and wait for the watchdog's park,
-    ``stop_after_s`` later; the deadline the caller's waits share."""
-    emulator.faults.drop_reply = 1.0
+def _silence_the_bus(emulator):
+    """What silences the bus (goals still reach the servos, no reply comes back), for ``after_recorded_steps``'s
+    ``now``: on a thread of its own it had come late on a loaded machine, after the episode's end, and the ramp to
+    the next start, not the watchdog, had stopped the arm."""
+    return lambda: setattr(emulator.faults, "drop_reply", 1.0)
+
+
+def _until_the_watchdog_parks(arm) -> float:
+    """Wait for the watchdog's park on the silenced bus, ``stop_after_s`` after the silence; the deadline the
+    caller's waits share."""
     until = time.monotonic() + 60
     while not arm.parking and time.monotonic() < until:
         time.sleep(0.01)
@@ -698,13 +708,13 @@ def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_
     emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
 
     def press_twice() -> None:
-        until = _silent_until_the_watchdog_parks(emulator, arms[0])
+        until = _until_the_watchdog_parks(arms[0])
         os.kill(os.getpid(), signal.SIGINT)  # ends the loop; the close waits for the park
         while not arms[0].stop_requested and time.monotonic() < until:
             time.sleep(0.01)  # (until the first is taken: two pending SIGINTs are handled as one)
         os.kill(os.getpid(), signal.SIGINT)
 
-    after_recorded_steps(monkeypatch, 10, press_twice)
+    after_recorded_steps(monkeypatch, 10, press_twice, now=_silence_the_bus(emulator))
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
@@ -727,10 +737,10 @@ def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to
     emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
 
     def press_once() -> None:
-        _silent_until_the_watchdog_parks(emulator, arms[0])
+        _until_the_watchdog_parks(arms[0])
         os.kill(os.getpid(), signal.SIGINT)
 
-    after_recorded_steps(monkeypatch, 10, press_once)
+    after_recorded_steps(monkeypatch, 10, press_once, now=_silence_the_bus(emulator))
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:  # (the blind park is given up after park_blind_s: an error, its stop said)
         assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--safety",
