@@ -71,6 +71,8 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
     ``transfer``: another task's data of the same shapes is said, not refused (skills pretrained on one
     maze's play data and used in another: SPiRL's premise). ``reads_groups``: the groups the learner reads
     whatever the task (a goal-conditioned one's ``goal``): the dataset's own task is offered only where it has them."""
+    from robolearn.data.importing import no_task_here
+
     problems = []
     other_task = dataset.task is not None and dataset.task != task
     if other_task and not transfer:
@@ -88,8 +90,6 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
     if tuple(dataset.action_spec.shape) != tuple(env.action_spec.shape):
         problems.append(f"actions {tuple(dataset.action_spec.shape)} vs {tuple(env.action_spec.shape)}")
     if problems:
-        from robolearn.data.importing import no_task_here
-
         hint = f"; to train on it, add env.task={dataset.task}" if dataset.task not in (None, task) else ""
         if other_task and (unknown := no_task_here(dataset.task)):  # (env.task= it had been offered: fails in turn)
             source = str(dataset.info.get("source", ""))
@@ -104,8 +104,9 @@ def check_dataset_fits(dataset: Dataset, task: str, env: VecEnv, reads_rewards: 
         raise DatasetError(f"dataset '{dataset.id}' does not fit the config's env '{task}': "
                            + "; ".join(problems) + f" (dataset vs env){hint}")
     if other_task:  # transfer: the shapes fit
-        warnings.warn(f"dataset '{dataset.id}' was recorded on task '{dataset.task}', and its skills are used on "
-                      f"'{task}': they transfer as far as the two tasks' observations and actions mean the same",
+        unknown = f", which {said}" if (said := no_task_here(dataset.task)) else ""  # (a typo, not another task)
+        warnings.warn(f"dataset '{dataset.id}' was recorded on task '{dataset.task}'{unknown}, and its skills are "
+                      f"used on '{task}': they transfer as far as the two tasks' observations and actions mean the same",
                       stacklevel=3)
     for doubt in _doubts(dataset, task, env, reads_rewards):
         warnings.warn(f"dataset '{dataset.id}': {doubt}", stacklevel=3)

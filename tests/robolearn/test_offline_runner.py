@@ -163,6 +163,18 @@ def test_dataset_of_another_env_is_refused_naming_both(root, tmp_path):
                                    "task (`robolearn dataset list`)")
 
 
+def test_skills_transferred_from_a_task_this_install_lacks_say_it_is_none(tmp_path):
+    """The skill transfer's warning had said "recorded on task 'pendulm'" as if that were another task, where it is
+    a typo or another install's task: it says so, with the nearest task."""
+    with sims.make_env("pendulum", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("typo", env.observation_spec, env.action_spec, root=tmp_path,
+                           metadata={"task": "pendulm"}) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+        with pytest.warns(UserWarning, match=r"recorded on task 'pendulm', which is no task here \(did you mean "
+                                             r"'pendulum'\?\), and its skills are used on 'pendulum'"):
+            check_dataset_fits(Dataset.load("typo", tmp_path), "pendulum", env, transfer=True)
+
+
 def test_a_dataset_of_a_task_this_install_lacks_is_not_told_to_train_on_it(tmp_path):
     """Data whose metadata names a task that is no task here (a typo, another install's) had been told "to train
     on it, add env.task=pendulm", an override that fails in turn."""
