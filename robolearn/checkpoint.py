@@ -140,8 +140,10 @@ def check_loadable(value: Any, where: str) -> None:
         check_loadable(item, f"{where}[{key!r}]")
 
 
-# what torch.load raises on a truncated, corrupt or code-carrying file (a truncated zip: OSError EINVAL)
-UNREADABLE = (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError)
+# what torch.load raises on a truncated, corrupt or code-carrying file (a truncated zip: OSError EINVAL; a file
+# that is no zip goes to torch's legacy unpickler, whose stray opcodes fail as KeyError, IndexError or ValueError)
+UNREADABLE = (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError, KeyError, IndexError,
+              ValueError)
 
 
 def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") -> Any:
@@ -153,7 +155,7 @@ def load_tensors(path: Path, what: str, remedy: str, map_location: Any = "cpu") 
             raise CheckpointError(f"{path}: damaged on disk or in a copy (its record {damaged} fails its CRC-32 "
                                   f"check); {remedy}")
         return torch.load(path, map_location=map_location, weights_only=True)
-    except PermissionError:  # a whole file this user may not read: its permissions are the fix, not a copy
+    except (PermissionError, CheckpointError):  # a file this user may not read (its permissions are the fix); a bad CRC
         raise
     except UNREADABLE as err:
         raise CheckpointError(f"{path}: not a readable {what} ({_why_unreadable(err)}); {remedy}") from None
@@ -179,6 +181,8 @@ def _why_unreadable(err: BaseException) -> str:
         if "GLOBAL" in met:  # an object of some module: what a crafted file carries
             return f"it holds objects other than tensors and plain data, not loaded as they could run code: {met}"
         return f"truncated or corrupt: {met or 'not a pickle of tensors'}"
+    if isinstance(err, (KeyError, IndexError, ValueError)):  # the unpickler's own stumble ("174812789"): no sentence
+        return f"truncated or corrupt: {type(err).__name__} {' '.join(text.split())[:80]}".rstrip()
     return f"truncated or corrupt: {text.splitlines()[0].split('. ')[0] if text else type(err).__name__}"  # (miniz's goes on)
 
 

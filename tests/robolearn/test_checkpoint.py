@@ -127,6 +127,17 @@ def test_cut_short_at_any_length_is_a_checkpoint_error(tmp_path):
             load_checkpoint(cut)
 
 
+def test_a_file_torch_reads_as_a_legacy_pickle_is_a_checkpoint_error(tmp_path):
+    """A file that is no zip goes to torch's legacy unpickler, whose stray opcodes had failed resume, eval and
+    play as a bare KeyError (a latest.pt holding "junk"), IndexError or UnicodeDecodeError traceback."""
+    for name, data in {"key": b"junk\n", "index": bytes.fromhex("73a9bef499bbf4dc7bd2a4f2c8af5bd99f267a0e"),
+                       "unicode": bytes.fromhex("63ea739852104b655fd4c90aeec4a6a5428608")}.items():
+        bad = tmp_path / f"{name}.pt"
+        bad.write_bytes(data)
+        with pytest.raises(CheckpointError, match=f"{name}.pt: not a readable robolearn checkpoint .truncated or corrupt: "):
+            load_checkpoint(bad)
+
+
 def test_a_flipped_bit_inside_a_weight_is_refused_not_loaded(tmp_path):
     """torch.load does not check the CRC-32 its zip records: the checkpoint had loaded with another number."""
     import struct
