@@ -552,7 +552,11 @@ class Runner:
         whole iterations take it past ``runner.total_steps``, and sets aside the pretraining lines logged past
         the checkpoint a resume inside pretraining goes back to (it logs them again)."""
         cfg = self.cfg
-        if (planned := self.planned_steps()) != cfg.runner.total_steps:  # iterations are never cut short
+        if (planned := self.planned_steps()) > cfg.runner.total_steps and planned == self.progress.env_steps:
+            # a resume with a budget below what the checkpoint trained ("runs to 28,160 env steps: whole iterations")
+            print(f"runner.total_steps {cfg.runner.total_steps:,}: the run has trained {planned:,} env steps already; "
+                  "it trains no more and ends")
+        elif planned != cfg.runner.total_steps:  # iterations are never cut short
             print(f"runner.total_steps {cfg.runner.total_steps:,} runs to {planned:,} env steps: whole iterations "
                   f"of {self._steps_per_iteration():,}")
         if self.dataset is not None and not self.progress.pretrained:

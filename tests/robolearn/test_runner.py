@@ -840,6 +840,25 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
         assert "\n" not in err
 
 
+def test_a_resume_below_what_the_run_trained_says_it_trains_no_more(tmp_path, capsys):
+    """A resume with a budget under its checkpoint's steps had said "runner.total_steps 500 runs to 1,024 env
+    steps: whole iterations of 256", as if it went on training to there."""
+    def cut(metrics: dict) -> bool:  # a stop that raises leaves the run checkpointed, not ended
+        if metrics["env_steps"] >= 1024:
+            raise RuntimeError("cut")
+        return False
+
+    with pytest.raises(RuntimeError, match="cut"):
+        train(tiny(tmp_path, "ppo", "runner.total_steps=5000", "agent.actor_hidden=[32]", "agent.critic_hidden=[32]"),
+              stop=cut)
+    run = next((tmp_path / "runs" / "ppo_cartpole").iterdir())
+    capsys.readouterr()
+    assert cli(["train", "--resume", str(run), "runner.total_steps=500"]) == 0
+    out = capsys.readouterr().out
+    assert "runner.total_steps 500: the run has trained 1,024 env steps already; it trains no more and ends" in out
+    assert "whole iterations" not in out and (run / "eval.json").is_file()
+
+
 @pytest.mark.parametrize("algo, total, planned", [("ppo", 1000, 1024), ("sac", 1500, 2000)])
 def test_the_run_ends_where_it_says(tmp_path, algo, total, planned, capsys):
     """Iterations are never cut short: the progress bar's total is the step count the run really ends at,
