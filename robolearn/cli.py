@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", type=Path, nargs="+", help="run directories, or folders of them (runs/ppo_cartpole); "
                    "or one recording (<run>/deploy/<time>): its joints' commands and motion, per episode")
     p.add_argument("--metrics", nargs="+", help="metrics.jsonl keys, one row each (default: return, eval/return "
-                   "and success_rate, where logged)")
+                   "and success_rate, where logged, then up to three losses)")
     p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run's own curves, curves.png here for several "
                    "or with --metrics or --mean, <recording>/recording.png for a recording)")
     p.add_argument("--mean", action="store_true", help="draw the runs of each folder (the seeds of a setting) as "
