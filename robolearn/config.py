@@ -14,6 +14,7 @@ import difflib
 import json
 import math
 import numbers
+import re
 import shlex
 import types
 import typing
@@ -288,7 +289,22 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
         if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
                               f"quote the value: {key}='{value.strip()}'")
+        if said := _read_otherwise(key.strip(), value.strip(), parsed):
+            raise ConfigError(f"override '{item}': {said}")
         _set_dotted(raw, key.strip(), parsed)
+
+
+def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:
+    """What YAML 1.1 made of a number written with a leading 0 (octal: ``seed=010`` is 8, the seed of ``008``
+    too) or with colons (base 60: ``1:30`` is 90), where that is not the number as written; else None."""
+    if isinstance(parsed, bool) or not isinstance(parsed, (int, float)):
+        return None
+    if re.fullmatch(r"[-+]?0[0-7_]+", text) and int(text.replace("_", ""), 10) != parsed:
+        return (f"YAML reads a number with a leading 0 as octal, {text} as {parsed}; write it without the 0s "
+                f"({key}={int(text.replace('_', ''), 10)}), or quote it for text")
+    if re.fullmatch(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?", text):
+        return f"YAML reads a number with colons in base 60, {text} as {parsed}; write the number itself ({key}=...)"
+    return None
 
 
 def _fails_alike(raw: dict[str, Any], err: ConfigError) -> bool:

@@ -211,6 +211,20 @@ def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_th
     assert load_config("ppo_cartpole", ['logging.tags=["run #1"]']).logging.tags == ("run #1",)  # quoted in a list
 
 
+def test_an_override_yaml_1_1_reads_as_octal_or_base_60_is_refused():
+    """seed=010 (a loop's zero-padded seeds: `seq -w 0 100`) had trained seed 8, as 008 does, and
+    runner.max_minutes=1:30 had been 90 minutes: YAML 1.1's octal and base-60 numbers."""
+    with pytest.raises(ConfigError, match=r"override 'seed=010': YAML reads a number with a leading 0 as octal, 010 as "
+                                          r"8; write it without the 0s \(seed=10\)"):
+        load_config("ppo_cartpole", ["seed=010"])
+    with pytest.raises(ConfigError, match=r"override 'runner.max_minutes=1:30': YAML reads a number with colons in "
+                                          r"base 60, 1:30 as 90"):
+        load_config("ppo_cartpole", ["runner.max_minutes=1:30"])
+    assert [load_config("ppo_cartpole", [f"seed={s}"]).seed for s in ("007", "08", "00", "0x10")] == [7, 8, 0, 16]
+    assert load_config("ppo_cartpole", ["name='010'"]).name == "010"
+    assert load_config("ppo_cartpole", ["env.device=cuda:0"]).env.device == "cuda:0"  # text, not base 60
+
+
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
