@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import datetime
 import difflib
 import json
 import math
@@ -696,4 +697,11 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
     if value is None:  # `dataset=` or `key: ` with nothing after it
         names = " (a name from `robolearn dataset list`)" if key == "dataset" else ""
         raise ConfigError(f"{key}: needs a value ({getattr(hint, '__name__', hint)}){names}, got none")
+    if hint is str and isinstance(value, (bool, numbers.Number, datetime.date)):  # name=64, name=0.99: YAML's
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected str, got {value!r}: YAML reads yes/no/on/off/true/false as a boolean; "
+                              "quote the value for text")
+        example = "" if "[" in key else f" (\"{key}='{value}'\" on a command line)"
+        raise ConfigError(f"{key}: expected str, got {value!r}: YAML reads {value} as a "
+                          f"{'date' if isinstance(value, datetime.date) else 'number'}; quote the value for text{example}")
     raise ConfigError(f"{key}: expected {getattr(hint, '__name__', hint)}, got {value!r}")

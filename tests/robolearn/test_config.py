@@ -225,6 +225,19 @@ def test_an_override_yaml_1_1_reads_as_octal_or_base_60_is_refused():
     assert load_config("ppo_cartpole", ["env.device=cuda:0"]).env.device == "cuda:0"  # text, not base 60
 
 
+def test_a_text_setting_yaml_reads_as_a_number_says_to_quote_it():
+    """name=64 (a sweep naming each folder by its value) had been "name: expected str, got 64", and name='64' in a
+    shell passes the same: the error says YAML read a number and how to quote it past the shell."""
+    with pytest.raises(ConfigError, match=r"name: expected str, got 64: YAML reads 64 as a number; quote the value for "
+                                          r"text \(\"name='64'\" on a command line\)"):
+        load_config("ppo_cartpole", ["name=64"])
+    with pytest.raises(ConfigError, match=r"logging.group: expected str, got 0.99: YAML reads 0.99 as a number"):
+        load_config("ppo_cartpole", ["logging.group=0.99"])
+    with pytest.raises(ConfigError, match=r"name: expected str, got True: YAML reads yes/no/on/off/true/false as a boolean"):
+        load_config("ppo_cartpole", ["name=yes"])
+    assert load_config("ppo_cartpole", ["name='64'"]).name == "64"
+
+
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
