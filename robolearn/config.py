@@ -289,7 +289,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
             raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
         if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
-                              f"quote the value: {key}='{value.strip()}'")
+                              f"quote the value: \"{key}='{value.strip()}'\" (the outer quotes for a shell, the inner for YAML)")
         if said := _read_otherwise(key.strip(), value.strip(), parsed):
             raise ConfigError(f"override '{item}': {said}")
         _set_dotted(raw, key.strip(), parsed)
