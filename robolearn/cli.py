@@ -754,7 +754,8 @@ def _list(args: argparse.Namespace) -> int:
     from robolearn.runs import find_run_dirs, run_status
 
     if not args.runs.is_dir() and args.runs != Path("runs"):  # before the listing: the error had come after it
-        raise FileNotFoundError(f"--runs {args.runs}: no such folder")
+        said = "a file; give the folder the runs are in (default runs)" if args.runs.exists() else "no such folder"
+        raise FileNotFoundError(f"--runs {args.runs}: {said}")
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
     print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")

@@ -354,6 +354,9 @@ def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path
     said = capfd.readouterr()
     assert f"--runs {tmp_path / 'nowhere'}: no such folder" in said.err
     assert said.out == ""  # the listing of configs, tasks and algorithms had come first, the error under it
+    (tmp_path / "a_file").write_text("x")  # (had been "no such folder" too)
+    assert main(["list", "--runs", str(tmp_path / "a_file")]) == 2
+    assert f"--runs {tmp_path / 'a_file'}: a file; give the folder the runs are in" in capfd.readouterr().err
 
 
 def test_list_sums_up_seeds_whose_name_differs_and_a_resume_with_name_is_no_training_change(tmp_path, capfd):
