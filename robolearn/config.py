@@ -277,22 +277,43 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
         for key, value in overrides.items():
             _set_dotted(raw, str(key).strip(), _plain(value))
         return
-    for item in overrides:
+    overrides = list(overrides)
+    for at, item in enumerate(overrides):
         if not isinstance(item, str):
             raise TypeError(f"overrides must be 'key=value' strings, got {item!r}")
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000)")
+            before = overrides[at - 1] if at else None  # `name=my run` unquoted: the shell passed `run` on its own
+            a_key = "." in item or item in {f.name for f in dataclasses.fields(TrainConfig)}  # `seed 3`: no '='
+            split = (f"; if it goes with the one before, a shell split that at its space: quote the whole override, "
+                     f"{shell(before + ' ' + item)}") if not sep and not a_key and isinstance(before, str) \
+                and "=" in before else ""
+            raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000){split}")
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
-            raise ConfigError(f"override '{item}': {_yaml_problem(err)} (quote strings, close brackets)") from None
+            raise ConfigError(f"override '{item}': {_yaml_problem(err)} "
+                              f"({_split_by_a_shell(overrides[at:]) or 'quote strings, close brackets'})") from None
         if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
                               f"quote the value: \"{key}='{value.strip()}'\" (the outer quotes for a shell, the inner for YAML)")
         if said := _read_otherwise(key.strip(), value.strip(), parsed):
             raise ConfigError(f"override '{item}': {said}")
         _set_dotted(raw, key.strip(), parsed)
+
+
+def _split_by_a_shell(items: Sequence[Any]) -> str:
+    """How to pass ``items[0]`` whole where it and the items after it, joined by spaces, read as one value: a shell
+    splits ``agent.actor_hidden=[64, 64]`` at its space into ``agent.actor_hidden=[64,`` and ``64]``, and the first
+    had been told to close its brackets, which it does; else ''."""
+    for end in range(2, len(items) + 1):
+        if not all(isinstance(item, str) for item in items[:end]):
+            break
+        joined = " ".join(items[:end])
+        with contextlib.suppress(yaml.YAMLError):
+            yaml.safe_load(joined.partition("=")[2])
+            return f"a shell split it at its spaces: quote the whole override, {shell(joined)}"
+    return ""
 
 
 def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:

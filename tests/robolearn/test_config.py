@@ -239,6 +239,23 @@ def test_a_text_setting_yaml_reads_as_a_number_says_to_quote_it():
     assert load_config("ppo_cartpole", ["name='64'"]).name == "64"
 
 
+def test_an_override_a_shell_split_at_its_spaces_says_to_quote_it_whole():
+    """agent.actor_hidden=[64, 64] unquoted reaches Python as two words; the first had been told to "close
+    brackets", which the user had done."""
+    with pytest.raises(ConfigError, match=r"a shell split it at its spaces: quote the whole override, "
+                                          r"'agent.actor_hidden=\[64, 64\]'"):
+        load_config("ppo_cartpole", ["agent.actor_hidden=[64,", "64]", "seed=1"])
+    with pytest.raises(ConfigError, match=r"\(quote strings, close brackets\)"):  # nothing after it closes it
+        load_config("ppo_cartpole", ["agent.actor_hidden=[64,", "seed=1"])
+    with pytest.raises(ConfigError, match=r"override 'run' must look like key=value .*a shell split that at its "
+                                          r"space: quote the whole override, 'name=my run'"):  # `name=my run`
+        load_config("ppo_cartpole", ["seed=1", "name=my", "run"])
+    for key in ("runner.seed", "seed"):  # a setting missing its '=', not a value split off the one before
+        with pytest.raises(ConfigError) as said:
+            load_config("ppo_cartpole", ["runner.total_steps=1000", key, "3"])
+        assert "a shell split" not in str(said.value)
+
+
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
