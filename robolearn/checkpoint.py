@@ -319,6 +319,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _changed_agent_settings(saved: dict[str, Any], now: dict[str, Any]) -> str:
+    """The agent settings that differ between a checkpoint's config and the resuming run's, as ``agent.key old ->
+    new`` ('' for none)."""
+    return ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(set(saved) | set(now))
+                     if saved.get(key) != now.get(key))
+
+
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
     random streams; return its progress counters, for the runner to rebuild its own progress from.
@@ -336,10 +343,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
         if saved_task and now_task and saved_task != now_task:  # another task's observations: no agent key to blame
             raise CheckpointError(f"{err}; the checkpoint was trained on task '{saved_task}', this run is on "
                                   f"'{now_task}': resume with the run's own config") from None
-        changed = [key for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)]
-        if not changed:
+        if not (said := _changed_agent_settings(saved, now)):
             raise
-        said = ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
     fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
@@ -349,7 +354,16 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               "resume goes on with what it learnt; resume without that override, or train a new run "
                               "with it") from None
     fresh_rates = configured(agent)
-    agent.load_state_dict(payload["agent"])
+    try:
+        agent.load_state_dict(payload["agent"])
+    except RuntimeError as err:  # torch's strict load: a module the checkpoint fills and this model has not (an
+        said = _changed_agent_settings(saved, now)  # Identity for agent.normalize_obs=false) had been a traceback
+        if not said:
+            raise
+        first = str(err).splitlines()[0].rstrip(":")
+        raise CheckpointError(f"the checkpoint does not load into this model ({first}: "
+                              f"{' '.join(str(err).splitlines()[1:]).strip()}); agent settings changed since the "
+                              f"checkpoint: {said} (one of them changed the network: resume without that override)") from None
     untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply
     rates = [key for key in sorted(set(saved) | set(now)) if key.endswith(("lr", "learning_rate"))
              and saved.get(key) != now.get(key)]

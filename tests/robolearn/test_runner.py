@@ -840,6 +840,18 @@ def test_truncated_files_are_refused_in_one_line(tmp_path, capsys):
         assert "\n" not in err
 
 
+def test_a_resume_that_drops_a_normalizer_names_the_setting(tmp_path, capsys):
+    """agent.normalize_obs=false on a resume builds an Identity where the checkpoint holds a normalizer's mean, var
+    and count: torch's strict load had ended the resume in a RuntimeError traceback."""
+    result = train(tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[32]",
+                        "agent.critic_hidden=[32]"))
+    capsys.readouterr()
+    assert cli(["train", "--resume", str(result.run_dir), "runner.total_steps=512", "agent.normalize_obs=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the checkpoint does not load into this model (") and "Traceback" not in err
+    assert "agent settings changed since the checkpoint: agent.normalize_obs True -> False" in err
+
+
 def test_a_resume_below_what_the_run_trained_says_it_trains_no_more(tmp_path, capsys):
     """A resume with a budget under its checkpoint's steps had said "runner.total_steps 500 runs to 1,024 env
     steps: whole iterations of 256", as if it went on training to there."""
