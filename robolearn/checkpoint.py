@@ -347,7 +347,10 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
+    # an activation is no weight: another one loads without a complaint and runs the weights through the wrong
+    # function (an elu-trained net under relu), so it is fixed for every agent, as resume_fixed's keys are
+    fixed = [key for key in sorted(set(saved) & set(now)) if saved[key] != now[key]
+             and (key in getattr(agent, "resume_fixed", ()) or key == "activation" or key.endswith("_activation"))]
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
         said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)
         raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller with the saved value, and a "

@@ -926,6 +926,20 @@ def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused
         Runner(cfg, resume=first.run_dir)
 
 
+def test_a_resume_that_changes_the_activation_is_refused(tmp_path):
+    """An activation has no weights: agent.activation=relu on a resume of an elu-trained PPO had loaded without a
+    word and run the weights through another function (only listed among the changed settings)."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps, cfg.agent.activation = 512, "relu"
+    with pytest.raises(CheckpointError, match=r"agent.activation 'elu' -> 'relu': PPO learnt its controller with the "
+                                              r"saved value.*resume without that override"):
+        Runner(cfg, resume=first.run_dir)
+
+
 @pytest.mark.parametrize("algo", ["ppo", "sac"])
 def test_ctrl_c_after_an_unverified_nan_stops_as_a_nan_does(tmp_path, monkeypatch, algo):
     """With checks deferred (a GPU run), a Ctrl+C in the iteration that met a NaN: PPO throws that rollout
