@@ -344,9 +344,12 @@ class Runner:
         runner = self.cfg.runner
         skills = getattr(self.agent, "pretrains", False)  # (their random_act plays their prior: not untrained)
         if not skills and runner.random_steps >= self.planned_steps():
+            done = self.progress.env_steps  # a resume's agent had trained (or not) by its own settings: it is kept
+            exported = (f"the controller it exports is the one its checkpoint holds ({done:,} env steps)" if done
+                        else "the controller it exports is untrained")
             warnings.warn(f"runner.random_steps={runner.random_steps:,} covers the whole run "
-                          f"({self.planned_steps():,} env steps): every action is random and the agent updates "
-                          "at most on the last step, so the controller it exports is untrained; lower "
+                          f"({self.planned_steps():,} env steps): every action {'from here ' if done else ''}is "
+                          f"random and the agent updates at most on the last step, so {exported}; lower "
                           "runner.random_steps or raise runner.total_steps", stacklevel=3)
         if runner.utd_ratio == 0:  # (it had been said nowhere)
             warnings.warn("runner.utd_ratio=0: the agent makes no update (it only collects), so the controller "

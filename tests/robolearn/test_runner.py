@@ -898,6 +898,23 @@ def test_an_off_policy_run_whose_warm_up_covers_it_all_is_said_to_learn_nothing(
         Runner(tiny(tmp_path, "sac", "runner.total_steps=3000", "runner.random_steps=4000")).close()
 
 
+def test_a_resume_whose_warm_up_covers_the_rest_says_the_checkpoints_controller_is_kept(tmp_path):
+    """A resume of a SAC run that had trained past its warm-up, with runner.random_steps raised over the rest, had been
+    told its exported controller is untrained: it is the checkpoint's, which the rest of the run leaves as it is."""
+    cfg = tiny(tmp_path, "sac", "runner.total_steps=600", "runner.random_steps=300", "runner.eval_episodes=0",
+               "agent.batch_size=32", "agent.hidden=[16]")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps, cfg.runner.random_steps = 1200, 5000
+    with pytest.warns(UserWarning) as said:
+        Runner(cfg, resume=first.run_dir).close()
+    warm_up = [str(w.message) for w in said if "covers the whole run" in str(w.message)]
+    assert len(warm_up) == 1 and "untrained" not in warm_up[0], warm_up
+    assert re.search(r"every action from here is random .*the controller it exports is the one its checkpoint holds "
+                     r"\(\d[\d,]* env steps\)", warm_up[0]), warm_up
+
+
 def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=256")
     first = Runner(cfg)
