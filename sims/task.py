@@ -123,7 +123,8 @@ class Task(ABC):
 
     @abstractmethod
     def rewards(self, sim: MujocoBackend, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Named, already weighted reward terms ``(num_worlds,)``; the reward is their sum."""
+        """Named, already weighted reward terms ``(num_worlds,)`` (a flag or a count counts as a float); the reward
+        is their sum, in the backend's dtype."""
 
     def metrics(self, sim: MujocoBackend) -> dict[str, torch.Tensor]:
         """Per-world diagnostics ``(num_worlds,)`` (tracking errors and the like), logged
@@ -286,7 +287,9 @@ class TaskEnv(VecEnv):
         if not self._rewards_checked:  # once: their shapes do not change from step to step
             self._check_rewards(terms)
             self._rewards_checked = True
-        stacked = torch.stack(list(terms.values())).masked_fill_(unstable, 0.0)
+        # in the backend's dtype, as observations: a flag (bool) or count term would fail the means below, a
+        # float64 one would make the reward float64
+        stacked = torch.stack(list(terms.values())).to(self.sim.dtype).masked_fill_(unstable, 0.0)
         reward = stacked.sum(0)
         terminated = self.task.terminated(self.sim)
         success = self.task.success(self.sim)

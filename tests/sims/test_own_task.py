@@ -126,6 +126,21 @@ def test_observations_that_are_not_batched_groups_are_told_so():
             sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
 
 
+def test_reward_terms_that_are_flags_counts_or_float64_give_a_float32_reward():
+    """A bool term alone (a success flag) or a count had failed the step as torch's "mean(): could not infer
+    output dtype"; a float64 term had made the whole reward float64."""
+    from sims.tasks.pendulum import Pendulum
+
+    class Terms(Pendulum):
+        def rewards(self, sim, action):
+            up = sim.qpos[:, 0].cos() > 0.9
+            return {"up": up, "count": up.long(), "precise": sim.qpos[:, 0].double()}
+
+    with sims.TaskEnv(Terms(), sims.make_backend("mujoco", Terms(), 2, "cpu", 1)) as env:
+        _, reward, _, _, info = env.step(torch.zeros(2, 1))
+        assert reward.dtype == torch.float32 and info["log"]["reward/up"].dtype == torch.float32
+
+
 def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_name():
     """success/terminated of the wrong shape or dtype had trained the whole run and crashed its evaluation;
     a wrong reset, a model that does not compile and a missing method were raw errors naming no task."""
