@@ -715,8 +715,11 @@ class Runner:
         return self.replay.sample(self.cfg.agent.batch_size)
 
     def _step(self, obs: Obs, out: dict[str, torch.Tensor], stats: EpisodeStats) -> tuple[Obs, dict[str, Any]]:
-        if not isinstance(out, dict) or "action" not in out:  # an agent of one's own: said, not an IndexError
-            raise ContractError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {type(out).__name__}")
+        # an agent of one's own: said, not an IndexError (no 'action') or a storage error (a numpy one)
+        if not isinstance(out, dict) or not isinstance(out.get("action"), torch.Tensor):
+            got = (type(out).__name__ if not isinstance(out, dict) else "a dict without 'action'" if "action" not in out
+                   else f"'action': {type(out['action']).__name__}")
+            raise ContractError(f"{type(self.agent).__name__}.act returns {{'action': tensor, ...}}, got {got}")
         next_obs, transition = step_envs(self.env, self.agent, obs, out["action"], stats, self._finite)
         self.progress.env_steps += self.env.num_envs * self.world_size
         if self.run_logger is not None:

@@ -95,6 +95,11 @@ class BareAction(Reinforce):
         return super().act(obs, explore)["action"]
 
 
+class NumpyAction(Reinforce):
+    def act(self, obs, explore=True):
+        return {"action": super().act(obs, explore)["action"].numpy()}
+
+
 class VectorMetric(Reinforce):
     def update(self, batch):
         super().update(batch)
@@ -153,6 +158,7 @@ def test_what_an_own_algorithm_forgot_is_said_by_name(algo_module, tmp_path):
     with pytest.raises(ConfigError, match=r"algo: 'reinforce' is not known; choose one of .*or module:Class"):
         load_config(None, {"algo": "reinforce"})
     for algo, said in (("BareAction", r"BareAction.act returns \{'action': tensor, ...\}, got Tensor"),
+                       ("NumpyAction", r"NumpyAction.act returns \{'action': tensor, ...\}, got 'action': ndarray"),
                        ("VectorMetric", r"update metric 'loss': one number per metric, got 3 values")):
         config.write_text(config_text(f"{algo_module}:{algo}", runs))
         runner = Runner(load_config(config))
