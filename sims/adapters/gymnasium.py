@@ -76,6 +76,11 @@ class GymVecEnv(OurVecEnv):
         if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
         obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space
+        if isinstance(obs_space, (spaces.Dict, spaces.Tuple)) and isinstance(action_space, spaces.Box):
+            # (a goal env's observation, desired_goal...: continuous, but not one Box)
+            raise ValueError(f"the observation space is a {type(obs_space).__name__}, and our agents read one Box: "
+                             f"flatten it with gymnasium.wrappers.FlattenObservation, in an env id of your own "
+                             f"(gymnasium.register in a module: env.task=gym:module:Id); got {obs_space}")
         if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Box):
             raise ValueError(f"only Box (continuous) observation and action spaces are supported, got {obs_space} "
                              f"and {action_space}: our agents act in continuous spaces")

@@ -93,6 +93,22 @@ def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, messa
         make_env(task, num_envs=1, **kwargs)
 
 
+def test_a_dict_observation_space_is_told_to_be_flattened():
+    """A goal env's Dict observation (continuous Boxes) had been told "our agents act in continuous spaces"."""
+    import gymnasium
+    from gymnasium import spaces
+
+    from sims.adapters.gymnasium import GymVecEnv
+
+    class Goals(gymnasium.Env):
+        observation_space = spaces.Dict({"observation": spaces.Box(-1, 1, (3,)), "desired_goal": spaces.Box(-1, 1, (2,))})
+        action_space = spaces.Box(-1, 1, (2,))
+
+    with pytest.raises(ValueError, match=r"the observation space is a Dict, and our agents read one Box: flatten it "
+                                         r"with gymnasium.wrappers.FlattenObservation"):
+        GymVecEnv(Goals, 1, max_episode_steps=10)
+
+
 def test_a_frame_keeps_its_proportions_when_fitted_to_the_size_asked():
     """Pendulum-v1's 500 x 500 frame squeezed to 320 x 240 had drawn its rod a third longer lying than standing."""
     from sims.adapters.gymnasium import _resize
