@@ -299,6 +299,11 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
                               f"quote the value: \"{key}='{value.strip()}'\" (the outer quotes for a shell, the inner for YAML)")
         if said := _read_otherwise(key.strip(), value.strip(), parsed):
             raise ConfigError(f"override '{item}': {said}")
+        glued = _glued_key(parsed)  # {gamma:0.9}: YAML's one key 'gamma:0.9', of no value (not one quoted so)
+        if glued is not None and f"'{glued}'" not in value and f'"{glued}"' not in value:
+            name, _, rest = glued.partition(":")
+            raise ConfigError(f"override '{item}': YAML reads '{glued}' as one key with no value (a mapping's colon "
+                              f"needs a space after it): write {{{name}: {rest}}}")
         _set_dotted(raw, key.strip(), parsed)
 
 
@@ -326,6 +331,20 @@ def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:
                 f"({key}={int(text.replace('_', ''), 10)}), or quote it for text")
     if re.fullmatch(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?", text):
         return f"YAML reads a number with colons in base 60, {text} as {parsed}; write the number itself ({key}=...)"
+    return None
+
+
+def _glued_key(value: Any) -> str | None:
+    """A mapping key in ``value`` (nested too) that YAML read as ``name:value`` with no value, the colon written
+    without a space after it; None where there is none."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and item is None and ":" in key.strip(":"):
+                return key
+            if (found := _glued_key(item)) is not None:
+                return found
+    if isinstance(value, list):
+        return next((found for item in value if (found := _glued_key(item)) is not None), None)
     return None
 
 

@@ -256,6 +256,19 @@ def test_an_override_a_shell_split_at_its_spaces_says_to_quote_it_whole():
         assert "a shell split" not in str(said.value)
 
 
+def test_an_override_mapping_with_a_colon_and_no_space_is_refused_with_the_spacing():
+    """{obs_noise_std:0.01} is YAML's one key 'obs_noise_std:0.01' of no value: it had been 'unknown key
+    ...obs_noise_std:0.01 (did you mean ...obs_noise_std?)', and in env.kwargs 'no such setting' of one it takes."""
+    with pytest.raises(ConfigError, match=r"YAML reads 'obs_noise_std:0.01' as one key with no value .*: write "
+                                          r"\{obs_noise_std: 0.01\}"):
+        load_config("ppo_cartpole", ["env.randomization={mass_scale: [0.8, 1.2], obs_noise_std:0.01}"])
+    with pytest.raises(ConfigError, match=r"'target:0.3' as one key"):
+        load_config("ppo_cartpole", ["env.kwargs={sub: [{target:0.3}]}"])
+    cfg = load_config("ppo_cartpole", ["env.randomization={mass_scale:[0.8,1.2], obs_noise_std: 0.01}",
+                                       "env.kwargs={'gym:id': null}"])  # ':[' YAML reads apart; a quoted key stays
+    assert cfg.env.randomization["obs_noise_std"] == 0.01 and cfg.env.kwargs == {"gym:id": None}
+
+
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
