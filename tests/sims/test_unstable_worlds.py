@@ -105,10 +105,10 @@ def test_a_timestep_given_per_world_is_not_taken_for_a_reset():
 
 def test_the_runner_says_it_once_a_run_with_the_count():
     stats = EpisodeStats(4, [])
-    for unstable in (0.0, 2.0, 1.0):
+    for unstable in (0.0, 2.0, 4.0):  # (a world per step summed over steps: 6 blow-ups of 4 worlds, not "6 worlds")
         stats.add(torch.zeros(4), torch.zeros(4, dtype=torch.bool), {"log": {UNSTABLE_LOG: torch.tensor(unstable)}})
-    with pytest.warns(UserWarning, match=r"blew up in 3 world\(s\) over the last 3 steps"):
-        assert stats.metrics()[UNSTABLE_LOG] == 1.0
+    with pytest.warns(UserWarning, match=r"blew up 6 time\(s\) over the last 3 steps"):
+        assert stats.metrics()[UNSTABLE_LOG] == 2.0
     stats.add(torch.zeros(4), torch.zeros(4, dtype=torch.bool), {"log": {UNSTABLE_LOG: torch.tensor(1.0)}})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
