@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fas", nargs="?", const=True, default=None, metavar="R_MAX",
                    help="R(L) at action-sequence lengths 1, 2, 4, 6, ..., 30 and the Frequency-Averaged Score "
                         "(robolearn/fas.py); writes <run>/fas.png and fas.json. R_MAX: the reference return "
-                        "for tasks without one")
+                        "for tasks without one, plus --fas-shift where given (Pendulum-v1: 1350 = -200 + 1550)")
     p.add_argument("--fas-shift", type=float, metavar="SHIFT",
                    help="added to every R(L) before the FAS (tasks with negative returns; Pendulum-v1's is 1550)")
     p.add_argument("--nominal", action="store_true", help="without the run's domain randomization (its delays kept)")

@@ -83,7 +83,9 @@ def reference(task: str, r_max: float | None = None, shift: float | None = None)
     ref = Reference(known.r_max if r_max is None else float(r_max),
                     (known.shift if r_max is None else 0.0) if shift is None else float(shift))
     if not ref.r_max > 0:
-        raise ValueError(f"R_max must be positive, got {ref.r_max:g}")
+        raise ValueError(f"R_max must be positive, got {ref.r_max:g}: it is the best return plus the shift (the "
+                         f"FAS divides R + shift by it), so with negative returns give --fas-shift S and R_max = best "
+                         f"return + S (Pendulum-v1: -200 + 1550 = 1350)")
     if not (math.isfinite(ref.r_max) and math.isfinite(ref.shift)):  # (inf had scored every run 0, or "FAS inf")
         raise ValueError(f"R_max and the shift must be finite numbers (--fas R_MAX, --fas-shift S), got R_max "
                          f"{ref.r_max:g}, shift {ref.shift:g}")

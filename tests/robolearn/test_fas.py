@@ -94,8 +94,8 @@ def test_a_shift_can_be_given_for_negative_returns():
     assert fas.reference("arm_reach", 50.0, 200.0) == fas.Reference(50.0, 200.0)
     assert fas.reference("gym:Pendulum-v1", shift=1600.0) == fas.Reference(1350.0, 1600.0)
     assert fas.reference("gym:Pendulum-v1", 1000.0) == fas.Reference(1000.0)  # a user's R_max: shift 0 unless given
-    with pytest.raises(ValueError, match="R_max must be positive"):
-        fas.reference("arm_reach", 0.0)
+    with pytest.raises(ValueError, match=r"R_max must be positive, got 0: it is the best return plus the shift"):
+        fas.reference("arm_reach", 0.0, 200.0)  # (a best return of 0, the shift not added: 200 is meant)
     assert fas.score([1, 30], [-150.0, -150.0], fas.reference("arm_reach", 50.0, 200.0)) == pytest.approx(29 / 30)
 
 
