@@ -508,9 +508,10 @@ class Runner:
                 seed = self.seed + self.progress.iteration
                 obs = self.env.reset(seed=seed)
                 stagger_episodes(self.env, cfg.env, seed, resumed=self.progress.iteration > 0)
-                check_finite("observation", obs)
             lap = 0.0  # the last iteration's seconds, with its logging and saving: the next one's expected length
             try:
+                if not ended_in_pretraining:  # (here: a NaN first observation is said as any later one, task named)
+                    check_finite("observation", obs)
                 while (not ended_in_pretraining and self.progress.env_steps < cfg.runner.total_steps
                        and not out_of_time(deadline, lap)):
                     start = time.perf_counter()

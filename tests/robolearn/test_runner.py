@@ -189,6 +189,21 @@ def test_a_nan_reward_term_is_named_with_its_env_and_the_step(tmp_path):
     runner.close()
 
 
+def test_a_nan_first_observation_is_blamed_on_the_task_as_a_later_one(tmp_path):
+    """A task whose observations are NaN from the reset had stopped the run with the bare 'observation['policy']
+    contains NaN or inf', naming no task and leaving its logs open."""
+    runner = Runner(tiny(tmp_path, "ppo", "runner.total_steps=100000"))
+    env = runner.env
+    while not hasattr(env, "task"):  # under the wrappers make_env adds
+        env = env.env
+    observations = env.task.observations
+    env.task.observations = lambda sim: {name: value * float("nan") for name, value in observations(sim).items()}
+    with pytest.raises(NonFiniteError, match=r"^observation\['policy'\] contains NaN or inf \(envs .* of 8\); training "
+                       r"stopped at the start before its first checkpoint .*: the env produced it: check task 'cartpole'"):
+        runner.train()
+    runner.close()
+
+
 class FailsAfter(NaNAfter):
     """Wraps a VecEnv whose physics fails after ``steps`` steps (MuJoCo's stack memory full, say)."""
 
