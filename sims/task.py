@@ -127,8 +127,8 @@ class Task(ABC):
         is their sum, in the backend's dtype."""
 
     def metrics(self, sim: MujocoBackend) -> dict[str, torch.Tensor]:
-        """Per-world diagnostics ``(num_worlds,)`` (tracking errors and the like), logged
-        as ``metrics/<name>`` batch means next to the reward terms; default none."""
+        """Per-world diagnostics ``(num_worlds,)`` (tracking errors and the like; a flag logs as the fraction
+        of worlds), logged as ``metrics/<name>`` batch means next to the reward terms; default none."""
         return {}
 
     def terminated(self, sim: MujocoBackend) -> torch.Tensor:
@@ -301,7 +301,7 @@ class TaskEnv(VecEnv):
         terminated = terminated | unstable
         truncated = self._episode_step >= self.max_episode_steps
         info: dict = {"log": {f"reward/{name}": mean for name, mean in zip(terms, stacked.mean(1).unbind())}}
-        info["log"].update({f"metrics/{name}": zero_rows(unstable, value).mean()
+        info["log"].update({f"metrics/{name}": zero_rows(unstable, value.to(self.sim.dtype)).mean()  # a flag too
                             for name, value in self.task.metrics(self.sim).items()})
         info["log"][UNSTABLE_LOG] = unstable.sum(dtype=torch.float32)
         if success is not None:

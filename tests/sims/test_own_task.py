@@ -126,7 +126,7 @@ def test_observations_that_are_not_batched_groups_are_told_so():
             sims.TaskEnv(task, sims.make_backend("mujoco", task, 2, "cpu", 1))
 
 
-def test_reward_terms_that_are_flags_counts_or_float64_give_a_float32_reward():
+def test_reward_terms_and_metrics_that_are_flags_counts_or_float64_are_logged_as_float32():
     """A bool term alone (a success flag) or a count had failed the step as torch's "mean(): could not infer
     output dtype"; a float64 term had made the whole reward float64."""
     from sims.tasks.pendulum import Pendulum
@@ -136,9 +136,13 @@ def test_reward_terms_that_are_flags_counts_or_float64_give_a_float32_reward():
             up = sim.qpos[:, 0].cos() > 0.9
             return {"up": up, "count": up.long(), "precise": sim.qpos[:, 0].double()}
 
+        def metrics(self, sim):  # a flag as a metric had failed alike
+            return {"upright": sim.qpos[:, 0].cos() > 0.9}
+
     with sims.TaskEnv(Terms(), sims.make_backend("mujoco", Terms(), 2, "cpu", 1)) as env:
         _, reward, _, _, info = env.step(torch.zeros(2, 1))
         assert reward.dtype == torch.float32 and info["log"]["reward/up"].dtype == torch.float32
+        assert info["log"]["metrics/upright"].dtype == torch.float32
 
 
 def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_name():
