@@ -395,15 +395,21 @@ class TaskEnv(VecEnv):
         return self._observe()
 
     def _reset_worlds(self, ids: torch.Tensor) -> None:
-        qpos, qvel = self.task.reset(self.sim, ids, self._generator)
+        state = self.task.reset(self.sim, ids, self._generator)
         if not self._reset_checked:  # once, on host-side shapes: set_state's broadcast error would not name reset
             model, name = self.sim.model, f"{type(self.task).__name__}.reset"
+            if not isinstance(state, (tuple, list)) or len(state) != 2:  # qpos alone: Python's "values to unpack"
+                got = f"{len(state)} values" if isinstance(state, (tuple, list)) else type(state).__name__
+                raise ContractError(f"{name} must return a pair (qpos, qvel) of tensors of shapes (len(ids), "
+                                    f"nq={model.nq}) and (len(ids), nv={model.nv}); got {got}")
+            qpos, qvel = state
             for what, value, width in (("qpos", qpos, model.nq), ("qvel", qvel, model.nv)):
                 if not isinstance(value, torch.Tensor) or tuple(value.shape) != (len(ids), width):
                     got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                     raise ContractError(f"{name} must return (qpos, qvel) tensors of shapes (len(ids), nq={model.nq}) "
                                         f"and (len(ids), nv={model.nv}); {what} is {got}")
             self._reset_checked = True
+        qpos, qvel = state
         self.sim.set_state(ids, qpos, qvel)
         self.task.after_reset(self.sim, ids, self._generator)
         self._episode_step[ids] = 0

@@ -185,6 +185,13 @@ def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_n
     with pytest.raises(ContractError, match=r"Wide.reset must return \(qpos, qvel\) tensors of shapes \(len\(ids\), "
                                             r"nq=1\) and \(len\(ids\), nv=1\); qpos is \(2, 2\)"):
         env(Wide())
+
+    class QposOnly(Pendulum):  # had been Python's "not enough values to unpack (expected 2, got 1)"
+        def reset(self, sim, ids, generator):
+            return super().reset(sim, ids, generator)[0]
+
+    with pytest.raises(ContractError, match=r"QposOnly.reset must return a pair \(qpos, qvel\) .*; got Tensor"):
+        sims.TaskEnv(QposOnly(), sims.make_backend("mujoco", QposOnly(), 1, "cpu", 1))
     with pytest.raises(ValueError, match=r"^Broken.model\(\) did not compile: "):
         env(Broken())
     with pytest.raises(ContractError, match=r"PathOnly.model\(\) must return a mujoco.MjModel.*got str"):
