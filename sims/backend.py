@@ -42,9 +42,16 @@ import numpy as np
 import torch
 from mujoco import batch as mj_batch
 
-from robolearn.interfaces import SimulationFailed
+from robolearn.interfaces import ContractError, SimulationFailed
 
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
+
+
+def field_not_requested(name: str) -> ContractError:
+    """``sim.field(name)`` of a field nobody asked the backend for: said to a task's author, who makes no backend
+    (it had been a KeyError telling them to pass ``fields=`` to the backend, a traceback on the command line)."""
+    return ContractError(f"field {name!r} was not requested: a task declares the MjData fields it reads, "
+                         f"fields = ({name!r},) in its class (Task.fields); a backend made by hand takes fields=({name!r},)")
 
 
 class MujocoBackend:
@@ -126,7 +133,7 @@ class MujocoBackend:
     def field(self, name: str) -> torch.Tensor:
         """A derived ``MjData`` field named in ``fields`` (or ``sensordata``)."""
         if name not in self._outputs:
-            raise KeyError(f"field {name!r} was not requested; pass fields=({name!r},) to the backend")
+            raise field_not_requested(name)
         return self._tensor(name, self._outputs[name])
 
     def _tensor(self, name: str, array: np.ndarray) -> torch.Tensor:

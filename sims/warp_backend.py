@@ -40,7 +40,7 @@ import mujoco
 import numpy as np
 import torch
 
-from sims.backend import FrameRenderer, state_slice
+from sims.backend import FrameRenderer, field_not_requested, state_slice
 from sims.worlds import put_rows_
 
 try:
@@ -230,7 +230,7 @@ class WarpBackend:
     def field(self, name: str) -> torch.Tensor:
         """A derived field named in ``fields`` (or ``sensordata``), ``(num_worlds, ...)``."""
         if name not in self._fields:
-            raise KeyError(f"field {name!r} was not requested; pass fields=({name!r},) to the backend")
+            raise field_not_requested(name)
         return self._view(name)
 
     # ---- stepping and resets ------------------------------------------------

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from robolearn.interfaces import ContractError
 from sims.backend import MujocoBackend
 from sims.tasks.gym_assets import gym_asset
 
@@ -111,7 +112,7 @@ def test_fields_must_be_requested() -> None:
     model = mujoco.MjModel.from_xml_path(gym_asset("hopper.xml"))
     sim = MujocoBackend(model, 2, fields=("xpos",))
     assert sim.field("xpos").shape == (2, model.nbody, 3)
-    with pytest.raises(KeyError, match="cfrc_ext"):
+    with pytest.raises(ContractError, match=r"field 'cfrc_ext' was not requested: a task declares"):
         sim.field("cfrc_ext")
 
 

@@ -186,6 +186,14 @@ def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_n
                                             r"nq=1\) and \(len\(ids\), nv=1\); qpos is \(2, 2\)"):
         env(Wide())
 
+    class Undeclared(Pendulum):  # had been a KeyError saying to pass fields= to the backend: a traceback
+        def rewards(self, sim, action):
+            return {"force": -sim.field("actuator_force")[:, 0].abs()}
+
+    with env(Undeclared()) as e, pytest.raises(ContractError, match=r"field 'actuator_force' was not requested: a "
+                                                                    r"task declares .* fields = \('actuator_force',\)"):
+        e.step(torch.zeros(2, 1))
+
     class QposOnly(Pendulum):  # had been Python's "not enough values to unpack (expected 2, got 1)"
         def reset(self, sim, ids, generator):
             return super().reset(sim, ids, generator)[0]
