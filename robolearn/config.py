@@ -713,6 +713,8 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
             return {}
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        if len(args) == 2 and checkable(args[1]):  # dict[str, float]: each value too (Go1's reward_weights)
+            return {name: check_value(item, args[1], f"{key}.{name}") for name, item in value.items()}
         return value
     if hint is str and isinstance(value, Path):  # run_dir=Path(...) from Python
         return str(value)

@@ -4,10 +4,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from robolearn.config import ConfigError, EnvConfig, RunnerConfig, TrainConfig, config_from_dict, load_config
+from robolearn.config import ConfigError, EnvConfig, RunnerConfig, TrainConfig, check_value, config_from_dict, load_config
 
 
 @dataclass
@@ -201,6 +202,17 @@ def test_a_pair_given_three_values_is_refused_naming_the_key():
 
     with pytest.raises(ConfigError, match=r"env.randomization.mass_scale: expected 2 values, got 3"):
         build_dataclass(Randomization, {"mass_scale": [0.8, 1.2, 1.4]}, "env.randomization.")
+
+
+def test_a_mappings_values_are_checked_against_its_type():
+    """Go1's reward_weights (dict[str, float]) took env.kwargs.reward_weights.feet_air_time=abc, and the first
+    step failed as "can't multiply sequence by non-int of type 'float'"."""
+    import sims
+
+    with pytest.raises(ConfigError, match=r"^env.kwargs.reward_weights.feet_air_time: expected float, got 'abc'"):
+        sims.make_env("go1_flat", num_envs=1, reward_weights={"feet_air_time": "abc"})
+    assert check_value({"a": 2, "b": "1e-3"}, dict[str, float], "w") == {"a": 2.0, "b": 0.001}
+    assert check_value({"a": [1]}, dict[str, Any], "w") == {"a": [1]}
 
 
 def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_the_quoting():
