@@ -193,6 +193,10 @@ class RandomizedEnv(VecEnv):
                              f"{type(env.task).__name__} reports no success: set fixed ranges (auto: false)")
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
+        if cfg.obs_noise_std > 0 and "policy" not in self.observation_spec:  # it would have noised nothing, silently
+            raise ValueError(f"env.randomization.obs_noise_std adds noise to the 'policy' observation group, and task "
+                             f"{type(env.task).__name__} has none (its groups: {list(self.observation_spec)}): name the "
+                             "group the robot senses 'policy', or set obs_noise_std: 0")
         # The most control steps of latency, counted as _resample counts a draw: whole physics steps, rounded
         max_latency = round(cfg.action_latency_s[1] / env.sim.timestep) // env.task.frame_skip
         check_shorter_than_episode("env.randomization.obs_delay_steps", cfg.obs_delay_steps[1], self.max_episode_steps)

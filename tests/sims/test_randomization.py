@@ -207,6 +207,20 @@ def test_auto_on_a_task_without_success_is_refused():
         sims.make_env("hopper", 2, randomization={"mass_scale": [0.5, 1.5], "auto": True})
 
 
+def test_noise_on_a_task_without_a_policy_group_is_refused():
+    """A task of one's own whose groups have other names had been 'randomized: obs_noise_std' with no noise."""
+    from sims.tasks.pendulum import Pendulum
+
+    class State(Pendulum):
+        def observations(self, sim):
+            return {"state": super().observations(sim)["policy"]}
+
+    env = sims.TaskEnv(State(), sims.make_backend("mujoco", State(), 2, "cpu", 1))
+    with pytest.raises(ValueError, match=r"obs_noise_std adds noise to the 'policy' observation group, and task State "
+                                         r"has none \(its groups: \['state'\]\)"):
+        RandomizedEnv(env, Randomization(obs_noise_std=0.01), seed=0)
+
+
 def test_pushes_kick_some_worlds_within_the_bound_and_leave_the_rest_exactly():
     env = _env(num_envs=64, push_every_s=0.04, push_velocity=0.5)  # chance control_dt / 0.04 = 0.5 a step
     before = env.sim.qvel.clone()
