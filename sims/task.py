@@ -62,6 +62,10 @@ class Task(ABC):
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Actions are the actuators' controls, bounded by their ``ctrlrange``, which each must have
         (without one MuJoCo's range is [0, 0], and every action would be clipped to zero)."""
+        if model.nu == 0:  # no action to learn: PPO had trained on until its std went NaN, blaming the learning rate
+            raise ValueError(f"{type(self).__name__}: the model has no actuators, so there is nothing to act on; add an "
+                             "<actuator> (a motor or position servo with a ctrlrange) to the MJCF, or override "
+                             "Task.action_spec and Task.actuate")
         unbounded = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}"
                      for i in range(model.nu) if not model.actuator_ctrllimited[i]]
         if unbounded:

@@ -57,10 +57,12 @@ def own_module(tmp_path, monkeypatch, request):
     folder.mkdir()
     (folder / f"{name}.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1 1"'))
     (folder / f"{name}_nolimit.py").write_text(SLIDER.replace("RANGE", ""))
+    passive = SLIDER.replace('<actuator><motor name="push" joint="x" RANGE/></actuator>', "")
+    (folder / f"{name}_noactuator.py").write_text(passive)
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
     yield name
-    for module in (name, f"{name}_nolimit"):
+    for module in (name, f"{name}_nolimit", f"{name}_noactuator"):
         sys.modules.pop(module, None)
 
 
@@ -91,6 +93,8 @@ def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
             env.step(torch.zeros(2, 1))
     with pytest.raises(ValueError, match=r"Slider: actuator\(s\) \['push'\] have no ctrlrange"):
         sims.make_env(f"{own_module}_nolimit:Slider", num_envs=1)
+    with pytest.raises(ValueError, match=r"Slider: the model has no actuators, so there is nothing to act on"):
+        sims.make_env(f"{own_module}_noactuator:Slider", num_envs=1)  # PPO had trained on until its std was NaN
     with pytest.raises(ValueError, match=r"no module 'nowhere_xyz' on the Python path or in "):
         sims.make_env("nowhere_xyz:Slider", num_envs=1)
     with pytest.raises(ValueError, match=rf"module '{own_module}' \(.*\) has no 'Slidr'"):
