@@ -269,10 +269,10 @@ def _another_task(env: VecEnv, task: str) -> bool:
     return isinstance(builder, type) and stepped is not None and not isinstance(stepped, builder)
 
 
-def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str | Path | None = None,
+def export_run(run_dir: str | Path, formats: tuple[str, ...] | None = FORMATS, out: str | Path | None = None,
                overwrite: bool = False) -> dict[str, Path]:
     """``robolearn export RUN``: ``run_dir``'s latest checkpoint exported (``formats``, default TorchScript and
-    ONNX) with the ``controller.json`` that deploy and ``eval --exported`` need (the task, its settings and rate,
+    ONNX; None: the default, as out=None is) with the ``controller.json`` that deploy and ``eval --exported`` need (the task, its settings and rate,
     how far the run trained), into ``out`` (default ``<run>/export``); returns the paths, as ``RunResult.exported``.
     A file of a format left out is removed from ``out`` (it would be older than the json beside it); another run's
     export in ``out`` is replaced only with ``overwrite``. A run's folder (``out=run_dir``, or another run's) is refused:
@@ -280,6 +280,7 @@ def export_run(run_dir: str | Path, formats: tuple[str, ...] = FORMATS, out: str
     run_dir = Path(run_dir)
     if isinstance(formats, str):  # export_run(run, "onnx") would be read letter by letter
         formats = (formats,)
+    formats = FORMATS if formats is None else formats  # (had been "'NoneType' object is not iterable")
     if out is not None and Path(out).suffix in (".pt", ".onnx", ".json"):
         raise ValueError(f"--out {out}: give a directory; the export writes controller.pt, controller.onnx "
                          "and controller.json into it (their names are fixed: deploy and eval look for them)")

@@ -180,6 +180,8 @@ def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, t
                                               r"\(overwrite=True\)"):
         export_run(trained_run.run_dir, out=tmp_path / "again")
     assert set(export_run(trained_run.run_dir, out=tmp_path / "again", overwrite=True)) == {"torchscript", "onnx", "meta"}
+    # formats=None is the default, as out=None is (it had been "'NoneType' object is not iterable")
+    assert set(export_run(trained_run.run_dir, None, out=tmp_path / "again")) == {"torchscript", "onnx", "meta"}
 
 
 def test_an_export_into_a_runs_own_folder_is_refused(trained_run, tmp_path, capsys):
