@@ -5,7 +5,10 @@ package that is not installed says how to install it."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from typing import Any, Callable
 
 OURS = ("robolearn", "sims", "policies", "hardware")
 
@@ -18,9 +21,34 @@ def _a_later_torchrun_rank_of_train() -> bool:
             and rank.isdigit() and int(rank) > 0)
 
 
-def main() -> int:
+def _import_command_line() -> Callable[[], int]:
+    """``robolearn.cli.main``, imported with a Ctrl+C during the import remembered: torch imports numpy from C
+    and swallows any error of that import, a KeyboardInterrupt too ("Failed to initialize NumPy"), so a Ctrl+C
+    then had let the command go on with numpy half-imported (a deploy connected to the arm, then failed as
+    "module 'numpy' has no attribute 'matrix'"). Raises KeyboardInterrupt after the import when one came."""
+    came: list[int] = []
+
+    def ctrl_c(signum: int, frame: Any) -> None:
+        came.append(signum)
+        raise KeyboardInterrupt
+
+    ours = (threading.current_thread() is threading.main_thread()  # (signal handlers: the main thread's alone)
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)  # (an ignored SIGINT stays ignored)
+    if ours:
+        signal.signal(signal.SIGINT, ctrl_c)
     try:
         from robolearn.cli import main as command_line
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if came:
+        raise KeyboardInterrupt
+    return command_line
+
+
+def main() -> int:
+    try:
+        command_line = _import_command_line()
     except KeyboardInterrupt:
         if not _a_later_torchrun_rank_of_train():  # a Ctrl+C as `--nproc` starts reaches every rank: rank 0 says it
             print("interrupted", file=sys.stderr)

@@ -443,6 +443,23 @@ def test_ctrl_c_while_the_command_line_imports_is_interrupted_not_a_traceback():
     assert done.returncode == 130 and done.stderr.strip() == "interrupted", done.stderr
 
 
+def test_ctrl_c_that_torch_swallows_while_it_imports_numpy_is_still_interrupted():
+    """torch imports numpy from C and swallows that import's errors, a KeyboardInterrupt too: a Ctrl+C then had
+    let the command run on with numpy half-imported (a deploy connected, then failed in a traceback, "module
+    'numpy' has no attribute 'matrix'")."""
+    code = ("import os, signal, sys\n"
+            "import robolearn.entry\n"
+            "class CtrlC:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'numpy.matrixlib':\n"
+            "            sys.meta_path.remove(self)\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.meta_path.insert(0, CtrlC())\n"
+            "sys.argv = ['robolearn', '--help']\n"
+            "sys.exit(robolearn.entry.main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip() == "interrupted", (done.returncode, done.stderr)
+
 
 def test_ctrl_c_while_a_later_torchrun_rank_imports_is_said_by_rank_0_alone():
     """A Ctrl+C in the first seconds of `robolearn train --nproc 2` reaches every rank while it imports torch: each
