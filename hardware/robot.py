@@ -168,6 +168,7 @@ class Robot(VecEnv):
         self.ticker = Ticker(control_dt)
         self.connected = False
         self.stopped: SafetyStop | None = None
+        self._stop_raised: SafetyStop | None = None  # the stop a call raised (one whose park failed, unraised: close)
         # The robot cannot go on (a servo stopped following goals and the link re-armed it where it stood, or a
         # servo's hardware alert): the next
         # ``step`` raises it, and ``close`` parks as after any error. ``rearms`` counts those re-arms, so that
@@ -316,7 +317,11 @@ class Robot(VecEnv):
                             self.stopped.args = (f"emergency stop, but {_unconfirmed(failed)}",)
                         elif failed is not None and UNCONFIRMED not in str(self.stopped):  # (the stop's own park may
                             add_to_message(self.stopped, _unconfirmed(failed))  # have said so: once is enough)
-                        if unseen or self._park_cut.is_set():  # (a park of the watchdog's, cut short)
+                        # a stop no call raised (the watchdog's after the loop's last step, a run that had ended
+                        # well) whose park or torque-off failed: said, not lost
+                        unsaid = self.stopped is not self._stop_raised and (
+                            failed is not None or getattr(self.stopped, "park_failed", False))
+                        if unseen or self._park_cut.is_set() or unsaid:  # (a park of the watchdog's, cut short)
                             raise self.stopped
         finally:
             self.connected = False
@@ -520,6 +525,7 @@ class Robot(VecEnv):
         if self.stopped is not None:
             with self._lock:  # a stop the watchdog thread is making (its park) ends first: its error says how it went
                 pass
+            self._stop_raised = self.stopped
             raise self.stopped
         if self.fault is not None:
             raise self.fault
@@ -672,6 +678,7 @@ class Robot(VecEnv):
                         stop.args = (f"{said}: parked at the safe pose and turned torque off",)
                     except Exception as err:  # noqa: BLE001
                         stop.args = (f"{said}; the safe stop failed: {err}",)
+                        stop.park_failed = True  # (raised by close where no step is left to raise it)
                     return
                 try:  # hold: re-send the last safe command, and try to read again
                     self._write(self.safety.last_sent)

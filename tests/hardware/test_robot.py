@@ -494,6 +494,17 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
             arm.step(torch.tensor([[0.0, 0.0]]))
 
 
+
+def test_a_watchdog_stop_after_the_last_step_is_raised_by_the_close():
+    """A bus gone silent as a run's last step was taken: the watchdog stopped the robot after it, its park's
+    torque-off unconfirmed, and no step was left to raise that: run() returned and deploy reported the episodes
+    done, no error and exit status 0, the servos maybe holding torque."""
+    arm = TorqueOffUnanswered()
+    with pytest.raises(WatchdogStop, match=r"the safe stop failed: the torque-off was not confirmed"):
+        with arm:
+            run(Constant([0.0, 0.0]), arm, steps=3, close_env=False)
+            time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
+
 class SilentThenCtrlC(Constant):
     """A decision that takes longer than stop_after_s, then a Ctrl+C before any step."""
 
@@ -685,12 +696,13 @@ def test_the_watchdog_outlives_a_driver_error_of_any_kind():
             return super()._read()
 
     arm = Flaky()
-    with arm:
-        arm.reset()
-        arm.broken = True
-        time.sleep(0.5)  # silent: no step, and reads that raise
-        assert isinstance(arm.stopped, WatchdogStop) and arm.torque_log[-1] is False
-        arm.broken = False
+    with pytest.raises(WatchdogStop, match="the safe stop failed: sensor bus error"):  # (its park cut short: said)
+        with arm:
+            arm.reset()
+            arm.broken = True
+            time.sleep(0.5)  # silent: no step, and reads that raise
+            assert isinstance(arm.stopped, WatchdogStop) and arm.torque_log[-1] is False
+            arm.broken = False
 
 
 def test_a_kill_under_runtime_run_parks_a_robot_of_ones_own():
