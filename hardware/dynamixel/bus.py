@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+import numbers
 import select
 import termios
 import time
@@ -177,8 +178,9 @@ class DynamixelBus:
         watchdog_ms: int = 100,
         backoff_s: float = 0.002,
     ) -> None:
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+        if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+            # (1.5 had failed inside connect(), said as a torque-off that failed: "cut their power")
+            raise ValueError(f"retries must be a whole number >= 0, got {retries!r}")
         if baudrate not in BAUD_CODES:
             raise ValueError(f"baudrate {baudrate!r} is not one X-series servos support: {', '.join(map(str, BAUD_CODES))}")
         if not 0 <= watchdog_ms <= 127 * WATCHDOG_UNIT_S * 1000:
@@ -186,7 +188,7 @@ class DynamixelBus:
         self.port = port
         self.calibration = calibration
         self.baudrate = baudrate
-        self.retries = retries
+        self.retries = int(retries)
         self.timeout_ms = timeout_ms
         self.watchdog_ms = watchdog_ms
         self.backoff_s = backoff_s

@@ -118,6 +118,14 @@ def test_a_second_process_on_the_same_bus_is_refused_before_touching_the_servos(
     assert second.is_connected
 
 
+@pytest.mark.parametrize("retries", [1.5, None, True, -1])
+def test_a_retry_count_that_is_no_whole_number_is_refused_before_the_port_opens(calibration, retries) -> None:
+    """deploy(..., retries=1.5) had failed inside connect(), said as a torque-off that failed ("the servos may hold
+    torque; cut their power"), and None as a TypeError of '<'."""
+    with pytest.raises(ValueError, match=r"retries must be a whole number >= 0, got "):
+        DynamixelBus("/dev/null", calibration=calibration, retries=retries)
+    assert DynamixelBus("/dev/null", calibration=calibration, retries=np.int64(2)).retries == 2
+
 def test_model_mismatch_names_the_servo_and_both_models(make_emulator, make_bus) -> None:
     emulator = make_emulator(model_number=1060)
     with pytest.raises(ModelMismatchError, match=r"servo 1 is a XL430-W250 \(1060\).*expects a XM430-W350"):
