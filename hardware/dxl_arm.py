@@ -74,6 +74,9 @@ class DynamixelArm(Robot):
             raise ValueError("--port is empty: give the serial port (/dev/ttyUSB0, /dev/pts/N), or leave it out to use "
                              "the robot config's")
         self.config, self.port, self.port_from_config = config, port or config.port, port is None
+        if not self.port.strip():  # `port: ""` in the YAML: it had been "cannot open : ... No such file or directory: ''"
+            raise ValueError("the robot config's port is empty: set it to the serial port (/dev/ttyUSB0), or give "
+                             "--port (`robolearn emulate dynamixel` prints an emulated arm's)")
         self.task = task or ArmReach()
         calibration = config.calibration
         check_joint_order(calibration.joints, config.model_xml)

@@ -1114,6 +1114,13 @@ def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_
         deploy(run_dir, "dxl_arm", **{"port": "/dev/null", **kwargs})
 
 
+def test_a_robot_config_whose_port_is_empty_is_refused_in_words(run_dir, tmp_path):
+    """`port: ""` in the robot YAML had failed at connect as "cannot open : ... No such file or directory: ''"."""
+    config = tmp_path / "arm.yaml"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(robot_config_path("dxl_arm").read_text()), "port": ""}))
+    with pytest.raises(ValueError, match=r"the robot config's port is empty: set it to the serial port"):
+        deploy(run_dir, config)
+
 @pytest.mark.parametrize("kwargs, error, says", [
     ({"fmt": "pt"}, ValueError, re.escape("fmt='pt' (--format): choose one of ['onnx', 'torchscript']")),
     ({"safety_overrides": ["max_velocity=6"]}, TypeError,
