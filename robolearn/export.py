@@ -249,7 +249,8 @@ class ExportedController:
         if not meta_path.is_file():
             if not path.is_file() and path.parent.name == "export":  # a run not exported (yet)
                 raise FileNotFoundError(f"{path.parent}: no exported controller; {_reexport(path).replace(' again', '')}")
-            raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}")
+            raise FileNotFoundError(f"{meta_path}: missing; it describes how to feed {path.name}: copy it along "
+                                    f"with {path.name}, or {_reexport(path)}")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; {_reexport(path)}")
         self.meta = read_controller_meta(meta_path, path)

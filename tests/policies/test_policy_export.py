@@ -300,6 +300,16 @@ def test_an_exported_controllers_reset_refuses_what_is_not_a_mask(tmp_path) -> N
     exported.reset(torch.tensor([True, False]))
 
 
+def test_an_exported_file_copied_without_its_controller_json_says_what_to_do(tmp_path) -> None:
+    """controller.onnx copied to a robot alone had been refused as "controller.json: missing; it describes how to
+    feed controller.onnx", with nothing said of what to do."""
+    paths = export_controller(Gain(), tmp_path / "export")
+    paths["meta"].unlink()
+    with pytest.raises(FileNotFoundError, match=r"controller.json: missing; it describes how to feed controller.onnx: "
+                                                r"copy it along with controller.onnx, or export it again with "
+                                                r"`robolearn export .*`"):
+        ExportedController(paths["onnx"])
+
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 def test_a_replaced_torchscript_file_is_refused_before_it_is_loaded(tmp_path) -> None:
     """TorchScript runs a module's own __setstate__ as torch.jit.load reads the file: a controller.pt not the
