@@ -327,6 +327,11 @@ def check_joint_limits(calibration: Calibration, model_xml: str | Path) -> None:
 
 def robot_config_path(name: str | Path) -> Path:
     """A robot YAML by path, or by name from ``configs/robots/``."""
+    if not isinstance(name, (str, os.PathLike)):  # (deploy(run, RobotConfig(...)) had been pathlib's TypeError)
+        saved = "; write it to a file (RobotConfig.save(path)) and give that path" if isinstance(name, RobotConfig) \
+            else ""
+        raise TypeError(f"a robot config is given as a name in configs/robots/ or a YAML path, got "
+                        f"{type(name).__name__}{saved}")
     path = Path(name)
     for candidate in (path, REPO / "configs" / "robots" / path, REPO / "configs" / "robots" / f"{path}.yaml"):
         if candidate.is_file():

@@ -1440,6 +1440,13 @@ def test_a_robot_config_path_that_is_not_there_is_said_missing(tmp_path, monkeyp
         robot_config_path("dxl_armm")
 
 
+def test_a_robot_config_object_given_where_a_name_or_path_goes_is_said_in_words(run_dir):
+    """deploy(run, RobotConfig) had failed as pathlib's "expected str, bytes or os.PathLike object, not RobotConfig"."""
+    with pytest.raises(TypeError, match=r"a robot config is given as a name in configs/robots/ or a YAML path, got "
+                                        r"RobotConfig; write it to a file \(RobotConfig.save\(path\)\)"):
+        deploy(run_dir, load_robot_config("dxl_arm"), port="/dev/null")
+
+
 def test_a_line_lost_while_parking_after_a_ctrl_c_says_the_ctrl_c_came_first(run_dir, make_emulator, monkeypatch,
                                                                              capsys):
     """A Ctrl+C ends the loop and the close parks; the line dies during that park. The error said only
