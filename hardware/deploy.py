@@ -447,7 +447,9 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
         lines.append(f"             overspeed: joints reached {peak:.2f} rad/s, above safety.max_velocity {limit:g}; if "
                      f"that is normal motion, allow it: --safety max_velocity={math.ceil(peak * 11) / 10:g}")
     if len(episodes) > 10:
-        lines.append(f"episodes:    {len(episodes)}, each in deploy.json's per_episode and deploy.png")
+        where = ("deploy.json's per_episode and deploy.png" if summary["recording"] else  # (--no-record wrote neither)
+                 "the summary's per_episode (--json prints it; not recorded, so no deploy.json)")
+        lines.append(f"episodes:    {len(episodes)}, each in {where}")
     for number, episode in enumerate(episodes if len(episodes) <= 10 else []):
         outcome = {True: "success", False: "missed", None: ""}[episode["success"]]
         notes = [outcome] * bool(outcome) + ["cut short"] * episode["interrupted"]

@@ -1088,6 +1088,10 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     assert "joints reached 4.36 rad/s, above safety.max_velocity 4; if that is normal motion, allow it: " \
            "--safety max_velocity=4.8" in text
     assert "overspeed:" not in report({**summary, "peak_joint_speed": float("nan")})  # a broken reading: no hint
+    many = {**summary, "per_episode": summary["per_episode"] * 11}  # --no-record had been sent to deploy.json
+    assert "episodes:    11, each in the summary's per_episode (--json prints it; not recorded, so no deploy.json)" \
+        in report(many)
+    assert "episodes:    11, each in deploy.json's per_episode and deploy.png" in report({**many, "recording": "r"})
     cut = {**summary, "safety": {"max_velocity": 4.0, "enabled": False}, "safety_events": {},
            "per_episode": [*summary["per_episode"], {**summary["per_episode"][0], "interrupted": True}]}
     text = report(cut)  # a recording's cut-short episode is said beside the ended ones; safety off is not "none"
