@@ -420,9 +420,12 @@ def report(summary: dict[str, Any], fixed_target: bool = False) -> str:
         line += f": return {summary['return_mean']:.2f}"
     if summary["success_rate"] is not None:
         line += f", success {100 * summary['success_rate']:.0f}%"
+    held, trained = task["safety_max_step"], task.get("max_goal_step")
+    # a --safety max_step below the trained goal-step limit had been said "(as trained)" too
+    steps = (f"(safety.max_step; trained up to {trained:g})" if trained is not None and held < trained
+             else "(as trained)")
     lines = [line,
-             f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {task['safety_max_step']} rad "
-             "(as trained)",
+             f"task:        {task['max_episode_steps']} steps per episode, goal steps <= {held} rad {steps}",
              f"seed:        {summary['seed']} " + ("(a fixed --target)" if fixed_target else
                                                     "(it draws the targets; --seed N draws others)"),
              f"loop:        {loop['rate_hz']:.0f} Hz, {counted(loop['steps'], 'step')}, "

@@ -1092,6 +1092,10 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     assert "episodes:    11, each in the summary's per_episode (--json prints it; not recorded, so no deploy.json)" \
         in report(many)
     assert "episodes:    11, each in deploy.json's per_episode and deploy.png" in report({**many, "recording": "r"})
+    tighter = {**summary, "task": {**summary["task"], "max_goal_step": 0.2, "safety_max_step": 0.1}}
+    assert "goal steps <= 0.1 rad (safety.max_step; trained up to 0.2)" in report(tighter)  # it had said "as trained"
+    same = {**tighter, "task": {**tighter["task"], "safety_max_step": 0.2}}
+    assert "goal steps <= 0.2 rad (as trained)" in report(same)
     cut = {**summary, "safety": {"max_velocity": 4.0, "enabled": False}, "safety_events": {},
            "per_episode": [*summary["per_episode"], {**summary["per_episode"][0], "interrupted": True}]}
     text = report(cut)  # a recording's cut-short episode is said beside the ended ones; safety off is not "none"
