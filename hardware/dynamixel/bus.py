@@ -49,6 +49,7 @@ from dynamixel_sdk.protocol2_packet_handler import (PKT_ERROR, PKT_ID, PKT_INSTR
 from dynamixel_sdk.robotis_def import INST_PING, INST_READ, INST_REBOOT, INST_WRITE
 
 from hardware.safety import add_to_message, outside_limits
+from robolearn.runtime import stops_held
 
 from . import protocol
 from .calibration import Calibration
@@ -257,17 +258,19 @@ class DynamixelBus:
                 self.write(motor.id, "Profile_Velocity", Calibration.profile_velocity_raw(motor))  # it after reboots)
             self.enable_torque(True)
         except BaseException as err:  # (a stop signal too) torque off where it may be on already, then the port back
-            try:
-                self.enable_torque(False)
-            except Exception as failed:  # noqa: BLE001 (the error that ended the connect is the one raised)
-                # (one silent or garbled from the start, a missing id or a wrong baud rate, is no news: the error
-                # says so)
-                if not (isinstance(failed, (CommTimeoutError, PacketError)) and failed.servo_id not in answered):
-                    add_to_message(err, f"turning torque off after it then failed too ({type(failed).__name__}: "
-                                        f"{failed}): the servos may hold torque; cut their power before touching "
-                                        "the arm")
-            finally:
-                self._close_port()
+            # A stop signal during it (a second Ctrl+C) had cut the torque-off short: held, as the connect ends anyway
+            with stops_held():
+                try:
+                    self.enable_torque(False)
+                except Exception as failed:  # noqa: BLE001 (the error that ended the connect is the one raised)
+                    # (one silent or garbled from the start, a missing id or a wrong baud rate, is no news: the
+                    # error says so)
+                    if not (isinstance(failed, (CommTimeoutError, PacketError)) and failed.servo_id not in answered):
+                        add_to_message(err, f"turning torque off after it then failed too ({type(failed).__name__}: "
+                                            f"{failed}): the servos may hold torque; cut their power before touching "
+                                            "the arm")
+                finally:
+                    self._close_port()
             raise
 
     @staticmethod

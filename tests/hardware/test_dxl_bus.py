@@ -83,6 +83,37 @@ def test_a_connect_cut_short_after_torque_on_turns_torque_off(emulator, calibrat
         DynamixelBus(emulator.port, calibration=calibration, timeout_ms=60.0).connect()
 
 
+def test_a_second_ctrl_c_during_a_failed_connects_torque_off_does_not_cut_it_short(emulator, calibration,
+                                                                                  monkeypatch) -> None:
+    """A Ctrl+C cut the connect short after torque on; a second one during the torque-off that follows had ended
+    that too, leaving the servos holding torque (the robot, not connected yet, has no close to take it off)."""
+    import os
+    import signal
+
+    real_write, real_torque = DynamixelBus.write, DynamixelBus.enable_torque
+
+    def write(self, servo, name, value):
+        if name == "Bus_Watchdog" and value > 0 and servo == 1:  # the first Ctrl+C, after torque on
+            raise KeyboardInterrupt("SIGINT")
+        return real_write(self, servo, name, value)
+
+    def torque(self, on, *args, **kwargs):
+        if not on and getattr(self, "was_on", False):
+            os.kill(os.getpid(), signal.SIGINT)  # the second, as the torque-off begins
+        self.was_on = on
+        return real_torque(self, on, *args, **kwargs)
+
+    monkeypatch.setattr(DynamixelBus, "write", write)
+    monkeypatch.setattr(DynamixelBus, "enable_torque", torque)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            DynamixelBus(emulator.port, calibration=calibration, timeout_ms=60.0).connect()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not any(s.torque_enabled for s in emulator.state().values())
+
+
 def test_a_ctrl_c_inside_an_exchange_leaves_the_bus_usable(emulator, make_bus, monkeypatch) -> None:
     """The SDK marks its port busy for an exchange: a Ctrl+C (or a kill taken as one) raised inside it had
     left every later packet, the safe stop's torque-off too, answered "Port is in use!"."""
