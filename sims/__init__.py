@@ -266,6 +266,14 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         missing = ", ".join(sorted(builder.__abstractmethods__))
         raise ContractError(f"env.task={task}: {builder.__name__} does not implement {missing}, which a sims.Task "
                             "must (sims/task.py says what each returns)")
+    if inspect.isclass(builder) and dataclasses.is_dataclass(builder) and "__dataclass_fields__" not in vars(builder):
+        # a plain subclass of a dataclass task: its base's __init__ sets every field, over the subclass's values
+        shadowed = sorted(set(vars(builder)) & {f.name for f in dataclasses.fields(builder)})
+        if shadowed:
+            raise ValueError(f"env.task={task}: {builder.__name__} sets {shadowed[0]} as a class attribute, which the "
+                             f"__init__ of its dataclass base overrides with the base's default, so it would have no "
+                             f"effect: decorate {builder.__name__} with @dataclass(kw_only=True) (its values then are "
+                             "the defaults of settings)")
     spec = whole(**kwargs)
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")

@@ -233,6 +233,23 @@ def test_outcomes_resets_models_and_missing_methods_of_an_own_task_are_told_by_n
         del sys.modules["user_no_rewards"]
 
 
+def test_a_plain_subclass_setting_a_dataclass_tasks_field_is_told_to_be_a_dataclass():
+    """class Heavier(Pendulum): max_episode_steps = 100 had silently kept the base's 500 (its __init__ sets it)."""
+    from sims.tasks.pendulum import Pendulum
+
+    class Shorter(Pendulum):
+        max_episode_steps = 100
+
+    sys.modules["user_shorter"] = type(sys)("user_shorter")
+    sys.modules["user_shorter"].Shorter = Shorter
+    try:
+        with pytest.raises(ValueError, match=r"env.task=user_shorter:Shorter: Shorter sets max_episode_steps as a class "
+                                             r"attribute, .*: decorate Shorter with @dataclass\(kw_only=True\)"):
+            sims.make_env("user_shorter:Shorter", num_envs=1)
+    finally:
+        del sys.modules["user_shorter"]
+
+
 LOOSE = '''
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
