@@ -189,6 +189,10 @@ class PointMaze(Task):
         if not 0 <= self.pair < len(EVAL_PAIRS[self.layout]):
             raise ValueError(f"{self.name} pair={self.pair}: the {self.layout} maze has evaluation pairs "
                              f"0..{len(EVAL_PAIRS[self.layout]) - 1}")
+        if not self.success_distance > 0:  # no distance is below it: no success ever, the penalty every step
+            raise ValueError(f"{self.name} success_distance={self.success_distance}: must be > 0 (metres)")
+        if not self.start_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
+            raise ValueError(f"{self.name} start_noise={self.start_noise}: must be >= 0 (metres)")
         self.grid = MazeGrid(self.layout, self.cell_size)
 
     def model(self) -> mujoco.MjModel:

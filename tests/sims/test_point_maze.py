@@ -161,6 +161,11 @@ def test_settings_errors_name_the_key_and_a_fixed_layout_points_at_the_other_tas
         sims.make_env("point_maze_medium", num_envs=1, layout="large")
     with sims.make_env("ant_maze_large", num_envs=1, max_episode_steps=7) as env:
         assert env.max_episode_steps == 7 and env.task.layout == "large"
+    # a success distance of 0 or less had never succeeded, silently; a negative start noise failed in torch's words
+    with pytest.raises(ValueError, match=r"point_maze success_distance=-1.0: must be > 0"):
+        sims.make_env("point_maze_medium", num_envs=1, success_distance=-1.0)
+    with pytest.raises(ValueError, match=r"ant_maze start_noise=-0.1: must be >= 0"):
+        sims.make_env("ant_maze_medium", num_envs=1, start_noise=-0.1)
 
 
 def test_one_world_cycles_through_every_evaluation_pair_and_a_seeded_reset_starts_over():
