@@ -235,6 +235,11 @@ class Go1Velocity(Task):
             raise ValueError(f"action_limit must be above 0 (the action box in units of action_scale), got {self.action_limit}")
         if len(self.command_ranges) != 3:
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
+        if not self.tracking_sigma > 0:  # exp(-error^2 / sigma): 0 pays no tracking at all, below 0 pays errors
+            raise ValueError(f"tracking_sigma must be above 0 (the tracking rewards' error scale, in squared m/s "
+                             f"or rad/s), got {self.tracking_sigma}")
+        if not 0.0 <= self.standing_fraction <= 1.0:
+            raise ValueError(f"standing_fraction is the fraction of zero commands: in [0, 1], got {self.standing_fraction}")
         self._weights = {name: w for name, w in {**DEFAULT_REWARD_WEIGHTS, **self.reward_weights}.items() if w != 0.0}
         self._heights: torch.Tensor | None = None  # terrain grid (metres), rough only
         self._device_copies: dict[tuple[str, torch.device, torch.dtype], torch.Tensor] = {}

@@ -169,6 +169,11 @@ def test_reward_weights_choose_terms_and_unknown_names_raise():
     assert (reward == 0).all() and float(info["log"]["reward/positive_clip"]) > 0  # lifted to 0 by default
     with pytest.raises(ValueError, match="unknown Go1 reward term.*'tracking_lin_velocity'"):
         Go1Velocity(reward_weights={"tracking_lin_velocity": 1.0})
+    # sigma 0 had paid no tracking reward at all (exp(-error^2 / 0)), a negative one paid the errors, silently
+    with pytest.raises(ValueError, match=r"tracking_sigma must be above 0 .*got 0.0"):
+        Go1Velocity(tracking_sigma=0.0)
+    with pytest.raises(ValueError, match=r"standing_fraction is the fraction of zero commands: in \[0, 1\], got 1.5"):
+        Go1Velocity(standing_fraction=1.5)
 
 
 def test_one_weight_given_leaves_the_other_terms_at_their_defaults():
