@@ -97,10 +97,13 @@ class GymVecEnv(OurVecEnv):
         if limit is None:
             raise ValueError("the env has no time limit in its spec: pass max_episode_steps")
         self.max_episode_steps = int(limit)
-        # a scalar observation (shape ()) as a vector of one: a flat controller reads (num_envs, width)
+        # a scalar observation or action (shape ()) as a vector of one: a flat controller reads and writes
+        # (num_envs, width) (a scalar action had been refused as "expects a flat action_spec, got shape ()")
         self._obs_shape = obs_space.shape or (1,)
         self.observation_spec = {"policy": spaces.Box(-np.inf, np.inf, self._obs_shape, dtype=np.float32)}
-        self.action_spec = spaces.Box(action_space.low, action_space.high, dtype=np.float32)
+        width = action_space.shape or (1,)
+        self.action_spec = spaces.Box(np.reshape(action_space.low, width), np.reshape(action_space.high, width),
+                                      dtype=np.float32)
         self._seed = seed
         self._physics = _mujoco_data(self.vec)
         self._bad_states = _bad_states(self._physics)
@@ -115,7 +118,8 @@ class GymVecEnv(OurVecEnv):
     def step(self, action: torch.Tensor) -> Step:
         action = checked_action(action, self.num_envs, self.action_spec, self.device)  # numpy too, as our envs
         action = np.clip(action.detach().cpu().numpy(), self.action_spec.low, self.action_spec.high)
-        obs, reward, terminated, truncated, gym_info = self.vec.step(action.astype(self.vec.single_action_space.dtype))
+        gym_action = action.astype(self.vec.single_action_space.dtype).reshape(self.vec.action_space.shape)
+        obs, reward, terminated, truncated, gym_info = self.vec.step(gym_action)
         final = obs.copy()
         if "final_obs" in gym_info:
             for i in np.flatnonzero(gym_info["_final_obs"]):

@@ -196,10 +196,10 @@ import numpy as np
 
 
 class Scalar(gym.Env):
-    """Observes one number, as a Box of shape ()."""
+    """Observes one number and takes one, each as a Box of shape ()."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32)
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
@@ -208,7 +208,8 @@ class Scalar(gym.Env):
 
     def step(self, action):
         self.t += 1
-        return np.float32(self.t / 10), float(action[0]), self.t >= 3, False, {}
+        assert np.shape(action) == (), action  # the env's own scalar, not our vector of one
+        return np.float32(self.t / 10), float(action), self.t >= 3, False, {}
 
 
 gym.register("Scalar-v0", entry_point=Scalar, max_episode_steps=10)
@@ -217,14 +218,17 @@ gym.register("Scalar-v0", entry_point=Scalar, max_episode_steps=10)
 
 def test_a_module_named_in_a_gym_id_is_found_in_the_current_directory_and_scalars_are_vectors(tmp_path, monkeypatch):
     """gym:my_envs:Scalar-v0 had found my_envs only under `python -m robolearn` (a traceback under the robolearn
-    script), and a scalar observation had failed deep in PPO (IndexError in flatten_obs)."""
+    script), a scalar observation had failed deep in PPO (IndexError in flatten_obs), and a scalar action had been
+    refused ("expects a flat action_spec, got shape ()")."""
     (tmp_path / "scalar_envs_of_mine.py").write_text(SCALAR_ENV)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
     env = make_env("gym:scalar_envs_of_mine:Scalar-v0", 2, seed=0)
     assert env.observation_spec["policy"].shape == (1,) and env.reset()["policy"].shape == (2, 1)
-    step = env.step(torch.ones(2, 1))
+    assert env.action_spec.shape == (1,)
+    step = env.step(torch.full((2, 1), 0.5))
     assert step.obs["policy"].shape == step.info["final_obs"]["policy"].shape == (2, 1)
+    assert step.reward.tolist() == [0.5, 0.5]
     with pytest.raises(ValueError, match=r"gym:no_such_module_here:X-v0: no module 'no_such_module_here' on the "
                                          r"Python path or in "):
         make_env("gym:no_such_module_here:X-v0", 1)
