@@ -235,6 +235,10 @@ class Go1Velocity(Task):
             raise ValueError(f"action_limit must be above 0 (the action box in units of action_scale), got {self.action_limit}")
         if len(self.command_ranges) != 3:
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
+        for name, pair in zip(("vx", "vy", "yaw rate"), self.command_ranges):  # (a draw in [1, -1] lies outside both)
+            if len(pair) != 2 or not pair[0] <= pair[1]:
+                raise ValueError(f"command_ranges: the {name} range {list(pair)} is no [low, high] pair with low <= "
+                                 f"high")
         if not self.tracking_sigma > 0:  # exp(-error^2 / sigma): 0 pays no tracking at all, below 0 pays errors
             raise ValueError(f"tracking_sigma must be above 0 (the tracking rewards' error scale, in squared m/s "
                              f"or rad/s), got {self.tracking_sigma}")

@@ -174,6 +174,9 @@ def test_reward_weights_choose_terms_and_unknown_names_raise():
         Go1Velocity(tracking_sigma=0.0)
     with pytest.raises(ValueError, match=r"standing_fraction is the fraction of zero commands: in \[0, 1\], got 1.5"):
         Go1Velocity(standing_fraction=1.5)
+    # a range written high-first had drawn commands outside it, silently
+    with pytest.raises(ValueError, match=r"command_ranges: the vy range \[0.5, -0.5\] is no \[low, high\] pair"):
+        Go1Velocity(command_ranges=((-1.0, 1.0), (0.5, -0.5), (-1.0, 1.0)))
 
 
 def test_one_weight_given_leaves_the_other_terms_at_their_defaults():
