@@ -155,12 +155,12 @@ def _refused_once_closed(method: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
-def _marks_closed(close: Callable[[VecEnv], None]) -> Callable[[VecEnv], None]:
+def _marks_closed(close: Callable[..., None]) -> Callable[..., None]:
     """A VecEnv subclass's ``close``, which marks the env closed (:attr:`VecEnv.closed`) whether it ends or raises."""
     @functools.wraps(close)
-    def closing(self: VecEnv) -> None:
+    def closing(self: VecEnv, *args: Any, **kwargs: Any) -> None:
         try:
-            close(self)
+            close(self, *args, **kwargs)
         finally:
             self.closed = True
     return closing
