@@ -102,8 +102,10 @@ class DelayedEnv(VecEnv):
         self.env, self.cfg = env, cfg
         for name in ("num_envs", "device", "control_dt", "max_episode_steps", "observation_spec", "action_spec"):
             setattr(self, name, getattr(env, name))
+        randomized = getattr(env, "most_delay_steps", {})  # env.randomization's delays, inside: the two add up
         for name in ("obs_delay_steps", "action_latency_steps"):
-            check_shorter_than_episode(f"env.delay.{name}", getattr(cfg, name), self.max_episode_steps)
+            key = f"env.delay.{name}" + (" with env.randomization's most" if randomized.get(name) else "")
+            check_shorter_than_episode(key, getattr(cfg, name) + randomized.get(name, 0), self.max_episode_steps)
         self._obs_delay = torch.full((self.num_envs,), cfg.obs_delay_steps, dtype=torch.long, device=self.device)
         self._latency = torch.full((self.num_envs,), cfg.action_latency_steps, dtype=torch.long, device=self.device)
         self._history: dict[str, DelayLine] = {}

@@ -201,6 +201,8 @@ class RandomizedEnv(VecEnv):
         max_latency = round(cfg.action_latency_s[1] / env.sim.timestep) // env.task.frame_skip
         check_shorter_than_episode("env.randomization.obs_delay_steps", cfg.obs_delay_steps[1], self.max_episode_steps)
         check_shorter_than_episode("env.randomization.action_latency_s", max_latency, self.max_episode_steps)
+        # (an env.delay around this env adds its fixed steps to these: sims.delay.DelayedEnv checks the sum)
+        self.most_delay_steps = {"obs_delay_steps": cfg.obs_delay_steps[1], "action_latency_steps": max_latency}
         self.width = cfg.width if cfg.width is not None else 0.0 if cfg.auto else 1.0
         self._generator = torch.Generator(device=self.device)
         if seed is None:  # unseeded: other draws every time, as the env's own initial states

@@ -149,6 +149,13 @@ def test_delays_no_episode_outlasts_are_refused_by_key():
             sims.make_env("arm_reach", 2, seed=1, max_episode_steps=100, **delay)
     with pytest.raises(ValueError, match="env.delay.action_latency_steps must be >= 0, got -1"):
         sims.make_env("arm_reach", 2, delay={"action_latency_steps": -1})
+    # each shorter than an episode, together not (they add up: checked one at a time, they had trained)
+    with pytest.raises(ValueError, match=r"env.delay.obs_delay_steps with env.randomization's most: a delay of 120 "
+                                         r"control steps is not shorter than an episode \(100 steps\)"):
+        sims.make_env("arm_reach", 2, seed=1, max_episode_steps=100, delay={"obs_delay_steps": 60},
+                      randomization={"obs_delay_steps": [60, 60]})
+    sims.make_env("arm_reach", 2, seed=1, max_episode_steps=100, delay={"obs_delay_steps": 49},
+                  randomization={"obs_delay_steps": [0, 50]}).close()
 
 
 def test_every_randomization_at_once_steps_through_an_episode_end_with_finite_observations():
