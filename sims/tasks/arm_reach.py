@@ -144,6 +144,12 @@ class ArmReach(Task):
     frame_skip: int = 10
     max_episode_steps: int = 100
 
+    def __post_init__(self) -> None:
+        if not self.success_distance > 0:  # no distance is below it: no success ever, silently (as point_maze's)
+            raise ValueError(f"arm_reach success_distance={self.success_distance}: must be > 0 (metres)")
+        if not self.reset_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
+            raise ValueError(f"arm_reach reset_noise={self.reset_noise}: must be >= 0 (rad)")
+
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(ARM_XML))
 

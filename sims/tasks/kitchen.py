@@ -230,6 +230,8 @@ class Kitchen(Task):
         unknown = [t for t in self.tasks if t not in NAMES]
         if unknown or not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"kitchen tasks={list(self.tasks)}: choose distinct names from {list(NAMES)}")
+        if not self.start_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
+            raise ValueError(f"kitchen start_noise={self.start_noise}: must be >= 0 (metres)")
         self.offsets = {name: _offset(name, offset) for name, offset in dict(self.offsets).items()}
         self._index = [NAMES.index(t) for t in self.tasks]  # fixture of each listed sub-task, in list order
 

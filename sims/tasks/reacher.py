@@ -42,6 +42,10 @@ class Reacher(Task):
     _fingertip: int = field(default=0, init=False, repr=False)
     _target: int = field(default=0, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if not self.success_distance > 0:  # no distance is below it: no success ever, silently (as point_maze's)
+            raise ValueError(f"reacher success_distance={self.success_distance}: must be > 0 (metres)")
+
     def model(self) -> mujoco.MjModel:
         model = mujoco.MjModel.from_xml_path(gym_asset("reacher.xml"))
         self._fingertip, self._target = model.body("fingertip").id, model.body("target").id

@@ -261,3 +261,16 @@ def test_a_closed_env_refuses_step_and_reset_saying_to_make_a_new_one(build) -> 
                                              r"robolearn.make_env\(run\) or sims.make_env\(task, num_envs\)"):
             call()
     env.close()  # closing again is no error
+
+
+@pytest.mark.parametrize("task, setting, said", [
+    ("arm_reach", {"success_distance": 0.0}, r"arm_reach success_distance=0.0: must be > 0"),
+    ("reacher", {"success_distance": -1.0}, r"reacher success_distance=-1.0: must be > 0"),
+    ("arm_reach", {"reset_noise": -0.1}, r"arm_reach reset_noise=-0.1: must be >= 0"),
+    ("kitchen", {"start_noise": -0.1}, r"kitchen start_noise=-0.1: must be >= 0"),
+])
+def test_a_reach_that_can_never_succeed_or_a_negative_noise_is_refused_by_name(task, setting, said):
+    """As point_maze's: a success_distance of 0 or less had trained with no success ever, silently, and a negative
+    noise failed at the first reset as torch's "uniform_ expects to return a [from, to) range"."""
+    with pytest.raises(ValueError, match=said):
+        make_env(task, num_envs=1, **setting)
