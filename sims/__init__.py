@@ -266,14 +266,18 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         missing = ", ".join(sorted(builder.__abstractmethods__))
         raise ContractError(f"env.task={task}: {builder.__name__} does not implement {missing}, which a sims.Task "
                             "must (sims/task.py says what each returns)")
-    if inspect.isclass(builder) and dataclasses.is_dataclass(builder) and "__dataclass_fields__" not in vars(builder):
-        # a plain subclass of a dataclass task: its base's __init__ sets every field, over the subclass's values
-        shadowed = sorted(set(vars(builder)) & {f.name for f in dataclasses.fields(builder)})
-        if shadowed:
-            raise ValueError(f"env.task={task}: {builder.__name__} sets {shadowed[0]} as a class attribute, which the "
+    if inspect.isclass(builder) and dataclasses.is_dataclass(builder) and (shadowed := _shadowed_setting(builder)):
+        # a dataclass task's __init__ sets every field, over a value a subclass sets without declaring the field
+        owner, name = shadowed
+        annotate = f"{name}: {type(getattr(owner, name)).__name__} = {getattr(owner, name)!r}"
+        if "__dataclass_fields__" not in vars(owner):
+            raise ValueError(f"env.task={task}: {owner.__name__} sets {name} as a class attribute, which the "
                              f"__init__ of its dataclass base overrides with the base's default, so it would have no "
-                             f"effect: decorate {builder.__name__} with @dataclass(kw_only=True) (its values then are "
-                             "the defaults of settings)")
+                             f"effect: decorate {owner.__name__} with @dataclass(kw_only=True) and annotate it "
+                             f"({annotate}): its values then are the defaults of settings")
+        raise ValueError(f"env.task={task}: {owner.__name__} sets {name} without an annotation, so the dataclass "
+                         f"keeps its base's default for that setting and the value would have no effect: annotate "
+                         f"it ({annotate})")
     spec = whole(**kwargs)
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
@@ -282,6 +286,19 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"env.kwargs.{key}: must be a whole number of at least 1, got {value!r}")
     return spec
+
+
+def _shadowed_setting(builder: type) -> tuple[type, str] | None:
+    """``(class, name)`` of a dataclass task's field that a class of its lineage sets without declaring it (a
+    plain subclass's ``max_episode_steps = 100``, or a dataclass subclass's without an annotation): the
+    ``__init__`` sets the declared default over it. None where there is none."""
+    for field in dataclasses.fields(builder):
+        for owner in builder.__mro__:  # down to the class that declares the field (its default, or a factory's)
+            if "__dataclass_fields__" in vars(owner) and field.name in inspect.get_annotations(owner):
+                break
+            if field.name in vars(owner):
+                return owner, field.name
+    return None
 
 
 def task_settings(task: str) -> list[str]:

@@ -4,6 +4,7 @@ from Python, through training, evaluation and export; and the mistakes such a ta
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -240,12 +241,28 @@ def test_a_plain_subclass_setting_a_dataclass_tasks_field_is_told_to_be_a_datacl
     class Shorter(Pendulum):
         max_episode_steps = 100
 
+    @dataclass(kw_only=True)  # decorated as the error says, but not annotated: still the base's 500, silently
+    class Bare(Pendulum):
+        max_episode_steps = 100
+
+    @dataclass(kw_only=True)
+    class Annotated(Pendulum):
+        max_episode_steps: int = 100
+
     sys.modules["user_shorter"] = type(sys)("user_shorter")
     sys.modules["user_shorter"].Shorter = Shorter
+    sys.modules["user_shorter"].Bare = Bare
+    sys.modules["user_shorter"].Annotated = Annotated
     try:
         with pytest.raises(ValueError, match=r"env.task=user_shorter:Shorter: Shorter sets max_episode_steps as a class "
-                                             r"attribute, .*: decorate Shorter with @dataclass\(kw_only=True\)"):
+                                             r"attribute, .*: decorate Shorter with @dataclass\(kw_only=True\) and "
+                                             r"annotate it \(max_episode_steps: int = 100\)"):
             sims.make_env("user_shorter:Shorter", num_envs=1)
+        with pytest.raises(ValueError, match=r"env.task=user_shorter:Bare: Bare sets max_episode_steps without an "
+                                             r"annotation, .*: annotate it \(max_episode_steps: int = 100\)"):
+            sims.make_env("user_shorter:Bare", num_envs=1)
+        with sims.make_env("user_shorter:Annotated", num_envs=1) as env:
+            assert env.max_episode_steps == 100
     finally:
         del sys.modules["user_shorter"]
 
