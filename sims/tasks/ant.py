@@ -35,7 +35,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, normal, tracking_camera, uniform
+from sims.task import Task, check_noise_scales, normal, tracking_camera, uniform
 from sims.tasks.gym_assets import gym_asset
 
 
@@ -57,6 +57,9 @@ class Ant(Task):
     fields: ClassVar[tuple[str, ...]] = ("xpos", "cfrc_ext")
     _body: int = field(default=1, init=False, repr=False)
     _xy_before: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_noise_scales(self, reset_noise_scale=self.reset_noise_scale)
 
     def model(self) -> mujoco.MjModel:
         spec = mujoco.MjSpec.from_file(gym_asset("ant.xml"))

@@ -42,7 +42,7 @@ import mujoco
 import torch
 
 from sims.backend import MujocoBackend
-from sims.task import Task, normal, uniform
+from sims.task import Task, check_noise_scales, normal, uniform
 from sims.tasks.gym_assets import gym_asset
 from sims.tasks.point_maze import PointMaze
 
@@ -59,6 +59,7 @@ class AntMaze(PointMaze):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_noise_scales(self, reset_noise_scale=self.reset_noise_scale)
         for key in ("physics_timestep", "motor_gear"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{self.name} {key}={getattr(self, key)}: must be > 0")

@@ -34,7 +34,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, bump, uniform
+from sims.task import Task, check_noise_scales, bump, uniform
 
 ASSET = Path(__file__).parents[1] / "assets" / "cartpole.xml"
 
@@ -45,6 +45,9 @@ class Cartpole(Task):
     frame_skip: int = 2
     max_episode_steps: int = 500
     resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
+
+    def __post_init__(self) -> None:
+        check_noise_scales(self, reset_noise_scale=self.reset_noise_scale)
 
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(ASSET))

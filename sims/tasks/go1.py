@@ -105,7 +105,7 @@ from gymnasium import spaces
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, tracking_camera, uniform
+from sims.task import Task, check_noise_scales, tracking_camera, uniform
 from sims.worlds import put_rows_
 
 GO1_XML = Path(__file__).resolve().parent.parent / "assets" / "go1.xml"
@@ -235,6 +235,7 @@ class Go1Velocity(Task):
             raise ValueError(f"action_limit must be above 0 (the action box in units of action_scale), got {self.action_limit}")
         if len(self.command_ranges) != 3:
             raise ValueError("command_ranges needs three [low, high] pairs: vx, vy, yaw rate")
+        check_noise_scales(self, reset_joint_noise=self.reset_joint_noise, reset_velocity=self.reset_velocity)
         for name, pair in zip(("vx", "vy", "yaw rate"), self.command_ranges):  # (a draw in [1, -1] lies outside both)
             if len(pair) != 2 or not pair[0] <= pair[1]:
                 raise ValueError(f"command_ranges: the {name} range {list(pair)} is no [low, high] pair with low <= "

@@ -22,7 +22,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, normal, tracking_camera, uniform
+from sims.task import Task, check_noise_scales, normal, tracking_camera, uniform
 from sims.tasks.gym_assets import gym_model
 
 
@@ -35,6 +35,9 @@ class HalfCheetah(Task):
     max_episode_steps: int = 1000
     resets_by_mask: ClassVar[bool] = True  # reset only draws: on a GPU the done worlds reset by a mask
     _x_before: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_noise_scales(self, reset_noise_scale=self.reset_noise_scale)
 
     def model(self) -> mujoco.MjModel:
         return gym_model("half_cheetah.xml")

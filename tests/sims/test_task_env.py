@@ -268,6 +268,14 @@ def test_a_closed_env_refuses_step_and_reset_saying_to_make_a_new_one(build) -> 
     ("reacher", {"success_distance": -1.0}, r"reacher success_distance=-1.0: must be > 0"),
     ("arm_reach", {"reset_noise": -0.1}, r"arm_reach reset_noise=-0.1: must be >= 0"),
     ("kitchen", {"start_noise": -0.1}, r"kitchen start_noise=-0.1: must be >= 0"),
+    ("pendulum", {"reset_noise_scale": -0.1}, r"Pendulum reset_noise_scale=-0.1: must be >= 0"),
+    ("cartpole", {"reset_noise_scale": -0.1}, r"Cartpole reset_noise_scale=-0.1: must be >= 0"),
+    ("hopper", {"reset_noise_scale": -0.1}, r"Hopper reset_noise_scale=-0.1: must be >= 0"),
+    ("half_cheetah", {"reset_noise_scale": -0.1}, r"HalfCheetah reset_noise_scale=-0.1: must be >= 0"),
+    ("ant", {"reset_noise_scale": -0.1}, r"Ant reset_noise_scale=-0.1: must be >= 0"),
+    ("ant_maze_medium", {"reset_noise_scale": -0.1}, r"AntMaze reset_noise_scale=-0.1: must be >= 0"),
+    ("go1_flat", {"reset_joint_noise": -0.1}, r"Go1Velocity reset_joint_noise=-0.1: must be >= 0"),
+    ("go1_flat", {"reset_velocity": -0.1}, r"Go1Velocity reset_velocity=-0.1: must be >= 0"),
 ])
 def test_a_reach_that_can_never_succeed_or_a_negative_noise_is_refused_by_name(task, setting, said):
     """As point_maze's: a success_distance of 0 or less had trained with no success ever, silently, and a negative
