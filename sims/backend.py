@@ -47,11 +47,15 @@ from robolearn.interfaces import ContractError, SimulationFailed
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
 
-def field_not_requested(name: str) -> ContractError:
+def field_not_requested(name: str, requested: Sequence[str] = ()) -> ContractError:
     """``sim.field(name)`` of a field nobody asked the backend for: said to a task's author, who makes no backend
-    (it had been a KeyError telling them to pass ``fields=`` to the backend, a traceback on the command line)."""
+    (it had been a KeyError telling them to pass ``fields=`` to the backend, a traceback on the command line).
+    ``requested``: the fields it was asked for, kept in the advice (a subclass of Ant told ``('actuator_force',)``
+    alone had then lost Ant's own ``cfrc_ext``)."""
+    wanted = tuple(field for field in requested if field != "sensordata") + (name,)
     return ContractError(f"field {name!r} was not requested: a task declares the MjData fields it reads, "
-                         f"fields = ({name!r},) in its class (Task.fields); a backend made by hand takes fields=({name!r},)")
+                         f"fields = {wanted!r} in its class (Task.fields); a backend made by hand takes "
+                         f"fields={wanted!r}")
 
 
 class MujocoBackend:
@@ -133,7 +137,7 @@ class MujocoBackend:
     def field(self, name: str) -> torch.Tensor:
         """A derived ``MjData`` field named in ``fields`` (or ``sensordata``)."""
         if name not in self._outputs:
-            raise field_not_requested(name)
+            raise field_not_requested(name, tuple(self._outputs))
         return self._tensor(name, self._outputs[name])
 
     def _tensor(self, name: str, array: np.ndarray) -> torch.Tensor:

@@ -230,7 +230,7 @@ class WarpBackend:
     def field(self, name: str) -> torch.Tensor:
         """A derived field named in ``fields`` (or ``sensordata``), ``(num_worlds, ...)``."""
         if name not in self._fields:
-            raise field_not_requested(name)
+            raise field_not_requested(name, self._fields)
         return self._view(name)
 
     # ---- stepping and resets ------------------------------------------------
