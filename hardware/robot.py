@@ -321,7 +321,11 @@ class Robot(VecEnv):
                         # well) whose park or torque-off failed: said, not lost
                         unsaid = self.stopped is not self._stop_raised and (
                             failed is not None or getattr(self.stopped, "park_failed", False))
-                        if unseen or self._park_cut.is_set() or unsaid:  # (a park of the watchdog's, cut short)
+                        pending = sys.exc_info()[1]  # the error the run is ending on, if any
+                        if unsaid and not (unseen or self._park_cut.is_set()) and pending not in (None, self.stopped):
+                            # (raised, it had replaced that error, the one deploy reports): said within it
+                            add_to_message(pending, f"then {type(self.stopped).__name__}: {self.stopped}")
+                        elif unseen or self._park_cut.is_set() or unsaid:  # (a park of the watchdog's, cut short)
                             raise self.stopped
         finally:
             self.connected = False

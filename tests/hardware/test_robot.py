@@ -505,6 +505,18 @@ def test_a_watchdog_stop_after_the_last_step_is_raised_by_the_close():
             run(Constant([0.0, 0.0]), arm, steps=3, close_env=False)
             time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
 
+
+def test_a_failed_watchdog_stop_after_the_last_step_is_said_within_the_error_the_run_ends_on():
+    """The close raised that stop in place of the error the run was ending on (a recording's disk full), which
+    was then lost from what deploy reports: that error stays the one raised, the failed stop said in it."""
+    arm = TorqueOffUnanswered()
+    with pytest.raises(OSError, match=r"disk full; then WatchdogStop: no fresh observation .*the safe stop failed: "
+                                      r"the torque-off was not confirmed"):
+        with arm:
+            run(Constant([0.0, 0.0]), arm, steps=3, close_env=False)
+            time.sleep(0.4)
+            raise OSError("disk full")
+
 class SilentThenCtrlC(Constant):
     """A decision that takes longer than stop_after_s, then a Ctrl+C before any step."""
 
