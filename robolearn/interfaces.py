@@ -188,8 +188,8 @@ def all_finite(tensor: torch.Tensor) -> bool:
 def obs_dim(spec: dict[str, spaces.Box], groups: tuple[str, ...]) -> int:
     """Width of the flat vector made by concatenating ``groups`` of ``spec``."""
     if not groups:  # (it had been torch.cat's "expected a non-empty list of Tensors" at the first step)
-        raise ValueError(f"no observation groups to read (an agent's *_obs_groups is empty); the env has {sorted(spec)}: "
-                         "name at least one, e.g. [policy]")
+        raise ValueError("no observation groups to read (an agent's obs_groups, actor_obs_groups or "
+                         f"critic_obs_groups is empty); the env has {sorted(spec)}: name at least one, e.g. [policy]")
     missing = [g for g in groups if g not in spec]
     if missing:
         raise ValueError(f"observation groups {missing} not provided; the env has {sorted(spec)} (check the agent's "

@@ -279,7 +279,8 @@ def test_recurrent_update_runs_and_reports_metrics(make_rollout, obs_spec, actio
 def test_missing_observation_group_is_named(obs_spec, action_spec) -> None:
     with pytest.raises(ValueError, match=r"observation groups \['privileged'\] not provided.*\*_obs_groups"):
         PPO(obs_spec, action_spec, small(critic_obs_groups=("policy", "privileged")), CPU)
-    with pytest.raises(ValueError, match=r"no observation groups to read \(an agent's \*_obs_groups is empty\)"):
+    with pytest.raises(ValueError, match=r"no observation groups to read \(an agent's obs_groups, actor_obs_groups or "
+                                         r"critic_obs_groups is empty\)"):
         PPO(obs_spec, action_spec, small(actor_obs_groups=()), CPU)  # had been torch.cat's words at the first step
 
 
