@@ -376,6 +376,11 @@ class Runner:
         if theirs != self.cfg.agent.horizon:
             raise ConfigError(f"{said}: its skills are {theirs} steps long, this run's agent.horizon is "
                               f"{self.cfg.agent.horizon}: set agent.horizon={theirs}")
+        theirs, ours = (payload["config"].get("agent") or {}).get("activation"), getattr(self.cfg.agent, "activation", None)
+        if theirs is not None and ours is not None and theirs != ours:  # no weight: it had loaded without a word
+            raise ConfigError(f"{said}: its skills were learnt with agent.activation {theirs!r}, this run's is "
+                              f"{ours!r}, which would run their weights through another function: set "
+                              f"agent.activation={theirs}")
         task = (payload["config"].get("env") or {}).get("task")
         if task != self.cfg.env.task and self.main:
             warnings.warn(f"{said}: its skills were learnt for task '{task}' and are used on '{self.cfg.env.task}'",

@@ -638,6 +638,10 @@ def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_
     with pytest.raises(ConfigError, match=r"its skills are 10 steps long, this run's agent.horizon is 5"):
         Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
                                                        "agent.horizon=5", *small]))
+    with pytest.raises(ConfigError, match=r"its skills were learnt with agent.activation 'relu', this run's is 'elu'.*"
+                                          r"set agent.activation=relu"):  # (an activation has no weights: it had loaded)
+        Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
+                                                       "agent.activation=elu", *small]))
     payload = load_checkpoint(source / "checkpoints" / "latest.pt")
     payload["progress"]["pretrained"] = False  # as a run stopped inside its pretraining
     torch.save(payload, source / "checkpoints" / "latest.pt")
