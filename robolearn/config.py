@@ -296,7 +296,8 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
                               f"({_split_by_a_shell(overrides[at:]) or 'quote strings, close brackets'})") from None
         if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
-                              f"quote the value: \"{key}='{value.strip()}'\" (the outer quotes for a shell, the inner for YAML)")
+                              f"quote the value: {_quoted_twice(key.strip(), value.strip())} (the outer quotes for a "
+                              "shell, the inner for YAML)")
         if said := _read_otherwise(key.strip(), value.strip(), parsed):
             raise ConfigError(f"override '{item}': {said}")
         glued = _glued_key(parsed)  # {gamma:0.9}: YAML's one key 'gamma:0.9', of no value (not one quoted so)
@@ -305,6 +306,17 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
             raise ConfigError(f"override '{item}': YAML reads '{glued}' as one key with no value (a mapping's colon "
                               f"needs a space after it): write {{{name}: {rest}}}")
         _set_dotted(raw, key.strip(), parsed)
+
+
+def _quoted_twice(key: str, text: str) -> str:
+    """``key=text`` with ``text`` quoted for YAML and the whole for a shell: in double quotes, what a shell reads in
+    those (``$5``, a backquote, ``"``, ``\\``) escaped, or in single ones where it holds a ``!`` (bash's history);
+    YAML's single quotes double a ``'``."""
+    yaml_text = "'" + text.replace("'", "''") + "'"
+    override = f"{key}={yaml_text}"
+    if "!" in override:
+        return shell(override)
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", override) + '"'
 
 
 def _split_by_a_shell(items: Sequence[Any]) -> str:

@@ -2,6 +2,7 @@
 
 import math
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,13 @@ def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_th
     with pytest.raises(ConfigError, match=r"' #' starts a comment in YAML.*quote the value: \"name='odd name #1'\" "):
         load_config("ppo_cartpole", ["name=odd name #1"])
     assert load_config("ppo_cartpole", ["name='odd name #1'"]).name == "odd name #1"
+    for name in ("cost $5 #1", "it's #1", 'say "hi" #1', "a\\b `c` #1!"):  # what a shell or YAML reads in quotes
+        with pytest.raises(ConfigError) as said:  # (it had said "name='cost $5 #1'", which bash makes 'cost  #1')
+            load_config("ppo_cartpole", [f"name={name}"])
+        quoted = str(said.value).partition("quote the value: ")[2].partition(" (the outer")[0]
+        pasted = subprocess.run(["bash", "-c", f"printf '%s\\0' {quoted}"], capture_output=True, text=True,
+                                check=True).stdout.split("\0")[:-1]  # (the words bash makes of it pasted)
+        assert load_config("ppo_cartpole", pasted).name == name
     assert load_config("ppo_cartpole", ["name=run#1"]).name == "run#1"  # no space before it: not a comment
     assert load_config("ppo_cartpole", ['logging.tags=["run #1"]']).logging.tags == ("run #1",)  # quoted in a list
 
