@@ -340,9 +340,11 @@ def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:
         return None
     if re.fullmatch(r"[-+]?0[0-7_]+", text) and int(text.replace("_", ""), 10) != parsed:
         return (f"YAML reads a number with a leading 0 as octal, {text} as {parsed}; write it without the 0s "
-                f"({key}={int(text.replace('_', ''), 10)}), or quote it for text")
+                f"({key}={int(text.replace('_', ''), 10)}), or quote it for text ({_quoted_twice(key, text)} on a "
+                "command line)")
     if re.fullmatch(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?", text):
-        return f"YAML reads a number with colons in base 60, {text} as {parsed}; write the number itself ({key}=...)"
+        return (f"YAML reads a number with colons in base 60, {text} as {parsed}; write the number itself ({key}=...), "
+                f"or quote it for text ({_quoted_twice(key, text)} on a command line)")
     return None
 
 

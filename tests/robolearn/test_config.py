@@ -243,6 +243,9 @@ def test_an_override_yaml_1_1_reads_as_octal_or_base_60_is_refused():
         load_config("ppo_cartpole", ["runner.max_minutes=1:30"])
     assert [load_config("ppo_cartpole", [f"seed={s}"]).seed for s in ("007", "08", "00", "0x10")] == [7, 8, 0, 16]
     assert load_config("ppo_cartpole", ["name='010'"]).name == "010"
+    for override in ("name=12:30", "name=010"):  # text: quoted past a shell (name='12:30' reaches Python unquoted)
+        with pytest.raises(ConfigError, match=rf"or quote it for text \(\"name='{override[5:]}'\" on a command line\)"):
+            load_config("ppo_cartpole", [override])  # (12:30 had been told only "write the number itself")
     assert load_config("ppo_cartpole", ["env.device=cuda:0"]).env.device == "cuda:0"  # text, not base 60
 
 
