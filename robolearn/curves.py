@@ -24,7 +24,7 @@ losses (``*loss``), so that a run without returns (offline, no periodic evaluati
 
 def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None, mean: bool = False,
               at_end: bool = False) -> Path:
-    """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs) of ``runs`` into ``out``
+    """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs, then up to three losses) of ``runs`` into ``out``
     (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
     colour; with ``mean``, they are drawn as their mean and a ±1 std band against env steps instead (against
     wall-clock each as it ran: their clocks differ). A run without
