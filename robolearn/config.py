@@ -298,7 +298,7 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
             raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
                               f"quote the value: {_quoted_twice(key.strip(), value.strip())} (the outer quotes for a "
                               "shell, the inner for YAML)")
-        if said := _read_otherwise(key.strip(), value.strip(), parsed):
+        if said := _read_otherwise(key.strip(), value.strip(), parsed) or _read_otherwise_within(value, parsed):
             raise ConfigError(f"override '{item}': {said}")
         glued = _glued_key(parsed)  # {gamma:0.9}: YAML's one key 'gamma:0.9', of no value (not one quoted so)
         if glued is not None and f"'{glued}'" not in value and f'"{glued}"' not in value:
@@ -336,15 +336,42 @@ def _split_by_a_shell(items: Sequence[Any]) -> str:
 def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:
     """What YAML 1.1 made of a number written with a leading 0 (octal: ``seed=010`` is 8, the seed of ``008``
     too) or with colons (base 60: ``1:30`` is 90), where that is not the number as written; else None."""
+    if not (misread := _misread(text, parsed)):
+        return None
+    said, meant = misread
+    return (f"{said}; write {'it without the 0s' if meant else 'the number itself'} ({key}={meant or '...'}), or quote "
+            f"it for text ({_quoted_twice(key, text)} on a command line)")
+
+
+def _read_otherwise_within(text: str, parsed: Any) -> str | None:
+    """:func:`_read_otherwise` for the numbers a list or mapping holds (``agent.actor_hidden=[064, 064]`` had been
+    [52, 52]); else None."""
+    if not isinstance(parsed, (list, dict)):
+        return None
+    nodes = [yaml.compose(text)]
+    while nodes:
+        node = nodes.pop(0)
+        if isinstance(node, yaml.SequenceNode):
+            nodes.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            nodes.extend(value for _, value in node.value)
+        elif isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float")) and \
+                (misread := _misread(node.value, yaml.safe_load(node.value))):  # (a quoted one is text: a str tag)
+            said, meant = misread
+            return (f"{said}; write {f'it without the 0s ({meant})' if meant else 'the number itself'}, or quote it "
+                    f"for text ('{node.value}')")
+    return None
+
+
+def _misread(text: str, parsed: Any) -> tuple[str, str] | None:
+    """What YAML 1.1 read a plain number ``text`` as (``parsed``) where that is not the number as written, and the
+    number written without its leading 0s ('' for base 60); else None."""
     if isinstance(parsed, bool) or not isinstance(parsed, (int, float)):
         return None
     if re.fullmatch(r"[-+]?0[0-7_]+", text) and int(text.replace("_", ""), 10) != parsed:
-        return (f"YAML reads a number with a leading 0 as octal, {text} as {parsed}; write it without the 0s "
-                f"({key}={int(text.replace('_', ''), 10)}), or quote it for text ({_quoted_twice(key, text)} on a "
-                "command line)")
+        return f"YAML reads a number with a leading 0 as octal, {text} as {parsed}", str(int(text.replace("_", ""), 10))
     if re.fullmatch(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?", text):
-        return (f"YAML reads a number with colons in base 60, {text} as {parsed}; write the number itself ({key}=...), "
-                f"or quote it for text ({_quoted_twice(key, text)} on a command line)")
+        return f"YAML reads a number with colons in base 60, {text} as {parsed}", ""
     return None
 
 

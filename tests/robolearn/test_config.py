@@ -247,6 +247,12 @@ def test_an_override_yaml_1_1_reads_as_octal_or_base_60_is_refused():
         with pytest.raises(ConfigError, match=rf"or quote it for text \(\"name='{override[5:]}'\" on a command line\)"):
             load_config("ppo_cartpole", [override])  # (12:30 had been told only "write the number itself")
     assert load_config("ppo_cartpole", ["env.device=cuda:0"]).env.device == "cuda:0"  # text, not base 60
+    with pytest.raises(ConfigError, match=r"override 'agent.actor_hidden=\[064, 064\]': YAML reads a number with a "
+                                          r"leading 0 as octal, 064 as 52; write it without the 0s \(64\)"):
+        load_config("ppo_cartpole", ["agent.actor_hidden=[064, 064]"])  # (in a list it had been [52, 52], silently)
+    with pytest.raises(ConfigError, match=r"12:30 as 750; write the number itself, or quote it for text \('12:30'\)"):
+        load_config("ppo_cartpole", ["logging.tags=[run, 12:30]"])
+    assert load_config("ppo_cartpole", ["logging.tags=['010', run]"]).logging.tags == ("010", "run")
 
 
 def test_a_text_setting_yaml_reads_as_a_number_says_to_quote_it():
