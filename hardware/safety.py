@@ -155,6 +155,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     (``safe_pose=[0,1.2,-2,0]``), as a mapping for :meth:`SafetyConfig.updated`."""
     import yaml
 
+    from robolearn.config import misread_number
+
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -164,6 +166,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             out[key.strip()] = yaml.safe_load(text)
         except yaml.YAMLError:
             raise ValueError(f"--safety {item!r}: the value is not valid YAML") from None
+        if said := misread_number(text):  # stop_after_s=010 had been 8 s, max_velocity=1:30 90 rad/s
+            raise ValueError(f"--safety {item!r}: {said}")
     return out
 
 

@@ -343,6 +343,19 @@ def _read_otherwise(key: str, text: str, parsed: Any) -> str | None:
             f"it for text ({_quoted_twice(key, text)} on a command line)")
 
 
+def misread_number(text: str) -> str | None:
+    """Where YAML 1.1 reads the number ``text`` is, or one its list or mapping holds, as octal or base 60, not as
+    written: what it read and what to write (deploy's ``--safety stop_after_s=010``, 8 s); else None."""
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if misread := _misread(text.strip(), parsed):
+        said, meant = misread
+        return f"{said}; write {f'it without the 0s ({meant})' if meant else 'the number itself'}"
+    return _read_otherwise_within(text, parsed)
+
+
 def _read_otherwise_within(text: str, parsed: Any) -> str | None:
     """:func:`_read_otherwise` for the numbers a list or mapping holds (``agent.actor_hidden=[064, 064]`` had been
     [52, 52]); else None."""

@@ -100,5 +100,11 @@ def test_command_line_overrides_change_only_what_they_name():
     assert base.updated({"safe_pose": None}).safe_pose is None  # back to the robot's home
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
         parse_overrides(["max_step"])
+    with pytest.raises(ValueError, match=r"--safety 'stop_after_s=010': YAML reads a number with a leading 0 as octal, "
+                                         r"010 as 8; write it without the 0s \(10\)"):  # (it had been 8 s, silently)
+        parse_overrides(["stop_after_s=010"])
+    with pytest.raises(ValueError, match=r"YAML reads a number with colons in base 60, 1:30 as 90"):
+        parse_overrides(["max_velocity=1:30"])
+    assert parse_overrides(["watchdog_s=0.05", "safe_pose=[0, 1.2]"]) == {"watchdog_s": 0.05, "safe_pose": [0, 1.2]}
     with pytest.raises(ValueError, match="unknown key 'safety.speed'"):
         base.updated(parse_overrides(["speed=3"]))
