@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import datetime
 import difflib
+import itertools
 import json
 import math
 import numbers
@@ -285,9 +286,10 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
         if not sep or not key:
             before = overrides[at - 1] if at else None  # `name=my run` unquoted: the shell passed `run` on its own
             a_key = "." in item or item in {f.name for f in dataclasses.fields(TrainConfig)}  # `seed 3`: no '='
+            words = list(itertools.takewhile(lambda word: isinstance(word, str) and "=" not in word, overrides[at:]))
             split = (f"; if it goes with the one before, a shell split that at its space: quote the whole override, "
-                     f"{shell(before + ' ' + item)}") if not sep and not a_key and isinstance(before, str) \
-                and "=" in before else ""
+                     f"{shell(' '.join([before, *words]))}") if not sep and not a_key and isinstance(before, str) \
+                and "=" in before else ""  # (every word of `name=my new run` up to the next override)
             raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000){split}")
         try:
             parsed = yaml.safe_load(value)

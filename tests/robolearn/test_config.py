@@ -279,6 +279,8 @@ def test_an_override_a_shell_split_at_its_spaces_says_to_quote_it_whole():
     with pytest.raises(ConfigError, match=r"override 'run' must look like key=value .*a shell split that at its "
                                           r"space: quote the whole override, 'name=my run'"):  # `name=my run`
         load_config("ppo_cartpole", ["seed=1", "name=my", "run"])
+    with pytest.raises(ConfigError, match=r"quote the whole override, 'name=my new run'$"):  # (had said 'name=my new')
+        load_config("ppo_cartpole", ["name=my", "new", "run", "seed=1"])
     for key in ("runner.seed", "seed"):  # a setting missing its '=', not a value split off the one before
         with pytest.raises(ConfigError) as said:
             load_config("ppo_cartpole", ["runner.total_steps=1000", key, "3"])
