@@ -326,6 +326,22 @@ def _changed_agent_settings(saved: dict[str, Any], now: dict[str, Any]) -> str:
                      if saved.get(key) != now.get(key))
 
 
+def load_agent_state(agent: Any, state: dict[str, Any], saved: dict[str, Any], now: dict[str, Any], remedy: str) -> None:
+    """``agent.load_state_dict(state)``, where torch's strict load fails (a module the checkpoint fills and this
+    model has not: an Identity for agent.normalize_obs=false) a CheckpointError naming the agent settings that
+    differ between ``saved`` (the checkpoint's) and ``now``, then ``remedy``; it had been a traceback."""
+    try:
+        agent.load_state_dict(state)
+    except RuntimeError as err:
+        said = _changed_agent_settings(saved, now)
+        if not said:
+            raise
+        first = str(err).splitlines()[0].rstrip(":")
+        raise CheckpointError(f"the checkpoint does not load into this model ({first}: "
+                              f"{' '.join(str(err).splitlines()[1:]).strip()}); agent settings changed since the "
+                              f"checkpoint: {said} ({remedy})") from None
+
+
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
     random streams; return its progress counters, for the runner to rebuild its own progress from.
@@ -357,16 +373,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               "resume goes on with what it learnt; resume without that override, or train a new run "
                               "with it") from None
     fresh_rates = configured(agent)
-    try:
-        agent.load_state_dict(payload["agent"])
-    except RuntimeError as err:  # torch's strict load: a module the checkpoint fills and this model has not (an
-        said = _changed_agent_settings(saved, now)  # Identity for agent.normalize_obs=false) had been a traceback
-        if not said:
-            raise
-        first = str(err).splitlines()[0].rstrip(":")
-        raise CheckpointError(f"the checkpoint does not load into this model ({first}: "
-                              f"{' '.join(str(err).splitlines()[1:]).strip()}); agent settings changed since the "
-                              f"checkpoint: {said} (one of them changed the network: resume without that override)") from None
+    load_agent_state(agent, payload["agent"], saved, now, "one of them changed the network: resume without that "
+                     "override")
     untagged = apply_changed(agent, fresh_rates)  # an optimizer's load put back its saved rates: changed ones apply
     rates = [key for key in sorted(set(saved) | set(now)) if key.endswith(("lr", "learning_rate"))
              and saved.get(key) != now.get(key)]

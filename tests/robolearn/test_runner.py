@@ -865,6 +865,12 @@ def test_a_resume_that_drops_a_normalizer_names_the_setting(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: the checkpoint does not load into this model (") and "Traceback" not in err
     assert "agent settings changed since the checkpoint: agent.normalize_obs True -> False" in err
+    config = result.run_dir / "config.yaml"  # eval of a run whose config.yaml was edited so: a traceback too
+    config.write_text(config.read_text().replace("normalize_obs: true", "normalize_obs: false"))
+    assert cli(["eval", str(result.run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the checkpoint does not load into this model (") and "Traceback" not in err
+    assert f"agent.normalize_obs True -> False ({config} was changed since: put those settings back" in err
 
 
 def test_a_resume_below_what_the_run_trained_says_it_trains_no_more(tmp_path, capsys):
