@@ -797,8 +797,9 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
         raise ConfigError(f"{key}: needs a value ({getattr(hint, '__name__', hint)}){names}, got none")
     if hint is str and isinstance(value, (bool, numbers.Number, datetime.date)):  # name=64, name=0.99: YAML's
         if isinstance(value, bool):
+            example = "" if "[" in key else f" (\"{key}='...'\" on a command line: a shell takes off one pair of quotes)"
             raise ConfigError(f"{key}: expected str, got {value!r}: YAML reads yes/no/on/off/true/false as a boolean; "
-                              "quote the value for text")
+                              f"quote the value for text{example}")
         example = "" if "[" in key else f" (\"{key}='{value}'\" on a command line)"
         raise ConfigError(f"{key}: expected str, got {value!r}: YAML reads {value} as a "
                           f"{'date' if isinstance(value, datetime.date) else 'number'}; quote the value for text{example}")

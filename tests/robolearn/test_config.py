@@ -263,8 +263,9 @@ def test_a_text_setting_yaml_reads_as_a_number_says_to_quote_it():
         load_config("ppo_cartpole", ["name=64"])
     with pytest.raises(ConfigError, match=r"logging.group: expected str, got 0.99: YAML reads 0.99 as a number"):
         load_config("ppo_cartpole", ["logging.group=0.99"])
-    with pytest.raises(ConfigError, match=r"name: expected str, got True: YAML reads yes/no/on/off/true/false as a boolean"):
-        load_config("ppo_cartpole", ["name=yes"])
+    with pytest.raises(ConfigError, match=r"name: expected str, got True: YAML reads yes/no/on/off/true/false as a "
+                                          r"boolean; quote the value for text \(\"name='...'\" on a command line"):
+        load_config("ppo_cartpole", ["name=yes"])  # (a shell's quotes alone had been the same error again)
     assert load_config("ppo_cartpole", ["name='64'"]).name == "64"
 
 
