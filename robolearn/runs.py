@@ -247,8 +247,8 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
 @contextlib.contextmanager
 def run_torch_settings(run_dir: str | Path) -> Iterator[None]:
     """Within the block this process computes under ``run_dir``'s torch settings (``runner.torch_threads``,
-    ``runner.matmul_precision``, ``runner.flush_denormal``), as ``robolearn eval``, ``play`` and ``export`` do for the
-    whole command; the caller's come back on leaving. ``evaluate(load_controller(run, env), env, ...)`` alone computes
+    ``runner.matmul_precision``, ``runner.flush_denormal``), as ``robolearn eval`` and ``play`` do for the whole
+    command (an export traces at "highest" precision whatever the settings); the caller's come back on leaving. ``evaluate(load_controller(run, env), env, ...)`` alone computes
     under the caller's: a run trained at ``matmul_precision: medium`` (bf16 matmuls on CPUs with AMX or AVX512-BF16,
     TF32 on NVIDIA GPUs) then gives other returns than ``robolearn eval``; within this block the same ones."""
     cfg = load_run_config(run_dir)  # (a path that is no run: said before anything changes)
