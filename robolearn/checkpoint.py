@@ -326,6 +326,14 @@ def _changed_agent_settings(saved: dict[str, Any], now: dict[str, Any]) -> str:
                      if saved.get(key) != now.get(key))
 
 
+def changed_activations(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The agent settings naming an activation (``activation``, ``*_activation``) whose value differs between
+    ``saved`` (a checkpoint's) and ``now``: an activation is no weight, so another one loads without a complaint and
+    runs the weights through the wrong function (an elu-trained net under relu)."""
+    return [key for key in sorted(set(saved) & set(now)) if (key == "activation" or key.endswith("_activation"))
+            and saved[key] != now[key]]
+
+
 def load_agent_state(agent: Any, state: dict[str, Any], saved: dict[str, Any], now: dict[str, Any], remedy: str) -> None:
     """``agent.load_state_dict(state)``, where torch's strict load fails (a module the checkpoint fills and this
     model has not: an Identity for agent.normalize_obs=false) a CheckpointError naming the agent settings that
@@ -363,10 +371,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    # an activation is no weight: another one loads without a complaint and runs the weights through the wrong
-    # function (an elu-trained net under relu), so it is fixed for every agent, as resume_fixed's keys are
     fixed = [key for key in sorted(set(saved) & set(now)) if saved[key] != now[key]
-             and (key in getattr(agent, "resume_fixed", ()) or key == "activation" or key.endswith("_activation"))]
+             and (key in getattr(agent, "resume_fixed", ()) or key in changed_activations(saved, now))]
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
         said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)
         raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller with the saved value, and a "

@@ -871,6 +871,10 @@ def test_a_resume_that_drops_a_normalizer_names_the_setting(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: the checkpoint does not load into this model (") and "Traceback" not in err
     assert f"agent.normalize_obs True -> False ({config} was changed since: put those settings back" in err
+    config.write_text(config.read_text().replace("normalize_obs: false", "normalize_obs: true")
+                      .replace("activation: elu", "activation: relu"))  # (it had evaluated under relu, silently)
+    assert cli(["eval", str(result.run_dir)]) == 2
+    assert f"{config} was changed since its checkpoint: agent.activation 'elu' -> 'relu'" in capsys.readouterr().err
 
 
 def test_a_resume_below_what_the_run_trained_says_it_trains_no_more(tmp_path, capsys):
