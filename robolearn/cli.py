@@ -387,12 +387,10 @@ def _torchrun(nproc: int, argv: list[str]) -> int:
     from robolearn.distributed import LAUNCHER_PID, launcher_said
 
     argv = list(argv)
-    for i, word in enumerate(argv):
-        if word.startswith("--nproc="):
-            del argv[i]
-            break
-        if word == "--nproc":
-            del argv[i:i + 2]
+    for i, word in enumerate(argv):  # --nproc, or argparse's abbreviation of it (--np 2, as mpirun's -np), which
+        name, eq, _ = word.partition("=")  # had reached torchrun's own parser ('ambiguous option') or every rank
+        if len(name) > 3 and "--nproc".startswith(name):
+            del argv[i:i + (1 if eq else 2)]
             break
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its banner about it
     # A Ctrl+C or kill stops the ranks at the end of their iteration, which can take minutes: torchrun's own

@@ -241,10 +241,15 @@ def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -
     assert logs.startswith("--log-dir=") and not os.path.exists(logs.split("=", 1)[1])
     assert calls[-1] == ["--standalone", "--nproc_per_node=3", "-m", "robolearn",
                          "train", "ppo_pendulum", "env.num_envs=4", "--no-wandb"]
+    for nproc in (["--np", "3"], ["--npro=3"]):  # argparse's abbreviations of --nproc: not given to torchrun or the ranks
+        assert cli.main(["train", "ppo_pendulum", *nproc, "env.num_envs=4", "--no-wandb"]) == 0
+        assert calls[-1][1] == "--nproc_per_node=3" and calls[-1][5:] == ["train", "ppo_pendulum", "env.num_envs=4",
+                                                                           "--no-wandb"]
+    capsys.readouterr()
     for wrong, said in (("env.task=nosuch", "unknown task 'nosuch'"), ("env.kwargs.bogus=1", "env.kwargs.bogus: task "
                                                                        "'pendulum' has no such setting")):
         assert cli.main(["train", "ppo_pendulum", "--nproc", "2", wrong, "--no-wandb"]) == 2  # before any rank
-        assert capsys.readouterr().err.count(said) == 1 and len(calls) == 3
+        assert capsys.readouterr().err.count(said) == 1 and len(calls) == 5
 
 
 def test_the_log_folder_a_killed_launcher_left_goes_with_the_next_launch(monkeypatch, tmp_path) -> None:
