@@ -373,7 +373,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
             raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use env.device=cpu")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu, which a run's config.yaml then records (on a GPU, "
-                      "resume it with env.backend=warp env.device=cuda). GPU configs have thousands of worlds: "
+                      f"resume it with env.backend=warp env.device={device}). GPU configs have thousands of worlds: "
                       "lower env.num_envs here; env.device=cpu runs MuJoCo Warp on its CPU device (slow, for "
                       "tests).", stacklevel=outside_us())
         return "mujoco", torch.device("cpu")

@@ -205,6 +205,8 @@ def test_warp_on_a_missing_gpu_falls_back_with_a_warning(monkeypatch):
     with pytest.warns(UserWarning, match="falling back to backend=mujoco"):
         env = sims.make_env("pendulum", 2, device="cuda", backend="warp")
     assert isinstance(env.sim, MujocoBackend) and env.device.type == "cpu"
+    with pytest.warns(UserWarning, match=r"resume it with env.backend=warp env.device=cuda:1\)"):  # as asked (had: cuda)
+        sims.make_env("pendulum", 2, device="cuda:1", backend="warp")
 
 
 def test_a_gpu_that_torch_sees_and_warp_does_not_is_a_clear_error(monkeypatch):
