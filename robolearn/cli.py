@@ -19,6 +19,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,6 +40,8 @@ USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, 
                ContractError, distributed.PeersLost, SimulationFailed)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
 # Storage a command could not write to, said in one line with what to do, not as a traceback
+RANK_ERROR_WAIT_S = 5.0
+"""How long a rank other than 0 that refused the config waits for rank 0 to say it (and torchrun to stop this one)."""
 _ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and plots"
 _STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWHERE})",
                    errno.EDQUOT: f"your disk quota is used up: free some space (or write elsewhere: {_ELSEWHERE})",
@@ -269,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         with stops:
             return COMMANDS[args.command](args)
     except _user_errors() as err:
-        if distributed.is_main() or not isinstance(err, ConfigError):  # a config is refused alike on every rank
-            print(f"error: {err}", file=sys.stderr)
-            _json_error(args, str(err))
+        if not distributed.is_main() and isinstance(err, ConfigError):  # a config is refused alike on every rank:
+            # rank 0 says it, and torchrun then stops this rank. A later rank that got there first had left at once,
+            # and torchrun stopped rank 0 before it said it: the run ended on torchrun's 'local_rank: 1' alone
+            time.sleep(RANK_ERROR_WAIT_S)  # (1 in 4 `--nproc 2` refusals here); still here: rank 0 has not said it
+        print(f"error: {err}", file=sys.stderr)
+        _json_error(args, str(err))
         return 2
     except KeyboardInterrupt as err:
         if distributed.is_main() and not getattr(err, "said", False):  # once over the ranks, and not after a

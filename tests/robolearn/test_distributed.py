@@ -404,6 +404,18 @@ def test_a_world_size_left_in_the_shell_says_what_to_unset(monkeypatch, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+def test_a_rank_that_refuses_the_config_first_says_it_when_rank_0_has_not(monkeypatch, tmp_path, capsys) -> None:
+    """Every rank refuses a wrong config; only rank 0 said it, and a later rank that got there first had left at
+    once: torchrun then stopped rank 0 before it said it, and `--nproc 2` ended on 'local_rank: 1' alone (1 in 4
+    here). A later rank now waits for rank 0 (torchrun stops it once rank 0 has said it), then says it itself."""
+    slept = []
+    monkeypatch.setattr(cli.time, "sleep", slept.append)
+    for name, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("TORCHELASTIC_RUN_ID", "x")):
+        monkeypatch.setenv(name, value)
+    assert cli.main(["train", "ppo_pendulum", "env.bogus=1", f"run_dir={tmp_path}", "--no-wandb"]) == 2
+    assert slept == [cli.RANK_ERROR_WAIT_S] and "error: unknown key 'env.bogus'" in capsys.readouterr().err
+
+
 def test_nproc_with_a_world_size_set_is_refused_not_ignored(monkeypatch, tmp_path, capsys) -> None:
     """A WORLD_SIZE=1 left in the shell had made `--nproc 2` train in one process without a word."""
     calls = []
