@@ -39,9 +39,9 @@ BENCH_DIR = CONFIG_DIR.parent / "benchmarks"
 USER_ERRORS = (ConfigError, CheckpointError, NonFiniteError, FileNotFoundError, FileExistsError, ValueError,
                ContractError, distributed.PeersLost, SimulationFailed)
 _DEFAULT_FORMAT = warnings.formatwarning  # Python's, for the warnings _format_warning passes on
-# Storage a command could not write to, said in one line with what to do, not as a traceback
 RANK_ERROR_WAIT_S = 5.0
 """How long a rank other than 0 that refused the config waits for rank 0 to say it (and torchrun to stop this one)."""
+# Storage a command could not write to, said in one line with what to do, not as a traceback
 _ELSEWHERE = "run_dir=... for runs, --root for datasets, --out for exports and plots"
 _STORAGE_ERRORS = {errno.ENOSPC: f"free some space (or write elsewhere: {_ELSEWHERE})",
                    errno.EDQUOT: f"your disk quota is used up: free some space (or write elsewhere: {_ELSEWHERE})",
