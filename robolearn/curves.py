@@ -24,13 +24,12 @@ losses (``*loss``), so that a run without returns (offline, no periodic evaluati
 
 def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = None, mean: bool = False,
               at_end: bool = False) -> Path:
-    """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs, then up to three losses) of ``runs`` into ``out``
-    (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
+    """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs, then up to three losses) of ``runs``
+    into ``out`` (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
     colour; with ``mean``, they are drawn as their mean and a ±1 std band against env steps instead (against
-    wall-clock each as it ran: their clocks differ). A run without
-    ``metrics.jsonl`` lines, or a metric no run logs, is an error naming what there is. A run's final
-    evaluation (``eval.json``) is a point at its end; a run training now is said so in the title, unless
-    ``at_end`` (the run's own end draws it, holding the run still)."""
+    wall-clock each as it ran: their clocks differ). A run without ``metrics.jsonl`` lines, or a metric no run logs,
+    is an error naming what there is. A run's final evaluation (``eval.json``) is a point at its end; a run training
+    now is said so in the title, unless ``at_end`` (the run's own end draws it, holding the run still)."""
     logs = {Path(run): read_metrics(Path(run)) for run in runs}
     empty = [str(run) for run, lines in logs.items() if not lines]
     if empty:

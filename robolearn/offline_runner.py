@@ -423,8 +423,8 @@ class OfflineRunner:
         """Iterations of ``UPDATES_PER_ITERATION`` updates until ``total``: evaluated and checkpointed every
         ``runner.checkpoint_every``, logged every ``runner.log_every`` and at the end. ``stop`` sees each
         iteration's metrics (with ``tags`` and ``updates``), the last one's where ``ask_last`` (the run's end: as
-        an online run's stop, it sees the last iteration, its evaluation included); returns whether it, or ``runner.max_minutes`` (before
-        an iteration that would end past it), ended the phase before ``total``."""
+        an online run's stop, it sees the last iteration, its evaluation included); returns whether it, or
+        ``runner.max_minutes`` (before an iteration that would end past it), ended the phase before ``total``."""
         cfg = self.cfg
         while self.progress.updates < total:
             if self.out_of_time():

@@ -116,9 +116,9 @@ def unstable_note(worlds: float, steps: int) -> str:
     """Said once a run, the first time the physics of some worlds blew up (:meth:`sims.task.TaskEnv.step`);
     ``worlds`` is summed over the steps, so a world that blows up again counts again."""
     return (f"the physics blew up {worlds:.0f} time(s) over the last {steps} steps (logged as {UNSTABLE_LOG}, "
-            "worlds per step): those episodes ended there (terminated, reward 0) and their worlds were reset. Now and then it is harmless; "
-            "often, it points to a timestep too long for the model's stiffness, actuator gains or actions too "
-            "strong, or randomization ranges too wide. Said once a run")
+            "worlds per step): those episodes ended there (terminated, reward 0) and their worlds were reset. Now "
+            "and then it is harmless; often, it points to a timestep too long for the model's stiffness, actuator "
+            "gains or actions too strong, or randomization ranges too wide. Said once a run")
 
 
 class EpisodeStats:

@@ -253,9 +253,10 @@ def load_controller(run_dir: str | Path, env: VecEnv | None = None, exported: st
 def run_torch_settings(run_dir: str | Path) -> Iterator[None]:
     """Within the block this process computes under ``run_dir``'s torch settings (``runner.torch_threads``,
     ``runner.matmul_precision``, ``runner.flush_denormal``), as ``robolearn eval`` and ``play`` do for the whole
-    command (an export traces at "highest" precision whatever the settings); the caller's come back on leaving. ``evaluate(load_controller(run, env), env, ...)`` alone computes
-    under the caller's: a run trained at ``matmul_precision: medium`` (bf16 matmuls on CPUs with AMX or AVX512-BF16,
-    TF32 on NVIDIA GPUs) then gives other returns than ``robolearn eval``; within this block the same ones."""
+    command (an export traces at "highest" precision whatever the settings); the caller's come back on leaving.
+    ``evaluate(load_controller(run, env), env, ...)`` alone computes under the caller's: a run trained at
+    ``matmul_precision: medium`` (bf16 matmuls on CPUs with AMX or AVX512-BF16, TF32 on NVIDIA GPUs) then gives other
+    returns than ``robolearn eval``; within this block the same ones."""
     cfg = load_run_config(run_dir)  # (a path that is no run: said before anything changes)
     with torch_settings_kept():
         cfg.runner.apply_torch_settings()
@@ -277,12 +278,13 @@ def _another_task(env: VecEnv, task: str) -> bool:
 
 def export_run(run_dir: str | Path, formats: tuple[str, ...] | None = FORMATS, out: str | Path | None = None,
                overwrite: bool = False) -> dict[str, Path]:
-    """``robolearn export RUN``: ``run_dir``'s latest checkpoint exported (``formats``, default TorchScript and
-    ONNX; None: the default, as out=None is) with the ``controller.json`` that deploy and ``eval --exported`` need (the task, its settings and rate,
-    how far the run trained), into ``out`` (default ``<run>/export``); returns the paths, as ``RunResult.exported``.
-    A file of a format left out is removed from ``out`` (it would be older than the json beside it); another run's
-    export in ``out`` is replaced only with ``overwrite``. A run's folder (``out=run_dir``, or another run's) is refused:
-    the files would lie among its config.yaml and checkpoints, where nothing looks for them (``<run>/export``)."""
+    """``robolearn export RUN``: ``run_dir``'s latest checkpoint exported (``formats``, default TorchScript and ONNX;
+    None: the default, as out=None is) with the ``controller.json`` that deploy and ``eval --exported`` need (the
+    task, its settings and rate, how far the run trained), into ``out`` (default ``<run>/export``); returns the paths,
+    as ``RunResult.exported``. A file of a format left out is removed from ``out`` (it would be older than the json
+    beside it); another run's export in ``out`` is replaced only with ``overwrite``. A run's folder (``out=run_dir``,
+    or another run's) is refused: the files would lie among its config.yaml and checkpoints, where nothing looks for
+    them (``<run>/export``)."""
     run_dir = Path(run_dir)
     if isinstance(formats, str):  # export_run(run, "onnx") would be read letter by letter
         formats = (formats,)
