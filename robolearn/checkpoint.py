@@ -319,11 +319,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def settings_said(keys: list[str], saved: dict[str, Any], now: dict[str, Any]) -> str:
+    """Agent settings ``keys`` as ``agent.key old -> new``, from ``saved`` (a checkpoint's) to ``now``."""
+    return ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in keys)
+
+
 def _changed_agent_settings(saved: dict[str, Any], now: dict[str, Any]) -> str:
-    """The agent settings that differ between a checkpoint's config and the resuming run's, as ``agent.key old ->
-    new`` ('' for none)."""
-    return ", ".join(f"agent.{key} {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(set(saved) | set(now))
-                     if saved.get(key) != now.get(key))
+    """The agent settings that differ between a checkpoint's config and the resuming run's, said
+    (:func:`settings_said`; '' for none)."""
+    return settings_said([key for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key)], saved, now)
 
 
 def changed_activations(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -371,13 +375,12 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    fixed = [key for key in sorted(set(saved) & set(now)) if saved[key] != now[key]
-             and (key in getattr(agent, "resume_fixed", ()) or key in changed_activations(saved, now))]
+    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
+    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
-        said = ", ".join(f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in fixed)
-        raise CheckpointError(f"{said}: {type(agent).__name__} learnt its controller with the saved value, and a "
-                              "resume goes on with what it learnt; resume without that override, or train a new run "
-                              "with it") from None
+        raise CheckpointError(f"{settings_said(fixed, saved, now)}: {type(agent).__name__} learnt its controller with "
+                              "the saved value, and a resume goes on with what it learnt; resume without that "
+                              "override, or train a new run with it") from None
     fresh_rates = configured(agent)
     load_agent_state(agent, payload["agent"], saved, now, "one of them changed the network: resume without that "
                      "override")

@@ -354,7 +354,7 @@ def misread_number(text: str) -> str | None:
         return None
     if misread := _misread(text.strip(), parsed):
         said, meant = misread
-        return f"{said}; write {f'it without the 0s ({meant})' if meant else 'the number itself'}"
+        return f"{said}; write {_write_instead(meant)}"
     return _read_otherwise_within(text, parsed)
 
 
@@ -373,9 +373,14 @@ def _read_otherwise_within(text: str, parsed: Any) -> str | None:
         elif isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float")) and \
                 (misread := _misread(node.value, yaml.safe_load(node.value))):  # (a quoted one is text: a str tag)
             said, meant = misread
-            return (f"{said}; write {f'it without the 0s ({meant})' if meant else 'the number itself'}, or quote it "
-                    f"for text ('{node.value}')")
+            return f"{said}; write {_write_instead(meant)}, or quote it for text ('{node.value}')"
     return None
+
+
+def _write_instead(meant: str) -> str:
+    """What to write for a number :func:`_misread` found misread: ``meant`` (its digits), or, where that is ''
+    (base 60), the number itself."""
+    return f"it without the 0s ({meant})" if meant else "the number itself"
 
 
 def _misread(text: str, parsed: Any) -> tuple[str, str] | None:

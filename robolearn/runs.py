@@ -39,7 +39,7 @@ import yaml
 from robolearn import distributed
 from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, changed_activations,
-                                  check_compatible, load_agent_state, load_checkpoint)
+                                  check_compatible, load_agent_state, load_checkpoint, settings_said)
 from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, is_run_folder, load_run_config, read_yaml,
                               run_config_path, to_dict, torch_settings_kept)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
@@ -116,9 +116,9 @@ def load_agent(run_dir: Path, env: VecEnv, cfg: TrainConfig | None = None) -> Ag
     check_compatible(agent.state_dict(), payload["agent"])
     saved, now = (payload.get("config") or {}).get("agent") or {}, to_dict(cfg)["agent"]
     if changed := changed_activations(saved, now):  # (it had loaded, and acted through another function)
-        raise CheckpointError(f"{run_dir}/config.yaml was changed since its checkpoint: " + ", ".join(
-            f"agent.{key} {saved[key]!r} -> {now[key]!r}" for key in changed) + " (an activation has no weights: the "
-            "checkpoint's would run through another function); put it back as the run trained")
+        raise CheckpointError(f"{run_dir}/config.yaml was changed since its checkpoint: "
+                              f"{settings_said(changed, saved, now)} (an activation has no weights: the checkpoint's "
+                              "would run through another function); put it back as the run trained")
     load_agent_state(agent, payload["agent"], saved, now,
                      f"{run_dir}/config.yaml was changed since: put those settings back as the run trained")
     if getattr(agent, "pretrains", False) and payload.get("progress", {}).get("pretrained") is False:

@@ -153,12 +153,12 @@ def uniform(shape: tuple[int, ...] | torch.Size, low: float, high: float, genera
     return torch.empty(shape, dtype=torch.float64, device=generator.device).uniform_(low, high, generator=generator)
 
 
-def check_noise_scales(task: Task, **scales: float) -> None:
-    """Refuse a negative reset noise scale of ``task`` by name: U(-s, s) of one had failed at the first reset
-    as torch's "uniform_ expects to return a [from, to) range"."""
+def check_noise_scales(task: Task, named: str | None = None, **scales: float) -> None:
+    """Refuse a negative reset noise scale of ``task`` (said as ``named``, default its class's name) by name:
+    U(-s, s) of one had failed at the first reset as torch's "uniform_ expects to return a [from, to) range"."""
     for key, value in scales.items():
         if not value >= 0:
-            raise ValueError(f"{type(task).__name__} {key}={value}: must be >= 0")
+            raise ValueError(f"{named or type(task).__name__} {key}={value}: must be >= 0")
 
 
 def normal(shape: tuple[int, ...] | torch.Size, std: float, generator: torch.Generator) -> torch.Tensor:

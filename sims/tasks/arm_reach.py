@@ -39,7 +39,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, uniform
+from sims.task import Task, check_noise_scales, uniform
 
 ARM_XML = Path(__file__).resolve().parent.parent / "assets" / "dxl_arm.xml"
 
@@ -147,8 +147,7 @@ class ArmReach(Task):
     def __post_init__(self) -> None:
         if not self.success_distance > 0:  # no distance is below it: no success ever, silently (as point_maze's)
             raise ValueError(f"arm_reach success_distance={self.success_distance}: must be > 0 (metres)")
-        if not self.reset_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
-            raise ValueError(f"arm_reach reset_noise={self.reset_noise}: must be >= 0 (rad)")
+        check_noise_scales(self, "arm_reach", reset_noise=self.reset_noise)
 
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_path(str(ARM_XML))

@@ -62,7 +62,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, uniform
+from sims.task import Task, check_noise_scales, uniform
 
 EFFECTOR_RADIUS = 0.03
 """m; the effector is a sphere."""
@@ -230,8 +230,7 @@ class Kitchen(Task):
         unknown = [t for t in self.tasks if t not in NAMES]
         if unknown or not self.tasks or len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"kitchen tasks={list(self.tasks)}: choose distinct names from {list(NAMES)}")
-        if not self.start_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
-            raise ValueError(f"kitchen start_noise={self.start_noise}: must be >= 0 (metres)")
+        check_noise_scales(self, "kitchen", start_noise=self.start_noise)
         self.offsets = {name: _offset(name, offset) for name, offset in dict(self.offsets).items()}
         self._index = [NAMES.index(t) for t in self.tasks]  # fixture of each listed sub-task, in list order
 

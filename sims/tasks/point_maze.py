@@ -44,7 +44,7 @@ import torch
 
 from robolearn.interfaces import Obs
 from sims.backend import MujocoBackend
-from sims.task import Task, uniform
+from sims.task import Task, check_noise_scales, uniform
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "medium": (
@@ -191,8 +191,7 @@ class PointMaze(Task):
                              f"0..{len(EVAL_PAIRS[self.layout]) - 1}")
         if not self.success_distance > 0:  # no distance is below it: no success ever, the penalty every step
             raise ValueError(f"{self.name} success_distance={self.success_distance}: must be > 0 (metres)")
-        if not self.start_noise >= 0:  # U(-noise, noise) of a negative one had been torch's "uniform_ expects..."
-            raise ValueError(f"{self.name} start_noise={self.start_noise}: must be >= 0 (metres)")
+        check_noise_scales(self, self.name, start_noise=self.start_noise)
         self.grid = MazeGrid(self.layout, self.cell_size)
 
     def model(self) -> mujoco.MjModel:
