@@ -40,6 +40,7 @@ from robolearn.data.minari_store import dataset_id
 from robolearn.evaluate import differing_settings, evaluate, setting_text
 from robolearn.interfaces import VecEnv
 from robolearn.logger import RunLogger, keep_seconds
+from robolearn.preflight import warn_if_goal_unread
 from robolearn.registry import make_agent, make_env
 from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of,
                               finish_run, give_torch_settings_back, gives_torch_settings_back, interrupted, iteration_rest,
@@ -313,6 +314,7 @@ class OfflineRunner:
             check_dataset_fits(self.dataset, cfg.env.task, self.env, reads_rewards,
                                reads_groups=tuple(getattr(agent_cls, "obs_groups", None) or ()))
         self.agent = make_agent(_spanning_the_run(cfg), self.env)
+        warn_if_goal_unread(cfg, self.agent, self.env)
         self.replay: ReplayBuffer | None = None
         if not self.rows_unread:  # (else what prepare fits, the normalizer, comes from the checkpoint alone)
             data = self.agent.prepare(self.dataset.transitions(self.env.device))

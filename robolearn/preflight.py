@@ -7,6 +7,7 @@ for the windows an agent cuts). Each says the key to change; the runner and the 
 from __future__ import annotations
 
 import math
+import warnings
 
 from robolearn.config import ConfigError, TrainConfig
 from robolearn.interfaces import Agent, VecEnv
@@ -105,3 +106,27 @@ def check_fresh_replay(cfg: TrainConfig, resume: object) -> None:
     if getattr(entry, "on_policy", False) or (getattr(entry, "offline", False) and not getattr(entry, "finetune", False)):
         kind = "learns on-policy" if getattr(entry, "on_policy", False) else "trains offline on its dataset"
         raise ConfigError(f"--fresh-replay: algo '{cfg.algo}' {kind} and keeps no replay buffer; resume without it")
+
+
+GOAL_CONDITIONED = "gcbc, gciql, hiql or ota offline (configs gc*_, hiql_, ota_), hrac online (configs hrac_)"
+
+
+def warn_if_goal_unread(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
+    """A flat agent reads the observation groups its settings name (``policy`` by default): on a task with a
+    ``goal`` group that changes from episode to episode (the mazes' ``goals: eval`` or ``train``), one that
+    does not read it learns without knowing where to go, which it had done without a word. Said once, naming
+    the settings that feed it the goal and the goal-conditioned algorithms; a task with one goal
+    (:attr:`sims.task.Task.fixed_goal`) and a controller that says no groups (one of one's own) are left be."""
+    from robolearn.evaluate import unwrapped_task
+
+    groups = getattr(agent.controller(), "obs_groups", None)
+    if "goal" not in env.observation_spec or groups is None or "goal" in groups:
+        return
+    if getattr(unwrapped_task(env), "fixed_goal", False):
+        return
+    keys = [key for key, value in vars(cfg.agent).items() if key.endswith("obs_groups") and "goal" not in value]
+    feed = " ".join(f"agent.{key}=[{','.join((*getattr(cfg.agent, key), 'goal'))}]" for key in keys)
+    warnings.warn(f"env.task={cfg.env.task} has a 'goal' observation group that changes from episode to episode, "
+                  f"and algo '{cfg.algo}' reads only {list(groups)}: its controller cannot know the goal. "
+                  f"{f'Feed it the goal ({feed}), or train' if keys else 'Train'} a goal-conditioned algorithm: "
+                  f"{GOAL_CONDITIONED}; or give the task one goal (the mazes' env.kwargs.goals=fixed)", stacklevel=3)

@@ -56,7 +56,7 @@ from robolearn.host_reads import read_scalars
 from robolearn.interfaces import UNSTABLE_LOG, Agent, ContractError, Controller, Obs, SimulationFailed, VecEnv
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
-                                 check_minibatches, check_replay_windows)
+                                 check_minibatches, check_replay_windows, warn_if_goal_unread)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
                             new_run_dir, record_failure, refuse_finished, refuse_task_change, saved_progress,
                             trained_counts, warn_of_pretraining_changes, write_config)
@@ -294,6 +294,8 @@ class Runner:
             self.agent = make_agent(cfg, self.env)
             check_agent_contract(cfg, self.agent)
             check_decision_period(cfg, self.agent, self.env)
+            if self.main:
+                warn_if_goal_unread(cfg, self.agent, self.env)
             check_minibatches(cfg, self.agent, self.env.num_envs)
             check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
             stagger_episodes(self.env, cfg.env, self.seed)  # said now if it cannot be; train() draws again

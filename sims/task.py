@@ -50,6 +50,10 @@ class Task(ABC):
     episode ended without listing them (``done.nonzero()``, a host sync every step): every world draws an
     initial state and the done ones take theirs. The class that sets it vouches for the ``reset`` and
     ``after_reset`` it sees; a subclass that overrides either sets it again (:func:`resets_by_mask`)."""
+    fixed_goal: bool = False
+    """True when a ``goal`` observation group is the same in every episode (one target): a controller that does
+    not read it loses nothing. Where it may change (False), a flat agent that reads no ``goal`` (PPO or SAC on
+    ``policy`` alone) is warned that it cannot know where to go (``robolearn.preflight.warn_if_goal_unread``)."""
     light_reset: bool = False
     """True when, between a reset and the next step, the task reads only the state and its sensors (not
     ``fields``): MuJoCo Warp then recomputes kinematics and sensors for a reset instead of a whole forward

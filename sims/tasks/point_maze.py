@@ -12,7 +12,8 @@ damping, driven by two force actuators: a constant control of 1 reaches about
 - Observation ``policy`` (4): position (x, y, m), velocity (m/s).
   ``goal`` (2): the goal position, a mocap marker. The goal lives in the space of
   the first two ``policy`` features, so a reached state is a goal (hindsight
-  relabeling in ``policies/goal`` relies on this).
+  relabeling in ``policies/goal`` relies on this). A flat agent (PPO, SAC) reads ``policy`` only unless its
+  ``*obs_groups`` name ``goal`` too: with goals other than ``"fixed"`` the run warns it cannot know the goal.
 - Action (2): forces in [-1, 1] (gear 10 N).
 - Reward (``reward`` kwarg): ``"penalty"`` (OGBench's): ``goal`` = 0 when the point
   is within ``success_distance`` (0.25 m, a quarter cell) of the goal, else -1;
@@ -196,6 +197,11 @@ class PointMaze(Task):
 
     def model(self) -> mujoco.MjModel:
         return mujoco.MjModel.from_xml_string(self.grid.mjcf())
+
+    @property
+    def fixed_goal(self) -> bool:
+        """``goals="fixed"``: every episode has the same goal, which a flat agent may learn without reading it."""
+        return self.goals == "fixed"
 
     def start(self, sim: MujocoBackend) -> None:
         self._episodes = torch.zeros(sim.num_worlds, dtype=torch.long)  # per world, for goals="eval"

@@ -1642,3 +1642,26 @@ def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_upda
     runner.close()
     logged = [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["rare"] for line in logged if "rare" in line] == [3.0]
+
+
+@pytest.mark.parametrize("config", ["sac_point_maze_medium", "ppo_pendulum"])
+def test_a_flat_agent_that_cannot_see_a_changing_goal_is_warned_and_the_fix_it_names_feeds_the_goal(tmp_path,
+                                                                                                   config):
+    """The mazes' goal is a group of its own, which PPO and SAC read only when their groups name it: with goals
+    that change per episode a flat controller had trained blind to them without a word. One goal
+    (sac_point_maze_medium's goals: fixed, its published runs) needs no goal input and is not warned of."""
+    base = [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled", "env.num_envs=2", "env.task=point_maze_medium"]
+    with pytest.warns(UserWarning, match=r"'goal' observation group that changes from episode to episode, and algo "
+                                         r"'(sac|ppo)' reads only \['policy'\]: its controller cannot know the goal") as said:
+        Runner(load_config(config, [*base, "env.kwargs={goals: eval}"])).close()
+    feed = re.search(r"Feed it the goal \(([^)]+)\)", str(said[0].message))[1].split()
+    assert "gciql" in str(said[0].message) and "hrac" in str(said[0].message)  # the goal-conditioned algorithms
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runner = Runner(load_config(config, [*base, "env.kwargs={goals: train}", *feed]))
+        try:
+            assert runner.agent.controller().obs_groups == ("policy", "goal")
+        finally:
+            runner.close()
+        Runner(load_config(config, [*base, "env.kwargs={goals: fixed}"])).close()
+        Runner(load_config("hrac_point_maze_medium", base[:-1])).close()  # goal-conditioned: reads it
