@@ -65,7 +65,9 @@ class Task(ABC):
 
     def action_spec(self, model: mujoco.MjModel) -> spaces.Box:
         """Actions are the actuators' controls, bounded by their ``ctrlrange``, which each must have
-        (without one MuJoCo's range is [0, 0], and every action would be clipped to zero)."""
+        (without one MuJoCo's range is [0, 0], and every action would be clipped to zero), within MuJoCo's
+        ``mjMAXVAL`` (1e10): MuJoCo zeroes every control of a world with one beyond it (``BADCTRL``), so
+        an agent scaling [-1, 1] to a range of 1e30 would have acted on nothing."""
         if model.nu == 0:  # no action to learn: PPO had trained on until its std went NaN, blaming the learning rate
             raise ValueError(f"{type(self).__name__}: the model has no actuators, so there is nothing to act on; add an "
                              "<actuator> (a motor or position servo with a ctrlrange) to the MJCF, or override "
@@ -75,6 +77,15 @@ class Task(ABC):
         if unbounded:
             raise ValueError(f"{type(self).__name__}: actuator(s) {unbounded} have no ctrlrange; give each a "
                              "ctrlrange in the MJCF (actions are clipped to it), or override Task.action_spec")
+        huge = [f"{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f'#{i}'} "
+                f"{model.actuator_ctrlrange[i].tolist()}" for i in range(model.nu)
+                if np.abs(model.actuator_ctrlrange[i]).max() > mujoco.mjMAXVAL]
+        if huge:
+            raise ValueError(f"{type(self).__name__}: actuator(s) {', '.join(huge)} have a ctrlrange beyond "
+                             f"{mujoco.mjMAXVAL:g}, MuJoCo's largest control: one past it makes MuJoCo zero all of the "
+                             "world's controls, and actions scaled from [-1, 1] to such a range are past it; give "
+                             "each the range the actuator can apply in the MJCF (e.g. ctrlrange=\"-1 1\", with a "
+                             "gear for the force)")
         low, high = model.actuator_ctrlrange.T.astype(np.float32)
         return spaces.Box(low, high, dtype=np.float32)
 

@@ -60,10 +60,12 @@ def own_module(tmp_path, monkeypatch, request):
     (folder / f"{name}_nolimit.py").write_text(SLIDER.replace("RANGE", ""))
     passive = SLIDER.replace('<actuator><motor name="push" joint="x" RANGE/></actuator>', "")
     (folder / f"{name}_noactuator.py").write_text(passive)
+    (folder / f"{name}_huge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e30 1e30"'))
+    (folder / f"{name}_edge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e10 1e10"'))
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
     yield name
-    for module in (name, f"{name}_nolimit", f"{name}_noactuator"):
+    for module in (name, f"{name}_nolimit", f"{name}_noactuator", f"{name}_huge", f"{name}_edge"):
         sys.modules.pop(module, None)
 
 
@@ -96,6 +98,12 @@ def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
         sims.make_env(f"{own_module}_nolimit:Slider", num_envs=1)
     with pytest.raises(ValueError, match=r"Slider: the model has no actuators, so there is nothing to act on"):
         sims.make_env(f"{own_module}_noactuator:Slider", num_envs=1)  # PPO had trained on until its std was NaN
+    with pytest.raises(ValueError, match=r"Slider: actuator\(s\) push \[-1e\+30, 1e\+30\] have a ctrlrange beyond "
+                                         r"1e\+10, MuJoCo's largest control"):
+        sims.make_env(f"{own_module}_huge:Slider", num_envs=1)  # MuJoCo had zeroed the controls without a word
+    with sims.make_env(f"{own_module}_edge:Slider", num_envs=2) as env:  # up to 1e10 a control acts as given
+        env.step(torch.tensor([[1e10], [0.0]]))
+        assert env.sim.ctrl[0, 0] == 1e10 and env.sim.qvel[0, 0] > 1e8 and env.sim.qvel[1, 0] == 0
     with pytest.raises(ValueError, match=r"no module 'nowhere_xyz' on the Python path or in "):
         sims.make_env("nowhere_xyz:Slider", num_envs=1)
     with pytest.raises(ValueError, match=rf"module '{own_module}' \(.*\) has no 'Slidr'"):
