@@ -247,11 +247,8 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
                          f"pick another by its task name ({', '.join(others)})")
     if unknown:
-        plain = inspect.isclass(builder) and not dataclasses.is_dataclass(builder) and hasattr(builder, unknown[0])
-        hint = (f" ({builder.__name__} is no dataclass, so its class attributes are not settings: decorate it with "
-                "@dataclass(kw_only=True), as sims/tasks/pendulum.py does)") if plain else ""
         raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
-                         f"{', '.join(allowed + list(WARP_BUFFERS))}{hint}")
+                         f"{', '.join(allowed + list(WARP_BUFFERS))}{_undeclared_hint(builder, unknown[0])}")
     if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
         from robolearn.config import check_value, checkable
 
@@ -269,7 +266,7 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     if inspect.isclass(builder) and dataclasses.is_dataclass(builder) and (shadowed := _shadowed_setting(builder)):
         # a dataclass task's __init__ sets every field, over a value a subclass sets without declaring the field
         owner, name = shadowed
-        annotate = f"{name}: {type(getattr(owner, name)).__name__} = {getattr(owner, name)!r}"
+        annotate = _declaration(owner, name)
         if "__dataclass_fields__" not in vars(owner):
             raise ValueError(f"env.task={task}: {owner.__name__} sets {name} as a class attribute, which the "
                              f"__init__ of its dataclass base overrides with the base's default, so it would have no "
@@ -286,6 +283,25 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"env.kwargs.{key}: must be a whole number of at least 1, got {value!r}")
     return spec
+
+
+def _undeclared_hint(builder: Callable[..., Task], name: str) -> str:
+    """Why a task class's attribute ``name`` (one it sets, or sims.Task's ``frame_skip``) is no setting, and how it
+    becomes one: a setting is a dataclass field, which takes the decorator and an annotation both (a task that set
+    ``frame_skip = 10`` had been told to decorate its class only, after which it still was none). '' otherwise."""
+    if not inspect.isclass(builder) or not hasattr(builder, name):
+        return ""
+    declare = f"declare {_declaration(builder, name)} in its body, as the README's my_task.py declares frame_skip"
+    if not dataclasses.is_dataclass(builder):
+        return (f" ({builder.__name__} is no dataclass, so its class attributes are not settings: decorate it with "
+                f"@dataclass(kw_only=True) and {declare})")
+    return f" ({builder.__name__}'s {name} is a class attribute without an annotation, not a setting: {declare})"
+
+
+def _declaration(owner: type, name: str) -> str:
+    """``name: int = 10``: the annotated line that makes ``owner``'s attribute ``name`` a dataclass field."""
+    value = getattr(owner, name)
+    return f"{name}: {type(value).__name__} = {value!r}"
 
 
 def _shadowed_setting(builder: type) -> tuple[type, str] | None:

@@ -353,3 +353,32 @@ def test_a_task_defined_in_the_running_script_is_said_to_belong_in_a_module():
     assert ("env.task=__main__:Spin: '__main__' is the script (or notebook) running now, which has no 'Spin'; one "
             "defined in the script that trained is found again only in that process: move it into a module (e.g. "
             "my_module.py beside the script) and name it my_module:Spin") in done.stderr, done.stderr[-2000:]
+
+
+def test_a_frame_skip_set_without_a_declaration_is_told_the_declaration_that_makes_it_a_setting():
+    """The README's Slider with ``frame_skip = 2`` (no annotation), given env.kwargs.frame_skip: a plain class had
+    been told only to become a dataclass, after which frame_skip still was no setting, and a dataclass nothing.
+    Both are now told the line to write, and the class with that line takes the setting."""
+    from sims.task import Task
+    from sims.tasks.pendulum import Pendulum
+
+    parts = {"model": Pendulum.model, "observations": Pendulum.observations, "rewards": Pendulum.rewards}
+    plain = type("Plain", (Task,), {"frame_skip": 2, **parts})
+    decorated = dataclass(kw_only=True)(type("Decorated", (Task,), {"frame_skip": 2, **parts}))
+    declared = dataclass(kw_only=True)(type("Declared", (Task,), {"frame_skip": 2, "__annotations__": {"frame_skip": int},
+                                                                  **parts}))
+    module = sys.modules["user_frame_skip"] = type(sys)("user_frame_skip")
+    module.Plain, module.Decorated, module.Declared = plain, decorated, declared
+    try:
+        with pytest.raises(ValueError, match=r"Plain is no dataclass, so its class attributes are not settings: decorate "
+                                             r"it with @dataclass\(kw_only=True\) and declare frame_skip: int = 2 in"):
+            sims.make_env("user_frame_skip:Plain", num_envs=1, frame_skip=5)
+        with pytest.raises(ValueError, match=r"\(Decorated's frame_skip is a class attribute without an annotation, not "
+                                             r"a setting: declare frame_skip: int = 2 in its body"):
+            sims.make_env("user_frame_skip:Decorated", num_envs=1, frame_skip=5)
+        with sims.make_env("user_frame_skip:Decorated", num_envs=1) as env:  # undeclared, it still steps 2 at a time
+            assert env.control_dt == pytest.approx(2 * env.sim.timestep)
+        with sims.make_env("user_frame_skip:Declared", num_envs=1, frame_skip=5) as env:  # the line it is told
+            assert env.control_dt == pytest.approx(5 * env.sim.timestep)
+    finally:
+        del sys.modules["user_frame_skip"]
