@@ -26,7 +26,7 @@ import torch
 from robolearn.caller import outside_us
 from robolearn.interfaces import ContractError, VecEnv
 from sims.backend import MujocoBackend
-from sims.task import Task, TaskEnv, checked_seed
+from sims.task import Task, TaskEnv, check_settings_declared, checked_seed, setting_line
 from sims.tasks.ant import Ant
 from sims.tasks.ant_maze import ant_maze_large, ant_maze_medium
 from sims.tasks.arm_reach import ArmReach
@@ -263,18 +263,8 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         missing = ", ".join(sorted(builder.__abstractmethods__))
         raise ContractError(f"env.task={task}: {builder.__name__} does not implement {missing}, which a sims.Task "
                             "must (sims/task.py says what each returns)")
-    if inspect.isclass(builder) and dataclasses.is_dataclass(builder) and (shadowed := _shadowed_setting(builder)):
-        # a dataclass task's __init__ sets every field, over a value a subclass sets without declaring the field
-        owner, name = shadowed
-        annotate = _declaration(owner, name)
-        if "__dataclass_fields__" not in vars(owner):
-            raise ValueError(f"env.task={task}: {owner.__name__} sets {name} as a class attribute, which the "
-                             f"__init__ of its dataclass base overrides with the base's default, so it would have no "
-                             f"effect: decorate {owner.__name__} with @dataclass(kw_only=True) and annotate it "
-                             f"({annotate}): its values then are the defaults of settings")
-        raise ValueError(f"env.task={task}: {owner.__name__} sets {name} without an annotation, so the dataclass "
-                         f"keeps its base's default for that setting and the value would have no effect: annotate "
-                         f"it ({annotate})")
+    if inspect.isclass(builder):  # here too, for check_task, which builds no TaskEnv (which checks it again)
+        check_settings_declared(builder, f"env.task={task}")
     spec = whole(**kwargs)
     if not isinstance(spec, Task):
         raise ValueError(f"env.task={task}: built a {type(spec).__name__}, not a sims.Task")
@@ -291,30 +281,11 @@ def _undeclared_hint(builder: Callable[..., Task], name: str) -> str:
     ``frame_skip = 10`` had been told to decorate its class only, after which it still was none). '' otherwise."""
     if not inspect.isclass(builder) or not hasattr(builder, name):
         return ""
-    declare = f"declare {_declaration(builder, name)} in its body, as the README's my_task.py declares frame_skip"
+    declare = f"declare {setting_line(builder, name)} in its body, as the README's my_task.py declares frame_skip"
     if not dataclasses.is_dataclass(builder):
         return (f" ({builder.__name__} is no dataclass, so its class attributes are not settings: decorate it with "
                 f"@dataclass(kw_only=True) and {declare})")
     return f" ({builder.__name__}'s {name} is a class attribute without an annotation, not a setting: {declare})"
-
-
-def _declaration(owner: type, name: str) -> str:
-    """``name: int = 10``: the annotated line that makes ``owner``'s attribute ``name`` a dataclass field."""
-    value = getattr(owner, name)
-    return f"{name}: {type(value).__name__} = {value!r}"
-
-
-def _shadowed_setting(builder: type) -> tuple[type, str] | None:
-    """``(class, name)`` of a dataclass task's field that a class of its lineage sets without declaring it (a
-    plain subclass's ``max_episode_steps = 100``, or a dataclass subclass's without an annotation): the
-    ``__init__`` sets the declared default over it. None where there is none."""
-    for field in dataclasses.fields(builder):
-        for owner in builder.__mro__:  # down to the class that declares the field (its default, or a factory's)
-            if "__dataclass_fields__" in vars(owner) and field.name in inspect.get_annotations(owner):
-                break
-            if field.name in vars(owner):
-                return owner, field.name
-    return None
 
 
 def task_settings(task: str) -> list[str]:

@@ -10,7 +10,9 @@ time limits, automatic resets with ``final_obs``, seeding and rendering.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -163,6 +165,42 @@ class Task(ABC):
         return None
 
 
+def check_settings_declared(cls: type, said: str) -> None:
+    """Refuse a dataclass task class ``cls`` of which a class of its lineage sets a field without declaring it
+    (a plain subclass's ``max_episode_steps = 100``, or a dataclass subclass's without an annotation): the
+    ``__init__`` sets the declared default over it, so the value would have no effect. ``said``: how the task
+    was given (``env.task=my_task:Shorter``; ``TaskEnv(Shorter())`` from Python, which had escaped the check)."""
+    if not dataclasses.is_dataclass(cls) or (shadowed := _shadowed_setting(cls)) is None:
+        return
+    owner, name = shadowed
+    annotate = setting_line(owner, name)
+    if "__dataclass_fields__" not in vars(owner):
+        raise ValueError(f"{said}: {owner.__name__} sets {name} as a class attribute, which the __init__ of its "
+                         f"dataclass base overrides with the base's default, so it would have no effect: decorate "
+                         f"{owner.__name__} with @dataclass(kw_only=True) and annotate it ({annotate}): its values "
+                         "then are the defaults of settings")
+    raise ValueError(f"{said}: {owner.__name__} sets {name} without an annotation, so the dataclass keeps its base's "
+                     f"default for that setting and the value would have no effect: annotate it ({annotate})")
+
+
+def _shadowed_setting(cls: type) -> tuple[type, str] | None:
+    """``(class, name)`` of a dataclass task's field that a class of its lineage sets without declaring it; None
+    where there is none."""
+    for field in dataclasses.fields(cls):
+        for owner in cls.__mro__:  # down to the class that declares the field (its default, or a factory's)
+            if "__dataclass_fields__" in vars(owner) and field.name in inspect.get_annotations(owner):
+                break
+            if field.name in vars(owner):
+                return owner, field.name
+    return None
+
+
+def setting_line(owner: type, name: str) -> str:
+    """``name: int = 10``: the annotated line that makes ``owner``'s attribute ``name`` a dataclass field."""
+    value = getattr(owner, name)
+    return f"{name}: {type(value).__name__} = {value!r}"
+
+
 def uniform(shape: tuple[int, ...] | torch.Size, low: float, high: float, generator: torch.Generator) -> torch.Tensor:
     """float64 U(low, high) samples on ``generator``'s device, for reset distributions."""
     return torch.empty(shape, dtype=torch.float64, device=generator.device).uniform_(low, high, generator=generator)
@@ -246,6 +284,7 @@ class TaskEnv(VecEnv):
     keep_final_state: bool = False
 
     def __init__(self, task: Task, backend: MujocoBackend, seed: int | None = None) -> None:
+        check_settings_declared(type(task), f"TaskEnv({type(task).__name__}())")  # as make_env does
         self.task, self.sim = task, backend
         self.num_envs = backend.num_worlds
         self.device = backend.device

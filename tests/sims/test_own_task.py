@@ -273,6 +273,14 @@ def test_a_plain_subclass_setting_a_dataclass_tasks_field_is_told_to_be_a_datacl
             assert env.max_episode_steps == 100
     finally:
         del sys.modules["user_shorter"]
+    # built in Python, TaskEnv(Shorter()) had run the base's 500-step episodes without a word
+    for cls, why in ((Shorter, "as a class attribute"), (Bare, "without an annotation")):
+        with pytest.raises(ValueError, match=rf"^TaskEnv\({cls.__name__}\(\)\): {cls.__name__} sets max_episode_steps "
+                                             rf"{why}, .*\(max_episode_steps: int = 100\)"):
+            sims.TaskEnv(cls(), sims.make_backend("mujoco", cls(), 1, "cpu", 1))
+    task = Annotated()
+    with sims.TaskEnv(task, sims.make_backend("mujoco", task, 1, "cpu", 1)) as env:
+        assert env.max_episode_steps == 100
 
 
 LOOSE = '''
