@@ -23,19 +23,24 @@ episode is done on its last frame and nowhere else (LeRobot's usual layout,
 and what both look like), metadata ``next_done_on_last_frames_only`` says so
 and ``robolearn dataset import`` names the choice it made. ``next.success``
 (as LeRobot's simulation datasets have it), where present, becomes the
-episode's ``infos/success``.
+episode's ``infos/success``, and an ``infos.<name>`` feature its ``infos/<name>``
+(one row per frame).
 
 Writing (:func:`write_lerobot`, ``robolearn dataset export --format lerobot``)
 is the same mapping the other way: one frame per step, ``next.done`` set where
 an episode terminated (a time limit or a stopped recording leaves it unset:
 the default reading above gives the same flags back), ``next.success`` where
-the episodes recorded it, ``timestamp`` = frame / fps, one task (the dataset's
+the episodes recorded it, our simulators' state of each frame as float64
+features ``infos.state``, ``infos.qpos`` and ``infos.qvel`` where every episode
+has them (so a replay of the read-back episodes restores the recorded state),
+``timestamp`` = frame / fps, one task (the dataset's
 task name), and ``meta/stats.json`` and per-episode statistics as lerobot
-writes them. Our metadata (task, task settings, reference scores) goes to
-``meta/robolearn.json``, which lerobot ignores and this reader takes back.
-What LeRobot has no place for is left out: an episode's final observation
-(read back as a copy of the last), infos other than success (simulator state,
-qpos, commanded actions), float64 precision (written as float32).
+writes them. Our metadata (task, task settings, reference scores, the state
+rows' format) goes to ``meta/robolearn.json``, which lerobot ignores and this
+reader takes back. What LeRobot has no place for is left out: an episode's
+final observation and state (read back as a copy of the last observation; no
+state row), other infos (commanded actions, timestamps), float64 precision of
+the other arrays (written as float32).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ IMAGE_DTYPES = ("image", "video", "string")
 
 DONE_MEANINGS = ("terminal", "truncation")
 FRAME_OUTCOMES = ("next.reward", "next.done", "next.success")  # what a frame's action led to
+INFOS = "infos."  # a feature holding an episode's info, one row per frame: infos.state, infos.qpos, infos.qvel
+SIMULATOR_INFOS = ("state", "qpos", "qvel")  # the infos written: what a replay restores the simulator from
 UNJUDGED = "unjudged_episodes"  # meta/robolearn.json: episodes whose next.success is False for want of an outcome
 
 
@@ -103,7 +110,8 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     groups = {"observation.state": "policy"} | {
         key: key.removeprefix("observation.") for key, spec in features.items()
         if key.startswith("observation.") and key != "observation.state" and spec.get("dtype") not in IMAGE_DTYPES}
-    wanted = ["episode_index", "frame_index", *groups, "action"] + [k for k in FRAME_OUTCOMES if k in features]
+    extras = {key: key.removeprefix(INFOS) for key in features if key.startswith(INFOS)}
+    wanted = ["episode_index", "frame_index", *groups, "action", *extras] + [k for k in FRAME_OUTCOMES if k in features]
 
     columns: dict[str, list[np.ndarray]] = {key: [] for key in wanted}
     for file in files:
@@ -130,7 +138,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
     _check_frame_count(root, info, data["episode_index"], files)
     order = np.lexsort((data["frame_index"], data["episode_index"]))
     data = {key: value[order] for key, value in data.items()}
-    own = _own_metadata(root)
+    own = _own_metadata(root, has_state=f"{INFOS}state" in features)
     unjudged = set(own.pop(UNJUDGED, None) or [])  # our export's episodes with no outcome: none read back
     episodes, ends_only = [], True  # ends_only: every episode done on its last frame and nowhere else
     for index in np.unique(data["episode_index"]):
@@ -148,6 +156,7 @@ def read_lerobot(root: str | Path, done_means: str = "terminal") -> tuple[list[E
         truncations[-1] |= not done[-1]
         judged = "next.success" in data and int(index) not in unjudged
         infos = {"success": as_flags(data["next.success"][rows], where, "next.success")} if judged else {}
+        infos |= {name: data[key][rows] for key, name in extras.items()}  # one row per frame: no final one
         episode = Episode(observations=observations, actions=data["action"][rows], rewards=rewards,
                           terminations=terminations, truncations=truncations, infos=infos)
         episodes.append(episode.check(where))
@@ -205,9 +214,10 @@ def _episode_lengths(root: Path) -> dict[int, int] | None:
     return lengths or None
 
 
-def _own_metadata(root: Path) -> dict[str, Any]:
+def _own_metadata(root: Path, has_state: bool) -> dict[str, Any]:
     """What our export kept beside lerobot's files (``meta/robolearn.json``: task, task settings, reference
-    scores...); empty for other datasets, or where it is unreadable (said)."""
+    scores...), its ``state`` format only where the dataset ``has_state`` rows (``infos.state``); empty for
+    other datasets, or where it is unreadable (said)."""
     path = root / "meta" / "robolearn.json"
     if not path.is_file():
         return {}
@@ -217,11 +227,12 @@ def _own_metadata(root: Path) -> dict[str, Any]:
         warnings.warn(f"{path}: unreadable ({type(err).__name__}), left out: the task and its settings are not "
                       "known from it", stacklevel=3)
         return {}
-    return _without_state(read_embedded(text, str(path)))  # (an export before the state was left out there)
+    meta = read_embedded(text, str(path))
+    return meta if has_state else _without_state(meta)  # (an export from before the state rows were written)
 
 
 def _without_state(meta: dict[str, Any]) -> dict[str, Any]:
-    """``meta`` less ``state`` (the simulator state rows' format): LeRobot holds no state rows, and metadata
+    """``meta`` less ``state`` (the simulator state rows' format), for a dataset without state rows: metadata
     that names them had a replay of the read-back dataset and ``dataset info`` promise what it lacks."""
     return {key: value for key, value in meta.items() if key != "state"}
 
@@ -318,7 +329,8 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
             "total_episodes": len(episodes), "total_frames": int(starts[-1]), "total_tasks": 1, "chunks_size": 1000,
             "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
             "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH, "video_path": None, "features": features}
-    own = _without_state(dataset.writer_metadata(exported_from=dataset.id))
+    own = dataset.writer_metadata(exported_from=dataset.id)
+    own = own if f"{INFOS}state" in columns else _without_state(own)
     if "next.success" in columns and (unjudged := [i for i, e in enumerate(episodes) if "success" not in e.infos]):
         own[UNJUDGED] = unjudged
         warnings.warn(f"episode(s) {few(unjudged)} of {dataset.id} have no outcome (cut short): LeRobot's "
@@ -406,13 +418,18 @@ def _frames(episodes: list[Episode], fps: int | float) -> tuple[dict[str, np.nda
         columns["next.success"] = np.concatenate([np.asarray(e.infos["success"])[-len(e):].reshape(len(e))
                                                   if "success" in e.infos else np.zeros(len(e), bool)
                                                   for e in episodes]).astype(bool)
+    for name in SIMULATOR_INFOS:  # each frame's state, in float64 (exact): a replay restores the simulator from it
+        if all(name in e.infos for e in episodes):  # (an episode's last row, after its last action, has no frame)
+            columns[INFOS + name] = np.concatenate([np.asarray(e.infos[name])[:len(e)].reshape(len(e), -1)
+                                                    for e in episodes]).astype(np.float64)
     frame = np.concatenate([np.arange(len(e)) for e in episodes])
     columns["timestamp"] = (frame / fps).astype(np.float32)
     columns["frame_index"] = frame.astype(np.int64)
     columns["episode_index"] = np.concatenate([np.full(len(e), i) for i, e in enumerate(episodes)]).astype(np.int64)
     columns["index"] = np.arange(len(frame), dtype=np.int64)
     columns["task_index"] = np.zeros(len(frame), np.int64)
-    dtypes = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(bool): "bool"}
+    dtypes = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.int64): "int64",
+              np.dtype(bool): "bool"}
     features = {key: {"dtype": dtypes[value.dtype], "shape": list(value.shape[1:]) or [1], "names": None}
                 for key, value in columns.items()}
     return columns, features

@@ -14,6 +14,7 @@ import pytest
 
 from robolearn.cli import main
 from robolearn.data import Dataset, DatasetError
+from robolearn.data.episode import Episode
 from robolearn.data.lerobot import read_lerobot
 
 FPS = 10
@@ -263,11 +264,7 @@ def test_export_reads_back_with_the_same_arrays_flags_success_and_task(recorded,
     episodes, meta = read_lerobot(out)
     assert len(episodes) == source.num_episodes and meta["task"] == task and meta["control_dt"] == pytest.approx(
         source.info["control_dt"]) and meta["exported_from"] == source.id and meta["task_kwargs"] == settings
-    assert "state" in source.info and "state" not in meta  # LeRobot holds no simulator states: none promised
-    own = out / "meta" / "robolearn.json"
-    assert "state" not in json.loads(own.read_text())
-    own.write_text(json.dumps({**json.loads(own.read_text()), "state": source.info["state"]}))  # an older export's
-    assert "state" not in read_lerobot(out)[1]
+    assert meta["state"] == source.info["state"]  # the state rows are there (infos.state): their format too
     ended = {"terminated": 0, "truncated": 0}
     for mine, back in zip(source, episodes):
         np.testing.assert_array_equal(back.actions, mine.actions)
@@ -275,6 +272,8 @@ def test_export_reads_back_with_the_same_arrays_flags_success_and_task(recorded,
         np.testing.assert_array_equal(back.observations["policy"][:-1], mine.observations["policy"][:-1])
         np.testing.assert_array_equal(back.terminations, mine.terminations)
         np.testing.assert_array_equal(back.truncations, mine.truncations)
+        for name in ("state", "qpos", "qvel"):  # every frame's, exact (float64); no frame after the last action
+            np.testing.assert_array_equal(back.infos[name], mine.infos[name][:-1])
         assert back.success == mine.success
         ended["terminated" if mine.terminations[-1] else "truncated"] += 1
     if task == "hopper":
@@ -292,7 +291,9 @@ def test_export_has_lerobots_layout(recorded, tmp_path):
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["fps"] == 50 and info["total_frames"] == source.num_steps
     assert list(info["features"]) == ["observation.state", "action", "next.reward", "next.done", "next.success",
+                                      "infos.state", "infos.qpos", "infos.qvel",
                                       "timestamp", "frame_index", "episode_index", "index", "task_index"]
+    assert info["features"]["infos.qpos"] == {"dtype": "float64", "shape": [4], "names": None}
     data = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
     assert data.column_names == list(info["features"])
     assert pa.types.is_fixed_size_list(data.schema.field("observation.state").type)
@@ -507,3 +508,34 @@ def test_an_episode_without_an_outcome_keeps_the_others_success(recorded, tmp_pa
     assert json.loads((out / "meta" / "robolearn.json").read_text())["unjudged_episodes"] == [1]
     back, meta = read_lerobot(out)
     assert [e.success for e in back] == [e.success for e in mixed.episodes] and "unjudged_episodes" not in meta
+
+
+def test_a_lerobot_export_keeps_the_simulator_state_so_its_episodes_replay_from_it(recorded, tmp_path, root,
+                                                                                   monkeypatch):
+    """LeRobot's format had lost the state rows and qpos/qvel (a replay of the read-back dataset started from a
+    reset, not the recorded state); they go to infos.state, infos.qpos, infos.qvel, float64 columns lerobot
+    loads as any other, and come back as infos: the replay restores the recorded state and reproduces the
+    recorded return and every joint position. A dataset without state rows says none."""
+    import sims
+    from robolearn.data.replay import replay
+
+    source = _rated(recorded, "hopper", 2, max_episode_steps=20)
+    assert main(["dataset", "export", source.id, "--format", "lerobot", "--out", str(tmp_path / "out")]) == 0
+    assert main(["dataset", "import", str(tmp_path / "out"), "--format", "lerobot", "--name", "back"]) == 0
+    back = Dataset.load("back")
+    assert back.info["state"] == source.info["state"]
+    for mine, theirs in zip(source, back):
+        with sims.make_env("hopper", num_envs=1, max_episode_steps=20) as env:
+            result = replay(theirs, env)
+        assert result.start == "state" and result.restored
+        assert result.return_diff == 0.0 and not result.qpos_divergence.any()
+        np.testing.assert_array_equal(theirs.infos["qpos"], mine.infos["qpos"][:-1])
+    stateless = [Episode(e.observations, e.actions, e.rewards, e.terminations, e.truncations) for e in source]
+    monkeypatch.setattr(Dataset, "episodes", property(lambda self: stateless))
+    plain = _exported(source, tmp_path / "plain")
+    episodes, meta = read_lerobot(plain)
+    assert "state" not in meta and not episodes[0].infos  # no rows: no format promised
+    own = plain / "meta" / "robolearn.json"
+    assert "state" not in json.loads(own.read_text())
+    own.write_text(json.dumps({**json.loads(own.read_text()), "state": source.info["state"]}))  # an older export's
+    assert "state" not in read_lerobot(plain)[1]
