@@ -377,3 +377,15 @@ def test_controller_json_is_read_up_to_its_bounds_and_its_recorded_dynamics_chec
     for key, value in (("delay", {"obs_delay_steps": True}), ("delay", [2]), ("randomization", [1])):
         with pytest.raises(CheckpointError, match=re.escape(f"'{key}' {value!r} is not what an export writes")):
             read(**{key: value})
+
+
+def test_exporting_and_loading_torchscript_says_nothing_of_its_deprecation(trained_agent, random_obs, tmp_path):
+    """torch 2.13 deprecates torch.jit (trace, save, load each warn): the export and ExportedController filter it
+    where they call it, so `robolearn export`, eval, play and deploy print none of it (the README says ONNX is the
+    recommended format)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        paths = export_controller(trained_agent.controller(), tmp_path, formats=("torchscript",))
+        assert ExportedController(paths["torchscript"]).act(random_obs(2)).shape == (2, 2)
