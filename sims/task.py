@@ -74,14 +74,18 @@ class Task(ABC):
             raise ValueError(f"{type(self).__name__}: the model has no actuators, so there is nothing to act on; add an "
                              "<actuator> (a motor or position servo with a ctrlrange) to the MJCF, or override "
                              "Task.action_spec and Task.actuate")
-        unbounded = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}"
-                     for i in range(model.nu) if not model.actuator_ctrllimited[i]]
+        names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}" for i in range(model.nu)]
+        ranges = model.actuator_ctrlrange
+        unbounded = [i for i in range(model.nu) if not model.actuator_ctrllimited[i]]
         if unbounded:
-            raise ValueError(f"{type(self).__name__}: actuator(s) {unbounded} have no ctrlrange; give each a "
-                             "ctrlrange in the MJCF (actions are clipped to it), or override Task.action_spec")
-        huge = [f"{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f'#{i}'} "
-                f"{model.actuator_ctrlrange[i].tolist()}" for i in range(model.nu)
-                if np.abs(model.actuator_ctrlrange[i]).max() > mujoco.mjMAXVAL]
+            # a range whose low is not below its high ("1 -1", "0.5 0.5") is one MuJoCo leaves unlimited: said as such
+            ignored = ", ".join(f"{names[i]} {ranges[i].tolist()}" for i in unbounded if ranges[i].any())
+            why = f" (MuJoCo ignores the ctrlrange of {ignored}: its low must be below its high)" if ignored else ""
+            raise ValueError(f"{type(self).__name__}: actuator(s) {[names[i] for i in unbounded]} have no "
+                             f"ctrlrange{why}; give each a ctrlrange in the MJCF (actions are clipped to it), or "
+                             "override Task.action_spec")
+        huge = [f"{names[i]} {ranges[i].tolist()}" for i in range(model.nu)
+                if np.abs(ranges[i]).max() > mujoco.mjMAXVAL]
         if huge:
             raise ValueError(f"{type(self).__name__}: actuator(s) {', '.join(huge)} have a ctrlrange beyond "
                              f"{mujoco.mjMAXVAL:g}, MuJoCo's largest control: one past it makes MuJoCo zero all of the "

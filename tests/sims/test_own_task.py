@@ -62,10 +62,12 @@ def own_module(tmp_path, monkeypatch, request):
     (folder / f"{name}_noactuator.py").write_text(passive)
     (folder / f"{name}_huge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e30 1e30"'))
     (folder / f"{name}_edge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e10 1e10"'))
+    (folder / f"{name}_reversed.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="1 -1"'))
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
     yield name
-    for module in (name, f"{name}_nolimit", f"{name}_noactuator", f"{name}_huge", f"{name}_edge"):
+    for module in (name, f"{name}_nolimit", f"{name}_noactuator", f"{name}_huge", f"{name}_edge",
+                   f"{name}_reversed"):
         sys.modules.pop(module, None)
 
 
@@ -96,6 +98,9 @@ def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
             env.step(torch.zeros(2, 1))
     with pytest.raises(ValueError, match=r"Slider: actuator\(s\) \['push'\] have no ctrlrange"):
         sims.make_env(f"{own_module}_nolimit:Slider", num_envs=1)
+    with pytest.raises(ValueError, match=r"Slider: actuator\(s\) \['push'\] have no ctrlrange \(MuJoCo ignores the "
+                                         r"ctrlrange of push \[1.0, -1.0\]: its low must be below its high\)"):
+        sims.make_env(f"{own_module}_reversed:Slider", num_envs=1)  # (it had been said to have none, given one)
     with pytest.raises(ValueError, match=r"Slider: the model has no actuators, so there is nothing to act on"):
         sims.make_env(f"{own_module}_noactuator:Slider", num_envs=1)  # PPO had trained on until its std was NaN
     with pytest.raises(ValueError, match=r"Slider: actuator\(s\) push \[-1e\+30, 1e\+30\] have a ctrlrange beyond "
@@ -373,16 +378,17 @@ def test_a_frame_skip_set_without_a_declaration_is_told_the_declaration_that_mak
     parts = {"model": Pendulum.model, "observations": Pendulum.observations, "rewards": Pendulum.rewards}
     plain = type("Plain", (Task,), {"frame_skip": 2, **parts})
     decorated = dataclass(kw_only=True)(type("Decorated", (Task,), {"frame_skip": 2, **parts}))
-    declared = dataclass(kw_only=True)(type("Declared", (Task,), {"frame_skip": 2, "__annotations__": {"frame_skip": int},
-                                                                  **parts}))
+    declared = dataclass(kw_only=True)(type("Declared", (Task,), {"frame_skip": 2, **parts,
+                                                                  "__annotations__": {"frame_skip": int}}))
     module = sys.modules["user_frame_skip"] = type(sys)("user_frame_skip")
     module.Plain, module.Decorated, module.Declared = plain, decorated, declared
     try:
-        with pytest.raises(ValueError, match=r"Plain is no dataclass, so its class attributes are not settings: decorate "
-                                             r"it with @dataclass\(kw_only=True\) and declare frame_skip: int = 2 in"):
+        with pytest.raises(ValueError, match=r"Plain is no dataclass, so its class attributes are not settings: "
+                                             r"decorate it with @dataclass\(kw_only=True\) and declare frame_skip: "
+                                             r"int = 2 in"):
             sims.make_env("user_frame_skip:Plain", num_envs=1, frame_skip=5)
-        with pytest.raises(ValueError, match=r"\(Decorated's frame_skip is a class attribute without an annotation, not "
-                                             r"a setting: declare frame_skip: int = 2 in its body"):
+        with pytest.raises(ValueError, match=r"\(Decorated's frame_skip is a class attribute without an annotation, "
+                                             r"not a setting: declare frame_skip: int = 2 in its body"):
             sims.make_env("user_frame_skip:Decorated", num_envs=1, frame_skip=5)
         with sims.make_env("user_frame_skip:Decorated", num_envs=1) as env:  # undeclared, it still steps 2 at a time
             assert env.control_dt == pytest.approx(2 * env.sim.timestep)
