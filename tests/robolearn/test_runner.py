@@ -1651,8 +1651,9 @@ def test_a_flat_agent_that_cannot_see_a_changing_goal_is_warned_and_the_fix_it_n
     that change per episode a flat controller had trained blind to them without a word. One goal
     (sac_point_maze_medium's goals: fixed, its published runs) needs no goal input and is not warned of."""
     base = [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled", "env.num_envs=2", "env.task=point_maze_medium"]
-    with pytest.warns(UserWarning, match=r"'goal' observation group that changes from episode to episode, and algo "
-                                         r"'(sac|ppo)' reads only \['policy'\]: its controller cannot know the goal") as said:
+    with pytest.warns(UserWarning, match=r"'goal' observation group that changes from episode to episode, and "
+                                         r"algo '(sac|ppo)' reads only \['policy'\]: its controller cannot know the "
+                                         r"goal") as said:
         Runner(load_config(config, [*base, "env.kwargs={goals: eval}"])).close()
     feed = re.search(r"Feed it the goal \(([^)]+)\)", str(said[0].message))[1].split()
     assert "gciql" in str(said[0].message) and "hrac" in str(said[0].message)  # the goal-conditioned algorithms
