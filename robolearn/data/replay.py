@@ -77,10 +77,13 @@ class ReplayResult:
 
 @torch.no_grad()
 def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | None = None,
-           video: str | Path | None = None, fps: int = 30, progress: bool = False) -> ReplayResult:
+           video: str | Path | None = None, fps: int = 30, progress: bool = False,
+           final_copied: bool = False) -> ReplayResult:
     """Apply ``episode``'s actions on ``env`` (restoring its recorded state when the env and the
     episode allow and ``restore``); optionally film env 0 into ``video`` (mp4). ``progress``: a bar
-    while filming (rendering is ~30x slower than stepping)."""
+    while filming (rendering is ~30x slower than stepping). ``final_copied``: the episode's last
+    observation is a copy of the one before (a D4RL or LeRobot import's, whose source has none: its
+    metadata's ``final_observation: "copied"``), not compared (it had read as a divergence of an exact replay)."""
     if not isinstance(episode, Episode):  # replay(dataset, 0) had been an AttributeError on 0.num_envs
         raise TypeError(f"replay(episode, env): give one episode (dataset[i]) and a VecEnv of its task, got "
                         f"{type(episode).__name__} and {type(env).__name__}")
@@ -112,7 +115,8 @@ def replay(episode: Episode, env: VecEnv, *, restore: bool = True, seed: int | N
         rewards.append(step.reward[0].item())
         if "success" in step.info:
             replayed_success = bool(step.info["success"][0])
-        obs_div.append(_obs_divergence(step.info.get("final_obs", step.obs), episode, t + 1))
+        if not (final_copied and t + 1 == len(episode)):
+            obs_div.append(_obs_divergence(step.info.get("final_obs", step.obs), episode, t + 1))
         if exact_env:
             qpos_div.append(_qpos_divergence(step.info["final_state"], recorded_qpos, t + 1))
         if bool(step.terminated[0] | step.truncated[0]) and t + 1 < len(episode):

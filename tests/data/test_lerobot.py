@@ -511,7 +511,7 @@ def test_an_episode_without_an_outcome_keeps_the_others_success(recorded, tmp_pa
 
 
 def test_a_lerobot_export_keeps_the_simulator_state_so_its_episodes_replay_from_it(recorded, tmp_path, root,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, capsys):
     """LeRobot's format had lost the state rows and qpos/qvel (a replay of the read-back dataset started from a
     reset, not the recorded state); they go to infos.state, infos.qpos, infos.qvel, float64 columns lerobot
     loads as any other, and come back as infos: the replay restores the recorded state and reproduces the
@@ -530,6 +530,15 @@ def test_a_lerobot_export_keeps_the_simulator_state_so_its_episodes_replay_from_
         assert result.start == "state" and result.restored
         assert result.return_diff == 0.0 and not result.qpos_divergence.any()
         np.testing.assert_array_equal(theirs.infos["qpos"], mine.infos["qpos"][:-1])
+        # the last observation is LeRobot's copy of the one before: compared, it read as a divergence
+        assert back.info["final_observation"] == "copied" and result.obs_divergence[-1] > 0 and not result.exact
+        with sims.make_env("hopper", num_envs=1, max_episode_steps=20) as env:
+            assert replay(theirs, env, final_copied=True).exact
+    capsys.readouterr()
+    assert main(["dataset", "replay", "back", "--episode", "0"]) == 0
+    said = capsys.readouterr().out
+    assert "restored from the recorded state" in said and "exact replay" in said
+    assert "the last observation not compared (the source has none: it is a copy of the one before)" in said
     stateless = [Episode(e.observations, e.actions, e.rewards, e.terminations, e.truncations) for e in source]
     monkeypatch.setattr(Dataset, "episodes", property(lambda self: stateless))
     plain = _exported(source, tmp_path / "plain")
