@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="the PNG (default: <run>/curves.png for one run's own curves, curves.png here for several "
                    "or with --metrics or --mean, <recording>/recording.png for a recording)")
     p.add_argument("--mean", action="store_true", help="draw the runs of each folder (the seeds of a setting) as "
-                   "their mean and a ±1 std band, over the steps all of them reached")
+                   "their mean and a ±1 std band; at each step, of the runs that reached it (a seed just started counts up to "
+                   "its last line, and is named)")
 
     p = commands.add_parser("export", help="export a run's controller")
     p.add_argument("run", type=Path, help="a run directory (runs/<config>/<time>)")

@@ -26,8 +26,9 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
               at_end: bool = False) -> Path:
     """Draw ``metrics`` (default: those of :data:`DEFAULT_METRICS` any run logs, then up to three losses) of ``runs``
     into ``out`` (a PNG, written atomically); returns ``out``. Runs sharing a folder (the seeds of a setting) share a
-    colour; with ``mean``, they are drawn as their mean and a ±1 std band against env steps instead (against
-    wall-clock each as it ran: their clocks differ). A run without ``metrics.jsonl`` lines, or a metric no run logs,
+    colour; with ``mean``, they are drawn as their mean and a ±1 std band against env steps instead (at each step,
+    of the runs that reached it: a run that stops short is said; against wall-clock each as it ran: their clocks
+    differ). A run without ``metrics.jsonl`` lines, or a metric no run logs,
     is an error naming what there is. A run's final evaluation (``eval.json``) is a point at its end; a run training
     now is said so in the title, unless ``at_end`` (the run's own end draws it, holding the run still)."""
     logs = {Path(run): read_metrics(Path(run)) for run in runs}
@@ -50,6 +51,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     series: dict[str, list[tuple[str, list[dict]]]] = {}  # legend label -> each run's (counter, lines)
     finals: dict[str, list[tuple[float, dict]]] = {}  # legend label -> each ended run's (last count, eval.json)
+    ends: dict[str, list[tuple[Path, str, float]]] = {}  # legend label -> each run's counter and last count
     run_phases = {run: _phases(lines) for run, lines in logs.items()}
     # runs counting other things (updates, env steps) share the x axis: each legend entry says what it counts
     mixed = len({counter for phases in run_phases.values() for counter, _ in phases.values()}) > 1
@@ -62,8 +64,12 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             label = (f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})" if len(phases) > 1
                      else f"{base} ({counter.replace('_', ' ')})" if mixed else base)
             series.setdefault(label, []).append((counter, phase_lines))
+            ends.setdefault(label, []).append((run, counter, max((line[counter] for line in phase_lines
+                                                                 if _finite(line.get(counter))), default=0)))
         if (evaluation := _final_evaluation(run)) and _finite(last := phase_lines[-1].get(counter)):
             finals.setdefault(label, []).append((last, evaluation))  # drawn where the last phase ended
+    if mean:
+        _say_short_runs(ends)
     legend = {}  # label -> a line drawn with it: one legend for all rows
     for index, (label, members) in enumerate(series.items()):
         # the same in every row; past matplotlib's 10 colours, the lines are dashed, then dotted...
@@ -205,8 +211,10 @@ FEW_POINTS = 12  # a curve of this many points or fewer is drawn with markers: i
 
 def _draw(ax, curves: list[list[tuple[float, float]]], style: dict, mean: bool):
     """Each curve as a line, or with ``mean`` their mean and band; returns a line drawn (None: none)."""
-    drawn = _draw_mean(ax, curves, style) if mean and len(curves) > 1 else None
-    for curve in curves if drawn is None else []:  # a lone point (a short run logs once) needs a marker to show
+    if mean and len(curves) > 1:
+        return _draw_mean(ax, curves, style)
+    drawn = None
+    for curve in curves:  # a lone point (a short run logs once) needs a marker to show
         drawn = ax.plot(*zip(*curve), **style, marker="o" if len(curve) <= FEW_POINTS else None, markersize=3)[0]
     return drawn
 
@@ -241,20 +249,32 @@ def _run_title(run: Path, live: bool) -> str:
     return f"{run}{what}" + (" (training now)" if live and holder(run) else "")
 
 
+def _say_short_runs(ends: dict[str, list[tuple[Path, str, float]]]) -> None:
+    """Where a mean's runs end at different counts (a seed just started, or stopped early), say which stop
+    short: past their ends the mean is of the runs that got further."""
+    for label, members in ends.items():
+        furthest = max(last for _, _, last in members)
+        if short := [f"{run} to {counter.replace('_', ' ')} {last:g}" for run, counter, last in members
+                     if last < furthest]:
+            warnings.warn(f"{label}: {', '.join(short)}, the others further (to {furthest:g}): past a run's last "
+                          "line the mean is of the runs that got further", stacklevel=3)
+
+
 def _draw_mean(ax, curves: list[list[tuple[float, float]]], style: dict):
-    """The curves' mean and a ±1 std band (ddof 0, as ``robolearn list``) over the x range every curve
-    covers, each interpolated linearly onto the union of their x values: none is extrapolated, so the band
-    ends where the shortest run does. None (the caller draws each curve) when the curves do not overlap."""
+    """The curves' mean and a ±1 std band (ddof 0, as ``robolearn list``) at each x any curve logged, over the
+    curves that reached it: each is interpolated linearly between its own points, never extrapolated, so a
+    seed that has just started counts where it has logged and no further (cutting the mean to the shortest run
+    had shrunk it to a point). Returns the mean's line."""
     import numpy as np
 
     curves = [sorted(curve) for curve in curves]
-    start, end = max(curve[0][0] for curve in curves), min(curve[-1][0] for curve in curves)
     grid = np.unique([x for curve in curves for x, _ in curve])
-    grid = grid[(grid >= start) & (grid <= end)]
-    if len(grid) == 0:
-        return None
-    values = np.stack([np.interp(grid, *map(np.asarray, zip(*curve))) for curve in curves])
-    mean, std = values.mean(0), values.std(0)
+    values = np.full((len(curves), len(grid)), np.nan)
+    for row, curve in zip(values, curves):
+        xs, ys = map(np.asarray, zip(*curve))
+        covered = (grid >= xs[0]) & (grid <= xs[-1])
+        row[covered] = np.interp(grid[covered], xs, ys)
+    mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
     ax.fill_between(grid, mean - std, mean + std, color=style["color"], alpha=0.2, linewidth=0)
     return ax.plot(grid, mean, **style, marker="o" if len(grid) == 1 else None)[0]  # one step: a point
 

@@ -91,8 +91,10 @@ def test_many_runs_and_folders_of_one_name_under_different_parents(tmp_path, mon
     assert labels == ["sweep_a/ppo_pendulum (2 runs)", "sweep_b/ppo_pendulum (2 runs)"]
 
 
-def test_mean_draws_a_folders_seeds_as_their_mean_and_a_std_band_where_all_of_them_reached(tmp_path, monkeypatch):
-    """Seeds logged at different steps are interpolated onto one grid; the band ends with the shortest run."""
+def test_mean_draws_a_folders_seeds_as_their_mean_and_a_std_band_of_those_that_reached_each_step(tmp_path,
+                                                                                                 monkeypatch):
+    """Seeds logged at different steps are interpolated onto one grid; past the shorter run, the mean is the
+    longer's alone (and the shorter is named)."""
     logged = {"a": [(0, 0.0), (100, 10.0), (200, 20.0)], "b": [(0, 2.0), (50, 3.0), (150, 5.0)]}
     runs = []
     for seed, points in logged.items():
@@ -103,20 +105,42 @@ def test_mean_draws_a_folders_seeds_as_their_mean_and_a_std_band_where_all_of_th
         runs.append(run)
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
-    plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)
+    with pytest.warns(UserWarning, match=r"pend_base/b to env steps 150, the others further \(to 200\)"):
+        plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)
     by_steps, by_time = figures[0].axes
     (line,) = by_steps.lines
-    assert list(line.get_xdata()) == [0, 50, 100, 150]  # not 200: run b stopped at 150
-    assert list(line.get_ydata()) == pytest.approx([1.0, 4.0, 7.0, 10.0])  # a: 0 5 10 15; b: 2 3 4 5
+    assert list(line.get_xdata()) == [0, 50, 100, 150, 200]  # 200: run a alone, run b stopped at 150
+    assert list(line.get_ydata()) == pytest.approx([1.0, 4.0, 7.0, 10.0, 20.0])  # a: 0 5 10 15 20; b: 2 3 4 5
     (band,) = by_steps.collections
     top = band.get_paths()[0].vertices[:, 1].max()
-    assert top == pytest.approx(15.0)  # 15 and 5 at step 150: mean 10, std 5
+    assert top == pytest.approx(20.0)  # at 150: 15 and 5, mean 10, std 5; at 200: 20 alone, std 0
     assert line.get_label() == "pend_base (mean ± std of 2 runs)"
     assert len(by_time.lines) == 2 and not by_time.collections  # wall-clock: each run as it ran (a mean had been
     # drawn over the stretch every run covers: a sliver, where their episodes ended at other times)
     figures.clear()
     plot_runs(runs, tmp_path / "each.png", metrics=["return"])  # without mean: each seed its own line
     assert len(figures[0].axes[0].lines) == 2 and not figures[0].axes[0].collections
+
+
+def test_mean_keeps_its_length_when_a_seed_has_just_started(tmp_path, monkeypatch):
+    """A third seed that has logged one line: the mean of the folder had been cut to that line (one point);
+    it spans the other seeds' steps, of all three up to the new seed's line and of the two past it."""
+    runs = []
+    for seed, count in (("a", 50), ("b", 50), ("c", 1)):
+        run = tmp_path / "pend_base" / seed
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(
+            json.dumps({"env_steps": 1000 * (i + 1), "time": i, "return": 10.0 * i + (seed == "b")}) + "\n"
+            for i in range(count)))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    with pytest.warns(UserWarning, match=r"pend_base/c to env steps 1000, the others further \(to 50000\)"):
+        plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)
+    (line,) = figures[0].axes[0].lines
+    assert list(line.get_xdata()) == [1000 * (i + 1) for i in range(50)]
+    assert line.get_ydata()[0] == pytest.approx(1 / 3)  # a 0, b 1, c 0
+    assert line.get_ydata()[-1] == pytest.approx(490.5)  # a 490, b 491: c is in no mean past its line
 
 
 def test_a_run_that_logged_once_shows_its_point(tmp_path, monkeypatch):
