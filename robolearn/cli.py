@@ -723,11 +723,14 @@ def _plot(args: argparse.Namespace) -> int:
         also = f" (the newest; also {few(others[::-1])})" if others else ""  # newest first
         raise ValueError(f"{', '.join(map(str, args.runs))} holds recordings, not runs; plot one: robolearn plot "
                          f"{newest}{also}")
-    named = {path.resolve() for path in args.runs}
-    empty = [run for run in runs if run.resolve() not in named and not read_metrics(run)]
-    if empty and len(empty) < len(runs):  # found in a folder, nothing logged yet (starting, or stopped before its
-        print(f"left out (no metrics.jsonl lines yet): {', '.join(map(str, empty))}")  # first line): not the others
-        runs = [run for run in runs if run not in empty]
+    empty = [run for run in runs if not read_metrics(run)]
+    if empty and len(empty) < len(runs):  # nothing logged yet (starting, or stopped before its first line), named
+        if stray := [run for run in empty if not any((run / name).is_file() for name in ("metrics.jsonl",
+                                                                                          "config.yaml"))]:
+            raise ValueError(f"{stray[0]}: not a run directory (no metrics.jsonl or config.yaml), nor a folder of "
+                             "runs")  # (a mistyped folder, not a run that is starting)
+        print(f"left out (no metrics.jsonl lines yet): {', '.join(map(str, empty))}")  # or found in a folder: not
+        runs = [run for run in runs if run not in empty]  # the others (a named one had refused them all)
     # a run's own curves.png is its default plot, redrawn as the run draws it; another (--metrics, --mean) had
     # replaced it, so that one goes here, as several runs' do
     own = len(runs) == 1 and not args.metrics and not args.mean

@@ -528,16 +528,24 @@ def test_a_run_folder_that_is_a_file_is_said_in_one_line(tmp_path, capsys, monke
     assert "a file stands where a folder goes (runs, run_dir=, name=)" in err and "Traceback" not in err
 
 
-def test_plot_of_a_folder_leaves_out_a_run_that_logged_nothing_yet(tmp_path, capsys):
-    """One run starting beside finished ones had failed the whole folder's plot ("no metrics.jsonl lines")."""
+def test_plot_leaves_out_a_run_that_logged_nothing_yet_found_in_a_folder_or_named(tmp_path, capsys):
+    """One run starting beside finished ones had failed the whole folder's plot ("no metrics.jsonl lines"), and
+    still did when named beside them; alone, it is an error."""
     config = {"algo": "ppo", "env": {"task": "pendulum"}, "runner": {"total_steps": 2000}}
-    _fake_run(tmp_path / "runs", "a", config, [{"env_steps": 1000, "time": 1.0, "return": -500.0},
+    finished = _fake_run(tmp_path / "runs", "a", config, [{"env_steps": 1000, "time": 1.0, "return": -500.0},
                                                {"env_steps": 2000, "time": 2.0, "return": -300.0}])
     starting = _fake_run(tmp_path / "runs", "b", config, [])
     assert main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
     assert f"left out (no metrics.jsonl lines yet): {starting}" in out and (tmp_path / "c.png").is_file()
-    assert main(["plot", str(starting)]) == 2  # named, it is still an error
+    assert main(["plot", str(finished), str(starting), "--out", str(tmp_path / "d.png")]) == 0  # named: the same
+    out = capsys.readouterr().out
+    assert f"left out (no metrics.jsonl lines yet): {starting}" in out and (tmp_path / "d.png").is_file()
+    assert main(["plot", str(starting)]) == 2  # alone, nothing to draw: an error
+    assert "no metrics.jsonl lines in" in capsys.readouterr().err
+    (tmp_path / "notes").mkdir()  # named beside them, a folder that is no run at all: still an error
+    assert main(["plot", str(finished), str(tmp_path / "notes"), "--out", str(tmp_path / "e.png")]) == 2
+    assert f"{tmp_path / 'notes'}: not a run directory (no metrics.jsonl or config.yaml)" in capsys.readouterr().err
 
 
 def test_list_says_a_checkpoint_it_may_not_read_is_denied_not_cut_short(tmp_path, capfd, monkeypatch):
