@@ -521,7 +521,8 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
     """``--nproc`` ranks on this machine: on CUDA one GPU each, so more ranks than GPUs is refused before
     torchrun starts them; on CPU more ranks than cores run, but share cores, which the user is told.
     Returns the overrides that give the ranks the backend and device resolved here (``warp`` on a missing
-    GPU: MuJoCo on the CPU), so that the fallback is said once, here, and not again by rank 0."""
+    GPU: MuJoCo on the CPU), so that the fallback is said once, here, and not again by rank 0. What the ranks
+    resolve alike (``warp`` on Warp's CPU device) rank 0 says, and not this process too (it had been said twice)."""
     import copy
 
     import torch
@@ -529,9 +530,13 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
     from robolearn.registry import resolve_backend
 
     resolved = copy.deepcopy(cfg.env)
-    resolve_backend(resolved)
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        resolve_backend(resolved)
     fallback = ([f"env.backend={resolved.backend}", f"env.device={resolved.device}"]
                 if (resolved.backend, resolved.device) != (cfg.env.backend, cfg.env.device) else [])
+    for note in notes if fallback else []:
+        warnings.warn(note.message, stacklevel=2)
     if cfg.env.device.startswith("cuda") and torch.cuda.is_available():
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc}: each rank takes one GPU and this machine has "

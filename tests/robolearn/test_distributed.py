@@ -306,6 +306,25 @@ def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) 
     assert calls[-1][-2:] == ["env.backend=mujoco", "env.device=cpu"]  # the ranks' overrides win, being last
 
 
+def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(monkeypatch, recwarn) -> None:
+    """backend=warp device=cpu runs as asked on every rank, and rank 0 says it is slow: the parent had said it
+    too, so that `--nproc 2` printed it twice."""
+    import sims
+
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(sims, "_SAID", set())  # (said once per process: another test's would hide it)
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.backend=warp", "env.device=cpu",
+                     "--no-wandb"]) == 0
+    assert calls and not [w for w in recwarn if "backend=warp" in str(w.message)]
+    assert calls[-1][-3:] == ["env.backend=warp", "env.device=cpu", "--no-wandb"]  # the ranks resolve it alike
+    monkeypatch.setattr(sims, "_SAID", set())  # rank 0, a process of its own, says it
+    with pytest.warns(UserWarning, match="backend=warp device=cpu: MuJoCo Warp on Warp's CPU device"):
+        sims.resolve_backend("warp", "cpu")
+
+
 def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
