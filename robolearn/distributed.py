@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from robolearn.shell import shell
+from robolearn.shell import shell, train_anew
 
 
 def init(device: str) -> bool:
@@ -122,8 +122,8 @@ def lost_peers(err: BaseException, run_dir: Any) -> PeersLost | None:
     said = (f"rank {rank()} lost the other ranks: one of them stopped (torchrun's log names it, 'local_rank: N', "
             "with its own error)")
     if not (Path(run_dir) / "checkpoints" / "latest.pt").is_file():
-        return PeersLost(f"{said}; {run_dir} saved no checkpoint yet: train it anew (robolearn train <config>) and "
-                         "remove this folder")
+        return PeersLost(f"{said}; {run_dir} saved no checkpoint yet: train it anew "
+                         f"({train_anew(run_dir, '--nproc', str(world_size()))}), then remove this folder")
     return PeersLost(f"{said}; the run goes on from its last checkpoint: "
                      f"{shell('robolearn', 'train', '--resume', run_dir)} --nproc {world_size()}")
 

@@ -49,7 +49,7 @@ from robolearn.logger import read_metrics
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.run_lock import holder
-from robolearn.shell import shell
+from robolearn.shell import shell, train_anew
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -147,7 +147,7 @@ def checkpoint_missing(run_dir: Path, none: str = "no checkpoint") -> str:
         return (f"{run_dir}: {run_dir / 'checkpoints' / 'latest.pt'} is missing, though the run trained and ended: "
                 f"restore it from a copy{still}")
     return (f"{run_dir}: {none}: the run stopped before its first one was saved; train it anew "
-            f"(robolearn train <config>) and remove this folder")
+            f"({train_anew(run_dir)}), then remove this folder")
 
 
 def saved_progress(run: Path, strict: bool = False) -> dict[str, Any]:

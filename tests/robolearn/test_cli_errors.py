@@ -171,7 +171,9 @@ def test_resuming_a_run_that_stopped_before_its_first_checkpoint_says_to_train_a
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_cartpole")), sort_keys=False))
     (tmp_path / "metrics.jsonl").write_text("")
     assert main(["train", "--no-wandb", "--resume", str(tmp_path)]) == 2
-    assert "no checkpoint to resume from: the run stopped before its first one was saved; train it anew" in error(capsys)
+    said = error(capsys)
+    assert "no checkpoint to resume from: the run stopped before its first one was saved; train it anew" in said
+    assert f"(robolearn train {tmp_path / 'config.yaml'}), then remove this folder" in said  # had said '<config>'
 
 
 def test_a_resume_with_another_algo_is_refused_naming_both(tmp_path, capsys):

@@ -581,8 +581,9 @@ def test_a_rank_that_lost_its_peers_says_so_and_how_to_go_on(monkeypatch, tmp_pa
     lost = distributed.lost_peers(gloo, "runs/ppo/1")
     assert isinstance(lost, distributed.PeersLost) and str(lost).startswith(
         "rank 0 lost the other ranks: one of them stopped (torchrun's log names it")
-    assert str(lost).endswith("runs/ppo/1 saved no checkpoint yet: train it anew (robolearn train <config>) and "
-                              "remove this folder")
+    assert str(lost).endswith("runs/ppo/1 saved no checkpoint yet: train it anew (robolearn train "
+                              "runs/ppo/1/config.yaml --nproc 2), then remove this folder")  # had said '<config>'
+    assert "<" not in str(lost)
     (tmp_path / "runs" / "ppo" / "1" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "ppo" / "1" / "checkpoints" / "latest.pt").write_bytes(b"")
     assert str(distributed.lost_peers(gloo, "runs/ppo/1")).endswith("robolearn train --resume runs/ppo/1 --nproc 2")
