@@ -445,7 +445,8 @@ def _names_config(word: str) -> bool:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from robolearn.preflight import check_data_parallel, check_fresh_replay
+    from policies import agent_entry
+    from robolearn.preflight import check_data_parallel, check_fresh_replay, check_minibatches
     from robolearn.runner import train
 
     if args.seed is not None:
@@ -497,6 +498,8 @@ def _train(args: argparse.Namespace) -> int:
         import sims
 
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
+        # each rank's env.num_envs (an algorithm of one's own that sets on_policy only when built: its ranks ask)
+        check_minibatches(cfg, getattr(agent_entry(cfg.algo)[1], "on_policy", None) is True, cfg.env.num_envs)
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
     result = train(cfg, resume=args.resume, fresh_replay=args.fresh_replay)
     if result.interrupted:

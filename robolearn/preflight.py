@@ -55,12 +55,12 @@ def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
                           f"out; lower {keys[0]}")
 
 
-def check_minibatches(cfg: TrainConfig, agent: Agent, num_envs: int) -> None:
+def check_minibatches(cfg: TrainConfig, on_policy: bool, num_envs: int) -> None:
     """On-policy minibatches split a rollout's samples (a recurrent policy's: its envs, whole sequences): more
     than there are would train on minibatches of one sample, or on fewer than asked, without a word.
-    ``num_envs``: each rank's."""
+    ``num_envs``: each rank's. ``train --nproc`` asks before it starts the ranks, the runner again."""
     minibatches, steps = getattr(cfg.agent, "num_minibatches", None), getattr(cfg.agent, "num_steps", None)
-    if not agent.on_policy or not isinstance(minibatches, int) or not isinstance(steps, int):
+    if not on_policy or not isinstance(minibatches, int) or not isinstance(steps, int):
         return
     recurrent = bool(getattr(cfg.agent, "recurrent", False))
     available = num_envs if recurrent else num_envs * steps

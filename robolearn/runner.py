@@ -296,7 +296,7 @@ class Runner:
             check_decision_period(cfg, self.agent, self.env)
             if self.main:
                 warn_if_goal_unread(cfg, self.agent, self.env)
-            check_minibatches(cfg, self.agent, self.env.num_envs)
+            check_minibatches(cfg, self.agent.on_policy, self.env.num_envs)
             check_data_parallel(cfg, self.world_size, f"{self.world_size} ranks")
             stagger_episodes(self.env, cfg.env, self.seed)  # said now if it cannot be; train() draws again
             self.progress = Progress(world_size=self.world_size)

@@ -306,6 +306,21 @@ def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) 
     assert calls[-1][-2:] == ["env.backend=mujoco", "env.device=cpu"]  # the ranks' overrides win, being last
 
 
+def test_too_many_minibatches_are_refused_before_the_ranks_start(monkeypatch, capsys) -> None:
+    """agent.num_minibatches beyond a rank's rollout had been refused by each rank once torchrun had started
+    them (seconds later, with torchrun's 'failed (exitcode: 2) local_rank: 0' after it)."""
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=2", "agent.num_steps=2",
+                     "agent.num_minibatches=64", "--no-wandb"]) == 2
+    said = "agent.num_minibatches (64) is more than a rollout's 4 samples (env.num_envs 2 x agent.num_steps 2)"
+    assert capsys.readouterr().err.count(said) == 1 and not calls
+    assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=2", "agent.num_steps=2",
+                     "agent.num_minibatches=4", "--no-wandb"]) == 0 and calls  # as many as samples: it starts
+
+
 def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(monkeypatch, recwarn) -> None:
     """backend=warp device=cpu runs as asked on every rank, and rank 0 says it is slow: the parent had said it
     too, so that `--nproc 2` printed it twice."""
