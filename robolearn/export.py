@@ -360,7 +360,8 @@ def read_controller_meta(meta_path: Path, exported: Path | None = None) -> dict[
                 "delay": lambda v: isinstance(v, dict) and all(  # steps late (off_defaults compares them)
                     isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values()),
                 "chunk": lambda v: _is_chunk(v, meta.get("decision_period")),
-                "sha256": lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values())}
+                "sha256": lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()),
+                "run_id": lambda v: isinstance(v, str)}
     for key, ok in [*checks.items(), *((k, c) for k, c in optional.items() if meta.get(k) is not None)]:
         if not ok(meta.get(key)):
             said = "missing" if key not in meta else f"{meta[key]!r} is not what an export writes"

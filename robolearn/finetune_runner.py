@@ -50,7 +50,8 @@ from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, ask_stop,
                               check_metrics, finish_run, gives_torch_settings_back, interrupted, iteration_rest,
                               iteration_sums, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import check_same_folder, export_meta, refuse_finished, saved_progress, set_aside_evaluation
+from robolearn.runs import (check_same_folder, export_meta, new_run_id, refuse_finished, saved_progress,
+                            set_aside_evaluation)
 from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
@@ -84,6 +85,7 @@ class FinetuneProgress:
     # resume that reads none of its rows ({}: a checkpoint of before, whose resume loads the dataset)
     offline_data: dict[str, Any] = field(default_factory=dict)
     update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
+    run_id: str = field(default_factory=new_run_id)  # kept by resumes and in its export (runs.new_run_id)
 
 
 class PhaseLogger(RunLogger):

@@ -45,7 +45,7 @@ from robolearn.registry import make_agent, make_env
 from robolearn.runner import (TRAINING_FAILURES, CtrlC, RunResult, Snapshot, ask_stop, check_metrics, deadline_of,
                               finish_run, give_torch_settings_back, gives_torch_settings_back, interrupted, iteration_rest,
                               iteration_sums, out_of_time, stopped_by_nan, write_config_or_undo)
-from robolearn.runs import check_same_folder, new_run_dir, refuse_finished
+from robolearn.runs import check_same_folder, new_run_dir, new_run_id, refuse_finished
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy
 from robolearn.storage import ReplayBuffer
@@ -194,6 +194,7 @@ class OfflineProgress:
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     dataset: dict[str, Any] = field(default_factory=dict)  # what it trains on: dataset_fingerprint
     update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
+    run_id: str = field(default_factory=new_run_id)  # kept by resumes and in its export (runs.new_run_id)
 
 
 def dataset_fingerprint(dataset: Dataset) -> dict[str, Any]:

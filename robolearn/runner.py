@@ -58,8 +58,8 @@ from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
-                            new_run_dir, record_failure, refuse_finished, refuse_task_change, saved_progress,
-                            trained_counts, warn_of_pretraining_changes, write_config)
+                            new_run_dir, new_run_id, record_failure, refuse_finished, refuse_task_change,
+                            saved_progress, trained_counts, warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -87,6 +87,7 @@ class Progress:
     seconds: float = 0.0  # training time so far, metrics' ``time`` (0: a checkpoint from before it was kept)
     refill_until: int = 0  # --fresh-replay: no updates before this env step, while the empty replay refills
     update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
+    run_id: str = field(default_factory=new_run_id)  # kept by resumes and in its export (runs.new_run_id)
 
 
 @dataclass

@@ -165,6 +165,13 @@ def saved_progress(run: Path, strict: bool = False) -> dict[str, Any]:
     return progress if isinstance(progress, dict) else {}
 
 
+def new_run_id() -> str:
+    """A run's own id, made when it starts (random: two runs of one config, seed and second share all else) and
+    kept in its checkpoints and its export's controller.json: an export copied in from another run is told
+    apart from the run's own, however the folders were moved or renamed."""
+    return os.urandom(8).hex()
+
+
 TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates", "online_updates")  # online_updates: a fine-tune's
 
 
@@ -181,13 +188,21 @@ def export_meta(run_dir: Path, env: EnvConfig, control_dt: float, progress: Any)
     (``progress``: a checkpoint's, as an object or a dict)."""
     progress = progress if isinstance(progress, dict) else vars(progress)
     env = at_trained_width(env, progress.get("env_adaptation"))
-    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), "trained": trained_counts(progress)}
+    run_id = {"run_id": progress["run_id"]} if isinstance(progress.get("run_id"), str) else {}  # (older checkpoints)
+    return task_meta(env, control_dt) | {"run": str(Path(run_dir).resolve()), **run_id,
+                                         "trained": trained_counts(progress)}
 
 
 def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
-    """Why ``run_dir``'s export (``meta``: its controller.json) is an older controller than its checkpoint
-    (a resume trained on and stopped before its end exported again), or one the run goes on training past
-    (it trains now), or None."""
+    """Why ``run_dir``'s export (``meta``: its controller.json) is not its checkpoint's controller: another
+    run's (its ``run_id`` is not the checkpoint's: copied in), an older one (a resume trained on and stopped
+    before its end exported again), or one the run goes on training past (it trains now); else None."""
+    saved = saved_progress(Path(run_dir))
+    exported_id, own_id = meta.get("run_id"), saved.get("run_id")
+    if isinstance(exported_id, str) and isinstance(own_id, str) and exported_id != own_id:
+        source = f" ({meta['run']} when exported)" if isinstance(meta.get("run"), str) else ""
+        return (f"{run_dir}: its export was made from another run{source}, not from this run's checkpoint (copied "
+                f"in?); {shell('robolearn', 'export', run_dir)} exports this run's own controller")
     trained = meta.get("trained")
     if trainer := holder(Path(run_dir)):
         so_far = ", ".join(f"{int(count):,} {key.replace('_', ' ')}" for key, count in trained.items()) \
@@ -196,7 +211,7 @@ def export_behind(run_dir: Path, meta: dict[str, Any]) -> str | None:
                 f"when it ends")
     if not isinstance(trained, dict):  # exports of before this was recorded: not known
         return None
-    now = trained_counts(saved_progress(Path(run_dir)))
+    now = trained_counts(saved)
     ahead = [f"{count:,} {key.replace('_', ' ')} (the export: {int(trained.get(key) or 0):,})"
              for key, count in now.items() if count > int(trained.get(key) or 0)]
     if not ahead:

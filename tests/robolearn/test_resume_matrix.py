@@ -139,6 +139,7 @@ def resumed(algo: str, where: Path) -> Path:
         second.train()
     finally:
         second.close()
+    assert second.progress.run_id == first.progress.run_id  # one run: its export is told as its own
     return first.run_dir
 
 
@@ -187,7 +188,9 @@ def lines_after_stop(run_dir: Path, algo: str) -> list[dict[str, Any]]:
 def saved(run_dir: Path) -> dict[str, Any]:
     checkpoint = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     replay = run_dir / "checkpoints" / "replay.pt"
-    return {"agent": checkpoint["agent"], "progress": {k: v for k, v in checkpoint["progress"].items() if k != "seconds"},
+    # (seconds: its clock; run_id: each run's own, drawn at random)
+    return {"agent": checkpoint["agent"], "progress": {k: v for k, v in checkpoint["progress"].items()
+                                                       if k not in ("seconds", "run_id")},
             "replay": torch.load(replay, weights_only=True) if replay.is_file() else None}
 
 

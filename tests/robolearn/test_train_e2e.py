@@ -259,6 +259,38 @@ def test_play_refuses_a_path_that_cannot_take_the_video_before_filming(trained_r
         assert gif.info.get("loop") == 0 and gif.n_frames > 1
 
 
+def test_an_export_copied_in_from_another_run_is_said_and_a_moved_run_is_not(trained_run, tmp_path, capsys):
+    """eval --exported had run another run's export (copied into export/) as the run's own, silently where both
+    had trained as far. The run's id, kept in its checkpoint and its export, tells them apart; a folder moved
+    elsewhere keeps both, so it is not said (nor is an export from before ids were recorded)."""
+    import shutil
+    import warnings
+
+    from robolearn.checkpoint import load_checkpoint, save_checkpoint
+
+    moved = tmp_path / "moved" / trained_run.run_dir.name
+    shutil.copytree(trained_run.run_dir, moved)  # as `mv`: the export's recorded path is the old one
+    payload = load_checkpoint(moved / "checkpoints" / "latest.pt")
+    meta = json.loads((moved / "export" / "controller.json").read_text())
+    assert meta["run_id"] == payload["progress"]["run_id"] and meta["run"] == str(trained_run.run_dir.resolve())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli(["eval", str(moved), "--episodes", "1", "--exported", "onnx"]) == 0
+    other = tmp_path / "other"  # another run of as many steps, whose export/ was replaced by the trained run's
+    shutil.copytree(trained_run.run_dir, other)
+    payload["progress"]["run_id"] = "0123456789abcdef"
+    save_checkpoint(other / "checkpoints" / "latest.pt", config=payload["config"], agent=payload["agent"],
+                    progress=payload["progress"])
+    said = f"{other}: its export was made from another run ({trained_run.run_dir.resolve()} when exported), not from"
+    with pytest.warns(UserWarning, match=re.escape(f"{said} this run's checkpoint (copied in?)")):
+        assert cli(["eval", str(other), "--episodes", "1", "--exported", "onnx"]) == 0
+    del meta["run_id"]  # an export from before ids: nothing to compare
+    (other / "export" / "controller.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli(["eval", str(other), "--episodes", "1", "--exported", "onnx"]) == 0
+
+
 def test_an_export_older_than_the_checkpoint_is_said_and_export_to_another_runs_folder_asks(trained_run, tmp_path, capsys):
     """A resume that trained on and stopped before its end leaves the earlier export: eval --exported says
     so; `robolearn export` brings it up to date. An export into a folder holding another one asks for
