@@ -318,10 +318,15 @@ def export_run(run_dir: str | Path, formats: tuple[str, ...] | None = FORMATS, o
     own = out.resolve() == (run_dir / "export").resolve()
     if (out / "controller.json").is_file() and not own and not overwrite:  # another run's is not replaced unasked
         try:
-            source = json.loads((out / "controller.json").read_text()).get("run")
+            meta = json.loads((out / "controller.json").read_text())
+            source, source_id = meta.get("run"), meta.get("run_id")
         except (OSError, ValueError, AttributeError):
-            source = None
-        if source != str(run_dir.resolve()):
+            source = source_id = None
+        # this run's own earlier export, from its folder, or from where it was before it moved (its id, and no run
+        # left there: a copy of a run keeps the id, and its export is not the original's to replace unasked)
+        moved = (isinstance(source, str) and isinstance(source_id, str) and not Path(source).exists()
+                 and source_id == saved_progress(run_dir).get("run_id"))
+        if source != str(run_dir.resolve()) and not moved:
             raise FileExistsError(f"--out {out}: holds the export of {'run ' + source if source else 'another run'}; "
                                   "pass --overwrite (overwrite=True) to replace it, or give a new directory")
     cfg = load_run_config(run_dir)

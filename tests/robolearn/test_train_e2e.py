@@ -169,12 +169,12 @@ def test_export_run_from_python_writes_what_robolearn_export_does(trained_run, t
     paths = export_run(str(trained_run.run_dir), "onnx", out=tmp_path / "again")
     assert paths == {"onnx": tmp_path / "again" / "controller.onnx", "meta": tmp_path / "again" / "controller.json"}
     meta = json.loads(paths["meta"].read_text())
-    for key in ("task", "task_kwargs", "control_dt", "run", "trained", "obs_size", "randomization", "delay"):
+    for key in ("task", "task_kwargs", "control_dt", "run", "run_id", "trained", "obs_size", "randomization", "delay"):
         assert meta[key] == own[key], key
     obs = {"policy": torch.randn(3, 5)}
     torch.testing.assert_close(ExportedController(paths["onnx"]).act(obs), load_controller(trained_run.run_dir).act(obs),
                                rtol=1e-5, atol=1e-5)
-    meta["run"] = "/elsewhere/another-run"
+    meta["run"], meta["run_id"] = "/elsewhere/another-run", "0123456789abcdef"  # (the same id: this run, moved)
     paths["meta"].write_text(json.dumps(meta))
     with pytest.raises(FileExistsError, match="holds the export of run /elsewhere/another-run; pass --overwrite "
                                               r"\(overwrite=True\)"):
@@ -276,6 +276,11 @@ def test_an_export_copied_in_from_another_run_is_said_and_a_moved_run_is_not(tra
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert cli(["eval", str(moved), "--episodes", "1", "--exported", "onnx"]) == 0
+    robot = tmp_path / "for_the_robot"
+    assert cli(["export", str(moved), "--out", str(robot)]) == 0
+    moved_on = moved.rename(tmp_path / "moved_on")  # moved again: its export in --out is still its own to replace
+    assert cli(["export", str(moved_on), "--out", str(robot)]) == 0  # (it had asked for --overwrite)
+    assert cli(["export", str(trained_run.run_dir), "--out", str(robot)]) == 2  # a copy's, the original still there
     other = tmp_path / "other"  # another run of as many steps, whose export/ was replaced by the trained run's
     shutil.copytree(trained_run.run_dir, other)
     payload["progress"]["run_id"] = "0123456789abcdef"
