@@ -211,11 +211,18 @@ def _min_ping_ms(port: SelectPortHandler, n: int = 10) -> float:
 
 
 def test_return_delay_time_is_honoured(emulator, connect) -> None:
+    """A ping takes Return_Delay_Time longer. Measured in alternating rounds, each setting's fastest ping: load
+    only adds time, and a load that came during one setting's round alone (CI beside other work once read the
+    undelayed ping's best of 10 as 0.65 ms) is met by the rounds after it."""
     port = connect(emulator)
-    assert write(port, 1, "Return_Delay_Time", 0) == OK
-    fast = _min_ping_ms(port)
-    assert write(port, 1, "Return_Delay_Time", 254) == OK  # 508 us
-    slow = _min_ping_ms(port)
+    fast = slow = math.inf
+    for _ in range(5):
+        assert write(port, 1, "Return_Delay_Time", 0) == OK
+        fast = min(fast, _min_ping_ms(port))
+        assert write(port, 1, "Return_Delay_Time", 254) == OK  # 508 us
+        slow = min(slow, _min_ping_ms(port))
+        if slow - fast > 0.3:
+            break
     assert slow >= 0.508
     assert slow - fast > 0.3
 
