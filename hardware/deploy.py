@@ -175,8 +175,13 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
                 folder = unique_directory(Path(run_dir) / "deploy" / time.strftime("%Y%m%d-%H%M%S")) \
                     if record else None
                 recorder = EpisodeRecorder(folder, metadata)
-                run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
-                    progress="deploy" if progress else None)
+                try:
+                    run(controller, robot, episodes=episodes, sink=recorder, seed=seed, stats=stats,
+                        progress="deploy" if progress else None)
+                except KeyboardInterrupt as stop:
+                    if stats.interrupted or stats.error is not None or robot.connected:
+                        raise
+                    _stopped_in_the_last_park(stats, stop)
         finally:
             robot.close()  # (run's own close did the safe stop: here only where run was not reached)
     except BaseException as err:
@@ -188,6 +193,15 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         _explain(err, stats, robot.stopped, recorder.directory if recorder is not None else None)
         raise
     return _write_summary(run_dir, robot, seed, stats, recorder, None, trained_dynamics(controller.meta))
+
+
+def _stopped_in_the_last_park(stats: LoopStats, stop: KeyboardInterrupt) -> None:
+    """Every episode ran, and a stop came as ``run``'s close parked the robot (or just before it): that close
+    parked at the safe pose and turned torque off before raising ``stop`` (a second stop raises ParkSkipped
+    instead), so the deploy is an interrupted one, as one stopped in the loop is: ``stats`` says so, and its
+    report and deploy.json follow (it had ended on "interrupted" alone, deploy.json saying ``interrupted: false``
+    beside ``error: KeyboardInterrupt``)."""
+    stats.interrupted, stats.stopped_by, stats.close_failed = True, str(stop) or "SIGINT", False
 
 
 def trained_dynamics(meta: dict[str, Any]) -> dict[str, Any] | None:

@@ -1479,3 +1479,35 @@ def test_a_line_lost_while_parking_after_a_ctrl_c_says_the_ctrl_c_came_first(run
     assert status == 2, err
     assert re.search(r"^error: connection lost before or during the safe stop.*; the run had been stopped "
                      r"\(SIGINT: Ctrl\+C\) when this was found, during the safe stop; recording", err, re.MULTILINE), err
+
+
+def test_a_ctrl_c_during_the_park_after_the_last_episode_still_reports_the_episodes(run_dir, make_emulator,
+                                                                                    monkeypatch, capsys):
+    """Every episode ran, then a Ctrl+C came as the close parked: the park went on, but deploy ended on
+    "interrupted" alone, no report, and deploy.json said ``interrupted: false`` beside ``error: KeyboardInterrupt``.
+    It is an interrupted deploy like one stopped in the loop: parked, torque off, reported, status 130."""
+    write_run_config(run_dir, "env.kwargs.max_episode_steps=20")
+    emulator, pressed = make_emulator(realtime=True), []
+
+    class CtrlCInThePark(DynamixelArm):
+        def _write(self, goal):
+            if self.parking and not pressed:  # (on this thread: the handler runs here, in the park)
+                pressed.append(1)
+                os.kill(os.getpid(), signal.SIGINT)
+            return super()._write(goal)
+
+    monkeypatch.setattr("hardware.deploy.DynamixelArm", CtrlCInThePark)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "1",
+                       "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    out = capsys.readouterr().out
+    assert pressed and status == 130, out
+    assert re.search(r"^deployed:    1 episode on .*^episodes:    0: return .* in 20 steps.*"
+                     r"^interrupted: the robot was parked and its torque turned off$", out, re.MULTILINE | re.DOTALL), out
+    saved = json.loads((next((run_dir / "deploy").iterdir()) / "deploy.json").read_text())
+    assert saved["interrupted"] and saved["loop"]["interrupted"] and saved["error"] is None
+    assert saved["episodes"] == 1 and len(saved["per_episode"]) == 1
+    assert _parked(emulator)  # the park went on to home, then torque off
