@@ -189,8 +189,12 @@ class DynamixelArm(Robot):
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         try:
             state = self.bus.read_state(allow_alerts=True)
-        except (CommTimeoutError, PacketError):
+        except CommTimeoutError:
             return None  # transient: the bus already retried; the watchdog judges how long this lasts
+        except PacketError as err:  # (as transient) replies came, but garbled or refused: no silent bus
+            self.read_failure = (f"replies refused (status error 0x{err.error:02x})" if err.error else
+                                 "garbled replies, failing their checksum or length check")
+            return None
         except NotConnectedError as err:
             raise ConnectionLost(str(err)) from err
         if self.bus.alerted and self.fault is None:  # the run stops; the others park before torque goes off

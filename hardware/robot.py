@@ -19,8 +19,8 @@ the same on every robot:
   stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
-  that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s)
-  says how it goes on stderr, at its start and every ``PARK_NOTICE_S``, and is given
+  that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
+  the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every ``PARK_NOTICE_S``, and is given
   up once it has read nothing for ``safety.park_blind_s``: torque off where the robot
   stands, raised as :class:`~hardware.safety.ParkUnfinished` (its message says the park
   did not finish and, if the servos did not confirm the torque-off, to cut their power).
@@ -76,6 +76,8 @@ PARK_NOTICE_S = 3.0  # s: how often a park that reads nothing (a silent bus) say
 
 
 UNCONFIRMED = "the torque-off was not confirmed"
+SILENT = "a silent bus"  # why a read gave no state, where its driver does not say (Robot.read_failure)
+NOT_FINITE = "readings with NaN or inf"  # ... where the driver read one that is not finite (Robot._checked)
 
 
 def _unconfirmed(err: Exception) -> str:
@@ -116,15 +118,17 @@ class _BlindPark:
         """Seconds of this park without a reading: since it began or since ``fresh_at`` (the last reading)."""
         return time.monotonic() - max(fresh_at, self.began)
 
-    def check(self, fresh_at: float) -> None:
-        """Raise ParkUnfinished once this park has read nothing for ``limit_s``: it stops moving there."""
+    def check(self, fresh_at: float, why: str = SILENT) -> None:
+        """Raise ParkUnfinished once this park has read nothing for ``limit_s``: it stops moving there. ``why``: why
+        the last read gave nothing (:attr:`Robot.read_failure`)."""
         if (unread := self.unread_s(fresh_at)) >= self.limit_s:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
-                                 f"it (a silent bus; safety.park_blind_s = {self.limit_s:g}), so it was given up "
+                                 f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
 
-    def waypoint(self, fresh_at: float | None) -> None:
-        """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one."""
+    def waypoint(self, fresh_at: float | None, why: str = SILENT) -> None:
+        """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one; ``why``:
+        why it gave none (:attr:`Robot.read_failure`: a bus whose replies all come garbled is not a silent one)."""
         now = time.monotonic()
         self.left, took, self.last = self.left - 1, now - self.last, now
         if fresh_at is None:
@@ -135,7 +139,7 @@ class _BlindPark:
             give_up = max(0.0, self.limit_s - self.unread_s(fresh_at))
             # the give-up is said only where it comes first ("about 0 s left ..., given up in 6 s" had read oddly)
             ends = f", given up in {give_up:.0f} s if nothing is read" if give_up < remaining else ""
-            _say(f"bus silent (no reading for {now - fresh_at:.1f} s): parking the arm blind, about {remaining:.0f} "
+            _say(f"no reading for {now - fresh_at:.1f} s ({why}): parking the arm blind, about {remaining:.0f} "
                  f"s left of about {now - self.began + remaining:.0f} s{ends}; a second Ctrl+C cuts the park short")
 
 
@@ -186,6 +190,9 @@ class Robot(VecEnv):
         # Whether the state last handed to the loop (by step, start_at) came from a fresh read: an action
         # decided on a stale one is held once nothing has been fresh for watchdog_s (see step)
         self._handed_fresh = self._read_fresh = True  # (_read_fresh: whether the last _refresh read a state)
+        # Why the last read gave no state, in words a park that reads nothing says (its notices, ParkUnfinished):
+        # a driver's ``_read`` sets it where it knows (garbled replies are no silent bus), else SILENT
+        self.read_failure = SILENT
         self._episode_step = 0
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
@@ -204,8 +211,9 @@ class Robot(VecEnv):
     @abstractmethod
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Joint positions and velocities, one value per joint; None for a transient failure (after the
-        driver's own retries; a reading with NaN or inf counts as one); raise ConnectionLost if the link is
-        gone. Return within about a control period (time out): the watchdog and the safe stop wait for it."""
+        driver's own retries; a reading with NaN or inf counts as one), with ``self.read_failure`` set to why
+        where the driver knows (default :data:`SILENT`); raise ConnectionLost if the link is gone. Return within
+        about a control period (time out): the watchdog and the safe stop wait for it."""
 
     @abstractmethod
     def _write(self, goal: np.ndarray) -> None:
@@ -537,8 +545,12 @@ class Robot(VecEnv):
             raise RobotError(f"{type(self).__name__} is not connected: use `with robot:` or robot.connect()")
 
     def _refresh(self) -> None:
-        """Read the state; a failed read keeps the last one (the watchdog judges staleness)."""
-        state = self._checked(self._read())
+        """Read the state; a failed read keeps the last one (the watchdog judges staleness), and
+        ``read_failure`` says why it failed."""
+        self.read_failure = SILENT  # (unless the driver's _read says why)
+        state = self._checked(read := self._read())
+        if read is not None and state is None:
+            self.read_failure = NOT_FINITE
         self._read_fresh = state is not None
         if state is not None:
             self._q, self._qd = state
@@ -586,7 +598,7 @@ class Robot(VecEnv):
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
                 return
             if parking:  # blind for park_blind_s of it (a silent bus): given up here, torque off (_stop)
-                blind.check(self._fresh_at)
+                blind.check(self._fresh_at, self.read_failure)
             if not parking and time.monotonic() - self._fresh_at >= self.safety_cfg.stop_after_s:
                 # blind for stop_after_s (a silent bus): the watchdog, locked out while a ramp holds the bus, stops
                 # the run (a frozen emulator's reset ramp had gone on blind for 18 s, each read timing out); its
@@ -601,7 +613,7 @@ class Robot(VecEnv):
             self._refresh()
             if parking and not self._park_cut.is_set():  # a park goes on blind (other ramps end after stop_after_s
                 # of it, above): said as it goes, but not once a second stop came in the read (cut at the loop's top)
-                blind.waypoint(None if self._read_fresh else self._fresh_at)
+                blind.waypoint(None if self._read_fresh else self._fresh_at, self.read_failure)
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
             return self._move_to(pose, parking, restarts + 1) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])

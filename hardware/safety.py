@@ -67,7 +67,8 @@ class ParkSkipped(SafetyStop):
 
 
 class ParkUnfinished(SafetyStop):
-    """The ramp to the safe pose was given up: nothing was read for ``safety.park_blind_s`` of it (a silent bus).
+    """The ramp to the safe pose was given up: nothing was read for ``safety.park_blind_s`` of it (a silent bus, or
+    replies all garbled: its message says which).
     Torque off was sent where the robot stood; its message says whether the servos confirmed it."""
 
 

@@ -590,7 +590,7 @@ def test_a_park_on_a_silent_bus_says_how_it_goes(make_emulator, monkeypatch, cap
     finally:
         emulator.faults.drop_reply = 0.0
         arm.close()
-    said = re.findall(r"^bus silent \(no reading for \d+\.\d s\): parking the arm blind, about (\d+) s left of about "
+    said = re.findall(r"^no reading for \d+\.\d s \(a silent bus\): parking the arm blind, about (\d+) s left of about "
                       r"(\d+) s(?:, given up in \d+ s if nothing is read)?; a second Ctrl\+C cuts the park short$",
                       capsys.readouterr().err, re.MULTILINE)
     left = [int(seconds) for seconds, _ in said]
@@ -628,7 +628,7 @@ def test_a_second_stop_that_lands_in_a_blind_read_is_not_asked_for_again(make_em
         monkeypatch.undo()
         with pytest.raises(WatchdogStop):  # the close says the stop again (its torque-off unconfirmed)
             arm.close()
-    assert len(reads) == 2 and "bus silent" not in capsys.readouterr().err
+    assert len(reads) == 2 and "parking the arm blind" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("park", ["close", "watchdog"])
@@ -668,6 +668,33 @@ def test_a_park_on_a_silent_bus_is_given_up_after_park_blind_s_and_says_to_cut_p
     state = emulator.state()
     assert not any(s.torque_enabled for s in state.values())  # torque off reached the servos
     assert max(abs(s.goal) for s in state.values()) > 0.3  # where the park was given up, not at home
+
+
+def test_a_park_on_a_bus_of_garbled_replies_says_they_are_garbled_not_silent(make_emulator, monkeypatch, capsys):
+    """Every reply failing its checksum (`--fault corrupt_crc=1`): the blind park had been said as "bus silent", and
+    given up "(a silent bus; ...)", sending a person to check power and cables of a bus that answers every packet."""
+    from hardware.safety import ParkUnfinished
+
+    monkeypatch.setattr("hardware.robot.PARK_NOTICE_S", 0.0)
+    emulator = make_emulator(realtime=True)
+    safety = SafetyConfig(watchdog_s=0.5, stop_after_s=0.5, park_blind_s=1.0)
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=safety).connect()
+    garbled = "garbled replies, failing their checksum or length check"
+    try:
+        arm.reset(seed=0)
+        for _ in range(25):  # 0.6 rad out: a park of over 1.4 s (its waypoints and hold), given up after 1 s blind
+            arm.step(torch.tensor([[0.6, 0.6, -0.6, 0.0]]))
+        emulator.faults.corrupt_crc = 1.0
+        with pytest.raises(ParkUnfinished, match=rf"nothing was read for 1\.\d s of it \({garbled}; "
+                                                 r"safety\.park_blind_s = 1\)") as raised:
+            arm.close()
+    finally:
+        emulator.faults.corrupt_crc = 0.0
+        arm.close()
+    err = capsys.readouterr().err
+    assert re.search(rf"^no reading for \d+\.\d s \({garbled}\): parking the arm blind", err, re.MULTILINE), err
+    assert "silent" not in err and "silent" not in str(raised.value)
+    assert emulator.corrupted > 0
 
 
 def _arms_made_by_deploy(monkeypatch) -> list:

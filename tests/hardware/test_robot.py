@@ -358,7 +358,7 @@ def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
         arm.reset()
         arm.step(torch.tensor([[0.6, -0.6]]))
     assert np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False  # parked all the same
-    assert ("bus silent" in capsys.readouterr().err) is said
+    assert ("parking the arm blind" in capsys.readouterr().err) is said
 
 
 def test_a_ctrl_c_in_a_loop_of_ones_own_while_the_watchdog_parks_says_the_park_is_under_way(capsys):
@@ -807,7 +807,7 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0)
     now[0] = 104.0
     park.waypoint(99.0)  # blind since 99, the park since 100: 4 s of it
-    assert said == ["bus silent (no reading for 5.0 s): parking the arm blind, about 36 s left of about 40 s, given up "
+    assert said == ["no reading for 5.0 s (a silent bus): parking the arm blind, about 36 s left of about 40 s, given up "
                     "in 6 s if nothing is read; a second Ctrl+C cuts the park short"]
     park.check(99.0)
     now[0] = 109.9
@@ -824,7 +824,7 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0)  # the park ends before its give-up: not said
     now[0] = 112.0
     park.waypoint(111.0)
-    assert said[-1] == ("bus silent (no reading for 1.0 s): parking the arm blind, about 1 s left of about 2 s; a "
+    assert said[-1] == ("no reading for 1.0 s (a silent bus): parking the arm blind, about 1 s left of about 2 s; a "
                         "second Ctrl+C cuts the park short")
 
 
