@@ -163,9 +163,9 @@ class Robot(VecEnv):
         if self.safety_cfg.watchdog_s < 2 * control_dt:
             raise ValueError(f"safety.watchdog_s ({self.safety_cfg.watchdog_s}) must cover at least two control "
                              f"periods ({2 * control_dt:.3f} s) or every step would trip it")
-        self.safety = SafetyLayer(self.joint_low, self.joint_high, self.safety_cfg)
         self.joint_names = (list(joint_names) if joint_names is not None
                             else [f"joint {i}" for i in range(len(self.home))])
+        self.safety = SafetyLayer(self.joint_low, self.joint_high, self.safety_cfg, self.joint_names)
         check_safe_pose(self.safety_cfg, self.joint_low, self.joint_high, self.joint_names)
         check_home_pose(self.safety_cfg, self.home, self.joint_low, self.joint_high, self.joint_names)
         self.action_spec = spaces.Box(self.joint_low.astype(np.float32), self.joint_high.astype(np.float32))

@@ -212,12 +212,18 @@ def _outside_margin(cfg: SafetyConfig, pose: np.ndarray, low: np.ndarray, high: 
 class SafetyLayer:
     """Filters joint-position commands of one robot; see the module docstring."""
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, cfg: SafetyConfig) -> None:
+    def __init__(self, low: np.ndarray, high: np.ndarray, cfg: SafetyConfig,
+                 joints: Sequence[str] | None = None) -> None:
+        """``joints``: the joints' names, as errors say them (default ``joint 0``, ``joint 1``...)."""
         self.cfg = cfg
         self.low = np.asarray(low, dtype=np.float64) + cfg.position_margin
         self.high = np.asarray(high, dtype=np.float64) - cfg.position_margin
-        if np.any(self.low >= self.high):
-            raise ValueError("joint limits are narrower than twice safety.position_margin")
+        names = list(joints) if joints is not None else [f"joint {i}" for i in range(len(self.low))]
+        for name, a, b in zip(names, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)):
+            if a + cfg.position_margin >= b - cfg.position_margin:  # (it had named neither joint nor limits)
+                raise ValueError(f"safety.position_margin {cfg.position_margin:g} leaves {name} no range: its limits "
+                                 f"[{a:g}, {b:g}] are {b - a:g} rad apart, not more than twice the margin; give a "
+                                 f"position_margin below {(b - a) / 2:g} (or check {name}'s limits)")
         self.last_sent: np.ndarray | None = None
         self.events: Counter[str] = Counter()
         self.peak_speed = 0.0  # rad/s: the fastest measured joint speed the overspeed rule compared

@@ -1141,7 +1141,9 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
     ({"seed": -1}, r"seed \(--seed\) must be a whole number of at least 0, got -1"),
     ({"safety_overrides": {"ramp_speed": 1e9}}, r"ramp_speed 1e\+09 rad/s is above what the servos move at \(max_speed, else velocity_limit: 4.8 rad/s\)"),
     ({"port": ""}, "--port is empty"),
-], ids=["seed", "ramp", "port"])
+    ({"safety_overrides": {"position_margin": 1.7}}, r"safety.position_margin 1.7 leaves j2 no range: its limits "
+                                                     r"\[-1.7, 1.7\] are 3.4 rad apart"),  # (it had named no joint)
+], ids=["seed", "ramp", "port", "margin"])
 def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_dir, kwargs, says):
     """Each had connected and moved the robot first (a negative seed failed after torque on; a ramp faster
     than the servos jumped and parked short; an empty port used the config's instead)."""

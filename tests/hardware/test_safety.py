@@ -29,6 +29,15 @@ def test_positions_are_clamped_inside_the_margin():
     assert events == ["position_limit"] and np.allclose(sent, [0.9, -1.9])
 
 
+def test_a_margin_that_leaves_a_joint_no_range_names_the_joint_and_its_limits():
+    """It had said "joint limits are narrower than twice safety.position_margin", naming neither joint nor limits."""
+    with pytest.raises(ValueError, match=r"^safety.position_margin 1 leaves elbow no range: its limits \[-1, 1\] are 2 "
+                                         r"rad apart, not more than twice the margin; give a position_margin below 1 "):
+        SafetyLayer(LOW, HIGH, SafetyConfig(position_margin=1.0), ["elbow", "wrist"])
+    with pytest.raises(ValueError, match=r"leaves joint 1 no range: its limits \[-2, 2\]"):
+        SafetyLayer(np.array([-3.0, -2.0]), np.array([3.0, 2.0]), SafetyConfig(position_margin=2.0))  # unnamed: from 0
+
+
 def test_jump_limit_bounds_each_step():
     safety = layer(max_step=0.2)
     sent, events = safety.filter(np.array([0.9, -0.05]), np.zeros(2), np.zeros(2))
