@@ -36,6 +36,7 @@ import fcntl
 import math
 import numbers
 import select
+import signal
 import termios
 import time
 from collections.abc import Callable
@@ -258,8 +259,10 @@ class DynamixelBus:
                 self.write(motor.id, "Profile_Velocity", Calibration.profile_velocity_raw(motor))  # it after reboots)
             self.enable_torque(True)
         except BaseException as err:  # (a stop signal too) torque off where it may be on already, then the port back
-            # A stop signal during it (a second Ctrl+C) had cut the torque-off short: held, as the connect ends anyway
-            with stops_held():
+            # A stop signal during it (a second Ctrl+C) had cut the torque-off short: held, as the connect ends anyway,
+            # then raised, with what failed the connect (held and dropped, it had ended an interrupted deploy as the
+            # connect's failure alone: status 2, not 130)
+            with stops_held() as held:
                 try:
                     self.enable_torque(False)
                 except Exception as failed:  # noqa: BLE001 (the error that ended the connect is the one raised)
@@ -271,6 +274,9 @@ class DynamixelBus:
                                             "the arm")
                 finally:
                     self._close_port()
+            if held and not isinstance(err, KeyboardInterrupt):
+                raise KeyboardInterrupt(f"{signal.Signals(held[0]).name}; connecting had failed already: "
+                                        f"{type(err).__name__}: {err}") from err
             raise
 
     @staticmethod

@@ -1540,3 +1540,34 @@ def test_a_ctrl_c_during_the_park_after_the_last_episode_still_reports_the_episo
     assert saved["interrupted"] and saved["loop"]["interrupted"] and saved["error"] is None
     assert saved["episodes"] == 1 and len(saved["per_episode"]) == 1
     assert _parked(emulator)  # the park went on to home, then torque off
+
+
+def test_a_ctrl_c_held_while_a_failed_connect_turns_torque_off_is_said_as_interrupted_with_the_failure(
+        run_dir, make_emulator, monkeypatch, capsys):
+    """A connect failed (no servo answers), and Ctrl+C, held down, came as it turned torque off: those stops were
+    held until the torque-off ended, then dropped, and the deploy ended on the connect's error alone (status 2), as
+    if never interrupted. It is interrupted (status 130), and says what failed the connect."""
+    from hardware.dynamixel.bus import DynamixelBus
+
+    emulator = make_emulator(realtime=True)
+    emulator.faults.drop_reply = 1.0  # no servo answers: the connect fails on its first ping
+    torque, pressed = DynamixelBus.enable_torque, []
+
+    def ctrl_c_held_in_the_torque_off(self, on, *args, **kwargs):
+        if not on:
+            for _ in range(2):  # (a held key repeats)
+                os.kill(os.getpid(), signal.SIGINT)
+            pressed.append(1)
+        return torque(self, on, *args, **kwargs)
+
+    monkeypatch.setattr(DynamixelBus, "enable_torque", ctrl_c_held_in_the_torque_off)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert pressed and status == 130, err
+    assert re.search(r"^interrupted: SIGINT; connecting had failed already: CommTimeoutError: no reply from servo 1 "
+                     r"to answer a ping", err, re.MULTILINE), err
+    assert "error:" not in err and not (run_dir / "deploy").exists()
