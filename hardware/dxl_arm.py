@@ -189,7 +189,9 @@ class DynamixelArm(Robot):
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         try:
             state = self.bus.read_state(allow_alerts=True)
-        except CommTimeoutError:
+        except CommTimeoutError as err:
+            if err.late_ms is not None:  # (said by a park that reads nothing: a slow line, not a silent bus)
+                self.read_failure = f"late replies, {err.late_ms:.0f} ms after the request: past the bus's timeout"
             return None  # transient: the bus already retried; the watchdog judges how long this lasts
         except PacketError as err:  # (as transient) replies came, but garbled or refused: no silent bus
             self.read_failure = (f"replies refused (status error 0x{err.error:02x})" if err.error else

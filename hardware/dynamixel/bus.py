@@ -21,7 +21,8 @@ The Bus_Watchdog stops the servos when this host goes quiet for longer than
 
 A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
-drained until it is quiet, and a reply holding another number of bytes than the
+drained until it is quiet (a reply seen come then is said as late, with when:
+not as none, which sends a person to check power and ids), and a reply holding another number of bytes than the
 request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
@@ -292,7 +293,9 @@ class DynamixelBus:
         without replies a write cannot be confirmed, and would be taken for a servo gone silent."""
         try:
             level = self.read(servo_id, "Status_Return_Level")
-        except CommTimeoutError:  # it answered a ping: level 0 answers nothing else (or the line lost the replies)
+        except CommTimeoutError as err:  # it answered a ping: level 0 answers nothing else (or the line lost the
+            if err.late_ms is not None:  # replies); a reply that came late is no level 0: said as late
+                raise
             raise DynamixelError(f"servo {servo_id} answered a ping but no read: its Status_Return_Level is 0 "
                                  "(pings only), or the line loses replies; set the level to 2 (Dynamixel Wizard, or "
                                  "power-cycle the servo: 2 is its power-on value), or check the wiring") from None
@@ -535,20 +538,26 @@ class DynamixelBus:
             self._port.is_using = False
             self._drain()
 
-    def _drain(self) -> None:
+    def _drain(self) -> float | None:
         """Drop what the line holds until it has been quiet for a reply timeout: replies come late after a
-        timeout too, and the SDK would take one for the answer to the next request of the same servo."""
-        port = self._port
+        timeout too, and the SDK would take one for the answer to the next request of the same servo. Returns
+        when the first of those late bytes was seen, in ms after the request went out (None: none came), so
+        that a late reply is said as one, not as none."""
+        port, late_ms = self._port, None
         if port is None:
-            return
+            return None
         try:
             for _ in range(20):  # a servo answers within a timeout; a line that never falls quiet is not ours to fix
+                if late_ms is None and port.getBytesAvailable():
+                    late_ms = port.getCurrentTime() - port.packet_start_time
                 port.clearPort()
-                time.sleep(self.timeout_ms / 1000)
-                if not port.getBytesAvailable():
+                # woken by the first byte that comes (to time it), else quiet for a timeout: drained
+                if not select.select([port.ser.fileno()], [], [], self.timeout_ms / 1000)[0]:
                     break
+                late_ms = port.getCurrentTime() - port.packet_start_time if late_ms is None else late_ms
         except LINE_LOST:
             self._close_port()  # the next exchange says the bus is not connected
+        return late_ms
 
     def _drop_pending(self) -> None:
         """Drop what has arrived, without waiting (after a garbled reply: the rest of a sync read's replies
@@ -567,6 +576,7 @@ class DynamixelBus:
         A hardware alert (a status whose only error is the alert bit: the instruction
         was carried out) is raised at once with the servo's Hardware_Error_Status.
         """
+        late_ms = None  # (the last timeout's reply, where it came late)
         for tries in range(self.retries + 1):
             try:
                 result, error, value, servo_id = attempt()
@@ -588,7 +598,7 @@ class DynamixelBus:
                     raise PacketError(servo_id, f"refused to {what}", error)
             elif result == sdk.COMM_RX_TIMEOUT:
                 self.stats.timeouts += 1
-                self._drain()
+                late_ms = self._drain()
             elif result == sdk.COMM_RX_CORRUPT:
                 self.stats.crc_errors += 1
                 self._drop_pending()
@@ -596,7 +606,7 @@ class DynamixelBus:
                 self.stats.retries += 1
                 time.sleep(self.backoff_s * (tries + 1))
         if result == sdk.COMM_RX_TIMEOUT:
-            raise CommTimeoutError(servo_id, self.port, self.baudrate, what)
+            raise CommTimeoutError(servo_id, self.port, self.baudrate, what, late_ms, self.timeout_ms)
         if result == sdk.COMM_RX_CORRUPT:
             raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries, on "
                                         f"{self.port} at {self.baudrate} baud: check the baud rate (the servos' and the "

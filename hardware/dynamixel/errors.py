@@ -15,16 +15,23 @@ class NotConnectedError(DynamixelError):
 
 
 class CommTimeoutError(DynamixelError):
-    """A servo did not answer within the timeout, after every retry."""
+    """A servo did not answer within the timeout, after every retry. ``late_ms``: where its reply came after all,
+    past the timeout (the bus saw it as it drained the line), the ms after the request it came; None: none came."""
 
-    def __init__(self, servo_id: int | None, port: str, baudrate: int, what: str = "") -> None:
+    def __init__(self, servo_id: int | None, port: str, baudrate: int, what: str = "", late_ms: float | None = None,
+                 timeout_ms: float | None = None) -> None:
         who = f"servo {servo_id}" if servo_id is not None else "the servos"
         doing = f" to {what}" if what else ""
-        super().__init__(
-            f"no reply from {who}{doing} on {port} at {baudrate} baud: "
-            "check power, id and baud rate"
-        )
+        if late_ms is None:
+            said = f"no reply from {who}{doing} on {port} at {baudrate} baud: check power, id and baud rate"
+        else:  # (a silent servo and a slow line want different fixes)
+            waits = f", past the {timeout_ms:g} ms the bus waits" if timeout_ms is not None else ""
+            said = (f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): check the USB "
+                    "adapter's latency timer (1 ms; FTDI's default is 16) and the servos' Return_Delay_Time, or "
+                    "give the bus a longer timeout_ms")
+        super().__init__(said)
         self.servo_id = servo_id
+        self.late_ms = late_ms
 
 
 class PacketError(DynamixelError):

@@ -404,6 +404,24 @@ def test_a_reply_that_comes_after_its_timeout_is_not_taken_for_the_next_requests
     assert bus.torque_off() == [] and bus.read(1, "Torque_Enable") == 1
 
 
+def test_a_reply_seen_after_its_timeout_is_said_late_not_missing(emulator, make_bus) -> None:
+    """A reply past the timeout (`--fault reply_latency`, an adapter's 16 ms latency timer) had been said as "no reply
+    ...: check power, id and baud rate", of a servo that answers every packet; the drain after the timeout sees it
+    come, and the error says it came late, and when. A reply that never comes is still none."""
+    bus = make_bus(emulator, retries=0, timeout_ms=100.0)
+    emulator.faults.reply_latency = 0.15  # past the timeout, well inside the drain's quiet window after it
+    with pytest.raises(CommTimeoutError, match=rf"^late reply from servo 1 to read Torque_Enable on {emulator.port} "
+                                               r"\(after \d+ ms, past the 100 ms the bus waits\): check the USB "
+                                               r"adapter's latency timer") as late:
+        bus.read(1, "Torque_Enable")
+    assert late.value.late_ms > 100
+    emulator.faults.reply_latency, emulator.faults.drop_next = 0.0, 1
+    with pytest.raises(CommTimeoutError, match="^no reply from servo 1 to read Torque_Enable") as missing:
+        bus.read(1, "Torque_Enable")
+    assert missing.value.late_ms is None
+    assert bus.read(1, "Torque_Enable") == 1
+
+
 def test_a_joint_outside_its_limits_is_not_snapped_to_them_at_torque_on(emulator, calibration) -> None:
     """Torque on sends the present pose as the goal, clipped into the limits: the joint had been driven in at
     the motor's full speed (4 rad/s), not at a ramp's."""
