@@ -607,13 +607,16 @@ class DynamixelEmulator:
                 self.corrupted += 1
             wire = len(packet) * 10 / self.baudrate
             _wait(delay_units * RETURN_DELAY_UNIT_S + faults.reply_latency + wire)
+            # counted before the host can read it: counted after, a host that had read the reply could look at the
+            # count before this thread, preempted between the two, counted it (a test's count then came out one short)
+            self.replies += 1
             try:
                 view = memoryview(packet)
                 while view:
                     view = view[os.write(self._master, view) :]
             except OSError:
+                self.replies -= 1  # (the line is gone: never sent)
                 return
-            self.replies += 1
 
     # ----------------------------------------------------------- instructions
 

@@ -596,6 +596,32 @@ def test_a_broadcast_write_or_reboot_reaches_every_servo_and_none_answers(emulat
     assert emulator.replies == replies + 1  # the read's status only
 
 
+def test_a_reply_the_host_has_read_is_counted(emulator, connect, monkeypatch) -> None:
+    """The emulator counted a reply after writing it: a host that had read it and looked at ``replies`` at once could
+    find it uncounted, the emulator's thread preempted between the write and the count (a broadcast test failed so
+    under load). The emulator's thread is held up right after its write here, as a loaded machine may."""
+    import os
+
+    import hardware.dynamixel.emulator as served
+
+    port = connect(emulator)
+
+    class HeldAfterWrites:  # the emulator's os, whose writes return late
+        def __getattr__(self, name: str):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data) -> int:
+            written = os.write(fd, data)
+            time.sleep(0.05)
+            return written
+
+    before = emulator.replies
+    monkeypatch.setattr(served, "os", HeldAfterWrites())
+    assert read(port, 2, "LED") == (0, *OK)
+    assert emulator.replies == before + 1
+
+
 def test_torque_stays_off_after_a_shutdown_until_a_reboot(make_emulator, connect) -> None:
     """The e-Manual's Shutdown: once a shutdown error is latched, Torque Enable cannot be set to 1 until a
     reboot. The emulator had turned torque on, and held it until the next packet cut it again: in real time
