@@ -22,7 +22,8 @@ the same on every robot:
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
   the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every ``PARK_NOTICE_S``, and is given
   up once it has read nothing for ``safety.park_blind_s``: torque off where the robot
-  stands, raised as :class:`~hardware.safety.ParkUnfinished` (its message says the park
+  stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one that has run ``safety.park_blind_s`` past
+  its time, on a bus that loses most replies; its message says the park
   did not finish and, if the servos did not confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
@@ -107,12 +108,16 @@ class _BlindPark:
     And bounds it: a park that has read nothing for ``limit_s`` of its own time (``safety.park_blind_s``) is given
     up (:meth:`check`). Blind, each waypoint takes a failed read (~0.28 s on a Dynamixel bus, not 0.02), so a
     park of 5 s had gone on for 70 on a bus that may never answer. A park that reads now and then (a flaky bus)
-    goes on: its readings say where the arm is."""
+    goes on, its readings saying where the arm is, but not for ever: one that has run ``limit_s`` past its
+    ``planned_s`` (the time it takes on a healthy bus) is given up too. Its failed reads, each retried, had made a
+    park of 1.6 s take 15-25 s where 30-60 % of the replies were lost, its time unbounded (the blind limit never
+    came: a read got through now and then)."""
 
-    def __init__(self, waypoints: int, silent_s: float, limit_s: float) -> None:
+    def __init__(self, waypoints: int, silent_s: float, limit_s: float, planned_s: float) -> None:
         self.left, self.began, self.said_at, self.silent_s = waypoints, time.monotonic(), -math.inf, silent_s
         self.last, self.blind_s, self.blind = self.began, 0.0, 0  # (the seconds and count of blind waypoints)
-        self.limit_s = limit_s
+        self.limit_s, self.planned_s = limit_s, planned_s
+        self.reads, self.why = 0, SILENT  # the waypoints' reads so far, and why the last failed one failed
 
     def unread_s(self, fresh_at: float) -> float:
         """Seconds of this park without a reading: since it began or since ``fresh_at`` (the last reading)."""
@@ -125,15 +130,20 @@ class _BlindPark:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
+        if (took := time.monotonic() - self.began) >= self.planned_s + self.limit_s:
+            raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken {took:.1f} s of the "
+                                 f"{self.planned_s:.1f} s it takes, {self.blind} of its {self.reads} reads failing "
+                                 f"({'no reply' if self.why == SILENT else self.why}; safety.park_blind_s = {self.limit_s:g}, also the most a park may run "
+                                 "past its time), so it was given up short of the safe pose")
 
     def waypoint(self, fresh_at: float | None, why: str = SILENT) -> None:
         """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one; ``why``:
         why it gave none (:attr:`Robot.read_failure`: a bus whose replies all come garbled is not a silent one)."""
         now = time.monotonic()
-        self.left, took, self.last = self.left - 1, now - self.last, now
+        self.left, took, self.last, self.reads = self.left - 1, now - self.last, now, self.reads + 1
         if fresh_at is None:
             return
-        self.blind_s, self.blind = self.blind_s + took, self.blind + 1
+        self.blind_s, self.blind, self.why = self.blind_s + took, self.blind + 1, why
         if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
             self.said_at, remaining = now, self.left * self.blind_s / self.blind
             give_up = max(0.0, self.limit_s - self.unread_s(fresh_at))
@@ -586,7 +596,8 @@ class Robot(VecEnv):
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
         path = np.vstack([waypoints, hold])
-        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s, self.safety_cfg.park_blind_s)
+        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s, self.safety_cfg.park_blind_s,
+                           planned_s=len(path) * self.control_dt)
         written = None
         for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here

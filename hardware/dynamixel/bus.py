@@ -377,6 +377,10 @@ class DynamixelBus:
                     errors.append(exc)
             # an alert-only status is a write done (the bit flags the servo, which the run reports): not raised
             failed = [e for e in errors if not isinstance(e, HardwareAlertError)]
+            if len(failed) > 1:  # (the first one's error alone had named one servo of a bus on which all failed)
+                others = [str(e.servo_id) for e in failed[1:]]
+                add_to_message(failed[0], f"servo{'s' * (len(others) > 1)} {', '.join(others)} did not confirm "
+                                          "the torque-off either")
             if failed:
                 raise failed[0]
             return []

@@ -256,6 +256,18 @@ def test_dropped_reply_without_retries_is_a_timeout(emulator, make_bus) -> None:
     assert bus.read_state()[0].shape == (4,)  # the bus is still usable
 
 
+def test_a_torque_off_that_no_servo_confirms_is_sent_to_every_servo_and_names_them_all(emulator, make_bus) -> None:
+    """The error of a torque-off that failed on every servo had named the first alone (a park's "cut their power"
+    then seemed to be about servo 1); each servo is still sent it, after its own retries."""
+    bus = make_bus(emulator, retries=1)
+    emulator.faults.drop_reply = 1.0  # the servos hear, none answers
+    with pytest.raises(CommTimeoutError, match=r"^no reply from servo 1 to write Torque_Enable=0 .*; servos 2, 3, 4 did "
+                                               r"not confirm the torque-off either$"):
+        bus.enable_torque(False)
+    emulator.faults.drop_reply = 0.0
+    assert not any(s.torque_enabled for s in emulator.state().values())
+
+
 def test_corrupt_replies_are_retried_then_a_packet_error(emulator, make_bus) -> None:
     bus = make_bus(emulator, retries=2)
     emulator.faults.corrupt_next = 1

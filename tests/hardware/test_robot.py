@@ -361,6 +361,36 @@ def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
     assert ("parking the arm blind" in capsys.readouterr().err) is said
 
 
+def test_a_park_on_a_bus_that_loses_most_replies_is_given_up_once_it_runs_park_blind_s_past_its_time():
+    """Every other read of the park failing, each after its retries' worth of waiting (a bus losing half its
+    replies): the blind limit never came (a read got through now and then), and a park of 1.6 s had taken 15-25 s
+    on the emulator (`--fault drop_reply=0.5`). It is given up once it has run park_blind_s past its time, torque
+    off where the arm stands, and says how many reads failed."""
+    from hardware.safety import ParkUnfinished
+
+    class LosesHalfItsParkReads(LagArm):
+        park_reads = 0
+
+        def _read(self):
+            if self.parking:
+                self.park_reads += 1
+                if self.park_reads % 2:
+                    time.sleep(0.1)  # a read waiting out its timeouts: ten control periods
+                    return None
+            return super()._read()
+
+    arm = LosesHalfItsParkReads(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)  # a park of ~0.5 s: given up
+    # at ~1 s, short of the safe pose
+    with pytest.raises(ParkUnfinished, match=r"the park to the safe pose did not finish: it had taken \d+\.\d s of the "
+                                             r"0\.\d s it takes, (\d+) of its \d+ reads failing \(no reply; "
+                                             r"safety.park_blind_s = 0.5, also the most a park may run past its time\)"):
+        with arm:
+            arm.reset()
+            for _ in range(5):
+                arm.step(torch.tensor([[0.6, -0.6]]))
+    assert arm.torque_log[-1] is False and not np.allclose(arm.writes[-1], SAFE)  # torque off short of the safe pose
+
+
 def test_a_ctrl_c_in_a_loop_of_ones_own_while_the_watchdog_parks_says_the_park_is_under_way(capsys):
     """``with arm:`` and a loop of one's own (no runtime.run): a Ctrl+C while the watchdog parked ended the loop,
     and the close waited for that park with nothing said of the stop."""
@@ -804,7 +834,7 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     now, said = [100.0], []
     monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(robot_module, "_say", said.append)
-    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0)
+    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0, planned_s=2.0)
     now[0] = 104.0
     park.waypoint(99.0)  # blind since 99, the park since 100: 4 s of it
     assert said == ["no reading for 5.0 s (a silent bus): parking the arm blind, about 36 s left of about 40 s, given up "
@@ -821,7 +851,7 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     park.check(101.5)  # a reading during the park: 9.5 s since
     park.waypoint(None)  # a waypoint that read: nothing said
     assert len(said) == 2
-    park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0)  # the park ends before its give-up: not said
+    park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0, planned_s=2.0)  # it ends before its give-up
     now[0] = 112.0
     park.waypoint(111.0)
     assert said[-1] == ("no reading for 1.0 s (a silent bus): parking the arm blind, about 1 s left of about 2 s; a "
@@ -961,3 +991,25 @@ def test_a_third_stop_before_the_close_is_not_said_again(capsys):
         signal.signal(signal.SIGINT, previous)
     assert landed == ["the second", "the third"] and robot.stop_requested and robot._park_cut.is_set()
     assert capsys.readouterr().err.count("SIGINT: a second stop: no park to the safe pose") == 1
+
+
+def test_a_park_that_reads_now_and_then_is_given_up_park_blind_s_past_its_time(monkeypatch):
+    """Reads got through now and then, so the blind limit never came; the park is given up once it has run
+    park_blind_s past the time it takes, saying how many of its reads failed and why."""
+    import hardware.robot as robot_module
+    from hardware.robot import _BlindPark
+    from hardware.safety import ParkUnfinished
+
+    now = [100.0]
+    monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(robot_module, "_say", lambda line: None)
+    park = _BlindPark(waypoints=80, silent_s=0.5, limit_s=10.0, planned_s=1.6)
+    for step in range(23):  # three reads in four fail, each after 0.5 s of retries; a read each 2 s gets through
+        now[0] += 0.5
+        park.waypoint(None if step % 4 == 3 else now[0] - 0.5, "garbled replies")
+    park.check(fresh_at=now[0] - 0.5)  # 11.5 s of the park: not yet 10 s past its 1.6
+    now[0] = 111.7
+    with pytest.raises(ParkUnfinished, match=r"it had taken 11\.7 s of the 1\.6 s it takes, 18 of its 23 reads failing "
+                                             r"\(garbled replies; safety\.park_blind_s = 10, also the most a park may "
+                                             r"run past its time\), so it was given up short of the safe pose"):
+        park.check(fresh_at=111.0)
