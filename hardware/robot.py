@@ -20,11 +20,11 @@ the same on every robot:
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
-  the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every ``PARK_NOTICE_S``, and is given
-  up once it has read nothing for ``safety.park_blind_s``: torque off where the robot
-  stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one that has run ``safety.park_blind_s`` past
-  its time, on a bus that loses most replies; its message says the park
-  did not finish and, if the servos did not confirm the torque-off, to cut their power).
+  the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every
+  ``PARK_NOTICE_S``, and is given up once it has read nothing for ``safety.park_blind_s``: torque off where
+  the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one that has run
+  ``safety.park_blind_s`` past its time, on a bus that loses most replies; its message says the park did not
+  finish and, if the servos did not confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells
@@ -131,10 +131,11 @@ class _BlindPark:
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
         if (took := time.monotonic() - self.began) >= self.planned_s + self.limit_s:
+            why = "no reply" if self.why == SILENT else self.why  # (some reads got through: no silent bus)
             raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken {took:.1f} s of the "
                                  f"{self.planned_s:.1f} s it takes, {self.blind} of its {self.reads} reads failing "
-                                 f"({'no reply' if self.why == SILENT else self.why}; safety.park_blind_s = {self.limit_s:g}, also the most a park may run "
-                                 "past its time), so it was given up short of the safe pose")
+                                 f"({why}; safety.park_blind_s = {self.limit_s:g}, also the most a park may run past "
+                                 "its time), so it was given up short of the safe pose")
 
     def waypoint(self, fresh_at: float | None, why: str = SILENT) -> None:
         """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one; ``why``:

@@ -1535,7 +1535,8 @@ def test_a_ctrl_c_during_the_park_after_the_last_episode_still_reports_the_episo
     out = capsys.readouterr().out
     assert pressed and status == 130, out
     assert re.search(r"^deployed:    1 episode on .*^episodes:    0: return .* in 20 steps.*"
-                     r"^interrupted: the robot was parked and its torque turned off$", out, re.MULTILINE | re.DOTALL), out
+                     r"^interrupted: the robot was parked and its torque turned off$", out,
+                     re.MULTILINE | re.DOTALL), out
     saved = json.loads((next((run_dir / "deploy").iterdir()) / "deploy.json").read_text())
     assert saved["interrupted"] and saved["loop"]["interrupted"] and saved["error"] is None
     assert saved["episodes"] == 1 and len(saved["per_episode"]) == 1

@@ -261,8 +261,8 @@ def test_a_torque_off_that_no_servo_confirms_is_sent_to_every_servo_and_names_th
     then seemed to be about servo 1); each servo is still sent it, after its own retries."""
     bus = make_bus(emulator, retries=1)
     emulator.faults.drop_reply = 1.0  # the servos hear, none answers
-    with pytest.raises(CommTimeoutError, match=r"^no reply from servo 1 to write Torque_Enable=0 .*; servos 2, 3, 4 did "
-                                               r"not confirm the torque-off either$"):
+    with pytest.raises(CommTimeoutError, match=r"^no reply from servo 1 to write Torque_Enable=0 .*; servos 2, 3, 4 "
+                                               r"did not confirm the torque-off either$"):
         bus.enable_torque(False)
     emulator.faults.drop_reply = 0.0
     assert not any(s.torque_enabled for s in emulator.state().values())

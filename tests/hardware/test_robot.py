@@ -379,8 +379,8 @@ def test_a_park_on_a_bus_that_loses_most_replies_is_given_up_once_it_runs_park_b
                     return None
             return super()._read()
 
-    arm = LosesHalfItsParkReads(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)  # a park of ~0.5 s: given up
-    # at ~1 s, short of the safe pose
+    # a park of ~0.5 s, given up at ~1 s, short of the safe pose
+    arm = LosesHalfItsParkReads(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)
     with pytest.raises(ParkUnfinished, match=r"the park to the safe pose did not finish: it had taken \d+\.\d s of the "
                                              r"0\.\d s it takes, (\d+) of its \d+ reads failing \(no reply; "
                                              r"safety.park_blind_s = 0.5, also the most a park may run past its time\)"):
@@ -837,8 +837,8 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0, planned_s=2.0)
     now[0] = 104.0
     park.waypoint(99.0)  # blind since 99, the park since 100: 4 s of it
-    assert said == ["no reading for 5.0 s (a silent bus): parking the arm blind, about 36 s left of about 40 s, given up "
-                    "in 6 s if nothing is read; a second Ctrl+C cuts the park short"]
+    assert said == ["no reading for 5.0 s (a silent bus): parking the arm blind, about 36 s left of about 40 s, "
+                    "given up in 6 s if nothing is read; a second Ctrl+C cuts the park short"]
     park.check(99.0)
     now[0] = 109.9
     park.check(99.0)  # 9.9 s of the park unread
