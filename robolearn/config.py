@@ -583,12 +583,18 @@ def _plain(value: Any) -> Any:
 
 
 SECTIONS = ("env", "runner", "agent", "logging")  # a config's sections of settings
+_SECTION_EXAMPLES = {"env": "env.num_envs=64", "runner": "runner.total_steps=100000", "agent": "agent.gamma=0.99",
+                     "logging": "logging.wandb=disabled"}  # one setting of each section, for messages
 
 
 def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     """Set the dotted ``key`` (``runner.total_steps``) in ``raw`` to ``value``, making the sections on the way;
     a whole section given as a mapping (``env={...}``) sets its keys in the file's section (:func:`_merged`)."""
     *parents, leaf = key.split(".")
+    if not parents and leaf in SECTIONS and value is None:  # (it had put every setting of the section back to its
+        raise ConfigError(f"override '{key}=null': a section cannot be null (that would put every {key} setting "  # default)
+                          f"back to its default, the config's with them); set the keys to change instead, "
+                          f"{key}.<key>=... (e.g. {_SECTION_EXAMPLES[key]})")
     node = raw
     for depth, part in enumerate(parents):
         if node.get(part) is None:  # absent, or a section left empty in the file (`runner:`)

@@ -397,6 +397,17 @@ def test_a_mapping_given_for_a_section_sets_the_keys_it_names():
     assert cfg.agent.gamma == 0.9 and cfg.agent == load_config("ppo_pendulum", ["agent.gamma=0.9"]).agent
 
 
+@pytest.mark.parametrize("section", ["env", "runner", "agent", "logging"])
+def test_a_whole_section_set_to_null_is_refused_not_reset_to_its_defaults(section):
+    """runner=null had put every runner setting back to its default (ppo_cartpole's 2.5M steps became 1M) without
+    a word: a section is not a setting, and null for it means nothing a user asks for."""
+    example = {"env": "num_envs", "runner": "total_steps", "agent": "gamma", "logging": "wandb"}[section]
+    for overrides in ([f"{section}=null"], {section: None}):
+        with pytest.raises(ConfigError, match=rf"override '{section}=null': a section cannot be null .*set the keys "
+                                              rf"to change instead, {section}\.<key>=\.\.\. \(e\.g\. {section}\.{example}="):
+            load_config("ppo_cartpole", overrides)
+
+
 def test_overrides_of_another_kind_are_refused_naming_the_kinds_taken():
     with pytest.raises(TypeError, match=r"overrides: 'key=value' strings \(a list, or one\) or a mapping"):
         load_config("ppo_pendulum", 5)
