@@ -600,8 +600,10 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
         if node.get(part) is None:  # absent, or a section left empty in the file (`runner:`)
             node[part] = {}
         node = node[part]
+        if not isinstance(node, dict) and (depth or part not in SECTIONS):
+            raise _not_a_section('.'.join(parents[:depth + 1]), key)
         if not isinstance(node, dict):  # its value said: `env=5 env.num_envs=2` had blamed 'env' alone
-            raise ConfigError(f"override '{key}': '{'.'.join(parents[:depth + 1])}' is {node!r} here, not a section "
+            raise ConfigError(f"override '{key}': '{part}' is {node!r} here, not a section "
                               "of keys (set so by the file or an override before this one)")
     if not parents and leaf in SECTIONS and isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
         node[leaf] = _merged(node[leaf], value)  # env={num_envs: 8} sets that key, as env.num_envs=8: it had
@@ -639,6 +641,8 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
+        elif isinstance(value, dict) and value and not _takes_mapping(hint):  # (`seed.x=1` had been "expected int,
+            raise _not_a_section(f"{prefix}{name}", f"{prefix}{name}.{next(iter(value))}")  # got {'x': 1}")
         else:
             values[name] = check_value(value, hint, f"{prefix}{name}")
         _check_range(name, values[name], f"{prefix}{name}")
@@ -732,6 +736,20 @@ def _check_adaptive_lr(values: dict[str, Any], prefix: str) -> None:
             f"range {prefix}schedule=adaptive moves the rate within (it clamps its steps, not the start): set "
             f"{prefix}learning_rate inside it ({near!r}, say), widen {prefix}min_lr/{prefix}max_lr to include "
             f"{lr!r}, or use {prefix}schedule=fixed (which ignores min_lr and max_lr)")
+
+
+def _not_a_section(setting: str, key: str) -> ConfigError:
+    """The error for ``key`` (``seed.x``) naming keys under ``setting``, which takes one value."""
+    return ConfigError(f"{setting}: a setting, not a section: it takes one value ({setting}=...), no keys under it "
+                       f"({key})")
+
+
+def _takes_mapping(hint: Any) -> bool:
+    """Whether a setting typed ``hint`` may hold a mapping (``env.kwargs``, ``Any``), whose keys dotted overrides
+    set; any other is one value."""
+    if hint is Any or typing.get_origin(hint) is dict:
+        return True
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and any(map(_takes_mapping, typing.get_args(hint)))
 
 
 def checkable(hint: Any) -> bool:

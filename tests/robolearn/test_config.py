@@ -408,6 +408,21 @@ def test_a_whole_section_set_to_null_is_refused_not_reset_to_its_defaults(sectio
             load_config("ppo_cartpole", overrides)
 
 
+@pytest.mark.parametrize("override, setting", [
+    ("seed.x=1", "seed"), ("name.v2=a", "name"), ("algo.foo=1", "algo"),  # top level: absent from the file, or in it
+    ("runner.total_steps.x=1", "runner.total_steps"), ("runner.utd_ratio.x=1", "runner.utd_ratio"),
+    ("agent.gamma.x=1", "agent.gamma"), ("agent.num_steps.x=1", "agent.num_steps"), ("logging.tags.a=1", "logging.tags"),
+])
+def test_keys_under_a_setting_of_one_value_are_refused_naming_it_a_setting(override, setting):
+    """seed.x=1 had been "seed: expected int, got {'x': 1}" (the dotted key made a mapping for it), and a key the
+    file sets, "'runner.total_steps' is 2500000 here, not a section of keys"; a mapping setting takes keys."""
+    key = override.partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(setting)}: a setting, not a section: it takes one value "
+                                          rf"\({re.escape(setting)}=\.\.\.\), no keys under it \({re.escape(key)}\)$"):
+        load_config("ppo_cartpole", [override])
+    assert load_config("ppo_cartpole", ["env.kwargs.x=1"]).env.kwargs == {"x": 1}  # (refused later by the task)
+
+
 def test_overrides_of_another_kind_are_refused_naming_the_kinds_taken():
     with pytest.raises(TypeError, match=r"overrides: 'key=value' strings \(a list, or one\) or a mapping"):
         load_config("ppo_pendulum", 5)
