@@ -198,9 +198,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
                 continue  # `<<: *defaults` (merged by PyYAML after this) and complex keys: as PyYAML takes them
+            if node.flow_style and _glued(key_node, value_node):  # {gamma:0.9}: as an override's is refused (it had
+                name, _, rest = key_node.value.partition(":")  # been "unknown key 'agent.gamma:0.9'")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"'{key_node.value}' is read as one key with no value (a mapping's colon needs a space "
+                                f"after it): write '{name}: {rest}'", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -208,6 +213,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark)
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+def _glued(key: yaml.ScalarNode, value: yaml.Node) -> bool:
+    """Whether YAML read ``key: value`` from ``name:value`` written without the space after its colon: a plain
+    key holding a colon, of an empty value (``gym:id: null`` and a quoted key are written so on purpose)."""
+    empty = isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null" and value.value == ""
+    return empty and key.style is None and ":" in key.value.strip(":")
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -532,7 +544,7 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
         raise ConfigError(f"name: {cfg.name!r} would put the run outside run_dir; give a folder name (e.g. pend_base)")
     config_cls = agent_entry(cfg.algo)[0]
     if not isinstance(agent_raw, dict):
-        raise ConfigError("agent: must be a mapping of the algorithm's settings")
+        raise ConfigError(f"agent: must be a mapping of the algorithm's settings{_one_text(agent_raw)}")
     try:
         cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
     except ConfigError as err:
@@ -639,7 +651,7 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
         if dataclasses.is_dataclass(hint):
             value = {} if value is None else value  # `runner:` with nothing under it: the defaults
             if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}")
+                raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}{_one_text(value)}")
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         elif isinstance(value, dict) and value and not _takes_mapping(hint):  # (`seed.x=1` had been "expected int,
             raise _not_a_section(f"{prefix}{name}", f"{prefix}{name}.{next(iter(value))}")  # got {'x': 1}")
@@ -742,6 +754,15 @@ def _not_a_section(setting: str, key: str) -> ConfigError:
     """The error for ``key`` (``seed.x``) naming keys under ``setting``, which takes one value."""
     return ConfigError(f"{setting}: a setting, not a section: it takes one value ({setting}=...), no keys under it "
                        f"({key})")
+
+
+def _one_text(value: Any) -> str:
+    """What to fix where a section's value is ``value``, text that reads as a key and its value written without
+    the space after the colon (``agent:`` then ``  gamma:0.9`` on the next line: YAML's text 'gamma:0.9'); else ''."""
+    if not (isinstance(value, str) and re.fullmatch(r"[A-Za-z_]\w*:[^\s:].*", value)):
+        return ""
+    name, _, rest = value.partition(":")
+    return f" (YAML reads '{value}' as one piece of text: a key's colon needs a space after it, '{name}: {rest}')"
 
 
 def _takes_mapping(hint: Any) -> bool:

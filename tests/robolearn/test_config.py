@@ -301,6 +301,23 @@ def test_an_override_mapping_with_a_colon_and_no_space_is_refused_with_the_spaci
     assert cfg.env.randomization["obs_noise_std"] == 0.01 and cfg.env.kwargs == {"gym:id": None}
 
 
+def test_a_config_files_colon_without_a_space_is_refused_naming_the_file_and_line(tmp_path):
+    """{gamma:0.9} in a file had been "unknown key 'agent.gamma:0.9'", and in env.randomization loaded without a
+    word (one range of no value); a block section's `gamma:0.9` had been "agent: must be a mapping" alone."""
+    path = write(tmp_path, "algo: ppo\nenv:\n  task: pendulum\n  randomization: {mass_scale: [0.8, 1.2], "
+                           "obs_noise_std:0.01}\nagent: {gamma: 0.9}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: line 4, column 43: invalid YAML: "
+                                          r"'obs_noise_std:0.01' is read as one key with no value \(a mapping's colon "
+                                          r"needs a space after it\): write 'obs_noise_std: 0.01'"):
+        load_config(path)
+    path = write(tmp_path, "algo: ppo\nenv: {task: pendulum}\nagent:\n  gamma:0.9\n")
+    with pytest.raises(ConfigError, match=r"agent: must be a mapping of the algorithm's settings \(YAML reads "
+                                          r"'gamma:0.9' as one piece of text: .* 'gamma: 0.9'\)"):
+        load_config(path)
+    path = write(tmp_path, "algo: ppo\nenv: {task: pendulum, kwargs: {'a:b': null, c:d: 1}}\nagent: {gamma: 0.9}\n")
+    assert load_config(path).env.kwargs == {"a:b": None, "c:d": 1}  # quoted, or of a value: a key written so
+
+
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     (tmp_path / "config.yaml").write_text("algo: ppo\n")
     with pytest.raises(ConfigError, match=rf"{tmp_path} is a run: continue it with robolearn train --resume {tmp_path}"):
