@@ -297,7 +297,8 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
         key, sep, value = item.partition("=")
         if not sep or not key:
             before = overrides[at - 1] if at else None  # `name=my run` unquoted: the shell passed `run` on its own
-            a_key = "." in item or item in {f.name for f in dataclasses.fields(TrainConfig)}  # `seed 3`: no '='
+            # `seed 3`, `runner.seed 3`: a setting without its '=' (`run.v2` of `name=my run.v2` is no key)
+            a_key = item.split(".")[0] in {f.name for f in dataclasses.fields(TrainConfig)}
             words = list(itertools.takewhile(lambda word: isinstance(word, str) and "=" not in word, overrides[at:]))
             split = (f"; if it goes with the one before, a shell split that at its space: quote the whole override, "
                      f"{shell(' '.join([before, *words]))}") if not sep and not a_key and isinstance(before, str) \

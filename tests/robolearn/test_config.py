@@ -282,6 +282,8 @@ def test_an_override_a_shell_split_at_its_spaces_says_to_quote_it_whole():
         load_config("ppo_cartpole", ["seed=1", "name=my", "run"])
     with pytest.raises(ConfigError, match=r"quote the whole override, 'name=my new run'$"):  # (had said 'name=my new')
         load_config("ppo_cartpole", ["name=my", "new", "run", "seed=1"])
+    with pytest.raises(ConfigError, match=r"quote the whole override, 'name=my run.v2'$"):  # (its dot had passed for
+        load_config("ppo_cartpole", ["name=my", "run.v2", "seed=1"])  # a dotted key's, and no hint was given)
     for key in ("runner.seed", "seed"):  # a setting missing its '=', not a value split off the one before
         with pytest.raises(ConfigError) as said:
             load_config("ppo_cartpole", ["runner.total_steps=1000", key, "3"])
