@@ -769,9 +769,12 @@ def _list(args: argparse.Namespace) -> int:
     from robolearn.run_lock import holder
     from robolearn.runs import find_run_dirs, run_status
 
-    if not args.runs.is_dir() and args.runs != Path("runs"):  # before the listing: the error had come after it
-        said = "a file; give the folder the runs are in (default runs)" if args.runs.exists() else "no such folder"
-        raise FileNotFoundError(f"--runs {args.runs}: {said}")
+    # before the listing (the error had come after it); a file named runs where the default folder goes too (it had
+    # been "none yet"); the default folder not there yet is "none yet"
+    if args.runs.exists() and not args.runs.is_dir() or not args.runs.exists() and args.runs != Path("runs"):
+        said = "a file, not a folder of runs; give the folder the runs are in, --runs DIR (default runs)" if args.runs.exists() \
+            else "no such folder"
+        raise FileNotFoundError(f"{'--runs ' * (args.runs != Path('runs'))}{args.runs}: {said}")
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
     print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")

@@ -331,7 +331,7 @@ def test_plot_draws_several_runs_and_names_what_is_missing(tmp_path, capfd, monk
                f"robolearn plot {first}" in capfd.readouterr().err
 
 
-def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd):
+def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path, capfd, monkeypatch):
     import json
 
     for seed, ret in ((0, 150.0), (1, 170.0)):
@@ -356,7 +356,16 @@ def test_list_finds_runs_at_any_depth_and_sums_up_the_seeds_of_a_folder(tmp_path
     assert said.out == ""  # the listing of configs, tasks and algorithms had come first, the error under it
     (tmp_path / "a_file").write_text("x")  # (had been "no such folder" too)
     assert main(["list", "--runs", str(tmp_path / "a_file")]) == 2
-    assert f"--runs {tmp_path / 'a_file'}: a file; give the folder the runs are in" in capfd.readouterr().err
+    assert f"--runs {tmp_path / 'a_file'}: a file, not a folder of runs; give the folder the runs are in" \
+        in capfd.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("x")  # where plain `list` looks: it had said "none yet"
+    assert main(["list"]) == 2
+    said = capfd.readouterr()
+    assert said.err.startswith("error: runs: a file, not a folder of runs; give the folder the runs are in, --runs DIR")
+    assert said.out == ""
+    (tmp_path / "runs").unlink()  # no runs folder yet: none yet
+    assert main(["list"]) == 0 and "none yet" in capfd.readouterr().out
 
 
 def test_list_sums_up_seeds_whose_name_differs_and_a_resume_with_name_is_no_training_change(tmp_path, capfd):
