@@ -338,6 +338,14 @@ def changed_activations(saved: dict[str, Any], now: dict[str, Any]) -> list[str]
             and saved[key] != now[key]]
 
 
+def changed_starting_values(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The agent settings that set a learnt value's start (``init_*``, ``*_init``: SAC's ``init_alpha``, PPO's
+    ``init_std``, IQL's ``log_std_init``) whose value differs between ``saved`` (a checkpoint's) and ``now``: an
+    agent is built from them, and a resume then loads the value its checkpoint trained to over it."""
+    return [key for key in sorted(set(saved) & set(now)) if (key.startswith("init_") or key.endswith("_init"))
+            and saved[key] != now[key]]
+
+
 def load_agent_state(agent: Any, state: dict[str, Any], saved: dict[str, Any], now: dict[str, Any], remedy: str) -> None:
     """``agent.load_state_dict(state)``, where torch's strict load fails (a module the checkpoint fills and this
     model has not: an Identity for agent.normalize_obs=false) a CheckpointError naming the agent settings that
@@ -375,6 +383,11 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
+    if moot := changed_starting_values(saved, now):  # (it had been listed among the changed settings, to no effect)
+        raise CheckpointError(f"{settings_said(moot, saved, now)}: a starting value, which only a new "
+                              f"{type(agent).__name__} starts from; a resume goes on from its checkpoint's, as trained "
+                              "since, so it would change nothing: resume without that override, or train a new run "
+                              "with it") from None
     fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
     fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
     if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5

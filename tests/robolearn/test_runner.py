@@ -982,6 +982,23 @@ def test_a_resume_that_changes_the_activation_is_refused(tmp_path):
         Runner(cfg, resume=first.run_dir)
 
 
+def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
+    """SAC's agent.init_alpha on a resume had been listed among the changed settings (and recorded in config.yaml),
+    while the temperature went on from the checkpoint's log_alpha: the override changed nothing."""
+    cfg = tiny(tmp_path, "sac", "runner.total_steps=64", "runner.random_steps=32", "runner.eval_episodes=0",
+               "agent.batch_size=16", "agent.buffer_size=400", "agent.hidden=[16]")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    config = (first.run_dir / "config.yaml").read_text()
+    cfg.runner.total_steps, cfg.agent.init_alpha = 128, 0.05
+    with pytest.raises(CheckpointError, match=r"agent.init_alpha 1.0 -> 0.05: a starting value, which only a new SAC "
+                                              r"starts from; .*so it would change nothing: resume without that override"):
+        Runner(cfg, resume=first.run_dir)
+    assert (first.run_dir / "config.yaml").read_text() == config  # nothing recorded as if it applied
+    assert not list(first.run_dir.glob("config.superseded-*"))
+
+
 @pytest.mark.parametrize("algo", ["ppo", "sac"])
 def test_ctrl_c_after_an_unverified_nan_stops_as_a_nan_does(tmp_path, monkeypatch, algo):
     """With checks deferred (a GPU run), a Ctrl+C in the iteration that met a NaN: PPO throws that rollout
