@@ -189,11 +189,16 @@ def _wandb_id(run_dir: Path) -> str:
     were shared by runs of one config started in the same second under other run_dir= (a sweep's machines), which
     `wandb sync` then merged into one W&B run."""
     run = Path(run_dir).resolve()
-    sessions = sorted(run.glob("wandb/*run-*/run-*.wandb"), key=lambda path: path.parent.name.removeprefix("offline-"))
-    if sessions:
+    if sessions := wandb_sessions(run):
         return sessions[0].stem.removeprefix("run-")
     name = "".join(c if c.isalnum() else "-" for c in f"{run.parent.name}/{run.name}")[-55:]
     return f"{name}-{os.urandom(4).hex()}"
+
+
+def wandb_sessions(run_dir: Path) -> list[Path]:
+    """The W&B run files (``wandb/<offline->run-<start>-<id>/run-<id>.wandb``) of ``run_dir``'s sessions, oldest
+    first; none where it never logged to W&B."""
+    return sorted(Path(run_dir).glob("wandb/*run-*/run-*.wandb"), key=lambda path: path.parent.name.removeprefix("offline-"))
 
 
 def set_aside_after(path: Path, counter: str, count: int, phase: str | None) -> None:

@@ -59,7 +59,8 @@ from robolearn.preflight import (check_agent_contract, check_data_parallel, chec
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
                             new_run_dir, new_run_id, record_failure, refuse_finished, refuse_task_change,
-                            saved_progress, trained_counts, warn_of_pretraining_changes, write_config)
+                            refuse_wandb_move, saved_progress, trained_counts, warn_of_pretraining_changes,
+                            write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -1208,6 +1209,7 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
             if not (Path(resume) / "checkpoints" / "latest.pt").is_file():
                 raise CheckpointError(checkpoint_missing(Path(resume), "no checkpoint to resume from"))
             refuse_task_change(Path(resume), cfg)
+            refuse_wandb_move(Path(resume), cfg)
         if is_finetune(cfg):
             runner: Runner | OfflineRunner = FinetuneRunner(cfg, resume=resume, fresh_replay=fresh_replay)
         else:

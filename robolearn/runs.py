@@ -40,12 +40,12 @@ from robolearn import distributed
 from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, changed_activations,
                                   check_compatible, load_agent_state, load_checkpoint, settings_said)
-from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, is_run_folder, load_run_config, read_yaml,
-                              run_config_path, to_dict, torch_settings_kept)
+from robolearn.config import (ConfigError, EnvConfig, LoggingConfig, TrainConfig, flat_keys, is_run_folder,
+                              load_run_config, read_yaml, run_config_path, to_dict, torch_settings_kept)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.listing import few
-from robolearn.logger import read_metrics
+from robolearn.logger import read_metrics, wandb_sessions
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.run_lock import holder
@@ -424,6 +424,29 @@ def refuse_task_change(run_dir: Path, cfg: TrainConfig) -> None:
     if trained is not None and trained != cfg.env.task:
         raise ConfigError(f"env.task: {run_dir} trained on '{trained}'; a resume goes on with its task, not "
                           f"'{cfg.env.task}': train a new run for that task")
+
+
+WANDB_IDENTITY = ("project", "group")  # what a W&B run is filed under, besides its id
+
+
+def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resume logs on in its run's W&B run (the id its first session took: ``robolearn.logger._wandb_id``), under
+    that run's project and group. Another ``logging.project`` had started a W&B run of that id in the other project
+    (`wandb sync` splitting the run's history over two projects); another group would refile the run, or part of
+    it. Refused, before anything is built, once the run has logged to W&B (not a run trained with it disabled)."""
+    if not wandb_sessions(run_dir):
+        return
+    try:
+        trained = read_yaml(run_dir / "config.yaml").get("logging") or {}
+    except (OSError, ValueError, AttributeError):
+        return  # the resume says what is wrong with its config
+    for key in WANDB_IDENTITY:
+        before, now = trained.get(key, getattr(LoggingConfig(), key)), getattr(cfg.logging, key)
+        if before != now:
+            filed = f"{key} {before!r}" if before else f"no {key}"
+            raise ConfigError(f"logging.{key}: {run_dir} logs to W&B with {filed} ({run_dir / 'wandb'}); a resume "
+                              f"goes on in that W&B run, so it keeps its {key}, not {now!r}: drop logging.{key}=, "
+                              "or train a new run with it")
 
 
 def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from robolearn.interfaces import ContractError, SimulationFailed, Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
-from robolearn.config import load_run_config
+from robolearn.config import load_run_config, to_dict
 from robolearn.runner import CtrlC, Runner
 
 
@@ -1315,6 +1316,31 @@ def test_resume_from_python_takes_the_runs_own_config_and_says_what_a_given_one_
     with pytest.raises(ConfigError, match="trained on 'cartpole'; a resume goes on with its task, not 'pendulum'"), \
             pytest.warns(UserWarning, match="env.task 'cartpole' -> 'pendulum'"):
         robolearn.train(other, resume=first.run_dir)  # (refused before anything is built)
+
+
+@pytest.mark.parametrize("override", ["logging.project=other", "logging.group=seeds"])
+def test_a_resume_that_would_move_its_w_and_b_run_is_refused(tmp_path, override):
+    """logging.project=other on a resume had started a W&B session of the run's id under the other project (`wandb
+    sync` then splits the run over two projects); a run that has not logged to W&B may change it."""
+    import robolearn
+
+    cfg = tiny(tmp_path, "ppo", "logging.wandb=offline")
+    run = tmp_path / "runs" / "ppo_cartpole" / "20260101-000000"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    (run / "checkpoints" / "latest.pt").write_bytes(b"not read before the refusal")
+    session = run / "wandb" / "offline-run-20260101_000000-id1" / "run-id1.wandb"
+    session.parent.mkdir(parents=True)
+    session.write_bytes(b"")
+    key, _, value = override.partition("=")
+    with pytest.raises(ConfigError, match=rf"^{key}: .*20260101-000000 logs to W&B with .*; a resume goes on in that "
+                                          rf"W&B run, so it keeps its {key.split('.')[1]}, not '{value}': drop {key}="):
+        robolearn.train(resume=run, overrides=[override])
+    assert sorted(path.name for path in run.rglob("*")) == sorted(
+        ["checkpoints", "latest.pt", "config.yaml", "wandb", session.parent.name, session.name])  # nothing written
+    shutil.rmtree(run / "wandb")  # never logged to W&B: no W&B run to keep (refused further on, its checkpoint)
+    with pytest.raises(CheckpointError):
+        robolearn.train(resume=run, overrides=[override])
 
 
 def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_replaces(tmp_path, capsys):
