@@ -41,18 +41,27 @@ def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
                           "which the runner reads")
 
 
-def check_decision_period(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
+DECISION_KEYS = ("sequence_length", "horizon", "subgoal_period")  # agent settings that are its decision period
+
+
+def check_decision_period(cfg: TrainConfig, env: VecEnv, agent: Agent | None = None) -> None:
     """A controller deciding every k steps (a chunk, a skill, a subgoal) with k beyond an episode never plays a
     decision out: refused by name before anything runs (SRL with 2000-step sequences on 500-step episodes
-    ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills)."""
-    period = int(getattr(agent.controller(), "decision_period", 1))
+    ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills). Called
+    before the agent is built, from its settings (:data:`DECISION_KEYS`: a sequence critic's networks grow with
+    K, and K=10**9 had failed on a 2 TB allocation first), and with ``agent``, from its controller (one's own)."""
     limit = getattr(env, "max_episode_steps", None)
-    if limit and period > limit:
-        keys = [f"agent.{key}" for key in ("sequence_length", "horizon", "subgoal_period")
-                if getattr(cfg.agent, key, None) == period] or ["its decision period"]
-        raise ConfigError(f"algo '{cfg.algo}' decides every {period} steps ({', '.join(keys)}), more than an episode's "
-                          f"{limit} (env.kwargs.max_episode_steps, or the task's default): no decision would play "
-                          f"out; lower {keys[0]}")
+    if agent is None:
+        periods = [(getattr(cfg.agent, key, None), [f"agent.{key}"]) for key in DECISION_KEYS]
+    else:
+        period = int(getattr(agent.controller(), "decision_period", 1))
+        periods = [(period, [f"agent.{key}" for key in DECISION_KEYS if getattr(cfg.agent, key, None) == period]
+                    or ["its decision period"])]
+    for period, keys in periods:
+        if limit and isinstance(period, int) and period > limit:
+            raise ConfigError(f"algo '{cfg.algo}' decides every {period} steps ({', '.join(keys)}), more than an "
+                              f"episode's {limit} (env.kwargs.max_episode_steps, or the task's default): no decision "
+                              f"would play out; lower {keys[0]}")
 
 
 def check_minibatches(cfg: TrainConfig, on_policy: bool, num_envs: int) -> None:

@@ -293,9 +293,10 @@ class Runner:
         try:
             self.env = make_env(_rank_env_config(cfg.env), seed=self.seed)
             self._finite = FiniteWatch(self.env.device)  # on a GPU, read once per iteration
+            check_decision_period(cfg, self.env)  # (before the agent's networks, which may grow with it)
             self.agent = make_agent(cfg, self.env)
             check_agent_contract(cfg, self.agent)
-            check_decision_period(cfg, self.agent, self.env)
+            check_decision_period(cfg, self.env, self.agent)
             if self.main:
                 warn_if_goal_unread(cfg, self.agent, self.env)
             check_minibatches(cfg, self.agent.on_policy, self.env.num_envs)

@@ -1251,6 +1251,18 @@ def test_a_nan_is_blamed_on_the_env_the_learner_or_either_as_what_went_bad_says(
     assert "learning rate" in said["action, observation['policy']"]
 
 
+def test_a_huge_decision_period_is_refused_before_the_agent_is_built(tmp_path, monkeypatch):
+    """A sequence critic's networks grow with K: agent.sequence_length=10**9 had failed on a 2 TB allocation while
+    the agent was built, before the decision period was checked against the episode."""
+    cfg = load_config("sac_as_gym_pendulum", [f"run_dir={tmp_path / 'runs'}", "agent.sequence_length=1000000000",
+                                              "logging.wandb=disabled", "env.num_envs=2"])
+    monkeypatch.setattr(runner_module, "make_agent", lambda *args: pytest.fail("the agent was built first"))
+    with pytest.raises(ConfigError, match=r"decides every 1000000000 steps \(agent.sequence_length\), more than an "
+                                          r"episode's 200 .*lower agent.sequence_length"):
+        Runner(cfg)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_an_update_returning_other_than_scalar_metrics_is_told_so_on_every_path():
     """update_metrics guards the on-policy, off-policy, offline and fine-tuning loops alike."""
     assert runner_module.update_metrics({"loss": torch.tensor(1.0), "kl": 0.5}) == {"loss": torch.tensor(1.0), "kl": 0.5}
