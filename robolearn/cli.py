@@ -562,7 +562,7 @@ def _refuse_finished_first(run: Path, cfg: TrainConfig) -> None:
         done = int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("env_steps", 0))
     except (CheckpointError, TypeError, ValueError):  # (the runner says what is wrong with it)
         return
-    if done >= cfg.runner.total_steps:  # (below it, refuse_finished sets the evaluation aside: the ranks' to do)
+    if done >= cfg.runner.total_steps:  # (below it, the resume sets the evaluation aside: the ranks' to do)
         refuse_finished(run, "env_steps", done, cfg.runner.total_steps, cfg.runner.eval_episodes)
 
 

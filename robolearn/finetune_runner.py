@@ -50,8 +50,7 @@ from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, ask_stop,
                               check_metrics, finish_run, gives_torch_settings_back, interrupted, iteration_rest,
                               iteration_sums, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import (check_same_folder, export_meta, new_run_id, refuse_finished, saved_progress,
-                            set_aside_evaluation)
+from robolearn.runs import check_same_folder, export_meta, new_run_id, refuse_finished, saved_progress
 from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
@@ -171,14 +170,13 @@ class FinetuneRunner(OfflineRunner):
         """Offline, and online where batches draw dataset rows (``agent.offline_ratio``)."""
         return self.progress.phase == "offline" or self.cfg.agent.offline_ratio > 0
 
-    def _refuse_finished(self) -> None:
+    def _refuse_finished(self) -> bool:
         """Finished = online for ``runner.total_steps`` env steps (the offline phase counts updates apart). A run
         that ended early in its offline phase (a stop, runner.max_minutes) trains on: that end is set aside."""
         if self.progress.phase == "online":
-            refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps, self.cfg.runner.total_steps,
-                            self.cfg.runner.eval_episodes)
-        else:  # it trains on (the rest of the offline phase, then online)
-            set_aside_evaluation(self.run_dir)
+            return refuse_finished(self.run_dir, "online env_steps", self.progress.env_steps,
+                                   self.cfg.runner.total_steps, self.cfg.runner.eval_episodes)
+        return True  # it trains on (the rest of the offline phase, then online)
 
     def _restore(self) -> None:
         payload = load_checkpoint(self.checkpoint_path)

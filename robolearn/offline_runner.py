@@ -293,15 +293,15 @@ class OfflineRunner:
         self.callers_torch_settings = cfg.runner.apply_torch_settings()
         try:
             self._build(resume)
-            if resume:  # after every refusal the build can make (a fine-tune's replay and guide too): it sets
-                self._refuse_finished()  # eval.json aside when the run trains on
+            # after every refusal the build can make (a fine-tune's replay and guide too)
+            trains_on = bool(resume) and self._refuse_finished()
         except BaseException:
             self.close()
             raise
         # Only now, with everything built and restored: a config that fails leaves no run behind,
         # and a failed --resume does not rewrite the run's config.
         self.run_dir = self.run_dir or new_run_dir(cfg)
-        write_config_or_undo(self, resume)
+        write_config_or_undo(self, resume, trains_on)  # (eval.json set aside after it where the run trains on)
 
     def _build(self, resume: Path | None) -> None:
         """Eval env, agent and offline buffer from the dataset; ``resume``'s checkpoint restored."""
@@ -342,8 +342,9 @@ class OfflineRunner:
         """Whether the rest of the run reads the dataset (an offline run does)."""
         return True
 
-    def _refuse_finished(self) -> None:
-        refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,
+    def _refuse_finished(self) -> bool:
+        """:func:`~robolearn.runs.refuse_finished` by updates: whether the run trains on."""
+        return refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,
                         self.cfg.runner.eval_episodes)
 
     # -- checkpoints ---------------------------------------------------------------------------

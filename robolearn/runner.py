@@ -59,8 +59,8 @@ from robolearn.preflight import (check_agent_contract, check_data_parallel, chec
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
                             new_run_dir, new_run_id, record_failure, refuse_finished, refuse_task_change,
-                            refuse_wandb_move, saved_progress, trained_counts, warn_of_pretraining_changes,
-                            write_config)
+                            refuse_wandb_move, saved_progress, set_aside_evaluation, trained_counts,
+                            warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -222,14 +222,18 @@ def ask_stop(runner: Any, stop: Callable[[dict[str, float]], bool], metrics: dic
         raise
 
 
-def write_config_or_undo(runner: Any, resume: Path | None) -> None:
+def write_config_or_undo(runner: Any, resume: Path | None, trains_on: bool = False) -> None:
     """Write ``runner.cfg`` into ``runner.run_dir``; if that fails (a full disk), remove the directory when
     it was just made for this run (never a resumed one), close the runner's envs, and raise. A resume with
-    changed settings keeps the config it replaces (:func:`keep_replaced_config`)."""
+    changed settings keeps the config it replaces (:func:`keep_replaced_config`), and one that ``trains_on`` past
+    an earlier end sets that end's evaluation aside only then (:func:`set_aside_evaluation`): set aside first, a
+    resume killed before its config left a finished run listed as never evaluated, its new settings unrecorded."""
     try:
         if resume:
             keep_replaced_config(runner.run_dir, runner.cfg)
         write_config(runner.run_dir, runner.cfg)
+        if resume and trains_on:
+            set_aside_evaluation(runner.run_dir)
         runner.folder = os.stat(runner.run_dir)  # each save checks it is still there (check_same_folder)
     except BaseException:
         if not resume:
@@ -315,10 +319,11 @@ class Runner:
             if past_pretraining and self.main:
                 warn_of_pretraining_changes(Path(resume), cfg)
             self.dataset = None if past_pretraining else self._pretraining_dataset()
+            trains_on = False
             if resume:
                 self._restore()
-                refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
-                                cfg.runner.eval_episodes)
+                trains_on = refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
+                                            cfg.runner.eval_episodes)
             elif getattr(cfg.agent, "skills_from", "") and getattr(self.agent, "pretrains", False):
                 self._take_skills(Path(cfg.agent.skills_from))
             if self.replay is not None and self.main:
@@ -331,7 +336,7 @@ class Runner:
         if not resume:  # rank 0 makes it; the others learn its name
             self.run_dir = Path(distributed.broadcast_object(str(new_run_dir(cfg)) if self.main else None))
         if self.main:
-            write_config_or_undo(self, resume)
+            write_config_or_undo(self, resume, trains_on)
 
     def _refuse_other_skills(self, resume: Path) -> None:
         """A resume goes on with the skills its checkpoint holds: an ``agent.skills_from`` override naming other

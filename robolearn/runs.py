@@ -64,20 +64,21 @@ def run_ended(run_dir: Path, eval_episodes: int) -> bool:
     return (run_dir / "export" / "controller.json").is_file() and (eval_episodes <= 0 or (run_dir / "eval.json").is_file())
 
 
-def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_episodes: int) -> None:
+def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_episodes: int) -> bool:
     """A resume of a run that already reached ``runner.total_steps`` and ended (:func:`run_ended`) would
     train nothing and only rewrite its config, exports and video: refuse it, saying how to go on. One whose
-    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes. One that
-    trains on (a raised budget, or an early end) sets its earlier ``eval.json`` aside (``eval.superseded.json``)."""
+    end was cut short (a Ctrl+C during the evaluation) resumes: it trains nothing and finishes. Returns whether
+    it trains on (a raised budget, or an early end), whose earlier ``eval.json`` the resume sets aside once it has
+    written its config (:func:`robolearn.runner.write_config_or_undo`)."""
     if done < total:  # it trains on
-        set_aside_evaluation(run_dir)
-        return
+        return True
     if run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + max(total, 1)))  # (a budget of 0 had suggested 0 again)
         raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
                           f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
                           f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
                           f"overrides={{'runner.total_steps': {more}}}))")
+    return False
 
 
 def set_aside_evaluation(run_dir: Path) -> None:
@@ -407,9 +408,13 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
         return  # the resume was built from it, so it reads; if not, there is nothing to compare
     if not (said := config_changes(before, flat_keys(to_dict(cfg)), NOT_TRAINING)):
         return
-    kept = next(path.with_name(f"config.superseded-{n}.yaml") for n in itertools.count(1)
-                if not path.with_name(f"config.superseded-{n}.yaml").exists())
-    atomic_write_bytes(kept, lambda f: f.write(path.read_bytes()))
+    earlier = [path.with_name(f"config.superseded-{n}.yaml") for n in itertools.takewhile(
+        lambda n: path.with_name(f"config.superseded-{n}.yaml").exists(), itertools.count(1))]
+    if earlier and earlier[-1].read_bytes() == path.read_bytes():
+        kept = earlier[-1]  # by a resume killed before it replaced the config: not kept twice
+    else:
+        kept = path.with_name(f"config.superseded-{len(earlier) + 1}.yaml")
+        atomic_write_bytes(kept, lambda f: f.write(path.read_bytes()))
     print(f"resumed with changed settings: {said}; the steps so far trained with the earlier ones, whose config "
           f"is kept as {kept}")
 

@@ -1378,6 +1378,34 @@ def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_repla
     assert not (first.run_dir / "config.superseded-2.yaml").exists() and "resumed with" not in capsys.readouterr().out
 
 
+def test_a_resume_killed_before_its_config_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    """A resume that trains on had set the run's eval.json aside before writing its config: killed in between, a
+    finished run was listed as never evaluated, under its old budget; resumed again with the same changed setting,
+    it kept the earlier config a second time."""
+    import robolearn
+    from robolearn.runs import run_status
+
+    first = robolearn.train(tiny(tmp_path, "ppo", "runner.total_steps=256"))
+    config = (first.run_dir / "config.yaml").read_text()
+    write_config = runner_module.write_config
+
+    def killed(run_dir, cfg):
+        raise KeyboardInterrupt  # where a kill -9 would stop it (no handler runs: the same files are left)
+
+    monkeypatch.setattr(runner_module, "write_config", killed)
+    changed = {"runner.total_steps": 512, "agent.gamma": 0.5}
+    with pytest.raises(KeyboardInterrupt):
+        robolearn.train(resume=first.run_dir, overrides=changed)
+    assert (first.run_dir / "eval.json").is_file() and not (first.run_dir / "eval.superseded.json").exists()
+    assert (first.run_dir / "config.yaml").read_text() == config and run_status(first.run_dir) == "done"
+    monkeypatch.setattr(runner_module, "write_config", write_config)
+    robolearn.train(resume=first.run_dir, overrides=changed)  # resumes as if the first had not been
+    assert sorted(path.name for path in first.run_dir.glob("config.superseded*")) == ["config.superseded-1.yaml"]
+    assert (first.run_dir / "config.superseded-1.yaml").read_text() == config
+    assert (first.run_dir / "eval.superseded.json").is_file() and run_status(first.run_dir) == "done"
+    assert read_metrics(first.run_dir)[-1]["env_steps"] == 512
+
+
 def test_a_resume_calls_only_training_settings_changes():
     """The budget, the end's evaluation and film, save and log cadence, logging and the run's folder are no
     change of how the steps so far trained; the agent, env and seed are."""
