@@ -545,7 +545,7 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
         raise ConfigError(f"name: {cfg.name!r} would put the run outside run_dir; give a folder name (e.g. pend_base)")
     config_cls = agent_entry(cfg.algo)[0]
     if not isinstance(agent_raw, dict):
-        raise ConfigError(f"agent: must be a mapping of the algorithm's settings{_one_text(agent_raw)}")
+        raise ConfigError(f"agent: must be a mapping of the algorithm's settings{_one_text(agent_raw, config_cls)}")
     try:
         cfg.agent = build_dataclass(config_cls, agent_raw, "agent.")
     except ConfigError as err:
@@ -652,7 +652,7 @@ def build_dataclass(cls: type, raw: dict[str, Any], prefix: str) -> Any:
         if dataclasses.is_dataclass(hint):
             value = {} if value is None else value  # `runner:` with nothing under it: the defaults
             if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}{_one_text(value)}")
+                raise ConfigError(f"{prefix}{name}: expected a section of keys, got {value!r}{_one_text(value, hint)}")
             values[name] = build_dataclass(hint, value, f"{prefix}{name}.")
         elif isinstance(value, dict) and value and not _takes_mapping(hint):  # (`seed.x=1` had been "expected int,
             raise _not_a_section(f"{prefix}{name}", f"{prefix}{name}.{next(iter(value))}")  # got {'x': 1}")
@@ -757,12 +757,13 @@ def _not_a_section(setting: str, key: str) -> ConfigError:
                        f"({key})")
 
 
-def _one_text(value: Any) -> str:
-    """What to fix where a section's value is ``value``, text that reads as a key and its value written without
-    the space after the colon (``agent:`` then ``  gamma:0.9`` on the next line: YAML's text 'gamma:0.9'); else ''."""
-    if not (isinstance(value, str) and re.fullmatch(r"[A-Za-z_]\w*:[^\s:].*", value)):
+def _one_text(value: Any, section: type) -> str:
+    """What to fix where the value of a section (the dataclass ``section``) is ``value``, text that reads as one of
+    its keys and a value written without the space after the colon (``agent:`` then ``  gamma:0.9`` on the next
+    line: YAML's text 'gamma:0.9'); else '' (``env: gym:Pendulum-v1`` is no key of env's)."""
+    name, colon, rest = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not colon or not rest or rest[0].isspace() or name not in {f.name for f in dataclasses.fields(section)}:
         return ""
-    name, _, rest = value.partition(":")
     return f" (YAML reads '{value}' as one piece of text: a key's colon needs a space after it, '{name}: {rest}')"
 
 

@@ -316,6 +316,9 @@ def test_a_config_files_colon_without_a_space_is_refused_naming_the_file_and_lin
     with pytest.raises(ConfigError, match=r"agent: must be a mapping of the algorithm's settings \(YAML reads "
                                           r"'gamma:0.9' as one piece of text: .* 'gamma: 0.9'\)"):
         load_config(path)
+    path = write(tmp_path, "algo: ppo\nenv: gym:Pendulum-v1\n")  # a task where the section goes: no key of env's
+    with pytest.raises(ConfigError, match=r"env: expected a section of keys, got 'gym:Pendulum-v1'$"):
+        load_config(path)
     path = write(tmp_path, "algo: ppo\nenv: {task: pendulum, kwargs: {'a:b': null, c:d: 1}}\nagent: {gamma: 0.9}\n")
     assert load_config(path).env.kwargs == {"a:b": None, "c:d": 1}  # quoted, or of a value: a key written so
 
