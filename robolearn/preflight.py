@@ -49,10 +49,12 @@ def check_decision_period(cfg: TrainConfig, env: VecEnv, agent: Agent | None = N
     decision out: refused by name before anything runs (SRL with 2000-step sequences on 500-step episodes
     ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills). Called
     before the agent is built, from its settings (:data:`DECISION_KEYS`: a sequence critic's networks grow with
-    K, and K=10**9 had failed on a 2 TB allocation first), and with ``agent``, from its controller (one's own)."""
+    K, and K=10**9 had failed on a 2 TB allocation first; not where it blends its sequences every step, a sequence
+    critic's ``execution: ensemble``), and with ``agent``, from its controller (one's own)."""
     limit = getattr(env, "max_episode_steps", None)
     if agent is None:
-        periods = [(getattr(cfg.agent, key, None), [f"agent.{key}"]) for key in DECISION_KEYS]
+        every_step = getattr(cfg.agent, "execution", None) == "ensemble"  # (its decision period is 1)
+        periods = [] if every_step else [(getattr(cfg.agent, key, None), [f"agent.{key}"]) for key in DECISION_KEYS]
     else:
         period = int(getattr(agent.controller(), "decision_period", 1))
         periods = [(period, [f"agent.{key}" for key in DECISION_KEYS if getattr(cfg.agent, key, None) == period]

@@ -1261,6 +1261,12 @@ def test_a_huge_decision_period_is_refused_before_the_agent_is_built(tmp_path, m
                                           r"episode's 200 .*lower agent.sequence_length"):
         Runner(cfg)
     assert not (tmp_path / "runs").exists()
+    from types import SimpleNamespace
+
+    from robolearn.preflight import check_decision_period
+
+    cfg.agent.execution = "ensemble"  # blended every step: its decision period is 1, whatever K (as it was)
+    check_decision_period(cfg, SimpleNamespace(max_episode_steps=200))
 
 
 def test_an_update_returning_other_than_scalar_metrics_is_told_so_on_every_path():
