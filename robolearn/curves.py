@@ -51,7 +51,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
     unit, per = ("minutes", 60.0) if longest > 120 else ("seconds", 1.0)
     series: dict[str, list[tuple[str, list[dict]]]] = {}  # legend label -> each run's (counter, lines)
     finals: dict[str, list[tuple[float, dict]]] = {}  # legend label -> each ended run's (last count, eval.json)
-    ends: dict[str, list[tuple[Path, str, float]]] = {}  # legend label -> each run's counter and last count
+    ends: dict[str, list[tuple[Path, str, float, float]]] = {}  # legend label -> each run's counter, last count
+    # and spacing (_reach)
     run_phases = {run: _phases(lines) for run, lines in logs.items()}
     # runs counting other things (updates, env steps) share the x axis: each legend entry says what it counts
     mixed = len({counter for phases in run_phases.values() for counter, _ in phases.values()}) > 1
@@ -64,8 +65,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
             label = (f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})" if len(phases) > 1
                      else f"{base} ({counter.replace('_', ' ')})" if mixed else base)
             series.setdefault(label, []).append((counter, phase_lines))
-            ends.setdefault(label, []).append((run, counter, max((line[counter] for line in phase_lines
-                                                                 if _finite(line.get(counter))), default=0)))
+            ends.setdefault(label, []).append((run, counter, *_reach([line[counter] for line in phase_lines
+                                                                      if _finite(line.get(counter))])))
         if (evaluation := _final_evaluation(run)) and _finite(last := phase_lines[-1].get(counter)):
             finals.setdefault(label, []).append((last, evaluation))  # drawn where the last phase ended
     if mean:
@@ -249,13 +250,21 @@ def _run_title(run: Path, live: bool) -> str:
     return f"{run}{what}" + (" (training now)" if live and holder(run) else "")
 
 
-def _say_short_runs(ends: dict[str, list[tuple[Path, str, float]]]) -> None:
+def _reach(counts: list[float]) -> tuple[float, float]:
+    """A run's last count and the closest spacing of its lines (0 for fewer than two lines)."""
+    counts = sorted(set(counts)) or [0]
+    return counts[-1], min((b - a for a, b in zip(counts, counts[1:])), default=0)
+
+
+def _say_short_runs(ends: dict[str, list[tuple[Path, str, float, float]]]) -> None:
     """Where a mean's runs end at different counts (a seed just started, or stopped early), say which stop
-    short: past their ends the mean is of the runs that got further."""
+    short: past their ends the mean is of the runs that got further. A run that would not have logged again
+    before the furthest end (its lines further apart: 99,000 in steps of 1,500 beside 100,000 in steps of 1,000)
+    reached it as far as its logging goes, and is not said."""
     for label, members in ends.items():
-        furthest = max(last for _, _, last in members)
-        if short := [f"{run} to {counter.replace('_', ' ')} {last:g}" for run, counter, last in members
-                     if last < furthest]:
+        furthest = max(last for _, _, last, _ in members)
+        if short := [f"{run} to {counter.replace('_', ' ')} {last:g}" for run, counter, last, spacing in members
+                     if (last + spacing <= furthest if spacing else last < furthest)]:
             warnings.warn(f"{label}: {', '.join(short)}, the others further (to {furthest:g}): past a run's last "
                           "line the mean is of the runs that got further", stacklevel=3)
 

@@ -143,6 +143,25 @@ def test_mean_keeps_its_length_when_a_seed_has_just_started(tmp_path, monkeypatc
     assert line.get_ydata()[-1] == pytest.approx(490.5)  # a 490, b 491: c is in no mean past its line
 
 
+def test_mean_does_not_name_a_seed_that_logs_further_apart_as_stopping_short(tmp_path, monkeypatch, recwarn):
+    """Seeds logging every 1,000 and every 1,500 steps of a 100,000-step budget end at 100,000 and 99,000: the
+    second would not have logged again before 100,000, so it had been named as stopping short when it had not."""
+    runs = []
+    for seed, every, end in (("a", 1000, 100_000), ("b", 1500, 99_000)):
+        run = tmp_path / "pend_base" / seed
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 1000, "return": s / 1000})
+                                                   + "\n" for s in range(every, end + 1, every)))
+        runs.append(run)
+    monkeypatch.setattr(plt, "close", lambda figure: None)
+    plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)
+    assert not [str(w.message) for w in recwarn if "further" in str(w.message)]
+    (runs[1] / "metrics.jsonl").write_text("".join(json.dumps({"env_steps": s, "time": s / 1000, "return": 1.0})
+                                                   + "\n" for s in range(1500, 97_500 + 1, 1500)))
+    with pytest.warns(UserWarning, match=r"pend_base/b to env steps 97500, the others further \(to 100000\)"):
+        plot_runs(runs, tmp_path / "mean.png", metrics=["return"], mean=True)  # one line short: said
+
+
 def test_a_run_that_logged_once_shows_its_point(tmp_path, monkeypatch):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"updates": 500, "time": 6.2, "eval/return": 118.1}) + "\n")
     figures = []
