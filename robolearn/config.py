@@ -217,9 +217,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _glued(key: yaml.ScalarNode, value: yaml.Node) -> bool:
     """Whether YAML read ``key: value`` from ``name:value`` written without the space after its colon: a plain
-    key holding a colon, of an empty value (``gym:id: null`` and a quoted key are written so on purpose)."""
+    key holding a colon, of an empty value that no colon of its own gave (``gym:id: null``, ``gym:id:``, an
+    explicit ``? gym:id`` and a quoted key are written so on purpose)."""
     empty = isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null" and value.value == ""
-    return empty and key.style is None and ":" in key.value.strip(":")
+    if not (empty and key.style is None and ":" in key.value.strip(":")):
+        return False
+    text = key.start_mark.buffer  # (the document's text: read_yaml loads a string)
+    if not isinstance(text, str):
+        return True
+    explicit = text[:key.start_mark.index].rstrip().endswith("?")
+    return not explicit and ":" not in text[key.end_mark.index:value.start_mark.index]
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

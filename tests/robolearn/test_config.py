@@ -321,6 +321,9 @@ def test_a_config_files_colon_without_a_space_is_refused_naming_the_file_and_lin
         load_config(path)
     path = write(tmp_path, "algo: ppo\nenv: {task: pendulum, kwargs: {'a:b': null, c:d: 1}}\nagent: {gamma: 0.9}\n")
     assert load_config(path).env.kwargs == {"a:b": None, "c:d": 1}  # quoted, or of a value: a key written so
+    path = write(tmp_path, "algo: ppo\nenv: {task: pendulum, kwargs: {e:f: , ? g:h, i:j:}}\nagent: {gamma: 0.9}\n")
+    assert load_config(path).env.kwargs == {"e:f": None, "g:h": None, "i:j": None}  # a colon of its own, or '?':
+    # a key of no value written so on purpose (they had been refused as 'write e: f')
 
 
 def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
