@@ -448,6 +448,7 @@ def _train(args: argparse.Namespace) -> int:
     from policies import agent_entry
     from robolearn.preflight import check_data_parallel, check_fresh_replay, check_minibatches
     from robolearn.runner import train
+    from robolearn.runs import refuse_task_change, refuse_wandb_move
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
@@ -498,6 +499,9 @@ def _train(args: argparse.Namespace) -> int:
         import sims
 
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
+        if args.resume:  # (the ranks' runners refuse them too, but only once torchrun has started them)
+            refuse_task_change(args.resume, cfg)
+            refuse_wandb_move(args.resume, cfg)
         # each rank's env.num_envs (an algorithm of one's own that sets on_policy only when built: its ranks ask)
         check_minibatches(cfg, getattr(agent_entry(cfg.algo)[1], "on_policy", None) is True, cfg.env.num_envs)
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import re
 import socket
 import warnings
 from pathlib import Path
@@ -319,6 +320,32 @@ def test_too_many_minibatches_are_refused_before_the_ranks_start(monkeypatch, ca
     assert capsys.readouterr().err.count(said) == 1 and not calls
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=2", "agent.num_steps=2",
                      "agent.num_minibatches=4", "--no-wandb"]) == 0 and calls  # as many as samples: it starts
+
+
+@pytest.mark.parametrize("override, said", [
+    ("logging.project=other", r"logging.project: .* logs to W&B with project .*: drop logging.project="),
+    ("env.task=cartpole", r"env.task: .* trained on 'pendulum'; a resume goes on with its task, not 'cartpole'")])
+def test_a_resume_that_would_move_its_w_and_b_run_or_task_is_refused_before_the_ranks_start(
+        tmp_path, monkeypatch, capsys, override, said) -> None:
+    """`train --resume RUN --nproc 2 logging.project=other` had been refused by each rank once torchrun had started
+    them (refuse_wandb_move and refuse_task_change run in the runner), as --nproc's minibatches had been."""
+    import yaml
+
+    from robolearn.config import to_dict
+
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    run = tmp_path / "runs" / "ppo_pendulum" / "20260101-000000"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_pendulum", ["logging.wandb=offline"]))))
+    (run / "checkpoints" / "latest.pt").write_bytes(b"read by the ranks")
+    session = run / "wandb" / "offline-run-20260101_000000-id1" / "run-id1.wandb"
+    session.parent.mkdir(parents=True)
+    session.write_bytes(b"")
+    assert cli.main(["train", "--resume", str(run), "--nproc", "2", override]) == 2
+    assert re.search(said, capsys.readouterr().err) and not calls
 
 
 def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(monkeypatch, recwarn) -> None:
