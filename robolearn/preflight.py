@@ -41,7 +41,7 @@ def check_agent_contract(cfg: TrainConfig, agent: Agent) -> None:
                           "which the runner reads")
 
 
-DECISION_KEYS = ("sequence_length", "horizon", "subgoal_period")  # agent settings that are its decision period
+DECISION_KEYS = ("sequence_length", "horizon", "subgoal_period")  # our agents' settings that are their decision period
 
 
 def check_decision_period(cfg: TrainConfig, env: VecEnv, agent: Agent | None = None) -> None:
@@ -50,11 +50,16 @@ def check_decision_period(cfg: TrainConfig, env: VecEnv, agent: Agent | None = N
     ran into NaN; a skill horizon of 150 on 100-step episodes trained on nothing but cut-off skills). Called
     before the agent is built, from its settings (:data:`DECISION_KEYS`: a sequence critic's networks grow with
     K, and K=10**9 had failed on a 2 TB allocation first; not where it blends its sequences every step, a sequence
-    critic's ``execution: ensemble``), and with ``agent``, from its controller (one's own)."""
+    critic's ``execution: ensemble``), and with ``agent``, from its controller (one's own, whose ``horizon`` may
+    be anything: a planning horizon had been refused as its decision period)."""
+    from policies import AGENTS
+
     limit = getattr(env, "max_episode_steps", None)
     if agent is None:
         every_step = getattr(cfg.agent, "execution", None) == "ensemble"  # (its decision period is 1)
-        periods = [] if every_step else [(getattr(cfg.agent, key, None), [f"agent.{key}"]) for key in DECISION_KEYS]
+        ours = cfg.algo in AGENTS  # whose settings of these names are their decision period
+        periods = [] if every_step or not ours else [(getattr(cfg.agent, key, None), [f"agent.{key}"])
+                                                     for key in DECISION_KEYS]
     else:
         period = int(getattr(agent.controller(), "decision_period", 1))
         periods = [(period, [f"agent.{key}" for key in DECISION_KEYS if getattr(cfg.agent, key, None) == period]

@@ -82,6 +82,15 @@ class Unnamed(Reinforce):
 
 
 @dataclass
+class PlanningConfig(ReinforceConfig):
+    horizon: int = 100_000  # how far it plans ahead, not how often it decides
+
+
+class Planning(Reinforce):
+    config_class = PlanningConfig
+
+
+@dataclass
 class NoRollout:
     lr: float = 1e-2
 
@@ -142,6 +151,17 @@ def test_an_own_algorithm_trains_resumes_evaluates_and_exports(algo_module, tmp_
     assert main(["train", "--resume", str(run), "runner.total_steps=384"]) == 0
     assert main(["eval", str(run), "--episodes", "2", "--exported", "onnx", "--json"]) == 0
     assert '"episodes": 2' in capfd.readouterr().out
+
+
+def test_an_own_algorithms_horizon_is_not_taken_for_its_decision_period(algo_module, tmp_path):
+    """The check before the agent is built read agent.horizon (SPiRL's skill length) of any algorithm: an own
+    algorithm's planning horizon beyond an episode had been refused as 'decides every 100000 steps'. One's own
+    is checked by its controller's decision_period once built (Reinforce's: 1)."""
+    config = tmp_path / "planning_pendulum.yaml"
+    config.write_text(config_text(f"{algo_module}:Planning", tmp_path / "runs"))
+    runner = Runner(load_config(config))
+    assert runner.cfg.agent.horizon > runner.env.max_episode_steps
+    runner.close()
 
 
 def test_what_an_own_algorithm_forgot_is_said_by_name(algo_module, tmp_path):
