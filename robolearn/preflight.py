@@ -1,7 +1,8 @@
 """What is refused before a run builds anything that runs: settings that fit the config's types and ranges
 but not the agent, the env or the number of ranks they meet (an algorithm of one's own missing what the runner
 reads, a decision period longer than an episode, more minibatches than a rollout holds, a replay too short
-for the windows an agent cuts). Each says the key to change; the runner and the command line call them.
+for the windows an agent cuts); and warned of: a flat agent that cannot see a goal that changes from episode to
+episode (:func:`warn_if_goal_unread`). Each says the key to change; the runner and the command line call them.
 """
 
 from __future__ import annotations
