@@ -341,7 +341,8 @@ def changed_activations(saved: dict[str, Any], now: dict[str, Any]) -> list[str]
 def changed_starting_values(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """The agent settings that set a learnt value's start (``init_*``, ``*_init``: SAC's ``init_alpha``, PPO's
     ``init_std``, IQL's ``log_std_init``) whose value differs between ``saved`` (a checkpoint's) and ``now``: an
-    agent is built from them, and a resume then loads the value its checkpoint trained to over it."""
+    agent is built from them, and a resume then loads the value its checkpoint trained to over it. Our agents'
+    alone: one's own may read an ``init_*`` as it trains (its ``resume_fixed`` lists what a resume may not change)."""
     return [key for key in sorted(set(saved) & set(now)) if (key.startswith("init_") or key.endswith("_init"))
             and saved[key] != now[key]]
 
@@ -360,6 +361,14 @@ def load_agent_state(agent: Any, state: dict[str, Any], saved: dict[str, Any], n
         raise CheckpointError(f"the checkpoint does not load into this model ({first}: "
                               f"{' '.join(str(err).splitlines()[1:]).strip()}); agent settings changed since the "
                               f"checkpoint: {said} ({remedy})") from None
+
+
+def _ours(algo: Any) -> bool:
+    """Whether ``algo`` is one of our algorithms (``policies.AGENTS``), whose ``init_*``/``*_init`` settings are
+    all a learnt value's start (:func:`changed_starting_values`)."""
+    from policies import AGENTS
+
+    return algo in AGENTS
 
 
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -383,7 +392,8 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    if moot := changed_starting_values(saved, now):  # (it had been listed among the changed settings, to no effect)
+    # (it had been listed among the changed settings, to no effect; one's own algorithm may name anything init_*)
+    if _ours(now_cfg.get("algo")) and (moot := changed_starting_values(saved, now)):
         raise CheckpointError(f"{settings_said(moot, saved, now)}: a starting value, which only a new "
                               f"{type(agent).__name__} starts from; a resume goes on from its checkpoint's, as trained "
                               "since, so it would change nothing: resume without that override, or train a new run "

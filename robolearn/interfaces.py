@@ -348,9 +348,10 @@ class Agent(ABC):
     dataclass as ``config_class`` (``policies.agent_entry``). Optional, read where present:
 
     - every agent: ``data_parallel`` (below); ``resume_fixed`` (config keys a resume may not change: a
-      skill's horizon, a sequence's length; an activation and a learnt value's start, ``init_*``/``*_init``,
-      are refused by name for every agent); ``state_metrics()`` (numbers logged as they stand at an
-      iteration's end, not averaged over its updates as ``update``'s are: Skill-Critic's stage);
+      skill's horizon, a sequence's length; an activation is refused by name for every agent, and our
+      agents' learnt values' starts, ``init_*``/``*_init``: one's own lists such settings here);
+      ``state_metrics()`` (numbers logged as they stand at an iteration's end, not averaged over its updates
+      as ``update``'s are: Skill-Critic's stage);
     - off-policy online: ``random_act(obs)`` (the first ``runner.random_steps`` actions);
       ``sample(replay, batch_size, num_envs)`` (its own minibatch: windows of consecutive steps);
       ``observe(transition)`` (every step's transition as it is stored, an ended episode's last one included:

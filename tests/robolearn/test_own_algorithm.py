@@ -91,6 +91,15 @@ class Planning(Reinforce):
 
 
 @dataclass
+class WarmingConfig(ReinforceConfig):
+    init_updates: int = 0  # updates it skips at the start of each iteration: read as it trains
+
+
+class Warming(Reinforce):
+    config_class = WarmingConfig
+
+
+@dataclass
 class NoRollout:
     lr: float = 1e-2
 
@@ -162,6 +171,20 @@ def test_an_own_algorithms_horizon_is_not_taken_for_its_decision_period(algo_mod
     runner = Runner(load_config(config))
     assert runner.cfg.agent.horizon > runner.env.max_episode_steps
     runner.close()
+
+
+def test_an_own_algorithms_init_setting_may_change_on_a_resume(algo_module, tmp_path, capfd):
+    """Our agents' init_* settings set a learnt value's start, which a resume loads over, and a resume refuses a
+    change of them; an own algorithm's init_* may be anything (init_updates, read as it trains) and had been
+    refused alike ('a starting value ... it would change nothing')."""
+    config = tmp_path / "warming_pendulum.yaml"
+    config.write_text(config_text(f"{algo_module}:Warming", tmp_path / "runs"))
+    assert main(["train", str(config)]) == 0
+    run = next((tmp_path / "runs").glob("*/*/config.yaml")).parent
+    capfd.readouterr()
+    assert main(["train", "--resume", str(run), "runner.total_steps=384", "agent.init_updates=1"]) == 0
+    assert "starting value" not in capfd.readouterr().err
+    assert load_config(run / "config.yaml").agent.init_updates == 1
 
 
 def test_what_an_own_algorithm_forgot_is_said_by_name(algo_module, tmp_path):
