@@ -141,7 +141,8 @@ def warn_if_goal_unread(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
         return
     if getattr(unwrapped_task(env), "fixed_goal", False):
         return
-    keys = [key for key, value in vars(cfg.agent).items() if key.endswith("obs_groups") and "goal" not in value]
+    keys = [key for key, value in vars(cfg.agent).items()  # (a list of groups: one's own may hold None, or text)
+            if key.endswith("obs_groups") and isinstance(value, (list, tuple)) and "goal" not in value]
     feed = " ".join(f"agent.{key}=[{','.join((*getattr(cfg.agent, key), 'goal'))}]" for key in keys)
     warnings.warn(f"env.task={cfg.env.task} has a 'goal' observation group that changes from episode to episode, "
                   f"and algo '{cfg.algo}' reads only {list(groups)}: its controller cannot know the goal. "
