@@ -7,6 +7,7 @@ episode (:func:`warn_if_goal_unread`). Each says the key to change; the runner a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -141,7 +142,9 @@ def warn_if_goal_unread(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
         return
     if getattr(unwrapped_task(env), "fixed_goal", False):
         return
-    keys = [key for key, value in vars(cfg.agent).items()  # (a list of groups: one's own may hold None, or text)
+    settings = ({field.name: getattr(cfg.agent, field.name) for field in dataclasses.fields(cfg.agent)}
+                if dataclasses.is_dataclass(cfg.agent) else vars(cfg.agent))  # (slots=True: no vars)
+    keys = [key for key, value in settings.items()  # (a list of groups: one's own may hold None, or text)
             if key.endswith("obs_groups") and isinstance(value, (list, tuple)) and "goal" not in value]
     feed = " ".join(f"agent.{key}=[{','.join((*getattr(cfg.agent, key), 'goal'))}]" for key in keys)
     warnings.warn(f"env.task={cfg.env.task} has a 'goal' observation group that changes from episode to episode, "

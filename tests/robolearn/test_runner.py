@@ -1733,16 +1733,22 @@ def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_upda
     assert [line["rare"] for line in logged if "rare" in line] == [3.0]
 
 
-def test_the_goal_warning_names_only_group_lists_among_an_own_agents_settings():
+def test_the_goal_warning_names_only_group_lists_among_an_own_agents_settings_of_any_dataclass():
     """An own algorithm's *obs_groups setting may be None (its default: the controller's own) or text: the goal
-    warning had failed on it ("argument of type 'NoneType' is not iterable"), ending the run it warns of."""
+    warning had failed on it ("argument of type 'NoneType' is not iterable"), ending the run it warns of; and on
+    a config dataclass of slots=True, which has no vars()."""
+    from dataclasses import dataclass
     from types import SimpleNamespace
 
     from robolearn.preflight import warn_if_goal_unread
 
-    cfg = SimpleNamespace(algo="mine:Agent", env=SimpleNamespace(task="point_maze_medium"),
-                          agent=SimpleNamespace(critic_obs_groups=None, text_obs_groups="policy",
-                                                actor_obs_groups=("policy",)))
+    @dataclass(slots=True)
+    class Mine:
+        critic_obs_groups: tuple[str, ...] | None = None
+        text_obs_groups: str = "policy"
+        actor_obs_groups: tuple[str, ...] = ("policy",)
+
+    cfg = SimpleNamespace(algo="mine:Agent", env=SimpleNamespace(task="point_maze_medium"), agent=Mine())
     agent = SimpleNamespace(controller=lambda: SimpleNamespace(obs_groups=("policy",)))
     env = SimpleNamespace(observation_spec={"policy": 4, "goal": 2})  # (no task of ours: not one goal)
     with pytest.warns(UserWarning, match=r"Feed it the goal \(agent.actor_obs_groups=\[policy,goal\]\), or train"):
