@@ -345,7 +345,7 @@ class OfflineRunner:
     def _refuse_finished(self) -> bool:
         """:func:`~robolearn.runs.refuse_finished` by updates: whether the run trains on."""
         return refuse_finished(self.run_dir, "updates", self.progress.updates, self.cfg.runner.total_steps,
-                        self.cfg.runner.eval_episodes)
+                               self.cfg.runner.eval_episodes)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
