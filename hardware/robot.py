@@ -22,8 +22,8 @@ the same on every robot:
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
   the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every
   ``PARK_NOTICE_S``, and is given up once it has read nothing for ``safety.park_blind_s``: torque off where
-  the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one that has run
-  ``safety.park_blind_s`` past its time, on a bus that loses most replies; its message says the park did not
+  the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one whose failed reads have
+  taken ``safety.park_blind_s`` altogether, on a bus that loses most replies; its message says the park did not
   finish and, if the servos did not confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
@@ -108,10 +108,13 @@ class _BlindPark:
     And bounds it: a park that has read nothing for ``limit_s`` of its own time (``safety.park_blind_s``) is given
     up (:meth:`check`). Blind, each waypoint takes a failed read (~0.28 s on a Dynamixel bus, not 0.02), so a
     park of 5 s had gone on for 70 on a bus that may never answer. A park that reads now and then (a flaky bus)
-    goes on, its readings saying where the arm is, but not for ever: one that has run ``limit_s`` past its
-    ``planned_s`` (the time it takes on a healthy bus) is given up too. Its failed reads, each retried, had made a
-    park of 1.6 s take 15-25 s where 30-60 % of the replies were lost, its time unbounded (the blind limit never
-    came: a read got through now and then)."""
+    goes on, its readings saying where the arm is, but not for ever: one whose failed reads have taken ``limit_s``
+    altogether is given up too. Its failed reads, each retried, had made a park of 1.6 s take 15-25 s where 30-60 %
+    of the replies were lost, its time unbounded (the blind limit never came: a read got through now and then).
+    Only the failed reads' time counts: a healthy bus slower than the control rate (a USB adapter's 16 ms latency
+    timer at 100 Hz) makes every waypoint of a park take two periods or more, and a park bounded by its planned
+    time (``planned_s``, said in the message) had been given up, torque off short of the safe pose, with not one
+    read failing."""
 
     def __init__(self, waypoints: int, silent_s: float, limit_s: float, planned_s: float) -> None:
         self.left, self.began, self.said_at, self.silent_s = waypoints, time.monotonic(), -math.inf, silent_s
@@ -130,12 +133,13 @@ class _BlindPark:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
-        if (took := time.monotonic() - self.began) >= self.planned_s + self.limit_s:
+        if self.blind_s >= self.limit_s:  # (a slow read that answers is no failure: never counted here)
             why = "no reply" if self.why == SILENT else self.why  # (some reads got through: no silent bus)
-            raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken {took:.1f} s of the "
-                                 f"{self.planned_s:.1f} s it takes, {self.blind} of its {self.reads} reads failing "
-                                 f"({why}; safety.park_blind_s = {self.limit_s:g}, also the most a park may run past "
-                                 "its time), so it was given up short of the safe pose")
+            raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken "
+                                 f"{time.monotonic() - self.began:.1f} s of the {self.planned_s:.1f} s it takes, "
+                                 f"{self.blind} of its {self.reads} reads failing, {self.blind_s:.1f} s of it ({why}; "
+                                 f"safety.park_blind_s = {self.limit_s:g}, also the most a park's failed reads may "
+                                 "take), so it was given up short of the safe pose")
 
     def waypoint(self, fresh_at: float | None, why: str = SILENT) -> None:
         """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one; ``why``:
