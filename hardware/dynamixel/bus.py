@@ -546,7 +546,10 @@ class DynamixelBus:
         """Drop what the line holds until it has been quiet for a reply timeout: replies come late after a
         timeout too, and the SDK would take one for the answer to the next request of the same servo. Returns
         when the first of those late bytes was seen, in ms after the request went out (None: none came), so
-        that a late reply is said as one, not as none."""
+        that a late reply is said as one, not as none. Only the wait for that first byte ends as it comes: after it
+        the line is cleared once a timeout until quiet, as a reply that trickles in (a slow baud rate, an adapter
+        passing bytes on as they come) would otherwise wake each of the 20 rounds with a byte or two, ending the
+        drain with the rest of it on the line, read later as the answer to the next request."""
         port, late_ms = self._port, None
         if port is None:
             return None
@@ -555,10 +558,14 @@ class DynamixelBus:
                 if late_ms is None and port.getBytesAvailable():
                     late_ms = port.getCurrentTime() - port.packet_start_time
                 port.clearPort()
-                # woken by the first byte that comes (to time it), else quiet for a timeout: drained
-                if not select.select([port.ser.fileno()], [], [], self.timeout_ms / 1000)[0]:
-                    break
-                late_ms = port.getCurrentTime() - port.packet_start_time if late_ms is None else late_ms
+                if late_ms is None:  # woken by the first byte that comes (to time it), else quiet for a timeout
+                    if not select.select([port.ser.fileno()], [], [], self.timeout_ms / 1000)[0]:
+                        break
+                    late_ms = port.getCurrentTime() - port.packet_start_time
+                else:  # a reply coming: the rest of it comes within a timeout
+                    time.sleep(self.timeout_ms / 1000)
+                    if not port.getBytesAvailable():
+                        break
         except LINE_LOST:
             self._close_port()  # the next exchange says the bus is not connected
         return late_ms

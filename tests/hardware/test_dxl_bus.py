@@ -610,3 +610,54 @@ def test_a_refused_hardware_error_status_read_is_not_read_as_causes(emulator, ma
     refuse_status_reads()
     bus.read_state(allow_alerts=True)
     assert bus.alerted == {3: expected}
+
+
+class TricklingLine:
+    """A port on a fake clock (ms) on which a late reply of 120 bytes arrives one byte every 0.5 ms from 10 ms after
+    the request: a sync read's replies at a slow baud rate, through an adapter that passes bytes on as they come."""
+
+    def __init__(self) -> None:
+        self.now, self.packet_start_time, self.taken = 0.0, 0.0, 0
+        self.arrivals = [10.0 + 0.5 * i for i in range(120)]
+        self.ser = self
+
+    def fileno(self) -> int:
+        return -1
+
+    def _arrived(self) -> int:
+        return sum(t <= self.now for t in self.arrivals)
+
+    def getBytesAvailable(self) -> int:  # noqa: N802 (SDK name)
+        return self._arrived() - self.taken
+
+    def clearPort(self) -> None:  # noqa: N802 (SDK name)
+        self.taken = self._arrived()
+
+    def getCurrentTime(self) -> float:  # noqa: N802 (SDK name)
+        return self.now
+
+    def select(self, read: list, write: list, error: list, timeout_s: float) -> tuple[list, list, list]:
+        if not self.getBytesAvailable():  # wait for the next byte, or out the timeout
+            coming = [t for t in self.arrivals if t > self.now]
+            self.now = min(coming[0], self.now + timeout_s * 1000) if coming else self.now + timeout_s * 1000
+        return (read if self.getBytesAvailable() else [], [], [])
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds * 1000
+
+
+def test_the_drain_after_a_timeout_drops_a_reply_that_trickles_in_whole(monkeypatch) -> None:
+    """The drain times a late reply's first byte by waking as it comes; it had woken so for every byte after it too,
+    its 20 rounds spent on some 20 bytes of 120, the rest left on the line to be read as the answer to the next
+    request. The whole reply is dropped, and said late from its first byte."""
+    import types
+
+    import hardware.dynamixel.bus as bus_module
+
+    line = TricklingLine()
+    monkeypatch.setattr(bus_module, "select", types.SimpleNamespace(select=line.select))
+    monkeypatch.setattr(bus_module, "time", types.SimpleNamespace(sleep=line.sleep))
+    bus = DynamixelBus.__new__(DynamixelBus)
+    bus._port, bus.timeout_ms = line, 20.0
+    assert bus._drain() == 10.0
+    assert line.taken == 120 and not line.getBytesAvailable()
