@@ -21,8 +21,9 @@ The Bus_Watchdog stops the servos when this host goes quiet for longer than
 
 A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
-drained until it is quiet (a reply seen come then is said as late, with when:
-not as none, which sends a person to check power and ids), and a reply holding another number of bytes than the
+drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when: not as
+none, which sends a person to check power and ids; a stray byte is no reply), and a reply holding another number of
+bytes than the
 request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
@@ -73,6 +74,7 @@ GOAL = TABLE["Goal_Position"]
 # A port that vanished (pty closed, USB unplugged): pyserial raises SerialException (an
 # OSError) from reads and writes, but termios.error from the SDK's flush before each packet.
 LINE_LOST = (OSError, termios.error)
+LATE_BYTES_KEPT = 64  # the drain keeps the first bytes it drops, to tell a late reply (a status header) from noise
 
 # What one try returns: (SDK comm result, status error byte, value, servo id it concerns).
 _Attempt = tuple[int, int, Any, "int | None"]
@@ -545,30 +547,37 @@ class DynamixelBus:
     def _drain(self) -> float | None:
         """Drop what the line holds until it has been quiet for a reply timeout: replies come late after a
         timeout too, and the SDK would take one for the answer to the next request of the same servo. Returns
-        when the first of those late bytes was seen, in ms after the request went out (None: none came), so
-        that a late reply is said as one, not as none. Only the wait for that first byte ends as it comes: after it
-        the line is cleared once a timeout until quiet, as a reply that trickles in (a slow baud rate, an adapter
-        passing bytes on as they come) would otherwise wake each of the 20 rounds with a byte or two, ending the
-        drain with the rest of it on the line, read later as the answer to the next request."""
-        port, late_ms = self._port, None
+        when the first of those late bytes was seen, in ms after the request went out (None: none came, or what
+        came holds no status packet's header: a stray byte or noise, not a reply), so that a late reply is said
+        as one, not as none. Only the wait for that first byte ends as it comes: after it the line is cleared once
+        a timeout until quiet, as a reply that trickles in (a slow baud rate, an adapter passing bytes on as they
+        come) would otherwise wake each of the 20 rounds with a byte or two, ending the drain with the rest of it
+        on the line, read later as the answer to the next request."""
+        port, first_ms, seen = self._port, None, bytearray()  # (seen: the first bytes dropped, to tell a reply)
         if port is None:
             return None
+
+        def drop() -> None:
+            if (waiting := port.getBytesAvailable()) and len(seen) < LATE_BYTES_KEPT:
+                seen.extend(port.readPort(min(waiting, LATE_BYTES_KEPT - len(seen))))
+            port.clearPort()
+
         try:
             for _ in range(20):  # a servo answers within a timeout; a line that never falls quiet is not ours to fix
-                if late_ms is None and port.getBytesAvailable():
-                    late_ms = port.getCurrentTime() - port.packet_start_time
-                port.clearPort()
-                if late_ms is None:  # woken by the first byte that comes (to time it), else quiet for a timeout
+                if first_ms is None and port.getBytesAvailable():
+                    first_ms = port.getCurrentTime() - port.packet_start_time
+                drop()
+                if first_ms is None:  # woken by the first byte that comes (to time it), else quiet for a timeout
                     if not select.select([port.ser.fileno()], [], [], self.timeout_ms / 1000)[0]:
                         break
-                    late_ms = port.getCurrentTime() - port.packet_start_time
+                    first_ms = port.getCurrentTime() - port.packet_start_time
                 else:  # a reply coming: the rest of it comes within a timeout
                     time.sleep(self.timeout_ms / 1000)
                     if not port.getBytesAvailable():
                         break
         except LINE_LOST:
             self._close_port()  # the next exchange says the bus is not connected
-        return late_ms
+        return first_ms if protocol.HEADER in seen else None
 
     def _drop_pending(self) -> None:
         """Drop what has arrived, without waiting (after a garbled reply: the rest of a sync read's replies

@@ -613,13 +613,19 @@ def test_a_refused_hardware_error_status_read_is_not_read_as_causes(emulator, ma
 
 
 class TricklingLine:
-    """A port on a fake clock (ms) on which a late reply of 120 bytes arrives one byte every 0.5 ms from 10 ms after
-    the request: a sync read's replies at a slow baud rate, through an adapter that passes bytes on as they come."""
+    """A port on a fake clock (ms) on which ``data`` (default: a late reply of 120 bytes, six 20-byte status packets)
+    arrives one byte every 0.5 ms from 10 ms after the request: a sync read's replies at a slow baud rate, through an
+    adapter that passes bytes on as they come."""
 
-    def __init__(self) -> None:
-        self.now, self.packet_start_time, self.taken = 0.0, 0.0, 0
-        self.arrivals = [10.0 + 0.5 * i for i in range(120)]
+    def __init__(self, data: bytes = (p.HEADER + bytes(16)) * 6) -> None:
+        self.now, self.packet_start_time, self.taken, self.data = 0.0, 0.0, 0, data
+        self.arrivals = [10.0 + 0.5 * i for i in range(len(data))]
         self.ser = self
+
+    def readPort(self, length: int) -> bytes:  # noqa: N802 (SDK name)
+        length = min(length, self.getBytesAvailable())
+        self.taken += length
+        return self.data[self.taken - length:self.taken]
 
     def fileno(self) -> int:
         return -1
@@ -661,3 +667,21 @@ def test_the_drain_after_a_timeout_drops_a_reply_that_trickles_in_whole(monkeypa
     bus._port, bus.timeout_ms = line, 20.0
     assert bus._drain() == 10.0
     assert line.taken == 120 and not line.getBytesAvailable()
+
+
+def test_a_stray_byte_after_a_timeout_is_no_late_reply(monkeypatch) -> None:
+    """Any byte the drain saw after a timeout had been said as a late reply ('late reply from servo 1 ... check the
+    adapter's latency timer'), a noise byte on a bus whose servo never answered too; a late reply is one that holds
+    a status packet's header, and the byte is dropped all the same."""
+    import types
+
+    import hardware.dynamixel.bus as bus_module
+
+    for data, late in ((b"\x00", None), (b"\xff\x00\xfe", None), (b"\x00" + p.HEADER + bytes(7), 10.0)):
+        line = TricklingLine(data)
+        monkeypatch.setattr(bus_module, "select", types.SimpleNamespace(select=line.select))
+        monkeypatch.setattr(bus_module, "time", types.SimpleNamespace(sleep=line.sleep))
+        bus = DynamixelBus.__new__(DynamixelBus)
+        bus._port, bus.timeout_ms = line, 20.0
+        assert bus._drain() == late, data
+        assert line.taken == len(data)
