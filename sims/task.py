@@ -78,9 +78,15 @@ class Task(ABC):
         ranges = model.actuator_ctrlrange
         unbounded = [i for i in range(model.nu) if not model.actuator_ctrllimited[i]]
         if unbounded:
-            # a range whose low is not below its high ("1 -1", "0.5 0.5") is one MuJoCo leaves unlimited: said as such
-            ignored = ", ".join(f"{names[i]} {ranges[i].tolist()}" for i in unbounded if ranges[i].any())
-            why = f" (MuJoCo ignores the ctrlrange of {ignored}: its low must be below its high)" if ignored else ""
+            # a range given but left unlimited is said as such, with why: its low is not below its high ("1 -1",
+            # "0.5 0.5"), or (a proper range) the actuator or the compiler turns limits off
+            reversed_ = ", ".join(f"{names[i]} {ranges[i].tolist()}" for i in unbounded
+                                  if ranges[i].any() and ranges[i][0] >= ranges[i][1])
+            off = ", ".join(f"{names[i]} {ranges[i].tolist()}" for i in unbounded if ranges[i][0] < ranges[i][1])
+            why = "; ".join(([f"{reversed_}: its low must be below its high"] if reversed_ else []) + (
+                [f"{off}: it is not ctrllimited (ctrllimited=\"false\", or <compiler autolimits=\"false\"/>: set "
+                 "ctrllimited=\"true\")"] if off else []))
+            why = f" (MuJoCo ignores the ctrlrange of {why})" if why else ""
             raise ValueError(f"{type(self).__name__}: actuator(s) {[names[i] for i in unbounded]} have no "
                              f"ctrlrange{why}; give each a ctrlrange in the MJCF (actions are clipped to it), or "
                              "override Task.action_spec")

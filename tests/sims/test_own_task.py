@@ -63,11 +63,12 @@ def own_module(tmp_path, monkeypatch, request):
     (folder / f"{name}_huge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e30 1e30"'))
     (folder / f"{name}_edge.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="-1e10 1e10"'))
     (folder / f"{name}_reversed.py").write_text(SLIDER.replace("RANGE", 'ctrlrange="1 -1"'))
+    (folder / f"{name}_unlimited.py").write_text(SLIDER.replace("RANGE", 'ctrllimited="false" ctrlrange="-1 1"'))
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
     yield name
     for module in (name, f"{name}_nolimit", f"{name}_noactuator", f"{name}_huge", f"{name}_edge",
-                   f"{name}_reversed"):
+                   f"{name}_reversed", f"{name}_unlimited"):
         sys.modules.pop(module, None)
 
 
@@ -101,6 +102,10 @@ def test_an_own_task_from_python_and_its_mistakes_said_by_name(own_module):
     with pytest.raises(ValueError, match=r"Slider: actuator\(s\) \['push'\] have no ctrlrange \(MuJoCo ignores the "
                                          r"ctrlrange of push \[1.0, -1.0\]: its low must be below its high\)"):
         sims.make_env(f"{own_module}_reversed:Slider", num_envs=1)  # (it had been said to have none, given one)
+    with pytest.raises(ValueError, match=r"\(MuJoCo ignores the ctrlrange of push \[-1.0, 1.0\]: it is not ctrllimited "
+                                         r"\(ctrllimited=\"false\", or <compiler autolimits=\"false\"/>: set "
+                                         r"ctrllimited=\"true\"\)\)"):
+        sims.make_env(f"{own_module}_unlimited:Slider", num_envs=1)  # (it had been said to be reversed)
     with pytest.raises(ValueError, match=r"Slider: the model has no actuators, so there is nothing to act on"):
         sims.make_env(f"{own_module}_noactuator:Slider", num_envs=1)  # PPO had trained on until its std was NaN
     with pytest.raises(ValueError, match=r"Slider: actuator\(s\) push \[-1e\+30, 1e\+30\] have a ctrlrange beyond "
