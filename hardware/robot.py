@@ -22,8 +22,8 @@ the same on every robot:
   that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
   the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every
   ``PARK_NOTICE_S``, and is given up once it has read nothing for ``safety.park_blind_s``: torque off where
-  the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one whose failed reads have
-  taken ``safety.park_blind_s`` altogether, on a bus that loses most replies; its message says the park did not
+  the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one whose failed and retried reads
+  have taken ``safety.park_blind_s`` altogether, on a bus that loses many replies; its message says the park did not
   finish and, if the servos did not confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
@@ -108,19 +108,20 @@ class _BlindPark:
     And bounds it: a park that has read nothing for ``limit_s`` of its own time (``safety.park_blind_s``) is given
     up (:meth:`check`). Blind, each waypoint takes a failed read (~0.28 s on a Dynamixel bus, not 0.02), so a
     park of 5 s had gone on for 70 on a bus that may never answer. A park that reads now and then (a flaky bus)
-    goes on, its readings saying where the arm is, but not for ever: one whose failed reads have taken ``limit_s``
-    altogether is given up too. Its failed reads, each retried, had made a park of 1.6 s take 15-25 s where 30-60 %
-    of the replies were lost, its time unbounded (the blind limit never came: a read got through now and then).
-    Only the failed reads' time counts: a healthy bus slower than the control rate (a USB adapter's 16 ms latency
-    timer at 100 Hz) makes every waypoint of a park take two periods or more, and a park bounded by its planned
-    time (``planned_s``, said in the message) had been given up, torque off short of the safe pose, with not one
-    read failing."""
+    goes on, its readings saying where the arm is, but not for ever: one whose failed reads, and reads that got
+    through only on a retry (:attr:`Robot.read_retried`), have taken ``limit_s`` altogether is given up too. Its
+    failed reads, each retried, had made a park of 1.6 s take 15-25 s where 30-60 % of the replies were lost, its
+    time unbounded (the blind limit never came: a read got through now and then). Only troubled reads' time
+    counts: a healthy bus slower than the control rate (a USB adapter's 16 ms latency timer at 100 Hz) makes every
+    waypoint of a park take two periods or more, and a park bounded by its planned time (``planned_s``, said in
+    the message) had been given up, torque off short of the safe pose, with not one read failing."""
 
     def __init__(self, waypoints: int, silent_s: float, limit_s: float, planned_s: float) -> None:
         self.left, self.began, self.said_at, self.silent_s = waypoints, time.monotonic(), -math.inf, silent_s
         self.last, self.blind_s, self.blind = self.began, 0.0, 0  # (the seconds and count of blind waypoints)
         self.limit_s, self.planned_s = limit_s, planned_s
         self.reads, self.why = 0, SILENT  # the waypoints' reads so far, and why the last failed one failed
+        self.retried, self.retried_s = 0, 0.0  # waypoints whose read got through only on a retry, and their seconds
 
     def unread_s(self, fresh_at: float) -> float:
         """Seconds of this park without a reading: since it began or since ``fresh_at`` (the last reading)."""
@@ -133,20 +134,24 @@ class _BlindPark:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
-        if self.blind_s >= self.limit_s:  # (a slow read that answers is no failure: never counted here)
-            why = "no reply" if self.why == SILENT else self.why  # (some reads got through: no silent bus)
+        if (troubled_s := self.blind_s + self.retried_s) >= self.limit_s:  # (a slow read that answers at once is
+            why = "no reply" if self.why == SILENT else self.why  # no trouble: never counted here)
             raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken "
                                  f"{time.monotonic() - self.began:.1f} s of the {self.planned_s:.1f} s it takes, "
-                                 f"{self.blind} of its {self.reads} reads failing, {self.blind_s:.1f} s of it ({why}; "
-                                 f"safety.park_blind_s = {self.limit_s:g}, also the most a park's failed reads may "
-                                 "take), so it was given up short of the safe pose")
+                                 f"{self.blind} of its {self.reads} reads failing and {self.retried} retried, "
+                                 f"{troubled_s:.1f} s of it ({why}; safety.park_blind_s = {self.limit_s:g}, also the "
+                                 "most a park's failed and retried reads may take), so it was given up short of the "
+                                 "safe pose")
 
-    def waypoint(self, fresh_at: float | None, why: str = SILENT) -> None:
+    def waypoint(self, fresh_at: float | None, why: str = SILENT, retried: bool = False) -> None:
         """After each waypoint's read; ``fresh_at``: when the last reading came, None if this read gave one; ``why``:
-        why it gave none (:attr:`Robot.read_failure`: a bus whose replies all come garbled is not a silent one)."""
+        why it gave none (:attr:`Robot.read_failure`: a bus whose replies all come garbled is not a silent one);
+        ``retried``: whether the read needed a retry of the driver's (:attr:`Robot.read_retried`)."""
         now = time.monotonic()
         self.left, took, self.last, self.reads = self.left - 1, now - self.last, now, self.reads + 1
         if fresh_at is None:
+            if retried:
+                self.retried, self.retried_s = self.retried + 1, self.retried_s + took
             return
         self.blind_s, self.blind, self.why = self.blind_s + took, self.blind + 1, why
         if now - self.said_at >= PARK_NOTICE_S and now - fresh_at >= self.silent_s:
@@ -208,6 +213,9 @@ class Robot(VecEnv):
         # Why the last read gave no state, in words a park that reads nothing says (its notices, ParkUnfinished):
         # a driver's ``_read`` sets it where it knows (garbled replies are no silent bus), else SILENT
         self.read_failure = SILENT
+        # Whether the last read got through only on a retry (a driver that retries sets it): a park counts such
+        # reads' time, as a failed one's, against safety.park_blind_s (a bus losing a third of its replies)
+        self.read_retried = False
         self._episode_step = 0
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
@@ -227,7 +235,8 @@ class Robot(VecEnv):
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Joint positions and velocities, one value per joint; None for a transient failure (after the
         driver's own retries; a reading with NaN or inf counts as one), with ``self.read_failure`` set to why
-        where the driver knows (default :data:`SILENT`); raise ConnectionLost if the link is gone. Return within
+        where the driver knows (default :data:`SILENT`), and ``self.read_retried`` where a reading came only on a
+        retry; raise ConnectionLost if the link is gone. Return within
         about a control period (time out): the watchdog and the safe stop wait for it."""
 
     @abstractmethod
@@ -562,7 +571,7 @@ class Robot(VecEnv):
     def _refresh(self) -> None:
         """Read the state; a failed read keeps the last one (the watchdog judges staleness), and
         ``read_failure`` says why it failed."""
-        self.read_failure = SILENT  # (unless the driver's _read says why)
+        self.read_failure, self.read_retried = SILENT, False  # (unless the driver's _read says otherwise)
         state = self._checked(read := self._read())
         if read is not None and state is None:
             self.read_failure = NOT_FINITE
@@ -629,7 +638,7 @@ class Robot(VecEnv):
             self._refresh()
             if parking and not self._park_cut.is_set():  # a park goes on blind (other ramps end after stop_after_s
                 # of it, above): said as it goes, but not once a second stop came in the read (cut at the loop's top)
-                blind.waypoint(None if self._read_fresh else self._fresh_at, self.read_failure)
+                blind.waypoint(None if self._read_fresh else self._fresh_at, self.read_failure, self.read_retried)
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
             return self._move_to(pose, parking, restarts + 1) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])

@@ -68,7 +68,8 @@ class ParkSkipped(SafetyStop):
 
 class ParkUnfinished(SafetyStop):
     """The ramp to the safe pose was given up: nothing was read for ``safety.park_blind_s`` of it (a silent bus, or
-    replies all garbled: its message says which), or its failed reads took that long altogether (most failing).
+    replies all garbled: its message says which), or its failed reads, and those that got through only on a retry,
+    took that long altogether (a bus losing many replies).
     Torque off was sent where the robot stood; its message says whether the servos confirmed it."""
 
 
@@ -97,8 +98,8 @@ class SafetyConfig:
     watchdog_s: float = 0.1  # stale observation or silent controller: hold after this long
     stop_after_s: float = 0.5  # ... and stop (ramp to the safe pose, torque off) after this long
     ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
-    park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus), or whose failed reads take
-    # this long altogether (a bus that loses most replies), is given up: torque off where the robot stands
+    park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus), or whose failed and retried
+    # reads take this long altogether (a bus that loses many replies), is given up: torque off where the robot stands
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:

@@ -1572,3 +1572,18 @@ def test_a_ctrl_c_held_while_a_failed_connect_turns_torque_off_is_said_as_interr
     assert re.search(r"^interrupted: SIGINT; connecting had failed already: CommTimeoutError: no reply from servo 1 "
                      r"to answer a ping", err, re.MULTILINE), err
     assert "error:" not in err and not (run_dir / "deploy").exists()
+
+
+def test_a_read_that_got_through_only_on_a_retry_is_told_to_the_park(make_emulator):
+    """DynamixelArm says which reads needed the bus's retries (read_retried), whose time a park counts against
+    safety.park_blind_s: a read whose first reply was lost, answered on the retry, had counted as a healthy one."""
+    emulator = make_emulator()
+    with DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=PATIENT) as arm:
+        with arm._bus():
+            arm._refresh()
+            assert arm._read_fresh and not arm.read_retried
+            emulator.faults.drop_next = 1  # one servo's reply of the sync read lost: a timeout, then the retry
+            arm._refresh()
+            assert arm._read_fresh and arm.read_retried
+            arm._refresh()
+            assert arm._read_fresh and not arm.read_retried
