@@ -278,8 +278,13 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
 def _undeclared_hint(builder: Callable[..., Task], name: str) -> str:
     """Why a task class's attribute ``name`` (one it sets, or sims.Task's ``frame_skip``) is no setting, and how it
     becomes one: a setting is a dataclass field, which takes the decorator and an annotation both (a task that set
-    ``frame_skip = 10`` had been told to decorate its class only, after which it still was none). '' otherwise."""
-    if not inspect.isclass(builder) or not hasattr(builder, name):
+    ``frame_skip = 10`` had been told to decorate its class only, after which it still was none). '' otherwise:
+    for a method or property (``rewards`` had been told to declare ``rewards: function = <function ...>``), and for
+    a task of ours (sims.tasks), which is no one's to edit."""
+    if not inspect.isclass(builder) or not hasattr(builder, name) or builder.__module__.startswith("sims."):
+        return ""
+    if callable(value := inspect.getattr_static(builder, name)) or isinstance(value, (property, classmethod,
+                                                                                     staticmethod)):
         return ""
     declare = f"declare {setting_line(builder, name)} in its body, as the README's my_task.py declares frame_skip"
     if not dataclasses.is_dataclass(builder):

@@ -395,6 +395,14 @@ def test_a_frame_skip_set_without_a_declaration_is_told_the_declaration_that_mak
         with pytest.raises(ValueError, match=r"\(Decorated's frame_skip is a class attribute without an annotation, "
                                              r"not a setting: declare frame_skip: int = 2 in its body"):
             sims.make_env("user_frame_skip:Decorated", num_envs=1, frame_skip=5)
+        for name, value in (("rewards", 1), ("observations", 1)):  # a method: no line to declare it by
+            with pytest.raises(ValueError, match=rf"env.kwargs.{name}: task 'user_frame_skip:Decorated' has no such "
+                                                 r"setting; it takes: [a-z_, ]+$"):
+                sims.make_env("user_frame_skip:Decorated", num_envs=1, **{name: value})
+        for name in ("rewards", "fixed_goal"):  # a task of ours: not the user's to edit
+            with pytest.raises(ValueError, match=rf"env.kwargs.{name}: task 'pendulum' has no such setting; it "
+                                                 r"takes: [a-z_, ]+$"):
+                sims.make_env("pendulum", num_envs=1, **{name: 1})
         with sims.make_env("user_frame_skip:Decorated", num_envs=1) as env:  # undeclared, it still steps 2 at a time
             assert env.control_dt == pytest.approx(2 * env.sim.timestep)
         with sims.make_env("user_frame_skip:Declared", num_envs=1, frame_skip=5) as env:  # the line it is told
