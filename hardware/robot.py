@@ -128,14 +128,16 @@ class _BlindPark:
         return time.monotonic() - max(fresh_at, self.began)
 
     def check(self, fresh_at: float, why: str = SILENT) -> None:
-        """Raise ParkUnfinished once this park has read nothing for ``limit_s``: it stops moving there. ``why``: why
-        the last read gave nothing (:attr:`Robot.read_failure`)."""
+        """Raise ParkUnfinished once this park has read nothing for ``limit_s``, or its failed and retried reads
+        have taken that long altogether: it stops moving there. ``why``: why the last read gave nothing
+        (:attr:`Robot.read_failure`)."""
         if (unread := self.unread_s(fresh_at)) >= self.limit_s:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
         if (troubled_s := self.blind_s + self.retried_s) >= self.limit_s:  # (a slow read that answers at once is
-            why = "no reply" if self.why == SILENT else self.why  # no trouble: never counted here)
+            why = self.why if self.why != SILENT else "no reply" if self.blind else "replies asked for again"  # no
+            # trouble: never counted here; some reads got through: no silent bus)
             raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken "
                                  f"{time.monotonic() - self.began:.1f} s of the {self.planned_s:.1f} s it takes, "
                                  f"{self.blind} of its {self.reads} reads failing and {self.retried} retried, "

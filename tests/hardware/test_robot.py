@@ -407,7 +407,8 @@ def test_a_park_whose_reads_get_through_only_on_retries_is_given_up_once_they_ta
             return super()._read()
 
     arm = RetriesEveryParkRead(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)  # 20 waypoints of hold alone
-    with pytest.raises(ParkUnfinished, match=r"0 of its \d+ reads failing and \d+ retried, \d+\.\d s of it"):
+    with pytest.raises(ParkUnfinished, match=r"0 of its \d+ reads failing and \d+ retried, \d+\.\d s of it \(replies "
+                                             r"asked for again;"):
         with arm:
             arm.reset()
             arm.step(torch.tensor([[0.6, -0.6]]))
