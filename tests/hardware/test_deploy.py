@@ -133,6 +133,16 @@ def test_an_exported_file_that_fails_on_its_described_observation_is_refused_bef
         # file of this export that fails for another reason, an op this torch lacks, had been said as another's only)
 
 
+def main_with_ctrl_c(argv: list[str]) -> int:
+    """``main(argv)`` with SIGINT raising KeyboardInterrupt, as at a terminal, for the tests whose Ctrl+C is a
+    real signal (the test's process may have another handler, or none)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def after_recorded_steps(monkeypatch, steps: int, action, now=None) -> None:
     """Run ``action`` on a thread of its own once the deploy has recorded ``steps`` steps: a timer started before
     the deploy had fired, on a loaded machine, while it was still connecting and ramping to the start. ``now``
@@ -742,12 +752,8 @@ def test_a_second_ctrl_c_while_the_watchdog_parks_on_a_silent_bus_cuts_the_park_
         os.kill(os.getpid(), signal.SIGINT)
 
     after_recorded_steps(monkeypatch, 10, press_twice, now=_silence_the_bus(emulator))
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
-                     "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    assert main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
+                             "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
     err = capsys.readouterr().err
     assert re.search(r"error: no fresh observation .*; the safe stop failed: a second stop .*parking was skipped .*"
                      r"the servos may still hold torque; cut their power", err), err
@@ -768,12 +774,9 @@ def test_a_ctrl_c_while_the_watchdog_parks_says_the_park_is_under_way_and_how_to
         os.kill(os.getpid(), signal.SIGINT)
 
     after_recorded_steps(monkeypatch, 10, press_once, now=_silence_the_bus(emulator))
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:  # (the blind park is given up after park_blind_s: an error, its stop said)
-        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--safety",
-                     "watchdog_s=0.5", "--safety", "stop_after_s=2.0", "--safety", "park_blind_s=1.0"]) == 2
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # (the blind park is given up after park_blind_s: an error, its stop said)
+    assert main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--safety",
+                             "watchdog_s=0.5", "--safety", "stop_after_s=2.0", "--safety", "park_blind_s=1.0"]) == 2
     err = capsys.readouterr().err
     said = re.findall(r"SIGINT: a park to the safe pose is under way \(the watchdog's\): stopping once it ends; a "
                       r"second Ctrl\+C cuts it short \(torque off where the robot stands\)$", err, re.MULTILINE)
@@ -799,12 +802,8 @@ def test_a_second_ctrl_c_before_the_close_parks_is_kept_and_skips_the_park(run_d
 
     monkeypatch.setattr(EpisodeRecorder, "close", second_stop_then_save)
     after_recorded_steps(monkeypatch, 10, lambda: os.kill(os.getpid(), signal.SIGINT))  # the first ends the loop
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        assert main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
-                     "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    assert main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,  # PATIENT's
+                             "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"]) == 2
     err = capsys.readouterr().err
     assert "SIGINT: a second stop: no park to the safe pose" in err, err
     assert re.search(r"error: a second stop .* before or during the ramp to the safe pose: parking was skipped", err), err
@@ -1499,11 +1498,7 @@ def test_a_line_lost_while_parking_after_a_ctrl_c_says_the_ctrl_c_came_first(run
         emulator.disconnect()  # a pulled cable, as the arm ramps to its safe pose
 
     after_recorded_steps(monkeypatch, 10, press_then_pull)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    status = main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
     err = capsys.readouterr().err
     assert status == 2, err
     assert re.search(r"^error: connection lost before or during the safe stop.*; the run had been stopped "
@@ -1526,12 +1521,8 @@ def test_a_ctrl_c_during_the_park_after_the_last_episode_still_reports_the_episo
             return super()._write(goal)
 
     monkeypatch.setattr("hardware.deploy.DynamixelArm", CtrlCInThePark)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "1",
-                       "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"])
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    status = main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port,
+                               "--episodes", "1", "--safety", "watchdog_s=0.5", "--safety", "stop_after_s=2.0"])
     out = capsys.readouterr().out
     assert pressed and status == 130, out
     assert re.search(r"^deployed:    1 episode on .*^episodes:    0: return .* in 20 steps.*"
@@ -1562,11 +1553,7 @@ def test_a_ctrl_c_held_while_a_failed_connect_turns_torque_off_is_said_as_interr
         return torque(self, on, *args, **kwargs)
 
     monkeypatch.setattr(DynamixelBus, "enable_torque", ctrl_c_held_in_the_torque_off)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        status = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    status = main_with_ctrl_c(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port])
     err = capsys.readouterr().err
     assert pressed and status == 130, err
     assert re.search(r"^interrupted: SIGINT; connecting had failed already: CommTimeoutError: no reply from servo 1 "
