@@ -352,6 +352,7 @@ def _export(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset
     from robolearn.data.d4rl import write_d4rl
     from robolearn.data.lerobot import write_lerobot
+    from robolearn.data.minari_store import refuse_export_into_a_dataset
 
     if args.fps is not None and args.format != "lerobot":
         raise ValueError("--fps is for LeRobot datasets; a D4RL export keeps the dataset's control_dt as it is")
@@ -361,6 +362,7 @@ def _export(args: argparse.Namespace) -> int:
         print(f"exported:    {counted(dataset.num_episodes, 'episode')}, {dataset.num_steps} frames -> {path} (LeRobot v3.0; "
               "LeRobotDataset(repo_id, root=...) loads it)")
         return 0
+    refuse_export_into_a_dataset(args.out)  # said before --overwrite is asked for: it would not help
     if args.out.exists() and not args.out.is_dir() and not args.overwrite:  # write_d4rl refuses a directory
         raise FileExistsError(f"{args.out}: exists; pass --overwrite to replace it")
     path = write_d4rl(Dataset.load(args.name, args.root), args.out)

@@ -61,7 +61,7 @@ from robolearn.checkpoint import usual_mode
 from robolearn.data.dataset import Dataset
 from robolearn.data.embedded_metadata import read_embedded
 from robolearn.data.episode import DatasetError, Episode, as_flags, beyond_float32
-from robolearn.data.minari_store import refuse_other_files, remove_leftovers, temp_beside
+from robolearn.data.minari_store import refuse_export_into_a_dataset, refuse_other_files, remove_leftovers, temp_beside
 from robolearn.listing import few
 
 REF_SCORES: dict[str, tuple[float, float]] = {
@@ -337,6 +337,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
         raise DatasetError(f"{out}: a directory; give the .hdf5 file to write, e.g. {out / (dataset.id + '.hdf5')}")
     if out.is_symlink():  # the file it points to is replaced; the rename would have replaced the link itself
         out = out.resolve()
+    refuse_export_into_a_dataset(out)
     dataset.need_episodes("export")
     episodes = [e.check(f"{dataset.path}: episode {i}") for i, e in enumerate(dataset.episodes)]  # (written elsewhere)
     columns: dict[str, list[np.ndarray]] = {}

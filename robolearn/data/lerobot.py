@@ -282,12 +282,13 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     import pyarrow.parquet as pq
 
     from robolearn.checkpoint import usual_mode
-    from robolearn.data.minari_store import (WRITING, interrupts_deferred, remove_leftovers, set_aside_name,
-                                             temp_beside)
+    from robolearn.data.minari_store import (WRITING, interrupts_deferred, refuse_export_into_a_dataset,
+                                             remove_leftovers, set_aside_name, temp_beside)
 
     out = Path(out)
     if out.is_symlink():  # the folder it points to is replaced; the swap below would have replaced the link itself
         out = out.resolve()
+    refuse_export_into_a_dataset(out)
     # an export killed outright: its temp folder, and the copy its swap set aside put back
     remove_leftovers(out.parent, legacy=False)
     if blocked := next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None):

@@ -156,6 +156,18 @@ def _path_hint(name: str) -> str | None:
             f"then use the name '{imported}'")
 
 
+def refuse_export_into_a_dataset(out: Path) -> None:
+    """Refuse an export's ``out`` that lies in a dataset's folder (``<id>/data/metadata.json`` beside it or
+    above it): ``--out <root>/<id>/data/main_data.hdf5 --overwrite`` had replaced that dataset's episodes
+    with a D4RL file, leaving it unreadable, the dataset exported from included."""
+    out = Path(os.path.abspath(out))
+    for folder in (out, *out.parents):
+        if (folder / "data" / "metadata.json").is_file():
+            raise DatasetError(f"{out}: inside the dataset folder {folder}, whose files an export there would "
+                               "replace or mix with: write the export outside it (a dataset is exported from its "
+                               "name, and imported back with `robolearn dataset import`)")
+
+
 def list_datasets(root: str | Path | None = None) -> list[str]:
     """Ids of the datasets under the root at any depth (``mujoco/hopper/expert-v0``: Minari's namespaces are
     folders), sorted. Hidden folders (writes in progress) are skipped, and a dataset's own folder is not searched."""

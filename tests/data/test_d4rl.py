@@ -164,6 +164,23 @@ def test_import_and_export_through_the_cli(tmp_path, root, capsys):
     assert err.startswith("error: /proc/nope.hdf5: cannot write there")  # not the temp file's name
 
 
+def test_an_export_into_a_datasets_own_folder_is_refused_and_the_dataset_kept(recorded, root, capsys):
+    """`export NAME --out <root>/<id>/data/main_data.hdf5 --overwrite` had replaced the dataset's episodes with a
+    D4RL file: the dataset, the one exported from included, no longer loaded."""
+    ds = recorded("pendulum", 2, name="pend")
+    inside = [ds.path / "data" / "main_data.hdf5", ds.path / "data" / "pend.hdf5", ds.path / "pend.hdf5"]
+    for out in inside:
+        for extra in ([], ["--overwrite"]):
+            err = _error(capsys, "export", "pend", "--out", str(out), *extra)
+            assert f"inside the dataset folder {ds.path}" in err and "--overwrite" not in err
+        with pytest.raises(DatasetError, match="inside the dataset folder"):
+            write_d4rl(ds, out)
+    assert _error(capsys, "export", "pend", "--format", "lerobot", "--out", str(ds.path / "le"))
+    assert sorted(p.name for p in (ds.path / "data").iterdir()) == ["main_data.hdf5", "metadata.json"]
+    assert [p.name for p in ds.path.iterdir()] == ["data"]
+    assert Dataset.load("pend").num_episodes == 2
+
+
 def _import_naming(tmp_path, capsys, metadata: str) -> str:
     """What `dataset import` prints of a D4RL file whose robolearn metadata is ``metadata`` (JSON)."""
     path = _write(tmp_path / "elsewhere.hdf5", **_d4rl_arrays())
