@@ -275,3 +275,15 @@ def test_an_import_stopped_by_ctrl_c_says_nothing_was_imported(tmp_path, monkeyp
     err = capsys.readouterr().err.strip()
     kept = "; the dataset it would have replaced is kept" if overwrite else ""
     assert err == f"interrupted: SIGINT; nothing was imported: a dataset is written whole or not at all{kept}"
+
+
+def test_replay_says_a_video_path_it_cannot_write_before_replaying_and_by_its_own_name(recorded, monkeypatch, capsys):
+    """`dataset replay --video /proc/ep.mp4` replayed the episode, then failed naming the temp file beside the video
+    ("[Errno 2] No such file or directory: '/proc/.ep.1234.tmp.mp4'")."""
+    import importlib
+
+    recorded("pendulum", 1)
+    monkeypatch.setattr(importlib.import_module("robolearn.data.replay"), "replay", lambda *a, **k: pytest.fail("replayed before the video check"))
+    assert main(["dataset", "replay", "pendulum", "--video", "/proc/ep.mp4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: video /proc/ep.mp4: cannot write there (") and ".tmp" not in err
