@@ -36,6 +36,14 @@ def seed_argument(text: str) -> int:
     return value
 
 
+def name_argument(text: str) -> str:
+    """A command line's ``--name``: an empty one (``--name "$NAME"`` with NAME unset) had been taken as none given,
+    so the dataset went under its default name (with --overwrite, replacing the dataset of that name)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty: give the dataset's name, or leave --name out for the default one")
+    return text
+
+
 def add_dataset_parser(commands: Any) -> None:
     """Add the ``dataset`` command and its subcommands to ``commands`` (argparse subparsers)."""
     parser = commands.add_parser("dataset", help="offline datasets: record, import, export, split, merge, replay")
@@ -62,21 +70,21 @@ def add_dataset_parser(commands: Any) -> None:
     p.add_argument("--num-envs", type=int, default=1, help="envs stepped together (default 1)")
     p.add_argument("--noise", type=float, default=0.0,
                    help="Gaussian action noise's standard deviation, in half action ranges (default 0: none)")
-    p.add_argument("--name", help="dataset name (default: <task>-<controller>)")
+    p.add_argument("--name", type=name_argument, help="dataset name (default: <task>-<controller>)")
     p.add_argument("--seed", type=seed_argument, default=0, help="the episodes' and the noise's random stream (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("recover", parents=[root], help="make a dataset of the episodes a killed recording left")
     p.add_argument("folders", nargs="*", type=Path,
                    help="the recordings' temp folders (default: every one under the root; `dataset list` names them)")
-    p.add_argument("--name", help="dataset name (default: the one the recording was writing, or its next version)")
+    p.add_argument("--name", type=name_argument, help="dataset name (default: the one the recording was writing, or its next version)")
     p.add_argument("--overwrite", action="store_true", help="replace a dataset of the --name given")
 
     p = sub.add_parser("import", parents=[root, refs], help="import a D4RL file, a LeRobot dataset or a deploy recording")
     p.add_argument("path", type=Path)
     p.add_argument("--format", choices=IMPORT_FORMATS, required=True)
     p.add_argument("--task", help="task name or gym:<id>: shapes are checked against it and replay uses it")
-    p.add_argument("--name", help="dataset name (default: the file or directory name)")
+    p.add_argument("--name", type=name_argument, help="dataset name (default: the file or directory name)")
     p.add_argument("--done", choices=["terminal", "truncation"], default="terminal",
                    help="lerobot: what next.done marks: where the task ended (no bootstrap), or where the recording "
                         "stopped (a time limit); default terminal")

@@ -287,3 +287,19 @@ def test_replay_says_a_video_path_it_cannot_write_before_replaying_and_by_its_ow
     assert main(["dataset", "replay", "pendulum", "--video", "/proc/ep.mp4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: video /proc/ep.mp4: cannot write there (") and ".tmp" not in err
+
+
+def test_an_empty_name_is_refused_not_taken_for_the_default_one(recorded, root, tmp_path, capsys):
+    """`--name "$NAME"` with NAME unset had imported under the file's name, with --overwrite replacing that dataset."""
+    from robolearn.data.d4rl import write_d4rl
+
+    source = write_d4rl(recorded("pendulum", 1, name="src"), tmp_path / "pendulum.hdf5")
+    recorded("pendulum", 2)  # the dataset the default name would have replaced
+    for argv in (["import", str(source), "--format", "d4rl", "--overwrite"],
+                 ["record", "--controller", "random", "--task", "pendulum", "--episodes", "1", "--overwrite"],
+                 ["recover"]):
+        with pytest.raises(SystemExit) as stop:
+            main(["dataset", *argv, "--name", ""])
+        assert stop.value.code == 2
+        assert "argument --name: empty: give the dataset's name" in capsys.readouterr().err
+    assert Dataset.load("pendulum").num_episodes == 2
