@@ -303,6 +303,10 @@ def write_lerobot(dataset: Any, out: str | Path, fps: float | None = None, overw
     dataset.need_episodes("export")
     episodes = [e.check(f"{dataset.path}: episode {i}") for i, e in enumerate(dataset.episodes)]  # (written elsewhere)
     columns, features = _frames(episodes, fps)
+    written = {"success", *(key[len(INFOS):] for key in columns if key.startswith(INFOS))}
+    if left_out := sorted(set().union(*(e.infos for e in episodes)) - written):  # a robot's safety flags, say
+        warnings.warn(f"{out}: infos {', '.join(left_out)} of '{dataset.id}' left out: a LeRobot dataset has no "
+                      "place for them (a D4RL export keeps them)", stacklevel=2)
     task = str(dataset.task or dataset.id)
     starts = np.cumsum([0] + [len(e) for e in episodes])
     per_episode = {key: [_statistics(columns[key][a:b]) for a, b in zip(starts, starts[1:])] for key in features}

@@ -548,3 +548,23 @@ def test_a_lerobot_export_keeps_the_simulator_state_so_its_episodes_replay_from_
     assert "state" not in json.loads(own.read_text())
     own.write_text(json.dumps({**json.loads(own.read_text()), "state": source.info["state"]}))  # an older export's
     assert "state" not in read_lerobot(plain)[1]
+
+
+def test_an_export_says_which_infos_a_lerobot_dataset_has_no_place_for(recorded, tmp_path):
+    """A robot's recording keeps commanded actions, goals, metrics and safety flags as infos: the LeRobot export
+    dropped them without a word (a D4RL export keeps them)."""
+    from robolearn.data import Dataset, DatasetWriter
+
+    source = _rated(recorded, "arm_reach", 2)
+    episodes = list(source.episodes)
+    for episode in episodes:
+        episode.infos["safety/max_step"] = np.zeros(len(episode), bool)
+    with DatasetWriter("robot", source.observation_spec, source.action_spec, metadata=dict(source.info)) as writer:
+        for episode in episodes:
+            writer.add(episode)
+    with pytest.warns(UserWarning, match=r"infos safety/max_step of 'robot-v0' left out: a LeRobot dataset has no "
+                                         r"place for them"):
+        _exported(Dataset.load("robot"), tmp_path / "out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the simulator's state and success are written: nothing to say
+        _exported(source, tmp_path / "plain")
