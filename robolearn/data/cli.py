@@ -358,7 +358,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from robolearn.data import Dataset
-    from robolearn.data.d4rl import write_d4rl
+    from robolearn.data.d4rl import refuse_replacing_other_files, write_d4rl
     from robolearn.data.lerobot import write_lerobot
     from robolearn.data.minari_store import refuse_export_into_a_dataset
 
@@ -370,7 +370,8 @@ def _export(args: argparse.Namespace) -> int:
         print(f"exported:    {counted(dataset.num_episodes, 'episode')}, {dataset.num_steps} frames -> {path} (LeRobot v3.0; "
               "LeRobotDataset(repo_id, root=...) loads it)")
         return 0
-    refuse_export_into_a_dataset(args.out)  # said before --overwrite is asked for: it would not help
+    refuse_export_into_a_dataset(args.out)  # these two said before --overwrite is asked for: it would not help
+    refuse_replacing_other_files(args.out.resolve() if args.out.is_symlink() else args.out)
     if args.out.exists() and not args.out.is_dir() and not args.overwrite:  # write_d4rl refuses a directory
         raise FileExistsError(f"{args.out}: exists; pass --overwrite to replace it")
     path = write_d4rl(Dataset.load(args.name, args.root), args.out)

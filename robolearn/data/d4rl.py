@@ -328,6 +328,15 @@ def exclusive_timeouts(terminations: Flags, truncations: Flags) -> Flags:
     return truncations & ~terminations
 
 
+def refuse_replacing_other_files(out: Path) -> None:
+    """Refuse an export over a file that is not HDF5 (an empty one is taken), as a LeRobot export replaces only a
+    LeRobot dataset: ``--out notes.txt --overwrite`` (or a config, by a slip of the hand) had replaced it."""
+    import h5py
+
+    if out.is_file() and out.stat().st_size and not h5py.is_hdf5(out):
+        raise DatasetError(f"{out}: exists and is not an HDF5 file: not replaced; give the .hdf5 file to write")
+
+
 def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
     """Write ``dataset`` as a D4RL file ``out`` (atomically: a temp file renamed into place)."""
     import h5py
@@ -338,6 +347,7 @@ def write_d4rl(dataset: Dataset, out: str | Path) -> Path:
     if out.is_symlink():  # the file it points to is replaced; the rename would have replaced the link itself
         out = out.resolve()
     refuse_export_into_a_dataset(out)
+    refuse_replacing_other_files(out)
     dataset.need_episodes("export")
     episodes = [e.check(f"{dataset.path}: episode {i}") for i, e in enumerate(dataset.episodes)]  # (written elsewhere)
     columns: dict[str, list[np.ndarray]] = {}

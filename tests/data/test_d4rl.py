@@ -78,7 +78,8 @@ def test_an_export_through_a_symlink_replaces_the_file_it_points_to(recorded, tm
     """The atomic rename had replaced the link with a file, leaving the old file where it pointed."""
     (tmp_path / "disk").mkdir()
     target, link = tmp_path / "disk" / "pendulum.hdf5", tmp_path / "pendulum.hdf5"
-    target.write_bytes(b"older")
+    with h5py.File(target, "w") as f:  # an older export (a file that is not HDF5 is not replaced)
+        f["older"] = 1
     link.symlink_to(target)
     write_d4rl(recorded("pendulum", 2), link)
     assert link.is_symlink() and h5py.is_hdf5(target)
@@ -179,6 +180,22 @@ def test_an_export_into_a_datasets_own_folder_is_refused_and_the_dataset_kept(re
     assert sorted(p.name for p in (ds.path / "data").iterdir()) == ["main_data.hdf5", "metadata.json"]
     assert [p.name for p in ds.path.iterdir()] == ["data"]
     assert Dataset.load("pend").num_episodes == 2
+
+
+def test_an_export_does_not_replace_a_file_that_is_not_hdf5(recorded, root, tmp_path, capsys):
+    """`export NAME --out notes.txt --overwrite` had replaced the text file with the export (a LeRobot export
+    replaces only a LeRobot dataset); an empty file, one made for it, is taken."""
+    ds = recorded("pendulum", 1, name="pend")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious")
+    for extra in ([], ["--overwrite"]):
+        err = _error(capsys, "export", "pend", "--out", str(notes), *extra)
+        assert err == f"error: {notes}: exists and is not an HDF5 file: not replaced; give the .hdf5 file to write"
+    with pytest.raises(DatasetError, match="not an HDF5 file"):
+        write_d4rl(ds, notes)
+    assert notes.read_text() == "precious"
+    (tmp_path / "made.hdf5").touch()
+    assert h5py.is_hdf5(write_d4rl(ds, tmp_path / "made.hdf5"))
 
 
 def _import_naming(tmp_path, capsys, metadata: str) -> str:
