@@ -455,6 +455,8 @@ def _replay(args: argparse.Namespace) -> int:
                   f"observation reports ({', '.join(result.from_observation)}); the rest as the env's reset left it")
     elif result.start == "qpos/qvel":
         start += " (the rest of the task's state, such as a target, as the env's reset drew it)"
+    elif result.start == "reset" and episode.state is not None:  # had said "no recorded state"
+        start += f" (the recorded simulator state is not one {task} takes)"
     elif result.start == "reset":
         start += " (no recorded state)"
     print(f"episode {args.episode}: {result.steps}/{result.recorded_steps} steps replayed, {start}")

@@ -303,3 +303,12 @@ def test_an_empty_name_is_refused_not_taken_for_the_default_one(recorded, root, 
         assert stop.value.code == 2
         assert "argument --name: empty: give the dataset's name" in capsys.readouterr().err
     assert Dataset.load("pendulum").num_episodes == 2
+
+
+def test_a_replay_on_an_env_that_takes_no_simulator_state_does_not_say_there_is_none(recorded, capsys):
+    """A hopper recording replayed on gym:Hopper-v5 (no state to restore there) had said "(no recorded state)",
+    though every step's state is in the dataset."""
+    recorded("hopper", 1, num_envs=1)
+    assert main(["dataset", "replay", "hopper", "--task", "gym:Hopper-v5"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("from the env's own reset (the recorded simulator state is not one gym:Hopper-v5 takes)")
