@@ -77,7 +77,8 @@ def add_dataset_parser(commands: Any) -> None:
     p = sub.add_parser("recover", parents=[root], help="make a dataset of the episodes a killed recording left")
     p.add_argument("folders", nargs="*", type=Path,
                    help="the recordings' temp folders (default: every one under the root; `dataset list` names them)")
-    p.add_argument("--name", type=name_argument, help="dataset name (default: the one the recording was writing, or its next version)")
+    p.add_argument("--name", type=name_argument,
+                   help="dataset name (default: the one the recording was writing, or its next version)")
     p.add_argument("--overwrite", action="store_true", help="replace a dataset of the --name given")
 
     p = sub.add_parser("import", parents=[root, refs], help="import a D4RL file, a LeRobot dataset or a deploy recording")
