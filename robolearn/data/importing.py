@@ -49,7 +49,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     import sims
     from robolearn.data.d4rl import read_d4rl, ref_scores
     from robolearn.data.lerobot import read_lerobot
-    from robolearn.data.minari_store import datasets_root, refuse_file_root, specs_of
+    from robolearn.data.minari_store import dataset_id, datasets_root, refuse_file_root, specs_of
     from robolearn.data.recordings import read_recordings, recorded_task_settings
 
     if format not in FORMATS:
@@ -59,6 +59,8 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
     if done != "terminal" and format != "lerobot":
         raise ValueError(f"--done (done=) is for LeRobot datasets; {format} files say terminals and timeouts apart")
     refuse_file_root(datasets_root(root))  # before the file is read (the writer would refuse it only after)
+    if name is not None:  # said before the file is read too; an empty name had been taken for none given, the
+        dataset_id(name)  # file's name used (with overwrite=True, replacing the dataset of that name)
     path = Path(path)
     readers = {"d4rl": read_d4rl, "lerobot": lambda source: read_lerobot(source, done), "recording": read_recordings}
     episodes, meta = readers[format](path)
@@ -112,7 +114,7 @@ def import_dataset(path: str | Path, format: str, task: str | None = None, name:
         for episode in episodes:
             if episode.actions.ndim == 1:
                 episode.actions = episode.actions[:, None]
-    name = name or slug(path.stem if path.is_file() else path.resolve().name)
+    name = slug(path.stem if path.is_file() else path.resolve().name) if name is None else name
     from tqdm import tqdm
 
     writing = tqdm(episodes, desc=f"writing {name}", unit="episode", disable=None if progress is None else not progress,

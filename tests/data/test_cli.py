@@ -283,7 +283,8 @@ def test_replay_says_a_video_path_it_cannot_write_before_replaying_and_by_its_ow
     import importlib
 
     recorded("pendulum", 1)
-    monkeypatch.setattr(importlib.import_module("robolearn.data.replay"), "replay", lambda *a, **k: pytest.fail("replayed before the video check"))
+    monkeypatch.setattr(importlib.import_module("robolearn.data.replay"), "replay",
+                        lambda *a, **k: pytest.fail("replayed before the video check"))
     assert main(["dataset", "replay", "pendulum", "--video", "/proc/ep.mp4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: video /proc/ep.mp4: cannot write there (") and ".tmp" not in err
@@ -302,6 +303,11 @@ def test_an_empty_name_is_refused_not_taken_for_the_default_one(recorded, root, 
             main(["dataset", *argv, "--name", ""])
         assert stop.value.code == 2
         assert "argument --name: empty: give the dataset's name" in capsys.readouterr().err
+    from robolearn.data.episode import DatasetError
+    from robolearn.data.importing import import_dataset
+
+    with pytest.raises(DatasetError, match="bad dataset name ''"):  # in Python too, before the file is read
+        import_dataset(source, "d4rl", name="", overwrite=True)
     assert Dataset.load("pendulum").num_episodes == 2
 
 
