@@ -420,7 +420,10 @@ def video_target(path: str | Path) -> tuple[Path, Path]:
         raise ValueError(f"video {path}: give a file ending in {', '.join(VIDEO_SUFFIXES)} (the suffix picks the format)")
     if blocked := next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None):
         raise ValueError(f"video {path}: {blocked} is a file, not a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # two films of one name: two temps
-    tmp.open("wb").close()  # a read-only or full folder fails here, not after the filming
+    try:  # a read-only or full folder fails here, not after the filming, and by the path given (not the temp's)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.open("wb").close()
+    except OSError as err:
+        raise ValueError(f"video {path}: cannot write there ({err.strerror})") from None
     return path, tmp

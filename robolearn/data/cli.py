@@ -421,11 +421,8 @@ def _replay(args: argparse.Namespace) -> int:
     from robolearn.data.replay import replay
     from robolearn.evaluate import video_target
 
-    if args.video is not None:  # a path that cannot take the video is said now, and by its own name, not after the
-        try:                    # replay as "[Errno 2] No such file or directory: '/proc/.ep.1234.tmp.mp4'"
-            video_target(args.video)[1].unlink()
-        except OSError as err:
-            raise ValueError(f"video {args.video}: cannot write there ({err.strerror})") from None
+    if args.video is not None:  # a path that cannot take the video is said now, not after the replay
+        video_target(args.video)[1].unlink()
     ds = Dataset.load(args.name, args.root)
     ds.need_episodes("replay")  # (the range below had read "has 0 episodes (0 to -1; ...)")
     task = args.task or _task_a_file_names(ds.task, f"dataset '{ds.id}'")
