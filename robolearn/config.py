@@ -240,13 +240,20 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mapping[str, Any] = ()) -> TrainConfig:
-    """Read ``path`` (or the default config), apply ``key=value`` overrides (a list, one string, or a
-    mapping ``{"runner.total_steps": 1e5}``), validate."""
+    """Read ``path`` (a config's name such as ``"ppo_cartpole"``, a YAML path as a str or Path, or None: the
+    default config), apply ``key=value`` overrides (a list, one string, or a mapping
+    ``{"runner.total_steps": 1e5}``), validate. A dict of settings is :func:`config_from_dict`'s."""
     if isinstance(overrides, str):
         overrides = [overrides]
     if overrides is not None and not isinstance(overrides, (Mapping, list, tuple)):
         raise TypeError(f"overrides: 'key=value' strings (a list, or one) or a mapping {{key: value}}; got "
                         f"{type(overrides).__name__} {overrides!r:.60}")
+    if isinstance(path, TrainConfig):  # (it had been looked up as a config named after its repr)
+        raise TypeError("load_config(path): this is already a TrainConfig; train() takes it as it is "
+                        "(dataclasses.replace(cfg, ...) changes a section)")
+    if isinstance(path, Mapping):  # (it had been said as "no config '{...}'" and every config's name)
+        raise TypeError("load_config(path) reads a config file (a name such as 'ppo_cartpole', or a YAML path); "
+                        "a dict of settings is robolearn.config.config_from_dict(raw)")
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file)
     if raw is None:  # an empty file (or comments only) would train the defaults without a word

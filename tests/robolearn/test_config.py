@@ -524,3 +524,12 @@ def test_a_file_inside_a_run_given_for_the_run_names_the_run(tmp_path):
     (other := tmp_path / "notes.txt").touch()
     with pytest.raises(FileNotFoundError, match="a file, not a run's folder"):  # in no run
         run_config_path(other)
+
+
+def test_load_config_of_a_dict_or_a_config_says_what_takes_it() -> None:
+    """A dict of settings had been looked up as a config's name and refused with every config's name."""
+    with pytest.raises(TypeError, match=r"a dict of settings is robolearn\.config\.config_from_dict"):
+        load_config({"algo": "ppo", "env": {"task": "pendulum"}})
+    with pytest.raises(TypeError, match="already a TrainConfig"):
+        load_config(load_config("ppo_pendulum"))
+    assert load_config(Path(__file__).parents[2] / "configs" / "ppo_pendulum.yaml").env.task == "pendulum"
