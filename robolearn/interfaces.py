@@ -122,7 +122,8 @@ class VecEnv(ABC):
 
     @abstractmethod
     def step(self, action: torch.Tensor) -> Step:
-        """Apply ``action`` ``(num_envs, *action_shape)`` for one control step."""
+        """Apply ``action`` ``(num_envs, *action_shape)`` for one control step (a tensor; the sims envs and
+        adapters take numpy arrays and lists too, and say a wrong shape by name)."""
 
     def render(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
         """An RGB frame ``(height, width, 3)`` of env ``index``."""

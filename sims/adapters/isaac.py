@@ -41,6 +41,7 @@ import torch
 from gymnasium import spaces
 
 from robolearn.interfaces import Obs, Step, VecEnv
+from sims.task import checked_action
 
 
 class RslRlEnvAsVecEnv(VecEnv):
@@ -89,8 +90,10 @@ class RslRlEnvAsVecEnv(VecEnv):
         self._obs = self._observations()
         return self._obs
 
-    def step(self, action: torch.Tensor) -> Step:
-        action = action.to(self.device).clamp(-self._limit, self._limit)
+    def step(self, action: Any) -> Step:
+        # numpy and lists too, and a wrong shape said as ours say it (it had failed on `.to` or in the sim)
+        action = checked_action(action, self.num_envs, self.action_spec, self.device)
+        action = action.clamp(-self._limit, self._limit)
         result = self.env.step(action)
         if len(result) == 5:  # legged_gym: obs, privileged_obs, rewards, dones, infos
             policy, privileged, reward, dones, extras = result

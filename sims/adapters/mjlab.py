@@ -23,7 +23,7 @@ from mjlab.envs import ManagerBasedRlEnv, ManagerBasedRlEnvCfg
 from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
 
 from robolearn.interfaces import Obs, Step, VecEnv
-from sims.task import checked_episode_steps
+from sims.task import checked_action, checked_episode_steps
 from sims.warp_backend import quiet_warp
 
 quiet_warp()  # mjlab runs on MuJoCo Warp
@@ -98,8 +98,10 @@ class MjlabVecEnv(VecEnv):
         obs, _ = self.mjlab.reset(seed=seed)
         return _groups(obs)
 
-    def step(self, action: torch.Tensor) -> Step:
-        action = action.to(self.device).clamp(-self._limit, self._limit)
+    def step(self, action: Any) -> Step:
+        # numpy and lists too, and a wrong shape said as ours say it (it had failed on `.to` or in the sim)
+        action = checked_action(action, self.num_envs, self.action_spec, self.device)
+        action = action.clamp(-self._limit, self._limit)
         obs, reward, terminated, time_out, extras = self.mjlab.step(action)
         final = _groups(obs)
         log = dict(extras.get("log", {}))

@@ -8,6 +8,7 @@ reset inside ``step``, observations computed after the reset, ``time_outs`` in
 trip: our task -> RSL-RL adapter -> this adapter behaves like our task.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,6 +121,15 @@ def test_actions_are_clipped_to_the_env_clip() -> None:
     step = env.step(torch.tensor([[-9.0]]))
     assert step.terminated.item() and step.reward.item() == pytest.approx(-1.5)  # -|0.5 - 2|: clipped, not 0.5 - 9
     assert RslRlEnvAsVecEnv(LeggedGymRobot(num_envs=1)).action_spec.high[0] == float("inf")
+
+
+def test_a_numpy_action_steps_and_a_wrong_shape_is_said_as_our_envs_say_it() -> None:
+    """A numpy action had failed on ``.to`` ('numpy.ndarray' object has no attribute 'to'); our envs take it."""
+    env = RslRlEnvAsVecEnv(IsaacLabWrapper(num_envs=2, max_episode_length=100))
+    step = env.step(np.array([[0.5], [-0.25]]))
+    assert step.reward.tolist() == pytest.approx([-0.5, -0.25])
+    with pytest.raises(ValueError, match=r"action: expected shape \(2, 1\).*got \(2,\)"):
+        env.step(torch.zeros(2))
 
 
 def test_round_trip_through_rsl_rl_behaves_like_our_task() -> None:

@@ -6,6 +6,7 @@ first run on a machine compiles Warp kernels (cold: about 35 s per test on 2
 cores; warm, from ~/.cache/warp: about 2 s), hence ``slow``.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,7 +38,7 @@ def test_cartpole_time_limit_gives_true_final_obs() -> None:
         assert not torch.allclose(final, previous["policy"]) and not torch.allclose(final, obs["policy"])
         env.episode_step = torch.tensor([0, 2, 1])  # only env 1 reaches its time limit on the next step
         assert env.mjlab.episode_length_buf.tolist() == [0, 2, 1]  # (env.random_episode_start sets it so)
-        step = env.step(torch.zeros(3, 1))
+        step = env.step(np.zeros((3, 1)))  # numpy too, as our envs take it (it had failed on `.to`)
         assert step.truncated.tolist() == [False, True, False]
         final, fresh = step.info["final_obs"]["policy"], step.obs["policy"]
         torch.testing.assert_close(final[[0, 2]], fresh[[0, 2]])
