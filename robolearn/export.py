@@ -30,6 +30,7 @@ import io
 import json
 import logging
 import math
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -192,10 +193,17 @@ def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor],
                              "tensor values becomes a constant when exported")
 
 
+_EXPORTING = threading.Lock()
+"""Held while a controller is traced or exported: torch.export keeps process-wide state (its mode stack), and the
+quieting below swaps sys.stdout, the warning filters and a logger's level for the process; two runs trained in
+threads of one script had both failed at their exports ("Trying to pop empty mode stack", "a fake tensor in the
+exported program")."""
+
+
 def _torchscript_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> bytes:
     """The controller traced to TorchScript on ``inputs``, as the bytes of a ``controller.pt``."""
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with _EXPORTING, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still what C++/robot runtimes load
         torch.jit.save(torch.jit.trace(controller, tuple(inputs.values()), check_trace=False), buffer)
     return buffer.getvalue()
@@ -206,6 +214,16 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     dynamic = tuple({0: batch} for _ in inputs)  # by position: forward's own names need not be "obs" (forward(x))
     onnx_log = logging.getLogger("torch.onnx")
+    with _EXPORTING:
+        program = _quiet_onnx_export(controller, inputs, dynamic, onnx_log)
+    buffer = io.BytesIO()
+    program.save(buffer)
+    return buffer.getvalue()
+
+
+def _quiet_onnx_export(controller: Controller, inputs: dict[str, torch.Tensor], dynamic: tuple[dict[int, Any], ...],
+                       onnx_log: logging.Logger) -> Any:
+    """torch.onnx.export without its prints, warnings and log lines (under :data:`_EXPORTING`)."""
     level = onnx_log.level  # put back after: the caller's torch.onnx messages had stayed silenced for good
     onnx_log.setLevel(logging.ERROR)
     try:
@@ -222,9 +240,7 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
             )
     finally:
         onnx_log.setLevel(level)
-    buffer = io.BytesIO()
-    program.save(buffer)
-    return buffer.getvalue()
+    return program
 
 
 class ExportedController:

@@ -97,6 +97,56 @@ def test_an_onnx_export_leaves_the_callers_torch_onnx_logging_as_it_was(tmp_path
         onnx_log.setLevel(level)
 
 
+def test_controllers_exported_in_threads_of_one_process_export_one_at_a_time(tmp_path, monkeypatch) -> None:
+    """torch.export keeps process-wide state: two runs trained in threads had both failed at their ONNX export
+    ("Trying to pop empty mode stack"). Each export waits a moment for the other to come in beside it: without the
+    lock they overlap, and both exports then fail (or, were they to pass, ``most`` says they overlapped)."""
+    import threading
+
+    class Gain(Controller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_size = 3
+            self.gain = torch.nn.Linear(3, 1)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return self.gain(obs)
+
+    real_export, inside, most, entered = torch.onnx.export, [0], [0], threading.Event()
+    counting = threading.Lock()
+
+    def export(*args, **kwargs):
+        with counting:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            if inside[0] == 2:
+                entered.set()
+        entered.wait(timeout=1.0)  # with the lock the other never comes in: a second's wait each
+        try:
+            return real_export(*args, **kwargs)
+        finally:
+            with counting:
+                inside[0] -= 1
+
+    monkeypatch.setattr(torch.onnx, "export", export)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            export_controller(Gain(), tmp_path / str(i), ("onnx",))
+        except BaseException as err:  # noqa: BLE001  (said by the assertion below)
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and most[0] == 1
+    for i in range(2):
+        assert ExportedController(tmp_path / str(i) / "controller.onnx").act({"policy": torch.zeros(2, 3)}).shape == (2, 1)
+
+
 FIRST_SESSION = """
 import sys, torch
 from robolearn.config import denormals_flushed
