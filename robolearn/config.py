@@ -506,6 +506,9 @@ def _not_a_run(path: Path) -> str:
         return f"give the run's folder, {path.parent}, not its config.yaml"
     if path.is_file() and (run := run_above(path)):  # <run>/export/controller.onnx, <run>/eval.json
         return f"a file in the run {run} ({path.resolve().relative_to(run.resolve())}); give the run's folder itself"
+    if path.is_file() and path.suffix in (".yaml", ".yml"):  # (had been only "a file, not a run's folder")
+        return (f"a config file, not a run's folder (runs/<name>/<time>, which training it makes: robolearn train "
+                f"{path}; from Python train(load_config(path)), and make_env(load_config(path)) builds its env)")
     if path.is_file():
         return "a file, not a run's folder (runs/<name>/<time>)"
     from robolearn.runs import find_run_dirs  # (runs imports this module)

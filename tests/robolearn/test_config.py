@@ -524,6 +524,9 @@ def test_a_file_inside_a_run_given_for_the_run_names_the_run(tmp_path):
     (other := tmp_path / "notes.txt").touch()
     with pytest.raises(FileNotFoundError, match="a file, not a run's folder"):  # in no run
         run_config_path(other)
+    (config := tmp_path / "my_ppo.yaml").write_text("algo: ppo\n")  # had been "a file" alone
+    with pytest.raises(FileNotFoundError, match=r"a config file, not a run's folder .*train\(load_config\(path\)\)"):
+        run_config_path(config)
 
 
 def test_load_config_of_a_dict_or_a_config_says_what_takes_it() -> None:
