@@ -248,7 +248,9 @@ def warn_if_trained_elsewhere(controller: Any, env: VecEnv) -> None:
 
 @torch.no_grad()
 def evaluate(controller: Actor, env: VecEnv, episodes: int, seed: int = 0) -> dict[str, Any]:
-    """Run until every env has finished one episode (``episodes`` envs at most).
+    """Run until each of the first ``episodes`` envs (``env.num_envs`` at least) has finished one episode, from
+    ``env.reset(seed=seed)``; returns ``{"episodes", "return_mean", "return_std", "length_mean"}``, and
+    ``"success_rate"`` where the env reports success (``robolearn eval`` adds its own keys around these).
 
     Each env contributes its first complete episode, so long episodes are not
     under-sampled as they would be by counting the first N to finish.

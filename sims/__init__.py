@@ -94,8 +94,10 @@ def make_env(
     A run's own env, with its settings: :func:`robolearn.make_env`.
 
     ``backend`` is ``mujoco`` (CPU threads) or ``warp`` (MuJoCo Warp on
-    ``device``: a CUDA GPU, or Warp's slow CPU device for tests); asking for a
-    GPU that is not there falls back to ``mujoco`` on the CPU with a warning.
+    ``device``: a CUDA GPU, or Warp's slow CPU device for tests); ``warp`` on a
+    GPU that is not there falls back to ``mujoco`` on the CPU with a warning,
+    while ``device="cuda"`` with ``mujoco`` (or a ``gym:`` or ``mjlab:`` env) is
+    refused there. Actions to ``step`` may be tensors, numpy arrays or lists.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or not 1 <= num_envs <= MAX_ENVS:
         # not MuJoCo's own words (above a C int: "incompatible constructor arguments" and a traceback)
