@@ -26,6 +26,7 @@ from gymnasium.vector.utils import batch_space
 from robolearn.interfaces import UNSTABLE_LOG, Obs, Step
 from robolearn.interfaces import VecEnv as OurVecEnv
 from robolearn.plugins import import_module_of
+from sims.adapters import group_space
 from sims.task import checked_action
 
 
@@ -193,7 +194,7 @@ class VecEnvAsGymVector(VectorEnv):
         self.env, self.group = env, group
         self.num_envs = env.num_envs
         self.metadata = {**type(self).metadata, "render_fps": 1.0 / env.control_dt}
-        self.single_observation_space = env.observation_spec[group]
+        self.single_observation_space = group_space(env, group, "VecEnvAsGymVector")
         self.single_action_space = env.action_spec
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)

@@ -17,6 +17,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 
 from robolearn.interfaces import VecEnv
+from sims.adapters import group_space
 
 
 class VecEnvAsSB3(SB3VecEnv):
@@ -24,7 +25,7 @@ class VecEnvAsSB3(SB3VecEnv):
 
     def __init__(self, env: VecEnv, group: str = "policy") -> None:
         self.env, self.group = env, group
-        super().__init__(env.num_envs, env.observation_spec[group], env.action_spec)
+        super().__init__(env.num_envs, group_space(env, group, "VecEnvAsSB3"), env.action_spec)
         self.metadata["render_fps"] = 1.0 / env.control_dt  # VecVideoRecorder's frame rate: real time, not its 30
         self._actions: np.ndarray | None = None
 

@@ -34,3 +34,17 @@ def test_sb3_ppo_trains_on_our_env(tmp_path, monkeypatch) -> None:
     action, _ = model.predict(vec.reset(), deterministic=True)
     assert action.shape == (4, 1)
     vec.close()
+
+
+def test_an_observation_group_the_env_lacks_is_named_with_its_groups() -> None:
+    """VecEnvAsSB3(env, group="critic") on an env without one had been a bare KeyError: 'critic'."""
+    import pytest
+
+    from sims.adapters.gymnasium import VecEnvAsGymVector
+
+    env = make_env("pendulum", num_envs=2, seed=0)
+    for adapter in (VecEnvAsSB3, VecEnvAsGymVector):
+        with pytest.raises(ValueError, match=rf"{adapter.__name__}\(group='critic'\): TaskEnv has no observation "
+                                             r"group 'critic'; its groups: \['policy'\]"):
+            adapter(env, group="critic")
+    env.close()
