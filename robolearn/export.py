@@ -89,6 +89,7 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     if unknown or not formats:  # none: every file of the folder's last export would be removed, its json kept
         raise ValueError(f"unknown export format {unknown[0]!r}; choose from {list(FORMATS)}" if unknown else
                          f"no export format given; choose from {list(FORMATS)}")
+    _refuse_exported(controller)
     check_setup(controller)
     if isinstance(controller, ChunkedController) and not controller.stateless:  # not a TypeError from deep in tracing
         raise ValueError(f"a ChunkedController around {type(controller.inner).__name__}, which holds state across "
@@ -137,6 +138,18 @@ def export_controller(controller: Controller, out_dir: Path, formats: tuple[str,
     for fmt in set(FORMATS) - set(formats):
         (out_dir / FILENAMES[fmt]).unlink(missing_ok=True)
     return paths
+
+
+def _refuse_exported(controller: Any) -> None:
+    """An exported file (an :class:`ExportedController`, alone or chunked) holds no module to trace: it had been
+    said to skip ``super().__init__()``, or (chunked) to compute with numpy, neither of which its user wrote."""
+    inner = controller.inner if isinstance(controller, ChunkedController) else controller
+    if isinstance(inner, ExportedController):
+        chunked = isinstance(controller, ChunkedController)
+        raise ValueError(f"{'a ChunkedController around ' if chunked else ''}an exported controller (ExportedController) "
+                         "does not export again: export the run's own controller, "
+                         + ("export_controller(ChunkedController(robolearn.load_controller(run), length), out_dir) "
+                            "for another chunk length" if chunked else "robolearn export RUN"))
 
 
 def _onnx_session(model: bytes | str) -> Any:

@@ -327,3 +327,16 @@ def test_an_exported_chunk_is_cut_where_the_episode_ends(tmp_path):
     expected = [[0.0], [1.0], [2.0], [3.0], [4.0], [0.0], [1.0], [2.0]]
     assert _play(chunked, Clock(num_envs=1, horizon=5), 8) == expected
     assert _play(exported, Clock(num_envs=1, horizon=5), 8) == expected
+
+
+def test_an_exported_controller_is_refused_at_export_as_one(tmp_path):
+    """Exporting an exported file again had said its class skipped super().__init__(), and a ChunkedController
+    around one (another chunk length for a robot) that forward must use torch operations only."""
+    exported = ExportedController(export_controller(ChunkedController(Ramp(), length=3), tmp_path / "a")["onnx"])
+    with pytest.raises(ValueError, match=r"^an exported controller \(ExportedController\) does not export again: "
+                                         r"export the run's own controller, robolearn export RUN"):
+        export_controller(exported, tmp_path / "b")
+    with pytest.raises(ValueError, match=r"^a ChunkedController around an exported controller .* does not export "
+                                         r"again: .*ChunkedController\(robolearn.load_controller\(run\), length\)"):
+        export_controller(ChunkedController(exported, length=5), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
