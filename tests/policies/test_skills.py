@@ -240,6 +240,10 @@ def test_a_reset_mask_of_numbers_or_numpy_is_read_as_flags_and_anything_else_is_
         controller.reset(torch.tensor([0, 2, 0, 0]))
     with pytest.raises(ValueError, match=r"reset\(mask\): one flag per world, shape \(4,\); got \(3,\)"):
         controller.reset(torch.tensor([True, False, False]))
+    # indices of the worlds to reset (not as many as the worlds) had been said as a mask of the wrong length
+    with pytest.raises(ValueError, match=r"^SkillController\.reset\(mask\): flags, .* got values \[0, 2\]: to reset "
+                                         r"worlds by index, pass a bool mask of them"):
+        controller.reset(torch.tensor([0, 2]))
 
 
 def test_a_wrong_reset_mask_is_refused_before_the_first_act_too():

@@ -340,3 +340,12 @@ def test_an_exported_controller_is_refused_at_export_as_one(tmp_path):
                                          r"again: .*ChunkedController\(robolearn.load_controller\(run\), length\)"):
         export_controller(ChunkedController(exported, length=5), tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_chunked_controller_says_indices_given_to_reset_are_no_mask():
+    """reset(tensor([0, 2])) on 4 envs had been said by a bare 'reset(mask)' whose queue was of another length."""
+    chunked = ChunkedController(Ramp(), length=3)
+    chunked.act({"policy": torch.zeros(4, 1)})
+    with pytest.raises(ValueError, match=r"^ChunkedController\.reset\(mask\): flags, .* got values \[0, 2\]: to reset "
+                                         r"worlds by index, pass a bool mask of them"):
+        chunked.reset(torch.tensor([0, 2]))
