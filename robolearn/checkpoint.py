@@ -372,8 +372,8 @@ def _ours(algo: Any) -> bool:
 
 
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load a checkpoint ``payload``'s agent state (checked against ``agent``'s own shapes first) and
-    random streams; return its progress counters, for the runner to rebuild its own progress from.
+    """Load a checkpoint ``payload``'s agent state (a changed ``resume_fixed`` setting or activation refused by name
+    first, then checked against ``agent``'s own shapes) and random streams; return its progress counters, for the runner to rebuild its own progress from.
     ``config``: the resuming run's (plain data), so that a shape mismatch names the setting that changed."""
     saved_cfg, now_cfg = payload.get("config") or {}, config or {}
     saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
@@ -381,6 +381,15 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
         raise CheckpointError(f"the checkpoint was saved by algo '{saved_cfg['algo']}', this run is "  # keys all differ)
                               f"'{now_cfg['algo']}' (a checkpoint copied from another run?): resume the run it came "
                               "from, or put this run's own checkpoint back")
+    # A setting a resume may not change is refused by name before the shapes are checked: one that also sizes a
+    # network (sac_as's sequence_length, the critic's input) had been said as a shape mismatch, SRL's (no weight
+    # depends on J) as this refusal.
+    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
+    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
+    if fixed:  # another controller: a skill pretrained for 10 steps held for 5
+        raise CheckpointError(f"{settings_said(fixed, saved, now)}: {type(agent).__name__} learnt its controller with "
+                              "the saved value, and a resume goes on with what it learnt; resume without that "
+                              "override, or train a new run with it") from None
     try:
         check_compatible(agent.state_dict(), payload["agent"])
     except CheckpointError as err:
@@ -398,12 +407,6 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
                               f"{type(agent).__name__} starts from; a resume goes on from its checkpoint's, as trained "
                               "since, so it would change nothing: resume without that override, or train a new run "
                               "with it") from None
-    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
-    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
-    if fixed:  # same shapes, another controller: a skill pretrained for 10 steps held for 5
-        raise CheckpointError(f"{settings_said(fixed, saved, now)}: {type(agent).__name__} learnt its controller with "
-                              "the saved value, and a resume goes on with what it learnt; resume without that "
-                              "override, or train a new run with it") from None
     fresh_rates = configured(agent)
     load_agent_state(agent, payload["agent"], saved, now, "one of them changed the network: resume without that "
                      "override")

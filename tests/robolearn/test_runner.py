@@ -969,6 +969,22 @@ def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused
         Runner(cfg, resume=first.run_dir)
 
 
+def test_a_resume_that_changes_a_sequence_critics_length_is_refused_by_name_not_by_shape(tmp_path):
+    """sac_as's K also sizes its critic's input: the shape check had been reached first and said a tensor's shape,
+    where SRL's resume (same setting, no weight depends on it) says the refusal below."""
+    cfg = load_config("sac_as_gym_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled",
+                                              "logging.progress=false", "runner.eval_episodes=0", "runner.video_seconds=0",
+                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16",
+                                              "agent.buffer_size=1000"])
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    cfg.runner.total_steps, cfg.agent.sequence_length = 400, 2
+    with pytest.raises(CheckpointError, match=r"^agent.sequence_length 4 -> 2: SequenceCriticSAC learnt its controller "
+                                              r"with the saved value.*resume without that override"):
+        Runner(cfg, resume=first.run_dir)
+
+
 def test_a_resume_that_changes_the_activation_is_refused(tmp_path):
     """An activation has no weights: agent.activation=relu on a resume of an elu-trained PPO had loaded without a
     word and run the weights through another function (only listed among the changed settings)."""
