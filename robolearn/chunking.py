@@ -71,12 +71,13 @@ class ActionQueue:
         self.valid: torch.Tensor | None = None  # ensemble: (B, age) which past predictions exist
         self.decisions = 0  # source calls (rows summed): what a latency budget counts
 
-    def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Forget the queued actions of the envs in ``mask`` (all when None)."""
+    def reset(self, mask: torch.Tensor | None = None, who: str = "ActionQueue.reset") -> None:
+        """Forget the queued actions of the envs in ``mask`` (all when None); ``who``: the controller whose queue
+        this is, named where the mask has another length than the queue's rows."""
         if self.index is not None:
-            self.index[reset_rows(mask, self.index)] = self.length
+            self.index[reset_rows(mask, self.index, who)] = self.length
         if self.valid is not None:
-            self.valid[reset_rows(mask, self.valid)] = False
+            self.valid[reset_rows(mask, self.valid, who)] = False
 
     def clear(self) -> None:
         """Forget every env's queue and the number of envs: the next step decides anew for all of them, on the
@@ -212,7 +213,7 @@ class ChunkedController(Controller):
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         mask = reset_mask(mask, who=f"{type(self).__name__}.reset")
-        self.queue.reset(mask)
+        self.queue.reset(mask, f"{type(self).__name__}.reset")
         if callable(getattr(self.inner, "reset", None)):  # a Controller, or an exported one (not a subclass)
             self.inner.reset(mask)
 

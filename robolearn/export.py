@@ -347,9 +347,9 @@ class ExportedController:
         """Forget queued actions (sequence controllers) or held state (stateful ones); flat ones hold none."""
         mask = reset_mask(mask, who=f"{type(self).__name__}.reset")  # (a flat one's too: a bad mask is a bug)
         if self.queue is not None:
-            self.queue.reset(mask)
+            self.queue.reset(mask, f"{type(self).__name__}.reset")
         if self.state is not None:
-            rows = reset_rows(mask, self.state[0])
+            rows = reset_rows(mask, self.state[0], f"{type(self).__name__}.reset")
             for state in self.state:
                 state[rows] = 0.0
 

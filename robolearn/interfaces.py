@@ -251,10 +251,11 @@ def reset_mask(mask: Any, rows: int | None = None, who: str = "reset") -> torch.
     return mask.bool()
 
 
-def reset_rows(mask: Any, held: torch.Tensor) -> slice | torch.Tensor:
+def reset_rows(mask: Any, held: torch.Tensor, who: str = "reset") -> slice | torch.Tensor:
     """The rows of ``held`` (acting state, one row per world) that ``mask`` resets, to index it with: all
-    when None, else :func:`reset_mask`'s flags on ``held``'s device."""
-    mask = reset_mask(mask, held.shape[0])
+    when None, else :func:`reset_mask`'s flags on ``held``'s device. ``who``: the caller's ``Class.reset``, named
+    where the mask is not one flag per world (a bare ``reset(mask)`` named no controller)."""
+    mask = reset_mask(mask, held.shape[0], who)
     return slice(None) if mask is None else mask.to(held.device)
 
 

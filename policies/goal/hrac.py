@@ -207,7 +207,7 @@ class HRAC(Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Envs in ``mask`` start a new subgoal at their next step."""
         if self.step is not None:
-            self.step[reset_rows(mask, self.step)] = 0
+            self.step[reset_rows(mask, self.step, f"{type(self).__name__}.reset")] = 0
 
     @torch.no_grad()
     def observe(self, transition: dict[str, Any]) -> None:

@@ -79,7 +79,7 @@ class SkillController(Controller):
         mask = reset_mask(mask, who=f"{type(self).__name__}.reset")  # (indices [0, 2] said as such, not as a length)
         if self.step is None:
             return
-        rows = reset_rows(mask, self.step)
+        rows = reset_rows(mask, self.step, f"{type(self).__name__}.reset")
         self.skill[rows] = 0.0
         self.step[rows] = 0.0
 

@@ -206,7 +206,7 @@ class SPiRL(Agent):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Envs in ``mask`` start a new skill at their next step."""
         if self.step is not None:
-            self.step[reset_rows(mask, self.step)] = 0
+            self.step[reset_rows(mask, self.step, f"{type(self).__name__}.reset")] = 0
 
     @property
     def replay_window(self) -> int:

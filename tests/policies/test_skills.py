@@ -238,7 +238,9 @@ def test_a_reset_mask_of_numbers_or_numpy_is_read_as_flags_and_anything_else_is_
     with pytest.raises(ValueError, match=r"reset\(mask\): flags, True where a world's episode ended \(or 0/1\); "
                                          r"got values \[0, 2\]"):
         controller.reset(torch.tensor([0, 2, 0, 0]))
-    with pytest.raises(ValueError, match=r"reset\(mask\): one flag per world, shape \(4,\); got \(3,\)"):
+    # a mask of the wrong length once it had acted had been said with a bare 'reset(mask)', naming no controller
+    with pytest.raises(ValueError, match=r"^SkillController\.reset\(mask\): one flag per world, shape \(4,\); "
+                                         r"got \(3,\)"):
         controller.reset(torch.tensor([True, False, False]))
     # indices of the worlds to reset (not as many as the worlds) had been said as a mask of the wrong length
     with pytest.raises(ValueError, match=r"^SkillController\.reset\(mask\): flags, .* got values \[0, 2\]: to reset "

@@ -349,3 +349,13 @@ def test_a_chunked_controller_says_indices_given_to_reset_are_no_mask():
     with pytest.raises(ValueError, match=r"^ChunkedController\.reset\(mask\): flags, .* got values \[0, 2\]: to reset "
                                          r"worlds by index, pass a bool mask of them"):
         chunked.reset(torch.tensor([0, 2]))
+
+
+def test_a_reset_mask_of_the_wrong_length_names_the_chunked_controller():
+    """Once it had acted, a mask of another length than its worlds was said with a bare 'reset(mask)' (the queue's
+    check), naming no controller; the other reset errors name the controller's class."""
+    chunked = ChunkedController(Ramp(), length=3)
+    chunked.act({"policy": torch.zeros(2, 1)})
+    with pytest.raises(ValueError, match=r"^ChunkedController\.reset\(mask\): one flag per world, shape \(2,\); "
+                                         r"got \(3,\)"):
+        chunked.reset(torch.tensor([True, False, False]))
