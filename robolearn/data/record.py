@@ -49,9 +49,15 @@ def env_metadata(env: VecEnv, task: str, task_kwargs: dict[str, Any] | None = No
 
 
 class RandomController:
-    """Uniform random actions within the action bounds (the D4RL "random" datasets)."""
+    """Uniform random actions within the action bounds (the D4RL "random" datasets), one per env of ``env`` (the
+    VecEnv itself: its ``num_envs``, ``device`` and ``action_spec`` are read; a space alone is refused)."""
 
     def __init__(self, env: VecEnv, seed: int = 0) -> None:
+        if missing := [name for name in ("num_envs", "device", "action_spec") if not hasattr(env, name)]:
+            what = "pass the env itself, not its action_spec" if hasattr(env, "sample") else "pass the env"
+            raise TypeError(f"RandomController(env) takes the VecEnv it acts in (it reads its num_envs, device and "
+                            f"action_spec); got a {type(env).__name__}, which has no {', '.join(missing)}: {what} "
+                            "(e.g. RandomController(sims.make_env('pendulum', num_envs=4)))")
         self.num_envs, self.device = env.num_envs, env.device
         low, high = (np.nan_to_num(b, posinf=1.0, neginf=-1.0) for b in (env.action_spec.low, env.action_spec.high))
         self.low, self.high = torch.as_tensor(low), torch.as_tensor(high)

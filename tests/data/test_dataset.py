@@ -620,3 +620,10 @@ def test_metadata_counts_that_are_no_counts_or_beyond_memory_are_said_by_file_an
     ds.raw_metadata["total_steps"] = 10**15
     with pytest.raises(DatasetError, match=re.escape(f"{where}: 'total_steps' says {10**15:,} steps, more than")):
         ds.transitions()
+
+
+def test_random_controller_given_an_action_space_says_to_pass_the_env():
+    """RandomController(env.action_spec) had raised a raw AttributeError: 'Box' object has no attribute 'num_envs'."""
+    with pytest.raises(TypeError, match=r"^RandomController\(env\) takes the VecEnv it acts in .*got a Box, which has "
+                                        r"no num_envs, device, action_spec: pass the env itself, not its action_spec"):
+        RandomController(spaces.Box(-1.0, 1.0, (2,), np.float32))
