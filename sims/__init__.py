@@ -340,6 +340,15 @@ def _parameters(builder: Callable[..., Task]) -> tuple[Callable[..., Task], dict
 _SAID: set[str] = set()  # notes said once per process (Python's own once-per-place is reset by catch_warnings)
 
 
+def _asked_from_python(stacklevel: int) -> bool:
+    """Whether the device :func:`resolve_backend` resolves is the ``device=`` argument of one's own Python call of
+    :func:`make_env` or :func:`resolve_backend` (so that advice names that argument, not the config's
+    ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads past our
+    packages' frames, and the last of them (the one the caller called) is one of those two."""
+    entry = sys._getframe(stacklevel - 1)  # (resolve_backend's own frame stacklevel - 2: here, one deeper)
+    return entry.f_code.co_filename == __file__ and entry.f_code.co_name in ("make_env", "resolve_backend")
+
+
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:
     """The backend and device that will run ``backend`` on ``device``: validated, and ``warp`` on a
     CUDA device this machine lacks falls back to ``mujoco`` on the CPU (with a warning)."""
@@ -364,7 +373,8 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         return backend, device
     if not torch.cuda.is_available():
         if backend != "warp":
-            raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); use env.device=cpu")
+            fix = "use device='cpu'" if _asked_from_python(outside_us()) else "use env.device=cpu"
+            raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); {fix}")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu, which a run's config.yaml then records (on a GPU, "
                       f"resume it with env.backend=warp env.device={device}). GPU configs have thousands of worlds: "

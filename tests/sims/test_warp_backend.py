@@ -227,6 +227,22 @@ def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
         sims.make_env("pendulum", 2, device="cuda")
 
 
+def test_a_missing_gpu_is_said_in_the_callers_terms(monkeypatch):
+    """A Python call of make_env(device='cuda') had been told to 'use env.device=cpu', the config's key, not its
+    own argument; a config's env.device is still said as that key."""
+    from robolearn.config import load_config
+    from robolearn.registry import make_env
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for task in ("pendulum", "gym:Pendulum-v1"):
+        with pytest.raises(ValueError, match=r"device=cuda: no CUDA GPU here .*; use device='cpu'$"):
+            sims.make_env(task, 1, device="cuda")
+    with pytest.raises(ValueError, match=r"; use device='cpu'$"):
+        sims.resolve_backend("mujoco", "cuda")
+    with pytest.raises(ValueError, match=r"; use env.device=cpu$"):
+        make_env(load_config("ppo_cartpole", ["env.device=cuda"]).env)
+
+
 def test_a_model_mujoco_warp_cannot_run_is_a_clear_error():
     """A model with a feature MuJoCo Warp lacks (here the PGS solver) had ended in put_model's
     NotImplementedError traceback; it is a ValueError naming the task and the CPU backend."""
