@@ -499,6 +499,9 @@ def _train(args: argparse.Namespace) -> int:
         import sims
 
         sims.check_task(cfg.env.task, cfg.env.kwargs)  # here, once, not by every rank
+        if cfg.env.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)):  # (ours: _check_ranks_fit resolves them)
+            # a missing GPU, as its make_env refuses it: the ranks had failed in torch.cuda.set_device first
+            sims.resolve_backend("mujoco", cfg.env.device)
         if args.resume:  # (the ranks' runners refuse them too, but only once torchrun has started them)
             refuse_task_change(args.resume, cfg)
             refuse_wandb_move(args.resume, cfg)

@@ -378,6 +378,19 @@ def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) ->
     assert not calls
 
 
+def test_a_gym_env_on_a_missing_gpu_is_refused_before_torchrun(monkeypatch, capsys) -> None:
+    """A gym: task with env.device=cuda on a machine without a GPU (our tasks' backend the launcher resolves; a
+    Gymnasium env's it had not) had started the ranks, each failing in torch.cuda.set_device with a traceback."""
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["train", "ppo_gym_pendulum", "--nproc", "2", "env.device=cuda", "--no-wandb"]) == 2
+    assert "device=cuda: no CUDA GPU here (torch.cuda.is_available() is False); use env.device=cpu" in \
+        capsys.readouterr().err
+    assert not calls
+
+
 def test_metrics_are_averaged_over_the_ranks_that_have_them(two_ranks) -> None:
     _, (r0, r1) = two_ranks
     assert r0["metrics"] == r1["metrics"] == {"x": 0.5, "return": 5.0}  # rank 1 had no episode yet
