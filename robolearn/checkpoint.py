@@ -371,9 +371,23 @@ def _ours(algo: Any) -> bool:
     return algo in AGENTS
 
 
+def refuse_fixed_changes(agent: Any, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse agent settings that differ between ``saved`` (a checkpoint's) and ``now`` and that a resume may not
+    change: ``agent.resume_fixed``'s and any activation. ``agent``: the agent, or its class (``train --nproc``
+    refuses them so before its ranks start, as each rank's :func:`restore_agent` would)."""
+    agent_cls = agent if isinstance(agent, type) else type(agent)
+    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
+    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
+    if fixed:  # another controller: a skill pretrained for 10 steps held for 5
+        raise CheckpointError(f"{settings_said(fixed, saved, now)}: {agent_cls.__name__} learnt its controller with "
+                              "the saved value, and a resume goes on with what it learnt; resume without that "
+                              "override, or train a new run with it")
+
+
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load a checkpoint ``payload``'s agent state (a changed ``resume_fixed`` setting or activation refused by name
-    first, then checked against ``agent``'s own shapes) and random streams; return its progress counters, for the runner to rebuild its own progress from.
+    first, :func:`refuse_fixed_changes`; then checked against ``agent``'s own shapes) and random streams; return
+    its progress counters, for the runner to rebuild its own progress from.
     ``config``: the resuming run's (plain data), so that a shape mismatch names the setting that changed."""
     saved_cfg, now_cfg = payload.get("config") or {}, config or {}
     saved, now = saved_cfg.get("agent") or {}, now_cfg.get("agent") or {}
@@ -384,12 +398,7 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
     # A setting a resume may not change is refused by name before the shapes are checked: one that also sizes a
     # network (sac_as's sequence_length, the critic's input) had been said as a shape mismatch, SRL's (no weight
     # depends on J) as this refusal.
-    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
-    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
-    if fixed:  # another controller: a skill pretrained for 10 steps held for 5
-        raise CheckpointError(f"{settings_said(fixed, saved, now)}: {type(agent).__name__} learnt its controller with "
-                              "the saved value, and a resume goes on with what it learnt; resume without that "
-                              "override, or train a new run with it") from None
+    refuse_fixed_changes(agent, saved, now)
     try:
         check_compatible(agent.state_dict(), payload["agent"])
     except CheckpointError as err:

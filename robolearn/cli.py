@@ -505,6 +505,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:  # (the ranks' runners refuse them too, but only once torchrun has started them)
             refuse_task_change(args.resume, cfg)
             refuse_wandb_move(args.resume, cfg)
+            _refuse_fixed_changes_first(args.resume, cfg)
         # each rank's env.num_envs (an algorithm of one's own that sets on_policy only when built: its ranks ask)
         check_minibatches(cfg, getattr(agent_entry(cfg.algo)[1], "on_policy", None) is True, cfg.env.num_envs)
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
@@ -571,6 +572,19 @@ def _refuse_finished_first(run: Path, cfg: TrainConfig) -> None:
         return
     if done >= cfg.runner.total_steps:  # (below it, the resume sets the evaluation aside: the ranks' to do)
         refuse_finished(run, "env_steps", done, cfg.runner.total_steps, cfg.runner.eval_episodes)
+
+
+def _refuse_fixed_changes_first(run: Path, cfg: TrainConfig) -> None:
+    """A resume that changes an agent setting it may not (an activation, the agent's ``resume_fixed``), refused
+    before torchrun starts the ranks, whose every restore had refused it (:func:`robolearn.checkpoint.restore_agent`)."""
+    from policies import agent_entry
+    from robolearn.checkpoint import CheckpointError, load_checkpoint, refuse_fixed_changes
+
+    try:
+        saved = (load_checkpoint(run / "checkpoints" / "latest.pt").get("config") or {}).get("agent") or {}
+    except CheckpointError:  # (the runner says what is wrong with it)
+        return
+    refuse_fixed_changes(agent_entry(cfg.algo)[1], saved, to_dict(cfg).get("agent") or {})
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:

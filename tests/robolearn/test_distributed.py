@@ -367,6 +367,30 @@ def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(monkeypatch, recwarn) -
         sims.resolve_backend("warp", "cpu")
 
 
+def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(tmp_path, monkeypatch,
+                                                                               capsys) -> None:
+    """`train --resume RUN --nproc 2 agent.activation=relu` had been refused by each rank's restore once torchrun
+    had started them; the launcher reads the checkpoint's agent settings and refuses it as they would."""
+    import yaml
+
+    from robolearn.checkpoint import save_checkpoint
+    from robolearn.config import to_dict
+
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    run = tmp_path / "runs" / "ppo_pendulum" / "20260101-000000"
+    (run / "checkpoints").mkdir(parents=True)
+    config = to_dict(load_config("ppo_pendulum", ["logging.wandb=disabled"]))
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    save_checkpoint(run / "checkpoints" / "latest.pt", config=config, agent={},
+                    progress={"env_steps": 0, "world_size": 2})
+    assert cli.main(["train", "--resume", str(run), "--nproc", "2", "agent.activation=relu"]) == 2
+    assert "agent.activation 'elu' -> 'relu': PPO learnt its controller with the saved value" in capsys.readouterr().err
+    assert not calls
+
+
 def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
