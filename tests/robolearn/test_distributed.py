@@ -216,6 +216,17 @@ def test_merge_is_chans_parallel_formula() -> None:
     torch.testing.assert_close(normalizer.var.double(), data.var(0, unbiased=False), rtol=1e-4, atol=1e-4)
 
 
+@pytest.fixture
+def launches(monkeypatch) -> list[list[str]]:
+    """The torchrun command lines `robolearn train --nproc` would start (none is), outside any torchrun and on a
+    process allowed two cores."""
+    calls: list[list[str]] = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    return calls
+
+
 def test_nproc_relaunches_the_same_command_under_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -307,36 +318,28 @@ def test_a_missing_gpu_is_said_once_and_the_ranks_get_the_fallback(monkeypatch) 
     assert calls[-1][-2:] == ["env.backend=mujoco", "env.device=cpu"]  # the ranks' overrides win, being last
 
 
-def test_too_many_minibatches_are_refused_before_the_ranks_start(monkeypatch, capsys) -> None:
+def test_too_many_minibatches_are_refused_before_the_ranks_start(launches, monkeypatch, capsys) -> None:
     """agent.num_minibatches beyond a rank's rollout had been refused by each rank once torchrun had started
     them (seconds later, with torchrun's 'failed (exitcode: 2) local_rank: 0' after it)."""
-    calls = []
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=2", "agent.num_steps=2",
                      "agent.num_minibatches=64", "--no-wandb"]) == 2
     said = "agent.num_minibatches (64) is more than a rollout's 4 samples (env.num_envs 2 x agent.num_steps 2)"
-    assert capsys.readouterr().err.count(said) == 1 and not calls
+    assert capsys.readouterr().err.count(said) == 1 and not launches
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.num_envs=2", "agent.num_steps=2",
-                     "agent.num_minibatches=4", "--no-wandb"]) == 0 and calls  # as many as samples: it starts
+                     "agent.num_minibatches=4", "--no-wandb"]) == 0 and launches  # as many as samples: it starts
 
 
 @pytest.mark.parametrize("override, said", [
     ("logging.project=other", r"logging.project: .* logs to W&B with project .*: drop logging.project="),
     ("env.task=cartpole", r"env.task: .* trained on 'pendulum'; a resume goes on with its task, not 'cartpole'")])
 def test_a_resume_that_would_move_its_w_and_b_run_or_task_is_refused_before_the_ranks_start(
-        tmp_path, monkeypatch, capsys, override, said) -> None:
+        launches, tmp_path, monkeypatch, capsys, override, said) -> None:
     """`train --resume RUN --nproc 2 logging.project=other` had been refused by each rank once torchrun had started
     them (refuse_wandb_move and refuse_task_change run in the runner), as --nproc's minibatches had been."""
     import yaml
 
     from robolearn.config import to_dict
 
-    calls = []
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     run = tmp_path / "runs" / "ppo_pendulum" / "20260101-000000"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_pendulum", ["logging.wandb=offline"]))))
@@ -345,29 +348,25 @@ def test_a_resume_that_would_move_its_w_and_b_run_or_task_is_refused_before_the_
     session.parent.mkdir(parents=True)
     session.write_bytes(b"")
     assert cli.main(["train", "--resume", str(run), "--nproc", "2", override]) == 2
-    assert re.search(said, capsys.readouterr().err) and not calls
+    assert re.search(said, capsys.readouterr().err) and not launches
 
 
-def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(monkeypatch, recwarn) -> None:
+def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(launches, monkeypatch, recwarn) -> None:
     """backend=warp device=cpu runs as asked on every rank, and rank 0 says it is slow: the parent had said it
     too, so that `--nproc 2` printed it twice."""
     import sims
 
-    calls = []
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(sims, "_SAID", set())  # (said once per process: another test's would hide it)
     assert cli.main(["train", "ppo_pendulum", "--nproc", "2", "env.backend=warp", "env.device=cpu",
                      "--no-wandb"]) == 0
-    assert calls and not [w for w in recwarn if "backend=warp" in str(w.message)]
-    assert calls[-1][-3:] == ["env.backend=warp", "env.device=cpu", "--no-wandb"]  # the ranks resolve it alike
+    assert launches and not [w for w in recwarn if "backend=warp" in str(w.message)]
+    assert launches[-1][-3:] == ["env.backend=warp", "env.device=cpu", "--no-wandb"]  # the ranks resolve it alike
     monkeypatch.setattr(sims, "_SAID", set())  # rank 0, a process of its own, says it
     with pytest.warns(UserWarning, match="backend=warp device=cpu: MuJoCo Warp on Warp's CPU device"):
         sims.resolve_backend("warp", "cpu")
 
 
-def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(tmp_path, monkeypatch,
+def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(launches, tmp_path, monkeypatch,
                                                                                capsys) -> None:
     """`train --resume RUN --nproc 2 agent.activation=relu` had been refused by each rank's restore once torchrun
     had started them; the launcher reads the checkpoint's agent settings and refuses it as they would."""
@@ -376,10 +375,6 @@ def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(
     from robolearn.checkpoint import save_checkpoint
     from robolearn.config import to_dict
 
-    calls = []
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr("torch.distributed.run.main", lambda args: calls.append(args))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     run = tmp_path / "runs" / "ppo_pendulum" / "20260101-000000"
     (run / "checkpoints").mkdir(parents=True)
     config = to_dict(load_config("ppo_pendulum", ["logging.wandb=disabled"]))
@@ -388,7 +383,7 @@ def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(
                     progress={"env_steps": 0, "world_size": 2})
     assert cli.main(["train", "--resume", str(run), "--nproc", "2", "agent.activation=relu"]) == 2
     assert "agent.activation 'elu' -> 'relu': PPO learnt its controller with the saved value" in capsys.readouterr().err
-    assert not calls
+    assert not launches
 
 
 def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
