@@ -135,9 +135,9 @@ class _BlindPark:
             raise ParkUnfinished(f"the park to the safe pose did not finish: nothing was read for {unread:.1f} s of "
                                  f"it ({why}; safety.park_blind_s = {self.limit_s:g}), so it was given up "
                                  "short of the safe pose")
-        if (troubled_s := self.blind_s + self.retried_s) >= self.limit_s:  # (a slow read that answers at once is
-            why = self.why if self.why != SILENT else "no reply" if self.blind else "replies asked for again"  # no
-            # trouble: never counted here; some reads got through: no silent bus)
+        # (a slow read that answers at once is no trouble: never counted here; some reads got through: no silent bus)
+        if (troubled_s := self.blind_s + self.retried_s) >= self.limit_s:
+            why = self.why if self.why != SILENT else "no reply" if self.blind else "replies asked for again"
             raise ParkUnfinished(f"the park to the safe pose did not finish: it had taken "
                                  f"{time.monotonic() - self.began:.1f} s of the {self.planned_s:.1f} s it takes, "
                                  f"{self.blind} of its {self.reads} reads failing and {self.retried} retried, "
@@ -238,8 +238,8 @@ class Robot(VecEnv):
         """Joint positions and velocities, one value per joint; None for a transient failure (after the
         driver's own retries; a reading with NaN or inf counts as one), with ``self.read_failure`` set to why
         where the driver knows (default :data:`SILENT`), and ``self.read_retried`` where a reading came only on a
-        retry; raise ConnectionLost if the link is gone. Return within
-        about a control period (time out): the watchdog and the safe stop wait for it."""
+        retry; raise ConnectionLost if the link is gone. Return within about a control period (time out): the
+        watchdog and the safe stop wait for it."""
 
     @abstractmethod
     def _write(self, goal: np.ndarray) -> None:

@@ -221,8 +221,9 @@ class SafetyLayer:
         self.low = np.asarray(low, dtype=np.float64) + cfg.position_margin
         self.high = np.asarray(high, dtype=np.float64) - cfg.position_margin
         names = list(joints) if joints is not None else [f"joint {i}" for i in range(len(self.low))]
-        for name, a, b in zip(names, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)):
-            if a + cfg.position_margin >= b - cfg.position_margin:  # (it had named neither joint nor limits)
+        for name, inner_low, inner_high, a, b in zip(names, self.low, self.high, np.asarray(low, dtype=np.float64),
+                                                     np.asarray(high, dtype=np.float64)):
+            if inner_low >= inner_high:  # (it had named neither joint nor limits)
                 raise ValueError(f"safety.position_margin {cfg.position_margin:g} leaves {name} no range: its limits "
                                  f"[{a:g}, {b:g}] are {b - a:g} rad apart, not more than twice the margin; give a "
                                  f"position_margin below {(b - a) / 2:g} (or check {name}'s limits)")

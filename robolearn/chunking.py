@@ -212,8 +212,9 @@ class ChunkedController(Controller):
         return super()._apply(fn, recurse)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        mask = reset_mask(mask, who=f"{type(self).__name__}.reset")
-        self.queue.reset(mask, f"{type(self).__name__}.reset")
+        who = f"{type(self).__name__}.reset"
+        mask = reset_mask(mask, who=who)
+        self.queue.reset(mask, who)
         if callable(getattr(self.inner, "reset", None)):  # a Controller, or an exported one (not a subclass)
             self.inner.reset(mask)
 

@@ -494,7 +494,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.fresh_replay:
         check_fresh_replay(cfg, args.resume)
     if args.resume and "WORLD_SIZE" not in os.environ:  # (under torchrun every rank's runner refuses it)
-        _refuse_finished_first(args.resume, cfg)
+        _refuse_finished_first(args.resume, cfg, args.nproc)
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # the config is valid: start the ranks
         import sims
 
@@ -505,7 +505,6 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:  # (the ranks' runners refuse them too, but only once torchrun has started them)
             refuse_task_change(args.resume, cfg)
             refuse_wandb_move(args.resume, cfg)
-            _refuse_fixed_changes_first(args.resume, cfg)
         # each rank's env.num_envs (an algorithm of one's own that sets on_policy only when built: its ranks ask)
         check_minibatches(cfg, getattr(agent_entry(cfg.algo)[1], "on_policy", None) is True, cfg.env.num_envs)
         return _torchrun(args.nproc, args.argv + _check_ranks_fit(args.nproc, cfg))
@@ -559,32 +558,26 @@ def _check_ranks_fit(nproc: int, cfg: TrainConfig) -> list[str]:
     return fallback
 
 
-def _refuse_finished_first(run: Path, cfg: TrainConfig) -> None:
+def _refuse_finished_first(run: Path, cfg: TrainConfig, ranks: int) -> None:
     """A resume of a finished run, refused before anything else is built, as the runner would refuse it: under
     --nproc each rank had been started only to refuse it, torchrun's error lines after the runner's; in one
-    process a finished run whose replay.pt was lost had first been told to restore it."""
-    from robolearn.checkpoint import CheckpointError, load_checkpoint
+    process a finished run whose replay.pt was lost had first been told to restore it. Before more than one
+    ``ranks`` start, so is a changed agent setting a resume may not change (an activation, the agent's
+    ``resume_fixed``), which every rank's restore had refused (:func:`robolearn.checkpoint.restore_agent`)."""
+    from policies import agent_entry
+    from robolearn.checkpoint import CheckpointError, load_checkpoint, refuse_fixed_changes
     from robolearn.runs import refuse_finished
 
     try:
-        done = int(load_checkpoint(run / "checkpoints" / "latest.pt")["progress"].get("env_steps", 0))
+        payload = load_checkpoint(run / "checkpoints" / "latest.pt")
+        done = int(payload["progress"].get("env_steps", 0))
     except (CheckpointError, TypeError, ValueError):  # (the runner says what is wrong with it)
         return
     if done >= cfg.runner.total_steps:  # (below it, the resume sets the evaluation aside: the ranks' to do)
         refuse_finished(run, "env_steps", done, cfg.runner.total_steps, cfg.runner.eval_episodes)
-
-
-def _refuse_fixed_changes_first(run: Path, cfg: TrainConfig) -> None:
-    """A resume that changes an agent setting it may not (an activation, the agent's ``resume_fixed``), refused
-    before torchrun starts the ranks, whose every restore had refused it (:func:`robolearn.checkpoint.restore_agent`)."""
-    from policies import agent_entry
-    from robolearn.checkpoint import CheckpointError, load_checkpoint, refuse_fixed_changes
-
-    try:
-        saved = (load_checkpoint(run / "checkpoints" / "latest.pt").get("config") or {}).get("agent") or {}
-    except CheckpointError:  # (the runner says what is wrong with it)
-        return
-    refuse_fixed_changes(agent_entry(cfg.algo)[1], saved, to_dict(cfg).get("agent") or {})
+    if ranks > 1:
+        saved = (payload.get("config") or {}).get("agent") or {}
+        refuse_fixed_changes(agent_entry(cfg.algo)[1], saved, to_dict(cfg).get("agent") or {})
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:
@@ -792,10 +785,11 @@ def _list(args: argparse.Namespace) -> int:
 
     # before the listing (the error had come after it); a file named runs where the default folder goes too (it had
     # been "none yet"); the default folder not there yet is "none yet"
-    if args.runs.exists() and not args.runs.is_dir() or not args.runs.exists() and args.runs != Path("runs"):
-        said = "a file, not a folder of runs; give the folder the runs are in, --runs DIR (default runs)" if args.runs.exists() \
-            else "no such folder"
-        raise FileNotFoundError(f"{'--runs ' * (args.runs != Path('runs'))}{args.runs}: {said}")
+    if args.runs.exists() and not args.runs.is_dir():
+        raise FileNotFoundError(f"{'--runs ' * (args.runs != Path('runs'))}{args.runs}: a file, not a folder of runs; "
+                                "give the folder the runs are in, --runs DIR (default runs)")
+    if not args.runs.exists() and args.runs != Path("runs"):
+        raise FileNotFoundError(f"--runs {args.runs}: no such folder")
     print("configs:    " + " ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))))
     print("tasks:      " + " ".join(sorted(sims.TASKS)) + "  (and gym:<any Gymnasium id>, mjlab:<any mjlab task id>, module:Class for a Task of your own)")
     print("algorithms: " + " ".join(sorted(AGENTS)) + "  (and module:Class for an Agent of your own)")

@@ -144,10 +144,10 @@ def warn_if_goal_unread(cfg: TrainConfig, agent: Agent, env: VecEnv) -> None:
         return
     settings = ({field.name: getattr(cfg.agent, field.name) for field in dataclasses.fields(cfg.agent)}
                 if dataclasses.is_dataclass(cfg.agent) else vars(cfg.agent))  # (slots=True: no vars)
-    keys = [key for key, value in settings.items()  # (a list of groups: one's own may hold None, or text)
-            if key.endswith("obs_groups") and isinstance(value, (list, tuple)) and "goal" not in value]
-    feed = " ".join(f"agent.{key}=[{','.join((*getattr(cfg.agent, key), 'goal'))}]" for key in keys)
+    unfed = {key: value for key, value in settings.items()  # (a list of groups: one's own may hold None, or text)
+             if key.endswith("obs_groups") and isinstance(value, (list, tuple)) and "goal" not in value}
+    feed = " ".join(f"agent.{key}=[{','.join((*value, 'goal'))}]" for key, value in unfed.items())
     warnings.warn(f"env.task={cfg.env.task} has a 'goal' observation group that changes from episode to episode, "
                   f"and algo '{cfg.algo}' reads only {list(groups)}: its controller cannot know the goal. "
-                  f"{f'Feed it the goal ({feed}), or train' if keys else 'Train'} a goal-conditioned algorithm: "
+                  f"{f'Feed it the goal ({feed}), or train' if unfed else 'Train'} a goal-conditioned algorithm: "
                   f"{GOAL_CONDITIONED}; or give the task one goal (the mazes' env.kwargs.goals=fixed)", stacklevel=3)

@@ -22,9 +22,8 @@ The Bus_Watchdog stops the servos when this host goes quiet for longer than
 A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
 drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when: not as
-none, which sends a person to check power and ids; a stray byte is no reply), and a reply holding another number of
-bytes than the
-request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
+none, which sends a person to check power and ids; a stray byte is no reply), and a reply holding another number
+of bytes than the request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,

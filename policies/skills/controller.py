@@ -76,10 +76,11 @@ class SkillController(Controller):
         """A new skill is chosen at the next ``act`` for the envs in ``mask`` (all when None). Before the first
         ``act`` there is nothing to clear, but the mask is checked all the same (as every Controller does), so
         that a wrong one fails at the first reset, not only once the controller has acted."""
-        mask = reset_mask(mask, who=f"{type(self).__name__}.reset")  # (indices [0, 2] said as such, not as a length)
+        who = f"{type(self).__name__}.reset"
+        mask = reset_mask(mask, who=who)  # (indices [0, 2] said as such, not as a length)
         if self.step is None:
             return
-        rows = reset_rows(mask, self.step, f"{type(self).__name__}.reset")
+        rows = reset_rows(mask, self.step, who)
         self.skill[rows] = 0.0
         self.step[rows] = 0.0
 
