@@ -8,9 +8,9 @@ Layout (Minari's own, so ``MINARI_DATASETS_PATH=<root> minari list local`` and
                                      terminations, truncations, infos/<name>}
 
 ``<root>`` is the ``root`` argument, else ``$ROBOLEARN_DATASETS``, else
-``~/.robolearn/datasets``. A dataset id is a name of letters, digits, ``-``
-and ``_``, with Minari's version suffix ``-v<N>`` (``-v0`` is added when
-missing): ``Dataset.load("pendulum-expert")`` finds ``pendulum-expert-v0``.
+``~/.robolearn/datasets``. A dataset id is a name of letters and digits of any
+alphabet, ``-`` and ``_``, with Minari's version suffix ``-v<N>`` (``-v0`` is
+added when missing): ``Dataset.load("pendulum-expert")`` finds ``pendulum-expert-v0``.
 Minari's namespaces come before it, separated by ``/``: what ``minari download
 mujoco/hopper/expert-v0`` stores is ``<root>/mujoco/hopper/expert-v0``.
 
@@ -70,7 +70,10 @@ from robolearn.runtime import STOP_SIGNALS
 
 ROOT_ENV = "ROBOLEARN_DATASETS"
 DATA_FORMAT = "hdf5"
-_ID = re.compile(r"(?:[-\w]+/)*[-\w]+?(-v\d+)?")  # namespaces/name, as Minari's mujoco/hopper/expert-v0
+# namespaces/name, as Minari's mujoco/hopper/expert-v0. \w is Unicode's (ümlaut, 名前), as Minari's own id check
+# (minari.dataset.minari_dataset.DATASET_ID_RE): an ASCII-only rule would refuse datasets Minari writes and loads,
+# and those named so before; a folder's name on disk takes any of them
+_ID = re.compile(r"(?:[-\w]+/)*[-\w]+?(-v\d+)?")
 # This machine, in the names of a writer's temp folders: a leftover is removed only by the host that made it
 _HOST = re.sub(r"[^-.\w]", "_", socket.gethostname()) or "localhost"
 # What a writer leaves beside its target while it runs: its temp directory (mkdtemp's suffix is \w), and during
@@ -101,8 +104,9 @@ def dataset_id(name: str) -> str:
     name = os.fspath(name)  # a pathlib.Path to a dataset's folder is told what to do, as its str is (not re's TypeError)
     match = _ID.fullmatch(name)
     if not match:
-        raise DatasetError(_path_hint(name) or f"bad dataset name {name!r}: use letters, digits, '-' and '_', with '/' "
-                           "between namespaces (as in mujoco/hopper/expert-v0), optionally ending in -v<N>")
+        raise DatasetError(_path_hint(name) or f"bad dataset name {name!r}: use letters and digits (of any "
+                           "alphabet), '-' and '_', with '/' between namespaces (as in mujoco/hopper/expert-v0), "
+                           "optionally ending in -v<N>")
     return name if match.group(1) else f"{name}-v0"
 
 

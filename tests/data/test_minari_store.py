@@ -409,6 +409,17 @@ def test_namespaced_ids():
             dataset_id(bad)
 
 
+def test_names_of_any_alphabet_are_taken_and_said_so():
+    """A name of non-ASCII letters is an id (Minari's own check takes it too), and the refusal of a bad name says
+    so: it had said 'letters, digits' while taking ümlaut."""
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    for name in ("ümlaut", "mujoco/名前/expert"):
+        assert parse_dataset_id(dataset_id(name))[1] == name.split("/")[-1]
+    with pytest.raises(DatasetError, match=r"use letters and digits \(of any alphabet\), '-' and '_'"):
+        dataset_id("a b")
+
+
 def _made_by_minari(dataset_id: str, root: Path, monkeypatch: pytest.MonkeyPatch, *episodes: Episode,
                     data_format: str = "hdf5") -> Path:
     """A dataset of ``episodes`` written by Minari's own API under ``root`` (as `minari download` leaves one), in
