@@ -407,7 +407,8 @@ class Dataset:
 
         todo = set() if self._checked is None else None if episodes is None else set(episodes) - self._checked
         if self._minari is None or todo != set():
-            self._minari = self._read(lambda: MinariDataset(read_storage(self.path / "data", todo and sorted(todo))))
+            self._minari = self._read(lambda: MinariDataset(read_storage(self.path / "data", todo and sorted(todo),
+                                                                          folder_checked=self._minari is not None)))
             self._checked = None if todo is None or self._checked is None else self._checked | todo
         return self._minari
 

@@ -591,9 +591,9 @@ def test_each_episode_read_is_checked_not_only_the_first_read(root, monkeypatch,
     checked = []
     read_storage = dataset_module.read_storage
 
-    def spy(data, episodes=None):
+    def spy(data, episodes=None, **kwargs):
         checked.append(None if episodes is None else list(episodes))
-        return read_storage(data, episodes)
+        return read_storage(data, episodes, **kwargs)
 
     monkeypatch.setattr(dataset_module, "read_storage", spy)
     ds = Dataset.load("linked")
@@ -607,6 +607,26 @@ def test_each_episode_read_is_checked_not_only_the_first_read(root, monkeypatch,
     clean = Dataset.load("clean")
     assert clean.transitions()["reward"].shape == (17,) and len(clean[1].rewards) == 7
     assert checked == [None]  # the whole file, once: no episode is checked again
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+def test_a_dataset_read_episode_by_episode_walks_its_folder_once(root, monkeypatch):
+    """Each episode read after the first checks its own files, not the whole folder's links again: ds[i] in a loop
+    had walked an arrow dataset's every episode folder for each i (0.25 s an episode of 20,000)."""
+    import robolearn.data.minari_store as store
+
+    _made_by_minari("walked-v0", root, monkeypatch, _episode(10), _episode(7), _episode(5), data_format="arrow")
+    walks = []
+    refuse_links_out = store.refuse_links_out
+
+    def spy(folder, paths=None):
+        walks.append(paths is None)
+        return refuse_links_out(folder, paths)
+
+    monkeypatch.setattr(store, "refuse_links_out", spy)
+    ds = Dataset.load("walked")
+    assert [len(ds[i].rewards) for i in range(3)] == [10, 7, 5] and ds.transitions()["reward"].shape == (22,)
+    assert walks.count(True) == 1
 
 
 def test_recover_refuses_a_folder_whose_file_reads_other_files(root, link_out):
