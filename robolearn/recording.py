@@ -53,6 +53,9 @@ from robolearn.checkpoint import atomic_write_bytes
 from robolearn.interfaces import Obs
 
 
+SUMMARY_OBS = "joint_state"  # the observation group episode_summary reads (a robot's peak joint speed)
+
+
 class EpisodeRecorder:
     """Sink that writes env 0's episodes under ``directory`` (``unique_directory`` makes a fresh one,
     so that two recordings never share a folder). ``directory=None`` writes nothing and keeps only
@@ -84,16 +87,21 @@ class EpisodeRecorder:
         self._last_obs: Obs | None = None
 
     def add(self, obs: Obs, commanded: torch.Tensor, sent: torch.Tensor, step: Any) -> None:
+        # Writing nothing, only what episode_summary reads is kept: a --no-record deploy had copied every
+        # observation group (a camera's too), action and timestamp of each step, and stacked them at its end
+        writes = self.directory is not None
         for name, value in obs.items():
-            self._obs.setdefault(name, []).append(_row0(value))
+            if writes or name == SUMMARY_OBS:
+                self._obs.setdefault(name, []).append(_row0(value))
         columns, info = self._columns, step.info
-        columns["actions"].append(_row0(sent))
-        columns["commanded_actions"].append(_row0(commanded))
+        if writes:
+            columns["actions"].append(_row0(sent))
+            columns["commanded_actions"].append(_row0(commanded))
+            columns["timestamps"].append(time.perf_counter() - self._start - float(info.get("reset_s", 0.0)))
         columns["rewards"].append(float(step.reward[0]))
         columns["terminations"].append(bool(step.terminated[0]))
         columns["truncations"].append(bool(step.truncated[0]))
-        columns["timestamps"].append(time.perf_counter() - self._start - float(info.get("reset_s", 0.0)))
-        if "goal_action" in info:
+        if writes and "goal_action" in info:
             columns.setdefault("goals", []).append(_row0(info["goal_action"]))
         if "safety" in info:
             columns.setdefault("safety_events", []).append(",".join(info["safety"]))
@@ -205,7 +213,7 @@ def episode_summary(file: str | None, arrays: dict[str, np.ndarray]) -> dict[str
             name = key[len("metrics/"):]
             finite = np.asarray(values, dtype=np.float64)[np.isfinite(values)]
             summary |= {f"final_{name}": float(values[-1]), f"min_{name}": float(finite.min()) if len(finite) else None}
-    state = arrays.get("obs/joint_state")
+    state = arrays.get(f"obs/{SUMMARY_OBS}")
     if state is not None and state.ndim == 2 and state.shape[1] % 2 == 0 and len(state):
         speeds = np.abs(state[:, state.shape[1] // 2:])
         summary["peak_joint_speed"] = float(np.nanmax(speeds)) if np.isfinite(speeds).any() else None

@@ -6,9 +6,11 @@ import gc
 import json
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 import sims
 from robolearn.cli import main
@@ -332,3 +334,28 @@ def test_an_episode_not_judged_at_its_end_imports_without_an_outcome(tmp_path, r
     np.savez(file, **arrays)
     assert main(["dataset", "import", str(out), "--format", "recording", "--task", "arm_reach", "--name", "unjudged"]) == 0
     assert Dataset.load("unjudged")[0].success is None
+
+
+def test_a_recorder_writing_nothing_keeps_only_what_its_summaries_read(tmp_path):
+    """EpisodeRecorder(None) (deploy --no-record) sums each episode as a writing recorder does, without copying
+    each step's other observation groups, actions and timestamps: it had kept all of them, to stack and drop."""
+    def step(t: int, done: bool) -> SimpleNamespace:
+        flags = torch.tensor([done])
+        return SimpleNamespace(reward=torch.tensor([0.5 * t]), terminated=flags, truncated=torch.tensor([False]),
+                               obs=obs(t + 1), info={"goal_action": torch.ones(1, 2), "success": flags,
+                                                     "metrics": {"distance_m": torch.tensor([1.0 / (t + 1)])}})
+
+    def obs(t: int) -> dict[str, torch.Tensor]:
+        return {"camera": torch.full((1, 8, 8), float(t)), "joint_state": torch.tensor([[0.1, t, 0.0, -2.0 * t]])}
+
+    writing, summing = EpisodeRecorder(tmp_path / "rec"), EpisodeRecorder(None)
+    for recorder in writing, summing:
+        for t in range(4):
+            recorder.add(obs(t), torch.zeros(1, 2), torch.zeros(1, 2), step(t, done=t == 3))
+        recorder.add(obs(0), torch.zeros(1, 2), torch.zeros(1, 2), step(0, done=False))
+        if recorder is summing:
+            assert set(summing._obs) == {"joint_state"} and summing._columns["actions"] == []
+        recorder.close()
+    assert [s | {"file": None} for s in writing.summaries] == summing.summaries
+    assert summing.summaries[0]["peak_joint_speed"] == 8.0 and summing.summaries[1]["interrupted"]
+    assert summing.episodes_written == 2 and summing.steps_written == 5
