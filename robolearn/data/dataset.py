@@ -505,6 +505,7 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
         raise DatasetError(f"dataset(s) {', '.join(map(repr, there))} already exist in {datasets_root(root)}; "
                            "choose other --names or pass --overwrite to replace them (nothing was written)")
     out = []
+    _warn_of_unnumbered_cuts([dataset], names)
     cut = dataset.info.get("interrupted_episodes")  # a recording's episodes cut short: renumbered in each part
     try:
         for name, part in zip(names, parts):
@@ -554,6 +555,7 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
              for d in datasets}
     # a recording's episodes cut short, numbered in the merge (each source's count from 0; equal lists had been
     # kept as one, as if the later sources' were the first's)
+    _warn_of_unnumbered_cuts(datasets, [name])
     cut = [offset + i for d, offset in zip(datasets, np.cumsum([0] + [len(d) for d in datasets]).tolist())
            for i in metas[d.id].pop("interrupted_episodes", None) or []]
     keys = {key for meta in metas.values() for key in meta}
@@ -579,6 +581,22 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
                       "'sources', and its runs report no normalized score", stacklevel=2)
     return Dataset.create(name, episodes(), first.observation_spec, first.action_spec, metadata=meta,
                           root=root, overwrite=overwrite)
+
+
+def _warn_of_unnumbered_cuts(datasets: Sequence[Dataset], names: Sequence[str]) -> None:
+    """Warn of a dataset among ``datasets`` merged before merges numbered its sources' episodes cut short in the
+    merge: lists that differed were kept under ``sources``, each counted in its own source, whose lengths the merge
+    did not keep, so they cannot be numbered in ``names``' ``interrupted_episodes``. (Lists that were equal had been
+    kept as one, which no metadata tells apart.) The episodes themselves end in a truncation, what training reads."""
+    for dataset in datasets:
+        sources = dataset.info.get("sources")
+        if "interrupted_episodes" in dataset.info or not isinstance(sources, dict):
+            continue
+        if cut := sorted(i for i, meta in sources.items() if isinstance(meta, dict) and "interrupted_episodes" in meta):
+            warnings.warn(f"'{dataset.id}' is a merge made before merges numbered the episodes its sources cut short "
+                          f"({', '.join(cut)}: under 'sources', each counted in its own source): they are not listed "
+                          f"in the interrupted_episodes of {', '.join(repr(dataset_id(n)) for n in names)}; merge "
+                          "its sources again to list them", stacklevel=3)
 
 
 def _differing_task_settings(first: Dataset, other: Dataset) -> dict[str, tuple[Any, Any]]:

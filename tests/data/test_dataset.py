@@ -230,6 +230,23 @@ def test_a_split_stopped_between_its_parts_says_which_it_wrote(recorded, monkeyp
         split(ds, [0.5, 0.5], ["a", "b"])
 
 
+def test_a_merge_made_before_the_renumbering_is_said_to_leave_its_sources_cut_episodes_unlisted(recorded):
+    """A merge made before merges numbered their sources' cut episodes kept differing lists under 'sources', each
+    counted in its own source: merged or split again, its cut episodes had gone unlisted without a word."""
+    legacy = recorded("pendulum", 4, name="legacy", num_envs=1, max_episode_steps=10, metadata={
+        "source": "merge of a-v0, c-v0", "sources": {"a-v0": {"interrupted_episodes": [1]},
+                                                     "c-v0": {"interrupted_episodes": [0]}}})
+    cut = recorded("pendulum", 2, name="cut", num_envs=1, max_episode_steps=10, metadata={"interrupted_episodes": [1]})
+    with pytest.warns(UserWarning, match=r"'legacy-v0' is a merge made before .*\(a-v0, c-v0: .* not listed in "
+                                         r"the interrupted_episodes of 'both-v0'"):
+        assert merge([legacy, cut], "both").info["interrupted_episodes"] == [5]
+    with pytest.warns(UserWarning, match="'legacy-v0' is a merge made before"):
+        split(legacy, [0.5, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a merge of today's lists says nothing
+        merge([cut, recorded("pendulum", 1, name="whole", num_envs=1, max_episode_steps=10)], "today")
+
+
 def test_a_merge_compares_task_settings_with_the_defaults_filled_in(recorded):
     """A robot's recording imports with every setting spelled out (task_kwargs {reset_noise_scale: 0.1, ...}),
     a simulated one with the defaults left out ({}): the same task run alike had been refused as "differ in task
