@@ -443,7 +443,7 @@ def _replay(args: argparse.Namespace) -> int:
         if not specs_ok:
             raise ValueError(f"dataset '{ds.id}' actions have shape {episode.actions.shape[1:]}, "
                              f"task {task}'s are {env.action_spec.shape}")
-        copied = ds.info.get("final_observation") == "copied"  # (a D4RL or LeRobot source has no final one)
+        copied = ds.final_copied(args.episode)  # (a D4RL or LeRobot source has no final one)
         result = replay(episode, env, video=args.video, progress=True, final_copied=copied)
     s = result.summary()
     start = {"state": "restored from the recorded state", "qpos/qvel": "started from the recorded qpos and qvel",

@@ -44,6 +44,10 @@ GENERATORS = (
     (r"point_maze_(?P<layout>\w+)-navigate", "make_maze_datasets.py --layouts {layout}"),
     (r"kitchen-mixed", "make_kitchen_dataset.py"),
 )
+# Lists of episodes in a dataset's metadata, renumbered by split and merge: a recording's episodes cut short, and
+# in a merge whose sources differ in final_observation, those whose last observation is a copy (Dataset.final_copied)
+COPIED_FINALS = "final_observation_copied_episodes"
+EPISODE_LISTS = ("interrupted_episodes", COPIED_FINALS)
 
 
 def no_dataset_hint(task: str) -> str:
@@ -241,6 +245,12 @@ class Dataset:
         meta = {key: self.raw_metadata[key] for key in DatasetWriter.MINARI_KEYS if key in self.raw_metadata}
         task = {"task": self.task} if self.task else {}  # a Minari dataset's, from env_spec: kept by its parts
         return {**meta, **task, **{k: v for k, v in self.info.items() if k != "created"}, **changes}
+
+    def final_copied(self, episode: int) -> bool:
+        """Whether ``episode``'s last observation is a copy of the one before (a D4RL file or a LeRobot dataset has
+        no final one): all of an import's episodes (``final_observation: "copied"``), or in a merge of one with
+        other sources, its episodes (``COPIED_FINALS``); a replay does not compare that row."""
+        return self.info.get("final_observation") == "copied" or episode in (self.info.get(COPIED_FINALS) or ())
 
     def episode_stats(self) -> list[dict[str, Any]]:
         """Per-episode ``return``, ``length``, ``terminated`` and ``success`` (the last ``infos/success``;
@@ -506,12 +516,12 @@ def split(dataset: Dataset, fractions: Sequence[float], names: Sequence[str] | N
                            "choose other --names or pass --overwrite to replace them (nothing was written)")
     out = []
     _warn_of_unnumbered_cuts([dataset], names)
-    cut = dataset.info.get("interrupted_episodes")  # a recording's episodes cut short: renumbered in each part
+    listed = {key: set(dataset.info[key]) for key in EPISODE_LISTS if key in dataset.info}  # renumbered in each part
     try:
         for name, part in zip(names, parts):
             meta = dataset.writer_metadata(source=f"split of {dataset.id}", episodes_of_source=part, split_seed=seed,
-                                           **({} if cut is None else
-                                              {"interrupted_episodes": [i for i, e in enumerate(part) if e in cut]}))
+                                           **{key: [i for i, e in enumerate(part) if e in episodes]
+                                              for key, episodes in listed.items()})
             out.append(Dataset.create(name, dataset.iterate(part), dataset.observation_spec, dataset.action_spec,
                                       metadata=meta, root=root, overwrite=overwrite))
     except KeyboardInterrupt as err:  # each part is written whole or not at all, but not the split: the parts
@@ -556,8 +566,11 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     # a recording's episodes cut short, numbered in the merge (each source's count from 0; equal lists had been
     # kept as one, as if the later sources' were the first's)
     _warn_of_unnumbered_cuts(datasets, [name])
-    cut = [offset + i for d, offset in zip(datasets, np.cumsum([0] + [len(d) for d in datasets]).tolist())
+    offsets = np.cumsum([0] + [len(d) for d in datasets]).tolist()
+    cut = [offset + i for d, offset in zip(datasets, offsets)
            for i in metas[d.id].pop("interrupted_episodes", None) or []]
+    copied = [offset + i for d, offset in zip(datasets, offsets)  # (a source's own list, or all its episodes)
+              for i in metas[d.id].pop(COPIED_FINALS, None) or [i for i in range(len(d)) if d.final_copied(i)]]
     keys = {key for meta in metas.values() for key in meta}
 
     def agreed(key: str) -> bool:  # the physics' keys hold where known: one source's unknown period is no other
@@ -573,6 +586,8 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     meta |= {"source": "merge of " + ", ".join(ids)}
     if any("interrupted_episodes" in d.info for d in datasets):
         meta["interrupted_episodes"] = cut
+    if copied and "final_observation" not in shared:  # some sources' alone: which episodes, for replay
+        meta[COPIED_FINALS] = copied
     if own := sorted((keys - shared) | ({"source"} & keys)):  # each one's source, which the merge's replaces
         meta["sources"] = {i: {key: m[key] for key in own if key in m} for i, m in metas.items()}
     if refs := [key for key in ("ref_min_score", "ref_max_score") if key in own]:  # no normalized score then: said

@@ -247,6 +247,25 @@ def test_a_merge_made_before_the_renumbering_is_said_to_leave_its_sources_cut_ep
         merge([cut, recorded("pendulum", 1, name="whole", num_envs=1, max_episode_steps=10)], "today")
 
 
+def test_a_merge_with_an_import_says_which_episodes_end_in_a_copied_observation(recorded):
+    """A D4RL or LeRobot import's last observations are copies (final_observation: copied), which replay leaves
+    out of its comparison; merged with a recording, that key had gone under 'sources', naming no episode, so a
+    replay of the merge's imported episodes read the copy as a divergence of an exact replay."""
+    kept = recorded("pendulum", 2, name="kept", num_envs=1, max_episode_steps=10)
+    imported = recorded("pendulum", 2, name="imported", num_envs=1, max_episode_steps=10,
+                        metadata={"final_observation": "copied"})
+    assert [imported.final_copied(i) for i in range(2)] == [True, True] and not kept.final_copied(0)
+    both = merge([kept, imported], "both")
+    assert [both.final_copied(i) for i in range(4)] == [False, False, True, True]
+    again = merge([imported, both], "again")  # a merge's own list, renumbered in the next
+    assert [again.final_copied(i) for i in range(6)] == [True, True, False, False, True, True]
+    for part in split(both, [0.5, 0.5], seed=0):
+        assert [part.final_copied(i) for i in range(2)] == [e >= 2 for e in part.info["episodes_of_source"]]
+    assert "final_observation_copied_episodes" not in merge([imported, recorded(
+        "pendulum", 1, name="also", num_envs=1, max_episode_steps=10, metadata={"final_observation": "copied"})],
+        "all-copied").info  # all of them: said once, as an import says it
+
+
 def test_a_merge_compares_task_settings_with_the_defaults_filled_in(recorded):
     """A robot's recording imports with every setting spelled out (task_kwargs {reset_noise_scale: 0.1, ...}),
     a simulated one with the defaults left out ({}): the same task run alike had been refused as "differ in task
