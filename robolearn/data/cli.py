@@ -344,9 +344,10 @@ def _import(args: argparse.Namespace) -> int:
     elif isinstance(recorded, dict) and recorded and not task:
         print(f"task:        not named; the recording's settings ({settings_said(recorded)}) are kept under recording "
               "only: import with --task (the controller's) to replay and evaluate with them")
-    elif not task:  # a D4RL file of elsewhere, imported without --task: said, as a recording's is
-        why = (f"the file's {meta['recorded_task']} cannot be made here" if meta.get("recorded_task")
-               else "the file says none")
+    elif not task:  # data of elsewhere, imported without --task: said, as a recording's settings are
+        source = {"d4rl": "file", "lerobot": "LeRobot dataset", "recording": "recording"}[args.format]
+        why = (f"the {source}'s {meta['recorded_task']} cannot be made here" if meta.get("recorded_task")
+               else f"the {source} says none")
         print(f"task:        not named ({why}): import with --task NAME to replay its episodes and "
               "evaluate on it; a run on it names one with env.task")
     for warning in said:

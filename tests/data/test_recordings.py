@@ -359,3 +359,12 @@ def test_a_recorder_writing_nothing_keeps_only_what_its_summaries_read(tmp_path)
     assert [s | {"file": None} for s in writing.summaries] == summing.summaries
     assert summing.summaries[0]["peak_joint_speed"] == 8.0 and summing.summaries[1]["interrupted"]
     assert summing.episodes_written == 2 and summing.steps_written == 5
+
+
+def test_a_recording_imported_without_a_task_is_said_to_name_none_as_a_recording(tmp_path, root, capsys):
+    """A recording (a folder) that names no task had been said as 'the file says none'."""
+    out = tmp_path / "deploy"
+    with sims.make_env("arm_reach", num_envs=1, num_threads=1, max_episode_steps=5) as env:
+        run(RandomController(env), env, rate_hz=0, episodes=1, close_env=False, sink=EpisodeRecorder(out))
+    assert main(["dataset", "import", str(out), "--format", "recording", "--name", "untold"]) == 0
+    assert "task:        not named (the recording says none): import with --task NAME" in capsys.readouterr().out
