@@ -372,30 +372,15 @@ def refuse_stray_files(data: Path, data_format: str, episodes: Iterable[int]) ->
     agree. One directory listing per episode (a folder missing is left to Minari's own error)."""
     for index in episodes:
         folder = data / str(index)
-        found: list[Path] = []
-        folders, seen = [folder], set()
-        try:
-            while folders:
-                at = folders.pop()
-                if (real := at.resolve()) in seen:  # a link (inside the dataset: refuse_links_out) back up
-                    continue
-                seen.add(real)
-                with os.scandir(at) as entries:
-                    for entry in entries:
-                        if entry.name.startswith(_PYARROW_SKIPS):
-                            continue
-                        try:  # (a link that leads nowhere, or to itself, is neither: pyarrow skips it)
-                            kind = "dir" if entry.is_dir() else "file" if entry.is_file() else None
-                        except OSError:  # ELOOP
-                            continue
-                        if kind == "dir":
-                            folders.append(Path(entry.path))
-                        elif kind == "file":
-                            found.append(Path(entry.path))
+        try:  # real paths looked up only where a link is met (on every folder: 3/4 of the check on 20,000 episodes)
+            files = _pyarrow_reads(folder, resolve=False)
+            if files is None:
+                files = _pyarrow_reads(folder, resolve=True) or []
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if len(found) == 1:
+        if len(files) == 1:
             continue
+        found = [Path(f) for f in files]
         own = folder / f"part-0.{data_format}"
         names = sorted(str(f.relative_to(folder)) for f in found)
         what = ("no data file, where Minari writes one" if not found else
@@ -405,6 +390,37 @@ def refuse_stray_files(data: Path, data_format: str, episodes: Iterable[int]) ->
         raise DatasetError(f"{folder}: episode {index}'s folder holds {what}; Minari pairs the episodes with the record "
                            "batches pyarrow reads, in order, so this episode and every one after it would read another episode's "
                            f"steps; {fix}")
+
+
+def _pyarrow_reads(folder: Path, resolve: bool) -> list[str] | None:
+    """The files pyarrow reads as the episode in ``folder``. ``resolve``: each folder's real path is kept, so that
+    a link back up (inside the dataset: :func:`refuse_links_out`) is not walked again; without it, None where a
+    symlink is met (a tree without links has no way back up)."""
+    if not resolve and folder.is_symlink():
+        return None
+    found: list[str] = []
+    folders, seen = [os.fspath(folder)], set()
+    while folders:
+        at = folders.pop()
+        if resolve:
+            if (real := os.path.realpath(at)) in seen:
+                continue
+            seen.add(real)
+        with os.scandir(at) as entries:
+            for entry in entries:
+                if entry.name.startswith(_PYARROW_SKIPS):
+                    continue
+                if not resolve and entry.is_symlink():
+                    return None
+                try:  # (a link that leads nowhere, or to itself, is neither: pyarrow skips it)
+                    kind = "dir" if entry.is_dir() else "file" if entry.is_file() else None
+                except OSError:  # ELOOP
+                    continue
+                if kind == "dir":
+                    folders.append(entry.path)
+                elif kind == "file":
+                    found.append(entry.path)
+    return found
 
 
 def refuse_misread_episode(data: Path, episode: dict[str, Any]) -> None:

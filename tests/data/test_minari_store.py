@@ -765,6 +765,28 @@ def test_an_arrow_episode_pyarrow_reads_in_pieces_is_refused(root, monkeypatch, 
 
 
 @pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
+def test_the_stray_file_check_looks_up_real_paths_only_where_an_episode_folder_holds_a_link(root, monkeypatch):
+    """The check had looked up each episode folder's real path (3/4 of its time on 20,000 episodes), needed only
+    to stop at a link back up: an episode folder without links is listed alone, one with a link still walked once."""
+    from robolearn.data.minari_store import refuse_stray_files
+
+    data = _made_by_minari("walked-v0", root, monkeypatch, _valued(5, 1), _valued(5, 2), data_format="arrow") / "data"
+    (data / "1" / "up").symlink_to(".")  # a link back up: walked once, its file not counted twice
+    looked_up = []
+    real_path, resolve = os.path.realpath, Path.resolve
+    monkeypatch.setattr(os.path, "realpath",
+                        lambda path, **kw: looked_up.append(os.fspath(path)) or real_path(path, **kw))
+    monkeypatch.setattr(Path, "resolve", lambda self, **kw: looked_up.append(str(self)) or resolve(self, **kw))
+    refuse_stray_files(data, "arrow", [0])
+    assert looked_up == []
+    refuse_stray_files(data, "arrow", [1])
+    assert looked_up and all(path.startswith(str(data / "1")) for path in looked_up)
+    shutil.copy(data / "1" / "part-0.arrow", data / "1" / "stray.arrow")
+    with pytest.raises(DatasetError, match="episode 1's folder holds 2 files pyarrow reads"):
+        refuse_stray_files(data, "arrow", [1])
+
+
+@pytest.mark.filterwarnings("ignore:.*(is set to None|env_spec is None)")
 def test_a_symlink_that_never_ends_leaves_the_dataset_readable(root, monkeypatch):
     """A link to itself has no target to judge, and nothing is read through it (pyarrow skips it): the dataset
     reads as it did before links were checked, not "Symlink loop" from inside the check."""
