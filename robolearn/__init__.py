@@ -93,7 +93,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     env steps; a fine-tune's ``agent.warmup_steps``) before updates go on."""
     from pathlib import Path
 
-    from robolearn.config import TrainConfig, load_config, refuse_algo_change, run_config_path
+    from robolearn.config import TrainConfig, load_config, refuse_algo_change, refuse_none_sections, run_config_path
     from robolearn.runner import train as _train
     from robolearn.runs import warn_if_config_differs
 
@@ -110,6 +110,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     elif overrides:
         raise TypeError("overrides go with resume= alone; apply them to a config with load_config(name, overrides)")
     elif resume is not None:
+        refuse_none_sections(cfg)  # (before the warning, which would list every setting of it as changed)
         warn_if_config_differs(cfg, Path(resume))
     return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop, fresh_replay=fresh_replay)
 

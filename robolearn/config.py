@@ -587,11 +587,23 @@ def validated(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` checked as :func:`load_config` checks a YAML file, and rebuilt: a config built or changed
     in Python (``cfg.env.num_envs = "lots"``, an agent config of another algorithm) is a one-line error
     here, not a failure deep inside a run."""
+    refuse_none_sections(cfg)
     try:
         raw = to_dict(cfg)
     except TypeError as err:  # json: a value that is not plain data (a Path, a tensor...)
         raise ConfigError(f"config values must be plain data (numbers, strings, lists, mappings): {err}") from None
     return config_from_dict(raw)
+
+
+def refuse_none_sections(cfg: TrainConfig) -> None:
+    """A section set to None in Python (``cfg.runner = None``), refused as an override's ``runner=null`` is: it had
+    trained every setting of that section at its default without a word. ``agent`` None is TrainConfig's own
+    default, the algorithm's defaults (what ``TrainConfig(algo=...)`` trains)."""
+    if none := [section for section in SECTIONS if section != "agent" and getattr(cfg, section, None) is None]:
+        key, _, value = _SECTION_EXAMPLES[none[0]].partition("=")
+        raise ConfigError(f"cfg.{none[0]} is None: a section cannot be None (that would train every {none[0]} setting "
+                          f"at its default, not the config's); set the settings to change instead, as in "
+                          f"cfg.{key} = {yaml.safe_load(value)!r}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 import math
 import re
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -536,3 +537,29 @@ def test_load_config_of_a_dict_or_a_config_says_what_takes_it() -> None:
     with pytest.raises(TypeError, match="already a TrainConfig"):
         load_config(load_config("ppo_pendulum"))
     assert load_config(Path(__file__).parents[2] / "configs" / "ppo_pendulum.yaml").env.task == "pendulum"
+
+
+@pytest.mark.parametrize("section", ["env", "runner", "logging"])
+def test_a_section_set_to_none_in_python_is_refused_as_its_null_override_is(section, tmp_path):
+    """cfg.runner = None, then train(cfg), had trained every runner setting at its default without a word
+    (ppo_pendulum's budget became 1M steps), where runner=null as an override is refused; with resume= the
+    resume had listed every setting of it as changed, and cfg.env = None failed on 'NoneType' ... 'task'."""
+    import yaml
+
+    import robolearn
+    from robolearn.config import to_dict, validated
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(load_config("ppo_pendulum"))))
+    cfg = load_config("ppo_pendulum")
+    setattr(cfg, section, None)
+    said = rf"^cfg\.{section} is None: a section cannot be None .* as in cfg\.{section}\."
+    with pytest.raises(ConfigError, match=said):
+        validated(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (the resume's 'differs from its own config.yaml' is not said first)
+        with pytest.raises(ConfigError, match=said):
+            robolearn.train(cfg, resume=tmp_path)
+    cfg = load_config("ppo_pendulum")
+    cfg.agent = None  # TrainConfig's own default: the algorithm's defaults
+    assert validated(cfg).agent == type(load_config("ppo_pendulum").agent)()
