@@ -384,6 +384,18 @@ def refuse_fixed_changes(agent: Any, saved: dict[str, Any], now: dict[str, Any])
                               "override, or train a new run with it")
 
 
+def refuse_changed_starts(algo: Any, agent: Any, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse a changed starting value (:func:`changed_starting_values`) of one of our algorithms ``algo``: it had
+    been listed among the changed settings, to no effect (one's own algorithm may name anything init_*).
+    ``agent``: the agent, or its class (``train --nproc`` refuses it before its ranks start)."""
+    if _ours(algo) and (moot := changed_starting_values(saved, now)):
+        agent_cls = agent if isinstance(agent, type) else type(agent)
+        raise CheckpointError(f"{settings_said(moot, saved, now)}: a starting value, which only a new "
+                              f"{agent_cls.__name__} starts from; a resume goes on from its checkpoint's, as trained "
+                              "since, so it would change nothing: resume without that override, or train a new run "
+                              "with it")
+
+
 def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load a checkpoint ``payload``'s agent state (a changed ``resume_fixed`` setting or activation refused by name
     first, :func:`refuse_fixed_changes`; then checked against ``agent``'s own shapes) and random streams; return
@@ -410,12 +422,7 @@ def restore_agent(agent: Any, payload: dict[str, Any], config: dict[str, Any] | 
             raise
         raise CheckpointError(f"{err}; agent settings changed since the checkpoint: {said} (one of them changed "
                               "the network: resume without that override)") from None
-    # (it had been listed among the changed settings, to no effect; one's own algorithm may name anything init_*)
-    if _ours(now_cfg.get("algo")) and (moot := changed_starting_values(saved, now)):
-        raise CheckpointError(f"{settings_said(moot, saved, now)}: a starting value, which only a new "
-                              f"{type(agent).__name__} starts from; a resume goes on from its checkpoint's, as trained "
-                              "since, so it would change nothing: resume without that override, or train a new run "
-                              "with it") from None
+    refuse_changed_starts(now_cfg.get("algo"), agent, saved, now)
     fresh_rates = configured(agent)
     load_agent_state(agent, payload["agent"], saved, now, "one of them changed the network: resume without that "
                      "override")

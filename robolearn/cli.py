@@ -563,9 +563,10 @@ def _refuse_finished_first(run: Path, cfg: TrainConfig, ranks: int) -> None:
     --nproc each rank had been started only to refuse it, torchrun's error lines after the runner's; in one
     process a finished run whose replay.pt was lost had first been told to restore it. Before more than one
     ``ranks`` start, so is a changed agent setting a resume may not change (an activation, the agent's
-    ``resume_fixed``), which every rank's restore had refused (:func:`robolearn.checkpoint.restore_agent`)."""
+    ``resume_fixed``, a starting value ``init_*``), which every rank's restore had refused
+    (:func:`robolearn.checkpoint.restore_agent`)."""
     from policies import agent_entry
-    from robolearn.checkpoint import CheckpointError, load_checkpoint, refuse_fixed_changes
+    from robolearn.checkpoint import CheckpointError, load_checkpoint, refuse_changed_starts, refuse_fixed_changes
     from robolearn.runs import refuse_finished
 
     try:
@@ -576,8 +577,10 @@ def _refuse_finished_first(run: Path, cfg: TrainConfig, ranks: int) -> None:
     if done >= cfg.runner.total_steps:  # (below it, the resume sets the evaluation aside: the ranks' to do)
         refuse_finished(run, "env_steps", done, cfg.runner.total_steps, cfg.runner.eval_episodes)
     if ranks > 1:
-        saved = (payload.get("config") or {}).get("agent") or {}
-        refuse_fixed_changes(agent_entry(cfg.algo)[1], saved, to_dict(cfg).get("agent") or {})
+        agent_cls, saved = agent_entry(cfg.algo)[1], (payload.get("config") or {}).get("agent") or {}
+        now = to_dict(cfg).get("agent") or {}
+        refuse_fixed_changes(agent_cls, saved, now)
+        refuse_changed_starts(cfg.algo, agent_cls, saved, now)
 
 
 def _trained_ranks(run: Path, cfg: TrainConfig) -> int:

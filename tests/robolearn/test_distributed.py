@@ -366,10 +366,14 @@ def test_warp_on_the_cpu_device_is_left_to_rank_0_to_say(launches, monkeypatch, 
         sims.resolve_backend("warp", "cpu")
 
 
-def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(launches, tmp_path, monkeypatch,
-                                                                               capsys) -> None:
-    """`train --resume RUN --nproc 2 agent.activation=relu` had been refused by each rank's restore once torchrun
-    had started them; the launcher reads the checkpoint's agent settings and refuses it as they would."""
+@pytest.mark.parametrize("override, said", [
+    ("agent.activation=relu", "agent.activation 'elu' -> 'relu': PPO learnt its controller with the saved value"),
+    ("agent.init_std=0.5", "agent.init_std 1.0 -> 0.5: a starting value, which only a new PPO starts from")])
+def test_a_resume_that_changes_the_activation_or_a_start_is_refused_before_the_ranks_start(
+        launches, tmp_path, capsys, override, said) -> None:
+    """`train --resume RUN --nproc 2 agent.activation=relu` (or agent.init_std=0.5) had been refused by each rank's
+    restore once torchrun had started them; the launcher reads the checkpoint's agent settings and refuses it as
+    they would."""
     import yaml
 
     from robolearn.checkpoint import save_checkpoint
@@ -381,8 +385,8 @@ def test_a_resume_that_changes_the_activation_is_refused_before_the_ranks_start(
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     save_checkpoint(run / "checkpoints" / "latest.pt", config=config, agent={},
                     progress={"env_steps": 0, "world_size": 2})
-    assert cli.main(["train", "--resume", str(run), "--nproc", "2", "agent.activation=relu"]) == 2
-    assert "agent.activation 'elu' -> 'relu': PPO learnt its controller with the saved value" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(run), "--nproc", "2", override]) == 2
+    assert said in capsys.readouterr().err
     assert not launches
 
 
