@@ -218,9 +218,9 @@ class PPO(Agent):
         if cfg.schedule not in ("adaptive", "fixed"):
             raise ValueError(f"schedule must be 'adaptive' or 'fixed', got {cfg.schedule!r}")
         max_std = math.inf if cfg.max_std is None else cfg.max_std
-        if not 0 < cfg.min_std <= cfg.init_std <= max_std:
-            raise ValueError(f"need 0 < agent.min_std <= agent.init_std <= agent.max_std, got {cfg.min_std}, "
-                             f"{cfg.init_std}, {cfg.max_std}")
+        if not 0 < cfg.min_std <= max_std or cfg.init_std <= 0:
+            raise ValueError(f"need 0 < agent.min_std <= agent.max_std and agent.init_std > 0, got {cfg.min_std}, "
+                             f"{cfg.max_std}, {cfg.init_std}")
         self._log_std_range = (math.log(cfg.min_std), math.log(max_std))  # log(inf) = inf: no upper bound
         self.cfg, self.device = cfg, torch.device(device)
         self.actor_groups, self.critic_groups = tuple(cfg.actor_obs_groups), tuple(cfg.critic_obs_groups)
@@ -239,7 +239,11 @@ class PPO(Agent):
         else:
             self.actor = mlp(self.actor_obs_dim, tuple(cfg.actor_hidden), action_dim, cfg.activation)
         self.actor.to(self.device)
-        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_std), device=self.device))
+        # init_std outside [min_std, max_std] starts at the bound, as the clamp after every step would put it: a
+        # resume's, whose min_std was raised above the run's init_std, is replaced by its checkpoint's (a new run's
+        # is refused, robolearn.config.check_starts)
+        start = min(max(math.log(cfg.init_std), self._log_std_range[0]), self._log_std_range[1])
+        self.log_std = nn.Parameter(torch.full((action_dim,), start, device=self.device))
         self.critic = mlp(critic_obs_dim, tuple(cfg.critic_hidden), 1, cfg.activation).to(self.device)
         # Normalized: clip to [-1, 1], then scale onto the box. In env units: clip to the box, scale by the identity.
         unit = spaces.Box(-1.0, 1.0, (action_dim,), dtype=np.float32)
@@ -429,7 +433,7 @@ class PPO(Agent):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
         with torch.no_grad():
-            self.log_std.copy_(state["log_std"])
+            self.log_std.copy_(state["log_std"].clamp(*self._log_std_range))  # a floor raised on resume: from now
         self.critic.load_state_dict(state["critic"])
         self.actor_normalizer.load_state_dict(state["actor_normalizer"])
         self.critic_normalizer.load_state_dict(state["critic_normalizer"])

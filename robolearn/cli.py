@@ -26,8 +26,8 @@ from typing import Any, NoReturn
 
 from robolearn import distributed, strict_json
 from robolearn.checkpoint import CheckpointError
-from robolearn.config import (CONFIG_DIR, SECTIONS, ConfigError, TrainConfig, flat_keys, load_config, read_yaml,
-                              refuse_algo_change, resolve_config_path, run_above, run_config_path, to_dict)
+from robolearn.config import (CONFIG_DIR, SECTIONS, ConfigError, TrainConfig, check_starts, flat_keys, load_config,
+                              read_yaml, refuse_algo_change, resolve_config_path, run_above, run_config_path, to_dict)
 from robolearn.data.cli import add_dataset_parser, dataset_command, seed_argument
 from robolearn.evaluate import NonFiniteError
 from robolearn.interfaces import ContractError, SimulationFailed
@@ -491,6 +491,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
+    if not args.resume:  # (the runner's own check, said before any rank starts)
+        check_starts(cfg)
     if args.fresh_replay:
         check_fresh_replay(cfg, args.resume)
     if args.resume and "WORLD_SIZE" not in os.environ:  # (under torchrun every rank's runner refuses it)

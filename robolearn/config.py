@@ -755,12 +755,25 @@ def _range_of(name: str) -> tuple[float, float, bool, bool, str] | None:
 def _check_order(values: dict[str, Any], prefix: str) -> None:
     """Settings of one section (``values``: all of them, defaults included) that bound one another: a lower
     bound above its upper, a batch larger than the buffer it is drawn from."""
-    for low, high in (("min_lr", "max_lr"), ("min_std", "init_std"), ("init_std", "max_std"),
-                      ("batch_size", "buffer_size"), ("online_batch_size", "online_buffer_size")):
+    _check_pairs(values, prefix, (("min_lr", "max_lr"), ("min_std", "max_std"), ("batch_size", "buffer_size"),
+                                  ("online_batch_size", "online_buffer_size")))
+    _check_adaptive_lr(values, prefix)
+
+
+def _check_pairs(values: dict[str, Any], prefix: str, pairs: Sequence[tuple[str, str]]) -> None:
+    """Each (low, high) of ``pairs`` whose two settings are numbers in ``values``: low above high refused."""
+    for low, high in pairs:
         a, b = values.get(low), values.get(high)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
             raise ConfigError(f"{prefix}{low} ({a!r}) must not exceed {prefix}{high} ({b!r})")
-    _check_adaptive_lr(values, prefix)
+
+
+def check_starts(cfg: TrainConfig) -> None:
+    """A new run's starting values inside the bounds kept on what they start (PPO's init_std within [min_std,
+    max_std]). A new run's alone: a resume goes on from its checkpoint's values, whatever the run started at (a
+    changed init_* is refused), so raising agent.min_std above the run's init_std is a resume's to make; the run's
+    config.yaml then holds both, as it must load for eval and the next resume."""
+    _check_pairs(vars(cfg.agent), "agent.", (("min_std", "init_std"), ("init_std", "max_std")))
 
 
 def _check_adaptive_lr(values: dict[str, Any], prefix: str) -> None:

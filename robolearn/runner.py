@@ -47,8 +47,8 @@ from robolearn.checkpoint import (CheckpointError, atomic_write_bytes, load_chec
                                   mark_resume_seam, remove_partial_writes, restore_agent, rng_state, save_checkpoint,
                                   saved_num_envs, set_rng_state)
 from robolearn import distributed, strict_json
-from robolearn.config import (ConfigError, EnvConfig, TrainConfig, flat_keys, load_run_config, to_dict, torch_settings_kept,
-                              validated)
+from robolearn.config import (ConfigError, EnvConfig, TrainConfig, check_starts, flat_keys, load_run_config, to_dict,
+                              torch_settings_kept, validated)
 from robolearn.curves import plot_runs
 from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evaluate, record_video
 from robolearn.export import export_controller
@@ -278,6 +278,8 @@ class Runner:
         directory: a config that fails to build leaves no run behind, nor rewrites the resumed one's config.
         ``fresh_replay``: resume with an empty replay buffer (:func:`robolearn.checkpoint.refill_instead`)."""
         self.cfg = cfg = validated(cfg)
+        if not resume:  # (a resume goes on from its checkpoint's values)
+            check_starts(cfg)
         self.fresh_replay = fresh_replay
         resolve_backend(cfg.env)  # before the process group: a warp run without a GPU is a CPU run
         distributed.init(cfg.env.device)

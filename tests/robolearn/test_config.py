@@ -339,7 +339,7 @@ def test_a_run_given_where_a_config_is_expected_says_to_resume_it(tmp_path):
     ("ppo_pendulum", "agent.lam=1.5", "agent.lam: GAE's lambda must be in [0, 1]"),
     ("ppo_pendulum", "agent.entropy_coef=-1", "agent.entropy_coef: a weight, must be >= 0"),
     ("ppo_pendulum", "agent.min_lr=0.1", "agent.min_lr (0.1) must not exceed agent.max_lr (0.01)"),
-    ("ppo_pendulum", "agent.init_std=0.001", "agent.min_std (0.01) must not exceed agent.init_std (0.001)"),
+    ("ppo_pendulum", "agent.max_std=0.001", "agent.min_std (0.01) must not exceed agent.max_std (0.001)"),
     ("ppo_pendulum", "agent.actor_hidden=[64,0]", "agent.actor_hidden: layer sizes, each at least 1"),
     ("ppo_pendulum", "agent.learning_rate=.inf", "agent.learning_rate: got inf; give a finite number"),
     ("ppo_pendulum", "seed=-1", "seed: must be in [0, 2**32 - 1]"),

@@ -999,6 +999,24 @@ def test_a_resume_that_changes_the_activation_is_refused(tmp_path):
         Runner(cfg, resume=first.run_dir)
 
 
+def test_a_resume_may_raise_min_std_above_the_runs_init_std(tmp_path):
+    """agent.min_std=1.5 on a resume of a run started at init_std 1.0 had been refused (min_std must not exceed
+    init_std), and init_std=1.5 with it is refused on a resume (a starting value): the floor could not be raised at
+    all. A new run's start outside its bounds is still refused; a resume's floor applies from its first rollout."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]", "agent.min_std=0.5")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    resumed = load_config(first.run_dir / "config.yaml", ["agent.min_std=1.5", "runner.total_steps=512"])  # as --resume
+    with pytest.raises(ConfigError, match=r"agent.min_std \(1.5\) must not exceed agent.init_std \(1.0\)"):
+        Runner(resumed)  # a new run's
+    second = Runner(resumed, resume=first.run_dir)
+    assert second.agent.std.min().item() == pytest.approx(1.5)  # the checkpoint's std, under the raised floor
+    second.close()
+    assert load_run_config(first.run_dir).agent.min_std == 1.5  # its config.yaml loads (eval, the next resume)
+
+
 def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
     """SAC's agent.init_alpha on a resume had been listed among the changed settings (and recorded in config.yaml),
     while the temperature went on from the checkpoint's log_alpha: the override changed nothing."""
