@@ -95,7 +95,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
 
     from robolearn.config import TrainConfig, load_config, refuse_algo_change, refuse_none_sections, run_config_path
     from robolearn.runner import train as _train
-    from robolearn.runs import warn_if_config_differs
+    from robolearn.runs import take_checkpoints_settings, warn_if_config_differs
 
     if cfg is None:
         if resume is None:
@@ -112,6 +112,8 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     elif resume is not None:
         refuse_none_sections(cfg)  # (before the warning, which would list every setting of it as changed)
         warn_if_config_differs(cfg, Path(resume))
+    if resume is not None:
+        cfg = take_checkpoints_settings(Path(resume), cfg)
     return _train(cfg, resume=Path(resume) if resume is not None else None, stop=stop, fresh_replay=fresh_replay)
 
 

@@ -371,14 +371,26 @@ def _ours(algo: Any) -> bool:
     return algo in AGENTS
 
 
+def changed_fixed(agent: Any, saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The agent settings that differ between ``saved`` (a checkpoint's) and ``now`` and that change the controller
+    a resume goes on with: ``agent.resume_fixed``'s and any activation (``agent``: the agent, or its class)."""
+    fixed = [key for key in getattr(agent, "resume_fixed", ())
+             if key in saved and key in now and saved[key] != now[key]]
+    return fixed + changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
+
+
+def unchangeable_on_resume(agent: Any, algo: Any, saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Every agent setting differing between ``saved`` and ``now`` that a resume of ``algo`` refuses:
+    :func:`changed_fixed`'s, and our algorithms' starting values (:func:`refuse_changed_starts`)."""
+    return changed_fixed(agent, saved, now) + (changed_starting_values(saved, now) if _ours(algo) else [])
+
+
 def refuse_fixed_changes(agent: Any, saved: dict[str, Any], now: dict[str, Any]) -> None:
     """Refuse agent settings that differ between ``saved`` (a checkpoint's) and ``now`` and that a resume may not
     change: ``agent.resume_fixed``'s and any activation. ``agent``: the agent, or its class (``train --nproc``
     refuses them so before its ranks start, as each rank's :func:`restore_agent` would)."""
     agent_cls = agent if isinstance(agent, type) else type(agent)
-    fixed = [key for key in getattr(agent, "resume_fixed", ()) if key in saved and key in now and saved[key] != now[key]]
-    fixed += changed_activations(saved, now)  # (no weight: an elu-trained net would load under relu)
-    if fixed:  # another controller: a skill pretrained for 10 steps held for 5
+    if fixed := changed_fixed(agent, saved, now):  # another controller: a skill pretrained for 10 steps held for 5
         raise CheckpointError(f"{settings_said(fixed, saved, now)}: {agent_cls.__name__} learnt its controller with "
                               "the saved value, and a resume goes on with what it learnt; resume without that "
                               "override, or train a new run with it")

@@ -448,7 +448,7 @@ def _train(args: argparse.Namespace) -> int:
     from policies import agent_entry
     from robolearn.preflight import check_data_parallel, check_fresh_replay, check_minibatches
     from robolearn.runner import train
-    from robolearn.runs import refuse_task_change, refuse_wandb_move
+    from robolearn.runs import refuse_task_change, refuse_wandb_move, take_checkpoints_settings
 
     if args.seed is not None:
         raise ConfigError(f"--seed: settings are overrides here, as key=value: seed={args.seed}")
@@ -490,6 +490,8 @@ def _train(args: argparse.Namespace) -> int:
             print(f"resuming on {args.nproc} ranks, as {args.resume} was trained (--nproc N to change)")
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.resume:  # (said by the ranks' rank 0 where the launcher starts them)
+        cfg = take_checkpoints_settings(args.resume, cfg, warn=args.nproc == 1 or "WORLD_SIZE" in os.environ)
     check_data_parallel(cfg, args.nproc, f"--nproc {args.nproc}")
     if not args.resume:  # (the runner's own check, said before any rank starts)
         check_starts(cfg)

@@ -39,7 +39,8 @@ import yaml
 from robolearn import distributed
 from robolearn.caller import outside_us
 from robolearn.checkpoint import (CheckpointError, ShapeMismatch, atomic_write_bytes, changed_activations,
-                                  check_compatible, load_agent_state, load_checkpoint, settings_said)
+                                  check_compatible, load_agent_state, load_checkpoint, settings_said,
+                                  unchangeable_on_resume)
 from robolearn.config import (ConfigError, EnvConfig, LoggingConfig, TrainConfig, flat_keys, is_run_folder,
                               load_run_config, read_yaml, run_config_path, to_dict, torch_settings_kept)
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
@@ -396,6 +397,30 @@ NOT_TRAINING = ("runner.total_steps", "runner.max_minutes", "agent.total_updates
 """Settings a resume may change without changing how the steps so far trained: the budget (raised to train on;
 IQL's schedule span follows it), the end's evaluation and film, how often it saves and logs, where and how (``name``:
 a new run's folder, and W&B's name; a resumed run stays in its folder)."""
+
+
+def take_checkpoints_settings(run_dir: Path, cfg: TrainConfig, warn: bool = True) -> TrainConfig:
+    """``cfg`` with the checkpoint's value of each agent setting a resume may not change
+    (:func:`robolearn.checkpoint.unchangeable_on_resume`) where ``cfg`` has the value ``run_dir``'s config.yaml
+    records and the checkpoint another: a resume that changed one (which older versions let through) and was stopped
+    before it saved had recorded it, and every plain resume was then refused as if it had been given ('resume
+    without that override'). Said where ``warn``; the resume's config.yaml then records the checkpoint's value."""
+    from policies import agent_entry
+
+    try:
+        saved = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"].get("agent") or {}
+        recorded = read_yaml(run_dir / "config.yaml").get("agent") or {}
+    except (CheckpointError, OSError, ValueError, AttributeError):
+        return cfg  # the resume says what is wrong with them
+    now = to_dict(cfg).get("agent") or {}
+    stale = [key for key in unchangeable_on_resume(agent_entry(cfg.algo)[1], cfg.algo, saved, now)
+             if key in recorded and recorded[key] == now[key]]
+    if stale and warn:
+        warnings.warn(f"{run_dir / 'config.yaml'} records {', '.join(f'agent.{key}={now[key]!r}' for key in stale)}, "
+                      f"its checkpoint {', '.join(f'agent.{key}={saved[key]!r}' for key in stale)} (a resume that "
+                      "changed it was stopped before it saved; a resume may not change it): the resume goes on with "
+                      "the checkpoint's", stacklevel=3)
+    return dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, **{key: saved[key] for key in stale}))
 
 
 def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:

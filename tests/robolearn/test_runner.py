@@ -1017,6 +1017,32 @@ def test_a_resume_may_raise_min_std_above_the_runs_init_std(tmp_path):
     assert load_run_config(first.run_dir).agent.min_std == 1.5  # its config.yaml loads (eval, the next resume)
 
 
+@pytest.mark.parametrize("command_line", [True, False])
+def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded(tmp_path, command_line):
+    """An older resume with agent.init_std=0.5 (or another activation), stopped before it saved, had recorded them in
+    config.yaml; every plain resume was then refused ('agent.init_std 1.0 -> 0.5 ... resume without that override')
+    though it gave none. It goes on with the checkpoint's, says so, and its config.yaml records them."""
+    from robolearn import cli
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    config = first.run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("init_std: 1.0", "init_std: 0.5").replace("activation: elu",
+                                                                                         "activation: relu"))
+    with pytest.warns(UserWarning, match=r"config.yaml records agent.activation='relu', agent.init_std=0.5, its "
+                                         r"checkpoint agent.activation='elu', agent.init_std=1.0 .*goes on with the "
+                                         r"checkpoint's"):
+        if command_line:
+            assert cli.main(["train", "--resume", str(first.run_dir), "runner.total_steps=512"]) == 0
+        else:
+            assert not train(resume=first.run_dir, overrides=["runner.total_steps=512"]).interrupted
+    agent = load_run_config(first.run_dir).agent
+    assert (agent.init_std, agent.activation) == (1.0, "elu")
+
+
 def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
     """SAC's agent.init_alpha on a resume had been listed among the changed settings (and recorded in config.yaml),
     while the temperature went on from the checkpoint's log_alpha: the override changed nothing."""
