@@ -249,7 +249,9 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
                          f"pick another by its task name ({', '.join(others)})")
     if unknown:
-        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting; it takes: "
+        close = difflib.get_close_matches(unknown[0], [*allowed, *WARP_BUFFERS], n=1)
+        meant = f" (did you mean 'env.kwargs.{close[0]}'?)" if close else ""
+        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting{meant}; it takes: "
                          f"{', '.join(allowed + list(WARP_BUFFERS))}{_undeclared_hint(builder, unknown[0])}")
     if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
         from robolearn.config import check_value, checkable

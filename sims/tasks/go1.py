@@ -92,6 +92,7 @@ collides heightfields too, so both variants run there.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,9 +227,11 @@ class Go1Velocity(Task):
     resets_by_mask: ClassVar[bool] = True  # reset only draws; after_reset_where lists no worlds
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.reward_weights) - set(REWARD_TERMS))
-        if unknown:
-            raise ValueError(f"unknown Go1 reward term(s) {unknown}; known terms: {sorted(REWARD_TERMS)}")
+        if unknown := sorted(set(self.reward_weights) - set(REWARD_TERMS)):  # (a misspelt one named with its match)
+            close = difflib.get_close_matches(unknown[0], REWARD_TERMS, n=1)
+            meant = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ValueError(f"reward_weights: unknown Go1 reward term(s) {unknown}{meant}; known terms: "
+                             f"{sorted(REWARD_TERMS)}")
         if self.terrain not in ("flat", "rough"):
             raise ValueError(f"terrain must be 'flat' or 'rough', got {self.terrain!r}")
         if not self.action_limit > 0:

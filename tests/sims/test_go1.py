@@ -167,7 +167,8 @@ def test_reward_weights_choose_terms_and_unknown_names_raise():
     env = make_env("go1_flat", num_envs=2, seed=0, reward_weights=only(base_height=-10.0), **STILL)
     _, reward, _, _, info = env.step(torch.zeros(2, 12))
     assert (reward == 0).all() and float(info["log"]["reward/positive_clip"]) > 0  # lifted to 0 by default
-    with pytest.raises(ValueError, match="unknown Go1 reward term.*'tracking_lin_velocity'"):
+    with pytest.raises(ValueError, match=r"^reward_weights: unknown Go1 reward term.*'tracking_lin_velocity'\] "
+                                         r"\(did you mean 'tracking_lin_vel'\?\)"):
         Go1Velocity(reward_weights={"tracking_lin_velocity": 1.0})
     # sigma 0 had paid no tracking reward at all (exp(-error^2 / 0)), a negative one paid the errors, silently
     with pytest.raises(ValueError, match=r"tracking_sigma must be above 0 .*got 0.0"):

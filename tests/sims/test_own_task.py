@@ -403,6 +403,9 @@ def test_a_frame_skip_set_without_a_declaration_is_told_the_declaration_that_mak
             with pytest.raises(ValueError, match=rf"env.kwargs.{name}: task 'pendulum' has no such setting; it "
                                                  r"takes: [a-z_, ]+$"):
                 sims.make_env("pendulum", num_envs=1, **{name: 1})
+        with pytest.raises(ValueError, match=r"env.kwargs.frame_skp: task 'pendulum' has no such setting \(did "
+                                             r"you mean 'env.kwargs.frame_skip'\?\); it takes: "):  # its match
+            sims.make_env("pendulum", num_envs=1, frame_skp=2)
         with sims.make_env("user_frame_skip:Decorated", num_envs=1) as env:  # undeclared, it still steps 2 at a time
             assert env.control_dt == pytest.approx(2 * env.sim.timestep)
         with sims.make_env("user_frame_skip:Declared", num_envs=1, frame_skip=5) as env:  # the line it is told
