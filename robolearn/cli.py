@@ -506,6 +506,8 @@ def _train(args: argparse.Namespace) -> int:
         if cfg.env.task.startswith((sims.GYM_PREFIX, sims.MJLAB_PREFIX)):  # (ours: _check_ranks_fit resolves them)
             # a missing GPU, as its make_env refuses it: the ranks had failed in torch.cuda.set_device first
             sims.resolve_backend("mujoco", cfg.env.device)
+        if cfg.env.task.startswith(sims.GYM_PREFIX):  # Gymnasium checks its env.kwargs as it makes one: one here
+            sims.make_env(cfg.env.task, num_envs=1, **cfg.env.kwargs).close()  # (every rank had said a wrong one)
         if args.resume:  # (the ranks' runners refuse them too, but only once torchrun has started them)
             refuse_task_change(args.resume, cfg)
             refuse_wandb_move(args.resume, cfg)

@@ -390,6 +390,14 @@ def test_a_resume_that_changes_the_activation_or_a_start_is_refused_before_the_r
     assert not launches
 
 
+def test_a_gym_envs_wrong_setting_is_refused_before_the_ranks_start(launches, capsys) -> None:
+    """env.kwargs.foo=1 on a gym: task (which check_task leaves to Gymnasium) had started the ranks, each saying it,
+    then torchrun's failure lines."""
+    assert cli.main(["train", "ppo_gym_pendulum", "--nproc", "2", "env.kwargs.foo=1", "--no-wandb"]) == 2
+    assert capsys.readouterr().err.count("unexpected keyword argument 'foo'") == 1 and not launches
+    assert cli.main(["train", "ppo_gym_pendulum", "--nproc", "2", "env.kwargs.g=9.0", "--no-wandb"]) == 0 and launches
+
+
 def test_more_ranks_than_gpus_is_refused_before_torchrun(monkeypatch, capsys) -> None:
     calls = []
     monkeypatch.delenv("WORLD_SIZE", raising=False)
