@@ -318,15 +318,22 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
                      f"{shell(' '.join([before, *words]))}") if not sep and not a_key and isinstance(before, str) \
                 and "=" in before else ""  # (every word of `name=my new run` up to the next override)
             raise ConfigError(f"override '{item}' must look like key=value (e.g. runner.total_steps=100000){split}")
+        comment = "'#' at the start" if value.strip().startswith("#") else "' #'"  # (YAML's comments)
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
+            if _parses_without_comments(value):  # [a, b #c]: the comment took the closing bracket with it
+                example = "{name: 'run #1'}" if value.strip().startswith("{") else "['run #1']"
+                raise ConfigError(f"override '{item}': {comment} starts a comment in YAML, which cut off the rest of "
+                                  "the value, its closing brackets too; quote the item that holds it, in YAML's quotes "
+                                  f"inside the shell's (e.g. \"{key.strip()}={example}\")") from None
             raise ConfigError(f"override '{item}': {_yaml_problem(err)} "
                               f"({_split_by_a_shell(overrides[at:]) or 'quote strings, close brackets'})") from None
-        if " #" in value and "#" not in repr(parsed):  # YAML took the rest for a comment (a quoted '#' survives)
-            raise ConfigError(f"override '{item}': ' #' starts a comment in YAML, which would drop what follows; "
-                              f"quote the value: {_quoted_twice(key.strip(), value.strip())} (the outer quotes for a "
-                              "shell, the inner for YAML)")
+        # YAML took the rest for a comment (a quoted '#' stays)
+        if re.search(r"(^|\s)#", value) and "#" not in repr(parsed):
+            raise ConfigError(f"override '{item}': {comment} starts a comment in YAML, which would drop what "
+                              f"follows; quote the value: {_quoted_twice(key.strip(), value.strip())} (the outer "
+                              "quotes for a shell, the inner for YAML)")
         if said := _read_otherwise(key.strip(), value.strip(), parsed) or _read_otherwise_within(value, parsed):
             raise ConfigError(f"override '{item}': {said}")
         glued = _glued_key(parsed)  # {gamma:0.9}: YAML's one key 'gamma:0.9', of no value (not one quoted so)
@@ -335,6 +342,18 @@ def _apply_overrides(raw: dict[str, Any], overrides: Sequence[str] | Mapping[str
             raise ConfigError(f"override '{item}': YAML reads '{glued}' as one key with no value (a mapping's colon "
                               f"needs a space after it): write {{{name}: {rest}}}")
         _set_dotted(raw, key.strip(), parsed)
+
+
+def _parses_without_comments(value: str) -> bool:
+    """Whether ``value``, which YAML does not read, would read with each '#' that starts a comment (at the start, or
+    after a space) taken as a plain character: then the comment is what broke it."""
+    if not re.search(r"(^|\s)#", value):
+        return False
+    try:
+        yaml.safe_load(re.sub(r"(^|\s)#", r"\1x", value))
+    except yaml.YAMLError:
+        return False
+    return True
 
 
 def _quoted_twice(key: str, text: str) -> str:

@@ -231,6 +231,16 @@ def test_an_override_whose_hash_yaml_would_take_for_a_comment_is_refused_with_th
         assert load_config("ppo_cartpole", pasted).name == name
     assert load_config("ppo_cartpole", ["name=run#1"]).name == "run#1"  # no space before it: not a comment
     assert load_config("ppo_cartpole", ['logging.tags=["run #1"]']).logging.tags == ("run #1",)  # quoted in a list
+    # a '#' at the start had been "logging.group: needs a value (str), got none", and one in a list "expected ',' or
+    # ']' ... (quote strings, close brackets)", though its bracket is closed: both are the comment, said as such
+    with pytest.raises(ConfigError, match=r"'#' at the start starts a comment in YAML.*\"logging.group='#1'\""):
+        load_config("ppo_cartpole", ["logging.group=#1"])
+    with pytest.raises(ConfigError, match=r"' #' starts a comment in YAML, which cut off the rest of the value, "
+                                          r"its closing brackets too; quote the item .*"
+                                          r"\(e.g. \"logging.tags=\['run #1'\]\"\)"):
+        load_config("ppo_cartpole", ["logging.tags=[a, b #1]"])
+    with pytest.raises(ConfigError, match=r"invalid YAML: expected ',' or '\]'.*close brackets"):
+        load_config("ppo_cartpole", ["logging.tags=['b #1'"])  # (a bracket left open: not the comment's doing)
 
 
 def test_an_override_yaml_1_1_reads_as_octal_or_base_60_is_refused():
