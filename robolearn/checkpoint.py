@@ -107,8 +107,10 @@ def save_checkpoint(path: Path, *, config: dict[str, Any], agent: dict[str, Any]
     """Write a checkpoint: the resolved config, the agent's state, the runner's progress and RNG; with ``replay``
     (a :class:`~robolearn.storage.ReplayBuffer`), its state beside it as ``replay.pt``, stamped with the env
     steps it holds. The two are written as one (:func:`atomic_write_files`): a kill or a full disk during the
-    long replay write leaves both as they were, never a replay newer than its checkpoint."""
-    payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress}
+    long replay write leaves both as they were, never a replay newer than its checkpoint. ``saved_at``: where it was
+    written, which tells a copied run from a moved one (:func:`robolearn.runs.copied_from`)."""
+    payload = {"format": FORMAT, "version": VERSION, "config": config, "agent": agent, "progress": progress,
+               "saved_at": str(Path(path).resolve())}
     check_loadable(payload, "checkpoint")
     writes = {}
     if replay is not None:

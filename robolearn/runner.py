@@ -57,9 +57,9 @@ from robolearn.interfaces import UNSTABLE_LOG, Agent, ContractError, Controller,
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
-from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, export_meta, keep_replaced_config,
-                            new_run_dir, new_run_id, record_failure, refuse_finished, refuse_task_change,
-                            refuse_wandb_move, saved_progress, set_aside_evaluation, trained_counts,
+from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, copied_from, export_meta,
+                            keep_replaced_config, new_run_dir, new_run_id, record_failure, refuse_finished,
+                            refuse_task_change, refuse_wandb_move, saved_progress, set_aside_evaluation, trained_counts,
                             warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
@@ -1225,6 +1225,10 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
                 Runner(cfg, resume=resume, fresh_replay=fresh_replay)
         try:
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
+            if resume is not None and distributed.is_main() and (original := copied_from(runner.run_dir)):
+                runner.progress.run_id = new_run_id()  # (rank 0's progress is the one saved and exported)
+                print(f"{runner.run_dir} is a copy of {original}, which still holds the run: it takes a run id of its "
+                      "own, so that the two runs' exports are told apart", flush=True)
             if distributed.is_main():
                 (runner.run_dir / FAILURE_FILE).unlink(missing_ok=True)  # this attempt's outcome replaces it
                 remove_partial_writes(runner.run_dir / "checkpoints")  # a kill -9's, now that the run is held

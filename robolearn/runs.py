@@ -174,6 +174,27 @@ def new_run_id() -> str:
     return os.urandom(8).hex()
 
 
+def copied_from(run_dir: Path) -> Path | None:
+    """The run that ``run_dir`` is a copy of (a run folder copied whole, which keeps its run_id): its checkpoint was
+    saved in another folder that still holds a run of that id. None for a moved run (its old folder is gone, or
+    holds another run), the same folder by another path (a link, a mount), and checkpoints saved before
+    ``saved_at`` was kept."""
+    try:
+        payload = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    except CheckpointError:
+        return None
+    saved_at = payload.get("saved_at")
+    if not isinstance(saved_at, str) or not isinstance(payload["progress"].get("run_id"), str):
+        return None
+    original = Path(saved_at).parent.parent
+    try:
+        if original.samefile(run_dir):
+            return None
+    except OSError:  # gone: the run was moved
+        return None
+    return original if saved_progress(original).get("run_id") == payload["progress"]["run_id"] else None
+
+
 TRAINED_COUNTERS = ("env_steps", "updates", "pretrain_updates", "online_updates")  # online_updates: a fine-tune's
 
 

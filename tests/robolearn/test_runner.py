@@ -27,6 +27,7 @@ from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
 from robolearn.config import load_run_config, to_dict
+from robolearn.runs import saved_progress
 from robolearn.runner import CtrlC, Runner
 
 
@@ -1041,6 +1042,33 @@ def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded
             assert not train(resume=first.run_dir, overrides=["runner.total_steps=512"]).interrupted
     agent = load_run_config(first.run_dir).agent
     assert (agent.init_std, agent.activation) == (1.0, "elu")
+
+
+def test_a_copied_run_resumed_takes_its_own_run_id_a_moved_or_linked_one_keeps_it(tmp_path, capsys):
+    """A run folder copied whole kept its run_id, so once both were resumed an export of one swapped into the other
+    was not told apart. A resume of a checkpoint saved in another folder that still holds the run takes an id of its
+    own; a moved run (its old folder gone) and the same folder by another path (a link) keep theirs."""
+    import shutil
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]")
+    first = Runner(cfg)
+    first.train()
+    first.close()
+    own_id = saved_progress(first.run_dir)["run_id"]
+    moved = first.run_dir.rename(tmp_path / "moved")
+    linked = tmp_path / "linked"
+    linked.symlink_to(moved)
+    for run, steps in ((moved, 512), (linked, 768)):
+        train(resume=run, overrides=[f"runner.total_steps={steps}"])
+        assert saved_progress(run)["run_id"] == own_id and "is a copy of" not in capsys.readouterr().out
+    copy = tmp_path / "copy"
+    shutil.copytree(moved, copy)
+    train(resume=copy, overrides=["runner.total_steps=1024"])
+    assert f"{copy} is a copy of {moved}, which still holds the run: it takes a run id of its own" in \
+        capsys.readouterr().out
+    assert saved_progress(copy)["run_id"] != own_id == saved_progress(moved)["run_id"]
+    assert json.loads((copy / "export" / "controller.json").read_text())["run_id"] == saved_progress(copy)["run_id"]
 
 
 def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
