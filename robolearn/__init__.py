@@ -110,7 +110,7 @@ def train(cfg: TrainConfig | None = None, resume: str | Path | None = None,
     elif overrides:
         raise TypeError("overrides go with resume= alone; apply them to a config with load_config(name, overrides)")
     elif resume is not None:
-        refuse_none_sections(cfg)  # (before the warning, which would list every setting of it as changed)
+        refuse_none_sections(cfg, resume=True)  # (before the warning, which would list every setting as changed)
         warn_if_config_differs(cfg, Path(resume))
     if resume is not None:
         cfg = take_checkpoints_settings(Path(resume), cfg)

@@ -614,10 +614,14 @@ def validated(cfg: TrainConfig) -> TrainConfig:
     return config_from_dict(raw)
 
 
-def refuse_none_sections(cfg: TrainConfig) -> None:
+def refuse_none_sections(cfg: TrainConfig, resume: bool = False) -> None:
     """A section set to None in Python (``cfg.runner = None``), refused as an override's ``runner=null`` is: it had
     trained every setting of that section at its default without a word. ``agent`` None is TrainConfig's own
-    default, the algorithm's defaults (what ``TrainConfig(algo=...)`` trains)."""
+    default, the algorithm's defaults (what ``TrainConfig(algo=...)`` trains), but not a ``resume``'s, which goes on
+    with the run's own (it had been told every agent setting changed to None, then failed on a TypeError)."""
+    if resume and cfg.agent is None:
+        raise ConfigError("cfg.agent is None: a resume goes on with the run's agent settings, "
+                          "robolearn.config.load_run_config(run).agent (or train(resume=run, overrides=[...]))")
     if none := [section for section in SECTIONS if section != "agent" and getattr(cfg, section, None) is None]:
         key, _, value = _SECTION_EXAMPLES[none[0]].partition("=")
         raise ConfigError(f"cfg.{none[0]} is None: a section cannot be None (that would train every {none[0]} setting "

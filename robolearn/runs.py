@@ -436,7 +436,9 @@ def take_checkpoints_settings(run_dir: Path, cfg: TrainConfig, warn: bool = True
     now = to_dict(cfg).get("agent") or {}
     stale = [key for key in unchangeable_on_resume(agent_entry(cfg.algo)[1], cfg.algo, saved, now)
              if key in recorded and recorded[key] == now[key]]
-    if stale and warn:
+    if not stale or not dataclasses.is_dataclass(cfg.agent):  # (a config of plain data: validated later, as given)
+        return cfg
+    if warn:
         warnings.warn(f"{run_dir / 'config.yaml'} records {', '.join(f'agent.{key}={now[key]!r}' for key in stale)}, "
                       f"its checkpoint {', '.join(f'agent.{key}={saved[key]!r}' for key in stale)} (a resume that "
                       "changed it was stopped before it saved; a resume may not change it): the resume goes on with "

@@ -570,6 +570,10 @@ def test_a_section_set_to_none_in_python_is_refused_as_its_null_override_is(sect
         warnings.simplefilter("error")  # (the resume's 'differs from its own config.yaml' is not said first)
         with pytest.raises(ConfigError, match=said):
             robolearn.train(cfg, resume=tmp_path)
+        cfg = load_config("ppo_pendulum")
+        cfg.agent = None  # TrainConfig's own default (the algorithm's defaults), not a resume's: a TypeError
+        with pytest.raises(ConfigError, match=r"^cfg.agent is None: a resume goes on with the run's agent settings"):
+            robolearn.train(cfg, resume=tmp_path)
     cfg = load_config("ppo_pendulum")
     cfg.agent = None  # TrainConfig's own default: the algorithm's defaults
     assert validated(cfg).agent == type(load_config("ppo_pendulum").agent)()
