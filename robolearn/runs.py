@@ -448,13 +448,23 @@ def take_checkpoints_settings(run_dir: Path, cfg: TrainConfig, warn: bool = True
 
 def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
     """A resume whose training settings differ from the run's ``config.yaml`` (:data:`NOT_TRAINING` aside)
-    says which, and keeps that config as ``config.superseded-<n>.yaml``: the steps so far trained with it."""
+    says which, and keeps that config as ``config.superseded-<n>.yaml``: the steps so far trained with it. A setting
+    config.yaml records but its checkpoint does not, which the resume puts back to the checkpoint's
+    (:func:`take_checkpoints_settings`), is none: no step trained with it."""
     path = run_dir / "config.yaml"
     try:
         before = flat_keys(read_yaml(path))
     except (OSError, ValueError):
         return  # the resume was built from it, so it reads; if not, there is nothing to compare
-    if not (said := config_changes(before, flat_keys(to_dict(cfg)), NOT_TRAINING)):
+    after = flat_keys(to_dict(cfg))
+    if not (said := config_changes(before, after, NOT_TRAINING)):
+        return
+    try:
+        trained = flat_keys(load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"])
+    except CheckpointError:
+        trained = {}
+    never = tuple(key for key in before if key in trained and before[key] != trained[key] == after.get(key))
+    if never and not (said := config_changes(before, after, NOT_TRAINING + never)):
         return
     earlier = [path.with_name(f"config.superseded-{n}.yaml") for n in itertools.takewhile(
         lambda n: path.with_name(f"config.superseded-{n}.yaml").exists(), itertools.count(1))]

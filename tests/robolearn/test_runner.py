@@ -1019,7 +1019,7 @@ def test_a_resume_may_raise_min_std_above_the_runs_init_std(tmp_path):
 
 
 @pytest.mark.parametrize("command_line", [True, False])
-def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded(tmp_path, command_line):
+def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded(tmp_path, capsys, command_line):
     """An older resume with agent.init_std=0.5 (or another activation), stopped before it saved, had recorded them in
     config.yaml; every plain resume was then refused ('agent.init_std 1.0 -> 0.5 ... resume without that override')
     though it gave none. It goes on with the checkpoint's, says so, and its config.yaml records them."""
@@ -1042,6 +1042,9 @@ def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded
             assert not train(resume=first.run_dir, overrides=["runner.total_steps=512"]).interrupted
     agent = load_run_config(first.run_dir).agent
     assert (agent.init_std, agent.activation) == (1.0, "elu")
+    # no step trained with config.yaml's values: not said as the settings the steps so far trained with, nor kept
+    assert "resumed with changed settings" not in capsys.readouterr().out
+    assert not list(first.run_dir.glob("config.superseded-*"))
 
 
 def test_a_copied_run_resumed_takes_its_own_run_id_a_moved_or_linked_one_keeps_it(tmp_path, capsys):
