@@ -256,6 +256,8 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
                         "a dict of settings is robolearn.config.config_from_dict(raw)")
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file)
+    if raw is None:  # a run's emptied config.yaml is told how to restore it (it had been told what a config sets)
+        check_run_config(file, {})
     if raw is None:  # an empty file (or comments only) would train the defaults without a word
         raise ConfigError(f"{file}: empty; a config sets at least algo and env (configs/ppo_cartpole.yaml is one)")
     if not isinstance(raw, dict):
@@ -494,14 +496,16 @@ def check_run_config(path: Path, raw: dict[str, Any]) -> None:
                 f"['config']; open({str(path)!r}, 'w').write(yaml.safe_dump(c, sort_keys=False))")
         restore = f"; its checkpoint keeps the config it trained with: python3 -c {shlex.quote(code)}" \
             if checkpoint.is_file() else ""
-        raise ConfigError(f"{path}: incomplete, without {', '.join(missing)} (cut short or edited?): a run's config "
-                          f"holds every section{restore}")
+        what = f"incomplete, without {', '.join(missing)}" if raw else "empty"
+        raise ConfigError(f"{path}: {what} (cut short or edited?): a run's config holds every section{restore}")
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The config a run was trained with (``<run_dir>/config.yaml``); errors name the file."""
     path = run_config_path(run_dir)
     raw = read_yaml(path)
+    if raw is None:  # emptied: told how to restore it, as one cut short is
+        check_run_config(path, {})
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     check_run_config(path, raw)

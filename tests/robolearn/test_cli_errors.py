@@ -155,6 +155,12 @@ def test_a_run_config_cut_short_is_refused_and_restored_as_the_error_says(tmp_pa
         assert main([*command, str(run)]) == 2
         err = error(capsys)
         assert f"{run / 'config.yaml'}: incomplete, without env, runner, agent (cut short or edited?)" in err
+    (run / "config.yaml").write_text("")  # emptied: it had been told what a config sets, and eval a mapping
+    for command in (["train", "--no-wandb", "--resume"], ["eval"]):
+        assert main([*command, str(run)]) == 2
+        err = error(capsys)
+        assert f"{run / 'config.yaml'}: empty (cut short or edited?): a run's config holds every section; its " \
+               "checkpoint keeps the config it trained with: python3 -c" in err
     restore = shlex.split(err.split("trained with: ", 1)[1])
     assert restore[:2] == ["python3", "-c"]
     subprocess.run([sys.executable, "-c", restore[2]], check=True)
