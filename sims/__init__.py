@@ -356,14 +356,16 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
     CUDA device this machine lacks falls back to ``mujoco`` on the CPU (with a warning)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known: {BACKENDS}")
+    from_python = _asked_from_python(outside_us())  # advice names the device= argument, or the config's env.device
+    given = str(device) if isinstance(device, torch.device) else device
+    said, choices = ((f"device={given!r}", "'cpu', 'cuda' or 'cuda:N'") if from_python
+                     else (f"device {str(given)!r} (env.device)", "cpu, cuda or cuda:N"))
     try:
         device = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device {str(device)!r} (env.device) is not a torch device: use cpu, cuda or "
-                         "cuda:N") from None
+    except (RuntimeError, TypeError):  # (TypeError: None, a float, from Python; torch's is a list of signatures)
+        raise ValueError(f"{said} is not a torch device: use {choices}") from None
     if device.type not in ("cpu", "cuda"):  # torch would fail deep in a task; Warp would quietly run on its CPU
-        raise ValueError(f"device {str(device)!r} (env.device): robolearn's envs run on cpu or cuda (cuda:N), not "
-                         f"{device.type}")
+        raise ValueError(f"{said}: robolearn's envs run on {choices}, not {device.type}")
     if device.type == "cpu":
         if backend == "warp":
             _warp_backend()  # missing packages said here, in one line, not as an ImportError traceback at the build
@@ -375,7 +377,7 @@ def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torc
         return backend, device
     if not torch.cuda.is_available():
         if backend != "warp":
-            fix = "use device='cpu'" if _asked_from_python(outside_us()) else "use env.device=cpu"
+            fix = "use device='cpu'" if from_python else "use env.device=cpu"
             raise ValueError(f"device={device}: no CUDA GPU here (torch.cuda.is_available() is False); {fix}")
         warnings.warn(f"backend=warp device={device}: no CUDA GPU here (torch.cuda.is_available() is False); "
                       "falling back to backend=mujoco device=cpu, which a run's config.yaml then records (on a GPU, "

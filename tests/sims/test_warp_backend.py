@@ -220,7 +220,7 @@ def test_a_gpu_that_torch_sees_and_warp_does_not_is_a_clear_error(monkeypatch):
 
 
 def test_devices_that_cannot_run_are_clear_errors(monkeypatch):
-    with pytest.raises(ValueError, match=r"'gpu' \(env.device\) is not a torch device: use cpu, cuda or cuda:N"):
+    with pytest.raises(ValueError, match=r"device='gpu' is not a torch device: use 'cpu', 'cuda' or 'cuda:N'$"):
         sims.make_env("pendulum", 2, device="gpu", backend="warp")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="device=cuda: no CUDA GPU here"):  # the CPU backend has no fallback to pick
@@ -241,6 +241,22 @@ def test_a_missing_gpu_is_said_in_the_callers_terms(monkeypatch):
         sims.resolve_backend("mujoco", "cuda")
     with pytest.raises(ValueError, match=r"; use env.device=cpu$"):
         make_env(load_config("ppo_cartpole", ["env.device=cuda"]).env)
+
+
+def test_a_device_that_is_no_torch_device_is_said_in_the_callers_terms():
+    """make_env(device='gpu') or device=None from Python had been told of 'env.device' (None: torch's TypeError,
+    a list of signatures); a config's env.device is still said as that key."""
+    from robolearn.config import load_config
+    from robolearn.registry import make_env
+
+    for task in ("pendulum", "gym:Pendulum-v1"):
+        for device, said in (("gpu", "device='gpu'"), (None, "device=None")):
+            with pytest.raises(ValueError, match=rf"^{said} is not a torch device: use 'cpu', 'cuda' or 'cuda:N'$"):
+                sims.make_env(task, 1, device=device)
+    with pytest.raises(ValueError, match=r"^device='mps': robolearn's envs run on 'cpu', 'cuda' or 'cuda:N', not mps$"):
+        sims.resolve_backend("mujoco", torch.device("mps"))
+    with pytest.raises(ValueError, match=r"^device 'mps' \(env.device\): robolearn's envs run on cpu, cuda or cuda:N"):
+        make_env(load_config("ppo_cartpole", ["env.device=mps"]).env)
 
 
 def test_a_model_mujoco_warp_cannot_run_is_a_clear_error():
