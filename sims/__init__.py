@@ -12,6 +12,7 @@ import difflib
 import functools
 import inspect
 import numbers
+import os
 import sys
 import typing
 import warnings
@@ -104,9 +105,11 @@ def make_env(
         raise ValueError(f"num_envs: a whole number of worlds, from 1 to {MAX_ENVS} (env.num_envs, eval's --episodes, "
                          f"dataset record's --num-envs); got {num_envs!r}")
     seed = checked_seed(seed)  # numpy integers too (np.arange's): torch's generators take Python ints only
+    names = f"{', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>"
+    if isinstance(task, os.PathLike):
+        raise ValueError(_path_refusal(task, names))
     if not isinstance(task, str):
-        raise ValueError(f"task: a name ({', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>); got "
-                         f"{type(task).__name__} {task!r:.60}")
+        raise ValueError(f"task: a name ({names}); got {type(task).__name__} {task!r:.60}")
     if delay:
         from robolearn.config import build_dataclass
         from sims.delay import Delay, DelayedEnv
@@ -149,11 +152,28 @@ def make_env(
     return env
 
 
+def _path_refusal(task: os.PathLike, names: str) -> str:
+    """What to pass instead of the path ``task``: a run directory's env is :func:`robolearn.make_env`'s, a task
+    file's class is named ``module:Class`` (``sims.make_env(result.run_dir, 4)`` had been told only of names)."""
+    from pathlib import Path
+
+    path = Path(task)
+    if (path / "config.yaml").is_file():
+        return (f"task: {str(path)!r} is a run directory: robolearn.make_env({str(path)!r}, num_envs) builds the env "
+                f"it trained on; sims.make_env takes a task's name ({names})")
+    if path.suffix == ".py":
+        return (f"task: {str(path)!r} is a file: a task of your own is named by its module and class, "
+                f"'{path.stem}:<its Task class>' for {path.name} (imported from the current folder or the Python path)")
+    return f"task: {str(path)!r} is a path: sims.make_env takes a task's name ({names}), robolearn.make_env a run's"
+
+
 def task_builder(task: str) -> Callable[..., Task]:
     """``TASKS[task]``, or for ``module:Name`` (a task of your own: a :class:`Task` subclass or a function
     returning one) ``Name`` from ``module``, imported (:func:`robolearn.plugins.import_named`: from the
     Python path or the current folder), so ``robolearn train ppo_reacher env.task=my_task:TwoLinkReach``
     runs ``my_task.py`` from here; the run's config keeps the name, so eval, play and export find it again."""
+    from pathlib import Path
+
     from robolearn.plugins import import_named
 
     if task in TASKS:
@@ -161,6 +181,8 @@ def task_builder(task: str) -> Callable[..., Task]:
     if ":" not in task:
         close = difflib.get_close_matches(task, TASKS, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
+        if task.endswith(".py"):  # a task's file: its module and class name it
+            guess = f"a task of your own is named by its module and class, '{Path(task).stem}:<its Task class>'; "
         raise ValueError(f"unknown task {task!r} (env.task); {guess}known: {sorted(TASKS)}, "
                          f"'{GYM_PREFIX}<Gymnasium id>', "
                          f"'{MJLAB_PREFIX}<mjlab task id>', or 'module:Class' for a Task of your own")

@@ -1,6 +1,7 @@
 """TaskEnv: the VecEnv contract on every task (shapes, resets, final_obs, time limits, seeding)."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,6 +143,22 @@ def test_a_seed_or_task_of_another_kind_is_refused_by_name():
             make_env("cartpole", 1, seed=seed)
     with pytest.raises(ValueError, match=r"task: a name \(ant, .*module:Class, gym:<id>, mjlab:<id>\); got Pendulum"):
         make_env(TASKS["pendulum"](), 1)
+
+
+def test_a_path_for_a_task_is_told_what_to_pass_instead(tmp_path):
+    """make_env(result.run_dir, 4) (a Path, as train's result gives it) had been told only that a task is a name;
+    a run directory is robolearn.make_env's, a task's file is named by its module and class."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("{}")
+    with pytest.raises(ValueError, match=rf"^task: '{run}' is a run directory: robolearn.make_env\('{run}', num_envs"):
+        make_env(run, 4)
+    for task in (Path("tasks/my_task.py"), "tasks/my_task.py"):
+        with pytest.raises(ValueError, match=r"is named by its module and class, 'my_task:<its Task class>'"):
+            make_env(task, 4)
+    with pytest.raises(ValueError, match=r"^task: '.*' is a path: sims.make_env takes a task's name \(ant, .*\), "
+                                         r"robolearn.make_env a run's$"):
+        make_env(tmp_path, 4)
 
 
 def test_a_seed_too_large_for_torchs_generators_is_refused_in_words():
