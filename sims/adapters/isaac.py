@@ -19,14 +19,16 @@ what ``get_observations()`` returns:
 masking with ``dones`` matters because legged_gym leaves a stale
 ``time_outs`` tensor in ``extras`` on steps where no env resets.
 
-**Final observations are not exact.** These envs reset finished envs inside
-``step`` and then compute the observations, and neither Isaac Lab nor
-legged_gym keeps the last observation of the finished episode anywhere
-(``extras["observations"]`` holds the *new* episode's privileged groups). For
-finished envs ``info["final_obs"]`` is therefore the observation the env was
-in *before* this last step, so V(final_obs) = V(s_{T-1}): the same
-approximation RSL-RL itself makes when it bootstraps time-outs. For the other
-envs it equals ``obs``, as the interface says.
+**Final observations.** These envs reset finished envs inside ``step`` and
+then compute the observations. Isaac Lab built with ``compute_final_obs=True``
+(its env config) keeps the finished episodes' last observations, groups as
+``obs``'s, in ``extras["final_obs"]``: they are ``info["final_obs"]``, exact.
+Otherwise (legged_gym, older Isaac Lab; ``extras["observations"]`` holds the
+*new* episode's privileged groups) nothing keeps them: for finished envs
+``info["final_obs"]`` is then the observation the env was in *before* this last
+step, so V(final_obs) = V(s_{T-1}), the same approximation RSL-RL itself makes
+when it bootstraps time-outs. For the other envs it equals ``obs``, as the
+interface says.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ class RslRlEnvAsVecEnv(VecEnv):
             obs = _groups(raw, extras)
         done = dones.bool()
         time_out = extras.get("time_outs", torch.zeros_like(done)).to(self.device).bool() & done
-        final = {name: torch.where(_rows(done, x), self._obs[name], x) for name, x in obs.items()}
+        final = {name: torch.where(_rows(done, x), _last(extras, name, x, self._obs[name]), x)
+                 for name, x in obs.items()}
         self._obs = obs
         log = {**extras.get("episode", {}), **extras.get("log", {})}
         return Step(obs, reward.float(), done & ~time_out, time_out, {"final_obs": final, "log": log})
@@ -119,6 +122,15 @@ class RslRlEnvAsVecEnv(VecEnv):
         if isinstance(result, tuple):  # rsl-rl-lib 2.x: (policy, extras)
             return _groups(*result)
         return _groups(result, {})
+
+
+def _last(extras: Mapping[str, Any], name: str, obs: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """Group ``name``'s last observation of each finished episode where the env keeps it: Isaac Lab's
+    ``extras["final_obs"]`` (``compute_final_obs=True``; it had gone unread, the approximation taken instead),
+    else ``before``, the pre-step observation. A ``final_obs`` of another form (per-env lists) is not read."""
+    given = extras.get("final_obs")
+    last = given[name] if isinstance(given, Mapping) and name in given else None
+    return last.to(obs.device, obs.dtype) if isinstance(last, torch.Tensor) and last.shape == obs.shape else before
 
 
 def _groups(obs: Any, extras: Mapping[str, Any]) -> Obs:

@@ -40,6 +40,7 @@ class PointMass:
         self.time_out_buf = self.episode_length_buf >= self.max_episode_length  # rebinds, as legged_gym does
         dones = terminated | self.time_out_buf
         rewards = -self.x.abs()
+        self.pre_reset = self.groups()  # the finished episodes' last observations, which a reset overwrites
         ids = dones.nonzero().flatten()
         if len(ids):  # legged_gym's reset_idx returns early when nothing resets
             self.x[ids] = 0
@@ -65,6 +66,15 @@ class IsaacLabWrapper(PointMass):
         rewards, dones = self.physics(actions)
         extras = {"time_outs": self.time_out_buf & dones, "log": {"Metrics/x": self.x.mean()}}
         return self.get_observations(), rewards, dones.long(), extras
+
+
+class IsaacLabKeepingFinalObs(IsaacLabWrapper):
+    """Isaac Lab built with ``compute_final_obs=True``: the pre-reset observation groups in ``extras["final_obs"]``
+    (left there, stale, on steps where nothing resets)."""
+
+    def step(self, actions: torch.Tensor) -> tuple:
+        obs, rewards, dones, extras = super().step(actions)
+        return obs, rewards, dones, {**extras, "final_obs": TensorDict(self.pre_reset, batch_size=[self.num_envs])}
 
 
 class LeggedGymRobot(PointMass):
@@ -112,6 +122,23 @@ def test_final_obs_of_finished_envs_is_the_previous_observation() -> None:
     assert step.obs["policy"][0, 0] == 0 and step.info["final_obs"]["policy"][0, 0] == pytest.approx(0.8)
     torch.testing.assert_close(step.info["final_obs"]["critic"][0], before["critic"][0])
     torch.testing.assert_close(step.info["final_obs"]["policy"][1], step.obs["policy"][1])
+
+
+def test_final_obs_that_isaac_lab_keeps_is_the_last_observation_of_the_episode() -> None:
+    """Isaac Lab's extras["final_obs"] (compute_final_obs=True) holds s_T: it had gone unread, the pre-step
+    observation given instead."""
+    env = RslRlEnvAsVecEnv(IsaacLabKeepingFinalObs(num_envs=2))
+    actions = torch.tensor([[0.4], [0.0]])
+    env.step(actions)
+    env.step(actions)
+    step = env.step(actions)  # env 0 goes from 0.8 to 1.2, terminates and resets to 0
+    assert step.terminated.tolist() == [True, False] and step.obs["policy"][0, 0] == 0
+    torch.testing.assert_close(step.info["final_obs"]["policy"][0], torch.tensor([1.2]))
+    torch.testing.assert_close(step.info["final_obs"]["critic"][0], torch.tensor([1.2, 3.0]))
+    torch.testing.assert_close(step.info["final_obs"]["critic"][1], step.obs["critic"][1])  # not finished: obs
+    step = env.step(actions)  # env 1 times out at x = 0; env 0's stale final_obs (1.2) is not read
+    assert step.truncated.tolist() == [False, True]
+    torch.testing.assert_close(step.info["final_obs"]["critic"], torch.tensor([[0.4, 1.0], [0.0, 4.0]]))
 
 
 def test_actions_are_clipped_to_the_env_clip() -> None:
