@@ -183,27 +183,39 @@ def _check_plays_as_exported(controller: Controller, inputs: dict[str, torch.Ten
 
 
 def _check_same_outputs(controller: Controller, inputs: dict[str, torch.Tensor], exported: Any, fmt: str) -> None:
-    """Refuse an export whose outputs differ from the controller's own on a batch of random observations
-    (and the fresh-start state): tracing turns what ``forward`` computes outside torch (numpy, Python math
-    on tensor values) into constants, and the file would drive a robot with them."""
+    """Refuse an export whose outputs differ from the controller's own on a batch of random observations, from
+    the fresh-start state and (a stateful controller) again from the state that step returned, as a driver feeds
+    it back: tracing turns what ``forward`` computes outside torch (numpy, Python math or an ``if`` on tensor
+    values) into constants, and the file would drive a robot with them. (Probed from zeros alone, a branch on the
+    state had passed, traced as the fresh start's: the TorchScript file then played every step as a first one.)"""
     generator = torch.Generator().manual_seed(0)
-    probe = {name: torch.randn(3, *t.shape[1:], generator=generator) if name == "obs" else
-             torch.zeros(3, *t.shape[1:], dtype=t.dtype) for name, t in inputs.items()}
+    obs, *state = inputs.values()
+    state = [torch.zeros(3, *t.shape[1:], dtype=t.dtype) for t in state]
     precision = torch.get_float32_matmul_precision()  # "medium" (some configs) is bf16 matmuls on AMX CPUs,
     torch.set_float32_matmul_precision("highest")  # which ONNX Runtime's float32 would not match
     try:
-        with torch.no_grad():
-            expected, got = controller(*probe.values()), exported(*probe.values())
+        for _ in range(2 if state else 1):
+            probe = (torch.randn(3, *obs.shape[1:], generator=generator), *state)
+            with torch.no_grad():
+                expected, got = _as_list(controller(*probe)), _as_list(exported(*probe))
+            _refuse_other_outputs(controller, expected, got, fmt)
+            state = expected[1:]
     finally:
         torch.set_float32_matmul_precision(precision)
-    for name, want, have in zip(controller.export_outputs(), _as_list(expected), _as_list(got)):
+
+
+def _refuse_other_outputs(controller: Controller, expected: list[torch.Tensor], got: list[torch.Tensor],
+                          fmt: str) -> None:
+    """The refusal of :func:`_check_same_outputs` where an exported output is not the controller's own."""
+    for name, want, have in zip(controller.export_outputs(), expected, got):
         if want.shape != have.shape or not torch.allclose(want.float(), have.float(), rtol=1e-3, atol=1e-4,
                                                           equal_nan=True):  # random obs outside its domain
             diff = (want.float() - have.float()).abs().max().item() if want.shape == have.shape else None
             found = f"shape {tuple(have.shape)} for {tuple(want.shape)}" if diff is None else f"max difference {diff:.3g}"
             raise ValueError(f"{type(controller).__name__}: its {fmt} export computes another '{name}' than it does "
-                             f"({found}): forward must compute with torch operations only, as numpy or Python math on "
-                             "tensor values becomes a constant when exported")
+                             f"({found}): forward must compute with torch operations only: numpy or Python math on "
+                             "tensor values becomes a constant when exported, an if on them a fixed branch "
+                             "(torch.where picks by value)")
 
 
 _EXPORTING = threading.Lock()
