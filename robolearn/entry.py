@@ -48,6 +48,23 @@ def _import_command_line() -> Callable[[], int]:
 
 def main() -> int:
     try:
+        return _run()
+    finally:
+        _ctrl_c_ends_the_teardown()
+
+
+def _ctrl_c_ends_the_teardown() -> None:
+    """Once the command is done (a stopped run saved and its resume line said), a Ctrl+C ends the process at once,
+    silently, as the shell's 130: raised as KeyboardInterrupt in the interpreter's teardown (atexit callbacks,
+    threads joined), the second of a double Ctrl+C had printed a traceback ('Exception ignored in atexit
+    callback') under the run's last words. An ignored SIGINT, or a handler of someone else's, is left as it is."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _run() -> int:
+    try:
         command_line = _import_command_line()
     except KeyboardInterrupt:
         if not _a_later_torchrun_rank_of_train():  # a Ctrl+C as `--nproc` starts reaches every rank: rank 0 says it

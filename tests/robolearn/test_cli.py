@@ -1,6 +1,7 @@
 """Command-line parsing that users trip over."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -468,6 +469,21 @@ def test_ctrl_c_that_torch_swallows_while_it_imports_numpy_is_still_interrupted(
             "sys.exit(robolearn.entry.main())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip() == "interrupted", (done.returncode, done.stderr)
+
+
+def test_a_ctrl_c_as_the_process_tears_down_ends_it_without_a_traceback(tmp_path):
+    """The second of a double Ctrl+C that stopped a run can land after the run saved and said how to resume, in the
+    interpreter's teardown: raised there, it had printed 'Exception ignored in atexit callback' and a KeyboardInterrupt
+    traceback under the run's last words. It now ends the process at once, by the signal (the shell's 130)."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, not ignored\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))  # Ctrl+C in the teardown\n"
+            "import robolearn.entry\n"
+            f"sys.argv = ['robolearn', 'list', '--runs', {str(tmp_path / 'none')!r}]\n"
+            "sys.exit(robolearn.entry.main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT and done.stderr.startswith("error: --runs"), done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
 
 
 def test_ctrl_c_while_a_later_torchrun_rank_imports_is_said_by_rank_0_alone():
