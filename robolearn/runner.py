@@ -924,14 +924,19 @@ def out_of_time(deadline: float, lap: float) -> bool:
 
 def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> RunResult:
     """Ctrl+C during training: checkpoint, close the logs, say how to continue (a second Ctrl+C during the
-    save abandons it: the checkpoint before stays, as written atomically, and that is said)."""
+    save abandons it: the checkpoint before stays, as written atomically, and that is said, with the resume from
+    it: a double Ctrl+C had left no resume line, and its bar redrawn under the words when it was closed at exit)."""
+    nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
     try:
         runner.save()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if distributed.is_main():
-            kept = f"the last one, {runner.checkpoint_path}, is kept" if runner.checkpoint_path.is_file() else \
-                "there is none yet"
+            end_progress_bars()
+            resume = f"{shell('robolearn', 'train', '--resume', runner.run_dir)}{nproc}"
+            kept = (f"the last one, {runner.checkpoint_path}, is kept; continue from it with: {resume}"
+                    if runner.checkpoint_path.is_file() else "there is none yet")
             print(f"\ninterrupted again while saving: this checkpoint was not written; {kept}", file=sys.stderr)
+            err.said = True  # the command line adds no bare "interrupted" after this
         raise
     result.interrupted = True
     result.trained = trained_counts(vars(runner.progress))
@@ -939,7 +944,6 @@ def interrupted(runner: Any, result: RunResult, logger: RunLogger | None) -> Run
     if logger is not None:
         logger.close()
     if distributed.is_main():
-        nproc = f" --nproc {distributed.world_size()}" if distributed.world_size() > 1 else ""
         phases = hasattr(runner.progress, "online_updates")  # offline-to-online: say which phase counted which
         names = {"updates": "offline updates" if phases else "updates", "online_updates": "online updates"}
         counts = [f"{value:,} {names.get(name, name.replace('_', ' '))}"

@@ -625,7 +625,8 @@ def test_ctrl_c_mid_rollout_saves_the_last_whole_iteration_and_the_resume_logs_o
 
 
 def test_a_second_ctrl_c_during_the_save_says_which_checkpoint_is_kept(tmp_path, monkeypatch, capsys):
-    """It had printed only "interrupted", the save silently abandoned."""
+    """It had printed only "interrupted", the save silently abandoned; then no resume line (a double Ctrl+C's
+    end) and a bare "interrupted" after the words that said it."""
     cfg = tiny(tmp_path, "ppo", "runner.total_steps=1024", "runner.checkpoint_every=1")
     pressed = []
 
@@ -638,11 +639,12 @@ def test_a_second_ctrl_c_during_the_save_says_which_checkpoint_is_kept(tmp_path,
     runner = Runner(cfg)
     save = runner.save
     monkeypatch.setattr(runner, "save", lambda: _raise_keyboard_interrupt() if pressed else save())  # pressed again
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stop:
         runner.train()
     runner.close()
     assert (f"interrupted again while saving: this checkpoint was not written; the last one, {runner.checkpoint_path}, "
-            "is kept") in capsys.readouterr().err
+            f"is kept; continue from it with: robolearn train --resume {runner.run_dir}\n") in capsys.readouterr().err
+    assert stop.value.said  # the command line's own "interrupted" is not added
     assert load_checkpoint(runner.checkpoint_path)["progress"]["iteration"] == 2 and pressed
 
 
