@@ -239,8 +239,18 @@ def _onnx_bytes(controller: Controller, inputs: dict[str, torch.Tensor]) -> byte
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     dynamic = tuple({0: batch} for _ in inputs)  # by position: forward's own names need not be "obs" (forward(x))
     onnx_log = logging.getLogger("torch.onnx")
-    with _EXPORTING:
-        program = _quiet_onnx_export(controller, inputs, dynamic, onnx_log)
+    try:
+        with _EXPORTING:
+            program = _quiet_onnx_export(controller, inputs, dynamic, onnx_log)
+    except torch.onnx.OnnxExporterError as err:  # torch's page of next steps ("submit a PR to PyTorch") and stack
+        cause = err
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise ValueError(f"{type(controller).__name__}: forward does not export to ONNX ({type(cause).__name__}: "
+                         f"{reason}): it must compute with torch operations only (an if on tensor values as "
+                         "torch.where); for an operation ONNX lacks, export TorchScript alone (robolearn export RUN "
+                         "--format torchscript)") from err
     buffer = io.BytesIO()
     program.save(buffer)
     return buffer.getvalue()

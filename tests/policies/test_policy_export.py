@@ -316,26 +316,40 @@ def test_a_forward_whose_input_has_another_name_exports_to_onnx(tmp_path) -> Non
                                rtol=1e-5, atol=1e-6)
 
 
+class Latch(Gain):
+    """Holds the gain of its first observation: a Python if on its state's values, which export cannot follow."""
+
+    def forward(self, x: torch.Tensor, held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if bool((held == 0).all()):  # a fresh start: latch the gain of this observation
+            held = self.gain(x)
+        return 2 * held, held
+
+    def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        return {"obs": torch.zeros(batch_size, 3), "held": torch.zeros(batch_size, 1)}
+
+    def export_outputs(self) -> list[str]:
+        return ["action", "held"]
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 def test_a_controller_branching_on_its_state_is_refused_before_its_file_is_written(tmp_path) -> None:
     """An if on the state's values is traced as the fresh start's branch: the check had probed the zero state
     alone, so the TorchScript file was written and played every step as a first one (here: took a new gain
     from each observation instead of holding the first)."""
-    class Latch(Gain):
-        def forward(self, x: torch.Tensor, held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            if bool((held == 0).all()):  # a fresh start: latch the gain of this observation
-                held = self.gain(x)
-            return 2 * held, held
-
-        def export_inputs(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
-            return {"obs": torch.zeros(batch_size, 3), "held": torch.zeros(batch_size, 1)}
-
-        def export_outputs(self) -> list[str]:
-            return ["action", "held"]
-
     with pytest.raises(ValueError, match=r"Latch: its TorchScript export computes another 'action' than it does "
                                          r"\(max difference .*\): .* an if on them a fixed branch \(torch.where"):
         export_controller(Latch(), tmp_path, formats=("torchscript",))
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_controller_that_does_not_export_to_onnx_is_said_in_a_line(tmp_path) -> None:
+    """torch.export's failure had ended the export (a run's end, `robolearn export`) in a traceback under a page of
+    next steps ("submit a PR to PyTorch"); it is a ValueError with torch's reason and what to change."""
+    with pytest.raises(ValueError, match=r"^Latch: forward does not export to ONNX \(GuardOnDataDependentSymNode: "
+                                         r"Could not guard on data-dependent .*\): .*as torch.where\); for an "
+                                         r"operation ONNX lacks, export TorchScript alone \(robolearn export RUN "
+                                         r"--format torchscript\)$"):
+        export_controller(Latch(), tmp_path, formats=("onnx",))
     assert not list(tmp_path.iterdir())
 
 
