@@ -143,9 +143,10 @@ def make_env(run: str | Path | TrainConfig, num_envs: int | None = None, seed: i
     if isinstance(run, str) and not Path(run).exists():
         from sims import TASKS
 
-        if run in TASKS:
-            raise FileNotFoundError(f"{run}: no such run; '{run}' is a task: sims.make_env({run!r}) builds it with "
-                                    "its defaults, robolearn.make_env(load_config(name)) as a config sets it")
+        if run in TASKS:  # (the call said whole: sims.make_env takes num_envs too, which it had left out)
+            worlds = "num_envs" if num_envs is None else f"num_envs={num_envs!r}"
+            raise FileNotFoundError(f"{run}: no such run; '{run}' is a task: sims.make_env({run!r}, {worlds}) builds "
+                                    "it with its defaults, robolearn.make_env(load_config(name)) as a config sets it")
     return build(trained_env_config(run, load_run_config(run)))
 
 

@@ -1549,8 +1549,10 @@ def test_the_python_entry_points_given_a_name_where_a_config_or_run_goes_say_wha
         robolearn.train({"algo": "ppo"})
     with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'nope'}: no such run directory$"):
         robolearn.train(resume=tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match=r"'cartpole' is a task: sims.make_env\('cartpole'\) builds it"):
-        robolearn.make_env("cartpole")
+    with pytest.raises(FileNotFoundError, match=r"'cartpole' is a task: sims.make_env\('cartpole', num_envs\) builds"):
+        robolearn.make_env("cartpole")  # (the call whole, num_envs too: sims.make_env('cartpole') alone fails)
+    with pytest.raises(FileNotFoundError, match=r"'cartpole' is a task: sims.make_env\('cartpole', num_envs=4\) "):
+        robolearn.make_env("cartpole", 4)
     with pytest.raises(TypeError, match=r"make_env\(run\): a run directory or a config from load_config; got int 3"):
         robolearn.make_env(3)  # (pathlib's "expected str, bytes or os.PathLike object, not int")
 
