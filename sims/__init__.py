@@ -104,6 +104,10 @@ def make_env(
         # not MuJoCo's own words (above a C int: "incompatible constructor arguments" and a traceback)
         raise ValueError(f"num_envs: a whole number of worlds, from 1 to {MAX_ENVS} (env.num_envs, eval's --episodes, "
                          f"dataset record's --num-envs); got {num_envs!r}")
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral)
+                                    or num_threads < 0):  # (-1 had run on all cores, 2.5 failed in MuJoCo's words)
+        raise ValueError(f"num_threads: a whole number of physics threads, 0 or None for all the cores "
+                         f"(env.num_threads); got {num_threads!r}")
     seed = checked_seed(seed)  # numpy integers too (np.arange's): torch's generators take Python ints only
     names = f"{', '.join(sorted(TASKS))}, module:Class, gym:<id>, mjlab:<id>"
     if isinstance(task, os.PathLike):
@@ -143,7 +147,7 @@ def make_env(
             raise ValueError(f"env.kwargs.{key}: a positive whole number (per world), or null for MuJoCo Warp's "
                              f"own estimate; got {value!r}")
         setattr(spec, key, value)
-    env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, num_threads), seed=seed)
+    env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, int(num_threads or 0) or None), seed=seed)
     if randomization:
         from robolearn.config import build_dataclass
         from sims.randomization import Randomization, RandomizedEnv

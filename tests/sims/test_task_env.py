@@ -136,6 +136,16 @@ def test_what_is_no_number_of_worlds_is_refused_in_our_words(num_envs):
         make_env("cartpole", num_envs=num_envs)
 
 
+@pytest.mark.parametrize("num_threads", [-1, 2.5, "2", True])
+def test_what_is_no_number_of_threads_is_refused_in_our_words(num_threads):
+    """-1 had run on all the cores unsaid, 2.5 failed as MuJoCo's constructor signatures, '2' as a TypeError of '<'
+    (env.num_threads is checked by the config; sims.make_env's argument was not)."""
+    with pytest.raises(ValueError, match=rf"^num_threads: a whole number of physics threads, 0 or None for all the "
+                                         rf"cores \(env.num_threads\); got {num_threads!r}$"):
+        make_env("cartpole", 2, num_threads=num_threads)
+    assert make_env("cartpole", 2, num_threads=0).sim._batch is not None  # 0: all the cores, as the config's
+
+
 def test_a_seed_or_task_of_another_kind_is_refused_by_name():
     """A seed of 'a' or 1.5 had been torch's "manual_seed expected a long"; a task object an AttributeError."""
     for seed in ("a", 1.5, True):
