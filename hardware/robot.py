@@ -23,8 +23,9 @@ the same on every robot:
   the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every
   ``PARK_NOTICE_S``, and is given up once it has read nothing for ``safety.park_blind_s``: torque off where
   the robot stands, raised as :class:`~hardware.safety.ParkUnfinished` (so is one whose failed and retried reads
-  have taken ``safety.park_blind_s`` altogether, on a bus that loses many replies; its message says the park did not
-  finish and, if the servos did not confirm the torque-off, to cut their power).
+  have taken ``safety.park_blind_s`` altogether, on a bus that loses many replies: one budget for the whole park,
+  its ramps again after a re-arm included; its message says the park did not finish and, if the servos did not
+  confirm the torque-off, to cut their power).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells
@@ -122,6 +123,11 @@ class _BlindPark:
         self.limit_s, self.planned_s = limit_s, planned_s
         self.reads, self.why = 0, SILENT  # the waypoints' reads so far, and why the last failed one failed
         self.retried, self.retried_s = 0, 0.0  # waypoints whose read got through only on a retry, and their seconds
+
+    def restart(self, waypoints: int, planned_s: float) -> None:
+        """A ramp again from where re-armed servos stand: the same park, its limits one budget for all its ramps (a
+        fresh one for each had let a park that keeps restarting take about 4 x ``limit_s``)."""
+        self.left, self.planned_s = waypoints, self.planned_s + planned_s
 
     def unread_s(self, fresh_at: float) -> float:
         """Seconds of this park without a reading: since it began or since ``fresh_at`` (the last reading)."""
@@ -597,11 +603,13 @@ class Robot(VecEnv):
                              f"{self.home.size} joints")
         return (q, qd) if np.isfinite(q).all() and np.isfinite(qd).all() else None
 
-    def _move_to(self, pose: np.ndarray, parking: bool = False, restarts: int = 0) -> None:
+    def _move_to(self, pose: np.ndarray, parking: bool = False, restarts: int = 0,
+                 blind: _BlindPark | None = None) -> None:
         """Ramp from the measured pose to ``pose`` at the safe speed, one waypoint per tick, then hold it for
         ``settle_s`` so an episode starts at rest, as in simulation. If the servos stopped themselves and were
         re-armed where they stood (``rearms``), the waypoints ahead would jump: a park (``parking``) ramps again
-        from there (``MAX_PARK_RESTARTS`` times: servos that keep stopping are not re-energized for ever), any
+        from there (``MAX_PARK_RESTARTS`` times: servos that keep stopping are not re-energized for ever), within
+        the bounds of the park so far (``blind``: ``safety.park_blind_s`` is one budget for the whole park); any
         other ramp ends, as it does on any fault (the fault then stops the run)."""
         if restarts > MAX_PARK_RESTARTS:
             raise ServosStopped(f"the servos stopped following goals {restarts} times during the park (a supply that "
@@ -612,8 +620,11 @@ class Robot(VecEnv):
         waypoints = self.safety.ramp(self._q, pose, self.control_dt)
         hold = np.repeat(waypoints[-1:], int(round(self.settle_s / self.control_dt)), axis=0)
         path = np.vstack([waypoints, hold])
-        blind = _BlindPark(len(path), self.safety_cfg.stop_after_s, self.safety_cfg.park_blind_s,
-                           planned_s=len(path) * self.control_dt)
+        if blind is None:
+            blind = _BlindPark(len(path), self.safety_cfg.stop_after_s, self.safety_cfg.park_blind_s,
+                               planned_s=len(path) * self.control_dt)
+        else:
+            blind.restart(len(path), planned_s=len(path) * self.control_dt)
         written = None
         for waypoint in path:
             if isinstance(self.stopped, EmergencyStop):  # marked by a signal handler mid-ramp: stop here
@@ -621,7 +632,7 @@ class Robot(VecEnv):
             if parking and self._park_cut.is_set():  # a second stop during close, on another thread than this park's
                 raise KeyboardInterrupt("a second stop")  # (_stop says it as ParkSkipped)
             if self.rearms != rearms:
-                return self._move_to(pose, parking, restarts + 1) if parking else None
+                return self._move_to(pose, parking, restarts + 1, blind) if parking else None
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
                 return
             if parking:  # blind for park_blind_s of it (a silent bus): given up here, torque off (_stop)
@@ -642,7 +653,7 @@ class Robot(VecEnv):
                 # of it, above): said as it goes, but not once a second stop came in the read (cut at the loop's top)
                 blind.waypoint(None if self._read_fresh else self._fresh_at, self.read_failure, self.read_retried)
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
-            return self._move_to(pose, parking, restarts + 1) if parking else None
+            return self._move_to(pose, parking, restarts + 1, blind) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
 
     def _stop(self, ramp: bool) -> None:

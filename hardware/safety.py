@@ -99,7 +99,8 @@ class SafetyConfig:
     stop_after_s: float = 0.5  # ... and stop (ramp to the safe pose, torque off) after this long
     ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
     park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus), or whose failed and retried
-    # reads take this long altogether (a bus that loses many replies), is given up: torque off where the robot stands
+    # reads take this long altogether (a bus that loses many replies), is given up: torque off where the robot stands;
+    # one budget for the whole park, the ramps it starts again after re-arming stopped servos included
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:

@@ -415,6 +415,33 @@ def test_a_park_whose_reads_get_through_only_on_retries_is_given_up_once_they_ta
     assert arm.torque_log[-1] is False
 
 
+def test_a_park_restarted_by_re_arms_has_one_park_blind_s_budget_not_one_per_ramp():
+    """A re-arm starts the park's ramp again from where the servos stand: each ramp had a fresh park_blind_s, so a
+    park whose retried reads took 0.3 s of every ramp, 0.5 s allowed, went on over three ramps (about 4 x
+    park_blind_s at worst). The budget is the whole park's: given up in its second ramp, torque off."""
+    from hardware.safety import ParkUnfinished
+
+    class RetriedAndReArmed(LagArm):
+        park_reads = 0
+
+        def _read(self):
+            if self.parking:
+                self.park_reads += 1
+                if self.park_reads <= 15:  # the first 15 reads of the park retried, 0.05 s each
+                    time.sleep(0.05)
+                    self.read_retried = True
+                if self.park_reads in (6, 12):  # servos re-armed where they stood: the ramp starts again
+                    self.rearms += 1
+            return super()._read()
+
+    arm = RetriedAndReArmed(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)
+    with pytest.raises(ParkUnfinished, match=r"0 of its \d+ reads failing and \d+ retried"):
+        with arm:
+            arm.reset()
+            arm.step(torch.tensor([[0.6, -0.6]]))
+    assert arm.park_reads < 12 and arm.torque_log[-1] is False  # (given up in the second ramp)
+
+
 def test_a_park_on_a_healthy_bus_slower_than_the_control_rate_is_not_given_up():
     """Every read answers, but takes 2.5 control periods (a USB adapter's 16 ms latency timer at 100 Hz): each
     waypoint takes three periods, so the park runs past its planned time by more than park_blind_s. It had been
