@@ -81,7 +81,9 @@ _Attempt = tuple[int, int, Any, "int | None"]
 
 class SelectPortHandler(sdk.PortHandler):
     """The SDK's PortHandler, but reads wait in select() instead of spinning,
-    and a reply may take ``timeout_ms`` (plus its wire time) to arrive."""
+    and a reply may take ``timeout_ms`` (plus its wire time) to arrive. A read of no bytes returns at once: the SDK
+    asks for a negative count once a status turns out shorter than the 11 bytes it read first (LENGTH 3, garbled),
+    and the select had waited out the rest of the timeout for them, each such reply taking a whole timeout."""
 
     def __init__(self, port_name: str, timeout_ms: float) -> None:
         super().__init__(port_name)
@@ -92,6 +94,8 @@ class SelectPortHandler(sdk.PortHandler):
         self.packet_timeout = self.tx_time_per_byte * packet_length + self.timeout_ms
 
     def readPort(self, length: int) -> bytes:  # noqa: N802 (SDK name)
+        if length <= 0:
+            return b""
         if self.ser.in_waiting == 0:
             remaining_ms = self.packet_timeout - self.getTimeSinceStart()
             if remaining_ms > 0:
