@@ -704,6 +704,16 @@ class Robot(VecEnv):
             return err
         return None
 
+    def _quiet_said(self, silent: float) -> str:
+        """The watchdog's stop, naming what went quiet: the readings, with why their reads failed (the driver's
+        :attr:`read_failure`), or the controller; it had said "no fresh observation or controller call" of both."""
+        now, limit = time.monotonic(), self.safety_cfg.stop_after_s
+        blind, idle = now - self._fresh_at >= limit, now - self._called_at >= limit
+        what = ("fresh observation or controller call" if blind and idle else "controller call" if idle else
+                "fresh observation")
+        why = f"{self.read_failure}; " if blind else ""
+        return f"no {what} for {silent:.2f} s ({why}safety.stop_after_s = {limit:g})"
+
     def _watch(self) -> None:
         """Hold on stale observations or a silent controller; stop when it lasts."""
         poll = min(self.safety_cfg.watchdog_s / 4, self.control_dt)
@@ -724,8 +734,7 @@ class Robot(VecEnv):
                     self.safety.events["watchdog_hold"] += 1
                     holding = True
                 if silent >= self.safety_cfg.stop_after_s:
-                    said = (f"no fresh observation or controller call for {silent:.2f} s "
-                            f"(safety.stop_after_s = {self.safety_cfg.stop_after_s})")
+                    said = self._quiet_said(silent)
                     self.stopped = stop = WatchdogStop(said)
                     try:  # this thread's stop: what became of it goes into the error the next step raises
                         self._stop(ramp=True)

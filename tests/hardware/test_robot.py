@@ -192,6 +192,26 @@ def test_stale_observations_hold_then_stop():
     assert arm.torque_log[-1] is False
 
 
+def test_the_watchdogs_stop_names_what_went_quiet():
+    """Reads failing while the loop steps on (a bus gone silent mid-run) and a loop that stops calling step had both
+    been said as "no fresh observation or controller call": the stop names the one that went quiet, and why the
+    reads failed."""
+    arm = LagArm(fail_reads_after=10)
+    with arm:
+        arm.reset()
+        with pytest.raises(WatchdogStop, match=r"^no fresh observation for \d\.\d\d s \(a silent bus; "
+                                               r"safety.stop_after_s = 0.2\): parked"):
+            for _ in range(200):
+                arm.step(torch.tensor([[0.0, 0.0]]))
+    arm = LagArm()
+    with arm:
+        arm.reset()
+        arm.step(torch.tensor([[0.0, 0.0]]))
+        time.sleep(0.5)  # the loop stops calling, the reads go on (the watchdog's hold reads)
+        with pytest.raises(WatchdogStop, match=r"^no controller call for \d\.\d\d s \(safety.stop_after_s = 0.2\)"):
+            arm.step(torch.tensor([[0.0, 0.0]]))
+
+
 def test_stale_observations_hold_the_last_goal_while_the_loop_goes_on():
     """Reads fail but the loop keeps calling step: its actions, decided on a frozen observation, are not sent
     once no observation has been fresh for watchdog_s (the watchdog thread's own hold re-sent the loop's newest
