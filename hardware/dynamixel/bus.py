@@ -21,9 +21,12 @@ The Bus_Watchdog stops the servos when this host goes quiet for longer than
 
 A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
-drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when: not as
-none, which sends a person to check power and ids; a stray byte is no reply), and a reply holding another number
-of bytes than the request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
+drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when and
+whose: not as none, which sends a person to check power and ids; a stray byte is no reply; another servo's is an
+earlier request's, later than its own drain, and said so), and a reply holding another number of bytes than the
+request asked for counts as garbled (the SDK's readRx cuts a longer one to size). A reply later than the drain
+after its own timeout cannot be told apart: it is taken for the answer to the next request of that servo and
+length (the protocol numbers no request), or, of another length, as a garbled one.
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
@@ -547,12 +550,13 @@ class DynamixelBus:
             self._port.is_using = False
             self._drain()
 
-    def _drain(self) -> float | None:
+    def _drain(self) -> tuple[float, int | None] | None:
         """Drop what the line holds until it has been quiet for a reply timeout: replies come late after a
         timeout too, and the SDK would take one for the answer to the next request of the same servo. Returns
-        when the first of those late bytes was seen, in ms after the request went out (None: none came, or what
-        came holds no status packet's header: a stray byte or noise, not a reply), so that a late reply is said
-        as one, not as none. Only the wait for that first byte ends as it comes: after it the line is cleared once
+        when the first of those late bytes was seen, in ms after the request went out, and the id of the first
+        status among them (None: none came, or what came holds no status packet's header: a stray byte or noise,
+        not a reply), so that a late reply is said as one, not as none, and as whose: one later than this drain
+        lands in the next exchange, and another servo's seen here is an earlier request's. Only the wait for that first byte ends as it comes: after it the line is cleared once
         a timeout until quiet, as a reply that trickles in (a slow baud rate, an adapter passing bytes on as they
         come) would otherwise wake each of the 20 rounds with a byte or two, ending the drain with the rest of it
         on the line, read later as the answer to the next request."""
@@ -580,7 +584,9 @@ class DynamixelBus:
                         break
         except LINE_LOST:
             self._close_port()  # the next exchange says the bus is not connected
-        return first_ms if protocol.HEADER in seen else None
+        if first_ms is None or (start := seen.find(protocol.HEADER)) < 0:
+            return None
+        return first_ms, (seen[start + 4] if len(seen) > start + 4 else None)
 
     def _drop_pending(self) -> None:
         """Drop what has arrived, without waiting (after a garbled reply: the rest of a sync read's replies
@@ -599,7 +605,7 @@ class DynamixelBus:
         A hardware alert (a status whose only error is the alert bit: the instruction
         was carried out) is raised at once with the servo's Hardware_Error_Status.
         """
-        late_ms = None  # (the last timeout's reply, where it came late)
+        late = None  # (the last timeout's reply, where it came late: when, and whose)
         for tries in range(self.retries + 1):
             try:
                 result, error, value, servo_id = attempt()
@@ -621,7 +627,7 @@ class DynamixelBus:
                     raise PacketError(servo_id, f"refused to {what}", error)
             elif result == sdk.COMM_RX_TIMEOUT:
                 self.stats.timeouts += 1
-                late_ms = self._drain()
+                late = self._drain()
             elif result == sdk.COMM_RX_CORRUPT:
                 self.stats.crc_errors += 1
                 self._drop_pending()
@@ -629,7 +635,7 @@ class DynamixelBus:
                 self.stats.retries += 1
                 time.sleep(self.backoff_s * (tries + 1))
         if result == sdk.COMM_RX_TIMEOUT:
-            raise CommTimeoutError(servo_id, self.port, self.baudrate, what, late_ms, self.timeout_ms)
+            raise CommTimeoutError(servo_id, self.port, self.baudrate, what, *(late or (None, None)), self.timeout_ms)
         if result == sdk.COMM_RX_CORRUPT:
             raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries, on "
                                         f"{self.port} at {self.baudrate} baud: check the baud rate (the servos' and the "

@@ -15,23 +15,29 @@ class NotConnectedError(DynamixelError):
 
 
 class CommTimeoutError(DynamixelError):
-    """A servo did not answer within the timeout, after every retry. ``late_ms``: where its reply came after all,
-    past the timeout (the bus saw it as it drained the line), the ms after the request it came; None: none came."""
+    """A servo did not answer within the timeout, after every retry. ``late_ms``: where a reply came after all,
+    past the timeout (the bus saw it as it drained the line), the ms after the request it came; None: none came.
+    ``late_from``: the servo whose reply that was: another's is an earlier request's, come later still (the SDK
+    matches replies by id only, and the protocol numbers no request), and had been said as this servo's."""
 
     def __init__(self, servo_id: int | None, port: str, baudrate: int, what: str = "", late_ms: float | None = None,
-                 timeout_ms: float | None = None) -> None:
+                 late_from: int | None = None, timeout_ms: float | None = None) -> None:
         who = f"servo {servo_id}" if servo_id is not None else "the servos"
         doing = f" to {what}" if what else ""
+        waits = f", past the {timeout_ms:g} ms the bus waits" if timeout_ms is not None else ""
+        fix = ("check the USB adapter's latency timer (1 ms; FTDI's default is 16) and the servos' Return_Delay_Time, "
+               "or give the bus a longer timeout_ms")
         if late_ms is None:
             said = f"no reply from {who}{doing} on {port} at {baudrate} baud: check power, id and baud rate"
-        else:  # (a silent servo and a slow line want different fixes)
-            waits = f", past the {timeout_ms:g} ms the bus waits" if timeout_ms is not None else ""
-            said = (f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): check the USB "
-                    "adapter's latency timer (1 ms; FTDI's default is 16) and the servos' Return_Delay_Time, or "
-                    "give the bus a longer timeout_ms")
+        elif late_from is None or servo_id is None or late_from == servo_id:  # (a silent servo and a slow line
+            said = f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): {fix}"  # want other fixes)
+        else:
+            said = (f"no reply in time from {who}{doing} on {port}: servo {late_from}'s came instead, {late_ms:.0f} ms "
+                    f"after this request{waits}, an earlier request's reply come late: {fix}")
         super().__init__(said)
         self.servo_id = servo_id
         self.late_ms = late_ms
+        self.late_from = late_from
 
 
 class PacketError(DynamixelError):

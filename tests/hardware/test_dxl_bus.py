@@ -434,6 +434,25 @@ def test_a_reply_seen_after_its_timeout_is_said_late_not_missing(emulator, make_
     assert bus.read(1, "Torque_Enable") == 1
 
 
+def test_another_servos_late_reply_seen_in_a_drain_is_not_said_as_the_servo_asked(emulator, make_bus) -> None:
+    """A reply later than the drain after its timeout lands in the next exchange: servo 1's, come while the drain
+    after servo 2's timeout ran, had been said as servo 2's "late reply ... (after 150 ms)" (what `deploy` said at
+    connect with `--fault reply_latency=0.09`). It is said as servo 1's, an earlier request's, servo 2's unseen."""
+    bus = make_bus(emulator, retries=0, timeout_ms=100.0)
+    emulator.faults.reply_latency = 0.35  # servo 1's reply past its request's timeout and drain (200 ms), within
+    with pytest.raises(CommTimeoutError, match="^no reply from servo 1"):  # the drain of the next (300-400 ms)
+        bus.read(1, "Torque_Enable")
+    with pytest.raises(CommTimeoutError, match=rf"^no reply in time from servo 2 to read Torque_Enable on "
+                                               rf"{emulator.port}: servo 1's came instead, \d+ ms after this request, "
+                                               r"past the 100 ms the bus waits, an earlier request's reply come late: "
+                                               r"check the USB adapter's latency timer") as raised:
+        bus.read(2, "Torque_Enable")
+    assert raised.value.late_from == 1 and raised.value.late_ms > 100
+    emulator.faults.reply_latency = 0.0
+    time.sleep(0.5)  # (servo 2's reply, come later still, is dropped before the next request)
+    assert bus.read(2, "Torque_Enable") == 1
+
+
 def test_a_joint_outside_its_limits_is_not_snapped_to_them_at_torque_on(emulator, calibration) -> None:
     """Torque on sends the present pose as the goal, clipped into the limits: the joint had been driven in at
     the motor's full speed (4 rad/s), not at a ramp's."""
@@ -668,7 +687,7 @@ def test_the_drain_after_a_timeout_drops_a_reply_that_trickles_in_whole(monkeypa
     monkeypatch.setattr(bus_module, "time", types.SimpleNamespace(sleep=line.sleep))
     bus = DynamixelBus.__new__(DynamixelBus)
     bus._port, bus.timeout_ms = line, 20.0
-    assert bus._drain() == 10.0
+    assert bus._drain() == (10.0, 0)  # (when, and whose: servo 0's)
     assert line.taken == 120 and not line.getBytesAvailable()
 
 
@@ -680,7 +699,7 @@ def test_a_stray_byte_after_a_timeout_is_no_late_reply(monkeypatch) -> None:
 
     import hardware.dynamixel.bus as bus_module
 
-    for data, late in ((b"\x00", None), (b"\xff\x00\xfe", None), (b"\x00" + p.HEADER + bytes(7), 10.0)):
+    for data, late in ((b"\x00", None), (b"\xff\x00\xfe", None), (b"\x00" + p.HEADER + bytes([3]) + bytes(6), (10.0, 3))):
         line = TricklingLine(data)
         monkeypatch.setattr(bus_module, "select", types.SimpleNamespace(select=line.select))
         monkeypatch.setattr(bus_module, "time", types.SimpleNamespace(sleep=line.sleep))
