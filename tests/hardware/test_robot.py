@@ -601,7 +601,7 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
     with arm:
         arm.reset()
         time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
-        with pytest.raises(WatchdogStop, match=r"no fresh observation .*; the safe stop failed: the torque-off was "
+        with pytest.raises(WatchdogStop, match=r"no controller call .*; the safe stop failed: the torque-off was "
                                                r"not confirmed") as stopped:
             arm.step(torch.tensor([[0.0, 0.0]]))
     np.testing.assert_allclose(arm.writes[-1], SAFE)  # parked all the same
@@ -630,7 +630,7 @@ def test_a_failed_watchdog_stop_after_the_last_step_is_said_within_the_error_the
     """The close raised that stop in place of the error the run was ending on (a recording's disk full), which
     was then lost from what deploy reports: that error stays the one raised, the failed stop said in it."""
     arm = TorqueOffUnanswered()
-    with pytest.raises(OSError, match=r"disk full; then WatchdogStop: no fresh observation .*the safe stop failed: "
+    with pytest.raises(OSError, match=r"disk full; then WatchdogStop: no controller call .*the safe stop failed: "
                                       r"the torque-off was not confirmed"):
         with arm:
             run(Constant([0.0, 0.0]), arm, steps=3, close_env=False)
