@@ -212,6 +212,7 @@ class DynamixelBus:
         self.alerted: dict[int, int | None] = {}  # id -> Hardware_Error_Status (None: unread), of the last
         # read_state(allow_alerts=True)
         self._sync_write: sdk.GroupSyncWrite | None = None
+        self._heard: set[int] = set()  # the servos that answered since the port opened: one silent later lost replies
 
     # -------------------------------------------------------------- lifecycle
 
@@ -243,7 +244,7 @@ class DynamixelBus:
             port.closePort()
             raise NotConnectedError(f"{self.port} is in use by another process (another deploy or replay?); "
                                     "one process drives a bus at a time") from None
-        self._port = port
+        self._port, self._heard = port, set()
         self._sync_read = self._group_read(STATE_ADDRESS, STATE_LENGTH)
         self._item_reads = {name: self._group_read(TABLE[name].address, TABLE[name].size)
                             for name in ("Torque_Enable", "Bus_Watchdog")}
@@ -529,6 +530,8 @@ class DynamixelBus:
         over. A status holding another number of bytes, another request's come late, is garbled (the SDK's readRx
         cuts it to size, and a late longer reply had been read as the answer): ``CheckedPacketHandler.readRx``."""
         data, result, error = self._packet.readRx(port, servo_id, length)
+        if result == sdk.COMM_SUCCESS:
+            self._heard.add(servo_id)
         return bytes(data), result, error
 
     def _send_goal_ticks(self, ticks: np.ndarray) -> None:
@@ -556,10 +559,11 @@ class DynamixelBus:
         when the first of those late bytes was seen, in ms after the request went out, and the id of the first
         status among them (None: none came, or what came holds no status packet's header: a stray byte or noise,
         not a reply), so that a late reply is said as one, not as none, and as whose: one later than this drain
-        lands in the next exchange, and another servo's seen here is an earlier request's. Only the wait for that first byte ends as it comes: after it the line is cleared once
-        a timeout until quiet, as a reply that trickles in (a slow baud rate, an adapter passing bytes on as they
-        come) would otherwise wake each of the 20 rounds with a byte or two, ending the drain with the rest of it
-        on the line, read later as the answer to the next request."""
+        lands in the next exchange, and another servo's seen here is an earlier request's. Only the wait for that
+        first byte ends as it comes: after it the line is cleared once a timeout until quiet, as a reply that
+        trickles in (a slow baud rate, an adapter passing bytes on as they come) would otherwise wake each of the
+        20 rounds with a byte or two, ending the drain with the rest of it on the line, read later as the answer
+        to the next request."""
         port, first_ms, seen = self._port, None, bytearray()  # (seen: the first bytes dropped, to tell a reply)
         if port is None:
             return None
@@ -618,6 +622,8 @@ class DynamixelBus:
                 self._abandon_exchange()
                 raise
             if result == sdk.COMM_SUCCESS:
+                if servo_id is not None:  # (a sync read's servos are heard in _reply)
+                    self._heard.add(servo_id)
                 if not error:
                     return value
                 rest = error & ~protocol.ERR_ALERT  # the alert bit only flags the servo: judge the rest first
@@ -635,7 +641,9 @@ class DynamixelBus:
                 self.stats.retries += 1
                 time.sleep(self.backoff_s * (tries + 1))
         if result == sdk.COMM_RX_TIMEOUT:
-            raise CommTimeoutError(servo_id, self.port, self.baudrate, what, *(late or (None, None)), self.timeout_ms)
+            late_ms, late_from = late or (None, None)
+            raise CommTimeoutError(servo_id, self.port, self.baudrate, what, late_ms, late_from, self.timeout_ms,
+                                   answered_before=servo_id in self._heard)
         if result == sdk.COMM_RX_CORRUPT:
             raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries, on "
                                         f"{self.port} at {self.baudrate} baud: check the baud rate (the servos' and the "

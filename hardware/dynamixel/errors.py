@@ -18,16 +18,21 @@ class CommTimeoutError(DynamixelError):
     """A servo did not answer within the timeout, after every retry. ``late_ms``: where a reply came after all,
     past the timeout (the bus saw it as it drained the line), the ms after the request it came; None: none came.
     ``late_from``: the servo whose reply that was: another's is an earlier request's, come later still (the SDK
-    matches replies by id only, and the protocol numbers no request), and had been said as this servo's."""
+    matches replies by id only, and the protocol numbers no request), and had been said as this servo's.
+    ``answered_before``: the servo answered earlier on this connection, so its id and baud rate are right (a servo
+    silent at a bus losing a third of its replies had been told to check them)."""
 
     def __init__(self, servo_id: int | None, port: str, baudrate: int, what: str = "", late_ms: float | None = None,
-                 late_from: int | None = None, timeout_ms: float | None = None) -> None:
+                 late_from: int | None = None, timeout_ms: float | None = None, answered_before: bool = False) -> None:
         who = f"servo {servo_id}" if servo_id is not None else "the servos"
         doing = f" to {what}" if what else ""
         waits = f", past the {timeout_ms:g} ms the bus waits" if timeout_ms is not None else ""
         fix = ("check the USB adapter's latency timer (1 ms; FTDI's default is 16) and the servos' Return_Delay_Time, "
                "or give the bus a longer timeout_ms")
-        if late_ms is None:
+        if late_ms is None and answered_before:
+            said = (f"no reply from {who}{doing} on {port}, which answered earlier on this connection: replies are "
+                    "being lost; check the cable (loose, noisy) and the servos' power supply")
+        elif late_ms is None:
             said = f"no reply from {who}{doing} on {port} at {baudrate} baud: check power, id and baud rate"
         elif late_from is None or servo_id is None or late_from == servo_id:  # (a silent servo and a slow line
             said = f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): {fix}"  # want other fixes)

@@ -453,6 +453,29 @@ def test_another_servos_late_reply_seen_in_a_drain_is_not_said_as_the_servo_aske
     assert bus.read(2, "Torque_Enable") == 1
 
 
+def test_a_servo_silent_after_it_answered_is_said_to_lose_replies_not_to_check_its_id(emulator, make_bus,
+                                                                                      calibration) -> None:
+    """At `--fault drop_reply=0.3` most connects failed on "no reply from servo 1 to read Torque_Enable ...: check
+    power, id and baud rate", of a servo that had answered its ping and reads a moment before: its id and baud rate
+    are right, its replies lost. A servo never heard (a wrong id) is still told to check them."""
+    bus = make_bus(emulator, retries=1)
+    emulator.faults.drop_next = 4
+    with pytest.raises(CommTimeoutError, match=rf"^no reply from servo 2 to read Present_Temperature on "
+                                               rf"{emulator.port}, which answered earlier on this connection: replies "
+                                               r"are being lost; check the cable \(loose, noisy\) and the servos' "
+                                               r"power supply$"):
+        bus.read(2, "Present_Temperature")
+    emulator.faults.drop_reply = 1.0
+    with pytest.raises(CommTimeoutError, match=r"^no reply from servo 1 to read the joint state on .*, which answered "
+                                               r"earlier on this connection"):
+        bus.read_state()
+    emulator.faults.drop_reply = 0.0
+    bus.close()  # (one process per bus)
+    stranger = DynamixelBus(emulator.port, limited(calibration, 4, id=9), timeout_ms=20.0, retries=0)
+    with pytest.raises(CommTimeoutError, match="^no reply from servo 9 to answer a ping .*: check power, id and baud"):
+        stranger.connect()
+
+
 def test_a_joint_outside_its_limits_is_not_snapped_to_them_at_torque_on(emulator, calibration) -> None:
     """Torque on sends the present pose as the goal, clipped into the limits: the joint had been driven in at
     the motor's full speed (4 rad/s), not at a ramp's."""
