@@ -705,12 +705,13 @@ class Robot(VecEnv):
         return None
 
     def _quiet_said(self, silent: float) -> str:
-        """The watchdog's stop, naming what went quiet: the readings, with why their reads failed (the driver's
-        :attr:`read_failure`), or the controller; it had said "no fresh observation or controller call" of both."""
+        """The watchdog's stop: "no fresh observation", with why the reads failed (the driver's
+        :attr:`read_failure`), where the readings alone went quiet (a bus gone silent mid-run had been said as
+        "no fresh observation or controller call"). A step that has not come is said as either: the controller
+        may have stalled, or the step waits for the bus, which the watchdog's own holds and their reads take."""
         now, limit = time.monotonic(), self.safety_cfg.stop_after_s
         blind, idle = now - self._fresh_at >= limit, now - self._called_at >= limit
-        what = ("fresh observation or controller call" if blind and idle else "controller call" if idle else
-                "fresh observation")
+        what = "fresh observation or controller call" if idle else "fresh observation"
         why = f"{self.read_failure}; " if blind else ""
         return f"no {what} for {silent:.2f} s ({why}safety.stop_after_s = {limit:g})"
 

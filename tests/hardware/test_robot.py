@@ -193,9 +193,9 @@ def test_stale_observations_hold_then_stop():
 
 
 def test_the_watchdogs_stop_names_what_went_quiet():
-    """Reads failing while the loop steps on (a bus gone silent mid-run) and a loop that stops calling step had both
-    been said as "no fresh observation or controller call": the stop names the one that went quiet, and why the
-    reads failed."""
+    """Reads failing while the loop steps on (a bus gone silent mid-run) had been said as "no fresh observation or
+    controller call", as a loop that stops calling step is: the stop names the readings, and why their reads failed.
+    A step that does not come is said as before (the loop may wait for the bus), not as a silent bus."""
     arm = LagArm(fail_reads_after=10)
     with arm:
         arm.reset()
@@ -208,7 +208,8 @@ def test_the_watchdogs_stop_names_what_went_quiet():
         arm.reset()
         arm.step(torch.tensor([[0.0, 0.0]]))
         time.sleep(0.5)  # the loop stops calling, the reads go on (the watchdog's hold reads)
-        with pytest.raises(WatchdogStop, match=r"^no controller call for \d\.\d\d s \(safety.stop_after_s = 0.2\)"):
+        with pytest.raises(WatchdogStop, match=r"^no fresh observation or controller call for \d\.\d\d s "
+                                               r"\(safety.stop_after_s = 0.2\)"):
             arm.step(torch.tensor([[0.0, 0.0]]))
 
 
@@ -601,7 +602,7 @@ def test_a_watchdog_stop_says_what_became_of_its_park():
     with arm:
         arm.reset()
         time.sleep(0.4)  # silent past stop_after_s (0.2 s): the watchdog parks and fails to turn torque off
-        with pytest.raises(WatchdogStop, match=r"no controller call .*; the safe stop failed: the torque-off was "
+        with pytest.raises(WatchdogStop, match=r"no fresh observation .*; the safe stop failed: the torque-off was "
                                                r"not confirmed") as stopped:
             arm.step(torch.tensor([[0.0, 0.0]]))
     np.testing.assert_allclose(arm.writes[-1], SAFE)  # parked all the same
@@ -630,7 +631,7 @@ def test_a_failed_watchdog_stop_after_the_last_step_is_said_within_the_error_the
     """The close raised that stop in place of the error the run was ending on (a recording's disk full), which
     was then lost from what deploy reports: that error stays the one raised, the failed stop said in it."""
     arm = TorqueOffUnanswered()
-    with pytest.raises(OSError, match=r"disk full; then WatchdogStop: no controller call .*the safe stop failed: "
+    with pytest.raises(OSError, match=r"disk full; then WatchdogStop: no fresh observation .*the safe stop failed: "
                                       r"the torque-off was not confirmed"):
         with arm:
             run(Constant([0.0, 0.0]), arm, steps=3, close_env=False)
