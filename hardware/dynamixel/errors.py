@@ -34,8 +34,9 @@ class CommTimeoutError(DynamixelError):
                     "being lost; check the cable (loose, noisy) and the servos' power supply")
         elif late_ms is None:
             said = f"no reply from {who}{doing} on {port} at {baudrate} baud: check power, id and baud rate"
-        elif late_from is None or servo_id is None or late_from == servo_id:  # (a silent servo and a slow line
-            said = f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): {fix}"  # want other fixes)
+        # (a silent servo and a slow line want different fixes)
+        elif late_from is None or servo_id is None or late_from == servo_id:
+            said = f"late reply from {who}{doing} on {port} (after {late_ms:.0f} ms{waits}): {fix}"
         else:
             said = (f"no reply in time from {who}{doing} on {port}: servo {late_from}'s came instead, {late_ms:.0f} ms "
                     f"after this request{waits}, an earlier request's reply come late: {fix}")
