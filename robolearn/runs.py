@@ -463,8 +463,10 @@ def keep_replaced_config(run_dir: Path, cfg: TrainConfig) -> None:
         trained = flat_keys(load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"])
     except CheckpointError:
         trained = {}
-    never = tuple(key for key in before if key in trained and before[key] != trained[key] == after.get(key))
-    if never and not (said := config_changes(before, after, NOT_TRAINING + never)):
+    # (key by key: a skip of keys is by prefix, and agent.target_noise's had hidden agent.target_noise_clip's change)
+    trained_with = {key: trained[key] if key in trained and trained[key] == after.get(key) else value
+                    for key, value in before.items()}
+    if not (said := config_changes(trained_with, after, NOT_TRAINING)):
         return
     earlier = [path.with_name(f"config.superseded-{n}.yaml") for n in itertools.takewhile(
         lambda n: path.with_name(f"config.superseded-{n}.yaml").exists(), itertools.count(1))]

@@ -26,7 +26,7 @@ from robolearn.interfaces import ContractError, SimulationFailed, Step
 from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
-from robolearn.config import load_run_config, to_dict
+from robolearn.config import TrainConfig, load_run_config, to_dict, validated
 from robolearn.runs import saved_progress
 from robolearn.runner import CtrlC, Runner
 
@@ -1047,6 +1047,26 @@ def test_a_plain_resume_takes_the_checkpoints_settings_a_stopped_resume_recorded
     # no step trained with config.yaml's values: not said as the settings the steps so far trained with, nor kept
     assert "resumed with changed settings" not in capsys.readouterr().out
     assert not list(first.run_dir.glob("config.superseded-*"))
+
+
+def test_a_setting_put_back_to_the_checkpoints_hides_no_change_of_a_longer_key(tmp_path, capsys):
+    """A stopped resume recorded agent.target_noise=0.3 (its checkpoint: 0.2); the next resume puts it back and
+    changes agent.target_noise_clip. Left out as a prefix, target_noise had hidden target_noise_clip's change: it
+    went unsaid, and the config the steps so far trained with was not kept."""
+    from robolearn.checkpoint import save_checkpoint
+    from robolearn.runs import keep_replaced_config
+
+    cfg = validated(TrainConfig(algo="td3bc"))
+    trained = to_dict(cfg)
+    save_checkpoint(tmp_path / "checkpoints" / "latest.pt", config=trained, agent={}, progress={})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**trained, "agent": {**trained["agent"],
+                                                                               "target_noise": 0.3}}))
+    cfg.agent.target_noise_clip = 0.9
+    keep_replaced_config(tmp_path, cfg)
+    said = capsys.readouterr().out
+    assert f"agent.target_noise_clip {trained['agent']['target_noise_clip']!r} -> 0.9" in said
+    assert "agent.target_noise " not in said  # (put back to the checkpoint's: no step trained with 0.3)
+    assert (tmp_path / "config.superseded-1.yaml").is_file()
 
 
 def test_a_copied_run_resumed_takes_its_own_run_id_a_moved_or_linked_one_keeps_it(tmp_path, capsys):
