@@ -256,9 +256,8 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
                         "a dict of settings is robolearn.config.config_from_dict(raw)")
     file = resolve_config_path(str(path) if path else None)
     raw = read_yaml(file)
-    if raw is None:  # a run's emptied config.yaml is told how to restore it (it had been told what a config sets)
-        check_run_config(file, {})
     if raw is None:  # an empty file (or comments only) would train the defaults without a word
+        check_run_config(file, {})  # (a run's emptied config.yaml: told how to restore it, not what a config sets)
         raise ConfigError(f"{file}: empty; a config sets at least algo and env (configs/ppo_cartpole.yaml is one)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping of keys")
