@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import operator
 import warnings
 from collections.abc import Callable
@@ -74,6 +75,8 @@ class GymVecEnv(OurVecEnv):
                 raise ValueError(f"gym:{env}: {err}") from None
             except TypeError as err:  # a keyword the env does not take (env.kwargs)
                 raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
+            if isinstance(env, str) and make_kwargs:
+                _probe_settings(env, factory, make_kwargs)
         if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
         obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space
@@ -248,6 +251,37 @@ def _factory(env: str | Callable[[], gymnasium.Env], max_episode_steps: int | No
     if max_episode_steps is None:
         return env
     return lambda: gymnasium.wrappers.TimeLimit(env(), max_episode_steps)
+
+
+def _probe_settings(env_id: str, factory: Callable[[], gymnasium.Env], make_kwargs: dict[str, Any]) -> None:
+    """Reset and step one spare env, so that a setting of the wrong type (env.kwargs.g=abc: Gymnasium passes
+    its settings on unchecked) is said here in one line, naming it, not as a traceback from the first rollout."""
+    probe = factory()
+    try:
+        probe.action_space.seed(0)
+        probe.reset(seed=0)
+        probe.step(probe.action_space.sample())
+    except (TypeError, ValueError) as err:
+        defaults = {name: parameter.default for name, parameter in _signature(probe).parameters.items()}
+        numbers = (int, float, np.number)
+        suspects = [name for name, value in make_kwargs.items() if name in defaults and (
+            isinstance(defaults[name], numbers) != isinstance(value, numbers)
+            or isinstance(defaults[name], bool) != isinstance(value, bool))] or list(make_kwargs)
+        said = ", ".join(f"env.kwargs.{name}={make_kwargs[name]!r}"
+                         + (f" (its default: {defaults[name]!r})" if name in defaults else "") for name in suspects)
+        raise ValueError(f"gym:{env_id}: {said} failed in the env's first step, where Gymnasium said: "
+                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+                         "(Gymnasium passes env.kwargs on unchecked: check their types)") from None
+    finally:
+        probe.close()
+
+
+def _signature(env: gymnasium.Env) -> inspect.Signature:
+    """The signature of the env's own constructor (under Gymnasium's wrappers), or an empty one."""
+    try:
+        return inspect.signature(type(env.unwrapped).__init__)
+    except (TypeError, ValueError):
+        return inspect.Signature()
 
 
 def _control_dt(vec: VectorEnv) -> float:

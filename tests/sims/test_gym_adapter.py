@@ -93,6 +93,14 @@ def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, messa
         make_env(task, num_envs=1, **kwargs)
 
 
+def test_a_gym_setting_of_the_wrong_type_is_named_when_the_env_is_built():
+    """env.kwargs.g=abc reached Pendulum unchecked and ended the first rollout in a TypeError traceback."""
+    with pytest.raises(ValueError, match=r"gym:Pendulum-v1: env.kwargs.g='abc' \(its default: 10.0\) failed in the "
+                                         r"env's first step, where Gymnasium said: TypeError: unsupported operand"):
+        make_env("gym:Pendulum-v1", num_envs=2, g="abc")
+    make_env("gym:Pendulum-v1", num_envs=2, g=9.81).close()  # a right one builds
+
+
 def test_a_dict_observation_space_is_told_to_be_flattened():
     """A goal env's Dict observation (continuous Boxes) had been told "our agents act in continuous spaces"."""
     import gymnasium
