@@ -195,6 +195,20 @@ def _wandb_id(run_dir: Path) -> str:
     return f"{name}-{os.urandom(4).hex()}"
 
 
+def set_aside_wandb(run_dir: Path) -> Path | None:
+    """Moves ``run_dir``'s W&B sessions into ``wandb/copied/``: a copied run's are its original's, and their id
+    (``_wandb_id``) would have the copy log into the original's W&B run. Set aside, neither the copy's next id nor
+    `wandb sync RUN/wandb` (which reads the sessions at the top) finds them, so the copy starts a W&B run of its
+    own. The folder they went to, or None where there were none."""
+    if not (sessions := wandb_sessions(run_dir)):
+        return None
+    aside = Path(run_dir) / "wandb" / "copied"
+    aside.mkdir(exist_ok=True)
+    for session in sessions:
+        session.parent.rename(aside / session.parent.name)
+    return aside
+
+
 def wandb_sessions(run_dir: Path) -> list[Path]:
     """The W&B run files (``wandb/<offline->run-<start>-<id>/run-<id>.wandb``) of ``run_dir``'s sessions, oldest
     first; none where it never logged to W&B."""

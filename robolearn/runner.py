@@ -54,7 +54,7 @@ from robolearn.evaluate import FiniteWatch, NonFiniteError, check_finite, evalua
 from robolearn.export import export_controller
 from robolearn.host_reads import read_scalars
 from robolearn.interfaces import UNSTABLE_LOG, Agent, ContractError, Controller, Obs, SimulationFailed, VecEnv
-from robolearn.logger import RunLogger, keep_seconds, set_aside_after
+from robolearn.logger import RunLogger, keep_seconds, set_aside_after, set_aside_wandb
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
 from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, copied_from, export_meta,
@@ -1231,8 +1231,11 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
             if resume is not None and distributed.is_main() and (original := copied_from(runner.run_dir)):
                 runner.progress.run_id = new_run_id()  # (rank 0's progress is the one saved and exported)
+                aside = set_aside_wandb(runner.run_dir)
                 print(f"{runner.run_dir} is a copy of {original}, which still holds the run: it takes a run id of its "
-                      "own, so that the two runs' exports are told apart", flush=True)
+                      "own, so that the two runs' exports are told apart"
+                      + (f", and a W&B run of its own (the original's W&B files copied with it are in {aside})"
+                         if aside else ""), flush=True)
             if distributed.is_main():
                 (runner.run_dir / FAILURE_FILE).unlink(missing_ok=True)  # this attempt's outcome replaces it
                 remove_partial_writes(runner.run_dir / "checkpoints")  # a kill -9's, now that the run is held

@@ -1096,6 +1096,33 @@ def test_a_copied_run_resumed_takes_its_own_run_id_a_moved_or_linked_one_keeps_i
     assert json.loads((copy / "export" / "controller.json").read_text())["run_id"] == saved_progress(copy)["run_id"]
 
 
+def test_a_copied_run_resumed_starts_a_wandb_run_of_its_own(tmp_path, capsys):
+    """A copy that took a run id of its own still took its W&B id from the original's W&B files copied with it, so
+    both logged into one W&B run. The copy sets those aside (out of `wandb sync`'s reach) and logs under a new id,
+    which its next resume keeps; the original keeps its own."""
+    import shutil
+
+    from robolearn.logger import wandb_sessions
+
+    def wandb_ids(run):
+        return {session.stem for session in wandb_sessions(run)}
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]", "logging.wandb=offline")
+    original = train(cfg).run_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    train(resume=copy, overrides=["runner.total_steps=512"])
+    assert f"and a W&B run of its own (the original's W&B files copied with it are in {copy / 'wandb' / 'copied'})" \
+        in capsys.readouterr().out
+    assert len(wandb_ids(copy)) == 1 and wandb_ids(copy) != wandb_ids(original)
+    train(resume=copy, overrides=["runner.total_steps=768"])
+    train(resume=original, overrides=["runner.total_steps=512"])
+    assert len(wandb_ids(copy)) == len(wandb_ids(original)) == 1 and wandb_ids(copy) != wandb_ids(original)
+    assert len(wandb_sessions(copy)) == len(wandb_sessions(original)) == 2
+    assert list((copy / "wandb" / "copied").glob("*/*.wandb"))  # kept, one level down
+
+
 def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
     """SAC's agent.init_alpha on a resume had been listed among the changed settings (and recorded in config.yaml),
     while the temperature went on from the checkpoint's log_alpha: the override changed nothing."""
