@@ -75,8 +75,9 @@ def refuse_finished(run_dir: Path, counted: str, done: int, total: int, eval_epi
         return True
     if run_ended(run_dir, eval_episodes):
         more = max(2 * total, _round_up(done + max(total, 1)))  # (a budget of 0 had suggested 0 again)
-        raise ConfigError(f"{run_dir}: already finished ({done} {counted} of runner.total_steps={total}) and exported; "
-                          f"to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} runner.total_steps={more} "
+        raise ConfigError(f"{run_dir}: already finished ({done:,} of runner.total_steps={total:,} {counted}) and "
+                          f"exported; to train on, raise it: {shell('robolearn', 'train', '--resume', run_dir)} "
+                          f"runner.total_steps={more} "
                           f"(from Python: robolearn.train(resume={str(run_dir)!r}, "
                           f"overrides={{'runner.total_steps': {more}}}))")
     return False

@@ -449,7 +449,7 @@ def test_resuming_a_finished_run_is_refused_and_changes_nothing(tmp_path, capsys
     config, onnx = (run / "config.yaml").read_bytes(), (run / "export" / "controller.onnx").stat().st_mtime_ns
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "agent.entropy_coef=0.5", "--no-wandb"]) == 2
-    assert "already finished (256 env_steps of runner.total_steps=256) and exported" in error(capsys)
+    assert "already finished (256 of runner.total_steps=256 env_steps) and exported" in error(capsys)
     assert (run / "config.yaml").read_bytes() == config
     assert (run / "export" / "controller.onnx").stat().st_mtime_ns == onnx
     assert main(["train", "--resume", str(run), "runner.total_steps=100", "--no-wandb"]) == 2

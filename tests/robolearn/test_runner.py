@@ -1919,3 +1919,14 @@ def test_a_flat_agent_that_cannot_see_a_changing_goal_is_warned_and_the_fix_it_n
             runner.close()
         Runner(load_config(config, [*base, "env.kwargs={goals: fixed}"])).close()
         Runner(load_config("hrac_point_maze_medium", base[:-1])).close()  # goal-conditioned: reads it
+
+
+def test_a_finished_runs_refusal_writes_its_counts_with_thousands_separators(tmp_path):
+    """'already finished (3072 env_steps ...)' had been the one count written without the separators others use."""
+    from robolearn.runs import refuse_finished
+
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "controller.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"already finished \(3,072 of runner.total_steps=3,000 env_steps\) and "
+                                          r"exported; to train on, raise it: .* runner.total_steps=6100 "):
+        refuse_finished(tmp_path, "env_steps", 3072, 3000, eval_episodes=0)
