@@ -8,6 +8,7 @@ section is validated against the chosen algorithm's own config dataclass.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import datetime
@@ -272,7 +273,8 @@ def load_config(path: str | Path | None, overrides: str | Sequence[str] | Mappin
         task = _task_of(raw)
         raw["name"] = file.stem if task == file_task else f"{file.stem}_{str(task).replace(':', '_').replace('/', '_')}"
     try:
-        return config_from_dict(raw)
+        with _given_in_python(overrides if isinstance(overrides, Mapping) else ()):
+            return config_from_dict(raw)
     except ConfigError as err:
         raise ConfigError(f"{file}: {err}" if _fails_alike(as_written, err) else str(err)) from None
 
@@ -614,7 +616,29 @@ def validated(cfg: TrainConfig) -> TrainConfig:
         raw = to_dict(cfg)
     except TypeError as err:  # json: a value that is not plain data (a Path, a tensor...)
         raise ConfigError(f"config values must be plain data (numbers, strings, lists, mappings): {err}") from None
-    return config_from_dict(raw)
+    with _given_in_python([""]):
+        return config_from_dict(raw)
+
+
+_PYTHON_KEYS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("python_keys", default=frozenset())
+
+
+@contextlib.contextmanager
+def _given_in_python(keys: typing.Iterable[str]) -> Iterator[None]:
+    """While a config is built: the dotted keys (and the sections, "" for all) whose values were given in Python,
+    a mapping of overrides or a config changed in Python, not read as YAML (:func:`_from_python`)."""
+    token = _PYTHON_KEYS.set(frozenset(str(key).strip() for key in keys))
+    try:
+        yield
+    finally:
+        _PYTHON_KEYS.reset(token)
+
+
+def _from_python(key: str) -> bool:
+    """Whether ``key``'s value was given in Python, so that its message writes Python's values (False, ['a']), not
+    YAML's (off, [a])."""
+    given, parts = _PYTHON_KEYS.get(), key.split("[")[0].split(".")
+    return "" in given or any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
 
 
 def refuse_none_sections(cfg: TrainConfig, resume: bool = False) -> None:
@@ -862,7 +886,10 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
         return value
     if origin is Literal:
         if value not in args:
-            said = " (YAML reads off/no/false as a boolean: write 'disabled')" if value is False and "disabled" in args else ""
+            said = ""
+            if value is False and "disabled" in args:  # logging.wandb=off (YAML's), or False from Python
+                said = " (to log nothing: 'disabled')" if _from_python(key) else \
+                    " (YAML reads off/no/false as a boolean: write 'disabled')"
             raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {list(args)}{said}")
         return value
     if origin in (typing.Union, types.UnionType):

@@ -377,6 +377,22 @@ def test_settings_outside_their_meaning_are_refused_by_key(config, override, sai
     assert said in str(err.value)
 
 
+@pytest.mark.parametrize("overrides", [{"logging.wandb": False}, {"logging": {"wandb": False}}, "validated"])
+def test_a_false_wandb_setting_from_python_is_not_told_of_yaml(overrides):
+    """False given in Python had been told 'YAML reads off/no/false as a boolean', as logging.wandb=off is."""
+    from robolearn.config import validated
+
+    with pytest.raises(ConfigError) as err:
+        if overrides == "validated":
+            cfg = load_config("ppo_pendulum")
+            cfg.logging.wandb = False
+            validated(cfg)
+        else:
+            load_config("ppo_pendulum", overrides)
+    assert str(err.value) == ("logging.wandb: False is not allowed; choose one of ['offline', 'online', 'disabled'] "
+                              "(to log nothing: 'disabled')")
+
+
 def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_section_is_the_defaults(tmp_path):
     (tmp_path / "empty.yaml").write_text("# only a comment\n")
     with pytest.raises(ConfigError, match="empty; a config sets at least algo and env"):
