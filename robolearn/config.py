@@ -878,6 +878,18 @@ def checkable(hint: Any) -> bool:
     return False
 
 
+def _list_of_one(value: Any, item_hint: Any, key: str) -> str:
+    """A list's setting given one item (logging.tags=a): the list of it to write, in YAML's words ([a]) or
+    Python's (['a']); nothing where the value is no item either (a safe pose of 'home')."""
+    if value is None or isinstance(value, dict):
+        return ""
+    try:
+        check_value(value, item_hint, key)
+    except ConfigError:
+        return ""
+    return f" (a list of one: {[value] if _from_python(key) else f'[{value}]'})"
+
+
 def check_value(value: Any, hint: Any, key: str) -> Any:
     """Return ``value`` coerced to ``hint`` where lossless, or raise naming ``key``."""
     origin = typing.get_origin(hint)
@@ -903,11 +915,12 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
                 errors.append(str(err))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: {value!r} does not fit {hint}")
     if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        if origin is tuple and args and args[-1] is not Ellipsis and len(value) != len(args):
-            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)} ({list(value)!r})")
         fixed = origin is tuple and args and args[-1] is not Ellipsis  # tuple[str, float]: each position its own
+        if not isinstance(value, (list, tuple)):
+            one = "" if fixed else _list_of_one(value, args[0] if args else Any, key)
+            raise ConfigError(f"{key}: expected a list, got {value!r}{one}")
+        if fixed and len(value) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)} ({list(value)!r})")
         hints = args if fixed else [args[0] if args else Any] * len(value)
         items = [check_value(v, h, f"{key}[{i}]") for i, (v, h) in enumerate(zip(value, hints))]
         return tuple(items) if origin is tuple else items

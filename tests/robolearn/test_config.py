@@ -393,6 +393,19 @@ def test_a_false_wandb_setting_from_python_is_not_told_of_yaml(overrides):
                               "(to log nothing: 'disabled')")
 
 
+@pytest.mark.parametrize("overrides, said", [
+    (["logging.tags=a"], "logging.tags: expected a list, got 'a' (a list of one: [a])"),
+    ({"logging.tags": "a"}, "logging.tags: expected a list, got 'a' (a list of one: ['a'])"),
+    (["agent.actor_hidden=64"], "agent.actor_hidden: expected a list, got 64 (a list of one: [64])"),
+    (["logging.tags=null"], "logging.tags: expected a list, got None"),  # no item: nothing to suggest
+])
+def test_one_item_where_a_list_goes_is_shown_the_list_of_it(overrides, said):
+    """logging.tags=a had been told 'expected a list' without the [a] to write."""
+    with pytest.raises(ConfigError) as err:
+        load_config("ppo_pendulum", overrides)
+    assert str(err.value) == said
+
+
 def test_an_empty_config_a_key_given_twice_and_a_folder_are_refused_an_empty_section_is_the_defaults(tmp_path):
     (tmp_path / "empty.yaml").write_text("# only a comment\n")
     with pytest.raises(ConfigError, match="empty; a config sets at least algo and env"):
