@@ -119,7 +119,7 @@ def make_env(
         from sims.delay import Delay, DelayedEnv
 
         inner = make_env(task, num_envs, device, num_threads, seed, randomization, backend=backend, **task_kwargs)
-        return DelayedEnv(inner, build_dataclass(Delay, delay, "env.delay."), seed=seed)
+        return DelayedEnv(inner, build_dataclass(Delay, delay, _for_caller("env.delay.")), seed=seed)
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 
@@ -144,7 +144,8 @@ def make_env(
     spec = _build_task(task, task_kwargs)
     for key, value in buffers.items():  # every task takes them; the CPU backend sizes its buffers itself
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"env.kwargs.{key}: a positive whole number (per world), or null for MuJoCo Warp's "
+            raise ValueError(f"{_for_caller(f'env.kwargs.{key}')}: a positive whole number (per world), or null for "
+                             "MuJoCo Warp's "
                              f"own estimate; got {value!r}")
         setattr(spec, key, value)
     env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, int(num_threads or 0) or None), seed=seed)
@@ -152,7 +153,8 @@ def make_env(
         from robolearn.config import build_dataclass
         from sims.randomization import Randomization, RandomizedEnv
 
-        env = RandomizedEnv(env, build_dataclass(Randomization, randomization, "env.randomization."), seed=seed)
+        settings = build_dataclass(Randomization, randomization, _for_caller("env.randomization."))
+        env = RandomizedEnv(env, settings, seed=seed)
     return env
 
 
@@ -272,13 +274,13 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     if set(unknown) & set(fixed):
         key = sorted(set(unknown) & set(fixed))[0]
         others = sorted(name for name, b in TASKS.items() if isinstance(b, functools.partial) and b.func is builder)
-        raise ValueError(f"env.kwargs.{key}: task {task!r} is the one with {key}={fixed[key]!r}; "
+        raise ValueError(f"{_for_caller(f'env.kwargs.{key}')}: task {task!r} is the one with {key}={fixed[key]!r}; "
                          f"pick another by its task name ({', '.join(others)})")
     if unknown:
         close = difflib.get_close_matches(unknown[0], [*allowed, *WARP_BUFFERS], n=1)
-        meant = f" (did you mean 'env.kwargs.{close[0]}'?)" if close else ""
-        raise ValueError(f"env.kwargs.{unknown[0]}: task {task!r} has no such setting{meant}; it takes: "
-                         f"{', '.join(allowed + list(WARP_BUFFERS))}{_undeclared_hint(builder, unknown[0])}")
+        meant = f" (did you mean '{_for_caller(f'env.kwargs.{close[0]}')}'?)" if close else ""
+        raise ValueError(f"{_for_caller(f'env.kwargs.{unknown[0]}')}: task {task!r} has no such setting{meant}; it "
+                         f"takes: {', '.join(allowed + list(WARP_BUFFERS))}{_undeclared_hint(builder, unknown[0])}")
     if dataclasses.is_dataclass(builder):  # checked now, not as a TypeError in the middle of a step
         from robolearn.config import check_value, checkable
 
@@ -287,7 +289,7 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
         except (NameError, TypeError):  # annotations naming what only a type checker imports: unchecked
             hints = {}
         checked = {key: hint for key, hint in hints.items() if checkable(hint)}  # a Sequence, a Callable: as given
-        kwargs = {key: check_value(value, checked[key], f"env.kwargs.{key}") if key in checked else value
+        kwargs = {key: check_value(value, checked[key], _for_caller(f"env.kwargs.{key}")) if key in checked else value
                   for key, value in kwargs.items()}
     if inspect.isclass(builder) and inspect.isabstract(builder):  # not Python's "Can't instantiate abstract class"
         missing = ", ".join(sorted(builder.__abstractmethods__))
@@ -301,7 +303,7 @@ def _build_task(task: str, kwargs: dict[str, Any]) -> Task:
     for key in ("frame_skip", "max_episode_steps"):  # 0 physics steps fail inside MuJoCo; 0-step episodes teach nothing
         value = getattr(spec, key)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"env.kwargs.{key}: must be a whole number of at least 1, got {value!r}")
+            raise ValueError(f"{_for_caller(f'env.kwargs.{key}')}: must be a whole number of at least 1, got {value!r}")
     return spec
 
 
@@ -369,12 +371,19 @@ _SAID: set[str] = set()  # notes said once per process (Python's own once-per-pl
 
 
 def _asked_from_python(stacklevel: int) -> bool:
-    """Whether the device :func:`resolve_backend` resolves is the ``device=`` argument of one's own Python call of
-    :func:`make_env` or :func:`resolve_backend` (so that advice names that argument, not the config's
-    ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads past our
+    """Whether the device :func:`resolve_backend` resolves (a setting :func:`_for_caller` words) is an argument of
+    one's own Python call of :func:`make_env` or :func:`resolve_backend` (so that advice names that argument, not the
+    config's ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads past our
     packages' frames, and the last of them (the one the caller called) is one of those two."""
     entry = sys._getframe(stacklevel - 1)  # (resolve_backend's own frame stacklevel - 2: here, one deeper)
     return entry.f_code.co_filename == __file__ and entry.f_code.co_name in ("make_env", "resolve_backend")
+
+
+def _for_caller(key: str) -> str:
+    """A config key of the env (``env.kwargs.frame_skp``, ``env.delay.``) as the caller named it: from one's own
+    Python call of :func:`make_env`, its argument (``frame_skp``, a keyword; ``delay.``, a key of ``delay=``), and
+    the config's key where a config's env is built (a run, :func:`robolearn.make_env`, the launcher's check)."""
+    return key.removeprefix("env.kwargs.").removeprefix("env.") if _asked_from_python(outside_us()) else key
 
 
 def resolve_backend(backend: str, device: str | torch.device) -> tuple[str, torch.device]:

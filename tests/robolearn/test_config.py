@@ -211,7 +211,7 @@ def test_a_mappings_values_are_checked_against_its_type():
     step failed as "can't multiply sequence by non-int of type 'float'"."""
     import sims
 
-    with pytest.raises(ConfigError, match=r"^env.kwargs.reward_weights.feet_air_time: expected float, got 'abc'"):
+    with pytest.raises(ConfigError, match=r"^reward_weights.feet_air_time: expected float, got 'abc'"):
         sims.make_env("go1_flat", num_envs=1, reward_weights={"feet_air_time": "abc"})
     assert check_value({"a": 2, "b": "1e-3"}, dict[str, float], "w") == {"a": 2.0, "b": 0.001}
     assert check_value({"a": [1]}, dict[str, Any], "w") == {"a": [1]}

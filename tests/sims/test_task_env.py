@@ -125,7 +125,7 @@ def test_bad_actions_are_refused_before_the_physics_steps() -> None:
 
 @pytest.mark.parametrize("key", ["frame_skip", "max_episode_steps"])
 def test_a_task_of_no_physics_steps_or_no_control_steps_is_refused_by_key(key: str) -> None:
-    with pytest.raises(ValueError, match=rf"env.kwargs.{key}: must be a whole number of at least 1, got 0"):
+    with pytest.raises(ValueError, match=rf"^{key}: must be a whole number of at least 1, got 0"):
         make_env("pendulum", num_envs=1, **{key: 0})
 
 
@@ -309,3 +309,27 @@ def test_a_reach_that_can_never_succeed_or_a_negative_noise_is_refused_by_name(t
     noise failed at the first reset as torch's "uniform_ expects to return a [from, to) range"."""
     with pytest.raises(ValueError, match=said):
         make_env(task, num_envs=1, **setting)
+
+
+@pytest.mark.parametrize("settings, from_python, from_a_config", [
+    ({"max_episode_step": 5}, "max_episode_step: task 'pendulum' has no such setting (did you mean "
+     "'max_episode_steps'?)", "env.kwargs.max_episode_step: task 'pendulum' has no such setting (did you mean "
+     "'env.kwargs.max_episode_steps'?)"),
+    ({"randomization": {"mass_scal": [0.9, 1.1]}}, "unknown key 'randomization.mass_scal' (did you mean "
+     "'randomization.mass_scale'?)", "unknown key 'env.randomization.mass_scal' (did you mean "
+     "'env.randomization.mass_scale'?)"),
+    ({"delay": {"action": 1}}, "unknown key 'delay.action'; allowed", "unknown key 'env.delay.action'; allowed"),
+])
+def test_a_wrong_setting_is_named_as_the_caller_gave_it(settings, from_python, from_a_config) -> None:
+    """sims.make_env(..., max_episode_step=5) had been told of env.kwargs.max_episode_step, the config's key."""
+    import robolearn
+    from robolearn.config import load_config
+
+    with pytest.raises(ValueError) as err:
+        make_env("pendulum", num_envs=1, **settings)
+    assert str(err.value).startswith(from_python), err.value
+    section, value = next(iter(settings.items()))
+    key = f"env.{section}" if section in ("randomization", "delay") else f"env.kwargs.{section}"
+    with pytest.raises(ValueError) as err:
+        robolearn.make_env(load_config("ppo_pendulum", {key: value}), num_envs=1)
+    assert str(err.value).startswith(from_a_config), err.value

@@ -284,7 +284,7 @@ def test_contact_and_constraint_buffers_are_env_kwargs():
     env = sims.make_env("pendulum", 2, device="cpu", backend="warp", nconmax=3, njmax=7)
     assert (env.sim._d.njmax, env.sim._d.naconmax) == (7, 2 * 3)
     assert isinstance(sims.make_env("pendulum", 2, njmax=7).sim, MujocoBackend)
-    with pytest.raises(ValueError, match="env.kwargs.njmax: a positive whole number"):
+    with pytest.raises(ValueError, match="^njmax: a positive whole number"):
         sims.make_env("pendulum", 2, njmax=0)
     with pytest.raises(ValueError, match="it takes: .*reset_noise_scale, nconmax, njmax"):
         sims.make_env("pendulum", 2, njmx=7)
