@@ -708,8 +708,8 @@ class DatasetWriter:
             raise DatasetError(f"'{self.id}' is a namespace of datasets ({self.target}), which --overwrite would "
                                "delete with them; choose another name")
         if self.target.exists() and not overwrite:
-            raise DatasetError(f"dataset '{self.id}' already exists at {self.target}; choose another name (--name; "
-                               "--names for `dataset split`) or pass --overwrite (overwrite=True) to replace it")
+            raise DatasetError(f"dataset '{self.id}' already exists at {self.target}; choose another name (--name) "
+                               "or pass --overwrite (overwrite=True) to replace it")  # (split's --names: its own check)
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.metadata = dict(metadata or {})
         self.overwrite, self.keep_partial = overwrite, keep_partial

@@ -35,7 +35,8 @@ def test_record_info_split_merge_replay(tmp_path, root, capsys):
             "--name", "swing", "--ref-min", "0", "--ref-max", "500", "--no-progress"]
     assert main(argv) == 0
     assert "recorded:    3 episodes, 1500 steps" in capsys.readouterr().out
-    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    assert main(argv) == 2 and "already exists" in (said := capsys.readouterr().err)
+    assert "choose another name (--name) or pass --overwrite" in said  # (split's --names had been named too)
     ds = Dataset.load("swing")
     assert ds.info["controller"] == controller and ds.info["noise"] == 0.1 and ds.task == "pendulum"
     assert ds[0].infos["commanded_actions"].shape == (500, 1)
