@@ -542,8 +542,13 @@ def merge(datasets: Sequence[Dataset], name: str, *, root: str | Path | None = N
     metadata they differ in (controller, source, a LeRobot import's readings, reference scores) is kept per
     dataset under ``sources``, not taken from the first."""
     ids = [d.id for d in datasets]
+    if not ids:  # (it had failed as an IndexError)
+        raise DatasetError(f"merge into '{name}': no datasets given; name two or more")
     if twice := next((i for i in ids if ids.count(i) > 1), None):
         raise DatasetError(f"cannot merge '{twice}' with itself: its episodes would be stored twice")
+    if len(ids) == 1:  # said, not refused: a list that holds one (a script's) still writes its dataset
+        warnings.warn(f"merging one dataset: '{dataset_id(name)}' will be a copy of '{ids[0]}'; to merge, name the "
+                      "datasets to merge with it too", stacklevel=2)
     first = datasets[0]
     for other in datasets[1:]:
         dts = first.info.get("control_dt"), other.info.get("control_dt")

@@ -153,7 +153,11 @@ def test_split_merge_export_and_replay_lines_count_one_episode_as_one(tmp_path, 
     assert main(["dataset", "split", "pendulum", "--fractions", "0.5", "0.5", "--names", "a", "b"]) == 0
     assert capsys.readouterr().out.splitlines() == ["a-v0:                   1 episode, 10 steps",
                                                     "b-v0:                   1 episode, 10 steps"]
-    assert main(["dataset", "merge", "a", "--name", "c"]) == 0
+    with pytest.warns(UserWarning, match=r"^merging one dataset: 'c-v0' will be a copy of 'a-v0'; to merge, name "):
+        assert main(["dataset", "merge", "a", "--name", "c"]) == 0  # (it had copied without a word)
+    from robolearn.data import DatasetError, merge
+    with pytest.raises(DatasetError, match=r"merge into 'none': no datasets given"):  # (an IndexError from Python)
+        merge([], "none")
     assert capsys.readouterr().out == "c-v0:                   1 episode, 10 steps\n"
     assert main(["dataset", "export", "a", "--format", "lerobot", "--out", str(tmp_path / "a_lerobot"), "--fps", "50"]) == 0
     assert f"exported:    1 episode, 10 frames -> {tmp_path / 'a_lerobot'}" in capsys.readouterr().out
