@@ -30,6 +30,7 @@ import io
 import json
 import logging
 import math
+import sys
 import threading
 import warnings
 import zipfile
@@ -262,7 +263,7 @@ def _quiet_onnx_export(controller: Controller, inputs: dict[str, torch.Tensor], 
     level = onnx_log.level  # put back after: the caller's torch.onnx messages had stayed silenced for good
     onnx_log.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), _HeldTorchStderr():
             warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
             program = torch.onnx.export(
                 controller,
@@ -276,6 +277,36 @@ def _quiet_onnx_export(controller: Controller, inputs: dict[str, torch.Tensor], 
     finally:
         onnx_log.setLevel(level)
     return program
+
+
+class _HeldTorchStderr:
+    """What torch writes to stderr while it exports (its prints, its loggers' records), held: given out as it was
+    after an export that succeeds or fails otherwise, and dropped where torch.onnx fails, which the export refuses in
+    a line of its own (torch.export had left 'Unable to find user code ...' and two dumps of the partial graph,
+    ``def forward(...)``, above it)."""
+
+    def __enter__(self) -> _HeldTorchStderr:
+        self.records: list[tuple[logging.Handler, logging.LogRecord]] = []
+        loggers = [logger for name, logger in list(logging.Logger.manager.loggerDict.items())
+                   if name.split(".")[0] == "torch" and isinstance(logger, logging.Logger)]
+        self.holds = {handler: (lambda record, handler=handler: self.records.append((handler, record)))
+                      for logger in loggers for handler in logger.handlers}  # (a filter that returns None drops)
+        for handler, hold in self.holds.items():
+            handler.addFilter(hold)
+        self.printed = io.StringIO()
+        self.redirect = contextlib.redirect_stderr(self.printed)
+        self.redirect.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
+        self.redirect.__exit__(None, None, None)
+        for handler, hold in self.holds.items():
+            handler.removeFilter(hold)
+        if kind is not None and issubclass(kind, torch.onnx.OnnxExporterError):
+            return
+        sys.stderr.write(self.printed.getvalue())
+        for handler, record in self.records:
+            handler.handle(record)
 
 
 class ExportedController:

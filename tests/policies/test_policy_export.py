@@ -353,6 +353,46 @@ def test_a_controller_that_does_not_export_to_onnx_is_said_in_a_line(tmp_path) -
     assert not list(tmp_path.iterdir())
 
 
+class Chatty(Gain):
+    """Writes to stderr, and logs on a torch logger, as its forward is traced: what a successful export leaves."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import logging
+        import sys
+
+        print("chatty: traced", file=sys.stderr)
+        logging.getLogger("torch.export").warning("chatty: logged")
+        return self.gain(x)
+
+
+def test_a_refused_onnx_export_leaves_nothing_of_torchs_on_stderr_a_successful_one_keeps_it(tmp_path, capfd) -> None:
+    """The refusal's one line had come under torch.export's 'Unable to find user code' line and two dumps of the
+    partial graph (def forward(...)) on stderr; what a successful export writes there is given out as before."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    kept, loggers = Kept(), [logging.getLogger(n) for n in ("torch.export", "torch.fx.experimental.symbolic_shapes")]
+    for logger in loggers:
+        logger.addHandler(kept)
+    try:
+        capfd.readouterr()
+        with pytest.raises(ValueError, match=r"^Latch: forward does not export to ONNX"):
+            export_controller(Latch(), tmp_path / "latch", formats=("onnx",))
+        assert capfd.readouterr().err == "" and kept.messages == []
+        export_controller(Chatty(), tmp_path / "chatty", formats=("onnx",))
+        assert "chatty: traced" in capfd.readouterr().err and "chatty: logged" in kept.messages
+    finally:
+        for logger in loggers:
+            logger.removeHandler(kept)
+
+
 def test_what_a_file_would_play_otherwise_is_refused_before_it_is_written(tmp_path) -> None:
     """Integer state exported, then onnxruntime refused it at the first step; an action act holds for several steps
     was played anew at each by the file; export formats () removed the folder's files and kept their json."""
