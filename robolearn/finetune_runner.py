@@ -84,6 +84,7 @@ class FinetuneProgress:
     # resume that reads none of its rows ({}: a checkpoint of before, whose resume loads the dataset)
     offline_data: dict[str, Any] = field(default_factory=dict)
     update_sums: dict[str, Any] = field(default_factory=dict)  # of an iteration a Ctrl+C cut short: iteration_sums
+    env_adaptation: dict[str, Any] = field(default_factory=dict)  # the online env's automatic randomization width
     run_id: str = field(default_factory=new_run_id)  # kept by resumes and in its export (runs.new_run_id)
 
 
@@ -135,6 +136,8 @@ class FinetuneRunner(OfflineRunner):
         # Monte-Carlo returns once it ends, as the paper's code does for each collected trajectory
         self._online_bound = self._mc_return and agent_cfg.online_cql_alpha > 0
         self.train_env = make_env(cfg.env, seed=cfg.seed)
+        if self.progress.env_adaptation and hasattr(self.train_env, "load_adaptation_state"):  # as a resume of Runner
+            self.train_env.load_adaptation_state(self.progress.env_adaptation)
         stagger_episodes(self.train_env, cfg.env, cfg.seed)  # said now if it cannot be; _finetune draws again
         self._finite = FiniteWatch(self.train_env.device)  # on a GPU, read once per iteration
         self.online = ReplayBuffer(max(1, min(agent_cfg.online_buffer_size, cfg.runner.total_steps)), self.env.device)
@@ -153,6 +156,8 @@ class FinetuneRunner(OfflineRunner):
         self._finite.verify()
         if self.curriculum is not None:
             self.progress.jsrl = self.curriculum.state_dict()
+        if hasattr(self.train_env, "adaptation_state"):
+            self.progress.env_adaptation = self.train_env.adaptation_state()
         keep_seconds(self.progress, self.run_logger)
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
@@ -311,7 +316,8 @@ class FinetuneRunner(OfflineRunner):
         finish_run(result, logger, cfg, self.agent.controller(), self.env.control_dt, self.progress,
                    annotate=lambda e: {"dataset": self.progress.offline_data["id"],
                                        "pretrain_updates": self.progress.updates, "online_steps": self.progress.env_steps,
-                                       **self._score(e), **self.progress.offline_data["reference_scores"]})
+                                       **self._score(e), **self.progress.offline_data["reference_scores"]},
+                   adaptation=self.progress.env_adaptation)
         logger.close()
         return result
 

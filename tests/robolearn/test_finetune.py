@@ -655,3 +655,27 @@ def test_no_online_update_before_the_buffer_holds_a_batch(tmp_path):
     run(tiny(tmp_path / "calql", "calql_finetune_hopper", "agent.online_batch_size=64", "agent.offline_ratio=0.25",
              "runner.utd_ratio=1"), spy=spy)
     assert min(seen) == 48  # 64 rows, 16 of them the dataset's
+
+
+def test_a_fine_tune_keeps_the_randomization_width_it_reached_across_a_resume_and_is_evaluated_there(tmp_path, root):
+    """A fine-tune's checkpoint kept no automatic randomization width: a resume started the online env over at
+    width 0, and the run was evaluated (and exported, and rebuilt by make_env(run)) on the nominal model."""
+    with sims.make_env("arm_reach", num_envs=1, seed=0, num_threads=1) as env:
+        with DatasetWriter("arm-tiny", env.observation_spec, env.action_spec, metadata={"task": "arm_reach"},
+                           root=root) as writer:
+            record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
+    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=arm-tiny", "env.task=arm_reach", "agent.warmup_steps=100",
+               "env.randomization.gain_scale=[0.5,1.0]", "env.randomization.auto=true", "runner.total_steps=1000")
+    first = FinetuneRunner(cfg)
+    first.train(stop=lambda m: m["phase"] == "online")
+    first.train_env.load_adaptation_state({"width": 0.4, "outcomes": [True]})  # as if it had widened
+    first.save()
+    first.close()
+    cfg.runner.total_steps, cfg.runner.eval_episodes = 2000, 1  # too few episodes (under 64) to widen it further
+    resumed = FinetuneRunner(cfg, resume=first.run_dir)
+    assert resumed.train_env.width == pytest.approx(0.4) and resumed.train_env._outcomes == [True]
+    try:
+        result = resumed.train()
+    finally:
+        resumed.close()
+    assert result.evaluation["dynamics"].startswith("randomized at width 0.40 of: ")
