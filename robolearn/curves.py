@@ -62,7 +62,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metrics: Sequence[str] | None = N
         base = (f"{folder_names[run.parent]} ({'mean ± std of ' if mean else ''}{count} runs)" if by_folder and count > 1
                 else name)
         for phase, (counter, phase_lines) in phases.items():
-            label = (f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})" if len(phases) > 1
+            # a run with phases names them, also one still in its first (its seeds that went on are averaged with it)
+            label = (f"{base}: {phase or 'online'} ({counter.replace('_', ' ')})" if len(phases) > 1 or phase
                      else f"{base} ({counter.replace('_', ' ')})" if mixed else base)
             series.setdefault(label, []).append((counter, phase_lines))
             ends.setdefault(label, []).append((run, counter, *_reach([line[counter] for line in phase_lines

@@ -357,3 +357,24 @@ def test_the_header_fits_legends_of_any_label(labels):
     box = figure.bbox
     legend = figure.legends[0].get_window_extent(figure.canvas.get_renderer())
     assert box.x0 <= legend.x0 and legend.x1 <= box.x1, (labels, box, legend)
+
+
+def test_a_fine_tune_seed_still_pretraining_is_averaged_with_the_others_offline_phase(tmp_path, monkeypatch):
+    """A fine-tune with offline lines only (still pretraining, or run with runner.total_steps=0) was drawn unnamed
+    ('wsrl (mean ± std of 2 runs) (updates)'), apart from its seeds' offline phase: two offline curves, one phase
+    unsaid and neither the mean of both seeds."""
+    runs = []
+    for seed, online in ((0, True), (1, False)):
+        run = tmp_path / "wsrl" / f"2026010{seed}-000000"
+        run.mkdir(parents=True)
+        lines = [{"phase": "offline", "updates": u, "time": u / 1e3, "eval/return": seed + u / 1e3} for u in (1e3, 2e3)]
+        lines += [{"phase": "online", "env_steps": 1000, "time": 4.0, "eval/return": 5.0}] if online else []
+        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        runs.append(run)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs(runs, tmp_path / "curves.png", metrics=["eval/return"], mean=True)
+    curves = {line.get_label(): list(line.get_ydata()) for line in figures[0].axes[0].lines}
+    assert curves["wsrl (mean ± std of 2 runs): offline (updates)"] == [1.5, 2.5]  # both seeds' pretraining
+    assert curves["wsrl (mean ± std of 2 runs): online (env steps)"] == [5.0]
+    assert len(curves) == 2, list(curves)
