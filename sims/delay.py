@@ -21,6 +21,7 @@ delays, so FAS tables and training runs can be made under latency::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -140,6 +141,13 @@ class DelayedEnv(VecEnv):
                 worlds.fill(line, obs[k])
             next_obs = {k: worlds.merged(v, worlds.take(obs[k])) for k, v in seen.items()}
         return Step(next_obs, reward, terminated, truncated, {**info, "final_obs": seen})
+
+    def __getattr__(self, name: str) -> Any:
+        """env.randomization's automatic width, inside, checkpointed and restored through this env: a run's
+        ``hasattr(env, "adaptation_state")`` had found none, and a resume started the width over at 0."""
+        if name in ("adaptation_state", "load_adaptation_state"):
+            return getattr(self.env, name)  # (an env without automatic randomization has none: AttributeError)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def render(self, index: int = 0, width: int = 320, height: int = 240):
         return self.env.render(index, width, height)

@@ -27,7 +27,7 @@ from robolearn.logger import read_metrics
 from robolearn.config import ConfigError
 from robolearn.run_lock import RunLock
 from robolearn.config import TrainConfig, load_run_config, to_dict, validated
-from robolearn.runs import saved_progress
+from robolearn.runs import saved_progress, trained_env_config
 from robolearn.runner import CtrlC, Runner
 
 
@@ -1287,12 +1287,30 @@ def test_a_resume_goes_on_at_the_randomization_width_it_reached(tmp_path):
     resumed.close()
 
 
+def test_a_resume_under_a_fixed_delay_too_goes_on_at_the_randomization_width_it_reached(tmp_path):
+    """With env.delay set the env is a DelayedEnv around the randomized one: its checkpoint had kept no width (the
+    runner asks the outer env), so a resume started automatic randomization over at 0 and evaluated it nominal."""
+    cfg = load_config("ppo_arm_reach_auto", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=8", "logging.wandb=disabled",
+                                              "logging.progress=false", "runner.eval_episodes=0",
+                                              "runner.video_seconds=0", "runner.total_steps=256",
+                                              "env.delay.action_latency_steps=1"])
+    first = Runner(cfg)
+    first.train()
+    first.env.env.load_adaptation_state({"width": 0.35, "outcomes": [True]})  # the randomized env, as if widened
+    first.save()
+    first.close()
+    assert trained_env_config(first.run_dir, cfg).randomization["width"] == 0.35
+    cfg.runner.total_steps = 512
+    resumed = Runner(cfg, resume=first.run_dir)
+    assert resumed.env.env.width == pytest.approx(0.35) and resumed.env.env._outcomes == [True]
+    resumed.close()
+
+
 def test_an_automatically_randomized_run_is_evaluated_at_the_width_it_reached(tmp_path, capsys):
     """A new env starts automatic randomization at width 0: the run's evaluation, `robolearn eval` and
     robolearn.make_env(run) had all judged the controller on the nominal model only."""
     import robolearn
     from robolearn.cli import main
-    from robolearn.runs import trained_env_config
 
     cfg = load_config("ppo_arm_reach_auto", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=8", "logging.wandb=disabled",
                                               "logging.progress=false", "runner.eval_episodes=0",
