@@ -190,6 +190,13 @@ class FinetuneRunner(OfflineRunner):
         self.progress = FinetuneProgress(**restore_agent(self.agent, payload, to_dict(self.cfg)))
         self._saved_num_envs = saved_num_envs(payload, self.cfg.env.num_envs)  # (self.env evaluates)
 
+    def evaluate(self) -> dict[str, float]:
+        """As an offline run's, online at the width automatic randomization has reached in training (as the run's
+        end evaluates): the evaluation env's own had started at 0 and moved with its own episodes' success."""
+        if self.progress.phase == "online" and hasattr(self.train_env, "adaptation_state"):
+            self.env.load_adaptation_state({"width": self.train_env.adaptation_state()["width"], "outcomes": []})
+        return super().evaluate()
+
     def _score(self, evaluation: dict[str, Any]) -> dict[str, Any]:
         """On the dataset's reference scores; where it is gone (``rows_unread``), on those the checkpoint kept."""
         if self.dataset is not None:

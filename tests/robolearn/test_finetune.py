@@ -657,15 +657,26 @@ def test_no_online_update_before_the_buffer_holds_a_batch(tmp_path):
     assert min(seen) == 48  # 64 rows, 16 of them the dataset's
 
 
-def test_a_fine_tune_keeps_the_randomization_width_it_reached_across_a_resume_and_is_evaluated_there(tmp_path, root):
-    """A fine-tune's checkpoint kept no automatic randomization width: a resume started the online env over at
-    width 0, and the run was evaluated (and exported, and rebuilt by make_env(run)) on the nominal model."""
+@pytest.fixture(scope="module")
+def arm_tiny(datasets_root) -> str:
+    """An arm_reach dataset (a task that reports success, as automatic randomization needs): 1 random episode."""
     with sims.make_env("arm_reach", num_envs=1, seed=0, num_threads=1) as env:
         with DatasetWriter("arm-tiny", env.observation_spec, env.action_spec, metadata={"task": "arm_reach"},
-                           root=root) as writer:
+                           root=datasets_root) as writer:
             record(RandomController(env, 0), env, writer, 1, seed=0, progress=False)
-    cfg = tiny(tmp_path, "wsrl_hopper", "dataset=arm-tiny", "env.task=arm_reach", "agent.warmup_steps=100",
-               "env.randomization.gain_scale=[0.5,1.0]", "env.randomization.auto=true", "runner.total_steps=1000")
+    return "arm-tiny"
+
+
+def auto_randomized_arm(tmp_path, dataset: str):
+    """A fine-tune on arm_reach under automatic randomization."""
+    return tiny(tmp_path, "wsrl_hopper", f"dataset={dataset}", "env.task=arm_reach", "agent.warmup_steps=100",
+                "env.randomization.gain_scale=[0.5,1.0]", "env.randomization.auto=true", "runner.total_steps=1000")
+
+
+def test_a_fine_tune_keeps_its_randomization_width_across_a_resume_and_is_evaluated_there(tmp_path, arm_tiny):
+    """A fine-tune's checkpoint kept no automatic randomization width: a resume started the online env over at
+    width 0, and the run was evaluated (and exported, and rebuilt by make_env(run)) on the nominal model."""
+    cfg = auto_randomized_arm(tmp_path, arm_tiny)
     first = FinetuneRunner(cfg)
     first.train(stop=lambda m: m["phase"] == "online")
     first.train_env.load_adaptation_state({"width": 0.4, "outcomes": [True]})  # as if it had widened
@@ -679,3 +690,18 @@ def test_a_fine_tune_keeps_the_randomization_width_it_reached_across_a_resume_an
     finally:
         resumed.close()
     assert result.evaluation["dynamics"].startswith("randomized at width 0.40 of: ")
+
+
+def test_a_fine_tunes_online_evaluations_are_at_the_randomization_width_training_reached(tmp_path, arm_tiny):
+    """The evaluation env, built with the run, started automatic randomization at width 0 and moved it with the
+    success of its own episodes: eval/return was not of the dynamics the controller was training under."""
+    cfg = auto_randomized_arm(tmp_path, arm_tiny)
+    cfg.runner.eval_episodes = 1
+    runner = FinetuneRunner(cfg)
+    try:
+        runner.train(stop=lambda m: m["phase"] == "online")
+        runner.train_env.load_adaptation_state({"width": 0.4, "outcomes": []})  # as if training had widened it
+        assert "eval/return" in runner.evaluate()
+    finally:
+        runner.close()
+    assert runner.env.width == pytest.approx(0.4)
