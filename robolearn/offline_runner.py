@@ -369,8 +369,11 @@ class OfflineRunner:
         episodes = self.cfg.runner.eval_episodes
         if episodes <= 0:
             return {}
+        held = self.env.adaptation_state() if hasattr(self.env, "adaptation_state") else None
         controller = self.agent.controller().to(self.env.device)
         result = evaluate(controller, self.env, episodes, seed=self.cfg.seed + 10_000)
+        if held is not None:  # automatic randomization: the evaluations' own success is not what moves its width
+            self.env.load_adaptation_state(held)
         out = {"eval/return": result["return_mean"], "eval/return_std": result["return_std"]}
         if "success_rate" in result:
             out["eval/success_rate"] = result["success_rate"]

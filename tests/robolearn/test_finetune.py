@@ -667,10 +667,11 @@ def arm_tiny(datasets_root) -> str:
     return "arm-tiny"
 
 
-def auto_randomized_arm(tmp_path, dataset: str):
+def auto_randomized_arm(tmp_path, dataset: str, *extra: str):
     """A fine-tune on arm_reach under automatic randomization."""
     return tiny(tmp_path, "wsrl_hopper", f"dataset={dataset}", "env.task=arm_reach", "agent.warmup_steps=100",
-                "env.randomization.gain_scale=[0.5,1.0]", "env.randomization.auto=true", "runner.total_steps=1000")
+                "env.randomization.gain_scale=[0.5,1.0]", "env.randomization.auto=true", "runner.total_steps=1000",
+                *extra)
 
 
 def test_a_fine_tune_keeps_its_randomization_width_across_a_resume_and_is_evaluated_there(tmp_path, arm_tiny):
@@ -705,3 +706,12 @@ def test_a_fine_tunes_online_evaluations_are_at_the_randomization_width_training
     finally:
         runner.close()
     assert runner.env.width == pytest.approx(0.4)
+
+
+def test_evaluations_do_not_move_the_randomization_width_they_run_at(tmp_path, arm_tiny):
+    """Automatic randomization widened the evaluation env with the success of its own episodes (here every ended
+    episode widens it): the offline phase's evaluations ran wider each time, with nothing trained at any width."""
+    cfg = auto_randomized_arm(tmp_path, arm_tiny, "env.randomization.auto_window=1", "env.randomization.auto_success=0")
+    cfg.runner.eval_episodes, cfg.runner.total_steps, cfg.agent.pretrain_updates = 2, 0, 2000
+    runner = run(cfg)  # evaluated at 1000 and 2000 updates
+    assert runner.env.width == 0.0
