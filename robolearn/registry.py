@@ -27,7 +27,17 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, seed: int | None = Non
 
 def evaluation_dynamics(cfg: EnvConfig) -> str:
     """How an env built from ``cfg`` draws its dynamics, for evaluation reports: ``nominal``, or the
-    randomized ranges, noise and pushes it runs with (automatic randomization restarts at width 0)."""
+    randomized ranges, noise and pushes it runs with (automatic randomization restarts at width 0); then the
+    fixed delays of ``env.delay``, which ``--nominal`` keeps (a report of 'nominal' alone had hidden them)."""
+    from sims.delay import Delay
+
+    delay = build_dataclass(Delay, cfg.delay or {}, "env.delay.")
+    fixed = [f"{f.name} {getattr(delay, f.name)}" for f in fields(Delay) if getattr(delay, f.name)]
+    return _drawn_dynamics(cfg) + (f"; env.delay {', '.join(fixed)} (control steps)" if fixed else "")
+
+
+def _drawn_dynamics(cfg: EnvConfig) -> str:
+    """The randomization part of :func:`evaluation_dynamics`."""
     import sims
     from sims.randomization import Randomization
 

@@ -432,6 +432,9 @@ def test_the_dynamics_an_evaluation_reports():
     assert said(mass_scale=[0.5, 1.5], width=0.0) == "nominal (randomization at width 0)"
     assert said(push_every_s=10, push_velocity=0.5) == "randomized: push_velocity 0.5 every 10 s"
     assert evaluation_dynamics(EnvConfig(task="mjlab:Mjlab-Velocity-Flat-Unitree-Go1")) == "the mjlab task's own events"
+    # a fixed delay is kept by --nominal, and had gone unsaid: 'nominal' of a run evaluated 2 control steps late
+    assert (evaluation_dynamics(EnvConfig(task="pendulum", delay={"action_latency_steps": 2, "obs_delay_steps": 0}))
+            == "nominal; env.delay action_latency_steps 2 (control steps)")
 
 
 def test_ctrl_c_while_the_command_line_imports_is_interrupted_not_a_traceback():
