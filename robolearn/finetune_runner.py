@@ -119,6 +119,7 @@ class FinetuneRunner(OfflineRunner):
         cfg = self.cfg
         if not resume:
             self.progress = FinetuneProgress(dataset=dataset_fingerprint(self.dataset))
+        self._refuse_other_pretraining(resume)
         # Cal-QL: online rows need the column too
         self._mc_return = self.progress.offline_data["mc_return"] if self.rows_unread else "mc_return" in self.replay.data
         if self.dataset is not None:  # kept as the dataset is now, which scores the run (a resume's too)
@@ -162,6 +163,17 @@ class FinetuneRunner(OfflineRunner):
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)
+
+    def _refuse_other_pretraining(self, resume: Path | None) -> None:
+        """A resume past its offline phase (or past its new end) with another ``agent.pretrain_updates``: the phase
+        is not gone back to, so the run had gone online as it was while its config.yaml said the new count."""
+        done, asked = self.progress.updates, self.cfg.agent.pretrain_updates
+        if resume and (done > asked or (self.progress.phase == "online" and done != asked)):
+            past = ("is past its offline phase, which a resume does not go back to" if self.progress.phase == "online"
+                    else "a resume does not undo updates")
+            raise ConfigError(f"agent.pretrain_updates={asked}: {resume} has pretrained {done:,} updates and {past}; "
+                              f"resume with agent.pretrain_updates={done} (or without the override), or pretrain a new "
+                              "run with runner.total_steps=0")
 
     def _rows_unread(self, resume: Path | None) -> bool:
         """A resume online whose batches draw no dataset rows (``agent.offline_ratio=0``), from a checkpoint that

@@ -218,6 +218,20 @@ def test_resume_across_the_phase_boundary(tmp_path):
         ("offline", 20, None, None), ("online", None, 50, 1000), ("online", None, 175, 2000)]
 
 
+def test_a_resume_past_the_pretraining_with_another_pretraining_count_is_refused(tmp_path):
+    """It went online as pretrained (20 updates) and wrote agent.pretrain_updates=40 into the run's config.yaml."""
+    cfg = tiny(tmp_path, "wsrl_hopper", "runner.total_steps=0")
+    first = run(cfg)
+    cfg.runner.total_steps, cfg.agent.pretrain_updates = 1000, 40
+    with pytest.raises(ConfigError, match="agent.pretrain_updates=40: .* has pretrained 20 updates and is past its "
+                                          "offline phase, which a resume does not go back to; resume with "
+                                          "agent.pretrain_updates=20"):
+        FinetuneRunner(cfg, resume=first.run_dir)
+    assert "pretrain_updates: 20\n" in (first.run_dir / "config.yaml").read_text()
+    cfg.agent.pretrain_updates = 20
+    assert run(cfg, resume=first.run_dir).progress.env_steps == 1000  # the same count goes on
+
+
 def test_ctrl_c_mid_pretraining_resumes_to_the_line_of_a_run_trained_in_one_go(tmp_path):
     """Ctrl+C in the offline phase keeps the updates done, and the resume finishes the iteration; its line had
     averaged the losses of the updates after the resume alone (the sums before were not saved)."""
