@@ -36,7 +36,8 @@ the same on every robot:
   ``info["safety"]`` the names of the rules that overruled it this step, ``info["metrics"]``
   the task's numbers of the step (``_metrics``: a reach's distance to its target).
 - A watchdog thread: if no fresh observation (failed reads) or no ``step``
-  call arrives for ``safety.watchdog_s`` the robot holds its last safe command
+  call arrives for ``safety.watchdog_s`` (counted from the end of the loop's last call: a call waiting for the
+  robot, its reads or the bus, is no silent controller) the robot holds its last safe command
   (``step`` too: while no observation is fresh it sends that command, not the
   action decided on the frozen one, and reports ``watchdog_hold``);
   after ``safety.stop_after_s`` it stops and the next ``step`` raises
@@ -214,7 +215,8 @@ class Robot(VecEnv):
         self._bus_thread: int | None = None  # the thread inside a bus section, if any
         self._q = self.home.copy()
         self._qd = np.zeros_like(self.home)
-        self._fresh_at = self._called_at = time.monotonic()
+        self._fresh_at = self._called_at = time.monotonic()  # (_called_at: when the loop's last call ended)
+        self._calling = False  # a call of the loop's (step, reset) is under way: see _call
         # Whether the state last handed to the loop (by step, start_at) came from a fresh read: an action
         # decided on a stale one is held once nothing has been fresh for watchdog_s (see step)
         self._handed_fresh = self._read_fresh = True  # (_read_fresh: whether the last _refresh read a state)
@@ -475,6 +477,18 @@ class Robot(VecEnv):
             self._torque_off_quietly()
 
     @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """A call of the loop's (step, reset) under way: its controller waits for the robot, however long the reads
+        and the bus take (the watchdog's holds take it, their reads retried, and a lock serves no queue), and is not
+        silent meanwhile. Its silence counts from the call's end, when it has the observation to decide on: timed
+        from when a step got the bus, a deploy at --fault drop_reply=0.15 had stopped on a controller that waited."""
+        outer, self._calling = self._calling, True
+        try:
+            yield
+        finally:
+            self._called_at, self._calling = time.monotonic(), outer
+
+    @contextlib.contextmanager
     def _bus(self) -> Iterator[None]:
         """One user of the bus at a time; leaving the outermost section after an emergency stop turns torque off."""
         with self._lock:
@@ -497,7 +511,7 @@ class Robot(VecEnv):
     def start_at(self, pose: np.ndarray) -> Obs:
         """Begin an episode at ``pose`` (reached by a slow ramp within the safety limits)."""
         self._require_running()
-        with self._bus():
+        with self._call(), self._bus():
             self._move_to(np.asarray(pose, dtype=np.float64))
             self._handed_fresh = self._read_fresh  # the ramp's last read: what the first decision sees
         self._require_running()  # a fault found during the ramp (which it cut short)
@@ -506,17 +520,20 @@ class Robot(VecEnv):
         return self._observe(self._q, self._qd)
 
     def step(self, action: torch.Tensor) -> Step:
+        with self._call():
+            return self._step(action)
+
+    def _step(self, action: torch.Tensor) -> Step:
         self._require_running()
         # a numpy array or a list as our simulators take it (checked_action), not an AttributeError on .detach
         action = torch.as_tensor(action).detach().reshape(-1).cpu().double().numpy()
         with self._bus():
-            self._called_at = time.monotonic()
             previous = self.safety.last_sent.copy()
             # What the action means in simulation (TaskEnv clamps it into the action box, the task's actuate
             # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
             command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
                        if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
-            if not self._handed_fresh and self._called_at - self._fresh_at >= self.safety_cfg.watchdog_s:
+            if not self._handed_fresh and time.monotonic() - self._fresh_at >= self.safety_cfg.watchdog_s:
                 # No fresh observation for watchdog_s, and the action was decided on a frozen state. Hold the last
                 # goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule step
                 # after step, the arm moving blind until stop_after_s). An action decided on a fresh state is
@@ -704,16 +721,21 @@ class Robot(VecEnv):
             return err
         return None
 
-    def _quiet_said(self, silent: float) -> str:
-        """The watchdog's stop: "no fresh observation", with why the reads failed (the driver's
-        :attr:`read_failure`), where the readings alone went quiet (a bus gone silent mid-run had been said as
-        "no fresh observation or controller call"). A step that has not come is said as either: the controller
-        may have stalled, or the step waits for the bus, which the watchdog's own holds and their reads take."""
-        now, limit = time.monotonic(), self.safety_cfg.stop_after_s
-        blind, idle = now - self._fresh_at >= limit, now - self._called_at >= limit
-        what = "fresh observation or controller call" if idle else "fresh observation"
+    def _quiet_s(self) -> tuple[float, float]:
+        """Seconds without a fresh observation, and without the controller: since its last call ended, none while
+        a call is under way (:meth:`_call`)."""
+        now = time.monotonic()
+        return now - self._fresh_at, 0.0 if self._calling else now - self._called_at
+
+    def _quiet_said(self, blind_s: float, idle_s: float) -> str:
+        """The watchdog's stop, naming what went quiet: the readings, with why their reads failed (the driver's
+        :attr:`read_failure`), or the controller; it had said "no fresh observation or controller call" of both."""
+        limit = self.safety_cfg.stop_after_s
+        blind, idle = blind_s >= limit, idle_s >= limit
+        what = ("fresh observation or controller call" if blind and idle else "controller call" if idle else
+                "fresh observation")
         why = f"{self.read_failure}; " if blind else ""
-        return f"no {what} for {silent:.2f} s ({why}safety.stop_after_s = {limit:g})"
+        return f"no {what} for {max(blind_s, idle_s):.2f} s ({why}safety.stop_after_s = {limit:g})"
 
     def _watch(self) -> None:
         """Hold on stale observations or a silent controller; stop when it lasts."""
@@ -722,20 +744,19 @@ class Robot(VecEnv):
         while not self._closing.wait(poll):
             if self.stopped is not None:
                 return
-            silent = time.monotonic() - min(self._fresh_at, self._called_at)
-            if silent < self.safety_cfg.watchdog_s:
+            if max(self._quiet_s()) < self.safety_cfg.watchdog_s:
                 holding = False
                 continue
             with self._bus():
-                silent = time.monotonic() - min(self._fresh_at, self._called_at)
-                if self._closing.is_set() or silent < self.safety_cfg.watchdog_s:
+                quiet = self._quiet_s()  # (once: a call that begins meanwhile changes neither the stop nor its words)
+                if self._closing.is_set() or max(quiet) < self.safety_cfg.watchdog_s:
                     holding = False
                     continue
                 if not holding:
                     self.safety.events["watchdog_hold"] += 1
                     holding = True
-                if silent >= self.safety_cfg.stop_after_s:
-                    said = self._quiet_said(silent)
+                if max(quiet) >= self.safety_cfg.stop_after_s:
+                    said = self._quiet_said(*quiet)
                     self.stopped = stop = WatchdogStop(said)
                     try:  # this thread's stop: what became of it goes into the error the next step raises
                         self._stop(ramp=True)
