@@ -126,6 +126,7 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
     ``seed`` picks the sampled targets (the same seed, the same targets; it is recorded).
     ``safety``: the safety settings, default the robot config's ``safety:``; ``safety_overrides`` (a
     ``safety:`` mapping, e.g. from :func:`hardware.safety.parse_overrides`) changes some of them.
+    ``retries``: how often the bus asks again after no reply or a garbled one before a read fails.
     ``progress``: a bar of episodes (last return, steps, rate) on stderr while it runs.
     ``fmt``: ``"onnx"`` or ``"torchscript"``, the exported file that drives the robot; default (None) the run's
     ``controller.onnx``, else its ``controller.pt`` (:func:`default_format`)."""
@@ -137,6 +138,8 @@ def deploy(run_dir: Path, robot_config: str | Path, *, port: str | None = None, 
         raise ValueError(f"episodes must be a whole number of at least 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:  # said before the robot moves
         raise ValueError(f"seed (--seed) must be a whole number of at least 0, got {seed!r}")
+    if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+        raise ValueError(f"retries (--retries) must be a whole number of at least 0, got {retries!r}")
     episodes, seed = int(episodes), int(seed)  # numpy's too (np.arange's, rng.integers'): deploy.json records them
     if fmt is not None and fmt not in FILENAMES:  # (a bare KeyError: 'pt')
         raise ValueError(f"fmt={fmt!r} (--format): choose one of {sorted(FILENAMES)}")

@@ -176,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-record", action="store_true", help="do not record the deployment")
     p.add_argument("--seed", type=seed_argument, default=0,
                    help="the targets' random stream (the same seed, the same targets; default 0)")
+    p.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="how often the bus asks again after no reply or a garbled one before a read fails, which the "
+                        "watchdog then judges (default 3; 0: every lost reply a failed read)")
     p.add_argument("--safety", action="append", default=[], metavar="KEY=VALUE",
                    help="a safety setting for this run (repeatable), e.g. max_velocity=5.5 or safe_pose=[0,1.2,-2.2,0]; "
                         "default: the robot config's safety:")
@@ -878,7 +881,7 @@ def _deploy(args: argparse.Namespace) -> int:
     _positive("--episodes", args.episodes)
     summary = deploy(args.run, args.robot, port=args.port, episodes=args.episodes, fmt=args.format,
                      target=tuple(args.target) if args.target else None, record=not args.no_record, seed=args.seed,
-                     safety_overrides=parse_overrides(args.safety), progress=True)
+                     safety_overrides=parse_overrides(args.safety), retries=args.retries, progress=True)
     print(report(summary, fixed_target=bool(args.target)))
     if args.json:
         print(strict_json.dumps(summary, default=str))

@@ -416,17 +416,18 @@ def test_safety_off_is_said_before_the_arm_moves_and_a_port_nobody_typed_says_wh
     assert "robot config's port" not in str(typed.value)
 
 
-def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys):
-    emulator = make_emulator(realtime=True)
+def test_cli_deploy_on_the_emulator(run_dir, make_emulator, capsys, monkeypatch):
+    emulator, arms = make_emulator(realtime=True), _arms_made_by_deploy(monkeypatch)
     code = main(["deploy", str(run_dir), "--robot", "dxl_arm", "--port", emulator.port, "--episodes", "1",
                  "--target", "0.15", "0.0", "0.15", "--no-record", "--safety", "watchdog_s=0.5",
-                 "--safety", "stop_after_s=2.0", "--json"])
+                 "--safety", "stop_after_s=2.0", "--retries", "1", "--json"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "deployed:    1 episode on" in out and "50 Hz" in out
     assert "task:        100 steps per episode, goal steps <= 0.2 rad" in out  # the run's own task settings
     assert "seed:        0 (a fixed --target)" in out
     assert json.loads(out.strip().splitlines()[-1])["safety"]["watchdog_s"] == 0.5  # --safety reached the robot
+    assert arms[0].bus.retries == 1  # and --retries the bus (it had no such option: 3 from the command line)
 
 
 def test_unplugged_port_is_a_one_line_error(run_dir, capsys):
@@ -1139,11 +1140,12 @@ def test_the_report_names_the_peak_speed_an_overspeed_hold_stopped(run_dir):
 
 @pytest.mark.parametrize("kwargs, says", [
     ({"seed": -1}, r"seed \(--seed\) must be a whole number of at least 0, got -1"),
+    ({"retries": -1}, r"retries \(--retries\) must be a whole number of at least 0, got -1"),
     ({"safety_overrides": {"ramp_speed": 1e9}}, r"ramp_speed 1e\+09 rad/s is above what the servos move at \(max_speed, else velocity_limit: 4.8 rad/s\)"),
     ({"port": ""}, "--port is empty"),
     ({"safety_overrides": {"position_margin": 1.7}}, r"safety.position_margin 1.7 leaves j2 no range: its limits "
                                                      r"\[-1.7, 1.7\] are 3.4 rad apart"),  # (it had named no joint)
-], ids=["seed", "ramp", "port", "margin"])
+], ids=["seed", "retries", "ramp", "port", "margin"])
 def test_deploy_settings_that_would_misbehave_are_refused_before_connecting(run_dir, kwargs, says):
     """Each had connected and moved the robot first (a negative seed failed after torque on; a ramp faster
     than the servos jumped and parked short; an empty port used the config's instead)."""
