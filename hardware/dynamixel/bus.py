@@ -644,10 +644,14 @@ class DynamixelBus:
             late_ms, late_from = late or (None, None)
             raise CommTimeoutError(servo_id, self.port, self.baudrate, what, late_ms, late_from, self.timeout_ms,
                                    answered_before=servo_id in self._heard)
-        if result == sdk.COMM_RX_CORRUPT:
+        if result == sdk.COMM_RX_CORRUPT:  # (one that answered cleanly before rules out the baud rate and the port)
+            check = ("it answered cleanly earlier on this connection, so replies are being corrupted on the way: "
+                     "check the cable and its connectors (loose, noisy) and the servos' power supply"
+                     if servo_id in self._heard else
+                     "check the baud rate (the servos' and the robot config's), the wiring, and that the port is a "
+                     "Dynamixel bus")
             raise PacketError(servo_id, f"garbled reply (bad CRC or length) to {what}, {self.retries} retries, on "
-                                        f"{self.port} at {self.baudrate} baud: check the baud rate (the servos' and the "
-                                        "robot config's), the wiring, and that the port is a Dynamixel bus")
+                                        f"{self.port} at {self.baudrate} baud: {check}")
         if result == sdk.COMM_SUCCESS:
             raise PacketError(servo_id, f"failed to {what} after {self.retries} retries", error)
         raise PacketError(servo_id, f"failed to {what}: {self._packet.getTxRxResult(result)}")

@@ -15,7 +15,7 @@ from hardware.dynamixel import protocol as p
 from hardware.dynamixel.bus import DynamixelBus
 from hardware.dynamixel.calibration import Calibration, MotorCalibration
 from hardware.dynamixel.control_table import HW_OVERLOAD, TICKS_PER_RAD, WATCHDOG_TRIPPED
-from hardware.dynamixel.emulator import DynamixelEmulator
+from hardware.dynamixel.emulator import DynamixelEmulator, Faults
 from hardware.dynamixel.errors import (
     CommTimeoutError,
     HardwareAlertError,
@@ -270,14 +270,26 @@ def test_a_torque_off_that_no_servo_confirms_is_sent_to_every_servo_and_names_th
 
 
 def test_corrupt_replies_are_retried_then_a_packet_error(emulator, make_bus) -> None:
+    """A servo that answered cleanly earlier on the connection had been told to check the baud rate, which its clean
+    replies rule out (a wrong one garbles every reply): its garbled ones are said as corrupted on the way."""
     bus = make_bus(emulator, retries=2)
     emulator.faults.corrupt_next = 1
     bus.read(3, "Present_Temperature")
     assert bus.stats.crc_errors == 1 and bus.stats.retries == 1
     emulator.faults.corrupt_crc = 1.0
-    with pytest.raises(PacketError, match=r"servo 3: garbled reply .* on \S+ at \d+ baud: check the baud rate"):
+    with pytest.raises(PacketError, match=r"servo 3: garbled reply .* on \S+ at \d+ baud: it answered cleanly "
+                                          r"earlier on this connection, so replies are being corrupted on the way: "
+                                          r"check the cable and its connectors \(loose, noisy\) and the servos' power "
+                                          r"supply$"):
         bus.read(3, "Present_Temperature")
     assert bus.stats.crc_errors == 4
+
+
+def test_a_servo_whose_every_reply_comes_garbled_is_told_to_check_the_baud_rate(make_emulator, calibration) -> None:
+    bus = DynamixelBus(make_emulator(faults=Faults(corrupt_crc=1.0)).port, calibration, retries=1)
+    with pytest.raises(PacketError, match=r"servo 1: garbled reply .* on \S+ at \d+ baud: check the baud rate \(the "
+                                          r"servos' and the robot config's\), the wiring"):
+        bus.connect()
 
 
 def test_hardware_alert_names_the_servo_and_the_bits(emulator, make_bus) -> None:
