@@ -23,8 +23,9 @@ A reply that comes after its timeout would be read as the answer to the next
 request (the SDK matches replies by servo id only): after a timeout the line is
 drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when and
 whose: not as none, which sends a person to check power and ids; a stray byte is no reply; another servo's is an
-earlier request's, later than its own drain, and said so), and a reply holding another number of bytes than the
-request asked for counts as garbled (the SDK's readRx cuts a longer one to size). A reply later than the drain
+earlier request's, later than its own drain, and said so, but for a sync read's servo answering after the silent
+one: its own reply, come late after that silence, which is said), and a reply holding another number of bytes
+than the request asked for counts as garbled (the SDK's readRx cuts a longer one to size). A reply later than the drain
 after its own timeout cannot be told apart: it is taken for the answer to the next request of that servo and
 length (the protocol numbers no request), or, of another length, as a garbled one.
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
@@ -348,7 +349,7 @@ class DynamixelBus:
         with their Hardware_Error_Status: a robot parks the others rather than dropping the whole arm."""
         alerted: list[int] = []
         data = self._retry("read the joint state", lambda: self._sync_read_once(
-            self._sync_read, STATE_LENGTH, alerted if allow_alerts else None))
+            self._sync_read, STATE_LENGTH, alerted if allow_alerts else None), in_turn=True)
         raw = np.frombuffer(b"".join(data[i] for i in self._ids), dtype="<i4").reshape(-1, 2)
         self.stats.sync_reads += 1
         if allow_alerts:
@@ -436,7 +437,7 @@ class DynamixelBus:
         self._need_port()
         group = self._item_reads[name]
         alerted: list[int] = []  # (their replies are theirs: the alert bit only flags the servo)
-        data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size, alerted))
+        data = self._retry(f"read {name}", lambda: self._sync_read_once(group, item.size, alerted), in_turn=True)
         self.stats.sync_reads += 1
         return {i: item.from_bytes(data[i]) for i in self._ids}
 
@@ -601,8 +602,11 @@ class DynamixelBus:
         except LINE_LOST:
             self._close_port()
 
-    def _retry(self, what: str, attempt: Callable[[], _Attempt]) -> Any:
-        """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise.
+    def _retry(self, what: str, attempt: Callable[[], _Attempt], in_turn: bool = False) -> Any:
+        """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise. ``in_turn``: a sync read,
+        whose servos answer one after another: a status of one after the servo that gave none, seen in the drain,
+        is this request's own come late, not an earlier request's (said so, with a latency fix, of servo 4's where
+        servo 3 had fallen silent): the silent servo is said as one.
 
         No reply and garbled replies are retried; a status error other than the
         servo's own CRC error is not (repeating a refused write changes nothing).
@@ -642,6 +646,8 @@ class DynamixelBus:
                 time.sleep(self.backoff_s * (tries + 1))
         if result == sdk.COMM_RX_TIMEOUT:
             late_ms, late_from = late or (None, None)
+            if in_turn and servo_id in self._ids and late_from in self._ids[self._ids.index(servo_id) + 1:]:
+                late_ms = late_from = None
             raise CommTimeoutError(servo_id, self.port, self.baudrate, what, late_ms, late_from, self.timeout_ms,
                                    answered_before=servo_id in self._heard)
         if result == sdk.COMM_RX_CORRUPT:  # (one that answered cleanly before rules out the baud rate and the port)

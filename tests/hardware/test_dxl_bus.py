@@ -487,6 +487,37 @@ def test_another_servos_late_reply_seen_in_a_drain_is_not_said_as_the_servo_aske
     assert bus.read(2, "Torque_Enable") == 1
 
 
+def test_a_sync_reads_own_reply_late_after_a_silent_servo_is_no_earlier_requests(emulator, make_bus,
+                                                                                 monkeypatch) -> None:
+    """A sync read's servos answer in turn: where servo 3 gave no reply and servo 4's came past the timeout, the
+    drain saw servo 4's, and it was said as "an earlier request's reply come late", with a fix for a slow line, of
+    this request's own. Servo 3 is said as silent. (Servo 4's reply is held until the drain begins, and the drain
+    until it is on the line: nothing left to timing.)"""
+    bus = make_bus(emulator, retries=0)
+    drain_began, held_sent = threading.Event(), threading.Event()
+    real_drain, real_send = bus._drain, emulator._send
+
+    def drain():
+        drain_began.set()
+        assert held_sent.wait(10)
+        return real_drain()
+
+    def send(replies):  # (the emulator's thread) a sync read's: servo 3's lost, servo 4's late
+        if len(replies) != 4:
+            return real_send(replies)
+        real_send([reply for reply in replies if reply[1][4] in (1, 2)])
+        assert drain_began.wait(10)
+        real_send([reply for reply in replies if reply[1][4] == 4])
+        held_sent.set()
+
+    monkeypatch.setattr(bus, "_drain", drain)
+    monkeypatch.setattr(emulator, "_send", send)
+    with pytest.raises(CommTimeoutError, match=rf"^no reply from servo 3 to read the joint state on {emulator.port}, "
+                                               r"which answered earlier on this connection") as raised:
+        bus.read_state()
+    assert raised.value.late_ms is None and raised.value.late_from is None
+
+
 def test_a_joint_outside_its_limits_is_not_snapped_to_them_at_torque_on(emulator, calibration) -> None:
     """Torque on sends the present pose as the goal, clipped into the limits: the joint had been driven in at
     the motor's full speed (4 rad/s), not at a ramp's."""
