@@ -217,9 +217,10 @@ class Robot(VecEnv):
         self._qd = np.zeros_like(self.home)
         self._fresh_at = self._called_at = time.monotonic()  # (_called_at: when the loop's last call ended)
         self._calling = False  # a call of the loop's (step, reset) is under way: see _call
-        # Whether the state last handed to the loop (by step, start_at) came from a fresh read: an action
-        # decided on a stale one is held once nothing has been fresh for watchdog_s (see step)
-        self._handed_fresh = self._read_fresh = True  # (_read_fresh: whether the last _refresh read a state)
+        # When the reading last handed to the loop (by step, start_at) was taken, where the read that handed it
+        # failed (None: it was fresh): an action decided on it is held once it is watchdog_s old (see step)
+        self._handed_stale: float | None = None
+        self._read_fresh = True  # whether the last _refresh read a state
         # Why the last read gave no state, in words a park that reads nothing says (its notices, ParkUnfinished):
         # a driver's ``_read`` sets it where it knows (garbled replies are no silent bus), else SILENT
         self.read_failure = SILENT
@@ -312,7 +313,7 @@ class Robot(VecEnv):
                         add_to_message(err, f"closing the link then failed too ({type(closing).__name__}: {closing})")
                 raise
         self._fresh_at = self._called_at = time.monotonic()
-        self._handed_fresh = True
+        self._handed_stale = None
         self._closing.clear()
         self._park_cut.clear()
         self._watchdog = threading.Thread(target=self._watch, name="robot-watchdog", daemon=True)
@@ -513,7 +514,7 @@ class Robot(VecEnv):
         self._require_running()
         with self._call(), self._bus():
             self._move_to(np.asarray(pose, dtype=np.float64))
-            self._handed_fresh = self._read_fresh  # the ramp's last read: what the first decision sees
+            self._hand()  # the ramp's last read: what the first decision sees
         self._require_running()  # a fault found during the ramp (which it cut short)
         self._episode_step = 0
         self.ticker.restart()
@@ -533,8 +534,9 @@ class Robot(VecEnv):
             # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
             command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
                        if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
-            if not self._handed_fresh and time.monotonic() - self._fresh_at >= self.safety_cfg.watchdog_s:
-                # No fresh observation for watchdog_s, and the action was decided on a frozen state. Hold the last
+            if self._handed_stale is not None and time.monotonic() - self._handed_stale >= self.safety_cfg.watchdog_s:
+                # The action was decided on a frozen state, watchdog_s old (judged by the reading the loop was
+                # handed: one the watchdog's hold read since, unseen by the loop, had let it through). Hold the last
                 # goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule step
                 # after step, the arm moving blind until stop_after_s). An action decided on a fresh state is
                 # sent however long the decision took: the watchdog held meanwhile, and its stop_after_s stands
@@ -545,7 +547,7 @@ class Robot(VecEnv):
         self.ticker.wait()
         with self._bus():
             self._refresh()
-            self._handed_fresh = self._read_fresh
+            self._hand()
         self._require_running()
         self._episode_step += 1
         obs = self._observe(self._q, self._qd)
@@ -592,6 +594,10 @@ class Robot(VecEnv):
             raise self.fault
         if not self.connected:
             raise RobotError(f"{type(self).__name__} is not connected: use `with robot:` or robot.connect()")
+
+    def _hand(self) -> None:
+        """The state is handed to the loop now: where the read failed, when the reading it holds was taken."""
+        self._handed_stale = None if self._read_fresh else self._fresh_at
 
     def _refresh(self) -> None:
         """Read the state; a failed read keeps the last one (the watchdog judges staleness), and

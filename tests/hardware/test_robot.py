@@ -259,6 +259,32 @@ def test_a_decision_slow_once_on_a_fresh_observation_is_sent_not_held():
         assert "watchdog_hold" not in arm.step(torch.tensor([[0.0, 0.5]])).info["safety"]
 
 
+def test_an_action_decided_on_a_stale_reading_is_held_though_the_watchdog_read_again_meanwhile():
+    """The step's read failed, so the loop decided on a reading watchdog_s old or more; the watchdog's hold then
+    read a fresh state before the next step (on a bus losing 15 % of its replies, after nearly every failed read).
+    The step had judged the decision by that newer reading, never seen by the loop, and sent it: it is judged by
+    the reading the loop was handed, and held."""
+
+    class Unwatched(LagArm):
+        def _watch(self):  # (its hold's read, below, made by hand: no race with the thread)
+            pass
+
+    arm = Unwatched(stop_after_s=1.0)
+    arm.max_episode_steps = 1000
+    with arm:
+        arm.reset()
+        arm.step(torch.tensor([[0.0, 0.5]]))
+        arm.fail_reads_after = arm.reads  # the next step's read fails: the loop is handed the last reading again
+        arm.step(torch.tensor([[0.0, 0.5]]))
+        arm.fail_reads_after = None
+        time.sleep(arm.safety_cfg.watchdog_s * 1.5)  # (the loop decides on that reading meanwhile)
+        with arm._bus():  # the watchdog's hold reads the state: fresh, but not the one the loop decided on
+            arm._refresh()
+        step = arm.step(torch.tensor([[0.0, 0.7]]))
+        assert step.info["safety"] == ["watchdog_hold"]
+        np.testing.assert_allclose(step.info["sent_action"][0].numpy(), [0.0, 0.5], atol=1e-6)
+
+
 def test_a_stall_counts_as_one_watchdog_hold():
     with LagArm(stop_after_s=1.0) as arm:
         arm.reset()
