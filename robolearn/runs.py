@@ -515,10 +515,11 @@ def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
                               "or train a new run with it")
 
 
-def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:
+def check_pretraining_changes(run_dir: Path, cfg: TrainConfig, main: bool = True) -> None:
     """A resume past its pretraining phase reads no dataset and pretrains no more: a changed ``dataset`` or
-    ``agent.pretrain_*`` setting is said to change nothing (it had been listed among the changed settings as if
-    it took effect)."""
+    ``agent.pretrain_*`` setting is said (on rank 0, ``main``) to change nothing (it had been listed among the changed
+    settings as if it took effect). Another ``agent.pretrain_updates`` is refused, as a fine-tune's is: its online
+    lines' W&B steps start after that count, and config.yaml would record pretraining the run never did."""
     try:
         before = flat_keys(read_yaml(run_dir / "config.yaml"))
     except (OSError, ValueError):
@@ -526,7 +527,12 @@ def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:
     now = flat_keys(to_dict(cfg))
     moot = [key for key in sorted(set(before) | set(now)) if (key == "dataset" or key.startswith("agent.pretrain_"))
             and before.get(key) != now.get(key)]
-    if moot:
+    if "agent.pretrain_updates" in moot:
+        done = before.get("agent.pretrain_updates")
+        raise ConfigError(f"agent.pretrain_updates={now.get('agent.pretrain_updates')}: {run_dir} is past its "
+                          f"pretraining (agent.pretrain_updates={done}), which a resume does not go back to; resume "
+                          f"with agent.pretrain_updates={done} (or without the override), or pretrain a new run")
+    if moot and main:
         warnings.warn(f"{', '.join(moot)}: {run_dir} is past its pretraining, whose skills its checkpoint holds; the "
                       "resume reads no dataset and pretrains no more, so these change nothing (pretrain again in a "
                       "new run)", stacklevel=3)

@@ -583,6 +583,10 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     obs = {"policy": torch.randn(3, *checkpoint_obs_shape(result.run_dir))}
     torch.testing.assert_close(checkpoint.act(obs), exported.act(obs), atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: False)
+    # a count below the updates done had gone online past it, config.yaml then recording the count (a fine-tune's
+    # resume refuses it alike)
+    with pytest.raises(ConfigError, match=r"pretrain_updates=500: .* pretrained 1,000 updates.* does not undo"):
+        train(load_config(result.run_dir / "config.yaml", ["agent.pretrain_updates=500"]), resume=result.run_dir)
     resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 2000]
@@ -590,9 +594,14 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     assert resumed.trained["pretrain_updates"] == 2000 and resumed.trained["env_steps"] == 1000
     assert run_status(result.run_dir) == "done" and (result.run_dir / "eval.superseded.json").is_file()
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "none"))  # past pretraining, its dataset is not read
-    with pytest.warns(UserWarning, match=r"agent.pretrain_updates: .* is past its pretraining.* change nothing"):
+    # another count past the pretraining is refused (its online lines' W&B steps start after the count, and
+    # config.yaml had recorded 3000 never trained), as a fine-tune's; other pretraining settings change nothing
+    with pytest.raises(ConfigError, match=r"pretrain_updates=3000: .* past its pretraining \(agent.pretrain_updates="
+                                          r"2000\).* resume with agent.pretrain_updates=2000"):
+        train(load_config(result.run_dir / "config.yaml", ["agent.pretrain_updates=3000"]), resume=result.run_dir)
+    with pytest.warns(UserWarning, match=r"agent.pretrain_lr: .* is past its pretraining.* change nothing"):
         again = train(load_config(result.run_dir / "config.yaml", ["runner.total_steps=1600",
-                                                                   "agent.pretrain_updates=3000"]), resume=result.run_dir)
+                                                                   "agent.pretrain_lr=0.01"]), resume=result.run_dir)
     assert again.trained == {"env_steps": 2000, "pretrain_updates": 2000}
 
 
