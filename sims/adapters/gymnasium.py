@@ -27,6 +27,7 @@ from gymnasium.vector.utils import batch_space
 from robolearn.interfaces import UNSTABLE_LOG, Obs, Step
 from robolearn.interfaces import VecEnv as OurVecEnv
 from robolearn.plugins import import_module_of
+from sims import _for_caller
 from sims.adapters import group_space
 from sims.task import checked_action
 
@@ -267,11 +268,11 @@ def _probe_settings(env_id: str, factory: Callable[[], gymnasium.Env], make_kwar
         suspects = [name for name, value in make_kwargs.items() if name in defaults and (
             isinstance(defaults[name], numbers) != isinstance(value, numbers)
             or isinstance(defaults[name], bool) != isinstance(value, bool))] or list(make_kwargs)
-        said = ", ".join(f"env.kwargs.{name}={make_kwargs[name]!r}"
+        said = ", ".join(f"{_for_caller(f'env.kwargs.{name}')}={make_kwargs[name]!r}"  # (make_env's keyword)
                          + (f" (its default: {defaults[name]!r})" if name in defaults else "") for name in suspects)
         raise ValueError(f"gym:{env_id}: {said} failed in the env's first step, where Gymnasium said: "
                          f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-                         "(Gymnasium passes env.kwargs on unchecked: check their types)") from None
+                         "(Gymnasium passes an env's settings on unchecked: check their types)") from None
     finally:
         probe.close()
 

@@ -94,9 +94,15 @@ def test_gym_envs_that_cannot_train_here_are_one_line_errors(task, kwargs, messa
 
 
 def test_a_gym_setting_of_the_wrong_type_is_named_when_the_env_is_built():
-    """env.kwargs.g=abc reached Pendulum unchecked and ended the first rollout in a TypeError traceback."""
+    """env.kwargs.g=abc reached Pendulum unchecked and ended the first rollout in a TypeError traceback. It is
+    named as the caller gave it: a config's key where a config's env is built, make_env's keyword from Python."""
+    from robolearn.config import EnvConfig
+    from robolearn.registry import make_env as make_config_env
+
     with pytest.raises(ValueError, match=r"gym:Pendulum-v1: env.kwargs.g='abc' \(its default: 10.0\) failed in the "
                                          r"env's first step, where Gymnasium said: TypeError: unsupported operand"):
+        make_config_env(EnvConfig(task="gym:Pendulum-v1", num_envs=2, kwargs={"g": "abc"}))
+    with pytest.raises(ValueError, match=r"gym:Pendulum-v1: g='abc' \(its default: 10.0\) failed"):
         make_env("gym:Pendulum-v1", num_envs=2, g="abc")
     make_env("gym:Pendulum-v1", num_envs=2, g=9.81).close()  # a right one builds
 
