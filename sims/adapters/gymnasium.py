@@ -77,7 +77,11 @@ class GymVecEnv(OurVecEnv):
             except TypeError as err:  # a keyword the env does not take (env.kwargs)
                 raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
             if isinstance(env, str) and make_kwargs:
-                _probe_settings(env, factory, make_kwargs)
+                try:
+                    _probe_settings(env, factory, make_kwargs)
+                except ValueError:
+                    self.vec.close()  # (its envs had stayed open under a caller that goes on, a sweep's)
+                    raise
         if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
         obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space

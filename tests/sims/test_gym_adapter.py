@@ -107,6 +107,18 @@ def test_a_gym_setting_of_the_wrong_type_is_named_when_the_env_is_built():
     make_env("gym:Pendulum-v1", num_envs=2, g=9.81).close()  # a right one builds
 
 
+def test_a_gym_setting_refused_leaves_no_env_open(monkeypatch):
+    """The refusal of a setting of the wrong type had left the vector env's envs, built before the probe, open."""
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    opened, closed, init = [], [], PendulumEnv.__init__
+    monkeypatch.setattr(PendulumEnv, "__init__", lambda self, *a, **k: (opened.append(self), init(self, *a, **k))[1])
+    monkeypatch.setattr(PendulumEnv, "close", lambda self: closed.append(self))
+    with pytest.raises(ValueError, match="g='abc'"):
+        make_env("gym:Pendulum-v1", num_envs=2, g="abc")
+    assert len(opened) == 3 and set(map(id, closed)) == set(map(id, opened))  # (the spare one too)
+
+
 def test_a_dict_observation_space_is_told_to_be_flattened():
     """A goal env's Dict observation (continuous Boxes) had been told "our agents act in continuous spaces"."""
     import gymnasium
