@@ -1214,7 +1214,7 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
 
     if stop is not None and not callable(stop):  # (it had been called after the first iteration, a run folder made)
         raise TypeError(f"stop: a function of an iteration's metrics that returns True to end the run, e.g. "
-                        f"stop=lambda m: m['env_steps'] >= 100_000; got {type(stop).__name__} {stop!r:.60}")
+                        f"stop=lambda m: m.get('env_steps', 0) >= 100_000; got {type(stop).__name__} {stop!r:.60}")
     check_data_parallel(cfg, distributed.world_size(), f"{distributed.world_size()} ranks")
     if fresh_replay:
         check_fresh_replay(cfg, resume)
