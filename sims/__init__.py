@@ -145,8 +145,7 @@ def make_env(
     for key, value in buffers.items():  # every task takes them; the CPU backend sizes its buffers itself
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{_for_caller(f'env.kwargs.{key}')}: a positive whole number (per world), or null for "
-                             "MuJoCo Warp's "
-                             f"own estimate; got {value!r}")
+                             f"MuJoCo Warp's own estimate; got {value!r}")
         setattr(spec, key, value)
     env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, int(num_threads or 0) or None), seed=seed)
     if randomization:
@@ -373,8 +372,8 @@ _SAID: set[str] = set()  # notes said once per process (Python's own once-per-pl
 def _asked_from_python(stacklevel: int) -> bool:
     """Whether the device :func:`resolve_backend` resolves (a setting :func:`_for_caller` words) is an argument of
     one's own Python call of :func:`make_env` or :func:`resolve_backend` (so that advice names that argument, not the
-    config's ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads past our
-    packages' frames, and the last of them (the one the caller called) is one of those two."""
+    config's ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads
+    past our packages' frames, and the last of them (the one the caller called) is one of those two."""
     entry = sys._getframe(stacklevel - 1)  # (resolve_backend's own frame stacklevel - 2: here, one deeper)
     return entry.f_code.co_filename == __file__ and entry.f_code.co_name in ("make_env", "resolve_backend")
 

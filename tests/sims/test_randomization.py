@@ -115,7 +115,8 @@ def test_auto_widens_while_successful_and_not_otherwise():
 
 
 def test_bad_randomization_config_names_the_key():
-    with pytest.raises(ConfigError, match=r"^unknown key .randomization.mass_scal. \(did you mean .randomization.mass_sc"):
+    with pytest.raises(ConfigError,
+                       match=r"^unknown key .randomization.mass_scal. \(did you mean .randomization.mass_sc"):
         _env(mass_scal=[1, 2])
     with pytest.raises(ValueError, match="mass_scale"):
         Randomization(mass_scale=(2.0, 1.0))
