@@ -199,10 +199,17 @@ def set_aside_wandb(run_dir: Path) -> Path | None:
     """Moves ``run_dir``'s W&B sessions into ``wandb/copied/``: a copied run's are its original's, and their id
     (``_wandb_id``) would have the copy log into the original's W&B run. Set aside, neither the copy's next id nor
     `wandb sync RUN/wandb` (which reads the sessions at the top) finds them, so the copy starts a W&B run of its
-    own. The folder they went to, or None where there were none."""
+    own. The folder they went to, or None where there were none. A ``wandb`` folder that is a link out of the run
+    (to the original's, or one both share) is refused: set aside there, they would be the original's own files."""
     if not (sessions := wandb_sessions(run_dir)):
         return None
-    aside = Path(run_dir) / "wandb" / "copied"
+    folder = Path(run_dir) / "wandb"
+    if not folder.resolve().is_relative_to(Path(run_dir).resolve()):
+        raise ConfigError(f"{folder} is a link to {folder.resolve()}, W&B files the copy shares with its original: "
+                          "set aside there, they would be gone from the original too, and not set aside, the copy "
+                          "would log into the original's W&B run; make it a folder of the copy's own (a copy of the "
+                          "one it links to), then resume")
+    aside = folder / "copied"
     aside.mkdir(exist_ok=True)
     for session in sessions:
         session.parent.rename(aside / session.parent.name)

@@ -1123,6 +1123,25 @@ def test_a_copied_run_resumed_starts_a_wandb_run_of_its_own(tmp_path, capsys):
     assert list((copy / "wandb" / "copied").glob("*/*.wandb"))  # kept, one level down
 
 
+def test_a_copys_wandb_folder_linked_to_its_originals_is_not_set_aside(tmp_path):
+    """A copy whose wandb folder is a link (to its original's, copied as a link) had set aside, through it, the
+    original's own W&B files, whose next resume then started a W&B run anew."""
+    from robolearn.logger import set_aside_wandb, wandb_sessions
+
+    session = tmp_path / "original" / "wandb" / "offline-run-20260101_000000-abc" / "run-abc.wandb"
+    session.parent.mkdir(parents=True)
+    session.write_bytes(b"")
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "wandb").symlink_to(tmp_path / "original" / "wandb")
+    with pytest.raises(ConfigError, match=r"copy/wandb is a link to .*original/wandb.* make it a folder of the "):
+        set_aside_wandb(tmp_path / "copy")
+    assert wandb_sessions(tmp_path / "original") == [session]
+    (tmp_path / "copy" / "wandb").unlink()
+    shutil.copytree(tmp_path / "original" / "wandb", tmp_path / "copy" / "wandb")  # a folder of its own: set aside
+    assert set_aside_wandb(tmp_path / "copy") == tmp_path / "copy" / "wandb" / "copied"
+    assert not wandb_sessions(tmp_path / "copy") and wandb_sessions(tmp_path / "original") == [session]
+
+
 def test_a_resume_that_changes_a_starting_value_is_refused_as_changing_nothing(tmp_path):
     """SAC's agent.init_alpha on a resume had been listed among the changed settings (and recorded in config.yaml),
     while the temperature went on from the checkpoint's log_alpha: the override changed nothing."""
