@@ -263,7 +263,8 @@ def _quiet_onnx_export(controller: Controller, inputs: dict[str, torch.Tensor], 
     level = onnx_log.level  # put back after: the caller's torch.onnx messages had stayed silenced for good
     onnx_log.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), _HeldTorchStderr():
+        with contextlib.redirect_stdout(_ThreadsOwn(sys.stdout, io.StringIO())), warnings.catch_warnings(), \
+                _HeldTorchStderr():
             warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not the user's business
             program = torch.onnx.export(
                 controller,
@@ -283,18 +284,20 @@ class _HeldTorchStderr:
     """What torch writes to stderr while it exports (its prints, its loggers' records), held: given out as it was
     after an export that succeeds or fails otherwise, and dropped where torch.onnx fails, which the export refuses in
     a line of its own (torch.export had left 'Unable to find user code ...' and two dumps of the partial graph,
-    ``def forward(...)``, above it)."""
+    ``def forward(...)``, above it). Only the exporting thread's: another thread's output passes as it comes."""
 
     def __enter__(self) -> _HeldTorchStderr:
         self.records: list[tuple[logging.Handler, logging.LogRecord]] = []
         loggers = [logger for name, logger in list(logging.Logger.manager.loggerDict.items())
                    if name.split(".")[0] == "torch" and isinstance(logger, logging.Logger)]
-        self.holds = {handler: (lambda record, handler=handler: self.records.append((handler, record)))
-                      for logger in loggers for handler in logger.handlers}  # (a filter that returns None drops)
+        ours = threading.get_ident()  # another thread's records pass (a filter that returns None drops)
+        self.holds = {handler: (lambda record, handler=handler: record.thread != ours
+                                or self.records.append((handler, record)))
+                      for logger in loggers for handler in logger.handlers}
         for handler, hold in self.holds.items():
             handler.addFilter(hold)
         self.printed = io.StringIO()
-        self.redirect = contextlib.redirect_stderr(self.printed)
+        self.redirect = contextlib.redirect_stderr(_ThreadsOwn(sys.stderr, self.printed))
         self.redirect.__enter__()
         return self
 
@@ -307,6 +310,20 @@ class _HeldTorchStderr:
         sys.stderr.write(self.printed.getvalue())
         for handler, record in self.records:
             handler.handle(record)
+
+
+class _ThreadsOwn:
+    """``stream`` (sys.stdout, sys.stderr) while this thread exports: its writes go to ``held``, another thread's to
+    ``stream`` as before (a run training in another thread of the script had its lines dropped meanwhile)."""
+
+    def __init__(self, stream: Any, held: io.StringIO) -> None:  # (stream None: pythonw's, whose prints go nowhere)
+        self.stream, self.held, self.thread = stream or io.StringIO(), held, threading.get_ident()
+
+    def write(self, text: str) -> int:
+        return (self.held if threading.get_ident() == self.thread else self.stream).write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding...: the stream's
+        return getattr(self.stream, name)
 
 
 class ExportedController:

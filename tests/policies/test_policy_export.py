@@ -393,6 +393,44 @@ def test_a_refused_onnx_export_leaves_nothing_of_torchs_on_stderr_a_successful_o
             logger.removeHandler(kept)
 
 
+class Crowded(Latch):
+    """A refused export while another thread (a run training in a thread of the same script) prints and logs."""
+
+    def forward(self, x: torch.Tensor, held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        import logging
+        import sys
+        import threading
+
+        def other() -> None:
+            print("other: printed")
+            print("other: warned", file=sys.stderr)
+            logging.getLogger("torch.export").warning("other: logged")
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        return super().forward(x, held)
+
+
+def test_a_refused_onnx_export_drops_nothing_another_thread_writes(tmp_path, capfd) -> None:
+    """What the export held of stdout and stderr (dropped where it is refused) had been every thread's: another
+    thread's prints and torch log records written meanwhile were dropped with torch's."""
+    import logging
+
+    kept: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: kept.append(record.getMessage())
+    logging.getLogger("torch.export").addHandler(handler)
+    try:
+        capfd.readouterr()
+        with pytest.raises(ValueError, match=r"^Crowded: forward does not export to ONNX"):
+            export_controller(Crowded(), tmp_path / "crowded", formats=("onnx",))
+        out = capfd.readouterr()
+        assert "other: printed" in out.out and "other: warned" in out.err and "other: logged" in kept
+    finally:
+        logging.getLogger("torch.export").removeHandler(handler)
+
+
 def test_what_a_file_would_play_otherwise_is_refused_before_it_is_written(tmp_path) -> None:
     """Integer state exported, then onnxruntime refused it at the first step; an action act holds for several steps
     was played anew at each by the file; export formats () removed the folder's files and kept their json."""
