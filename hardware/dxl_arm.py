@@ -187,14 +187,6 @@ class DynamixelArm(Robot):
         holds torque there (sagged past it under load; an arm a killed run left holding) is no snap, and kept."""
 
     def _read(self) -> tuple[np.ndarray, np.ndarray] | None:
-        retries = self.bus.stats.retries
-        try:
-            return self._read_state()
-        finally:  # (a park counts the time of reads that needed retries against safety.park_blind_s)
-            self.read_retried = self.bus.stats.retries > retries
-
-    def _read_state(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """:meth:`_read`, its retries aside."""
         try:
             state = self.bus.read_state(allow_alerts=True)
         except CommTimeoutError as err:

@@ -68,8 +68,7 @@ class ParkSkipped(SafetyStop):
 
 class ParkUnfinished(SafetyStop):
     """The ramp to the safe pose was given up: nothing was read for ``safety.park_blind_s`` of it (a silent bus, or
-    replies all garbled: its message says which), or its failed reads, and those that got through only on a retry,
-    took that long altogether (a bus losing many replies).
+    replies all garbled: its message says which).
     Torque off was sent where the robot stood; its message says whether the servos confirmed it."""
 
 
@@ -98,9 +97,9 @@ class SafetyConfig:
     watchdog_s: float = 0.1  # stale observation or silent controller: hold after this long
     stop_after_s: float = 0.5  # ... and stop (ramp to the safe pose, torque off) after this long
     ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
-    park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus), or whose failed and retried
-    # reads take this long altogether (a bus that loses many replies), is given up: torque off where the robot stands;
-    # one budget for the whole park, the ramps it starts again after re-arming stopped servos included
+    park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus) is given up: torque off where
+    # the robot stands; counted since its last reading, across the ramps it starts again after re-arming stopped
+    # servos; a park whose reads get through now and then (a bus that loses replies) goes on, slower, to the pose
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:

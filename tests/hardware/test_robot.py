@@ -407,12 +407,11 @@ def test_a_park_says_a_silent_bus_not_one_failed_read(lost, said, capsys):
     assert ("parking the arm blind" in capsys.readouterr().err) is said
 
 
-def test_a_park_on_a_bus_that_loses_most_replies_is_given_up_once_its_failed_reads_take_park_blind_s():
-    """Every other read of the park failing, each after its retries' worth of waiting (a bus losing half its
-    replies): the blind limit never came (a read got through now and then), and a park of 1.6 s had taken 15-25 s
-    on the emulator (`--fault drop_reply=0.5`). It is given up once its failed reads have taken park_blind_s,
-    torque off where the arm stands, and says how many reads failed."""
-    from hardware.safety import ParkUnfinished
+def test_a_park_on_a_bus_that_loses_replies_but_answers_reaches_the_safe_pose():
+    """Every other read of the park failing, each after its retries' worth of waiting (a bus losing many replies,
+    which answers all the same): the time of its failed and retried reads, added up, had given the park up once it
+    reached park_blind_s, torque off short of the safe pose (at drop_reply=0.15 on the emulator, 10.8 s of a park of
+    2.8 s, 11 of its 110 reads failing). Its readings say where the arm is: it goes on, slower, to the safe pose."""
 
     class LosesHalfItsParkReads(LagArm):
         park_reads = 0
@@ -425,67 +424,40 @@ def test_a_park_on_a_bus_that_loses_most_replies_is_given_up_once_its_failed_rea
                     return None
             return super()._read()
 
-    # a park of ~0.5 s, given up at ~1 s, short of the safe pose
+    # a park of ~0.5 s, its failed reads ~3 s (six times park_blind_s), never 0.5 s in a row
     arm = LosesHalfItsParkReads(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)
-    with pytest.raises(ParkUnfinished, match=r"the park to the safe pose did not finish: it had taken \d+\.\d s of the "
-                                             r"0\.\d s it takes, (\d+) of its \d+ reads failing and 0 retried, "
-                                             r"\d\.\d s of it \(no reply; safety.park_blind_s = 0.5, also the most a "
-                                             r"park's failed and retried reads may take\)"):
-        with arm:
-            arm.reset()
-            for _ in range(5):
-                arm.step(torch.tensor([[0.6, -0.6]]))
-    assert arm.torque_log[-1] is False and not np.allclose(arm.writes[-1], SAFE)  # torque off short of the safe pose
-
-
-
-def test_a_park_whose_reads_get_through_only_on_retries_is_given_up_once_they_take_park_blind_s():
-    """Every read of the park answers, but only after the driver's retries (a bus losing a third of its replies: a
-    park of 1.1 s had taken 15 s on the emulator at drop_reply=0.3, no read failing after all its retries): such
-    reads' time counts against park_blind_s as failed ones' does, and the park is given up, torque off."""
-    from hardware.safety import ParkUnfinished
-
-    class RetriesEveryParkRead(LagArm):
-        def _read(self):
-            if self.parking:
-                time.sleep(0.05)  # the timeouts of the retries before the reply that came
-                self.read_retried = True
-            return super()._read()
-
-    arm = RetriesEveryParkRead(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)  # 20 waypoints of hold alone
-    with pytest.raises(ParkUnfinished, match=r"0 of its \d+ reads failing and \d+ retried, \d+\.\d s of it \(replies "
-                                             r"asked for again;"):
-        with arm:
-            arm.reset()
+    with arm:
+        arm.reset()
+        for _ in range(5):
             arm.step(torch.tensor([[0.6, -0.6]]))
-    assert arm.torque_log[-1] is False
+    assert arm.park_reads > 50 and np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False
 
 
-def test_a_park_restarted_by_re_arms_has_one_park_blind_s_budget_not_one_per_ramp():
-    """A re-arm starts the park's ramp again from where the servos stand: each ramp had a fresh park_blind_s, so a
-    park whose retried reads took 0.3 s of every ramp, 0.5 s allowed, went on over three ramps (about 4 x
-    park_blind_s at worst). The budget is the whole park's: given up in its second ramp, torque off."""
+def test_a_park_blind_across_its_re_armed_ramps_is_given_up_at_park_blind_s_not_once_per_ramp():
+    """A re-arm starts the park's ramp again from where the servos stand: a fresh count for each ramp would let a
+    park on a silent bus go on blind for park_blind_s per ramp (about 4 x at worst). Its time unread goes on across
+    its ramps: given up in its second ramp, torque off."""
     from hardware.safety import ParkUnfinished
 
-    class RetriedAndReArmed(LagArm):
+    class SilentAndReArmed(LagArm):
         park_reads = 0
 
         def _read(self):
             if self.parking:
                 self.park_reads += 1
-                if self.park_reads <= 15:  # the first 15 reads of the park retried, 0.05 s each
-                    time.sleep(0.05)
-                    self.read_retried = True
                 if self.park_reads in (6, 12):  # servos re-armed where they stood: the ramp starts again
                     self.rearms += 1
+                time.sleep(0.05)  # every read of the park failing, 0.05 s each
+                return None
             return super()._read()
 
-    arm = RetriedAndReArmed(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)
-    with pytest.raises(ParkUnfinished, match=r"0 of its \d+ reads failing and \d+ retried"):
+    arm = SilentAndReArmed(park_blind_s=0.5, stop_after_s=0.5, ramp_speed=1.0)
+    with pytest.raises(ParkUnfinished, match=r"nothing was read for \d\.\d s of it \(a silent bus; "
+                                             r"safety\.park_blind_s = 0\.5\)"):
         with arm:
             arm.reset()
             arm.step(torch.tensor([[0.6, -0.6]]))
-    assert arm.park_reads < 12 and arm.torque_log[-1] is False  # (given up in the second ramp)
+    assert 6 < arm.park_reads < 12 and arm.torque_log[-1] is False  # (given up in the second ramp)
 
 
 def test_a_park_on_a_healthy_bus_slower_than_the_control_rate_is_not_given_up():
@@ -950,7 +922,7 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
     now, said = [100.0], []
     monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(robot_module, "_say", said.append)
-    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0, planned_s=2.0)
+    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0)
     now[0] = 104.0
     park.waypoint(99.0)  # blind since 99, the park since 100: 4 s of it
     assert said == ["no reading for 5.0 s (a silent bus): parking the arm blind, about 36 s left of about 40 s, "
@@ -965,12 +937,12 @@ def test_a_blind_park_counts_its_own_time_unread_and_says_when_it_is_given_up(mo
                                              r"safety\.park_blind_s = 10\)"):
         park.check(99.0)
     now[0] = 100.0
-    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0, planned_s=2.0)
+    park = _BlindPark(waypoints=10, silent_s=0.5, limit_s=10.0)
     now[0] = 111.0
     park.waypoint(None)  # a waypoint that read: nothing said
     park.check(101.5)  # a reading during the park: 9.5 s since
     assert len(said) == 2
-    park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0, planned_s=2.0)  # it ends before its give-up
+    park = _BlindPark(waypoints=2, silent_s=0.5, limit_s=10.0)  # it ends before its give-up
     now[0] = 112.0
     park.waypoint(111.0)
     assert said[-1] == ("no reading for 1.0 s (a silent bus): parking the arm blind, about 1 s left of about 2 s; a "
@@ -1112,10 +1084,10 @@ def test_a_third_stop_before_the_close_is_not_said_again(capsys):
     assert capsys.readouterr().err.count("SIGINT: a second stop: no park to the safe pose") == 1
 
 
-def test_a_park_that_reads_now_and_then_is_given_up_once_its_failed_reads_take_park_blind_s(monkeypatch):
-    """Reads got through now and then, so the blind limit never came; the park is given up once its failed reads
-    have taken park_blind_s altogether, saying how many of its reads failed and why. Its reads that answer, however
-    slow, do not count."""
+def test_a_park_that_reads_now_and_then_goes_on_and_is_given_up_only_for_park_blind_s_unread(monkeypatch):
+    """Three reads in four failing, for 40 s of a park of 1.6 s: the failed reads' time, added up, had given it up
+    at park_blind_s (10 s), though a reading came every 2 s. Only time without a reading counts: given up once
+    nothing has been read for park_blind_s, saying why the last read failed."""
     import hardware.robot as robot_module
     from hardware.robot import _BlindPark
     from hardware.safety import ParkUnfinished
@@ -1123,25 +1095,18 @@ def test_a_park_that_reads_now_and_then_is_given_up_once_its_failed_reads_take_p
     now = [100.0]
     monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(robot_module, "_say", lambda line: None)
-    park = _BlindPark(waypoints=80, silent_s=0.5, limit_s=10.0, planned_s=1.6)
-    for step in range(25):  # three reads in four fail, each after 0.5 s of retries; a read each 2 s gets through
+    park, fresh_at = _BlindPark(waypoints=80, silent_s=0.5, limit_s=10.0), 100.0
+    for step in range(80):  # each read after 0.5 s of retries; one in four gets through
         now[0] += 0.5
-        park.waypoint(None if step % 4 == 3 else now[0] - 0.5, "garbled replies")
-    park.check(fresh_at=now[0] - 0.5)  # 12.5 s of the park, 9.5 of it failed reads
-    now[0] += 30.0  # a read that answers after 30 s, at once: not counted
-    park.waypoint(None)
-    park.check(fresh_at=now[0])
-    now[0] += 0.25
-    park.waypoint(None, retried=True)  # a read that got through on a retry: counted
-    now[0] += 0.25
-    park.waypoint(now[0] - 0.25, "garbled replies")
-    with pytest.raises(ParkUnfinished, match=r"it had taken 43\.0 s of the 1\.6 s it takes, 20 of its 28 reads "
-                                             r"failing and 1 retried, 10\.0 s of it \(garbled replies; "
-                                             r"safety\.park_blind_s = 10, also the most a park's failed and retried "
-                                             r"reads may take\), so it was given up short of the "
-                                             r"safe pose"):
-        park.check(fresh_at=now[0] - 0.5)
-
+        fresh_at = now[0] if step % 4 == 3 else fresh_at
+        park.waypoint(None if fresh_at == now[0] else fresh_at, "garbled replies")
+        park.check(fresh_at, "garbled replies")  # 40 s of the park, 30 of them failed reads: goes on
+    now[0] += 9.9
+    park.check(fresh_at, "garbled replies")
+    now[0] += 0.1
+    with pytest.raises(ParkUnfinished, match=r"nothing was read for 10\.0 s of it \(garbled replies; "
+                                             r"safety\.park_blind_s = 10\), so it was given up short of the safe pose"):
+        park.check(fresh_at, "garbled replies")
 
 
 def test_a_step_waiting_for_the_bus_is_no_silent_controller():
