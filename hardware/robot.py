@@ -76,6 +76,7 @@ from robolearn.runtime import STOP_SIGNALS, Ticker, as_ctrl_c, hung_up
 
 MAX_PARK_RESTARTS = 3  # a park starts again from where re-armed servos stand at most this often
 PARK_NOTICE_S = 3.0  # s: how often a park that reads nothing (a silent bus) says how it goes
+LOSSY_S = 10.0  # s: a bus that answered again after a failed read this recently loses replies (Robot._failure_said)
 
 
 UNCONFIRMED = "the torque-off was not confirmed"
@@ -207,6 +208,8 @@ class Robot(VecEnv):
         # Why the last read gave no state, in words a park that reads nothing says (its notices, ParkUnfinished):
         # a driver's ``_read`` sets it where it knows (garbled replies are no silent bus), else SILENT
         self.read_failure = SILENT
+        self._failed_reads = 0  # reads in a row that gave no state
+        self._answered_again_at = -math.inf  # when a read last gave a state after a failed one (_failure_said)
         self._episode_step = 0
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
@@ -589,6 +592,9 @@ class Robot(VecEnv):
         if state is not None:
             self._q, self._qd = state
             self._fresh_at = time.monotonic()
+            if self._failed_reads:
+                self._answered_again_at = self._fresh_at
+        self._failed_reads = 0 if self._read_fresh else self._failed_reads + 1
 
     def _checked(self, state: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray] | None:
         """``_read``'s state as float arrays of one value per joint; a reading with NaN or inf (an encoder or
@@ -637,7 +643,7 @@ class Robot(VecEnv):
             if self.fault is not None and not parking:  # the run stops: no ramp to a start it will not use
                 return
             if parking:  # blind for park_blind_s of it (a silent bus): given up here, torque off (_stop)
-                blind.check(self._fresh_at, self.read_failure)
+                blind.check(self._fresh_at, self._failure_said())
             if not parking and time.monotonic() - self._fresh_at >= self.safety_cfg.stop_after_s:
                 # blind for stop_after_s (a silent bus): the watchdog, locked out while a ramp holds the bus, stops
                 # the run (a frozen emulator's reset ramp had gone on blind for 18 s, each read timing out); its
@@ -652,7 +658,7 @@ class Robot(VecEnv):
             self._refresh()
             if parking and not self._park_cut.is_set():  # a park goes on blind (other ramps end after stop_after_s
                 # of it, above): said as it goes, but not once a second stop came in the read (cut at the loop's top)
-                blind.waypoint(None if self._read_fresh else self._fresh_at, self.read_failure)
+                blind.waypoint(None if self._read_fresh else self._fresh_at, self._failure_said())
         if self.rearms != rearms:  # re-armed in the last tick's read: short of the pose
             return self._move_to(pose, parking, restarts + 1, blind) if parking else None
         self.safety.start(self.safety.ramp(self._q, pose, self.control_dt)[-1])
@@ -718,8 +724,19 @@ class Robot(VecEnv):
         blind, idle = blind_s >= limit, idle_s >= limit
         what = ("fresh observation or controller call" if blind and idle else "controller call" if idle else
                 "fresh observation")
-        why = f"{self.read_failure}; " if blind else ""
+        why = f"{self._failure_said()}; " if blind else ""
         return f"no {what} for {max(blind_s, idle_s):.2f} s ({why}safety.stop_after_s = {limit:g})"
+
+    def _failure_said(self) -> str:
+        """Why the reads give no state (:attr:`read_failure`), as the watchdog's stop and a park's notices say it;
+        no reply (:data:`SILENT`) on a bus that answered again after a failed read within ``LOSSY_S`` is said as
+        replies lost: a few reads in a row failing on a bus losing 15 % of its replies had stopped the run on "a
+        silent bus", sending a person to a bus that answers."""
+        ago = time.monotonic() - self._answered_again_at
+        if self.read_failure != SILENT or ago >= LOSSY_S:
+            return self.read_failure
+        return (f"replies lost: none to the last {self._failed_reads} reads; {ago:.1f} s before, one came after a "
+                "failed read")
 
     def _watch(self) -> None:
         """Hold on stale observations or a silent controller; stop when it lasts."""

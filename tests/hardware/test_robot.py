@@ -212,6 +212,27 @@ def test_the_watchdogs_stop_names_what_went_quiet():
             arm.step(torch.tensor([[0.0, 0.0]]))
 
 
+def test_the_watchdogs_stop_on_a_bus_that_answered_after_a_failed_read_says_replies_lost_not_a_silent_bus():
+    """A few reads in a row failing on a bus that loses 15 % of its replies stopped the run on "(a silent bus; ...)",
+    though a read had got through after a failed one moments before: such a stop says replies are being lost."""
+
+    class LosesReplies(LagArm):
+        def _read(self):
+            if self.reads + 1 == 12 or self.reads + 1 >= 20 and not self.parking:  # one lost, then a run of them
+                self.reads += 1
+                return None
+            return super()._read()
+
+    arm = LosesReplies()
+    with arm:
+        arm.reset()
+        with pytest.raises(WatchdogStop, match=r"^no fresh observation for \d\.\d\d s \(replies lost: none to the "
+                                               r"last \d+ reads; 0\.\d s before, one came after a failed read; "
+                                               r"safety.stop_after_s = 0.2\): parked"):
+            for _ in range(200):
+                arm.step(torch.tensor([[0.0, 0.0]]))
+
+
 def test_stale_observations_hold_the_last_goal_while_the_loop_goes_on():
     """Reads fail but the loop keeps calling step: its actions, decided on a frozen observation, are not sent
     once no observation has been fresh for watchdog_s (the watchdog thread's own hold re-sent the loop's newest
