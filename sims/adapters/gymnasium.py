@@ -76,12 +76,18 @@ class GymVecEnv(OurVecEnv):
                 raise ValueError(f"gym:{env}: {err}") from None
             except TypeError as err:  # a keyword the env does not take (env.kwargs)
                 raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
+        self.device = torch.device(device)
+        try:
             if isinstance(env, str) and make_kwargs:
-                try:
-                    _probe_settings(env, factory, make_kwargs)
-                except ValueError:
-                    self.vec.close()  # (its envs had stayed open under a caller that goes on, a sweep's)
-                    raise
+                _probe_settings(env, factory, make_kwargs)
+            self._take(max_episode_steps, seed)
+        except Exception:  # a refusal closes the envs built here (they had stayed open under a caller that goes
+            if not isinstance(env, VectorEnv):  # on, a sweep's); a ready VectorEnv is the caller's to close
+                self.vec.close()
+            raise
+
+    def _take(self, max_episode_steps: int | None, seed: int | None) -> None:
+        """Checks ``self.vec``'s spaces and time limit, and takes its specs (a refusal leaves it to close)."""
         if self.vec.metadata.get("autoreset_mode") != AutoresetMode.SAME_STEP:
             raise ValueError("the VectorEnv must use autoreset_mode=AutoresetMode.SAME_STEP to report final observations")
         obs_space, action_space = self.vec.single_observation_space, self.vec.single_action_space
@@ -99,7 +105,6 @@ class GymVecEnv(OurVecEnv):
                              "whole numbers); wrap the env so that it takes float actions")
 
         self.num_envs = self.vec.num_envs
-        self.device = torch.device(device)
         self.control_dt = _control_dt(self.vec)
         spec = _attr(self.vec, "spec", None)
         limit = max_episode_steps or (spec.max_episode_steps if spec is not None else None)

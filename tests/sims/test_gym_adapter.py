@@ -119,6 +119,25 @@ def test_a_gym_setting_refused_leaves_no_env_open(monkeypatch):
     assert len(opened) == 3 and set(map(id, closed)) == set(map(id, opened))  # (the spare one too)
 
 
+@pytest.mark.parametrize("space, limit, said", [
+    ("dict", 10, "the observation space is a Dict"), ("discrete", 10, "discrete space"),
+    ("box", None, "no time limit")])
+def test_every_refusal_of_a_gym_env_closes_its_envs(space, limit, said):
+    """The refusals of the env's spaces and time limit had left the vector env built for them open."""
+    closed = []
+
+    class Refused(gymnasium.Env):
+        observation_space = {"dict": spaces.Dict({"a": spaces.Box(-1, 1, (3,))})}.get(space, spaces.Box(-1, 1, (3,)))
+        action_space = spaces.Box(-1, 1, (2,), dtype=np.int64 if space == "discrete" else np.float32)
+
+        def close(self) -> None:
+            closed.append(self)
+
+    with pytest.raises(ValueError, match=said):
+        GymVecEnv(Refused, 2, max_episode_steps=limit)
+    assert len(closed) == 2
+
+
 def test_a_dict_observation_space_is_told_to_be_flattened():
     """A goal env's Dict observation (continuous Boxes) had been told "our agents act in continuous spaces"."""
     import gymnasium
