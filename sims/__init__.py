@@ -115,11 +115,10 @@ def make_env(
     if not isinstance(task, str):
         raise ValueError(f"task: a name ({names}); got {type(task).__name__} {task!r:.60}")
     if delay:
-        from robolearn.config import build_dataclass
         from sims.delay import Delay, DelayedEnv
 
         inner = make_env(task, num_envs, device, num_threads, seed, randomization, backend=backend, **task_kwargs)
-        return DelayedEnv(inner, build_dataclass(Delay, delay, _for_caller("env.delay.")), seed=seed)
+        return _wrapped(inner, DelayedEnv, Delay, delay, "env.delay", seed)
     if task.startswith(GYM_PREFIX):
         from sims.adapters.gymnasium import GymVecEnv
 
@@ -149,12 +148,28 @@ def make_env(
         setattr(spec, key, value)
     env = TaskEnv(spec, make_backend(backend, spec, num_envs, device, int(num_threads or 0) or None), seed=seed)
     if randomization:
-        from robolearn.config import build_dataclass
         from sims.randomization import Randomization, RandomizedEnv
 
-        settings = build_dataclass(Randomization, randomization, _for_caller("env.randomization."))
-        env = RandomizedEnv(env, settings, seed=seed)
+        env = _wrapped(env, RandomizedEnv, Randomization, randomization, "env.randomization", seed)
     return env
+
+
+def _wrapped(env: VecEnv, wrapper: Callable[..., VecEnv], settings: type, given: dict[str, Any], key: str,
+             seed: int | None) -> VecEnv:
+    """``env`` in ``wrapper`` (the env of ``randomization=`` or ``delay=``, config key ``key``) with ``given`` as
+    ``settings``. Their checks (Randomization's, Delay's, the wrappers') word a refusal for a config
+    (``env.delay.obs_delay_steps``); it names the setting as the caller did (:func:`_for_caller`:
+    ``delay.obs_delay_steps`` from one's own :func:`make_env` call)."""
+    from robolearn.config import build_dataclass
+
+    try:
+        return wrapper(env, build_dataclass(settings, given, f"{key}."), seed=seed)
+    except ValueError as err:
+        said = str(err)
+        for config_key in ("env.randomization", "env.delay"):  # (a delay's refusal names both where they add up)
+            said = said.replace(config_key, _for_caller(config_key))
+        err.args = (said, *err.args[1:])
+        raise
 
 
 def _path_refusal(task: os.PathLike, names: str) -> str:

@@ -319,6 +319,14 @@ def test_a_reach_that_can_never_succeed_or_a_negative_noise_is_refused_by_name(t
      "'randomization.mass_scale'?)", "unknown key 'env.randomization.mass_scal' (did you mean "
      "'env.randomization.mass_scale'?)"),
     ({"delay": {"action": 1}}, "unknown key 'delay.action'; allowed", "unknown key 'env.delay.action'; allowed"),
+    # the checks of the settings' ranges, and of the env they wrap (these had said env.randomization and env.delay)
+    ({"randomization": {"mass_scale": [2.0, 1.0]}}, "randomization.mass_scale: scales multiply",
+     "env.randomization.mass_scale: scales multiply"),
+    ({"delay": {"obs_delay_steps": -1}}, "delay.obs_delay_steps must be >= 0", "env.delay.obs_delay_steps must be"),
+    ({"randomization": {"torso_com_m": [-0.1, 0.1]}}, "randomization.torso_com_m: the task's model has no "
+     "floating-base body", "env.randomization.torso_com_m: the task's model has no floating-base body"),
+    ({"delay": {"obs_delay_steps": 5000}}, "delay.obs_delay_steps: a delay of 5000 control steps is not shorter",
+     "env.delay.obs_delay_steps: a delay of 5000 control steps is not shorter"),
 ])
 def test_a_wrong_setting_is_named_as_the_caller_gave_it(settings, from_python, from_a_config) -> None:
     """sims.make_env(..., max_episode_step=5) had been told of env.kwargs.max_episode_step, the config's key."""
