@@ -195,13 +195,16 @@ def _wandb_id(run_dir: Path) -> str:
     return f"{name}-{os.urandom(4).hex()}"
 
 
-def set_aside_wandb(run_dir: Path) -> Path | None:
-    """Moves ``run_dir``'s W&B sessions into ``wandb/copied/``: a copied run's are its original's, and their id
-    (``_wandb_id``) would have the copy log into the original's W&B run. Set aside, neither the copy's next id nor
-    `wandb sync RUN/wandb` (which reads the sessions at the top) finds them, so the copy starts a W&B run of its
-    own. The folder they went to, or None where there were none. A ``wandb`` folder that is a link out of the run
-    (to the original's, or one both share) is refused: set aside there, they would be the original's own files."""
-    if not (sessions := wandb_sessions(run_dir)):
+def set_aside_wandb(run_dir: Path, original: Path) -> Path | None:
+    """Moves the W&B sessions that the copied run ``run_dir`` holds of its ``original``'s W&B run into
+    ``wandb/copied/``: their id (``_wandb_id``) would have the copy log into the original's W&B run. Set aside,
+    neither the copy's next id nor `wandb sync RUN/wandb` (which reads the sessions at the top) finds them, so the
+    copy starts a W&B run of its own. Its own sessions stay (a resume of the copy that failed before saving leaves
+    it a copy, whose next resume had set its own W&B run aside as the original's). The folder they went to, or None
+    where there were none. A ``wandb`` folder that is a link out of the run (to the original's, or one both share)
+    is refused: set aside there, they would be the original's own files."""
+    originals = {session.stem for session in wandb_sessions(original)}  # (run-<W&B id>)
+    if not (sessions := [session for session in wandb_sessions(run_dir) if session.stem in originals]):
         return None
     folder = Path(run_dir) / "wandb"
     if not folder.resolve().is_relative_to(Path(run_dir).resolve()):

@@ -1236,7 +1236,7 @@ def _train(cfg: TrainConfig, resume: Path | None, stop: Callable[[dict[str, floa
             lock = lock or (RunLock(runner.run_dir) if distributed.is_main() else None)
             if resume is not None and distributed.is_main() and (original := copied_from(runner.run_dir)):
                 runner.progress.run_id = new_run_id()  # (rank 0's progress is the one saved and exported)
-                aside = set_aside_wandb(runner.run_dir)
+                aside = set_aside_wandb(runner.run_dir, original)
                 print(f"{runner.run_dir} is a copy of {original}, which still holds the run: it takes a run id of its "
                       "own, so that the two runs' exports are told apart"
                       + (f", and a W&B run of its own (the original's W&B files copied with it are in {aside})"

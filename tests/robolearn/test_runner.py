@@ -1123,6 +1123,33 @@ def test_a_copied_run_resumed_starts_a_wandb_run_of_its_own(tmp_path, capsys):
     assert list((copy / "wandb" / "copied").glob("*/*.wandb"))  # kept, one level down
 
 
+def test_a_copy_resumed_again_after_a_failed_resume_keeps_its_own_wandb_run(tmp_path, capsys, monkeypatch):
+    """A copy's first resume that failed before saving left it a copy, whose next resume set that attempt's own W&B
+    session aside as the original's, in wandb/copied/, and started another W&B run: only the original's go there."""
+    from robolearn.logger import wandb_sessions
+
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]", "logging.wandb=offline")
+    original = train(cfg).run_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    def fail(*_) -> None:
+        raise RuntimeError("a failure before any save")
+
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="a failure before any save"):
+        patch.setattr(runner_module, "check_finite", fail)  # (the first observation's check: W&B has started)
+        train(resume=copy, overrides=["runner.total_steps=512"])
+    own = wandb_sessions(copy)
+    assert len(own) == 1 and own[0].stem not in {session.stem for session in wandb_sessions(original)}
+    capsys.readouterr()
+    train(resume=copy, overrides=["runner.total_steps=512"])
+    said = capsys.readouterr().out
+    assert f"{copy} is a copy of {original}" in said and "W&B files copied with it" not in said
+    assert {session.stem for session in wandb_sessions(copy)} == {own[0].stem}  # its own W&B run, resumed
+    assert [path.stem for path in (copy / "wandb" / "copied").glob("*/*.wandb")] == \
+        [session.stem for session in wandb_sessions(original)]  # the original's alone
+
+
 def test_a_copys_wandb_folder_linked_to_its_originals_is_not_set_aside(tmp_path):
     """A copy whose wandb folder is a link (to its original's, copied as a link) had set aside, through it, the
     original's own W&B files, whose next resume then started a W&B run anew."""
@@ -1134,11 +1161,11 @@ def test_a_copys_wandb_folder_linked_to_its_originals_is_not_set_aside(tmp_path)
     (tmp_path / "copy").mkdir()
     (tmp_path / "copy" / "wandb").symlink_to(tmp_path / "original" / "wandb")
     with pytest.raises(ConfigError, match=r"copy/wandb is a link to .*original/wandb.* make it a folder of the "):
-        set_aside_wandb(tmp_path / "copy")
+        set_aside_wandb(tmp_path / "copy", tmp_path / "original")
     assert wandb_sessions(tmp_path / "original") == [session]
     (tmp_path / "copy" / "wandb").unlink()
     shutil.copytree(tmp_path / "original" / "wandb", tmp_path / "copy" / "wandb")  # a folder of its own: set aside
-    assert set_aside_wandb(tmp_path / "copy") == tmp_path / "copy" / "wandb" / "copied"
+    assert set_aside_wandb(tmp_path / "copy", tmp_path / "original") == tmp_path / "copy" / "wandb" / "copied"
     assert not wandb_sessions(tmp_path / "copy") and wandb_sessions(tmp_path / "original") == [session]
 
 
