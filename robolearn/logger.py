@@ -203,8 +203,7 @@ def set_aside_wandb(run_dir: Path, original: Path) -> Path | None:
     it a copy, whose next resume had set its own W&B run aside as the original's). The folder they went to, or None
     where there were none. A ``wandb`` folder that is a link out of the run (to the original's, or one both share)
     is refused: set aside there, they would be the original's own files."""
-    originals = {session.stem for session in wandb_sessions(original)}  # (run-<W&B id>)
-    if not (sessions := [session for session in wandb_sessions(run_dir) if session.stem in originals]):
+    if not (sessions := originals_wandb(run_dir, original)):
         return None
     folder = Path(run_dir) / "wandb"
     if not folder.resolve().is_relative_to(Path(run_dir).resolve()):
@@ -217,6 +216,13 @@ def set_aside_wandb(run_dir: Path, original: Path) -> Path | None:
     for session in sessions:
         session.parent.rename(aside / session.parent.name)
     return aside
+
+
+def originals_wandb(run_dir: Path, original: Path | None) -> list[Path]:
+    """The W&B sessions of ``run_dir``, a copy of ``original`` (None: not a copy), that are of the original's W&B
+    run (its id, ``run-<id>``): copied with the folder, not the copy's own."""
+    ids = {session.stem for session in wandb_sessions(original)} if original else set()
+    return [session for session in wandb_sessions(run_dir) if session.stem in ids]
 
 
 def wandb_sessions(run_dir: Path) -> list[Path]:

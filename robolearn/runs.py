@@ -46,7 +46,7 @@ from robolearn.config import (ConfigError, EnvConfig, LoggingConfig, TrainConfig
 from robolearn.export import FORMATS, ExportedController, export_controller, task_meta
 from robolearn.interfaces import Agent, Controller, VecEnv
 from robolearn.listing import few
-from robolearn.logger import read_metrics, wandb_sessions
+from robolearn.logger import originals_wandb, read_metrics, wandb_sessions
 from robolearn.recording import unique_directory
 from robolearn.registry import at_trained_width, make_agent, make_env, resolve_backend
 from robolearn.run_lock import holder
@@ -499,8 +499,10 @@ def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
     """A resume logs on in its run's W&B run (the id its first session took: ``robolearn.logger._wandb_id``), under
     that run's project and group. Another ``logging.project`` had started a W&B run of that id in the other project
     (`wandb sync` splitting the run's history over two projects); another group would refile the run, or part of
-    it. Refused, before anything is built, once the run has logged to W&B (not a run trained with it disabled)."""
-    if not wandb_sessions(run_dir):
+    it. Refused, before anything is built, once the run has logged to W&B (not a run trained with it disabled).
+    A copy whose W&B sessions are its original's alone may change them: it sets those aside and starts a W&B run of
+    its own (:func:`robolearn.logger.set_aside_wandb`)."""
+    if not (sessions := wandb_sessions(run_dir)):
         return
     try:
         trained = read_yaml(run_dir / "config.yaml").get("logging") or {}
@@ -508,7 +510,7 @@ def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
         return  # the resume says what is wrong with its config
     for key in WANDB_IDENTITY:
         before, now = trained.get(key, getattr(LoggingConfig(), key)), getattr(cfg.logging, key)
-        if before != now:
+        if before != now and len(originals_wandb(run_dir, copied_from(run_dir))) < len(sessions):
             filed = f"{key} {before!r}" if before else f"no {key}"
             raise ConfigError(f"logging.{key}: {run_dir} logs to W&B with {filed} ({run_dir / 'wandb'}); a resume "
                               f"goes on in that W&B run, so it keeps its {key}, not {now!r}: drop logging.{key}=, "

@@ -1565,6 +1565,22 @@ def test_a_resume_that_would_move_its_w_and_b_run_is_refused(tmp_path, override)
         robolearn.train(resume=run, overrides=[override])
 
 
+def test_a_copy_may_file_its_own_wandb_run_under_another_project(tmp_path, capsys):
+    """A copied run resumed with another logging.project had been refused as moving its W&B run, though the W&B
+    files it held were its original's, which it sets aside to start a W&B run of its own; once it has one, that one
+    keeps its project."""
+    cfg = tiny(tmp_path, "ppo", "runner.total_steps=256", "runner.eval_episodes=0", "agent.actor_hidden=[16]",
+               "agent.critic_hidden=[16]", "logging.wandb=offline")
+    original = train(cfg).run_dir
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    train(resume=copy, overrides=["runner.total_steps=512", "logging.project=other"])
+    assert "and a W&B run of its own" in capsys.readouterr().out
+    assert load_run_config(copy).logging.project == "other"
+    with pytest.raises(ConfigError, match=r"^logging.project: .*copy logs to W&B with project 'other' .*, not 'third'"):
+        train(resume=copy, overrides=["runner.total_steps=768", "logging.project=third"])
+
+
 def test_a_resume_with_changed_settings_says_which_and_keeps_the_config_it_replaces(tmp_path, capsys):
     """config.yaml had been rewritten without a word: the settings the steps so far trained with were lost."""
     import robolearn
