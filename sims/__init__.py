@@ -159,12 +159,15 @@ def _wrapped(env: VecEnv, wrapper: Callable[..., VecEnv], settings: type, given:
     """``env`` in ``wrapper`` (the env of ``randomization=`` or ``delay=``, config key ``key``) with ``given`` as
     ``settings``. Their checks (Randomization's, Delay's, the wrappers') word a refusal for a config
     (``env.delay.obs_delay_steps``); it names the setting as the caller did (:func:`_for_caller`:
-    ``delay.obs_delay_steps`` from one's own :func:`make_env` call)."""
+    ``delay.obs_delay_steps`` from one's own :func:`make_env` call). A refusal closes ``env``."""
     from robolearn.config import build_dataclass
 
     try:
         return wrapper(env, build_dataclass(settings, given, f"{key}."), seed=seed)
-    except ValueError as err:
+    except Exception as err:
+        env.close()  # (built for the wrapper, it had stayed open under a caller that goes on, a sweep's)
+        if not isinstance(err, ValueError):
+            raise
         said = str(err)
         for config_key in ("env.randomization", "env.delay"):  # (a delay's refusal names both where they add up)
             said = said.replace(config_key, _for_caller(config_key))

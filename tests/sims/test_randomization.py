@@ -572,6 +572,21 @@ def test_qpos0_offsets_shift_slide_joints_as_well_as_hinges():
     assert bool((shift[:, 0] != shift[:, 1]).all())  # a draw per joint
 
 
+@pytest.mark.parametrize("settings", [{"randomization": {"mass_scale": [2.0, 1.0]}},
+                                      {"randomization": {"torso_com_m": [-0.1, 0.1]}},
+                                      {"delay": {"obs_delay_steps": -1}, "randomization": {"mass_scale": [0.9, 1.1]}}])
+def test_a_refused_randomization_or_delay_leaves_no_env_open(monkeypatch, settings):
+    """The env make_env had built to randomize or delay stayed open where their settings were refused, under a
+    caller that goes on (a sweep's)."""
+    from sims.task import TaskEnv
+
+    closed, close = [], TaskEnv.close
+    monkeypatch.setattr(TaskEnv, "close", lambda self: (closed.append(self), close(self)))
+    with pytest.raises(ValueError):
+        sims.make_env("pendulum", 2, **settings)
+    assert len(closed) == 1
+
+
 def test_a_body_welded_to_the_world_is_no_floating_base():
     """The torso terms need a body on a free joint: arm_reach's base hangs from the world with no joint at all
     (and its mocap target too), which is not one."""
