@@ -36,8 +36,9 @@ the same on every robot:
   ``info["safety"]`` the names of the rules that overruled it this step, ``info["metrics"]``
   the task's numbers of the step (``_metrics``: a reach's distance to its target).
 - A watchdog thread: if no fresh observation (failed reads) or no ``step``
-  call arrives for ``safety.watchdog_s`` (counted from the end of the loop's last call: a call waiting for the
-  robot, its reads or the bus, is no silent controller) the robot holds its last safe command
+  call arrives for ``safety.watchdog_s`` (counted from when the loop's last call handed its observation: a call
+  waiting for the robot, its reads or the bus, is no silent controller; one stuck in the task's code after its
+  read is) the robot holds its last safe command
   (``step`` too: while no observation is fresh it sends that command, not the
   action decided on the frozen one, and reports ``watchdog_hold``);
   after ``safety.stop_after_s`` it stops and the next ``step`` raises
@@ -461,10 +462,11 @@ class Robot(VecEnv):
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[None]:
-        """A call of the loop's (step, reset) under way: its controller waits for the robot, however long the reads
-        and the bus take (the watchdog's holds take it, their reads retried, and a lock serves no queue), and is not
-        silent meanwhile. Its silence counts from the call's end, when it has the observation to decide on: timed
-        from when a step got the bus, a deploy at --fault drop_reply=0.15 had stopped on a controller that waited."""
+        """A call of the loop's (step, reset) waiting for the robot, however long the reads and the bus take (the
+        watchdog's holds take it, their reads retried, and a lock serves no queue): its controller is not silent
+        meanwhile. Its silence counts from the section's end, when it has the observation to decide on (a step's ends
+        there, not after the task's own code: see step): timed from when a step got the bus, a deploy at --fault
+        drop_reply=0.15 had stopped on a controller that waited."""
         outer, self._calling = self._calling, True
         try:
             yield
@@ -503,33 +505,33 @@ class Robot(VecEnv):
         return self._observe(self._q, self._qd)
 
     def step(self, action: torch.Tensor) -> Step:
-        with self._call():
-            return self._step(action)
-
-    def _step(self, action: torch.Tensor) -> Step:
         self._require_running()
         # a numpy array or a list as our simulators take it (checked_action), not an AttributeError on .detach
         action = torch.as_tensor(action).detach().reshape(-1).cpu().double().numpy()
-        with self._bus():
-            previous = self.safety.last_sent.copy()
-            # What the action means in simulation (TaskEnv clamps it into the action box, the task's actuate
-            # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
-            command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
-                       if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
-            if self._handed_stale is not None and time.monotonic() - self._handed_stale >= self.safety_cfg.watchdog_s:
-                # The action was decided on a frozen state, watchdog_s old (judged by the reading the loop was
-                # handed: one the watchdog's hold read since, unseen by the loop, had let it through). Hold the last
-                # goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule step
-                # after step, the arm moving blind until stop_after_s). An action decided on a fresh state is
-                # sent however long the decision took: the watchdog held meanwhile, and its stop_after_s stands
-                sent, events = previous, ["watchdog_hold"]
-            else:
-                sent, events = self.safety.filter(command, self._q, self._qd)
-            self._write(sent)
-        self.ticker.wait()
-        with self._bus():
-            self._refresh()
-            self._hand()
+        # A wait for the robot (the bus, its reads) until the observation is handed: no silent controller. The
+        # task's own code after it is not: a step stuck there had been held for as long as it lasted, never stopped
+        with self._call():
+            with self._bus():
+                previous = self.safety.last_sent.copy()
+                # What the action means in simulation (TaskEnv clamps it into the action box, the task's actuate
+                # makes it a goal), so the safety layer counts only what it overrules beyond what training did.
+                command = (self._actuate(np.clip(action, self.joint_low, self.joint_high), previous)  # NaN stays NaN
+                           if action.shape == self.joint_low.shape else action)  # the wrong size: the layer holds it
+                handed = self._handed_stale  # (when the stale reading the action was decided on was taken)
+                if handed is not None and time.monotonic() - handed >= self.safety_cfg.watchdog_s:
+                    # The action was decided on a frozen state, watchdog_s old (judged by the reading the loop was
+                    # handed: one the watchdog's hold read since, unseen by the loop, had let it through). Hold the
+                    # last goal (the watchdog thread's hold re-sends it, which this write would otherwise overrule
+                    # step after step, the arm moving blind until stop_after_s). An action decided on a fresh state
+                    # is sent however long the decision took: the watchdog held meanwhile, and its stop_after_s stands
+                    sent, events = previous, ["watchdog_hold"]
+                else:
+                    sent, events = self.safety.filter(command, self._q, self._qd)
+                self._write(sent)
+            self.ticker.wait()
+            with self._bus():
+                self._refresh()
+                self._hand()
         self._require_running()
         self._episode_step += 1
         obs = self._observe(self._q, self._qd)

@@ -1154,3 +1154,26 @@ def test_a_step_waiting_for_the_bus_is_no_silent_controller():
             time.sleep(0.02)  # the controller decides
         arm.read_s = 0.0
     assert arm.stopped is None
+
+
+def test_a_step_stuck_in_the_tasks_own_code_after_its_read_is_stopped_as_a_silent_controller():
+    """A step's call is no silent controller while it waits for the robot (its reads, the bus), but the task's own
+    code after the read (``_observe``, ``_score``, ``_metrics``) is no wait for the robot: a step stuck there had been
+    exempt for as long as it lasted, the watchdog's holds keeping the readings fresh, so the arm was held with torque
+    on and never parked; it is stopped after stop_after_s, as a controller that stalls is."""
+
+    class StuckScore(LagArm):
+        stuck_s = 0.0
+
+        def _score(self, q, qd, action, previous):
+            time.sleep(self.stuck_s)
+            return super()._score(q, qd, action, previous)
+
+    arm = StuckScore()
+    with arm:
+        arm.reset()
+        arm.stuck_s = 0.6  # past stop_after_s (0.2), every read fresh
+        arm.step(torch.tensor([[0.0, 0.5]]))
+        with pytest.raises(WatchdogStop, match="no controller call"):
+            arm.step(torch.tensor([[0.0, 0.5]]))
+    assert arm.torque_log[-1] is False
