@@ -25,7 +25,10 @@ the same on every robot:
   after a re-arm included): torque off where the robot stands, raised as :class:`~hardware.safety.ParkUnfinished`,
   whose message says the park did not finish and, if the servos did not confirm the torque-off, to cut their
   power. Only time without a reading counts: a park on a bus that loses replies but answers goes on, slower
-  than planned, to the safe pose.
+  than planned, to the safe pose: each waypoint waits out one read at most (a driver's ``_read`` times out), so
+  its time is bounded by its waypoints (up to :data:`MAX_PARK_RESTARTS` ramps again included), at up to a failed
+  read each (~0.3 s on a Dynamixel bus with its 3 retries, twice that with a torque check: at the worst
+  15-30 x the planned time).
 - ``step`` paces itself: it sends the command, waits for the next control tick
   (a drift-free :class:`~robolearn.runtime.Ticker`), then reads the state, so the
   observation is one control period after the command. ``paced = True`` tells

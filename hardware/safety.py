@@ -99,7 +99,9 @@ class SafetyConfig:
     ramp_speed: float = 0.6  # rad/s of every ramp to a pose (start of episode, safe pose)
     park_blind_s: float = 10.0  # a park that reads nothing for this long (a silent bus) is given up: torque off where
     # the robot stands; counted since its last reading, across the ramps it starts again after re-arming stopped
-    # servos; a park whose reads get through now and then (a bus that loses replies) goes on, slower, to the pose
+    # servos; a park whose reads get through now and then (a bus that loses replies) goes on, slower, to the pose:
+    # each waypoint waits out one read at most (a Dynamixel read failing after 3 retries: ~0.3 s, for 20 ms planned),
+    # so at the worst 15-30 x its planned time, per ramp (the README's deploy section has a measured case)
     safe_pose: tuple[float, ...] | None = None  # where to park before torque off; None: the robot's home
 
     def __post_init__(self) -> None:
