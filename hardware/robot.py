@@ -19,7 +19,7 @@ the same on every robot:
   stands and raises
   :class:`~hardware.safety.ParkSkipped`, which says the park was skipped (a park
   the watchdog was making, which the close waits for, too: its stop says so). A park
-  that reads nothing (a silent bus, each read waiting out its timeout: 10-30 s; or garbled replies, which
+  that reads nothing (a silent bus, each read waiting out its timeout; or garbled replies, which
   the driver's ``read_failure`` tells apart) says how it goes on stderr, at its start and every
   ``PARK_NOTICE_S``, and is given up once it has read nothing for ``safety.park_blind_s`` (its ramps again
   after a re-arm included): torque off where the robot stands, raised as :class:`~hardware.safety.ParkUnfinished`,
@@ -274,6 +274,8 @@ class Robot(VecEnv):
             self.stopped = self.fault = None
             self._closed = self.stop_requested = False
         with self._bus():  # an emergency stop while connecting: torque stays off
+            # a new session counts no read the last one lost (its first read had been "one after a failed read")
+            self._failed_reads, self._answered_again_at = 0, -math.inf
             try:
                 self._connect()
                 self.connected = True

@@ -233,6 +233,36 @@ def test_the_watchdogs_stop_on_a_bus_that_answered_after_a_failed_read_says_repl
                 arm.step(torch.tensor([[0.0, 0.0]]))
 
 
+def test_a_reconnected_robot_counts_no_failed_read_of_its_last_session():
+    """The reads a session lost were counted on into the next: a connect after a stop on lost replies, whose first
+    read then got through, made that read "one after a failed read", and a bus silent from then on was said as
+    replies lost, not as a silent bus."""
+
+    class LosesReplies(LagArm):
+        def _read(self):
+            if self.reads + 1 == 12 or self.reads + 1 >= 20 and self.connects == 1 and not self.parking:
+                self.reads += 1
+                return None
+            return super()._read()
+
+        def _connect(self):
+            self.connects = getattr(self, "connects", 0) + 1
+            super()._connect()
+
+    arm = LosesReplies()
+    with arm:
+        arm.reset()
+        with pytest.raises(WatchdogStop, match="replies lost"):
+            for _ in range(200):
+                arm.step(torch.tensor([[0.0, 0.0]]))
+    with arm:  # the next session: its first read gets through, then the bus goes silent
+        arm.fail_reads_after = arm.reads + 1
+        arm.reset()
+        with pytest.raises(WatchdogStop, match=r"\(a silent bus; safety.stop_after_s"):
+            for _ in range(200):
+                arm.step(torch.tensor([[0.0, 0.0]]))
+
+
 def test_stale_observations_hold_the_last_goal_while_the_loop_goes_on():
     """Reads fail but the loop keeps calling step: its actions, decided on a frozen observation, are not sent
     once no observation has been fresh for watchdog_s (the watchdog thread's own hold re-sent the loop's newest
