@@ -764,7 +764,8 @@ def test_a_stray_byte_after_a_timeout_is_no_late_reply(monkeypatch) -> None:
 
     import hardware.dynamixel.bus as bus_module
 
-    for data, late in ((b"\x00", None), (b"\xff\x00\xfe", None), (b"\x00" + p.HEADER + bytes([3]) + bytes(6), (10.0, 3))):
+    status_of_3 = b"\x00" + p.HEADER + bytes([3]) + bytes(6)  # a noise byte, then servo 3's status
+    for data, late in ((b"\x00", None), (b"\xff\x00\xfe", None), (status_of_3, (10.0, 3))):
         line = TricklingLine(data)
         monkeypatch.setattr(bus_module, "select", types.SimpleNamespace(select=line.select))
         monkeypatch.setattr(bus_module, "time", types.SimpleNamespace(sleep=line.sleep))
