@@ -204,7 +204,7 @@ class Robot(VecEnv):
         self._q = self.home.copy()
         self._qd = np.zeros_like(self.home)
         self._fresh_at = self._called_at = time.monotonic()  # (_called_at: when the loop's last call ended)
-        self._calling = False  # a call of the loop's (step, reset) is under way: see _call
+        self._calling = False  # a call of the loop's (step; reset, start_at) is under way: see _call
         # When the reading last handed to the loop (by step, start_at) was taken, where the read that handed it
         # failed (None: it was fresh): an action decided on it is held once it is watchdog_s old (see step)
         self._handed_stale: float | None = None
@@ -467,11 +467,11 @@ class Robot(VecEnv):
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[None]:
-        """A call of the loop's (step, reset) waiting for the robot, however long the reads and the bus take (the
-        watchdog's holds take it, their reads retried, and a lock serves no queue): its controller is not silent
-        meanwhile. Its silence counts from the section's end, when it has the observation to decide on (a step's ends
-        there, not after the task's own code: see step): timed from when a step got the bus, a deploy at --fault
-        drop_reply=0.15 had stopped on a controller that waited."""
+        """A call of the loop's (step; reset, start_at) waiting for the robot, however long the reads and the bus
+        take (the watchdog's holds take it, their reads retried, and a lock serves no queue): its controller is not
+        silent meanwhile. Its silence counts from the section's end, when it has the observation to decide on (a
+        step's ends there, not after the task's own code: see step): timed from when a step got the bus, a deploy at
+        --fault drop_reply=0.15 had stopped on a controller that waited."""
         outer, self._calling = self._calling, True
         try:
             yield

@@ -24,10 +24,10 @@ request (the SDK matches replies by servo id only): after a timeout the line is
 drained until it is quiet (a reply seen come then, a status packet's header, is said as late, with when and
 whose: not as none, which sends a person to check power and ids; a stray byte is no reply; another servo's is an
 earlier request's, later than its own drain, and said so, but for a sync read's servo answering after the silent
-one: its own reply, come late after that silence, which is said), and a reply holding another number of bytes
-than the request asked for counts as garbled (the SDK's readRx cuts a longer one to size). A reply later than the drain
-after its own timeout cannot be told apart: it is taken for the answer to the next request of that servo and
-length (the protocol numbers no request), or, of another length, as a garbled one.
+one: that is its own reply, come late after the silence, and the silence is what is said), and a reply holding
+another number of bytes than the request asked for counts as garbled (the SDK's readRx cuts a longer one to size).
+A reply later than the drain after its own timeout cannot be told apart: it is taken for the answer to the next
+request of that servo and length (the protocol numbers no request), or, of another length, as a garbled one.
 So does a status too short to hold its error byte (``CheckedPacketHandler``).
 
 SDK caveat (dynamixel-sdk 4.1.0): ``txPacket`` drops the result of byte stuffing,
@@ -605,8 +605,8 @@ class DynamixelBus:
     def _retry(self, what: str, attempt: Callable[[], _Attempt], in_turn: bool = False) -> Any:
         """Run ``attempt`` until it succeeds, at most ``retries`` extra times, else raise. ``in_turn``: a sync read,
         whose servos answer one after another: a status of one after the servo that gave none, seen in the drain,
-        is this request's own come late, not an earlier request's (said so, with a latency fix, of servo 4's where
-        servo 3 had fallen silent): the silent servo is said as one.
+        is this request's own come late, not an earlier request's (servo 4's, where servo 3 had fallen silent, had
+        been said as an earlier request's, with a latency fix): the silent servo is said as one.
 
         No reply and garbled replies are retried; a status error other than the
         servo's own CRC error is not (repeating a refused write changes nothing).
