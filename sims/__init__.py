@@ -388,11 +388,12 @@ _SAID: set[str] = set()  # notes said once per process (Python's own once-per-pl
 
 
 def _asked_from_python(stacklevel: int) -> bool:
-    """Whether the device :func:`resolve_backend` resolves (a setting :func:`_for_caller` words) is an argument of
-    one's own Python call of :func:`make_env` or :func:`resolve_backend` (so that advice names that argument, not the
-    config's ``env.device``): ``stacklevel``, :func:`robolearn.caller.outside_us` from ``resolve_backend``, leads
-    past our packages' frames, and the last of them (the one the caller called) is one of those two."""
-    entry = sys._getframe(stacklevel - 1)  # (resolve_backend's own frame stacklevel - 2: here, one deeper)
+    """Whether the setting being checked (the device :func:`resolve_backend` resolves, a key :func:`_for_caller`
+    words) is an argument of one's own Python call of :func:`make_env` or :func:`resolve_backend` (so that advice
+    names that argument, not the config's ``env.device`` or ``env.kwargs.<key>``): ``stacklevel``,
+    :func:`robolearn.caller.outside_us` from the function that calls this, leads past our packages' frames, and the
+    last of them (the one the caller called) is one of those two."""
+    entry = sys._getframe(stacklevel - 1)  # (the calling function's own frame stacklevel - 2: here, one deeper)
     return entry.f_code.co_filename == __file__ and entry.f_code.co_name in ("make_env", "resolve_backend")
 
 
