@@ -77,12 +77,14 @@ class GymVecEnv(OurVecEnv):
             except TypeError as err:  # a keyword the env does not take (env.kwargs)
                 raise ValueError(f"gym:{env}: {err} (check env.kwargs)") from None
         self.device = torch.device(device)
+        # A refusal closes the envs built here (they had stayed open under a caller that goes on, a sweep's); a
+        # ready VectorEnv is the caller's to close
         try:
             if isinstance(env, str) and make_kwargs:
                 _probe_settings(env, factory, make_kwargs)
             self._take(max_episode_steps, seed)
-        except Exception:  # a refusal closes the envs built here (they had stayed open under a caller that goes
-            if not isinstance(env, VectorEnv):  # on, a sweep's); a ready VectorEnv is the caller's to close
+        except Exception:
+            if not isinstance(env, VectorEnv):
                 self.vec.close()
             raise
 
