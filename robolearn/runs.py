@@ -508,13 +508,15 @@ def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
         trained = read_yaml(run_dir / "config.yaml").get("logging") or {}
     except (OSError, ValueError, AttributeError):
         return  # the resume says what is wrong with its config
-    for key in WANDB_IDENTITY:
-        before, now = trained.get(key, getattr(LoggingConfig(), key)), getattr(cfg.logging, key)
-        if before != now and len(originals_wandb(run_dir, copied_from(run_dir))) < len(sessions):
-            filed = f"{key} {before!r}" if before else f"no {key}"
-            raise ConfigError(f"logging.{key}: {run_dir} logs to W&B with {filed} ({run_dir / 'wandb'}); a resume "
-                              f"goes on in that W&B run, so it keeps its {key}, not {now!r}: drop logging.{key}=, "
-                              "or train a new run with it")
+    changed = [(key, before, getattr(cfg.logging, key)) for key in WANDB_IDENTITY
+               if (before := trained.get(key, getattr(LoggingConfig(), key))) != getattr(cfg.logging, key)]
+    if not changed or len(originals_wandb(run_dir, copied_from(run_dir))) == len(sessions):
+        return  # (a copy whose sessions are all its original's: set aside, it starts a W&B run of its own)
+    key, before, now = changed[0]
+    filed = f"{key} {before!r}" if before else f"no {key}"
+    raise ConfigError(f"logging.{key}: {run_dir} logs to W&B with {filed} ({run_dir / 'wandb'}); a resume goes on "
+                      f"in that W&B run, so it keeps its {key}, not {now!r}: drop logging.{key}=, or train a new run "
+                      "with it")
 
 
 def check_pretraining_changes(run_dir: Path, cfg: TrainConfig, main: bool = True) -> None:
