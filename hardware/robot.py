@@ -590,7 +590,8 @@ class Robot(VecEnv):
 
     def _refresh(self) -> None:
         """Read the state; a failed read keeps the last one (the watchdog judges staleness), and
-        ``read_failure`` says why it failed."""
+        ``read_failure`` says why it failed. Failed reads in a row are counted, and a read that gets through after
+        one is timed: a bus that answers again is said to lose replies, not to be silent (:meth:`_failure_said`)."""
         self.read_failure = SILENT  # (unless the driver's _read says otherwise)
         state = self._checked(read := self._read())
         if read is not None and state is None:
