@@ -156,10 +156,10 @@ def make_env(
 
 def _wrapped(env: VecEnv, wrapper: Callable[..., VecEnv], settings: type, given: dict[str, Any], key: str,
              seed: int | None) -> VecEnv:
-    """``env`` in ``wrapper`` (the env of ``randomization=`` or ``delay=``, config key ``key``) with ``given`` as
-    ``settings``. Their checks (Randomization's, Delay's, the wrappers') word a refusal for a config
-    (``env.delay.obs_delay_steps``); it names the setting as the caller did (:func:`_for_caller`:
-    ``delay.obs_delay_steps`` from one's own :func:`make_env` call). A refusal closes ``env``."""
+    """``env`` wrapped in ``wrapper`` (RandomizedEnv for ``randomization=``, DelayedEnv for ``delay=``; ``key``: their
+    config key) with ``given`` built as ``settings``. Their checks (Randomization's, Delay's, the wrappers') word a
+    refusal for a config (``env.delay.obs_delay_steps``); it names the setting as the caller did
+    (:func:`_for_caller`: ``delay.obs_delay_steps`` from one's own :func:`make_env` call). A refusal closes ``env``."""
     from robolearn.config import build_dataclass
 
     try:
