@@ -955,36 +955,28 @@ def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
         Runner(cfg, resume=first.run_dir)
 
 
-def test_a_resume_that_changes_a_sequence_controllers_decision_length_is_refused(tmp_path):
-    """SRL's networks do not depend on J: a resume with another sequence_length had gone on quietly with critics
-    and a model that learnt J-step sequences (the same for a skill's horizon and HRAC's subgoal period)."""
-    cfg = load_config("srl_gym_pendulum_j4", [f"run_dir={tmp_path / 'runs'}", "env.num_envs=2", "logging.wandb=disabled",
-                                              "logging.progress=false", "runner.eval_episodes=0", "runner.video_seconds=0",
-                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16",
-                                              # small networks: the refusal reads the saved J, not the weights
-                                              "agent.hidden=[16,16]", "agent.gru_hidden=16", "agent.model_hidden=[16,16]"])
+@pytest.mark.parametrize("config, small, sequence_length, refusal", [
+    # SRL's networks do not depend on J: a resume with another sequence_length had gone on quietly with critics and
+    # a model that learnt J-step sequences (the same for a skill's horizon and HRAC's subgoal period)
+    ("srl_gym_pendulum_j4", ["env.num_envs=2", "agent.hidden=[16,16]", "agent.gru_hidden=16",  # small networks: the
+                             "agent.model_hidden=[16,16]"], 8,  # refusal reads the saved J, not the weights
+     r"agent.sequence_length 4 -> 8: SRL learnt its controller with the saved value.*resume without that override"),
+    # sac_as's K also sizes its critic's input: the shape check had been reached first and said a tensor's shape,
+    # where SRL's resume (same setting, no weight depends on it) says the refusal
+    ("sac_as_gym_pendulum", ["agent.buffer_size=1000"], 2,
+     r"^agent.sequence_length 4 -> 2: SequenceCriticSAC learnt its controller with the saved value.*resume without "
+     r"that override"),
+], ids=["srl", "sac_as"])
+def test_a_resume_that_changes_a_sequence_controllers_length_is_refused_by_name(tmp_path, config, small,
+                                                                                sequence_length, refusal):
+    cfg = load_config(config, [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled", "logging.progress=false",
+                               "runner.eval_episodes=0", "runner.video_seconds=0", "runner.total_steps=200",
+                               "runner.random_steps=100", "agent.batch_size=16", *small])
     first = Runner(cfg)
     first.train()
     first.close()
-    cfg.runner.total_steps, cfg.agent.sequence_length = 400, 8
-    with pytest.raises(CheckpointError, match=r"agent.sequence_length 4 -> 8: SRL learnt its controller with the saved "
-                                              r"value.*resume without that override"):
-        Runner(cfg, resume=first.run_dir)
-
-
-def test_a_resume_that_changes_a_sequence_critics_length_is_refused_by_name_not_by_shape(tmp_path):
-    """sac_as's K also sizes its critic's input: the shape check had been reached first and said a tensor's shape,
-    where SRL's resume (same setting, no weight depends on it) says the refusal below."""
-    cfg = load_config("sac_as_gym_pendulum", [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled",
-                                              "logging.progress=false", "runner.eval_episodes=0", "runner.video_seconds=0",
-                                              "runner.total_steps=200", "runner.random_steps=100", "agent.batch_size=16",
-                                              "agent.buffer_size=1000"])
-    first = Runner(cfg)
-    first.train()
-    first.close()
-    cfg.runner.total_steps, cfg.agent.sequence_length = 400, 2
-    with pytest.raises(CheckpointError, match=r"^agent.sequence_length 4 -> 2: SequenceCriticSAC learnt its controller "
-                                              r"with the saved value.*resume without that override"):
+    cfg.runner.total_steps, cfg.agent.sequence_length = 400, sequence_length
+    with pytest.raises(CheckpointError, match=refusal):
         Runner(cfg, resume=first.run_dir)
 
 
