@@ -569,10 +569,9 @@ class DynamixelBus:
         if port is None:
             return None
 
-        def drop() -> None:
-            if (waiting := port.getBytesAvailable()) and len(seen) < LATE_BYTES_KEPT:
-                seen.extend(port.readPort(min(waiting, LATE_BYTES_KEPT - len(seen))))
-            port.clearPort()
+        def drop() -> None:  # read, not flushed: a flush after the count drops unseen what came in between
+            if waiting := port.getBytesAvailable():  # (the reply this drain is for, which then went unsaid)
+                seen.extend(port.readPort(waiting)[: max(0, LATE_BYTES_KEPT - len(seen))])
 
         try:
             for _ in range(20):  # a servo answers within a timeout; a line that never falls quiet is not ours to fix

@@ -756,6 +756,32 @@ def test_the_drain_after_a_timeout_drops_a_reply_that_trickles_in_whole(monkeypa
     assert line.taken == 120 and not line.getBytesAvailable()
 
 
+def test_a_late_reply_landing_as_the_drain_looks_is_seen_not_flushed(emulator, make_bus, monkeypatch) -> None:
+    """The drain counted the bytes waiting, read them, then flushed the line: a reply landing between the count and
+    the flush was dropped unseen, and the drain, quiet after it, said no late reply came (CI: "no reply from servo 2
+    ... replies are being lost", where servo 1's late reply had come). Here servo 1's status lands on the real line
+    right after the drain's first two counts, which still say 0; it is read, and said as servo 1's."""
+    import os
+
+    bus = make_bus(emulator)
+    port, counted = bus._port, []
+    real_count = port.getBytesAvailable
+
+    def count_then_land() -> int:
+        counted.append(None)
+        if len(counted) == 1:
+            os.write(emulator._master, p.encode_status(1, 0, b"\x01"))
+            deadline = time.monotonic() + 5
+            while not real_count() and time.monotonic() < deadline:  # (on the line: a flush now drops it)
+                time.sleep(0.001)
+        return 0 if len(counted) <= 2 else real_count()
+
+    monkeypatch.setattr(port, "getBytesAvailable", count_then_land)
+    port.setPacketTimeout(0)
+    late = bus._drain()
+    assert late is not None and late[1] == 1 and real_count() == 0
+
+
 def test_a_stray_byte_after_a_timeout_is_no_late_reply(monkeypatch) -> None:
     """Any byte the drain saw after a timeout had been said as a late reply ('late reply from servo 1 ... check the
     adapter's latency timer'), a noise byte on a bus whose servo never answered too; a late reply is one that holds
