@@ -50,7 +50,8 @@ from robolearn.registry import make_env, stagger_episodes
 from robolearn.runner import (OFF_POLICY_STEPS_PER_ITERATION, TRAINING_FAILURES, EpisodeStats, RunResult, ask_stop,
                               check_metrics, finish_run, gives_torch_settings_back, interrupted, iteration_rest,
                               iteration_sums, pay_update_debt, step_envs, stopped_by_nan)
-from robolearn.runs import check_same_folder, export_meta, new_run_id, refuse_finished, saved_progress
+from robolearn.runs import (check_same_folder, export_meta, new_run_id, refuse_finished, refuse_other_pretraining,
+                            saved_progress)
 from robolearn.shell import shell
 from robolearn.storage import ReplayBuffer
 from robolearn.jsrl_curriculum import HorizonCurriculum
@@ -119,7 +120,10 @@ class FinetuneRunner(OfflineRunner):
         cfg = self.cfg
         if not resume:
             self.progress = FinetuneProgress(dataset=dataset_fingerprint(self.dataset))
-        self._refuse_other_pretraining(resume)
+        if resume:  # its offline phase: as a skill run's pretraining
+            refuse_other_pretraining(resume, cfg.agent.pretrain_updates, self.progress.updates,
+                                     self.progress.phase == "online", "offline phase",
+                                     "pretrain a new run with runner.total_steps=0")
         # Cal-QL: online rows need the column too
         self._mc_return = self.progress.offline_data["mc_return"] if self.rows_unread else "mc_return" in self.replay.data
         if self.dataset is not None:  # kept as the dataset is now, which scores the run (a resume's too)
@@ -163,17 +167,6 @@ class FinetuneRunner(OfflineRunner):
         progress = {**self.progress.__dict__, "rng": rng_state()}
         save_checkpoint(self.checkpoint_path, config=to_dict(self.cfg), agent=self.agent.state_dict(), progress=progress,
                         replay=self.online if self.progress.phase == "online" else None)
-
-    def _refuse_other_pretraining(self, resume: Path | None) -> None:
-        """A resume past its offline phase (or past its new end) with another ``agent.pretrain_updates``: the phase
-        is not gone back to, so the run had gone online as it was while its config.yaml said the new count."""
-        done, asked = self.progress.updates, self.cfg.agent.pretrain_updates
-        if resume and (done > asked or (self.progress.phase == "online" and done != asked)):
-            past = ("is past its offline phase, which a resume does not go back to" if self.progress.phase == "online"
-                    else "a resume does not undo updates")
-            raise ConfigError(f"agent.pretrain_updates={asked}: {resume} has pretrained {done:,} updates and {past}; "
-                              f"resume with agent.pretrain_updates={done} (or without the override), or pretrain a new "
-                              "run with runner.total_steps=0")
 
     def _rows_unread(self, resume: Path | None) -> bool:
         """A resume online whose batches draw no dataset rows (``agent.offline_ratio=0``), from a checkpoint that

@@ -57,10 +57,10 @@ from robolearn.interfaces import UNSTABLE_LOG, Agent, ContractError, Controller,
 from robolearn.logger import RunLogger, keep_seconds, set_aside_after, set_aside_wandb
 from robolearn.preflight import (check_agent_contract, check_data_parallel, check_decision_period, check_fresh_replay,
                                  check_minibatches, check_replay_windows, warn_if_goal_unread)
-from robolearn.runs import (FAILURE_FILE, check_pretraining_changes, check_same_folder, checkpoint_missing, copied_from,
-                            export_meta, keep_replaced_config, new_run_dir, new_run_id, record_failure, refuse_finished,
-                            refuse_task_change, refuse_wandb_move, saved_progress, set_aside_evaluation, trained_counts,
-                            write_config)
+from robolearn.runs import (FAILURE_FILE, check_same_folder, checkpoint_missing, copied_from, export_meta,
+                            keep_replaced_config, new_run_dir, new_run_id, record_failure, refuse_finished,
+                            refuse_other_pretraining, refuse_task_change, refuse_wandb_move, saved_progress,
+                            set_aside_evaluation, trained_counts, warn_of_pretraining_changes, write_config)
 from robolearn.runtime import STOP_SIGNALS, hung_up, mute_dead_pipes, stops_as_ctrl_c
 from robolearn.shell import shell
 from robolearn.state_copy import StateCopy, fresh
@@ -316,19 +316,17 @@ class Runner:
                     check_replay_windows(cfg, self.agent, self.env.num_envs, self.world_size)  # warm-up
             if resume:
                 self._refuse_other_skills(resume)
-            past_pretraining = (bool(resume) and getattr(self.agent, "pretrains", False)  # its checkpoint holds the
-                                and saved_progress(Path(resume)).get("pretrained") is True)  # skills: no dataset read
-            if past_pretraining:  # (its refusal on every rank: none starts training alone)
-                check_pretraining_changes(Path(resume), cfg, self.main)
+            saved = saved_progress(Path(resume)) if resume and getattr(self.agent, "pretrains", False) else {}
+            past_pretraining = saved.get("pretrained") is True  # its checkpoint holds the skills: no dataset read
+            if saved and not getattr(cfg.agent, "skills_from", ""):  # (on every rank: none starts training alone)
+                refuse_other_pretraining(Path(resume), getattr(cfg.agent, "pretrain_updates", 0),
+                                         saved.get("pretrain_updates", 0), past_pretraining)
+            if past_pretraining and self.main:
+                warn_of_pretraining_changes(Path(resume), cfg)
             self.dataset = None if past_pretraining else self._pretraining_dataset()
             trains_on = False
             if resume:
                 self._restore()
-                done, asked = self.progress.pretrain_updates, getattr(cfg.agent, "pretrain_updates", 0)
-                if done > asked:  # (it had gone online past the count, which config.yaml then recorded)
-                    raise ConfigError(f"agent.pretrain_updates={asked}: {resume} has pretrained {done:,} updates, and "
-                                      f"a resume does not undo updates; resume with agent.pretrain_updates={done} or "
-                                      "more (or without the override)")
                 trains_on = refuse_finished(self.run_dir, "env_steps", self.progress.env_steps, cfg.runner.total_steps,
                                             cfg.runner.eval_episodes)
             elif getattr(cfg.agent, "skills_from", "") and getattr(self.agent, "pretrains", False):

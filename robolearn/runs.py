@@ -519,11 +519,25 @@ def refuse_wandb_move(run_dir: Path, cfg: TrainConfig) -> None:
                       "with it")
 
 
-def check_pretraining_changes(run_dir: Path, cfg: TrainConfig, main: bool = True) -> None:
+def refuse_other_pretraining(run_dir: Path, asked: int, done: int, past: bool, phase: str = "pretraining",
+                             new_run: str = "pretrain a new run") -> None:
+    """A resume goes on from the ``done`` pretraining updates its checkpoint holds (a skill run's pretraining, a
+    fine-tune's offline ``phase``): ``agent.pretrain_updates`` ``asked`` below them is refused (a resume does not
+    undo updates), and once ``past`` the phase so is any other count (a resume does not go back to it). Either had
+    gone on as trained while config.yaml recorded the new count, and a skill run's online W&B steps, which start
+    after that count, moved by the difference. Refused, naming the count to resume with."""
+    if done > asked or (past and done != asked):
+        why = f"is past its {phase}, which a resume does not go back to" if past else "a resume does not undo updates"
+        raise ConfigError(f"agent.pretrain_updates={asked}: {run_dir} has pretrained {done:,} updates and {why}; "
+                          f"resume with agent.pretrain_updates={done}{'' if past else ' or more'} (or without the "
+                          f"override), or {new_run}")
+
+
+def warn_of_pretraining_changes(run_dir: Path, cfg: TrainConfig) -> None:
     """A resume past its pretraining phase reads no dataset and pretrains no more: a changed ``dataset`` or
-    ``agent.pretrain_*`` setting is said (on rank 0, ``main``) to change nothing (it had been listed among the changed
-    settings as if it took effect). Another ``agent.pretrain_updates`` is refused, as a fine-tune's is: its online
-    lines' W&B steps start after that count, and config.yaml would record pretraining the run never did."""
+    ``agent.pretrain_*`` setting is said to change nothing (it had been listed among the changed settings as if it
+    took effect); another ``agent.pretrain_updates`` is :func:`refuse_other_pretraining`'s, but for a run that took
+    another's skills (``agent.skills_from``), which pretrained none."""
     try:
         before = flat_keys(read_yaml(run_dir / "config.yaml"))
     except (OSError, ValueError):
@@ -531,12 +545,7 @@ def check_pretraining_changes(run_dir: Path, cfg: TrainConfig, main: bool = True
     now = flat_keys(to_dict(cfg))
     moot = [key for key in sorted(set(before) | set(now)) if (key == "dataset" or key.startswith("agent.pretrain_"))
             and before.get(key) != now.get(key)]
-    if "agent.pretrain_updates" in moot:
-        done = before.get("agent.pretrain_updates")
-        raise ConfigError(f"agent.pretrain_updates={now.get('agent.pretrain_updates')}: {run_dir} is past its "
-                          f"pretraining (agent.pretrain_updates={done}), which a resume does not go back to; resume "
-                          f"with agent.pretrain_updates={done} (or without the override), or pretrain a new run")
-    if moot and main:
+    if moot:
         warnings.warn(f"{', '.join(moot)}: {run_dir} is past its pretraining, whose skills its checkpoint holds; the "
                       "resume reads no dataset and pretrains no more, so these change nothing (pretrain again in a "
                       "new run)", stacklevel=3)

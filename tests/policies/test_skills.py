@@ -584,9 +584,12 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     torch.testing.assert_close(checkpoint.act(obs), exported.act(obs), atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: False)
     # a count below the updates done had gone online past it, config.yaml then recording the count (a fine-tune's
-    # resume refuses it alike)
-    with pytest.raises(ConfigError, match=r"pretrain_updates=500: .* pretrained 1,000 updates.* does not undo"):
+    # resume refuses it alike); refused before the dataset is read (it had been read, and prepared, first)
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match=r"pretrain_updates=500: .* has pretrained 1,000 updates and a resume does "
+                                          r"not undo updates; resume with agent.pretrain_updates=1000 or more"):
         train(load_config(result.run_dir / "config.yaml", ["agent.pretrain_updates=500"]), resume=result.run_dir)
+    monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 2000]
@@ -596,8 +599,9 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "none"))  # past pretraining, its dataset is not read
     # another count past the pretraining is refused (its online lines' W&B steps start after the count, and
     # config.yaml had recorded 3000 never trained), as a fine-tune's; other pretraining settings change nothing
-    with pytest.raises(ConfigError, match=r"pretrain_updates=3000: .* past its pretraining \(agent.pretrain_updates="
-                                          r"2000\).* resume with agent.pretrain_updates=2000"):
+    with pytest.raises(ConfigError, match=r"pretrain_updates=3000: .* has pretrained 2,000 updates and is past its "
+                                          r"pretraining, which a resume does not go back to; resume with "
+                                          r"agent.pretrain_updates=2000 \(or without the override\)"):
         train(load_config(result.run_dir / "config.yaml", ["agent.pretrain_updates=3000"]), resume=result.run_dir)
     with pytest.warns(UserWarning, match=r"agent.pretrain_lr: .* is past its pretraining.* change nothing"):
         again = train(load_config(result.run_dir / "config.yaml", ["runner.total_steps=1600",
@@ -650,6 +654,11 @@ def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_
         taker.close()
     with pytest.raises(ConfigError, match=rf"agent.skills_from: {taker.run_dir} was trained with {source}; a resume"):
         Runner(load_config(taker.run_dir / "config.yaml", ['agent.skills_from=""']), resume=taker.run_dir)
+    # another agent.pretrain_updates sets nothing in a run that pretrained none: said to change nothing, as the other
+    # pretraining settings (it had been refused as a count the run was past, naming updates it never made)
+    with pytest.warns(UserWarning, match=r"agent.pretrain_updates: .* is past its pretraining.* change nothing"):
+        Runner(load_config(taker.run_dir / "config.yaml", ["agent.pretrain_updates=5", "runner.total_steps=2000"]),
+               resume=taker.run_dir).close()
     with pytest.raises(ConfigError, match=r"its skills are 10 steps long, this run's agent.horizon is 5"):
         Runner(load_config("spirl_point_maze_medium", [f"run_dir={tmp_path / 'c'}", f"agent.skills_from={source}",
                                                        "agent.horizon=5", *small]))

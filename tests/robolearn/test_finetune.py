@@ -259,6 +259,9 @@ def test_sums_a_ctrl_c_left_of_the_offline_phase_stay_out_of_the_online_lines(tm
 
     interrupted = run(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=1000"), spy=press_at_8)
     assert load_checkpoint(interrupted.checkpoint_path)["progress"]["update_sums"]  # (the offline iteration's)
+    with pytest.raises(ConfigError, match=r"agent.pretrain_updates=5: .* has pretrained 8 updates and a resume does "
+                                          r"not undo updates; resume with agent.pretrain_updates=8 or more"):
+        FinetuneRunner(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=5"), resume=interrupted.run_dir)
     run(tiny(tmp_path, "wsrl_hopper", "runner.total_steps=1000", "agent.pretrain_updates=8"), resume=interrupted.run_dir)
     online = [r for r in lines(interrupted) if r.get("phase") == "online"]
     straight = [r for r in lines(run(tiny(tmp_path / "straight", "wsrl_hopper", "runner.total_steps=1000")))
