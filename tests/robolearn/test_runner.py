@@ -963,7 +963,7 @@ def test_a_resume_whose_network_changed_names_the_setting(tmp_path):
      r"agent.sequence_length 4 -> 8: SRL learnt its controller with the saved value.*resume without that override"),
     # sac_as's K also sizes its critic's input: the shape check had been reached first and said a tensor's shape,
     # where SRL's resume (same setting, no weight depends on it) says the refusal
-    ("sac_as_gym_pendulum", ["agent.buffer_size=1000"], 2,
+    ("sac_as_gym_pendulum", ["agent.buffer_size=1000", "agent.hidden=[16,16]", "agent.gru_hidden=16"], 2,
      r"^agent.sequence_length 4 -> 2: SequenceCriticSAC learnt its controller with the saved value.*resume without "
      r"that override"),
 ], ids=["srl", "sac_as"])
@@ -971,8 +971,8 @@ def test_a_resume_that_changes_a_sequence_controllers_length_is_refused_by_name(
                                                                                 sequence_length, refusal):
     cfg = load_config(config, [f"run_dir={tmp_path / 'runs'}", "logging.wandb=disabled", "logging.progress=false",
                                "runner.eval_episodes=0", "runner.video_seconds=0", "runner.total_steps=200",
-                               "runner.random_steps=100", "agent.batch_size=16", *small])
-    first = Runner(cfg)
+                               "runner.random_steps=100", "runner.utd_ratio=0.05", "agent.batch_size=16", *small])
+    first = Runner(cfg)  # (an off-policy iteration is ~1000 env steps: 45 updates, not 900; none is what is refused)
     first.train()
     first.close()
     cfg.runner.total_steps, cfg.agent.sequence_length = 400, sequence_length
