@@ -39,6 +39,11 @@ def tiny(tmp_path, algo: str = "ppo", *extra: str):
     ])
 
 
+# a SAC run's one iteration (~1000 env steps, whatever runner.total_steps says under it) in 45 updates of a small
+# network, not 450 of the config's 256-unit ones, for tests of what a run keeps or refuses, not of what it learns
+FEW_SMALL_UPDATES = ("runner.utd_ratio=0.05", "agent.batch_size=32", "agent.hidden=[32,32]")
+
+
 def flat_params(agent) -> torch.Tensor:
     return torch.cat([t.flatten().float() for t in _tensors(agent.state_dict())])
 
@@ -307,7 +312,7 @@ def test_a_deferred_check_names_the_bad_values_and_forgets_them_once_verified():
 
 def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
     cfg = tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "agent.batch_size=32",
-               "agent.buffer_size=5000")
+               "agent.buffer_size=5000", "agent.hidden=[32,32]", "runner.utd_ratio=0.1")  # (what is kept, not learnt)
     runner = Runner(cfg)
     result = runner.train()
     runner.close()
@@ -343,7 +348,7 @@ def test_off_policy_run_resumes_with_its_replay_buffer(tmp_path):
 def test_a_finished_run_whose_replay_is_lost_is_told_first_that_it_is_finished(tmp_path, capsys):
     """`train --resume RUN` of a finished SAC run without replay.pt had said to restore the buffer (or, with
     --fresh-replay, warned of the empty one) and only then that the run was finished: raise runner.total_steps."""
-    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100")).run_dir
+    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100", *FEW_SMALL_UPDATES)).run_dir
     (run / "checkpoints" / "replay.pt").unlink()
     capsys.readouterr()
     for flags in ([], ["--fresh-replay"]):
@@ -355,7 +360,7 @@ def test_a_finished_run_whose_replay_is_lost_is_told_first_that_it_is_finished(t
 def test_a_run_whose_replay_is_lost_resumes_with_fresh_replay_refilling_before_it_updates(tmp_path, capsys):
     """A lost or damaged replay.pt (left behind in a copy of the run) had left an off-policy run un-resumable."""
     cfg = tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "agent.batch_size=32",
-               "agent.buffer_size=5000", "runner.eval_episodes=0")
+               "agent.buffer_size=5000", "runner.eval_episodes=0", "agent.hidden=[32,32]", "runner.utd_ratio=0.125")
     runner = Runner(cfg)
     runner.train()
     runner.close()
@@ -1821,7 +1826,7 @@ def test_what_a_resume_cannot_go_on_with_is_refused_or_said(tmp_path, capsys):
     """From a runs audit: another task of the same shapes had been resumed (its curves mixing two tasks); another
     algorithm's checkpoint was said as ~35 changed settings; a lost checkpoints folder advised removing a trained
     run; a finished run without metrics lines was 'incomplete' to list and 'finished' to resume."""
-    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100")).run_dir
+    run = train(tiny(tmp_path, "sac", "runner.total_steps=200", "runner.random_steps=100", *FEW_SMALL_UPDATES)).run_dir
     with pytest.raises(ConfigError, match=r"env.task: .* trained on 'pendulum'; a resume goes on with its task, not "
                                           r"'gym:Pendulum-v1'"):
         train(resume=run, overrides=["env.task=gym:Pendulum-v1", "runner.total_steps=3000"])
