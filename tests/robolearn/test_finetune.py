@@ -62,6 +62,15 @@ def run(cfg, resume=None, stop=None, spy=None, fresh_replay=False) -> FinetuneRu
     return runner
 
 
+@pytest.fixture
+def offline_iterations_of_100(monkeypatch) -> None:
+    """Offline iterations of 100 updates, not 1000: for tests of what an offline iteration's end does (an evaluation,
+    a stop, a resume), not of what its updates learn."""
+    from robolearn import offline_runner
+
+    monkeypatch.setattr(offline_runner, "UPDATES_PER_ITERATION", 100)
+
+
 def lines(runner: FinetuneRunner) -> list[dict]:
     return [json.loads(line) for line in (runner.run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -536,26 +545,27 @@ def test_max_minutes_ends_a_fine_tune_early_and_still_evaluates(tmp_path):
     assert (stopped.run_dir / "export" / "controller.json").is_file()
 
 
-def test_a_fine_tune_ended_in_its_offline_phase_says_its_offline_budget(tmp_path, capsys):
+def test_a_fine_tune_ended_in_its_offline_phase_says_its_offline_budget(tmp_path, capsys, offline_iterations_of_100):
     """It said '1,000 of runner.total_steps=5,000 updates': offline updates against the online env-step budget."""
-    run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=3000", "runner.total_steps=5000"),
+    run(tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=300", "runner.total_steps=5000"),
         stop=lambda m: m["phase"] == "offline")
-    assert "ended early: 1,000 of agent.pretrain_updates=3,000 offline updates (train()'s stop)" in capsys.readouterr().out
+    assert "ended early: 100 of agent.pretrain_updates=300 offline updates (train()'s stop)" in capsys.readouterr().out
 
 
-def test_a_fine_tune_resumed_after_an_early_end_in_its_offline_phase_sets_that_end_aside(tmp_path, capsys):
+def test_a_fine_tune_resumed_after_an_early_end_in_its_offline_phase_sets_that_end_aside(tmp_path, capsys,
+                                                                                         offline_iterations_of_100):
     """The earlier end's eval.json stayed beside its export while the resume trained on: a kill or Ctrl+C in it
     left `list` calling the run 'ended early' there, and `eval` its export finished."""
     from robolearn.runs import run_status
 
-    cfg = tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=2000", "runner.eval_episodes=1")
+    cfg = tiny(tmp_path, "wsrl_hopper", "agent.pretrain_updates=200", "runner.eval_episodes=1")
     first = run(cfg, stop=lambda m: m["phase"] == "offline")
     evaluation = (first.run_dir / "eval.json").read_text()
     resumed = FinetuneRunner(cfg, resume=first.run_dir)
     resumed.close()
     assert not (first.run_dir / "eval.json").exists()
     assert (first.run_dir / "eval.superseded.json").read_text() == evaluation
-    assert run_status(first.run_dir).startswith("incomplete: offline 1,000 of 2,000 updates;")
+    assert run_status(first.run_dir).startswith("incomplete: offline 100 of 200 updates;")
 
 
 def test_a_resume_refused_for_its_replay_leaves_the_runs_evaluation_where_it_was(tmp_path):
@@ -725,10 +735,10 @@ def test_a_fine_tunes_online_evaluations_are_at_the_randomization_width_training
     assert runner.env.width == pytest.approx(0.4)
 
 
-def test_evaluations_do_not_move_the_randomization_width_they_run_at(tmp_path, arm_tiny):
+def test_evaluations_do_not_move_the_randomization_width_they_run_at(tmp_path, arm_tiny, offline_iterations_of_100):
     """Automatic randomization widened the evaluation env with the success of its own episodes (here every ended
     episode widens it): the offline phase's evaluations ran wider each time, with nothing trained at any width."""
     cfg = auto_randomized_arm(tmp_path, arm_tiny, "env.randomization.auto_window=1", "env.randomization.auto_success=0")
-    cfg.runner.eval_episodes, cfg.runner.total_steps, cfg.agent.pretrain_updates = 2, 0, 2000
-    runner = run(cfg)  # evaluated at 1000 and 2000 updates
+    cfg.runner.eval_episodes, cfg.runner.total_steps, cfg.agent.pretrain_updates = 2, 0, 200
+    runner = run(cfg)  # evaluated at 100 and 200 updates
     assert runner.env.width == 0.0
