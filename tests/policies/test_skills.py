@@ -381,19 +381,19 @@ def test_each_pretraining_line_is_a_wandb_step_of_its_own(maze_datasets, tmp_pat
     overrides = [f"run_dir={tmp_path}", "dataset=maze-tiny", "logging.wandb=offline", "logging.progress=false",
                  "env.num_envs=2", "env.kwargs.max_episode_steps=60", "runner.total_steps=600",
                  "runner.random_steps=100", "runner.utd_ratio=0.05", "runner.eval_episodes=0",
-                 "runner.checkpoint_every=5", "agent.pretrain_updates=2100", "agent.pretrain_batch_size=4",
+                 "runner.checkpoint_every=5", "agent.pretrain_updates=1100", "agent.pretrain_batch_size=4",
                  "agent.batch_size=8", "agent.buffer_size=600", "agent.hidden=[8,8]", "agent.prior_hidden=[8,8]",
                  "agent.decoder_hidden=[8,8]", "agent.encoder_hidden=8", "runner.video_seconds=0"]
     result = train(load_config("spirl_point_maze_medium", overrides))
     steps = [step for step, _ in logged]
-    assert [data.get("pretrain_updates") for _, data in logged[:3]] == [1000, 2000, 2100]
+    assert [data.get("pretrain_updates") for _, data in logged[:2]] == [1000, 1100]
     assert steps == sorted(set(steps)), steps  # a step each, in order
-    assert steps[:3] == [1000, 2000, 2100] and steps[3] == 2100 + logged[3][1]["env_steps"]
+    assert steps[:2] == [1000, 1100] and steps[2] == 1100 + logged[2][1]["env_steps"]
     # a resume past the pretraining reads no dataset; its online lines still come after the pretraining's steps
     # (W&B drops a step below one it has), at the same offset
     logged.clear()
     train(load_config("spirl_point_maze_medium", [*overrides, "runner.total_steps=1200"]), resume=result.run_dir)
-    assert logged and all(step == 2100 + data["env_steps"] for step, data in logged)
+    assert logged and all(step == 1100 + data["env_steps"] for step, data in logged)
     assert min(step for step, _ in logged) > steps[-1]
 
 
@@ -570,14 +570,14 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     monkeypatch.setattr(runner_module, "out_of_time", lambda deadline, lap: lap > 0)  # after one iteration
     overrides = tiny_spirl(tmp_path, "runner.eval_episodes=1", "runner.max_minutes=1", "runner.video_seconds=0",
-                                     "agent.pretrain_updates=2000")
+                                     "agent.pretrain_updates=1100")
     result = train(load_config("spirl_point_maze_medium", overrides))
     progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
     assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
-    assert "ended early: 1,000 of agent.pretrain_updates=2,000 pretraining updates (runner.max_minutes)" in \
+    assert "ended early: 1,000 of agent.pretrain_updates=1,100 pretraining updates (runner.max_minutes)" in \
         capsys.readouterr().out
     assert result.evaluation["episodes"] == 1 and result.trained == {"pretrain_updates": 1000}
-    assert run_status(result.run_dir).startswith("ended early at pretrain 1,000 of 2,000 pretrain_updates")
+    assert run_status(result.run_dir).startswith("ended early at pretrain 1,000 of 1,100 pretrain_updates")
     # eval, play and dataset record of the checkpoint act as its export does (an untrained policy had acted)
     checkpoint, exported = load_controller(result.run_dir), ExportedController(result.exported["torchscript"])
     obs = {"policy": torch.randn(3, *checkpoint_obs_shape(result.run_dir))}
@@ -592,21 +592,21 @@ def test_max_minutes_ends_a_run_in_its_pretraining_and_the_resume_finishes_it(ma
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
     resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 2000]
+    assert [line["pretrain_updates"] for line in lines if line.get("phase") == "pretrain"] == [1000, 1100]
     assert [line["env_steps"] for line in lines if "phase" not in line] == [1000]
-    assert resumed.trained["pretrain_updates"] == 2000 and resumed.trained["env_steps"] == 1000
+    assert resumed.trained["pretrain_updates"] == 1100 and resumed.trained["env_steps"] == 1000
     assert run_status(result.run_dir) == "done" and (result.run_dir / "eval.superseded.json").is_file()
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(tmp_path / "none"))  # past pretraining, its dataset is not read
     # another count past the pretraining is refused (its online lines' W&B steps start after the count, and
     # config.yaml had recorded 3000 never trained), as a fine-tune's; other pretraining settings change nothing
-    with pytest.raises(ConfigError, match=r"pretrain_updates=3000: .* has pretrained 2,000 updates and is past its "
+    with pytest.raises(ConfigError, match=r"pretrain_updates=3000: .* has pretrained 1,100 updates and is past its "
                                           r"pretraining, which a resume does not go back to; resume with "
-                                          r"agent.pretrain_updates=2000 \(or without the override\)"):
+                                          r"agent.pretrain_updates=1100 \(or without the override\)"):
         train(load_config(result.run_dir / "config.yaml", ["agent.pretrain_updates=3000"]), resume=result.run_dir)
     with pytest.warns(UserWarning, match=r"agent.pretrain_lr: .* is past its pretraining.* change nothing"):
         again = train(load_config(result.run_dir / "config.yaml", ["runner.total_steps=1600",
                                                                    "agent.pretrain_lr=0.01"]), resume=result.run_dir)
-    assert again.trained == {"env_steps": 2000, "pretrain_updates": 2000}
+    assert again.trained == {"env_steps": 2000, "pretrain_updates": 1100}
 
 
 def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, tmp_path, monkeypatch, capsys):
@@ -614,7 +614,7 @@ def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, 
     metrics.jsonl as any, were never shown to it, so no stop could end an hours-long pretraining (a fine-tune's
     offline phase asks it). It now sees each pretraining iteration and ends the run there, as max_minutes does."""
     monkeypatch.setenv("ROBOLEARN_DATASETS", str(maze_datasets))
-    overrides = tiny_spirl(tmp_path, "runner.eval_episodes=1", "runner.video_seconds=0", "agent.pretrain_updates=2000")
+    overrides = tiny_spirl(tmp_path, "runner.eval_episodes=1", "runner.video_seconds=0", "agent.pretrain_updates=1100")
     seen: list[dict] = []
     result = train(load_config("spirl_point_maze_medium", overrides), stop=lambda m: seen.append(m) or True)
     assert [(m["phase"], m["pretrain_updates"], m["iteration"], m["env_steps"]) for m in seen] == \
@@ -622,11 +622,11 @@ def test_stop_is_asked_in_the_pretraining_and_ends_the_run_there(maze_datasets, 
     # the metrics.jsonl line, durations kept)
     progress = load_checkpoint(result.run_dir / "checkpoints" / "latest.pt")["progress"]
     assert progress["pretrain_updates"] == 1000 and not progress["pretrained"] and progress["env_steps"] == 0
-    assert "ended early: 1,000 of agent.pretrain_updates=2,000 pretraining updates (train()'s stop)" in \
+    assert "ended early: 1,000 of agent.pretrain_updates=1,100 pretraining updates (train()'s stop)" in \
         capsys.readouterr().out
     assert result.trained == {"pretrain_updates": 1000} and result.evaluation["episodes"] == 1
     resumed = train(load_config(result.run_dir / "config.yaml", []), resume=result.run_dir)
-    assert resumed.trained == {"env_steps": 1000, "pretrain_updates": 2000}
+    assert resumed.trained == {"env_steps": 1000, "pretrain_updates": 1100}
 
 
 def test_a_run_takes_another_runs_pretrained_skills_instead_of_pretraining(maze_datasets, tmp_path, monkeypatch):
