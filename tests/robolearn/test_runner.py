@@ -1938,7 +1938,7 @@ def test_a_metric_an_agent_reports_every_few_updates_is_averaged_over_those_upda
     """TD3's delayed actor and HRAC's high level report some losses every few updates; the online runner had
     divided their sums by all of the iteration's updates, logging them that many times too small."""
     runner = Runner(tiny(tmp_path, "sac", "runner.total_steps=2000", "runner.random_steps=1000", "env.num_envs=1",
-                         "runner.eval_episodes=0"))
+                         "runner.eval_episodes=0", *FEW_SMALL_UPDATES))  # (the mean of its reports, not their values)
     update, calls = runner.agent.update, []
 
     def every_third(batch):
