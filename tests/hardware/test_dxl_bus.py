@@ -29,12 +29,16 @@ from hardware.dynamixel.errors import (
 
 @pytest.fixture
 def make_bus(calibration: Calibration) -> Iterator[Callable[..., DynamixelBus]]:
-    """Connected buses on an emulator (10 ms reply timeout unless told); closed at test end."""
+    """Connected buses on an emulator (60 ms reply timeout, 1 s bus watchdog unless told); closed at test end."""
     buses: list[DynamixelBus] = []
 
     def make(emulator: DynamixelEmulator, **kwargs: object) -> DynamixelBus:
         kwargs.setdefault("calibration", calibration)
         kwargs.setdefault("timeout_ms", 60.0)  # generous: the emulator shares this process (and a busy CI machine)
+        # The servos' watchdog runs on the wall clock, lockstep or not: at the bus's 100 ms, a loaded machine's
+        # pause between two packets tripped it, and the servos then ignored every goal (a round trip's joints
+        # stayed put). The tests of the watchdog give their own window.
+        kwargs.setdefault("watchdog_ms", 1000)
         bus = DynamixelBus(emulator.port, **kwargs)
         buses.append(bus)
         bus.connect()
@@ -49,7 +53,7 @@ def test_connect_checks_models_and_configures_the_servos(emulator, make_bus) -> 
     bus = make_bus(emulator)
     assert bus.is_connected and all(s.torque_enabled for s in emulator.state().values())
     assert emulator.register(2, "Return_Delay_Time") == 0
-    assert emulator.register(2, "Bus_Watchdog") == 5  # 100 ms
+    assert emulator.register(2, "Bus_Watchdog") == 50  # the fixture's 1000 ms
     assert emulator.register(2, "Max_Position_Limit") == round(2048 + 1.7 * TICKS_PER_RAD)
     assert bus.ping(3) == 1020
 
@@ -590,11 +594,11 @@ def test_a_rearm_leaves_a_limp_servo_outside_its_limits_limp_and_arms_the_others
     emulator.set_joint_positions({3: 1.3})
     with pytest.raises(OutsideLimitsError, match=r"servo 3 \(j3\) reads 1.(299|300) rad"):
         bus.enable_torque(True)
-    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [5, 5, 5]  # (refused before touching them)
+    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [50] * 3  # (refused before touching them)
     assert bus.enable_torque(True, leave_outside=True) == [3]
     state = emulator.state()
     assert [state[i].torque_enabled for i in (1, 2, 3, 4)] == [True, True, False, True]
-    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [5, 5, 5]
+    assert [emulator.register(i, "Bus_Watchdog") for i in (1, 2, 4)] == [50] * 3  # armed: the fixture's 1 s
 
 
 def test_a_late_reply_longer_than_the_one_asked_for_is_not_cut_to_size(emulator, make_bus) -> None:
