@@ -321,15 +321,19 @@ def test_a_hardware_alert_whose_status_cannot_be_read_says_unread(emulator, make
 
 
 def test_reply_latency_within_the_timeout_still_works(emulator, make_bus) -> None:
-    bus = make_bus(emulator, timeout_ms=34.0)
-    emulator.faults.reply_latency = 0.005  # 4 replies: 20 ms of the 34 ms window
+    """A sync read's replies share one window. It is wide here, the latency well inside it: 20 ms of a 34 ms
+    window had left the emulator's thread 14 ms to spare over 4 replies, which a loaded machine's sleeps
+    overshoot (4 ms late each failed it, and the connect's own reads with it)."""
+    bus = make_bus(emulator, timeout_ms=250.0)
+    emulator.faults.reply_latency = 0.01  # 4 replies: 40 ms of the 250 ms window
     start = time.perf_counter()
     bus.read_state()
-    assert time.perf_counter() - start >= 0.02 and bus.stats.retries == 0
-    emulator.faults.reply_latency = 0.05
+    assert time.perf_counter() - start >= 0.04 and bus.stats.retries == 0
+    emulator.faults.reply_latency = 0.3  # the first reply alone comes after the window
     bus.retries = 0
     with pytest.raises(CommTimeoutError):
         bus.read_state()
+    emulator.faults.reply_latency = 0.0  # (the close's torque-off need not wait out four more)
 
 
 def test_disconnect_mid_run_is_not_connected(emulator, make_bus) -> None:
