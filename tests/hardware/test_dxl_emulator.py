@@ -285,7 +285,10 @@ def test_bus_watchdog_stops_the_servo_when_the_host_goes_quiet(emulator, connect
     assert write(port, 1, "Torque_Enable", 1) == OK
     assert write(port, 1, "Bus_Watchdog", 2) == OK  # 40 ms
     goal(port, {1: rad_to_ticks(1.0)})
-    time.sleep(0.1)
+    # waited for: a 0.1 s sleep left the emulator's thread 60 ms past the window to wake in, which load outlasts
+    deadline = time.monotonic() + 10
+    while not emulator.state()[1].watchdog_tripped and time.monotonic() < deadline:
+        time.sleep(0.005)
     assert emulator.state()[1].watchdog_tripped
     held = emulator.state()[1].goal
     assert held != pytest.approx(1.0, abs=1e-3)  # stopped where it was
