@@ -31,7 +31,7 @@ class LagArm(Robot):
         super().__init__(joint_low=np.array([-1.0, -1.0]), joint_high=np.array([1.0, 1.0]), home=HOME,
                          control_dt=0.01, max_episode_steps=20, safety=SafetyConfig(**{**cfg, **safety}))
         self.q, self.goal, self.torque = np.zeros(2), np.zeros(2), False
-        self.reads, self.writes, self.torque_log = 0, [], []
+        self.reads, self.loop_reads, self.writes, self.torque_log = 0, 0, [], []  # (lose_link_after: loop_reads)
         self.fail_reads_after, self.lose_link_after = fail_reads_after, lose_link_after
 
     def _connect(self):
@@ -42,7 +42,9 @@ class LagArm(Robot):
 
     def _read(self):
         self.reads += 1
-        if self.lose_link_after is not None and self.reads > self.lose_link_after:
+        if threading.current_thread() is threading.main_thread():  # the loop's: a watchdog's hold reads too, as
+            self.loop_reads += 1  # often as a loaded machine's slow steps let it (the link had been lost steps early)
+        if self.lose_link_after is not None and self.loop_reads > self.lose_link_after:
             raise ConnectionLost("cable pulled")
         if self.fail_reads_after is not None and self.reads > self.fail_reads_after:
             return None
@@ -51,7 +53,7 @@ class LagArm(Robot):
         return self.q.copy(), np.zeros(2)
 
     def _write(self, goal):
-        if self.lose_link_after is not None and self.reads > self.lose_link_after:
+        if self.lose_link_after is not None and self.loop_reads > self.lose_link_after:
             raise ConnectionLost("cable pulled")
         self.goal = np.array(goal)
         self.writes.append(self.goal.copy())
