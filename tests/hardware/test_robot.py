@@ -486,11 +486,16 @@ def test_a_park_on_a_bus_that_loses_replies_but_answers_reaches_the_safe_pose():
     assert arm.park_reads > 50 and np.allclose(arm.writes[-1], SAFE) and arm.torque_log[-1] is False
 
 
-def test_a_park_blind_across_its_re_armed_ramps_is_given_up_at_park_blind_s_not_once_per_ramp():
+def test_a_park_blind_across_its_re_armed_ramps_is_given_up_at_park_blind_s_not_once_per_ramp(monkeypatch):
     """A re-arm starts the park's ramp again from where the servos stand: a fresh count for each ramp would let a
     park on a silent bus go on blind for park_blind_s per ramp (about 4 x at worst). Its time unread goes on across
-    its ramps: given up in its second ramp, torque off."""
+    its ramps: given up in its second ramp, torque off. The robot's clock moves by the park's reads alone: slept
+    for, the first ramp's 5 reads of 0.05 s had 0.25 s to spare of the 0.5 s, and a loaded machine gave it up there."""
+    import hardware.robot as robot_module
     from hardware.safety import ParkUnfinished
+
+    now = [robot_module.time.monotonic()]
+    monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
 
     class SilentAndReArmed(LagArm):
         park_reads = 0
@@ -500,7 +505,7 @@ def test_a_park_blind_across_its_re_armed_ramps_is_given_up_at_park_blind_s_not_
                 self.park_reads += 1
                 if self.park_reads in (6, 12):  # servos re-armed where they stood: the ramp starts again
                     self.rearms += 1
-                time.sleep(0.05)  # every read of the park failing, 0.05 s each
+                now[0] += 0.05  # every read of the park failing, 0.05 s each
                 return None
             return super()._read()
 
