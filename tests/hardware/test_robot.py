@@ -728,10 +728,22 @@ def test_a_stop_the_robot_made_before_a_ctrl_c_is_said_not_reported_as_a_park():
             raise KeyboardInterrupt
 
 
-def test_a_ramp_to_the_start_that_reads_nothing_ends_and_the_watchdog_stops_the_run():
+def test_a_ramp_to_the_start_that_reads_nothing_ends_and_the_watchdog_stops_the_run(monkeypatch):
     """Reads failing during the ramp to an episode's start (a bus gone silent): the ramp, which holds the bus, had
-    gone on blind to its end, the watchdog locked out past stop_after_s (18 s on a frozen emulator)."""
-    arm = LagArm(ramp_speed=0.5)  # home is 0.5 rad away: a ramp of a second
+    gone on blind to its end, the watchdog locked out past stop_after_s (18 s on a frozen emulator). The robot's
+    clock moves a control period per read: on the wall clock, a loaded machine's ramp made fewer waypoints in
+    stop_after_s, and had got to 0.04 rad of the 0.05 asked for."""
+    import hardware.robot as robot_module
+
+    now = [robot_module.time.monotonic()]
+    monkeypatch.setattr(robot_module.time, "monotonic", lambda: now[0])
+
+    class Clocked(LagArm):
+        def _read(self):
+            now[0] += self.control_dt
+            return super()._read()
+
+    arm = Clocked(ramp_speed=0.5)  # home is 0.5 rad away: a ramp of a second
     with pytest.raises(WatchdogStop, match="no fresh observation"):
         with arm:
             arm.fail_reads_after, started = arm.reads, len(arm.writes)  # silent from here
