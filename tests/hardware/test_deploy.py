@@ -689,7 +689,12 @@ def test_a_park_on_a_bus_of_garbled_replies_says_they_are_garbled_not_silent(mak
     monkeypatch.setattr("hardware.robot.PARK_NOTICE_S", 0.0)
     emulator = make_emulator(realtime=True)
     safety = SafetyConfig(watchdog_s=0.5, stop_after_s=0.5, park_blind_s=1.0)
-    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=safety).connect()
+    arm = DynamixelArm(load_robot_config("dxl_arm"), port=emulator.port, safety=safety)
+    # Every reply comes, garbled, and the last read's failure is what the park says: the emulator's thread replies
+    # within the bus's 34 ms on an idle machine, but beside busy loops a reply came 57 ms late and the give-up said
+    # "late replies" (true of that read). A timeout no stall reaches leaves the garbling alone to fail the reads.
+    arm.bus.timeout_ms = 1000.0
+    arm.connect()
     garbled = "garbled replies, failing their checksum or length check"
     try:
         arm.reset(seed=0)
