@@ -196,7 +196,8 @@ def test_emergency_stop_writes_deploy_json_and_names_the_recording(run_dir, make
     assert not any(s.torque_enabled for s in emulator.state().values())
 
 
-def test_deploy_runs_the_task_the_run_was_trained_with(run_dir, make_emulator):
+def test_deploy_runs_the_task_the_run_was_trained_with(run_dir, make_emulator, monkeypatch):
+    monkeypatch.setattr("hardware.robot.Robot.settle_s", 1.0)  # a reset ramp of over 1 s (see the timing below)
     write_run_config(run_dir, "env.kwargs.max_episode_steps=40", "env.kwargs.max_goal_step=0.05",
                      "env.kwargs.reward_smooth_weight=0.25")
     emulator = make_emulator(realtime=True)
@@ -209,9 +210,11 @@ def test_deploy_runs_the_task_the_run_was_trained_with(run_dir, make_emulator):
     assert episode["actions"].shape == (40, 4)
     steps = np.abs(np.diff(np.vstack([np.zeros(4), episode["actions"]]), axis=0))
     assert steps.max() <= 0.05 + 1e-6  # the safety layer held the trained goal-step limit, not its 0.2 default
-    # The reset ramp between episodes (> 0.2 s of settling alone) is not timed as a step.
-    assert summary["loop"]["step_ms_p99"] < 150
-    assert np.diff(episode["timestamps"]).max() < 0.15
+    # The reset ramps that end each episode (> 1 s of settling alone; 2 of the 80 steps) are not timed as steps,
+    # which take 20 ms. (At a 0.2 s settle, with bounds of 150 ms, steps beside busy loops had come out longer:
+    # a p99 of 260 ms, a step between timestamps of 150.4 ms.)
+    assert summary["loop"]["step_ms_p99"] < 500
+    assert np.diff(episode["timestamps"]).max() < 0.5
 
 
 def test_task_goal_step_tightens_the_safety_limit_and_never_loosens_it():
