@@ -120,7 +120,7 @@ class FinetuneRunner(OfflineRunner):
         cfg = self.cfg
         if not resume:
             self.progress = FinetuneProgress(dataset=dataset_fingerprint(self.dataset))
-        if resume:  # its offline phase: as a skill run's pretraining
+        else:  # its offline phase: as a skill run's pretraining
             refuse_other_pretraining(resume, cfg.agent.pretrain_updates, self.progress.updates,
                                      self.progress.phase == "online", "offline phase",
                                      "pretrain a new run with runner.total_steps=0")
